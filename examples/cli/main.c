@@ -1,0 +1,67 @@
+/* deepinfer — the command-line front end of the SDK, built only on the public API.
+ *
+ *   deepinfer version         print the library and header versions
+ *   deepinfer help            list the commands
+ *
+ * Exit status: 0 on success, 1 when a command fails, 2 on a usage error (an
+ * unknown command or option), with one line on stderr saying why. docs/cli.md
+ * documents every command. */
+#include <deepinfer/deepinfer.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+
+typedef struct command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} command;
+
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const command commands[] = {
+    {"version", "print the library and header versions", cmd_version},
+    {"help", "list the commands", cmd_help},
+};
+
+static int cmd_version(int argc, char **argv)
+{
+    if (argc > 1) {
+        fprintf(stderr, "deepinfer version: unexpected argument '%s'\n", argv[1]);
+        return EXIT_USAGE;
+    }
+    printf("deepinfer %s (header %s)\n", di_version_string(), DI_VERSION_STRING);
+    return di_version() == DI_VERSION_NUMBER ? EXIT_OK : EXIT_FAILED;
+}
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: deepinfer COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    print_usage(stdout);
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0) name = "version";
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) name = "help";
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "deepinfer: unknown command '%s' (try 'deepinfer help')\n", argv[1]);
+    return EXIT_USAGE;
+}

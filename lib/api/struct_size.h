@@ -1,0 +1,32 @@
+/* Reading the caller's versioned input structs (the struct_size convention that
+ * deepinfer.h documents under "Versioned input structs").
+ *
+ * A public input struct begins with `size_t struct_size`. The library never reads
+ * the caller's struct in place: di_struct_copy_in copies it into a local struct of
+ * the library's own layout that starts out holding the defaults, so every field
+ * of the library's version is defined whatever release the caller was built
+ * against. Not thread-safe with respect to concurrent writers of `src` (the caller
+ * owns it); otherwise pure. */
+#ifndef DI_API_STRUCT_SIZE_H
+#define DI_API_STRUCT_SIZE_H
+
+#include <stddef.h>
+
+#include "deepinfer/deepinfer.h"
+
+/* Copy the caller's struct `src` into `dst` (the library's layout, `dst_size`
+ * bytes, already holding the defaults — including a struct_size field that this
+ * call overwrites with dst_size).
+ *
+ * `min_size` is the size of the struct in its first release; `src->struct_size`
+ * (the leading size_t) must be at least that. When the caller's struct is larger
+ * than the library's, every byte past dst_size must be zero: a non-zero byte is a
+ * field this library does not know, and the call fails instead of ignoring it.
+ *
+ * Returns DI_OK; DI_ERR_INVALID_ARGUMENT when src is NULL, struct_size is below
+ * min_size, or an unknown trailing field is set; then *message is a static
+ * sentence saying which (NULL on success) and `dst` is unchanged. */
+di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t min_size,
+                            const char **message);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The deepinfer command's contract for usage errors: exit status 2 and exactly one
+# line on stderr naming the problem; `version` prints the library version.
+set -uo pipefail
+cli=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$cli" version) || fail "version exited $?"
+[[ "$out" == deepinfer\ [0-9]*.[0-9]*.[0-9]*\ \(header\ [0-9]*.[0-9]*.[0-9]*\) ]] || fail "version printed '$out'"
+
+err=$("$cli" no-such-command 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "unknown command exited $rc, want 2"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "unknown command printed more than one line: $err"
+[[ "$err" == *"no-such-command"* ]] || fail "message does not name the command: $err"
+
+err=$("$cli" version extra 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "extra argument exited $rc, want 2"
+[[ "$err" == *"extra"* ]] || fail "message does not name the argument: $err"
+
+"$cli" >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "no command exited $rc, want 2"
+
+"$cli" help | grep -q '^  version ' || fail "help does not list version"
+echo "ok: cli usage"

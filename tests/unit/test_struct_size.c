@@ -1,0 +1,122 @@
+/* The struct_size convention: an older caller's struct gets defaults for the
+ * fields it lacks; a newer caller's struct is accepted only while the fields this
+ * library does not know are zero. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/struct_size.h"
+
+/* Three releases of one config struct, as three headers would declare it. */
+typedef struct cfg_v1 {
+    size_t struct_size;
+    int n_threads;
+} cfg_v1;
+
+typedef struct cfg_v2 {
+    size_t struct_size;
+    int n_threads;
+    double temperature; /* added in "v2" */
+} cfg_v2;
+
+typedef struct cfg_v3 {
+    size_t struct_size;
+    int n_threads;
+    double temperature;
+    uint64_t flags; /* added in "v3": unknown to a "v2" library */
+} cfg_v3;
+
+static cfg_v2 defaults_v2(void)
+{
+    cfg_v2 d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.n_threads = 1;
+    d.temperature = 0.7;
+    return d;
+}
+
+static void test_struct_older_caller_gets_defaults_for_new_fields(void **state)
+{
+    (void)state;
+    cfg_v1 old = {.struct_size = sizeof old, .n_threads = 8};
+    cfg_v2 got = defaults_v2();
+    const char *msg = "unchanged";
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &old, sizeof(cfg_v1), &msg), DI_OK);
+    assert_null(msg);
+    assert_int_equal(got.struct_size, sizeof(cfg_v2));
+    assert_int_equal(got.n_threads, 8);
+    assert_true(got.temperature == 0.7);
+}
+
+static void test_struct_newer_caller_with_zero_unknown_fields_is_accepted(void **state)
+{
+    (void)state;
+    cfg_v3 newer;
+    memset(&newer, 0, sizeof newer);
+    newer.struct_size = sizeof newer;
+    newer.n_threads = 3;
+    newer.temperature = 0.25;
+    cfg_v2 got = defaults_v2();
+    const char *msg;
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &newer, sizeof(cfg_v1), &msg), DI_OK);
+    assert_int_equal(got.n_threads, 3);
+    assert_true(got.temperature == 0.25);
+    assert_int_equal(got.struct_size, sizeof(cfg_v2));
+}
+
+static void test_struct_newer_caller_setting_unknown_field_is_rejected(void **state)
+{
+    (void)state;
+    cfg_v3 newer;
+    memset(&newer, 0, sizeof newer);
+    newer.struct_size = sizeof newer;
+    newer.flags = 1;
+    cfg_v2 got = defaults_v2();
+    const char *msg = NULL;
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &newer, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "does not know"));
+    assert_int_equal(got.n_threads, 1); /* untouched on error */
+}
+
+static void test_struct_size_too_small_or_null_is_rejected(void **state)
+{
+    (void)state;
+    cfg_v2 got = defaults_v2();
+    const char *msg = NULL;
+    cfg_v1 uninitialised = {.struct_size = 0, .n_threads = 8};
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &uninitialised, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "struct_size"));
+    assert_int_equal(got.n_threads, 1);
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, NULL, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "NULL"));
+}
+
+static void test_struct_size_until_matches_each_release(void **state)
+{
+    (void)state;
+    assert_int_equal(DI_STRUCT_SIZE_UNTIL(cfg_v3, n_threads),
+                     offsetof(cfg_v1, n_threads) + sizeof(int));
+    assert_int_equal(DI_STRUCT_SIZE_UNTIL(cfg_v3, temperature),
+                     offsetof(cfg_v2, temperature) + sizeof(double));
+    assert_int_equal(DI_STRUCT_SIZE_UNTIL(cfg_v3, flags), sizeof(cfg_v3));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_struct_older_caller_gets_defaults_for_new_fields),
+        cmocka_unit_test(test_struct_newer_caller_with_zero_unknown_fields_is_accepted),
+        cmocka_unit_test(test_struct_newer_caller_setting_unknown_field_is_rejected),
+        cmocka_unit_test(test_struct_size_too_small_or_null_is_rejected),
+        cmocka_unit_test(test_struct_size_until_matches_each_release),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
