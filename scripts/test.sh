@@ -47,7 +47,7 @@ git ls-files 'lib/*.c' | xargs clang-tidy -p build/release --quiet --warnings-as
 echo "ok: clang-tidy clean"
 
 step "install: pkg-config and find_package consumers"
-scripts/check-install.sh build/release "$root/build/install"
+scripts/check-install.sh build/release "$root/build/ci-install"
 
 step "ABI: abidiff against abi/libdeepinfer.abi"
 scripts/abi-check.sh build/release/lib/libdeepinfer.so

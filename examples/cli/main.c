@@ -45,23 +45,37 @@ static void print_usage(FILE *out)
 
 static int cmd_help(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "deepinfer help: unexpected argument '%s'\n", argv[1]);
+        return EXIT_USAGE;
+    }
     print_usage(stdout);
     return EXIT_OK;
+}
+
+/* A command whose output could not be written (a full disk, a closed pipe) has
+ * failed, whatever it computed. */
+static int finish_output(int status)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "deepinfer: cannot write the output\n");
+        return status == EXIT_OK ? EXIT_FAILED : status;
+    }
+    return status;
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        print_usage(stderr);
+        fprintf(stderr, "usage: deepinfer COMMAND [ARGS...] (try 'deepinfer help')\n");
         return EXIT_USAGE;
     }
     const char *name = argv[1];
     if (strcmp(name, "--version") == 0) name = "version";
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) name = "help";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(name, commands[i].name) == 0)
+            return finish_output(commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "deepinfer: unknown command '%s' (try 'deepinfer help')\n", argv[1]);
     return EXIT_USAGE;
 }

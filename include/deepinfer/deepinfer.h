@@ -130,9 +130,15 @@ DI_API const char *di_status_string(di_status status);
  *     di_engine_config_init(&cfg);     // struct_size = sizeof cfg, defaults
  *     cfg.n_threads = 4;
  *
- * DI_STRUCT_SIZE_UNTIL(type, field) gives the struct_size of the smallest version
- * of `type` that contains `field` — what a struct from the release that added
- * `field` reports. */
+ * Public input structs have no trailing padding: every release's struct ends on a
+ * field whose end is a multiple of 8 bytes (explicit reserved fields fill the
+ * gap), and the library asserts at compile time that
+ * sizeof(type) == DI_STRUCT_SIZE_UNTIL(type, last_field). So a field appended
+ * later never lands in an older release's padding, and the struct_size a caller
+ * reports names exactly the fields it knows.
+ *
+ * DI_STRUCT_SIZE_UNTIL(type, field) is the offset of the end of `field`: the
+ * sizeof of the release whose last field is `field`. */
 #define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 
 #ifdef __cplusplus

@@ -17,8 +17,17 @@ err=$("$cli" version extra 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "extra argument exited $rc, want 2"
 [[ "$err" == *"extra"* ]] || fail "message does not name the argument: $err"
 
-"$cli" >/dev/null 2>&1; rc=$?
+err=$("$cli" 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "no command exited $rc, want 2"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "no command printed more than one line: $err"
+
+"$cli" help extra >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "help with an argument exited $rc, want 2"
+
+if [ -w /dev/full ]; then
+  "$cli" version >/dev/full 2>/dev/null; rc=$?
+  [ "$rc" -eq 1 ] || fail "version into a full device exited $rc, want 1"
+fi
 
 "$cli" help | grep -q '^  version ' || fail "help does not list version"
 echo "ok: cli usage"
