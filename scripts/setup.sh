@@ -9,7 +9,7 @@ packages=(
   # build
   build-essential cmake ninja-build pkg-config git file binutils
   # libraries the library and its tests link
-  libcmocka-dev libutf8proc-dev
+  libjansson-dev libonig-dev libutf8proc-dev libxxhash-dev libzstd-dev libcmocka-dev zstd
   # sanitizers and libFuzzer (clang's runtime), formatting and static analysis
   clang libclang-rt-14-dev clang-format clang-tidy
   # ABI guard

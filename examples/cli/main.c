@@ -1,5 +1,6 @@
 /* deepinfer — the command-line front end of the SDK, built only on the public API.
  *
+ *   deepinfer tokenize --tokenizer PATH [--special] [--decode] FILE|-
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
  *
@@ -7,10 +8,12 @@
  * unknown command or option), with one line on stderr saying why. docs/cli.md
  * documents every command. */
 #include <deepinfer/deepinfer.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+#include "cli.h"
 
 typedef struct command {
     const char *name;
@@ -22,6 +25,7 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
+    {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
     {"version", "print the library and header versions", cmd_version},
     {"help", "list the commands", cmd_help},
 };

@@ -23,6 +23,7 @@
 #define DEEPINFER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,6 +141,158 @@ DI_API const char *di_status_string(di_status status);
  * DI_STRUCT_SIZE_UNTIL(type, field) is the offset of the end of `field`: the
  * sizeof of the release whose last field is `field`. */
 #define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* ------------------------------------------------------------------------- */
+/* Errors                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/* The details of a failed call that has no handle to keep them (a load, an
+ * encode on a shared tokenizer): its status and a message naming the offending
+ * file, field or byte offset, e.g. "tokenizer.json: model.merges[12]: the merged
+ * token is not in the vocabulary" or "text is not valid UTF-8 at byte offset 7".
+ *
+ * Functions that take `di_error **err` set *err to a new di_error when they fail
+ * and leave it untouched when they succeed; pass NULL to get the status alone (as
+ * GLib's GError is used). The caller owns the error and frees it with
+ * di_error_free. A di_error is immutable, so it may be read from any thread. */
+typedef struct di_error di_error;
+
+/* The status of the failed call. Returns DI_ERR_INVALID_ARGUMENT for NULL. */
+DI_API di_status di_error_status(const di_error *err);
+
+/* The message, NUL-terminated UTF-8, owned by `err` (valid until di_error_free).
+ * Never NULL: a NULL err gives "no error". */
+DI_API const char *di_error_message(const di_error *err);
+
+/* Free an error; NULL is a no-op. */
+DI_API void di_error_free(di_error *err);
+
+/* ------------------------------------------------------------------------- */
+/* Tokenizer                                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* A byte-level BPE tokenizer: the vocabulary, merges, added (special) tokens,
+ * normalizer and pre-tokenizer of a model. Behaviour follows Hugging Face
+ * `tokenizers` (the tokenizer.json format and its encode/decode); GGUF metadata
+ * is read as llama.cpp writes it. A loaded tokenizer is immutable: every function
+ * that takes a `const di_tokenizer *` is thread-safe on a shared tokenizer. */
+typedef struct di_tokenizer di_tokenizer;
+
+/* Load a tokenizer from `path`: a Hugging Face tokenizer.json, a directory that
+ * holds one, or a GGUF model file (only its metadata is read, so a truncated or
+ * split model file works). Supported: byte-level BPE with Split / ByteLevel /
+ * Digits pre-tokenizers, NFC/NFD/NFKC/NFKD or no normalizer, a ByteLevel decoder,
+ * ByteLevel or TemplateProcessing post-processors — what the DeepSeek V3/V4,
+ * Qwen2 (DeepSeek-R1 distills), Llama 3, GPT-2 and SmolLM tokenizers use. The
+ * GGUF pre-tokenizer names known are deepseek-v3, qwen2, deepseek-r1-qwen,
+ * llama3/llama-bpe, smollm/starcoder and gpt2.
+ *
+ * On success *out is a new tokenizer to free with di_tokenizer_free. Errors:
+ * DI_ERR_INVALID_ARGUMENT (NULL path/out), DI_ERR_IO (cannot open),
+ * DI_ERR_MODEL_FORMAT (invalid JSON or GGUF, a merge naming an unknown token, an
+ * id out of range, …), DI_ERR_UNSUPPORTED (a component listed as unsupported
+ * above, named in the message), DI_ERR_OUT_OF_MEMORY. Thread-safe. */
+DI_API di_status di_tokenizer_load(const char *path, di_tokenizer **out, di_error **err);
+
+/* As di_tokenizer_load, from the text of a tokenizer.json held in memory
+ * (`len` bytes; it need not be NUL-terminated and is not kept). */
+DI_API di_status di_tokenizer_load_json(const char *json, size_t len, di_tokenizer **out,
+                                        di_error **err);
+
+/* Free a tokenizer; NULL is a no-op. No other call may be using it. */
+DI_API void di_tokenizer_free(di_tokenizer *tok);
+
+/* The number of token IDs: one more than the largest ID of the vocabulary and the
+ * added tokens (HF's get_vocab_size(with_added_tokens=True)). */
+DI_API int32_t di_tokenizer_vocab_size(const di_tokenizer *tok);
+
+/* The ID of the added or vocabulary token spelled exactly `text` (`len` bytes),
+ * e.g. "<think>" or "<｜end▁of▁sentence｜>", in *id. Returns DI_ERR_NOT_FOUND when
+ * no token has that spelling. Thread-safe. */
+DI_API di_status di_tokenizer_token_id(const di_tokenizer *tok, const char *text, size_t len,
+                                       int32_t *id);
+
+/* Flags for di_tokenizer_encode. */
+/* Recognise the spellings of special added tokens (HF: special=true; GGUF:
+ * control tokens) in the text. Without it they are encoded as plain text, as
+ * deepseek-recipe encodes user text and HF's encode_special_tokens does. */
+#define DI_TOKENIZE_SPECIAL 1u
+/* Recognise the spellings of non-special added tokens (GGUF: user-defined
+ * tokens). HF tokenizers always does; llama.cpp does even when it does not parse
+ * special tokens. */
+#define DI_TOKENIZE_ADDED 2u
+/* Add the post-processor's tokens (the BOS of a TemplateProcessing template, or
+ * GGUF's add_bos_token / add_eos_token), as HF's add_special_tokens=True and
+ * llama.cpp's add_special do. */
+#define DI_TOKENIZE_ADD_SPECIAL_TOKENS 4u
+/* What HF tokenizers' Tokenizer.encode(text) does by default. */
+#define DI_TOKENIZE_HF_DEFAULT                                                                     \
+    (DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED | DI_TOKENIZE_ADD_SPECIAL_TOKENS)
+
+/* Encode `len` bytes of UTF-8 text into token IDs. Plain text (flags 0) is
+ * encoded exactly as HF tokenizers encodes it with no added tokens and no
+ * post-processing; the flags above add those steps.
+ *
+ * On success *ids is a new array of *n_ids IDs (NULL when *n_ids is 0) that the
+ * caller frees with di_tokens_free. Errors: DI_ERR_INVALID_ARGUMENT (NULL
+ * pointers, unknown flags, text over 4 GiB), DI_ERR_INVALID_UTF8 (the message
+ * gives the byte offset of the first ill-formed sequence), DI_ERR_OUT_OF_MEMORY.
+ * Thread-safe. */
+DI_API di_status di_tokenizer_encode(const di_tokenizer *tok, const char *text, size_t len,
+                                     unsigned flags, int32_t **ids, size_t *n_ids, di_error **err);
+
+/* Free an ID array from di_tokenizer_encode; NULL is a no-op. */
+DI_API void di_tokens_free(int32_t *ids);
+
+/* Flag for di_tokenizer_decode and di_detokenizer_create: leave special added
+ * tokens out of the text (HF's skip_special_tokens=True). */
+#define DI_DECODE_SKIP_SPECIAL 1u
+
+/* Decode token IDs into text, as HF tokenizers' decode does: each token's bytes
+ * (byte-level tokens map back to raw bytes, added tokens give their spelling)
+ * are joined, and bytes that do not form well-formed UTF-8 become U+FFFD, one per
+ * maximal ill-formed subpart (Rust's String::from_utf8_lossy).
+ *
+ * On success *text is a new NUL-terminated string of *len bytes (the NUL not
+ * counted) that the caller frees with di_text_free. Errors:
+ * DI_ERR_INVALID_ARGUMENT (NULL pointers, an ID outside [0, vocab size), unknown
+ * flags — the message names the position of the bad ID), DI_ERR_OUT_OF_MEMORY.
+ * Thread-safe. */
+DI_API di_status di_tokenizer_decode(const di_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                                     unsigned flags, char **text, size_t *len, di_error **err);
+
+/* Free a string returned by the library; NULL is a no-op. */
+DI_API void di_text_free(char *text);
+
+/* An incremental detokenizer for one stream of generated tokens: fed one token
+ * at a time, it returns only complete UTF-8 — a character whose bytes are split
+ * across tokens is held back until its last byte arrives — and never stalls:
+ * bytes that can no longer become well-formed are emitted at once as U+FFFD.
+ * The concatenation of every piece it returns, flush included, equals
+ * di_tokenizer_decode of the whole sequence with the same flags.
+ *
+ * Not thread-safe: one detokenizer per stream, used by one thread at a time. The
+ * tokenizer must outlive it. */
+typedef struct di_detokenizer di_detokenizer;
+
+/* Create a detokenizer (flags: 0 or DI_DECODE_SKIP_SPECIAL). Errors:
+ * DI_ERR_INVALID_ARGUMENT, DI_ERR_OUT_OF_MEMORY. */
+DI_API di_status di_detokenizer_create(const di_tokenizer *tok, unsigned flags,
+                                       di_detokenizer **out);
+
+/* Feed one token ID. *text receives the newly completed text (*len bytes,
+ * NUL-terminated, possibly empty), owned by the detokenizer and valid until the
+ * next call on it. Errors: DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary:
+ * the detokenizer is unchanged), DI_ERR_OUT_OF_MEMORY. */
+DI_API di_status di_detokenizer_push(di_detokenizer *d, int32_t id, const char **text, size_t *len);
+
+/* End the stream: *text receives what was held back (an incomplete sequence at
+ * the end becomes U+FFFD). The detokenizer is then empty and can start a new
+ * stream. Same lifetime rules as di_detokenizer_push. */
+DI_API di_status di_detokenizer_flush(di_detokenizer *d, const char **text, size_t *len);
+
+/* Free a detokenizer; NULL is a no-op. */
+DI_API void di_detokenizer_free(di_detokenizer *d);
 
 #ifdef __cplusplus
 } /* extern "C" */

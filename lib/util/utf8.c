@@ -69,3 +69,10 @@ di_utf8_scan di_utf8_scan_bytes(const uint8_t *s, size_t n)
     }
     return (di_utf8_scan){n, DI_UTF8_VALID};
 }
+
+size_t di_utf8_ill_formed_length(const uint8_t *s, size_t n)
+{
+    lead_rule rule;
+    size_t got = sequence_prefix(s, n, &rule);
+    return got ? got : 1;
+}

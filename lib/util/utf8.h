@@ -34,4 +34,11 @@ di_utf8_scan di_utf8_scan_bytes(const uint8_t *s, size_t n);
  * when s starts with an ill-formed or incomplete sequence (or n is 0). */
 size_t di_utf8_sequence_length(const uint8_t *s, size_t n);
 
+/* The length of the maximal ill-formed subpart at s[0, n) (n >= 1): the longest
+ * prefix of a well-formed sequence that starts there, at least 1 byte. A lossy
+ * decoder replaces exactly these bytes with one U+FFFD, as the Unicode Standard
+ * recommends (section 3.9, "U+FFFD Substitution of Maximal Subparts") and Rust's
+ * String::from_utf8_lossy does. */
+size_t di_utf8_ill_formed_length(const uint8_t *s, size_t n);
+
 #endif

@@ -1,0 +1,17 @@
+/* Shared pieces of the deepinfer command: exit statuses, input reading, and the
+ * commands that live in their own files. */
+#ifndef DEEPINFER_CLI_H
+#define DEEPINFER_CLI_H
+
+#include <stddef.h>
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+
+/* Read all of FILE, or stdin for "-", into a new NUL-terminated buffer (*len
+ * bytes, the NUL not counted). Prints one line on stderr and returns NULL on
+ * failure. */
+char *cli_read_input(const char *command, const char *path, size_t *len);
+
+int cli_tokenize(int argc, char **argv);
+
+#endif

@@ -1,0 +1,46 @@
+/* di_error: see deepinfer.h and api/error.h. */
+#include "api/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct di_error {
+    di_status status;
+    char message[]; /* NUL-terminated */
+};
+
+/* Handed out when an error cannot be allocated; never freed. */
+static const struct {
+    di_status status;
+    char message[48];
+} out_of_memory_error = {DI_ERR_OUT_OF_MEMORY, "out of memory (while reporting an error)"};
+
+di_status di_error_set(di_error **err, di_status status, const char *message)
+{
+    if (!err) return status;
+    size_t n = strlen(message);
+    di_error *e = malloc(sizeof *e + n + 1);
+    if (!e) {
+        *err = (di_error *)&out_of_memory_error;
+        return status;
+    }
+    e->status = status;
+    memcpy(e->message, message, n + 1);
+    *err = e;
+    return status;
+}
+
+DI_API di_status di_error_status(const di_error *err)
+{
+    return err ? err->status : DI_ERR_INVALID_ARGUMENT;
+}
+
+DI_API const char *di_error_message(const di_error *err)
+{
+    return err ? err->message : "no error";
+}
+
+DI_API void di_error_free(di_error *err)
+{
+    if (err && err != (const di_error *)&out_of_memory_error) free(err);
+}

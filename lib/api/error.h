@@ -1,0 +1,13 @@
+/* Creating di_error objects for the public API (deepinfer.h, "Errors"). */
+#ifndef DI_API_ERROR_H
+#define DI_API_ERROR_H
+
+#include "deepinfer/deepinfer.h"
+
+/* When err is not NULL, set *err to a new di_error holding status and a copy of
+ * message; when memory runs out, *err is a static out-of-memory error that
+ * di_error_free ignores. Returns status, so a failing path can end with
+ * `return di_error_set(err, st, msg);`. */
+di_status di_error_set(di_error **err, di_status status, const char *message);
+
+#endif
