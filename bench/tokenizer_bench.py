@@ -23,9 +23,10 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import deepseek_recipe  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests/oracle"))
+import tokenizer_oracle  # noqa: E402  (HF tokenizers; a .gguf becomes its tokenizer.json)
 CHUNK_SIZES = (4 * 1024, 256 * 1024)
 
 
@@ -54,14 +55,14 @@ def best_of(repeats, fn):
 
 def main():
     build = pathlib.Path(sys.argv[1])
-    tok_path = sys.argv[2] if len(sys.argv) > 2 else subprocess.run(
+    tok_path = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else subprocess.run(
         [sys.executable, str(ROOT / "scripts/fetch_assets.py"), "deepseek-v4-tokenizer"],
         check=True, capture_output=True, text=True).stdout.split()[1]
     repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     data = subprocess.run(["zstd", "-dc", str(ROOT / "tests/data/tokenizer_corpus.txt.zst")],
                           check=True, capture_output=True).stdout
     mb = len(data) / 1e6
-    hf = Tokenizer.from_file(tok_path)
+    hf = tokenizer_oracle.load(tok_path)
     try:
         dr = deepseek_recipe.Tokenizer.from_file(tok_path)
     except Exception as e:  # a non-DeepSeek tokenizer the recipe cannot load

