@@ -20,7 +20,8 @@ cc -Wall -Wextra -Werror "$root/examples/hello/hello.c" $(pkg-config --cflags --
    -o "$prefix-consumers/hello-pkgconfig"
 LD_LIBRARY_PATH=$libdir "$prefix-consumers/hello-pkgconfig"
 cc -Wall -Wextra -Werror "$root/examples/hello/hello.c" $(pkg-config --cflags deepinfer) \
-   "$libdir/libdeepinfer.a" $(pkg-config --static --libs-only-l deepinfer | sed 's/-ldeepinfer//') \
+   "$(pkg-config --variable=libdir deepinfer)/libdeepinfer.a" \
+   $(pkg-config --static --libs-only-l deepinfer | sed 's/-ldeepinfer//') \
    -o "$prefix-consumers/hello-pkgconfig-static"
 "$prefix-consumers/hello-pkgconfig-static"
 

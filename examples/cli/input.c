@@ -8,6 +8,9 @@
 
 char *cli_read_input(const char *command, const char *path, size_t *len)
 {
+    /* The library takes at most 4 GiB of text; reading stops with an error there
+     * rather than exhausting memory on an endless input (/dev/zero). */
+    const size_t limit = (size_t)4 << 30;
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "deepinfer %s: cannot open %s: %s\n", command, path, strerror(errno));
@@ -15,20 +18,18 @@ char *cli_read_input(const char *command, const char *path, size_t *len)
     }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    while (buf) {
+    const char *failure = buf ? NULL : "out of memory";
+    while (!failure) {
         n += fread(buf + n, 1, cap - n - 1, f);
         if (ferror(f)) {
-            fprintf(stderr, "deepinfer %s: cannot read %s: %s\n", command, path, strerror(errno));
-            free(buf);
-            buf = NULL;
+            failure = strerror(errno);
             break;
         }
         if (feof(f)) break;
         if (n + 1 == cap) {
-            char *bigger = realloc(buf, cap * 2);
+            char *bigger = cap * 2 > limit ? NULL : realloc(buf, cap * 2);
             if (!bigger) {
-                free(buf);
-                buf = NULL;
+                failure = cap * 2 > limit ? "input is larger than 4 GiB" : "out of memory";
                 break;
             }
             buf = bigger;
@@ -36,9 +37,9 @@ char *cli_read_input(const char *command, const char *path, size_t *len)
         }
     }
     if (f != stdin) fclose(f);
-    if (!buf) {
-        if (!ferror(stdin))
-            fprintf(stderr, "deepinfer %s: out of memory reading %s\n", command, path);
+    if (failure) {
+        fprintf(stderr, "deepinfer %s: cannot read %s: %s\n", command, path, failure);
+        free(buf);
         return NULL;
     }
     buf[n] = 0;

@@ -80,9 +80,9 @@ DI_API const char *di_version_string(void);
 /* Every fallible call returns a di_status. DI_OK is zero, every error is positive.
  * Values are explicit, are never renumbered, and new ones are only appended; a host
  * must treat an unknown positive value as a generic error (di_status_string still
- * names it "unknown status"). Where a call fails, the handle it was given keeps a
- * human-readable message that names the offending field or byte offset; the
- * functions that return it arrive with the handles that carry it. */
+ * names it "unknown status"). A call that fails also reports a human-readable
+ * message naming the offending field or byte offset, through its `di_error **`
+ * argument (see "Errors"). */
 typedef enum di_status {
     DI_OK = 0,                   /* success */
     DI_ERR_INVALID_ARGUMENT = 1, /* a NULL pointer, a bad size, an out-of-range value */
@@ -91,13 +91,13 @@ typedef enum di_status {
     DI_ERR_IO = 4,               /* a file could not be opened, read or mapped */
     DI_ERR_MODEL_FORMAT = 5,     /* a model or tokenizer file is corrupt or truncated */
     DI_ERR_UNSUPPORTED = 6,      /* valid input this build cannot handle (type, arch) */
-    DI_ERR_NOT_FOUND = 7,        /* an id, name or file that does not exist */
-    DI_ERR_CONTEXT_LENGTH = 8,   /* a prompt or request longer than the context limit */
-    DI_ERR_CANCELLED = 9,        /* the operation was cancelled by the host */
-    DI_ERR_INVALID_STATE = 10,   /* the call is not allowed now (e.g. after destroy) */
-    DI_ERR_INVALID_UTF8 = 11,    /* text that is not well-formed UTF-8 */
-    DI_ERR_BACKEND = 12,         /* the compute backend failed (device error, driver) */
-    DI_ERR_INTERNAL = 13         /* a broken invariant inside the library: a bug */
+    DI_ERR_NOT_FOUND = 7,      /* an id or name that does not exist (a missing file is DI_ERR_IO) */
+    DI_ERR_CONTEXT_LENGTH = 8, /* a prompt or request longer than the context limit */
+    DI_ERR_CANCELLED = 9,      /* the operation was cancelled by the host */
+    DI_ERR_INVALID_STATE = 10, /* the call is not allowed now (e.g. after destroy) */
+    DI_ERR_INVALID_UTF8 = 11,  /* text that is not well-formed UTF-8 */
+    DI_ERR_BACKEND = 12,       /* the compute backend failed (device error, driver) */
+    DI_ERR_INTERNAL = 13       /* a broken invariant inside the library: a bug */
 } di_status;
 
 /* Return a static, human-readable English description of `status`, e.g.
@@ -153,8 +153,10 @@ DI_API const char *di_status_string(di_status status);
  *
  * Functions that take `di_error **err` set *err to a new di_error when they fail
  * and leave it untouched when they succeed; pass NULL to get the status alone (as
- * GLib's GError is used). The caller owns the error and frees it with
- * di_error_free. A di_error is immutable, so it may be read from any thread. */
+ * GLib's GError is used). *err must be NULL on entry: a second failure would
+ * overwrite (and leak) an error the caller has not freed. The caller owns the
+ * error and frees it with di_error_free. A di_error is immutable, so it may be
+ * read from any thread. */
 typedef struct di_error di_error;
 
 /* The status of the failed call. Returns DI_ERR_INVALID_ARGUMENT for NULL. */
@@ -184,8 +186,9 @@ typedef struct di_tokenizer di_tokenizer;
  * Digits pre-tokenizers, NFC/NFD/NFKC/NFKD or no normalizer, a ByteLevel decoder,
  * ByteLevel or TemplateProcessing post-processors — what the DeepSeek V3/V4,
  * Qwen2 (DeepSeek-R1 distills), Llama 3, GPT-2 and SmolLM tokenizers use. The
- * GGUF pre-tokenizer names known are deepseek-v3, qwen2, deepseek-r1-qwen,
- * llama3/llama-bpe, smollm/starcoder and gpt2.
+ * GGUF pre-tokenizer names known are deepseek-v3; qwen2, deepseek-r1-qwen; llama3,
+ * llama-bpe, smaug-bpe, dbrx; smollm, starcoder, refact, command-r, codeshell;
+ * gpt2, default (docs/tokenizer.md).
  *
  * On success *out is a new tokenizer to free with di_tokenizer_free. Errors:
  * DI_ERR_INVALID_ARGUMENT (NULL path/out), DI_ERR_IO (cannot open),
@@ -206,13 +209,19 @@ DI_API void di_tokenizer_free(di_tokenizer *tok);
  * added tokens (HF's get_vocab_size(with_added_tokens=True)). */
 DI_API int32_t di_tokenizer_vocab_size(const di_tokenizer *tok);
 
-/* The ID of the added or vocabulary token spelled exactly `text` (`len` bytes),
- * e.g. "<think>" or "<｜end▁of▁sentence｜>", in *id. Returns DI_ERR_NOT_FOUND when
- * no token has that spelling. Thread-safe. */
+/* The ID of the token whose decoded text is exactly `text` (`len` bytes), in *id:
+ * an added token's spelling ("<think>", "<｜end▁of▁sentence｜>") or a vocabulary
+ * token's bytes (" world", not its byte-level form "Ġworld"). Of two added tokens
+ * with one spelling, the later wins, as in encode. Returns DI_ERR_NOT_FOUND when no
+ * token matches. Thread-safe. */
 DI_API di_status di_tokenizer_token_id(const di_tokenizer *tok, const char *text, size_t len,
                                        int32_t *id);
 
-/* Flags for di_tokenizer_encode. */
+/* Flags for di_tokenizer_encode. A tokenizer's added tokens are either special or
+ * not (tokenizer.json "special"; GGUF control vs user-defined), and which is which
+ * varies by model: in the DeepSeek V4 tokenizer <think> and </think> are
+ * non-special, so recognising them needs DI_TOKENIZE_ADDED. To recognise every
+ * added token, as HF does by default, pass both flags. */
 /* Recognise the spellings of special added tokens (HF: special=true; GGUF:
  * control tokens) in the text. Without it they are encoded as plain text, as
  * deepseek-recipe encodes user text and HF's encode_special_tokens does. */
@@ -234,9 +243,9 @@ DI_API di_status di_tokenizer_token_id(const di_tokenizer *tok, const char *text
  * post-processing; the flags above add those steps.
  *
  * On success *ids is a new array of *n_ids IDs (NULL when *n_ids is 0) that the
- * caller frees with di_tokens_free. Errors: DI_ERR_INVALID_ARGUMENT (NULL
- * pointers, unknown flags, text over 4 GiB), DI_ERR_INVALID_UTF8 (the message
- * gives the byte offset of the first ill-formed sequence), DI_ERR_OUT_OF_MEMORY.
+ * caller frees with di_tokens_free (di_tokens_free(NULL) is a no-op). Errors:
+ * DI_ERR_INVALID_ARGUMENT (NULL pointers, unknown flags, text over 4 GiB), DI_ERR_INVALID_UTF8 (the
+ * message gives the byte offset of the first ill-formed sequence), DI_ERR_OUT_OF_MEMORY.
  * Thread-safe. */
 DI_API di_status di_tokenizer_encode(const di_tokenizer *tok, const char *text, size_t len,
                                      unsigned flags, int32_t **ids, size_t *n_ids, di_error **err);
@@ -275,15 +284,17 @@ DI_API void di_text_free(char *text);
  * tokenizer must outlive it. */
 typedef struct di_detokenizer di_detokenizer;
 
-/* Create a detokenizer (flags: 0 or DI_DECODE_SKIP_SPECIAL). Errors:
- * DI_ERR_INVALID_ARGUMENT, DI_ERR_OUT_OF_MEMORY. */
+/* Create a detokenizer (flags: 0 or DI_DECODE_SKIP_SPECIAL). Errors (status only:
+ * the causes are the arguments themselves): DI_ERR_INVALID_ARGUMENT (NULL
+ * tokenizer or out, unknown flags), DI_ERR_OUT_OF_MEMORY. */
 DI_API di_status di_detokenizer_create(const di_tokenizer *tok, unsigned flags,
                                        di_detokenizer **out);
 
 /* Feed one token ID. *text receives the newly completed text (*len bytes,
  * NUL-terminated, possibly empty), owned by the detokenizer and valid until the
- * next call on it. Errors: DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary:
- * the detokenizer is unchanged), DI_ERR_OUT_OF_MEMORY. */
+ * next call on it. Errors: DI_ERR_INVALID_ARGUMENT (NULL arguments or an ID outside
+ * [0, di_tokenizer_vocab_size)), DI_ERR_OUT_OF_MEMORY; on error the detokenizer
+ * and *text / *len are unchanged. */
 DI_API di_status di_detokenizer_push(di_detokenizer *d, int32_t id, const char **text, size_t *len);
 
 /* End the stream: *text receives what was held back (an incomplete sequence at

@@ -6,6 +6,7 @@
  * count and the elements. */
 #include "model/gguf.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -249,7 +250,7 @@ di_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *msg
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(msg, msg_size, "%s: cannot open", path);
+        snprintf(msg, msg_size, "%s: cannot open: %s", path, strerror(errno));
         return DI_ERR_IO;
     }
     struct stat st;

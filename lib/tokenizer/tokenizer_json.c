@@ -4,6 +4,7 @@
  * tokenizers (DeepSeek V3/V4, Qwen2, GPT-2, Llama 3, SmolLM) use. Anything else
  * is refused with DI_ERR_UNSUPPORTED naming the field, never silently ignored.
  * JSON is parsed by jansson, which validates UTF-8 and reports positions. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,7 +392,7 @@ static di_status parse_and_load(di_tokenizer_impl **out, json_t *root, json_erro
 di_status tok_load_json(di_tokenizer_impl **out, const char *path, tok_error *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return tok_fail(err, DI_ERR_IO, "%s: cannot open", path);
+    if (!f) return tok_fail(err, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     json_error_t jerr;
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     fclose(f);

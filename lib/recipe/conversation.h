@@ -1,0 +1,88 @@
+/* The conversation: the protocol-neutral middle of the codec, as deepseek-recipe
+ * models it (docs/recipe-spec.md §1). Requests of every protocol convert into it
+ * (request_*.c) and the prompt encodings render it (encoding_dsv4.c).
+ *
+ * Strings are owned, NUL-terminated UTF-8. In message contents the byte 0xFF
+ * (never part of UTF-8) stands for an image placeholder, which the V4.1
+ * encoding renders as the <｜image｜> special token. A conversation is built by
+ * one thread and then read-only. */
+#ifndef DI_RECIPE_CONVERSATION_H
+#define DI_RECIPE_CONVERSATION_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "deepinfer/deepinfer.h"
+
+#define RC_IMAGE_MARK '\xff'
+
+typedef enum rc_role { RC_SYSTEM, RC_USER, RC_ASSISTANT, RC_TOOL, RC_REMINDER } rc_role;
+typedef enum rc_effort { RC_EFFORT_NONE, RC_EFFORT_LOW, RC_EFFORT_HIGH, RC_EFFORT_XHIGH, RC_EFFORT_MAX } rc_effort;
+typedef enum rc_tool_choice { RC_CHOICE_AUTO, RC_CHOICE_NONE, RC_CHOICE_REQUIRED } rc_tool_choice;
+typedef enum rc_format { RC_FORMAT_TEXT, RC_FORMAT_JSON_OBJECT, RC_FORMAT_JSON_SCHEMA, RC_FORMAT_REGEX } rc_format;
+typedef enum rc_model { RC_MODEL_V4_PRO, RC_MODEL_V41_FLASH } rc_model;
+
+typedef struct rc_tool {
+    char *name;
+    char *description; /* NULL renders as "" */
+    json_t *parameters; /* owned reference */
+    int deferred;
+} rc_tool;
+
+typedef struct rc_call {
+    char *id, *name, *arguments;
+} rc_call;
+
+typedef struct rc_message {
+    rc_role role;
+    char *content;
+    char *reasoning; /* assistant: NULL when thinking is off */
+    rc_call *calls;
+    size_t n_calls;
+    char *tool_call_id;
+    int prefix;
+    rc_tool *updated_tools; /* system (V4.1): tools announced here */
+    size_t n_updated;
+} rc_message;
+
+typedef struct rc_conversation {
+    rc_model model;
+    rc_message *messages;
+    size_t n_messages, cap_messages;
+    int thinking;
+    rc_effort effort;
+    rc_tool *tools;
+    size_t n_tools;
+    rc_tool_choice tool_choice;
+    rc_format format;
+    json_t *schema; /* json_schema format, owned */
+    int stream;
+    int max_tokens; /* 0 when absent */
+} rc_conversation;
+
+void rc_conversation_free(rc_conversation *c);
+/* Append a message (zeroed, with role); NULL when out of memory. */
+rc_message *rc_add_message(rc_conversation *c, rc_role role);
+void rc_tool_clear(rc_tool *t);
+
+/* A growable string. */
+typedef struct rc_buf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} rc_buf;
+void rc_buf_add(rc_buf *b, const char *s, size_t n);
+void rc_buf_adds(rc_buf *b, const char *s);
+char *rc_buf_take(rc_buf *b); /* the string (NUL-terminated), or NULL when out of memory */
+
+/* pyjson (docs/recipe-spec.md §5): `", "` / `": "` separators, insertion order,
+ * raw UTF-8, floats in the V4 (ryu-like) or V4.1 (Python repr) style. */
+typedef enum rc_float_style { RC_FLOAT_V4, RC_FLOAT_V41 } rc_float_style;
+void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
+
+/* Convert a Chat Completions request into *conv. On failure returns
+ * DI_ERR_INVALID_REQUEST (or DI_ERR_OUT_OF_MEMORY) with a message naming the field
+ * in msg. */
+di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
+
+#endif
