@@ -13,5 +13,6 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 char *cli_read_input(const char *command, const char *path, size_t *len);
 
 int cli_tokenize(int argc, char **argv);
+int cli_render(int argc, char **argv);
 
 #endif

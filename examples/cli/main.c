@@ -1,5 +1,6 @@
 /* deepinfer — the command-line front end of the SDK, built only on the public API.
  *
+ *   deepinfer render --protocol chat --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-
  *   deepinfer tokenize --tokenizer PATH [--special] [--decode] FILE|-
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
@@ -25,6 +26,7 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
+    {"render", "render an API request into a DeepSeek prompt or its token IDs", cli_render},
     {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
     {"version", "print the library and header versions", cmd_version},
     {"help", "list the commands", cmd_help},

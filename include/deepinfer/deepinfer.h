@@ -305,6 +305,76 @@ DI_API di_status di_detokenizer_flush(di_detokenizer *d, const char **text, size
 /* Free a detokenizer; NULL is a no-op. */
 DI_API void di_detokenizer_free(di_detokenizer *d);
 
+/* ------------------------------------------------------------------------- */
+/* Codec (experimental: the protocol list grows)                             */
+/* ------------------------------------------------------------------------- */
+
+/* The recipe codec turns an API request into exactly the prompt a DeepSeek model
+ * was trained on — byte-identical with DeepSeek's deepseek-recipe 0.2.0
+ * (`ChatCompletionRequest(body).convert(ConversionOptions())` then
+ * `DeepseekV4Encoding` / `DeepseekV41Encoding().render_conversation(...)`) — and
+ * into token IDs. It needs no model: a host with its own inference backend can
+ * use it alone. docs/codec.md and docs/recipe-spec.md describe the behaviour. */
+
+/* Wire protocols of requests. Values are never renumbered; Anthropic Messages and
+ * OpenAI Responses are appended when they land. */
+typedef enum di_protocol {
+    DI_PROTOCOL_CHAT = 1 /* OpenAI Chat Completions */
+} di_protocol;
+
+/* Prompt encodings. */
+typedef enum di_encoding {
+    DI_ENCODING_DSV4 = 1, /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
+    DI_ENCODING_DSV41 = 2 /* DeepSeek V4.1 (DeepseekV41Encoding) */
+} di_encoding;
+
+/* A codec: an encoding, and optionally the tokenizer that turns prompts into IDs.
+ * Immutable once created: di_codec_render may run from many threads at once. */
+typedef struct di_codec di_codec;
+
+/* A rendered prompt: its text and, when the codec has a tokenizer, its token
+ * IDs. Owned by the caller (di_prompt_free); read it from one thread at a time. */
+typedef struct di_prompt di_prompt;
+
+/* Create a codec for `encoding`. `tok` may be NULL (prompts then have text but no
+ * IDs); otherwise it must outlive the codec. Errors: DI_ERR_INVALID_ARGUMENT (NULL
+ * out, unknown encoding), DI_ERR_OUT_OF_MEMORY. Thread-safe. */
+DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, di_codec **out,
+                                 di_error **err);
+
+/* Free a codec; NULL is a no-op. No render may be running on it. */
+DI_API void di_codec_free(di_codec *codec);
+
+/* Render the request `json` (`len` bytes of UTF-8 JSON in `protocol`'s format)
+ * into a new prompt in *out. The request's `model` selects the conversion rules
+ * (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash, as in the reference); the codec's
+ * encoding selects the prompt layout. Special-token spellings inside user text
+ * stay plain text.
+ *
+ * Errors: DI_ERR_INVALID_REQUEST for every request the reference rejects —
+ * malformed JSON, nesting deeper than 127, wrong types, unknown roles, tool
+ * messages without a call, empty messages, unsupported models, out-of-range
+ * parameters — with a message naming the field (e.g. "messages[2].role: unknown
+ * role \"wizard\""); DI_ERR_INVALID_ARGUMENT (NULL pointers, unknown protocol);
+ * DI_ERR_OUT_OF_MEMORY. Thread-safe on a shared codec. */
+DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
+                                 size_t len, di_prompt **out, di_error **err);
+
+/* The prompt text (NUL-terminated UTF-8, *len bytes when len is not NULL), owned
+ * by the prompt. NULL for a NULL prompt. */
+DI_API const char *di_prompt_text(const di_prompt *prompt, size_t *len);
+
+/* The prompt's token IDs (*n_ids of them, owned by the prompt): special tokens by
+ * their IDs, the text between them encoded as plain text (no added vocabulary),
+ * as deepseek-recipe's `encode` does. Errors: DI_ERR_INVALID_STATE (the codec has
+ * no tokenizer), DI_ERR_UNSUPPORTED (the tokenizer lacks a special token the
+ * encoding uses, e.g. <｜System｜> of V4.1 in the V4 tokenizer). */
+DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, size_t *n_ids,
+                                  di_error **err);
+
+/* Free a prompt; NULL is a no-op. */
+DI_API void di_prompt_free(di_prompt *prompt);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -23,7 +23,10 @@ void rc_buf_add(rc_buf *b, const char *s, size_t n)
     b->s[b->len] = 0;
 }
 
-void rc_buf_adds(rc_buf *b, const char *s) { rc_buf_add(b, s, strlen(s)); }
+void rc_buf_adds(rc_buf *b, const char *s)
+{
+    rc_buf_add(b, s, strlen(s));
+}
 
 char *rc_buf_take(rc_buf *b)
 {

@@ -17,14 +17,25 @@
 #define RC_IMAGE_MARK '\xff'
 
 typedef enum rc_role { RC_SYSTEM, RC_USER, RC_ASSISTANT, RC_TOOL, RC_REMINDER } rc_role;
-typedef enum rc_effort { RC_EFFORT_NONE, RC_EFFORT_LOW, RC_EFFORT_HIGH, RC_EFFORT_XHIGH, RC_EFFORT_MAX } rc_effort;
+typedef enum rc_effort {
+    RC_EFFORT_NONE,
+    RC_EFFORT_LOW,
+    RC_EFFORT_HIGH,
+    RC_EFFORT_XHIGH,
+    RC_EFFORT_MAX
+} rc_effort;
 typedef enum rc_tool_choice { RC_CHOICE_AUTO, RC_CHOICE_NONE, RC_CHOICE_REQUIRED } rc_tool_choice;
-typedef enum rc_format { RC_FORMAT_TEXT, RC_FORMAT_JSON_OBJECT, RC_FORMAT_JSON_SCHEMA, RC_FORMAT_REGEX } rc_format;
+typedef enum rc_format {
+    RC_FORMAT_TEXT,
+    RC_FORMAT_JSON_OBJECT,
+    RC_FORMAT_JSON_SCHEMA,
+    RC_FORMAT_REGEX
+} rc_format;
 typedef enum rc_model { RC_MODEL_V4_PRO, RC_MODEL_V41_FLASH } rc_model;
 
 typedef struct rc_tool {
     char *name;
-    char *description; /* NULL renders as "" */
+    char *description;  /* NULL renders as "" */
     json_t *parameters; /* owned reference */
     int deferred;
 } rc_tool;
@@ -36,7 +47,8 @@ typedef struct rc_call {
 typedef struct rc_message {
     rc_role role;
     char *content;
-    char *reasoning; /* assistant: NULL when thinking is off */
+    size_t content_len; /* bytes (content may hold U+0000) */
+    char *reasoning;    /* assistant: NULL when thinking is off */
     rc_call *calls;
     size_t n_calls;
     char *tool_call_id;
@@ -79,6 +91,12 @@ char *rc_buf_take(rc_buf *b); /* the string (NUL-terminated), or NULL when out o
  * raw UTF-8, floats in the V4 (ryu-like) or V4.1 (Python repr) style. */
 typedef enum rc_float_style { RC_FLOAT_V4, RC_FLOAT_V41 } rc_float_style;
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
+
+/* Parse JSON with serde_json's semantics (json_parse.c): NULL with a message on
+ * error. max_depth counts nested arrays and objects, the root being 1. */
+json_t *rc_json_parse(const char *s, size_t n, int max_depth, char *msg, size_t msg_size);
+/* A u64 above INT64_MAX, kept as a marked string by rc_json_parse. */
+int rc_json_is_bignum(const json_t *v);
 
 /* Convert a Chat Completions request into *conv. On failure returns
  * DI_ERR_INVALID_REQUEST (or DI_ERR_OUT_OF_MEMORY) with a message naming the field

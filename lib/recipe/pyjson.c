@@ -18,13 +18,20 @@ static void add_string(rc_buf *b, const char *s, size_t n)
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
         char u[8];
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20) {
             snprintf(u, sizeof u, "\\u%04x", c);
             esc = u;
@@ -104,7 +111,8 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
         const char *key;
         json_t *value;
         int first = 1;
-        json_object_foreach((json_t *)v, key, value) {
+        json_object_foreach((json_t *)v, key, value)
+        {
             if (!first) rc_buf_add(b, ", ", 2);
             first = 0;
             add_string(b, key, strlen(key));
@@ -122,7 +130,12 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
         }
         rc_buf_add(b, "]", 1);
         break;
-    case JSON_STRING: add_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING:
+        if (rc_json_is_bignum(v))
+            rc_buf_add(b, json_string_value(v) + 1, json_string_length(v) - 1);
+        else
+            add_string(b, json_string_value(v), json_string_length(v));
+        break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
         rc_buf_adds(b, num);

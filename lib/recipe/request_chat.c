@@ -10,7 +10,7 @@
 
 /* Join the parts of a content value (string or array of parts) with "\n\n". */
 static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const char *path,
-                        int assistant, char **out)
+                        int assistant, char **out, size_t *out_len)
 {
     rc_buf b = {0};
     if (json_is_string(content)) {
@@ -43,17 +43,40 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
                     free(b.s);
                     return rc_fail(e, "%s%s: missing", p, type);
                 }
-                if (conv->model == RC_MODEL_V41_FLASH) {
-                    free(b.s);
-                    if (assistant) return rc_fail(e, "%s: image in assistant message is not supported", path);
-                    if (strcmp(type, "file") == 0)
-                        return rc_fail(e, "%s: file parts are not supported by this model", p);
+                const char *detail = NULL;
+                if (strcmp(type, "image_url") == 0) {
+                    char pi[112];
+                    snprintf(pi, sizeof pi, "%simage_url.", p);
                     const char *url = NULL;
-                    if (rc_get_string(e, inner, "url", p, &url) <= 0)
-                        return rc_fail(e, "%simage_url.url: missing", p);
-                    return rc_fail(e, "%simage_url: images are not supported by this build", p);
+                    if (rc_get_string(e, inner, "url", pi, &url) <= 0) {
+                        free(b.s);
+                        return rc_fail(e, "%surl: missing", pi);
+                    }
+                    if (rc_get_string(e, inner, "detail", pi, &detail) < 0 ||
+                        (detail && strcmp(detail, "low") && strcmp(detail, "high") &&
+                         strcmp(detail, "original") && strcmp(detail, "auto"))) {
+                        free(b.s);
+                        return rc_fail(e, "%sdetail: expected low, high, original or auto", pi);
+                    }
+                    if (conv->model == RC_MODEL_V41_FLASH && !assistant &&
+                        rc_check_image_url(e, url, pi) < 0) {
+                        free(b.s);
+                        return -1;
+                    }
                 }
-                rc_buf_adds(&b, "[Unsupported Image]");
+                if (conv->model == RC_MODEL_V41_FLASH) {
+                    if (assistant || strcmp(type, "file") == 0) {
+                        free(b.s);
+                        return rc_fail(e,
+                                       assistant
+                                           ? "%s: images in assistant messages are not supported"
+                                           : "%s: file parts are not supported by this model",
+                                       path);
+                    }
+                    rc_buf_add(&b, "\xff", 1); /* the <｜image｜> placeholder */
+                } else {
+                    rc_buf_adds(&b, "[Unsupported Image]");
+                }
             } else {
                 free(b.s);
                 return rc_fail(e, "%stype: unknown content part type \"%.40s\"", p, type);
@@ -62,6 +85,7 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
     } else {
         return rc_fail(e, "%s: expected a string or an array of content parts", path);
     }
+    *out_len = b.len;
     *out = rc_buf_take(&b);
     return *out ? 0 : rc_fail(e, "out of memory");
 }
@@ -84,7 +108,8 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv, int *any_
         if (rc_get_string(e, t, "type", p, &type) <= 0) return rc_fail(e, "%stype: missing", p);
         if (strcmp(type, "function") != 0)
             return rc_fail(e, "%stype: unknown tool type \"%.40s\" (only function)", p, type);
-        if (rc_get_object(e, t, "function", p, &fn) <= 0) return rc_fail(e, "%sfunction: missing", p);
+        if (rc_get_object(e, t, "function", p, &fn) <= 0)
+            return rc_fail(e, "%sfunction: missing", p);
         if (rc_get_string(e, fn, "name", pf, &name) <= 0) return rc_fail(e, "%sname: missing", pf);
         if (rc_get_string(e, fn, "description", pf, &desc) < 0) return -1;
         if (rc_get_bool(e, fn, "strict", pf, &strict) < 0) return -1;
@@ -92,19 +117,23 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv, int *any_
         snprintf(np, sizeof np, "%sname", pf);
         if (rc_check_tool_name(e, name, np) < 0) return -1;
         for (size_t j = 0; j < conv->n_tools; j++)
-            if (strcmp(conv->tools[j].name, name) == 0) return rc_fail(e, "tools: tool names must be unique");
+            if (strcmp(conv->tools[j].name, name) == 0)
+                return rc_fail(e, "tools: tool names must be unique");
         params = json_object_get(fn, "parameters");
         if (!params || json_is_null(params)) params = NULL;
         if (params && rc_check_parameters(e, params, name) < 0) return -1;
+        json_t *shown = NULL;
         if (strict) {
             strict_seen = 1;
-            return rc_fail(e, "%sstrict: strict tools are not supported by this build yet", pf);
+            if (!(shown = rc_strict_parameters(e, params, name))) return -1;
+        } else {
+            loose_seen = 1;
+            shown = params ? json_incref(params) : json_object();
         }
-        loose_seen = 1;
         rc_tool *tool = &conv->tools[conv->n_tools++];
         tool->name = rc_strdup(name);
         tool->description = desc ? rc_strdup(desc) : NULL;
-        tool->parameters = params ? json_incref(params) : json_object();
+        tool->parameters = shown;
         if (!tool->name || (desc && !tool->description) || !tool->parameters)
             return rc_fail(e, "out of memory");
     }
@@ -129,7 +158,8 @@ static int parse_tool_calls(rc_err *e, json_t *calls, rc_message *m, const char 
         if (rc_get_string(e, c, "id", p, &id) <= 0) return rc_fail(e, "%sid: missing", p);
         if (rc_get_string(e, c, "type", p, &type) <= 0) return rc_fail(e, "%stype: missing", p);
         if (strcmp(type, "function") != 0) return rc_fail(e, "%stype: expected \"function\"", p);
-        if (rc_get_object(e, c, "function", p, &fn) <= 0) return rc_fail(e, "%sfunction: missing", p);
+        if (rc_get_object(e, c, "function", p, &fn) <= 0)
+            return rc_fail(e, "%sfunction: missing", p);
         if (rc_get_string(e, fn, "name", pf, &name) <= 0) return rc_fail(e, "%sname: missing", pf);
         if (rc_get_string(e, fn, "arguments", pf, &args) <= 0)
             return rc_fail(e, "%sarguments: missing (a JSON string)", pf);
@@ -177,7 +207,8 @@ static int parse_messages(rc_err *e, json_t *messages, rc_conversation *conv)
                 return rc_fail(e, "%s: an assistant message needs content or tool_calls", p);
             if (!(m = rc_add_message(conv, RC_ASSISTANT))) return rc_fail(e, "out of memory");
             if (content) {
-                if (chat_content(e, conv, content, path, 1, &m->content) < 0) return -1;
+                if (chat_content(e, conv, content, path, 1, &m->content, &m->content_len) < 0)
+                    return -1;
             } else if (!(m->content = rc_strdup(""))) {
                 return rc_fail(e, "out of memory");
             }
@@ -189,14 +220,13 @@ static int parse_messages(rc_err *e, json_t *messages, rc_conversation *conv)
                 return rc_fail(e, "%sprefix: only the final message may be a prefix", p);
             continue;
         }
-        if (prefix && i + 1 == n)
-            return rc_fail(e, "%sprefix: only an assistant message may be a prefix", p);
         if (!content) return rc_fail(e, "%scontent: missing", p);
         if (role_of[r] == RC_REMINDER && !json_is_string(content))
             return rc_fail(e, "%scontent: expected a string", p);
         char *text = NULL;
-        if (chat_content(e, conv, content, path, 0, &text) < 0) return -1;
-        if (role_of[r] == RC_SYSTEM && text[0] == 0) { /* an empty system message is dropped */
+        size_t text_len = 0;
+        if (chat_content(e, conv, content, path, 0, &text, &text_len) < 0) return -1;
+        if (role_of[r] == RC_SYSTEM && text_len == 0) { /* an empty system message is dropped */
             free(text);
             continue;
         }
@@ -205,6 +235,7 @@ static int parse_messages(rc_err *e, json_t *messages, rc_conversation *conv)
             return rc_fail(e, "out of memory");
         }
         m->content = text;
+        m->content_len = text_len;
         if (role_of[r] == RC_TOOL) {
             const char *id = NULL;
             if (rc_get_string(e, msg, "tool_call_id", p, &id) <= 0)
@@ -229,10 +260,13 @@ static int check_tool_pairing(rc_err *e, const rc_conversation *conv)
         unsigned char seen[1024] = {0};
         for (; j < conv->n_messages && conv->messages[j].role == RC_TOOL; j++) {
             size_t k = 0;
-            while (k < m->n_calls && strcmp(m->calls[k].id, conv->messages[j].tool_call_id) != 0) k++;
+            while (k < m->n_calls && strcmp(m->calls[k].id, conv->messages[j].tool_call_id) != 0)
+                k++;
             if (k == m->n_calls)
-                return rc_fail(e, "messages: tool message answers \"%.60s\", which the assistant "
-                                  "message did not call", conv->messages[j].tool_call_id);
+                return rc_fail(e,
+                               "messages: tool message answers \"%.60s\", which the assistant "
+                               "message did not call",
+                               conv->messages[j].tool_call_id);
             if (k < sizeof seen && seen[k])
                 return rc_fail(e, "messages: a tool message must answer a preceding assistant "
                                   "message's tool_calls");
@@ -272,13 +306,16 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
             rc_fail(&e, "thinking.type: missing");
             goto done;
         }
-        if (strcmp(type, "enabled") == 0 || strcmp(type, "adaptive") == 0) thinking_switch = 1;
-        else if (strcmp(type, "disabled") == 0) thinking_switch = 0;
+        if (strcmp(type, "enabled") == 0 || strcmp(type, "adaptive") == 0)
+            thinking_switch = 1;
+        else if (strcmp(type, "disabled") == 0)
+            thinking_switch = 0;
         else {
             rc_fail(&e, "thinking.type: unknown value \"%.40s\"", type);
             goto done;
         }
-        if (rc_get_uint(&e, thinking, "budget_tokens", "thinking.", UINT64_MAX, &budget) < 0) goto done;
+        if (rc_get_uint(&e, thinking, "budget_tokens", "thinking.", UINT64_MAX, &budget) < 0)
+            goto done;
     }
     int r = rc_get_string(&e, root, "reasoning_effort", "", &effort_s);
     if (r < 0) goto done;
@@ -293,40 +330,76 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     unsigned long long u;
     int flag;
     if ((r = rc_get_number(&e, root, "temperature", "", &x)) < 0) goto done;
-    if (r > 0 && (x < 0 || x > 2)) { rc_fail(&e, "temperature: must be in [0, 2]"); goto done; }
+    if (r > 0 && (x < 0 || x > 2)) {
+        rc_fail(&e, "temperature: must be in [0, 2]");
+        goto done;
+    }
     if ((r = rc_get_number(&e, root, "top_p", "", &x)) < 0) goto done;
-    if (r > 0 && (x <= 0 || x > 1)) { rc_fail(&e, "top_p: must be in (0, 1]"); goto done; }
+    if (r > 0 && (x <= 0 || x > 1)) {
+        rc_fail(&e, "top_p: must be in (0, 1]");
+        goto done;
+    }
     static const char *penalties[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if ((r = rc_get_number(&e, root, penalties[k], "", &x)) < 0) goto done;
-        if (r > 0 && (x < -2 || x > 2)) { rc_fail(&e, "%s: must be in [-2, 2]", penalties[k]); goto done; }
+        if (r > 0 && (x < -2 || x > 2)) {
+            rc_fail(&e, "%s: must be in [-2, 2]", penalties[k]);
+            goto done;
+        }
     }
     if ((r = rc_get_uint(&e, root, "n", "", 255, &u)) < 0) goto done;
-    if (r > 0 && u != 1) { rc_fail(&e, "n: only n = 1 is supported"); goto done; }
+    if (r > 0 && u != 1) {
+        rc_fail(&e, "n: only n = 1 is supported");
+        goto done;
+    }
     if ((r = rc_get_uint(&e, root, "seed", "", UINT64_MAX, &u)) < 0) goto done;
     int logprobs = 0;
     if (rc_get_bool(&e, root, "logprobs", "", &logprobs) < 0) goto done;
     if ((r = rc_get_uint(&e, root, "top_logprobs", "", 255, &u)) < 0) goto done;
-    if (r > 0 && u > 20) { rc_fail(&e, "top_logprobs: must be in [0, 20]"); goto done; }
-    if (r > 0 && !logprobs) { rc_fail(&e, "top_logprobs: requires logprobs: true"); goto done; }
+    if (r > 0 && u > 20) {
+        rc_fail(&e, "top_logprobs: must be in [0, 20]");
+        goto done;
+    }
+    if (r > 0 && !logprobs) {
+        rc_fail(&e, "top_logprobs: requires logprobs: true");
+        goto done;
+    }
     if ((r = rc_get_uint(&e, root, "max_tokens", "", UINT32_MAX, &u)) < 0) goto done;
-    if (r > 0 && (u < 1 || u > 393216)) { rc_fail(&e, "max_tokens: must be in [1, 393216]"); goto done; }
+    if (r > 0 && (u < 1 || u > 393216)) {
+        rc_fail(&e, "max_tokens: must be in [1, 393216]");
+        goto done;
+    }
     if (r > 0) conv->max_tokens = (int)u;
     if (rc_get_bool(&e, root, "parallel_tool_calls", "", &flag) < 0) goto done;
     if (rc_get_bool(&e, root, "stream", "", &conv->stream) < 0) goto done;
     json_t *stream_options = NULL;
     if (rc_get_object(&e, root, "stream_options", "", &stream_options) < 0) goto done;
-    if (stream_options && !conv->stream) { rc_fail(&e, "stream_options: requires stream: true"); goto done; }
+    if (stream_options && !conv->stream) {
+        rc_fail(&e, "stream_options: requires stream: true");
+        goto done;
+    }
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
         if (json_is_string(stop)) {
-            if (json_string_length(stop) == 0) { rc_fail(&e, "stop: empty string"); goto done; }
+            if (json_string_length(stop) == 0) {
+                rc_fail(&e, "stop: empty string");
+                goto done;
+            }
         } else if (json_is_array(stop)) {
-            if (json_array_size(stop) > 16) { rc_fail(&e, "stop: more than 16 sequences"); goto done; }
+            if (json_array_size(stop) > 16) {
+                rc_fail(&e, "stop: more than 16 sequences");
+                goto done;
+            }
             for (size_t i = 0; i < json_array_size(stop); i++) {
                 json_t *s = json_array_get(stop, i);
-                if (!json_is_string(s)) { rc_fail(&e, "stop[%zu]: expected a string", i); goto done; }
-                if (json_string_length(s) == 0) { rc_fail(&e, "stop[%zu]: empty string", i); goto done; }
+                if (!json_is_string(s)) {
+                    rc_fail(&e, "stop[%zu]: expected a string", i);
+                    goto done;
+                }
+                if (json_string_length(s) == 0) {
+                    rc_fail(&e, "stop[%zu]: empty string", i);
+                    goto done;
+                }
             }
         } else {
             rc_fail(&e, "stop: expected a string or an array of strings");
@@ -342,8 +415,10 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
             rc_fail(&e, "response_format.type: missing");
             goto done;
         }
-        if (strcmp(type, "text") == 0) conv->format = RC_FORMAT_TEXT;
-        else if (strcmp(type, "json_object") == 0) conv->format = RC_FORMAT_JSON_OBJECT;
+        if (strcmp(type, "text") == 0)
+            conv->format = RC_FORMAT_TEXT;
+        else if (strcmp(type, "json_object") == 0)
+            conv->format = RC_FORMAT_JSON_OBJECT;
         else if (strcmp(type, "regex") == 0) {
             const char *re = NULL;
             if (rc_get_string(&e, format, "regex", "response_format.", &re) <= 0) {
@@ -358,7 +433,18 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
                 goto done;
             }
             schema = json_object_get(js, "schema");
-            if (!schema) { rc_fail(&e, "response_format.json_schema.schema: missing"); goto done; }
+            if (!schema) {
+                rc_fail(&e, "response_format.json_schema.schema: missing");
+                goto done;
+            }
+            int strict = 0;
+            if (rc_get_bool(&e, js, "strict", "response_format.json_schema.", &strict) < 0)
+                goto done;
+            if (strict) { /* validated like a strict tool; the prompt shows it as given */
+                json_t *checked = rc_strict_parameters(&e, schema, "response_format");
+                if (!checked) goto done;
+                json_decref(checked);
+            }
             conv->format = RC_FORMAT_JSON_SCHEMA;
             conv->schema = json_incref(schema);
         } else {
@@ -371,14 +457,16 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     if (choice && !json_is_null(choice)) {
         if (json_is_string(choice)) {
             choice_kind = json_string_value(choice);
-            if (strcmp(choice_kind, "auto") && strcmp(choice_kind, "none") && strcmp(choice_kind, "required")) {
+            if (strcmp(choice_kind, "auto") && strcmp(choice_kind, "none") &&
+                strcmp(choice_kind, "required")) {
                 rc_fail(&e, "tool_choice: unknown value \"%.40s\"", choice_kind);
                 goto done;
             }
         } else if (json_is_object(choice)) {
             const char *type = NULL;
             json_t *fn = NULL;
-            if (rc_get_string(&e, choice, "type", "tool_choice.", &type) <= 0 || strcmp(type, "function")) {
+            if (rc_get_string(&e, choice, "type", "tool_choice.", &type) <= 0 ||
+                strcmp(type, "function")) {
                 rc_fail(&e, "tool_choice.type: expected \"function\"");
                 goto done;
             }
@@ -402,7 +490,10 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     if (prefix) {
         int calls = 0;
         for (size_t i = 0; i < conv->n_messages; i++) calls |= conv->messages[i].n_calls > 0;
-        if (declared_tools || calls) { rc_fail(&e, "messages: a prefix message cannot be used with tools"); goto done; }
+        if (declared_tools || calls) {
+            rc_fail(&e, "messages: a prefix message cannot be used with tools");
+            goto done;
+        }
         if (conv->format == RC_FORMAT_JSON_OBJECT) {
             rc_fail(&e, "response_format: json_object cannot be used with a prefix message");
             goto done;

@@ -40,8 +40,14 @@ void rc_resolve_thinking(rc_conversation *conv, int thinking_switch, int have_ef
 int rc_check_tool_name(rc_err *e, const char *name, const char *path);
 /* Validate a tool's parameters schema (top-level object rule, §4.1). */
 int rc_check_parameters(rc_err *e, json_t *params, const char *name);
+/* A strict tool's parameters, rewritten into the canonical strict form (§4.3);
+ * NULL parameters give the empty object schema. NULL with an error otherwise. */
+json_t *rc_strict_parameters(rc_err *e, json_t *params, const char *name);
 /* Apply tool_choice (§4.2): kind "auto"/"none"/"required"/"function" with a name. */
 int rc_apply_tool_choice(rc_err *e, rc_conversation *conv, const char *kind, const char *name);
+/* An image URL the V4.1 model accepts (§11): http(s) up to 8192 bytes, or a
+ * base64 data URL of a png, jpeg, jpg, gif or webp image. */
+int rc_check_image_url(rc_err *e, const char *url, const char *path);
 /* The "json" word check for json_object formats (§6.4), case-insensitive. */
 int rc_any_content_mentions_json(const rc_conversation *conv);
 

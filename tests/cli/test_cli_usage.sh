@@ -30,4 +30,15 @@ if [ -w /dev/full ]; then
 fi
 
 "$cli" help | grep -q '^  version ' || fail "help does not list version"
+err=$("$cli" render --protocol chat --encoding dsv9 - 2>&1 </dev/null >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "render with a bad encoding exited $rc, want 2"
+[[ "$err" == *"dsv9"* ]] || fail "message does not name the encoding: $err"
+out=$(printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"Hi"}],"reasoning_effort":"none"}' |
+      "$cli" render --protocol chat --encoding dsv4 -) || fail "render exited $?"
+[ "$out" = "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>" ] || fail "render printed '$out'"
+err=$(printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"wizard","content":"Hi"}]}' |
+      "$cli" render --protocol chat --encoding dsv4 - 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "render of an invalid request exited $rc, want 1"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "invalid request printed more than one line: $err"
+[[ "$err" == *"messages[0].role"* ]] || fail "message does not name the field: $err"
 echo "ok: cli usage"

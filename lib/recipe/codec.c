@@ -1,0 +1,157 @@
+/* The public codec API (deepinfer.h, "Codec"): request JSON → conversation →
+ * prompt text and token IDs, with no model loaded. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/error.h"
+#include "recipe/encoding.h"
+#include "tokenizer/tokenizer.h"
+
+struct di_codec {
+    const di_tokenizer *tok; /* may be NULL: text only */
+    rc_encoding enc;
+    int32_t special_id[RC_N_SPECIAL]; /* -1 when the tokenizer lacks the token */
+};
+
+struct di_prompt {
+    rc_prompt p;
+    int32_t *ids;
+    size_t n_ids;
+    di_status tokens_status;
+    char tokens_message[600];
+};
+
+DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, di_codec **out,
+                                 di_error **err)
+{
+    if (!out) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "out must not be NULL");
+    *out = NULL;
+    if (encoding != DI_ENCODING_DSV4 && encoding != DI_ENCODING_DSV41)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown value");
+    di_codec *c = calloc(1, sizeof *c);
+    if (!c) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    c->tok = tok;
+    c->enc = encoding == DI_ENCODING_DSV4 ? RC_ENCODING_V4 : RC_ENCODING_V41;
+    for (int s = 0; s < RC_N_SPECIAL; s++) {
+        c->special_id[s] = -1;
+        if (tok) {
+            const char *sp = rc_special_spelling[s];
+            int32_t id;
+            if (di_tokenizer_token_id(tok, sp, strlen(sp), &id) == DI_OK) c->special_id[s] = id;
+        }
+    }
+    *out = c;
+    return DI_OK;
+}
+
+DI_API void di_codec_free(di_codec *codec)
+{
+    free(codec);
+}
+
+static void make_tokens(const di_codec *c, di_prompt *p)
+{
+    tok_ids ids = {0};
+    for (size_t i = 0; i < p->p.n_segments; i++) {
+        const rc_segment *s = &p->p.segments[i];
+        if (s->special >= 0) {
+            if (c->special_id[s->special] < 0) {
+                p->tokens_status = DI_ERR_UNSUPPORTED;
+                snprintf(p->tokens_message, sizeof p->tokens_message,
+                         "the tokenizer has no token %s, which this encoding needs",
+                         rc_special_spelling[s->special]);
+                free(ids.ids);
+                return;
+            }
+            if (tok_ids_push(&ids, c->special_id[s->special]) != 0) goto oom;
+            continue;
+        }
+        tok_error e;
+        /* text between special tokens: plain text, no added vocabulary (§12) */
+        if (tok_encode(c->tok, (const uint8_t *)p->p.text.s + s->start, s->len, 0, &ids, &e) !=
+            DI_OK) {
+            p->tokens_status = e.status;
+            snprintf(p->tokens_message, sizeof p->tokens_message, "%s", e.message);
+            free(ids.ids);
+            return;
+        }
+    }
+    p->ids = ids.ids;
+    p->n_ids = ids.n;
+    p->tokens_status = DI_OK;
+    return;
+oom:
+    free(ids.ids);
+    p->tokens_status = DI_ERR_OUT_OF_MEMORY;
+    snprintf(p->tokens_message, sizeof p->tokens_message, "out of memory encoding the prompt");
+}
+
+DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
+                                 size_t len, di_prompt **out, di_error **err)
+{
+    if (!codec || !json || !out)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "codec, json and out must not be NULL");
+    *out = NULL;
+    if (protocol != DI_PROTOCOL_CHAT)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown value");
+    char msg[512];
+    json_t *root = rc_json_parse(json, len, 127, msg, sizeof msg);
+    if (!root) {
+        char full[600];
+        snprintf(full, sizeof full, "request: %s", msg);
+        return di_error_set(err, DI_ERR_INVALID_REQUEST, full);
+    }
+    rc_conversation conv;
+    memset(&conv, 0, sizeof conv);
+    di_status st = rc_convert_chat(root, &conv, msg, sizeof msg);
+    json_decref(root);
+    if (st != DI_OK) {
+        rc_conversation_free(&conv);
+        return di_error_set(err, st, msg[0] ? msg : "out of memory");
+    }
+    di_prompt *p = calloc(1, sizeof *p);
+    if (!p) {
+        rc_conversation_free(&conv);
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    st = rc_render(&conv, codec->enc, &p->p);
+    rc_conversation_free(&conv);
+    if (st != DI_OK) {
+        free(p);
+        return di_error_set(err, st, "out of memory rendering the prompt");
+    }
+    p->tokens_status = DI_ERR_INVALID_STATE;
+    snprintf(p->tokens_message, sizeof p->tokens_message,
+             "the codec was created without a tokenizer: it renders text only");
+    if (codec->tok) make_tokens(codec, p);
+    *out = p;
+    return DI_OK;
+}
+
+DI_API const char *di_prompt_text(const di_prompt *prompt, size_t *len)
+{
+    if (!prompt) return NULL;
+    if (len) *len = prompt->p.text.len;
+    return prompt->p.text.s ? prompt->p.text.s : "";
+}
+
+DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, size_t *n_ids,
+                                  di_error **err)
+{
+    if (!prompt || !ids || !n_ids)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "prompt, ids and n_ids must not be NULL");
+    if (prompt->tokens_status != DI_OK)
+        return di_error_set(err, prompt->tokens_status, prompt->tokens_message);
+    *ids = prompt->ids;
+    *n_ids = prompt->n_ids;
+    return DI_OK;
+}
+
+DI_API void di_prompt_free(di_prompt *prompt)
+{
+    if (!prompt) return;
+    rc_prompt_free(&prompt->p);
+    free(prompt->ids);
+    free(prompt);
+}

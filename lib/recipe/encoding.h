@@ -1,0 +1,43 @@
+/* Prompt encodings: a conversation rendered as the text a DeepSeek model reads,
+ * cut into plain-text segments and special tokens (docs/recipe-spec.md §9–§12). */
+#ifndef DI_RECIPE_ENCODING_H
+#define DI_RECIPE_ENCODING_H
+
+#include "recipe/conversation.h"
+
+typedef enum rc_special {
+    RC_BOS,
+    RC_EOS,
+    RC_SYSTEM_TOKEN,
+    RC_USER_TOKEN,
+    RC_ASSISTANT_TOKEN,
+    RC_REMINDER_TOKEN,
+    RC_THINK,
+    RC_THINK_END,
+    RC_DSML,
+    RC_IMAGE,
+    RC_N_SPECIAL
+} rc_special;
+
+/* The spellings of the special tokens, as deepseek-recipe writes them. */
+extern const char *const rc_special_spelling[RC_N_SPECIAL];
+
+typedef struct rc_segment {
+    int special;       /* rc_special, or -1 for plain text */
+    size_t start, len; /* bytes of the prompt text */
+} rc_segment;
+
+typedef struct rc_prompt {
+    rc_buf text;
+    rc_segment *segments;
+    size_t n_segments, cap_segments;
+    int oom;
+} rc_prompt;
+
+typedef enum rc_encoding { RC_ENCODING_V4 = 0, RC_ENCODING_V41 = 1 } rc_encoding;
+
+/* Render conv. Returns DI_OK or DI_ERR_OUT_OF_MEMORY. */
+di_status rc_render(const rc_conversation *conv, rc_encoding enc, rc_prompt *out);
+void rc_prompt_free(rc_prompt *p);
+
+#endif

@@ -1,0 +1,38 @@
+/* libFuzzer target: rendering arbitrary bytes as a Chat Completions request, with
+ * both encodings. Either a clear rejection (a message is always given) or a
+ * prompt that starts with the BOS token. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deepinfer/deepinfer.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    for (int enc = DI_ENCODING_DSV4; enc <= DI_ENCODING_DSV41; enc++) {
+        di_codec *codec = NULL;
+        if (di_codec_create(NULL, (di_encoding)enc, &codec, NULL) != DI_OK) abort();
+        di_prompt *prompt = NULL;
+        di_error *err = NULL;
+        di_status st =
+            di_codec_render(codec, DI_PROTOCOL_CHAT, (const char *)data, size, &prompt, &err);
+        if (st == DI_OK) {
+            size_t n;
+            const char *text = di_prompt_text(prompt, &n);
+            if (!text || n < 3 ||
+                strncmp(text,
+                        "<\xef\xbd\x9c"
+                        "begin",
+                        8) != 0)
+                abort();
+        } else if (!err || !di_error_message(err)[0]) {
+            abort();
+        }
+        di_error_free(err);
+        di_prompt_free(prompt);
+        di_codec_free(codec);
+    }
+    return 0;
+}
