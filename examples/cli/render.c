@@ -1,4 +1,5 @@
-/* deepinfer render --protocol chat --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-
+/* deepinfer render --protocol chat|messages --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens]
+ * FILE|-
  *
  * Renders the request in FILE (stdin for -) into the prompt a DeepSeek model
  * reads, exactly as deepseek-recipe renders it, and prints it with no added
@@ -15,7 +16,7 @@
 static int usage(const char *why)
 {
     fprintf(stderr,
-            "deepinfer render: %s (usage: deepinfer render --protocol chat --encoding "
+            "deepinfer render: %s (usage: deepinfer render --protocol chat|messages --encoding "
             "dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-)\n",
             why);
     return EXIT_USAGE;
@@ -46,9 +47,14 @@ int cli_render(int argc, char **argv)
         }
     }
     if (!protocol) return usage("--protocol is required");
-    if (strcmp(protocol, "chat") != 0) {
+    di_protocol proto;
+    if (strcmp(protocol, "chat") == 0)
+        proto = DI_PROTOCOL_CHAT;
+    else if (strcmp(protocol, "messages") == 0)
+        proto = DI_PROTOCOL_MESSAGES;
+    else {
         char why[200];
-        snprintf(why, sizeof why, "--protocol '%.60s' is not supported yet (chat is)", protocol);
+        snprintf(why, sizeof why, "--protocol '%.60s' is not supported (chat, messages)", protocol);
         return usage(why);
     }
     if (!encoding) return usage("--encoding is required");
@@ -75,7 +81,7 @@ int cli_render(int argc, char **argv)
     int status = EXIT_FAILED;
     if (tokenizer && di_tokenizer_load(tokenizer, &tok, &err) != DI_OK) goto fail;
     if (di_codec_create(tok, enc, &codec, &err) != DI_OK) goto fail;
-    if (di_codec_render(codec, DI_PROTOCOL_CHAT, body, len, &prompt, &err) != DI_OK) goto fail;
+    if (di_codec_render(codec, proto, body, len, &prompt, &err) != DI_OK) goto fail;
     if (tokens) {
         const int32_t *ids;
         size_t n;

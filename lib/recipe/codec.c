@@ -93,7 +93,7 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     if (!codec || !json || !out)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "codec, json and out must not be NULL");
     *out = NULL;
-    if (protocol != DI_PROTOCOL_CHAT)
+    if (protocol != DI_PROTOCOL_CHAT && protocol != DI_PROTOCOL_MESSAGES)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown value");
     char msg[512];
     json_t *root = rc_json_parse(json, len, 127, msg, sizeof msg);
@@ -104,7 +104,8 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     }
     rc_conversation conv;
     memset(&conv, 0, sizeof conv);
-    di_status st = rc_convert_chat(root, &conv, msg, sizeof msg);
+    di_status st = protocol == DI_PROTOCOL_CHAT ? rc_convert_chat(root, &conv, msg, sizeof msg)
+                                                : rc_convert_messages(root, &conv, msg, sizeof msg);
     json_decref(root);
     if (st != DI_OK) {
         rc_conversation_free(&conv);

@@ -102,5 +102,7 @@ int rc_json_is_bignum(const json_t *v);
  * DI_ERR_INVALID_REQUEST (or DI_ERR_OUT_OF_MEMORY) with a message naming the field
  * in msg. */
 di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
+/* The same for Anthropic Messages requests (request_messages.c). */
+di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
 
 #endif

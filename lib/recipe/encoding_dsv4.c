@@ -430,10 +430,11 @@ di_status rc_render(const rc_conversation *conv, rc_encoding enc, rc_prompt *out
                 has_text = m->content_len != 0;
             } else if (v41 || after_tools) {
                 /* V4.1 joins every merged user message; after tool results the
-                 * separator is written even for an empty text */
+                 * separator is written even for an empty text (which V4 then
+                 * does not count as text to separate from) */
                 texts(&r, "\n\n");
                 text(&r, m->content, m->content_len);
-                has_text = 1;
+                has_text = v41 || m->content_len != 0;
             } else if (m->content_len) { /* V4 skips empty contents when merging */
                 if (has_text) texts(&r, "\n\n");
                 text(&r, m->content, m->content_len);
