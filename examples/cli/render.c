@@ -1,5 +1,5 @@
-/* deepinfer render --protocol chat|messages --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens]
- * FILE|-
+/* deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41 [--tokenizer PATH]
+ * [--tokens] FILE|-
  *
  * Renders the request in FILE (stdin for -) into the prompt a DeepSeek model
  * reads, exactly as deepseek-recipe renders it, and prints it with no added
@@ -16,7 +16,8 @@
 static int usage(const char *why)
 {
     fprintf(stderr,
-            "deepinfer render: %s (usage: deepinfer render --protocol chat|messages --encoding "
+            "deepinfer render: %s (usage: deepinfer render --protocol chat|messages|responses "
+            "--encoding "
             "dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-)\n",
             why);
     return EXIT_USAGE;

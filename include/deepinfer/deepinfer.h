@@ -316,11 +316,11 @@ DI_API void di_detokenizer_free(di_detokenizer *d);
  * into token IDs. It needs no model: a host with its own inference backend can
  * use it alone. docs/codec.md and docs/recipe-spec.md describe the behaviour. */
 
-/* Wire protocols of requests. Values are never renumbered; OpenAI Responses is
- * appended when it lands. */
+/* Wire protocols of requests. Values are never renumbered; new ones are appended. */
 typedef enum di_protocol {
-    DI_PROTOCOL_CHAT = 1,    /* OpenAI Chat Completions */
-    DI_PROTOCOL_MESSAGES = 2 /* Anthropic Messages */
+    DI_PROTOCOL_CHAT = 1,     /* OpenAI Chat Completions */
+    DI_PROTOCOL_MESSAGES = 2, /* Anthropic Messages */
+    DI_PROTOCOL_RESPONSES = 3 /* OpenAI Responses */
 } di_protocol;
 
 /* Prompt encodings. */

@@ -93,7 +93,8 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     if (!codec || !json || !out)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "codec, json and out must not be NULL");
     *out = NULL;
-    if (protocol != DI_PROTOCOL_CHAT && protocol != DI_PROTOCOL_MESSAGES)
+    if (protocol != DI_PROTOCOL_CHAT && protocol != DI_PROTOCOL_MESSAGES &&
+        protocol != DI_PROTOCOL_RESPONSES)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown value");
     char msg[512];
     json_t *root = rc_json_parse(json, len, 127, msg, sizeof msg);
@@ -105,7 +106,9 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     rc_conversation conv;
     memset(&conv, 0, sizeof conv);
     di_status st = protocol == DI_PROTOCOL_CHAT ? rc_convert_chat(root, &conv, msg, sizeof msg)
-                                                : rc_convert_messages(root, &conv, msg, sizeof msg);
+                   : protocol == DI_PROTOCOL_MESSAGES
+                       ? rc_convert_messages(root, &conv, msg, sizeof msg)
+                       : rc_convert_responses(root, &conv, msg, sizeof msg);
     json_decref(root);
     if (st != DI_OK) {
         rc_conversation_free(&conv);

@@ -91,6 +91,9 @@ char *rc_buf_take(rc_buf *b); /* the string (NUL-terminated), or NULL when out o
  * raw UTF-8, floats in the V4 (ryu-like) or V4.1 (Python repr) style. */
 typedef enum rc_float_style { RC_FLOAT_V4, RC_FLOAT_V41 } rc_float_style;
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
+/* The compact form (',' and ':' separators) the reference uses inside tool-search
+ * results and arguments (docs/recipe-spec.md §8.6). */
+void rc_compact_json(rc_buf *b, const json_t *v);
 
 /* Parse JSON with serde_json's semantics (json_parse.c): NULL with a message on
  * error. max_depth counts nested arrays and objects, the root being 1. */
@@ -104,5 +107,7 @@ int rc_json_is_bignum(const json_t *v);
 di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
 /* The same for Anthropic Messages requests (request_messages.c). */
 di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
+/* The same for OpenAI Responses requests (request_responses.c). */
+di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, size_t msg_size);
 
 #endif

@@ -102,7 +102,21 @@ static void add_float(rc_buf *b, double x, rc_float_style style)
     rc_buf_add(b, out, o);
 }
 
+static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const char *comma,
+                       const char *colon);
+
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
+{
+    write_json(b, v, style, ", ", ": ");
+}
+
+void rc_compact_json(rc_buf *b, const json_t *v)
+{
+    write_json(b, v, RC_FLOAT_V4, ",", ":");
+}
+
+static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const char *comma,
+                       const char *colon)
 {
     char num[32];
     switch (json_typeof(v)) {
@@ -113,11 +127,11 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
         int first = 1;
         json_object_foreach((json_t *)v, key, value)
         {
-            if (!first) rc_buf_add(b, ", ", 2);
+            if (!first) rc_buf_adds(b, comma);
             first = 0;
             add_string(b, key, strlen(key));
-            rc_buf_add(b, ": ", 2);
-            rc_pyjson(b, value, style);
+            rc_buf_adds(b, colon);
+            write_json(b, value, style, comma, colon);
         }
         rc_buf_add(b, "}", 1);
         break;
@@ -125,8 +139,8 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
     case JSON_ARRAY:
         rc_buf_add(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) rc_buf_add(b, ", ", 2);
-            rc_pyjson(b, json_array_get(v, i), style);
+            if (i) rc_buf_adds(b, comma);
+            write_json(b, json_array_get(v, i), style, comma, colon);
         }
         rc_buf_add(b, "]", 1);
         break;

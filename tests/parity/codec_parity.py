@@ -29,7 +29,7 @@ lib.di_error_message.argtypes = [c_p]
 lib.di_error_message.restype = ctypes.c_char_p
 lib.di_error_free.argtypes = [c_p]
 
-PROTOCOLS = {"chat": 1, "messages": 2}
+PROTOCOLS = {"chat": 1, "messages": 2, "responses": 3}
 DI_ERR_INVALID_REQUEST = 2
 
 
