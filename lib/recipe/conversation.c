@@ -18,7 +18,8 @@ void rc_buf_add(rc_buf *b, const char *s, size_t n)
         b->s = p;
         b->cap = cap;
     }
-    memcpy(b->s + b->len, s, n);
+    if (!b->s) return;
+    if (n) memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = 0;
 }

@@ -62,7 +62,7 @@ static void shortest_digits(double x, char *digits, int *n, int *k)
     while (len > 1 && digits[len - 1] == '0') len--;
     digits[len] = 0;
     *n = len;
-    *k = atoi(q + 1) + 1;
+    *k = (int)strtol(q + 1, NULL, 10) + 1;
 }
 
 static void add_float(rc_buf *b, double x, rc_float_style style)
@@ -71,15 +71,15 @@ static void add_float(rc_buf *b, double x, rc_float_style style)
     size_t o = 0;
     if (signbit(x)) out[o++] = '-';
     if (x == 0) {
-        memcpy(out + o, "0.0", 3);
-        rc_buf_add(b, out, o + 3);
+        rc_buf_add(b, out, o);
+        rc_buf_adds(b, "0.0");
         return;
     }
     int n, k;
     shortest_digits(fabs(x), digits, &n, &k);
     int fixed = style == RC_FLOAT_V4 ? (k > -5 && k <= 16) : (k > -4 && k <= 16);
     if (fixed && k > 0) {
-        for (int i = 0; i < k; i++) out[o++] = i < n ? digits[i] : '0';
+        for (int i = 0; i < k; i++) out[o++] = (char)(i < n ? digits[i] : '0');
         out[o++] = '.';
         if (n > k)
             for (int i = k; i < n; i++) out[o++] = digits[i];

@@ -53,8 +53,8 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
                         return rc_fail(e, "%surl: missing", pi);
                     }
                     if (rc_get_string(e, inner, "detail", pi, &detail) < 0 ||
-                        (detail && strcmp(detail, "low") && strcmp(detail, "high") &&
-                         strcmp(detail, "original") && strcmp(detail, "auto"))) {
+                        (detail && !rc_streq(detail, "low") && !rc_streq(detail, "high") &&
+                         !rc_streq(detail, "original") && !rc_streq(detail, "auto"))) {
                         free(b.s);
                         return rc_fail(e, "%sdetail: expected low, high, original or auto", pi);
                     }
@@ -117,7 +117,7 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv, int *any_
         snprintf(np, sizeof np, "%sname", pf);
         if (rc_check_tool_name(e, name, np) < 0) return -1;
         for (size_t j = 0; j < conv->n_tools; j++)
-            if (strcmp(conv->tools[j].name, name) == 0)
+            if (conv->tools[j].name && strcmp(conv->tools[j].name, name) == 0)
                 return rc_fail(e, "tools: tool names must be unique");
         params = json_object_get(fn, "parameters");
         if (!params || json_is_null(params)) params = NULL;
@@ -164,7 +164,7 @@ static int parse_tool_calls(rc_err *e, json_t *calls, rc_message *m, const char 
         if (rc_get_string(e, fn, "arguments", pf, &args) <= 0)
             return rc_fail(e, "%sarguments: missing (a JSON string)", pf);
         for (size_t j = 0; j < m->n_calls; j++)
-            if (strcmp(m->calls[j].id, id) == 0)
+            if (m->calls[j].id && strcmp(m->calls[j].id, id) == 0)
                 return rc_fail(e, "%sid: duplicate tool_call_id \"%.60s\"", p, id);
         rc_call *call = &m->calls[m->n_calls++];
         call->id = rc_strdup(id);
@@ -352,7 +352,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
         rc_fail(&e, "n: only n = 1 is supported");
         goto done;
     }
-    if ((r = rc_get_uint(&e, root, "seed", "", UINT64_MAX, &u)) < 0) goto done;
+    if (rc_get_uint(&e, root, "seed", "", UINT64_MAX, &u) < 0) goto done;
     int logprobs = 0;
     if (rc_get_bool(&e, root, "logprobs", "", &logprobs) < 0) goto done;
     if ((r = rc_get_uint(&e, root, "top_logprobs", "", 255, &u)) < 0) goto done;
@@ -457,8 +457,8 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     if (choice && !json_is_null(choice)) {
         if (json_is_string(choice)) {
             choice_kind = json_string_value(choice);
-            if (strcmp(choice_kind, "auto") && strcmp(choice_kind, "none") &&
-                strcmp(choice_kind, "required")) {
+            if (!rc_streq(choice_kind, "auto") && !rc_streq(choice_kind, "none") &&
+                !rc_streq(choice_kind, "required")) {
                 rc_fail(&e, "tool_choice: unknown value \"%.40s\"", choice_kind);
                 goto done;
             }
@@ -466,7 +466,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
             const char *type = NULL;
             json_t *fn = NULL;
             if (rc_get_string(&e, choice, "type", "tool_choice.", &type) <= 0 ||
-                strcmp(type, "function")) {
+                !rc_streq(type, "function")) {
                 rc_fail(&e, "tool_choice.type: expected \"function\"");
                 goto done;
             }

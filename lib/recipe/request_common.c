@@ -42,22 +42,56 @@ static json_t *field(json_t *obj, const char *key)
     return json_is_null(v) ? NULL : v;
 }
 
-#define GETTER(fn, ctype, check, what, assign)                                                     \
-    int fn(rc_err *e, json_t *obj, const char *key, const char *path, ctype *out)                  \
-    {                                                                                              \
-        json_t *v = field(obj, key);                                                               \
-        if (!v) return 0;                                                                          \
-        if (!(check))                                                                              \
-            return rc_fail(e, "%s%s: expected %s, got %s", path, key, what, type_name(v));         \
-        assign;                                                                                    \
-        return 1;                                                                                  \
-    }
+static int wrong_type(rc_err *e, const char *path, const char *key, const char *what, json_t *v)
+{
+    return rc_fail(e, "%s%s: expected %s, got %s", path, key, what, type_name(v));
+}
 
-GETTER(rc_get_string, const char *, json_is_string(v), "a string", *out = json_string_value(v))
-GETTER(rc_get_bool, int, json_is_boolean(v), "a boolean", *out = json_is_true(v))
-GETTER(rc_get_number, double, json_is_number(v), "a number", *out = json_number_value(v))
-GETTER(rc_get_object, json_t *, json_is_object(v), "an object", *out = v)
-GETTER(rc_get_array, json_t *, json_is_array(v), "an array", *out = v)
+int rc_get_string(rc_err *e, json_t *obj, const char *key, const char *path, const char **out)
+{
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    const char *s = json_string_value(v);
+    if (!s) return wrong_type(e, path, key, "a string", v);
+    *out = s;
+    return 1;
+}
+
+int rc_get_bool(rc_err *e, json_t *obj, const char *key, const char *path, int *out)
+{
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return wrong_type(e, path, key, "a boolean", v);
+    *out = json_is_true(v);
+    return 1;
+}
+
+int rc_get_number(rc_err *e, json_t *obj, const char *key, const char *path, double *out)
+{
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return wrong_type(e, path, key, "a number", v);
+    *out = json_number_value(v);
+    return 1;
+}
+
+int rc_get_object(rc_err *e, json_t *obj, const char *key, const char *path, json_t **out)
+{
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_object(v)) return wrong_type(e, path, key, "an object", v);
+    *out = v;
+    return 1;
+}
+
+int rc_get_array(rc_err *e, json_t *obj, const char *key, const char *path, json_t **out)
+{
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_array(v)) return wrong_type(e, path, key, "an array", v);
+    *out = v;
+    return 1;
+}
 
 int rc_get_uint(rc_err *e, json_t *obj, const char *key, const char *path, unsigned long long max,
                 unsigned long long *out)
@@ -84,7 +118,7 @@ int rc_parse_model(rc_err *e, json_t *root, rc_conversation *conv)
     const char *model = NULL;
     int r = rc_get_string(e, root, "model", "", &model);
     if (r < 0) return -1;
-    if (r == 0) return rc_fail(e, "model: missing");
+    if (r == 0 || !model) return rc_fail(e, "model: missing");
     if (strcmp(model, "DeepSeek-V4-Pro") == 0)
         conv->model = RC_MODEL_V4_PRO;
     else if (strcmp(model, "DeepSeek-V4.1-Flash") == 0)

@@ -4,6 +4,8 @@
 #ifndef DI_RECIPE_REQUEST_COMMON_H
 #define DI_RECIPE_REQUEST_COMMON_H
 
+#include <string.h>
+
 #include "recipe/conversation.h"
 
 /* Error sink: the first failure wins. */
@@ -14,6 +16,12 @@ typedef struct rc_err {
 } rc_err;
 
 int rc_fail(rc_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 1 when the two strings are equal. */
+static inline int rc_streq(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
 
 /* Optional typed fields: return 1 when present (not absent, not null) and of the
  * right type, 0 when absent or null, -1 (with the error set) on a wrong type. */

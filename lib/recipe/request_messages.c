@@ -93,7 +93,7 @@ static int text_blocks(rc_err *e, rc_conversation *conv, json_t *blocks, const c
             if (rc_get_string(e, blk, "tool_name", p, &name) <= 0)
                 return rc_fail(e, "%stool_name: missing", p);
             int known = 0;
-            for (size_t k = 0; k < conv->n_tools; k++) known |= !strcmp(conv->tools[k].name, name);
+            for (size_t k = 0; k < conv->n_tools; k++) known |= rc_streq(conv->tools[k].name, name);
             if (!known)
                 return rc_fail(e, "%stool_name: tool reference '%.60s' not found in tools", p,
                                name);
@@ -138,7 +138,7 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv)
         snprintf(np, sizeof np, "%sname", p);
         if (rc_check_tool_name(e, name, np) < 0) return -1;
         for (size_t j = 0; j < conv->n_tools; j++)
-            if (strcmp(conv->tools[j].name, name) == 0)
+            if (conv->tools[j].name && strcmp(conv->tools[j].name, name) == 0)
                 return rc_fail(e, "tools: tool names must be unique");
         if (rc_check_parameters(e, schema, name) < 0) return -1;
         rc_tool *tool = &conv->tools[conv->n_tools++];
@@ -330,7 +330,7 @@ static int assistant_message(rc_err *e, rc_conversation *conv, json_t *content, 
                     goto done;
                 }
                 for (size_t k = 0; k < m->n_calls; k++)
-                    if (strcmp(m->calls[k].id, id) == 0) {
+                    if (m->calls[k].id && strcmp(m->calls[k].id, id) == 0) {
                         rc_fail(e, "%sid: tool_use ids must be unique", bp);
                         goto done;
                     }
@@ -528,14 +528,15 @@ static int check_pairing(rc_err *e, json_t *messages)
             for (size_t k = 0; k < json_array_size(content); k++) {
                 json_t *blk = json_array_get(content, k);
                 const char *type = json_string_value(json_object_get(blk, "type"));
-                if (!type || strcmp(type, "tool_result")) continue;
+                if (!type || !rc_streq(type, "tool_result")) continue;
                 const char *id = json_string_value(json_object_get(blk, "tool_use_id"));
                 int found = 0;
                 for (size_t j = 0; j < json_array_size(prev) && id; j++) {
                     json_t *u = json_array_get(prev, j);
                     const char *ut = json_string_value(json_object_get(u, "type"));
-                    if (ut && !strcmp(ut, "tool_use") && json_is_string(json_object_get(u, "id")) &&
-                        !strcmp(json_string_value(json_object_get(u, "id")), id))
+                    if (ut && rc_streq(ut, "tool_use") &&
+                        json_is_string(json_object_get(u, "id")) &&
+                        rc_streq(json_string_value(json_object_get(u, "id")), id))
                         found = 1;
                 }
                 if (!found)
@@ -547,7 +548,7 @@ static int check_pairing(rc_err *e, json_t *messages)
                     json_t *o = json_array_get(content, j);
                     const char *ot = json_string_value(json_object_get(o, "type"));
                     const char *oid = json_string_value(json_object_get(o, "tool_use_id"));
-                    if (ot && !strcmp(ot, "tool_result") && oid && id && !strcmp(oid, id))
+                    if (ot && rc_streq(ot, "tool_result") && oid && id && rc_streq(oid, id))
                         return rc_fail(
                             e,
                             "messages[%zu].content[%zu]: each tool_use must have a single "
@@ -556,23 +557,23 @@ static int check_pairing(rc_err *e, json_t *messages)
                 }
             }
         }
-        if (!role || strcmp(role, "assistant") || !json_is_array(content)) continue;
+        if (!role || !rc_streq(role, "assistant") || !json_is_array(content)) continue;
         for (size_t k = 0; k < json_array_size(content); k++) {
             json_t *blk = json_array_get(content, k);
             const char *type = json_string_value(json_object_get(blk, "type"));
-            if (!type || strcmp(type, "tool_use")) continue;
+            if (!type || !rc_streq(type, "tool_use")) continue;
             const char *id = json_string_value(json_object_get(blk, "id"));
             int answered = 0, leading = 1;
-            if (next_role && !strcmp(next_role, "user") && json_is_array(next_content))
+            if (next_role && rc_streq(next_role, "user") && json_is_array(next_content))
                 for (size_t j = 0; j < json_array_size(next_content); j++) {
                     json_t *r = json_array_get(next_content, j);
                     const char *rt = json_string_value(json_object_get(r, "type"));
-                    if (!rt || strcmp(rt, "tool_result")) {
+                    if (!rt || !rc_streq(rt, "tool_result")) {
                         leading = 0;
                         continue;
                     }
                     const char *rid = json_string_value(json_object_get(r, "tool_use_id"));
-                    if (leading && rid && id && !strcmp(rid, id)) answered = 1;
+                    if (leading && rid && id && rc_streq(rid, id)) answered = 1;
                 }
             if (!answered)
                 return rc_fail(e,
@@ -608,9 +609,9 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
             rc_fail(&e, "thinking.type: missing");
             goto done;
         }
-        if (!strcmp(type, "enabled") || !strcmp(type, "adaptive"))
+        if (rc_streq(type, "enabled") || rc_streq(type, "adaptive"))
             thinking_switch = 1;
-        else if (!strcmp(type, "disabled"))
+        else if (rc_streq(type, "disabled"))
             thinking_switch = 0;
         else {
             rc_fail(&e, "thinking.type: unknown value \"%.40s\"", type);
@@ -676,7 +677,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
                 json_t *blk = json_array_get(system, i);
                 const char *type = json_string_value(json_object_get(blk, "type"));
                 const char *t = json_string_value(json_object_get(blk, "text"));
-                if (!type || strcmp(type, "text")) {
+                if (!type || !rc_streq(type, "text")) {
                     free(b.s);
                     rc_fail(&e, "system[%zu].type: expected \"text\"", i);
                     goto done;
@@ -719,11 +720,11 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
         }
         if (rc_get_bool(&e, choice, "disable_parallel_tool_use", "tool_choice.", &flag) < 0)
             goto done;
-        if (!strcmp(type, "auto") || !strcmp(type, "any"))
+        if (rc_streq(type, "auto") || rc_streq(type, "any"))
             kind = "auto"; /* any → auto, as the reference */
-        else if (!strcmp(type, "none"))
+        else if (rc_streq(type, "none"))
             kind = "none";
-        else if (!strcmp(type, "tool")) {
+        else if (rc_streq(type, "tool")) {
             if (rc_get_string(&e, choice, "name", "tool_choice.", &name) <= 0) {
                 rc_fail(&e, "tool_choice.name: missing");
                 goto done;
@@ -752,7 +753,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
             rc_fail(&e, "%srole: missing", p);
             goto done;
         }
-        if (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")) {
+        if (!rc_streq(role, "user") && !rc_streq(role, "assistant") && !rc_streq(role, "system")) {
             rc_fail(&e, "%srole: unknown role \"%.40s\" (user, assistant, system)", p, role);
             goto done;
         }
@@ -775,9 +776,9 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
         const char *role = json_string_value(json_object_get(m, "role"));
         char p[48];
         snprintf(p, sizeof p, "messages[%zu].", i);
-        int rc = !strcmp(role, "user")        ? user_message(&e, conv, content, p, i)
-                 : !strcmp(role, "assistant") ? assistant_message(&e, conv, content, p)
-                                              : system_role_message(&e, conv, content, p);
+        int rc = rc_streq(role, "user")        ? user_message(&e, conv, content, p, i)
+                 : rc_streq(role, "assistant") ? assistant_message(&e, conv, content, p)
+                                               : system_role_message(&e, conv, content, p);
         if (rc < 0) goto done;
     }
 done:

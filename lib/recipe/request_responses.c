@@ -172,7 +172,7 @@ static int add_tool(rc_err *e, rc_conversation *conv, const char *name, const ch
                     json_t *params, int strict, int *strict_seen, int *loose_seen)
 {
     for (size_t j = 0; j < conv->n_tools; j++)
-        if (strcmp(conv->tools[j].name, name) == 0)
+        if (conv->tools[j].name && strcmp(conv->tools[j].name, name) == 0)
             return rc_fail(e, "tools: tool names must be unique");
     json_t *shown;
     if (strict) {
@@ -314,14 +314,14 @@ static int message_content(rc_err *e, rc_conversation *conv, json_t *content, co
                 return rc_fail(e, "%stype: missing", pp);
             }
             if (i) rc_buf_add(&b, "\n\n", 2);
-            if (!strcmp(type, "input_text") || !strcmp(type, "output_text")) {
+            if (rc_streq(type, "input_text") || rc_streq(type, "output_text")) {
                 const char *t = NULL;
                 if (rc_get_string(e, part, "text", pp, &t) <= 0) {
                     free(b.s);
                     return rc_fail(e, "%stext: missing", pp);
                 }
                 rc_buf_add(&b, t, json_string_length(json_object_get(part, "text")));
-            } else if (!strcmp(type, "input_image")) {
+            } else if (rc_streq(type, "input_image")) {
                 const char *url = NULL, *file = NULL, *detail = NULL;
                 if (rc_get_string(e, part, "image_url", pp, &url) < 0 ||
                     rc_get_string(e, part, "file_id", pp, &file) < 0 ||
@@ -351,7 +351,7 @@ static int message_content(rc_err *e, rc_conversation *conv, json_t *content, co
                 } else {
                     rc_buf_adds(&b, "[Unsupported Image]");
                 }
-            } else if (!strcmp(type, "input_file")) {
+            } else if (rc_streq(type, "input_file")) {
                 rc_buf_adds(&b, "[Unsupported Document]");
             } else {
                 free(b.s);
@@ -374,7 +374,7 @@ static int each_found_tool(rc_err *e, json_t *tools,
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
         const char *type = json_string_value(json_object_get(t, "type"));
-        if (type && !strcmp(type, "namespace")) {
+        if (type && rc_streq(type, "namespace")) {
             json_t *inner = json_object_get(t, "tools");
             for (size_t k = 0; k < json_array_size(inner); k++)
                 if (fn(e, json_array_get(inner, k), t, ctx) < 0) return -1;
@@ -540,16 +540,16 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
         if (!json_is_object(item)) return rc_fail(e, "input[%zu]: expected an object", i);
         const char *type = json_string_value(json_object_get(item, "type"));
         json_t *role_v = json_object_get(item, "role");
-        int is_message = (!type && role_v) || (type && !strcmp(type, "message"));
+        int is_message = (!type && role_v) || (type && rc_streq(type, "message"));
         if (!type && !role_v)
             return rc_fail(e, "input[%zu]: an input item needs a type or a role", i);
         /* after calls, only their outputs may come until all are answered */
-        int is_output = type && (!strcmp(type, "function_call_output") ||
-                                 !strcmp(type, "custom_tool_call_output") ||
-                                 !strcmp(type, "tool_search_output"));
+        int is_output = type && (rc_streq(type, "function_call_output") ||
+                                 rc_streq(type, "custom_tool_call_output") ||
+                                 rc_streq(type, "tool_search_output"));
         int is_call =
-            type && (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call") ||
-                     (!strcmp(type, "tool_search_call") && conv->model == RC_MODEL_V41_FLASH));
+            type && (rc_streq(type, "function_call") || rc_streq(type, "custom_tool_call") ||
+                     (rc_streq(type, "tool_search_call") && conv->model == RC_MODEL_V41_FLASH));
         if (caller && caller->n_calls && a.pending && !is_output &&
             !(is_call && !outputs_started)) {
             const char *id = NULL;
@@ -564,9 +564,9 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
                 return rc_fail(e, "%srole: missing", p);
             json_t *content = json_object_get(item, "content");
             if (!content) return rc_fail(e, "%scontent: missing", p);
-            int assistant = !strcmp(role, "assistant");
-            if (!assistant && strcmp(role, "user") && strcmp(role, "system") &&
-                strcmp(role, "developer"))
+            int assistant = rc_streq(role, "assistant");
+            if (!assistant && !rc_streq(role, "user") && !rc_streq(role, "system") &&
+                !rc_streq(role, "developer"))
                 return rc_fail(e, "%srole: unknown role \"%.40s\"", p, role);
             char *text = NULL;
             size_t len = 0;
@@ -593,8 +593,8 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
                 return -1;
             }
             caller = NULL;
-            rc_role r = !strcmp(role, "user")               ? RC_USER
-                        : !strcmp(role, "system")           ? RC_SYSTEM
+            rc_role r = rc_streq(role, "user")              ? RC_USER
+                        : rc_streq(role, "system")          ? RC_SYSTEM
                         : conv->model == RC_MODEL_V41_FLASH ? RC_SYSTEM
                                                             : RC_USER;
             rc_message *m = rc_add_message(conv, r);
@@ -606,7 +606,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             m->content_len = len;
             continue;
         }
-        if (!strcmp(type, "reasoning")) {
+        if (rc_streq(type, "reasoning")) {
             if (a.m && (a.content.len || a.m->n_calls || a.n_content)) {
                 if (close_assistant(e, conv, &a) < 0) return -1;
             }
@@ -622,7 +622,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             }
             continue;
         }
-        if (!strcmp(type, "tool_search_call") && conv->model == RC_MODEL_V41_FLASH) {
+        if (rc_streq(type, "tool_search_call") && conv->model == RC_MODEL_V41_FLASH) {
             const char *id = NULL;
             if (rc_get_string(e, item, "call_id", p, &id) <= 0)
                 return rc_fail(e, "%scall_id: missing", p);
@@ -639,14 +639,14 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             outputs_started = 0;
             continue;
         }
-        if (!strcmp(type, "function_call") || !strcmp(type, "custom_tool_call")) {
+        if (rc_streq(type, "function_call") || rc_streq(type, "custom_tool_call")) {
             const char *id = NULL, *name = NULL, *ns = NULL;
             if (rc_get_string(e, item, "call_id", p, &id) <= 0)
                 return rc_fail(e, "%scall_id: missing", p);
             if (rc_get_string(e, item, "name", p, &name) <= 0)
                 return rc_fail(e, "%sname: missing", p);
             char *args;
-            if (!strcmp(type, "function_call")) {
+            if (rc_streq(type, "function_call")) {
                 const char *s = NULL;
                 if (rc_get_string(e, item, "arguments", p, &s) <= 0)
                     return rc_fail(e, "%sarguments: missing", p);
@@ -676,7 +676,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             continue;
         }
         if (is_output) {
-            if (!strcmp(type, "tool_search_output") && conv->model != RC_MODEL_V41_FLASH) continue;
+            if (rc_streq(type, "tool_search_output") && conv->model != RC_MODEL_V41_FLASH) continue;
             const char *id = NULL;
             if (rc_get_string(e, item, "call_id", p, &id) <= 0)
                 return rc_fail(e, "%scall_id: missing", p);
@@ -684,7 +684,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             char *text = NULL;
             size_t len = 0;
             json_t *found_tools = NULL;
-            if (!strcmp(type, "tool_search_output")) {
+            if (rc_streq(type, "tool_search_output")) {
                 found_tools = json_object_get(item, "tools");
                 if (!json_is_array(found_tools)) return rc_fail(e, "%stools: expected an array", p);
                 if (tool_search_result(e, found_tools, &text, &len) < 0) return -1;
@@ -701,11 +701,11 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             int found = -1, answered = 0;
             if (caller)
                 for (size_t k = 0; k < caller->n_calls; k++)
-                    if (!strcmp(caller->calls[k].id, id)) found = (int)k;
+                    if (rc_streq(caller->calls[k].id, id)) found = (int)k;
             if (found >= 0)
                 for (size_t k = caller_index + 1; k < conv->n_messages; k++)
                     if (conv->messages[k].role == RC_TOOL &&
-                        !strcmp(conv->messages[k].tool_call_id, id))
+                        rc_streq(conv->messages[k].tool_call_id, id))
                         answered = 1;
             if (found < 0 || answered) {
                 free(text);
@@ -719,7 +719,6 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
                 return -1;
             }
             rc_message *m = rc_add_message(conv, RC_TOOL);
-            caller = &conv->messages[caller_index]; /* the array may have moved */
             if (!m) {
                 free(text);
                 return rc_fail(e, "out of memory");
@@ -731,7 +730,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
             if (a.pending) a.pending--;
             outputs_started = 1;
             if (found_tools && announce_tools(e, conv, found_tools) < 0) return -1;
-            caller = &conv->messages[caller_index];
+            caller = &conv->messages[caller_index]; /* the array may have moved */
             continue;
         }
         /* unknown item types (and V4-Pro tool search items) are dropped */
@@ -807,11 +806,11 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
             rc_fail(&e, "text.format.type: missing");
             goto done;
         }
-        if (!strcmp(type, "text"))
+        if (rc_streq(type, "text"))
             conv->format = RC_FORMAT_TEXT;
-        else if (!strcmp(type, "json_object"))
+        else if (rc_streq(type, "json_object"))
             conv->format = RC_FORMAT_JSON_OBJECT;
-        else if (!strcmp(type, "json_schema")) {
+        else if (rc_streq(type, "json_schema")) {
             json_t *schema = json_object_get(format, "schema");
             int strict = 0;
             if (!schema) {
@@ -837,7 +836,7 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     if (choice && !json_is_null(choice)) {
         if (json_is_string(choice)) {
             kind = json_string_value(choice);
-            if (strcmp(kind, "auto") && strcmp(kind, "none") && strcmp(kind, "required")) {
+            if (!rc_streq(kind, "auto") && !rc_streq(kind, "none") && !rc_streq(kind, "required")) {
                 rc_fail(&e, "tool_choice: unknown value \"%.40s\"", kind);
                 goto done;
             }
@@ -847,13 +846,13 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
                 rc_fail(&e, "tool_choice.type: missing");
                 goto done;
             }
-            if (!strcmp(type, "function") || !strcmp(type, "custom")) {
+            if (rc_streq(type, "function") || rc_streq(type, "custom")) {
                 if (rc_get_string(&e, choice, "name", "tool_choice.", &name) <= 0) {
                     rc_fail(&e, "tool_choice.name: missing");
                     goto done;
                 }
                 kind = "function";
-            } else if (strcmp(type, "web_search") && strcmp(type, "web_search_2025_08_26")) {
+            } else if (!rc_streq(type, "web_search") && !rc_streq(type, "web_search_2025_08_26")) {
                 rc_fail(&e, "tool_choice.type: unknown value \"%.40s\"", type);
                 goto done;
             }
