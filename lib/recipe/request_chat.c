@@ -289,56 +289,22 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
         rc_fail(&e, "request: expected a JSON object");
         return e.status;
     }
-    json_t *messages = NULL, *thinking = NULL, *format = NULL, *choice;
-    const char *effort_s = NULL;
-    int thinking_switch = -1, have_effort = 0, effort_none = 0, any_strict = 0;
-    rc_effort effort = RC_EFFORT_HIGH;
+    json_t *messages = NULL, *format = NULL, *choice;
+    int any_strict = 0;
     if (rc_parse_model(&e, root, conv) < 0) goto done;
     if (rc_get_array(&e, root, "messages", "", &messages) <= 0) {
         rc_fail(&e, "messages: missing");
         goto done;
     }
-    if (rc_get_object(&e, root, "thinking", "", &thinking) < 0) goto done;
-    if (thinking) {
-        const char *type = NULL;
-        unsigned long long budget;
-        if (rc_get_string(&e, thinking, "type", "thinking.", &type) <= 0) {
-            rc_fail(&e, "thinking.type: missing");
-            goto done;
-        }
-        if (strcmp(type, "enabled") == 0 || strcmp(type, "adaptive") == 0)
-            thinking_switch = 1;
-        else if (strcmp(type, "disabled") == 0)
-            thinking_switch = 0;
-        else {
-            rc_fail(&e, "thinking.type: unknown value \"%.40s\"", type);
-            goto done;
-        }
-        if (rc_get_uint(&e, thinking, "budget_tokens", "thinking.", UINT64_MAX, &budget) < 0)
-            goto done;
-    }
-    int r = rc_get_string(&e, root, "reasoning_effort", "", &effort_s);
-    if (r < 0) goto done;
-    if (r > 0) {
-        if (rc_parse_effort(&e, effort_s, "reasoning_effort", &effort, &effort_none) < 0) goto done;
-        have_effort = 1;
-    }
-    rc_resolve_thinking(conv, thinking_switch, have_effort, effort, effort_none);
+    if (rc_parse_thinking_and_effort(&e, root, root, "reasoning_effort", "reasoning_effort", 1,
+                                     conv) < 0)
+        goto done;
+    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
 
-    /* sampling and length fields: types and ranges (§3.4–3.6) */
-    double x;
+    /* the other sampling and length fields: types and ranges (§3.4–3.6) */
+    double x = 0;
     unsigned long long u;
-    int flag;
-    if ((r = rc_get_number(&e, root, "temperature", "", &x)) < 0) goto done;
-    if (r > 0 && (x < 0 || x > 2)) {
-        rc_fail(&e, "temperature: must be in [0, 2]");
-        goto done;
-    }
-    if ((r = rc_get_number(&e, root, "top_p", "", &x)) < 0) goto done;
-    if (r > 0 && (x <= 0 || x > 1)) {
-        rc_fail(&e, "top_p: must be in (0, 1]");
-        goto done;
-    }
+    int flag, r;
     static const char *penalties[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if ((r = rc_get_number(&e, root, penalties[k], "", &x)) < 0) goto done;

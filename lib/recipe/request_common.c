@@ -548,3 +548,47 @@ json_t *rc_strict_parameters(rc_err *e, json_t *params, const char *name)
     }
     return strict_schema(e, params, name, 1);
 }
+
+int rc_parse_thinking_and_effort(rc_err *e, json_t *root, json_t *effort_obj,
+                                 const char *effort_key, const char *effort_path, int has_switch,
+                                 rc_conversation *conv)
+{
+    int thinking_switch = -1, have_effort = 0, effort_none = 0;
+    rc_effort effort = RC_EFFORT_HIGH;
+    json_t *thinking = NULL;
+    if (has_switch && rc_get_object(e, root, "thinking", "", &thinking) < 0) return -1;
+    if (thinking) {
+        const char *type = NULL;
+        unsigned long long budget;
+        if (rc_get_string(e, thinking, "type", "thinking.", &type) <= 0 || !type)
+            return rc_fail(e, "thinking.type: missing");
+        if (rc_streq(type, "enabled") || rc_streq(type, "adaptive"))
+            thinking_switch = 1;
+        else if (rc_streq(type, "disabled"))
+            thinking_switch = 0;
+        else
+            return rc_fail(e, "thinking.type: unknown value \"%.40s\"", type);
+        if (rc_get_uint(e, thinking, "budget_tokens", "thinking.", UINT64_MAX, &budget) < 0)
+            return -1;
+    }
+    const char *s = NULL;
+    int r = effort_obj ? rc_get_string(e, effort_obj, effort_key, "", &s) : 0;
+    if (r < 0) return -1;
+    if (r > 0 && s) {
+        if (rc_parse_effort(e, s, effort_path, &effort, &effort_none) < 0) return -1;
+        have_effort = 1;
+    }
+    rc_resolve_thinking(conv, thinking_switch, have_effort, effort, effort_none);
+    return 0;
+}
+
+int rc_check_temperature_top_p(rc_err *e, json_t *root)
+{
+    double x = 0;
+    int r;
+    if ((r = rc_get_number(e, root, "temperature", "", &x)) < 0) return -1;
+    if (r > 0 && (x < 0 || x > 2)) return rc_fail(e, "temperature: must be in [0, 2]");
+    if ((r = rc_get_number(e, root, "top_p", "", &x)) < 0) return -1;
+    if (r > 0 && (x <= 0 || x > 1)) return rc_fail(e, "top_p: must be in (0, 1]");
+    return 0;
+}

@@ -44,6 +44,14 @@ int rc_parse_effort(rc_err *e, const char *s, const char *path, rc_effort *out, 
 /* Decide thinking and effort (§3.2–3.3). thinking_switch: -1 absent, 0 off, 1 on. */
 void rc_resolve_thinking(rc_conversation *conv, int thinking_switch, int have_effort,
                          rc_effort effort, int effort_none);
+/* The thinking switch (Chat and Messages `thinking`: {type, budget_tokens}) and
+ * the effort string at `effort_key` inside `effort_obj` (may be root), then
+ * thinking and effort resolved into conv (§3.2–3.3). 0, or -1 with the error. */
+int rc_parse_thinking_and_effort(rc_err *e, json_t *root, json_t *effort_obj,
+                                 const char *effort_key, const char *effort_path, int has_switch,
+                                 rc_conversation *conv);
+/* temperature in [0, 2] and top_p in (0, 1] when present (§3.4). */
+int rc_check_temperature_top_p(rc_err *e, json_t *root);
 /* Validate a tool name (§4.1); path names the field for messages. */
 int rc_check_tool_name(rc_err *e, const char *name, const char *path);
 /* Validate a tool's parameters schema (top-level object rule, §4.1). */

@@ -593,59 +593,19 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
         rc_fail(&e, "request: expected a JSON object");
         return e.status;
     }
-    json_t *messages = NULL, *thinking = NULL, *output = NULL, *choice = NULL;
-    int thinking_switch = -1, have_effort = 0, effort_none = 0;
-    rc_effort effort = RC_EFFORT_HIGH;
+    json_t *messages = NULL, *output = NULL, *choice = NULL;
     if (rc_parse_model(&e, root, conv) < 0) goto done;
     if (rc_get_array(&e, root, "messages", "", &messages) <= 0) {
         rc_fail(&e, "messages: missing");
         goto done;
     }
-    if (rc_get_object(&e, root, "thinking", "", &thinking) < 0) goto done;
-    if (thinking) {
-        const char *type = NULL;
-        unsigned long long budget;
-        if (rc_get_string(&e, thinking, "type", "thinking.", &type) <= 0) {
-            rc_fail(&e, "thinking.type: missing");
-            goto done;
-        }
-        if (rc_streq(type, "enabled") || rc_streq(type, "adaptive"))
-            thinking_switch = 1;
-        else if (rc_streq(type, "disabled"))
-            thinking_switch = 0;
-        else {
-            rc_fail(&e, "thinking.type: unknown value \"%.40s\"", type);
-            goto done;
-        }
-        if (rc_get_uint(&e, thinking, "budget_tokens", "thinking.", UINT64_MAX, &budget) < 0)
-            goto done;
-    }
     if (rc_get_object(&e, root, "output_config", "", &output) < 0) goto done;
-    if (output) {
-        const char *s = NULL;
-        int r = rc_get_string(&e, output, "effort", "output_config.", &s);
-        if (r < 0) goto done;
-        if (r > 0) {
-            if (rc_parse_effort(&e, s, "output_config.effort", &effort, &effort_none) < 0)
-                goto done;
-            have_effort = 1;
-        }
-    }
-    rc_resolve_thinking(conv, thinking_switch, have_effort, effort, effort_none);
-
-    double x;
+    if (rc_parse_thinking_and_effort(&e, root, output, "effort", "output_config.effort", 1, conv) <
+        0)
+        goto done;
+    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
     unsigned long long u;
     int r;
-    if ((r = rc_get_number(&e, root, "temperature", "", &x)) < 0) goto done;
-    if (r > 0 && (x < 0 || x > 2)) {
-        rc_fail(&e, "temperature: must be in [0, 2]");
-        goto done;
-    }
-    if ((r = rc_get_number(&e, root, "top_p", "", &x)) < 0) goto done;
-    if (r > 0 && (x <= 0 || x > 1)) {
-        rc_fail(&e, "top_p: must be in (0, 1]");
-        goto done;
-    }
     if ((r = rc_get_uint(&e, root, "max_tokens", "", UINT32_MAX, &u)) < 0) goto done;
     if (r > 0 && u == 0) {
         rc_fail(&e, "max_tokens: must be in [1, 393216]");

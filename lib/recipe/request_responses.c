@@ -7,8 +7,8 @@
 
 #include "recipe/request_common.h"
 
-/* The description deepseek-recipe gives the apply_patch custom tool (§8.8): the
- * V4.1 text has one more blank line. Verified against the oracle's prompts. */
+/* The description deepseek-recipe gives the apply_patch custom tool with V4-Pro
+ * (§8.8), verified against the oracle's prompts; V4.1's is derived below. */
 static const char apply_patch_v4[] =
     "Use the `apply_patch` tool to edit files.\n"
     "Your patch language is a stripped‑down, file‑oriented diff format designed to be easy to "
@@ -85,83 +85,17 @@ static const char apply_patch_v4[] =
     "- You must prefix new lines with `+` even when creating a new file\n"
     "- File references can only be relative, NEVER ABSOLUTE.\n"
     "";
-static const char apply_patch_v41[] =
-    "Use the `apply_patch` tool to edit files.\n"
-    "Your patch language is a stripped‑down, file‑oriented diff format designed to be easy to "
-    "parse and safe to apply. You can think of it as a high‑level envelope:\n"
-    "\n"
-    "*** Begin Patch\n"
-    "[ one or more file sections ]\n"
-    "*** End Patch\n"
-    "\n"
-    "Within that envelope, you get a sequence of file operations.\n"
-    "You MUST include a header to specify the action you are taking.\n"
-    "Each operation starts with one of three headers:\n"
-    "\n"
-    "*** Add File: <path> - create a new file. Every following line is a + line (the initial "
-    "contents).\n"
-    "*** Delete File: <path> - remove an existing file. Nothing follows.\n"
-    "*** Update File: <path> - patch an existing file in place (optionally with a rename).\n"
-    "\n"
-    "May be immediately followed by *** Move to: <new path> if you want to rename the file.\n"
-    "Then one or more “hunks”, each introduced by @@ (optionally followed by a hunk header).\n"
-    "Within a hunk each line starts with:\n"
-    "\n"
-    "For instructions on [context_before] and [context_after]:\n"
-    "- By default, show 3 lines of code immediately above and 3 lines immediately below each "
-    "change. If a change is within 3 lines of a previous change, do NOT duplicate the first "
-    "change’s [context_after] lines in the second change’s [context_before] lines.\n"
-    "- If 3 lines of context is insufficient to uniquely identify the snippet of code within the "
-    "file, use the @@ operator to indicate the class or function to which the snippet belongs. For "
-    "instance, we might have:\n"
-    "@@ class BaseClass\n"
-    "[3 lines of pre-context]\n"
-    "- [old_code]\n"
-    "+ [new_code]\n"
-    "[3 lines of post-context]\n"
-    "\n"
-    "- If a code block is repeated so many times in a class or function such that even a single "
-    "`@@` statement and 3 lines of context cannot uniquely identify the snippet of code, you can "
-    "use multiple `@@` statements to jump to the right context. For instance:\n"
-    "\n"
-    "@@ class BaseClass\n"
-    "@@ \t def method():\n"
-    "[3 lines of pre-context]\n"
-    "- [old_code]\n"
-    "+ [new_code]\n"
-    "[3 lines of post-context]\n"
-    "\n"
-    "The full grammar definition is below:\n"
-    "Patch := Begin { FileOp } End\n"
-    "Begin := \"*** Begin Patch\" NEWLINE\n"
-    "End := \"*** End Patch\" NEWLINE\n"
-    "FileOp := AddFile | DeleteFile | UpdateFile\n"
-    "AddFile := \"*** Add File: \" path NEWLINE { \"+\" line NEWLINE }\n"
-    "DeleteFile := \"*** Delete File: \" path NEWLINE\n"
-    "UpdateFile := \"*** Update File: \" path NEWLINE [ MoveTo ] { Hunk }\n"
-    "MoveTo := \"*** Move to: \" newPath NEWLINE\n"
-    "Hunk := \"@@\" [ header ] NEWLINE { HunkLine } [ \"*** End of File\" NEWLINE ]\n"
-    "HunkLine := (\" \" | \"-\" | \"+\") text NEWLINE\n"
-    "\n"
-    "A full patch can combine several operations:\n"
-    "\n"
-    "*** Begin Patch\n"
-    "*** Add File: hello.txt\n"
-    "+Hello world\n"
-    "*** Update File: src/app.py\n"
-    "*** Move to: src/main.py\n"
-    "@@ def greet():\n"
-    "-print(\"Hi\")\n"
-    "+print(\"Hello, world!\")\n"
-    "*** Delete File: obsolete.txt\n"
-    "*** End Patch\n"
-    "\n"
-    "It is important to remember:\n"
-    "\n"
-    "- You must include a header with your intended action (Add/Delete/Update)\n"
-    "- You must prefix new lines with `+` even when creating a new file\n"
-    "- File references can only be relative, NEVER ABSOLUTE.\n"
-    "";
+/* The V4.1 description has one more blank line after the first line that ends in
+ * "envelope:". Built from the V4 text into `out` (sizeof apply_patch_v4 + 1). */
+static void apply_patch_v41(char *out)
+{
+    static const char marker[] = "envelope:\n";
+    const char *at = strstr(apply_patch_v4, marker);
+    size_t head = at ? (size_t)(at - apply_patch_v4) + sizeof marker - 1 : 0;
+    memcpy(out, apply_patch_v4, head);
+    out[head] = '\n';
+    memcpy(out + head + (at ? 1 : 0), apply_patch_v4 + head, sizeof apply_patch_v4 - head);
+}
 
 static const char apply_patch_params[] =
     "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {\"input\": "
@@ -282,9 +216,11 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv, int *any_
                 return rc_fail(e, "%sname: unsupported custom tool '%.60s' (only apply_patch)", p,
                                name);
             json_t *params = json_loads(apply_patch_params, 0, NULL);
+            char v41[sizeof apply_patch_v4 + 1];
+            apply_patch_v41(v41);
             int r = add_tool(e, conv, "apply_patch",
-                             conv->model == RC_MODEL_V41_FLASH ? apply_patch_v41 : apply_patch_v4,
-                             params, 0, &strict_seen, &loose_seen);
+                             conv->model == RC_MODEL_V41_FLASH ? v41 : apply_patch_v4, params, 0,
+                             &strict_seen, &loose_seen);
             json_decref(params);
             if (r < 0) return -1;
         }
@@ -752,8 +688,7 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     }
     json_t *input = json_object_get(root, "input"), *reasoning = NULL, *text = NULL, *choice;
     const char *instructions = NULL;
-    int have_effort = 0, effort_none = 0, any_strict = 0, r;
-    rc_effort effort = RC_EFFORT_HIGH;
+    int any_strict = 0, r;
     if (rc_parse_model(&e, root, conv) < 0) goto done;
     if (json_is_null(input)) input = NULL;
     if (input && !json_is_string(input) && !json_is_array(input)) {
@@ -762,27 +697,11 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     }
     if (rc_get_string(&e, root, "instructions", "", &instructions) < 0) goto done;
     if (rc_get_object(&e, root, "reasoning", "", &reasoning) < 0) goto done;
-    if (reasoning) {
-        const char *s = NULL;
-        if ((r = rc_get_string(&e, reasoning, "effort", "reasoning.", &s)) < 0) goto done;
-        if (r > 0) {
-            if (rc_parse_effort(&e, s, "reasoning.effort", &effort, &effort_none) < 0) goto done;
-            have_effort = 1;
-        }
-    }
-    rc_resolve_thinking(conv, -1, have_effort, effort, effort_none);
-    double x;
+    if (rc_parse_thinking_and_effort(&e, root, reasoning, "effort", "reasoning.effort", 0, conv) <
+        0)
+        goto done;
+    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
     unsigned long long u;
-    if ((r = rc_get_number(&e, root, "temperature", "", &x)) < 0) goto done;
-    if (r > 0 && (x < 0 || x > 2)) {
-        rc_fail(&e, "temperature: must be in [0, 2]");
-        goto done;
-    }
-    if ((r = rc_get_number(&e, root, "top_p", "", &x)) < 0) goto done;
-    if (r > 0 && (x <= 0 || x > 1)) {
-        rc_fail(&e, "top_p: must be in (0, 1]");
-        goto done;
-    }
     if ((r = rc_get_uint(&e, root, "top_logprobs", "", 255, &u)) < 0) goto done;
     if (r > 0 && u > 20) {
         rc_fail(&e, "top_logprobs: must be in [0, 20]");
