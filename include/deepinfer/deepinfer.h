@@ -325,8 +325,10 @@ typedef enum di_protocol {
 
 /* Prompt encodings. */
 typedef enum di_encoding {
-    DI_ENCODING_DSV4 = 1, /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
-    DI_ENCODING_DSV41 = 2 /* DeepSeek V4.1 (DeepseekV41Encoding) */
+    DI_ENCODING_DSV4 = 1,  /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
+    DI_ENCODING_DSV41 = 2, /* DeepSeek V4.1 (DeepseekV41Encoding) */
+    DI_ENCODING_DSV3 = 3,  /* DeepSeek V3: the chat template of its tokenizer_config.json */
+    DI_ENCODING_R1 = 4     /* DeepSeek-R1 distills: the chat template in their GGUF */
 } di_encoding;
 
 /* A codec: an encoding, and optionally the tokenizer that turns prompts into IDs.
@@ -351,6 +353,11 @@ DI_API void di_codec_free(di_codec *codec);
  * (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash, as in the reference); the codec's
  * encoding selects the prompt layout. Special-token spellings inside user text
  * stay plain text.
+ *
+ * DI_ENCODING_DSV3 and DI_ENCODING_R1 apply the model's own chat template to the
+ * messages of a Chat Completions request, as transformers' apply_chat_template
+ * does (add_generation_prompt on; the request's other fields and its model name
+ * are not used; DI_PROTOCOL_CHAT only).
  *
  * Errors: DI_ERR_INVALID_REQUEST for every request the reference rejects —
  * malformed JSON, nesting deeper than 127, wrong types, unknown roles, tool

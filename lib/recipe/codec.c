@@ -10,6 +10,7 @@
 
 struct di_codec {
     const di_tokenizer *tok; /* may be NULL: text only */
+    di_encoding encoding;
     rc_encoding enc;
     int32_t special_id[RC_N_SPECIAL]; /* -1 when the tokenizer lacks the token */
 };
@@ -27,12 +28,13 @@ DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, 
 {
     if (!out) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "out must not be NULL");
     *out = NULL;
-    if (encoding != DI_ENCODING_DSV4 && encoding != DI_ENCODING_DSV41)
+    if (encoding < DI_ENCODING_DSV4 || encoding > DI_ENCODING_R1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown value");
     di_codec *c = calloc(1, sizeof *c);
     if (!c) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     c->tok = tok;
-    c->enc = encoding == DI_ENCODING_DSV4 ? RC_ENCODING_V4 : RC_ENCODING_V41;
+    c->encoding = encoding;
+    c->enc = encoding == DI_ENCODING_DSV41 ? RC_ENCODING_V41 : RC_ENCODING_V4;
     for (int s = 0; s < RC_N_SPECIAL; s++) {
         c->special_id[s] = -1;
         if (tok) {
@@ -50,32 +52,56 @@ DI_API void di_codec_free(di_codec *codec)
     free(codec);
 }
 
+/* Encode a run of plain text (bytes [start, end) of the prompt) into ids. */
+static int encode_run(const di_codec *c, di_prompt *p, size_t start, size_t end, tok_ids *ids)
+{
+    if (end <= start) return 0;
+    tok_error e;
+    if (tok_encode(c->tok, (const uint8_t *)p->p.text.s + start, end - start, 0, ids, &e) !=
+        DI_OK) {
+        p->tokens_status = e.status;
+        snprintf(p->tokens_message, sizeof p->tokens_message, "%s", e.message);
+        return -1;
+    }
+    return 0;
+}
+
+/* Special segments by their IDs; the text between them encoded as plain text (no
+ * added vocabulary, §12). The chat-template encodings (dsv3, r1) also write tool
+ * tokens some vocabularies lack (the R1 distills' has none): there, as in
+ * transformers, such a spelling is text, encoded together with the text around
+ * it. The V4 encodings need every special token they write. */
 static void make_tokens(const di_codec *c, di_prompt *p)
 {
+    int lenient = c->encoding == DI_ENCODING_DSV3 || c->encoding == DI_ENCODING_R1;
     tok_ids ids = {0};
+    size_t run_start = 0, run_end = 0;
     for (size_t i = 0; i < p->p.n_segments; i++) {
         const rc_segment *s = &p->p.segments[i];
-        if (s->special >= 0) {
-            if (c->special_id[s->special] < 0) {
-                p->tokens_status = DI_ERR_UNSUPPORTED;
-                snprintf(p->tokens_message, sizeof p->tokens_message,
-                         "the tokenizer has no token %s, which this encoding needs",
-                         rc_special_spelling[s->special]);
-                free(ids.ids);
-                return;
-            }
-            if (tok_ids_push(&ids, c->special_id[s->special]) != 0) goto oom;
+        int id = s->special >= 0 ? c->special_id[s->special] : -1;
+        if (s->special < 0 || (id < 0 && lenient)) {
+            if (run_end == run_start) run_start = s->start;
+            run_end = s->start + s->len;
             continue;
         }
-        tok_error e;
-        /* text between special tokens: plain text, no added vocabulary (§12) */
-        if (tok_encode(c->tok, (const uint8_t *)p->p.text.s + s->start, s->len, 0, &ids, &e) !=
-            DI_OK) {
-            p->tokens_status = e.status;
-            snprintf(p->tokens_message, sizeof p->tokens_message, "%s", e.message);
+        if (id < 0) {
+            p->tokens_status = DI_ERR_UNSUPPORTED;
+            snprintf(p->tokens_message, sizeof p->tokens_message,
+                     "the tokenizer has no token %s, which this encoding needs",
+                     rc_special_spelling[s->special]);
             free(ids.ids);
             return;
         }
+        if (encode_run(c, p, run_start, run_end, &ids) != 0) {
+            free(ids.ids);
+            return;
+        }
+        run_start = run_end = 0;
+        if (tok_ids_push(&ids, id) != 0) goto oom;
+    }
+    if (encode_run(c, p, run_start, run_end, &ids) != 0) {
+        free(ids.ids);
+        return;
     }
     p->ids = ids.ids;
     p->n_ids = ids.n;
@@ -85,6 +111,15 @@ oom:
     free(ids.ids);
     p->tokens_status = DI_ERR_OUT_OF_MEMORY;
     snprintf(p->tokens_message, sizeof p->tokens_message, "out of memory encoding the prompt");
+}
+
+/* Token IDs when the codec has a tokenizer, the reason why not otherwise. */
+static void finish_prompt(const di_codec *codec, di_prompt *p)
+{
+    p->tokens_status = DI_ERR_INVALID_STATE;
+    snprintf(p->tokens_message, sizeof p->tokens_message,
+             "the codec was created without a tokenizer: it renders text only");
+    if (codec->tok) make_tokens(codec, p);
 }
 
 DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
@@ -102,6 +137,29 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         char full[600];
         snprintf(full, sizeof full, "request: %s", msg);
         return di_error_set(err, DI_ERR_INVALID_REQUEST, full);
+    }
+    if (codec->encoding == DI_ENCODING_DSV3 || codec->encoding == DI_ENCODING_R1) {
+        if (protocol != DI_PROTOCOL_CHAT) {
+            json_decref(root);
+            return di_error_set(err, DI_ERR_UNSUPPORTED,
+                                "the dsv3 and r1 chat templates take Chat Completions requests");
+        }
+        di_prompt *p = calloc(1, sizeof *p);
+        if (!p) {
+            json_decref(root);
+            return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        di_status st = rc_render_template(
+            root, codec->encoding == DI_ENCODING_R1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3, &p->p, msg,
+            sizeof msg);
+        json_decref(root);
+        if (st != DI_OK) {
+            free(p);
+            return di_error_set(err, st, msg);
+        }
+        finish_prompt(codec, p);
+        *out = p;
+        return DI_OK;
     }
     rc_conversation conv;
     memset(&conv, 0, sizeof conv);
@@ -125,10 +183,7 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         free(p);
         return di_error_set(err, st, "out of memory rendering the prompt");
     }
-    p->tokens_status = DI_ERR_INVALID_STATE;
-    snprintf(p->tokens_message, sizeof p->tokens_message,
-             "the codec was created without a tokenizer: it renders text only");
-    if (codec->tok) make_tokens(codec, p);
+    finish_prompt(codec, p);
     *out = p;
     return DI_OK;
 }

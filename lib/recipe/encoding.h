@@ -16,6 +16,16 @@ typedef enum rc_special {
     RC_THINK_END,
     RC_DSML,
     RC_IMAGE,
+    /* the tool-call tokens of the R1 and V3 chat templates */
+    RC_TOOL_CALLS_BEGIN,
+    RC_TOOL_CALL_BEGIN,
+    RC_TOOL_SEP,
+    RC_TOOL_CALL_END,
+    RC_TOOL_CALLS_END,
+    RC_TOOL_OUTPUTS_BEGIN,
+    RC_TOOL_OUTPUT_BEGIN,
+    RC_TOOL_OUTPUT_END,
+    RC_TOOL_OUTPUTS_END,
     RC_N_SPECIAL
 } rc_special;
 
@@ -38,6 +48,19 @@ typedef enum rc_encoding { RC_ENCODING_V4 = 0, RC_ENCODING_V41 = 1 } rc_encoding
 
 /* Render conv. Returns DI_OK or DI_ERR_OUT_OF_MEMORY. */
 di_status rc_render(const rc_conversation *conv, rc_encoding enc, rc_prompt *out);
+
+/* The chat templates of the DeepSeek-R1 distills and of DeepSeek V3
+ * (encoding_template.c), applied to a Chat Completions request's messages as
+ * transformers' apply_chat_template renders them (add_generation_prompt=True).
+ * DI_ERR_INVALID_REQUEST, with a message in msg, where the template cannot render
+ * the messages. */
+typedef enum rc_template { RC_TEMPLATE_R1, RC_TEMPLATE_V3 } rc_template;
+di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char *msg,
+                             size_t msg_size);
+
+/* Shared by the renderers: append a special token or plain text to a prompt. */
+void rc_prompt_special(rc_prompt *p, rc_special s);
+void rc_prompt_text(rc_prompt *p, const char *s, size_t n);
 void rc_prompt_free(rc_prompt *p);
 
 #endif

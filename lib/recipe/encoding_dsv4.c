@@ -17,6 +17,15 @@ const char *const rc_special_spelling[RC_N_SPECIAL] = {
     [RC_THINK_END] = "</think>",
     [RC_DSML] = "｜DSML｜",
     [RC_IMAGE] = "<｜image｜>",
+    [RC_TOOL_CALLS_BEGIN] = "<｜tool▁calls▁begin｜>",
+    [RC_TOOL_CALL_BEGIN] = "<｜tool▁call▁begin｜>",
+    [RC_TOOL_SEP] = "<｜tool▁sep｜>",
+    [RC_TOOL_CALL_END] = "<｜tool▁call▁end｜>",
+    [RC_TOOL_CALLS_END] = "<｜tool▁calls▁end｜>",
+    [RC_TOOL_OUTPUTS_BEGIN] = "<｜tool▁outputs▁begin｜>",
+    [RC_TOOL_OUTPUT_BEGIN] = "<｜tool▁output▁begin｜>",
+    [RC_TOOL_OUTPUT_END] = "<｜tool▁output▁end｜>",
+    [RC_TOOL_OUTPUTS_END] = "<｜tool▁outputs▁end｜>",
 };
 
 static const char effort_high[] =
@@ -82,11 +91,23 @@ static void push_segment(rc_prompt *p, int special, size_t start, size_t len)
     p->segments[p->n_segments++] = (rc_segment){special, start, len};
 }
 
+void rc_prompt_special(rc_prompt *p, rc_special s)
+{
+    size_t start = p->text.len;
+    rc_buf_adds(&p->text, rc_special_spelling[s]);
+    push_segment(p, (int)s, start, p->text.len - start);
+}
+
+void rc_prompt_text(rc_prompt *p, const char *s, size_t n)
+{
+    size_t start = p->text.len;
+    rc_buf_add(&p->text, s, n);
+    push_segment(p, -1, start, n);
+}
+
 static void special(renderer *r, rc_special s)
 {
-    size_t start = r->out->text.len;
-    rc_buf_adds(&r->out->text, rc_special_spelling[s]);
-    push_segment(r->out, (int)s, start, r->out->text.len - start);
+    rc_prompt_special(r->out, s);
 }
 
 /* Plain text written by the user: never special, except the image mark. */
