@@ -380,6 +380,39 @@ DI_API const char *di_prompt_text(const di_prompt *prompt, size_t *len);
 DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, size_t *n_ids,
                                   di_error **err);
 
+/* What the request asks of generation, as deepseek-recipe resolves it
+ * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the
+ * template encodings and for NULL. */
+DI_API int di_prompt_thinking(const di_prompt *prompt);
+DI_API int di_prompt_stream(const di_prompt *prompt);
+
+/* The sampling temperature and top_p to use, as float32 like the reference
+ * (thinking mode forces temperature 1.0; top_p follows the model's rules: V4-Pro
+ * 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0
+ * otherwise). 1.0 for NULL. */
+DI_API float di_prompt_temperature(const di_prompt *prompt);
+DI_API float di_prompt_top_p(const di_prompt *prompt);
+
+/* The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in
+ * order; strings owned by the prompt. di_prompt_stop returns NULL past the end. */
+DI_API size_t di_prompt_stop_count(const di_prompt *prompt);
+DI_API const char *di_prompt_stop(const di_prompt *prompt, size_t i);
+
+/* The sources of the images whose <｜image｜> placeholders the prompt holds (V4.1
+ * models), in placeholder order: http(s) URLs or base64 data URLs, owned by the
+ * prompt. Pixel preprocessing is left to the host. NULL past the end. */
+DI_API size_t di_prompt_image_count(const di_prompt *prompt);
+DI_API const char *di_prompt_image_url(const di_prompt *prompt, size_t i);
+
+/* The completion budget for a prompt of `prompt_tokens` tokens in a context of
+ * `context_limit`, in *max_tokens: the requested max_tokens, or the reference's
+ * default (8192 without thinking, 65536 with it, 131072 with effort max) lowered
+ * to the room left and at least 1, as deepseek-recipe's resolve_max_tokens does.
+ * Errors: DI_ERR_CONTEXT_LENGTH when the prompt plus the requested completion
+ * exceed the context (the message gives the numbers), DI_ERR_INVALID_ARGUMENT. */
+DI_API di_status di_prompt_max_tokens(const di_prompt *prompt, uint32_t prompt_tokens,
+                                      uint32_t context_limit, uint32_t *max_tokens, di_error **err);
+
 /* Free a prompt; NULL is a no-op. */
 DI_API void di_prompt_free(di_prompt *prompt);
 

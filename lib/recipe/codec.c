@@ -17,6 +17,12 @@ struct di_codec {
 
 struct di_prompt {
     rc_prompt p;
+    /* what the request asks of generation (docs/recipe-spec.md §3.4–3.6) */
+    int thinking, stream, effort_max, has_max_tokens;
+    uint32_t max_tokens;
+    float temperature, top_p;
+    char **stops, **images;
+    size_t n_stops, n_images;
     int32_t *ids;
     size_t n_ids;
     di_status tokens_status;
@@ -113,6 +119,28 @@ oom:
     snprintf(p->tokens_message, sizeof p->tokens_message, "out of memory encoding the prompt");
 }
 
+/* The generation settings the reference derives from the request (§3.4–3.6). */
+static void take_facts(di_prompt *p, rc_conversation *c)
+{
+    p->thinking = c->thinking;
+    p->stream = c->stream;
+    p->effort_max = c->effort == RC_EFFORT_MAX;
+    p->has_max_tokens = c->max_tokens > 0;
+    p->max_tokens = (uint32_t)c->max_tokens;
+    p->temperature = c->thinking ? 1.0f : c->has_temperature ? c->temperature : 1.0f;
+    size_t tools = c->n_tools;
+    if (c->model == RC_MODEL_V4_PRO)
+        p->top_p = !c->thinking ? (c->has_top_p ? c->top_p : 1.0f) : tools ? 0.95f : 1.0f;
+    else
+        p->top_p = !c->thinking ? 1.0f : !c->has_top_p ? 1.0f : c->top_p < 0.95f ? 0.95f : c->top_p;
+    p->stops = c->stops;
+    p->n_stops = c->n_stops;
+    p->images = c->images;
+    p->n_images = c->n_images;
+    c->stops = c->images = NULL; /* moved into the prompt */
+    c->n_stops = c->n_images = 0;
+}
+
 /* Token IDs when the codec has a tokenizer, the reason why not otherwise. */
 static void finish_prompt(const di_codec *codec, di_prompt *p)
 {
@@ -178,6 +206,7 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     }
     st = rc_render(&conv, codec->enc, &p->p);
+    take_facts(p, &conv);
     rc_conversation_free(&conv);
     if (st != DI_OK) {
         free(p);
@@ -207,9 +236,78 @@ DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, 
     return DI_OK;
 }
 
+DI_API int di_prompt_thinking(const di_prompt *prompt)
+{
+    return prompt ? prompt->thinking : 0;
+}
+
+DI_API int di_prompt_stream(const di_prompt *prompt)
+{
+    return prompt ? prompt->stream : 0;
+}
+
+DI_API float di_prompt_temperature(const di_prompt *prompt)
+{
+    return prompt ? prompt->temperature : 1.0f;
+}
+
+DI_API float di_prompt_top_p(const di_prompt *prompt)
+{
+    return prompt ? prompt->top_p : 1.0f;
+}
+
+DI_API size_t di_prompt_stop_count(const di_prompt *prompt)
+{
+    return prompt ? prompt->n_stops : 0;
+}
+
+DI_API const char *di_prompt_stop(const di_prompt *prompt, size_t i)
+{
+    return prompt && i < prompt->n_stops ? prompt->stops[i] : NULL;
+}
+
+DI_API size_t di_prompt_image_count(const di_prompt *prompt)
+{
+    return prompt ? prompt->n_images : 0;
+}
+
+DI_API const char *di_prompt_image_url(const di_prompt *prompt, size_t i)
+{
+    return prompt && i < prompt->n_images ? prompt->images[i] : NULL;
+}
+
+DI_API di_status di_prompt_max_tokens(const di_prompt *prompt, uint32_t prompt_tokens,
+                                      uint32_t context_limit, uint32_t *max_tokens, di_error **err)
+{
+    if (!prompt || !max_tokens)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "prompt and max_tokens must not be NULL");
+    uint64_t want = prompt->has_max_tokens ? prompt->max_tokens : 0;
+    if ((uint64_t)prompt_tokens + want > context_limit) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "the model's context is %u tokens, but the request needs %llu (%u in the prompt, "
+                 "%llu for the completion)",
+                 context_limit, (unsigned long long)(prompt_tokens + want), prompt_tokens,
+                 (unsigned long long)want);
+        return di_error_set(err, DI_ERR_CONTEXT_LENGTH, msg);
+    }
+    if (prompt->has_max_tokens) {
+        *max_tokens = prompt->max_tokens;
+        return DI_OK;
+    }
+    uint32_t dflt = !prompt->thinking ? 8192 : prompt->effort_max ? 131072 : 65536;
+    uint32_t room = context_limit - prompt_tokens;
+    *max_tokens = room < dflt ? (room ? room : 1) : dflt;
+    return DI_OK;
+}
+
 DI_API void di_prompt_free(di_prompt *prompt)
 {
     if (!prompt) return;
+    for (size_t i = 0; i < prompt->n_stops; i++) free(prompt->stops[i]);
+    free(prompt->stops);
+    for (size_t i = 0; i < prompt->n_images; i++) free(prompt->images[i]);
+    free(prompt->images);
     rc_prompt_free(&prompt->p);
     free(prompt->ids);
     free(prompt);

@@ -73,7 +73,34 @@ void rc_conversation_free(rc_conversation *c)
     for (size_t i = 0; i < c->n_tools; i++) rc_tool_clear(&c->tools[i]);
     free(c->tools);
     json_decref(c->schema);
+    for (size_t i = 0; i < c->n_stops; i++) free(c->stops[i]);
+    free(c->stops);
+    for (size_t i = 0; i < c->n_images; i++) free(c->images[i]);
+    free(c->images);
     memset(c, 0, sizeof *c);
+}
+
+static int add_string(char ***list, size_t *n, const char *s)
+{
+    char **grown = realloc(*list, (*n + 1) * sizeof *grown);
+    if (!grown) return -1;
+    *list = grown;
+    size_t len = strlen(s) + 1;
+    char *copy = malloc(len);
+    if (!copy) return -1;
+    memcpy(copy, s, len);
+    grown[(*n)++] = copy;
+    return 0;
+}
+
+int rc_add_stop(rc_conversation *c, const char *s)
+{
+    return add_string(&c->stops, &c->n_stops, s);
+}
+
+int rc_add_image(rc_conversation *c, const char *url)
+{
+    return add_string(&c->images, &c->n_images, url);
 }
 
 rc_message *rc_add_message(rc_conversation *c, rc_role role)

@@ -70,7 +70,17 @@ typedef struct rc_conversation {
     json_t *schema; /* json_schema format, owned */
     int stream;
     int max_tokens; /* 0 when absent */
+    int has_temperature, has_top_p;
+    float temperature, top_p; /* as requested (float32, as the reference stores them) */
+    char **stops;             /* stop sequences */
+    size_t n_stops;
+    char **images; /* image sources (URLs or data URLs), in placeholder order */
+    size_t n_images;
 } rc_conversation;
+
+/* Append a stop sequence / image source (copied); -1 when out of memory. */
+int rc_add_stop(rc_conversation *c, const char *s);
+int rc_add_image(rc_conversation *c, const char *url);
 
 void rc_conversation_free(rc_conversation *c);
 /* Append a message (zeroed, with role); NULL when out of memory. */

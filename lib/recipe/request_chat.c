@@ -74,6 +74,11 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
                                        path);
                     }
                     rc_buf_add(&b, "\xff", 1); /* the <｜image｜> placeholder */
+                    const char *url = json_string_value(json_object_get(inner, "url"));
+                    if (url && rc_add_image(conv, url) < 0) {
+                        free(b.s);
+                        return rc_fail(e, "out of memory");
+                    }
                 } else {
                     rc_buf_adds(&b, "[Unsupported Image]");
                 }
@@ -299,7 +304,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     if (rc_parse_thinking_and_effort(&e, root, root, "reasoning_effort", "reasoning_effort", 1,
                                      conv) < 0)
         goto done;
-    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
+    if (rc_check_temperature_top_p(&e, root, conv) < 0) goto done;
 
     /* the other sampling and length fields: types and ranges (§3.4–3.6) */
     double x = 0;
@@ -347,6 +352,10 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
         if (json_is_string(stop)) {
+            if (json_string_length(stop) && rc_add_stop(conv, json_string_value(stop)) < 0) {
+                rc_fail(&e, "out of memory");
+                goto done;
+            }
             if (json_string_length(stop) == 0) {
                 rc_fail(&e, "stop: empty string");
                 goto done;
@@ -364,6 +373,10 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
                 }
                 if (json_string_length(s) == 0) {
                     rc_fail(&e, "stop[%zu]: empty string", i);
+                    goto done;
+                }
+                if (rc_add_stop(conv, json_string_value(s)) < 0) {
+                    rc_fail(&e, "out of memory");
                     goto done;
                 }
             }

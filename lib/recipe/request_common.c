@@ -582,13 +582,15 @@ int rc_parse_thinking_and_effort(rc_err *e, json_t *root, json_t *effort_obj,
     return 0;
 }
 
-int rc_check_temperature_top_p(rc_err *e, json_t *root)
+int rc_check_temperature_top_p(rc_err *e, json_t *root, rc_conversation *conv)
 {
     double x = 0;
     int r;
     if ((r = rc_get_number(e, root, "temperature", "", &x)) < 0) return -1;
     if (r > 0 && (x < 0 || x > 2)) return rc_fail(e, "temperature: must be in [0, 2]");
+    if (r > 0) conv->has_temperature = 1, conv->temperature = (float)x;
     if ((r = rc_get_number(e, root, "top_p", "", &x)) < 0) return -1;
     if (r > 0 && (x <= 0 || x > 1)) return rc_fail(e, "top_p: must be in (0, 1]");
+    if (r > 0) conv->has_top_p = 1, conv->top_p = (float)x;
     return 0;
 }

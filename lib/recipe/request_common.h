@@ -50,8 +50,8 @@ void rc_resolve_thinking(rc_conversation *conv, int thinking_switch, int have_ef
 int rc_parse_thinking_and_effort(rc_err *e, json_t *root, json_t *effort_obj,
                                  const char *effort_key, const char *effort_path, int has_switch,
                                  rc_conversation *conv);
-/* temperature in [0, 2] and top_p in (0, 1] when present (§3.4). */
-int rc_check_temperature_top_p(rc_err *e, json_t *root);
+/* temperature in [0, 2] and top_p in (0, 1] when present (§3.4), recorded in conv. */
+int rc_check_temperature_top_p(rc_err *e, json_t *root, rc_conversation *conv);
 /* Validate a tool name (§4.1); path names the field for messages. */
 int rc_check_tool_name(rc_err *e, const char *name, const char *path);
 /* Validate a tool's parameters schema (top-level object rule, §4.1). */

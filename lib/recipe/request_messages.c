@@ -57,6 +57,22 @@ static int image_block(rc_err *e, rc_conversation *conv, json_t *block, const ch
     if (conv->model == RC_MODEL_V41_FLASH) {
         if (assistant) return rc_fail(e, "%s: images in assistant messages are not supported", p);
         rc_buf_add(b, "\xff", 1);
+        int added;
+        if (strcmp(type, "base64") == 0) {
+            const char *mt = json_string_value(json_object_get(src, "media_type"));
+            const char *data = json_string_value(json_object_get(src, "data"));
+            rc_buf u = {0};
+            rc_buf_adds(&u, "data:");
+            rc_buf_adds(&u, mt ? mt : "");
+            rc_buf_adds(&u, ";base64,");
+            rc_buf_adds(&u, data ? data : "");
+            char *data_url = rc_buf_take(&u);
+            added = data_url ? rc_add_image(conv, data_url) : -1;
+            free(data_url);
+        } else {
+            added = rc_add_image(conv, json_string_value(json_object_get(src, "url")));
+        }
+        if (added < 0) return rc_fail(e, "out of memory");
     } else {
         rc_buf_adds(b, "[Unsupported Image]");
     }
@@ -603,7 +619,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
     if (rc_parse_thinking_and_effort(&e, root, output, "effort", "output_config.effort", 1, conv) <
         0)
         goto done;
-    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
+    if (rc_check_temperature_top_p(&e, root, conv) < 0) goto done;
     unsigned long long u;
     int r;
     if ((r = rc_get_uint(&e, root, "max_tokens", "", UINT32_MAX, &u)) < 0) goto done;
@@ -623,6 +639,10 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
         }
         if (json_string_length(s) == 0) {
             rc_fail(&e, "stop_sequences[%zu]: empty string", i);
+            goto done;
+        }
+        if (rc_add_stop(conv, json_string_value(s)) < 0) {
+            rc_fail(&e, "out of memory");
             goto done;
         }
     }

@@ -284,6 +284,10 @@ static int message_content(rc_err *e, rc_conversation *conv, json_t *content, co
                         return -1;
                     }
                     rc_buf_add(&b, "\xff", 1);
+                    if (rc_add_image(conv, url) < 0) {
+                        free(b.s);
+                        return rc_fail(e, "out of memory");
+                    }
                 } else {
                     rc_buf_adds(&b, "[Unsupported Image]");
                 }
@@ -700,7 +704,7 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     if (rc_parse_thinking_and_effort(&e, root, reasoning, "effort", "reasoning.effort", 0, conv) <
         0)
         goto done;
-    if (rc_check_temperature_top_p(&e, root) < 0) goto done;
+    if (rc_check_temperature_top_p(&e, root, conv) < 0) goto done;
     unsigned long long u;
     if ((r = rc_get_uint(&e, root, "top_logprobs", "", 255, &u)) < 0) goto done;
     if (r > 0 && u > 20) {

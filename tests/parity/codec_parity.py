@@ -25,6 +25,17 @@ lib.di_prompt_text.restype = ctypes.POINTER(ctypes.c_char)
 lib.di_prompt_tokens.argtypes = [c_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)),
                                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(c_p)]
 lib.di_prompt_free.argtypes = [c_p]
+for name in ("di_prompt_thinking", "di_prompt_stream"):
+    getattr(lib, name).argtypes = [c_p]
+for name in ("di_prompt_temperature", "di_prompt_top_p"):
+    getattr(lib, name).argtypes = [c_p]
+    getattr(lib, name).restype = ctypes.c_float
+lib.di_prompt_stop_count.argtypes = [c_p]
+lib.di_prompt_stop_count.restype = ctypes.c_size_t
+lib.di_prompt_stop.argtypes = [c_p, ctypes.c_size_t]
+lib.di_prompt_stop.restype = ctypes.c_char_p
+lib.di_prompt_max_tokens.argtypes = [c_p, ctypes.c_uint32, ctypes.c_uint32,
+                                     ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(c_p)]
 lib.di_error_message.argtypes = [c_p]
 lib.di_error_message.restype = ctypes.c_char_p
 lib.di_error_free.argtypes = [c_p]
@@ -47,8 +58,37 @@ def render(codec, protocol, body):
     ids = None
     if lib.di_prompt_tokens(prompt, ctypes.byref(ids_p), ctypes.byref(n_ids), None) == 0:
         ids = [ids_p[i] for i in range(n_ids.value)]
+    facts = {"thinking_mode": bool(lib.di_prompt_thinking(prompt)),
+             "stream": bool(lib.di_prompt_stream(prompt)),
+             "temperature": lib.di_prompt_temperature(prompt),
+             "top_p": lib.di_prompt_top_p(prompt),
+             "stop_sequences": [lib.di_prompt_stop(prompt, i).decode()
+                                for i in range(lib.di_prompt_stop_count(prompt))],
+             "probes": {}}
+    for tokens in (0, 1000, 1040000, 1048575, 1048576, 1048577):
+        out = ctypes.c_uint32()
+        st = lib.di_prompt_max_tokens(prompt, tokens, 1048576, ctypes.byref(out), None)
+        facts["probes"][tokens] = out.value if st == 0 else "error"
     lib.di_prompt_free(prompt)
-    return 0, text, ids
+    return 0, text, (ids, facts)
+
+
+def facts_differ(got, want):
+    """The generation settings against the oracle's conversion facts."""
+    if not want:
+        return None
+    for key in ("thinking_mode", "stream", "stop_sequences"):
+        if got[key] != want[key]:
+            return f"{key} is {got[key]!r}, the oracle's {want[key]!r}"
+    for key in ("temperature", "top_p"):  # both float32, widened to double
+        if want[key] is not None and abs(got[key] - want[key]) > 1e-7:
+            return f"{key} is {got[key]!r}, the oracle's {want[key]!r}"
+    for tokens, value in want.get("resolve_probes", []):
+        mine = got["probes"].get(tokens)
+        theirs = "error" if isinstance(value, dict) else value
+        if mine != theirs:
+            return f"max_tokens for a {tokens}-token prompt is {mine}, the oracle's {theirs}"
+    return None
 
 
 def first_diff(a, b):
@@ -93,8 +133,10 @@ def main():
             elif text != want["prompt"]:
                 i, got, exp = first_diff(text, want["prompt"])
                 failures.append(f"{case['name']} [{enc}]: prompt differs at {i}:\n   got  {got!r}\n   want {exp!r}")
-            elif enc == "v4" and ids != want.get("ids"):
+            elif enc == "v4" and ids[0] != want.get("ids"):
                 failures.append(f"{case['name']} [{enc}]: token IDs differ")
+            elif (bad := facts_differ(ids[1], case.get("facts"))):
+                failures.append(f"{case['name']} [{enc}]: {bad}")
             else:
                 counts["valid_ok"] += 1
     for f in failures[: (len(failures) if verbose else 15)]:
