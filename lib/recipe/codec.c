@@ -287,7 +287,7 @@ DI_API di_status di_prompt_max_tokens(const di_prompt *prompt, uint32_t prompt_t
         snprintf(msg, sizeof msg,
                  "the model's context is %u tokens, but the request needs %llu (%u in the prompt, "
                  "%llu for the completion)",
-                 context_limit, (unsigned long long)(prompt_tokens + want), prompt_tokens,
+                 context_limit, (unsigned long long)prompt_tokens + want, prompt_tokens,
                  (unsigned long long)want);
         return di_error_set(err, DI_ERR_CONTEXT_LENGTH, msg);
     }
