@@ -64,8 +64,14 @@ live=$(mktemp -d)
 trap 'rm -rf "$live"' EXIT
 "$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" 2>/dev/null
 for f in "$live"/*.json; do
-  cmp -s "$f" "tests/fixtures/tokenizer/$(basename "$f")" ||
-    { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/$(basename "$f")" >&2; exit 1; }
+  name=$(basename "$f" .json)
+  cmp -s "$f" "tests/fixtures/tokenizer/$name.json" && continue
+  # Once, a live run disagreed and the next agreed: regenerate once before
+  # failing, and say so, so a real change (which fails twice) is never hidden.
+  echo "warning: the live oracle disagreed with tests/fixtures/tokenizer/$name.json; re-running it" >&2
+  "$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" "$name" 2>/dev/null
+  cmp -s "$f" "tests/fixtures/tokenizer/$name.json" ||
+    { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/$name.json" >&2; exit 1; }
 done
 "$oracle_python" tests/oracle/make_tokenizer_unit_fixtures.py --out "$live/configs.json" 2>/dev/null
 cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||

@@ -200,7 +200,7 @@ static int find_matches(const tok_regex *re, OnigRegion *region, const uint8_t *
     while (at <= end) {
         int r = onig_search(re->re, str, stop, text + at, stop, region, ONIG_OPTION_NONE);
         if (r == ONIG_MISMATCH) break;
-        if (r < 0) return -1;
+        if (r < 0) return -2; /* the regex engine gave up (e.g. its retry limit) */
         uint32_t ms = start + (uint32_t)region->beg[0], me = start + (uint32_t)region->end[0];
         if (me == ms) {
             if (ms >= end) break;
@@ -303,9 +303,12 @@ int tok_pretokenize_general(const di_tokenizer_impl *tok, const uint8_t *text, s
         next.n = 0;
         for (size_t p = 0; p < cur.n; p++) {
             seg.n = 0;
-            if (find_matches(step->regex, region, text, cur.v[p].start,
-                             cur.v[p].start + cur.v[p].len, &seg))
+            int fm = find_matches(step->regex, region, text, cur.v[p].start,
+                                  cur.v[p].start + cur.v[p].len, &seg);
+            if (fm) {
+                rc = fm;
                 goto done;
+            }
             if (apply_behavior(step->behavior, step->invert, &seg, &next)) goto done;
         }
         tok_spans t = cur;

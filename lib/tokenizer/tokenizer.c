@@ -420,7 +420,7 @@ static int encode_words(encode_state *st, const uint8_t *text, size_t len, tok_i
     int rc = st->tok->fast_path != TOK_FAST_NONE
                  ? tok_pretokenize_fast(st->tok->fast_path, text, len, &st->spans)
                  : tok_pretokenize_general(st->tok, text, len, &st->spans);
-    if (rc != 0) return -1;
+    if (rc != 0) return rc;
     for (size_t k = 0; k < st->spans.n; k++) {
         const uint8_t *w = text + st->spans.v[k].start;
         size_t wlen = st->spans.v[k].len;
@@ -521,8 +521,15 @@ di_status tok_encode(const di_tokenizer_impl *tok, const uint8_t *text, size_t l
         for (size_t q = 0; q < norm.n; q++) {
             if (norm.v[q].id >= 0) {
                 if (tok_ids_push(out, norm.v[q].id) != 0) goto oom;
-            } else if (encode_words(&st, s + norm.v[q].start, norm.v[q].len, out) != 0) {
-                goto oom;
+            } else {
+                int rc = encode_words(&st, s + norm.v[q].start, norm.v[q].len, out);
+                if (rc == -2) {
+                    status = tok_fail(err, DI_ERR_UNSUPPORTED,
+                                      "a pre-tokenizer pattern gave up on this text (the regex "
+                                      "engine's backtracking limit)");
+                    goto done;
+                }
+                if (rc != 0) goto oom;
             }
         }
     }

@@ -93,6 +93,7 @@ struct di_tokenizer {
     tok_split_step *steps;
     size_t n_steps;
     int byte_level_split;    /* ByteLevel use_regex: the GPT-2 split, the last step */
+    int byte_level_seen;     /* the ByteLevel pre-tokenizer was loaded (must be last) */
     int byte_level_prefix;   /* ByteLevel add_prefix_space */
     tok_fast_path fast_path; /* chosen at load; TOK_FAST_NONE uses the steps */
     int decoder_byte_level;  /* 1: ByteLevel decoder (tokens are byte-level) */
@@ -168,7 +169,8 @@ extern const char tok_gpt2_pattern[];
 tok_regex *tok_regex_compile(const char *pattern, size_t len, int literal, tok_error *err);
 void tok_regex_free(tok_regex *re);
 /* Split text[0, len) into pieces with the general pipeline (steps + ByteLevel
- * split). Appends spans (offsets into text) to out. Returns 0 or -1 (out of memory). */
+ * split). Appends spans (offsets into text) to out. Returns 0, -1 (out of memory)
+ * or -2 (the regex engine gave up on this text: its backtracking limit). */
 int tok_pretokenize_general(const di_tokenizer_impl *tok, const uint8_t *text, size_t len,
                             tok_spans *out);
 int tok_pretokenize_fast(tok_fast_path path, const uint8_t *text, size_t len, tok_spans *out);

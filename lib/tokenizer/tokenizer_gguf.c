@@ -39,14 +39,18 @@ typedef struct pre_recipe {
     const char *names; /* the GGUF pre names, '|'-separated */
     const char *patterns[3];
     int gpt2_split; /* then the ByteLevel GPT-2 split */
+    int nfc;        /* normalize to NFC. GGUF does not record a normalizer; Qwen2's
+                       tokenizer.json has NFC, but llama.cpp does not apply it and
+                       utf8proc's NFC (Unicode 15) differs from HF's (older tables) on
+                       rare characters, so none is set: docs/tokenizer.md */
 } pre_recipe;
 
 static const pre_recipe pre_recipes[] = {
-    {"deepseek-v3", {pat_deepseek_v3_digits, pat_deepseek_v3_cjk, pat_deepseek_v3_main}, 0},
-    {"qwen2|deepseek-r1-qwen", {pat_qwen2}, 0},
-    {"llama3|llama-bpe|smaug-bpe|dbrx", {pat_llama3}, 0},
-    {"smollm|starcoder|refact|command-r|codeshell", {pat_digit}, 1},
-    {"gpt2|gpt-2|default", {NULL}, 1},
+    {"deepseek-v3", {pat_deepseek_v3_digits, pat_deepseek_v3_cjk, pat_deepseek_v3_main}, 0, 0},
+    {"qwen2|deepseek-r1-qwen", {pat_qwen2}, 0, 0},
+    {"llama3|llama-bpe|smaug-bpe|dbrx", {pat_llama3}, 0, 0},
+    {"smollm|starcoder|refact|command-r|codeshell", {pat_digit}, 1, 0},
+    {"gpt2|gpt-2|default", {NULL}, 1, 0},
 };
 
 static int name_in(const char *list, const char *name, size_t len)
@@ -79,6 +83,7 @@ static di_status set_pre_tokenizer(di_tokenizer_impl *tok, const char *pre, size
             tok->steps[tok->n_steps++] = (tok_split_step){re, TOK_SPLIT_ISOLATED, 0};
         }
         tok->byte_level_split = rec->gpt2_split;
+        if (rec->nfc) tok->normalizer = TOK_NORM_NFC;
         tok->fast_path = tok_detect_fast_path(rec->patterns, n, rec->gpt2_split);
         return DI_OK;
     }
@@ -170,7 +175,9 @@ di_status tok_load_gguf(di_tokenizer_impl **out, const char *path, tok_error *er
             memcpy(buf, s, len); /* outside the byte-level alphabet: kept as text */
             n = (long)len;
         }
-        if (tok_set_token(tok, id, buf, (size_t)n, 0) != 0) goto oom;
+        /* an unused slot (type 5, vocabulary padding) decodes to nothing, as in
+         * llama.cpp and in the model's own tokenizer, which does not have it */
+        if (tok_set_token(tok, id, buf, type == 5 ? 0 : (size_t)n, 0) != 0) goto oom;
         if (type != 5 && di_bytes_map_put(&tok->vocab, buf, (size_t)n, id) < 0) goto oom;
     }
 

@@ -117,8 +117,15 @@ static di_status load_pre_tokenizer(di_tokenizer_impl *tok, json_t *pre, const c
         }
         return DI_OK;
     }
-    if (strcmp(type, "Split") == 0) return load_split(tok, pre, where, patterns, n_patterns, err);
+    if (strcmp(type, "Split") == 0) {
+        if (tok->byte_level_seen)
+            return tok_fail(err, DI_ERR_UNSUPPORTED,
+                            "%s: a Split after the ByteLevel pre-tokenizer is not supported",
+                            where);
+        return load_split(tok, pre, where, patterns, n_patterns, err);
+    }
     if (strcmp(type, "ByteLevel") == 0) {
+        tok->byte_level_seen = 1;
         if (bool_field(pre, "add_prefix_space", 0))
             return tok_fail(err, DI_ERR_UNSUPPORTED, "%s.add_prefix_space: true is not supported",
                             where);
@@ -132,7 +139,8 @@ static di_status load_pre_tokenizer(di_tokenizer_impl *tok, json_t *pre, const c
     }
     if (strcmp(type, "Digits") == 0) {
         int individual = bool_field(pre, "individual_digits", 0);
-        const char *p = individual ? "\\p{Nd}" : "\\p{Nd}+";
+        /* HF tests char::is_numeric: every \p{N}, not only decimal digits */
+        const char *p = individual ? "\\p{N}" : "\\p{N}+";
         if (*n_patterns < 16) patterns[(*n_patterns)++] = "";
         return add_step(tok, p, strlen(p), 0, TOK_SPLIT_ISOLATED, 0, err);
     }
@@ -246,11 +254,25 @@ static di_status load_from_json(di_tokenizer_impl **out, json_t *root, tok_error
                         "model: continuing_subword_prefix / end_of_word_suffix are not supported");
     if (bool_field(model, "byte_fallback", 0))
         return tok_fail(err, DI_ERR_UNSUPPORTED, "model.byte_fallback: true is not supported");
+    static const char *const refused[] = {"truncation", "padding"};
+    for (size_t i = 0; i < 2; i++)
+        if (json_object_get(root, refused[i]) && !json_is_null(json_object_get(root, refused[i])))
+            return tok_fail(err, DI_ERR_UNSUPPORTED, "%s: not supported (encode whole texts)",
+                            refused[i]);
+    if (json_object_get(model, "dropout") && !json_is_null(json_object_get(model, "dropout")))
+        return tok_fail(err, DI_ERR_UNSUPPORTED, "model.dropout: BPE dropout is not supported");
     json_t *decoder = json_object_get(root, "decoder");
     const char *dtype = str_field(decoder, "type");
     if (dtype && strcmp(dtype, "ByteLevel") != 0)
         return tok_fail(err, DI_ERR_UNSUPPORTED, "decoder.type: \"%s\" is not supported", dtype);
-    int byte_level = dtype != NULL;
+    const char *pre_json = NULL;
+    {
+        char *dumped = json_dumps(json_object_get(root, "pre_tokenizer"), JSON_COMPACT);
+        int bl = dumped && strstr(dumped, "\"ByteLevel\"") != NULL;
+        free(dumped);
+        pre_json = bl ? "ByteLevel" : NULL;
+    }
+    int byte_level = dtype != NULL || pre_json != NULL;
 
     /* One past the largest id, over the vocabulary and the added tokens. */
     json_int_t max_id = -1;
@@ -273,6 +295,11 @@ static di_status load_from_json(di_tokenizer_impl **out, json_t *root, tok_error
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
     if (max_id < 0) return tok_fail(err, DI_ERR_MODEL_FORMAT, "model.vocab: empty");
+    size_t n_entries = json_object_size(vocab) + json_array_size(added);
+    if ((size_t)max_id > 2 * n_entries + 65536)
+        return tok_fail(err, DI_ERR_MODEL_FORMAT,
+                        "token id %lld is far beyond the %zu tokens the file defines",
+                        (long long)max_id, n_entries);
     tok = tok_alloc((int32_t)max_id + 1);
     if (!tok) return tok_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the vocabulary");
     tok->decoder_byte_level = byte_level;
@@ -348,7 +375,11 @@ static di_status load_from_json(di_tokenizer_impl **out, json_t *root, tok_error
         t->normalized = (uint8_t)bool_field(a, "normalized", !t->special);
         /* An added token decodes to its content, as HF's id_to_token gives it;
          * when the model vocab has the same id, the added token takes it over. */
-        if (tok_set_token(tok, t->id, t->content, t->len,
+        /* HF decodes added tokens through the decoder too: a spelling made only
+         * of byte-level characters decodes to those bytes */
+        if (grow(&buf, t->len + 1)) goto oom;
+        size_t dn = token_bytes((const char *)t->content, t->len, buf, byte_level);
+        if (tok_set_token(tok, t->id, buf, dn,
                           TOK_FLAG_ADDED | (t->special ? TOK_FLAG_SPECIAL : 0)) != 0)
             goto oom;
     }
@@ -360,9 +391,13 @@ static di_status load_from_json(di_tokenizer_impl **out, json_t *root, tok_error
     st = load_pre_tokenizer(tok, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", patterns,
                             &n_patterns, err);
     if (st != DI_OK) goto fail;
-    tok->fast_path = tok->normalizer == TOK_NORM_NONE
-                         ? tok_detect_fast_path(patterns, n_patterns, tok->byte_level_split)
-                         : TOK_FAST_NONE;
+    /* The fast paths implement Isolated, non-inverted splits of exactly those
+     * patterns (a normalizer runs before them and does not matter). */
+    int plain_steps = n_patterns == tok->n_steps;
+    for (size_t i = 0; i < tok->n_steps; i++)
+        plain_steps &= tok->steps[i].behavior == TOK_SPLIT_ISOLATED && !tok->steps[i].invert;
+    tok->fast_path = plain_steps ? tok_detect_fast_path(patterns, n_patterns, tok->byte_level_split)
+                                 : TOK_FAST_NONE;
     st = load_post_processor(tok, json_object_get(root, "post_processor"), err);
     if (st != DI_OK) goto fail;
     st = tok_finish(tok, err);

@@ -31,6 +31,7 @@ CASES = [
     "<special>x</special> [MASK] word[MASK]word  [MASK]  end", "😀👍🏽 中文",
     "ab ab abab xab", "x" * 50, "it's only 42 apples, 3.14159 pies and 1,000,000 dollars.",
     "The quick brown fox jumps over the lazy dog. Don't panic;", "swordfish words word, word_x",
+    "x \u00b2 \u00bd \u216b \uff13 \U00010d40 Ġx", "a b  c\n\td",
 ]
 
 
@@ -71,10 +72,19 @@ def configs():
         AddedToken("[MASK]", special=True, lstrip=True, rstrip=True, normalized=False),
         AddedToken("word", special=False, single_word=True, normalized=False),
         AddedToken("ab", special=False, normalized=True),
+        AddedToken("Ġx", special=False, normalized=False),
     ]}
     yield "template_bos_eos", {"added": [AddedToken("<s>", special=True), AddedToken("</s>", special=True)],
                                "post": "bos_eos"}
     yield "ignore_merges", {"ignore_merges": True}
+    # The DeepSeek V3 patterns with a behaviour other than Isolated must not take the
+    # hand-written fast path, which implements Isolated only.
+    ds = [r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
+          "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+          "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"]
+    yield "deepseek_patterns_removed", {"pre": seq(
+        pre_tokenizers.Split(Regex(ds[0]), "isolated"), pre_tokenizers.Split(Regex(ds[1]), "isolated"),
+        pre_tokenizers.Split(Regex(ds[2]), "removed"), bl())}
 
 
 def build(name, cfg):

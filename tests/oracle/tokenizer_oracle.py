@@ -2,7 +2,9 @@
 
 tokenizer.json files load as they are. A GGUF file's tokenizer is turned into the
 tokenizer.json that its model's Hugging Face repository carries, as
-transformers' GGUF converters build it: the byte-level vocabulary and merges,
+transformers' GGUF converters build it: the byte-level vocabulary and merges (but
+no normalizer: the GGUF records none and llama.cpp applies none, although
+transformers adds NFC for Qwen2 — docs/tokenizer.md),
 control tokens as special added tokens, user-defined tokens as non-special
 added tokens, and the pre-tokenizer of the model family named by
 tokenizer.ggml.pre (its Split patterns, then ByteLevel without its regex; or

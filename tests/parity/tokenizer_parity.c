@@ -114,6 +114,7 @@ static void check_decode(const di_tokenizer_impl *tok, const int32_t *ids, size_
             FAIL("%s: decode differs from the oracle's (%zu bytes, oracle %zu)", what, whole.len,
                  want_len);
         want = (const char *)whole.data;
+        want_len = whole.len;
     } else if (whole.len != want_len || memcmp(whole.data, want, want_len) != 0) {
         FAIL("%s: decode differs (%zu bytes, want %zu)", what, whole.len, want_len);
     }

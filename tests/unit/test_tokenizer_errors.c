@@ -73,6 +73,10 @@ static void test_tokenizer_json_errors_name_the_field(void **state)
                       DI_ERR_MODEL_FORMAT, "merges[0]");
     expect_load_error("{" MIN_MODEL ",\"pre_tokenizer\":{\"type\":\"Whitespace\"}}",
                       DI_ERR_UNSUPPORTED, "Whitespace");
+    expect_load_error("{" MIN_MODEL ",\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":"
+                      "[{\"type\":\"ByteLevel\",\"use_regex\":false},{\"type\":\"Split\","
+                      "\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Isolated\"}]}}",
+                      DI_ERR_UNSUPPORTED, "after the ByteLevel");
     expect_load_error("{" MIN_MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":"
                       "\"(\"},\"behavior\":\"Isolated\"}}",
                       DI_ERR_MODEL_FORMAT, "does not compile");
@@ -86,6 +90,37 @@ static void test_tokenizer_json_errors_name_the_field(void **state)
                       "decoder.type");
     expect_load_error("{" MIN_MODEL ",\"added_tokens\":[{\"id\":7}]}", DI_ERR_MODEL_FORMAT,
                       "added_tokens[0].content");
+    /* settings that change what encode returns are refused, not ignored */
+    expect_load_error("{" MIN_MODEL ",\"truncation\":{\"max_length\":3}}", DI_ERR_UNSUPPORTED,
+                      "truncation");
+    expect_load_error("{" MIN_MODEL ",\"padding\":{\"length\":8}}", DI_ERR_UNSUPPORTED, "padding");
+    /* memory is sized by the largest id: a 61-byte file must not ask for gigabytes */
+    expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":1073741823},\"merges\":[]}}",
+                      DI_ERR_MODEL_FORMAT, "far beyond");
+}
+
+static void test_tokenizer_catastrophic_pattern_is_a_clear_error(void **state)
+{
+    (void)state;
+    /* (a+)+$ on aaaa…ab backtracks exponentially: Oniguruma stops at its retry limit */
+    const char *json = "{" MIN_MODEL ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":"
+                       "{\"Regex\":\"(a+)+$\"},\"behavior\":\"Isolated\"}}";
+    di_tokenizer *t = NULL;
+    assert_int_equal(di_tokenizer_load_json(json, strlen(json), &t, NULL), DI_OK);
+    char text[64];
+    memset(text, 'a', 40);
+    text[40] = 'b';
+    int32_t *ids = NULL;
+    size_t n = 0;
+    di_error *err = NULL;
+    di_status st = di_tokenizer_encode(t, text, 41, 0, &ids, &n, &err);
+    if (st != DI_OK) {
+        assert_int_equal(st, DI_ERR_UNSUPPORTED);
+        assert_non_null(strstr(di_error_message(err), "backtracking"));
+    }
+    di_error_free(err);
+    di_tokens_free(ids);
+    di_tokenizer_free(t);
 }
 
 static void test_tokenizer_load_missing_file_names_the_path(void **state)
@@ -261,6 +296,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokenizer_json_errors_name_the_field),
         cmocka_unit_test(test_tokenizer_load_missing_file_names_the_path),
+        cmocka_unit_test(test_tokenizer_catastrophic_pattern_is_a_clear_error),
         cmocka_unit_test(test_tokenizer_gguf_errors_name_the_problem),
         cmocka_unit_test(test_tokenizer_encode_rejects_invalid_utf8_with_offset),
         cmocka_unit_test(test_tokenizer_decode_rejects_ids_out_of_range),
