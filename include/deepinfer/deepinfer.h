@@ -348,6 +348,9 @@ DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, 
 /* Free a codec; NULL is a no-op. No render may be running on it. */
 DI_API void di_codec_free(di_codec *codec);
 
+/* The largest request body di_codec_render accepts, in bytes (256 MiB). */
+#define DI_CODEC_MAX_REQUEST_BYTES ((size_t)256 << 20)
+
 /* Render the request `json` (`len` bytes of UTF-8 JSON in `protocol`'s format)
  * into a new prompt in *out. The request's `model` selects the conversion rules
  * (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash, as in the reference); the codec's
@@ -362,8 +365,10 @@ DI_API void di_codec_free(di_codec *codec);
  * Errors: DI_ERR_INVALID_REQUEST for every request the reference rejects —
  * malformed JSON, nesting deeper than 127, wrong types, unknown roles, tool
  * messages without a call, empty messages, unsupported models, out-of-range
- * parameters — with a message naming the field (e.g. "messages[2].role: unknown
- * role \"wizard\""); DI_ERR_INVALID_ARGUMENT (NULL pointers, unknown protocol);
+ * parameters, bodies over DI_CODEC_MAX_REQUEST_BYTES — with a message naming the
+ * field (e.g. "messages[2].role: unknown role \"wizard\""); DI_ERR_UNSUPPORTED (a
+ * protocol other than Chat with the dsv3 or r1 template); DI_ERR_INVALID_ARGUMENT
+ * (NULL pointers, unknown protocol);
  * DI_ERR_OUT_OF_MEMORY. Thread-safe on a shared codec. */
 DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
                                  size_t len, di_prompt **out, di_error **err);

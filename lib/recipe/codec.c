@@ -160,6 +160,11 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         protocol != DI_PROTOCOL_RESPONSES)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown value");
     char msg[512];
+    if (len > DI_CODEC_MAX_REQUEST_BYTES) {
+        snprintf(msg, sizeof msg, "request: %zu bytes is more than the %u MiB a request may have",
+                 len, (unsigned)(DI_CODEC_MAX_REQUEST_BYTES >> 20));
+        return di_error_set(err, DI_ERR_INVALID_REQUEST, msg);
+    }
     json_t *root = rc_json_parse(json, len, 127, msg, sizeof msg);
     if (!root) {
         char full[600];
