@@ -389,6 +389,7 @@ DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, 
  * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the
  * template encodings and for NULL. */
 DI_API int di_prompt_thinking(const di_prompt *prompt);
+/* The request's stream flag (1/0), as di_prompt_thinking. */
 DI_API int di_prompt_stream(const di_prompt *prompt);
 
 /* The sampling temperature and top_p to use, as float32 like the reference
@@ -396,17 +397,20 @@ DI_API int di_prompt_stream(const di_prompt *prompt);
  * 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0
  * otherwise). 1.0 for NULL. */
 DI_API float di_prompt_temperature(const di_prompt *prompt);
+/* The top_p to use, under the rules given for di_prompt_temperature. */
 DI_API float di_prompt_top_p(const di_prompt *prompt);
 
 /* The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in
  * order; strings owned by the prompt. di_prompt_stop returns NULL past the end. */
 DI_API size_t di_prompt_stop_count(const di_prompt *prompt);
+/* Stop sequence i (UTF-8, owned by the prompt), or NULL when i is past the end. */
 DI_API const char *di_prompt_stop(const di_prompt *prompt, size_t i);
 
-/* The sources of the images whose <｜image｜> placeholders the prompt holds (V4.1
- * models), in placeholder order: http(s) URLs or base64 data URLs, owned by the
+/* The sources of the images whose <｜image｜> image tokens the prompt holds (V4.1
+ * models), in the order of their <｜image｜> tokens: http(s) URLs or base64 data URLs, owned by the
  * prompt. Pixel preprocessing is left to the host. NULL past the end. */
 DI_API size_t di_prompt_image_count(const di_prompt *prompt);
+/* The source of image i (owned by the prompt), or NULL when i is past the end. */
 DI_API const char *di_prompt_image_url(const di_prompt *prompt, size_t i);
 
 /* The completion budget for a prompt of `prompt_tokens` tokens in a context of

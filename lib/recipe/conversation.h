@@ -3,8 +3,8 @@
  * (request_*.c) and the prompt encodings render it (encoding_dsv4.c).
  *
  * Strings are owned, NUL-terminated UTF-8. In message contents the byte 0xFF
- * (never part of UTF-8) stands for an image placeholder, which the V4.1
- * encoding renders as the <｜image｜> special token. A conversation is built by
+ * (never part of UTF-8) stands for an image: the V4.1
+ * encoding renders it as the <｜image｜> special token. A conversation is built by
  * one thread and then read-only. */
 #ifndef DI_RECIPE_CONVERSATION_H
 #define DI_RECIPE_CONVERSATION_H
@@ -74,7 +74,7 @@ typedef struct rc_conversation {
     float temperature, top_p; /* as requested (float32, as the reference stores them) */
     char **stops;             /* stop sequences */
     size_t n_stops;
-    char **images; /* image sources (URLs or data URLs), in placeholder order */
+    char **images; /* image sources (URLs or data URLs), in the order of their <｜image｜> tokens */
     size_t n_images;
 } rc_conversation;
 

@@ -73,7 +73,7 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
                                            : "%s: file parts are not supported by this model",
                                        path);
                     }
-                    rc_buf_add(&b, "\xff", 1); /* the <｜image｜> placeholder */
+                    rc_buf_add(&b, "\xff", 1); /* where the <｜image｜> token goes */
                     const char *url = json_string_value(json_object_get(inner, "url"));
                     if (url && rc_add_image(conv, url) < 0) {
                         free(b.s);

@@ -11,7 +11,7 @@
 static const char *const image_media_types[] = {"image/jpeg", "image/jpg", "image/png", "image/gif",
                                                 "image/webp"};
 
-/* One image block → "[Unsupported Image]" (V4-Pro) or the placeholder (V4.1). */
+/* One image block → "[Unsupported Image]" (V4-Pro) or the <｜image｜> token (V4.1). */
 static int image_block(rc_err *e, rc_conversation *conv, json_t *block, const char *p,
                        int assistant, rc_buf *b)
 {
