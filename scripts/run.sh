@@ -24,7 +24,7 @@ echo "== the DeepSeek V4 prompt for $request:"
 "$deepinfer" render --protocol chat --encoding dsv4 "$request"
 echo
 ids=$("$deepinfer" render --protocol chat --encoding dsv4 --tokenizer "$tokenizer" --tokens "$request")
-echo "== its $(printf '%s' "$ids" | tr ',' '\n' | wc -l) token IDs: ${ids:0:120}..."
+echo "== its $(( $(printf '%s' "$ids" | tr -cd ',' | wc -c) + 1 )) token IDs: ${ids:0:120}..."
 echo "== the tokenizer, round trip:"
 sample='DeepSeek 的分词器 tokenizes this: <think>reasoning</think> 😀'
 echo "text:    $sample"
