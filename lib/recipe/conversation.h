@@ -98,7 +98,8 @@ void rc_buf_adds(rc_buf *b, const char *s);
 char *rc_buf_take(rc_buf *b); /* the string (NUL-terminated), or NULL when out of memory */
 
 /* pyjson (docs/recipe-spec.md §5): `", "` / `": "` separators, insertion order,
- * raw UTF-8, floats in the V4 (ryu-like) or V4.1 (Python repr) style. */
+ * raw UTF-8, floats in the V4 (ryu-like) or V4.1 (Python repr) style. A NULL v
+ * (a failed json_* allocation) marks b out of memory. */
 typedef enum rc_float_style { RC_FLOAT_V4, RC_FLOAT_V41 } rc_float_style;
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
 /* The compact form (',' and ':' separators) the reference uses inside tool-search

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "recipe/encoding.h"
+#include "recipe/request_common.h"
 
 typedef struct tstate {
     rc_prompt *out;
@@ -54,7 +55,7 @@ static di_status tool_call(tstate *t, json_t *call, size_t i)
     json_t *fn = json_object_get(call, "function");
     json_t *type = json_object_get(call, "type"), *name = json_object_get(fn, "name"),
            *args = json_object_get(fn, "arguments");
-    if (!json_is_string(type) || !json_is_string(name) || !json_is_string(args))
+    if (!rc_json_is_text(type) || !rc_json_is_text(name) || !rc_json_is_text(args))
         return fail(
             t, i, "tool_calls: each call needs string type, function.name and function.arguments");
     text(t, json_string_value(type), json_string_length(type));
@@ -88,19 +89,19 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
         if (!role || strcmp(role, "system") != 0) continue;
         json_t *c = json_object_get(m, "content");
         if (tpl == RC_TEMPLATE_V3) {
-            if (!json_is_string(c)) return fail(&t, i, "content: expected a string");
+            if (!rc_json_is_text(c)) return fail(&t, i, "content: expected a string");
             if (!first_sp) texts(&t, "\n\n");
             text(&t, json_string_value(c), json_string_length(c));
             first_sp = 0;
         } else {
             last_system = c;
             if (!c) return fail(&t, i, "content: missing");
-            if (!json_is_string(c) && !json_is_null(c))
+            if (!rc_json_is_text(c) && !json_is_null(c))
                 return fail(&t, i, "content: expected a string");
         }
     }
     if (tpl == RC_TEMPLATE_R1 && last_system)
-        texts(&t, json_is_string(last_system) ? json_string_value(last_system) : "None");
+        texts(&t, rc_json_is_text(last_system) ? json_string_value(last_system) : "None");
 
     int is_first = 0, is_tool = 0, is_output_first = 1;
     for (size_t i = 0; i < n; i++) {
@@ -112,7 +113,7 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
         int has_calls_key = calls != NULL;
         if (strcmp(role, "user") == 0) {
             is_tool = 0;
-            if (!json_is_string(content)) return fail(&t, i, "content: expected a string");
+            if (!rc_json_is_text(content)) return fail(&t, i, "content: expected a string");
             special(&t, RC_USER_TOKEN);
             text(&t, json_string_value(content), json_string_length(content));
         }
@@ -128,7 +129,7 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
                 if (!is_first) {
                     special(&t, RC_ASSISTANT_TOKEN);
                     if (tpl == RC_TEMPLATE_V3 && !json_is_null(content)) {
-                        if (!json_is_string(content))
+                        if (!rc_json_is_text(content))
                             return fail(&t, i, "content: expected a string");
                         text(&t, json_string_value(content), json_string_length(content));
                     }
@@ -151,7 +152,7 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
                 special(&t, RC_EOS);
             }
         } else if (strcmp(role, "assistant") == 0) {
-            if (!json_is_string(content)) return fail(&t, i, "content: expected a string");
+            if (!rc_json_is_text(content)) return fail(&t, i, "content: expected a string");
             const char *s = json_string_value(content);
             size_t len = json_string_length(content);
             if (is_tool) {
@@ -174,7 +175,7 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
         }
         if (strcmp(role, "tool") == 0) {
             is_tool = 1;
-            if (!json_is_string(content)) return fail(&t, i, "content: expected a string");
+            if (!rc_json_is_text(content)) return fail(&t, i, "content: expected a string");
             if (is_output_first) {
                 special(&t, RC_TOOL_OUTPUTS_BEGIN);
                 is_output_first = 0;

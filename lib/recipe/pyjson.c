@@ -107,6 +107,10 @@ static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const c
 
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
 {
+    if (!v) { /* a failed json_* allocation upstream */
+        b->oom = 1;
+        return;
+    }
     write_json(b, v, style, ", ", ": ");
 }
 

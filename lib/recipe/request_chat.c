@@ -13,7 +13,7 @@ static int chat_content(rc_err *e, rc_conversation *conv, json_t *content, const
                         int assistant, char **out, size_t *out_len)
 {
     rc_buf b = {0};
-    if (json_is_string(content)) {
+    if (rc_json_is_text(content)) {
         rc_buf_add(&b, json_string_value(content), json_string_length(content));
     } else if (json_is_array(content)) {
         for (size_t i = 0; i < json_array_size(content); i++) {
@@ -226,7 +226,7 @@ static int parse_messages(rc_err *e, json_t *messages, rc_conversation *conv)
             continue;
         }
         if (!content) return rc_fail(e, "%scontent: missing", p);
-        if (role_of[r] == RC_REMINDER && !json_is_string(content))
+        if (role_of[r] == RC_REMINDER && !rc_json_is_text(content))
             return rc_fail(e, "%scontent: expected a string", p);
         char *text = NULL;
         size_t text_len = 0;
@@ -351,7 +351,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     }
     json_t *stop = json_object_get(root, "stop");
     if (stop && !json_is_null(stop)) {
-        if (json_is_string(stop)) {
+        if (rc_json_is_text(stop)) {
             if (json_string_length(stop) && rc_add_stop(conv, json_string_value(stop)) < 0) {
                 rc_fail(&e, "out of memory");
                 goto done;
@@ -367,7 +367,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
             }
             for (size_t i = 0; i < json_array_size(stop); i++) {
                 json_t *s = json_array_get(stop, i);
-                if (!json_is_string(s)) {
+                if (!rc_json_is_text(s)) {
                     rc_fail(&e, "stop[%zu]: expected a string", i);
                     goto done;
                 }
@@ -434,7 +434,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
     choice = json_object_get(root, "tool_choice");
     const char *choice_kind = "auto", *choice_name = NULL;
     if (choice && !json_is_null(choice)) {
-        if (json_is_string(choice)) {
+        if (rc_json_is_text(choice)) {
             choice_kind = json_string_value(choice);
             if (!rc_streq(choice_kind, "auto") && !rc_streq(choice_kind, "none") &&
                 !rc_streq(choice_kind, "required")) {

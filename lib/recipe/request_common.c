@@ -51,7 +51,7 @@ int rc_get_string(rc_err *e, json_t *obj, const char *key, const char *path, con
 {
     json_t *v = field(obj, key);
     if (!v) return 0;
-    const char *s = json_string_value(v);
+    const char *s = rc_json_is_text(v) ? json_string_value(v) : NULL;
     if (!s) return wrong_type(e, path, key, "a string", v);
     *out = s;
     return 1;
@@ -103,6 +103,15 @@ int rc_get_uint(rc_err *e, json_t *obj, const char *key, const char *path, unsig
         return rc_fail(e, "%s%s: expected an integer in [0, %llu]", path, key, max);
     *out = (unsigned long long)json_integer_value(v);
     return 1;
+}
+
+char *rc_strndup(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
 }
 
 char *rc_strdup(const char *s)

@@ -36,6 +36,19 @@ int rc_get_array(rc_err *e, json_t *obj, const char *key, const char *path, json
 
 char *rc_strdup(const char *s);
 
+/** Copies n bytes of s (which may hold U+0000) and appends a NUL; malloc'd,
+ *  caller frees; NULL when out of memory. */
+char *rc_strndup(const char *s, size_t n);
+
+/** True when v is a JSON string that came from the request as a string: the
+ *  parser keeps integers beyond 64 bits as 0xFF-marked strings (see
+ *  rc_json_is_bignum), and those must be rejected wherever a string is
+ *  required, as deepseek-recipe's serde models do. */
+static inline int rc_json_is_text(const json_t *v)
+{
+    return json_is_string(v) && !rc_json_is_bignum(v);
+}
+
 /* Model name → model (§3.1). */
 int rc_parse_model(rc_err *e, json_t *root, rc_conversation *conv);
 /* Effort string (§3.3): 0 and *out on success, -1 with an error otherwise.

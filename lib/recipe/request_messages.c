@@ -84,7 +84,7 @@ static int image_block(rc_err *e, rc_conversation *conv, json_t *block, const ch
 static int text_blocks(rc_err *e, rc_conversation *conv, json_t *blocks, const char *path,
                        int in_tool_result, rc_buf *b, json_t *refs)
 {
-    if (json_is_string(blocks)) {
+    if (rc_json_is_text(blocks)) {
         rc_buf_add(b, json_string_value(blocks), json_string_length(blocks));
         return 0;
     }
@@ -206,7 +206,7 @@ static int user_message(rc_err *e, rc_conversation *conv, json_t *content, const
     json_t *refs = json_array();
     int rc = -1, seen_other = 0, any_other = 0;
     (void)any_other;
-    if (json_is_string(content)) {
+    if (rc_json_is_text(content)) {
         rc_message *m = rc_add_message(conv, RC_USER);
         if (!m) goto oom;
         rc_buf_add(&b, json_string_value(content), json_string_length(content));
@@ -316,7 +316,7 @@ static int assistant_message(rc_err *e, rc_conversation *conv, json_t *content, 
     rc_message *m = rc_add_message(conv, RC_ASSISTANT);
     if (!m) return rc_fail(e, "out of memory");
     int rc = -1, n_text = 0, n_think = 0, seen_tool = 0;
-    if (json_is_string(content)) {
+    if (rc_json_is_text(content)) {
         rc_buf_add(&text, json_string_value(content), json_string_length(content));
     } else {
         m->calls = calloc(json_array_size(content) + 1, sizeof *m->calls);
@@ -432,7 +432,7 @@ static int system_role_message(rc_err *e, rc_conversation *conv, json_t *content
 {
     rc_buf b = {0};
     json_t *added = json_array();
-    if (json_is_string(content)) {
+    if (rc_json_is_text(content)) {
         rc_buf_add(&b, json_string_value(content), json_string_length(content));
     } else {
         int n = 0;
@@ -551,7 +551,7 @@ static int check_pairing(rc_err *e, json_t *messages)
                     json_t *u = json_array_get(prev, j);
                     const char *ut = json_string_value(json_object_get(u, "type"));
                     if (ut && rc_streq(ut, "tool_use") &&
-                        json_is_string(json_object_get(u, "id")) &&
+                        rc_json_is_text(json_object_get(u, "id")) &&
                         rc_streq(json_string_value(json_object_get(u, "id")), id))
                         found = 1;
                 }
@@ -633,7 +633,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
     if (rc_get_array(&e, root, "stop_sequences", "", &stops) < 0) goto done;
     for (size_t i = 0; i < json_array_size(stops); i++) {
         json_t *s = json_array_get(stops, i);
-        if (!json_is_string(s)) {
+        if (!rc_json_is_text(s)) {
             rc_fail(&e, "stop_sequences[%zu]: expected a string", i);
             goto done;
         }
@@ -649,7 +649,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
     json_t *system = json_object_get(root, "system");
     if (system && !json_is_null(system)) {
         rc_buf b = {0};
-        if (json_is_string(system)) {
+        if (rc_json_is_text(system)) {
             rc_buf_add(&b, json_string_value(system), json_string_length(system));
         } else if (json_is_array(system)) {
             int n = 0;
@@ -738,7 +738,7 @@ di_status rc_convert_messages(json_t *root, rc_conversation *conv, char *msg, si
             goto done;
         }
         content = json_object_get(m, "content");
-        if (!json_is_string(content) && !json_is_array(content)) {
+        if (!rc_json_is_text(content) && !json_is_array(content)) {
             rc_fail(&e, "%scontent: expected a string or an array of blocks", p);
             goto done;
         }

@@ -237,7 +237,7 @@ static int message_content(rc_err *e, rc_conversation *conv, json_t *content, co
                            int assistant, char **out, size_t *out_len)
 {
     rc_buf b = {0};
-    if (json_is_string(content)) {
+    if (rc_json_is_text(content)) {
         rc_buf_add(&b, json_string_value(content), json_string_length(content));
     } else if (json_is_array(content)) {
         for (size_t i = 0; i < json_array_size(content); i++) {
@@ -594,7 +594,7 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
                 args = rc_strdup(s);
             } else {
                 json_t *in = json_object_get(item, "input");
-                if (!json_is_string(in)) return rc_fail(e, "%sinput: expected a string", p);
+                if (!rc_json_is_text(in)) return rc_fail(e, "%sinput: expected a string", p);
                 json_t *wrap = json_object();
                 json_object_set(wrap, "input", in);
                 rc_buf b = {0};
@@ -628,8 +628,8 @@ static int parse_input(rc_err *e, json_t *input, rc_conversation *conv)
                 found_tools = json_object_get(item, "tools");
                 if (!json_is_array(found_tools)) return rc_fail(e, "%stools: expected an array", p);
                 if (tool_search_result(e, found_tools, &text, &len) < 0) return -1;
-            } else if (json_is_string(out)) {
-                text = rc_strdup(json_string_value(out));
+            } else if (rc_json_is_text(out)) {
+                text = rc_strndup(json_string_value(out), json_string_length(out));
                 len = json_string_length(out);
             } else if (json_is_array(out)) {
                 if (message_content(e, conv, out, p, 0, &text, &len) < 0) return -1;
@@ -695,7 +695,7 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     int any_strict = 0, r;
     if (rc_parse_model(&e, root, conv) < 0) goto done;
     if (json_is_null(input)) input = NULL;
-    if (input && !json_is_string(input) && !json_is_array(input)) {
+    if (input && !rc_json_is_text(input) && !json_is_array(input)) {
         rc_fail(&e, "input: expected a string or an array of input items");
         goto done;
     }
@@ -757,7 +757,7 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
     choice = json_object_get(root, "tool_choice");
     const char *kind = "auto", *name = NULL;
     if (choice && !json_is_null(choice)) {
-        if (json_is_string(choice)) {
+        if (rc_json_is_text(choice)) {
             kind = json_string_value(choice);
             if (!rc_streq(kind, "auto") && !rc_streq(kind, "none") && !rc_streq(kind, "required")) {
                 rc_fail(&e, "tool_choice: unknown value \"%.40s\"", kind);
@@ -801,9 +801,9 @@ di_status rc_convert_responses(json_t *root, rc_conversation *conv, char *msg, s
         }
         m->content_len = strlen(instructions);
     }
-    if (json_is_string(input)) {
+    if (rc_json_is_text(input)) {
         rc_message *m = rc_add_message(conv, RC_USER);
-        if (!m || !(m->content = rc_strdup(json_string_value(input)))) {
+        if (!m || !(m->content = rc_strndup(json_string_value(input), json_string_length(input)))) {
             rc_fail(&e, "out of memory");
             goto done;
         }

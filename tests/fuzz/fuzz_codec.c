@@ -11,28 +11,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    for (int enc = DI_ENCODING_DSV4; enc <= DI_ENCODING_DSV41; enc++) {
-        di_codec *codec = NULL;
-        if (di_codec_create(NULL, (di_encoding)enc, &codec, NULL) != DI_OK) abort();
-        di_prompt *prompt = NULL;
-        di_error *err = NULL;
-        di_status st =
-            di_codec_render(codec, DI_PROTOCOL_CHAT, (const char *)data, size, &prompt, &err);
-        if (st == DI_OK) {
-            size_t n;
-            const char *text = di_prompt_text(prompt, &n);
-            if (!text || n < 3 ||
-                strncmp(text,
-                        "<\xef\xbd\x9c"
-                        "begin",
-                        8) != 0)
+    /* Every protocol sees every input: the Messages and Responses parsers have
+     * their own string handling (a U+0000 over-read was found in Responses). */
+    for (int proto = DI_PROTOCOL_CHAT; proto <= DI_PROTOCOL_RESPONSES; proto++)
+        for (int enc = DI_ENCODING_DSV4; enc <= DI_ENCODING_DSV41; enc++) {
+            di_codec *codec = NULL;
+            if (di_codec_create(NULL, (di_encoding)enc, &codec, NULL) != DI_OK) abort();
+            di_prompt *prompt = NULL;
+            di_error *err = NULL;
+            di_status st =
+                di_codec_render(codec, (di_protocol)proto, (const char *)data, size, &prompt, &err);
+            if (st == DI_OK) {
+                size_t n;
+                const char *text = di_prompt_text(prompt, &n);
+                if (!text || n < 3 ||
+                    strncmp(text,
+                            "<\xef\xbd\x9c"
+                            "begin",
+                            8) != 0)
+                    abort();
+            } else if (!err || !di_error_message(err)[0]) {
                 abort();
-        } else if (!err || !di_error_message(err)[0]) {
-            abort();
+            }
+            di_error_free(err);
+            di_prompt_free(prompt);
+            di_codec_free(codec);
         }
-        di_error_free(err);
-        di_prompt_free(prompt);
-        di_codec_free(codec);
-    }
     return 0;
 }
