@@ -112,6 +112,15 @@ json_t *rc_json_parse(const char *s, size_t n, int max_depth, char *msg, size_t 
 /* A u64 above INT64_MAX, kept as a marked string by rc_json_parse. */
 int rc_json_is_bignum(const json_t *v);
 
+/** True when v is a JSON string that came from the request as a string: the
+ *  parser keeps integers beyond 64 bits as 0xFF-marked strings (see
+ *  rc_json_is_bignum), and those must be rejected wherever a string is
+ *  required, as deepseek-recipe's serde models do. */
+static inline int rc_json_is_text(const json_t *v)
+{
+    return json_is_string(v) && !rc_json_is_bignum(v);
+}
+
 /* Convert a Chat Completions request into *conv. On failure returns
  * DI_ERR_INVALID_REQUEST (or DI_ERR_OUT_OF_MEMORY) with a message naming the field
  * in msg. */

@@ -286,7 +286,7 @@ static void dsml_calls(renderer *r, const rc_message *m)
                 params++;
                 dsml_tag(r, "<", "{P} name=\"");
                 texts(r, key);
-                int is_text = json_is_string(value) && !rc_json_is_bignum(value);
+                int is_text = rc_json_is_text(value);
                 texts(r, is_text ? "\" string=\"true\">" : "\" string=\"false\">");
                 if (is_text) {
                     text(r, json_string_value(value), json_string_length(value));

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "recipe/encoding.h"
-#include "recipe/request_common.h"
 
 typedef struct tstate {
     rc_prompt *out;

@@ -40,15 +40,6 @@ char *rc_strdup(const char *s);
  *  caller frees; NULL when out of memory. */
 char *rc_strndup(const char *s, size_t n);
 
-/** True when v is a JSON string that came from the request as a string: the
- *  parser keeps integers beyond 64 bits as 0xFF-marked strings (see
- *  rc_json_is_bignum), and those must be rejected wherever a string is
- *  required, as deepseek-recipe's serde models do. */
-static inline int rc_json_is_text(const json_t *v)
-{
-    return json_is_string(v) && !rc_json_is_bignum(v);
-}
-
 /* Model name → model (§3.1). */
 int rc_parse_model(rc_err *e, json_t *root, rc_conversation *conv);
 /* Effort string (§3.3): 0 and *out on success, -1 with an error otherwise.
