@@ -1,0 +1,113 @@
+/* Model weights and configuration, whatever file they came from.
+ *
+ * A model is opened from a GGUF file or a Hugging Face directory (config.json and
+ * one or more *.safetensors files, sharded through model.safetensors.index.json).
+ * Either way the forward pass sees the same thing: a model_config and tensors
+ * named as GGUF names them (llama.cpp's tensor names: "token_embd.weight",
+ * "blk.0.attn_q.weight", "output_norm.weight", …), with ggml's dimension order
+ * (ne[0] is the fastest-varying dimension: a linear layer's weight is
+ * ne = {in_features, out_features}), data used in place from the memory map.
+ *
+ * Loading is where untrusted bytes enter: every header, name, dtype, shape and
+ * offset is validated before a tensor is handed out, and a tensor the
+ * architecture needs but the file lacks, or has with the wrong shape, is an
+ * error naming it.
+ *
+ * A model_weights is immutable after model_weights_open: reads are thread-safe. */
+#ifndef DI_MODEL_WEIGHTS_H
+#define DI_MODEL_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+
+/* Storage types of weights. Values are ours (not ggml's numbering). Block
+ * layouts of the quantized ones are ggml's (docs/gguf.md, ggml-common.h). */
+typedef enum model_dtype {
+    MODEL_DTYPE_F32 = 0,
+    MODEL_DTYPE_F16 = 1,
+    MODEL_DTYPE_BF16 = 2,
+    MODEL_DTYPE_Q8_0 = 3, /* 32 elements: f16 scale + 32 int8 */
+    MODEL_DTYPE_Q4_0 = 4, /* 32 elements: f16 scale + 16 bytes of nibbles */
+    MODEL_DTYPE_Q4_1 = 5, /* 32 elements: f16 scale, f16 min + 16 bytes of nibbles */
+    MODEL_DTYPE_Q4_K = 6, /* 256 elements, 144 bytes */
+    MODEL_DTYPE_Q5_K = 7, /* 256 elements, 176 bytes */
+    MODEL_DTYPE_Q6_K = 8, /* 256 elements, 210 bytes */
+    MODEL_DTYPE_FP8_E4M3 = 9, /* one byte each; block scales in model_tensor.scale */
+} model_dtype;
+
+typedef struct model_tensor {
+    const char *name; /* NUL-terminated, GGUF naming; owned by the model_weights */
+    model_dtype dtype;
+    uint32_t n_dims;
+    int64_t ne[4];    /* elements per dimension, ne[0] fastest; unused dims are 1 */
+    const void *data; /* in the memory map (or an owned copy where a conversion was needed) */
+    size_t n_bytes;
+    /* FP8_E4M3 only: the f32 inverse scales ("weight_scale_inv"), one per
+     * 128x128 block: ne = {ceil(ne[0]/128), ceil(ne[1]/128)}. NULL otherwise. */
+    const struct model_tensor *scale;
+} model_tensor;
+
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2 = 1,
+    MODEL_ARCH_DEEPSEEK_V3 = 2,
+} model_arch;
+
+/* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —
+ * llama.cpp's LLAMA_ROPE_TYPE_NORM, used by Llama GGUFs, whose Q/K weights the
+ * converter permuted; NEOX rotates (x[i], x[i + d/2]) — transformers'
+ * rotate_half, used by Qwen2 everywhere and by Llama safetensors. */
+typedef enum model_rope_style { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 1 } model_rope_style;
+
+typedef enum model_rope_scaling {
+    MODEL_ROPE_SCALING_NONE = 0,
+    MODEL_ROPE_SCALING_LINEAR = 1,
+    MODEL_ROPE_SCALING_YARN = 2,
+    MODEL_ROPE_SCALING_LLAMA3 = 3,
+} model_rope_scaling;
+
+typedef struct model_config {
+    model_arch arch;
+    uint32_t n_vocab;
+    uint32_t n_embd;      /* hidden size */
+    uint32_t n_layer;
+    uint32_t n_head;      /* query heads */
+    uint32_t n_head_kv;   /* key/value heads (GQA) */
+    uint32_t head_dim;    /* usually n_embd / n_head */
+    uint32_t n_ff;        /* MLP intermediate size */
+    uint32_t n_ctx_train; /* max_position_embeddings / context_length */
+    float rms_norm_eps;
+    float rope_theta; /* rope base frequency */
+    model_rope_style rope_style;
+    model_rope_scaling rope_scaling;
+    float rope_factor;          /* scaling factor (1 when none) */
+    uint32_t rope_orig_ctx;     /* original_max_position_embeddings (YaRN, llama3) */
+    float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    float llama3_low_freq_factor, llama3_high_freq_factor;
+    int attn_qkv_bias;   /* 1: q/k/v projections have biases (Qwen2) */
+    int tie_embeddings;  /* 1: no output.weight; the LM head is token_embd.weight */
+    int32_t bos_token_id, eos_token_id; /* -1 when unknown */
+} model_config;
+
+typedef struct model_weights model_weights;
+
+/* Open `path`: a .gguf file, or a directory holding config.json and safetensors.
+ * Errors: DI_ERR_IO (cannot open/map), DI_ERR_MODEL_FORMAT (corrupt, truncated,
+ * inconsistent: the message names the file, tensor or field, and the byte offset
+ * where one applies), DI_ERR_UNSUPPORTED (an architecture or dtype deepinfer does
+  * not run), DI_ERR_OUT_OF_MEMORY; *err gets a di_error (lib/api/error.h) when err
+ * is not NULL. */
+di_status model_weights_open(const char *path, model_weights **out, di_error **err);
+void model_weights_close(model_weights *w);
+
+const model_config *model_weights_config(const model_weights *w);
+/* The tensor named `name` (GGUF naming), or NULL. */
+const model_tensor *model_weights_get(const model_weights *w, const char *name);
+/* As model_weights_get, but a missing tensor or one whose shape differs from
+ * ne[0..n_dims) is DI_ERR_MODEL_FORMAT with a message naming it. */
+di_status model_weights_require(const model_weights *w, const char *name, uint32_t n_dims,
+                                const int64_t *ne, const model_tensor **out, di_error **err);
+
+#endif
