@@ -97,7 +97,7 @@ typedef struct model_weights model_weights;
  * Errors: DI_ERR_IO (cannot open/map), DI_ERR_MODEL_FORMAT (corrupt, truncated,
  * inconsistent: the message names the file, tensor or field, and the byte offset
  * where one applies), DI_ERR_UNSUPPORTED (an architecture or dtype deepinfer does
-  * not run), DI_ERR_OUT_OF_MEMORY; *err gets a di_error (lib/api/error.h) when err
+ * not run), DI_ERR_OUT_OF_MEMORY; *err gets a di_error (lib/api/error.h) when err
  * is not NULL. */
 di_status model_weights_open(const char *path, model_weights **out, di_error **err);
 void model_weights_close(model_weights *w);
