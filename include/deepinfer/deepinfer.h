@@ -425,6 +425,168 @@ DI_API di_status di_prompt_max_tokens(const di_prompt *prompt, uint32_t prompt_t
 /* Free a prompt; NULL is a no-op. */
 DI_API void di_prompt_free(di_prompt *prompt);
 
+/* ------------------------------------------------------------------------- */
+/* The codec, output side: generated text → reasoning, answer, tool calls and  */
+/* protocol chunks                                                            */
+/* ------------------------------------------------------------------------- */
+
+/* A response stream turns what a model generates for one rendered prompt into
+ * what the request's protocol sends back, exactly as deepseek-recipe 0.2.0's
+ * `StreamProcessor` does with the protocol's chunk generator
+ * (ChatCompletionRequest / MessagesRequest / ResponsesRequest.chunk_generator):
+ * the text is split into reasoning, answer and DeepSeek DSML tool calls, stop
+ * sequences end it, and every push yields
+ *   - parsed events (di_stream_event_*): reasoning and answer deltas, tool calls
+ *     beginning, their argument JSON growing, and complete; and
+ *   - protocol chunks (di_stream_chunk_*): Chat Completions chunks, Messages
+ *     events or Responses events, as JSON and as the SSE message to send;
+ * and after di_stream_finish the complete (non-streaming) response JSON.
+ * docs/stream.md describes the behaviour, with the reference's quirks.
+ *
+ * A host with its own inference backend uses it as deepseek-recipe is used:
+ * render the request (di_codec_render), generate from the prompt's tokens, push
+ * each backend output here. One stream is used by one thread at a time; streams
+ * are independent of one another and of the prompt after creation. */
+typedef struct di_stream di_stream;
+
+/* Why the backend stopped generating (deepseek-recipe's InferenceFinishReason).
+ * The protocol's finish reason is derived from it and from the output: a stop
+ * with tool calls reports tool calls, as the reference does. */
+typedef enum di_finish {
+    DI_FINISH_STOP = 1,          /* end of sequence or a stop sequence */
+    DI_FINISH_LENGTH = 2,        /* the max_tokens budget ran out */
+    DI_FINISH_CONTENT_FILTER = 3 /* the backend filtered the output */
+} di_finish;
+
+/* Settings of a stream, read by di_stream_create (the struct_size convention
+ * above: di_stream_options_init sets the defaults). */
+typedef struct di_stream_options {
+    size_t struct_size;
+    /* The response id reported in every chunk ("chatcmpl-…", "msg_…",
+     * "resp_…"); copied. NULL (default): a random id in the protocol's style. */
+    const char *response_id;
+    /* The model name reported; copied. NULL (default): the request's `model`. */
+    const char *model;
+    /* Unix time in seconds reported as `created` / `created_at` / `completed_at`.
+     * 0 (default): the clock, read at creation (created) and at the end
+     * (completed_at). */
+    int64_t created;
+    /* Seeds the random suffixes of tool-call ids ("call_00_" + 24 characters,
+     * as the reference draws them) so tests are repeatable. 0 (default): seeded
+     * from the operating system. */
+    uint64_t seed;
+    /* Messages only: the signature sent at the end of each thinking block; copied.
+     * NULL (default): the response id, as MessagesChunkGenerator.with_signature's
+     * default. */
+    const char *signature;
+} di_stream_options;
+
+/* Set every field of *opts to its default (and struct_size). NULL is a no-op. */
+DI_API void di_stream_options_init(di_stream_options *opts);
+
+/* Create the response stream of `prompt` (which must come from a DSV4 or DSV41
+ * codec: the parsing follows the request — thinking mode, tool choice, response
+ * format, stop sequences, continuation of a prefix message — and the writer
+ * follows its protocol). `tok` may be NULL; without it di_stream_push_tokens
+ * fails. The prompt may be freed after this call; `tok` must outlive the stream.
+ * `opts` may be NULL for the defaults.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL prompt/out, bad opts),
+ * DI_ERR_UNSUPPORTED (a prompt of the dsv3 or r1 template encodings),
+ * DI_ERR_OUT_OF_MEMORY. Thread-safe. */
+DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *tok,
+                                  const di_stream_options *opts, di_stream **out, di_error **err);
+
+/* The backend is ready: the prompt's usage (tokens in the prompt, and how many
+ * of them came from a prefix cache, reported as prompt_cache_hit_tokens /
+ * cached_tokens / cache_read_input_tokens as each protocol names them) and an
+ * optional system_fingerprint (Chat; may be NULL). Produces the opening chunks
+ * (Chat's role delta, Messages' message_start, Responses' response.created …).
+ * Calling it is optional: a first push or finish without it reports zero prompt
+ * tokens, as the reference does. Errors: DI_ERR_INVALID_STATE (after the stream
+ * finished, or a second time), DI_ERR_INVALID_ARGUMENT (hit > prompt tokens). */
+DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
+                                 uint32_t prompt_cache_hit_tokens, const char *system_fingerprint,
+                                 di_error **err);
+
+/* Push one backend output: `len` bytes of generated UTF-8 text, accounting for
+ * `n_tokens` completion tokens (used for usage). Text that may still become a
+ * marker or a stop sequence is held back until it is decided, and never forever:
+ * di_stream_finish releases it. Errors: DI_ERR_INVALID_UTF8 (the message gives
+ * the byte offset; the stream is unchanged), DI_ERR_INVALID_STATE (after finish),
+ * DI_ERR_OUT_OF_MEMORY. After an error other than INVALID_UTF8 or
+ * INVALID_ARGUMENT the stream is finished. */
+DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
+                                     di_error **err);
+
+/* Push one backend output as token IDs: decoded with the stream's tokenizer
+ * incrementally (bytes of a character split across pushes are held, never
+ * turned into U+FFFD), each ID one completion token. Errors: as
+ * di_stream_push_text, plus DI_ERR_INVALID_STATE (no tokenizer) and
+ * DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary; the stream is
+ * unchanged). */
+DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
+                                       di_error **err);
+
+/* The backend finished for `reason`: held text is released, open blocks are
+ * closed, the final chunks (finish_reason and usage) are produced, and the
+ * complete response becomes available. A second call produces nothing and
+ * returns DI_OK, as the reference's finish() does. Errors: DI_ERR_INVALID_ARGUMENT
+ * (unknown reason). */
+DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err);
+
+/* 1 once the stream has finished (di_stream_finish, or a stop sequence matched —
+ * then further pushes are accepted and ignored, as the reference ignores output
+ * after a stop), 0 otherwise. */
+DI_API int di_stream_finished(const di_stream *s);
+
+/* Kinds of parsed events. */
+typedef enum di_stream_event_kind {
+    DI_STREAM_REASONING = 1,           /* text: a reasoning_content delta */
+    DI_STREAM_TEXT = 2,                /* text: an answer (content) delta */
+    DI_STREAM_TOOL_CALL_BEGIN = 3,     /* a tool call starts: index, id, name */
+    DI_STREAM_TOOL_CALL_ARGUMENTS = 4, /* text: a piece of the call's arguments JSON */
+    DI_STREAM_TOOL_CALL_END = 5,       /* the call is complete: index, id, name, arguments */
+    DI_STREAM_FINISH = 6               /* the end: finish_reason (the protocol's word) */
+} di_stream_event_kind;
+
+/* The parsed events produced by the last ready/push/finish call, in order; they
+ * live until the next call on the stream or di_stream_free. */
+DI_API size_t di_stream_event_count(const di_stream *s);
+/* Kind of event i; 0 when i is out of range. */
+DI_API di_stream_event_kind di_stream_event_kind_at(const di_stream *s, size_t i);
+/* The event's text (REASONING, TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_END:
+ * the whole arguments JSON; FINISH: the protocol's finish reason, e.g. "stop",
+ * "tool_calls", "end_turn"), *len bytes, NUL-terminated; "" for others. */
+DI_API const char *di_stream_event_text(const di_stream *s, size_t i, size_t *len);
+/* Tool-call events: the call's 0-based index in the response, its id and its
+ * function name (strings owned by the stream); -1 / NULL for other events. */
+DI_API int di_stream_event_call_index(const di_stream *s, size_t i);
+DI_API const char *di_stream_event_call_id(const di_stream *s, size_t i);
+DI_API const char *di_stream_event_call_name(const di_stream *s, size_t i);
+
+/* The protocol chunks produced by the last ready/push/finish call, in order;
+ * they live until the next call on the stream or di_stream_free. Chunk i as
+ * compact JSON (the chunk's `data`), its SSE event name (Messages and Responses
+ * name every event; Chat's are unnamed: NULL), and the whole SSE message to write
+ * ("event: NAME\n" when named, "data: JSON\n\n"). After the final chunk of a Chat
+ * stream, one more chunk has JSON NULL and SSE "data: [DONE]\n\n". */
+DI_API size_t di_stream_chunk_count(const di_stream *s);
+DI_API const char *di_stream_chunk_json(const di_stream *s, size_t i, size_t *len);
+DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i);
+DI_API const char *di_stream_chunk_sse(const di_stream *s, size_t i, size_t *len);
+
+/* The complete response JSON (what a non-streaming request returns: the chunks
+ * accumulated as ChatCompletionResponse / MessagesResponse / ResponsesResponse
+ * do), owned by the stream, once it has finished; NULL before. */
+DI_API const char *di_stream_response_json(const di_stream *s, size_t *len);
+
+/* Usage so far: completion tokens, of which reasoning tokens. Either out may be NULL. */
+DI_API void di_stream_usage(const di_stream *s, uint32_t *completion_tokens,
+                            uint32_t *reasoning_tokens);
+
+/* Free a stream; NULL is a no-op. */
+DI_API void di_stream_free(di_stream *s);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -6,6 +6,7 @@
 
 #include "api/error.h"
 #include "recipe/encoding.h"
+#include "recipe/stream.h"
 #include "tokenizer/tokenizer.h"
 
 struct di_codec {
@@ -27,6 +28,8 @@ struct di_prompt {
     size_t n_ids;
     di_status tokens_status;
     char tokens_message[600];
+    rc_reply reply; /* what the output side needs (protocol requests only) */
+    int has_reply;
 };
 
 DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, di_codec **out,
@@ -200,21 +203,29 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
                    : protocol == DI_PROTOCOL_MESSAGES
                        ? rc_convert_messages(root, &conv, msg, sizeof msg)
                        : rc_convert_responses(root, &conv, msg, sizeof msg);
-    json_decref(root);
     if (st != DI_OK) {
+        json_decref(root);
         rc_conversation_free(&conv);
         return di_error_set(err, st, msg[0] ? msg : "out of memory");
     }
     di_prompt *p = calloc(1, sizeof *p);
     if (!p) {
+        json_decref(root);
         rc_conversation_free(&conv);
         return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     }
     st = rc_render(&conv, codec->enc, &p->p);
+    if (st == DI_OK) {
+        if (rc_reply_from(&p->reply, protocol, &conv, root) != 0)
+            st = DI_ERR_OUT_OF_MEMORY;
+        else
+            p->has_reply = 1;
+    }
     take_facts(p, &conv);
     rc_conversation_free(&conv);
+    json_decref(root);
     if (st != DI_OK) {
-        free(p);
+        di_prompt_free(p);
         return di_error_set(err, st, "out of memory rendering the prompt");
     }
     finish_prompt(codec, p);
@@ -314,6 +325,12 @@ DI_API void di_prompt_free(di_prompt *prompt)
     for (size_t i = 0; i < prompt->n_images; i++) free(prompt->images[i]);
     free(prompt->images);
     rc_prompt_free(&prompt->p);
+    rc_reply_free(&prompt->reply);
     free(prompt->ids);
     free(prompt);
+}
+
+const rc_reply *rc_prompt_reply(const di_prompt *p)
+{
+    return p && p->has_reply ? &p->reply : NULL;
 }

@@ -106,6 +106,10 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
  * results and arguments (docs/recipe-spec.md §8.6). */
 void rc_compact_json(rc_buf *b, const json_t *v);
 
+/* A float32 as serde_json writes it (ryu's shortest round-trip digits: 0.7, 2.0,
+ * 1e-7). */
+void rc_json_f32(rc_buf *b, float x);
+
 /* Parse JSON with serde_json's semantics (json_parse.c): NULL with a message on
  * error. max_depth counts nested arrays and objects, the root being 1. */
 json_t *rc_json_parse(const char *s, size_t n, int max_depth, char *msg, size_t msg_size);

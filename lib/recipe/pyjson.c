@@ -105,6 +105,53 @@ static void add_float(rc_buf *b, double x, rc_float_style style)
 static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const char *comma,
                        const char *colon);
 
+void rc_json_f32(rc_buf *b, float x)
+{
+    if (!isfinite(x)) {
+        rc_buf_adds(b, "null");
+        return;
+    }
+    if (x == 0) {
+        rc_buf_adds(b, signbit(x) ? "-0.0" : "0.0");
+        return;
+    }
+    /* the shortest digits that read back as the same float32 */
+    char sci[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, (double)x);
+        if (strtof(sci, NULL) == x) break;
+    }
+    char digits[16], out[64];
+    int n = 0, o = 0;
+    const char *q = sci;
+    if (*q == '-') out[o++] = *q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') digits[n++] = *q;
+    while (n > 1 && digits[n - 1] == '0') n--;
+    int k = (int)strtol(q + 1, NULL, 10) + 1; /* x = 0.d1..dn * 10^k */
+    if (k > 0 && k <= 16) {
+        for (int i = 0; i < k; i++) out[o++] = i < n ? digits[i] : '0';
+        out[o++] = '.';
+        if (n > k)
+            for (int i = k; i < n; i++) out[o++] = digits[i];
+        else
+            out[o++] = '0';
+    } else if (k <= 0 && k > -5) {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int i = 0; i < -k; i++) out[o++] = '0';
+        for (int i = 0; i < n; i++) out[o++] = digits[i];
+    } else {
+        out[o++] = digits[0];
+        if (n > 1) {
+            out[o++] = '.';
+            for (int i = 1; i < n; i++) out[o++] = digits[i];
+        }
+        o += snprintf(out + o, sizeof out - (size_t)o, "e%d", k - 1);
+    }
+    rc_buf_add(b, out, (size_t)o);
+}
+
 void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style)
 {
     if (!v) { /* a failed json_* allocation upstream */

@@ -1,0 +1,400 @@
+/* di_stream_*: the public face of the output side (deepinfer.h). A stream owns a
+ * parser, a writer, and the events and chunks of its last call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/error.h"
+#include "api/struct_size.h"
+#include "recipe/stream.h"
+#include "recipe/writer.h"
+#include "util/utf8.h"
+
+typedef struct stream_event {
+    di_stream_event_kind kind;
+    int call;
+    char *text;
+    size_t len;
+} stream_event;
+
+struct di_stream {
+    rc_reply reply;
+    rc_parser *parser;
+    rc_writer w;
+    const di_tokenizer *tok;
+    di_detokenizer *detok;
+    rc_pieces pieces;
+    rc_chunks chunks;
+    stream_event *events;
+    size_t n_events, cap_events;
+    int ready, finished;
+};
+
+/* The first release's di_stream_options ends at `signature`. */
+_Static_assert(sizeof(di_stream_options) == DI_STRUCT_SIZE_UNTIL(di_stream_options, signature),
+               "di_stream_options has trailing padding");
+
+DI_API void di_stream_options_init(di_stream_options *opts)
+{
+    if (!opts) return;
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+}
+
+static char *dup_or_null(const char *s, int *oom)
+{
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = 1;
+    return d;
+}
+
+static void clear_events(di_stream *s)
+{
+    for (size_t i = 0; i < s->n_events; i++) free(s->events[i].text);
+    s->n_events = 0;
+}
+
+static int add_event(di_stream *s, di_stream_event_kind kind, int call, const char *text,
+                     size_t len)
+{
+    if (s->n_events == s->cap_events) {
+        size_t cap = s->cap_events ? s->cap_events * 2 : 16;
+        stream_event *v = realloc(s->events, cap * sizeof *v);
+        if (!v) return -1;
+        s->events = v;
+        s->cap_events = cap;
+    }
+    char *t = malloc(len + 1);
+    if (!t) return -1;
+    if (len) memcpy(t, text, len);
+    t[len] = '\0';
+    s->events[s->n_events++] = (stream_event){kind, call, t, len};
+    return 0;
+}
+
+/* Parsed pieces → public events. */
+static int pieces_to_events(di_stream *s)
+{
+    for (size_t i = 0; i < s->pieces.n; i++) {
+        const rc_piece *pc = &s->pieces.v[i];
+        const char *t = pc->text.s ? pc->text.s : "";
+        int r = 0;
+        switch (pc->cls) {
+        case RC_PIECE_REASONING: r = add_event(s, DI_STREAM_REASONING, -1, t, pc->text.len); break;
+        case RC_PIECE_CONTENT: r = add_event(s, DI_STREAM_TEXT, -1, t, pc->text.len); break;
+        case RC_PIECE_CALL_BEGIN:
+            r = add_event(s, DI_STREAM_TOOL_CALL_BEGIN, pc->call, t, pc->text.len);
+            break;
+        case RC_PIECE_CALL_END: {
+            const rc_buf *a = &s->w.calls[pc->call].arguments;
+            r = add_event(s, DI_STREAM_TOOL_CALL_END, pc->call, a->s ? a->s : "", a->len);
+            break;
+        }
+        default: r = add_event(s, DI_STREAM_TOOL_CALL_ARGUMENTS, pc->call, t, pc->text.len); break;
+        }
+        if (r != 0) return -1;
+    }
+    return 0;
+}
+
+static void begin_call(di_stream *s)
+{
+    clear_events(s);
+    rc_chunks_clear(&s->chunks);
+    rc_pieces_clear(&s->pieces);
+}
+
+DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *tok,
+                                  const di_stream_options *opts, di_stream **out, di_error **err)
+{
+    if (!prompt || !out)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "prompt and out must not be NULL");
+    *out = NULL;
+    di_stream_options o;
+    di_stream_options_init(&o);
+    if (opts) {
+        const char *why = NULL;
+        if (di_struct_copy_in(&o, sizeof o, opts,
+                              DI_STRUCT_SIZE_UNTIL(di_stream_options, signature), &why) != DI_OK)
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT, why);
+    }
+    const rc_reply *src = rc_prompt_reply(prompt);
+    if (!src)
+        return di_error_set(err, DI_ERR_UNSUPPORTED,
+                            "the prompt was rendered with a chat template (dsv3, r1): the output "
+                            "side parses the DeepSeek V4 encodings only");
+    di_stream *s = calloc(1, sizeof *s);
+    if (!s) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    int oom = rc_reply_copy(&s->reply, src);
+    s->tok = tok;
+    s->w.reply = &s->reply;
+    s->w.created = o.created;
+    s->w.t_created = o.created ? o.created : rc_now(); /* when the generator is made */
+    s->w.has_tokenizer = tok != NULL;
+    rc_seed(&s->w, o.seed);
+    if (o.response_id) {
+        s->w.id = dup_or_null(o.response_id, &oom);
+    } else {
+        char id[64];
+        const char *prefix = s->reply.protocol == DI_PROTOCOL_CHAT       ? "chatcmpl-"
+                             : s->reply.protocol == DI_PROTOCOL_MESSAGES ? "msg_"
+                                                                         : "resp_";
+        rc_random_id(&s->w, prefix, id, sizeof id);
+        s->w.id = dup_or_null(id, &oom);
+    }
+    s->w.model = dup_or_null(o.model ? o.model : s->reply.model_name, &oom);
+    s->w.signature = dup_or_null(o.signature ? o.signature : s->w.id, &oom);
+    s->parser = oom ? NULL : rc_parser_new(&s->reply);
+    if (oom || !s->parser) {
+        di_stream_free(s);
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    *out = s;
+    return DI_OK;
+}
+
+static di_status fail_oom(di_stream *s, di_error **err)
+{
+    s->finished = 1;
+    return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
+                                 uint32_t prompt_cache_hit_tokens, const char *system_fingerprint,
+                                 di_error **err)
+{
+    if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
+    if (s->ready || s->w.started)
+        return di_error_set(err, DI_ERR_INVALID_STATE,
+                            "di_stream_ready: the stream has already started");
+    if (prompt_cache_hit_tokens > prompt_tokens)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "prompt_cache_hit_tokens is larger than prompt_tokens");
+    begin_call(s);
+    s->ready = 1;
+    s->w.prompt_tokens = prompt_tokens;
+    s->w.cache_hit_tokens = prompt_cache_hit_tokens;
+    int oom = 0;
+    s->w.fingerprint = dup_or_null(system_fingerprint, &oom);
+    if (oom || rc_write_start(&s->w, &s->chunks) != 0) return fail_oom(s, err);
+    return DI_OK;
+}
+
+static di_status finish_now(di_stream *s, di_finish reason, di_error **err);
+
+static di_status push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
+                           di_error **err)
+{
+    begin_call(s);
+    s->w.completion_tokens += n_tokens;
+    if (rc_parser_push(s->parser, text, len, &s->pieces) != 0) return fail_oom(s, err);
+    /* a stop sequence ends the stream in the push that completes it */
+    if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
+    if (rc_write_pieces(&s->w, &s->pieces, &s->chunks) != 0 || pieces_to_events(s) != 0)
+        return fail_oom(s, err);
+    return DI_OK;
+}
+
+DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
+                                     di_error **err)
+{
+    if (!s || (!text && len))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream and text must not be NULL");
+    if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
+    di_utf8_scan scan = di_utf8_scan_bytes((const uint8_t *)text, len);
+    if (scan.state != DI_UTF8_VALID) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "text is not valid UTF-8 at byte offset %zu", scan.valid);
+        return di_error_set(err, DI_ERR_INVALID_UTF8, msg);
+    }
+    return push_text(s, text ? text : "", len, n_tokens, err);
+}
+
+DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
+                                       di_error **err)
+{
+    if (!s || (!ids && n_ids))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream and ids must not be NULL");
+    if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
+    if (!s->tok)
+        return di_error_set(err, DI_ERR_INVALID_STATE,
+                            "the stream was created without a tokenizer: push text instead");
+    int32_t vocab = di_tokenizer_vocab_size(s->tok);
+    for (size_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "ids[%zu] = %d is outside the vocabulary [0, %d)", i,
+                     (int)ids[i], (int)vocab);
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
+        }
+    if (!s->detok && di_detokenizer_create(s->tok, 0, &s->detok) != DI_OK) return fail_oom(s, err);
+    rc_buf text = {0};
+    for (size_t i = 0; i < n_ids; i++) {
+        const char *t;
+        size_t n;
+        if (di_detokenizer_push(s->detok, ids[i], &t, &n) != DI_OK) {
+            free(text.s);
+            return fail_oom(s, err);
+        }
+        rc_buf_add(&text, t, n);
+    }
+    if (text.oom) return fail_oom(s, err);
+    di_status st = push_text(s, text.s ? text.s : "", text.len, (uint32_t)n_ids, err);
+    free(text.s);
+    return st;
+}
+
+/* Reasoning tokens: the reasoning text encoded with the stream's tokenizer. */
+static uint32_t count_reasoning_tokens(const di_stream *s)
+{
+    if (!s->tok || s->w.reasoning.len == 0) return 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (di_tokenizer_encode(s->tok, s->w.reasoning.s, s->w.reasoning.len, 0, &ids, &n, NULL) !=
+        DI_OK)
+        return 0;
+    di_tokens_free(ids);
+    return (uint32_t)n;
+}
+
+DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err)
+{
+    if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    if (reason != DI_FINISH_STOP && reason != DI_FINISH_LENGTH &&
+        reason != DI_FINISH_CONTENT_FILTER)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reason: unknown value");
+    if (s->finished) {
+        begin_call(s);
+        return DI_OK;
+    }
+    begin_call(s);
+    return finish_now(s, reason, err);
+}
+
+/* Release what is held, close the response, write the final chunks. The pieces
+ * of the current call (if any) are still to be written. */
+static di_status finish_now(di_stream *s, di_finish reason, di_error **err)
+{
+    if (s->detok) {
+        const char *t;
+        size_t n;
+        if (di_detokenizer_flush(s->detok, &t, &n) != DI_OK) return fail_oom(s, err);
+        if (n && rc_parser_push(s->parser, t, n, &s->pieces) != 0) return fail_oom(s, err);
+    }
+    if (rc_parser_finish(s->parser, &s->pieces) != 0) return fail_oom(s, err);
+    if (rc_write_pieces(&s->w, &s->pieces, &s->chunks) != 0) return fail_oom(s, err);
+    s->w.stop_sequence = rc_parser_stop_sequence(s->parser);
+    s->w.reasoning_tokens = count_reasoning_tokens(s);
+    s->finished = 1;
+    if (rc_write_finish(&s->w, (rc_finish)reason, &s->chunks) != 0 || pieces_to_events(s) != 0)
+        return fail_oom(s, err);
+    if (add_event(s, DI_STREAM_FINISH, -1, s->w.finish_reason, strlen(s->w.finish_reason)) != 0)
+        return fail_oom(s, err);
+    return DI_OK;
+}
+
+DI_API int di_stream_finished(const di_stream *s)
+{
+    return s ? s->finished : 0;
+}
+
+DI_API size_t di_stream_event_count(const di_stream *s)
+{
+    return s ? s->n_events : 0;
+}
+
+DI_API di_stream_event_kind di_stream_event_kind_at(const di_stream *s, size_t i)
+{
+    return s && i < s->n_events ? s->events[i].kind : (di_stream_event_kind)0;
+}
+
+DI_API const char *di_stream_event_text(const di_stream *s, size_t i, size_t *len)
+{
+    if (!s || i >= s->n_events) {
+        if (len) *len = 0;
+        return "";
+    }
+    if (len) *len = s->events[i].len;
+    return s->events[i].text;
+}
+
+DI_API int di_stream_event_call_index(const di_stream *s, size_t i)
+{
+    return s && i < s->n_events ? s->events[i].call : -1;
+}
+
+DI_API const char *di_stream_event_call_id(const di_stream *s, size_t i)
+{
+    if (!s || i >= s->n_events || s->events[i].call < 0) return NULL;
+    return s->w.calls[s->events[i].call].id;
+}
+
+DI_API const char *di_stream_event_call_name(const di_stream *s, size_t i)
+{
+    if (!s || i >= s->n_events || s->events[i].call < 0) return NULL;
+    return s->w.calls[s->events[i].call].name;
+}
+
+DI_API size_t di_stream_chunk_count(const di_stream *s)
+{
+    return s ? s->chunks.n : 0;
+}
+
+DI_API const char *di_stream_chunk_json(const di_stream *s, size_t i, size_t *len)
+{
+    if (!s || i >= s->chunks.n) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = s->chunks.v[i].json_len;
+    return s->chunks.v[i].json;
+}
+
+DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i)
+{
+    return s && i < s->chunks.n ? s->chunks.v[i].event : NULL;
+}
+
+DI_API const char *di_stream_chunk_sse(const di_stream *s, size_t i, size_t *len)
+{
+    if (!s || i >= s->chunks.n) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = s->chunks.v[i].sse_len;
+    return s->chunks.v[i].sse;
+}
+
+DI_API const char *di_stream_response_json(const di_stream *s, size_t *len)
+{
+    if (!s || !s->w.response) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = strlen(s->w.response);
+    return s->w.response;
+}
+
+DI_API void di_stream_usage(const di_stream *s, uint32_t *completion_tokens,
+                            uint32_t *reasoning_tokens)
+{
+    if (completion_tokens) *completion_tokens = s ? s->w.completion_tokens : 0;
+    if (reasoning_tokens) *reasoning_tokens = s ? s->w.reasoning_tokens : 0;
+}
+
+DI_API void di_stream_free(di_stream *s)
+{
+    if (!s) return;
+    clear_events(s);
+    free(s->events);
+    rc_chunks_clear(&s->chunks);
+    free(s->chunks.v);
+    rc_pieces_free(&s->pieces);
+    rc_parser_free(s->parser);
+    di_detokenizer_free(s->detok);
+    rc_writer_free(&s->w);
+    rc_reply_free(&s->reply);
+    free(s);
+}

@@ -1,0 +1,168 @@
+/* The output side of the codec: the stream parser (generated text → reasoning,
+ * answer and tool-call pieces) and the protocol writers (pieces → Chat
+ * Completions chunks, Messages events, Responses events, and the complete
+ * response), as deepseek-recipe 0.2.0's StreamProcessor and chunk generators
+ * behave (docs/stream.md). One stream is driven by one thread at a time. */
+#ifndef DI_RECIPE_STREAM_H
+#define DI_RECIPE_STREAM_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "recipe/conversation.h"
+
+/* Where parsing starts (deepseek-recipe's ThinkingInitialStage; NONE when
+ * thinking mode is off). */
+typedef enum rc_stage {
+    RC_STAGE_NONE,
+    RC_STAGE_REASONING_START,
+    RC_STAGE_REASONING_CONTINUATION,
+    RC_STAGE_CONTENT_CONTINUATION
+} rc_stage;
+
+/* What the output side needs to know of a request, captured at render time. */
+typedef struct rc_reply {
+    di_protocol protocol;
+    rc_model model;
+    char *model_name; /* the request's `model` */
+    int thinking;
+    int parse_tool_calls;     /* tools declared and tool_choice is not none */
+    int starts_in_tool_calls; /* tool_choice required: the prompt opened the block */
+    int parse_json_output;    /* response_format json_object / json_schema */
+    rc_stage stage;
+    char **stops;
+    size_t n_stops;
+    json_t *request; /* the request body (Responses echoes its settings); owned reference */
+} rc_reply;
+
+void rc_reply_free(rc_reply *r);
+/* Deep copy; returns 0, or 1 when out of memory (dst is then freeable). */
+int rc_reply_copy(rc_reply *dst, const rc_reply *src);
+/* Capture what the output side needs from a converted request (codec.c). */
+int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request);
+/* The reply facts of a rendered prompt; NULL for the chat-template encodings. */
+const rc_reply *rc_prompt_reply(const di_prompt *p);
+
+/* ---- parser ------------------------------------------------------------ */
+
+/* Classes of parsed pieces. Pieces of one class that come from the same push
+ * and follow each other are merged into one delta, as the reference does. */
+typedef enum rc_piece_class {
+    RC_PIECE_REASONING,
+    RC_PIECE_CONTENT,
+    RC_PIECE_CALL_BEGIN,   /* text: the function name */
+    RC_PIECE_ARGS_OPEN,    /* "{" (or "{}" for a call without parameters) */
+    RC_PIECE_ARGS_KEY,     /* the quoted parameter name */
+    RC_PIECE_ARGS_COLON,   /* ": " */
+    RC_PIECE_ARGS_QUOTE,   /* the quote opening a string value */
+    RC_PIECE_ARGS_VALUE,   /* value text (JSON-escaped for string values) */
+    RC_PIECE_ARGS_UNQUOTE, /* the quote closing a string value */
+    RC_PIECE_ARGS_COMMA,   /* ", " between parameters */
+    RC_PIECE_ARGS_CLOSE,   /* "}" */
+    RC_PIECE_CALL_END
+} rc_piece_class;
+
+typedef struct rc_piece {
+    rc_piece_class cls;
+    uint32_t push; /* the push the piece's text came from */
+    int call;      /* tool-call index, -1 for reasoning/content */
+    rc_buf text;
+    rc_buf raw; /* ARGS_VALUE of a string value: the text before JSON escaping */
+} rc_piece;
+
+typedef struct rc_pieces {
+    rc_piece *v;
+    size_t n, cap;
+    int oom;
+} rc_pieces;
+
+void rc_pieces_clear(rc_pieces *p);
+void rc_pieces_free(rc_pieces *p);
+
+typedef struct rc_parser rc_parser;
+
+/* A parser for `reply`'s options (borrowed: it must outlive the parser). */
+rc_parser *rc_parser_new(const rc_reply *reply);
+void rc_parser_free(rc_parser *p);
+/* Feed one push of UTF-8 text; decided pieces are appended to out. Returns 0, or
+ * -1 when out of memory. */
+int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out);
+/* The end of the output: release what is held (pieces appended to out). */
+int rc_parser_finish(rc_parser *p, rc_pieces *out);
+/* 1 once a stop sequence matched (output after it is ignored). */
+int rc_parser_stopped(const rc_parser *p);
+/* The stop sequence that matched, or NULL. */
+const char *rc_parser_stop_sequence(const rc_parser *p);
+/* Tool calls begun so far. */
+int rc_parser_n_calls(const rc_parser *p);
+
+/* ---- writers ----------------------------------------------------------- */
+
+typedef enum rc_finish { RC_FINISH_STOP = 1, RC_FINISH_LENGTH, RC_FINISH_CONTENT_FILTER } rc_finish;
+
+/* One protocol chunk: compact JSON, the SSE event name (NULL for Chat), and the
+ * SSE message. json NULL marks Chat's final "data: [DONE]". */
+typedef struct rc_chunk {
+    char *json, *event, *sse;
+    size_t json_len, sse_len;
+} rc_chunk;
+
+typedef struct rc_chunks {
+    rc_chunk *v;
+    size_t n, cap;
+    int oom;
+} rc_chunks;
+
+void rc_chunks_clear(rc_chunks *c);
+
+/* A tool call as the writers know it. */
+typedef struct rc_out_call {
+    char id[40];
+    char *name;
+    rc_buf arguments;
+} rc_out_call;
+
+/* The state shared by the writers of one response. */
+typedef struct rc_writer {
+    const rc_reply *reply;
+    char *id, *model, *signature, *fingerprint;
+    int64_t created; /* 0: the clock */
+    int64_t t_created, t_completed;
+    uint32_t prompt_tokens, cache_hit_tokens;
+    uint32_t completion_tokens, reasoning_tokens;
+    int has_tokenizer; /* reasoning tokens can be counted */
+    int started;       /* opening chunks written */
+    int finished;      /* final chunks written */
+    /* the accumulated response */
+    rc_buf reasoning, content;
+    rc_out_call *calls;
+    size_t n_calls;
+    /* protocol state */
+    int block;        /* Messages: open content block kind (0 none, 1 thinking, 2 text, 3 tool) */
+    int n_blocks;     /* Messages: blocks opened; Responses: output items */
+    int pinged;       /* Messages: the ping was sent */
+    int seq;          /* Responses: sequence_number */
+    int item;         /* Responses: the open output item's kind (0 none) */
+    int item_call;    /* Responses: the open call item's call index */
+    rc_buf item_text; /* Responses: the open item's text / custom input */
+    rc_buf items;     /* Responses: the done items, comma-separated JSON */
+    int custom_mode;  /* Responses: apply_patch input state */
+    rc_buf custom_key, custom_pending;
+    uint64_t rng;
+    const char *finish_reason; /* the protocol's word */
+    const char *stop_sequence;
+    char *response; /* the complete response JSON after finish */
+} rc_writer;
+
+/* Write the chunks of one batch of pieces (a push), then — when `finish` is
+ * nonzero — the final ones for `reason`. Returns 0 or -1 (out of memory). */
+int rc_write_start(rc_writer *w, rc_chunks *out);
+int rc_write_pieces(rc_writer *w, const rc_pieces *pieces, rc_chunks *out);
+int rc_write_finish(rc_writer *w, rc_finish reason, rc_chunks *out);
+void rc_writer_free(rc_writer *w);
+
+/* serde_json's string escaping (quotes included). */
+void rc_json_string(rc_buf *b, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,68 @@
+/* The request facts the output side needs (rc_reply), captured when a request
+ * is rendered: how the reference sets its ParsingOptions from a converted
+ * request (docs/stream.md, "Parsing options"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe/stream.h"
+
+void rc_reply_free(rc_reply *r)
+{
+    free(r->model_name);
+    for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->stops);
+    json_decref(r->request);
+    memset(r, 0, sizeof *r);
+}
+
+static int copy_stops(rc_reply *dst, char *const *stops, size_t n)
+{
+    if (!n) return 0;
+    dst->stops = calloc(n, sizeof *dst->stops);
+    if (!dst->stops) return 1;
+    for (size_t i = 0; i < n; i++) {
+        dst->stops[i] = strdup(stops[i]);
+        if (!dst->stops[i]) return 1;
+        dst->n_stops = i + 1;
+    }
+    return 0;
+}
+
+int rc_reply_copy(rc_reply *dst, const rc_reply *src)
+{
+    *dst = *src;
+    dst->model_name = NULL;
+    dst->stops = NULL;
+    dst->n_stops = 0;
+    json_incref(dst->request);
+    dst->model_name = strdup(src->model_name ? src->model_name : "");
+    if (!dst->model_name) return 1;
+    return copy_stops(dst, src->stops, src->n_stops);
+}
+
+int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request)
+{
+    memset(r, 0, sizeof *r);
+    r->protocol = protocol;
+    r->model = conv->model;
+    r->thinking = conv->thinking;
+    r->parse_tool_calls = conv->n_tools > 0 && conv->tool_choice != RC_CHOICE_NONE;
+    r->starts_in_tool_calls = r->parse_tool_calls && conv->tool_choice == RC_CHOICE_REQUIRED;
+    r->parse_json_output =
+        conv->format == RC_FORMAT_JSON_OBJECT || conv->format == RC_FORMAT_JSON_SCHEMA;
+    const rc_message *last = conv->n_messages ? &conv->messages[conv->n_messages - 1] : NULL;
+    int prefix = last && last->role == RC_ASSISTANT && last->prefix;
+    if (!conv->thinking)
+        r->stage = RC_STAGE_NONE;
+    else if (!prefix)
+        r->stage = RC_STAGE_REASONING_START;
+    else if (last->reasoning && last->content_len == 0)
+        r->stage = RC_STAGE_REASONING_CONTINUATION;
+    else
+        r->stage = RC_STAGE_CONTENT_CONTINUATION;
+    const json_t *model = json_object_get(request, "model");
+    r->model_name = strdup(json_is_string(model) ? json_string_value(model) : "");
+    r->request = json_incref(request);
+    if (!r->model_name) return 1;
+    return copy_stops(r, conv->stops, conv->n_stops);
+}

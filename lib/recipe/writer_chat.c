@@ -1,0 +1,197 @@
+/* Chat Completions chunks and the complete chat.completion object, as
+ * deepseek-recipe's ChatCompletionChunkGenerator and ChatCompletionResponse
+ * write them (docs/stream.md, "Chat Completions"). */
+#include <string.h>
+
+#include "recipe/writer.h"
+
+/* {"id":…,"object":"chat.completion.chunk",…,"choices":[{"index":0,"delta": */
+static void chunk_head(const rc_writer *w, rc_buf *b)
+{
+    rc_buf_adds(b, "{\"id\":");
+    rc_json_str0(b, w->id);
+    rc_buf_adds(b, ",\"object\":\"chat.completion.chunk\",\"created\":");
+    rc_json_i64(b, w->t_created);
+    rc_buf_adds(b, ",\"model\":");
+    rc_json_str0(b, w->model);
+    rc_buf_adds(b, ",\"system_fingerprint\":");
+    rc_json_str0(b, w->fingerprint);
+    rc_buf_adds(b, ",\"choices\":[{\"index\":0,\"delta\":");
+}
+
+/* Non-final chunks carry "usage":null when the request streams with
+ * stream_options.include_usage, or does not stream; no usage key otherwise. */
+static int usage_null(const rc_writer *w)
+{
+    const json_t *req = w->reply->request;
+    if (!json_is_true(json_object_get(req, "stream"))) return 1;
+    return json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
+}
+
+static void chunk_tail(const rc_writer *w, rc_buf *b, const char *finish_reason)
+{
+    rc_buf_adds(b, ",\"logprobs\":null,\"finish_reason\":");
+    rc_json_str0(b, finish_reason);
+    rc_buf_adds(b, "}]");
+    if (!finish_reason && usage_null(w)) rc_buf_adds(b, ",\"usage\":null");
+}
+
+static void usage(const rc_writer *w, rc_buf *b)
+{
+    rc_buf_adds(b, "{\"prompt_tokens\":");
+    rc_json_u64(b, w->prompt_tokens);
+    rc_buf_adds(b, ",\"completion_tokens\":");
+    rc_json_u64(b, w->completion_tokens);
+    rc_buf_adds(b, ",\"total_tokens\":");
+    rc_json_u64(b, (uint64_t)w->prompt_tokens + w->completion_tokens);
+    rc_buf_adds(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    rc_json_u64(b, w->cache_hit_tokens);
+    rc_buf_adds(b, "}");
+    if (w->reply->thinking && w->has_tokenizer) {
+        rc_buf_adds(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":");
+        rc_json_u64(b, w->reasoning_tokens);
+        rc_buf_adds(b, "}");
+    }
+    rc_buf_adds(b, ",\"prompt_cache_hit_tokens\":");
+    rc_json_u64(b, w->cache_hit_tokens);
+    rc_buf_adds(b, ",\"prompt_cache_miss_tokens\":");
+    rc_json_u64(b, w->prompt_tokens > w->cache_hit_tokens ? w->prompt_tokens - w->cache_hit_tokens
+                                                          : 0);
+    rc_buf_adds(b, "}");
+}
+
+static void text_delta(rc_writer *w, rc_chunks *out, const char *content, size_t content_len,
+                       const char *reasoning, size_t reasoning_len)
+{
+    rc_buf b = {0};
+    chunk_head(w, &b);
+    rc_buf_adds(&b, "{\"content\":");
+    if (content)
+        rc_json_string(&b, content, content_len);
+    else
+        rc_buf_adds(&b, "null");
+    if (w->reply->thinking) { /* the key exists only in thinking mode */
+        rc_buf_adds(&b, ",\"reasoning_content\":");
+        if (reasoning)
+            rc_json_string(&b, reasoning, reasoning_len);
+        else
+            rc_buf_adds(&b, "null");
+    }
+    rc_buf_adds(&b, "}");
+    chunk_tail(w, &b, NULL);
+    rc_buf_adds(&b, "}");
+    rc_emit(out, NULL, &b);
+}
+
+int rc_chat_start(rc_writer *w, rc_chunks *out)
+{
+    rc_buf b = {0};
+    chunk_head(w, &b);
+    if (w->reply->thinking)
+        rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"\"}");
+    else
+        rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":\"\"}");
+    chunk_tail(w, &b, NULL);
+    rc_buf_adds(&b, "}");
+    rc_emit(out, NULL, &b);
+    return out->oom ? -1 : 0;
+}
+
+int rc_chat_piece(rc_writer *w, const rc_piece *pc, rc_chunks *out)
+{
+    const char *s = pc->text.s ? pc->text.s : "";
+    rc_buf b = {0};
+    switch (pc->cls) {
+    case RC_PIECE_REASONING: text_delta(w, out, NULL, 0, s, pc->text.len); break;
+    case RC_PIECE_CONTENT: text_delta(w, out, s, pc->text.len, NULL, 0); break;
+    case RC_PIECE_CALL_BEGIN:
+        chunk_head(w, &b);
+        rc_buf_adds(&b, "{\"tool_calls\":[{\"index\":");
+        rc_json_u64(&b, (uint64_t)pc->call);
+        rc_buf_adds(&b, ",\"id\":");
+        rc_json_str0(&b, w->calls[pc->call].id);
+        rc_buf_adds(&b, ",\"type\":\"function\",\"function\":{\"name\":");
+        rc_json_string(&b, s, pc->text.len);
+        rc_buf_adds(&b, ",\"arguments\":\"\"}}]}");
+        chunk_tail(w, &b, NULL);
+        rc_buf_adds(&b, "}");
+        rc_emit(out, NULL, &b);
+        break;
+    case RC_PIECE_CALL_END: break;
+    default:
+        chunk_head(w, &b);
+        rc_buf_adds(&b, "{\"tool_calls\":[{\"index\":");
+        rc_json_u64(&b, (uint64_t)pc->call);
+        rc_buf_adds(&b, ",\"function\":{\"arguments\":");
+        rc_json_string(&b, s, pc->text.len);
+        rc_buf_adds(&b, "}}]}");
+        chunk_tail(w, &b, NULL);
+        rc_buf_adds(&b, "}");
+        rc_emit(out, NULL, &b);
+        break;
+    }
+    return out->oom ? -1 : 0;
+}
+
+static const char *finish_word(const rc_writer *w, rc_finish reason)
+{
+    if (reason == RC_FINISH_LENGTH) return "length";
+    if (reason == RC_FINISH_CONTENT_FILTER) return "content_filter";
+    return w->n_calls ? "tool_calls" : "stop";
+}
+
+int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
+{
+    w->finish_reason = finish_word(w, reason);
+    rc_buf b = {0};
+    chunk_head(w, &b);
+    rc_buf_adds(&b, w->reply->thinking ? "{\"content\":\"\",\"reasoning_content\":null}"
+                                       : "{\"content\":\"\"}");
+    chunk_tail(w, &b, w->finish_reason);
+    rc_buf_adds(&b, ",\"usage\":");
+    usage(w, &b);
+    rc_buf_adds(&b, "}");
+    rc_emit(out, NULL, &b);
+    rc_emit(out, NULL, NULL);
+
+    /* the complete response */
+    rc_buf r = {0};
+    rc_buf_adds(&r, "{\"id\":");
+    rc_json_str0(&r, w->id);
+    rc_buf_adds(&r, ",\"object\":\"chat.completion\",\"created\":");
+    rc_json_i64(&r, w->t_created);
+    rc_buf_adds(&r, ",\"model\":");
+    rc_json_str0(&r, w->model);
+    rc_buf_adds(&r, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    rc_json_string(&r, w->content.s ? w->content.s : "", w->content.len);
+    if (w->reply->thinking) {
+        rc_buf_adds(&r, ",\"reasoning_content\":");
+        rc_json_string(&r, w->reasoning.s ? w->reasoning.s : "", w->reasoning.len);
+    }
+    if (w->n_calls) {
+        rc_buf_adds(&r, ",\"tool_calls\":[");
+        for (size_t i = 0; i < w->n_calls; i++) {
+            if (i) rc_buf_adds(&r, ",");
+            rc_buf_adds(&r, "{\"index\":");
+            rc_json_u64(&r, i);
+            rc_buf_adds(&r, ",\"id\":");
+            rc_json_str0(&r, w->calls[i].id);
+            rc_buf_adds(&r, ",\"type\":\"function\",\"function\":{\"name\":");
+            rc_json_str0(&r, w->calls[i].name);
+            rc_buf_adds(&r, ",\"arguments\":");
+            rc_json_string(&r, w->calls[i].arguments.s ? w->calls[i].arguments.s : "",
+                           w->calls[i].arguments.len);
+            rc_buf_adds(&r, "}}");
+        }
+        rc_buf_adds(&r, "]");
+    }
+    rc_buf_adds(&r, "},\"logprobs\":null,\"finish_reason\":");
+    rc_json_str0(&r, w->finish_reason);
+    rc_buf_adds(&r, "}],\"usage\":");
+    usage(w, &r);
+    rc_buf_adds(&r, ",\"system_fingerprint\":");
+    rc_json_str0(&r, w->fingerprint);
+    rc_buf_adds(&r, "}");
+    w->response = rc_buf_take(&r);
+    return out->oom || !w->response ? -1 : 0;
+}
