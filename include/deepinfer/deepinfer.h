@@ -453,32 +453,54 @@ typedef struct di_stream di_stream;
  * The protocol's finish reason is derived from it and from the output: a stop
  * with tool calls reports tool calls, as the reference does. */
 typedef enum di_finish {
-    DI_FINISH_STOP = 1,          /* end of sequence or a stop sequence */
-    DI_FINISH_LENGTH = 2,        /* the max_tokens budget ran out */
-    DI_FINISH_CONTENT_FILTER = 3 /* the backend filtered the output */
+    DI_FINISH_STOP = 1,           /* end of sequence or a stop sequence */
+    DI_FINISH_LENGTH = 2,         /* the max_tokens budget ran out */
+    DI_FINISH_CONTENT_FILTER = 3, /* the backend filtered the output */
+    DI_FINISH_UNKNOWN = 4         /* the input ended without a reason (the reference's finish()
+                                     with no finish chunk): reported as stop, even after tool calls */
 } di_finish;
+
+/* Where parsing starts in thinking mode (deepseek-recipe's ThinkingInitialStage). */
+typedef enum di_thinking_stage {
+    DI_THINKING_OFF = 0,                    /* thinking mode off: all output is answer */
+    DI_THINKING_REASONING_START = 1,        /* a new turn: reasoning first, leading '\n's dropped */
+    DI_THINKING_REASONING_CONTINUATION = 2, /* continuing a prefix's reasoning */
+    DI_THINKING_CONTENT_CONTINUATION = 3    /* continuing a prefix's answer */
+} di_thinking_stage;
 
 /* Settings of a stream, read by di_stream_create (the struct_size convention
  * above: di_stream_options_init sets the defaults). */
 typedef struct di_stream_options {
     size_t struct_size;
-    /* The response id reported in every chunk ("chatcmpl-…", "msg_…",
-     * "resp_…"); copied. NULL (default): a random id in the protocol's style. */
+    /* The response id reported in every chunk; copied. NULL (default): a random
+     * id in the protocol's style ("chatcmpl-…", "msg_…", "resp_…"). */
     const char *response_id;
     /* The model name reported; copied. NULL (default): the request's `model`. */
     const char *model;
     /* Unix time in seconds reported as `created` / `created_at` / `completed_at`.
      * 0 (default): the clock, read at creation (created) and at the end
-     * (completed_at). */
+     * (completed_at), as the reference reads it. */
     int64_t created;
-    /* Seeds the random suffixes of tool-call ids ("call_00_" + 24 characters,
-     * as the reference draws them) so tests are repeatable. 0 (default): seeded
-     * from the operating system. */
+    /* Seeds the random part of tool-call ids ("call_00_" + 20 letters and digits
+     * + 4 digits, as the reference draws them) so tests are repeatable. 0
+     * (default): seeded from the clock. */
     uint64_t seed;
     /* Messages only: the signature sent at the end of each thinking block; copied.
      * NULL (default): the response id, as MessagesChunkGenerator.with_signature's
      * default. */
     const char *signature;
+    /* Parsing settings that replace what the request implies, for hosts that
+     * prompt the model differently (deepseek-recipe's ParsingOptions): used when
+     * override_parsing is 1, ignored when 0 (default). */
+    int32_t override_parsing;
+    int32_t parse_tool_calls;     /* 1: DSML tool calls are parsed */
+    int32_t starts_in_tool_calls; /* 1: output begins inside the tool-call block */
+    int32_t parse_json_output;    /* 1: the JSON in the answer is kept, text around it blanked */
+    int32_t thinking_stage;       /* a di_thinking_stage */
+    int32_t reserved;             /* must be 0 */
+    /* Stop sequences (UTF-8, copied): n_stop_sequences pointers. */
+    const char *const *stop_sequences;
+    size_t n_stop_sequences;
 } di_stream_options;
 
 /* Set every field of *opts to its default (and struct_size). NULL is a no-op. */
@@ -502,8 +524,9 @@ DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *t
  * optional system_fingerprint (Chat; may be NULL). Produces the opening chunks
  * (Chat's role delta, Messages' message_start, Responses' response.created …).
  * Calling it is optional: a first push or finish without it reports zero prompt
- * tokens, as the reference does. Errors: DI_ERR_INVALID_STATE (after the stream
- * finished, or a second time), DI_ERR_INVALID_ARGUMENT (hit > prompt tokens). */
+ * tokens, and a call after the stream started changes nothing, as the
+ * reference does (a hit count above the prompt's reports zero cache misses).
+ * Errors: DI_ERR_INVALID_STATE (after the stream finished). */
 DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
                                  uint32_t prompt_cache_hit_tokens, const char *system_fingerprint,
                                  di_error **err);
@@ -512,7 +535,9 @@ DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
  * `n_tokens` completion tokens (used for usage). Text that may still become a
  * marker or a stop sequence is held back until it is decided, and never forever:
  * di_stream_finish releases it. Errors: DI_ERR_INVALID_UTF8 (the message gives
- * the byte offset; the stream is unchanged), DI_ERR_INVALID_STATE (after finish),
+ * the byte offset; the stream is unchanged), DI_ERR_INVALID_STATE (after the
+ * stream finished — also by a stop sequence, which ends it inside the push that
+ * completes it, as the reference does: check di_stream_finished after each push),
  * DI_ERR_OUT_OF_MEMORY. After an error other than INVALID_UTF8 or
  * INVALID_ARGUMENT the stream is finished. */
 DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
@@ -534,9 +559,9 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
  * (unknown reason). */
 DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err);
 
-/* 1 once the stream has finished (di_stream_finish, or a stop sequence matched —
- * then further pushes are accepted and ignored, as the reference ignores output
- * after a stop), 0 otherwise. */
+/* 1 once the stream has finished (di_stream_finish, or a stop sequence matched:
+ * then the final chunks came from that push and further pushes fail), 0
+ * otherwise. */
 DI_API int di_stream_finished(const di_stream *s);
 
 /* Kinds of parsed events. */

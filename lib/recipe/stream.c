@@ -30,8 +30,9 @@ struct di_stream {
     int ready, finished;
 };
 
-/* The first release's di_stream_options ends at `signature`. */
-_Static_assert(sizeof(di_stream_options) == DI_STRUCT_SIZE_UNTIL(di_stream_options, signature),
+/* The first release's di_stream_options ends at `n_stop_sequences`. */
+_Static_assert(sizeof(di_stream_options) ==
+                   DI_STRUCT_SIZE_UNTIL(di_stream_options, n_stop_sequences),
                "di_stream_options has trailing padding");
 
 DI_API void di_stream_options_init(di_stream_options *opts)
@@ -127,6 +128,10 @@ DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *t
     di_stream *s = calloc(1, sizeof *s);
     if (!s) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     int oom = rc_reply_copy(&s->reply, src);
+    if (!oom && o.override_parsing)
+        oom = rc_reply_override(&s->reply, o.parse_tool_calls != 0, o.starts_in_tool_calls != 0,
+                                o.parse_json_output != 0, (rc_stage)o.thinking_stage,
+                                o.stop_sequences, o.n_stop_sequences);
     s->tok = tok;
     s->w.reply = &s->reply;
     s->w.created = o.created;
@@ -166,13 +171,8 @@ DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
 {
     if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
     if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
-    if (s->ready || s->w.started)
-        return di_error_set(err, DI_ERR_INVALID_STATE,
-                            "di_stream_ready: the stream has already started");
-    if (prompt_cache_hit_tokens > prompt_tokens)
-        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
-                            "prompt_cache_hit_tokens is larger than prompt_tokens");
     begin_call(s);
+    if (s->ready || s->w.started) return DI_OK; /* as the reference: ignored */
     s->ready = 1;
     s->w.prompt_tokens = prompt_tokens;
     s->w.cache_hit_tokens = prompt_cache_hit_tokens;
@@ -249,7 +249,7 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
 /* Reasoning tokens: the reasoning text encoded with the stream's tokenizer. */
 static uint32_t count_reasoning_tokens(const di_stream *s)
 {
-    if (!s->tok || s->w.reasoning.len == 0) return 0;
+    if (!s->tok || s->w.reasoning.len == 0 || s->reply.stage == RC_STAGE_NONE) return 0;
     int32_t *ids = NULL;
     size_t n = 0;
     if (di_tokenizer_encode(s->tok, s->w.reasoning.s, s->w.reasoning.len, 0, &ids, &n, NULL) !=
@@ -262,8 +262,7 @@ static uint32_t count_reasoning_tokens(const di_stream *s)
 DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err)
 {
     if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
-    if (reason != DI_FINISH_STOP && reason != DI_FINISH_LENGTH &&
-        reason != DI_FINISH_CONTENT_FILTER)
+    if (reason < DI_FINISH_STOP || reason > DI_FINISH_UNKNOWN)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reason: unknown value");
     if (s->finished) {
         begin_call(s);

@@ -39,6 +39,10 @@ typedef struct rc_reply {
 void rc_reply_free(rc_reply *r);
 /* Deep copy; returns 0, or 1 when out of memory (dst is then freeable). */
 int rc_reply_copy(rc_reply *dst, const rc_reply *src);
+/* Replace the parsing settings (a host's override); returns 1 when out of memory. */
+int rc_reply_override(rc_reply *r, int parse_tool_calls, int starts_in_tool_calls,
+                      int parse_json_output, rc_stage stage, const char *const *stops,
+                      size_t n_stops);
 /* Capture what the output side needs from a converted request (codec.c). */
 int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request);
 /* The reply facts of a rendered prompt; NULL for the chat-template encodings. */
@@ -94,12 +98,19 @@ int rc_parser_finish(rc_parser *p, rc_pieces *out);
 int rc_parser_stopped(const rc_parser *p);
 /* The stop sequence that matched, or NULL. */
 const char *rc_parser_stop_sequence(const rc_parser *p);
+/* 1 once a reasoning piece was emitted (tool-call ids carry "ET_" until then). */
+int rc_parser_reasoning_emitted(const rc_parser *p);
 /* Tool calls begun so far. */
 int rc_parser_n_calls(const rc_parser *p);
 
 /* ---- writers ----------------------------------------------------------- */
 
-typedef enum rc_finish { RC_FINISH_STOP = 1, RC_FINISH_LENGTH, RC_FINISH_CONTENT_FILTER } rc_finish;
+typedef enum rc_finish {
+    RC_FINISH_STOP = 1,
+    RC_FINISH_LENGTH,
+    RC_FINISH_CONTENT_FILTER,
+    RC_FINISH_UNKNOWN /* no reason given: "stop" whatever the output */
+} rc_finish;
 
 /* One protocol chunk: compact JSON, the SSE event name (NULL for Chat), and the
  * SSE message. json NULL marks Chat's final "data: [DONE]". */

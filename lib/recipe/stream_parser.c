@@ -1,11 +1,12 @@
 /* The stream parser: generated text, one push at a time, split into reasoning,
- * answer and DSML tool-call pieces, with stop sequences — as deepseek-recipe
- * 0.2.0's StreamProcessor splits it (docs/stream.md).
+ * answer and DSML tool-call pieces, with stop sequences and JSON output mode —
+ * as deepseek-recipe 0.2.0's StreamProcessor splits it (docs/stream-spec.md).
  *
- * The unit of output is the push: text that cannot be decided yet (it may be the
- * start of a marker or of a stop sequence) is held with the pushes it came from,
- * and when it is decided each push's part becomes its own piece. Every byte in
- * the buffer carries the number of the push it came from. */
+ * The unit of output is the push: text that cannot be decided yet (its end may
+ * be the start of a marker, of a stop sequence, or newlines that a marker would
+ * drop) is held whole, with the pushes it came from, and once decided each
+ * push's part becomes its own piece. Every byte in the buffer carries the number
+ * of the push it came from. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,42 +15,57 @@
 
 typedef enum pstate { P_REASONING, P_CONTENT, P_TOOLS, P_DONE } pstate;
 
-/* Positions inside the DSML tool-call block. */
+/* Positions inside the DSML tool-call region (docs/stream-spec.md §5.2). */
 typedef enum tstate {
-    T_OPEN,         /* after "<｜DSML｜": the rest of the block's opening tag */
-    T_BETWEEN,      /* between invokes */
-    T_NAME,         /* inside invoke name="… */
-    T_NAME_CLOSE,   /* expecting ">" after the name */
-    T_INVOKE,       /* between parameters */
-    T_KEY,          /* parameter name=: the key's opening quote */
-    T_KEY_REST,     /* inside the key (copied) */
-    T_AFTER_KEY,    /* after the key's closing quote */
-    T_STRING_ATTR,  /* string="true|false"> */
-    T_VALUE,        /* the value, up to "</｜DSML｜" */
-    T_VALUE_CLOSE,  /* "parameter>" */
-    T_INVOKE_CLOSE, /* "invoke>" */
-    T_DONE
+    T_SKIP,        /* the rest of a tag, up to '>' (not checked); then `after` */
+    T_REGION,      /* between invokes: junk until a tag */
+    T_NAME_QUOTE,  /* invoke name= : the opening quote */
+    T_NAME,        /* inside invoke name="… */
+    T_INVOKE,      /* inside an invoke: junk until a tag */
+    T_KEY,         /* the key, copied raw from its opening quote up to a space */
+    T_STRING_ATTR, /* spaces, then string="true|false"> */
+    T_VALUE,       /* the value, up to "</｜DSML｜" */
 } tstate;
 
-#define DSML "｜DSML｜"
+/* JSON output mode phases (§7). */
+typedef enum jphase { J_PREFIX, J_PAYLOAD, J_SUFFIX } jphase;
+
+#define DSML      "｜DSML｜"
+#define OPENER    "<" DSML
+#define CLOSER    "</" DSML
+#define THINK_END "</think>"
 
 struct rc_parser {
     const rc_reply *reply;
     pstate state;
-    int strip_newlines; /* drop leading '\n' of the next text */
+    int strip_newlines; /* drop leading '\n' of the next channel text */
+    int barrier;        /* the next piece must not merge with the previous one */
     /* the undecided input */
     rc_buf buf;
     uint32_t *push_of; /* push number of each byte of buf */
     size_t push_cap;
     uint32_t push;
     /* tool calls */
-    tstate t;
-    const char *tool_words[3]; /* "tool_calls", "invoke", "parameter" (V4) */
+    tstate t, after; /* after: where T_SKIP goes */
     int n_calls;
     int n_params;     /* of the current call */
     int string_value; /* the current value is a JSON string */
+    int reasoning_emitted;
+    int first_tag; /* the region's opening tag is next */
+    /* JSON output mode */
+    jphase jphase;
+    int jhad_text;        /* a push of this phase had prefix/suffix text */
+    uint32_t jspace_push; /* the push that got this phase's last " " */
+    rc_buf jbuf;          /* the JSON stage's undecided answer text */
+    uint32_t *jpush;
+    size_t jcap;
+    /* empty pushes not yet emitted: buffer offset and push */
+    struct empty_push {
+        size_t at;
+        uint32_t push;
+    } * empties;
+    size_t n_empties, cap_empties;
     const char *stop;
-    int oom;
 };
 
 void rc_pieces_clear(rc_pieces *p)
@@ -70,12 +86,12 @@ void rc_pieces_free(rc_pieces *p)
 }
 
 /* Append text of class cls from push `push`, merging with the last piece when it
- * has the same class, push and call. */
-static rc_piece *add_piece(rc_pieces *out, rc_piece_class cls, uint32_t push, int call,
-                           const char *s, size_t n)
+ * has the same class, push and call and no barrier lies between them. */
+static rc_piece *add_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uint32_t push,
+                           int call, const char *s, size_t n)
 {
     if (out->oom) return NULL;
-    if (out->n > 0) {
+    if (out->n > 0 && !p->barrier) {
         rc_piece *last = &out->v[out->n - 1];
         if (last->cls == cls && last->push == push && last->call == call &&
             cls != RC_PIECE_CALL_BEGIN && cls != RC_PIECE_CALL_END) {
@@ -84,6 +100,7 @@ static rc_piece *add_piece(rc_pieces *out, rc_piece_class cls, uint32_t push, in
             return last;
         }
     }
+    p->barrier = 0;
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 16;
         rc_piece *v = realloc(out->v, cap * sizeof *v);
@@ -101,63 +118,640 @@ static rc_piece *add_piece(rc_pieces *out, rc_piece_class cls, uint32_t push, in
     pc->call = call;
     rc_buf_add(&pc->text, s, n);
     if (pc->text.oom) out->oom = 1;
+    if (cls == RC_PIECE_REASONING && n) p->reasoning_emitted = 1;
     return pc;
-}
-
-/* Emit bytes [from, to) of the buffer as class cls, split where the push changes. */
-static void emit_range(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t from, size_t to)
-{
-    size_t i = from;
-    while (i < to) {
-        size_t j = i + 1;
-        while (j < to && p->push_of[j] == p->push_of[i]) j++;
-        add_piece(out, cls, p->push_of[i], cls >= RC_PIECE_CALL_BEGIN ? p->n_calls - 1 : -1,
-                  p->buf.s + i, j - i);
-        i = j;
-    }
-}
-
-/* Emit a value range JSON-escaped (string values) or raw, split by push. */
-static void emit_value(rc_parser *p, rc_pieces *out, size_t from, size_t to)
-{
-    if (!p->string_value) {
-        emit_range(p, out, RC_PIECE_ARGS_VALUE, from, to);
-        return;
-    }
-    size_t i = from;
-    while (i < to) {
-        size_t j = i + 1;
-        while (j < to && p->push_of[j] == p->push_of[i]) j++;
-        rc_buf esc = {0};
-        rc_json_string(&esc, p->buf.s + i, j - i);
-        if (esc.oom) {
-            out->oom = 1;
-        } else if (esc.len >= 2) {
-            rc_piece *pc = add_piece(out, RC_PIECE_ARGS_VALUE, p->push_of[i], p->n_calls - 1,
-                                     esc.s + 1, esc.len - 2);
-            if (pc) {
-                rc_buf_add(&pc->raw, p->buf.s + i, j - i);
-                if (pc->raw.oom) out->oom = 1;
-            }
-        }
-        free(esc.s);
-        i = j;
-    }
-}
-
-/* A synthetic piece (structure the parser writes) attributed to the current push. */
-static void emit_text(rc_parser *p, rc_pieces *out, rc_piece_class cls, const char *s)
-{
-    add_piece(out, cls, p->push, p->n_calls - 1, s, strlen(s));
 }
 
 /* Drop the first n bytes of the buffer. */
 static void consume(rc_parser *p, size_t n)
 {
+    for (size_t k = 0; k < p->n_empties; k++)
+        p->empties[k].at = p->empties[k].at > n ? p->empties[k].at - n : 0;
     memmove(p->buf.s, p->buf.s + n, p->buf.len - n);
     memmove(p->push_of, p->push_of + n, (p->buf.len - n) * sizeof *p->push_of);
     p->buf.len -= n;
     if (p->buf.s) p->buf.s[p->buf.len] = '\0';
+}
+
+/* Does s[0, n) end with a non-empty proper prefix of lit? */
+static int ends_with_prefix_of(const char *s, size_t n, const char *lit)
+{
+    size_t m = strlen(lit);
+    for (size_t k = m - 1; k > 0; k--)
+        if (n >= k && memcmp(s + n - k, lit, k) == 0) return 1;
+    return 0;
+}
+
+static const char *find(const char *s, size_t n, const char *lit)
+{
+    size_t m = strlen(lit);
+    if (m > n) return NULL;
+    for (size_t i = 0; i + m <= n; i++)
+        if (s[i] == lit[0] && memcmp(s + i, lit, m) == 0) return s + i;
+    return NULL;
+}
+
+/* The earliest payload start in s[0, n) in the prefix phase: a fence ("```json\n"
+ * or "```\n", removed) or a bracket. *start = where the prefix text ends, *skip =
+ * bytes of fence to drop. Returns 0 when there is none. */
+static int json_payload_start(const char *s, size_t n, size_t *start, size_t *skip)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '{' || s[i] == '[') {
+            *start = i;
+            *skip = 0;
+            return 1;
+        }
+        if (s[i] == '`' && n - i >= 4 && memcmp(s + i, "```\n", 4) == 0) {
+            *start = i;
+            *skip = 4;
+            return 1;
+        }
+        if (s[i] == '`' && n - i >= 8 && memcmp(s + i, "```json\n", 8) == 0) {
+            *start = i;
+            *skip = 8;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- JSON output mode (§7) --------------------------------------------- */
+
+/* The answer's JSON stage has its own undecided buffer: a fence prefix at the end
+ * of the prefix, or "\n", "\n`", "\n``" at the end of the payload, is held. */
+
+static int jbuf_add(rc_parser *p, uint32_t push, const char *s, size_t n)
+{
+    if (p->jbuf.len + n + 1 > p->jcap) {
+        size_t cap = p->jcap ? p->jcap : 64;
+        while (cap < p->jbuf.len + n + 1) cap *= 2;
+        uint32_t *v = realloc(p->jpush, cap * sizeof *v);
+        if (!v) return -1;
+        p->jpush = v;
+        p->jcap = cap;
+    }
+    for (size_t i = 0; i < n; i++) p->jpush[p->jbuf.len + i] = push;
+    rc_buf_add(&p->jbuf, s, n);
+    return p->jbuf.oom ? -1 : 0;
+}
+
+static void jconsume(rc_parser *p, size_t n)
+{
+    memmove(p->jbuf.s, p->jbuf.s + n, p->jbuf.len - n);
+    memmove(p->jpush, p->jpush + n, (p->jbuf.len - n) * sizeof *p->jpush);
+    p->jbuf.len -= n;
+}
+
+/* One " " for push `push` in the prefix or suffix phase. */
+static void json_space(rc_parser *p, rc_pieces *out, uint32_t push)
+{
+    if (p->jspace_push == push) return;
+    p->barrier = 1;
+    add_piece(p, out, RC_PIECE_CONTENT, push, -1, " ", 1);
+    p->barrier = 1;
+    p->jspace_push = push;
+    p->jhad_text = 1;
+}
+
+/* Spaces for the pushes of jbuf[0, n) (prefix or suffix text). */
+static void json_spaces(rc_parser *p, rc_pieces *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || p->jpush[i] != p->jpush[i - 1]) json_space(p, out, p->jpush[i]);
+}
+
+static void json_payload(rc_parser *p, rc_pieces *out, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        while (j < n && p->jpush[j] == p->jpush[i]) j++;
+        add_piece(p, out, RC_PIECE_CONTENT, p->jpush[i], -1, p->jbuf.s + i, j - i);
+        i = j;
+    }
+}
+
+static void json_new_phase(rc_parser *p, jphase ph)
+{
+    p->jphase = ph;
+    p->jhad_text = 0;
+    p->jspace_push = 0;
+    p->barrier = 1;
+}
+
+static void json_run(rc_parser *p, rc_pieces *out, int final)
+{
+    for (;;) {
+        const char *s = p->jbuf.s;
+        size_t n = p->jbuf.len;
+        if (n == 0) return;
+        if (p->jphase == J_PREFIX) {
+            size_t start, skip;
+            if (!json_payload_start(s, n, &start, &skip)) {
+                if (!final &&
+                    (ends_with_prefix_of(s, n, "```json\n") || ends_with_prefix_of(s, n, "```\n")))
+                    return;
+                json_spaces(p, out, n);
+                jconsume(p, n);
+                return;
+            }
+            json_spaces(p, out, start);
+            jconsume(p, start + skip);
+            json_new_phase(p, J_PAYLOAD);
+            if (!skip && p->jbuf.len) { /* a bare payload's bracket is its own piece */
+                add_piece(p, out, RC_PIECE_CONTENT, p->jpush[0], -1, p->jbuf.s, 1);
+                p->barrier = 1;
+                jconsume(p, 1);
+            }
+        } else if (p->jphase == J_PAYLOAD) {
+            const char *end = find(s, n, "\n```");
+            if (!end) {
+                if (!final && ends_with_prefix_of(s, n, "\n```")) return;
+                json_payload(p, out, n);
+                jconsume(p, n);
+                return;
+            }
+            size_t k = (size_t)(end - s);
+            json_payload(p, out, k);
+            jconsume(p, k + 4);
+            json_new_phase(p, J_SUFFIX);
+        } else {
+            json_spaces(p, out, n);
+            jconsume(p, n);
+            return;
+        }
+    }
+}
+
+/* Answer text of one push in JSON mode. An empty push in the prefix or suffix
+ * phase still gets its " " once that phase has had text. */
+static void json_feed(rc_parser *p, rc_pieces *out, uint32_t push, const char *s, size_t n)
+{
+    if (n == 0) {
+        if (p->jphase != J_PAYLOAD && p->jbuf.len == 0 && p->jhad_text) json_space(p, out, push);
+        return;
+    }
+    if (jbuf_add(p, push, s, n) != 0) {
+        out->oom = 1;
+        return;
+    }
+    json_run(p, out, 0);
+}
+
+/* ---- channel text ------------------------------------------------------ */
+
+/* Emit bytes [from, to) of the buffer as channel text, split where the push
+ * changes, with leading-newline stripping and JSON mode applied. */
+static void channel_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uint32_t push,
+                          const char *s, size_t n)
+{
+    if (cls == RC_PIECE_CONTENT && p->reply->parse_json_output)
+        json_feed(p, out, push, s, n);
+    else
+        add_piece(p, out, cls, push, -1, s, n);
+}
+
+/* Empty pushes recorded at buffer offsets <= at become empty pieces, once the
+ * leading newlines are behind. */
+static void emit_empties(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t at)
+{
+    if (p->strip_newlines) return;
+    size_t k = 0;
+    while (k < p->n_empties && p->empties[k].at <= at) {
+        p->barrier = 1;
+        channel_piece(p, out, cls, p->empties[k].push, "", 0);
+        p->barrier = 1;
+        k++;
+    }
+    memmove(p->empties, p->empties + k, (p->n_empties - k) * sizeof *p->empties);
+    p->n_empties -= k;
+}
+
+static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t from, size_t to)
+{
+    size_t i = from;
+    while (i < to) {
+        size_t j = i + 1;
+        while (j < to && p->push_of[j] == p->push_of[i]) j++;
+        size_t a = i;
+        if (p->strip_newlines) {
+            while (a < j && p->buf.s[a] == '\n') a++;
+            if (a < j) p->strip_newlines = 0;
+        }
+        emit_empties(p, out, cls, i);
+        if (a < j) channel_piece(p, out, cls, p->push_of[i], p->buf.s + a, j - a);
+        i = j;
+    }
+    emit_empties(p, out, cls, to);
+}
+
+typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP } mkind;
+
+/* The match ending first in the buffer: its start (with the '\n' run a marker
+ * absorbs), end and kind; -1 when there is none. */
+static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const char **stop)
+{
+    const char *s = p->buf.s;
+    size_t n = p->buf.len, best_end = (size_t)-1, best_start = 0;
+    int kind = -1;
+    const char *best_stop = NULL;
+    struct {
+        const char *lit;
+        mkind kind;
+        int absorb;
+        int on;
+    } m[3] = {
+        {THINK_END, M_THINK_END, 1, p->state == P_REASONING},
+        {OPENER, M_OPENER, 1, p->reply->parse_tool_calls},
+        {THINK_END, M_STRAY_THINK_END, 0, p->state == P_CONTENT},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (!m[i].on) continue;
+        const char *hit = find(s, n, m[i].lit);
+        if (!hit) continue;
+        size_t at = (size_t)(hit - s), e = at + strlen(m[i].lit);
+        if (e >= best_end) continue;
+        size_t st = at;
+        if (m[i].absorb)
+            while (st > 0 && s[st - 1] == '\n') st--;
+        best_end = e;
+        best_start = st;
+        kind = (int)m[i].kind;
+    }
+    if (p->state == P_CONTENT)
+        for (size_t i = 0; i < p->reply->n_stops; i++) {
+            const char *lit = p->reply->stops[i];
+            if (!lit[0]) continue;
+            const char *hit = find(s, n, lit);
+            if (!hit) continue;
+            size_t at = (size_t)(hit - s), e = at + strlen(lit);
+            if (e >= best_end) continue;
+            best_end = e;
+            best_start = at;
+            kind = M_STOP;
+            best_stop = lit;
+        }
+    *start = best_start;
+    *end = best_end;
+    *stop = best_stop;
+    return kind;
+}
+
+/* Is the buffer's end undecided (§3's table)? */
+static int held(const rc_parser *p)
+{
+    const char *s = p->buf.s;
+    size_t n = p->buf.len;
+    if (n == 0) return 0;
+    int reasoning = p->state == P_REASONING;
+    if (ends_with_prefix_of(s, n, THINK_END)) return 1;
+    if (reasoning && s[n - 1] == '\n') return 1;
+    if (p->reply->parse_tool_calls) {
+        if (ends_with_prefix_of(s, n, OPENER)) return 1;
+        if (!reasoning && s[n - 1] == '\n') return 1;
+    }
+    if (!reasoning) {
+        for (size_t i = 0; i < p->reply->n_stops; i++)
+            if (p->reply->stops[i][0] && ends_with_prefix_of(s, n, p->reply->stops[i])) return 1;
+    }
+    return 0;
+}
+
+static void process_text(rc_parser *p, rc_pieces *out, int final)
+{
+    while (p->state == P_REASONING || p->state == P_CONTENT) {
+        rc_piece_class cls = p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT;
+        size_t start, end;
+        const char *stop;
+        int kind = earliest_marker(p, &start, &end, &stop);
+        if (kind < 0) {
+            if (!final && held(p)) return;
+            emit_channel(p, out, cls, 0, p->buf.len);
+            consume(p, p->buf.len);
+            return;
+        }
+        emit_channel(p, out, cls, 0, start);
+        /* the opener stays: it is the tool-call region's first tag */
+        consume(p, kind == M_OPENER ? end - strlen(OPENER) : end);
+        switch ((mkind)kind) {
+        case M_THINK_END:
+            p->state = P_CONTENT;
+            p->strip_newlines = 1;
+            p->barrier = 1;
+            break;
+        case M_OPENER: /* the opener stays in the buffer: it is the region's first tag */
+            p->state = P_TOOLS;
+            p->t = T_REGION;
+            p->first_tag = 1;
+            break;
+        case M_STRAY_THINK_END: /* deleted from the answer; it ends newline stripping */
+            p->strip_newlines = 0;
+            p->barrier = 1;
+            break;
+        case M_STOP:
+            p->stop = stop;
+            p->state = P_DONE;
+            consume(p, p->buf.len);
+            break;
+        }
+    }
+}
+
+/* ---- the DSML tool-call region ----------------------------------------- */
+
+static size_t span(const rc_parser *p, char c)
+{
+    const char *q = memchr(p->buf.s, c, p->buf.len);
+    return q ? (size_t)(q - p->buf.s) : (size_t)-1;
+}
+
+static void emit_key(rc_parser *p, rc_pieces *out, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        while (j < n && p->push_of[j] == p->push_of[i]) j++;
+        add_piece(p, out, RC_PIECE_ARGS_KEY, p->push_of[i], p->n_calls - 1, p->buf.s + i, j - i);
+        i = j;
+    }
+}
+
+/* A value range, JSON-escaped (string values) or raw, one piece per push. */
+static void emit_value(rc_parser *p, rc_pieces *out, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i + 1;
+        while (j < n && p->push_of[j] == p->push_of[i]) j++;
+        if (!p->string_value) {
+            add_piece(p, out, RC_PIECE_ARGS_VALUE, p->push_of[i], p->n_calls - 1, p->buf.s + i,
+                      j - i);
+        } else {
+            rc_buf esc = {0};
+            rc_json_string(&esc, p->buf.s + i, j - i);
+            if (esc.oom) {
+                out->oom = 1;
+            } else {
+                rc_piece *pc = add_piece(p, out, RC_PIECE_ARGS_VALUE, p->push_of[i], p->n_calls - 1,
+                                         esc.s + 1, esc.len - 2);
+                if (pc) {
+                    rc_buf_add(&pc->raw, p->buf.s + i, j - i);
+                    if (pc->raw.oom) out->oom = 1;
+                }
+            }
+            free(esc.s);
+        }
+        i = j;
+    }
+}
+
+/* A structural piece (what the parser writes) attributed to the current push. */
+static void emit_struct(rc_parser *p, rc_pieces *out, rc_piece_class cls, const char *s)
+{
+    add_piece(p, out, cls, p->push, p->n_calls - 1, s, strlen(s));
+}
+
+static void stop_parsing(rc_parser *p)
+{
+    p->state = P_DONE;
+    consume(p, p->buf.len);
+}
+
+/* What a tag after "<｜DSML｜" is: reads the tag word (an optional leading space,
+ * then up to a space or '>'). Returns 0 when more input is needed, else 1 with
+ * *word_len (bytes after the opener) and *named (the word is followed by
+ * ' name='), or -1 when the word is followed by something else than ' name='
+ * or '>' (*word_len is then set too). */
+static int read_tag(const rc_parser *p, size_t at, size_t *word_len, int *named, int *closed)
+{
+    const char *s = p->buf.s + at;
+    size_t n = p->buf.len - at, i = 0;
+    if (i < n && s[i] == ' ') i++;
+    while (i < n && s[i] != ' ' && s[i] != '>') i++;
+    if (i == n) return 0;
+    *word_len = i;
+    *closed = s[i] == '>';
+    *named = 0;
+    if (*closed) return 1;
+    static const char attr[] = " name=";
+    size_t k = n - i < 6 ? n - i : 6;
+    if (memcmp(s + i, attr, k) != 0) return -1;
+    if (k < 6) return 0;
+    *named = 1;
+    return 1;
+}
+
+static int word_is(const char *w, size_t n, const char *a, const char *b)
+{
+    return (n == strlen(a) && memcmp(w, a, n) == 0) || (n == strlen(b) && memcmp(w, b, n) == 0);
+}
+
+/* The effect of a closing tag at the buffer's start ("</｜DSML｜"): it happens at
+ * once when nothing follows the opener or when the opener began in an earlier
+ * push; otherwise once the tag's '>' has arrived, as the reference decides. */
+static int closing_now(const rc_parser *p)
+{
+    size_t n_open = strlen(CLOSER);
+    if (p->buf.len == n_open || p->push_of[0] != p->push) return 1;
+    return memchr(p->buf.s + n_open, '>', p->buf.len - n_open) != NULL;
+}
+
+static void close_value(rc_parser *p, rc_pieces *out)
+{
+    if (p->string_value) emit_struct(p, out, RC_PIECE_ARGS_UNQUOTE, "\"");
+}
+
+static void close_invoke(rc_parser *p, rc_pieces *out)
+{
+    emit_struct(p, out, RC_PIECE_ARGS_CLOSE, p->n_params ? "}" : "{}");
+    add_piece(p, out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
+}
+
+static void process_tools(rc_parser *p, rc_pieces *out)
+{
+    size_t n_open = strlen(OPENER), n_close = strlen(CLOSER);
+    while (p->state == P_TOOLS && p->buf.len > 0) {
+        switch (p->t) {
+        case T_SKIP: {
+            size_t gt = span(p, '>');
+            if (gt == (size_t)-1) {
+                consume(p, p->buf.len);
+                return;
+            }
+            consume(p, gt + 1);
+            p->t = p->after;
+            break;
+        }
+        case T_REGION:
+        case T_INVOKE: {
+            int in_invoke = p->t == T_INVOKE;
+            const char *open = find(p->buf.s, p->buf.len, OPENER);
+            const char *close = find(p->buf.s, p->buf.len, CLOSER);
+            const char *tag = open && (!close || open < close) ? open : close;
+            if (!tag) { /* junk; keep what may still become a tag */
+                size_t keep = 0;
+                for (size_t k = n_close - 1; k > 0 && !keep; k--)
+                    if (p->buf.len >= k &&
+                        (memcmp(p->buf.s + p->buf.len - k, CLOSER, k) == 0 ||
+                         (k < n_open && memcmp(p->buf.s + p->buf.len - k, OPENER, k) == 0)))
+                        keep = k;
+                consume(p, p->buf.len - keep);
+                return;
+            }
+            consume(p, (size_t)(tag - p->buf.s));
+            if (tag == close) {
+                if (!in_invoke) {
+                    /* "</｜DSML｜tool_calls>" / " calls>" ends the region */
+                    size_t word, gt = span(p, '>');
+                    if (gt == (size_t)-1) return;
+                    word = gt - n_close;
+                    if (word_is(p->buf.s + n_close, word, "tool_calls", " calls")) {
+                        stop_parsing(p);
+                        return;
+                    }
+                    consume(p, gt + 1);
+                    break;
+                }
+                if (!closing_now(p)) return;
+                close_invoke(p, out);
+                consume(p, n_close);
+                p->t = T_SKIP;
+                p->after = T_REGION;
+                break;
+            }
+            size_t word;
+            int named, closed;
+            int r = read_tag(p, n_open, &word, &named, &closed);
+            if (r == 0) return;
+            const char *w = p->buf.s + n_open;
+            int is_param = word_is(w, word, "parameter", " parameter");
+            if (in_invoke) {
+                if (is_param && r > 0 && named) {
+                    consume(p, n_open + word + 6 /* " name=" */);
+                    emit_struct(p, out, p->n_params ? RC_PIECE_ARGS_COMMA : RC_PIECE_ARGS_OPEN,
+                                p->n_params ? ", " : "{");
+                    p->n_params++;
+                    p->t = T_KEY;
+                    break;
+                }
+                /* anything else inside an invoke is junk */
+                consume(p, n_open);
+                p->t = T_SKIP;
+                p->after = T_INVOKE;
+                break;
+            }
+            if (p->first_tag && !(r > 0 && named)) {
+                /* the opening tag: its word is not checked */
+                p->first_tag = 0;
+                consume(p, n_open);
+                p->t = T_SKIP;
+                p->after = T_REGION;
+                break;
+            }
+            p->first_tag = 0;
+            if (is_param || word_is(w, word, "tool_calls", " calls")) {
+                consume(p, n_open); /* junk between invokes */
+                p->t = T_SKIP;
+                p->after = T_REGION;
+                break;
+            }
+            if (r < 0 || !named) { /* an invoke without ' name=': parsing stops */
+                stop_parsing(p);
+                return;
+            }
+            consume(p, n_open + word + 6 /* " name=" */);
+            p->t = T_NAME_QUOTE;
+            break;
+        }
+        case T_NAME_QUOTE:
+            if (p->buf.s[0] != '"') { /* name='…' or name=…: parsing stops */
+                stop_parsing(p);
+                return;
+            }
+            consume(p, 1);
+            p->t = T_NAME;
+            break;
+        case T_NAME: {
+            size_t q = span(p, '"');
+            if (q == (size_t)-1) return;
+            p->n_calls++;
+            p->n_params = 0;
+            add_piece(p, out, RC_PIECE_CALL_BEGIN, p->push, p->n_calls - 1, p->buf.s, q);
+            consume(p, q + 1);
+            p->t = T_SKIP;
+            p->after = T_INVOKE;
+            break;
+        }
+        case T_KEY: {
+            size_t sp = span(p, ' ');
+            if (sp == (size_t)-1) {
+                emit_key(p, out, p->buf.len);
+                consume(p, p->buf.len);
+                return;
+            }
+            emit_key(p, out, sp);
+            consume(p, sp);
+            emit_struct(p, out, RC_PIECE_ARGS_COLON, ": ");
+            p->t = T_STRING_ATTR;
+            break;
+        }
+        case T_STRING_ATTR: {
+            /* the first string="true"> or string="false"> ahead; what precedes it is
+             * skipped */
+            static const char t_attr[] = "string=\"true\">", f_attr[] = "string=\"false\">";
+            const char *ht = find(p->buf.s, p->buf.len, t_attr);
+            const char *hf = find(p->buf.s, p->buf.len, f_attr);
+            const char *h = ht && (!hf || ht < hf) ? ht : hf;
+            if (!h) {
+                size_t keep = 0;
+                for (size_t k = strlen(f_attr) - 1; k > 0 && !keep; k--)
+                    if (p->buf.len >= k &&
+                        (memcmp(p->buf.s + p->buf.len - k, f_attr, k) == 0 ||
+                         (k < strlen(t_attr) && memcmp(p->buf.s + p->buf.len - k, t_attr, k) == 0)))
+                        keep = k;
+                consume(p, p->buf.len - keep);
+                return;
+            }
+            p->string_value = h == ht;
+            consume(p, (size_t)(h - p->buf.s) + strlen(h == ht ? t_attr : f_attr));
+            if (p->string_value) emit_struct(p, out, RC_PIECE_ARGS_QUOTE, "\"");
+            p->t = T_VALUE;
+            break;
+        }
+        case T_VALUE: {
+            const char *hit = find(p->buf.s, p->buf.len, CLOSER);
+            if (hit) {
+                size_t v = (size_t)(hit - p->buf.s);
+                emit_value(p, out, v);
+                consume(p, v);
+                if (!closing_now(p)) return;
+                close_value(p, out);
+                consume(p, n_close);
+                p->t = T_SKIP;
+                p->after = T_INVOKE;
+                break;
+            }
+            /* hold everything while the end may still be the closing tag's start */
+            if (ends_with_prefix_of(p->buf.s, p->buf.len, CLOSER)) return;
+            emit_value(p, out, p->buf.len);
+            consume(p, p->buf.len);
+            return;
+        }
+        }
+    }
+}
+
+static int run(rc_parser *p, rc_pieces *out, int final)
+{
+    for (;;) {
+        pstate before = p->state;
+        if (p->state == P_REASONING || p->state == P_CONTENT) process_text(p, out, final);
+        if (p->state == P_TOOLS) process_tools(p, out);
+        if (p->state == P_DONE) consume(p, p->buf.len);
+        if (p->state == before) break;
+    }
+    return out->oom ? -1 : 0;
 }
 
 rc_parser *rc_parser_new(const rc_reply *reply)
@@ -165,18 +759,9 @@ rc_parser *rc_parser_new(const rc_reply *reply)
     rc_parser *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->reply = reply;
-    if (reply->model == RC_MODEL_V41_FLASH) {
-        p->tool_words[0] = " calls";
-        p->tool_words[1] = " invoke";
-        p->tool_words[2] = " parameter";
-    } else {
-        p->tool_words[0] = "tool_calls";
-        p->tool_words[1] = "invoke";
-        p->tool_words[2] = "parameter";
-    }
     if (reply->starts_in_tool_calls) {
         p->state = P_TOOLS;
-        p->t = T_BETWEEN;
+        p->t = T_REGION;
     } else if (reply->stage == RC_STAGE_REASONING_START) {
         p->state = P_REASONING;
         p->strip_newlines = 1;
@@ -196,6 +781,9 @@ void rc_parser_free(rc_parser *p)
     if (!p) return;
     free(p->buf.s);
     free(p->push_of);
+    free(p->jbuf.s);
+    free(p->jpush);
+    free(p->empties);
     free(p);
 }
 
@@ -214,380 +802,16 @@ int rc_parser_n_calls(const rc_parser *p)
     return p->n_calls;
 }
 
-/* ---- text states ------------------------------------------------------- */
-
-typedef struct marker {
-    const char *s;
-    size_t n;
-    int absorb_newlines; /* '\n's right before the marker belong to it */
-    int kind;            /* 0 end of reasoning, 1 tool calls, 2 stray </think>, 3 stop */
-} marker;
-
-static size_t text_markers(const rc_parser *p, marker *m, size_t cap)
+int rc_parser_reasoning_emitted(const rc_parser *p)
 {
-    size_t n = 0;
-    if (p->state == P_REASONING) {
-        m[n++] = (marker){"</think>", 8, 1, 0};
-    } else {
-        if (p->reply->parse_tool_calls) m[n++] = (marker){"<" DSML, strlen("<" DSML), 1, 1};
-        m[n++] = (marker){"</think>", 8, 0, 2};
-    }
-    for (size_t i = 0; i < p->reply->n_stops && n < cap; i++) {
-        const char *s = p->reply->stops[i];
-        if (s[0]) m[n++] = (marker){s, strlen(s), 0, 3};
-    }
-    return n;
-}
-
-/* Could the buffer's end still grow into marker m? */
-static int held_by(const char *b, size_t len, const marker *m)
-{
-    size_t start = len > m->n - 1 ? len - (m->n - 1) : 0;
-    for (size_t i = start; i <= len; i++) {
-        size_t k = len - i; /* b[i..len) is a prefix of m? (k == 0: the empty prefix) */
-        if (k > 0 && memcmp(b + i, m->s, k) != 0) continue;
-        if (k > 0) return 1;
-        if (m->absorb_newlines && i > 0 && b[i - 1] == '\n') return 1;
-    }
-    /* a partial marker after '\n's */
-    if (m->absorb_newlines) {
-        for (size_t i = start; i < len; i++) {
-            size_t k = len - i;
-            if (memcmp(b + i, m->s, k) == 0 && i > 0 && b[i - 1] == '\n') return 1;
-        }
-    }
-    return 0;
-}
-
-static int process_text(rc_parser *p, rc_pieces *out, int final)
-{
-    marker m[64];
-    while (p->state == P_REASONING || p->state == P_CONTENT) {
-        if (p->strip_newlines) {
-            size_t k = 0;
-            while (k < p->buf.len && p->buf.s[k] == '\n') k++;
-            consume(p, k);
-            if (p->buf.len == 0) return 0;
-            p->strip_newlines = 0;
-        }
-        rc_piece_class cls = p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT;
-        size_t n_m = text_markers(p, m, 64);
-        /* the earliest marker */
-        size_t best = (size_t)-1, best_end = 0, best_i = 0;
-        int best_kind = -1;
-        for (size_t i = 0; i < n_m; i++) {
-            const char *hit = p->buf.len >= m[i].n ? strstr(p->buf.s, m[i].s) : NULL;
-            if (!hit) continue;
-            size_t at = (size_t)(hit - p->buf.s), start = at;
-            if (m[i].absorb_newlines)
-                while (start > 0 && p->buf.s[start - 1] == '\n') start--;
-            if (start < best) {
-                best = start;
-                best_end = at + m[i].n;
-                best_kind = m[i].kind;
-                best_i = i;
-            }
-        }
-        if (best_kind >= 0) {
-            emit_range(p, out, cls, 0, best);
-            consume(p, best_end);
-            if (best_kind == 0) {
-                p->state = P_CONTENT;
-                p->strip_newlines = 1;
-            } else if (best_kind == 1) {
-                p->state = P_TOOLS;
-                p->t = T_OPEN;
-            } else if (best_kind == 3) {
-                p->stop = m[best_i].s;
-                p->state = P_DONE;
-            }
-            continue;
-        }
-        if (!final) {
-            for (size_t i = 0; i < n_m; i++)
-                if (held_by(p->buf.s ? p->buf.s : "", p->buf.len, &m[i])) return 0;
-        }
-        emit_range(p, out, cls, 0, p->buf.len);
-        consume(p, p->buf.len);
-        return 0;
-    }
-    return 0;
-}
-
-/* ---- the DSML tool-call block ------------------------------------------ */
-
-/* Match literal `lit` at the buffer's start: 1 matched, 0 need more, -1 mismatch. */
-static int expect(const rc_parser *p, const char *lit)
-{
-    size_t n = strlen(lit), k = p->buf.len < n ? p->buf.len : n;
-    if (memcmp(p->buf.s, lit, k) != 0) return -1;
-    return k == n ? 1 : 0;
-}
-
-static void skip_space(rc_parser *p)
-{
-    size_t k = 0;
-    while (k < p->buf.len && (p->buf.s[k] == ' ' || p->buf.s[k] == '\n' || p->buf.s[k] == '\t' ||
-                              p->buf.s[k] == '\r'))
-        k++;
-    consume(p, k);
-}
-
-static void tag(char *dst, size_t cap, const char *pre, const char *word, const char *post)
-{
-    snprintf(dst, cap, "%s" DSML "%s%s", pre, word, post);
-}
-
-static void malformed(rc_parser *p)
-{
-    p->t = T_DONE;
-    p->state = P_DONE;
-    consume(p, p->buf.len);
-}
-
-/* At "</｜DSML｜" (the buffer's start), a closing tag for `word`: 1 — the buffer
- * ends right after "</｜DSML｜" (decided: the tag's name is read later, state
- * T_*_CLOSE; also when the opener began in an earlier push); 2 — the whole tag "</｜DSML｜word>" is
- * there (consumed); 0 — a proper prefix of the name follows: wait; -1 — something else follows. The
- * reference decides the same way: a lone "</｜DSML｜" closes at once, a partial
- * name waits for the whole tag. */
-static int close_tag(rc_parser *p, const char *word)
-{
-    size_t n_open = strlen("</" DSML);
-    /* decided at once when nothing follows, or when the opener was completed by
-     * this push after being held from an earlier one */
-    if (p->buf.len == n_open || p->push_of[0] != p->push) {
-        consume(p, n_open);
-        return 1;
-    }
-    char lit[64];
-    snprintf(lit, sizeof lit, "%s>", word);
-    size_t n = strlen(lit), have = p->buf.len - n_open;
-    size_t k = have < n ? have : n;
-    if (memcmp(p->buf.s + n_open, lit, k) != 0) return -1;
-    if (have < n) return 0;
-    consume(p, n_open + n);
-    return 2;
-}
-
-static int process_tools(rc_parser *p, rc_pieces *out)
-{
-    char lit[96];
-    for (;;) {
-        if (p->state != P_TOOLS || p->buf.len == 0) return 0;
-        int r;
-        switch (p->t) {
-        case T_OPEN:
-            snprintf(lit, sizeof lit, "%s>", p->tool_words[0]);
-            r = expect(p, lit);
-            if (r == 0) return 0;
-            if (r < 0) {
-                malformed(p);
-                return 0;
-            }
-            consume(p, strlen(lit));
-            p->t = T_BETWEEN;
-            break;
-        case T_BETWEEN: {
-            skip_space(p);
-            if (p->buf.len == 0) return 0;
-            tag(lit, sizeof lit, "<", p->tool_words[1], " name=\"");
-            r = expect(p, lit);
-            if (r > 0) {
-                consume(p, strlen(lit));
-                p->t = T_NAME;
-                break;
-            }
-            char close[96];
-            tag(close, sizeof close, "</", p->tool_words[0], ">");
-            int rc = expect(p, close);
-            if (rc > 0) {
-                consume(p, strlen(close));
-                p->t = T_DONE;
-                p->state = P_DONE;
-                consume(p, p->buf.len);
-                return 0;
-            }
-            if (r == 0 || rc == 0) return 0;
-            malformed(p);
-            return 0;
-        }
-        case T_NAME: {
-            char *q = memchr(p->buf.s, '"', p->buf.len);
-            if (!q) return 0;
-            size_t n = (size_t)(q - p->buf.s);
-            p->n_calls++;
-            p->n_params = 0;
-            add_piece(out, RC_PIECE_CALL_BEGIN, p->push, p->n_calls - 1, p->buf.s, n);
-            consume(p, n + 1);
-            p->t = T_NAME_CLOSE;
-            break;
-        }
-        case T_NAME_CLOSE:
-            if (p->buf.s[0] != '>') {
-                malformed(p);
-                return 0;
-            }
-            consume(p, 1);
-            p->t = T_INVOKE;
-            break;
-        case T_INVOKE: {
-            skip_space(p);
-            if (p->buf.len == 0) return 0;
-            tag(lit, sizeof lit, "<", p->tool_words[2], " name=");
-            r = expect(p, lit);
-            if (r > 0) {
-                consume(p, strlen(lit));
-                emit_text(p, out, p->n_params ? RC_PIECE_ARGS_COMMA : RC_PIECE_ARGS_OPEN,
-                          p->n_params ? ", " : "{");
-                p->n_params++;
-                p->t = T_KEY;
-                break;
-            }
-            int rc = expect(p, "</" DSML);
-            if (rc > 0) {
-                r = close_tag(p, p->tool_words[1]);
-                if (r == 0) return 0;
-                if (r < 0) {
-                    malformed(p);
-                    return 0;
-                }
-                emit_text(p, out, RC_PIECE_ARGS_CLOSE, p->n_params ? "}" : "{}");
-                if (r == 2) {
-                    add_piece(out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
-                    p->t = T_BETWEEN;
-                } else {
-                    p->t = T_INVOKE_CLOSE;
-                }
-                break;
-            }
-            if (r == 0 || rc == 0) return 0;
-            malformed(p);
-            return 0;
-        }
-        case T_KEY: {
-            /* the opening quote, the name, the closing quote — copied */
-            if (p->buf.s[0] != '"') {
-                malformed(p);
-                return 0;
-            }
-            char *q = p->buf.len > 1 ? memchr(p->buf.s + 1, '"', p->buf.len - 1) : NULL;
-            if (!q) {
-                emit_range(p, out, RC_PIECE_ARGS_KEY, 0, p->buf.len);
-                consume(p, p->buf.len);
-                p->t = T_KEY_REST;
-                return 0;
-            }
-            size_t n = (size_t)(q - p->buf.s) + 1;
-            emit_range(p, out, RC_PIECE_ARGS_KEY, 0, n);
-            consume(p, n);
-            p->t = T_AFTER_KEY;
-            break;
-        }
-        case T_AFTER_KEY:
-            if (p->buf.s[0] != ' ') {
-                malformed(p);
-                return 0;
-            }
-            emit_text(p, out, RC_PIECE_ARGS_COLON, ": ");
-            consume(p, 1);
-            p->t = T_STRING_ATTR;
-            break;
-        case T_STRING_ATTR: {
-            int rt = expect(p, "string=\"true\">"), rf = expect(p, "string=\"false\">");
-            if (rt > 0 || rf > 0) {
-                p->string_value = rt > 0;
-                consume(p, rt > 0 ? strlen("string=\"true\">") : strlen("string=\"false\">"));
-                if (p->string_value) emit_text(p, out, RC_PIECE_ARGS_QUOTE, "\"");
-                p->t = T_VALUE;
-                break;
-            }
-            if (rt == 0 || rf == 0) return 0;
-            malformed(p);
-            return 0;
-        }
-        case T_VALUE: {
-            const char *end = "</" DSML;
-            size_t n_end = strlen(end);
-            char *hit = strstr(p->buf.s, end);
-            if (hit) {
-                size_t n = (size_t)(hit - p->buf.s);
-                emit_value(p, out, 0, n);
-                consume(p, n);
-                r = close_tag(p, p->tool_words[2]);
-                if (r == 0) return 0;
-                if (r < 0) {
-                    malformed(p);
-                    return 0;
-                }
-                if (p->string_value) emit_text(p, out, RC_PIECE_ARGS_UNQUOTE, "\"");
-                p->t = r == 2 ? T_INVOKE : T_VALUE_CLOSE;
-                break;
-            }
-            /* hold everything while the end may still be the closing tag's start */
-            for (size_t k = n_end - 1; k > 0; k--)
-                if (p->buf.len >= k && memcmp(p->buf.s + p->buf.len - k, end, k) == 0) return 0;
-            emit_value(p, out, 0, p->buf.len);
-            consume(p, p->buf.len);
-            return 0;
-        }
-        case T_VALUE_CLOSE:
-            snprintf(lit, sizeof lit, "%s>", p->tool_words[2]);
-            r = expect(p, lit);
-            if (r == 0) return 0;
-            if (r < 0) {
-                malformed(p);
-                return 0;
-            }
-            consume(p, strlen(lit));
-            p->t = T_INVOKE;
-            break;
-        case T_INVOKE_CLOSE:
-            snprintf(lit, sizeof lit, "%s>", p->tool_words[1]);
-            r = expect(p, lit);
-            if (r == 0) return 0;
-            if (r < 0) {
-                malformed(p);
-                return 0;
-            }
-            consume(p, strlen(lit));
-            add_piece(out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
-            p->t = T_BETWEEN;
-            break;
-        case T_DONE: consume(p, p->buf.len); return 0;
-        case T_KEY_REST: {
-            char *q = memchr(p->buf.s, '"', p->buf.len);
-            if (!q) {
-                emit_range(p, out, RC_PIECE_ARGS_KEY, 0, p->buf.len);
-                consume(p, p->buf.len);
-                return 0;
-            }
-            size_t n = (size_t)(q - p->buf.s) + 1;
-            emit_range(p, out, RC_PIECE_ARGS_KEY, 0, n);
-            consume(p, n);
-            p->t = T_AFTER_KEY;
-            break;
-        }
-        }
-    }
-}
-
-static int run(rc_parser *p, rc_pieces *out, int final)
-{
-    for (;;) {
-        pstate before = p->state;
-        if (p->state == P_REASONING || p->state == P_CONTENT) process_text(p, out, final);
-        if (p->state == P_TOOLS) process_tools(p, out);
-        if (p->state == P_DONE) consume(p, p->buf.len);
-        if (p->state == before) break;
-    }
-    return out->oom || p->oom ? -1 : 0;
+    return p->reasoning_emitted;
 }
 
 int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
 {
     if (p->state == P_DONE) return 0;
     p->push++;
+    p->barrier = 0;
     if (p->buf.len + len + 1 > p->push_cap) {
         size_t cap = p->push_cap ? p->push_cap : 64;
         while (cap < p->buf.len + len + 1) cap *= 2;
@@ -599,12 +823,30 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
     for (size_t i = 0; i < len; i++) p->push_of[p->buf.len + i] = p->push;
     rc_buf_add(&p->buf, text, len);
     if (p->buf.oom) return -1;
+    if (len == 0 && (p->state == P_REASONING || p->state == P_CONTENT)) {
+        /* an empty push is an empty piece, in its place among the held text */
+        if (p->n_empties == p->cap_empties) {
+            size_t cap = p->cap_empties ? p->cap_empties * 2 : 4;
+            struct empty_push *v = realloc(p->empties, cap * sizeof *v);
+            if (!v) return -1;
+            p->empties = v;
+            p->cap_empties = cap;
+        }
+        p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
+        if (p->buf.len == 0)
+            emit_empties(p, out, p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT,
+                         0);
+    }
     return run(p, out, 0);
 }
 
 int rc_parser_finish(rc_parser *p, rc_pieces *out)
 {
     int r = run(p, out, 1);
+    if (p->jbuf.len) {
+        json_run(p, out, 1);
+        r = out->oom ? -1 : r;
+    }
     if (p->state == P_TOOLS) consume(p, p->buf.len);
     return r;
 }

@@ -15,7 +15,7 @@ void rc_reply_free(rc_reply *r)
     memset(r, 0, sizeof *r);
 }
 
-static int copy_stops(rc_reply *dst, char *const *stops, size_t n)
+static int copy_stops(rc_reply *dst, const char *const *stops, size_t n)
 {
     if (!n) return 0;
     dst->stops = calloc(n, sizeof *dst->stops);
@@ -37,7 +37,22 @@ int rc_reply_copy(rc_reply *dst, const rc_reply *src)
     json_incref(dst->request);
     dst->model_name = strdup(src->model_name ? src->model_name : "");
     if (!dst->model_name) return 1;
-    return copy_stops(dst, src->stops, src->n_stops);
+    return copy_stops(dst, (const char *const *)src->stops, src->n_stops);
+}
+
+int rc_reply_override(rc_reply *r, int parse_tool_calls, int starts_in_tool_calls,
+                      int parse_json_output, rc_stage stage, const char *const *stops,
+                      size_t n_stops)
+{
+    r->parse_tool_calls = parse_tool_calls;
+    r->starts_in_tool_calls = starts_in_tool_calls;
+    r->parse_json_output = parse_json_output;
+    r->stage = stage;
+    for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->stops);
+    r->stops = NULL;
+    r->n_stops = 0;
+    return copy_stops(r, stops, n_stops);
 }
 
 int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request)
@@ -47,22 +62,23 @@ int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv
     r->model = conv->model;
     r->thinking = conv->thinking;
     r->parse_tool_calls = conv->n_tools > 0 && conv->tool_choice != RC_CHOICE_NONE;
-    r->starts_in_tool_calls = r->parse_tool_calls && conv->tool_choice == RC_CHOICE_REQUIRED;
-    r->parse_json_output =
-        conv->format == RC_FORMAT_JSON_OBJECT || conv->format == RC_FORMAT_JSON_SCHEMA;
+    r->starts_in_tool_calls = conv->n_tools > 0 && conv->tool_choice == RC_CHOICE_REQUIRED;
+    r->parse_json_output = conv->format == RC_FORMAT_JSON_OBJECT;
     const rc_message *last = conv->n_messages ? &conv->messages[conv->n_messages - 1] : NULL;
     int prefix = last && last->role == RC_ASSISTANT && last->prefix;
     if (!conv->thinking)
         r->stage = RC_STAGE_NONE;
     else if (!prefix)
         r->stage = RC_STAGE_REASONING_START;
-    else if (last->reasoning && last->content_len == 0)
+    else if (last->content_len > 0)
+        r->stage = RC_STAGE_CONTENT_CONTINUATION;
+    else if (last->reasoning && last->reasoning[0])
         r->stage = RC_STAGE_REASONING_CONTINUATION;
     else
-        r->stage = RC_STAGE_CONTENT_CONTINUATION;
+        r->stage = RC_STAGE_REASONING_START;
     const json_t *model = json_object_get(request, "model");
     r->model_name = strdup(json_is_string(model) ? json_string_value(model) : "");
     r->request = json_incref(request);
     if (!r->model_name) return 1;
-    return copy_stops(r, conv->stops, conv->n_stops);
+    return copy_stops(r, (const char *const *)conv->stops, conv->n_stops);
 }

@@ -47,7 +47,7 @@ static void usage(const rc_writer *w, rc_buf *b)
     rc_buf_adds(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
     rc_json_u64(b, w->cache_hit_tokens);
     rc_buf_adds(b, "}");
-    if (w->reply->thinking && w->has_tokenizer) {
+    if (w->reply->thinking && w->reply->stage != RC_STAGE_NONE && w->has_tokenizer) {
         rc_buf_adds(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":");
         rc_json_u64(b, w->reasoning_tokens);
         rc_buf_adds(b, "}");
@@ -87,7 +87,9 @@ int rc_chat_start(rc_writer *w, rc_chunks *out)
 {
     rc_buf b = {0};
     chunk_head(w, &b);
-    if (w->reply->thinking)
+    if (w->reply->thinking && w->reply->stage == RC_STAGE_CONTENT_CONTINUATION)
+        rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":null}");
+    else if (w->reply->thinking)
         rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"\"}");
     else
         rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":\"\"}");
@@ -137,7 +139,7 @@ static const char *finish_word(const rc_writer *w, rc_finish reason)
 {
     if (reason == RC_FINISH_LENGTH) return "length";
     if (reason == RC_FINISH_CONTENT_FILTER) return "content_filter";
-    return w->n_calls ? "tool_calls" : "stop";
+    return w->n_calls && reason == RC_FINISH_STOP ? "tool_calls" : "stop";
 }
 
 int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)

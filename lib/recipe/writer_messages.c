@@ -127,7 +127,7 @@ static const char *stop_word(const rc_writer *w, rc_finish reason)
     if (reason == RC_FINISH_LENGTH) return "max_tokens";
     if (reason == RC_FINISH_CONTENT_FILTER) return "refusal";
     if (w->stop_sequence) return "stop_sequence";
-    return w->n_calls ? "tool_use" : "end_turn";
+    return w->n_calls && reason == RC_FINISH_STOP ? "tool_use" : "end_turn";
 }
 
 int rc_messages_finish(rc_writer *w, rc_finish reason, rc_chunks *out)

@@ -9,13 +9,17 @@ import ctypes
 
 c_p = ctypes.c_void_p
 PROTOCOLS = {"chat": 1, "messages": 2, "responses": 3}
-FINISH = {"stop": 1, "length": 2, "content_filter": 3}
+FINISH = {"stop": 1, "length": 2, "content_filter": 3, "unknown": 4}
 
 
 class StreamOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("response_id", ctypes.c_char_p),
                 ("model", ctypes.c_char_p), ("created", ctypes.c_int64),
-                ("seed", ctypes.c_uint64), ("signature", ctypes.c_char_p)]
+                ("seed", ctypes.c_uint64), ("signature", ctypes.c_char_p),
+                ("override_parsing", ctypes.c_int32), ("parse_tool_calls", ctypes.c_int32),
+                ("starts_in_tool_calls", ctypes.c_int32), ("parse_json_output", ctypes.c_int32),
+                ("thinking_stage", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("stop_sequences", ctypes.c_void_p), ("n_stop_sequences", ctypes.c_size_t)]
 
 
 def load(path):
@@ -46,6 +50,7 @@ def load(path):
     lib.di_stream_response_json.argtypes = [c_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.di_stream_response_json.restype = ctypes.POINTER(ctypes.c_char)
     lib.di_stream_free.argtypes = [c_p]
+    lib.di_stream_options_init.argtypes = [ctypes.POINTER(StreamOptions)]
     lib.di_stream_finished.argtypes = [c_p]
     return lib
 
@@ -86,9 +91,12 @@ def run_case(lib, tok, codec, protocol, body, pushes, finish="stop", prompt_toke
     raw = body if isinstance(body, bytes) else body.encode()
     check(lib, lib.di_codec_render(codec, PROTOCOLS[protocol], raw, len(raw), ctypes.byref(prompt),
                                    ctypes.byref(err)), err, "render")
-    opts = StreamOptions(ctypes.sizeof(StreamOptions), response_id.encode(),
-                         model.encode() if model else None, created, seed,
-                         signature.encode() if signature else None)
+    opts = StreamOptions()
+    lib.di_stream_options_init(ctypes.byref(opts))
+    opts.response_id = response_id.encode()
+    opts.model = model.encode() if model else None
+    opts.created, opts.seed = created, seed
+    opts.signature = signature.encode() if signature else None
     st = lib.di_stream_create(prompt, tok, ctypes.byref(opts), ctypes.byref(s), ctypes.byref(err))
     lib.di_prompt_free(prompt)
     check(lib, st, err, "stream")
