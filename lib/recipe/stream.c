@@ -8,6 +8,7 @@
 #include "api/struct_size.h"
 #include "recipe/stream.h"
 #include "recipe/writer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/utf8.h"
 
 typedef struct stream_event {
@@ -22,7 +23,11 @@ struct di_stream {
     rc_parser *parser;
     rc_writer w;
     const di_tokenizer *tok;
-    di_detokenizer *detok;
+    /* token pushes: ids of ordinary tokens not yet decoded (a character still
+     * incomplete), and which ids are added tokens (decoded on their own) */
+    int32_t *group;
+    size_t n_group, cap_group;
+    uint8_t *added; /* bitmap over the vocabulary, built on the first token push */
     rc_pieces pieces;
     rc_chunks chunks;
     stream_event *events;
@@ -188,6 +193,7 @@ static di_status push_text(di_stream *s, const char *text, size_t len, uint32_t 
                            di_error **err)
 {
     begin_call(s);
+    s->n_group = 0; /* a text push discards token ids held for an incomplete character */
     s->w.completion_tokens += n_tokens;
     if (rc_parser_push(s->parser, text, len, &s->pieces) != 0) return fail_oom(s, err);
     /* a stop sequence ends the stream in the push that completes it */
@@ -212,6 +218,38 @@ DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len,
     return push_text(s, text ? text : "", len, n_tokens, err);
 }
 
+/* Decode ids [0, n) of the group as one text (HF decode: invalid UTF-8 becomes
+ * U+FFFD). */
+static int decode_ids(const di_stream *s, const int32_t *ids, size_t n, char **text, size_t *len)
+{
+    return di_tokenizer_decode(s->tok, ids, n, 0, text, len, NULL) == DI_OK ? 0 : -1;
+}
+
+/* Push decoded token text as its own piece, counting its ids. */
+static di_status push_decoded(di_stream *s, const int32_t *ids, size_t n, di_error **err)
+{
+    char *text;
+    size_t len;
+    if (decode_ids(s, ids, n, &text, &len) != 0) return fail_oom(s, err);
+    s->w.completion_tokens += (uint32_t)n;
+    int r = rc_parser_push(s->parser, text, len, &s->pieces);
+    di_text_free(text);
+    return r != 0 ? fail_oom(s, err) : DI_OK;
+}
+
+static int build_added(di_stream *s)
+{
+    const di_tokenizer_impl *t = (const di_tokenizer_impl *)s->tok;
+    int32_t vocab = di_tokenizer_vocab_size(s->tok);
+    s->added = calloc(((size_t)vocab + 7) / 8, 1);
+    if (!s->added) return -1;
+    for (size_t i = 0; i < t->n_added; i++) {
+        int32_t id = t->added[i].id;
+        if (id >= 0 && id < vocab) s->added[id >> 3] |= (uint8_t)(1u << (id & 7));
+    }
+    return 0;
+}
+
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err)
 {
@@ -229,21 +267,52 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
                      (int)ids[i], (int)vocab);
             return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
         }
-    if (!s->detok && di_detokenizer_create(s->tok, 0, &s->detok) != DI_OK) return fail_oom(s, err);
-    rc_buf text = {0};
-    for (size_t i = 0; i < n_ids; i++) {
-        const char *t;
-        size_t n;
-        if (di_detokenizer_push(s->detok, ids[i], &t, &n) != DI_OK) {
-            free(text.s);
-            return fail_oom(s, err);
-        }
-        rc_buf_add(&text, t, n);
+    if (!s->added && build_added(s) != 0) return fail_oom(s, err);
+    if (s->n_group + n_ids > s->cap_group) {
+        size_t cap = s->cap_group ? s->cap_group : 16;
+        while (cap < s->n_group + n_ids) cap *= 2;
+        int32_t *v = realloc(s->group, cap * sizeof *v);
+        if (!v) return fail_oom(s, err);
+        s->group = v;
+        s->cap_group = cap;
     }
-    if (text.oom) return fail_oom(s, err);
-    di_status st = push_text(s, text.s ? text.s : "", text.len, (uint32_t)n_ids, err);
-    free(text.s);
-    return st;
+    begin_call(s);
+    /* as the reference decodes: ordinary ids in groups, an added token alone (its
+     * text a piece of its own), and a group whose text ends in an incomplete
+     * character held whole until the next token push */
+    for (size_t i = 0; i < n_ids; i++) {
+        int32_t id = ids[i];
+        if (s->added[id >> 3] & (1u << (id & 7))) {
+            di_status st;
+            if (s->n_group) {
+                st = push_decoded(s, s->group, s->n_group, err);
+                s->n_group = 0;
+                if (st != DI_OK) return st;
+                if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
+            }
+            st = push_decoded(s, &id, 1, err);
+            if (st != DI_OK) return st;
+            if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
+        } else {
+            s->group[s->n_group++] = id;
+        }
+    }
+    if (s->n_group) {
+        char *text;
+        size_t len;
+        if (decode_ids(s, s->group, s->n_group, &text, &len) != 0) return fail_oom(s, err);
+        int incomplete = len >= 3 && memcmp(text + len - 3, "\xEF\xBF\xBD", 3) == 0;
+        di_text_free(text);
+        if (!incomplete) {
+            di_status st = push_decoded(s, s->group, s->n_group, err);
+            s->n_group = 0;
+            if (st != DI_OK) return st;
+            if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
+        }
+    }
+    if (rc_write_pieces(&s->w, &s->pieces, &s->chunks) != 0 || pieces_to_events(s) != 0)
+        return fail_oom(s, err);
+    return DI_OK;
 }
 
 /* Reasoning tokens: the reasoning text encoded with the stream's tokenizer. */
@@ -276,12 +345,7 @@ DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err
  * of the current call (if any) are still to be written. */
 static di_status finish_now(di_stream *s, di_finish reason, di_error **err)
 {
-    if (s->detok) {
-        const char *t;
-        size_t n;
-        if (di_detokenizer_flush(s->detok, &t, &n) != DI_OK) return fail_oom(s, err);
-        if (n && rc_parser_push(s->parser, t, n, &s->pieces) != 0) return fail_oom(s, err);
-    }
+    s->n_group = 0; /* ids held for an incomplete character are dropped, as the reference does */
     if (rc_parser_finish(s->parser, &s->pieces) != 0) return fail_oom(s, err);
     if (rc_write_pieces(&s->w, &s->pieces, &s->chunks) != 0) return fail_oom(s, err);
     s->w.stop_sequence = rc_parser_stop_sequence(s->parser);
@@ -392,7 +456,8 @@ DI_API void di_stream_free(di_stream *s)
     free(s->chunks.v);
     rc_pieces_free(&s->pieces);
     rc_parser_free(s->parser);
-    di_detokenizer_free(s->detok);
+    free(s->group);
+    free(s->added);
     rc_writer_free(&s->w);
     rc_reply_free(&s->reply);
     free(s);

@@ -31,6 +31,7 @@ typedef struct rc_reply {
     int starts_in_tool_calls; /* tool_choice required: the prompt opened the block */
     int parse_json_output;    /* response_format json_object / json_schema */
     rc_stage stage;
+    int prefix_content; /* the request continues a prefix's answer (writer shapes) */
     char **stops;
     size_t n_stops;
     json_t *request; /* the request body (Responses echoes its settings); owned reference */

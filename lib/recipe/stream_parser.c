@@ -39,6 +39,7 @@ struct rc_parser {
     const rc_reply *reply;
     pstate state;
     int strip_newlines; /* drop leading '\n' of the next channel text */
+    int strip_drops_empties; /* empty pushes during this stripping are dropped */
     int barrier;        /* the next piece must not merge with the previous one */
     /* the undecided input */
     rc_buf buf;
@@ -289,7 +290,11 @@ static void json_run(rc_parser *p, rc_pieces *out, int final)
 static void json_feed(rc_parser *p, rc_pieces *out, uint32_t push, const char *s, size_t n)
 {
     if (n == 0) {
-        if (p->jphase != J_PAYLOAD && p->jbuf.len == 0 && p->jhad_text) json_space(p, out, push);
+        if (p->jbuf.len != 0) return;
+        if (p->jphase == J_PAYLOAD)
+            add_piece(p, out, RC_PIECE_CONTENT, push, -1, "", 0);
+        else if (p->jhad_text)
+            json_space(p, out, push);
         return;
     }
     if (jbuf_add(p, push, s, n) != 0) {
@@ -366,9 +371,20 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
         {OPENER, M_OPENER, 1, p->reply->parse_tool_calls},
         {THINK_END, M_STRAY_THINK_END, 0, p->state == P_CONTENT},
     };
+    /* in JSON mode the payload is not searched for the DSML opener */
+    size_t limit = n;
+    if (p->state == P_CONTENT && p->reply->parse_json_output) {
+        size_t a = 0, ps, skip;
+        if (p->strip_newlines)
+            while (a < n && s[a] == '\n') a++;
+        if (p->jphase != J_PREFIX)
+            limit = 0;
+        else if (json_payload_start(s + a, n - a, &ps, &skip))
+            limit = a + ps;
+    }
     for (int i = 0; i < 3; i++) {
         if (!m[i].on) continue;
-        const char *hit = find(s, n, m[i].lit);
+        const char *hit = find(s, i == 1 ? limit : n, m[i].lit);
         if (!hit) continue;
         size_t at = (size_t)(hit - s), e = at + strlen(m[i].lit);
         if (e >= best_end) continue;
@@ -438,6 +454,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
         case M_THINK_END:
             p->state = P_CONTENT;
             p->strip_newlines = 1;
+            p->strip_drops_empties = 1;
             p->barrier = 1;
             break;
         case M_OPENER: /* the opener stays in the buffer: it is the region's first tag */
@@ -832,7 +849,8 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
             p->empties = v;
             p->cap_empties = cap;
         }
-        p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
+        if (!(p->strip_newlines && p->strip_drops_empties && p->buf.len == 0))
+            p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
         if (p->buf.len == 0)
             emit_empties(p, out, p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT,
                          0);

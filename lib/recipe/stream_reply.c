@@ -71,7 +71,7 @@ int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv
     else if (!prefix)
         r->stage = RC_STAGE_REASONING_START;
     else if (last->content_len > 0)
-        r->stage = RC_STAGE_CONTENT_CONTINUATION;
+        r->stage = RC_STAGE_CONTENT_CONTINUATION, r->prefix_content = 1;
     else if (last->reasoning && last->reasoning[0])
         r->stage = RC_STAGE_REASONING_CONTINUATION;
     else

@@ -87,7 +87,7 @@ int rc_chat_start(rc_writer *w, rc_chunks *out)
 {
     rc_buf b = {0};
     chunk_head(w, &b);
-    if (w->reply->thinking && w->reply->stage == RC_STAGE_CONTENT_CONTINUATION)
+    if (w->reply->thinking && w->reply->prefix_content)
         rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":null}");
     else if (w->reply->thinking)
         rc_buf_adds(&b, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"\"}");
@@ -166,7 +166,7 @@ int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
     rc_json_str0(&r, w->model);
     rc_buf_adds(&r, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     rc_json_string(&r, w->content.s ? w->content.s : "", w->content.len);
-    if (w->reply->thinking) {
+    if (w->reply->thinking && !w->reply->prefix_content) {
         rc_buf_adds(&r, ",\"reasoning_content\":");
         rc_json_string(&r, w->reasoning.s ? w->reasoning.s : "", w->reasoning.len);
     }
