@@ -315,13 +315,15 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
     return DI_OK;
 }
 
-/* Reasoning tokens: the reasoning text encoded with the stream's tokenizer. */
+/* Reasoning tokens: the reasoning text encoded with the stream's tokenizer and its full
+ * vocabulary (added tokens included), as the reference counts them. */
 static uint32_t count_reasoning_tokens(const di_stream *s)
 {
     if (!s->tok || s->w.reasoning.len == 0 || s->reply.stage == RC_STAGE_NONE) return 0;
     int32_t *ids = NULL;
     size_t n = 0;
-    if (di_tokenizer_encode(s->tok, s->w.reasoning.s, s->w.reasoning.len, 0, &ids, &n, NULL) !=
+    if (di_tokenizer_encode(s->tok, s->w.reasoning.s, s->w.reasoning.len,
+                            DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &n, NULL) !=
         DI_OK)
         return 0;
     di_tokens_free(ids);

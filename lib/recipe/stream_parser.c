@@ -353,6 +353,54 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
 
 typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP } mkind;
 
+/* Scan s[0, n) for marker `lit` as the reference's matcher does: a run of '\n'
+ * right before the marker belongs to it (absorb), but a '\n' that breaks a
+ * partial match is consumed by the failure and starts no run (so "<\n<｜DSML｜"
+ * keeps its '\n' as text). Returns 1 with [*start, *end) at the first match;
+ * else 0, with *pending set when the end of s may still become a match. */
+static int scan_marker(const char *s, size_t n, const char *lit, int absorb, size_t *start,
+                       size_t *end, int *pending)
+{
+    size_t m = strlen(lit), k = 0, from = 0;
+    int in_run = 0; /* in a '\n' run that the marker would absorb */
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (k > 0) { /* inside a partial match */
+            if (c == lit[k]) {
+                if (++k == m) {
+                    *start = from;
+                    *end = i + 1;
+                    return 1;
+                }
+                continue;
+            }
+            k = 0;
+            in_run = 0;
+            if (c == lit[0]) {
+                from = i;
+                k = 1;
+            }
+            continue; /* a breaking '\n' starts no run */
+        }
+        if (c == lit[0]) {
+            if (!in_run) from = i;
+            k = 1;
+            if (m == 1) {
+                *start = from;
+                *end = i + 1;
+                return 1;
+            }
+        } else if (absorb && c == '\n') {
+            if (!in_run) from = i;
+            in_run = 1;
+        } else {
+            in_run = 0;
+        }
+    }
+    *pending = k > 0 || in_run;
+    return 0;
+}
+
 /* The match ending first in the buffer: its start (with the '\n' run a marker
  * absorbs), end and kind; -1 when there is none. */
 static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const char **stop)
@@ -384,13 +432,11 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
     }
     for (int i = 0; i < 3; i++) {
         if (!m[i].on) continue;
-        const char *hit = find(s, i == 1 ? limit : n, m[i].lit);
-        if (!hit) continue;
-        size_t at = (size_t)(hit - s), e = at + strlen(m[i].lit);
+        size_t st, e;
+        int pending;
+        if (!scan_marker(s, i == 1 ? limit : n, m[i].lit, m[i].absorb, &st, &e, &pending))
+            continue;
         if (e >= best_end) continue;
-        size_t st = at;
-        if (m[i].absorb)
-            while (st > 0 && s[st - 1] == '\n') st--;
         best_end = e;
         best_start = st;
         kind = (int)m[i].kind;
@@ -418,19 +464,17 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
 static int held(const rc_parser *p)
 {
     const char *s = p->buf.s;
-    size_t n = p->buf.len;
+    size_t n = p->buf.len, st, e;
+    int pending = 0;
     if (n == 0) return 0;
     int reasoning = p->state == P_REASONING;
-    if (ends_with_prefix_of(s, n, THINK_END)) return 1;
-    if (reasoning && s[n - 1] == '\n') return 1;
-    if (p->reply->parse_tool_calls) {
-        if (ends_with_prefix_of(s, n, OPENER)) return 1;
-        if (!reasoning && s[n - 1] == '\n') return 1;
-    }
-    if (!reasoning) {
+    if (scan_marker(s, n, THINK_END, reasoning, &st, &e, &pending) || pending) return 1;
+    if (p->reply->parse_tool_calls &&
+        (scan_marker(s, n, OPENER, 1, &st, &e, &pending) || pending))
+        return 1;
+    if (!reasoning)
         for (size_t i = 0; i < p->reply->n_stops; i++)
             if (p->reply->stops[i][0] && ends_with_prefix_of(s, n, p->reply->stops[i])) return 1;
-    }
     return 0;
 }
 
