@@ -39,7 +39,8 @@ struct rc_parser {
     const rc_reply *reply;
     pstate state;
     int strip_newlines; /* drop leading '\n' of the next channel text */
-    int strip_drops_empties; /* empty pushes during this stripping are dropped */
+    int strip_consume;  /* after </think>: leading '\n's are dropped before any matching */
+    int started;        /* a non-empty piece was emitted */
     int barrier;        /* the next piece must not merge with the previous one */
     /* the undecided input */
     rc_buf buf;
@@ -120,6 +121,7 @@ static rc_piece *add_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uin
     rc_buf_add(&pc->text, s, n);
     if (pc->text.oom) out->oom = 1;
     if (cls == RC_PIECE_REASONING && n) p->reasoning_emitted = 1;
+    if (n) p->started = 1;
     return pc;
 }
 
@@ -353,13 +355,31 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
 
 typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP } mkind;
 
+static int scan_marker_from(const char *s, size_t n, const char *lit, int absorb, size_t *start,
+                            size_t *end, int *pending, size_t *pending_at);
+static int scan_marker(const char *s, size_t n, const char *lit, int absorb, size_t *start,
+                       size_t *end, int *pending)
+{
+    size_t at;
+    return scan_marker_from(s, n, lit, absorb, start, end, pending, &at);
+}
+
+/* Where the partial match at the end of s begins (after scan_marker said pending). */
+static size_t pending_start(const char *s, size_t n, const char *lit, int absorb)
+{
+    size_t st, e, at = n;
+    int pending = 0;
+    scan_marker_from(s, n, lit, absorb, &st, &e, &pending, &at);
+    return pending ? at : n;
+}
+
 /* Scan s[0, n) for marker `lit` as the reference's matcher does: a run of '\n'
  * right before the marker belongs to it (absorb), but a '\n' that breaks a
  * partial match is consumed by the failure and starts no run (so "<\n<｜DSML｜"
  * keeps its '\n' as text). Returns 1 with [*start, *end) at the first match;
  * else 0, with *pending set when the end of s may still become a match. */
-static int scan_marker(const char *s, size_t n, const char *lit, int absorb, size_t *start,
-                       size_t *end, int *pending)
+static int scan_marker_from(const char *s, size_t n, const char *lit, int absorb, size_t *start,
+                            size_t *end, int *pending, size_t *pending_at)
 {
     size_t m = strlen(lit), k = 0, from = 0;
     int in_run = 0; /* in a '\n' run that the marker would absorb */
@@ -398,6 +418,7 @@ static int scan_marker(const char *s, size_t n, const char *lit, int absorb, siz
         }
     }
     *pending = k > 0 || in_run;
+    *pending_at = from;
     return 0;
 }
 
@@ -460,35 +481,56 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
     return kind;
 }
 
-/* Is the buffer's end undecided (§3's table)? */
-static int held(const rc_parser *p)
+/* Where the undecided end of the buffer begins (§3's table): the earliest
+ * position from which the text may still become a marker, a '\n' run a marker
+ * would drop, or a stop sequence; n when all of it is decided. */
+static size_t pending_from(const rc_parser *p)
 {
     const char *s = p->buf.s;
-    size_t n = p->buf.len, st, e;
+    size_t n = p->buf.len, from = n, st, e;
     int pending = 0;
     if (n == 0) return 0;
     int reasoning = p->state == P_REASONING;
-    if (scan_marker(s, n, THINK_END, reasoning, &st, &e, &pending) || pending) return 1;
-    if (p->reply->parse_tool_calls &&
-        (scan_marker(s, n, OPENER, 1, &st, &e, &pending) || pending))
-        return 1;
+    if (!scan_marker(s, n, THINK_END, reasoning, &st, &e, &pending) && pending)
+        from = pending_start(s, n, THINK_END, reasoning);
+    if (p->reply->parse_tool_calls && !scan_marker(s, n, OPENER, 1, &st, &e, &pending) && pending) {
+        size_t f = pending_start(s, n, OPENER, 1);
+        if (f < from) from = f;
+    }
     if (!reasoning)
-        for (size_t i = 0; i < p->reply->n_stops; i++)
-            if (p->reply->stops[i][0] && ends_with_prefix_of(s, n, p->reply->stops[i])) return 1;
-    return 0;
+        for (size_t i = 0; i < p->reply->n_stops; i++) {
+            const char *lit = p->reply->stops[i];
+            size_t m = strlen(lit);
+            for (size_t k = m - 1; k > 0; k--)
+                if (n >= k && memcmp(s + n - k, lit, k) == 0) {
+                    if (n - k < from) from = n - k;
+                    break;
+                }
+        }
+    return from;
 }
 
 static void process_text(rc_parser *p, rc_pieces *out, int final)
 {
     while (p->state == P_REASONING || p->state == P_CONTENT) {
         rc_piece_class cls = p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT;
+        if (p->strip_consume) { /* the answer after </think>: its leading '\n's go first */
+            size_t k = 0;
+            while (k < p->buf.len && p->buf.s[k] == '\n') k++;
+            consume(p, k);
+            if (p->buf.len == 0) return;
+            p->strip_consume = 0;
+        }
         size_t start, end;
         const char *stop;
         int kind = earliest_marker(p, &start, &end, &stop);
         if (kind < 0) {
-            if (!final && held(p)) return;
-            emit_channel(p, out, cls, 0, p->buf.len);
-            consume(p, p->buf.len);
+            /* release the pieces wholly before the undecided end; hold the rest whole */
+            size_t upto = final ? p->buf.len : pending_from(p);
+            if (upto < p->buf.len)
+                while (upto > 0 && p->push_of[upto - 1] == p->push_of[upto]) upto--;
+            emit_channel(p, out, cls, 0, upto);
+            consume(p, upto);
             return;
         }
         emit_channel(p, out, cls, 0, start);
@@ -497,8 +539,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
         switch ((mkind)kind) {
         case M_THINK_END:
             p->state = P_CONTENT;
-            p->strip_newlines = 1;
-            p->strip_drops_empties = 1;
+            p->strip_consume = 1;
             p->barrier = 1;
             break;
         case M_OPENER: /* the opener stays in the buffer: it is the region's first tag */
@@ -508,6 +549,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             break;
         case M_STRAY_THINK_END: /* deleted from the answer; it ends newline stripping */
             p->strip_newlines = 0;
+            p->strip_consume = 0;
             p->barrier = 1;
             break;
         case M_STOP:
@@ -893,9 +935,9 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
             p->empties = v;
             p->cap_empties = cap;
         }
-        if (!(p->strip_newlines && p->strip_drops_empties && p->buf.len == 0))
+        if (!(p->strip_consume && p->buf.len == 0))
             p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
-        if (p->buf.len == 0)
+        if (p->buf.len == 0 && p->started)
             emit_empties(p, out, p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT,
                          0);
     }
@@ -905,6 +947,7 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
 int rc_parser_finish(rc_parser *p, rc_pieces *out)
 {
     int r = run(p, out, 1);
+    p->n_empties = 0; /* empty pushes still held are dropped */
     if (p->jbuf.len) {
         json_run(p, out, 1);
         r = out->oom ? -1 : r;
