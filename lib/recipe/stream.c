@@ -323,8 +323,7 @@ static uint32_t count_reasoning_tokens(const di_stream *s)
     int32_t *ids = NULL;
     size_t n = 0;
     if (di_tokenizer_encode(s->tok, s->w.reasoning.s, s->w.reasoning.len,
-                            DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &n, NULL) !=
-        DI_OK)
+                            DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &n, NULL) != DI_OK)
         return 0;
     di_tokens_free(ids);
     return (uint32_t)n;

@@ -270,9 +270,18 @@ static void json_run(rc_parser *p, rc_pieces *out, int final)
         } else if (p->jphase == J_PAYLOAD) {
             const char *end = find(s, n, "\n```");
             if (!end) {
-                if (!final && ends_with_prefix_of(s, n, "\n```")) return;
-                json_payload(p, out, n);
-                jconsume(p, n);
+                /* release the pieces before a possible "\n```" at the end */
+                size_t upto = n;
+                if (!final)
+                    for (size_t k = 3; k > 0; k--)
+                        if (n >= k && memcmp(s + n - k, "\n```", k) == 0) {
+                            upto = n - k;
+                            break;
+                        }
+                if (upto < n)
+                    while (upto > 0 && p->jpush[upto - 1] == p->jpush[upto]) upto--;
+                json_payload(p, out, upto);
+                jconsume(p, upto);
                 return;
             }
             size_t k = (size_t)(end - s);
@@ -321,9 +330,10 @@ static void channel_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uint
 
 /* Empty pushes recorded at buffer offsets <= at become empty pieces, once the
  * leading newlines are behind. */
-static void emit_empties(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t at)
+static void emit_empties(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t at,
+                         int text_follows)
 {
-    if (p->strip_newlines) return;
+    if (p->strip_newlines || (!p->started && !text_follows)) return;
     size_t k = 0;
     while (k < p->n_empties && p->empties[k].at <= at) {
         p->barrier = 1;
@@ -346,11 +356,11 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
             while (a < j && p->buf.s[a] == '\n') a++;
             if (a < j) p->strip_newlines = 0;
         }
-        emit_empties(p, out, cls, i);
+        emit_empties(p, out, cls, i, a < j);
         if (a < j) channel_piece(p, out, cls, p->push_of[i], p->buf.s + a, j - a);
         i = j;
     }
-    emit_empties(p, out, cls, to);
+    emit_empties(p, out, cls, to, 0);
 }
 
 typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP } mkind;
@@ -455,8 +465,7 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
         if (!m[i].on) continue;
         size_t st, e;
         int pending;
-        if (!scan_marker(s, i == 1 ? limit : n, m[i].lit, m[i].absorb, &st, &e, &pending))
-            continue;
+        if (!scan_marker(s, i == 1 ? limit : n, m[i].lit, m[i].absorb, &st, &e, &pending)) continue;
         if (e >= best_end) continue;
         best_end = e;
         best_start = st;
@@ -651,12 +660,14 @@ static int word_is(const char *w, size_t n, const char *a, const char *b)
 }
 
 /* The effect of a closing tag at the buffer's start ("</｜DSML｜"): it happens at
- * once when nothing follows the opener or when the opener began in an earlier
- * push; otherwise once the tag's '>' has arrived, as the reference decides. */
+ * once when nothing follows the opener or when this push completed an opener
+ * begun in an earlier one; otherwise once the tag's '>' has arrived, as the
+ * reference decides. */
 static int closing_now(const rc_parser *p)
 {
     size_t n_open = strlen(CLOSER);
-    if (p->buf.len == n_open || p->push_of[0] != p->push) return 1;
+    if (p->buf.len == n_open || (p->push_of[0] != p->push && p->push_of[n_open - 1] == p->push))
+        return 1;
     return memchr(p->buf.s + n_open, '>', p->buf.len - n_open) != NULL;
 }
 
@@ -937,8 +948,8 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
         }
         if (!(p->strip_consume && p->buf.len == 0))
             p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
-        if (p->buf.len == 0 && p->started)
-            emit_empties(p, out, p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT,
+        if (p->buf.len == 0)
+            emit_empties(p, out, p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT, 0,
                          0);
     }
     return run(p, out, 0);
