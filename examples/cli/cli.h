@@ -3,6 +3,7 @@
 #ifndef DEEPINFER_CLI_H
 #define DEEPINFER_CLI_H
 
+#include <deepinfer/deepinfer.h>
 #include <stddef.h>
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
@@ -12,7 +13,11 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
  * failure. */
 char *cli_read_input(const char *command, const char *path, size_t *len);
 
+/* The protocol named chat, messages or responses; returns -1 for another name. */
+int cli_protocol(const char *name, di_protocol *out);
+
 int cli_tokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);
+int cli_parse(int argc, char **argv);
 
 #endif

@@ -46,3 +46,16 @@ char *cli_read_input(const char *command, const char *path, size_t *len)
     *len = n;
     return buf;
 }
+
+int cli_protocol(const char *name, di_protocol *out)
+{
+    if (strcmp(name, "chat") == 0)
+        *out = DI_PROTOCOL_CHAT;
+    else if (strcmp(name, "messages") == 0)
+        *out = DI_PROTOCOL_MESSAGES;
+    else if (strcmp(name, "responses") == 0)
+        *out = DI_PROTOCOL_RESPONSES;
+    else
+        return -1;
+    return 0;
+}

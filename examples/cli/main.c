@@ -2,6 +2,7 @@
  *
  *   deepinfer render --protocol chat --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-
  *   deepinfer tokenize --tokenizer PATH [--special] [--decode] FILE|-
+ *   deepinfer parse --protocol P --request REQ.json [--stream] [...] CHUNKS.json|-
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
  *
@@ -28,6 +29,7 @@ static int cmd_help(int argc, char **argv);
 static const command commands[] = {
     {"render", "render an API request into a DeepSeek prompt or its token IDs", cli_render},
     {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
+    {"parse", "turn generated text into a protocol response or SSE stream", cli_parse},
     {"version", "print the library and header versions", cmd_version},
     {"help", "list the commands", cmd_help},
 };

@@ -50,13 +50,10 @@ int cli_render(int argc, char **argv)
     }
     if (!protocol) return usage("--protocol is required");
     di_protocol proto;
-    if (strcmp(protocol, "chat") == 0)
-        proto = DI_PROTOCOL_CHAT;
-    else if (strcmp(protocol, "messages") == 0)
-        proto = DI_PROTOCOL_MESSAGES;
-    else {
+    if (cli_protocol(protocol, &proto) != 0) {
         char why[200];
-        snprintf(why, sizeof why, "--protocol '%.60s' is not supported (chat, messages)", protocol);
+        snprintf(why, sizeof why, "--protocol '%.60s' is not supported (chat, messages, responses)",
+                 protocol);
         return usage(why);
     }
     if (!encoding) return usage("--encoding is required");
