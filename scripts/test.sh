@@ -79,10 +79,13 @@ cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||
 "$oracle_python" tests/oracle/make_codec_fixtures.py --check \
   --tokenizer "$assets/deepseek-v4/tokenizer.json" >/dev/null ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/codec (deepseek-recipe)" >&2; exit 1; }
+"$oracle_python" tests/oracle/make_stream_fixtures.py --check \
+  --tokenizer "$assets/deepseek-v4/tokenizer.json" >/dev/null ||
+  { echo "FAIL: the live oracle disagrees with tests/fixtures/stream (deepseek-recipe)" >&2; exit 1; }
 "$oracle_python" tests/oracle/make_template_fixtures.py --out "$live/templates.json" 2>/dev/null
 cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/codec/templates.json" >&2; exit 1; }
-echo "ok: live oracles reproduce every committed tokenizer and codec fixture"
+echo "ok: live oracles reproduce every committed tokenizer, codec and stream fixture"
 
 # Reached only when every step passed (set -e stops at the first failure).
 printf '\nsteps: %d passed, 0 failed\n' "$steps"

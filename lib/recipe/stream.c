@@ -122,8 +122,26 @@ DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *t
     if (opts) {
         const char *why = NULL;
         if (di_struct_copy_in(&o, sizeof o, opts,
-                              DI_STRUCT_SIZE_UNTIL(di_stream_options, signature), &why) != DI_OK)
+                              DI_STRUCT_SIZE_UNTIL(di_stream_options, n_stop_sequences),
+                              &why) != DI_OK)
             return di_error_set(err, DI_ERR_INVALID_ARGUMENT, why);
+        if (o.override_parsing != 0 && o.override_parsing != 1)
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "override_parsing must be 0 or 1");
+        if (o.thinking_stage < DI_THINKING_OFF ||
+            o.thinking_stage > DI_THINKING_CONTENT_CONTINUATION)
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "thinking_stage: unknown value");
+        if (o.reserved != 0)
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved must be 0");
+        if (o.n_stop_sequences && !o.stop_sequences)
+            return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                                "stop_sequences must not be NULL when n_stop_sequences > 0");
+        for (size_t i = 0; i < o.n_stop_sequences; i++) {
+            const char *q = o.stop_sequences[i];
+            if (!q) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "a stop sequence is NULL");
+            di_utf8_scan sc = di_utf8_scan_bytes((const uint8_t *)q, strlen(q));
+            if (sc.state != DI_UTF8_VALID)
+                return di_error_set(err, DI_ERR_INVALID_UTF8, "a stop sequence is not valid UTF-8");
+        }
     }
     const rc_reply *src = rc_prompt_reply(prompt);
     if (!src)

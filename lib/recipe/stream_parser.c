@@ -128,6 +128,7 @@ static rc_piece *add_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uin
 /* Drop the first n bytes of the buffer. */
 static void consume(rc_parser *p, size_t n)
 {
+    if (n == 0) return;
     for (size_t k = 0; k < p->n_empties; k++)
         p->empties[k].at = p->empties[k].at > n ? p->empties[k].at - n : 0;
     memmove(p->buf.s, p->buf.s + n, p->buf.len - n);
@@ -201,6 +202,7 @@ static int jbuf_add(rc_parser *p, uint32_t push, const char *s, size_t n)
 
 static void jconsume(rc_parser *p, size_t n)
 {
+    if (n == 0) return;
     memmove(p->jbuf.s, p->jbuf.s + n, p->jbuf.len - n);
     memmove(p->jpush, p->jpush + n, (p->jbuf.len - n) * sizeof *p->jpush);
     p->jbuf.len -= n;
@@ -341,6 +343,7 @@ static void emit_empties(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
         p->barrier = 1;
         k++;
     }
+    if (k == 0) return;
     memmove(p->empties, p->empties + k, (p->n_empties - k) * sizeof *p->empties);
     p->n_empties -= k;
 }
@@ -873,6 +876,15 @@ rc_parser *rc_parser_new(const rc_reply *reply)
     rc_parser *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->reply = reply;
+    /* the buffers always exist, so no pointer arithmetic ever starts from NULL */
+    rc_buf_add(&p->buf, "", 0);
+    rc_buf_add(&p->jbuf, "", 0);
+    p->push_cap = 64;
+    p->push_of = malloc(p->push_cap * sizeof *p->push_of);
+    if (p->buf.oom || p->jbuf.oom || !p->push_of) {
+        rc_parser_free(p);
+        return NULL;
+    }
     if (reply->starts_in_tool_calls) {
         p->state = P_TOOLS;
         p->t = T_REGION;
