@@ -41,4 +41,24 @@ err=$(printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"wizard","cont
 [ "$rc" -eq 1 ] || fail "render of an invalid request exited $rc, want 1"
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "invalid request printed more than one line: $err"
 [[ "$err" == *"messages[0].role"* ]] || fail "message does not name the field: $err"
+
+# parse: usage errors, a bad chunks file, and a stream that ends with [DONE]
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"hi"}],"stream":true,"stop":["END"]}' >"$tmp/req.json"
+printf '%s' '{"chunks":["Hmm","</think>Hel","lo END tail"],"finish_reason":"length","prompt_tokens":5}' >"$tmp/chunks.json"
+err=$("$cli" parse --request "$tmp/req.json" "$tmp/chunks.json" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "parse without --protocol exited $rc, want 2"
+[[ "$err" == *"--protocol"* ]] || fail "parse usage message does not name --protocol: $err"
+printf '%s' '{"chunks":[1]}' >"$tmp/bad.json"
+err=$("$cli" parse --protocol chat --request "$tmp/req.json" "$tmp/bad.json" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "parse of a bad chunks file exited $rc, want 1"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "bad chunks printed more than one line: $err"
+out=$("$cli" parse --protocol chat --request "$tmp/req.json" --stream --id x --created 7 "$tmp/chunks.json") ||
+  fail "parse --stream exited $?"
+[[ "$out" == *'"content":"lo "'* ]] || fail "parse --stream lost the answer before the stop: $out"
+[[ "$out" == *'"finish_reason":"stop"'* ]] || fail "parse --stream: the stop sequence did not end it: $out"
+[[ "$(printf '%s' "$out" | tail -n 1)" == "data: [DONE]" ]] || fail "parse --stream does not end with [DONE]"
+out=$("$cli" parse --protocol messages --request <(printf '%s' '{"model":"DeepSeek-V4-Pro","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}') "$tmp/chunks.json") ||
+  fail "parse (messages) exited $?"
+[[ "$out" == *'"stop_reason":"max_tokens"'* ]] || fail "parse (messages) response: $out"
 echo "ok: cli usage"
