@@ -66,16 +66,14 @@ int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv
     r->parse_json_output = conv->format == RC_FORMAT_JSON_OBJECT;
     const rc_message *last = conv->n_messages ? &conv->messages[conv->n_messages - 1] : NULL;
     int prefix = last && last->role == RC_ASSISTANT && last->prefix;
-    if (!conv->thinking)
-        r->stage = RC_STAGE_NONE;
-    else if (!prefix)
-        r->stage = RC_STAGE_REASONING_START;
-    else if (last->content_len > 0)
-        r->stage = RC_STAGE_CONTENT_CONTINUATION, r->prefix_content = 1;
-    else if (last->reasoning && last->reasoning[0])
-        r->stage = RC_STAGE_REASONING_CONTINUATION;
-    else
-        r->stage = RC_STAGE_REASONING_START;
+    /* a prefix message continues its answer, or its reasoning; else a new turn */
+    r->prefix_content = conv->thinking && prefix && last->content_len > 0;
+    int prefix_reasoning =
+        conv->thinking && prefix && !r->prefix_content && last->reasoning && last->reasoning[0];
+    r->stage = !conv->thinking     ? RC_STAGE_NONE
+               : r->prefix_content ? RC_STAGE_CONTENT_CONTINUATION
+               : prefix_reasoning  ? RC_STAGE_REASONING_CONTINUATION
+                                   : RC_STAGE_REASONING_START;
     const json_t *model = json_object_get(request, "model");
     r->model_name = strdup(json_is_string(model) ? json_string_value(model) : "");
     r->request = json_incref(request);

@@ -63,9 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *stops[2] = {"END", "\n\n\n"};
     if (mode & 4) {
         o.override_parsing = 1;
-        o.parse_tool_calls = (mode >> 3) & 1;
-        o.parse_json_output = (mode >> 4) & 1;
-        o.starts_in_tool_calls = (mode >> 7) & 1;
+        o.parse_tool_calls = (int32_t)((mode >> 3) & 1);
+        o.parse_json_output = (int32_t)((mode >> 4) & 1);
+        o.starts_in_tool_calls = (int32_t)((mode >> 7) & 1);
         o.thinking_stage = (int32_t)((mode >> 5) & 3);
         o.stop_sequences = stops;
         o.n_stop_sequences = 2;
