@@ -56,7 +56,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: stream_push TOKENIZER PROTOCOL REQUEST.json PIECES [REPEATS]\n");
         return 2;
     }
-    int repeats = argc > 5 ? atoi(argv[5]) : 3;
+    int repeats = argc > 5 ? (int)strtol(argv[5], NULL, 10) : 3;
+    if (repeats < 1) repeats = 1;
     di_protocol proto = strcmp(argv[2], "chat") == 0       ? DI_PROTOCOL_CHAT
                         : strcmp(argv[2], "messages") == 0 ? DI_PROTOCOL_MESSAGES
                                                            : DI_PROTOCOL_RESPONSES;
