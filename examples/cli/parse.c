@@ -1,5 +1,5 @@
 /* deepinfer parse --protocol chat|messages|responses --request REQ.json [--stream]
- *                 [--encoding dsv4|dsv41] [--tokenizer PATH] [--id ID] [--created SECONDS]
+ *                 [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] [--id ID] [--created SECONDS]
  *                 CHUNKS.json|-
  *
  * Replays what a model generated for a request through the output side of the
@@ -23,7 +23,8 @@ static int usage(const char *why)
 {
     fprintf(stderr,
             "deepinfer parse: %s (usage: deepinfer parse --protocol chat|messages|responses "
-            "--request REQ.json [--stream] [--encoding dsv4|dsv41] [--tokenizer PATH] [--id ID] "
+            "--request REQ.json [--stream] [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] "
+            "[--id ID] "
             "[--created SECONDS] CHUNKS.json|-)\n",
             why);
     return EXIT_USAGE;
@@ -137,8 +138,12 @@ int cli_parse(int argc, char **argv)
         enc = DI_ENCODING_DSV4;
     else if (strcmp(encoding, "dsv41") == 0)
         enc = DI_ENCODING_DSV41;
+    else if (strcmp(encoding, "dsv3") == 0)
+        enc = DI_ENCODING_DSV3;
+    else if (strcmp(encoding, "r1") == 0)
+        enc = DI_ENCODING_R1;
     else
-        return usage("--encoding must be dsv4 or dsv41");
+        return usage("--encoding must be dsv4, dsv41, dsv3 or r1");
     if (!request) return usage("--request REQ.json is required");
     if (!input) return usage("a CHUNKS file (or - for stdin) is required");
     if (strcmp(request, "-") == 0 && strcmp(input, "-") == 0)

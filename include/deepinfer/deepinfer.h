@@ -506,15 +506,18 @@ typedef struct di_stream_options {
 /* Set every field of *opts to its default (and struct_size). NULL is a no-op. */
 DI_API void di_stream_options_init(di_stream_options *opts);
 
-/* Create the response stream of `prompt` (which must come from a DSV4 or DSV41
- * codec: the parsing follows the request — thinking mode, tool choice, response
- * format, stop sequences, continuation of a prefix message — and the writer
- * follows its protocol). `tok` may be NULL; without it di_stream_push_tokens
- * fails. The prompt may be freed after this call; `tok` must outlive the stream.
- * `opts` may be NULL for the defaults.
- * Errors: DI_ERR_INVALID_ARGUMENT (NULL prompt/out, bad opts),
- * DI_ERR_UNSUPPORTED (a prompt of the dsv3 or r1 template encodings),
- * DI_ERR_OUT_OF_MEMORY. Thread-safe. */
+/* Create the response stream of `prompt`. The parsing follows the request —
+ * thinking mode, tool choice, response format, stop sequences, continuation of a
+ * prefix message — and the writer follows its protocol. Prompts of the DSV4 and
+ * DSV41 encodings parse DeepSeek V4 DSML tool calls, as deepseek-recipe does;
+ * prompts of the DSV3 and R1 chat templates parse the V3 / V3.1 / R1 tool-call
+ * tokens those templates teach (<｜tool▁calls▁begin｜>…; R1 output starts in its
+ * reasoning), which the reference does not define (docs/stream.md). `tok` may be
+ * NULL: then di_stream_push_tokens fails and no reasoning tokens are counted. The
+ * prompt may be freed after this call; `tok` must outlive the stream. `opts` may be
+ * NULL for the defaults.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL prompt/out, bad opts), DI_ERR_INVALID_UTF8
+ * (a stop sequence in opts), DI_ERR_OUT_OF_MEMORY. Thread-safe. */
 DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *tok,
                                   const di_stream_options *opts, di_stream **out, di_error **err);
 

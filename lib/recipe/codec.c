@@ -185,13 +185,19 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
             json_decref(root);
             return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        di_status st = rc_render_template(
-            root, codec->encoding == DI_ENCODING_R1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3, &p->p, msg,
-            sizeof msg);
+        int r1 = codec->encoding == DI_ENCODING_R1;
+        di_status st =
+            rc_render_template(root, r1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3, &p->p, msg, sizeof msg);
+        if (st == DI_OK) {
+            if (rc_reply_from_template(&p->reply, r1, root) != 0)
+                st = DI_ERR_OUT_OF_MEMORY;
+            else
+                p->has_reply = 1;
+        }
         json_decref(root);
         if (st != DI_OK) {
-            free(p);
-            return di_error_set(err, st, msg);
+            di_prompt_free(p);
+            return di_error_set(err, st, st == DI_ERR_OUT_OF_MEMORY ? "out of memory" : msg);
         }
         finish_prompt(codec, p);
         *out = p;

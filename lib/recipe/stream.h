@@ -32,6 +32,10 @@ typedef struct rc_reply {
     int parse_json_output;    /* response_format json_object / json_schema */
     rc_stage stage;
     int prefix_content; /* the request continues a prefix's answer (writer shapes) */
+    /* the tool-call format: DeepSeek V4 DSML, or the V3 / V3.1 / R1 tool-call
+     * tokens (<｜tool▁calls▁begin｜>…) of the chat-template encodings */
+    enum { RC_TOOLS_DSML = 0, RC_TOOLS_V3 = 1 } tool_format;
+    int leading_think; /* a "<think>" the model writes first is dropped (R1) */
     char **stops;
     size_t n_stops;
     json_t *request; /* the request body (Responses echoes its settings); owned reference */
@@ -46,7 +50,10 @@ int rc_reply_override(rc_reply *r, int parse_tool_calls, int starts_in_tool_call
                       size_t n_stops);
 /* Capture what the output side needs from a converted request (codec.c). */
 int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request);
-/* The reply facts of a rendered prompt; NULL for the chat-template encodings. */
+/* What the output side needs for a prompt of the chat-template encodings (dsv3,
+ * r1): Chat Completions, the V3 tool-call tokens, R1 thinking. */
+int rc_reply_from_template(rc_reply *r, int r1, json_t *request);
+/* The reply facts of a rendered prompt. */
 const rc_reply *rc_prompt_reply(const di_prompt *p);
 
 /* ---- parser ------------------------------------------------------------ */

@@ -34,6 +34,23 @@ typedef enum jphase { J_PREFIX, J_PAYLOAD, J_SUFFIX } jphase;
 #define OPENER    "<" DSML
 #define CLOSER    "</" DSML
 #define THINK_END "</think>"
+/* the V3 / V3.1 / R1 tool-call tokens (their chat templates) */
+#define V3_CALLS_BEGIN "<｜tool▁calls▁begin｜>"
+#define V3_CALLS_END   "<｜tool▁calls▁end｜>"
+#define V3_CALL_BEGIN  "<｜tool▁call▁begin｜>"
+#define V3_CALL_END    "<｜tool▁call▁end｜>"
+#define V3_SEP         "<｜tool▁sep｜>"
+#define EOS            "<｜end▁of▁sentence｜>"
+
+/* Positions in a V3 tool-call block. */
+typedef enum vstate {
+    V_REGION,     /* between calls */
+    V_HEAD,       /* after <｜tool▁call▁begin｜>: "function" (V3, R1) or the name (V3.1) */
+    V_NAME,       /* V3: the name, up to the newline */
+    V_FENCE,      /* V3: ```json\n */
+    V_ARGS,       /* the arguments JSON, up to the terminator */
+    V_AFTER_ARGS, /* V3: after the closing fence, up to <｜tool▁call▁end｜> */
+} vstate;
 
 struct rc_parser {
     const rc_reply *reply;
@@ -53,7 +70,10 @@ struct rc_parser {
     int n_params;     /* of the current call */
     int string_value; /* the current value is a JSON string */
     int reasoning_emitted;
-    int first_tag; /* the region's opening tag is next */
+    int first_tag;     /* the region's opening tag is next */
+    vstate v;          /* V3 tool-call tokens */
+    int v_fenced;      /* the V3 form: arguments end at "\n```" */
+    int leading_think; /* R1: a leading "<think>" is still possible */
     /* JSON output mode */
     jphase jphase;
     int jhad_text;        /* a push of this phase had prefix/suffix text */
@@ -366,7 +386,13 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
     emit_empties(p, out, cls, to, 0);
 }
 
-typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP } mkind;
+typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP, M_EOS } mkind;
+
+/* The literal that opens the tool-call region. */
+static const char *opener_of(const rc_parser *p)
+{
+    return p->reply->tool_format == RC_TOOLS_V3 ? V3_CALLS_BEGIN : OPENER;
+}
 
 static int scan_marker_from(const char *s, size_t n, const char *lit, int absorb, size_t *start,
                             size_t *end, int *pending, size_t *pending_at);
@@ -448,10 +474,11 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
         mkind kind;
         int absorb;
         int on;
-    } m[3] = {
+    } m[4] = {
         {THINK_END, M_THINK_END, 1, p->state == P_REASONING},
-        {OPENER, M_OPENER, 1, p->reply->parse_tool_calls},
+        {opener_of(p), M_OPENER, 1, p->reply->parse_tool_calls},
         {THINK_END, M_STRAY_THINK_END, 0, p->state == P_CONTENT},
+        {EOS, M_EOS, 0, p->reply->tool_format == RC_TOOLS_V3},
     };
     /* in JSON mode the payload is not searched for the DSML opener */
     size_t limit = n;
@@ -464,7 +491,7 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
         else if (json_payload_start(s + a, n - a, &ps, &skip))
             limit = a + ps;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!m[i].on) continue;
         size_t st, e;
         int pending;
@@ -505,8 +532,18 @@ static size_t pending_from(const rc_parser *p)
     int reasoning = p->state == P_REASONING;
     if (!scan_marker(s, n, THINK_END, reasoning, &st, &e, &pending) && pending)
         from = pending_start(s, n, THINK_END, reasoning);
-    if (p->reply->parse_tool_calls && !scan_marker(s, n, OPENER, 1, &st, &e, &pending) && pending) {
-        size_t f = pending_start(s, n, OPENER, 1);
+    const char *opener = opener_of(p);
+    if (p->reply->parse_tool_calls && !scan_marker(s, n, opener, 1, &st, &e, &pending) && pending) {
+        size_t f = pending_start(s, n, opener, 1);
+        if (f < from) from = f;
+    }
+    if (p->reply->tool_format == RC_TOOLS_V3 && ends_with_prefix_of(s, n, EOS)) {
+        size_t f = n;
+        for (size_t k = strlen(EOS) - 1; k > 0; k--)
+            if (n >= k && memcmp(s + n - k, EOS, k) == 0) {
+                f = n - k;
+                break;
+            }
         if (f < from) from = f;
     }
     if (!reasoning)
@@ -526,6 +563,15 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
 {
     while (p->state == P_REASONING || p->state == P_CONTENT) {
         rc_piece_class cls = p->state == P_REASONING ? RC_PIECE_REASONING : RC_PIECE_CONTENT;
+        if (p->leading_think) { /* R1 writes "<think>\n" first when its prompt did not */
+            size_t a = 0;
+            while (a < p->buf.len && p->buf.s[a] == '\n') a++;
+            size_t have = p->buf.len - a, need = strlen("<think>");
+            size_t k = have < need ? have : need;
+            if (memcmp(p->buf.s + a, "<think>", k) == 0 && !final && have < need) return;
+            p->leading_think = 0;
+            if (have >= need && memcmp(p->buf.s + a, "<think>", need) == 0) consume(p, a + need);
+        }
         if (p->strip_consume) { /* the answer after </think>: its leading '\n's go first */
             size_t k = 0;
             while (k < p->buf.len && p->buf.s[k] == '\n') k++;
@@ -546,8 +592,9 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             return;
         }
         emit_channel(p, out, cls, 0, start);
-        /* the opener stays: it is the tool-call region's first tag */
-        consume(p, kind == M_OPENER ? end - strlen(OPENER) : end);
+        /* the DSML opener stays: it is the tool-call region's first tag */
+        int keep_opener = kind == M_OPENER && p->reply->tool_format == RC_TOOLS_DSML;
+        consume(p, keep_opener ? end - strlen(OPENER) : end);
         switch ((mkind)kind) {
         case M_THINK_END:
             p->state = P_CONTENT;
@@ -557,6 +604,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
         case M_OPENER: /* the opener stays in the buffer: it is the region's first tag */
             p->state = P_TOOLS;
             p->t = T_REGION;
+            p->v = V_REGION;
             p->first_tag = 1;
             break;
         case M_STRAY_THINK_END: /* deleted from the answer; it ends newline stripping */
@@ -566,6 +614,10 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             break;
         case M_STOP:
             p->stop = stop;
+            p->state = P_DONE;
+            consume(p, p->buf.len);
+            break;
+        case M_EOS: /* the end of the output, written out as text */
             p->state = P_DONE;
             consume(p, p->buf.len);
             break;
@@ -859,12 +911,159 @@ static void process_tools(rc_parser *p, rc_pieces *out)
     }
 }
 
+/* ---- the V3 / V3.1 / R1 tool-call tokens -------------------------------- */
+
+/* deepseek-recipe defines no parser for these formats; this one follows the chat
+ * templates that teach them (docs/stream.md, "Chat templates"):
+ *   V3, R1:  <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+ *   V3.1:    <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>
+ * inside <｜tool▁calls▁begin｜> … <｜tool▁calls▁end｜>. ARGS is streamed as it
+ * comes (it is already JSON); text between calls is skipped. */
+
+/* Consume junk up to `lit`'s first possible start; 1 when `lit` is at the start. */
+static int skip_to(rc_parser *p, const char *lit, const char *alt)
+{
+    const char *hit = find(p->buf.s, p->buf.len, lit);
+    const char *hit2 = alt ? find(p->buf.s, p->buf.len, alt) : NULL;
+    const char *h = hit && (!hit2 || hit < hit2) ? hit : hit2;
+    if (h) {
+        consume(p, (size_t)(h - p->buf.s));
+        return 1;
+    }
+    size_t keep = 0;
+    for (size_t k = strlen(lit) - 1; k > 0 && !keep; k--)
+        if (p->buf.len >= k &&
+            (memcmp(p->buf.s + p->buf.len - k, lit, k) == 0 ||
+             (alt && k < strlen(alt) && memcmp(p->buf.s + p->buf.len - k, alt, k) == 0)))
+            keep = k;
+    consume(p, p->buf.len - keep);
+    return 0;
+}
+
+static void trim(const char **s, size_t *n)
+{
+    while (*n && (**s == ' ' || **s == '\n' || **s == '\t' || **s == '\r')) (*s)++, (*n)--;
+    while (*n && ((*s)[*n - 1] == ' ' || (*s)[*n - 1] == '\n' || (*s)[*n - 1] == '\t' ||
+                  (*s)[*n - 1] == '\r'))
+        (*n)--;
+}
+
+static void begin_v3_call(rc_parser *p, rc_pieces *out, const char *name, size_t n)
+{
+    trim(&name, &n);
+    p->n_calls++;
+    add_piece(p, out, RC_PIECE_CALL_BEGIN, p->push, p->n_calls - 1, name, n);
+}
+
+static void process_tools_v3(rc_parser *p, rc_pieces *out)
+{
+    while (p->state == P_TOOLS && p->buf.len > 0) {
+        switch (p->v) {
+        case V_REGION: {
+            if (!skip_to(p, V3_CALL_BEGIN, V3_CALLS_END)) return;
+            if (memcmp(p->buf.s, V3_CALLS_END, strlen(V3_CALLS_END)) == 0) {
+                stop_parsing(p);
+                return;
+            }
+            consume(p, strlen(V3_CALL_BEGIN));
+            p->v = V_HEAD;
+            break;
+        }
+        case V_HEAD: {
+            const char *sep = find(p->buf.s, p->buf.len, V3_SEP);
+            if (!sep) return;
+            const char *h = p->buf.s;
+            size_t n = (size_t)(sep - h);
+            trim(&h, &n);
+            if (n == strlen("function") && memcmp(h, "function", n) == 0) {
+                consume(p, (size_t)(sep - p->buf.s) + strlen(V3_SEP));
+                p->v = V_NAME;
+            } else {
+                begin_v3_call(p, out, p->buf.s, (size_t)(sep - p->buf.s));
+                consume(p, (size_t)(sep - p->buf.s) + strlen(V3_SEP));
+                p->v_fenced = 0;
+                p->v = V_ARGS;
+            }
+            break;
+        }
+        case V_NAME: {
+            size_t nl = span(p, '\n');
+            const char *end = find(p->buf.s, p->buf.len, V3_CALL_END);
+            if (nl == (size_t)-1 && !end) return;
+            size_t n =
+                nl != (size_t)-1 && (!end || p->buf.s + nl < end) ? nl : (size_t)(end - p->buf.s);
+            begin_v3_call(p, out, p->buf.s, n);
+            consume(p, n);
+            p->v_fenced = 1;
+            p->v = V_FENCE;
+            break;
+        }
+        case V_FENCE: {
+            /* "\n```json\n" or "\n```\n" before the arguments, when present */
+            static const char *const fences[] = {"\n```json\n", "\n```\n"};
+            int waiting = 0, matched = 0;
+            for (int f = 0; f < 2 && !matched; f++) {
+                size_t m = strlen(fences[f]), k = p->buf.len < m ? p->buf.len : m;
+                if (memcmp(p->buf.s, fences[f], k) != 0) continue;
+                if (k < m) {
+                    waiting = 1;
+                    continue;
+                }
+                consume(p, m);
+                matched = 1;
+            }
+            if (!matched && waiting) return;
+            p->v = V_ARGS;
+            break;
+        }
+        case V_ARGS: {
+            const char *term = p->v_fenced ? "\n```" : V3_CALL_END;
+            const char *hit = find(p->buf.s, p->buf.len, term);
+            if (p->v_fenced && !hit) { /* an unfenced end is accepted too */
+                hit = find(p->buf.s, p->buf.len, V3_CALL_END);
+                if (hit) term = V3_CALL_END;
+            }
+            size_t n = hit ? (size_t)(hit - p->buf.s) : p->buf.len;
+            if (!hit)
+                for (size_t k = strlen(term) - 1; k > 0; k--)
+                    if (p->buf.len >= k && memcmp(p->buf.s + p->buf.len - k, term, k) == 0) {
+                        n = p->buf.len - k;
+                        break;
+                    }
+            for (size_t i = 0; i < n;) {
+                size_t j = i + 1;
+                while (j < n && p->push_of[j] == p->push_of[i]) j++;
+                add_piece(p, out, RC_PIECE_ARGS_VALUE, p->push_of[i], p->n_calls - 1, p->buf.s + i,
+                          j - i);
+                i = j;
+            }
+            consume(p, n);
+            if (!hit) return;
+            consume(p, strlen(term));
+            add_piece(p, out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
+            p->v = strcmp(term, V3_CALL_END) == 0 ? V_REGION : V_AFTER_ARGS;
+            break;
+        }
+        case V_AFTER_ARGS:
+            if (!skip_to(p, V3_CALL_END, NULL)) return;
+            consume(p, strlen(V3_CALL_END));
+            p->v = V_REGION;
+            break;
+        }
+    }
+}
+
 static int run(rc_parser *p, rc_pieces *out, int final)
 {
     for (;;) {
         pstate before = p->state;
         if (p->state == P_REASONING || p->state == P_CONTENT) process_text(p, out, final);
-        if (p->state == P_TOOLS) process_tools(p, out);
+        if (p->state == P_TOOLS) {
+            if (p->reply->tool_format == RC_TOOLS_V3)
+                process_tools_v3(p, out);
+            else
+                process_tools(p, out);
+        }
         if (p->state == P_DONE) consume(p, p->buf.len);
         if (p->state == before) break;
     }
@@ -891,6 +1090,7 @@ rc_parser *rc_parser_new(const rc_reply *reply)
     } else if (reply->stage == RC_STAGE_REASONING_START) {
         p->state = P_REASONING;
         p->strip_newlines = 1;
+        p->leading_think = reply->leading_think;
     } else if (reply->stage == RC_STAGE_REASONING_CONTINUATION) {
         p->state = P_REASONING;
     } else if (reply->stage == RC_STAGE_NONE) {

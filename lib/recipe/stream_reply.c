@@ -80,3 +80,41 @@ int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv
     if (!r->model_name) return 1;
     return copy_stops(r, (const char *const *)conv->stops, conv->n_stops);
 }
+
+int rc_reply_from_template(rc_reply *r, int r1, json_t *request)
+{
+    memset(r, 0, sizeof *r);
+    r->protocol = DI_PROTOCOL_CHAT;
+    r->model = RC_MODEL_V4_PRO;
+    r->thinking = r1;
+    r->stage = r1 ? RC_STAGE_REASONING_START : RC_STAGE_NONE;
+    r->parse_tool_calls = 1;
+    r->tool_format = RC_TOOLS_V3;
+    r->leading_think = r1;
+    /* the request's model, or the family's name (the template requests need none) */
+    const json_t *model = json_object_get(request, "model");
+    r->model_name = strdup(json_is_string(model) ? json_string_value(model)
+                           : r1                  ? "deepseek-r1"
+                                                 : "deepseek-v3");
+    r->request = json_incref(request);
+    if (!r->model_name) return 1;
+    /* the request's stop sequences: a string or an array of strings */
+    const json_t *stop = json_object_get(request, "stop");
+    const char *one[1];
+    const char **list = NULL;
+    size_t n = 0;
+    if (json_is_string(stop)) {
+        one[0] = json_string_value(stop);
+        list = one;
+        n = 1;
+    } else if (json_is_array(stop)) {
+        list = calloc(json_array_size(stop) + 1, sizeof *list);
+        if (!list) return 1;
+        for (size_t i = 0; i < json_array_size(stop); i++)
+            if (json_is_string(json_array_get(stop, i)))
+                list[n++] = json_string_value(json_array_get(stop, i));
+    }
+    int oom = copy_stops(r, list, n);
+    if (list != one) free(list);
+    return oom;
+}
