@@ -67,8 +67,9 @@ struct rc_parser {
     /* tool calls */
     tstate t, after; /* after: where T_SKIP goes */
     int n_calls;
-    int n_params;     /* of the current call */
-    int string_value; /* the current value is a JSON string */
+    int n_params;      /* of the current call */
+    int string_value;  /* the current value is a JSON string */
+    int quote_pending; /* its opening '"' waits: the value so far may be a closing tag */
     int reasoning_emitted;
     int first_tag;     /* the region's opening tag is next */
     vstate v;          /* V3 tool-call tokens */
@@ -76,9 +77,13 @@ struct rc_parser {
     int leading_think; /* R1: a leading "<think>" is still possible */
     /* JSON output mode */
     jphase jphase;
-    int jhad_text;        /* a push of this phase had prefix/suffix text */
-    uint32_t jspace_push; /* the push that got this phase's last " " */
-    rc_buf jbuf;          /* the JSON stage's undecided answer text */
+    int jhad_text;               /* a push of this phase had prefix/suffix text */
+    uint32_t jspace_push;        /* the push that got this phase's last " " */
+    int jbracket;                /* a bare payload's bracket is still jbuf[0] */
+    int jpay_text;               /* payload text (not a bare bracket) has been emitted */
+    struct empty_push *jempties; /* empty pushes among the JSON stage's held text */
+    size_t n_jempties, cap_jempties;
+    rc_buf jbuf; /* the JSON stage's undecided answer text */
     uint32_t *jpush;
     size_t jcap;
     /* empty pushes not yet emitted: buffer offset and push */
@@ -87,7 +92,12 @@ struct rc_parser {
         uint32_t push;
     } * empties;
     size_t n_empties, cap_empties;
+    int stripped_nl; /* a leading '\n' was stripped: held empty pushes are dropped */
     const char *stop;
+    /* the end of the text released since the last marker: the matchers go on
+     * from it (a '\n' that breaks a partial match begun there starts no run) */
+    char ctx[16];
+    size_t ctx_len;
 };
 
 void rc_pieces_clear(rc_pieces *p)
@@ -202,6 +212,19 @@ static int json_payload_start(const char *s, size_t n, size_t *start, size_t *sk
 
 /* ---- JSON output mode (§7) --------------------------------------------- */
 
+/* The earliest i < limit where s[i, n) may still become a fence (a proper
+ * prefix of "```json\n" or "```\n"); n when there is none. */
+static size_t json_fence_from(const char *s, size_t n, size_t limit)
+{
+    for (size_t i = 0; i < n && i < limit; i++) {
+        size_t k = n - i;
+        if (s[i] == '`' && ((k < 8 && memcmp(s + i, "```json\n", k) == 0) ||
+                            (k < 4 && memcmp(s + i, "```\n", k) == 0)))
+            return i;
+    }
+    return n;
+}
+
 /* The answer's JSON stage has its own undecided buffer: a fence prefix at the end
  * of the prefix, or "\n", "\n`", "\n``" at the end of the payload, is held. */
 
@@ -223,6 +246,8 @@ static int jbuf_add(rc_parser *p, uint32_t push, const char *s, size_t n)
 static void jconsume(rc_parser *p, size_t n)
 {
     if (n == 0) return;
+    for (size_t k = 0; k < p->n_jempties; k++)
+        p->jempties[k].at = p->jempties[k].at > n ? p->jempties[k].at - n : 0;
     memmove(p->jbuf.s, p->jbuf.s + n, p->jbuf.len - n);
     memmove(p->jpush, p->jpush + n, (p->jbuf.len - n) * sizeof *p->jpush);
     p->jbuf.len -= n;
@@ -240,21 +265,56 @@ static void json_space(rc_parser *p, rc_pieces *out, uint32_t push)
 }
 
 /* Spaces for the pushes of jbuf[0, n) (prefix or suffix text). */
+static void jempties_drop(rc_parser *p, size_t k)
+{
+    if (k == 0) return;
+    memmove(p->jempties, p->jempties + k, (p->n_jempties - k) * sizeof *p->jempties);
+    p->n_jempties -= k;
+}
+
+/* Spaces for the pushes of jbuf[0, n) (prefix or suffix text), the empty pushes
+ * held among them included; without any text they get none. */
 static void json_spaces(rc_parser *p, rc_pieces *out, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (k < p->n_jempties && p->jempties[k].at <= i)
+            json_space(p, out, p->jempties[k++].push);
         if (i == 0 || p->jpush[i] != p->jpush[i - 1]) json_space(p, out, p->jpush[i]);
+    }
+    while (k < p->n_jempties && p->jempties[k].at <= n) {
+        if (n) json_space(p, out, p->jempties[k].push);
+        k++;
+    }
+    jempties_drop(p, k);
+}
+
+/* A held empty push in the payload: an empty piece once payload text exists. */
+static void json_payload_empty(rc_parser *p, rc_pieces *out, uint32_t push)
+{
+    if (!p->jpay_text) return;
+    p->barrier = 1;
+    add_piece(p, out, RC_PIECE_CONTENT, push, -1, "", 0);
+    p->barrier = 1;
 }
 
 static void json_payload(rc_parser *p, rc_pieces *out, size_t n)
 {
-    size_t i = 0;
+    size_t i = 0, k = 0;
     while (i < n) {
+        while (k < p->n_jempties && p->jempties[k].at <= i)
+            json_payload_empty(p, out, p->jempties[k++].push);
         size_t j = i + 1;
         while (j < n && p->jpush[j] == p->jpush[i]) j++;
         add_piece(p, out, RC_PIECE_CONTENT, p->jpush[i], -1, p->jbuf.s + i, j - i);
+        p->jpay_text = 1;
         i = j;
     }
+    /* those right after the released text go with it when nothing is held */
+    while (k < p->n_jempties &&
+           (p->jempties[k].at < n || (p->jempties[k].at == n && n == p->jbuf.len)))
+        json_payload_empty(p, out, p->jempties[k++].push);
+    jempties_drop(p, k);
 }
 
 static void json_new_phase(rc_parser *p, jphase ph)
@@ -274,22 +334,28 @@ static void json_run(rc_parser *p, rc_pieces *out, int final)
         if (p->jphase == J_PREFIX) {
             size_t start, skip;
             if (!json_payload_start(s, n, &start, &skip)) {
-                if (!final &&
-                    (ends_with_prefix_of(s, n, "```json\n") || ends_with_prefix_of(s, n, "```\n")))
-                    return;
-                json_spaces(p, out, n);
-                jconsume(p, n);
+                /* hold from the push where a fence may still begin */
+                size_t f = final ? n : json_fence_from(s, n, n);
+                while (f > 0 && f < n && p->jpush[f - 1] == p->jpush[f]) f--;
+                json_spaces(p, out, f);
+                jconsume(p, f);
                 return;
             }
             json_spaces(p, out, start);
             jconsume(p, start + skip);
             json_new_phase(p, J_PAYLOAD);
-            if (!skip && p->jbuf.len) { /* a bare payload's bracket is its own piece */
-                add_piece(p, out, RC_PIECE_CONTENT, p->jpush[0], -1, p->jbuf.s, 1);
+            if (!skip && p->jbuf.len) p->jbracket = 1; /* its own piece, below */
+        } else if (p->jphase == J_PAYLOAD) {
+            if (p->jbracket) {
+                /* a bare payload's bracket is its own piece; it is held with what
+                 * follows it when that is a possible "\n```" ("{\n" is held whole) */
+                if (!final && n > 1 && n < 5 && memcmp(s + 1, "\n```", n - 1) == 0) return;
+                add_piece(p, out, RC_PIECE_CONTENT, p->jpush[0], -1, s, 1);
                 p->barrier = 1;
                 jconsume(p, 1);
+                p->jbracket = 0;
+                continue;
             }
-        } else if (p->jphase == J_PAYLOAD) {
             const char *end = find(s, n, "\n```");
             if (!end) {
                 /* release the pieces before a possible "\n```" at the end */
@@ -308,6 +374,7 @@ static void json_run(rc_parser *p, rc_pieces *out, int final)
             }
             size_t k = (size_t)(end - s);
             json_payload(p, out, k);
+            jempties_drop(p, p->n_jempties); /* none carries over into the suffix */
             jconsume(p, k + 4);
             json_new_phase(p, J_SUFFIX);
         } else {
@@ -323,11 +390,26 @@ static void json_run(rc_parser *p, rc_pieces *out, int final)
 static void json_feed(rc_parser *p, rc_pieces *out, uint32_t push, const char *s, size_t n)
 {
     if (n == 0) {
-        if (p->jbuf.len != 0) return;
-        if (p->jphase == J_PAYLOAD)
-            add_piece(p, out, RC_PIECE_CONTENT, push, -1, "", 0);
-        else if (p->jhad_text)
-            json_space(p, out, push);
+        if (p->jbuf.len == 0 && p->jphase == J_PAYLOAD) {
+            json_payload_empty(p, out, push);
+            return;
+        }
+        if (p->jbuf.len == 0) { /* before any prefix text: dropped */
+            if (p->jhad_text) json_space(p, out, push);
+            return;
+        }
+        /* held with the text around it (before any prefix text: until text comes) */
+        if (p->n_jempties == p->cap_jempties) {
+            size_t cap = p->cap_jempties ? p->cap_jempties * 2 : 4;
+            struct empty_push *v = realloc(p->jempties, cap * sizeof *v);
+            if (!v) {
+                out->oom = 1;
+                return;
+            }
+            p->jempties = v;
+            p->cap_jempties = cap;
+        }
+        p->jempties[p->n_jempties++] = (struct empty_push){p->jbuf.len, push};
         return;
     }
     if (jbuf_add(p, push, s, n) != 0) {
@@ -355,8 +437,15 @@ static void channel_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uint
 static void emit_empties(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_t at,
                          int text_follows)
 {
-    if (p->strip_newlines || (!p->started && !text_follows)) return;
     size_t k = 0;
+    if (!p->started && p->stripped_nl) { /* dropped once a leading '\n' was stripped */
+        while (k < p->n_empties && p->empties[k].at <= at) k++;
+        if (k == 0) return;
+        memmove(p->empties, p->empties + k, (p->n_empties - k) * sizeof *p->empties);
+        p->n_empties -= k;
+        return;
+    }
+    if (p->strip_newlines || (!p->started && !text_follows)) return;
     while (k < p->n_empties && p->empties[k].at <= at) {
         p->barrier = 1;
         channel_piece(p, out, cls, p->empties[k].push, "", 0);
@@ -377,6 +466,7 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
         size_t a = i;
         if (p->strip_newlines) {
             while (a < j && p->buf.s[a] == '\n') a++;
+            if (a > i) p->stripped_nl = 1;
             if (a < j) p->strip_newlines = 0;
         }
         emit_empties(p, out, cls, i, a < j);
@@ -410,6 +500,49 @@ static size_t pending_start(const char *s, size_t n, const char *lit, int absorb
     int pending = 0;
     scan_marker_from(s, n, lit, absorb, &st, &e, &pending, &at);
     return pending ? at : n;
+}
+
+/* scan_marker_from on the buffer's first n bytes, the matcher carrying on from
+ * the released text before them (p->ctx). */
+static int scan_buf(const rc_parser *p, size_t n, const char *lit, int absorb, size_t *start,
+                    size_t *end, int *pending, size_t *pending_at)
+{
+    size_t cl = p->ctx_len;
+    if (cl == 0) return scan_marker_from(p->buf.s, n, lit, absorb, start, end, pending, pending_at);
+    char *t = malloc(cl + n + 1);
+    if (!t) return scan_marker_from(p->buf.s, n, lit, absorb, start, end, pending, pending_at);
+    memcpy(t, p->ctx, cl);
+    if (n) memcpy(t + cl, p->buf.s, n);
+    size_t at = cl + n;
+    int r = scan_marker_from(t, cl + n, lit, absorb, start, end, pending, &at);
+    free(t);
+    if (r) {
+        if (*end <= cl) r = 0; /* cannot happen: it would have matched before */
+        *start = *start > cl ? *start - cl : 0;
+        *end = r ? *end - cl : 0;
+    }
+    if (!r) {
+        *pending_at = at > cl ? at - cl : 0;
+    }
+    return r;
+}
+
+static void ctx_add(rc_parser *p, const char *s, size_t n)
+{
+    if (n == 0) return;
+    size_t cap = sizeof p->ctx - 1;
+    if (n >= cap) {
+        memcpy(p->ctx, s + n - cap, cap);
+        p->ctx_len = cap;
+        return;
+    }
+    if (p->ctx_len + n > cap) {
+        size_t drop = p->ctx_len + n - cap;
+        memmove(p->ctx, p->ctx + drop, p->ctx_len - drop);
+        p->ctx_len -= drop;
+    }
+    memcpy(p->ctx + p->ctx_len, s, n);
+    p->ctx_len += n;
 }
 
 /* Scan s[0, n) for marker `lit` as the reference's matcher does: a run of '\n'
@@ -461,51 +594,123 @@ static int scan_marker_from(const char *s, size_t n, const char *lit, int absorb
     return 0;
 }
 
+/* JSON output mode: where the buffer's answer text falls in the JSON stage's
+ * phases (the JSON stage's own held text comes first). [0, b0) is prefix text,
+ * [b0, p0) the fence or the bare bracket, [p0, e1) payload text with its
+ * terminating "\n```" (when found), [e1, n) suffix text; offsets are n when the
+ * boundary is not in the buffer. Without JSON mode everything is "prefix". */
+typedef struct jregions {
+    size_t b0, p0, e1;
+    int payload_end_seen; /* e1 is a real boundary (the terminator is complete) */
+} jregions;
+
+static jregions json_regions(const rc_parser *p)
+{
+    const char *s = p->buf.s;
+    size_t n = p->buf.len;
+    jregions r = {n, n, n, 0};
+    if (n == 0 || p->state != P_CONTENT || !p->reply->parse_json_output) return r;
+    size_t jl = p->jbuf.len;
+    rc_buf c = {0};
+    size_t a = 0;
+    if (p->jphase == J_SUFFIX) {
+        r.b0 = r.p0 = r.e1 = 0;
+        r.payload_end_seen = 1;
+        return r;
+    }
+    if (p->jphase == J_PREFIX) {
+        if (p->strip_newlines)
+            while (a < n && s[a] == '\n') a++;
+        rc_buf_add(&c, p->jbuf.s, jl);
+        rc_buf_add(&c, s + a, n - a);
+        size_t st, skip;
+        if (c.oom || !json_payload_start(c.s, c.len, &st, &skip)) {
+            free(c.s);
+            return r;
+        }
+        size_t pe = st + (skip ? skip : 1); /* payload text begins (concatenation) */
+        r.b0 = st >= jl ? a + st - jl : 0;
+        r.p0 = pe >= jl ? a + pe - jl : 0;
+        free(c.s);
+        const char *t = find(s + r.p0, n - r.p0, "\n```");
+        if (t) {
+            r.e1 = (size_t)(t - s) + 4;
+            r.payload_end_seen = 1;
+        }
+        return r;
+    }
+    /* J_PAYLOAD: the terminator may begin in the JSON stage's held text */
+    r.b0 = r.p0 = 0;
+    rc_buf_add(&c, p->jbuf.s, jl);
+    rc_buf_add(&c, s, n);
+    const char *t = c.oom ? NULL : find(c.s, c.len, "\n```");
+    if (t) {
+        size_t e = (size_t)(t - c.s) + 4;
+        r.e1 = e >= jl ? e - jl : 0;
+        r.payload_end_seen = 1;
+    }
+    free(c.s);
+    return r;
+}
+
 /* The match ending first in the buffer: its start (with the '\n' run a marker
- * absorbs), end and kind; -1 when there is none. */
+ * absorbs), end and kind; -1 when there is none. In JSON mode the DSML opener is
+ * looked for in the prefix and suffix text, a stray </think> in the prefix text,
+ * stop sequences only in the payload text (with its terminator). */
 static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const char **stop)
 {
     const char *s = p->buf.s;
     size_t n = p->buf.len, best_end = (size_t)-1, best_start = 0;
     int kind = -1;
     const char *best_stop = NULL;
+    int json = p->state == P_CONTENT && p->reply->parse_json_output;
+    jregions jr = json_regions(p);
     struct {
         const char *lit;
         mkind kind;
         int absorb;
         int on;
-    } m[4] = {
-        {THINK_END, M_THINK_END, 1, p->state == P_REASONING},
-        {opener_of(p), M_OPENER, 1, p->reply->parse_tool_calls},
-        {THINK_END, M_STRAY_THINK_END, 0, p->state == P_CONTENT},
-        {EOS, M_EOS, 0, p->reply->tool_format == RC_TOOLS_V3},
+        size_t from, to; /* the range searched */
+    } m[5] = {
+        {THINK_END, M_THINK_END, 1, p->state == P_REASONING, 0, n},
+        {opener_of(p), M_OPENER, 1, p->reply->parse_tool_calls, 0, jr.b0},
+        {THINK_END, M_STRAY_THINK_END, 0, p->state == P_CONTENT, 0, jr.b0},
+        {opener_of(p), M_OPENER, 1, p->reply->parse_tool_calls && json && jr.payload_end_seen,
+         jr.e1, n},
+        {EOS, M_EOS, 0, p->reply->tool_format == RC_TOOLS_V3, 0, n},
     };
-    /* in JSON mode the payload is not searched for the DSML opener */
-    size_t limit = n;
-    if (p->state == P_CONTENT && p->reply->parse_json_output) {
-        size_t a = 0, ps, skip;
-        if (p->strip_newlines)
-            while (a < n && s[a] == '\n') a++;
-        if (p->jphase != J_PREFIX)
-            limit = 0;
-        else if (json_payload_start(s + a, n - a, &ps, &skip))
-            limit = a + ps;
-    }
-    for (int i = 0; i < 4; i++) {
-        if (!m[i].on) continue;
+    for (int i = 0; i < 5; i++) {
+        if (!m[i].on || m[i].from >= m[i].to) continue;
         size_t st, e;
         int pending;
-        if (!scan_marker(s, i == 1 ? limit : n, m[i].lit, m[i].absorb, &st, &e, &pending)) continue;
+        size_t at;
+        if (m[i].from == 0 ? !scan_buf(p, m[i].to, m[i].lit, m[i].absorb, &st, &e, &pending, &at)
+                           : !scan_marker(s + m[i].from, m[i].to - m[i].from, m[i].lit, m[i].absorb,
+                                          &st, &e, &pending))
+            continue;
+        st += m[i].from;
+        e += m[i].from;
         if (e >= best_end) continue;
         best_end = e;
         best_start = st;
         kind = (int)m[i].kind;
     }
-    if (p->state == P_CONTENT)
+    /* leading '\n's being stripped are not matched, except by the stop "\n" itself */
+    size_t lead = 0, sfrom = 0, sto = n;
+    if (p->state == P_CONTENT && p->strip_newlines)
+        while (lead < n && s[lead] == '\n') lead++;
+    if (json) {
+        sfrom = jr.p0;
+        sto = jr.e1;
+        lead = 0;
+    }
+    if (p->state == P_CONTENT && sfrom < sto)
         for (size_t i = 0; i < p->reply->n_stops; i++) {
             const char *lit = p->reply->stops[i];
             if (!lit[0]) continue;
-            const char *hit = find(s, n, lit);
+            const char *hit = lead && strcmp(lit, "\n") == 0
+                                  ? s
+                                  : find(s + sfrom + lead, sto - sfrom - lead, lit);
             if (!hit) continue;
             size_t at = (size_t)(hit - s), e = at + strlen(lit);
             if (e >= best_end) continue;
@@ -522,20 +727,36 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
 
 /* Where the undecided end of the buffer begins (§3's table): the earliest
  * position from which the text may still become a marker, a '\n' run a marker
- * would drop, or a stop sequence; n when all of it is decided. */
-static size_t pending_from(const rc_parser *p)
+ * would drop, or a stop sequence; n when all of it is decided. In JSON mode
+ * only the markers of the phase the buffer ends in count (see earliest_marker);
+ * *floor is where that phase's text begins in the buffer. */
+static size_t pending_from(const rc_parser *p, size_t *floor)
 {
     const char *s = p->buf.s;
     size_t n = p->buf.len, from = n, st, e;
     int pending = 0;
+    *floor = 0;
     if (n == 0) return 0;
     int reasoning = p->state == P_REASONING;
-    if (!scan_marker(s, n, THINK_END, reasoning, &st, &e, &pending) && pending)
-        from = pending_start(s, n, THINK_END, reasoning);
+    int json = p->state == P_CONTENT && p->reply->parse_json_output;
+    jregions jr = json_regions(p);
+    int in_prefix = !json || jr.b0 == n;
+    int in_suffix = json && jr.payload_end_seen && jr.e1 < n;
+    int in_payload = !in_prefix && !in_suffix;
+    size_t base = in_suffix ? jr.e1 : 0;
+    if (json) *floor = in_suffix ? jr.e1 : in_payload ? jr.p0 : 0;
+    size_t at = n;
+    if (in_prefix && !scan_buf(p, n, THINK_END, reasoning, &st, &e, &pending, &at) && pending)
+        from = at;
     const char *opener = opener_of(p);
-    if (p->reply->parse_tool_calls && !scan_marker(s, n, opener, 1, &st, &e, &pending) && pending) {
-        size_t f = pending_start(s, n, opener, 1);
-        if (f < from) from = f;
+    if (p->reply->parse_tool_calls && !in_payload) {
+        if (base == 0) {
+            if (!scan_buf(p, n, opener, 1, &st, &e, &pending, &at) && pending && at < from)
+                from = at;
+        } else if (!scan_marker(s + base, n - base, opener, 1, &st, &e, &pending) && pending) {
+            size_t f = base + pending_start(s + base, n - base, opener, 1);
+            if (f < from) from = f;
+        }
     }
     if (p->reply->tool_format == RC_TOOLS_V3 && ends_with_prefix_of(s, n, EOS)) {
         size_t f = n;
@@ -546,17 +767,84 @@ static size_t pending_from(const rc_parser *p)
             }
         if (f < from) from = f;
     }
-    if (!reasoning)
+    size_t lead = 0;
+    if (!reasoning && !json && p->strip_newlines)
+        while (lead < n && s[lead] == '\n') lead++;
+    size_t sfloor = lead > *floor ? lead : *floor;
+    if (!reasoning && (!json || in_payload))
         for (size_t i = 0; i < p->reply->n_stops; i++) {
             const char *lit = p->reply->stops[i];
             size_t m = strlen(lit);
             for (size_t k = m - 1; k > 0; k--)
-                if (n >= k && memcmp(s + n - k, lit, k) == 0) {
+                if (n >= k && n - k >= sfloor && memcmp(s + n - k, lit, k) == 0) {
                     if (n - k < from) from = n - k;
                     break;
                 }
         }
+    /* a bare payload's bracket is held with an undecided end right after it */
+    if (json && in_payload && from == jr.p0 && from < n && jr.p0 == jr.b0 + 1 &&
+        (s[jr.b0] == '{' || s[jr.b0] == '[')) {
+        from = jr.b0;
+        *floor = jr.b0;
+    }
     return from;
+}
+
+/* JSON mode: the JSON stage holds a possible fence (prefix phase) while the
+ * text after it is held here; once that text shows no fence can start in the
+ * held part, the held part is prefix text and is decided at once
+ * (["``", "a<", "x"] gives " " for the first push with the second). */
+static void json_settle_fence(rc_parser *p, rc_pieces *out)
+{
+    if (p->state != P_CONTENT || !p->reply->parse_json_output || p->jphase == J_SUFFIX ||
+        p->jbuf.len == 0 || p->buf.len == 0)
+        return;
+    if (p->jphase == J_PAYLOAD) {
+        /* likewise for a held possible "\n```" at the payload's end */
+        if (p->jbracket) return;
+        size_t jl = p->jbuf.len, f = jl;
+        for (size_t i = 0; i < jl; i++) {
+            if (p->jbuf.s[i] != '\n') continue;
+            size_t k = jl - i + p->buf.len;
+            if (k > 4) k = 4;
+            rc_buf c = {0};
+            rc_buf_add(&c, p->jbuf.s + i, jl - i);
+            rc_buf_add(&c, p->buf.s, p->buf.len);
+            int viable = !c.oom && memcmp(c.s, "\n```", k) == 0;
+            free(c.s);
+            if (viable) {
+                f = i;
+                break;
+            }
+        }
+        while (f > 0 && f < jl && p->jpush[f - 1] == p->jpush[f]) f--;
+        if (f) {
+            json_payload(p, out, f);
+            jconsume(p, f);
+        }
+        return;
+    }
+    rc_buf c = {0};
+    size_t jl = p->jbuf.len;
+    rc_buf_add(&c, p->jbuf.s, jl);
+    rc_buf_add(&c, p->buf.s, p->buf.len);
+    if (c.oom) {
+        free(c.s);
+        return;
+    }
+    size_t st, skip, f;
+    if (!json_payload_start(c.s, c.len, &st, &skip)) {
+        f = json_fence_from(c.s, c.len, jl);
+        if (f > jl) f = jl;
+        while (f > 0 && f < jl && p->jpush[f - 1] == p->jpush[f]) f--;
+    } else {
+        f = 0;
+    }
+    free(c.s);
+    if (f) {
+        json_spaces(p, out, f);
+        jconsume(p, f);
+    }
 }
 
 static void process_text(rc_parser *p, rc_pieces *out, int final)
@@ -575,7 +863,15 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
         if (p->strip_consume) { /* the answer after </think>: its leading '\n's go first */
             size_t k = 0;
             while (k < p->buf.len && p->buf.s[k] == '\n') k++;
+            for (size_t i = 0; k && !p->reply->parse_json_output && i < p->reply->n_stops; i++)
+                if (strcmp(p->reply->stops[i], "\n") == 0) { /* the stop "\n" still matches */
+                    p->stop = p->reply->stops[i];
+                    p->state = P_DONE;
+                    consume(p, p->buf.len);
+                    return;
+                }
             consume(p, k);
+            if (k) p->ctx_len = 0;
             if (p->buf.len == 0) return;
             p->strip_consume = 0;
         }
@@ -584,14 +880,18 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
         int kind = earliest_marker(p, &start, &end, &stop);
         if (kind < 0) {
             /* release the pieces wholly before the undecided end; hold the rest whole */
-            size_t upto = final ? p->buf.len : pending_from(p);
+            size_t floor = 0;
+            size_t upto = final ? p->buf.len : pending_from(p, &floor);
             if (upto < p->buf.len)
-                while (upto > 0 && p->push_of[upto - 1] == p->push_of[upto]) upto--;
+                while (upto > floor && p->push_of[upto - 1] == p->push_of[upto]) upto--;
+            ctx_add(p, p->buf.s, upto);
             emit_channel(p, out, cls, 0, upto);
             consume(p, upto);
+            if (!final) json_settle_fence(p, out);
             return;
         }
         emit_channel(p, out, cls, 0, start);
+        p->ctx_len = 0;
         /* the DSML opener stays: it is the tool-call region's first tag */
         int keep_opener = kind == M_OPENER && p->reply->tool_format == RC_TOOLS_DSML;
         consume(p, keep_opener ? end - strlen(OPENER) : end);
@@ -602,12 +902,21 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             p->barrier = 1;
             break;
         case M_OPENER: /* the opener stays in the buffer: it is the region's first tag */
+            /* JSON mode: answer text the JSON stage still holds is decided now */
+            if (p->state == P_CONTENT && p->reply->parse_json_output && p->jbuf.len)
+                json_run(p, out, 1);
             p->state = P_TOOLS;
             p->t = T_REGION;
             p->v = V_REGION;
             p->first_tag = 1;
             break;
         case M_STRAY_THINK_END: /* deleted from the answer; it ends newline stripping */
+            if (p->reply->parse_json_output && p->jphase != J_PAYLOAD) {
+                /* it splits the prefix text: what the JSON stage holds is decided,
+                 * and the text after it gets its own " " */
+                if (p->jbuf.len) json_run(p, out, 1);
+                p->jspace_push = 0;
+            }
             p->strip_newlines = 0;
             p->strip_consume = 0;
             p->barrier = 1;
@@ -718,12 +1027,27 @@ static int word_is(const char *w, size_t n, const char *a, const char *b)
  * once when nothing follows the opener or when this push completed an opener
  * begun in an earlier one; otherwise once the tag's '>' has arrived, as the
  * reference decides. */
-static int closing_now(const rc_parser *p)
+static int closing_now(const rc_parser *p, const char *word, int region_too)
 {
     size_t n_open = strlen(CLOSER);
     if (p->buf.len == n_open || (p->push_of[0] != p->push && p->push_of[n_open - 1] == p->push))
         return 1;
-    return memchr(p->buf.s + n_open, '>', p->buf.len - n_open) != NULL;
+    if (memchr(p->buf.s + n_open, '>', p->buf.len - n_open) != NULL) return 1;
+    /* it waits only while the tag may still be the V4 closer "WORD>" or "WORD >"
+     * ("</｜DSML｜pa" waits, "</｜DSML｜ pa" or "</｜DSML｜x" closes at once) */
+    /* an invoke's closer also waits while what follows may still be the
+     * region's closer: "</｜DSML｜</｜DSML｜", "</｜DSML｜<", "…</｜DSML｜tool" */
+    const char *r = p->buf.s + n_open;
+    size_t after = p->buf.len - n_open, w = strlen(word);
+    if (region_too) {
+        static const char *const ends[2] = {CLOSER "tool_calls", CLOSER " calls"};
+        for (int e = 0; e < 2; e++) {
+            size_t m = strlen(ends[e]);
+            if (after <= m && memcmp(r, ends[e], after) == 0) return 0;
+        }
+    }
+    if (after <= w) return memcmp(r, word, after) != 0;
+    return !(after == w + 1 && memcmp(r, word, w) == 0 && r[w] == ' ');
 }
 
 static void close_value(rc_parser *p, rc_pieces *out)
@@ -743,9 +1067,24 @@ static void process_tools(rc_parser *p, rc_pieces *out)
     while (p->state == P_TOOLS && p->buf.len > 0) {
         switch (p->t) {
         case T_SKIP: {
+            /* up to '>', unless a DSML tag begins first: that tag counts */
             size_t gt = span(p, '>');
+            const char *open = find(p->buf.s, p->buf.len, OPENER);
+            const char *close = find(p->buf.s, p->buf.len, CLOSER);
+            const char *tag = open && (!close || open < close) ? open : close;
+            if (tag && (size_t)(tag - p->buf.s) < gt) {
+                consume(p, (size_t)(tag - p->buf.s));
+                p->t = p->after;
+                break;
+            }
             if (gt == (size_t)-1) {
-                consume(p, p->buf.len);
+                size_t keep = 0;
+                for (size_t k = n_close - 1; k > 0 && !keep; k--)
+                    if (p->buf.len >= k &&
+                        (memcmp(p->buf.s + p->buf.len - k, CLOSER, k) == 0 ||
+                         (k < n_open && memcmp(p->buf.s + p->buf.len - k, OPENER, k) == 0)))
+                        keep = k;
+                consume(p, p->buf.len - keep);
                 return;
             }
             consume(p, gt + 1);
@@ -771,26 +1110,47 @@ static void process_tools(rc_parser *p, rc_pieces *out)
             consume(p, (size_t)(tag - p->buf.s));
             if (tag == close) {
                 if (!in_invoke) {
-                    /* "</｜DSML｜tool_calls>" / " calls>" ends the region */
-                    size_t word, gt = span(p, '>');
-                    if (gt == (size_t)-1) return;
-                    word = gt - n_close;
-                    if (word_is(p->buf.s + n_close, word, "tool_calls", " calls")) {
-                        stop_parsing(p);
-                        return;
+                    /* "</｜DSML｜tool_calls>" / " calls>" ends the region; any other
+                     * closing tag is junk, and a tag inside it counts */
+                    static const char *const ends[2] = {"tool_calls>", " calls>"};
+                    size_t after = p->buf.len - n_close;
+                    int wait = 0;
+                    for (int e = 0; e < 2; e++) {
+                        size_t m = strlen(ends[e]);
+                        if (after >= m && memcmp(p->buf.s + n_close, ends[e], m) == 0) {
+                            stop_parsing(p);
+                            return;
+                        }
+                        if (after < m && memcmp(p->buf.s + n_close, ends[e], after) == 0) wait = 1;
                     }
-                    consume(p, gt + 1);
+                    if (wait) return;
+                    consume(p, n_close);
                     break;
                 }
-                if (!closing_now(p)) return;
+                if (!closing_now(p, "invoke", 1)) return;
                 close_invoke(p, out);
-                consume(p, n_close);
-                p->t = T_SKIP;
-                p->after = T_REGION;
+                consume(p, n_close); /* the rest of the tag is junk: a tag in it counts */
+                p->t = T_REGION;
                 break;
             }
             size_t word;
             int named, closed;
+            {
+                /* a tag running into another tag before its word ends is junk */
+                size_t i = n_open;
+                while (i < p->buf.len && p->buf.s[i] != ' ' && p->buf.s[i] != '>' &&
+                       !(p->buf.len - i >= n_open && memcmp(p->buf.s + i, OPENER, n_open) == 0) &&
+                       !(p->buf.len - i >= n_close && memcmp(p->buf.s + i, CLOSER, n_close) == 0))
+                    i++;
+                if (i < p->buf.len && p->buf.s[i] != ' ' && p->buf.s[i] != '>' &&
+                    !(i == n_open && p->buf.s[i] == ' ')) {
+                    p->first_tag = 0;
+                    consume(p, n_open);
+                    p->t = T_SKIP;
+                    p->after = in_invoke ? T_INVOKE : T_REGION;
+                    break;
+                }
+            }
             int r = read_tag(p, n_open, &word, &named, &closed);
             if (r == 0) return;
             const char *w = p->buf.s + n_open;
@@ -808,6 +1168,15 @@ static void process_tools(rc_parser *p, rc_pieces *out)
                 consume(p, n_open);
                 p->t = T_SKIP;
                 p->after = T_INVOKE;
+                break;
+            }
+            if (find(w, word, OPENER)) {
+                /* a tag word running into another tag: this one is junk, that one
+                 * is read ("<｜DSML｜x\n<｜DSML｜parameter name=…" is no invoke) */
+                p->first_tag = 0;
+                consume(p, n_open);
+                p->t = T_SKIP;
+                p->after = T_REGION;
                 break;
             }
             if (p->first_tag && !(r > 0 && named)) {
@@ -883,22 +1252,38 @@ static void process_tools(rc_parser *p, rc_pieces *out)
                 return;
             }
             p->string_value = h == ht;
+            /* the push that brought the 't' of "true" */
+            uint32_t t_push = p->push_of[(size_t)(h - p->buf.s) + strlen("string=\"")];
             consume(p, (size_t)(h - p->buf.s) + strlen(h == ht ? t_attr : f_attr));
-            if (p->string_value) emit_struct(p, out, RC_PIECE_ARGS_QUOTE, "\"");
+            p->quote_pending = 0;
+            if (p->string_value) {
+                /* the '"' waits while the value so far is a possible closing tag
+                 * ("string=\"true\"><" emits nothing yet), unless the 't' of "true"
+                 * came in an earlier push */
+                if (t_push == p->push && p->buf.len && p->buf.len < n_close &&
+                    memcmp(p->buf.s, CLOSER, p->buf.len) == 0)
+                    p->quote_pending = 1;
+                else
+                    emit_struct(p, out, RC_PIECE_ARGS_QUOTE, "\"");
+            }
             p->t = T_VALUE;
             break;
         }
         case T_VALUE: {
+            if (p->quote_pending) {
+                if (p->buf.len < n_close && memcmp(p->buf.s, CLOSER, p->buf.len) == 0) return;
+                p->quote_pending = 0;
+                emit_struct(p, out, RC_PIECE_ARGS_QUOTE, "\"");
+            }
             const char *hit = find(p->buf.s, p->buf.len, CLOSER);
             if (hit) {
                 size_t v = (size_t)(hit - p->buf.s);
                 emit_value(p, out, v);
                 consume(p, v);
-                if (!closing_now(p)) return;
+                if (!closing_now(p, "parameter", 0)) return;
                 close_value(p, out);
-                consume(p, n_close);
-                p->t = T_SKIP;
-                p->after = T_INVOKE;
+                consume(p, n_close); /* the rest of the tag is junk: a tag in it counts */
+                p->t = T_INVOKE;
                 break;
             }
             /* hold everything while the end may still be the closing tag's start */
@@ -1110,6 +1495,7 @@ void rc_parser_free(rc_parser *p)
     free(p->jbuf.s);
     free(p->jpush);
     free(p->empties);
+    free(p->jempties);
     free(p);
 }
 
@@ -1173,6 +1559,14 @@ int rc_parser_finish(rc_parser *p, rc_pieces *out)
     p->n_empties = 0; /* empty pushes still held are dropped */
     if (p->jbuf.len) {
         json_run(p, out, 1);
+        r = out->oom ? -1 : r;
+    }
+    if (p->state == P_TOOLS && p->t == T_VALUE && p->buf.len &&
+        !find(p->buf.s, p->buf.len, CLOSER)) {
+        if (p->quote_pending) emit_struct(p, out, RC_PIECE_ARGS_QUOTE, "\"");
+        p->quote_pending = 0;
+        /* a value's held end (a possible closing tag's start) is value text */
+        emit_value(p, out, p->buf.len);
         r = out->oom ? -1 : r;
     }
     if (p->state == P_TOOLS) consume(p, p->buf.len);

@@ -272,7 +272,9 @@ static void test_parsing_override_opens_json_mode(void **state)
     di_stream *s = NULL;
     assert_int_equal(di_stream_create(p, NULL, &o, &s, NULL), DI_OK);
     di_prompt_free(p);
-    const char *out = "Sure:\n```json\n{\"a\": 1}\n```\nbye END more";
+    /* in JSON mode stop sequences are matched in the payload only (a stop in the
+     * prefix or the suffix text is not one) */
+    const char *out = "Sure:\n```json\n{\"a\": 1} END\n```\nbye more";
     assert_int_equal(di_stream_push_text(s, out, strlen(out), 3, NULL), DI_OK);
     assert_true(di_stream_finished(s));
     const char *r = di_stream_response_json(s, NULL);
