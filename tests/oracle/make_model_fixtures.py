@@ -174,12 +174,16 @@ def make_gguf(asset_dir, name):
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
+    import gguf
+    reader = gguf.GGUFReader(path)
     ref = {
         "format": "deepinfer-gguf-fixture-1",
         "name": name,
         "file": GGUF[name],
         "file_sha256": h.hexdigest(),
         "n_vocab": llm.n_vocab(),
+        "tensors": {t.name: {"type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
+                    for t in reader.tensors},
         "top_k": TOP_K,
         "oracle": {"llama_cpp_python": llama_cpp.__version__,
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
