@@ -100,7 +100,12 @@ def make_tiny(name):
         gen = model.generate(ids, do_sample=False, max_new_tokens=N_GREEDY,
                              min_new_tokens=N_GREEDY, pad_token_id=0, eos_token_id=None)
     greedy = gen[0, N_PROMPT:].tolist()
+    # The whole sequence (prompt + greedy tokens) in one forward pass, no KV
+    # cache: the reference for every decode step's logits.
+    with torch.no_grad():
+        seq_logits = model(gen).logits[0].to(torch.float32).numpy()
     logits.astype("<f4").tofile(out / "logits.f32")
+    seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
     files = sorted(p.name for p in out.glob("*.safetensors"))
     ref = {
         "format": "deepinfer-model-fixture-1",
@@ -116,6 +121,8 @@ def make_tiny(name):
         "logits_shape": [N_PROMPT, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
+        "sequence_logits_file": "sequence_logits.f32",
+        "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
         "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
                    "safetensors": safetensors.__version__, "numpy": np.__version__,
                    "attn_implementation": "eager"},
