@@ -85,6 +85,20 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     c->n_head_kv = c->n_head;
     opt_u32(f, arch, "attention.head_count_kv", &c->n_head_kv);
     opt_u32(f, arch, "attention.key_length", &c->head_dim);
+    /* Partial rotary embeddings and V heads of another width are not Llama/Qwen2. */
+    uint32_t v_len = 0, rope_dims = 0;
+    opt_u32(f, arch, "attention.value_length", &v_len);
+    opt_u32(f, arch, "rope.dimension_count", &rope_dims);
+    uint32_t head_dim = c->head_dim ? c->head_dim : (c->n_head ? c->n_embd / c->n_head : 0);
+    if (v_len && v_len != head_dim)
+        return mw_fail(err, DI_ERR_UNSUPPORTED,
+                       "%s: %s.attention.value_length %u differs from the key length %u", path,
+                       arch, v_len, head_dim);
+    if (rope_dims && rope_dims != head_dim)
+        return mw_fail(err, DI_ERR_UNSUPPORTED,
+                       "%s: %s.rope.dimension_count %u: partial rotary embeddings (head "
+                       "dimension %u) are not supported",
+                       path, arch, rope_dims, head_dim);
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (!gguf_get_f32(f, key, &c->rms_norm_eps))

@@ -185,6 +185,18 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         goto done;
     json_t *tw = json_object_get(root, "tie_word_embeddings");
     *tie = json_is_true(tw);
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: hidden_act %s%.32s%s is not supported (silu is)",
+                     file, json_is_string(act) ? "'" : "",
+                     json_is_string(act) ? json_string_value(act) : "(not a string)",
+                     json_is_string(act) ? "'" : "");
+        goto done;
+    }
+    if (json_is_true(json_object_get(root, "use_sliding_window"))) {
+        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported", file);
+        goto done;
+    }
     const char *biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2 && m->arch == MODEL_ARCH_LLAMA; i++)
         if (json_is_true(json_object_get(root, biases[i]))) {

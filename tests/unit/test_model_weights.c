@@ -86,6 +86,7 @@ typedef struct gguf_spec {
     uint32_t odd_type;       /* a ggml type for blk.0.ffn_up.weight (0: F32) */
     int bias, untied;
     const char *rope_type; /* rope.scaling.type, or NULL */
+    uint32_t rope_dims;    /* rope.dimension_count, when not 0 */
 } gguf_spec;
 
 typedef struct tinfo {
@@ -206,6 +207,13 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
         float factor = 4.0f;
         put(&kv, &factor, 4);
         nkv += 2;
+    }
+    if (s->rope_dims) {
+        snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+        put_str(&kv, key);
+        put_u32(&kv, 4);
+        put_u32(&kv, s->rope_dims);
+        nkv++;
     }
     put_str(&kv, "tokenizer.ggml.bos_token_id");
     put_u32(&kv, 4);
@@ -376,6 +384,17 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     s = (gguf_spec){.rope_type = "longrope"};
     write_gguf(path, &s, 0);
     expect_open_error(path, DI_ERR_UNSUPPORTED, "llama.rope.scaling.type 'longrope'", NULL, NULL);
+
+    s = (gguf_spec){.rope_dims = 1};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_UNSUPPORTED, "llama.rope.dimension_count 1", "partial rotary",
+                      NULL);
+
+    s = (gguf_spec){.rope_dims = HD}; /* the whole head: fine */
+    write_gguf(path, &s, 0);
+    model_weights *w = NULL;
+    assert_int_equal(model_weights_open(path, &w, NULL), DI_OK);
+    model_weights_close(w);
 
     s = (gguf_spec){0};
     size_t full = write_gguf(path, &s, 0);
@@ -714,6 +733,17 @@ static void test_hf_errors_name_the_file_and_field(void **state)
                                   "\"rope_parameters\":{\"rope_type\":\"longrope\",\"factor\":2}"),
                       hdr, n);
     expect_open_error(dir, DI_ERR_UNSUPPORTED, "rope_parameters.rope_type 'longrope'", NULL, NULL);
+
+    dir = make_hf_dir(
+        "act", tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL, "\"hidden_act\":\"gelu\""),
+        hdr, n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "hidden_act 'gelu'", NULL, NULL);
+
+    dir = make_hf_dir(
+        "swa",
+        tiny_config(cfg, sizeof cfg, "Qwen2ForCausalLM", NULL, "\"use_sliding_window\":true"), hdr,
+        n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "use_sliding_window", NULL, NULL);
 
     dir = make_hf_dir("badjson", "{\"architectures\": [", hdr, n);
     expect_open_error(dir, DI_ERR_MODEL_FORMAT, "config.json: not valid JSON", "byte offset", NULL);
