@@ -153,6 +153,15 @@ LLAMA_SETTINGS = dict(n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, n_threa
                       n_gpu_layers=0, use_mmap=True, verbose=False)
 
 
+def llama_cpp_versions():
+    """llama-cpp-python's version and the ggml library version it bundles (the
+    SONAME version of lib/libggml.so.X.Y.Z; the wheel records no llama.cpp commit)."""
+    import llama_cpp
+    lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
+    ggml = sorted(p.name[len("libggml.so."):] for p in lib.glob("libggml.so.*.*.*"))
+    return {"llama_cpp_python": llama_cpp.__version__, "ggml": ggml[-1] if ggml else "unknown"}
+
+
 def make_gguf(asset_dir, name):
     import hashlib
     import llama_cpp
@@ -195,7 +204,7 @@ def make_gguf(asset_dir, name):
         "tensors": {t.name: {"type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
                     for t in reader.tensors},
         "top_k": TOP_K,
-        "oracle": {"llama_cpp_python": llama_cpp.__version__,
+        "oracle": {**llama_cpp_versions(),
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in LLAMA_SETTINGS.items() if k != "verbose"},
                    "kv_cache_type": "f16 (type_k = type_v = 1, GGML_TYPE_F16)",
@@ -355,8 +364,7 @@ def make_tiny_gguf(name, asset_dir=None):
         "logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
-        "oracle": {"llama_cpp_python": llama_cpp.__version__, "gguf": gguf.__version__
-                   if hasattr(gguf, "__version__") else "0.19.0",
+        "oracle": {**llama_cpp_versions(), "gguf": "0.19.0",
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in settings.items() if k != "verbose"},
                    "quantize": "llama_model_quantize, default params, nthread 1"},
