@@ -258,6 +258,34 @@ def rope_pairs_adjacent(w, n_head):
     return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def dequantized_reference(model, reader, arch, config, tokens):
+    """Logits of `tokens` (one forward pass, float32) from `model` with its weights
+    replaced by the GGUF's, dequantized; Llama Q/K rows put back in
+    transformers' order."""
+    import numpy as np
+    import torch
+    from gguf import quants
+
+    by_name = {t.name: t for t in reader.tensors}
+    with torch.no_grad():
+        for hf_name, p in model.state_dict().items():
+            gname = hf_to_gguf_name(hf_name)
+            if gname == "output.weight" and gname not in by_name:
+                continue  # tied: lm_head is token_embd
+            t = by_name[gname]
+            w = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            w = w.reshape(p.shape)
+            if arch == "llama" and (".q_proj." in hf_name or ".k_proj." in hf_name):
+                heads = (config.num_attention_heads if ".q_proj." in hf_name
+                         else config.num_key_value_heads)
+                d = w.shape[0] // heads
+                w = w.reshape(heads, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(w)))
+        config._attn_implementation = "eager"
+        model.eval()
+        return model(torch.tensor([tokens])).logits[0].to(torch.float32).numpy()
+
+
 def make_tiny_gguf(name, asset_dir=None):
     import hashlib
     import os
@@ -344,6 +372,11 @@ def make_tiny_gguf(name, asset_dir=None):
     logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
     logits.astype("<f4").tofile(out / f"{name}.logits.f32")
     reader = gguf.GGUFReader(path)
+    # The same sequence through transformers in float32 with the GGUF's weights
+    # dequantized by the gguf package: the reference without llama.cpp's
+    # quantization of activations (rows as in logits_file).
+    f32_logits = dequantized_reference(model, reader, arch, config, prompt + greedy)
+    f32_logits.astype("<f4").tofile(out / f"{name}.dequant_f32_logits.f32")
     types = {}
     for t in reader.tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
@@ -364,6 +397,9 @@ def make_tiny_gguf(name, asset_dir=None):
         "logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
+        "dequant_f32_logits_file": f"{name}.dequant_f32_logits.f32",
+        "dequant_f32_argmax": np.argmax(f32_logits, axis=1).tolist(),
+        "dequant_f32_max_abs_diff": float(np.abs(f32_logits - logits).max()),
         "oracle": {**llama_cpp_versions(), "gguf": "0.19.0",
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in settings.items() if k != "verbose"},
