@@ -268,7 +268,10 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
     w->shard_paths[w->n_shards++] = path_copy;
     for (size_t i = 0; i < f->n_tensors; i++) {
         const safetensors_tensor *t = &f->tensors[i];
-        char name[256];
+        if (strlen(t->name) > 1024)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long",
+                           path, strlen(t->name));
+        char name[1100];
         if (!gguf_name(t->name, name, sizeof name)) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
         static const model_dtype dtypes[] = {[SAFETENSORS_F32] = MODEL_DTYPE_F32,
@@ -360,7 +363,7 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
         size_t n = strlen(s->name);
         if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
             continue;
-        char base[300];
+        char base[1100];
         snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
         model_tensor *t = (model_tensor *)model_weights_get(w, base);
         if (!t)
