@@ -1,6 +1,7 @@
 /* Opening a model from a GGUF file (llama.cpp's format and naming): tensor types
  * mapped to model_dtype, model_config from the "<arch>.*" metadata keys as
  * llama.cpp's llama_model_loader reads them (llama-arch.cpp's LLM_KV names). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,6 +127,13 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     opt_u32(f, arch, "rope.scaling.original_context_length", &c->rope_orig_ctx);
     opt_f32(f, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast);
     opt_f32(f, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow);
+    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN) {
+        /* llama.cpp's rope: mscale = attn_factor · (1 + 0.1 ln(1 / freq_scale)). */
+        float attn_factor = 1.0f;
+        opt_f32(f, arch, "rope.scaling.attn_factor", &attn_factor);
+        c->yarn_attn_factor =
+            attn_factor * (c->rope_factor > 1.0f ? 0.1f * logf(c->rope_factor) + 1.0f : 1.0f);
+    }
 
     /* The vocabulary: the tokenizer's token list, else token_embd's rows. */
     const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");

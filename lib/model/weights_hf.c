@@ -5,6 +5,7 @@
  * mapping of these architectures) and shapes reversed into ggml order; no weight
  * is permuted, so Llama keeps transformers' rotate_half RoPE (NEOX). */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,14 @@ static di_status token_id(cfg_ctx *c, const char *key, int32_t *out)
     return DI_OK;
 }
 
+/* YaRN's magnitude correction, 0.1 · mscale · ln(scale) + 1 (1 for scale <= 1),
+ * as transformers' get_mscale and DeepSeek-V3's yarn_get_mscale compute it. */
+static float yarn_get_mscale(float scale, float mscale)
+{
+    if (scale <= 1.0f) return 1.0f;
+    return 0.1f * mscale * logf(scale) + 1.0f;
+}
+
 static di_status read_rope(cfg_ctx *c, model_config *m)
 {
     di_status st;
@@ -109,7 +118,6 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
         (st = opt_float(c, r, "beta_slow", &m->yarn_beta_slow)) != DI_OK ||
         (st = opt_float(c, r, "mscale", &m->yarn_mscale)) != DI_OK ||
         (st = opt_float(c, r, "mscale_all_dim", &m->yarn_mscale_all_dim)) != DI_OK ||
-        (st = opt_float(c, r, "attention_factor", &m->yarn_attn_factor)) != DI_OK ||
         (st = opt_float(c, r, "low_freq_factor", &m->llama3_low_freq_factor)) != DI_OK ||
         (st = opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
         return st;
@@ -117,10 +125,30 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
         return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
                        "%s: %s.original_max_position_embeddings is missing (llama3 needs it)",
                        c->file, which);
+    if (m->rope_scaling != MODEL_ROPE_SCALING_YARN) return DI_OK;
     /* Without original_max_position_embeddings transformers' YaRN uses
      * max_position_embeddings. */
-    if (m->rope_scaling == MODEL_ROPE_SCALING_YARN && !m->rope_orig_ctx)
-        m->rope_orig_ctx = m->n_ctx_train;
+    if (!m->rope_orig_ctx) m->rope_orig_ctx = m->n_ctx_train;
+    json_t *tr = json_object_get(r, "truncate");
+    if (tr && !json_is_boolean(tr))
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.truncate is not a boolean", c->file,
+                       which);
+    m->yarn_truncate = !json_is_false(tr);
+    /* transformers' _compute_yarn_parameters: attention_factor, else the ratio
+     * of get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
+     * both are given (and non-zero), else get_mscale(factor). */
+    float given = 0.0f;
+    if ((st = opt_float(c, r, "attention_factor", &given)) != DI_OK) return st;
+    json_t *ms = json_object_get(r, "mscale"), *msa = json_object_get(r, "mscale_all_dim");
+    if (json_object_get(r, "attention_factor") &&
+        !json_is_null(json_object_get(r, "attention_factor")))
+        m->yarn_attn_factor = given;
+    else if (json_is_number(ms) && json_is_number(msa) && m->yarn_mscale != 0.0f &&
+             m->yarn_mscale_all_dim != 0.0f)
+        m->yarn_attn_factor = yarn_get_mscale(m->rope_factor, m->yarn_mscale) /
+                              yarn_get_mscale(m->rope_factor, m->yarn_mscale_all_dim);
+    else
+        m->yarn_attn_factor = yarn_get_mscale(m->rope_factor, 1.0f);
     return DI_OK;
 }
 

@@ -124,6 +124,8 @@ def make_tiny(name):
         "logits_shape": [N_PROMPT, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
+        # transformers' RoPE cos/sin multiplier (YaRN's attention_factor; 1 otherwise).
+        "rope_attention_scaling": float(model.model.rotary_emb.attention_scaling),
         "sequence_logits_file": "sequence_logits.f32",
         "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
         "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,

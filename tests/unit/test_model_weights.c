@@ -2,6 +2,7 @@
  * (written to a temporary directory): the configuration and tensors a good file
  * gives, and the status and message of every kind of bad file. */
 #include <jansson.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -558,6 +559,8 @@ static void test_hf_fixtures_open_with_their_config(void **state)
         if (want != MODEL_ROPE_SCALING_NONE)
             assert_true(c->rope_factor ==
                         (float)json_number_value(json_object_get(rope, "factor")));
+        double scaling = json_number_value(json_object_get(ref, "rope_attention_scaling"));
+        assert_true(fabs(c->yarn_attn_factor - scaling) < 1e-6);
         assert_int_equal(c->tie_embeddings,
                          json_is_true(json_object_get(cfg, "tie_word_embeddings")));
         assert_int_equal(c->attn_qkv_bias, qwen);
@@ -701,10 +704,29 @@ static void test_hf_directory_good(void **state)
     assert_int_equal(c->eos_token_id, 2);
     assert_int_equal(c->bos_token_id, -1);
     assert_int_equal(c->head_dim, HD);
+    assert_true(c->yarn_attn_factor == 1.0f); /* no YaRN */
     const model_tensor *t = model_weights_get(w, "blk.0.attn_k.weight");
     assert_non_null(t);
     assert_int_equal(t->ne[0], E);
     assert_int_equal(t->ne[1], HKV * HD);
+    model_weights_close(w);
+
+    /* YaRN with mscale = mscale_all_dim (DeepSeek-V3's config): the two
+     * corrections cancel, attention_factor is 1; truncate false is kept. */
+    dir = make_hf_dir("yarn-mscale",
+                      tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL,
+                                  "\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":40,"
+                                  "\"mscale\":0.707,\"mscale_all_dim\":0.707,"
+                                  "\"truncate\":false,\"beta_fast\":16}"),
+                      hdr, n);
+    assert_int_equal(model_weights_open(dir, &w, NULL), DI_OK);
+    c = model_weights_config(w);
+    assert_int_equal(c->rope_scaling, MODEL_ROPE_SCALING_YARN);
+    assert_true(c->yarn_attn_factor == 1.0f);
+    assert_int_equal(c->yarn_truncate, 0);
+    assert_true(c->yarn_beta_fast == 16.0f);
+    assert_true(c->yarn_beta_slow == 1.0f);
+    assert_int_equal(c->rope_orig_ctx, 64); /* max_position_embeddings */
     model_weights_close(w);
 }
 
