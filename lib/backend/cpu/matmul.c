@@ -1,0 +1,113 @@
+/* Matrix products over stored weights (matmul.h). */
+#include "backend/cpu/matmul.h"
+
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
+
+enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, FP8_BLOCK = 128 };
+
+size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
+{
+    return cpu_row_bytes(cpu_vec_dot_type(dtype), n_in) * (size_t)n_tokens + 64;
+}
+
+int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
+{
+    int be = cpu_dtype_block_elems((int)dtype);
+    return be > 0 && n_in > 0 && n_in % be == 0 && cpu_vec_dot_ref(dtype) != NULL;
+}
+
+typedef struct matmul_job {
+    const model_tensor *w;
+    const float *bias;
+    const float *x;
+    int64_t n_tokens, n_in, n_out;
+    float *y;
+    char *act; /* quantized activations */
+    size_t act_row, w_row;
+    int act_type;
+    cpu_vec_dot_fn dot;
+    int64_t n_row_tiles, n_tok_tiles;
+} matmul_job;
+
+static void quantize_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    matmul_job *j = ctx;
+    cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->act + (size_t)t * j->act_row, j->n_in);
+}
+
+static float dot_fp8_row(const matmul_job *j, int64_t o, const char *wrow, const char *arow)
+{
+    const model_tensor *sc = j->w->scale;
+    const float *scales = sc->data;
+    int64_t ns0 = sc->ne[0];
+    float sum = 0;
+    for (int64_t i = 0; i < j->n_in; i += FP8_BLOCK) {
+        int64_t len = j->n_in - i < FP8_BLOCK ? j->n_in - i : FP8_BLOCK;
+        float s;
+        j->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
+        sum += s * scales[(o / FP8_BLOCK) * ns0 + i / FP8_BLOCK];
+    }
+    return sum;
+}
+
+static void matmul_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const matmul_job *j = ctx;
+    int64_t rt = task / j->n_tok_tiles, tt = task % j->n_tok_tiles;
+    int64_t o0 = rt * ROWS_PER_TILE, o1 = o0 + ROWS_PER_TILE;
+    int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
+    if (o1 > j->n_out) o1 = j->n_out;
+    if (t1 > j->n_tokens) t1 = j->n_tokens;
+    const char *wdata = j->w->data;
+    int fp8 = j->w->dtype == MODEL_DTYPE_FP8_E4M3;
+    for (int64_t o = o0; o < o1; o++) {
+        const char *wrow = wdata + (size_t)o * j->w_row;
+        float b = j->bias ? j->bias[o] : 0.0f;
+        for (int64_t t = t0; t < t1; t++) {
+            const char *arow = j->act + (size_t)t * j->act_row;
+            float s;
+            if (fp8)
+                s = dot_fp8_row(j, o, wrow, arow);
+            else
+                j->dot(j->n_in, &s, wrow, arow);
+            j->y[t * j->n_out + o] = s + b;
+        }
+    }
+}
+
+void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, const float *x,
+                int64_t n_tokens, float *y, void *scratch, int use_ref)
+{
+    matmul_job j = {
+        .w = w,
+        .bias = bias,
+        .x = x,
+        .n_tokens = n_tokens,
+        .n_in = w->ne[0],
+        .n_out = w->ne[1],
+        .y = y,
+        .act = scratch,
+        .act_type = cpu_vec_dot_type(w->dtype),
+        .dot = use_ref ? cpu_vec_dot_ref(w->dtype) : cpu_vec_dot(w->dtype),
+    };
+    j.act_row = cpu_row_bytes(j.act_type, j.n_in);
+    j.w_row = cpu_row_bytes((int)w->dtype, j.n_in);
+    if (j.act_type == MODEL_DTYPE_F32) {
+        j.act = (char *)(uintptr_t)x; /* used as it is */
+    } else if (use_ref) {
+        for (int64_t t = 0; t < n_tokens; t++)
+            cpu_quantize_row_ref(j.act_type, x + t * j.n_in, j.act + (size_t)t * j.act_row, j.n_in);
+    } else {
+        cpu_threadpool_run(pool, n_tokens, quantize_task, &j);
+    }
+    j.n_row_tiles = (j.n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
+    j.n_tok_tiles = (n_tokens + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
+    if (use_ref) {
+        for (int64_t t = 0; t < j.n_row_tiles * j.n_tok_tiles; t++) matmul_task(&j, t, 0);
+    } else {
+        cpu_threadpool_run(pool, j.n_row_tiles * j.n_tok_tiles, matmul_task, &j);
+    }
+}

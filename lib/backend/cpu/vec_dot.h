@@ -1,0 +1,34 @@
+/* Dot products of one stored weight row with one quantized activation row
+ * (quant.h): the inner loop of every matrix product.
+ *
+ * Roofline of one call over n elements: reads cpu_row_bytes(w, n) +
+ * cpu_row_bytes(a, n) bytes, 2n FLOPs (multiply-adds, integer for the
+ * quantized pairs). At decode the weight bytes dominate: a matrix-vector product
+ * is memory-bound at (weight bytes) / (memory bandwidth).
+ *
+ * Each weight dtype has a scalar reference (cpu_vec_dot_ref) whose block-wise
+ * arithmetic is that of ggml's reference (the integer sums per block, scaled by
+ * the product of the block scales) and SIMD versions (AVX2+FMA+F16C) picked at
+ * run time; tests compare the two on random input. Thread-safe. */
+#ifndef DI_BACKEND_CPU_VEC_DOT_H
+#define DI_BACKEND_CPU_VEC_DOT_H
+
+#include <stdint.h>
+
+#include "backend/cpu/quant.h"
+
+/* *s = dot(w[0..n), a[0..n)): w a row stored as the weight dtype, a a row of
+ * its cpu_vec_dot_type. n is a multiple of the block size. */
+typedef void (*cpu_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
+
+/* The scalar reference for weight dtype `dtype`; NULL when there is none. */
+cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype);
+/* The fastest version this CPU runs (the reference when no SIMD one applies). */
+cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype);
+/* The AVX2 version, or NULL when the CPU or the build lacks it (for tests). */
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype);
+
+/* 1 when the CPU runs AVX2, FMA and F16C. */
+int cpu_has_avx2(void);
+
+#endif

@@ -1,0 +1,322 @@
+/* AVX2 + FMA + F16C dot products (vec_dot.h), compiled with function target
+ * attributes and chosen at run time, so the library still runs on any x86-64.
+ * Integer sums per block are exact (as in the references); only the order of
+ * the f32 accumulation differs. */
+#include <stddef.h>
+
+#include "backend/cpu/vec_dot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <immintrin.h>
+#    include <string.h>
+
+#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+int cpu_has_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+AVX2 static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static inline float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high ones. */
+AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    __m128i lo = _mm_and_si128(b, m);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Sum of products of unsigned bytes u (< 128) and signed bytes s, as 8 int32. */
+AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Signed x signed bytes (no -128 in x): |x| * (y with x's sign). */
+AVX2 static inline __m256i dot_s8s8(__m256i x, __m256i y)
+{
+    return dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+AVX2 static void dot_f32(int64_t n, float *s, const void *w, const void *a)
+{
+    const float *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+AVX2 static void dot_f16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+        __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+        __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8)));
+        acc0 = _mm256_fmadd_ps(x0, y0, acc0);
+        acc1 = _mm256_fmadd_ps(x1, y1, acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += f16(x[i]) * f16(y[i]);
+    *s = sum;
+}
+
+AVX2 static inline __m256 bf16x8(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AVX2 static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(bf16x8(x + i), bf16x8(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(bf16x8(x + i + 8), bf16x8(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += cpu_bf16_to_f32(x[i]) * cpu_bf16_to_f32(y[i]);
+    *s = sum;
+}
+
+AVX2 static void dot_q8_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q8_0 *x = w, *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 static void dot_q4_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_0 *x = w;
+    const block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qx = unpack_nibbles(x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    *s = hsum_ps(acc) + summ;
+}
+
+static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    /* bytes 0-3: low 6 bits sc[0..3], top 2 bits high part of sc[4..7];
+     * bytes 4-7: low 6 bits m[0..3], top 2 bits high part of m[4..7];
+     * bytes 8-11: low nibble sc[4..7] low bits, high nibble m[4..7] low bits. */
+    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    memcpy(sc, &sc_lo, 4);
+    memcpy(sc + 4, &sc_hi, 4);
+    memcpy(m, &m_lo, 4);
+    memcpy(m + 4, &m_hi, 4);
+}
+
+AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                           _mm256_set1_epi16((short)sc[2 * j]));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                           _mm256_set1_epi16((short)sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += f16(x[i].dmin) * y[i].d * (float)summ;
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+AVX2 static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int summ = 0;
+        for (int j = 0; j < 8; j++) summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
+            qh = _mm256_srli_epi16(qh, 2);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                           _mm256_set1_epi16((short)sc[2 * j]));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                           _mm256_set1_epi16((short)sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += f16(x[i].dmin) * y[i].d * (float)summ;
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+/* Two int8 scales, each repeated over 8 int16 lanes (one 128-bit half each). */
+AVX2 static inline __m256i scale_pair(int8_t a, int8_t b)
+{
+    return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
+}
+
+AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q6_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        /* the -32 offset: sum over sub-blocks of sc * 32 * sum(y) */
+        int off = 0;
+        for (int j = 0; j < 16; j++) off += sc[j] * y[i].bsums[j];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            __m256i q2 = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            __m256i q3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            __m256i q4 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p2 = _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            __m256i p3 = _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+            __m256i p4 = _mm256_maddubs_epi16(q4, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+            p1 = _mm256_madd_epi16(p1, scale_pair(sc[0], sc[1]));
+            p2 = _mm256_madd_epi16(p2, scale_pair(sc[2], sc[3]));
+            p3 = _mm256_madd_epi16(p3, scale_pair(sc[4], sc[5]));
+            p4 = _mm256_madd_epi16(p4, scale_pair(sc[6], sc[7]));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_add_epi32(_mm256_add_epi32(p1, p2), _mm256_add_epi32(p3, p4)));
+            ql += 64;
+            qh += 32;
+            sc += 8;
+            q8 += 128;
+        }
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_add_ps(acc, _mm256_setr_ps(-d * 32.0f * (float)off, 0, 0, 0, 0, 0, 0, 0));
+    }
+    *s = hsum_ps(acc);
+}
+
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_F32: return dot_f32;
+    case MODEL_DTYPE_F16: return dot_f16;
+    case MODEL_DTYPE_BF16: return dot_bf16;
+    case MODEL_DTYPE_Q8_0: return dot_q8_0;
+    case MODEL_DTYPE_Q4_0: return dot_q4_0;
+    case MODEL_DTYPE_Q4_1: return dot_q4_1;
+    case MODEL_DTYPE_Q4_K: return dot_q4_K;
+    case MODEL_DTYPE_Q5_K: return dot_q5_K;
+    case MODEL_DTYPE_Q6_K: return dot_q6_K;
+    default: return NULL;
+    }
+}
+
+#else
+
+int cpu_has_avx2(void)
+{
+    return 0;
+}
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
+
+#endif
