@@ -31,6 +31,12 @@ static const struct {
     [28] = {1, 8, "F64"},      [30] = {1, 2, "BF16"},
 };
 
+const char *gguf_tensor_type_name(uint32_t type)
+{
+    if (type >= sizeof ggml_types / sizeof ggml_types[0]) return NULL;
+    return ggml_types[type].name;
+}
+
 size_t gguf_type_size(gguf_type t)
 {
     switch (t) {
@@ -349,6 +355,23 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out)
     }
     default: return 0;
     }
+}
+
+int gguf_get_f32(const gguf_file *f, const char *key, float *out)
+{
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return 0;
+    if (kv->type == GGUF_TYPE_FLOAT32) {
+        memcpy(out, kv->value, 4);
+        return 1;
+    }
+    if (kv->type == GGUF_TYPE_FLOAT64) {
+        double d;
+        memcpy(&d, kv->value, 8);
+        *out = (float)d;
+        return 1;
+    }
+    return 0;
 }
 
 int gguf_get_bool(const gguf_file *f, const char *key, int *out)

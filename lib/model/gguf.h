@@ -82,12 +82,19 @@ const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 /* Scalar readers: return 1 and set *out when kv exists with a compatible type. */
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
 int gguf_get_bool(const gguf_file *f, const char *key, int *out);
+/* A float value (FLOAT32 or FLOAT64, converted): return 1 and set *out when kv
+ * exists with one of those types. */
+int gguf_get_f32(const gguf_file *f, const char *key, float *out);
 /* A string value: pointer into the map (not NUL-terminated) and its length. */
 int gguf_get_string(const gguf_file *f, const char *key, const char **s, size_t *len);
 
 /* Iterate a validated string array: *pos starts at kv->value; each call yields
  * one string and advances *pos. */
 void gguf_next_string(const uint8_t **pos, const char **s, size_t *len);
+
+/* The name of ggml tensor type `type` ("Q4_K", "F16", …), or NULL when this
+ * reader does not know it. */
+const char *gguf_tensor_type_name(uint32_t type);
 
 /* Bytes of one element of a scalar type; 0 for STRING/ARRAY or unknown. */
 size_t gguf_type_size(gguf_type t);

@@ -1,0 +1,241 @@
+/* model_weights: the tensor table, lookups and the checks every model passes
+ * (see weights.h). The loaders live in weights_gguf.c and weights_hf.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/error.h"
+#include "model/weights_internal.h"
+
+di_status mw_fail(di_error **err, di_status st, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return di_error_set(err, st, msg);
+}
+
+void mw_config_defaults(model_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->rope_theta = 10000.0f;
+    c->rope_scaling = MODEL_ROPE_SCALING_NONE;
+    c->rope_factor = 1.0f;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
+    c->yarn_mscale = 1.0f;
+    c->yarn_mscale_all_dim = 0.0f;
+    c->llama3_low_freq_factor = 1.0f;
+    c->llama3_high_freq_factor = 4.0f;
+    c->bos_token_id = -1;
+    c->eos_token_id = -1;
+}
+
+di_status mw_add_tensor(model_weights *w, const char *file, const char *name, size_t name_len,
+                        model_dtype dtype, uint32_t n_dims, const int64_t ne[4], const void *data,
+                        size_t n_bytes, di_error **err)
+{
+    if (w->n_tensors == w->cap_tensors) {
+        size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 256;
+        model_tensor *t = realloc(w->tensors, cap * sizeof *t);
+        if (!t) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+        w->tensors = t;
+        w->cap_tensors = cap;
+    }
+    if (name_len > 1024)
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long", file,
+                       name_len);
+    int put = di_bytes_map_put(&w->by_name, name, name_len, (int32_t)w->n_tensors);
+    if (put < 0) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+    if (put == 1)
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.*s' appears twice", file,
+                       (int)name_len, name);
+    char *copy = malloc(name_len + 1);
+    if (!copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+    memcpy(copy, name, name_len);
+    copy[name_len] = '\0';
+    model_tensor *t = &w->tensors[w->n_tensors++];
+    t->name = copy;
+    t->dtype = dtype;
+    t->n_dims = n_dims;
+    for (int d = 0; d < 4; d++) t->ne[d] = ne[d];
+    t->data = data;
+    t->n_bytes = n_bytes;
+    t->scale = NULL;
+    return DI_OK;
+}
+
+static const char *dims_str(char *buf, size_t size, uint32_t n_dims, const int64_t *ne)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t d = 0; d < n_dims && used < size; d++) {
+        int n = snprintf(buf + used, size - used, "%s%lld", d ? ", " : "{", (long long)ne[d]);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+    if (used < size) snprintf(buf + used, size - used, "}");
+    return buf;
+}
+
+di_status model_weights_require(const model_weights *w, const char *name, uint32_t n_dims,
+                                const int64_t *ne, const model_tensor **out, di_error **err)
+{
+    *out = NULL;
+    const model_tensor *t = model_weights_get(w, name);
+    if (!t) return mw_fail(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing", name);
+    int same = t->n_dims == n_dims;
+    for (uint32_t d = 0; same && d < n_dims; d++) same = t->ne[d] == ne[d];
+    if (!same) {
+        char want[96], got[96];
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "tensor '%s' has shape %s, expected %s", name,
+                       dims_str(got, sizeof got, t->n_dims, t->ne),
+                       dims_str(want, sizeof want, n_dims, ne));
+    }
+    *out = t;
+    return DI_OK;
+}
+
+static di_status require(const model_weights *w, const char *path, const char *name,
+                         uint32_t n_dims, int64_t ne0, int64_t ne1, di_error **err)
+{
+    const model_tensor *t;
+    const int64_t ne[4] = {ne0, ne1, 1, 1};
+    di_error *e = NULL;
+    if (model_weights_require(w, name, n_dims, ne, &t, &e) == DI_OK) return DI_OK;
+    di_status st = mw_fail(err, di_error_status(e), "%s: %s", path, di_error_message(e));
+    di_error_free(e);
+    return st;
+}
+
+di_status mw_validate(model_weights *w, const char *path, di_error **err)
+{
+    model_config *c = &w->config;
+    if (!c->head_dim && c->n_head) c->head_dim = c->n_embd / c->n_head;
+    if (!c->n_head_kv) c->n_head_kv = c->n_head;
+    struct {
+        const char *what;
+        uint32_t v, max;
+    } limits[] = {
+        {"vocabulary size", c->n_vocab, 1u << 24},
+        {"hidden size", c->n_embd, 1u << 17},
+        {"layer count", c->n_layer, 4096},
+        {"attention head count", c->n_head, 4096},
+        {"key/value head count", c->n_head_kv, 4096},
+        {"head dimension", c->head_dim, 4096},
+        {"feed-forward size", c->n_ff, 1u << 20},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+        if (limits[i].v == 0 || limits[i].v > limits[i].max)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: %s %u is out of range (1 to %u)", path,
+                           limits[i].what, limits[i].v, limits[i].max);
+    if (c->n_head % c->n_head_kv != 0)
+        return mw_fail(err, DI_ERR_MODEL_FORMAT,
+                       "%s: %u attention heads is not a multiple of %u key/value heads", path,
+                       c->n_head, c->n_head_kv);
+    if (c->head_dim % 2 != 0)
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: head dimension %u is odd (RoPE needs pairs)",
+                       path, c->head_dim);
+    if (!(c->rms_norm_eps > 0.0f && c->rms_norm_eps < 1.0f))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps %g is out of range (0, 1)", path,
+                       (double)c->rms_norm_eps);
+    if (!(c->rope_theta > 0.0f))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rope_theta %g is not positive", path,
+                       (double)c->rope_theta);
+    if (!(c->rope_factor > 0.0f))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rope scaling factor %g is not positive", path,
+                       (double)c->rope_factor);
+
+    const int64_t embd = c->n_embd, vocab = c->n_vocab, ff = c->n_ff;
+    const int64_t q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
+    c->tie_embeddings = model_weights_get(w, "output.weight") == NULL;
+    di_status st;
+    if ((st = require(w, path, "token_embd.weight", 2, embd, vocab, err)) != DI_OK) return st;
+    if ((st = require(w, path, "output_norm.weight", 1, embd, 1, err)) != DI_OK) return st;
+    if (!c->tie_embeddings &&
+        (st = require(w, path, "output.weight", 2, embd, vocab, err)) != DI_OK)
+        return st;
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        static const struct {
+            const char *name;
+            int kind; /* 0 {embd}, 1 {embd,q}, 2 {embd,kv}, 3 {q,embd}, 4 {embd,ff}, 5 {ff,embd},
+                         6 {q}, 7 {kv} */
+            int bias;
+        } per_layer[] = {
+            {"attn_norm.weight", 0, 0}, {"attn_q.weight", 1, 0},      {"attn_k.weight", 2, 0},
+            {"attn_v.weight", 2, 0},    {"attn_output.weight", 3, 0}, {"ffn_norm.weight", 0, 0},
+            {"ffn_gate.weight", 4, 0},  {"ffn_up.weight", 4, 0},      {"ffn_down.weight", 5, 0},
+            {"attn_q.bias", 6, 1},      {"attn_k.bias", 7, 1},        {"attn_v.bias", 7, 1},
+        };
+        for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
+            if (per_layer[i].bias && !c->attn_qkv_bias) continue;
+            char name[64];
+            snprintf(name, sizeof name, "blk.%u.%s", l, per_layer[i].name);
+            int64_t shapes[8][3] = {{1, embd, 1},  {2, embd, q},  {2, embd, kv}, {2, q, embd},
+                                    {2, embd, ff}, {2, ff, embd}, {1, q, 1},     {1, kv, 1}};
+            const int64_t *s = shapes[per_layer[i].kind];
+            if ((st = require(w, path, name, (uint32_t)s[0], s[1], s[2], err)) != DI_OK) return st;
+        }
+    }
+    /* fp8 weights need their block scales. */
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const model_tensor *t = &w->tensors[i];
+        if (t->dtype != MODEL_DTYPE_FP8_E4M3) continue;
+        if (!t->scale)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: fp8 tensor '%s' has no weight_scale_inv",
+                           path, t->name);
+    }
+    return DI_OK;
+}
+
+di_status model_weights_open(const char *path, model_weights **out, di_error **err)
+{
+    if (out) *out = NULL;
+    if (!path || !out)
+        return mw_fail(err, DI_ERR_INVALID_ARGUMENT, "model_weights_open: NULL %s",
+                       path ? "out" : "path");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return mw_fail(err, DI_ERR_IO, "%s: cannot open: no such file or directory", path);
+    model_weights *w = calloc(1, sizeof *w);
+    if (!w || di_bytes_map_init(&w->by_name, 512) != 0) {
+        free(w);
+        return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
+    }
+    mw_config_defaults(&w->config);
+    di_status st = S_ISDIR(sb.st_mode) ? mw_open_hf(w, path, err) : mw_open_gguf(w, path, err);
+    if (st == DI_OK) st = mw_validate(w, path, err);
+    if (st != DI_OK) {
+        model_weights_close(w);
+        return st;
+    }
+    *out = w;
+    return DI_OK;
+}
+
+void model_weights_close(model_weights *w)
+{
+    if (!w) return;
+    for (size_t i = 0; i < w->n_tensors; i++) free((char *)w->tensors[i].name);
+    free(w->tensors);
+    di_bytes_map_free(&w->by_name);
+    gguf_close(w->gguf);
+    for (size_t i = 0; i < w->n_shards; i++) safetensors_close(w->shards[i]);
+    free(w->shards);
+    free(w);
+}
+
+const model_config *model_weights_config(const model_weights *w)
+{
+    return &w->config;
+}
+
+const model_tensor *model_weights_get(const model_weights *w, const char *name)
+{
+    int32_t i = di_bytes_map_get(&w->by_name, name, strlen(name));
+    return i < 0 ? NULL : &w->tensors[i];
+}

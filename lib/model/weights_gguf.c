@@ -1,0 +1,157 @@
+/* Opening a model from a GGUF file (llama.cpp's format and naming): tensor types
+ * mapped to model_dtype, model_config from the "<arch>.*" metadata keys as
+ * llama.cpp's llama_model_loader reads them (llama-arch.cpp's LLM_KV names). */
+#include <stdio.h>
+#include <string.h>
+
+#include "model/weights_internal.h"
+
+/* ggml_type numbers (ggml.h) of the types deepinfer runs. */
+static int dtype_of(uint32_t ggml_type, model_dtype *out)
+{
+    switch (ggml_type) {
+    case 0: *out = MODEL_DTYPE_F32; return 1;
+    case 1: *out = MODEL_DTYPE_F16; return 1;
+    case 2: *out = MODEL_DTYPE_Q4_0; return 1;
+    case 3: *out = MODEL_DTYPE_Q4_1; return 1;
+    case 8: *out = MODEL_DTYPE_Q8_0; return 1;
+    case 12: *out = MODEL_DTYPE_Q4_K; return 1;
+    case 13: *out = MODEL_DTYPE_Q5_K; return 1;
+    case 14: *out = MODEL_DTYPE_Q6_K; return 1;
+    case 30: *out = MODEL_DTYPE_BF16; return 1;
+    default: return 0;
+    }
+}
+
+static di_status need_u32(const gguf_file *f, const char *path, const char *arch, const char *key,
+                          uint32_t *out, di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (gguf_get_u32(f, full, out)) return DI_OK;
+    return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                   gguf_find(f, full) ? "not an unsigned integer" : "missing");
+}
+
+static void opt_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    gguf_get_u32(f, full, out);
+}
+
+static void opt_f32(const gguf_file *f, const char *arch, const char *key, float *out)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    gguf_get_f32(f, full, out);
+}
+
+static int str_is(const char *s, size_t n, const char *lit)
+{
+    return n == strlen(lit) && memcmp(s, lit, n) == 0;
+}
+
+static di_status read_config(model_weights *w, const gguf_file *f, const char *path, di_error **err)
+{
+    model_config *c = &w->config;
+    const char *a;
+    size_t alen;
+    if (!gguf_get_string(f, "general.architecture", &a, &alen))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key general.architecture is %s",
+                       path, gguf_find(f, "general.architecture") ? "not a string" : "missing");
+    char arch[32];
+    if (str_is(a, alen, "llama")) {
+        c->arch = MODEL_ARCH_LLAMA;
+        /* llama.cpp's llama_model_rope_type: LLM_ARCH_LLAMA is NORM (the converter
+         * permuted Q/K so adjacent pairs rotate). */
+        c->rope_style = MODEL_ROPE_NORM;
+    } else if (str_is(a, alen, "qwen2")) {
+        c->arch = MODEL_ARCH_QWEN2;
+        c->rope_style = MODEL_ROPE_NEOX; /* LLM_ARCH_QWEN2 is NEOX there */
+    } else {
+        return mw_fail(err, DI_ERR_UNSUPPORTED,
+                       "%s: general.architecture '%.*s' is not supported (llama and qwen2 are)",
+                       path, (int)(alen < 64 ? alen : 64), a);
+    }
+    snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
+    di_status st;
+    if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "block_count", &c->n_layer, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "feed_forward_length", &c->n_ff, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "attention.head_count", &c->n_head, err)) != DI_OK)
+        return st;
+    c->n_head_kv = c->n_head;
+    opt_u32(f, arch, "attention.head_count_kv", &c->n_head_kv);
+    opt_u32(f, arch, "attention.key_length", &c->head_dim);
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    if (!gguf_get_f32(f, key, &c->rms_norm_eps))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, key,
+                       gguf_find(f, key) ? "not a float" : "missing");
+    opt_f32(f, arch, "rope.freq_base", &c->rope_theta);
+
+    const char *s;
+    size_t slen;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_get_string(f, key, &s, &slen)) {
+        if (str_is(s, slen, "none"))
+            c->rope_scaling = MODEL_ROPE_SCALING_NONE;
+        else if (str_is(s, slen, "linear"))
+            c->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+        else if (str_is(s, slen, "yarn"))
+            c->rope_scaling = MODEL_ROPE_SCALING_YARN;
+        else
+            return mw_fail(err, DI_ERR_UNSUPPORTED,
+                           "%s: %s '%.*s' is not supported (none, linear, yarn are)", path, key,
+                           (int)(slen < 32 ? slen : 32), s);
+    }
+    opt_f32(f, arch, "rope.scaling.factor", &c->rope_factor);
+    if (c->rope_factor == 0.0f) c->rope_factor = 1.0f; /* llama.cpp: 0 means none */
+    opt_u32(f, arch, "rope.scaling.original_context_length", &c->rope_orig_ctx);
+    opt_f32(f, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast);
+    opt_f32(f, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow);
+
+    /* The vocabulary: the tokenizer's token list, else token_embd's rows. */
+    const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");
+    if (tokens && tokens->type == GGUF_TYPE_ARRAY && tokens->count <= UINT32_MAX)
+        c->n_vocab = (uint32_t)tokens->count;
+    else if (snprintf(key, sizeof key, "%s.vocab_size", arch) > 0 &&
+             !gguf_get_u32(f, key, &c->n_vocab)) {
+        const model_tensor *e = model_weights_get(w, "token_embd.weight");
+        if (e && e->n_dims == 2 && e->ne[1] <= UINT32_MAX) c->n_vocab = (uint32_t)e->ne[1];
+    }
+    uint32_t id;
+    if (gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &id) && id <= INT32_MAX)
+        c->bos_token_id = (int32_t)id;
+    if (gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &id) && id <= INT32_MAX)
+        c->eos_token_id = (int32_t)id;
+    c->attn_qkv_bias = model_weights_get(w, "blk.0.attn_q.bias") != NULL;
+    return DI_OK;
+}
+
+di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
+{
+    char msg[512];
+    di_status st = gguf_open(path, 0, &w->gguf, msg, sizeof msg);
+    if (st != DI_OK) return mw_fail(err, st, "%s", msg);
+    const gguf_file *f = w->gguf;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor_info *ti = &f->tensors[i];
+        model_dtype dt;
+        if (!dtype_of(ti->type, &dt)) {
+            const char *tn = gguf_tensor_type_name(ti->type);
+            return mw_fail(err, DI_ERR_UNSUPPORTED,
+                           "%s: tensor '%.*s' has ggml type %s (%u), which deepinfer does not run",
+                           path, (int)(ti->name_len < 128 ? ti->name_len : 128), ti->name,
+                           tn ? tn : "?", ti->type);
+        }
+        int64_t ne[4];
+        for (int d = 0; d < 4; d++) ne[d] = (int64_t)ti->dims[d];
+        st = mw_add_tensor(w, path, ti->name, ti->name_len, dt, ti->n_dims, ne,
+                           f->data + f->data_offset + ti->offset, (size_t)ti->n_bytes, err);
+        if (st != DI_OK) return st;
+    }
+    return read_config(w, f, path, err);
+}

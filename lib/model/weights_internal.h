@@ -1,0 +1,44 @@
+/* What the two loaders (weights_gguf.c, weights_hf.c) share with weights.c: the
+ * model_weights object, its tensor table and the checks every model passes. Not
+ * for the forward pass: it reads model_weights through weights.h. */
+#ifndef DI_MODEL_WEIGHTS_INTERNAL_H
+#define DI_MODEL_WEIGHTS_INTERNAL_H
+
+#include "model/gguf.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+#include "util/hashmap.h"
+
+struct model_weights {
+    model_config config;
+    model_tensor *tensors; /* [n_tensors]; names owned (malloc'd) */
+    size_t n_tensors, cap_tensors;
+    di_bytes_map by_name;      /* GGUF name -> index in tensors */
+    gguf_file *gguf;           /* the GGUF file, when opened from one */
+    safetensors_file **shards; /* the safetensors files, when opened from a directory */
+    size_t n_shards;
+};
+
+/* Format a message, set *err to it and return st. */
+di_status mw_fail(di_error **err, di_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Append a tensor named name[0, name_len) (a GGUF name). A name already present
+ * is DI_ERR_MODEL_FORMAT naming `file`. ne[n_dims..4) must be 1. */
+di_status mw_add_tensor(model_weights *w, const char *file, const char *name, size_t name_len,
+                        model_dtype dtype, uint32_t n_dims, const int64_t ne[4], const void *data,
+                        size_t n_bytes, di_error **err);
+
+/* The configuration checks and the tensors every Llama/Qwen2 model needs, with
+ * their shapes, checked after a loader filled w; `path` names the model in
+ * messages. */
+di_status mw_validate(model_weights *w, const char *path, di_error **err);
+
+di_status mw_open_gguf(model_weights *w, const char *path, di_error **err);
+di_status mw_open_hf(model_weights *w, const char *dir, di_error **err);
+
+/* The config defaults before a loader reads the file: no RoPE scaling, factor 1,
+ * YaRN betas 32/1 and mscale 1, llama3 factors 1/4, unknown BOS/EOS. */
+void mw_config_defaults(model_config *c);
+
+#endif
