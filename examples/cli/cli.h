@@ -14,5 +14,7 @@ char *cli_read_input(const char *command, const char *path, size_t *len);
 
 int cli_tokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_logits(int argc, char **argv);
 
 #endif
