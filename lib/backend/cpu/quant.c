@@ -63,8 +63,6 @@ size_t cpu_row_bytes(int dtype, int64_t n)
 int cpu_vec_dot_type(model_dtype weight)
 {
     switch (weight) {
-    case MODEL_DTYPE_F16: return MODEL_DTYPE_F16;
-    case MODEL_DTYPE_BF16: return MODEL_DTYPE_BF16;
     case MODEL_DTYPE_Q8_0:
     case MODEL_DTYPE_Q4_0: return MODEL_DTYPE_Q8_0;
     case MODEL_DTYPE_Q4_1: return CPU_DTYPE_Q8_1;
@@ -72,6 +70,8 @@ int cpu_vec_dot_type(model_dtype weight)
     case MODEL_DTYPE_Q5_K:
     case MODEL_DTYPE_Q6_K: return CPU_DTYPE_Q8_K;
     case MODEL_DTYPE_F32:
+    case MODEL_DTYPE_F16:  /* f32 activations: llama.cpp rounds them to f16/bf16, */
+    case MODEL_DTYPE_BF16: /* transformers does not; f32 is closer to both */
     case MODEL_DTYPE_FP8_E4M3:
     default: return MODEL_DTYPE_F32;
     }

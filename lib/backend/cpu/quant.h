@@ -4,8 +4,10 @@
  * Weights are used straight from their stored blocks; the matrix products
  * quantize the activations into the partner format llama.cpp pairs with each
  * weight type (cpu_vec_dot_type): Q8_1 for Q4_1, Q8_0 for Q4_0/Q8_0, Q8_K for the
- * K-quants, F16 for F16, BF16 for BF16, F32 for F32 and FP8 — so the integer
- * dot products, and the rounding, are those of llama.cpp.
+ * K-quants — so the integer dot products, and the rounding, are those of
+ * llama.cpp — and f32 for F32, F16, BF16 and FP8 weights (llama.cpp rounds the
+ * activations of F16/BF16 weights to those types; transformers does not, and
+ * the products stay memory-bound either way).
  *
  * Every function here is a plain scalar reference: the SIMD kernels are tested
  * against them. All are thread-safe (no state). */

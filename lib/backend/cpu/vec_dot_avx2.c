@@ -70,19 +70,18 @@ AVX2 static void dot_f32(int64_t n, float *s, const void *w, const void *a)
 
 AVX2 static void dot_f16(int64_t n, float *s, const void *w, const void *a)
 {
-    const uint16_t *x = w, *y = a;
+    const uint16_t *x = w;
+    const float *y = a;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
         __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
-        __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8)));
-        acc0 = _mm256_fmadd_ps(x0, y0, acc0);
-        acc1 = _mm256_fmadd_ps(x1, y1, acc1);
+        acc0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + i + 8), acc1);
     }
     float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += f16(x[i]) * f16(y[i]);
+    for (; i < n; i++) sum += f16(x[i]) * y[i];
     *s = sum;
 }
 
@@ -94,15 +93,16 @@ AVX2 static inline __m256 bf16x8(const uint16_t *p)
 
 AVX2 static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
 {
-    const uint16_t *x = w, *y = a;
+    const uint16_t *x = w;
+    const float *y = a;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(bf16x8(x + i), bf16x8(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(bf16x8(x + i + 8), bf16x8(y + i + 8), acc1);
+        acc0 = _mm256_fmadd_ps(bf16x8(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(bf16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
     }
     float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
-    for (; i < n; i++) sum += cpu_bf16_to_f32(x[i]) * cpu_bf16_to_f32(y[i]);
+    for (; i < n; i++) sum += cpu_bf16_to_f32(x[i]) * y[i];
     *s = sum;
 }
 

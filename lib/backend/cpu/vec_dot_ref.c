@@ -15,19 +15,19 @@ static void dot_f32(int64_t n, float *s, const void *w, const void *a)
 
 static void dot_f16(int64_t n, float *s, const void *w, const void *a)
 {
-    const uint16_t *x = w, *y = a;
+    const uint16_t *x = w;
+    const float *y = a;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)cpu_fp16_to_f32(x[i]) * (double)cpu_fp16_to_f32(y[i]);
+    for (int64_t i = 0; i < n; i++) sum += (double)cpu_fp16_to_f32(x[i]) * (double)y[i];
     *s = (float)sum;
 }
 
 static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
 {
-    const uint16_t *x = w, *y = a;
+    const uint16_t *x = w;
+    const float *y = a;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)cpu_bf16_to_f32(x[i]) * (double)cpu_bf16_to_f32(y[i]);
+    for (int64_t i = 0; i < n; i++) sum += (double)cpu_bf16_to_f32(x[i]) * (double)y[i];
     *s = (float)sum;
 }
 
