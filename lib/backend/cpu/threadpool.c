@@ -1,13 +1,32 @@
-/* The thread pool (threadpool.h): a generation counter under a mutex starts a
- * loop; an atomic task counter hands out tasks; an atomic count of finished
- * threads ends it. */
+/* The thread pool (threadpool.h).
+ *
+ * A loop lives in one of two job slots, alternating by generation. The caller
+ * publishes a generation, takes tasks itself, and waits only until every task
+ * has finished — not for every worker: on a machine shared with other
+ * processes a worker that is not scheduled in time simply finds no task left.
+ * A slot is reused two generations later, once no worker is inside it; a late
+ * worker checks, after announcing itself, that the slot still holds the
+ * generation it woke for (or a newer one, whose fields are then complete). */
 #include "backend/cpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-enum { SPIN_ITERATIONS = 20000 };
+enum { WORKER_SPIN = 20000, CALLER_SPIN = 2000 };
+
+static const unsigned SLOT_BUSY = 0;
+
+typedef struct job_slot {
+    atomic_uint gen; /* the generation it holds; SLOT_BUSY while being filled */
+    cpu_task_fn fn;
+    void *ctx;
+    int64_t n_tasks;
+    atomic_llong next_task;
+    atomic_llong n_finished;
+    atomic_int active; /* workers inside */
+} job_slot;
 
 typedef struct worker {
     cpu_threadpool *pool;
@@ -21,22 +40,26 @@ struct cpu_threadpool {
     int n_started;
     pthread_mutex_t mutex;
     pthread_cond_t wake;
-    atomic_uint generation; /* bumped to start a loop */
+    int n_sleeping; /* under mutex */
+    atomic_uint generation;
     atomic_int stop;
-    /* the current loop */
-    cpu_task_fn fn;
-    void *ctx;
-    int64_t n_tasks;
-    atomic_llong next_task;
-    atomic_int n_done; /* workers finished with this generation */
+    job_slot slots[2];
 };
 
-static void run_tasks(cpu_threadpool *p, int thread)
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void run_slot(job_slot *s, int thread)
 {
     for (;;) {
-        long long t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t, thread);
+        long long t = atomic_fetch_add(&s->next_task, 1);
+        if (t >= s->n_tasks) break;
+        s->fn(s->ctx, t, thread);
+        atomic_fetch_add_explicit(&s->n_finished, 1, memory_order_release);
     }
 }
 
@@ -47,23 +70,25 @@ static void *worker_main(void *arg)
     unsigned seen = 0;
     for (;;) {
         unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        for (int i = 0; g == seen && i < SPIN_ITERATIONS; i++) {
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+        for (int i = 0; g == seen && i < WORKER_SPIN && !atomic_load(&p->stop); i++) {
+            cpu_relax();
             g = atomic_load_explicit(&p->generation, memory_order_acquire);
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mutex);
-            while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-                   !atomic_load(&p->stop))
+            p->n_sleeping++;
+            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->wake, &p->mutex);
+            p->n_sleeping--;
             pthread_mutex_unlock(&p->mutex);
         }
         if (atomic_load(&p->stop)) break;
         seen = g;
-        run_tasks(p, w->index);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_acq_rel);
+        job_slot *s = &p->slots[g & 1];
+        atomic_fetch_add(&s->active, 1);
+        unsigned sg = atomic_load(&s->gen);
+        if (sg != SLOT_BUSY && sg - g < 0x80000000u) run_slot(s, w->index); /* sg >= g */
+        atomic_fetch_sub(&s->active, 1);
     }
     return NULL;
 }
@@ -78,8 +103,12 @@ di_status cpu_threadpool_create(int n_threads, cpu_threadpool **out)
     pthread_cond_init(&p->wake, NULL);
     atomic_init(&p->generation, 0);
     atomic_init(&p->stop, 0);
-    atomic_init(&p->next_task, 0);
-    atomic_init(&p->n_done, 0);
+    for (int i = 0; i < 2; i++) {
+        atomic_init(&p->slots[i].gen, SLOT_BUSY);
+        atomic_init(&p->slots[i].next_task, 0);
+        atomic_init(&p->slots[i].n_finished, 0);
+        atomic_init(&p->slots[i].active, 0);
+    }
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) {
@@ -119,26 +148,43 @@ int cpu_threadpool_size(const cpu_threadpool *p)
     return p ? p->n_threads : 1;
 }
 
+static void wait_until(atomic_llong *v, long long target)
+{
+    for (int i = 0; atomic_load_explicit(v, memory_order_acquire) < target; i++) {
+        if (i < CALLER_SPIN)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
 void cpu_threadpool_run(cpu_threadpool *p, int64_t n_tasks, cpu_task_fn fn, void *ctx)
 {
     if (n_tasks <= 0) return;
-    if (p->n_started == 0 || n_tasks == 1) {
+    if (!p || p->n_started == 0 || n_tasks == 1) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&p->mutex);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mutex);
-    run_tasks(p, 0);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_started) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+    unsigned g = atomic_load(&p->generation) + 1;
+    if (g == SLOT_BUSY) g++; /* wrapped: skip the reserved value (and keep parity apart) */
+    job_slot *s = &p->slots[g & 1];
+    atomic_store(&s->gen, SLOT_BUSY);
+    for (int i = 0; atomic_load(&s->active) != 0; i++) {
+        if (i < CALLER_SPIN)
+            cpu_relax();
+        else
+            sched_yield();
     }
+    s->fn = fn;
+    s->ctx = ctx;
+    s->n_tasks = n_tasks;
+    atomic_store(&s->next_task, 0);
+    atomic_store(&s->n_finished, 0);
+    atomic_store(&s->gen, g);
+    pthread_mutex_lock(&p->mutex);
+    atomic_store(&p->generation, g);
+    if (p->n_sleeping) pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mutex);
+    run_slot(s, 0);
+    wait_until(&s->n_finished, n_tasks);
 }
