@@ -224,8 +224,14 @@ void model_weights_close(model_weights *w)
     free(w->tensors);
     di_bytes_map_free(&w->by_name);
     gguf_close(w->gguf);
-    for (size_t i = 0; i < w->n_shards; i++) safetensors_close(w->shards[i]);
+    for (size_t i = 0; i < w->n_shards; i++) {
+        safetensors_close(w->shards[i]);
+        free(w->shard_paths[i]);
+    }
+    free(w->shard_paths);
     free(w->shards);
+    for (size_t i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
     free(w);
 }
 

@@ -85,6 +85,10 @@ typedef struct model_config {
     float rope_factor;          /* scaling factor (1 when none) */
     uint32_t rope_orig_ctx;     /* original_max_position_embeddings (YaRN, llama3) */
     float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    /* YaRN attention_factor as config.json gives it; 0 when absent (then derive
+     * it from rope_factor, yarn_mscale and yarn_mscale_all_dim as transformers'
+     * _compute_yarn_parameters does). */
+    float yarn_attn_factor;
     float llama3_low_freq_factor, llama3_high_freq_factor;
     int attn_qkv_bias;   /* 1: q/k/v projections have biases (Qwen2) */
     int tie_embeddings;  /* 1: no output.weight; the LM head is token_embd.weight */

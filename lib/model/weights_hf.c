@@ -1,8 +1,396 @@
-/* Opening a model from a Hugging Face directory: config.json and safetensors. */
+/* Opening a model from a Hugging Face directory: config.json (as transformers'
+ * LlamaConfig / Qwen2Config write it, versions 4 and 5) and safetensors weights,
+ * one model.safetensors or shards listed by model.safetensors.index.json.
+ * Tensor names are mapped to GGUF names (llama.cpp's convert_hf_to_gguf.py
+ * mapping of these architectures) and shapes reversed into ggml order; no weight
+ * is permuted, so Llama keeps transformers' rotate_half RoPE (NEOX). */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include "model/weights_internal.h"
+
+typedef struct cfg_ctx {
+    const char *file; /* "<dir>/config.json", for messages */
+    json_t *root;
+    di_error **err;
+} cfg_ctx;
+
+/* A required positive integer that fits uint32. */
+static di_status need_uint(cfg_ctx *c, const char *key, uint32_t *out)
+{
+    json_t *v = json_object_get(c->root, key);
+    if (!v) return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is missing", c->file, key);
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > UINT32_MAX)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer", c->file,
+                       key);
+    *out = (uint32_t)json_integer_value(v);
+    return DI_OK;
+}
+
+/* An optional positive integer: absent or null leaves *out. */
+static di_status opt_uint(cfg_ctx *c, json_t *obj, const char *key, uint32_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return DI_OK;
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > UINT32_MAX)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer", c->file,
+                       key);
+    *out = (uint32_t)json_integer_value(v);
+    return DI_OK;
+}
+
+/* An optional number: absent or null leaves *out. */
+static di_status opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return DI_OK;
+    if (!json_is_number(v))
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a number", c->file, key);
+    *out = (float)json_number_value(v);
+    return DI_OK;
+}
+
+/* bos_token_id / eos_token_id: an integer, a list of integers (the first is
+ * taken), or null. */
+static di_status token_id(cfg_ctx *c, const char *key, int32_t *out)
+{
+    json_t *v = json_object_get(c->root, key);
+    if (json_is_array(v)) v = json_array_get(v, 0);
+    if (!v || json_is_null(v)) return DI_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
+                       "%s: %s is not a token id (an integer or a list of them)", c->file, key);
+    *out = (int32_t)json_integer_value(v);
+    return DI_OK;
+}
+
+static di_status read_rope(cfg_ctx *c, model_config *m)
+{
+    di_status st;
+    if ((st = opt_float(c, c->root, "rope_theta", &m->rope_theta)) != DI_OK) return st;
+    /* transformers 5 writes rope_parameters (with rope_theta inside); 4 wrote
+     * rope_scaling. */
+    const char *which = "rope_parameters";
+    json_t *r = json_object_get(c->root, which);
+    if (!r || json_is_null(r)) r = json_object_get(c->root, which = "rope_scaling");
+    if (!r || json_is_null(r)) return DI_OK;
+    if (!json_is_object(r))
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an object", c->file, which);
+    if ((st = opt_float(c, r, "rope_theta", &m->rope_theta)) != DI_OK) return st;
+    json_t *t = json_object_get(r, "rope_type");
+    if (!t) t = json_object_get(r, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : NULL;
+    if (t && !type)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.rope_type is not a string", c->file,
+                       which);
+    if (!type || strcmp(type, "default") == 0)
+        m->rope_scaling = MODEL_ROPE_SCALING_NONE;
+    else if (strcmp(type, "linear") == 0)
+        m->rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+    else if (strcmp(type, "yarn") == 0)
+        m->rope_scaling = MODEL_ROPE_SCALING_YARN;
+    else if (strcmp(type, "llama3") == 0)
+        m->rope_scaling = MODEL_ROPE_SCALING_LLAMA3;
+    else
+        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
+                       "%s: %s.rope_type '%.32s' is not supported (default, linear, yarn, llama3 "
+                       "are)",
+                       c->file, which, type);
+    if (m->rope_scaling == MODEL_ROPE_SCALING_NONE) return DI_OK;
+    if (!json_object_get(r, "factor"))
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.factor is missing", c->file, which);
+    if ((st = opt_float(c, r, "factor", &m->rope_factor)) != DI_OK ||
+        (st = opt_uint(c, r, "original_max_position_embeddings", &m->rope_orig_ctx)) != DI_OK ||
+        (st = opt_float(c, r, "beta_fast", &m->yarn_beta_fast)) != DI_OK ||
+        (st = opt_float(c, r, "beta_slow", &m->yarn_beta_slow)) != DI_OK ||
+        (st = opt_float(c, r, "mscale", &m->yarn_mscale)) != DI_OK ||
+        (st = opt_float(c, r, "mscale_all_dim", &m->yarn_mscale_all_dim)) != DI_OK ||
+        (st = opt_float(c, r, "attention_factor", &m->yarn_attn_factor)) != DI_OK ||
+        (st = opt_float(c, r, "low_freq_factor", &m->llama3_low_freq_factor)) != DI_OK ||
+        (st = opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
+        return st;
+    if (m->rope_scaling == MODEL_ROPE_SCALING_LLAMA3 && !m->rope_orig_ctx)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
+                       "%s: %s.original_max_position_embeddings is missing (llama3 needs it)",
+                       c->file, which);
+    /* Without original_max_position_embeddings transformers' YaRN uses
+     * max_position_embeddings. */
+    if (m->rope_scaling == MODEL_ROPE_SCALING_YARN && !m->rope_orig_ctx)
+        m->rope_orig_ctx = m->n_ctx_train;
+    return DI_OK;
+}
+
+static di_status read_config(model_weights *w, const char *dir, int *tie, di_error **err)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        struct stat sb;
+        if (stat(file, &sb) != 0)
+            return mw_fail(err, DI_ERR_IO, "%s: cannot open: no such file", file);
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not valid JSON: %s (line %d, byte offset %d)",
+                       file, je.text, je.line, je.position);
+    }
+    cfg_ctx c = {file, root, err};
+    model_config *m = &w->config;
+    di_status st = DI_OK;
+    if (!json_is_object(root)) {
+        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not a JSON object", file);
+        goto done;
+    }
+    json_t *archs = json_object_get(root, "architectures");
+    const char *arch = json_string_value(json_array_get(archs, 0));
+    if (!arch) {
+        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: architectures is %s", file,
+                     archs ? "not a list of strings" : "missing");
+        goto done;
+    }
+    if (strcmp(arch, "LlamaForCausalLM") == 0)
+        m->arch = MODEL_ARCH_LLAMA;
+    else if (strcmp(arch, "Qwen2ForCausalLM") == 0)
+        m->arch = MODEL_ARCH_QWEN2;
+    else {
+        st = mw_fail(err, DI_ERR_UNSUPPORTED,
+                     "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM and "
+                     "Qwen2ForCausalLM are)",
+                     file, arch);
+        goto done;
+    }
+    m->rope_style = MODEL_ROPE_NEOX; /* transformers' rotate_half, weights as trained */
+    m->rms_norm_eps = 0.0f;
+    m->n_ctx_train = 0;
+    if ((st = need_uint(&c, "vocab_size", &m->n_vocab)) != DI_OK ||
+        (st = need_uint(&c, "hidden_size", &m->n_embd)) != DI_OK ||
+        (st = need_uint(&c, "num_hidden_layers", &m->n_layer)) != DI_OK ||
+        (st = need_uint(&c, "num_attention_heads", &m->n_head)) != DI_OK ||
+        (st = need_uint(&c, "intermediate_size", &m->n_ff)) != DI_OK ||
+        (st = opt_uint(&c, root, "num_key_value_heads", &m->n_head_kv)) != DI_OK ||
+        (st = opt_uint(&c, root, "head_dim", &m->head_dim)) != DI_OK ||
+        (st = opt_uint(&c, root, "max_position_embeddings", &m->n_ctx_train)) != DI_OK ||
+        (st = token_id(&c, "bos_token_id", &m->bos_token_id)) != DI_OK ||
+        (st = token_id(&c, "eos_token_id", &m->eos_token_id)) != DI_OK)
+        goto done;
+    if (!json_object_get(root, "rms_norm_eps")) {
+        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps is missing", file);
+        goto done;
+    }
+    if ((st = opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
+        (st = read_rope(&c, m)) != DI_OK)
+        goto done;
+    json_t *tw = json_object_get(root, "tie_word_embeddings");
+    *tie = json_is_true(tw);
+    const char *biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2 && m->arch == MODEL_ARCH_LLAMA; i++)
+        if (json_is_true(json_object_get(root, biases[i]))) {
+            st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: %s true is not supported", file, biases[i]);
+            goto done;
+        }
+done:
+    json_decref(root);
+    return st;
+}
+
+/* Map a Hugging Face tensor name to its GGUF name; returns 0 when the name is
+ * not one of the Llama/Qwen2 names (it is then kept as it is). */
+static int gguf_name(const char *hf, char *out, size_t size)
+{
+    const char *dot = strrchr(hf, '.');
+    if (!dot) return 0;
+    const char *suffix = dot + 1; /* weight, bias, weight_scale_inv */
+    size_t mlen = (size_t)(dot - hf);
+    static const struct {
+        const char *hf, *gguf;
+    } top[] = {{"model.embed_tokens", "token_embd"},
+               {"model.norm", "output_norm"},
+               {"lm_head", "output"}},
+      layer[] = {{"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
+                 {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
+                 {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
+                 {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
+                 {"mlp.down_proj", "ffn_down"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (strlen(top[i].hf) == mlen && memcmp(hf, top[i].hf, mlen) == 0) {
+            snprintf(out, size, "%s.%s", top[i].gguf, suffix);
+            return 1;
+        }
+    static const char prefix[] = "model.layers.";
+    if (strncmp(hf, prefix, sizeof prefix - 1) != 0) return 0;
+    const char *p = hf + sizeof prefix - 1;
+    char *end;
+    if (*p < '0' || *p > '9') return 0;
+    unsigned long n = strtoul(p, &end, 10);
+    if (*end != '.' || n > 100000) return 0;
+    const char *mod = end + 1;
+    size_t modlen = (size_t)(dot - mod);
+    if (dot < mod) return 0;
+    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+        if (strlen(layer[i].hf) == modlen && memcmp(mod, layer[i].hf, modlen) == 0) {
+            snprintf(out, size, "blk.%lu.%s.%s", n, layer[i].gguf, suffix);
+            return 1;
+        }
+    return 0;
+}
+
+static di_status add_shard(model_weights *w, const char *path, int tie, di_error **err)
+{
+    safetensors_file **shards = realloc(w->shards, (w->n_shards + 1) * sizeof(safetensors_file *));
+    if (shards) w->shards = shards;
+    char **paths = shards ? realloc(w->shard_paths, (w->n_shards + 1) * sizeof *paths) : NULL;
+    if (paths) w->shard_paths = paths;
+    char *path_copy = paths ? strdup(path) : NULL;
+    if (!path_copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
+    char msg[768];
+    safetensors_file *f;
+    di_status st = safetensors_open(path, &f, msg, sizeof msg);
+    if (st != DI_OK) {
+        free(path_copy);
+        return mw_fail(err, st, "%s", msg);
+    }
+    w->shards[w->n_shards] = f;
+    w->shard_paths[w->n_shards++] = path_copy;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const safetensors_tensor *t = &f->tensors[i];
+        char name[256];
+        if (!gguf_name(t->name, name, sizeof name)) snprintf(name, sizeof name, "%s", t->name);
+        if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
+        static const model_dtype dtypes[] = {[SAFETENSORS_F32] = MODEL_DTYPE_F32,
+                                             [SAFETENSORS_F16] = MODEL_DTYPE_F16,
+                                             [SAFETENSORS_BF16] = MODEL_DTYPE_BF16,
+                                             [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3};
+        int64_t ne[4] = {1, 1, 1, 1};
+        uint32_t n_dims = t->n_dims ? t->n_dims : 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) ne[d] = (int64_t)t->shape[t->n_dims - 1 - d];
+        const void *data = t->data;
+        size_t n_bytes = (size_t)(t->end - t->begin);
+        size_t es = safetensors_dtype_size(t->dtype);
+        if ((uintptr_t)data % es != 0) {
+            /* The format does not promise alignment: copy to an aligned buffer. */
+            void **owned = realloc(w->owned, (w->n_owned + 1) * sizeof *owned);
+            if (!owned) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+            w->owned = owned;
+            void *copy = malloc(n_bytes ? n_bytes : 1);
+            if (!copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+            memcpy(copy, data, n_bytes);
+            w->owned[w->n_owned++] = copy;
+            data = copy;
+        }
+        st = mw_add_tensor(w, path, name, strlen(name), dtypes[t->dtype], n_dims, ne, data, n_bytes,
+                           err);
+        if (st != DI_OK) return st;
+    }
+    return DI_OK;
+}
+
+/* Shards from model.safetensors.index.json: every file its weight_map names, and
+ * every tensor it lists found in the file it names. */
+static di_status open_index(model_weights *w, const char *dir, const char *index, int tie,
+                            di_error **err)
+{
+    json_error_t je;
+    json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not valid JSON: %s (line %d, byte offset %d)",
+                       index, je.text, je.line, je.position);
+    di_status st = DI_OK;
+    json_t *map = json_object_get(root, "weight_map");
+    if (!json_is_object(map) || json_object_size(map) == 0) {
+        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: weight_map is %s", index,
+                     map ? "not a non-empty object" : "missing");
+        goto done;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(map, name, v)
+    {
+        const char *file = json_string_value(v);
+        if (!file || !*file || strchr(file, '/') || strcmp(file, "..") == 0) {
+            st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: weight_map['%.128s'] is not a file name",
+                         index, name);
+            goto done;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        size_t s = 0;
+        for (; s < w->n_shards; s++)
+            if (strcmp(w->shard_paths[s], path) == 0) break;
+        if (s == w->n_shards) {
+            struct stat sb;
+            if (stat(path, &sb) != 0) {
+                st = mw_fail(err, DI_ERR_IO, "%s: shard %s (of tensor '%.128s') is missing", index,
+                             path, name);
+                goto done;
+            }
+            if ((st = add_shard(w, path, tie, err)) != DI_OK) goto done;
+        }
+        if (!safetensors_find(w->shards[s], name)) {
+            st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.128s' is not in %s", index, name,
+                         path);
+            goto done;
+        }
+    }
+done:
+    json_decref(root);
+    return st;
+}
+
+/* Attach each "X.weight_scale_inv" to X.weight (fp8 block scales). */
+static di_status attach_scales(model_weights *w, const char *dir, di_error **err)
+{
+    static const char suffix[] = ".weight_scale_inv";
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const model_tensor *s = &w->tensors[i];
+        size_t n = strlen(s->name);
+        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
+            continue;
+        char base[300];
+        snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
+        model_tensor *t = (model_tensor *)model_weights_get(w, base);
+        if (!t)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT,
+                           "%s: '%s' scales a tensor that is missing (%s)", dir, s->name, base);
+        if (t->dtype != MODEL_DTYPE_FP8_E4M3)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8", dir,
+                           s->name, base);
+        int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
+        if (s->dtype != MODEL_DTYPE_F32 || t->n_dims != 2 || s->n_dims != 2 || s->ne[0] != b0 ||
+            s->ne[1] != b1)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT,
+                           "%s: '%s' must be F32 of shape {%lld, %lld} (128x128 blocks of '%s')",
+                           dir, s->name, (long long)b0, (long long)b1, base);
+        t->scale = s;
+    }
+    return DI_OK;
+}
 
 di_status mw_open_hf(model_weights *w, const char *dir, di_error **err)
 {
-    (void)w;
-    return mw_fail(err, DI_ERR_UNSUPPORTED, "%s: Hugging Face directories are not loaded yet", dir);
+    int tie = 0;
+    di_status st = read_config(w, dir, &tie, err);
+    if (st != DI_OK) return st;
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (stat(path, &sb) == 0) {
+        st = open_index(w, dir, path, tie, err);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (stat(path, &sb) != 0)
+            return mw_fail(
+                err, DI_ERR_IO,
+                "%s: neither model.safetensors nor model.safetensors.index.json is there", dir);
+        st = add_shard(w, path, tie, err);
+    }
+    if (st != DI_OK) return st;
+    if ((st = attach_scales(w, dir, err)) != DI_OK) return st;
+    w->config.attn_qkv_bias = model_weights_get(w, "blk.0.attn_q.bias") != NULL;
+    if (!tie && !model_weights_get(w, "output.weight"))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT,
+                       "%s: lm_head.weight is missing and tie_word_embeddings is not true", dir);
+    return DI_OK;
 }

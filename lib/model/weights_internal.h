@@ -16,7 +16,10 @@ struct model_weights {
     di_bytes_map by_name;      /* GGUF name -> index in tensors */
     gguf_file *gguf;           /* the GGUF file, when opened from one */
     safetensors_file **shards; /* the safetensors files, when opened from a directory */
+    char **shard_paths;        /* [n_shards] their paths */
     size_t n_shards;
+    void **owned; /* aligned copies of tensors whose data was misaligned in the map */
+    size_t n_owned;
 };
 
 /* Format a message, set *err to it and return st. */

@@ -101,8 +101,8 @@ static size_t gguf_tensors(const gguf_spec *s, tinfo *t)
     do {                                                                                           \
         snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                           \
         t[n].n_dims = d;                                                                           \
-        t[n].ne[0] = a;                                                                            \
-        t[n].ne[1] = b;                                                                            \
+        t[n].ne[0] = (uint64_t)(a);                                                                \
+        t[n].ne[1] = (uint64_t)(b);                                                                \
         t[n].type = 0;                                                                             \
         n++;                                                                                       \
     } while (0)
@@ -386,12 +386,433 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     expect_open_error(path, DI_ERR_IO, path, NULL, NULL);
 }
 
+/* ---- Hugging Face directories ----------------------------------------------- */
+
+/* Every committed tiny checkpoint (tests/fixtures/model, written by
+ * transformers) opens, with the config transformers wrote and every tensor's
+ * shape reversed into ggml order. */
+static void test_hf_fixtures_open_with_their_config(void **state)
+{
+    (void)state;
+    static const char *names[] = {"qwen2-tied-bf16", "qwen2-untied-f32-sharded", "qwen2-tied-f16",
+                                  "llama-gqa-f16",   "llama-llama3-bf16",        "llama-linear-f32",
+                                  "llama-yarn-f32"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[512], ref_path[600];
+        snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, names[i]);
+        snprintf(ref_path, sizeof ref_path, "%s/reference.json", dir);
+        json_t *ref = json_load_file(ref_path, 0, NULL);
+        assert_non_null(ref);
+        json_t *cfg = json_object_get(ref, "config");
+        model_weights *w = NULL;
+        di_error *err = NULL;
+        if (model_weights_open(dir, &w, &err) != DI_OK) {
+            print_error("%s: %s\n", dir, di_error_message(err));
+            fail();
+        }
+        const model_config *c = model_weights_config(w);
+        int qwen =
+            strcmp(json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0)),
+                   "Qwen2ForCausalLM") == 0;
+        assert_int_equal(c->arch, qwen ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA);
+        assert_int_equal(c->rope_style, MODEL_ROPE_NEOX);
+        assert_int_equal(c->n_vocab, json_integer_value(json_object_get(cfg, "vocab_size")));
+        assert_int_equal(c->n_embd, json_integer_value(json_object_get(cfg, "hidden_size")));
+        assert_int_equal(c->n_layer, json_integer_value(json_object_get(cfg, "num_hidden_layers")));
+        assert_int_equal(c->n_head,
+                         json_integer_value(json_object_get(cfg, "num_attention_heads")));
+        assert_int_equal(c->n_head_kv,
+                         json_integer_value(json_object_get(cfg, "num_key_value_heads")));
+        assert_int_equal(c->n_ff, json_integer_value(json_object_get(cfg, "intermediate_size")));
+        assert_int_equal(c->n_ctx_train,
+                         json_integer_value(json_object_get(cfg, "max_position_embeddings")));
+        assert_true(c->rms_norm_eps ==
+                    (float)json_number_value(json_object_get(cfg, "rms_norm_eps")));
+        json_t *rope = json_object_get(cfg, "rope_parameters");
+        assert_true(c->rope_theta == (float)json_number_value(json_object_get(rope, "rope_theta")));
+        const char *type = json_string_value(json_object_get(rope, "rope_type"));
+        int want = strcmp(type, "linear") == 0   ? MODEL_ROPE_SCALING_LINEAR
+                   : strcmp(type, "yarn") == 0   ? MODEL_ROPE_SCALING_YARN
+                   : strcmp(type, "llama3") == 0 ? MODEL_ROPE_SCALING_LLAMA3
+                                                 : MODEL_ROPE_SCALING_NONE;
+        assert_int_equal(c->rope_scaling, want);
+        if (want != MODEL_ROPE_SCALING_NONE)
+            assert_true(c->rope_factor ==
+                        (float)json_number_value(json_object_get(rope, "factor")));
+        assert_int_equal(c->tie_embeddings,
+                         json_is_true(json_object_get(cfg, "tie_word_embeddings")));
+        assert_int_equal(c->attn_qkv_bias, qwen);
+        assert_int_equal(c->bos_token_id, json_integer_value(json_object_get(cfg, "bos_token_id")));
+        const char *dtype = json_string_value(json_object_get(ref, "storage_dtype"));
+        model_dtype dt = strcmp(dtype, "float32") == 0   ? MODEL_DTYPE_F32
+                         : strcmp(dtype, "float16") == 0 ? MODEL_DTYPE_F16
+                                                         : MODEL_DTYPE_BF16;
+        const model_tensor *t = model_weights_get(w, "blk.1.ffn_down.weight");
+        assert_non_null(t);
+        assert_int_equal(t->dtype, dt);
+        assert_int_equal(t->ne[0], c->n_ff); /* HF [out, in] -> ne {in, out} */
+        assert_int_equal(t->ne[1], c->n_embd);
+        assert_int_equal(t->n_bytes, (size_t)c->n_ff * c->n_embd * (dt == MODEL_DTYPE_F32 ? 4 : 2));
+        assert_null(model_weights_get(w, "model.layers.1.mlp.down_proj.weight"));
+        model_weights_close(w);
+        json_decref(ref);
+    }
+}
+
+/* A safetensors file: the header verbatim, then `data_bytes` zero bytes. */
+static void write_safetensors(const char *path, const char *header, size_t data_bytes)
+{
+    buf b = {0};
+    put_u64(&b, strlen(header));
+    put(&b, header, strlen(header));
+    for (size_t i = 0; i < data_bytes; i++) put(&b, "", 1);
+    write_file(path, b.p, b.n);
+    free(b.p);
+}
+
+/* The tiny model's safetensors header in HF naming, F32 (up_proj in
+ * `dtype_of_up` when given, with F32's byte size), leaving out `skip`. Returns
+ * the size of the data buffer. */
+static size_t tiny_header(char *out, size_t size, const char *skip, const char *dtype_of_up)
+{
+    static const struct {
+        const char *name;
+        int out, in;
+    } t[] = {{"model.embed_tokens.weight", V, E},
+             {"model.norm.weight", E, 0},
+             {"model.layers.0.input_layernorm.weight", E, 0},
+             {"model.layers.0.self_attn.q_proj.weight", H * HD, E},
+             {"model.layers.0.self_attn.k_proj.weight", HKV * HD, E},
+             {"model.layers.0.self_attn.v_proj.weight", HKV * HD, E},
+             {"model.layers.0.self_attn.o_proj.weight", E, H * HD},
+             {"model.layers.0.post_attention_layernorm.weight", E, 0},
+             {"model.layers.0.mlp.gate_proj.weight", FF, E},
+             {"model.layers.0.mlp.up_proj.weight", FF, E},
+             {"model.layers.0.mlp.down_proj.weight", E, FF}};
+    size_t used = (size_t)snprintf(out, size, "{\"__metadata__\":{\"format\":\"pt\"}");
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (skip && strcmp(skip, t[i].name) == 0) continue;
+        const char *dt = "F32";
+        if (dtype_of_up && strstr(t[i].name, "up_proj")) dt = dtype_of_up;
+        size_t n = (size_t)t[i].out * (t[i].in ? (size_t)t[i].in : 1) * 4;
+        char shape[32];
+        if (t[i].in)
+            snprintf(shape, sizeof shape, "[%d,%d]", t[i].out, t[i].in);
+        else
+            snprintf(shape, sizeof shape, "[%d]", t[i].out);
+        used +=
+            (size_t)snprintf(out + used, size - used,
+                             ",\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}",
+                             t[i].name, dt, shape, off, off + n);
+        off += n;
+    }
+    snprintf(out + used, size - used, "}");
+    return off;
+}
+
+static const char *tiny_config(char *out, size_t size, const char *arch, const char *skip,
+                               const char *extra)
+{
+    static const char *keys[] = {"\"vocab_size\":8",
+                                 "\"hidden_size\":4",
+                                 "\"num_hidden_layers\":1",
+                                 "\"num_attention_heads\":2",
+                                 "\"num_key_value_heads\":1",
+                                 "\"intermediate_size\":8",
+                                 "\"rms_norm_eps\":1e-5",
+                                 "\"max_position_embeddings\":64",
+                                 "\"tie_word_embeddings\":true",
+                                 "\"eos_token_id\":[2,3]"};
+    size_t used = (size_t)snprintf(out, size, "{\"architectures\":[\"%s\"]", arch);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (skip && strstr(keys[i], skip)) continue;
+        used += (size_t)snprintf(out + used, size - used, ",%s", keys[i]);
+    }
+    snprintf(out + used, size - used, "%s%s}", extra ? "," : "", extra ? extra : "");
+    return out;
+}
+
+/* Make tmpdir/<name>/ with config.json and model.safetensors. */
+static const char *make_hf_dir(const char *name, const char *config, const char *header,
+                               size_t data_bytes)
+{
+    static char dir[256];
+    char path[320];
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, name);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (config)
+        write_file(path, config, strlen(config));
+    else
+        unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (header)
+        write_safetensors(path, header, data_bytes);
+    else
+        unlink(path);
+    return dir;
+}
+
+static void test_hf_directory_good(void **state)
+{
+    (void)state;
+    char cfg[1024], hdr[4096];
+    size_t n = tiny_header(hdr, sizeof hdr, NULL, NULL);
+    const char *dir =
+        make_hf_dir("good",
+                    tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL,
+                                "\"rope_scaling\":{\"type\":\"llama3\",\"factor\":8,"
+                                "\"original_max_position_embeddings\":16,\"rope_theta\":5e5}"),
+                    hdr, n);
+    model_weights *w = NULL;
+    di_error *err = NULL;
+    if (model_weights_open(dir, &w, &err) != DI_OK) {
+        print_error("%s\n", di_error_message(err));
+        fail();
+    }
+    const model_config *c = model_weights_config(w);
+    assert_int_equal(c->arch, MODEL_ARCH_LLAMA);
+    assert_int_equal(c->rope_style, MODEL_ROPE_NEOX);
+    assert_int_equal(c->rope_scaling, MODEL_ROPE_SCALING_LLAMA3);
+    assert_true(c->rope_factor == 8.0f);
+    assert_true(c->rope_theta == 5e5f);
+    assert_int_equal(c->rope_orig_ctx, 16);
+    assert_int_equal(c->tie_embeddings, 1);
+    assert_int_equal(c->eos_token_id, 2);
+    assert_int_equal(c->bos_token_id, -1);
+    assert_int_equal(c->head_dim, HD);
+    const model_tensor *t = model_weights_get(w, "blk.0.attn_k.weight");
+    assert_non_null(t);
+    assert_int_equal(t->ne[0], E);
+    assert_int_equal(t->ne[1], HKV * HD);
+    model_weights_close(w);
+}
+
+static void test_hf_errors_name_the_file_and_field(void **state)
+{
+    (void)state;
+    char cfg[1024], hdr[4096], path[512];
+    size_t n = tiny_header(hdr, sizeof hdr, NULL, NULL);
+    const char *dir;
+
+    dir = make_hf_dir("arch", tiny_config(cfg, sizeof cfg, "GPT2LMHeadModel", NULL, NULL), hdr, n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "config.json", "'GPT2LMHeadModel'", NULL);
+
+    dir = make_hf_dir(
+        "nokey", tiny_config(cfg, sizeof cfg, "Qwen2ForCausalLM", "hidden_size", NULL), hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "config.json", "hidden_size is missing", NULL);
+
+    dir = make_hf_dir(
+        "badkey",
+        tiny_config(cfg, sizeof cfg, "Qwen2ForCausalLM", "vocab_size", "\"vocab_size\":\"many\""),
+        hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "vocab_size is not a positive integer", NULL, NULL);
+
+    dir = make_hf_dir("rope",
+                      tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL,
+                                  "\"rope_parameters\":{\"rope_type\":\"longrope\",\"factor\":2}"),
+                      hdr, n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "rope_parameters.rope_type 'longrope'", NULL, NULL);
+
+    dir = make_hf_dir("badjson", "{\"architectures\": [", hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "config.json: not valid JSON", "byte offset", NULL);
+
+    dir = make_hf_dir("noconfig", NULL, hdr, n);
+    expect_open_error(dir, DI_ERR_IO, "config.json: cannot open", NULL, NULL);
+
+    tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL, NULL);
+    dir = make_hf_dir("noweights", cfg, NULL, 0);
+    expect_open_error(dir, DI_ERR_IO, "neither model.safetensors", NULL, NULL);
+
+    n = tiny_header(hdr, sizeof hdr, "model.layers.0.self_attn.v_proj.weight", NULL);
+    dir = make_hf_dir("missing", cfg, hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "'blk.0.attn_v.weight' is missing", NULL, NULL);
+
+    n = tiny_header(hdr, sizeof hdr, NULL, "I64");
+    dir = make_hf_dir("i64", cfg, hdr, n * 2);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "model.safetensors",
+                      "'model.layers.0.mlp.up_proj.weight'", "dtype I64");
+
+    n = tiny_header(hdr, sizeof hdr, NULL, "Q9");
+    dir = make_hf_dir("unknown-dtype", cfg, hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "unknown dtype 'Q9'", NULL, NULL);
+
+    n = tiny_header(hdr, sizeof hdr, NULL, "F16"); /* F16 of the same shape: half the bytes */
+    dir = make_hf_dir("inconsistent", cfg, hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "'model.layers.0.mlp.up_proj.weight'",
+                      "hold 128 bytes, but shape and dtype F16 need 64", NULL);
+
+    tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", "tie_word_embeddings", NULL);
+    n = tiny_header(hdr, sizeof hdr, NULL, NULL);
+    dir = make_hf_dir("untied", cfg, hdr, n);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "lm_head.weight is missing", NULL, NULL);
+
+    /* Sharded: the index names a shard that is not there. */
+    tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL, NULL);
+    dir = make_hf_dir("sharded", cfg, NULL, 0);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    const char *index =
+        "{\"weight_map\":{\"model.norm.weight\":\"model-00001-of-00002.safetensors\"}}";
+    write_file(path, index, strlen(index));
+    expect_open_error(dir, DI_ERR_IO, "model.safetensors.index.json",
+                      "model-00001-of-00002.safetensors", "is missing");
+    /* … and a tensor that is not in the shard it names. */
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    write_safetensors(path, "{}", 0);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "'model.norm.weight' is not in", NULL, NULL);
+    write_file(path, "{\"weight_map\":", 14);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    write_file(path, "{\"weight_map\":", 14);
+    expect_open_error(dir, DI_ERR_MODEL_FORMAT, "index.json: not valid JSON", NULL, NULL);
+}
+
+/* ---- the safetensors reader on its own ------------------------------------ */
+
+static void expect_st_error(const char *bytes, size_t size, di_status status, const char *n1,
+                            const char *n2)
+{
+    safetensors_file *f = (safetensors_file *)1;
+    char msg[512];
+    di_status st = safetensors_open_memory(bytes, size, "x.safetensors", &f, msg, sizeof msg);
+    if (st != status || !strstr(msg, n1) || (n2 && !strstr(msg, n2))) {
+        print_error("status %d \"%s\", want %d with \"%s\" \"%s\"\n", (int)st, msg, (int)status, n1,
+                    n2 ? n2 : "");
+        fail();
+    }
+    assert_null(f);
+}
+
+/* Header length, then the header, then `data` bytes. */
+static size_t st_bytes(char *out, uint64_t header_len, const char *header, size_t data)
+{
+    memcpy(out, &header_len, 8);
+    size_t n = strlen(header);
+    snprintf(out + 8, n + 1, "%s", header);
+    memset(out + 8 + n, 0, data);
+    return 8 + n + data;
+}
+
+static void test_safetensors_reader_errors(void **state)
+{
+    (void)state;
+    char b[1024];
+    const char *h;
+    expect_st_error("\x10\0\0", 3, DI_ERR_MODEL_FORMAT, "x.safetensors", "too short");
+    h = "{}";
+    expect_st_error(b, st_bytes(b, 100, h, 0), DI_ERR_MODEL_FORMAT,
+                    "header length 100 runs past the end", NULL);
+    h = "[1]";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 0), DI_ERR_MODEL_FORMAT, "does not start with '{'",
+                    NULL);
+    h = "{\"a\":{\"dtype\":\"F32\",";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 0), DI_ERR_MODEL_FORMAT, "not valid JSON",
+                    "byte offset");
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "not valid JSON",
+                    "duplicate");
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 4), DI_ERR_MODEL_FORMAT,
+                    "'a': data_offsets [0, 8) run past the end", "byte offset");
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "end before", NULL);
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "'a'",
+                    "hold 8 bytes, but shape and dtype F32 need 12");
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[4,12]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 12), DI_ERR_MODEL_FORMAT,
+                    "tensors 'a' [0, 8) and 'b' [4, 12) overlap", "byte offset");
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "shape[0]", NULL);
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_UNSUPPORTED, "'a': 5 dimensions", NULL);
+    h = "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "dtype is missing", NULL);
+    h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 8), DI_ERR_MODEL_FORMAT, "data_offsets is missing",
+                    NULL);
+    h = "{\"__metadata__\":{\"format\":1}}";
+    expect_st_error(b, st_bytes(b, strlen(h), h, 0), DI_ERR_MODEL_FORMAT,
+                    "__metadata__.format is not a string", NULL);
+
+    /* A good one: F8_E4M3 and a scalar, in the opposite order to their data. */
+    h = "{\"__metadata__\":{\"format\":\"pt\"},\"s\":{\"dtype\":\"BF16\",\"shape\":[],"
+        "\"data_offsets\":[4,6]},\"f\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],"
+        "\"data_offsets\":[0,4]}}";
+    size_t n = st_bytes(b, strlen(h), h, 6);
+    safetensors_file *f = NULL;
+    char msg[256];
+    assert_int_equal(safetensors_open_memory(b, n, "x", &f, msg, sizeof msg), DI_OK);
+    assert_int_equal(f->n_tensors, 2);
+    assert_string_equal(f->tensors[0].name, "f"); /* sorted by offset */
+    const safetensors_tensor *s = safetensors_find(f, "s");
+    assert_non_null(s);
+    assert_int_equal(s->n_dims, 0);
+    assert_int_equal(s->dtype, SAFETENSORS_BF16);
+    assert_ptr_equal(s->data, (const uint8_t *)b + 8 + strlen(h) + 4);
+    assert_null(safetensors_find(f, "t"));
+    safetensors_close(f);
+}
+
+/* fp8 weights take their "weight_scale_inv" as model_tensor.scale. */
+static void test_hf_fp8_scales_attach(void **state)
+{
+    (void)state;
+    char cfg[1024], hdr[8192];
+    tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL, NULL);
+    size_t used = 0, off = 0;
+    static const struct {
+        const char *name, *dtype, *shape;
+        size_t bytes;
+    } t[] = {{"model.embed_tokens.weight", "F32", "[8,4]", 128},
+             {"model.norm.weight", "F32", "[4]", 16},
+             {"model.layers.0.input_layernorm.weight", "F32", "[4]", 16},
+             {"model.layers.0.self_attn.q_proj.weight", "F8_E4M3", "[4,4]", 16},
+             {"model.layers.0.self_attn.q_proj.weight_scale_inv", "F32", "[1,1]", 4},
+             {"model.layers.0.self_attn.k_proj.weight", "F32", "[2,4]", 32},
+             {"model.layers.0.self_attn.v_proj.weight", "F32", "[2,4]", 32},
+             {"model.layers.0.self_attn.o_proj.weight", "F32", "[4,4]", 64},
+             {"model.layers.0.post_attention_layernorm.weight", "F32", "[4]", 16},
+             {"model.layers.0.mlp.gate_proj.weight", "F32", "[8,4]", 128},
+             {"model.layers.0.mlp.up_proj.weight", "F32", "[8,4]", 128},
+             {"model.layers.0.mlp.down_proj.weight", "F32", "[4,8]", 128}};
+    used += (size_t)snprintf(hdr, sizeof hdr, "{");
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        used += (size_t)snprintf(
+            hdr + used, sizeof hdr - used,
+            "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}", i ? "," : "",
+            t[i].name, t[i].dtype, t[i].shape, off, off + t[i].bytes);
+        off += t[i].bytes;
+    }
+    snprintf(hdr + used, sizeof hdr - used, "}");
+    const char *dir = make_hf_dir("fp8", cfg, hdr, off);
+    model_weights *w = NULL;
+    di_error *err = NULL;
+    if (model_weights_open(dir, &w, &err) != DI_OK) {
+        print_error("%s\n", di_error_message(err));
+        fail();
+    }
+    const model_tensor *q = model_weights_get(w, "blk.0.attn_q.weight");
+    assert_int_equal(q->dtype, MODEL_DTYPE_FP8_E4M3);
+    assert_non_null(q->scale);
+    assert_string_equal(q->scale->name, "blk.0.attn_q.weight_scale_inv");
+    assert_int_equal(q->scale->ne[0], 1);
+    model_weights_close(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_llama_config_and_tensors),
         cmocka_unit_test(test_gguf_qwen2_bias_untied_yarn),
         cmocka_unit_test(test_gguf_errors_name_the_file_and_field),
+        cmocka_unit_test(test_hf_fixtures_open_with_their_config),
+        cmocka_unit_test(test_hf_directory_good),
+        cmocka_unit_test(test_hf_errors_name_the_file_and_field),
+        cmocka_unit_test(test_safetensors_reader_errors),
+        cmocka_unit_test(test_hf_fp8_scales_attach),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
