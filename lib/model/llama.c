@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/error.h"
 #include "backend/cpu/attention.h"
@@ -181,10 +182,21 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if (m->opt.n_batch > m->opt.n_ctx) m->opt.n_batch = m->opt.n_ctx;
     if (m->opt.use_ref) m->opt.n_threads = 1;
     if ((st = load_tensors(m, err)) != DI_OK) goto fail;
+    if (c->head_dim > CPU_ATTENTION_MAX_HEAD_DIM) {
+        st = fail(err, DI_ERR_UNSUPPORTED, "%s: head dimension %u is over the CPU backend's %d",
+                  path, c->head_dim, (int)CPU_ATTENTION_MAX_HEAD_DIM);
+        goto fail;
+    }
     if ((st = cpu_rope_init(&m->rope, c)) != DI_OK) {
         st = fail(err, st, "%s: head dimension %u is not supported by RoPE", path, c->head_dim);
         goto fail;
     }
+    /* A GGUF file (not a directory) runs against llama.cpp: its RoPE angles. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (c->rope_scaling == MODEL_ROPE_SCALING_NONE ||
+         c->rope_scaling == MODEL_ROPE_SCALING_LINEAR))
+        m->rope.ggml_angles = 1;
     if ((st = cpu_threadpool_create(m->opt.n_threads, &m->pool)) != DI_OK) {
         st = fail(err, st, "cannot start %d threads", m->opt.n_threads);
         goto fail;

@@ -22,11 +22,26 @@ static float dot_f32_ref(int n, const float *q, const void *k)
     return s;
 }
 
+/* The f16 cache's products as llama.cpp's CPU backend sums them (its f16
+ * GEMM, tinyBLAS, with 16-lane AVX-512 accumulators): element i goes to lane
+ * i % 16, lanes accumulate in order, then halve 16 -> 8 -> 4 -> 2 -> 1. Every
+ * f16 x f16 product is exact in f32, so this order makes the sums identical. */
+static float reduce16(float *l)
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    return l[0];
+}
+
 static float dot_f16_ref(int n, const float *q, const void *k)
 {
     const uint16_t *kk = k;
-    float s = 0;
-    for (int i = 0; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
+    float lanes[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cpu_fp16_to_f32(kk[i + l]);
+    float s = reduce16(lanes);
+    for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
     return s;
 }
 
@@ -54,15 +69,20 @@ AVX2 static float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* dot_f16_ref's lane order: lanes 0-7 and 8-15 in two registers, then the
+ * same halving tree (hsum8 halves 8 -> 4 -> 2 -> 1). */
 AVX2 static float dot_f16_avx2(int n, const float *q, const void *k)
 {
     const uint16_t *kk = k;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
-                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i))), acc);
-    float s = hsum8(acc);
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i))), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i + 8))), hi);
+    }
+    float s = hsum8(_mm256_add_ps(lo, hi));
     for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
     return s;
 }
@@ -103,10 +123,26 @@ AVX2 static void axpy_f32_avx2(int n, float a, const void *v, float *y)
 }
 #endif
 
+/* Softmax as llama.cpp sums it: exponentials in chunks of 16 positions, each
+ * chunk's sum in f32 by the halving tree, the chunk sums in double. */
+static void softmax_ggml(float *x, int64_t n)
+{
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        float lanes[16] = {0};
+        for (int64_t l = 0; l < 16 && i + l < n; l++) lanes[l] = x[i + l] = expf(x[i + l] - max);
+        sum += (double)reduce16(lanes);
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
 typedef struct attn_job {
     const cpu_kv_cache *c;
     const cpu_kv_seq *s;
-    int layer, n_head, group;
+    int layer, n_head, group, f16;
     const float *q;
     int64_t pos0;
     float scale;
@@ -126,14 +162,38 @@ static void attn_task(void *ctx, int64_t task, int thread)
     int64_t n = j->pos0 + t + 1;
     const float *q = j->q + (t * j->n_head + h) * hd;
     float *sc = j->scratch + (int64_t)thread * j->scratch_ctx;
+    float q16[CPU_ATTENTION_MAX_HEAD_DIM];
+    if (j->f16) { /* llama.cpp multiplies an f16 cache with q rounded to f16 */
+        for (int i = 0; i < hd; i++) q16[i] = cpu_fp16_to_f32(cpu_f32_to_fp16(q[i]));
+        q = q16;
+    }
     size_t goff = (size_t)g * (size_t)hd * c->elem_size;
     for (int64_t p = 0; p < n; p++)
         sc[p] = j->dot(hd, q, (const char *)cpu_kv_k(c, j->s, j->layer, p) + goff) * j->scale;
-    cpu_softmax(sc, n);
+    if (j->f16)
+        softmax_ggml(sc, n);
+    else
+        cpu_softmax(sc, n);
+    if (j->f16) /* ... and the probabilities rounded to f16 with the f16 V */
+        for (int64_t p = 0; p < n; p++) sc[p] = cpu_fp16_to_f32(cpu_f32_to_fp16(sc[p]));
     float *o = j->out + (t * j->n_head + h) * hd;
-    memset(o, 0, (size_t)hd * sizeof *o);
+    if (!j->f16) {
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int64_t p = 0; p < n; p++)
+            j->axpy(hd, sc[p], (const char *)cpu_kv_v(c, j->s, j->layer, p) + goff, o);
+        return;
+    }
+    /* f16: position p accumulates into lane p % 16, then the lanes halve (reduce16) */
+    float acc[16 * CPU_ATTENTION_MAX_HEAD_DIM];
+    int n_lanes = n < 16 ? (int)n : 16;
+    memset(acc, 0, (size_t)n_lanes * (size_t)hd * sizeof *acc);
     for (int64_t p = 0; p < n; p++)
-        j->axpy(hd, sc[p], (const char *)cpu_kv_v(c, j->s, j->layer, p) + goff, o);
+        j->axpy(hd, sc[p], (const char *)cpu_kv_v(c, j->s, j->layer, p) + goff,
+                acc + (p % 16) * hd);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w && l + w < n_lanes; l++)
+            for (int i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + w) * hd + i];
+    memcpy(o, acc, (size_t)hd * sizeof *o);
 }
 
 void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
@@ -147,6 +207,7 @@ void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq
         .layer = layer,
         .n_head = n_head,
         .group = n_head / c->n_head_kv,
+        .f16 = f16,
         .q = q,
         .pos0 = pos0,
         .scale = scale,

@@ -10,6 +10,12 @@
  * elements of the cache, 4 n head_dim FLOPs. Heads of one KV group re-read
  * the same K/V from cache.
  *
+ * With an f16 cache the arithmetic is llama.cpp's (non-flash attention): q is
+ * rounded to f16 before the K products and the softmax probabilities to f16
+ * before the V products, and the f16 products are summed in llama.cpp's order
+ * (16 strided lanes, then a halving tree), so the sums are bit-identical; with
+ * an f32 cache everything stays f32. head_dim <= 256 (CPU_ATTENTION_MAX_HEAD_DIM).
+ *
  * scratch: f32 [n_threads, ctx] (ctx >= pos0 + n_tokens) for the scores, owned
  * by the caller. Tasks (token, head) are spread over the pool. */
 #ifndef DI_BACKEND_CPU_ATTENTION_H
@@ -19,6 +25,8 @@
 
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/threadpool.h"
+
+enum { CPU_ATTENTION_MAX_HEAD_DIM = 256 };
 
 void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
                    const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,

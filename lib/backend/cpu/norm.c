@@ -9,7 +9,7 @@ void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n_tokens, int
         const float *xr = x + t * n;
         float *yr = y + t * n;
         double sum = 0;
-        for (int64_t i = 0; i < n; i++) sum += (double)xr[i] * (double)xr[i];
+        for (int64_t i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]); /* as ggml */
         float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
         for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * w[i];
     }

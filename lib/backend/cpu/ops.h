@@ -11,7 +11,8 @@
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n_tokens rows of n floats
  * (y may equal x). The mean of squares is accumulated in double, as ggml's
- * rms_norm. Roofline: 8n bytes read + 4n written per row, 4n FLOPs. */
+ * rms_norm (squares in f32, summed in double). Roofline: 8n bytes read + 4n written per row, 4n
+ * FLOPs. */
 void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps);
 
 /* Rotary position embedding tables for one model: inverse frequencies per
@@ -21,6 +22,12 @@ typedef struct cpu_rope {
     model_rope_style style;
     float inv_freq[512]; /* head_dim / 2 entries */
     float mscale;        /* multiplies cos and sin (YaRN's attention factor; 1 otherwise) */
+    /* 1: angles as ggml computes them (pos * s^i by repeated f32 multiplication,
+     * s = base^(-2/d), times 1/factor for linear scaling), for GGUF models run
+     * against llama.cpp; 0: pos * inv_freq[i] (transformers). Only NONE and
+     * LINEAR scaling have a ggml form here; others use inv_freq. */
+    int ggml_angles;
+    float theta_scale, freq_scale;
 } cpu_rope;
 
 /* Fill r from the config's rope fields: theta^(-2i/d), divided by the factor

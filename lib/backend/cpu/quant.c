@@ -301,16 +301,23 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n)
     }
 }
 
-/* Round to nearest, ties away from zero (C's roundf), as ggml's Q8_0/Q8_1 references. */
+/* Q8_0 and Q8_1 as llama.cpp's x86 kernels quantize activations: the scale is
+ * amax / 127, the values are multiplied by 127 / amax and rounded to nearest
+ * even (vroundps), so that the integer sums, and the logits, match. */
+static int8_t round_q8(float v)
+{
+    return (int8_t)nearbyintf(v);
+}
+
 static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
         float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = cpu_f32_to_fp16(d);
-        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)roundf(x[i * 32 + j] * id);
+        for (int j = 0; j < 32; j++) y[i].qs[j] = round_q8(x[i * 32 + j] * id);
     }
 }
 
@@ -320,10 +327,10 @@ static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb)
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
         float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            y[i].qs[j] = (int8_t)roundf(x[i * 32 + j] * id);
+            y[i].qs[j] = round_q8(x[i * 32 + j] * id);
             sum += y[i].qs[j];
         }
         y[i].d = cpu_f32_to_fp16(d);

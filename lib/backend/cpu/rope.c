@@ -25,6 +25,11 @@ di_status cpu_rope_init(cpu_rope *r, const model_config *c)
     r->head_dim = d;
     r->style = c->rope_style;
     r->mscale = 1.0f;
+    r->ggml_angles = 0;
+    r->theta_scale = powf(c->rope_theta > 0 ? c->rope_theta : 10000.0f, -2.0f / (float)d);
+    r->freq_scale = c->rope_scaling == MODEL_ROPE_SCALING_LINEAR && c->rope_factor > 0
+                        ? 1.0f / c->rope_factor
+                        : 1.0f;
     double base = c->rope_theta > 0 ? c->rope_theta : 10000.0;
     double factor = c->rope_factor > 0 ? c->rope_factor : 1.0;
     double orig = c->rope_orig_ctx ? (double)c->rope_orig_ctx : (double)c->n_ctx_train;
@@ -80,10 +85,20 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos)
 {
     int d = r->head_dim, half = d / 2;
     float cs[512], sn[512];
-    for (int i = 0; i < half; i++) {
-        float a = (float)pos * r->inv_freq[i];
-        cs[i] = cosf(a) * r->mscale;
-        sn[i] = sinf(a) * r->mscale;
+    if (r->ggml_angles) {
+        float theta = (float)pos;
+        for (int i = 0; i < half; i++) {
+            float a = theta * r->freq_scale;
+            cs[i] = cosf(a);
+            sn[i] = sinf(a);
+            theta *= r->theta_scale;
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            float a = (float)pos * r->inv_freq[i];
+            cs[i] = cosf(a) * r->mscale;
+            sn[i] = sinf(a) * r->mscale;
+        }
     }
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (int64_t)h * d;
