@@ -23,7 +23,8 @@ typedef struct matmul_job {
     const float *x;
     int64_t n_tokens, n_in, n_out;
     float *y;
-    char *act; /* quantized activations */
+    const char *act; /* the activations multiplied: x itself or the quantized scratch */
+    char *scratch;
     size_t act_row, w_row;
     int act_type;
     cpu_vec_dot_fn dot;
@@ -34,7 +35,7 @@ static void quantize_task(void *ctx, int64_t t, int thread)
 {
     (void)thread;
     matmul_job *j = ctx;
-    cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->act + (size_t)t * j->act_row, j->n_in);
+    cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->scratch + (size_t)t * j->act_row, j->n_in);
 }
 
 static float dot_fp8_row(const matmul_job *j, int64_t o, const char *wrow, const char *arow)
@@ -90,16 +91,18 @@ void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, 
         .n_out = w->ne[1],
         .y = y,
         .act = scratch,
+        .scratch = scratch,
         .act_type = cpu_vec_dot_type(w->dtype),
         .dot = use_ref ? cpu_vec_dot_ref(w->dtype) : cpu_vec_dot(w->dtype),
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
     j.w_row = cpu_row_bytes((int)w->dtype, j.n_in);
     if (j.act_type == MODEL_DTYPE_F32) {
-        j.act = (char *)(uintptr_t)x; /* used as it is */
+        j.act = (const char *)x; /* used as it is */
     } else if (use_ref) {
         for (int64_t t = 0; t < n_tokens; t++)
-            cpu_quantize_row_ref(j.act_type, x + t * j.n_in, j.act + (size_t)t * j.act_row, j.n_in);
+            cpu_quantize_row_ref(j.act_type, x + t * j.n_in,
+                                 (char *)scratch + (size_t)t * j.act_row, j.n_in);
     } else {
         cpu_threadpool_run(pool, n_tokens, quantize_task, &j);
     }

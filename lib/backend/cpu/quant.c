@@ -205,9 +205,9 @@ static void dequant_q4_K(const block_q4_K *x, float *y, int64_t nb)
             uint8_t sc, m;
             int is = j / 32;
             scale_min_k4(is, x[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
+            float d1 = d * (float)sc, m1 = dmin * (float)m;
             scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
+            float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0xf) - m1;
             for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
             q += 32;
@@ -225,9 +225,9 @@ static void dequant_q5_K(const block_q5_K *x, float *y, int64_t nb)
             uint8_t sc, m;
             int is = j / 32;
             scale_min_k4(is, x[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
+            float d1 = d * (float)sc, m1 = dmin * (float)m;
             scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
+            float d2 = d * (float)sc, m2 = dmin * (float)m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (float)((ql[l] & 0xf) + ((qh[l] & u1) ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)

@@ -2,6 +2,7 @@
  * modeling_rope_utils (default, linear, llama3, yarn); the rotation pairs follow
  * llama.cpp's rope modes NORM and NEOX. */
 #include <math.h>
+#include <stddef.h>
 
 #include "backend/cpu/ops.h"
 
@@ -109,7 +110,7 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos)
                 v[i + half] = a * sn[i] + b * cs[i];
             }
         } else {
-            for (int i = 0; i < half; i++) {
+            for (ptrdiff_t i = 0; i < half; i++) {
                 float a = v[2 * i], b = v[2 * i + 1];
                 v[2 * i] = a * cs[i] - b * sn[i];
                 v[2 * i + 1] = a * sn[i] + b * cs[i];

@@ -7,6 +7,7 @@
 #include "backend/cpu/vec_dot.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <cpuid.h>
 #    include <immintrin.h>
 #    include <string.h>
 
@@ -14,9 +15,11 @@
 
 int cpu_has_avx2(void)
 {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned f16c = (c >> 29) & 1u, osxsave = (c >> 27) & 1u;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return osxsave && f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 AVX2 static inline float hsum_ps(__m256 v)
@@ -176,9 +179,10 @@ AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
         int summ = 0;
-        for (int j = 0; j < 8; j++) summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        for (ptrdiff_t j = 0; j < 8; j++)
+            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
+        for (ptrdiff_t j = 0; j < 4; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             __m256i lo = _mm256_and_si256(q, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -208,10 +212,11 @@ AVX2 static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
         int summ = 0;
-        for (int j = 0; j < 8; j++) summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        for (ptrdiff_t j = 0; j < 8; j++)
+            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
         __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
+        for (ptrdiff_t j = 0; j < 4; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
             __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);

@@ -107,7 +107,7 @@ static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
         int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
+        for (ptrdiff_t j = 0; j < 8; j++) {
             const uint8_t *q = x[i].qs + (j / 2) * 32;
             const int8_t *q8 = y[i].qs + j * 32;
             int d = 0;
@@ -131,7 +131,7 @@ static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
         int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
+        for (ptrdiff_t j = 0; j < 8; j++) {
             const uint8_t *q = x[i].qs + (j / 2) * 32;
             const int8_t *q8 = y[i].qs + j * 32;
             int d = 0;
@@ -172,9 +172,9 @@ static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
             qh += 32;
         }
         int sumi = 0;
-        for (int j = 0; j < 16; j++) {
+        for (ptrdiff_t j = 0; j < 16; j++) {
             int d = 0;
-            for (int l = 0; l < 16; l++) d += q[j * 16 + l] * y[i].qs[j * 16 + l];
+            for (ptrdiff_t l = 0; l < 16; l++) d += q[j * 16 + l] * y[i].qs[j * 16 + l];
             sumi += x[i].scales[j] * d;
         }
         sum += cpu_fp16_to_f32(x[i].d) * y[i].d * (float)sumi;
