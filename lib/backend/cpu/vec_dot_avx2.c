@@ -8,18 +8,33 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include <cpuid.h>
+#    include <stdatomic.h>
 #    include <immintrin.h>
 #    include <string.h>
 
 #    define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-int cpu_has_avx2(void)
+static int detect_avx2(void)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     unsigned f16c = (c >> 29) & 1u, osxsave = (c >> 27) & 1u;
     __builtin_cpu_init();
     return osxsave && f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* cpuid is slow (a VM exit under a hypervisor), so the answer — a constant of
+ * the machine, the same for every thread — is computed once: 0 unknown, 1 no,
+ * 2 yes. */
+int cpu_has_avx2(void)
+{
+    static atomic_int known;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v == 0) {
+        v = detect_avx2() ? 2 : 1;
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v == 2;
 }
 
 AVX2 static inline float hsum_ps(__m256 v)
