@@ -108,6 +108,42 @@ static void test_simd_dot_matches_reference(void **state)
     }
 }
 
+static void test_four_row_dot_is_bit_identical(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2()) skip();
+    enum { N = 512 };
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        cpu_vec_dot4_fn dot4 = cpu_vec_dot4_avx2(dt);
+        if (!dot4) continue;
+        n_checked++;
+        int at = cpu_vec_dot_type(dt);
+        size_t rb = cpu_row_bytes(at, N);
+        char *a = malloc(4 * rb);
+        float x[N];
+        assert_non_null(a);
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * (float)(r + 1);
+            cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+        }
+        void *w = random_weights(dt, 1, N);
+        float s4[4];
+        dot4(N, s4, w, a, rb);
+        for (int r = 0; r < 4; r++) {
+            float s1;
+            cpu_vec_dot(dt)(N, &s1, w, a + (size_t)r * rb);
+            if (memcmp(&s1, &s4[r], sizeof s1) != 0)
+                fail_msg("dtype %d row %d: four-row %.9g, one-row %.9g", dt, r, (double)s4[r],
+                         (double)s1);
+        }
+        free(w);
+        free(a);
+    }
+    assert_int_equal(n_checked, 4); /* Q8_0, Q4_1, Q4_K, Q6_K */
+}
+
 static void test_reference_dot_matches_dequantized_product(void **state)
 {
     (void)state;
@@ -424,6 +460,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_dot_matches_reference),
+        cmocka_unit_test(test_four_row_dot_is_bit_identical),
         cmocka_unit_test(test_reference_dot_matches_dequantized_product),
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),

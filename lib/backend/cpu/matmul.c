@@ -28,6 +28,7 @@ typedef struct matmul_job {
     size_t act_row, w_row;
     int act_type;
     cpu_vec_dot_fn dot;
+    cpu_vec_dot4_fn dot4; /* NULL: one row at a time */
     int64_t n_row_tiles, n_tok_tiles;
 } matmul_job;
 
@@ -67,7 +68,15 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     for (int64_t o = o0; o < o1; o++) {
         const char *wrow = wdata + (size_t)o * j->w_row;
         float b = j->bias ? j->bias[o] : 0.0f;
-        for (int64_t t = t0; t < t1; t++) {
+        int64_t t = t0;
+        if (j->dot4 && !fp8) {
+            for (; t + 4 <= t1; t += 4) {
+                float s4[4];
+                j->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
+                for (int r = 0; r < 4; r++) j->y[(t + r) * j->n_out + o] = s4[r] + b;
+            }
+        }
+        for (; t < t1; t++) {
             const char *arow = j->act + (size_t)t * j->act_row;
             float s;
             if (fp8)
@@ -94,6 +103,7 @@ void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, 
         .scratch = scratch,
         .act_type = cpu_vec_dot_type(w->dtype),
         .dot = use_ref ? cpu_vec_dot_ref(w->dtype) : cpu_vec_dot(w->dtype),
+        .dot4 = use_ref ? NULL : cpu_vec_dot4_avx2(w->dtype),
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
     j.w_row = cpu_row_bytes((int)w->dtype, j.n_in);

@@ -13,6 +13,7 @@
 #ifndef DI_BACKEND_CPU_VEC_DOT_H
 #define DI_BACKEND_CPU_VEC_DOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cpu/quant.h"
@@ -27,6 +28,13 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype);
 cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype);
 /* The AVX2 version, or NULL when the CPU or the build lacks it (for tests). */
 cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype);
+
+/* s[r] = dot(w, a_r) for four activation rows a_r = a + r * stride bytes:
+ * the weight row's blocks are decoded once (prefill). Results are bit-identical
+ * to four cpu_vec_dot calls. */
+typedef void (*cpu_vec_dot4_fn)(int64_t n, float *s, const void *w, const void *a, size_t stride);
+/* The AVX2 four-row version, or NULL (then use cpu_vec_dot per row). */
+cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype);
 
 /* 1 when the CPU runs AVX2, FMA and F16C. */
 int cpu_has_avx2(void);

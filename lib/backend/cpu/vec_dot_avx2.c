@@ -303,11 +303,160 @@ AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
             sc += 8;
             q8 += 128;
         }
+        /* the offset in integers, so that nothing cancels in floating point */
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
         float d = f16(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        acc = _mm256_add_ps(acc, _mm256_setr_ps(-d * 32.0f * (float)off, 0, 0, 0, 0, 0, 0, 0));
     }
     *s = hsum_ps(acc);
+}
+
+/* Four activation rows against one weight row (cpu_vec_dot4_fn): the weight
+ * blocks are decoded once for the four; each row's arithmetic is exactly that of
+ * the single-row kernel above, so the results are bit-identical. */
+#    define ROW(r, T) ((const T *)((const char *)a + (size_t)(r)*stride))
+
+AVX2 static void dot4_q8_0(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q8_0 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i ax = _mm256_sign_epi8(qx, qx);
+        float dx = f16(x[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_0 *y = ROW(r, block_q8_0) + i;
+            __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(ax, qy)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static void dot4_q4_1(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q4_1 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float summ[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qx = unpack_nibbles(x[i].qs);
+        float dx = f16(x[i].d), mx = f16(x[i].m);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_1 *y = ROW(r, block_q8_1) + i;
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc[r]);
+            summ[r] += mx * f16(y->s);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
+}
+
+AVX2 static void dot4_q4_K(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q4_K *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float accm[4] = {0, 0, 0, 0};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        __m256i lo[4], hi[4];
+        for (ptrdiff_t j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            lo[j] = _mm256_and_si256(q, m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_K *y = ROW(r, block_q8_K) + i;
+            int summ = 0;
+            for (ptrdiff_t j = 0; j < 8; j++)
+                summ += m[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (ptrdiff_t j = 0; j < 4; j++) {
+                __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+                __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
+                                               _mm256_set1_epi16((short)sc[2 * j]));
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1),
+                                               _mm256_set1_epi16((short)sc[2 * j + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y->d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            accm[r] += xdmin * y->d * (float)summ;
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) - accm[r];
+}
+
+AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q6_K *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i q[8], scl[8];
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            for (int k = 0; k < 4; k++)
+                scl[4 * h + k] = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+        }
+        float xd = f16(x[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_K *y = ROW(r, block_q8_K) + i;
+            int off = 0;
+            for (int j = 0; j < 16; j++) off += sc[j] * y->bsums[j];
+            __m256i sumi = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                __m256i p[4];
+                for (int k = 0; k < 4; k++)
+                    p[k] = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(
+                            q[4 * h + k],
+                            _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k))),
+                        scl[4 * h + k]);
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]),
+                                                               _mm256_add_epi32(p[2], p[3])));
+            }
+            sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+            float d = xd * y->d;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return dot4_q8_0;
+    case MODEL_DTYPE_Q4_1: return dot4_q4_1;
+    case MODEL_DTYPE_Q4_K: return dot4_q4_K;
+    case MODEL_DTYPE_Q6_K: return dot4_q6_K;
+    default: return NULL;
+    }
 }
 
 cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
