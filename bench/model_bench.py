@@ -81,6 +81,14 @@ def bench_llama(model, threads, prompt, n_gen, reps, n_ctx):
     llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=512, n_ubatch=512,
                           n_threads=threads, n_threads_batch=threads, logits_all=False,
                           flash_attn=False, n_gpu_layers=0, verbose=False)
+    n_vocab = llm.n_vocab()
+
+    def last_logits():
+        # with logits_all=False llama-cpp-python keeps no scores: read the
+        # context's last logits row directly (llama_get_logits_ith(ctx, -1))
+        ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
     best_pp = best_tg = float("inf")
     tokens = []
     for _ in range(reps):
@@ -91,7 +99,7 @@ def bench_llama(model, threads, prompt, n_gen, reps, n_ctx):
         tokens = []
         t0 = time.perf_counter()
         for _ in range(n_gen):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            nxt = int(np.argmax(last_logits()))
             tokens.append(nxt)
             llm.eval([nxt])
         best_tg = min(best_tg, time.perf_counter() - t0)
