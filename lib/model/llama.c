@@ -27,8 +27,9 @@
 
 typedef struct layer {
     const model_tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-    float *attn_norm, *ffn_norm; /* f32 copies [n_embd] */
-    float *bq, *bk, *bv;         /* f32 copies, or NULL */
+    float *attn_norm, *ffn_norm;    /* f32 copies [n_embd] */
+    float *bq, *bk, *bv;            /* f32 copies, or NULL */
+    int qkv_shared, gate_up_shared; /* 1: one cpu_matmul_multi (same activation format) */
 } layer;
 
 struct model {
@@ -148,6 +149,8 @@ static di_status load_tensors(model *m, di_error **err)
             VEC(bv, "attn_v.bias", KV);
         }
 #undef VEC
+        L->qkv_shared = cpu_matmul_can_share(L->wq, L->wk) && cpu_matmul_can_share(L->wq, L->wv);
+        L->gate_up_shared = cpu_matmul_can_share(L->w_gate, L->w_up);
     }
     act = max_sz(act, cpu_matmul_scratch_bytes(m->output->dtype, E, m->opt.n_batch));
     m->act_bytes = act;
@@ -305,9 +308,16 @@ static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t po
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const layer *L = &m->layers[l];
         cpu_rmsnorm(m->x, L->attn_norm, m->h, n, E, c->rms_norm_eps);
-        cpu_matmul(pool, L->wq, L->bq, m->h, n, m->q, m->act, ref);
-        cpu_matmul(pool, L->wk, L->bk, m->h, n, m->k, m->act, ref);
-        cpu_matmul(pool, L->wv, L->bv, m->h, n, m->v, m->act, ref);
+        if (L->qkv_shared) {
+            const model_tensor *w[3] = {L->wq, L->wk, L->wv};
+            const float *b[3] = {L->bq, L->bk, L->bv};
+            float *y[3] = {m->q, m->k, m->v};
+            cpu_matmul_multi(pool, 3, w, b, m->h, n, y, m->act, ref);
+        } else {
+            cpu_matmul(pool, L->wq, L->bq, m->h, n, m->q, m->act, ref);
+            cpu_matmul(pool, L->wk, L->bk, m->h, n, m->k, m->act, ref);
+            cpu_matmul(pool, L->wv, L->bv, m->h, n, m->v, m->act, ref);
+        }
         for (int64_t t = 0; t < n; t++) {
             cpu_rope_apply(&m->rope, m->q + t * Q, (int)c->n_head, pos0 + t);
             cpu_rope_apply(&m->rope, m->k + t * KV, (int)c->n_head_kv, pos0 + t);
@@ -318,8 +328,14 @@ static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t po
         cpu_matmul(pool, L->wo, NULL, m->attn, n, m->h, m->act, ref);
         add_rows(m->x, m->h, n * E);
         cpu_rmsnorm(m->x, L->ffn_norm, m->h, n, E, c->rms_norm_eps);
-        cpu_matmul(pool, L->w_gate, NULL, m->h, n, m->gate, m->act, ref);
-        cpu_matmul(pool, L->w_up, NULL, m->h, n, m->up, m->act, ref);
+        if (L->gate_up_shared) {
+            const model_tensor *w[2] = {L->w_gate, L->w_up};
+            float *y[2] = {m->gate, m->up};
+            cpu_matmul_multi(pool, 2, w, NULL, m->h, n, y, m->act, ref);
+        } else {
+            cpu_matmul(pool, L->w_gate, NULL, m->h, n, m->gate, m->act, ref);
+            cpu_matmul(pool, L->w_up, NULL, m->h, n, m->up, m->act, ref);
+        }
         cpu_silu_mul(m->gate, m->up, n * F);
         cpu_matmul(pool, L->w_down, NULL, m->gate, n, m->h, m->act, ref);
         add_rows(m->x, m->h, n * E);

@@ -217,6 +217,46 @@ static void test_threaded_matmul_matches_reference(void **state)
     cpu_threadpool_free(pool);
 }
 
+static void test_multi_matmul_equals_separate_products(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    enum { NI = 256, NT = 6 };
+    const int64_t outs[3] = {48, 16, 33};
+    const model_dtype types[3] = {MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q6_K};
+    model_tensor w[3];
+    const model_tensor *wp[3];
+    float bias[3][48], *y[3], *want[3], x[NT * NI];
+    const float *bp[3];
+    for (int p = 0; p < 3; p++) {
+        w[p] =
+            (model_tensor){.name = "w", .dtype = types[p], .n_dims = 2, .ne = {NI, outs[p], 1, 1}};
+        w[p].data = random_weights(types[p], outs[p], NI);
+        wp[p] = &w[p];
+        for (int i = 0; i < 48; i++) bias[p][i] = frand();
+        bp[p] = p == 1 ? NULL : bias[p];
+        y[p] = malloc(sizeof(float) * NT * 48);
+        want[p] = malloc(sizeof(float) * NT * 48);
+        assert_non_null(y[p]);
+        assert_non_null(want[p]);
+    }
+    assert_true(cpu_matmul_can_share(&w[0], &w[2]));
+    for (int i = 0; i < NT * NI; i++) x[i] = frand();
+    void *scratch = malloc(cpu_matmul_scratch_bytes(MODEL_DTYPE_Q4_K, NI, NT));
+    assert_non_null(scratch);
+    cpu_matmul_multi(pool, 3, wp, bp, x, NT, y, scratch, 0);
+    for (int p = 0; p < 3; p++) {
+        cpu_matmul(pool, &w[p], bp[p], x, NT, want[p], scratch, 0);
+        assert_memory_equal(y[p], want[p], sizeof(float) * (size_t)(NT * outs[p]));
+        free(y[p]);
+        free(want[p]);
+        free((void *)w[p].data);
+    }
+    free(scratch);
+    cpu_threadpool_free(pool);
+}
+
 static void test_fp8_matmul_applies_block_scales(void **state)
 {
     (void)state;
@@ -463,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_four_row_dot_is_bit_identical),
         cmocka_unit_test(test_reference_dot_matches_dequantized_product),
         cmocka_unit_test(test_threaded_matmul_matches_reference),
+        cmocka_unit_test(test_multi_matmul_equals_separate_products),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_threadpool_runs_every_task_once),
         cmocka_unit_test(test_rmsnorm_gives_unit_rms),

@@ -17,19 +17,27 @@ int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
     return be > 0 && n_in > 0 && n_in % be == 0 && cpu_vec_dot_ref(dtype) != NULL;
 }
 
-typedef struct matmul_job {
+typedef struct matmul_part {
     const model_tensor *w;
     const float *bias;
-    const float *x;
-    int64_t n_tokens, n_in, n_out;
     float *y;
-    const char *act; /* the activations multiplied: x itself or the quantized scratch */
-    char *scratch;
-    size_t act_row, w_row;
-    int act_type;
+    int64_t n_out;
+    size_t w_row;
     cpu_vec_dot_fn dot;
     cpu_vec_dot4_fn dot4; /* NULL: one row at a time */
-    int64_t n_row_tiles, n_tok_tiles;
+    int64_t first_task, n_row_tiles;
+} matmul_part;
+
+typedef struct matmul_job {
+    matmul_part parts[CPU_MATMUL_MAX_PARTS];
+    int n_parts;
+    const float *x;
+    int64_t n_tokens, n_in;
+    const char *act; /* the activations multiplied: x itself or the quantized scratch */
+    char *scratch;
+    size_t act_row;
+    int act_type;
+    int64_t n_tok_tiles;
 } matmul_job;
 
 static void quantize_task(void *ctx, int64_t t, int thread)
@@ -39,16 +47,17 @@ static void quantize_task(void *ctx, int64_t t, int thread)
     cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->scratch + (size_t)t * j->act_row, j->n_in);
 }
 
-static float dot_fp8_row(const matmul_job *j, int64_t o, const char *wrow, const char *arow)
+static float dot_fp8_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
+                         const char *arow)
 {
-    const model_tensor *sc = j->w->scale;
+    const model_tensor *sc = pt->w->scale;
     const float *scales = sc->data;
     int64_t ns0 = sc->ne[0];
     float sum = 0;
     for (int64_t i = 0; i < j->n_in; i += FP8_BLOCK) {
         int64_t len = j->n_in - i < FP8_BLOCK ? j->n_in - i : FP8_BLOCK;
         float s;
-        j->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
+        pt->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
         sum += s * scales[(o / FP8_BLOCK) * ns0 + i / FP8_BLOCK];
     }
     return sum;
@@ -58,55 +67,68 @@ static void matmul_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     const matmul_job *j = ctx;
+    const matmul_part *pt = &j->parts[0];
+    for (int p = 1; p < j->n_parts && task >= j->parts[p].first_task; p++) pt = &j->parts[p];
+    task -= pt->first_task;
     int64_t rt = task / j->n_tok_tiles, tt = task % j->n_tok_tiles;
     int64_t o0 = rt * ROWS_PER_TILE, o1 = o0 + ROWS_PER_TILE;
     int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
-    if (o1 > j->n_out) o1 = j->n_out;
+    if (o1 > pt->n_out) o1 = pt->n_out;
     if (t1 > j->n_tokens) t1 = j->n_tokens;
-    const char *wdata = j->w->data;
-    int fp8 = j->w->dtype == MODEL_DTYPE_FP8_E4M3;
+    const char *wdata = pt->w->data;
+    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
     for (int64_t o = o0; o < o1; o++) {
-        const char *wrow = wdata + (size_t)o * j->w_row;
-        float b = j->bias ? j->bias[o] : 0.0f;
+        const char *wrow = wdata + (size_t)o * pt->w_row;
+        float b = pt->bias ? pt->bias[o] : 0.0f;
         int64_t t = t0;
-        if (j->dot4 && !fp8) {
+        if (pt->dot4 && !fp8) {
             for (; t + 4 <= t1; t += 4) {
                 float s4[4];
-                j->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
-                for (int r = 0; r < 4; r++) j->y[(t + r) * j->n_out + o] = s4[r] + b;
+                pt->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
+                for (int r = 0; r < 4; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
             }
         }
         for (; t < t1; t++) {
             const char *arow = j->act + (size_t)t * j->act_row;
-            float s;
+            float v;
             if (fp8)
-                s = dot_fp8_row(j, o, wrow, arow);
+                v = dot_fp8_row(j, pt, o, wrow, arow);
             else
-                j->dot(j->n_in, &s, wrow, arow);
-            j->y[t * j->n_out + o] = s + b;
+                pt->dot(j->n_in, &v, wrow, arow);
+            pt->y[t * pt->n_out + o] = v + b;
         }
     }
 }
 
-void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, const float *x,
-                int64_t n_tokens, float *y, void *scratch, int use_ref)
+void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
+                      const float *const *bias, const float *x, int64_t n_tokens, float *const *y,
+                      void *scratch, int use_ref)
 {
     matmul_job j = {
-        .w = w,
-        .bias = bias,
+        .n_parts = n,
         .x = x,
         .n_tokens = n_tokens,
-        .n_in = w->ne[0],
-        .n_out = w->ne[1],
-        .y = y,
+        .n_in = w[0]->ne[0],
         .act = scratch,
         .scratch = scratch,
-        .act_type = cpu_vec_dot_type(w->dtype),
-        .dot = use_ref ? cpu_vec_dot_ref(w->dtype) : cpu_vec_dot(w->dtype),
-        .dot4 = use_ref ? NULL : cpu_vec_dot4_avx2(w->dtype),
+        .act_type = cpu_vec_dot_type(w[0]->dtype),
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
-    j.w_row = cpu_row_bytes((int)w->dtype, j.n_in);
+    j.n_tok_tiles = (n_tokens + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
+    int64_t n_tasks = 0;
+    for (int p = 0; p < n; p++) {
+        matmul_part *pt = &j.parts[p];
+        pt->w = w[p];
+        pt->bias = bias ? bias[p] : NULL;
+        pt->y = y[p];
+        pt->n_out = w[p]->ne[1];
+        pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
+        pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
+        pt->dot4 = use_ref ? NULL : cpu_vec_dot4_avx2(w[p]->dtype);
+        pt->n_row_tiles = (pt->n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
+        pt->first_task = n_tasks;
+        n_tasks += pt->n_row_tiles * j.n_tok_tiles;
+    }
     if (j.act_type == MODEL_DTYPE_F32) {
         j.act = (const char *)x; /* used as it is */
     } else if (use_ref) {
@@ -116,11 +138,20 @@ void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, 
     } else {
         cpu_threadpool_run(pool, n_tokens, quantize_task, &j);
     }
-    j.n_row_tiles = (j.n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
-    j.n_tok_tiles = (n_tokens + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
     if (use_ref) {
-        for (int64_t t = 0; t < j.n_row_tiles * j.n_tok_tiles; t++) matmul_task(&j, t, 0);
+        for (int64_t t = 0; t < n_tasks; t++) matmul_task(&j, t, 0);
     } else {
-        cpu_threadpool_run(pool, j.n_row_tiles * j.n_tok_tiles, matmul_task, &j);
+        cpu_threadpool_run(pool, n_tasks, matmul_task, &j);
     }
+}
+
+void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, const float *x,
+                int64_t n_tokens, float *y, void *scratch, int use_ref)
+{
+    cpu_matmul_multi(pool, 1, &w, &bias, x, n_tokens, &y, scratch, use_ref);
+}
+
+int cpu_matmul_can_share(const model_tensor *a, const model_tensor *b)
+{
+    return a->ne[0] == b->ne[0] && cpu_vec_dot_type(a->dtype) == cpu_vec_dot_type(b->dtype);
 }
