@@ -144,6 +144,43 @@ static void test_four_row_dot_is_bit_identical(void **state)
     assert_int_equal(n_checked, 4); /* Q8_0, Q4_1, Q4_K, Q6_K */
 }
 
+static void test_vnni_dot_is_bit_identical_to_avx2(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512_vnni()) skip();
+    enum { N = 1024 };
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        cpu_vec_dot_fn v1 = cpu_vec_dot_vnni(dt);
+        cpu_vec_dot4_fn v4 = cpu_vec_dot4_vnni(dt);
+        if (!v1) continue;
+        n_checked++;
+        int at = cpu_vec_dot_type(dt);
+        size_t rb = cpu_row_bytes(at, N);
+        char *a = malloc(4 * rb);
+        float x[N];
+        assert_non_null(a);
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * 4.0f;
+            cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+        }
+        void *w = random_weights(dt, 1, N);
+        float s4[4] = {0}, want;
+        if (v4) v4(N, s4, w, a, rb);
+        for (int r = 0; r < 4; r++) {
+            float got;
+            cpu_vec_dot_avx2(dt)(N, &want, w, a + (size_t)r * rb);
+            v1(N, &got, w, a + (size_t)r * rb);
+            assert_memory_equal(&got, &want, sizeof got);
+            if (v4) assert_memory_equal(&s4[r], &want, sizeof want);
+        }
+        free(w);
+        free(a);
+    }
+    assert_int_equal(n_checked, 3);
+}
+
 static void test_reference_dot_matches_dequantized_product(void **state)
 {
     (void)state;
@@ -501,6 +538,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_dot_matches_reference),
         cmocka_unit_test(test_four_row_dot_is_bit_identical),
+        cmocka_unit_test(test_vnni_dot_is_bit_identical_to_avx2),
         cmocka_unit_test(test_reference_dot_matches_dequantized_product),
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_multi_matmul_equals_separate_products),

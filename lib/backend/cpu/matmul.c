@@ -124,7 +124,7 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->n_out = w[p]->ne[1];
         pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
-        pt->dot4 = use_ref ? NULL : cpu_vec_dot4_avx2(w[p]->dtype);
+        pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
         pt->n_row_tiles = (pt->n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
         pt->first_task = n_tasks;
         n_tasks += pt->n_row_tiles * j.n_tok_tiles;

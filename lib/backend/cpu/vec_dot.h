@@ -8,8 +8,8 @@
  *
  * Each weight dtype has a scalar reference (cpu_vec_dot_ref) whose block-wise
  * arithmetic is that of ggml's reference (the integer sums per block, scaled by
- * the product of the block scales) and SIMD versions (AVX2+FMA+F16C) picked at
- * run time; tests compare the two on random input. Thread-safe. */
+ * the product of the block scales) and SIMD versions (AVX2+FMA+F16C, and
+ * AVX512-VNNI for the 8-bit products) picked at run time; tests compare the two on random input. Thread-safe. */
 #ifndef DI_BACKEND_CPU_VEC_DOT_H
 #define DI_BACKEND_CPU_VEC_DOT_H
 
@@ -36,7 +36,15 @@ typedef void (*cpu_vec_dot4_fn)(int64_t n, float *s, const void *w, const void *
 /* The AVX2 four-row version, or NULL (then use cpu_vec_dot per row). */
 cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype);
 
-/* 1 when the CPU runs AVX2, FMA and F16C. */
+/* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
+ * bit-identical to the AVX2 ones, or NULL. */
+cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype);
+cpu_vec_dot4_fn cpu_vec_dot4_vnni(model_dtype dtype);
+/* The fastest four-row version this CPU runs, or NULL. */
+cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype);
+
+/* 1 when the CPU runs AVX2, FMA and F16C; AVX512 F/VL/BW/VNNI too. */
 int cpu_has_avx2(void);
+int cpu_has_avx512_vnni(void);
 
 #endif

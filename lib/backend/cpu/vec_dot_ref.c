@@ -201,8 +201,15 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
 
 cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 {
-    cpu_vec_dot_fn f = cpu_vec_dot_avx2(dtype);
+    cpu_vec_dot_fn f = cpu_vec_dot_vnni(dtype);
+    if (!f) f = cpu_vec_dot_avx2(dtype);
     return f ? f : cpu_vec_dot_ref(dtype);
+}
+
+cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
+{
+    cpu_vec_dot4_fn f = cpu_vec_dot4_vnni(dtype);
+    return f ? f : cpu_vec_dot4_avx2(dtype);
 }
 
 void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n)
