@@ -404,7 +404,7 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
         __m256i q[8], scl[8];
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
         const int8_t *sc = x[i].scales;
-        for (int h = 0; h < 2; h++) {
+        for (ptrdiff_t h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
             __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
@@ -428,9 +428,9 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
             int off = 0;
             for (int j = 0; j < 16; j++) off += sc[j] * y->bsums[j];
             __m256i sumi = _mm256_setzero_si256();
-            for (int h = 0; h < 2; h++) {
+            for (ptrdiff_t h = 0; h < 2; h++) {
                 __m256i p[4];
-                for (int k = 0; k < 4; k++)
+                for (ptrdiff_t k = 0; k < 4; k++)
                     p[k] = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(
                             q[4 * h + k],
@@ -455,6 +455,61 @@ cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q4_1: return dot4_q4_1;
     case MODEL_DTYPE_Q4_K: return dot4_q4_K;
     case MODEL_DTYPE_Q6_K: return dot4_q6_K;
+    default: return NULL;
+    }
+}
+
+/* Four weight rows against one activation row (cpu_vec_dot_rows4_fn, decode):
+ * four independent accumulation chains instead of one, each row's arithmetic
+ * exactly the single-row kernel's, so results are bit-identical. */
+#    define WROW(r, T) ((const T *)((const char *)w + (size_t)(r)*stride))
+
+AVX2 static void rows4_q8_0(int64_t n, float *s, const void *w, size_t stride, const void *a)
+{
+    const block_q8_0 *y = a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float dy = f16(y[i].d);
+#    pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const block_q8_0 *x = WROW(r, block_q8_0) + i;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+            __m256 d = _mm256_set1_ps(f16(x->d) * dy);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static void rows4_q4_1(int64_t n, float *s, const void *w, size_t stride, const void *a)
+{
+    const block_q8_1 *y = a;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float summ[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float dy = f16(y[i].d), sy = f16(y[i].s);
+#    pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const block_q4_1 *x = WROW(r, block_q4_1) + i;
+            __m256 d = _mm256_set1_ps(f16(x->d) * dy);
+            acc[r] =
+                _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(unpack_nibbles(x->qs), qy)), acc[r]);
+            summ[r] += f16(x->m) * sy;
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
+}
+
+cpu_vec_dot_rows4_fn cpu_vec_dot_rows4_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return rows4_q8_0;
+    case MODEL_DTYPE_Q4_1: return rows4_q4_1;
     default: return NULL;
     }
 }

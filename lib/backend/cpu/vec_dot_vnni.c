@@ -36,7 +36,10 @@ VNNI static inline float hsum_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-VNNI static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+VNNI static inline float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
 
 VNNI static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
@@ -95,7 +98,7 @@ VNNI static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
     *s = hsum_ps(acc) + summ;
 }
 
-#    define ROW(r, T) ((const T *)((const char *)a + (size_t)(r) * stride))
+#    define ROW(r, T) ((const T *)((const char *)a + (size_t)(r)*stride))
 
 VNNI static void dot4_q8_0(int64_t n, float *s, const void *w, const void *a, size_t stride)
 {
@@ -159,7 +162,10 @@ cpu_vec_dot4_fn cpu_vec_dot4_vnni(model_dtype dtype)
 
 #else
 
-int cpu_has_avx512_vnni(void) { return 0; }
+int cpu_has_avx512_vnni(void)
+{
+    return 0;
+}
 cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype)
 {
     (void)dtype;
