@@ -419,7 +419,7 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
             q[4 * h + 3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
-            for (int k = 0; k < 4; k++)
+            for (ptrdiff_t k = 0; k < 4; k++)
                 scl[4 * h + k] = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
         }
         float xd = f16(x[i].d);
