@@ -142,32 +142,6 @@ static void test_four_row_dot_is_bit_identical(void **state)
         free(a);
     }
     assert_int_equal(n_checked, 4); /* Q8_0, Q4_1, Q4_K, Q6_K */
-    /* four weight rows, one activation row */
-    n_checked = 0;
-    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
-        model_dtype dt = weight_types[k];
-        cpu_vec_dot_rows4_fn rows4 = cpu_vec_dot_rows4_avx2(dt);
-        if (!rows4) continue;
-        n_checked++;
-        int at = cpu_vec_dot_type(dt);
-        char *a = malloc(cpu_row_bytes(at, N));
-        float x[N];
-        assert_non_null(a);
-        for (int i = 0; i < N; i++) x[i] = frand() * 3.0f;
-        cpu_quantize_row(at, x, a, N);
-        char *w = random_weights(dt, 4, N);
-        size_t wb = cpu_row_bytes((int)dt, N);
-        float s4[4];
-        rows4(N, s4, w, wb, a);
-        for (int r = 0; r < 4; r++) {
-            float s1;
-            cpu_vec_dot(dt)(N, &s1, w + (size_t)r * wb, a);
-            assert_memory_equal(&s1, &s4[r], sizeof s1);
-        }
-        free(w);
-        free(a);
-    }
-    assert_int_equal(n_checked, 2); /* Q8_0, Q4_1 */
 }
 
 static void test_vnni_dot_is_bit_identical_to_avx2(void **state)

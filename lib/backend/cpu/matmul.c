@@ -24,8 +24,7 @@ typedef struct matmul_part {
     int64_t n_out;
     size_t w_row;
     cpu_vec_dot_fn dot;
-    cpu_vec_dot4_fn dot4;       /* NULL: one token at a time */
-    cpu_vec_dot_rows4_fn rows4; /* NULL: one weight row at a time */
+    cpu_vec_dot4_fn dot4; /* NULL: one token at a time */
     int64_t first_task, n_row_tiles;
 } matmul_part;
 
@@ -78,19 +77,6 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     if (t1 > j->n_tokens) t1 = j->n_tokens;
     const char *wdata = pt->w->data;
     int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
-    if (t1 - t0 < 4 && pt->rows4) { /* decode: four weight rows per activation row */
-        int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) {
-            const char *wrow = wdata + (size_t)o * pt->w_row;
-            for (int64_t t = t0; t < t1; t++) {
-                float s4[4];
-                pt->rows4(j->n_in, s4, wrow, pt->w_row, j->act + (size_t)t * j->act_row);
-                for (int r = 0; r < 4; r++)
-                    pt->y[t * pt->n_out + o + r] = s4[r] + (pt->bias ? pt->bias[o + r] : 0.0f);
-            }
-        }
-        o0 = o;
-    }
     for (int64_t o = o0; o < o1; o++) {
         const char *wrow = wdata + (size_t)o * pt->w_row;
         float b = pt->bias ? pt->bias[o] : 0.0f;
@@ -139,7 +125,6 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
-        pt->rows4 = use_ref ? NULL : cpu_vec_dot_rows4_avx2(w[p]->dtype);
         pt->n_row_tiles = (pt->n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
         pt->first_task = n_tasks;
         n_tasks += pt->n_row_tiles * j.n_tok_tiles;

@@ -37,13 +37,6 @@ typedef void (*cpu_vec_dot4_fn)(int64_t n, float *s, const void *w, const void *
 /* The AVX2 four-row version, or NULL (then use cpu_vec_dot per row). */
 cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype);
 
-/* s[r] = dot(w_r, a) for four weight rows w_r = w + r * stride bytes and one
- * activation row (decode): four independent accumulation chains. Results are
- * bit-identical to four cpu_vec_dot calls. NULL where there is none. */
-typedef void (*cpu_vec_dot_rows4_fn)(int64_t n, float *s, const void *w, size_t stride,
-                                     const void *a);
-cpu_vec_dot_rows4_fn cpu_vec_dot_rows4_avx2(model_dtype dtype);
-
 /* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
  * bit-identical to the AVX2 ones, or NULL. */
 cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype);

@@ -459,61 +459,6 @@ cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
     }
 }
 
-/* Four weight rows against one activation row (cpu_vec_dot_rows4_fn, decode):
- * four independent accumulation chains instead of one, each row's arithmetic
- * exactly the single-row kernel's, so results are bit-identical. */
-#    define WROW(r, T) ((const T *)((const char *)w + (size_t)(r)*stride))
-
-AVX2 static void rows4_q8_0(int64_t n, float *s, const void *w, size_t stride, const void *a)
-{
-    const block_q8_0 *y = a;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float dy = f16(y[i].d);
-#    pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            const block_q8_0 *x = WROW(r, block_q8_0) + i;
-            __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
-            __m256 d = _mm256_set1_ps(f16(x->d) * dy);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc[r]);
-        }
-    }
-    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
-}
-
-AVX2 static void rows4_q4_1(int64_t n, float *s, const void *w, size_t stride, const void *a)
-{
-    const block_q8_1 *y = a;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    float summ[4] = {0, 0, 0, 0};
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float dy = f16(y[i].d), sy = f16(y[i].s);
-#    pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            const block_q4_1 *x = WROW(r, block_q4_1) + i;
-            __m256 d = _mm256_set1_ps(f16(x->d) * dy);
-            acc[r] =
-                _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(unpack_nibbles(x->qs), qy)), acc[r]);
-            summ[r] += f16(x->m) * sy;
-        }
-    }
-    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
-}
-
-cpu_vec_dot_rows4_fn cpu_vec_dot_rows4_avx2(model_dtype dtype)
-{
-    if (!cpu_has_avx2()) return NULL;
-    switch (dtype) {
-    case MODEL_DTYPE_Q8_0: return rows4_q8_0;
-    case MODEL_DTYPE_Q4_1: return rows4_q4_1;
-    default: return NULL;
-    }
-}
-
 cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
 {
     if (!cpu_has_avx2()) return NULL;
