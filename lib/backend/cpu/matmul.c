@@ -4,7 +4,10 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
-enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, FP8_BLOCK = 128 };
+/* Tiles: 16 weight rows x 32 tokens for prefill. At decode a 16-row task is
+ * well under a microsecond, so the shared task counter would cost as much as
+ * the work: each thread then gets about four tasks per product instead. */
+enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, TASKS_PER_THREAD = 4, FP8_BLOCK = 128 };
 
 size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
 {
@@ -25,7 +28,7 @@ typedef struct matmul_part {
     size_t w_row;
     cpu_vec_dot_fn dot;
     cpu_vec_dot4_fn dot4; /* NULL: one token at a time */
-    int64_t first_task, n_row_tiles;
+    int64_t first_task, n_row_tiles, rows_per_tile;
 } matmul_part;
 
 typedef struct matmul_job {
@@ -71,7 +74,7 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     for (int p = 1; p < j->n_parts && task >= j->parts[p].first_task; p++) pt = &j->parts[p];
     task -= pt->first_task;
     int64_t rt = task / j->n_tok_tiles, tt = task % j->n_tok_tiles;
-    int64_t o0 = rt * ROWS_PER_TILE, o1 = o0 + ROWS_PER_TILE;
+    int64_t o0 = rt * pt->rows_per_tile, o1 = o0 + pt->rows_per_tile;
     int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
     if (o1 > pt->n_out) o1 = pt->n_out;
     if (t1 > j->n_tokens) t1 = j->n_tokens;
@@ -125,7 +128,14 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
-        pt->n_row_tiles = (pt->n_out + ROWS_PER_TILE - 1) / ROWS_PER_TILE;
+        pt->rows_per_tile = ROWS_PER_TILE;
+        if (n_tokens < 4 && !use_ref) {
+            int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;
+            int64_t rows = (pt->n_out + want - 1) / want;
+            rows = (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE * ROWS_PER_TILE;
+            if (rows > pt->rows_per_tile) pt->rows_per_tile = rows;
+        }
+        pt->n_row_tiles = (pt->n_out + pt->rows_per_tile - 1) / pt->rows_per_tile;
         pt->first_task = n_tasks;
         n_tasks += pt->n_row_tiles * j.n_tok_tiles;
     }
