@@ -139,6 +139,15 @@ static void softmax_ggml(float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* The first row of block bi of the sequence in layer l, in the K or V pool. */
+static const char *kv_block(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s, int l,
+                            int64_t bi)
+{
+    int64_t b = s->block_table[bi];
+    return (const char *)pool + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size) *
+                                    (size_t)c->kv_dim * c->elem_size;
+}
+
 typedef struct attn_job {
     const cpu_kv_cache *c;
     const cpu_kv_seq *s;
@@ -168,8 +177,14 @@ static void attn_task(void *ctx, int64_t task, int thread)
         q = q16;
     }
     size_t goff = (size_t)g * (size_t)hd * c->elem_size;
-    for (int64_t p = 0; p < n; p++)
-        sc[p] = j->dot(hd, q, (const char *)cpu_kv_k(c, j->s, j->layer, p) + goff) * j->scale;
+    const size_t row = (size_t)c->kv_dim * c->elem_size;
+    const int64_t bs = c->block_size;
+    /* walk the block table block by block (no division per position) */
+    for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+        const char *k = kv_block(c, c->k, j->s, j->layer, bi) + goff;
+        for (int64_t p = p0; p < p0 + bs && p < n; p++, k += row)
+            sc[p] = j->dot(hd, q, k) * j->scale;
+    }
     if (j->f16)
         softmax_ggml(sc, n);
     else
@@ -179,17 +194,21 @@ static void attn_task(void *ctx, int64_t task, int thread)
     float *o = j->out + (t * j->n_head + h) * hd;
     if (!j->f16) {
         memset(o, 0, (size_t)hd * sizeof *o);
-        for (int64_t p = 0; p < n; p++)
-            j->axpy(hd, sc[p], (const char *)cpu_kv_v(c, j->s, j->layer, p) + goff, o);
+        for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+            const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
+            for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row) j->axpy(hd, sc[p], v, o);
+        }
         return;
     }
     /* f16: position p accumulates into lane p % 16, then the lanes halve (reduce16) */
     float acc[16 * CPU_ATTENTION_MAX_HEAD_DIM];
     int n_lanes = n < 16 ? (int)n : 16;
     memset(acc, 0, (size_t)n_lanes * (size_t)hd * sizeof *acc);
-    for (int64_t p = 0; p < n; p++)
-        j->axpy(hd, sc[p], (const char *)cpu_kv_v(c, j->s, j->layer, p) + goff,
-                acc + (p % 16) * hd);
+    for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+        const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
+        for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row)
+            j->axpy(hd, sc[p], v, acc + (p % 16) * hd);
+    }
     for (int w = 8; w >= 1; w /= 2)
         for (int l = 0; l < w && l + w < n_lanes; l++)
             for (int i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + w) * hd + i];
