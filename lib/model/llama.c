@@ -39,6 +39,7 @@ struct model {
     layer *layers;
     const model_tensor *tok_embd, *output;
     float *output_norm;
+    float *rope_freqs; /* GGUF rope_freqs.weight as f32, or NULL */
     cpu_rope rope;
     cpu_threadpool *pool;
     cpu_kv_cache kv;
@@ -251,6 +252,7 @@ void model_free(model *m)
         free(m->layers);
     }
     free(m->output_norm);
+    free(m->rope_freqs);
     if (m->seq.block_table) cpu_kv_seq_free(&m->seq, &m->kv);
     if (m->kv.k) cpu_kv_cache_free(&m->kv);
     cpu_threadpool_free(m->pool);

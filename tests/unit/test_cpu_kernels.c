@@ -432,6 +432,24 @@ static void test_rope_rotates_by_position_times_frequency(void **state)
     cpu_rope_apply(&lin, a, 1, 8);
     cpu_rope_apply(&r, b, 1, 2);
     for (int i = 0; i < 64; i++) assert_true(fabsf(a[i] - b[i]) < 1e-5f);
+    /* GGUF rope_freqs divide each angle: factors of 2 at position 8 are position 4
+     * (ggml angles and inv_freq angles alike) */
+    float factors[32];
+    for (int i = 0; i < 32; i++) factors[i] = 2.0f;
+    c.rope_scaling = MODEL_ROPE_SCALING_NONE;
+    c.rope_factor = 1.0f;
+    cpu_rope ff;
+    assert_int_equal(cpu_rope_init(&ff, &c), DI_OK);
+    ff.freq_factors = factors;
+    for (int ga = 0; ga < 2; ga++) {
+        ff.ggml_angles = ga;
+        r.ggml_angles = ga;
+        for (int i = 0; i < 64; i++) a[i] = b[i] = frand();
+        cpu_rope_apply(&ff, a, 1, 8);
+        cpu_rope_apply(&r, b, 1, 4);
+        for (int i = 0; i < 64; i++) assert_true(fabsf(a[i] - b[i]) < 1e-5f);
+    }
+    r.ggml_angles = 0;
     /* llama3 keeps high frequencies and divides low ones by the factor */
     c.rope_scaling = MODEL_ROPE_SCALING_LLAMA3;
     c.rope_factor = 8.0f;

@@ -28,6 +28,10 @@ typedef struct cpu_rope {
      * LINEAR scaling have a ggml form here; others use inv_freq. */
     int ggml_angles;
     float theta_scale, freq_scale;
+    /* GGUF "rope_freqs.weight" (Llama 3 GGUFs carry their frequency scaling
+     * as this tensor): angle i is divided by freq_factors[i]; NULL: none.
+     * Borrowed, [head_dim / 2] f32. */
+    const float *freq_factors;
 } cpu_rope;
 
 /* Fill r from the config's rope fields: theta^(-2i/d), divided by the factor

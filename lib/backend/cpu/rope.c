@@ -27,6 +27,7 @@ di_status cpu_rope_init(cpu_rope *r, const model_config *c)
     r->style = c->rope_style;
     r->mscale = 1.0f;
     r->ggml_angles = 0;
+    r->freq_factors = NULL;
     r->theta_scale = powf(c->rope_theta > 0 ? c->rope_theta : 10000.0f, -2.0f / (float)d);
     r->freq_scale = c->rope_scaling == MODEL_ROPE_SCALING_LINEAR && c->rope_factor > 0
                         ? 1.0f / c->rope_factor
@@ -89,7 +90,7 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos)
     if (r->ggml_angles) {
         float theta = (float)pos;
         for (int i = 0; i < half; i++) {
-            float a = theta * r->freq_scale;
+            float a = (r->freq_factors ? theta / r->freq_factors[i] : theta) * r->freq_scale;
             cs[i] = cosf(a);
             sn[i] = sinf(a);
             theta *= r->theta_scale;
@@ -97,6 +98,7 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos)
     } else {
         for (int i = 0; i < half; i++) {
             float a = (float)pos * r->inv_freq[i];
+            if (r->freq_factors) a = (float)pos * (r->inv_freq[i] / r->freq_factors[i]);
             cs[i] = cosf(a) * r->mscale;
             sn[i] = sinf(a) * r->mscale;
         }
