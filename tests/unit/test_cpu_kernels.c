@@ -141,7 +141,7 @@ static void test_four_row_dot_is_bit_identical(void **state)
         free(w);
         free(a);
     }
-    assert_int_equal(n_checked, 4); /* Q8_0, Q4_1, Q4_K, Q6_K */
+    assert_int_equal(n_checked, 7); /* F32, F16, BF16, Q8_0, Q4_1, Q4_K, Q6_K */
 }
 
 static void test_vnni_dot_is_bit_identical_to_avx2(void **state)

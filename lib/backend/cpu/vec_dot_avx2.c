@@ -447,10 +447,56 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
     for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
 }
 
+/* F32 / F16 / BF16 weights, four f32 activation rows: each weight vector is
+ * loaded and widened once; every row keeps the single-row kernel's two
+ * accumulators and order, so results are bit-identical. */
+#    define DOT4_FLOAT(name, T, LOAD8, SCALAR)                                                     \
+        AVX2 static void name(int64_t n, float *s, const void *w, const void *a, size_t stride)    \
+        {                                                                                          \
+            const T *x = w;                                                                        \
+            __m256 acc0[4], acc1[4];                                                               \
+            for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();                   \
+            int64_t i = 0;                                                                         \
+            for (; i + 16 <= n; i += 16) {                                                         \
+                __m256 x0 = LOAD8(x + i), x1 = LOAD8(x + i + 8);                                   \
+                for (int r = 0; r < 4; r++) {                                                      \
+                    const float *y = ROW(r, float);                                                \
+                    acc0[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y + i), acc0[r]);                \
+                    acc1[r] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + i + 8), acc1[r]);            \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < 4; r++) {                                                          \
+                const float *y = ROW(r, float);                                                    \
+                float sum = hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));                              \
+                for (int64_t k = i; k < n; k++) sum += SCALAR(x[k]) * y[k];                        \
+                s[r] = sum;                                                                        \
+            }                                                                                      \
+        }
+
+AVX2 static inline __m256 load8_f32(const float *p)
+{
+    return _mm256_loadu_ps(p);
+}
+AVX2 static inline __m256 load8_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline float same_f32(float v)
+{
+    return v;
+}
+
+DOT4_FLOAT(dot4_f32, float, load8_f32, same_f32)
+DOT4_FLOAT(dot4_f16, uint16_t, load8_f16, f16)
+DOT4_FLOAT(dot4_bf16, uint16_t, bf16x8, cpu_bf16_to_f32)
+
 cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
 {
     if (!cpu_has_avx2()) return NULL;
     switch (dtype) {
+    case MODEL_DTYPE_F32: return dot4_f32;
+    case MODEL_DTYPE_F16: return dot4_f16;
+    case MODEL_DTYPE_BF16: return dot4_bf16;
     case MODEL_DTYPE_Q8_0: return dot4_q8_0;
     case MODEL_DTYPE_Q4_1: return dot4_q4_1;
     case MODEL_DTYPE_Q4_K: return dot4_q4_K;
