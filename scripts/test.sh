@@ -6,7 +6,8 @@
 # whole ctest suite (unit, CLI, export, oracle and parity tests); the same suite
 # under ASan+UBSan; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the ABI guard; and the
-# live oracles re-run, their output compared with the committed fixtures.
+# live oracles re-run, their output compared with the committed fixtures (the model
+# oracles too with DI_MODEL_ORACLES=1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -83,6 +84,17 @@ cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||
 cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/codec/templates.json" >&2; exit 1; }
 echo "ok: live oracles reproduce every committed tokenizer and codec fixture"
+
+# The model oracles need a 5.7 GB venv (torch, transformers, llama-cpp-python built
+# from source): opt in with DI_MODEL_ORACLES=1.
+if [ "${DI_MODEL_ORACLES:-0}" = 1 ]; then
+  step "oracles: model fixtures re-run live (transformers, llama.cpp)"
+  model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
+  for what in tiny tiny-gguf "gguf $assets"; do
+    # shellcheck disable=SC2086
+    "$model_python" tests/oracle/make_model_fixtures.py --check $what 2>/dev/null | grep -E '^(ok|FAIL):'
+  done
+fi
 
 # Reached only when every step passed (set -e stops at the first failure).
 printf '\nsteps: %d passed, 0 failed\n' "$steps"

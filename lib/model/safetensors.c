@@ -205,6 +205,17 @@ static di_status parse(safetensors_file *f, const char *name, char *msg, size_t 
         if (st != DI_OK) goto done;
     }
     qsort(f->tensors, f->n_tensors, sizeof *f->tensors, cmp_begin);
+    if (di_bytes_map_init(&f->by_name, f->n_tensors) != 0) {
+        st = fail(msg, msg_size, name, DI_ERR_OUT_OF_MEMORY, "out of memory reading the header");
+        goto done;
+    }
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (di_bytes_map_put(&f->by_name, f->tensors[i].name, strlen(f->tensors[i].name),
+                             (int32_t)i) < 0) {
+            st =
+                fail(msg, msg_size, name, DI_ERR_OUT_OF_MEMORY, "out of memory reading the header");
+            goto done;
+        }
     for (size_t i = 1; i < f->n_tensors; i++) {
         const safetensors_tensor *a = &f->tensors[i - 1], *b = &f->tensors[i];
         if (b->begin < a->end) {
@@ -224,9 +235,9 @@ done:
 
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name)
 {
-    for (size_t i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
-    return NULL;
+    if (!f->by_name.capacity) return NULL;
+    int32_t i = di_bytes_map_get(&f->by_name, name, strlen(name));
+    return i < 0 ? NULL : &f->tensors[i];
 }
 
 di_status safetensors_open_memory(const void *data, size_t size, const char *name,
@@ -287,6 +298,7 @@ void safetensors_close(safetensors_file *f)
     if (!f) return;
     for (size_t i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
+    di_bytes_map_free(&f->by_name);
     if (f->mapped) munmap((void *)f->map, f->size);
     free(f);
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "deepinfer/deepinfer.h"
+#include "util/hashmap.h"
 
 typedef enum safetensors_dtype {
     SAFETENSORS_F32 = 0,
@@ -44,6 +45,7 @@ typedef struct safetensors_file {
     size_t n_tensors;
     safetensors_tensor *tensors; /* sorted by begin */
     int mapped;                  /* 1 when safetensors_close unmaps `map` */
+    di_bytes_map by_name;        /* name -> index in tensors */
 } safetensors_file;
 
 /* Open and validate `path`. Returns DI_ERR_IO (cannot open or map),
@@ -59,7 +61,7 @@ di_status safetensors_open_memory(const void *data, size_t size, const char *nam
                                   safetensors_file **out, char *msg, size_t msg_size);
 void safetensors_close(safetensors_file *f);
 
-/* The tensor named `name`, or NULL. Linear in the tensor count. */
+/* The tensor named `name`, or NULL. */
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 
 /* Bytes per element of a dtype. */

@@ -29,6 +29,8 @@ void mw_config_defaults(model_config *c)
     c->yarn_beta_slow = 1.0f;
     c->yarn_mscale = 1.0f;
     c->yarn_mscale_all_dim = 0.0f;
+    c->yarn_attn_factor = 1.0f;
+    c->yarn_truncate = 1;
     c->llama3_low_freq_factor = 1.0f;
     c->llama3_high_freq_factor = 4.0f;
     c->bos_token_id = -1;

@@ -103,10 +103,17 @@ typedef struct model_config {
     float rope_factor;      /* scaling factor (1 when none) */
     uint32_t rope_orig_ctx; /* original_max_position_embeddings (YaRN, llama3) */
     float yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
-    /* YaRN attention_factor as config.json gives it; 0 when absent (then derive
-     * it from rope_factor, yarn_mscale and yarn_mscale_all_dim as transformers'
-     * _compute_yarn_parameters does). */
+    /* YaRN only: the factor cos and sin are multiplied by, always set by the
+     * loader — config.json's attention_factor, else derived from rope_factor,
+     * mscale and mscale_all_dim as transformers' _compute_yarn_parameters does
+     * (0.1 ln(factor) + 1 unless both mscale and mscale_all_dim are given); in a
+     * GGUF, rope.scaling.attn_factor (default 1) × (0.1 ln(factor) + 1), as
+     * llama.cpp's rope applies it. 1 when rope_scaling is not YARN. */
     float yarn_attn_factor;
+    /* YaRN only: 1 when the correction range [low, high] is rounded to whole
+     * dimensions (floor, ceil) — transformers' "truncate", default true, and
+     * llama.cpp's ggml_rope_yarn_corr_dims always. */
+    int yarn_truncate;
     float llama3_low_freq_factor, llama3_high_freq_factor;
     int attn_qkv_bias;                  /* 1: q/k/v projections have biases (Qwen2) */
     int tie_embeddings;                 /* 1: no output.weight; the LM head is token_embd.weight */

@@ -1,6 +1,7 @@
 /* Opening a model from a GGUF file (llama.cpp's format and naming): tensor types
  * mapped to model_dtype, model_config from the "<arch>.*" metadata keys as
  * llama.cpp's llama_model_loader reads them (llama-arch.cpp's LLM_KV names). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +86,20 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     c->n_head_kv = c->n_head;
     opt_u32(f, arch, "attention.head_count_kv", &c->n_head_kv);
     opt_u32(f, arch, "attention.key_length", &c->head_dim);
+    /* Partial rotary embeddings and V heads of another width are not Llama/Qwen2. */
+    uint32_t v_len = 0, rope_dims = 0;
+    opt_u32(f, arch, "attention.value_length", &v_len);
+    opt_u32(f, arch, "rope.dimension_count", &rope_dims);
+    uint32_t head_dim = c->head_dim ? c->head_dim : (c->n_head ? c->n_embd / c->n_head : 0);
+    if (v_len && v_len != head_dim)
+        return mw_fail(err, DI_ERR_UNSUPPORTED,
+                       "%s: %s.attention.value_length %u differs from the key length %u", path,
+                       arch, v_len, head_dim);
+    if (rope_dims && rope_dims != head_dim)
+        return mw_fail(err, DI_ERR_UNSUPPORTED,
+                       "%s: %s.rope.dimension_count %u: partial rotary embeddings (head "
+                       "dimension %u) are not supported",
+                       path, arch, rope_dims, head_dim);
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (!gguf_get_f32(f, key, &c->rms_norm_eps))
@@ -112,6 +127,13 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     opt_u32(f, arch, "rope.scaling.original_context_length", &c->rope_orig_ctx);
     opt_f32(f, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast);
     opt_f32(f, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow);
+    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN) {
+        /* llama.cpp's rope: mscale = attn_factor · (1 + 0.1 ln(1 / freq_scale)). */
+        float attn_factor = 1.0f;
+        opt_f32(f, arch, "rope.scaling.attn_factor", &attn_factor);
+        c->yarn_attn_factor =
+            attn_factor * (c->rope_factor > 1.0f ? 0.1f * logf(c->rope_factor) + 1.0f : 1.0f);
+    }
 
     /* The vocabulary: the tokenizer's token list, else token_embd's rows. */
     const gguf_kv *tokens = gguf_find(f, "tokenizer.ggml.tokens");

@@ -5,6 +5,7 @@
  * mapping of these architectures) and shapes reversed into ggml order; no weight
  * is permuted, so Llama keeps transformers' rotate_half RoPE (NEOX). */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,14 @@ static di_status token_id(cfg_ctx *c, const char *key, int32_t *out)
     return DI_OK;
 }
 
+/* YaRN's magnitude correction, 0.1 · mscale · ln(scale) + 1 (1 for scale <= 1),
+ * as transformers' get_mscale and DeepSeek-V3's yarn_get_mscale compute it. */
+static float yarn_get_mscale(float scale, float mscale)
+{
+    if (scale <= 1.0f) return 1.0f;
+    return 0.1f * mscale * logf(scale) + 1.0f;
+}
+
 static di_status read_rope(cfg_ctx *c, model_config *m)
 {
     di_status st;
@@ -109,7 +118,6 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
         (st = opt_float(c, r, "beta_slow", &m->yarn_beta_slow)) != DI_OK ||
         (st = opt_float(c, r, "mscale", &m->yarn_mscale)) != DI_OK ||
         (st = opt_float(c, r, "mscale_all_dim", &m->yarn_mscale_all_dim)) != DI_OK ||
-        (st = opt_float(c, r, "attention_factor", &m->yarn_attn_factor)) != DI_OK ||
         (st = opt_float(c, r, "low_freq_factor", &m->llama3_low_freq_factor)) != DI_OK ||
         (st = opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
         return st;
@@ -117,10 +125,30 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
         return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
                        "%s: %s.original_max_position_embeddings is missing (llama3 needs it)",
                        c->file, which);
+    if (m->rope_scaling != MODEL_ROPE_SCALING_YARN) return DI_OK;
     /* Without original_max_position_embeddings transformers' YaRN uses
      * max_position_embeddings. */
-    if (m->rope_scaling == MODEL_ROPE_SCALING_YARN && !m->rope_orig_ctx)
-        m->rope_orig_ctx = m->n_ctx_train;
+    if (!m->rope_orig_ctx) m->rope_orig_ctx = m->n_ctx_train;
+    json_t *tr = json_object_get(r, "truncate");
+    if (tr && !json_is_boolean(tr))
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.truncate is not a boolean", c->file,
+                       which);
+    m->yarn_truncate = !json_is_false(tr);
+    /* transformers' _compute_yarn_parameters: attention_factor, else the ratio
+     * of get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
+     * both are given (and non-zero), else get_mscale(factor). */
+    float given = 0.0f;
+    if ((st = opt_float(c, r, "attention_factor", &given)) != DI_OK) return st;
+    json_t *ms = json_object_get(r, "mscale"), *msa = json_object_get(r, "mscale_all_dim");
+    if (json_object_get(r, "attention_factor") &&
+        !json_is_null(json_object_get(r, "attention_factor")))
+        m->yarn_attn_factor = given;
+    else if (json_is_number(ms) && json_is_number(msa) && m->yarn_mscale != 0.0f &&
+             m->yarn_mscale_all_dim != 0.0f)
+        m->yarn_attn_factor = yarn_get_mscale(m->rope_factor, m->yarn_mscale) /
+                              yarn_get_mscale(m->rope_factor, m->yarn_mscale_all_dim);
+    else
+        m->yarn_attn_factor = yarn_get_mscale(m->rope_factor, 1.0f);
     return DI_OK;
 }
 
@@ -185,6 +213,18 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         goto done;
     json_t *tw = json_object_get(root, "tie_word_embeddings");
     *tie = json_is_true(tw);
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
+        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: hidden_act %s%.32s%s is not supported (silu is)",
+                     file, json_is_string(act) ? "'" : "",
+                     json_is_string(act) ? json_string_value(act) : "(not a string)",
+                     json_is_string(act) ? "'" : "");
+        goto done;
+    }
+    if (json_is_true(json_object_get(root, "use_sliding_window"))) {
+        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported", file);
+        goto done;
+    }
     const char *biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2 && m->arch == MODEL_ARCH_LLAMA; i++)
         if (json_is_true(json_object_get(root, biases[i]))) {
@@ -256,7 +296,10 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
     w->shard_paths[w->n_shards++] = path_copy;
     for (size_t i = 0; i < f->n_tensors; i++) {
         const safetensors_tensor *t = &f->tensors[i];
-        char name[256];
+        if (strlen(t->name) > 1024)
+            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long",
+                           path, strlen(t->name));
+        char name[1100];
         if (!gguf_name(t->name, name, sizeof name)) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
         static const model_dtype dtypes[] = {[SAFETENSORS_F32] = MODEL_DTYPE_F32,
@@ -348,7 +391,7 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
         size_t n = strlen(s->name);
         if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
             continue;
-        char base[300];
+        char base[1100];
         snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
         model_tensor *t = (model_tensor *)model_weights_get(w, base);
         if (!t)

@@ -2,7 +2,11 @@
 """Make the model parity fixtures (tests/fixtures/model/README.md says the format).
 
     make_model_fixtures.py tiny [NAME ...]   tiny random checkpoints (transformers)
+    make_model_fixtures.py tiny-gguf [NAME ...]   tiny GGUFs, quantized and run by llama.cpp
     make_model_fixtures.py gguf ASSET_DIR [NAME ...]   real GGUFs (llama-cpp-python)
+    make_model_fixtures.py --check tiny|tiny-gguf|gguf ...   regenerate into a scratch
+        folder and compare with the committed fixtures (weights byte for byte,
+        tokens exactly, logits within 1e-4 (torch) or 2e-2 (llama.cpp))
 
 tiny: Qwen2 and Llama checkpoints built with transformers from fixed seeds, saved
 as safetensors under tests/fixtures/model/<name>/ with reference.json (prompt,
@@ -99,7 +103,12 @@ def make_tiny(name):
         gen = model.generate(ids, do_sample=False, max_new_tokens=N_GREEDY,
                              min_new_tokens=N_GREEDY, pad_token_id=0, eos_token_id=None)
     greedy = gen[0, N_PROMPT:].tolist()
+    # The whole sequence (prompt + greedy tokens) in one forward pass, no KV
+    # cache: the reference for every decode step's logits.
+    with torch.no_grad():
+        seq_logits = model(gen).logits[0].to(torch.float32).numpy()
     logits.astype("<f4").tofile(out / "logits.f32")
+    seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
     files = sorted(p.name for p in out.glob("*.safetensors"))
     ref = {
         "format": "deepinfer-model-fixture-1",
@@ -115,6 +124,10 @@ def make_tiny(name):
         "logits_shape": [N_PROMPT, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
+        # transformers' RoPE cos/sin multiplier (YaRN's attention_factor; 1 otherwise).
+        "rope_attention_scaling": float(model.model.rotary_emb.attention_scaling),
+        "sequence_logits_file": "sequence_logits.f32",
+        "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
         "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
                    "safetensors": safetensors.__version__, "numpy": np.__version__,
                    "attn_implementation": "eager"},
@@ -140,6 +153,15 @@ TOP_K = 32
 LLAMA_SETTINGS = dict(n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, n_threads_batch=2,
                       logits_all=True, flash_attn=False, type_k=1, type_v=1, seed=0,
                       n_gpu_layers=0, use_mmap=True, verbose=False)
+
+
+def llama_cpp_versions():
+    """llama-cpp-python's version and the ggml library version it bundles (the
+    SONAME version of lib/libggml.so.X.Y.Z; the wheel records no llama.cpp commit)."""
+    import llama_cpp
+    lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
+    ggml = sorted(p.name[len("libggml.so."):] for p in lib.glob("libggml.so.*.*.*"))
+    return {"llama_cpp_python": llama_cpp.__version__, "ggml": ggml[-1] if ggml else "unknown"}
 
 
 def make_gguf(asset_dir, name):
@@ -173,14 +195,18 @@ def make_gguf(asset_dir, name):
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
+    import gguf
+    reader = gguf.GGUFReader(path)
     ref = {
         "format": "deepinfer-gguf-fixture-1",
         "name": name,
         "file": GGUF[name],
         "file_sha256": h.hexdigest(),
         "n_vocab": llm.n_vocab(),
+        "tensors": {t.name: {"type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
+                    for t in reader.tensors},
         "top_k": TOP_K,
-        "oracle": {"llama_cpp_python": llama_cpp.__version__,
+        "oracle": {**llama_cpp_versions(),
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in LLAMA_SETTINGS.items() if k != "verbose"},
                    "kv_cache_type": "f16 (type_k = type_v = 1, GGML_TYPE_F16)",
@@ -193,15 +219,264 @@ def make_gguf(asset_dir, name):
     print(f"{name}: {len(cases)} prompts, greedy[0] {cases[0]['greedy_text']!r}")
 
 
+# Tiny GGUFs: random checkpoints converted to GGUF here (our converter, below),
+# quantized by llama.cpp's own llama_model_quantize and run by llama.cpp. They
+# cover what no complete real model on PyPI does: qwen2 in GGUF and the K-quants.
+# Rows are 256 wide so every weight takes the K-quant types (no fallback).
+# name: (architecture, llama.cpp ftype name, extra config)
+TINY_GGUF = {
+    "qwen2-q4_k_m": ("qwen2", "Q4_K_M", dict()),
+    "qwen2-q8_0": ("qwen2", "Q8_0", dict(tie_word_embeddings=True)),
+    "llama-q5_k_m": ("llama", "Q5_K_M", dict()),
+    "llama-q4_0": ("llama", "Q4_0", dict(tie_word_embeddings=True)),
+    "llama-q6_k": ("llama", "Q6_K", dict()),
+}
+GGUF_BASE = dict(vocab_size=384, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=256, max_position_embeddings=256,
+                 rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, initializer_range=0.05,
+                 tie_word_embeddings=False)
+
+
+def hf_to_gguf_name(name):
+    """Hugging Face Llama/Qwen2 tensor name -> GGUF name (llama.cpp's naming)."""
+    top = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    module, suffix = name.rsplit(".", 1)
+    if module in top:
+        return f"{top[module]}.{suffix}"
+    parts = module.split(".", 3)  # model, layers, N, rest
+    return f"blk.{parts[2]}.{layer[parts[3]]}.{suffix}"
+
+
+def rope_pairs_adjacent(w, n_head):
+    """Reorder the rows of a Llama Q or K projection so that llama.cpp's NORM RoPE
+    (rotating adjacent pairs) computes what transformers' rotate_half computes
+    (pairs i and i + d/2 of each head): rows (h, half, i) -> (h, i, half)."""
+    out_features = w.shape[0]
+    d = out_features // n_head
+    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def dequantized_reference(model, reader, arch, config, tokens):
+    """Logits of `tokens` (one forward pass, float32) from `model` with its weights
+    replaced by the GGUF's, dequantized; Llama Q/K rows put back in
+    transformers' order."""
+    import numpy as np
+    import torch
+    from gguf import quants
+
+    by_name = {t.name: t for t in reader.tensors}
+    with torch.no_grad():
+        for hf_name, p in model.state_dict().items():
+            gname = hf_to_gguf_name(hf_name)
+            if gname == "output.weight" and gname not in by_name:
+                continue  # tied: lm_head is token_embd
+            t = by_name[gname]
+            w = quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+            w = w.reshape(p.shape)
+            if arch == "llama" and (".q_proj." in hf_name or ".k_proj." in hf_name):
+                heads = (config.num_attention_heads if ".q_proj." in hf_name
+                         else config.num_key_value_heads)
+                d = w.shape[0] // heads
+                w = w.reshape(heads, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(w)))
+        config._attn_implementation = "eager"
+        model.eval()
+        return model(torch.tensor([tokens])).logits[0].to(torch.float32).numpy()
+
+
+def make_tiny_gguf(name, asset_dir=None):
+    import hashlib
+    import os
+    import tempfile
+
+    import gguf
+    import llama_cpp
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    arch, ftype, extra = TINY_GGUF[name]
+    seed = sum(name.encode()) * 7919
+    torch.manual_seed(seed)
+    cfg = dict(GGUF_BASE, **extra)
+    config = (Qwen2Config if arch == "qwen2" else LlamaConfig)(**cfg)
+    model = (Qwen2ForCausalLM if arch == "qwen2" else LlamaForCausalLM)(config)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+            elif pname.endswith(("o_proj.weight", "down_proj.weight")):
+                # Louder attention and MLP outputs: the residual stream is not
+                # dominated by the token's own embedding, so greedy decoding does
+                # not just repeat a token.
+                p.mul_(4.0)
+    state = {k: v.detach().to(torch.float32).numpy() for k, v in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+
+    out = OUT / "gguf-tiny"
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = os.path.join(tmp, "f32.gguf")
+        w = gguf.GGUFWriter(f32, arch)
+        w.add_name(name)
+        w.add_context_length(config.max_position_embeddings)
+        w.add_embedding_length(config.hidden_size)
+        w.add_block_count(config.num_hidden_layers)
+        w.add_feed_forward_length(config.intermediate_size)
+        w.add_head_count(config.num_attention_heads)
+        w.add_head_count_kv(config.num_key_value_heads)
+        w.add_layer_norm_rms_eps(config.rms_norm_eps)
+        w.add_rope_freq_base(config.rope_parameters["rope_theta"])
+        w.add_vocab_size(config.vocab_size)
+        w.add_file_type(0)
+        w.add_tokenizer_model("none")
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        for hf_name, t in state.items():
+            if arch == "llama" and (".q_proj." in hf_name or ".k_proj." in hf_name):
+                heads = (config.num_attention_heads if ".q_proj." in hf_name
+                         else config.num_key_value_heads)
+                t = rope_pairs_adjacent(t, heads)
+            w.add_tensor(hf_to_gguf_name(hf_name), np.ascontiguousarray(t, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        path = out / f"{name}.gguf"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+        params.nthread = 1
+        rc = llama_cpp.llama_model_quantize(f32.encode(), str(path).encode(), params)
+        if rc != 0:
+            sys.exit(f"{name}: llama_model_quantize failed ({rc})")
+
+    settings = dict(LLAMA_SETTINGS, n_ctx=256, n_batch=256, n_ubatch=256)
+    llm = llama_cpp.Llama(model_path=str(path), **settings)
+    g = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
+    llm.reset()
+    llm.eval(prompt)
+    prompt_logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
+    greedy = []
+    nxt = int(np.argmax(prompt_logits[-1]))
+    for _ in range(N_GREEDY):
+        greedy.append(nxt)
+        llm.eval([nxt])
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    # Rows: the prompt's positions (one batch), then one per decode step.
+    logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
+    logits.astype("<f4").tofile(out / f"{name}.logits.f32")
+    reader = gguf.GGUFReader(path)
+    # The same sequence through transformers in float32 with the GGUF's weights
+    # dequantized by the gguf package: the reference without llama.cpp's
+    # quantization of activations (rows as in logits_file).
+    f32_logits = dequantized_reference(model, reader, arch, config, prompt + greedy)
+    f32_logits.astype("<f4").tofile(out / f"{name}.dequant_f32_logits.f32")
+    types = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    ref = {
+        "format": "deepinfer-gguf-tiny-fixture-1",
+        "name": name,
+        "file": f"{name}.gguf",
+        "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "architecture": arch,
+        "ftype": ftype,
+        "tensor_types": types,
+        "tensors": {t.name: {"type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
+                    for t in reader.tensors},
+        "seed": seed,
+        "config": {k: v for k, v in cfg.items()},
+        "prompt": prompt,
+        "logits_file": f"{name}.logits.f32",
+        "logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
+        "argmax": np.argmax(logits, axis=1).tolist(),
+        "greedy": greedy,
+        "dequant_f32_logits_file": f"{name}.dequant_f32_logits.f32",
+        "dequant_f32_argmax": np.argmax(f32_logits, axis=1).tolist(),
+        "dequant_f32_max_abs_diff": float(np.abs(f32_logits - logits).max()),
+        "oracle": {**llama_cpp_versions(), "gguf": "0.19.0",
+                   "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
+                   "settings": {k: v for k, v in settings.items() if k != "verbose"},
+                   "quantize": "llama_model_quantize, default params, nthread 1"},
+    }
+    (out / f"{name}.json").write_text(json.dumps(ref, indent=1) + "\n")
+    print(f"{name}: {path.stat().st_size} bytes, {types}, greedy {greedy[:8]}...")
+
+
+def compare(committed, live):
+    """Differences between two fixture trees: weight files must be identical; JSON
+    token lists equal; float32 logits within tolerance (another CPU may pick other
+    SIMD paths in torch or llama.cpp, which moves the last bits)."""
+    import numpy as np
+
+    problems = []
+    for path in sorted(live.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(live)
+        ref = committed / rel
+        if not ref.exists():
+            problems.append(f"{rel}: not committed")
+        elif path.suffix == ".f32":
+            a = np.fromfile(ref, "<f4")
+            b = np.fromfile(path, "<f4")
+            tol = 2e-2 if "gguf" in str(rel) else 1e-4
+            if a.shape != b.shape or not np.allclose(a, b, rtol=0, atol=tol):
+                err = np.abs(a - b).max() if a.shape == b.shape else "shape"
+                problems.append(f"{rel}: logits differ (max abs {err}, tolerance {tol})")
+        elif path.suffix == ".json":
+            a, b = json.loads(ref.read_text()), json.loads(path.read_text())
+            for d in (a, b):
+                d.pop("oracle", None)
+                for case in d.get("cases", []):
+                    for pos in case.get("positions", []):
+                        pos.pop("top_logits")
+            if a != b:
+                problems.append(f"{rel}: differs (tokens, ids or config)")
+        elif path.read_bytes() != ref.read_bytes():
+            problems.append(f"{rel}: bytes differ")
+    return problems
+
+
 def main(argv):
+    global OUT
+    check = None
+    if argv[:1] == ["--check"]:
+        # Regenerate into a scratch folder and compare with the committed files.
+        import tempfile
+        check = tempfile.TemporaryDirectory()
+        OUT = pathlib.Path(check.name)
+        argv = argv[1:]
     if argv[:1] == ["tiny"]:
         for name in argv[1:] or list(TINY):
             make_tiny(name)
+    elif argv[:1] == ["tiny-gguf"]:
+        for name in argv[1:] or list(TINY_GGUF):
+            make_tiny_gguf(name)
     elif argv[:1] == ["gguf"] and len(argv) >= 2:
         for name in argv[2:] or list(GGUF):
+            if not argv[2:] and not (pathlib.Path(argv[1]) / GGUF[name]).exists():
+                # R1-Distill-Qwen-7B cannot be assembled from PyPI today (docs/models.md).
+                print(f"{name}: skipped, {GGUF[name]} is not in {argv[1]}", file=sys.stderr)
+                continue
             make_gguf(argv[1], name)
     else:
         sys.exit(__doc__)
+    if check:
+        problems = compare(ROOT / "tests" / "fixtures" / "model", OUT)
+        for p in problems:
+            print("FAIL:", p)
+        if problems:
+            sys.exit(1)
+        print("ok: the live oracle reproduces the committed fixtures")
 
 
 if __name__ == "__main__":

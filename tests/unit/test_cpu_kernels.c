@@ -379,6 +379,7 @@ static model_config rope_config(model_rope_style style)
     c.rope_style = style;
     c.rope_factor = 1.0f;
     c.n_ctx_train = 4096;
+    c.yarn_truncate = 1; /* the loaders' default */
     return c;
 }
 

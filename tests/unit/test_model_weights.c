@@ -2,6 +2,7 @@
  * (written to a temporary directory): the configuration and tensors a good file
  * gives, and the status and message of every kind of bad file. */
 #include <jansson.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +87,7 @@ typedef struct gguf_spec {
     uint32_t odd_type;       /* a ggml type for blk.0.ffn_up.weight (0: F32) */
     int bias, untied;
     const char *rope_type; /* rope.scaling.type, or NULL */
+    uint32_t rope_dims;    /* rope.dimension_count, when not 0 */
 } gguf_spec;
 
 typedef struct tinfo {
@@ -206,6 +208,13 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
         float factor = 4.0f;
         put(&kv, &factor, 4);
         nkv += 2;
+    }
+    if (s->rope_dims) {
+        snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+        put_str(&kv, key);
+        put_u32(&kv, 4);
+        put_u32(&kv, s->rope_dims);
+        nkv++;
     }
     put_str(&kv, "tokenizer.ggml.bos_token_id");
     put_u32(&kv, 4);
@@ -377,6 +386,17 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     write_gguf(path, &s, 0);
     expect_open_error(path, DI_ERR_UNSUPPORTED, "llama.rope.scaling.type 'longrope'", NULL, NULL);
 
+    s = (gguf_spec){.rope_dims = 1};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_UNSUPPORTED, "llama.rope.dimension_count 1", "partial rotary",
+                      NULL);
+
+    s = (gguf_spec){.rope_dims = HD}; /* the whole head: fine */
+    write_gguf(path, &s, 0);
+    model_weights *w = NULL;
+    assert_int_equal(model_weights_open(path, &w, NULL), DI_OK);
+    model_weights_close(w);
+
     s = (gguf_spec){0};
     size_t full = write_gguf(path, &s, 0);
     write_gguf(path, &s, full - 40);
@@ -384,6 +404,106 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
 
     snprintf(path, sizeof path, "%s/missing.gguf", tmpdir);
     expect_open_error(path, DI_ERR_IO, path, NULL, NULL);
+}
+
+/* Every tensor of `listing` ({name: {"type", "ne"}}, as the gguf package's reader
+ * lists a file) is in w with that type and shape. Returns how many there were. */
+static size_t expect_tensors_as_listed(const model_weights *w, json_t *listing)
+{
+    static const char *dtype_names[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0",
+                                        "Q4_1", "Q4_K", "Q5_K", "Q6_K", "F8_E4M3"};
+    const char *tname;
+    json_t *info;
+    size_t count = 0;
+    json_object_foreach(listing, tname, info)
+    {
+        const model_tensor *t = model_weights_get(w, tname);
+        assert_non_null(t);
+        assert_string_equal(dtype_names[t->dtype],
+                            json_string_value(json_object_get(info, "type")));
+        json_t *ne = json_object_get(info, "ne");
+        assert_int_equal(t->n_dims, json_array_size(ne));
+        for (size_t d = 0; d < json_array_size(ne); d++)
+            assert_int_equal(t->ne[d], json_integer_value(json_array_get(ne, d)));
+        count++;
+    }
+    return count;
+}
+
+/* Every committed tiny GGUF (tests/fixtures/model/gguf-tiny: quantized by
+ * llama.cpp, listed by the gguf package's reader) opens with the tensor types
+ * and shapes the gguf reader lists, and the config it was made from. */
+static void test_gguf_tiny_fixtures_match_the_gguf_reader(void **state)
+{
+    (void)state;
+    static const char *names[] = {"qwen2-q4_k_m", "qwen2-q8_0", "llama-q5_k_m", "llama-q4_0",
+                                  "llama-q6_k"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/model/gguf-tiny/%s.json", DI_FIXTURE_DIR, names[i]);
+        json_t *ref = json_load_file(path, 0, NULL);
+        assert_non_null(ref);
+        snprintf(path, sizeof path, "%s/model/gguf-tiny/%s.gguf", DI_FIXTURE_DIR, names[i]);
+        model_weights *w = NULL;
+        di_error *err = NULL;
+        if (model_weights_open(path, &w, &err) != DI_OK) {
+            print_error("%s: %s\n", path, di_error_message(err));
+            fail();
+        }
+        const model_config *c = model_weights_config(w);
+        json_t *cfg = json_object_get(ref, "config");
+        int qwen = strcmp(json_string_value(json_object_get(ref, "architecture")), "qwen2") == 0;
+        assert_int_equal(c->arch, qwen ? MODEL_ARCH_QWEN2 : MODEL_ARCH_LLAMA);
+        assert_int_equal(c->rope_style, qwen ? MODEL_ROPE_NEOX : MODEL_ROPE_NORM);
+        assert_int_equal(c->attn_qkv_bias, qwen);
+        assert_int_equal(c->tie_embeddings,
+                         json_is_true(json_object_get(cfg, "tie_word_embeddings")));
+        assert_int_equal(c->n_vocab, json_integer_value(json_object_get(cfg, "vocab_size")));
+        assert_int_equal(c->n_embd, json_integer_value(json_object_get(cfg, "hidden_size")));
+        assert_int_equal(c->n_head_kv,
+                         json_integer_value(json_object_get(cfg, "num_key_value_heads")));
+        assert_int_equal(c->n_ff, json_integer_value(json_object_get(cfg, "intermediate_size")));
+        size_t count = expect_tensors_as_listed(w, json_object_get(ref, "tensors"));
+        assert_true(count > 10);
+        model_weights_close(w);
+        json_decref(ref);
+    }
+}
+
+/* The real models of scripts/fetch_assets.py, when the build knows where they
+ * are (-DDI_ASSET_DIR): SmolLM2 opens with every tensor as the gguf package
+ * lists it and the shape llama.cpp reports; R1-Distill-Qwen-7B part 0000 is
+ * refused as truncated, naming the first tensor that does not fit. */
+static void test_gguf_real_models(void **state)
+{
+    (void)state;
+#ifdef DI_ASSET_DIR
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model/gguf/smollm2-135m-instruct.json", DI_FIXTURE_DIR);
+    json_t *ref = json_load_file(path, 0, NULL);
+    assert_non_null(ref);
+    snprintf(path, sizeof path, "%s/%s", DI_ASSET_DIR,
+             json_string_value(json_object_get(ref, "file")));
+    model_weights *w = NULL;
+    di_error *err = NULL;
+    if (model_weights_open(path, &w, &err) != DI_OK) {
+        print_error("%s\n", di_error_message(err));
+        fail();
+    }
+    const model_config *c = model_weights_config(w);
+    assert_int_equal(c->arch, MODEL_ARCH_LLAMA);
+    assert_int_equal(c->rope_style, MODEL_ROPE_NORM);
+    assert_int_equal(c->n_vocab, json_integer_value(json_object_get(ref, "n_vocab")));
+    assert_int_equal(c->tie_embeddings, 1);
+    assert_int_equal(expect_tensors_as_listed(w, json_object_get(ref, "tensors")), 272);
+    model_weights_close(w);
+    json_decref(ref);
+    snprintf(path, sizeof path, "%s/r1-distill-qwen-7b/model_part_0000.gguf", DI_ASSET_DIR);
+    expect_open_error(path, DI_ERR_MODEL_FORMAT, "'output.weight' (447068160 bytes at 5953248)",
+                      "truncated", NULL);
+#else
+    skip();
+#endif
 }
 
 /* ---- Hugging Face directories ----------------------------------------------- */
@@ -439,6 +559,8 @@ static void test_hf_fixtures_open_with_their_config(void **state)
         if (want != MODEL_ROPE_SCALING_NONE)
             assert_true(c->rope_factor ==
                         (float)json_number_value(json_object_get(rope, "factor")));
+        double scaling = json_number_value(json_object_get(ref, "rope_attention_scaling"));
+        assert_true(fabs(c->yarn_attn_factor - scaling) < 1e-6);
         assert_int_equal(c->tie_embeddings,
                          json_is_true(json_object_get(cfg, "tie_word_embeddings")));
         assert_int_equal(c->attn_qkv_bias, qwen);
@@ -582,10 +704,29 @@ static void test_hf_directory_good(void **state)
     assert_int_equal(c->eos_token_id, 2);
     assert_int_equal(c->bos_token_id, -1);
     assert_int_equal(c->head_dim, HD);
+    assert_true(c->yarn_attn_factor == 1.0f); /* no YaRN */
     const model_tensor *t = model_weights_get(w, "blk.0.attn_k.weight");
     assert_non_null(t);
     assert_int_equal(t->ne[0], E);
     assert_int_equal(t->ne[1], HKV * HD);
+    model_weights_close(w);
+
+    /* YaRN with mscale = mscale_all_dim (DeepSeek-V3's config): the two
+     * corrections cancel, attention_factor is 1; truncate false is kept. */
+    dir = make_hf_dir("yarn-mscale",
+                      tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL,
+                                  "\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":40,"
+                                  "\"mscale\":0.707,\"mscale_all_dim\":0.707,"
+                                  "\"truncate\":false,\"beta_fast\":16}"),
+                      hdr, n);
+    assert_int_equal(model_weights_open(dir, &w, NULL), DI_OK);
+    c = model_weights_config(w);
+    assert_int_equal(c->rope_scaling, MODEL_ROPE_SCALING_YARN);
+    assert_true(c->yarn_attn_factor == 1.0f);
+    assert_int_equal(c->yarn_truncate, 0);
+    assert_true(c->yarn_beta_fast == 16.0f);
+    assert_true(c->yarn_beta_slow == 1.0f);
+    assert_int_equal(c->rope_orig_ctx, 64); /* max_position_embeddings */
     model_weights_close(w);
 }
 
@@ -614,6 +755,17 @@ static void test_hf_errors_name_the_file_and_field(void **state)
                                   "\"rope_parameters\":{\"rope_type\":\"longrope\",\"factor\":2}"),
                       hdr, n);
     expect_open_error(dir, DI_ERR_UNSUPPORTED, "rope_parameters.rope_type 'longrope'", NULL, NULL);
+
+    dir = make_hf_dir(
+        "act", tiny_config(cfg, sizeof cfg, "LlamaForCausalLM", NULL, "\"hidden_act\":\"gelu\""),
+        hdr, n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "hidden_act 'gelu'", NULL, NULL);
+
+    dir = make_hf_dir(
+        "swa",
+        tiny_config(cfg, sizeof cfg, "Qwen2ForCausalLM", NULL, "\"use_sliding_window\":true"), hdr,
+        n);
+    expect_open_error(dir, DI_ERR_UNSUPPORTED, "use_sliding_window", NULL, NULL);
 
     dir = make_hf_dir("badjson", "{\"architectures\": [", hdr, n);
     expect_open_error(dir, DI_ERR_MODEL_FORMAT, "config.json: not valid JSON", "byte offset", NULL);
@@ -808,6 +960,8 @@ int main(void)
         cmocka_unit_test(test_gguf_llama_config_and_tensors),
         cmocka_unit_test(test_gguf_qwen2_bias_untied_yarn),
         cmocka_unit_test(test_gguf_errors_name_the_file_and_field),
+        cmocka_unit_test(test_gguf_tiny_fixtures_match_the_gguf_reader),
+        cmocka_unit_test(test_gguf_real_models),
         cmocka_unit_test(test_hf_fixtures_open_with_their_config),
         cmocka_unit_test(test_hf_directory_good),
         cmocka_unit_test(test_hf_errors_name_the_file_and_field),

@@ -39,12 +39,20 @@ di_status cpu_rope_init(cpu_rope *r, const model_config *c)
     if (c->rope_scaling == MODEL_ROPE_SCALING_YARN) {
         double bf = c->yarn_beta_fast > 0 ? c->yarn_beta_fast : 32.0;
         double bs = c->yarn_beta_slow > 0 ? c->yarn_beta_slow : 1.0;
-        low = floor(yarn_correction_dim(bf, d, base, orig));
-        high = ceil(yarn_correction_dim(bs, d, base, orig));
+        low = yarn_correction_dim(bf, d, base, orig);
+        high = yarn_correction_dim(bs, d, base, orig);
+        if (c->yarn_truncate) {
+            low = floor(low);
+            high = ceil(high);
+        }
         if (low < 0) low = 0;
         if (high > d - 1) high = d - 1;
         if (low == high) high += 0.001;
-        if (c->yarn_mscale > 0 && c->yarn_mscale_all_dim > 0)
+        /* the loader resolves the attention factor (config.json, mscale rules, or
+         * the GGUF's attn_factor); 0 from an older loader: derive it */
+        if (c->yarn_attn_factor > 0)
+            r->mscale = c->yarn_attn_factor;
+        else if (c->yarn_mscale > 0 && c->yarn_mscale_all_dim > 0)
             r->mscale = (float)(yarn_get_mscale(factor, c->yarn_mscale) /
                                 yarn_get_mscale(factor, c->yarn_mscale_all_dim));
         else
