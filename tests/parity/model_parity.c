@@ -15,6 +15,12 @@
  *     (max abs diff / the range of those 32), the argmax identical unless
  *     llama.cpp's top two are within GGUF_TIE of each other; the 32 greedy
  *     tokens identical.
+ *   model_parity gguf-tiny FIXTURE.json
+ *     A tiny random GGUF quantized by llama.cpp (Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q8_0)
+ *     with llama.cpp's logits of the 16 prompt positions (one batch) and of the
+ *     32 greedy decode steps. Checks: all 48 rows within GGUF_TINY_TOL of
+ *     llama.cpp's (max |diff| / range of llama.cpp's logits), and the greedy
+ *     tokens identical up to a near-tie (GGUF_DECODE_TIE on our top two).
  * Prints the measured numbers; exits 1 on a failed check. */
 #include <deepinfer/deepinfer.h>
 #include <jansson.h>
@@ -32,6 +38,7 @@ static const double GGUF_TIE = 0.02; /* absolute: near-ties in llama.cpp's top t
  * go either way — the noise left by llama.cpp's approximate vector expf in the
  * softmax (docs/model-parity.md) */
 static const double GGUF_DECODE_TIE = 0.5;
+static const double GGUF_TINY_TOL = 2e-3; /* relative to the logit range */
 
 static int failures;
 
@@ -240,8 +247,86 @@ static int run_gguf(const char *fixture, const char *model_path, size_t max_case
     return failures ? 1 : 0;
 }
 
+static int run_gguf_tiny(const char *fixture)
+{
+    json_error_t jerr;
+    json_t *ref = json_load_file(fixture, 0, &jerr);
+    if (!ref) {
+        fprintf(stderr, "%s: %s\n", fixture, jerr.text);
+        return 1;
+    }
+    char dir[4096], path[8192];
+    snprintf(dir, sizeof dir, "%s", fixture);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(ref, "file")));
+    di_model *m = load(path, 0);
+    int32_t vocab = di_model_vocab_size(m);
+    size_t n_prompt, n_greedy;
+    int32_t *prompt = int_array(json_object_get(ref, "prompt"), &n_prompt);
+    int32_t *want = int_array(json_object_get(ref, "greedy"), &n_greedy);
+    size_t rows = n_prompt + n_greedy;
+    float *expect = malloc(rows * (size_t)vocab * sizeof *expect);
+    float *got = malloc(rows * (size_t)vocab * sizeof *got);
+    int32_t *ours = malloc(n_greedy * sizeof *ours);
+    if (!expect || !got || !ours) abort();
+    snprintf(path, sizeof path, "%s/%s", dir,
+             json_string_value(json_object_get(ref, "logits_file")));
+    FILE *f = fopen(path, "rb");
+    check(f && fread(expect, sizeof *expect, rows * (size_t)vocab, f) == rows * (size_t)vocab,
+          "logits file has [48, vocab] f32");
+    if (f) fclose(f);
+    /* the prompt as one batch, then llama.cpp's greedy tokens one at a time (so
+     * every row has the same history as llama.cpp's), our argmax alongside */
+    check(di_model_eval(m, prompt, n_prompt, got, DI_EVAL_ALL_LOGITS, NULL) == DI_OK, "prefill");
+    double gap_at_divergence = -1;
+    size_t same = n_greedy;
+    for (size_t i = 0; i < n_greedy; i++) {
+        const float *prev = got + (n_prompt + i - 1) * (size_t)vocab;
+        ours[i] = argmax(prev, vocab);
+        if (ours[i] != want[i] && same == n_greedy) {
+            same = i;
+            float second = -INFINITY;
+            for (int32_t v = 0; v < vocab; v++)
+                if (v != ours[i] && prev[v] > second) second = prev[v];
+            gap_at_divergence = prev[ours[i]] - second;
+        }
+        check(di_model_eval(m, &want[i], 1, got + (n_prompt + i) * (size_t)vocab, 0, NULL) ==
+                  DI_OK,
+              "decode step");
+    }
+    double worst = 0, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < rows * (size_t)vocab; i++) {
+        lo = fmin(lo, expect[i]);
+        hi = fmax(hi, expect[i]);
+        worst = fmax(worst, fabs(got[i] - expect[i]));
+    }
+    char why[128] = "";
+    if (same < n_greedy)
+        snprintf(why, sizeof why, " (then a step whose top two differ by %.3f)",
+                 gap_at_divergence);
+    printf("%s: 48 rows max|diff| %.2e = %.2e of the range, greedy %zu/%zu identical%s\n",
+           json_string_value(json_object_get(ref, "name")), worst, worst / (hi - lo), same,
+           n_greedy, why);
+    check(worst / (hi - lo) <= GGUF_TINY_TOL, "logits within tolerance");
+    check(same == n_greedy || gap_at_divergence <= GGUF_DECODE_TIE,
+          "greedy tokens identical up to a near-tie");
+    free(expect);
+    free(got);
+    free(ours);
+    free(prompt);
+    free(want);
+    di_model_free(m);
+    json_decref(ref);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && strcmp(argv[1], "gguf-tiny") == 0) return run_gguf_tiny(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "tiny") == 0) {
         int kv_f32 = !(argc > 3 && strcmp(argv[3], "--kv-f16") == 0);
         return run_tiny(argv[2], kv_f32);
@@ -249,6 +334,6 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "gguf") == 0)
         return run_gguf(argv[2], argv[3], argc > 4 ? (size_t)strtoul(argv[4], NULL, 10) : 0);
     fprintf(stderr, "usage: model_parity tiny DIR [--kv-f16] | gguf FIXTURE.json MODEL.gguf "
-                    "[N_CASES]\n");
+                    "[N_CASES] | gguf-tiny FIXTURE.json\n");
     return 2;
 }
