@@ -38,7 +38,7 @@ static const double GGUF_TIE = 0.02; /* absolute: near-ties in llama.cpp's top t
  * go either way — the noise left by llama.cpp's approximate vector expf in the
  * softmax (docs/model-parity.md) */
 static const double GGUF_DECODE_TIE = 0.5;
-static const double GGUF_TINY_TOL = 2e-3; /* relative to the logit range */
+static const double GGUF_TINY_TOL = 2e-2; /* relative to the logit range */
 
 static int failures;
 
@@ -294,8 +294,7 @@ static int run_gguf_tiny(const char *fixture)
                 if (v != ours[i] && prev[v] > second) second = prev[v];
             gap_at_divergence = prev[ours[i]] - second;
         }
-        check(di_model_eval(m, &want[i], 1, got + (n_prompt + i) * (size_t)vocab, 0, NULL) ==
-                  DI_OK,
+        check(di_model_eval(m, &want[i], 1, got + (n_prompt + i) * (size_t)vocab, 0, NULL) == DI_OK,
               "decode step");
     }
     double worst = 0, lo = INFINITY, hi = -INFINITY;
@@ -306,8 +305,7 @@ static int run_gguf_tiny(const char *fixture)
     }
     char why[128] = "";
     if (same < n_greedy)
-        snprintf(why, sizeof why, " (then a step whose top two differ by %.3f)",
-                 gap_at_divergence);
+        snprintf(why, sizeof why, " (then a step whose top two differ by %.3f)", gap_at_divergence);
     printf("%s: 48 rows max|diff| %.2e = %.2e of the range, greedy %zu/%zu identical%s\n",
            json_string_value(json_object_get(ref, "name")), worst, worst / (hi - lo), same,
            n_greedy, why);
