@@ -311,6 +311,39 @@ AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
     *s = hsum_ps(acc);
 }
 
+/* Eight fp8-e4m3 bytes as f32: normal numbers by moving the fields into an f32
+ * (exponent bias 7 -> 127), subnormals as man * 2^-9, the sign last. NaN
+ * encodings (S.1111.111) are not produced by quantizers and are not special-cased. */
+AVX2 static inline __m256 fp8x8(const uint8_t *p)
+{
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 3), _mm256_set1_epi32(0xf));
+    __m256i m = _mm256_and_si256(b, _mm256_set1_epi32(7));
+    __m256i normal =
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                        _mm256_slli_epi32(m, 20));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+    __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, is_sub);
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+AVX2 static void dot_fp8(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(fp8x8(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(fp8x8(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += cpu_fp8_e4m3_to_f32(x[i]) * y[i];
+    *s = sum;
+}
+
 /* Four activation rows against one weight row (cpu_vec_dot4_fn): the weight
  * blocks are decoded once for the four; each row's arithmetic is exactly that of
  * the single-row kernel above, so the results are bit-identical. */
@@ -512,6 +545,7 @@ cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
     case MODEL_DTYPE_F32: return dot_f32;
     case MODEL_DTYPE_F16: return dot_f16;
     case MODEL_DTYPE_BF16: return dot_bf16;
+    case MODEL_DTYPE_FP8_E4M3: return dot_fp8;
     case MODEL_DTYPE_Q8_0: return dot_q8_0;
     case MODEL_DTYPE_Q4_0: return dot_q4_0;
     case MODEL_DTYPE_Q4_1: return dot_q4_1;
