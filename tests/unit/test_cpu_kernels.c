@@ -182,6 +182,29 @@ static void test_vnni_dot_is_bit_identical_to_avx2(void **state)
         free(a);
     }
     assert_int_equal(n_checked, 3);
+    /* the 2x4 tile */
+    cpu_vec_dot2x4_fn d24 = cpu_vec_dot2x4_vnni(MODEL_DTYPE_Q4_1);
+    assert_non_null(d24);
+    int at = cpu_vec_dot_type(MODEL_DTYPE_Q4_1);
+    size_t rb = cpu_row_bytes(at, N), wb = cpu_row_bytes(MODEL_DTYPE_Q4_1, N);
+    char *a = malloc(4 * rb);
+    float x[N];
+    assert_non_null(a);
+    for (int r = 0; r < 4; r++) {
+        for (int i = 0; i < N; i++) x[i] = frand();
+        cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+    }
+    char *w = random_weights(MODEL_DTYPE_Q4_1, 2, N);
+    float s8[8];
+    d24(N, s8, w, wb, a, rb);
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 4; t++) {
+            float want;
+            cpu_vec_dot_avx2(MODEL_DTYPE_Q4_1)(N, &want, w + (size_t)r * wb, a + (size_t)t * rb);
+            assert_memory_equal(&s8[r * 4 + t], &want, sizeof want);
+        }
+    free(w);
+    free(a);
 }
 
 static void test_reference_dot_matches_dequantized_product(void **state)

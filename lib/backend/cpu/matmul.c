@@ -27,7 +27,8 @@ typedef struct matmul_part {
     int64_t n_out;
     size_t w_row;
     cpu_vec_dot_fn dot;
-    cpu_vec_dot4_fn dot4; /* NULL: one token at a time */
+    cpu_vec_dot4_fn dot4;     /* NULL: one token at a time */
+    cpu_vec_dot2x4_fn dot2x4; /* NULL: one weight row at a time */
     int64_t first_task, n_row_tiles, rows_per_tile;
 } matmul_part;
 
@@ -80,6 +81,32 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     if (t1 > j->n_tokens) t1 = j->n_tokens;
     const char *wdata = pt->w->data;
     int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
+    if (pt->dot2x4 && t1 - t0 >= 4) { /* prefill: 2 rows x 4 tokens, then what is left */
+        int64_t o = o0;
+        for (; o + 2 <= o1; o += 2) {
+            const char *wrow = wdata + (size_t)o * pt->w_row;
+            float b0 = pt->bias ? pt->bias[o] : 0.0f, b1 = pt->bias ? pt->bias[o + 1] : 0.0f;
+            int64_t t = t0;
+            for (; t + 4 <= t1; t += 4) {
+                float s8[8];
+                pt->dot2x4(j->n_in, s8, wrow, pt->w_row, j->act + (size_t)t * j->act_row,
+                           j->act_row);
+                for (int r = 0; r < 4; r++) {
+                    pt->y[(t + r) * pt->n_out + o] = s8[r] + b0;
+                    pt->y[(t + r) * pt->n_out + o + 1] = s8[4 + r] + b1;
+                }
+            }
+            for (; t < t1; t++) {
+                const char *arow = j->act + (size_t)t * j->act_row;
+                float v0, v1;
+                pt->dot(j->n_in, &v0, wrow, arow);
+                pt->dot(j->n_in, &v1, wrow + pt->w_row, arow);
+                pt->y[t * pt->n_out + o] = v0 + b0;
+                pt->y[t * pt->n_out + o + 1] = v1 + b1;
+            }
+        }
+        o0 = o;
+    }
     for (int64_t o = o0; o < o1; o++) {
         const char *wrow = wdata + (size_t)o * pt->w_row;
         float b = pt->bias ? pt->bias[o] : 0.0f;
@@ -128,6 +155,7 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
+        pt->dot2x4 = use_ref ? NULL : cpu_vec_dot2x4_vnni(w[p]->dtype);
         pt->rows_per_tile = ROWS_PER_TILE;
         if (n_tokens < 4 && !use_ref) {
             int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;

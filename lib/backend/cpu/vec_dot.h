@@ -37,6 +37,14 @@ typedef void (*cpu_vec_dot4_fn)(int64_t n, float *s, const void *w, const void *
 /* The AVX2 four-row version, or NULL (then use cpu_vec_dot per row). */
 cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype);
 
+/* s[r * 4 + t] = dot(w_r, a_t) for two weight rows (w, w + w_stride bytes) and
+ * four activation rows (a + t * stride bytes): a 2x4 register tile for
+ * prefill, bit-identical to eight cpu_vec_dot calls. NULL where there is none
+ * (Q4_1 with AVX512-VNNI only). */
+typedef void (*cpu_vec_dot2x4_fn)(int64_t n, float *s, const void *w, size_t w_stride,
+                                  const void *a, size_t stride);
+cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
+
 /* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
  * bit-identical to the AVX2 ones, or NULL. */
 cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype);

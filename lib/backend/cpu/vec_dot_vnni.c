@@ -139,6 +139,44 @@ VNNI static void dot4_q4_1(int64_t n, float *s, const void *w, const void *a, si
     for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
 }
 
+/* Two weight rows x four activation rows (prefill, cpu_vec_dot2x4_fn): each
+ * activation block is loaded and its scales widened once for both rows, each
+ * weight block unpacked once for the four tokens; every (row, token) sum is
+ * the one-row kernel's, in the same order (bit-identical). s[r * 4 + t]. */
+VNNI static void dot2x4_q4_1(int64_t n, float *s, const void *w, size_t w_stride, const void *a,
+                             size_t stride)
+{
+    const block_q4_1 *x0 = w, *x1 = (const block_q4_1 *)((const char *)w + w_stride);
+    __m256 acc[8];
+    float summ[8];
+    for (int k = 0; k < 8; k++) {
+        acc[k] = _mm256_setzero_ps();
+        summ[k] = 0;
+    }
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i q0 = unpack_nibbles(x0[i].qs), q1 = unpack_nibbles(x1[i].qs);
+        float d0 = f16(x0[i].d), m0 = f16(x0[i].m), d1 = f16(x1[i].d), m1 = f16(x1[i].m);
+        for (int t = 0; t < 4; t++) {
+            const block_q8_1 *y = ROW(t, block_q8_1) + i;
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            float dy = f16(y->d), sy = f16(y->s);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dy), _mm256_cvtepi32_ps(dot_u8s8(q0, qy)),
+                                     acc[t]);
+            acc[4 + t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dy),
+                                         _mm256_cvtepi32_ps(dot_u8s8(q1, qy)), acc[4 + t]);
+            summ[t] += m0 * sy;
+            summ[4 + t] += m1 * sy;
+        }
+    }
+    for (int k = 0; k < 8; k++) s[k] = hsum_ps(acc[k]) + summ[k];
+}
+
+cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype)
+{
+    if (!cpu_has_avx512_vnni()) return NULL;
+    return dtype == MODEL_DTYPE_Q4_1 ? dot2x4_q4_1 : NULL;
+}
+
 cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype)
 {
     if (!cpu_has_avx512_vnni()) return NULL;
