@@ -71,7 +71,12 @@ static void *worker_main(void *arg)
     for (;;) {
         unsigned g = atomic_load_explicit(&p->generation, memory_order_acquire);
         for (int i = 0; g == seen && i < WORKER_SPIN && !atomic_load(&p->stop); i++) {
-            cpu_relax();
+            /* let a thread waiting for this core (the caller, on a machine shared
+             * with other work) run now and then */
+            if (i % 256 == 255)
+                sched_yield();
+            else
+                cpu_relax();
             g = atomic_load_explicit(&p->generation, memory_order_acquire);
         }
         if (g == seen) {
