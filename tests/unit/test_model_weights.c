@@ -501,6 +501,23 @@ static void test_gguf_real_models(void **state)
     snprintf(path, sizeof path, "%s/r1-distill-qwen-7b/model_part_0000.gguf", DI_ASSET_DIR);
     expect_open_error(path, DI_ERR_MODEL_FORMAT, "'output.weight' (447068160 bytes at 5953248)",
                       "truncated", NULL);
+    /* The assembled model, once PyPI has every part (fetch_assets.py
+     * r1-distill-qwen-7b): the whole file validates, as the header of part 0000
+     * describes it (docs/models.md). */
+    snprintf(path, sizeof path, "%s/r1-distill-qwen-7b/DeepSeek-R1-Distill-Qwen-7B-Q4_K_M.gguf",
+             DI_ASSET_DIR);
+    if (access(path, R_OK) == 0) {
+        assert_int_equal(model_weights_open(path, &w, NULL), DI_OK);
+        c = model_weights_config(w);
+        assert_int_equal(c->arch, MODEL_ARCH_QWEN2);
+        assert_int_equal(c->n_layer, 28);
+        assert_int_equal(c->n_embd, 3584);
+        assert_int_equal(c->n_head_kv, 4);
+        assert_int_equal(c->n_vocab, 152064);
+        assert_int_equal(c->attn_qkv_bias, 1);
+        assert_int_equal(c->tie_embeddings, 0);
+        model_weights_close(w);
+    }
 #else
     skip();
 #endif
