@@ -69,7 +69,8 @@ static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, 
 
 /* Store n_tokens rows of k and v (f32 [n_tokens, kv_dim]) at positions
  * pos0.. of layer l, converting to the cache dtype. The positions must be
- * reserved. */
+ * reserved. Roofline: reads 8 n_tokens kv_dim bytes, writes 2 n_tokens kv_dim
+ * elem_size bytes; no arithmetic beyond the conversion. */
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
                   const float *k, const float *v);
 

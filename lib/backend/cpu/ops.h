@@ -47,7 +47,8 @@ di_status cpu_rope_init(cpu_rope *r, const model_config *c);
  * 3 FLOPs per element plus d/2 sin/cos. */
 void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos);
 
-/* In place softmax of n floats (max-subtracted, sum in double). */
+/* In place softmax of n floats (max-subtracted, sum in double). Roofline: 4n
+ * bytes read twice and written twice, n exp + 3n FLOPs. */
 void cpu_softmax(float *x, int64_t n);
 
 /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.

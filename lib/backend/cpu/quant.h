@@ -100,11 +100,13 @@ uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (ggm
 float cpu_fp8_e4m3_to_f32(uint8_t v);
 
 /* Dequantize n elements (a multiple of the block size) of a row stored as dtype
- * into y[n]. For FP8_E4M3 the block scale is not applied (the caller's job). */
+ * into y[n]. For FP8_E4M3 the block scale is not applied (the caller's job).
+ * Roofline: reads cpu_row_bytes(dtype, n), writes 4n bytes, ~2n FLOPs. */
 void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
 
 /* Quantize n f32 values into an activation row of dtype Q8_0, Q8_1, Q8_K, F16,
- * BF16 or F32 (a copy), with ggml's reference rounding. n is a multiple of the
+ * BF16 or F32 (a copy), with ggml's reference rounding. Roofline: reads 4n
+ * bytes, writes cpu_row_bytes(dtype, n), ~3n FLOPs (max, scale, round). n is a multiple of the
  * block size. Reference versions; cpu_quantize_row picks a SIMD one when the
  * CPU has it, with the same results. */
 void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n);
