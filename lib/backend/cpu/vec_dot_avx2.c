@@ -167,7 +167,7 @@ AVX2 static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
     *s = hsum_ps(acc) + summ;
 }
 
-static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+AVX2 static inline void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
 {
     uint32_t u[3];
     memcpy(u, q, 12);
@@ -183,6 +183,34 @@ static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
     memcpy(m + 4, &m_hi, 4);
 }
 
+/* sum_j m[j] * (bsums[2j] + bsums[2j+1]) for the eight 6-bit mins of a Q4_K/Q5_K
+ * block: the pair sums fit int16 (|.| <= 2 * 16 * 127), so one vpmaddwd does
+ * the eight products. An exact integer, as the scalar loop computes it. */
+AVX2 static inline int k4_min_sum(const uint8_t m[8], const int16_t *bsums)
+{
+    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); /* 8 x int32 */
+    __m128i p16 =
+        _mm_packs_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m));
+    __m128i prod = _mm_madd_epi16(p16, m16); /* 4 x int32 */
+    prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+    prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0xb1));
+    return _mm_cvtsi128_si32(prod);
+}
+
+/* sum_j sc[j] * bsums[j] over the sixteen int8 scales of a Q6_K block (the
+ * -32 offset's weight); exact. */
+AVX2 static inline int q6_offset_sum(const int8_t *sc, const int16_t *bsums)
+{
+    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    __m256i prod = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)bsums));
+    __m128i p = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
 AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
 {
     const block_q4_K *x = w;
@@ -193,9 +221,7 @@ AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
-        int summ = 0;
-        for (ptrdiff_t j = 0; j < 8; j++)
-            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        int summ = k4_min_sum(m, y[i].bsums);
         __m256i sumi = _mm256_setzero_si256();
         for (ptrdiff_t j = 0; j < 4; j++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
@@ -226,9 +252,7 @@ AVX2 static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
         k4_scales(x[i].scales, sc, m);
-        int summ = 0;
-        for (ptrdiff_t j = 0; j < 8; j++)
-            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        int summ = k4_min_sum(m, y[i].bsums);
         __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (ptrdiff_t j = 0; j < 4; j++) {
@@ -270,8 +294,7 @@ AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
         const int8_t *sc = x[i].scales;
         const int8_t *q8 = y[i].qs;
         /* the -32 offset: sum over sub-blocks of sc * 32 * sum(y) */
-        int off = 0;
-        for (int j = 0; j < 16; j++) off += sc[j] * y[i].bsums[j];
+        int off = q6_offset_sum(sc, y[i].bsums);
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -407,9 +430,7 @@ AVX2 static void dot4_q4_K(int64_t n, float *s, const void *w, const void *a, si
         float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
         for (int r = 0; r < 4; r++) {
             const block_q8_K *y = ROW(r, block_q8_K) + i;
-            int summ = 0;
-            for (ptrdiff_t j = 0; j < 8; j++)
-                summ += m[j] * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            int summ = k4_min_sum(m, y->bsums);
             __m256i sumi = _mm256_setzero_si256();
             for (ptrdiff_t j = 0; j < 4; j++) {
                 __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
@@ -458,8 +479,7 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
         float xd = f16(x[i].d);
         for (int r = 0; r < 4; r++) {
             const block_q8_K *y = ROW(r, block_q8_K) + i;
-            int off = 0;
-            for (int j = 0; j < 16; j++) off += sc[j] * y->bsums[j];
+            int off = q6_offset_sum(sc, y->bsums);
             __m256i sumi = _mm256_setzero_si256();
             for (ptrdiff_t h = 0; h < 2; h++) {
                 __m256i p[4];
