@@ -19,5 +19,7 @@ int cli_protocol(const char *name, di_protocol *out);
 int cli_tokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);
 int cli_parse(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_logits(int argc, char **argv);
 
 #endif

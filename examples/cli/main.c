@@ -3,6 +3,8 @@
  *   deepinfer render --protocol chat --encoding dsv4|dsv41 [--tokenizer PATH] [--tokens] FILE|-
  *   deepinfer tokenize --tokenizer PATH [--special] [--decode] FILE|-
  *   deepinfer parse --protocol P --request REQ.json [--stream] [...] CHUNKS.json|-
+ *   deepinfer generate --model PATH --tokens ID,... --max-tokens N [--threads T] [--kv-f32]
+ *   deepinfer logits --model PATH --tokens ID,... --out FILE [--threads T] [--kv-f32]
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
  *
@@ -30,6 +32,8 @@ static const command commands[] = {
     {"render", "render an API request into a DeepSeek prompt or its token IDs", cli_render},
     {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
     {"parse", "turn generated text into a protocol response or SSE stream", cli_parse},
+    {"generate", "greedy-decode token IDs after a prompt of token IDs", cli_generate},
+    {"logits", "write the logits of every prompt position as f32", cli_logits},
     {"version", "print the library and header versions", cmd_version},
     {"help", "list the commands", cmd_help},
 };

@@ -615,6 +615,80 @@ DI_API void di_stream_usage(const di_stream *s, uint32_t *completion_tokens,
 /* Free a stream; NULL is a no-op. */
 DI_API void di_stream_free(di_stream *s);
 
+/* ------------------------------------------------------------------------- */
+/* Models (CPU)                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* A loaded model with one token sequence: its weights (memory-mapped), a CPU
+ * thread pool and a KV cache. The low-level way to run a model: append tokens,
+ * read logits; sampling and scheduling belong to the engine (di_engine_*, to
+ * come). Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills).
+ * A di_model is used by one thread at a time; calls on different models may
+ * run concurrently. */
+typedef struct di_model di_model;
+
+/* Options of di_model_load (a versioned input struct: see "Versioned input
+ * structs"). */
+typedef struct di_model_options {
+    size_t struct_size;
+    /* CPU threads running the forward pass, counting the caller's; 0 (default):
+     * the number of CPUs online. At most 1024. */
+    int32_t n_threads;
+    /* 1: keep the KV cache in f32; 0 (default): f16, as llama.cpp does. */
+    int32_t kv_cache_f32;
+    /* Tokens the sequence may hold; 0 (default): the model's training context,
+     * at most 4096. */
+    int64_t n_ctx;
+} di_model_options;
+
+/* Set struct_size and the defaults. */
+DI_API void di_model_options_init(di_model_options *opts);
+
+/* Load the model at `path`: a .gguf file, or a Hugging Face directory
+ * (config.json, *.safetensors). opts may be NULL for the defaults. On success
+ * *out owns the model; free it with di_model_free.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL path/out, bad options), DI_ERR_IO
+ * (cannot open or map), DI_ERR_MODEL_FORMAT (corrupt or inconsistent file: the
+ * message names the file, tensor or field), DI_ERR_UNSUPPORTED (an architecture
+ * or weight type the CPU backend does not run), DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_BACKEND (threads could not start). Thread-safe. */
+DI_API di_status di_model_load(const char *path, const di_model_options *opts, di_model **out,
+                               di_error **err);
+
+/* Free a model; NULL is a no-op. */
+DI_API void di_model_free(di_model *model);
+
+/* Logits per token: the size of a logits row. 0 for NULL. */
+DI_API int32_t di_model_vocab_size(const di_model *model);
+/* Tokens the sequence may hold (the context length chosen at load). 0 for NULL. */
+DI_API int64_t di_model_context_length(const di_model *model);
+/* Tokens in the sequence now: the position the next token gets. 0 for NULL. */
+DI_API int64_t di_model_n_past(const di_model *model);
+/* Empty the sequence (free its KV cache). NULL is a no-op. */
+DI_API void di_model_reset(di_model *model);
+
+/* Flags of di_model_eval. */
+enum {
+    /* Write the logits of every evaluated token, not only the last one's. */
+    DI_EVAL_ALL_LOGITS = 1u << 0
+};
+
+/* Append tokens[0, n_tokens) to the model's sequence and run the forward pass
+ * over them (a prefill for many tokens, a decode step for one), reusing the KV
+ * cache of the tokens before.
+ *
+ * logits, when not NULL, receives little-endian host f32 logits (unnormalised,
+ * before any sampling): with DI_EVAL_ALL_LOGITS, n_tokens rows of
+ * di_model_vocab_size floats, row-major [n_tokens, vocab]; otherwise one row for
+ * the last token. The caller owns the buffer.
+ *
+ * Errors, after which the sequence is unchanged: DI_ERR_INVALID_ARGUMENT (NULL
+ * model, n_tokens 0, unknown flags, a token id outside [0, vocab): the message
+ * gives its index), DI_ERR_CONTEXT_LENGTH (di_model_n_past + n_tokens exceeds
+ * di_model_context_length). Not thread-safe on one model. */
+DI_API di_status di_model_eval(di_model *model, const int32_t *tokens, size_t n_tokens,
+                               float *logits, unsigned flags, di_error **err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

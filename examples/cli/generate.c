@@ -1,0 +1,231 @@
+/* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--kv-f32]
+ * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--kv-f32]
+ *
+ * generate: greedy decoding (the highest logit; the lowest id on ties) of N
+ * tokens after the prompt; prints the generated token IDs as a JSON array on
+ * one line. It does not stop at end-of-sequence tokens: exactly N are made.
+ * logits: runs the prompt once and writes the logits of every position to FILE
+ * as little-endian f32, row-major [n_tokens, vocab].
+ * PATH is a .gguf file or a Hugging Face model directory. Built only on the
+ * public API (di_model_*). docs/cli.md documents both. */
+#include <deepinfer/deepinfer.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct gen_args {
+    const char *model, *tokens, *out;
+    long max_tokens, threads;
+    int kv_f32;
+} gen_args;
+
+static int usage(const char *cmd, const char *why)
+{
+    if (strcmp(cmd, "generate") == 0)
+        fprintf(stderr,
+                "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
+                "ID,ID,... --max-tokens N [--threads T] [--kv-f32])\n",
+                why);
+    else
+        fprintf(stderr,
+                "deepinfer logits: %s (usage: deepinfer logits --model PATH --tokens ID,ID,... "
+                "--out FILE [--threads T] [--kv-f32])\n",
+                why);
+    return EXIT_USAGE;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "1,2,3" -> ids; an empty list or a malformed entry is an error. */
+static int parse_tokens(const char *s, int32_t **ids, size_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids) return -1;
+    *n = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9') {
+            if (*p != '-') return -1;
+        }
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < INT32_MIN || v > INT32_MAX) return -1;
+        (*ids)[(*n)++] = (int32_t)v;
+        if (*end == '\0') break;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+    return 0;
+}
+
+static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_tokens = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (strcmp(o, "--kv-f32") == 0) {
+            a->kv_f32 = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return usage(cmd, "missing value after an option");
+        const char *v = argv[++i];
+        if (strcmp(o, "--model") == 0) {
+            a->model = v;
+        } else if (strcmp(o, "--tokens") == 0) {
+            a->tokens = v;
+        } else if (strcmp(o, "--out") == 0 && strcmp(cmd, "logits") == 0) {
+            a->out = v;
+        } else if (strcmp(o, "--max-tokens") == 0 && strcmp(cmd, "generate") == 0) {
+            if (parse_long(v, 0, 1L << 24, &a->max_tokens))
+                return usage(cmd, "--max-tokens: expected an integer from 0");
+        } else if (strcmp(o, "--threads") == 0) {
+            if (parse_long(v, 1, 1024, &a->threads))
+                return usage(cmd, "--threads: expected an integer from 1 to 1024");
+        } else {
+            char why[300];
+            snprintf(why, sizeof why, "unknown option '%s'", o);
+            return usage(cmd, why);
+        }
+    }
+    if (!a->model) return usage(cmd, "--model is required");
+    if (!a->tokens) return usage(cmd, "--tokens is required");
+    if (strcmp(cmd, "generate") == 0 && a->max_tokens < 0)
+        return usage(cmd, "--max-tokens is required");
+    if (strcmp(cmd, "logits") == 0 && !a->out) return usage(cmd, "--out is required");
+    return EXIT_OK;
+}
+
+static int fail_error(const char *cmd, di_error *err)
+{
+    fprintf(stderr, "deepinfer %s: %s\n", cmd, di_error_message(err));
+    di_error_free(err);
+    return EXIT_FAILED;
+}
+
+static int load(const char *cmd, const gen_args *a, di_model **m)
+{
+    di_model_options o;
+    di_model_options_init(&o);
+    o.n_threads = (int32_t)a->threads;
+    o.kv_cache_f32 = a->kv_f32;
+    di_error *err = NULL;
+    if (di_model_load(a->model, &o, m, &err) != DI_OK) return fail_error(cmd, err);
+    return EXIT_OK;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int run(const char *cmd, int argc, char **argv)
+{
+    gen_args a;
+    int rc = parse_args(cmd, argc, argv, &a);
+    if (rc != EXIT_OK) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (parse_tokens(a.tokens, &ids, &n)) {
+        free(ids);
+        return usage(cmd, "--tokens: expected comma-separated token IDs, e.g. 1,2,3");
+    }
+    di_model *m = NULL;
+    float *logits = NULL;
+    if ((rc = load(cmd, &a, &m)) != EXIT_OK) goto done;
+    int32_t vocab = di_model_vocab_size(m);
+    di_error *err = NULL;
+    if (strcmp(cmd, "logits") == 0) {
+        logits = malloc(n * (size_t)vocab * sizeof *logits);
+        if (!logits) {
+            fprintf(stderr, "deepinfer logits: out of memory\n");
+            rc = EXIT_FAILED;
+            goto done;
+        }
+        if (di_model_eval(m, ids, n, logits, DI_EVAL_ALL_LOGITS, &err) != DI_OK) {
+            rc = fail_error(cmd, err);
+            goto done;
+        }
+        FILE *f = fopen(a.out, "wb");
+        if (!f) {
+            fprintf(stderr, "deepinfer logits: cannot open '%s': %s\n", a.out, strerror(errno));
+            rc = EXIT_FAILED;
+            goto done;
+        }
+        size_t w = fwrite(logits, sizeof *logits, n * (size_t)vocab, f);
+        if (fclose(f) != 0 || w != n * (size_t)vocab) {
+            fprintf(stderr, "deepinfer logits: cannot write '%s'\n", a.out);
+            rc = EXIT_FAILED;
+        }
+        goto done;
+    }
+    logits = malloc((size_t)vocab * sizeof *logits);
+    if (!logits) {
+        fprintf(stderr, "deepinfer generate: out of memory\n");
+        rc = EXIT_FAILED;
+        goto done;
+    }
+    if (a.max_tokens > 0 && (int64_t)n + a.max_tokens - 1 > di_model_context_length(m)) {
+        fprintf(stderr,
+                "deepinfer generate: %zu prompt tokens and %ld new ones exceed the context of "
+                "%lld tokens\n",
+                n, a.max_tokens, (long long)di_model_context_length(m));
+        rc = EXIT_FAILED;
+        goto done;
+    }
+    printf("[");
+    if (a.max_tokens > 0) {
+        if (di_model_eval(m, ids, n, logits, 0, &err) != DI_OK) {
+            printf("]\n");
+            rc = fail_error(cmd, err);
+            goto done;
+        }
+        for (long i = 0; i < a.max_tokens; i++) {
+            int32_t next = argmax(logits, vocab);
+            printf(i ? ",%d" : "%d", (int)next);
+            if (i + 1 == a.max_tokens) break;
+            if (di_model_eval(m, &next, 1, logits, 0, &err) != DI_OK) {
+                printf("]\n");
+                rc = fail_error(cmd, err);
+                goto done;
+            }
+        }
+    } else if (di_model_eval(m, ids, n, NULL, 0, &err) != DI_OK) {
+        printf("]\n");
+        rc = fail_error(cmd, err);
+        goto done;
+    }
+    printf("]\n");
+done:
+    free(logits);
+    free(ids);
+    di_model_free(m);
+    return rc;
+}
+
+int cli_generate(int argc, char **argv)
+{
+    return run("generate", argc, argv);
+}
+int cli_logits(int argc, char **argv)
+{
+    return run("logits", argc, argv);
+}

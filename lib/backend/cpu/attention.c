@@ -1,0 +1,250 @@
+/* Causal GQA attention over the paged KV cache (attention.h): scores, a
+ * softmax in f32 with the max subtracted and the sum in double, then the
+ * weighted sum of the values. The K dot products and V accumulation have
+ * F16C/AVX2 versions next to the scalar reference. */
+#include "backend/cpu/attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
+
+typedef float (*dot_kv_fn)(int n, const float *q, const void *k);
+typedef void (*axpy_kv_fn)(int n, float a, const void *v, float *y);
+
+static float dot_f32_ref(int n, const float *q, const void *k)
+{
+    const float *kk = k;
+    float s = 0;
+    for (int i = 0; i < n; i++) s += q[i] * kk[i];
+    return s;
+}
+
+/* The f16 cache's products as llama.cpp's CPU backend sums them (its f16
+ * GEMM, tinyBLAS, with 16-lane AVX-512 accumulators): element i goes to lane
+ * i % 16, lanes accumulate in order, then halve 16 -> 8 -> 4 -> 2 -> 1. Every
+ * f16 x f16 product is exact in f32, so this order makes the sums identical. */
+static float reduce16(float *l)
+{
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) l[i] += l[i + w];
+    return l[0];
+}
+
+static float dot_f16_ref(int n, const float *q, const void *k)
+{
+    const uint16_t *kk = k;
+    float lanes[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cpu_fp16_to_f32(kk[i + l]);
+    float s = reduce16(lanes);
+    for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
+    return s;
+}
+
+static void axpy_f32_ref(int n, float a, const void *v, float *y)
+{
+    const float *vv = v;
+    for (int i = 0; i < n; i++) y[i] += a * vv[i];
+}
+
+static void axpy_f16_ref(int n, float a, const void *v, float *y)
+{
+    const uint16_t *vv = v;
+    for (int i = 0; i < n; i++) y[i] += a * cpu_fp16_to_f32(vv[i]);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <immintrin.h>
+#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* dot_f16_ref's lane order: lanes 0-7 and 8-15 in two registers, then the
+ * same halving tree (hsum8 halves 8 -> 4 -> 2 -> 1). */
+AVX2 static float dot_f16_avx2(int n, const float *q, const void *k)
+{
+    const uint16_t *kk = k;
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i))), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i + 8))), hi);
+    }
+    float s = hsum8(_mm256_add_ps(lo, hi));
+    for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
+    return s;
+}
+
+AVX2 static float dot_f32_avx2(int n, const float *q, const void *k)
+{
+    const float *kk = k;
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kk + i), acc);
+    float s = hsum8(acc);
+    for (; i < n; i++) s += q[i] * kk[i];
+    return s;
+}
+
+AVX2 static void axpy_f16_avx2(int n, float a, const void *v, float *y)
+{
+    const uint16_t *vv = v;
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            y + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vv + i))),
+                                   _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * cpu_fp16_to_f32(vv[i]);
+}
+
+AVX2 static void axpy_f32_avx2(int n, float a, const void *v, float *y)
+{
+    const float *vv = v;
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(va, _mm256_loadu_ps(vv + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * vv[i];
+}
+#endif
+
+/* Softmax as llama.cpp sums it: exponentials in chunks of 16 positions, each
+ * chunk's sum in f32 by the halving tree, the chunk sums in double. */
+static void softmax_ggml(float *x, int64_t n)
+{
+    float max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        float lanes[16] = {0};
+        for (int64_t l = 0; l < 16 && i + l < n; l++) lanes[l] = x[i + l] = expf(x[i + l] - max);
+        sum += (double)reduce16(lanes);
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* The first row of block bi of the sequence in layer l, in the K or V pool. */
+static const char *kv_block(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s, int l,
+                            int64_t bi)
+{
+    int64_t b = s->block_table[bi];
+    return (const char *)pool + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size) *
+                                    (size_t)c->kv_dim * c->elem_size;
+}
+
+typedef struct attn_job {
+    const cpu_kv_cache *c;
+    const cpu_kv_seq *s;
+    int layer, n_head, group, f16;
+    const float *q;
+    int64_t pos0;
+    float scale;
+    float *out, *scratch;
+    int64_t scratch_ctx;
+    dot_kv_fn dot;
+    axpy_kv_fn axpy;
+} attn_job;
+
+static void attn_task(void *ctx, int64_t task, int thread)
+{
+    const attn_job *j = ctx;
+    const cpu_kv_cache *c = j->c;
+    int hd = c->head_dim;
+    int64_t t = task / j->n_head;
+    int h = (int)(task % j->n_head), g = h / j->group;
+    int64_t n = j->pos0 + t + 1;
+    const float *q = j->q + (t * j->n_head + h) * hd;
+    float *sc = j->scratch + (int64_t)thread * j->scratch_ctx;
+    float q16[CPU_ATTENTION_MAX_HEAD_DIM];
+    if (j->f16) { /* llama.cpp multiplies an f16 cache with q rounded to f16 */
+        for (int i = 0; i < hd; i++) q16[i] = cpu_fp16_to_f32(cpu_f32_to_fp16(q[i]));
+        q = q16;
+    }
+    size_t goff = (size_t)g * (size_t)hd * c->elem_size;
+    const size_t row = (size_t)c->kv_dim * c->elem_size;
+    const int64_t bs = c->block_size;
+    /* walk the block table block by block (no division per position) */
+    for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+        const char *k = kv_block(c, c->k, j->s, j->layer, bi) + goff;
+        for (int64_t p = p0; p < p0 + bs && p < n; p++, k += row)
+            sc[p] = j->dot(hd, q, k) * j->scale;
+    }
+    if (j->f16)
+        softmax_ggml(sc, n);
+    else
+        cpu_softmax(sc, n);
+    if (j->f16) /* ... and the probabilities rounded to f16 with the f16 V */
+        for (int64_t p = 0; p < n; p++) sc[p] = cpu_fp16_to_f32(cpu_f32_to_fp16(sc[p]));
+    float *o = j->out + (t * j->n_head + h) * hd;
+    if (!j->f16) {
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+            const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
+            for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row) j->axpy(hd, sc[p], v, o);
+        }
+        return;
+    }
+    /* f16: position p accumulates into lane p % 16, then the lanes halve (reduce16) */
+    float acc[16 * CPU_ATTENTION_MAX_HEAD_DIM];
+    int n_lanes = n < 16 ? (int)n : 16;
+    memset(acc, 0, (size_t)n_lanes * (size_t)hd * sizeof *acc);
+    for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
+        const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
+        for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row)
+            j->axpy(hd, sc[p], v, acc + (p % 16) * hd);
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w && l + w < n_lanes; l++)
+            for (int i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + w) * hd + i];
+    memcpy(o, acc, (size_t)hd * sizeof *o);
+}
+
+void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
+                   const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
+                   float *out, float *scratch, int64_t scratch_ctx, int use_ref)
+{
+    int f16 = c->dtype == MODEL_DTYPE_F16;
+    attn_job j = {
+        .c = c,
+        .s = s,
+        .layer = layer,
+        .n_head = n_head,
+        .group = n_head / c->n_head_kv,
+        .f16 = f16,
+        .q = q,
+        .pos0 = pos0,
+        .scale = scale,
+        .out = out,
+        .scratch = scratch,
+        .scratch_ctx = scratch_ctx,
+        .dot = f16 ? dot_f16_ref : dot_f32_ref,
+        .axpy = f16 ? axpy_f16_ref : axpy_f32_ref,
+    };
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!use_ref && cpu_has_avx2()) {
+        j.dot = f16 ? dot_f16_avx2 : dot_f32_avx2;
+        j.axpy = f16 ? axpy_f16_avx2 : axpy_f32_avx2;
+    }
+#endif
+    if (use_ref) {
+        for (int64_t t = 0; t < n_tokens * n_head; t++) attn_task(&j, t, 0);
+    } else {
+        cpu_threadpool_run(pool, n_tokens * n_head, attn_task, &j);
+    }
+}

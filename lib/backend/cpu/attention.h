@@ -1,0 +1,35 @@
+/* Causal self-attention with grouped-query heads over the paged KV cache.
+ *
+ * For each of n_tokens query tokens at positions pos0 + t and each query head h
+ * (KV head g = h / (n_head / n_head_kv)):
+ *   out[t, h] = softmax_j(scale * q[t, h] . K[j, g]) V[j, g],  j in [0, pos0 + t]
+ * q is f32 [n_tokens, n_head, head_dim], out is f32 [n_tokens, n_head, head_dim];
+ * K and V of positions up to pos0 + n_tokens - 1 must already be stored.
+ *
+ * Roofline per (token, head) with n = pos0 + t + 1 keys: reads 2 n head_dim
+ * elements of the cache, 4 n head_dim FLOPs. Heads of one KV group re-read
+ * the same K/V from cache.
+ *
+ * With an f16 cache the arithmetic is llama.cpp's (non-flash attention): q is
+ * rounded to f16 before the K products and the softmax probabilities to f16
+ * before the V products, and the f16 products are summed in llama.cpp's order
+ * (16 strided lanes, then a halving tree), so the sums are bit-identical; with
+ * an f32 cache everything stays f32. head_dim <= 256 (CPU_ATTENTION_MAX_HEAD_DIM).
+ *
+ * scratch: f32 [n_threads, ctx] (ctx >= pos0 + n_tokens) for the scores, owned
+ * by the caller. Tasks (token, head) are spread over the pool. */
+#ifndef DI_BACKEND_CPU_ATTENTION_H
+#define DI_BACKEND_CPU_ATTENTION_H
+
+#include <stdint.h>
+
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/threadpool.h"
+
+enum { CPU_ATTENTION_MAX_HEAD_DIM = 256 };
+
+void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
+                   const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
+                   float *out, float *scratch, int64_t scratch_ctx, int use_ref);
+
+#endif

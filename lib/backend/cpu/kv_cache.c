@@ -1,0 +1,87 @@
+/* The paged KV cache (kv_cache.h). */
+#include "backend/cpu/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/quant.h"
+
+di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
+                            int head_dim, int block_size, int32_t n_blocks)
+{
+    memset(c, 0, sizeof *c);
+    if ((dtype != MODEL_DTYPE_F32 && dtype != MODEL_DTYPE_F16) || n_layer <= 0 || n_head_kv <= 0 ||
+        head_dim <= 0 || block_size <= 0 || n_blocks <= 0)
+        return DI_ERR_INVALID_ARGUMENT;
+    c->dtype = dtype;
+    c->n_layer = n_layer;
+    c->n_head_kv = n_head_kv;
+    c->head_dim = head_dim;
+    c->kv_dim = n_head_kv * head_dim;
+    c->block_size = block_size;
+    c->n_blocks = n_blocks;
+    c->elem_size = dtype == MODEL_DTYPE_F32 ? 4 : 2;
+    size_t bytes =
+        (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * (size_t)c->kv_dim * c->elem_size;
+    c->k = calloc(1, bytes);
+    c->v = calloc(1, bytes);
+    c->free_list = malloc((size_t)n_blocks * sizeof *c->free_list);
+    if (!c->k || !c->v || !c->free_list) {
+        cpu_kv_cache_free(c);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    for (int32_t i = 0; i < n_blocks; i++) c->free_list[i] = n_blocks - 1 - i;
+    c->n_free = n_blocks;
+    return DI_OK;
+}
+
+void cpu_kv_cache_free(cpu_kv_cache *c)
+{
+    free(c->k);
+    free(c->v);
+    free(c->free_list);
+    memset(c, 0, sizeof *c);
+}
+
+di_status cpu_kv_seq_init(cpu_kv_seq *s, const cpu_kv_cache *c, int64_t max_tokens)
+{
+    memset(s, 0, sizeof *s);
+    int64_t nb = (max_tokens + c->block_size - 1) / c->block_size;
+    if (nb <= 0 || nb > INT32_MAX) return DI_ERR_INVALID_ARGUMENT;
+    s->block_table = malloc((size_t)nb * sizeof *s->block_table);
+    if (!s->block_table) return DI_ERR_OUT_OF_MEMORY;
+    s->n_blocks_max = (int32_t)nb;
+    return DI_OK;
+}
+
+void cpu_kv_seq_reset(cpu_kv_seq *s, cpu_kv_cache *c)
+{
+    while (s->n_blocks > 0) c->free_list[c->n_free++] = s->block_table[--s->n_blocks];
+    s->n_tokens = 0;
+}
+
+void cpu_kv_seq_free(cpu_kv_seq *s, cpu_kv_cache *c)
+{
+    if (s->block_table) cpu_kv_seq_reset(s, c);
+    free(s->block_table);
+    memset(s, 0, sizeof *s);
+}
+
+di_status cpu_kv_seq_reserve(cpu_kv_seq *s, cpu_kv_cache *c, int64_t n_tokens)
+{
+    int64_t need = (n_tokens + c->block_size - 1) / c->block_size;
+    if (need > s->n_blocks_max) return DI_ERR_CONTEXT_LENGTH;
+    if (need - s->n_blocks > c->n_free) return DI_ERR_CONTEXT_LENGTH;
+    while (s->n_blocks < need) s->block_table[s->n_blocks++] = c->free_list[--c->n_free];
+    return DI_OK;
+}
+
+void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
+                  const float *k, const float *v)
+{
+    for (int64_t t = 0; t < n_tokens; t++) {
+        void *kd = cpu_kv_k(c, s, l, pos0 + t), *vd = cpu_kv_v(c, s, l, pos0 + t);
+        cpu_quantize_row(c->dtype, k + t * c->kv_dim, kd, c->kv_dim);
+        cpu_quantize_row(c->dtype, v + t * c->kv_dim, vd, c->kv_dim);
+    }
+}

@@ -1,0 +1,77 @@
+/* A paged KV cache: keys and values of every layer in fixed-size blocks of
+ * tokens, shared by sequences through per-sequence block tables (vLLM's
+ * PagedAttention layout). A block holds, per layer, block_size tokens x
+ * n_head_kv x head_dim keys and as many values, stored as f32 or f16.
+ *
+ * Address of token p of a sequence in layer l: block b = table[p / block_size],
+ * slot p % block_size; K at k + ((l * n_blocks + b) * block_size + slot) * kv_dim.
+ *
+ * Not thread-safe: one owner (the model or, later, the engine's scheduler)
+ * allocates and frees blocks; attention kernels read blocks concurrently. */
+#ifndef DI_BACKEND_CPU_KV_CACHE_H
+#define DI_BACKEND_CPU_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+#include "model/weights.h"
+
+typedef struct cpu_kv_cache {
+    model_dtype dtype;                        /* MODEL_DTYPE_F32 or MODEL_DTYPE_F16 */
+    int n_layer, n_head_kv, head_dim, kv_dim; /* kv_dim = n_head_kv * head_dim */
+    int block_size;                           /* tokens per block */
+    int32_t n_blocks;
+    size_t elem_size;
+    void *k, *v;
+    int32_t *free_list; /* stack of free block ids */
+    int32_t n_free;
+} cpu_kv_cache;
+
+/* The tokens of one sequence and the blocks that hold them. */
+typedef struct cpu_kv_seq {
+    int32_t *block_table; /* n_blocks_max entries, owned */
+    int32_t n_blocks;     /* blocks held */
+    int32_t n_blocks_max;
+    int64_t n_tokens; /* tokens stored */
+} cpu_kv_seq;
+
+/* Errors: DI_ERR_INVALID_ARGUMENT (dtype not F32/F16, non-positive sizes),
+ * DI_ERR_OUT_OF_MEMORY. */
+di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
+                            int head_dim, int block_size, int32_t n_blocks);
+void cpu_kv_cache_free(cpu_kv_cache *c);
+
+/* A sequence that may grow to max_tokens. Errors: DI_ERR_OUT_OF_MEMORY. */
+di_status cpu_kv_seq_init(cpu_kv_seq *s, const cpu_kv_cache *c, int64_t max_tokens);
+/* Give the sequence's blocks back to the cache and empty it. */
+void cpu_kv_seq_reset(cpu_kv_seq *s, cpu_kv_cache *c);
+void cpu_kv_seq_free(cpu_kv_seq *s, cpu_kv_cache *c);
+/* Make room for n_tokens tokens in total. Errors: DI_ERR_CONTEXT_LENGTH (more
+ * than max_tokens, or no free block left). */
+di_status cpu_kv_seq_reserve(cpu_kv_seq *s, cpu_kv_cache *c, int64_t n_tokens);
+
+/* The K (or V) row [kv_dim] of token pos of the sequence in layer l. */
+static inline void *cpu_kv_k(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
+{
+    int64_t b = s->block_table[pos / c->block_size];
+    int64_t slot = pos % c->block_size;
+    return (char *)c->k + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) *
+                              c->kv_dim * c->elem_size;
+}
+static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
+{
+    int64_t b = s->block_table[pos / c->block_size];
+    int64_t slot = pos % c->block_size;
+    return (char *)c->v + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) *
+                              c->kv_dim * c->elem_size;
+}
+
+/* Store n_tokens rows of k and v (f32 [n_tokens, kv_dim]) at positions
+ * pos0.. of layer l, converting to the cache dtype. The positions must be
+ * reserved. Roofline: reads 8 n_tokens kv_dim bytes, writes 2 n_tokens kv_dim
+ * elem_size bytes; no arithmetic beyond the conversion. */
+void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
+                  const float *k, const float *v);
+
+#endif

@@ -1,0 +1,195 @@
+/* Matrix products over stored weights (matmul.h). */
+#include "backend/cpu/matmul.h"
+
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
+
+/* Tiles: 16 weight rows x 32 tokens for prefill. At decode a 16-row task is
+ * well under a microsecond, so the shared task counter would cost as much as
+ * the work: each thread then gets about four tasks per product instead. */
+enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, TASKS_PER_THREAD = 4, FP8_BLOCK = 128 };
+
+size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
+{
+    return cpu_row_bytes(cpu_vec_dot_type(dtype), n_in) * (size_t)n_tokens + 64;
+}
+
+int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
+{
+    int be = cpu_dtype_block_elems((int)dtype);
+    return be > 0 && n_in > 0 && n_in % be == 0 && cpu_vec_dot_ref(dtype) != NULL;
+}
+
+typedef struct matmul_part {
+    const model_tensor *w;
+    const float *bias;
+    float *y;
+    int64_t n_out;
+    size_t w_row;
+    cpu_vec_dot_fn dot;
+    cpu_vec_dot4_fn dot4;     /* NULL: one token at a time */
+    cpu_vec_dot2x4_fn dot2x4; /* NULL: one weight row at a time */
+    int64_t first_task, n_row_tiles, rows_per_tile;
+} matmul_part;
+
+typedef struct matmul_job {
+    matmul_part parts[CPU_MATMUL_MAX_PARTS];
+    int n_parts;
+    const float *x;
+    int64_t n_tokens, n_in;
+    const char *act; /* the activations multiplied: x itself or the quantized scratch */
+    char *scratch;
+    size_t act_row;
+    int act_type;
+    int64_t n_tok_tiles;
+} matmul_job;
+
+static void quantize_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    matmul_job *j = ctx;
+    cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->scratch + (size_t)t * j->act_row, j->n_in);
+}
+
+static float dot_fp8_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
+                         const char *arow)
+{
+    const model_tensor *sc = pt->w->scale;
+    const float *scales = sc->data;
+    int64_t ns0 = sc->ne[0];
+    float sum = 0;
+    for (int64_t i = 0; i < j->n_in; i += FP8_BLOCK) {
+        int64_t len = j->n_in - i < FP8_BLOCK ? j->n_in - i : FP8_BLOCK;
+        float s;
+        pt->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
+        sum += s * scales[(o / FP8_BLOCK) * ns0 + i / FP8_BLOCK];
+    }
+    return sum;
+}
+
+static void matmul_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const matmul_job *j = ctx;
+    const matmul_part *pt = &j->parts[0];
+    for (int p = 1; p < j->n_parts && task >= j->parts[p].first_task; p++) pt = &j->parts[p];
+    task -= pt->first_task;
+    int64_t rt = task / j->n_tok_tiles, tt = task % j->n_tok_tiles;
+    int64_t o0 = rt * pt->rows_per_tile, o1 = o0 + pt->rows_per_tile;
+    int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
+    if (o1 > pt->n_out) o1 = pt->n_out;
+    if (t1 > j->n_tokens) t1 = j->n_tokens;
+    const char *wdata = pt->w->data;
+    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
+    if (pt->dot2x4 && t1 - t0 >= 4) { /* prefill: 2 rows x 4 tokens, then what is left */
+        int64_t o = o0;
+        for (; o + 2 <= o1; o += 2) {
+            const char *wrow = wdata + (size_t)o * pt->w_row;
+            float b0 = pt->bias ? pt->bias[o] : 0.0f, b1 = pt->bias ? pt->bias[o + 1] : 0.0f;
+            int64_t t = t0;
+            for (; t + 4 <= t1; t += 4) {
+                float s8[8];
+                pt->dot2x4(j->n_in, s8, wrow, pt->w_row, j->act + (size_t)t * j->act_row,
+                           j->act_row);
+                for (int r = 0; r < 4; r++) {
+                    pt->y[(t + r) * pt->n_out + o] = s8[r] + b0;
+                    pt->y[(t + r) * pt->n_out + o + 1] = s8[4 + r] + b1;
+                }
+            }
+            for (; t < t1; t++) {
+                const char *arow = j->act + (size_t)t * j->act_row;
+                float v0, v1;
+                pt->dot(j->n_in, &v0, wrow, arow);
+                pt->dot(j->n_in, &v1, wrow + pt->w_row, arow);
+                pt->y[t * pt->n_out + o] = v0 + b0;
+                pt->y[t * pt->n_out + o + 1] = v1 + b1;
+            }
+        }
+        o0 = o;
+    }
+    for (int64_t o = o0; o < o1; o++) {
+        const char *wrow = wdata + (size_t)o * pt->w_row;
+        float b = pt->bias ? pt->bias[o] : 0.0f;
+        int64_t t = t0;
+        if (pt->dot4 && !fp8) {
+            for (; t + 4 <= t1; t += 4) {
+                float s4[4];
+                pt->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
+                for (int r = 0; r < 4; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
+            }
+        }
+        for (; t < t1; t++) {
+            const char *arow = j->act + (size_t)t * j->act_row;
+            float v;
+            if (fp8)
+                v = dot_fp8_row(j, pt, o, wrow, arow);
+            else
+                pt->dot(j->n_in, &v, wrow, arow);
+            pt->y[t * pt->n_out + o] = v + b;
+        }
+    }
+}
+
+void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
+                      const float *const *bias, const float *x, int64_t n_tokens, float *const *y,
+                      void *scratch, int use_ref)
+{
+    matmul_job j = {
+        .n_parts = n,
+        .x = x,
+        .n_tokens = n_tokens,
+        .n_in = w[0]->ne[0],
+        .act = scratch,
+        .scratch = scratch,
+        .act_type = cpu_vec_dot_type(w[0]->dtype),
+    };
+    j.act_row = cpu_row_bytes(j.act_type, j.n_in);
+    j.n_tok_tiles = (n_tokens + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
+    int64_t n_tasks = 0;
+    for (int p = 0; p < n; p++) {
+        matmul_part *pt = &j.parts[p];
+        pt->w = w[p];
+        pt->bias = bias ? bias[p] : NULL;
+        pt->y = y[p];
+        pt->n_out = w[p]->ne[1];
+        pt->w_row = cpu_row_bytes((int)w[p]->dtype, j.n_in);
+        pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
+        pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
+        pt->dot2x4 = use_ref ? NULL : cpu_vec_dot2x4_vnni(w[p]->dtype);
+        pt->rows_per_tile = ROWS_PER_TILE;
+        if (n_tokens < 4 && !use_ref) {
+            int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;
+            int64_t rows = (pt->n_out + want - 1) / want;
+            rows = (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE * ROWS_PER_TILE;
+            if (rows > pt->rows_per_tile) pt->rows_per_tile = rows;
+        }
+        pt->n_row_tiles = (pt->n_out + pt->rows_per_tile - 1) / pt->rows_per_tile;
+        pt->first_task = n_tasks;
+        n_tasks += pt->n_row_tiles * j.n_tok_tiles;
+    }
+    if (j.act_type == MODEL_DTYPE_F32) {
+        j.act = (const char *)x; /* used as it is */
+    } else if (use_ref) {
+        for (int64_t t = 0; t < n_tokens; t++)
+            cpu_quantize_row_ref(j.act_type, x + t * j.n_in,
+                                 (char *)scratch + (size_t)t * j.act_row, j.n_in);
+    } else {
+        cpu_threadpool_run(pool, n_tokens, quantize_task, &j);
+    }
+    if (use_ref) {
+        for (int64_t t = 0; t < n_tasks; t++) matmul_task(&j, t, 0);
+    } else {
+        cpu_threadpool_run(pool, n_tasks, matmul_task, &j);
+    }
+}
+
+void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, const float *x,
+                int64_t n_tokens, float *y, void *scratch, int use_ref)
+{
+    cpu_matmul_multi(pool, 1, &w, &bias, x, n_tokens, &y, scratch, use_ref);
+}
+
+int cpu_matmul_can_share(const model_tensor *a, const model_tensor *b)
+{
+    return a->ne[0] == b->ne[0] && cpu_vec_dot_type(a->dtype) == cpu_vec_dot_type(b->dtype);
+}

@@ -1,0 +1,58 @@
+/* The element-wise and row-wise kernels of a transformer layer on f32
+ * activations: RMSNorm, RoPE, softmax, SiLU-gated MLP activation. Each is a
+ * plain loop the compiler vectorises (the scalar code is the reference); each
+ * states its roofline. All are thread-safe (no state). */
+#ifndef DI_BACKEND_CPU_OPS_H
+#define DI_BACKEND_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "model/weights.h"
+
+/* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n_tokens rows of n floats
+ * (y may equal x). The mean of squares is accumulated in double, as ggml's
+ * rms_norm (squares in f32, summed in double). Roofline: 8n bytes read + 4n written per row, 4n
+ * FLOPs. */
+void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps);
+
+/* Rotary position embedding tables for one model: inverse frequencies per
+ * rotated pair and the attention scaling YaRN applies to cos/sin. */
+typedef struct cpu_rope {
+    int head_dim;
+    model_rope_style style;
+    float inv_freq[512]; /* head_dim / 2 entries */
+    float mscale;        /* multiplies cos and sin (YaRN's attention factor; 1 otherwise) */
+    /* 1: angles as ggml computes them (pos * s^i by repeated f32 multiplication,
+     * s = base^(-2/d), times 1/factor for linear scaling), for GGUF models run
+     * against llama.cpp; 0: pos * inv_freq[i] (transformers). Only NONE and
+     * LINEAR scaling have a ggml form here; others use inv_freq. */
+    int ggml_angles;
+    float theta_scale, freq_scale;
+    /* GGUF "rope_freqs.weight" (Llama 3 GGUFs carry their frequency scaling
+     * as this tensor): angle i is divided by freq_factors[i]; NULL: none.
+     * Borrowed, [head_dim / 2] f32. */
+    const float *freq_factors;
+} cpu_rope;
+
+/* Fill r from the config's rope fields: theta^(-2i/d), divided by the factor
+ * (linear), blended per frequency band (llama3, as transformers'
+ * _compute_llama3_parameters), or YaRN's ramp between interpolation and
+ * extrapolation with its mscale (transformers' _compute_yarn_parameters).
+ * Returns DI_ERR_UNSUPPORTED for head_dim > 1024 or odd. */
+di_status cpu_rope_init(cpu_rope *r, const model_config *c);
+
+/* Rotate, in place, n_heads heads of head_dim floats (contiguous, [n_heads,
+ * head_dim]) of one token at position pos. NORM pairs (x[2i], x[2i+1]), NEOX
+ * pairs (x[i], x[i + d/2]). Roofline: 8 * n_heads * head_dim bytes moved,
+ * 3 FLOPs per element plus d/2 sin/cos. */
+void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos);
+
+/* In place softmax of n floats (max-subtracted, sum in double). Roofline: 4n
+ * bytes read twice and written twice, n exp + 3n FLOPs. */
+void cpu_softmax(float *x, int64_t n);
+
+/* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.
+ * Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
+void cpu_silu_mul(float *gate, const float *up, int64_t n);
+
+#endif

@@ -1,0 +1,115 @@
+/* Block formats of quantized weights and activations, as ggml lays them out
+ * (ggml-common.h), with scalar reference conversions.
+ *
+ * Weights are used straight from their stored blocks; the matrix products
+ * quantize the activations into the partner format llama.cpp pairs with each
+ * weight type (cpu_vec_dot_type): Q8_1 for Q4_1, Q8_0 for Q4_0/Q8_0, Q8_K for the
+ * K-quants — so the integer dot products, and the rounding, are those of
+ * llama.cpp — and f32 for F32, F16, BF16 and FP8 weights (llama.cpp rounds the
+ * activations of F16/BF16 weights to those types; transformers does not, and
+ * the products stay memory-bound either way).
+ *
+ * Every function here is a plain scalar reference: the SIMD kernels are tested
+ * against them. All are thread-safe (no state). */
+#ifndef DI_BACKEND_CPU_QUANT_H
+#define DI_BACKEND_CPU_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/weights.h"
+
+enum { QK4_0 = 32, QK4_1 = 32, QK8_0 = 32, QK8_1 = 32, QK_K = 256, K_SCALE_SIZE = 12 };
+
+/* x[i] = (q[i] - 8) * d; element j < 16 in the low nibble of qs[j], j >= 16 in the
+ * high nibble of qs[j - 16]. 18 bytes. */
+typedef struct block_q4_0 {
+    uint16_t d; /* f16 */
+    uint8_t qs[QK4_0 / 2];
+} block_q4_0;
+
+/* x[i] = q[i] * d + m; nibble order as Q4_0. 20 bytes. */
+typedef struct block_q4_1 {
+    uint16_t d, m; /* f16 */
+    uint8_t qs[QK4_1 / 2];
+} block_q4_1;
+
+/* x[i] = q[i] * d. 34 bytes. */
+typedef struct block_q8_0 {
+    uint16_t d; /* f16 */
+    int8_t qs[QK8_0];
+} block_q8_0;
+
+/* Q8_0 plus s = d * sum(q) (f16): the activation partner of Q4_1. 36 bytes. */
+typedef struct block_q8_1 {
+    uint16_t d, s; /* f16 */
+    int8_t qs[QK8_1];
+} block_q8_1;
+
+/* 256 elements in 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min
+ * packed in scales[12]: x = d * sc * q - dmin * m. Within each 64 elements the
+ * first 32 are the low nibbles of qs[32 bytes], the next 32 the high ones. 144 bytes. */
+typedef struct block_q4_K {
+    uint16_t d, dmin; /* f16 */
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} block_q4_K;
+
+/* Q4_K with a fifth bit per element in qh (bit 2k / 2k+1 for the k-th pair of
+ * sub-blocks). 176 bytes. */
+typedef struct block_q5_K {
+    uint16_t d, dmin; /* f16 */
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} block_q5_K;
+
+/* 256 elements in 16 sub-blocks of 16 with int8 scales: x = d * sc * (q - 32),
+ * q 6 bits: low 4 in ql, high 2 in qh. 210 bytes. */
+typedef struct block_q6_K {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    uint16_t d; /* f16 */
+} block_q6_K;
+
+/* The activation partner of the K-quants: f32 scale, 256 int8, and the sums of
+ * each 16 of them. 292 bytes. */
+typedef struct block_q8_K {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} block_q8_K;
+
+/* Formats that only activations use, after model_dtype's values. */
+enum { CPU_DTYPE_Q8_1 = 100, CPU_DTYPE_Q8_K = 101 };
+
+/* Elements per block (1 for F32/F16/BF16/FP8) and bytes per block of a dtype
+ * (model_dtype or CPU_DTYPE_*); 0 for an unknown one. */
+int cpu_dtype_block_elems(int dtype);
+size_t cpu_dtype_block_bytes(int dtype);
+/* Bytes of a row of n elements (n a multiple of the block size). */
+size_t cpu_row_bytes(int dtype, int64_t n);
+/* The activation format llama.cpp multiplies a weight dtype with. */
+int cpu_vec_dot_type(model_dtype weight);
+
+float cpu_fp16_to_f32(uint16_t h);
+uint16_t cpu_f32_to_fp16(float f); /* round to nearest even, as F16C's vcvtps2ph */
+float cpu_bf16_to_f32(uint16_t h);
+uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (ggml's) */
+float cpu_fp8_e4m3_to_f32(uint8_t v);
+
+/* Dequantize n elements (a multiple of the block size) of a row stored as dtype
+ * into y[n]. For FP8_E4M3 the block scale is not applied (the caller's job).
+ * Roofline: reads cpu_row_bytes(dtype, n), writes 4n bytes, ~2n FLOPs. */
+void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
+
+/* Quantize n f32 values into an activation row of dtype Q8_0, Q8_1, Q8_K, F16,
+ * BF16 or F32 (a copy), with ggml's reference rounding. Roofline: reads 4n
+ * bytes, writes cpu_row_bytes(dtype, n), ~3n FLOPs (max, scale, round). n is a multiple of the
+ * block size. Reference versions; cpu_quantize_row picks a SIMD one when the
+ * CPU has it, with the same results. */
+void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n);
+void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n);
+
+#endif

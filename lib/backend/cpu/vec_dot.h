@@ -1,0 +1,59 @@
+/* Dot products of one stored weight row with one quantized activation row
+ * (quant.h): the inner loop of every matrix product.
+ *
+ * Roofline of one call over n elements: reads cpu_row_bytes(w, n) +
+ * cpu_row_bytes(a, n) bytes, 2n FLOPs (multiply-adds, integer for the
+ * quantized pairs). At decode the weight bytes dominate: a matrix-vector product
+ * is memory-bound at (weight bytes) / (memory bandwidth).
+ *
+ * Each weight dtype has a scalar reference (cpu_vec_dot_ref) whose block-wise
+ * arithmetic is that of ggml's reference (the integer sums per block, scaled by
+ * the product of the block scales) and SIMD versions (AVX2+FMA+F16C, and
+ * AVX512-VNNI for the 8-bit products) picked at run time; tests compare the two on random input.
+ * Thread-safe. */
+#ifndef DI_BACKEND_CPU_VEC_DOT_H
+#define DI_BACKEND_CPU_VEC_DOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/quant.h"
+
+/* *s = dot(w[0..n), a[0..n)): w a row stored as the weight dtype, a a row of
+ * its cpu_vec_dot_type. n is a multiple of the block size. */
+typedef void (*cpu_vec_dot_fn)(int64_t n, float *s, const void *w, const void *a);
+
+/* The scalar reference for weight dtype `dtype`; NULL when there is none. */
+cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype);
+/* The fastest version this CPU runs (the reference when no SIMD one applies). */
+cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype);
+/* The AVX2 version, or NULL when the CPU or the build lacks it (for tests). */
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype);
+
+/* s[r] = dot(w, a_r) for four activation rows a_r = a + r * stride bytes:
+ * the weight row's blocks are decoded once (prefill). Results are bit-identical
+ * to four cpu_vec_dot calls. */
+typedef void (*cpu_vec_dot4_fn)(int64_t n, float *s, const void *w, const void *a, size_t stride);
+/* The AVX2 four-row version, or NULL (then use cpu_vec_dot per row). */
+cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype);
+
+/* s[r * 4 + t] = dot(w_r, a_t) for two weight rows (w, w + w_stride bytes) and
+ * four activation rows (a + t * stride bytes): a 2x4 register tile for
+ * prefill, bit-identical to eight cpu_vec_dot calls. NULL where there is none
+ * (Q4_1 with AVX512-VNNI only). */
+typedef void (*cpu_vec_dot2x4_fn)(int64_t n, float *s, const void *w, size_t w_stride,
+                                  const void *a, size_t stride);
+cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
+
+/* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
+ * bit-identical to the AVX2 ones, or NULL. */
+cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype);
+cpu_vec_dot4_fn cpu_vec_dot4_vnni(model_dtype dtype);
+/* The fastest four-row version this CPU runs, or NULL. */
+cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype);
+
+/* 1 when the CPU runs AVX2, FMA and F16C; AVX512 F/VL/BW/VNNI too. */
+int cpu_has_avx2(void);
+int cpu_has_avx512_vnni(void);
+
+#endif

@@ -1,0 +1,591 @@
+/* AVX2 + FMA + F16C dot products (vec_dot.h), compiled with function target
+ * attributes and chosen at run time, so the library still runs on any x86-64.
+ * Integer sums per block are exact (as in the references); only the order of
+ * the f32 accumulation differs. */
+#include <stddef.h>
+
+#include "backend/cpu/vec_dot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <cpuid.h>
+#    include <stdatomic.h>
+#    include <immintrin.h>
+#    include <string.h>
+
+#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+static int detect_avx2(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned f16c = (c >> 29) & 1u, osxsave = (c >> 27) & 1u;
+    __builtin_cpu_init();
+    return osxsave && f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* cpuid is slow (a VM exit under a hypervisor), so the answer — a constant of
+ * the machine, the same for every thread — is computed once: 0 unknown, 1 no,
+ * 2 yes. */
+int cpu_has_avx2(void)
+{
+    static atomic_int known;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v == 0) {
+        v = detect_avx2() ? 2 : 1;
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v == 2;
+}
+
+AVX2 static inline float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static inline float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high ones. */
+AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    __m128i lo = _mm_and_si128(b, m);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Sum of products of unsigned bytes u (< 128) and signed bytes s, as 8 int32. */
+AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Signed x signed bytes (no -128 in x): |x| * (y with x's sign). */
+AVX2 static inline __m256i dot_s8s8(__m256i x, __m256i y)
+{
+    return dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+AVX2 static void dot_f32(int64_t n, float *s, const void *w, const void *a)
+{
+    const float *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+AVX2 static void dot_f16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+        acc0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += f16(x[i]) * y[i];
+    *s = sum;
+}
+
+AVX2 static inline __m256 bf16x8(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AVX2 static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(bf16x8(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(bf16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += cpu_bf16_to_f32(x[i]) * y[i];
+    *s = sum;
+}
+
+AVX2 static void dot_q8_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q8_0 *x = w, *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 static void dot_q4_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_0 *x = w;
+    const block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qx = unpack_nibbles(x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    *s = hsum_ps(acc) + summ;
+}
+
+AVX2 static inline void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    /* bytes 0-3: low 6 bits sc[0..3], top 2 bits high part of sc[4..7];
+     * bytes 4-7: low 6 bits m[0..3], top 2 bits high part of m[4..7];
+     * bytes 8-11: low nibble sc[4..7] low bits, high nibble m[4..7] low bits. */
+    uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    memcpy(sc, &sc_lo, 4);
+    memcpy(sc + 4, &sc_hi, 4);
+    memcpy(m, &m_lo, 4);
+    memcpy(m + 4, &m_hi, 4);
+}
+
+/* sum_j m[j] * (bsums[2j] + bsums[2j+1]) for the eight 6-bit mins of a Q4_K/Q5_K
+ * block: the pair sums fit int16 (|.| <= 2 * 16 * 127), so one vpmaddwd does
+ * the eight products. An exact integer, as the scalar loop computes it. */
+AVX2 static inline int k4_min_sum(const uint8_t m[8], const int16_t *bsums)
+{
+    __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    __m256i pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1)); /* 8 x int32 */
+    __m128i p16 =
+        _mm_packs_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m));
+    __m128i prod = _mm_madd_epi16(p16, m16); /* 4 x int32 */
+    prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+    prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0xb1));
+    return _mm_cvtsi128_si32(prod);
+}
+
+/* sum_j sc[j] * bsums[j] over the sixteen int8 scales of a Q6_K block (the
+ * -32 offset's weight); exact. */
+AVX2 static inline int q6_offset_sum(const int8_t *sc, const int16_t *bsums)
+{
+    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+    __m256i prod = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)bsums));
+    __m128i p = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
+AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int summ = k4_min_sum(m, y[i].bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        for (ptrdiff_t j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                           _mm256_set1_epi16((short)sc[2 * j]));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                           _mm256_set1_epi16((short)sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += f16(x[i].dmin) * y[i].d * (float)summ;
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+AVX2 static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int summ = k4_min_sum(m, y[i].bsums);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (ptrdiff_t j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
+            qh = _mm256_srli_epi16(qh, 2);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                           _mm256_set1_epi16((short)sc[2 * j]));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                           _mm256_set1_epi16((short)sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += f16(x[i].dmin) * y[i].d * (float)summ;
+    }
+    *s = hsum_ps(acc) - accm;
+}
+
+/* Two int8 scales, each repeated over 8 int16 lanes (one 128-bit half each). */
+AVX2 static inline __m256i scale_pair(int8_t a, int8_t b)
+{
+    return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
+}
+
+AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q6_K *x = w;
+    const block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        /* the -32 offset: sum over sub-blocks of sc * 32 * sum(y) */
+        int off = q6_offset_sum(sc, y[i].bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            __m256i q2 = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            __m256i q3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            __m256i q4 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            __m256i p1 = _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)q8));
+            __m256i p2 = _mm256_maddubs_epi16(q2, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            __m256i p3 = _mm256_maddubs_epi16(q3, _mm256_loadu_si256((const __m256i *)(q8 + 64)));
+            __m256i p4 = _mm256_maddubs_epi16(q4, _mm256_loadu_si256((const __m256i *)(q8 + 96)));
+            p1 = _mm256_madd_epi16(p1, scale_pair(sc[0], sc[1]));
+            p2 = _mm256_madd_epi16(p2, scale_pair(sc[2], sc[3]));
+            p3 = _mm256_madd_epi16(p3, scale_pair(sc[4], sc[5]));
+            p4 = _mm256_madd_epi16(p4, scale_pair(sc[6], sc[7]));
+            sumi = _mm256_add_epi32(
+                sumi, _mm256_add_epi32(_mm256_add_epi32(p1, p2), _mm256_add_epi32(p3, p4)));
+            ql += 64;
+            qh += 32;
+            sc += 8;
+            q8 += 128;
+        }
+        /* the offset in integers, so that nothing cancels in floating point */
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+        float d = f16(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* Eight fp8-e4m3 bytes as f32: normal numbers by moving the fields into an f32
+ * (exponent bias 7 -> 127), subnormals as man * 2^-9, the sign last. NaN
+ * encodings (S.1111.111) are not produced by quantizers and are not special-cased. */
+AVX2 static inline __m256 fp8x8(const uint8_t *p)
+{
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 3), _mm256_set1_epi32(0xf));
+    __m256i m = _mm256_and_si256(b, _mm256_set1_epi32(7));
+    __m256i normal =
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(120)), 23),
+                        _mm256_slli_epi32(m, 20));
+    __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(0x1p-9f));
+    __m256 is_sub = _mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, is_sub);
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+AVX2 static void dot_fp8(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(fp8x8(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(fp8x8(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += cpu_fp8_e4m3_to_f32(x[i]) * y[i];
+    *s = sum;
+}
+
+/* Four activation rows against one weight row (cpu_vec_dot4_fn): the weight
+ * blocks are decoded once for the four; each row's arithmetic is exactly that of
+ * the single-row kernel above, so the results are bit-identical. */
+#    define ROW(r, T) ((const T *)((const char *)a + (size_t)(r)*stride))
+
+AVX2 static void dot4_q8_0(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q8_0 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i ax = _mm256_sign_epi8(qx, qx);
+        float dx = f16(x[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_0 *y = ROW(r, block_q8_0) + i;
+            __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(ax, qy)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static void dot4_q4_1(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q4_1 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float summ[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        __m256i qx = unpack_nibbles(x[i].qs);
+        float dx = f16(x[i].d), mx = f16(x[i].m);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_1 *y = ROW(r, block_q8_1) + i;
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc[r]);
+            summ[r] += mx * f16(y->s);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
+}
+
+AVX2 static void dot4_q4_K(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q4_K *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float accm[4] = {0, 0, 0, 0};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        __m256i lo[4], hi[4];
+        for (ptrdiff_t j = 0; j < 4; j++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            lo[j] = _mm256_and_si256(q, m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_K *y = ROW(r, block_q8_K) + i;
+            int summ = k4_min_sum(m, y->bsums);
+            __m256i sumi = _mm256_setzero_si256();
+            for (ptrdiff_t j = 0; j < 4; j++) {
+                __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+                __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[j], y0),
+                                               _mm256_set1_epi16((short)sc[2 * j]));
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[j], y1),
+                                               _mm256_set1_epi16((short)sc[2 * j + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(xd * y->d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            accm[r] += xdmin * y->d * (float)summ;
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) - accm[r];
+}
+
+AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q6_K *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i q[8], scl[8];
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (ptrdiff_t h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            q[4 * h + 1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            q[4 * h + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            q[4 * h + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            for (ptrdiff_t k = 0; k < 4; k++)
+                scl[4 * h + k] = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+        }
+        float xd = f16(x[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_K *y = ROW(r, block_q8_K) + i;
+            int off = q6_offset_sum(sc, y->bsums);
+            __m256i sumi = _mm256_setzero_si256();
+            for (ptrdiff_t h = 0; h < 2; h++) {
+                __m256i p[4];
+                for (ptrdiff_t k = 0; k < 4; k++)
+                    p[k] = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(
+                            q[4 * h + k],
+                            _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k))),
+                        scl[4 * h + k]);
+                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]),
+                                                               _mm256_add_epi32(p[2], p[3])));
+            }
+            sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * off, 0, 0, 0, 0, 0, 0, 0));
+            float d = xd * y->d;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+/* F32 / F16 / BF16 weights, four f32 activation rows: each weight vector is
+ * loaded and widened once; every row keeps the single-row kernel's two
+ * accumulators and order, so results are bit-identical. */
+#    define DOT4_FLOAT(name, T, LOAD8, SCALAR)                                                     \
+        AVX2 static void name(int64_t n, float *s, const void *w, const void *a, size_t stride)    \
+        {                                                                                          \
+            const T *x = w;                                                                        \
+            __m256 acc0[4], acc1[4];                                                               \
+            for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();                   \
+            int64_t i = 0;                                                                         \
+            for (; i + 16 <= n; i += 16) {                                                         \
+                __m256 x0 = LOAD8(x + i), x1 = LOAD8(x + i + 8);                                   \
+                for (int r = 0; r < 4; r++) {                                                      \
+                    const float *y = ROW(r, float);                                                \
+                    acc0[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y + i), acc0[r]);                \
+                    acc1[r] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + i + 8), acc1[r]);            \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < 4; r++) {                                                          \
+                const float *y = ROW(r, float);                                                    \
+                float sum = hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));                              \
+                for (int64_t k = i; k < n; k++) sum += SCALAR(x[k]) * y[k];                        \
+                s[r] = sum;                                                                        \
+            }                                                                                      \
+        }
+
+AVX2 static inline __m256 load8_f32(const float *p)
+{
+    return _mm256_loadu_ps(p);
+}
+AVX2 static inline __m256 load8_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline float same_f32(float v)
+{
+    return v;
+}
+
+DOT4_FLOAT(dot4_f32, float, load8_f32, same_f32)
+DOT4_FLOAT(dot4_f16, uint16_t, load8_f16, f16)
+DOT4_FLOAT(dot4_bf16, uint16_t, bf16x8, cpu_bf16_to_f32)
+
+cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_F32: return dot4_f32;
+    case MODEL_DTYPE_F16: return dot4_f16;
+    case MODEL_DTYPE_BF16: return dot4_bf16;
+    case MODEL_DTYPE_Q8_0: return dot4_q8_0;
+    case MODEL_DTYPE_Q4_1: return dot4_q4_1;
+    case MODEL_DTYPE_Q4_K: return dot4_q4_K;
+    case MODEL_DTYPE_Q6_K: return dot4_q6_K;
+    default: return NULL;
+    }
+}
+
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_F32: return dot_f32;
+    case MODEL_DTYPE_F16: return dot_f16;
+    case MODEL_DTYPE_BF16: return dot_bf16;
+    case MODEL_DTYPE_FP8_E4M3: return dot_fp8;
+    case MODEL_DTYPE_Q8_0: return dot_q8_0;
+    case MODEL_DTYPE_Q4_0: return dot_q4_0;
+    case MODEL_DTYPE_Q4_1: return dot_q4_1;
+    case MODEL_DTYPE_Q4_K: return dot_q4_K;
+    case MODEL_DTYPE_Q5_K: return dot_q5_K;
+    case MODEL_DTYPE_Q6_K: return dot_q6_K;
+    default: return NULL;
+    }
+}
+
+#else
+
+int cpu_has_avx2(void)
+{
+    return 0;
+}
+cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,218 @@
+/* Scalar references of the dot products (vec_dot.h), block by block as ggml's
+ * ggml_vec_dot_*_generic functions compute them: an exact integer sum per block
+ * (or sub-block), scaled by the product of the f16/f32 block scales. */
+#include <stddef.h>
+
+#include "backend/cpu/vec_dot.h"
+
+static void dot_f32(int64_t n, float *s, const void *w, const void *a)
+{
+    const float *x = w, *y = a;
+    double sum = 0; /* ggml_vec_dot_f32's scalar path accumulates in double */
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)y[i];
+    *s = (float)sum;
+}
+
+static void dot_f16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)cpu_fp16_to_f32(x[i]) * (double)y[i];
+    *s = (float)sum;
+}
+
+static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)cpu_bf16_to_f32(x[i]) * (double)y[i];
+    *s = (float)sum;
+}
+
+static void dot_fp8(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    const float *y = a;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)cpu_fp8_e4m3_to_f32(x[i]) * (double)y[i];
+    *s = (float)sum;
+}
+
+static void dot_q8_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q8_0 *x = w, *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        sum += (float)sumi * (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_q4_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_0 *x = w;
+    const block_q8_0 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += ((x[i].qs[j] & 0xf) - 8) * y[i].qs[j];
+            sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+        }
+        sum += (float)sumi * (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_1 *x = w;
+    const block_q8_1 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += (x[i].qs[j] & 0xf) * y[i].qs[j];
+            sumi += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        }
+        sum += (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d)) * (float)sumi +
+               cpu_fp16_to_f32(x[i].m) * cpu_fp16_to_f32(y[i].s);
+    }
+    *s = sum;
+}
+
+static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = q[j] & 63;
+            m[j] = q[j + 4] & 63;
+        } else {
+            sc[j] = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+            m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+    }
+}
+
+static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q4_K *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int sumi = 0, summ = 0;
+        for (ptrdiff_t j = 0; j < 8; j++) {
+            const uint8_t *q = x[i].qs + (j / 2) * 32;
+            const int8_t *q8 = y[i].qs + j * 32;
+            int d = 0;
+            for (int l = 0; l < 32; l++) d += ((j & 1) ? (q[l] >> 4) : (q[l] & 0xf)) * q8[l];
+            sumi += sc[j] * d;
+            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        float d = cpu_fp16_to_f32(x[i].d) * y[i].d;
+        float dmin = cpu_fp16_to_f32(x[i].dmin) * y[i].d;
+        sum += d * (float)sumi - dmin * (float)summ;
+    }
+    *s = sum;
+}
+
+static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_K *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int sumi = 0, summ = 0;
+        for (ptrdiff_t j = 0; j < 8; j++) {
+            const uint8_t *q = x[i].qs + (j / 2) * 32;
+            const int8_t *q8 = y[i].qs + j * 32;
+            int d = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (j & 1) ? (q[l] >> 4) : (q[l] & 0xf);
+                v += ((x[i].qh[l] >> j) & 1) << 4;
+                d += v * q8[l];
+            }
+            sumi += sc[j] * d;
+            summ += m[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        float d = cpu_fp16_to_f32(x[i].d) * y[i].d;
+        float dmin = cpu_fp16_to_f32(x[i].dmin) * y[i].d;
+        sum += d * (float)sumi - dmin * (float)summ;
+    }
+    *s = sum;
+}
+
+static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q6_K *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t q[QK_K];
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l++) {
+                q[h * 128 + l] = (int8_t)((int)((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+                q[h * 128 + l + 32] =
+                    (int8_t)((int)((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[h * 128 + l + 64] =
+                    (int8_t)((int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[h * 128 + l + 96] =
+                    (int8_t)((int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+            ql += 64;
+            qh += 32;
+        }
+        int sumi = 0;
+        for (ptrdiff_t j = 0; j < 16; j++) {
+            int d = 0;
+            for (ptrdiff_t l = 0; l < 16; l++) d += q[j * 16 + l] * y[i].qs[j * 16 + l];
+            sumi += x[i].scales[j] * d;
+        }
+        sum += cpu_fp16_to_f32(x[i].d) * y[i].d * (float)sumi;
+    }
+    *s = sum;
+}
+
+cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
+{
+    switch (dtype) {
+    case MODEL_DTYPE_F32: return dot_f32;
+    case MODEL_DTYPE_F16: return dot_f16;
+    case MODEL_DTYPE_BF16: return dot_bf16;
+    case MODEL_DTYPE_FP8_E4M3: return dot_fp8;
+    case MODEL_DTYPE_Q8_0: return dot_q8_0;
+    case MODEL_DTYPE_Q4_0: return dot_q4_0;
+    case MODEL_DTYPE_Q4_1: return dot_q4_1;
+    case MODEL_DTYPE_Q4_K: return dot_q4_K;
+    case MODEL_DTYPE_Q5_K: return dot_q5_K;
+    case MODEL_DTYPE_Q6_K: return dot_q6_K;
+    default: return NULL;
+    }
+}
+
+cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
+{
+    cpu_vec_dot_fn f = cpu_vec_dot_vnni(dtype);
+    if (!f) f = cpu_vec_dot_avx2(dtype);
+    return f ? f : cpu_vec_dot_ref(dtype);
+}
+
+cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
+{
+    cpu_vec_dot4_fn f = cpu_vec_dot4_vnni(dtype);
+    return f ? f : cpu_vec_dot4_avx2(dtype);
+}
+
+void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n)
+{
+    cpu_quantize_row_ref(dtype, x, y, n);
+}

@@ -1,0 +1,384 @@
+/* Dense Llama and Qwen2 forward pass on the CPU backend (model.h).
+ *
+ * Per layer, as transformers' LlamaDecoderLayer / Qwen2DecoderLayer and
+ * llama.cpp's llm_build_llama / llm_build_qwen2:
+ *   h = RMSNorm(x) * attn_norm
+ *   q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)      (biases: Qwen2)
+ *   q, k = RoPE(q, pos), RoPE(k, pos)                 (NORM for Llama GGUFs, NEOX otherwise)
+ *   x = x + Attention(q, K, V) Wo                     (causal, GQA, scale 1/sqrt(head_dim))
+ *   h = RMSNorm(x) * ffn_norm
+ *   x = x + (SiLU(h Wgate) * (h Wup)) Wdown
+ * then logits = RMSNorm(x) * output_norm  Woutput (token_embd when tied). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/error.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/threadpool.h"
+#include "model/model.h"
+
+typedef struct layer {
+    const model_tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    float *attn_norm, *ffn_norm;    /* f32 copies [n_embd] */
+    float *bq, *bk, *bv;            /* f32 copies, or NULL */
+    int qkv_shared, gate_up_shared; /* 1: one cpu_matmul_multi (same activation format) */
+} layer;
+
+struct model {
+    model_weights *w;
+    model_config cfg;
+    model_options opt;
+    layer *layers;
+    const model_tensor *tok_embd, *output;
+    float *output_norm;
+    float *rope_freqs; /* GGUF rope_freqs.weight as f32, or NULL */
+    cpu_rope rope;
+    cpu_threadpool *pool;
+    cpu_kv_cache kv;
+    cpu_kv_seq seq;
+    /* scratch, [n_batch, ...] */
+    float *x, *h, *q, *k, *v, *attn, *gate, *up, *attn_scores;
+    void *act; /* quantized activations */
+    size_t act_bytes;
+};
+
+static di_status fail(di_error **err, di_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static di_status fail(di_error **err, di_status st, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return di_error_set(err, st, msg);
+}
+
+/* A 1-D tensor of n elements as an owned f32 array. */
+static di_status vector_f32(const model_weights *w, const char *name, int64_t n, float **out,
+                            di_error **err)
+{
+    const model_tensor *t;
+    int64_t ne[1] = {n};
+    di_status st = model_weights_require(w, name, 1, ne, &t, err);
+    if (st != DI_OK) return st;
+    if (t->dtype != MODEL_DTYPE_F32 && t->dtype != MODEL_DTYPE_F16 && t->dtype != MODEL_DTYPE_BF16)
+        return fail(err, DI_ERR_UNSUPPORTED, "%s: a norm or bias must be f32, f16 or bf16", name);
+    *out = malloc((size_t)n * sizeof(float));
+    if (!*out) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
+    cpu_dequantize_row((int)t->dtype, t->data, *out, n);
+    return DI_OK;
+}
+
+static di_status matrix(const model_weights *w, const char *name, int64_t n_in, int64_t n_out,
+                        const model_tensor **out, di_error **err)
+{
+    int64_t ne[2] = {n_in, n_out};
+    di_status st = model_weights_require(w, name, 2, ne, out, err);
+    if (st != DI_OK) return st;
+    if (!cpu_matmul_supported((*out)->dtype, n_in) ||
+        ((*out)->dtype == MODEL_DTYPE_FP8_E4M3 && !(*out)->scale))
+        return fail(err, DI_ERR_UNSUPPORTED,
+                    "%s: the CPU backend has no matrix product for its dtype (%d) with rows of "
+                    "%lld elements",
+                    name, (int)(*out)->dtype, (long long)n_in);
+    return DI_OK;
+}
+
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+static di_status load_tensors(model *m, di_error **err)
+{
+    const model_config *c = &m->cfg;
+    const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
+                  KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
+    char name[96];
+    di_status st;
+    int64_t ne_embd[2] = {E, c->n_vocab};
+    if ((st = model_weights_require(m->w, "token_embd.weight", 2, ne_embd, &m->tok_embd, err)) !=
+        DI_OK)
+        return st;
+    if (cpu_dtype_block_elems((int)m->tok_embd->dtype) == 0 ||
+        m->tok_embd->dtype == MODEL_DTYPE_FP8_E4M3 ||
+        E % cpu_dtype_block_elems((int)m->tok_embd->dtype) != 0)
+        return fail(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
+                    (int)m->tok_embd->dtype);
+    if (c->tie_embeddings) {
+        if ((st = matrix(m->w, "token_embd.weight", E, c->n_vocab, &m->output, err)) != DI_OK)
+            return st;
+    } else if ((st = matrix(m->w, "output.weight", E, c->n_vocab, &m->output, err)) != DI_OK) {
+        return st;
+    }
+    if ((st = vector_f32(m->w, "output_norm.weight", E, &m->output_norm, err)) != DI_OK) return st;
+    m->layers = calloc(c->n_layer, sizeof *m->layers);
+    if (!m->layers) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
+    size_t act = 0;
+    for (uint32_t i = 0; i < c->n_layer; i++) {
+        layer *L = &m->layers[i];
+#define MAT(field, suffix, nin, nout)                                                              \
+    snprintf(name, sizeof name, "blk.%u." suffix ".weight", i);                                    \
+    if ((st = matrix(m->w, name, nin, nout, &L->field, err)) != DI_OK) return st;                  \
+    act = max_sz(act, cpu_matmul_scratch_bytes(L->field->dtype, nin, m->opt.n_batch))
+        MAT(wq, "attn_q", E, Q);
+        MAT(wk, "attn_k", E, KV);
+        MAT(wv, "attn_v", E, KV);
+        MAT(wo, "attn_output", Q, E);
+        MAT(w_gate, "ffn_gate", E, F);
+        MAT(w_up, "ffn_up", E, F);
+        MAT(w_down, "ffn_down", F, E);
+#undef MAT
+#define VEC(field, suffix, n)                                                                      \
+    snprintf(name, sizeof name, "blk.%u." suffix, i);                                              \
+    if ((st = vector_f32(m->w, name, n, &L->field, err)) != DI_OK) return st
+        VEC(attn_norm, "attn_norm.weight", E);
+        VEC(ffn_norm, "ffn_norm.weight", E);
+        if (c->attn_qkv_bias) {
+            VEC(bq, "attn_q.bias", Q);
+            VEC(bk, "attn_k.bias", KV);
+            VEC(bv, "attn_v.bias", KV);
+        }
+#undef VEC
+        L->qkv_shared = cpu_matmul_can_share(L->wq, L->wk) && cpu_matmul_can_share(L->wq, L->wv);
+        L->gate_up_shared = cpu_matmul_can_share(L->w_gate, L->w_up);
+    }
+    act = max_sz(act, cpu_matmul_scratch_bytes(m->output->dtype, E, m->opt.n_batch));
+    m->act_bytes = act;
+    return DI_OK;
+}
+
+static float *alloc_f32(int64_t n)
+{
+    return malloc((size_t)n * sizeof(float));
+}
+
+di_status model_load(const char *path, const model_options *opt, model **out, di_error **err)
+{
+    if (!path || !opt || !out || opt->n_threads < 1 || opt->n_ctx < 0 || opt->n_batch < 0 ||
+        (opt->kv_dtype != MODEL_DTYPE_F16 && opt->kv_dtype != MODEL_DTYPE_F32))
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_load: invalid arguments");
+    model *m = calloc(1, sizeof *m);
+    if (!m) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+    di_status st = model_weights_open(path, &m->w, err);
+    if (st != DI_OK) goto fail;
+    m->cfg = *model_weights_config(m->w);
+    m->opt = *opt;
+    const model_config *c = &m->cfg;
+    if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2) {
+        st = fail(err, DI_ERR_UNSUPPORTED, "%s: only Llama and Qwen2 models run on the CPU yet",
+                  path);
+        goto fail;
+    }
+    if (m->opt.n_ctx == 0) m->opt.n_ctx = c->n_ctx_train < 4096 ? c->n_ctx_train : 4096;
+    if (m->opt.n_ctx <= 0) m->opt.n_ctx = 4096;
+    if (m->opt.n_batch == 0) m->opt.n_batch = 256;
+    if (m->opt.n_batch > m->opt.n_ctx) m->opt.n_batch = m->opt.n_ctx;
+    if (m->opt.use_ref) m->opt.n_threads = 1;
+    if ((st = load_tensors(m, err)) != DI_OK) goto fail;
+    if (c->head_dim > CPU_ATTENTION_MAX_HEAD_DIM) {
+        st = fail(err, DI_ERR_UNSUPPORTED, "%s: head dimension %u is over the CPU backend's %d",
+                  path, c->head_dim, (int)CPU_ATTENTION_MAX_HEAD_DIM);
+        goto fail;
+    }
+    if ((st = cpu_rope_init(&m->rope, c)) != DI_OK) {
+        st = fail(err, st, "%s: head dimension %u is not supported by RoPE", path, c->head_dim);
+        goto fail;
+    }
+    /* A GGUF file (not a directory) runs against llama.cpp: its RoPE angles. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (c->rope_scaling == MODEL_ROPE_SCALING_NONE ||
+         c->rope_scaling == MODEL_ROPE_SCALING_LINEAR))
+        m->rope.ggml_angles = 1;
+    if ((st = cpu_threadpool_create(m->opt.n_threads, &m->pool)) != DI_OK) {
+        st = fail(err, st, "cannot start %d threads", m->opt.n_threads);
+        goto fail;
+    }
+    enum { BLOCK = 16 };
+    int32_t n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK);
+    if ((st = cpu_kv_cache_init(&m->kv, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
+                                (int)c->head_dim, BLOCK, n_blocks)) != DI_OK ||
+        (st = cpu_kv_seq_init(&m->seq, &m->kv, m->opt.n_ctx)) != DI_OK) {
+        st = fail(err, st, "cannot allocate the KV cache for %lld tokens", (long long)m->opt.n_ctx);
+        goto fail;
+    }
+    const int64_t B = m->opt.n_batch, E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
+                  KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
+    m->x = alloc_f32(B * E);
+    m->h = alloc_f32(B * (E > Q ? E : Q));
+    m->q = alloc_f32(B * Q);
+    m->k = alloc_f32(B * KV);
+    m->v = alloc_f32(B * KV);
+    m->attn = alloc_f32(B * Q);
+    m->gate = alloc_f32(B * F);
+    m->up = alloc_f32(B * F);
+    m->attn_scores = alloc_f32((int64_t)m->opt.n_threads * m->opt.n_ctx);
+    m->act = malloc(m->act_bytes);
+    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up ||
+        !m->attn_scores || !m->act) {
+        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
+        goto fail;
+    }
+    *out = m;
+    return DI_OK;
+fail:
+    model_free(m);
+    return st;
+}
+
+void model_free(model *m)
+{
+    if (!m) return;
+    if (m->layers) {
+        for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
+            layer *L = &m->layers[i];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    free(m->rope_freqs);
+    if (m->seq.block_table) cpu_kv_seq_free(&m->seq, &m->kv);
+    if (m->kv.k) cpu_kv_cache_free(&m->kv);
+    cpu_threadpool_free(m->pool);
+    free(m->x);
+    free(m->h);
+    free(m->q);
+    free(m->k);
+    free(m->v);
+    free(m->attn);
+    free(m->gate);
+    free(m->up);
+    free(m->attn_scores);
+    free(m->act);
+    model_weights_close(m->w);
+    free(m);
+}
+
+const model_config *model_get_config(const model *m)
+{
+    return &m->cfg;
+}
+int64_t model_n_ctx(const model *m)
+{
+    return m->opt.n_ctx;
+}
+int64_t model_n_past(const model *m)
+{
+    return m->seq.n_tokens;
+}
+void model_reset(model *m)
+{
+    cpu_kv_seq_reset(&m->seq, &m->kv);
+}
+
+static void add_rows(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* One chunk of n <= n_batch tokens at positions pos0.. ; logits rows as model_forward. */
+static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t pos0, float *logits,
+                          int all_logits)
+{
+    const model_config *c = &m->cfg;
+    const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
+                  KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
+    const int ref = m->opt.use_ref;
+    cpu_threadpool *pool = m->pool;
+    size_t erow = cpu_row_bytes((int)m->tok_embd->dtype, E);
+    for (int64_t t = 0; t < n; t++)
+        cpu_dequantize_row((int)m->tok_embd->dtype,
+                           (const char *)m->tok_embd->data + (size_t)tokens[t] * erow, m->x + t * E,
+                           E);
+    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        const layer *L = &m->layers[l];
+        cpu_rmsnorm(m->x, L->attn_norm, m->h, n, E, c->rms_norm_eps);
+        if (L->qkv_shared) {
+            const model_tensor *w[3] = {L->wq, L->wk, L->wv};
+            const float *b[3] = {L->bq, L->bk, L->bv};
+            float *y[3] = {m->q, m->k, m->v};
+            cpu_matmul_multi(pool, 3, w, b, m->h, n, y, m->act, ref);
+        } else {
+            cpu_matmul(pool, L->wq, L->bq, m->h, n, m->q, m->act, ref);
+            cpu_matmul(pool, L->wk, L->bk, m->h, n, m->k, m->act, ref);
+            cpu_matmul(pool, L->wv, L->bv, m->h, n, m->v, m->act, ref);
+        }
+        for (int64_t t = 0; t < n; t++) {
+            cpu_rope_apply(&m->rope, m->q + t * Q, (int)c->n_head, pos0 + t);
+            cpu_rope_apply(&m->rope, m->k + t * KV, (int)c->n_head_kv, pos0 + t);
+        }
+        cpu_kv_store(&m->kv, &m->seq, (int)l, pos0, n, m->k, m->v);
+        cpu_attention(pool, &m->kv, &m->seq, (int)l, m->q, (int)c->n_head, pos0, n, scale, m->attn,
+                      m->attn_scores, m->opt.n_ctx, ref);
+        cpu_matmul(pool, L->wo, NULL, m->attn, n, m->h, m->act, ref);
+        add_rows(m->x, m->h, n * E);
+        cpu_rmsnorm(m->x, L->ffn_norm, m->h, n, E, c->rms_norm_eps);
+        if (L->gate_up_shared) {
+            const model_tensor *w[2] = {L->w_gate, L->w_up};
+            float *y[2] = {m->gate, m->up};
+            cpu_matmul_multi(pool, 2, w, NULL, m->h, n, y, m->act, ref);
+        } else {
+            cpu_matmul(pool, L->w_gate, NULL, m->h, n, m->gate, m->act, ref);
+            cpu_matmul(pool, L->w_up, NULL, m->h, n, m->up, m->act, ref);
+        }
+        cpu_silu_mul(m->gate, m->up, n * F);
+        cpu_matmul(pool, L->w_down, NULL, m->gate, n, m->h, m->act, ref);
+        add_rows(m->x, m->h, n * E);
+    }
+    if (!logits) return;
+    if (all_logits) {
+        cpu_rmsnorm(m->x, m->output_norm, m->h, n, E, c->rms_norm_eps);
+        cpu_matmul(pool, m->output, NULL, m->h, n, logits, m->act, ref);
+    } else {
+        cpu_rmsnorm(m->x + (n - 1) * E, m->output_norm, m->h, 1, E, c->rms_norm_eps);
+        cpu_matmul(pool, m->output, NULL, m->h, 1, logits, m->act, ref);
+    }
+}
+
+di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float *logits,
+                        int all_logits, di_error **err)
+{
+    if (!m || (!tokens && n_tokens > 0))
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_forward: NULL argument");
+    if (n_tokens <= 0) return fail(err, DI_ERR_INVALID_ARGUMENT, "no tokens to run");
+    for (int64_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
+            return fail(err, DI_ERR_INVALID_ARGUMENT,
+                        "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
+                        (long long)i, (int)tokens[i], m->cfg.n_vocab);
+    int64_t pos0 = m->seq.n_tokens;
+    if (n_tokens > m->opt.n_ctx - pos0)
+        return fail(err, DI_ERR_CONTEXT_LENGTH,
+                    "%lld tokens after %lld already in the sequence exceed the context of %lld",
+                    (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
+    if (cpu_kv_seq_reserve(&m->seq, &m->kv, pos0 + n_tokens) != DI_OK)
+        return fail(err, DI_ERR_CONTEXT_LENGTH, "the KV cache has no room for %lld more tokens",
+                    (long long)n_tokens);
+    for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {
+        int64_t n = n_tokens - done < m->opt.n_batch ? n_tokens - done : m->opt.n_batch;
+        int last = done + n == n_tokens;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + done * (int64_t)m->cfg.n_vocab;
+        if (logits && !all_logits && last) out = logits;
+        forward_chunk(m, tokens + done, n, pos0 + done, out, all_logits);
+        m->seq.n_tokens = pos0 + done + n;
+    }
+    return DI_OK;
+}

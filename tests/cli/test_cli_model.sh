@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The deepinfer generate / logits contract on a tiny transformers checkpoint
+# (tests/fixtures/model/): greedy IDs as a JSON array equal to the transformers
+# oracle's, logits as raw f32 of the right size, and one-line errors for bad
+# token IDs, empty token lists and context overflow.
+set -uo pipefail
+cli=$1
+dir=$2 # a tiny checkpoint folder with reference.json
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+prompt=$(sed -n '/"prompt"/,/]/p' "$dir/reference.json" | tr -d ' \n' | sed 's/"prompt":\[//; s/\],*$//')
+greedy=$(sed -n '/"greedy"/,/]/p' "$dir/reference.json" | tr -d ' \n' | sed 's/"greedy"://; s/,$//')
+n_prompt=$(echo "$prompt" | tr ',' '\n' | wc -l)
+
+out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 32 --threads 2 --kv-f32) ||
+  fail "generate exited $?"
+[ "$out" = "$greedy" ] || fail "generate printed $out, transformers $greedy"
+out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 0) || fail "max-tokens 0 exited $?"
+[ "$out" = "[]" ] || fail "max-tokens 0 printed $out"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$cli" logits --model "$dir" --tokens "$prompt" --out "$tmp/l.f32" || fail "logits exited $?"
+size=$(stat -c %s "$tmp/l.f32")
+[ "$size" -eq $((n_prompt * 512 * 4)) ] || fail "logits wrote $size bytes, want $((n_prompt * 512 * 4))"
+
+err=$("$cli" generate --model "$dir" --tokens 1,512,3 --max-tokens 2 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "token 512 of a 512-token vocabulary exited $rc, want 1"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "more than one line: $err"
+[[ "$err" == *"tokens[1] = 512"* ]] || fail "message does not name the token: $err"
+err=$("$cli" logits --model "$dir" --tokens 1,-4 --out "$tmp/x" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "negative token exited $rc, want 1"
+[[ "$err" == *"tokens[1] = -4"* ]] || fail "message does not name the token: $err"
+err=$("$cli" generate --model "$dir" --tokens "" --max-tokens 2 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "empty tokens exited $rc, want 2"
+err=$("$cli" generate --model "$dir" --tokens 1,,2 --max-tokens 2 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "malformed tokens exited $rc, want 2"
+# the checkpoint's context is 256 tokens (max_position_embeddings)
+long=$(seq -s, 3 300)
+err=$("$cli" logits --model "$dir" --tokens "$long" --out "$tmp/x" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "298 tokens in a 256-token context exited $rc, want 1"
+[[ "$err" == *"exceed the context of 256"* ]] || fail "message does not say the context: $err"
+err=$("$cli" generate --model "$dir" --tokens 3,4 --max-tokens 300 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "generating past the context exited $rc, want 1"
+[[ "$err" == *"context"* ]] || fail "message does not say the context: $err"
+err=$("$cli" generate --model "$dir/nope" --tokens 3 --max-tokens 1 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "a missing model exited $rc, want 1"
+err=$("$cli" generate --model "$dir" --tokens 3 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "missing --max-tokens exited $rc, want 2"
+err=$("$cli" logits --model "$dir" --tokens 3 --max-tokens 3 --out x 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "logits --max-tokens exited $rc, want 2"
+echo ok

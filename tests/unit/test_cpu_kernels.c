@@ -1,0 +1,633 @@
+/* CPU kernels: every SIMD kernel against its scalar reference on random input,
+ * the references against the dequantized weights (so the dot products and the
+ * block layouts agree), and the row-wise ops against their defining properties. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/threadpool.h"
+#include "backend/cpu/vec_dot.h"
+
+static uint32_t rng_state = 12345;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+static float frand(void)
+{
+    return (float)(rnd() & 0xffffff) / (float)0x800000 - 1.0f;
+}
+
+static const model_dtype weight_types[] = {
+    MODEL_DTYPE_F32,  MODEL_DTYPE_F16,  MODEL_DTYPE_BF16, MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0,
+    MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K, MODEL_DTYPE_FP8_E4M3,
+};
+
+/* n elements of random weights of dtype: random bits with finite, small scales. */
+static void *random_weights(model_dtype dt, int64_t rows, int64_t n)
+{
+    size_t rb = cpu_row_bytes((int)dt, n);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    assert_non_null(w);
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)rnd();
+    int be = cpu_dtype_block_elems((int)dt);
+    size_t bb = cpu_dtype_block_bytes((int)dt);
+    int64_t nb = (int64_t)rows * n / be;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + (size_t)b * bb;
+        uint16_t s1 = cpu_f32_to_fp16(frand() * 0.05f), s2 = cpu_f32_to_fp16(frand() * 0.05f);
+        switch (dt) {
+        case MODEL_DTYPE_F32: {
+            float v = frand();
+            memcpy(blk, &v, 4);
+            break;
+        }
+        case MODEL_DTYPE_F16: memcpy(blk, &s1, 2); break;
+        case MODEL_DTYPE_BF16: {
+            uint16_t v = cpu_f32_to_bf16(frand());
+            memcpy(blk, &v, 2);
+            break;
+        }
+        case MODEL_DTYPE_Q6_K: memcpy(blk + 208, &s1, 2); break;
+        case MODEL_DTYPE_FP8_E4M3:
+            if ((blk[0] & 0x7f) == 0x7f) blk[0] ^= 1; /* not NaN */
+            break;
+        case MODEL_DTYPE_Q4_1:
+        case MODEL_DTYPE_Q4_K:
+        case MODEL_DTYPE_Q5_K:
+            memcpy(blk, &s1, 2);
+            memcpy(blk + 2, &s2, 2);
+            break;
+        default: memcpy(blk, &s1, 2); break;
+        }
+    }
+    return w;
+}
+
+static void test_simd_dot_matches_reference(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2()) skip();
+    enum { N = 1024 };
+    float x[N];
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        for (int rep = 0; rep < 20; rep++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * (rep % 3 == 0 ? 10.0f : 1.0f);
+            void *w = random_weights(dt, 1, N);
+            int at = cpu_vec_dot_type(dt);
+            void *a = malloc(cpu_row_bytes(at, N));
+            assert_non_null(a);
+            cpu_quantize_row_ref(at, x, a, N);
+            float ref, fast;
+            cpu_vec_dot_ref(dt)(N, &ref, w, a);
+            cpu_vec_dot_avx2(dt)(N, &fast, w, a);
+            /* the same exact integer sums, summed in another order */
+            float wd[N], ad[N];
+            cpu_dequantize_row((int)dt, w, wd, N);
+            cpu_dequantize_row(at, a, ad, N);
+            double mag = 0;
+            for (int i = 0; i < N; i++) mag += fabs((double)wd[i] * ad[i]);
+            if (fabs((double)ref - fast) > 1e-5 * mag + 1e-6)
+                fail_msg("dtype %d: reference %g, AVX2 %g (magnitude %g)", dt, (double)ref,
+                         (double)fast, mag);
+            free(w);
+            free(a);
+        }
+    }
+}
+
+static void test_four_row_dot_is_bit_identical(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2()) skip();
+    enum { N = 512 };
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        cpu_vec_dot4_fn dot4 = cpu_vec_dot4_avx2(dt);
+        if (!dot4) continue;
+        n_checked++;
+        int at = cpu_vec_dot_type(dt);
+        size_t rb = cpu_row_bytes(at, N);
+        char *a = malloc(4 * rb);
+        float x[N];
+        assert_non_null(a);
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * (float)(r + 1);
+            cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+        }
+        void *w = random_weights(dt, 1, N);
+        float s4[4];
+        dot4(N, s4, w, a, rb);
+        for (int r = 0; r < 4; r++) {
+            float s1;
+            cpu_vec_dot(dt)(N, &s1, w, a + (size_t)r * rb);
+            if (memcmp(&s1, &s4[r], sizeof s1) != 0)
+                fail_msg("dtype %d row %d: four-row %.9g, one-row %.9g", dt, r, (double)s4[r],
+                         (double)s1);
+        }
+        free(w);
+        free(a);
+    }
+    assert_int_equal(n_checked, 7); /* F32, F16, BF16, Q8_0, Q4_1, Q4_K, Q6_K */
+}
+
+static void test_vnni_dot_is_bit_identical_to_avx2(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512_vnni()) skip();
+    enum { N = 1024 };
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        cpu_vec_dot_fn v1 = cpu_vec_dot_vnni(dt);
+        cpu_vec_dot4_fn v4 = cpu_vec_dot4_vnni(dt);
+        if (!v1) continue;
+        n_checked++;
+        int at = cpu_vec_dot_type(dt);
+        size_t rb = cpu_row_bytes(at, N);
+        char *a = malloc(4 * rb);
+        float x[N];
+        assert_non_null(a);
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < N; i++) x[i] = frand() * 4.0f;
+            cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+        }
+        void *w = random_weights(dt, 1, N);
+        float s4[4] = {0}, want;
+        if (v4) v4(N, s4, w, a, rb);
+        for (int r = 0; r < 4; r++) {
+            float got;
+            cpu_vec_dot_avx2(dt)(N, &want, w, a + (size_t)r * rb);
+            v1(N, &got, w, a + (size_t)r * rb);
+            assert_memory_equal(&got, &want, sizeof got);
+            if (v4) assert_memory_equal(&s4[r], &want, sizeof want);
+        }
+        free(w);
+        free(a);
+    }
+    assert_int_equal(n_checked, 3);
+    /* the 2x4 tile */
+    cpu_vec_dot2x4_fn d24 = cpu_vec_dot2x4_vnni(MODEL_DTYPE_Q4_1);
+    assert_non_null(d24);
+    int at = cpu_vec_dot_type(MODEL_DTYPE_Q4_1);
+    size_t rb = cpu_row_bytes(at, N), wb = cpu_row_bytes(MODEL_DTYPE_Q4_1, N);
+    char *a = malloc(4 * rb);
+    float x[N];
+    assert_non_null(a);
+    for (int r = 0; r < 4; r++) {
+        for (int i = 0; i < N; i++) x[i] = frand();
+        cpu_quantize_row(at, x, a + (size_t)r * rb, N);
+    }
+    char *w = random_weights(MODEL_DTYPE_Q4_1, 2, N);
+    float s8[8];
+    d24(N, s8, w, wb, a, rb);
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 4; t++) {
+            float want;
+            cpu_vec_dot_avx2(MODEL_DTYPE_Q4_1)(N, &want, w + (size_t)r * wb, a + (size_t)t * rb);
+            assert_memory_equal(&s8[r * 4 + t], &want, sizeof want);
+        }
+    free(w);
+    free(a);
+}
+
+static void test_reference_dot_matches_dequantized_product(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    float x[N], wd[N], ad[N];
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        for (int rep = 0; rep < 10; rep++) {
+            for (int i = 0; i < N; i++) x[i] = frand();
+            void *w = random_weights(dt, 1, N);
+            int at = cpu_vec_dot_type(dt);
+            void *a = malloc(cpu_row_bytes(at, N));
+            assert_non_null(a);
+            cpu_quantize_row_ref(at, x, a, N);
+            cpu_dequantize_row((int)dt, w, wd, N);
+            cpu_dequantize_row(at, a, ad, N);
+            double want = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                want += (double)wd[i] * ad[i];
+                mag += fabs((double)wd[i] * ad[i]);
+            }
+            float got;
+            cpu_vec_dot_ref(dt)(N, &got, w, a);
+            /* Q8_1's s and the K-quants' mins use f16/f32 rounded partial sums */
+            if (fabs(got - want) > 2e-3 * mag + 1e-5)
+                fail_msg("dtype %d: dot %g, dequantized %g (magnitude %g)", dt, (double)got, want,
+                         mag);
+            free(w);
+            free(a);
+        }
+    }
+}
+
+static void test_threaded_matmul_matches_reference(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(3, &pool), DI_OK);
+    const int64_t n_in = 512, n_out = 70;
+    const int64_t toks[] = {1, 5, 40};
+    for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
+        model_dtype dt = weight_types[k];
+        if (dt == MODEL_DTYPE_FP8_E4M3) continue; /* needs block scales: its own test */
+        model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
+        w.data = random_weights(dt, n_out, n_in);
+        float bias[70];
+        for (int i = 0; i < n_out; i++) bias[i] = frand();
+        for (size_t ti = 0; ti < 3; ti++) {
+            int64_t nt = toks[ti];
+            float *x = malloc(sizeof(float) * (size_t)(nt * n_in));
+            float *y = malloc(sizeof(float) * (size_t)(nt * n_out));
+            float *yr = malloc(sizeof(float) * (size_t)(nt * n_out));
+            void *scratch = malloc(cpu_matmul_scratch_bytes(dt, n_in, nt));
+            assert_non_null(x);
+            assert_non_null(y);
+            assert_non_null(yr);
+            assert_non_null(scratch);
+            for (int64_t i = 0; i < nt * n_in; i++) x[i] = frand();
+            cpu_matmul(pool, &w, bias, x, nt, y, scratch, 0);
+            cpu_matmul(NULL, &w, bias, x, nt, yr, scratch, 1);
+            /* the same block sums added in another order: bounded by the
+             * magnitude sum |w| |x| of each output */
+            float wd[512];
+            for (int64_t o = 0; o < n_out; o++) {
+                cpu_dequantize_row((int)dt, (const char *)w.data + o * cpu_row_bytes((int)dt, n_in),
+                                   wd, n_in);
+                for (int64_t t = 0; t < nt; t++) {
+                    double mag = 0;
+                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)wd[i] * x[t * n_in + i]);
+                    int64_t e = t * n_out + o;
+                    if (fabs(y[e] - yr[e]) > 1e-5 * mag + 1e-5)
+                        fail_msg("dtype %d, %lld tokens, element %lld: %g vs %g (magnitude %g)", dt,
+                                 (long long)nt, (long long)e, (double)y[e], (double)yr[e], mag);
+                }
+            }
+            free(x);
+            free(y);
+            free(yr);
+            free(scratch);
+        }
+        free((void *)w.data);
+    }
+    cpu_threadpool_free(pool);
+}
+
+static void test_multi_matmul_equals_separate_products(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    enum { NI = 256, NT = 6 };
+    const int64_t outs[3] = {48, 16, 33};
+    const model_dtype types[3] = {MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q6_K};
+    model_tensor w[3];
+    const model_tensor *wp[3];
+    float bias[3][48], *y[3], *want[3], x[NT * NI];
+    const float *bp[3];
+    for (int p = 0; p < 3; p++) {
+        w[p] =
+            (model_tensor){.name = "w", .dtype = types[p], .n_dims = 2, .ne = {NI, outs[p], 1, 1}};
+        w[p].data = random_weights(types[p], outs[p], NI);
+        wp[p] = &w[p];
+        for (int i = 0; i < 48; i++) bias[p][i] = frand();
+        bp[p] = p == 1 ? NULL : bias[p];
+        y[p] = malloc(sizeof(float) * NT * 48);
+        want[p] = malloc(sizeof(float) * NT * 48);
+        assert_non_null(y[p]);
+        assert_non_null(want[p]);
+    }
+    assert_true(cpu_matmul_can_share(&w[0], &w[2]));
+    for (int i = 0; i < NT * NI; i++) x[i] = frand();
+    void *scratch = malloc(cpu_matmul_scratch_bytes(MODEL_DTYPE_Q4_K, NI, NT));
+    assert_non_null(scratch);
+    cpu_matmul_multi(pool, 3, wp, bp, x, NT, y, scratch, 0);
+    for (int p = 0; p < 3; p++) {
+        cpu_matmul(pool, &w[p], bp[p], x, NT, want[p], scratch, 0);
+        assert_memory_equal(y[p], want[p], sizeof(float) * (size_t)(NT * outs[p]));
+        free(y[p]);
+        free(want[p]);
+        free((void *)w[p].data);
+    }
+    free(scratch);
+    cpu_threadpool_free(pool);
+}
+
+static void test_simd_fp8_decodes_every_value(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2()) skip();
+    uint8_t w[256];
+    float a[256] = {0};
+    for (int i = 0; i < 256; i++) w[i] = (uint8_t)((i & 0x7f) == 0x7f ? 0 : i); /* no NaN */
+    cpu_vec_dot_fn dot = cpu_vec_dot_avx2(MODEL_DTYPE_FP8_E4M3);
+    assert_non_null(dot);
+    for (int i = 0; i < 256; i++) {
+        a[i] = 1.0f;
+        float got;
+        dot(256, &got, w, a);
+        a[i] = 0.0f;
+        if (got != cpu_fp8_e4m3_to_f32(w[i]))
+            fail_msg("fp8 0x%02x: SIMD %g, definition %g", w[i], (double)got,
+                     (double)cpu_fp8_e4m3_to_f32(w[i]));
+    }
+}
+
+static void test_fp8_matmul_applies_block_scales(void **state)
+{
+    (void)state;
+    /* 2 output rows, 256 inputs: two 128-wide scale blocks per row */
+    enum { NI = 256, NO = 2 };
+    uint8_t wq[NO * NI];
+    float x[NI], y[NO], scales[2] = {0.5f, 3.0f};
+    for (int i = 0; i < NO * NI; i++) wq[i] = (uint8_t)(rnd() & 0x77); /* finite values */
+    for (int i = 0; i < NI; i++) x[i] = frand();
+    model_tensor sc = {
+        .name = "s", .dtype = MODEL_DTYPE_F32, .n_dims = 2, .ne = {2, 1, 1, 1}, .data = scales};
+    model_tensor w = {.name = "w",
+                      .dtype = MODEL_DTYPE_FP8_E4M3,
+                      .n_dims = 2,
+                      .ne = {NI, NO, 1, 1},
+                      .data = wq,
+                      .scale = &sc};
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    cpu_matmul(pool, &w, NULL, x, 1, y, NULL, 0);
+    for (int o = 0; o < NO; o++) {
+        double want = 0;
+        for (int i = 0; i < NI; i++)
+            want += (double)cpu_fp8_e4m3_to_f32(wq[o * NI + i]) * scales[i / 128] * x[i];
+        assert_true(fabs(y[o] - want) < 1e-3 * (1 + fabs(want)));
+    }
+    cpu_threadpool_free(pool);
+}
+
+static void count_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    __atomic_fetch_add(&((int *)ctx)[task], 1, __ATOMIC_RELAXED);
+}
+
+static void test_threadpool_runs_every_task_once(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(4, &pool), DI_OK);
+    int counts[1000];
+    for (int rep = 0; rep < 200; rep++) {
+        int n = 1 + rep * 5;
+        memset(counts, 0, sizeof counts);
+        cpu_threadpool_run(pool, n, count_task, counts);
+        for (int i = 0; i < n; i++) assert_int_equal(counts[i], 1);
+    }
+    cpu_threadpool_free(pool);
+    assert_int_equal(cpu_threadpool_create(0, &pool), DI_ERR_INVALID_ARGUMENT);
+}
+
+static void test_rmsnorm_gives_unit_rms(void **state)
+{
+    (void)state;
+    float x[96], w[48], y[96];
+    for (int i = 0; i < 96; i++) x[i] = frand() * 5;
+    for (int i = 0; i < 48; i++) w[i] = 1.0f;
+    cpu_rmsnorm(x, w, y, 2, 48, 0.0f);
+    for (int t = 0; t < 2; t++) {
+        double ss = 0;
+        for (int i = 0; i < 48; i++) ss += (double)y[t * 48 + i] * y[t * 48 + i];
+        assert_true(fabs(sqrt(ss / 48) - 1.0) < 1e-5);
+        assert_true(y[t * 48 + 3] / x[t * 48 + 3] > 0);
+    }
+}
+
+static model_config rope_config(model_rope_style style)
+{
+    model_config c = {0};
+    c.head_dim = 64;
+    c.rope_theta = 10000.0f;
+    c.rope_style = style;
+    c.rope_factor = 1.0f;
+    c.n_ctx_train = 4096;
+    c.yarn_truncate = 1; /* the loaders' default */
+    return c;
+}
+
+static void test_rope_neox_is_norm_on_permuted_dims(void **state)
+{
+    (void)state;
+    cpu_rope norm, neox;
+    model_config c = rope_config(MODEL_ROPE_NORM);
+    assert_int_equal(cpu_rope_init(&norm, &c), DI_OK);
+    c.rope_style = MODEL_ROPE_NEOX;
+    assert_int_equal(cpu_rope_init(&neox, &c), DI_OK);
+    float a[128], b[128];
+    for (int i = 0; i < 128; i++) a[i] = frand();
+    /* b holds a's pairs (2i, 2i+1) at (i, i + 32) */
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 32; i++) {
+            b[h * 64 + i] = a[h * 64 + 2 * i];
+            b[h * 64 + i + 32] = a[h * 64 + 2 * i + 1];
+        }
+    double n0 = 0, n1 = 0;
+    for (int i = 0; i < 128; i++) n0 += (double)a[i] * a[i];
+    cpu_rope_apply(&norm, a, 2, 1234);
+    cpu_rope_apply(&neox, b, 2, 1234);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 32; i++) {
+            assert_true(fabsf(b[h * 64 + i] - a[h * 64 + 2 * i]) < 1e-6f);
+            assert_true(fabsf(b[h * 64 + i + 32] - a[h * 64 + 2 * i + 1]) < 1e-6f);
+        }
+    for (int i = 0; i < 128; i++) n1 += (double)a[i] * a[i];
+    assert_true(fabs(n0 - n1) < 1e-4 * n0); /* a rotation */
+}
+
+static void test_rope_rotates_by_position_times_frequency(void **state)
+{
+    (void)state;
+    cpu_rope r;
+    model_config c = rope_config(MODEL_ROPE_NEOX);
+    assert_int_equal(cpu_rope_init(&r, &c), DI_OK);
+    float x[64] = {0};
+    x[5] = 1.0f; /* pair 5: (x[5], x[37]) */
+    cpu_rope_apply(&r, x, 1, 7);
+    double theta = 7.0 * pow(10000.0, -10.0 / 64.0);
+    assert_true(fabs(x[5] - cos(theta)) < 1e-5 && fabs(x[37] - sin(theta)) < 1e-5);
+    /* linear scaling by 4 at position 8 is position 2 unscaled */
+    c.rope_scaling = MODEL_ROPE_SCALING_LINEAR;
+    c.rope_factor = 4.0f;
+    cpu_rope lin;
+    assert_int_equal(cpu_rope_init(&lin, &c), DI_OK);
+    float a[64], b[64];
+    for (int i = 0; i < 64; i++) a[i] = b[i] = frand();
+    cpu_rope_apply(&lin, a, 1, 8);
+    cpu_rope_apply(&r, b, 1, 2);
+    for (int i = 0; i < 64; i++) assert_true(fabsf(a[i] - b[i]) < 1e-5f);
+    /* GGUF rope_freqs divide each angle: factors of 2 at position 8 are position 4
+     * (ggml angles and inv_freq angles alike) */
+    float factors[32];
+    for (int i = 0; i < 32; i++) factors[i] = 2.0f;
+    c.rope_scaling = MODEL_ROPE_SCALING_NONE;
+    c.rope_factor = 1.0f;
+    cpu_rope ff;
+    assert_int_equal(cpu_rope_init(&ff, &c), DI_OK);
+    ff.freq_factors = factors;
+    for (int ga = 0; ga < 2; ga++) {
+        ff.ggml_angles = ga;
+        r.ggml_angles = ga;
+        for (int i = 0; i < 64; i++) a[i] = b[i] = frand();
+        cpu_rope_apply(&ff, a, 1, 8);
+        cpu_rope_apply(&r, b, 1, 4);
+        for (int i = 0; i < 64; i++) assert_true(fabsf(a[i] - b[i]) < 1e-5f);
+    }
+    r.ggml_angles = 0;
+    /* llama3 keeps high frequencies and divides low ones by the factor */
+    c.rope_scaling = MODEL_ROPE_SCALING_LLAMA3;
+    c.rope_factor = 8.0f;
+    c.rope_orig_ctx = 8192;
+    c.rope_theta = 500000.0f;
+    c.llama3_low_freq_factor = 1.0f;
+    c.llama3_high_freq_factor = 4.0f;
+    cpu_rope l3;
+    assert_int_equal(cpu_rope_init(&l3, &c), DI_OK);
+    assert_true(fabsf(l3.inv_freq[0] - 1.0f) < 1e-7f);
+    assert_true(fabs(l3.inv_freq[31] - pow(500000.0, -62.0 / 64.0) / 8.0) < 1e-12);
+    /* YaRN: the highest frequency is extrapolated, the lowest interpolated, mscale */
+    c.rope_scaling = MODEL_ROPE_SCALING_YARN;
+    c.rope_factor = 40.0f;
+    c.rope_orig_ctx = 4096;
+    c.rope_theta = 10000.0f;
+    cpu_rope y;
+    assert_int_equal(cpu_rope_init(&y, &c), DI_OK);
+    assert_true(fabsf(y.inv_freq[0] - 1.0f) < 1e-7f);
+    assert_true(fabs(y.inv_freq[31] - pow(10000.0, -62.0 / 64.0) / 40.0) < 1e-9);
+    assert_true(fabs(y.mscale - (0.1 * log(40.0) + 1.0)) < 1e-6);
+}
+
+static void test_softmax_and_silu(void **state)
+{
+    (void)state;
+    float x[3] = {1000.0f, 1000.0f, -INFINITY};
+    cpu_softmax(x, 3);
+    assert_true(fabsf(x[0] - 0.5f) < 1e-7f && x[2] == 0.0f);
+    float g[2] = {0.0f, 2.0f}, u[2] = {3.0f, 1.0f};
+    cpu_silu_mul(g, u, 2);
+    assert_true(g[0] == 0.0f);
+    assert_true(fabs(g[1] - 2.0 / (1.0 + exp(-2.0))) < 1e-6);
+}
+
+/* Attention over a paged cache whose blocks are handed out in a scrambled
+ * order, against a direct computation over contiguous K/V in double. */
+static void check_attention(model_dtype kv_type)
+{
+    enum { NH = 6, NKV = 2, HD = 64, NT = 37, CTX = 64 };
+    cpu_kv_cache c;
+    assert_int_equal(cpu_kv_cache_init(&c, kv_type, 2, NKV, HD, 8, 16), DI_OK);
+    cpu_kv_seq other, s;
+    assert_int_equal(cpu_kv_seq_init(&other, &c, CTX), DI_OK);
+    assert_int_equal(cpu_kv_seq_init(&s, &c, CTX), DI_OK);
+    assert_int_equal(cpu_kv_seq_reserve(&other, &c, 20), DI_OK); /* 3 blocks taken first */
+    assert_int_equal(cpu_kv_seq_reserve(&s, &c, NT), DI_OK);
+    static float k[NT * NKV * HD], v[NT * NKV * HD], q[NT * NH * HD];
+    static float out[NT * NH * HD], out_ref[NT * NH * HD], scratch[4 * CTX];
+    for (int i = 0; i < NT * NKV * HD; i++) {
+        k[i] = frand();
+        v[i] = frand();
+        if (kv_type == MODEL_DTYPE_F16) { /* exact in f16 */
+            k[i] = cpu_fp16_to_f32(cpu_f32_to_fp16(k[i]));
+            v[i] = cpu_fp16_to_f32(cpu_f32_to_fp16(v[i]));
+        }
+    }
+    for (int i = 0; i < NT * NH * HD; i++) q[i] = frand();
+    /* an f16 cache rounds q and the probabilities to f16 (llama.cpp's arithmetic) */
+    const double tol = kv_type == MODEL_DTYPE_F16 ? 2e-3 : 1e-5;
+    cpu_kv_store(&c, &s, 1, 0, NT, k, v);
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(4, &pool), DI_OK);
+    /* last 5 tokens as a batch after 32 cached ones */
+    float scale = 1.0f / 8.0f;
+    cpu_attention(pool, &c, &s, 1, q, NH, 0, NT, scale, out, scratch, CTX, 0);
+    cpu_attention(NULL, &c, &s, 1, q, NH, 0, NT, scale, out_ref, scratch, CTX, 1);
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < NH; h++) {
+            int g = h / (NH / NKV);
+            double sc[NT], mx = -1e30, sum = 0;
+            for (int p = 0; p <= t; p++) {
+                double d = 0;
+                for (int i = 0; i < HD; i++)
+                    d += (double)q[(t * NH + h) * HD + i] * k[(p * NKV + g) * HD + i];
+                sc[p] = d * scale;
+                mx = fmax(mx, sc[p]);
+            }
+            for (int p = 0; p <= t; p++) sum += (sc[p] = exp(sc[p] - mx));
+            for (int i = 0; i < HD; i++) {
+                double o = 0;
+                for (int p = 0; p <= t; p++) o += sc[p] / sum * v[(p * NKV + g) * HD + i];
+                assert_true(fabs(out_ref[(t * NH + h) * HD + i] - o) < tol);
+                assert_true(fabs(out[(t * NH + h) * HD + i] - o) < tol);
+            }
+        }
+    /* decode one token at position NT - 1 equals the batch's last row */
+    float last[NH * HD];
+    cpu_attention(pool, &c, &s, 1, q + (NT - 1) * NH * HD, NH, NT - 1, 1, scale, last, scratch, CTX,
+                  0);
+    for (int i = 0; i < NH * HD; i++)
+        assert_true(fabsf(last[i] - out[(NT - 1) * NH * HD + i]) < 1e-6f);
+    assert_int_equal(cpu_kv_seq_reserve(&s, &c, CTX + 1), DI_ERR_CONTEXT_LENGTH);
+    cpu_threadpool_free(pool);
+    cpu_kv_seq_free(&s, &c);
+    cpu_kv_seq_free(&other, &c);
+    assert_int_equal(c.n_free, 16);
+    cpu_kv_cache_free(&c);
+}
+
+static void test_attention_f32_cache(void **state)
+{
+    (void)state;
+    check_attention(MODEL_DTYPE_F32);
+}
+
+static void test_attention_f16_cache(void **state)
+{
+    (void)state;
+    check_attention(MODEL_DTYPE_F16);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simd_dot_matches_reference),
+        cmocka_unit_test(test_four_row_dot_is_bit_identical),
+        cmocka_unit_test(test_vnni_dot_is_bit_identical_to_avx2),
+        cmocka_unit_test(test_reference_dot_matches_dequantized_product),
+        cmocka_unit_test(test_threaded_matmul_matches_reference),
+        cmocka_unit_test(test_multi_matmul_equals_separate_products),
+        cmocka_unit_test(test_simd_fp8_decodes_every_value),
+        cmocka_unit_test(test_fp8_matmul_applies_block_scales),
+        cmocka_unit_test(test_threadpool_runs_every_task_once),
+        cmocka_unit_test(test_rmsnorm_gives_unit_rms),
+        cmocka_unit_test(test_rope_neox_is_norm_on_permuted_dims),
+        cmocka_unit_test(test_rope_rotates_by_position_times_frequency),
+        cmocka_unit_test(test_softmax_and_silu),
+        cmocka_unit_test(test_attention_f32_cache),
+        cmocka_unit_test(test_attention_f16_cache),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

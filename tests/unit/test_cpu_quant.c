@@ -1,0 +1,169 @@
+/* The CPU backend's block formats: dequantization against gguf-py (an
+ * independent implementation, tests/oracle/make_dequant_fixtures.py), the
+ * f16/bf16 conversions against their definitions, and the activation
+ * quantizers against the properties ggml's define. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/cpu/quant.h"
+
+static int dtype_of_ggml(uint32_t t)
+{
+    switch (t) {
+    case 0: return MODEL_DTYPE_F32;
+    case 1: return MODEL_DTYPE_F16;
+    case 2: return MODEL_DTYPE_Q4_0;
+    case 3: return MODEL_DTYPE_Q4_1;
+    case 8: return MODEL_DTYPE_Q8_0;
+    case 12: return MODEL_DTYPE_Q4_K;
+    case 13: return MODEL_DTYPE_Q5_K;
+    case 14: return MODEL_DTYPE_Q6_K;
+    case 30: return MODEL_DTYPE_BF16;
+    default: return -1;
+    }
+}
+
+static void test_dequantize_matches_gguf_py(void **state)
+{
+    (void)state;
+    FILE *f = fopen(DI_FIXTURE_DIR "/cpu/dequant.bin", "rb");
+    assert_non_null(f);
+    int n_records = 0;
+    uint32_t hdr[3];
+    while (fread(hdr, sizeof hdr, 1, f) == 1) {
+        int dtype = dtype_of_ggml(hdr[0]);
+        assert_true(dtype >= 0);
+        uint8_t *raw = malloc(hdr[2]);
+        float *want = malloc(hdr[1] * sizeof *want), *got = malloc(hdr[1] * sizeof *got);
+        assert_non_null(raw);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_int_equal(fread(raw, 1, hdr[2], f), hdr[2]);
+        assert_int_equal(fread(want, sizeof *want, hdr[1], f), hdr[1]);
+        assert_int_equal(cpu_row_bytes(dtype, hdr[1]), hdr[2]);
+        cpu_dequantize_row(dtype, raw, got, hdr[1]);
+        for (uint32_t i = 0; i < hdr[1]; i++) {
+            /* gguf-py multiplies in f32 too, sometimes in another order: one ulp-ish */
+            float tol = 1e-6f * fmaxf(1.0f, fabsf(want[i]));
+            if (fabsf(got[i] - want[i]) > tol) {
+                fail_msg("ggml type %u element %u: got %g, gguf-py %g", hdr[0], i, (double)got[i],
+                         (double)want[i]);
+            }
+        }
+        free(raw);
+        free(want);
+        free(got);
+        n_records++;
+    }
+    fclose(f);
+    assert_int_equal(n_records, 8);
+}
+
+static void test_fp16_conversion_round_trips_every_value(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = cpu_fp16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            assert_true(((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff));
+            continue;
+        }
+        assert_int_equal(cpu_f32_to_fp16(f), h);
+    }
+    /* halfway cases round to even; overflow to inf */
+    assert_int_equal(cpu_f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(cpu_f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    assert_int_equal(cpu_f32_to_fp16(65520.0f), 0x7c00);
+    assert_int_equal(cpu_f32_to_fp16(65519.0f), 0x7bff);
+    assert_int_equal(cpu_f32_to_fp16(0x1p-25f), 0x0000);
+    assert_int_equal(cpu_f32_to_fp16(0x1.8p-25f), 0x0001);
+}
+
+static void test_bf16_conversion_rounds_to_nearest_even(void **state)
+{
+    (void)state;
+    assert_true(cpu_bf16_to_f32(0x3f80) == 1.0f);
+    assert_int_equal(cpu_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie, even stays */
+    assert_int_equal(cpu_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie, odd rounds up */
+    assert_int_equal(cpu_f32_to_bf16(-2.5f), 0xc020);
+}
+
+static void test_fp8_e4m3_decodes_by_definition(void **state)
+{
+    (void)state;
+    assert_true(cpu_fp8_e4m3_to_f32(0x38) == 1.0f);   /* 0.0111.000 */
+    assert_true(cpu_fp8_e4m3_to_f32(0x7e) == 448.0f); /* the largest finite */
+    assert_true(cpu_fp8_e4m3_to_f32(0x01) == 0x1p-9f);
+    assert_true(cpu_fp8_e4m3_to_f32(0xc4) == -3.0f);
+    assert_true(isnan(cpu_fp8_e4m3_to_f32(0x7f)));
+}
+
+static float frand(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return (float)((*seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void test_activation_quantizers_bound_the_error(void **state)
+{
+    (void)state;
+    enum { N = 512 };
+    float x[N], y[N];
+    unsigned seed = 7;
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * 3.0f;
+    x[5] = 0; /* and one block of zeros for Q8_0 */
+    for (int i = 64; i < 96; i++) x[i] = 0;
+    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, CPU_DTYPE_Q8_K, MODEL_DTYPE_F16,
+                         MODEL_DTYPE_BF16};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        _Alignas(64) uint8_t buf[N * 4];
+        cpu_quantize_row_ref(types[k], x, buf, N);
+        cpu_dequantize_row(types[k], buf, y, N);
+        int be = cpu_dtype_block_elems(types[k]);
+        for (int b = 0; b < N / be; b++) {
+            float amax = 0;
+            for (int i = 0; i < be; i++) amax = fmaxf(amax, fabsf(x[b * be + i]));
+            /* half a quantization step, plus 127 times the f16 rounding of the scale */
+            float tol = be == 1 ? fabsf(x[b]) * 0x1p-7f
+                                : amax / 127.0f * (0.5f + 127.0f * 0x1p-11f) + 1e-7f;
+            for (int i = 0; i < be; i++) assert_true(fabsf(y[b * be + i] - x[b * be + i]) <= tol);
+        }
+    }
+    /* Q8_1's s is d * sum(q); Q8_K's bsums are the sums of 16 */
+    block_q8_1 q1[N / 32];
+    cpu_quantize_row_ref(CPU_DTYPE_Q8_1, x, q1, N);
+    for (int b = 0; b < N / 32; b++) {
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += q1[b].qs[i];
+        assert_true(fabsf(cpu_fp16_to_f32(q1[b].s) - (float)sum * cpu_fp16_to_f32(q1[b].d)) <=
+                    fabsf((float)sum * cpu_fp16_to_f32(q1[b].d)) * 1e-3f + 1e-6f);
+    }
+    block_q8_K qk[N / QK_K];
+    cpu_quantize_row_ref(CPU_DTYPE_Q8_K, x, qk, N);
+    for (int b = 0; b < N / QK_K; b++)
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += qk[b].qs[j * 16 + i];
+            assert_int_equal(qk[b].bsums[j], sum);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dequantize_matches_gguf_py),
+        cmocka_unit_test(test_fp16_conversion_round_trips_every_value),
+        cmocka_unit_test(test_bf16_conversion_rounds_to_nearest_even),
+        cmocka_unit_test(test_fp8_e4m3_decodes_by_definition),
+        cmocka_unit_test(test_activation_quantizers_bound_the_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

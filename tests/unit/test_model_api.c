@@ -1,0 +1,124 @@
+/* The public model API (di_model_*) on a tiny transformers checkpoint
+ * (tests/fixtures/model/llama-gqa-f16): prefill equals token-by-token decode,
+ * reset forgets the sequence, and every error path returns its status and a
+ * message naming the problem, leaving the sequence unchanged. */
+#include <deepinfer/deepinfer.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define TINY DI_FIXTURE_DIR "/model/llama-gqa-f16"
+
+static di_model *load(int kv_f32, int64_t n_ctx)
+{
+    di_model_options o;
+    di_model_options_init(&o);
+    o.n_threads = 2;
+    o.kv_cache_f32 = kv_f32;
+    o.n_ctx = n_ctx;
+    di_model *m = NULL;
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_OK);
+    return m;
+}
+
+static void test_prefill_equals_decode_and_reset_forgets(void **state)
+{
+    (void)state;
+    di_model *m = load(1, 0);
+    assert_int_equal(di_model_vocab_size(m), 512);
+    assert_int_equal(di_model_context_length(m), 256); /* max_position_embeddings */
+    const int32_t ids[6] = {5, 77, 301, 9, 500, 42};
+    float all[6 * 512], one[512];
+    assert_int_equal(di_model_eval(m, ids, 6, all, DI_EVAL_ALL_LOGITS, NULL), DI_OK);
+    assert_int_equal(di_model_n_past(m), 6);
+    di_model_reset(m);
+    assert_int_equal(di_model_n_past(m), 0);
+    for (int t = 0; t < 6; t++) {
+        assert_int_equal(di_model_eval(m, &ids[t], 1, one, 0, NULL), DI_OK);
+        for (int v = 0; v < 512; v++) assert_true(fabsf(one[v] - all[t * 512 + v]) < 1e-4f);
+    }
+    /* the last row alone, and no logits at all */
+    di_model_reset(m);
+    assert_int_equal(di_model_eval(m, ids, 5, NULL, 0, NULL), DI_OK);
+    assert_int_equal(di_model_eval(m, ids + 5, 1, one, 0, NULL), DI_OK);
+    for (int v = 0; v < 512; v++) assert_true(fabsf(one[v] - all[5 * 512 + v]) < 1e-4f);
+    di_model_free(m);
+}
+
+static void expect_error(di_model *m, const int32_t *ids, size_t n, unsigned flags, di_status want,
+                         const char *needle)
+{
+    int64_t before = di_model_n_past(m);
+    di_error *err = NULL;
+    float logits[512];
+    assert_int_equal(di_model_eval(m, ids, n, logits, flags, &err), want);
+    assert_non_null(err);
+    assert_int_equal(di_error_status(err), want);
+    if (!strstr(di_error_message(err), needle))
+        fail_msg("message '%s' lacks '%s'", di_error_message(err), needle);
+    di_error_free(err);
+    assert_int_equal(di_model_n_past(m), before);
+}
+
+static void test_bad_input_is_refused_and_changes_nothing(void **state)
+{
+    (void)state;
+    di_model *m = load(0, 8);
+    const int32_t ok[3] = {1, 2, 3}, big[2] = {1, 512}, neg[1] = {-1};
+    assert_int_equal(di_model_eval(m, ok, 3, NULL, 0, NULL), DI_OK);
+    expect_error(m, big, 2, 0, DI_ERR_INVALID_ARGUMENT, "tokens[1] = 512");
+    expect_error(m, neg, 1, 0, DI_ERR_INVALID_ARGUMENT, "tokens[0] = -1");
+    expect_error(m, ok, 0, 0, DI_ERR_INVALID_ARGUMENT, "no tokens");
+    expect_error(m, ok, 3, 1u << 7, DI_ERR_INVALID_ARGUMENT, "flags");
+    int32_t six[6] = {4, 4, 4, 4, 4, 4}; /* 3 + 6 > 8 */
+    expect_error(m, six, 6, 0, DI_ERR_CONTEXT_LENGTH, "context of 8");
+    /* exactly filling the context works; one more does not */
+    assert_int_equal(di_model_eval(m, six, 5, NULL, 0, NULL), DI_OK);
+    expect_error(m, ok, 1, 0, DI_ERR_CONTEXT_LENGTH, "context");
+    di_model_free(m);
+}
+
+static void test_load_errors(void **state)
+{
+    (void)state;
+    di_model *m = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_model_load(NULL, NULL, &m, NULL), DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_model_load(TINY, NULL, NULL, NULL), DI_ERR_INVALID_ARGUMENT);
+    assert_int_not_equal(di_model_load(TINY "/absent", NULL, &m, &err), DI_OK);
+    assert_null(m);
+    assert_non_null(err);
+    di_error_free(err);
+    di_model_options o;
+    di_model_options_init(&o);
+    o.n_threads = -1;
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
+    di_model_options_init(&o);
+    o.kv_cache_f32 = 2;
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
+    di_model_options_init(&o);
+    o.struct_size = 4; /* smaller than the first release */
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
+    /* NULL handles are harmless */
+    di_model_free(NULL);
+    di_model_reset(NULL);
+    assert_int_equal(di_model_vocab_size(NULL), 0);
+    assert_int_equal(di_model_n_past(NULL), 0);
+    assert_int_equal(di_model_eval(NULL, NULL, 0, NULL, 0, NULL), DI_ERR_INVALID_ARGUMENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_equals_decode_and_reset_forgets),
+        cmocka_unit_test(test_bad_input_is_refused_and_changes_nothing),
+        cmocka_unit_test(test_load_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
