@@ -7,7 +7,7 @@
 # under ASan+UBSan; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
-# oracles too with DI_MODEL_ORACLES=1).
+# oracles too, unless DI_MODEL_ORACLES=0).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -89,8 +89,9 @@ cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
 echo "ok: live oracles reproduce every committed tokenizer, codec and stream fixture"
 
 # The model oracles need a 5.7 GB venv (torch, transformers, llama-cpp-python built
-# from source): opt in with DI_MODEL_ORACLES=1.
-if [ "${DI_MODEL_ORACLES:-0}" = 1 ]; then
+# from source; about 100 s with pip's cache warm, 7 minutes cold); DI_MODEL_ORACLES=0
+# skips them.
+if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   step "oracles: model fixtures re-run live (transformers, llama.cpp)"
   model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
   for what in tiny tiny-gguf "gguf $assets"; do
