@@ -119,6 +119,11 @@ int cli_parse(int argc, char **argv)
             *value = argv[i];
         } else if (strcmp(argv[i], "--stream") == 0) {
             stream = 1;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: deepinfer parse --protocol chat|messages|responses --request REQ.json "
+                   "[--stream] [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] [--id ID] "
+                   "[--created SECONDS] CHUNKS.json|-\n(docs/cli.md)\n");
+            return EXIT_OK;
         } else if (argv[i][0] == '-' && argv[i][1] != 0) {
             char why[160];
             snprintf(why, sizeof why, "unknown option '%.100s'", argv[i]);
@@ -186,7 +191,7 @@ int cli_parse(int argc, char **argv)
         json_t *n = json_is_object(c) ? json_object_get(c, "tokens") : NULL;
         json_int_t tokens = n ? json_integer_value(n) : 1;
         if (tokens < 0 || tokens > (json_int_t)UINT32_MAX) {
-            fprintf(stderr, "deepinfer parse: chunks[%zu].tokens is out of range\n", i);
+            fprintf(stderr, "deepinfer parse: %s: chunks[%zu].tokens is out of range\n", input, i);
             goto done;
         }
         if (di_stream_push_text(s, json_string_value(t), json_string_length(t), (uint32_t)tokens,

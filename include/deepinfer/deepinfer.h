@@ -482,8 +482,9 @@ typedef struct di_stream_options {
      * (completed_at), as the reference reads it. */
     int64_t created;
     /* Seeds the random part of tool-call ids ("call_00_" + 20 letters and digits
-     * + 4 digits, as the reference draws them) so tests are repeatable. 0
-     * (default): seeded from the clock. */
+     * + 4 digits, as the reference draws them) and of a default response id, so
+     * tests are repeatable. 0 (default): seeded from the clock — not
+     * unguessable: a host that needs unguessable ids sets response_id. */
     uint64_t seed;
     /* Messages only: the signature sent at the end of each thinking block; copied.
      * NULL (default): the response id, as MessagesChunkGenerator.with_signature's
@@ -491,20 +492,33 @@ typedef struct di_stream_options {
     const char *signature;
     /* Parsing settings that replace what the request implies, for hosts that
      * prompt the model differently (deepseek-recipe's ParsingOptions): used when
-     * override_parsing is 1, ignored when 0 (default). */
+     * override_parsing is 1, ignored when 0 (default). With the override on, all
+     * six fields below replace the request's — zero means off, no stop sequences —
+     * so start from di_stream_options_from_prompt, which fills them with what the
+     * request implies, and change what differs. */
     int32_t override_parsing;
     int32_t parse_tool_calls;     /* 1: DSML tool calls are parsed */
     int32_t starts_in_tool_calls; /* 1: output begins inside the tool-call block */
     int32_t parse_json_output;    /* 1: the JSON in the answer is kept, text around it blanked */
     int32_t thinking_stage;       /* a di_thinking_stage */
     int32_t reserved;             /* must be 0 */
-    /* Stop sequences (UTF-8, copied): n_stop_sequences pointers. */
+    /* Stop sequences (non-empty UTF-8, copied at creation): n_stop_sequences
+     * pointers. Part of the override: ignored when override_parsing is 0. */
     const char *const *stop_sequences;
     size_t n_stop_sequences;
 } di_stream_options;
 
 /* Set every field of *opts to its default (and struct_size). NULL is a no-op. */
 DI_API void di_stream_options_init(di_stream_options *opts);
+
+/* Fill the parsing override of *opts (an initialised struct of this release) with
+ * what `prompt`'s request implies, and turn the override on: tool-call parsing,
+ * starting inside a tool-call block (a required tool choice), JSON mode, the
+ * thinking stage, the stop sequences (pointers into the prompt: valid while it
+ * lives — di_stream_create copies them). A host changes what differs and passes
+ * opts to di_stream_create. Returns DI_ERR_INVALID_ARGUMENT for NULL arguments or
+ * a struct_size below this release's. */
+DI_API di_status di_stream_options_from_prompt(const di_prompt *prompt, di_stream_options *opts);
 
 /* Create the response stream of `prompt`. The parsing follows the request —
  * thinking mode, tool choice, response format, stop sequences, continuation of a
@@ -535,23 +549,27 @@ DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
                                  di_error **err);
 
 /* Push one backend output: `len` bytes of generated UTF-8 text, accounting for
- * `n_tokens` completion tokens (used for usage). Text that may still become a
+ * `n_tokens` completion tokens (summed into usage). Text that may still become a
  * marker or a stop sequence is held back until it is decided, and never forever:
- * di_stream_finish releases it. Errors: DI_ERR_INVALID_UTF8 (the message gives
- * the byte offset; the stream is unchanged), DI_ERR_INVALID_STATE (after the
- * stream finished — also by a stop sequence, which ends it inside the push that
- * completes it, as the reference does: check di_stream_finished after each push),
- * DI_ERR_OUT_OF_MEMORY. After an error other than INVALID_UTF8 or
- * INVALID_ARGUMENT the stream is finished. */
+ * di_stream_finish releases it. Do not push the end-of-sequence token: finish the
+ * stream instead (pushed, "<｜end▁of▁sentence｜>" is answer text, as in the
+ * reference; the dsv3/r1 template streams end at it).
+ * Every call's chunks and events replace the last call's, a failed call's too
+ * (then there are none). Errors: DI_ERR_INVALID_UTF8 (the message gives the byte
+ * offset), DI_ERR_INVALID_ARGUMENT, DI_ERR_INVALID_STATE (the stream finished — also
+ * by a stop sequence, which ends it inside the push that completes it, as the
+ * reference does: check di_stream_finished after each push); none of them changes
+ * the stream. DI_ERR_OUT_OF_MEMORY ends it. */
 DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
                                      di_error **err);
 
-/* Push one backend output as token IDs: decoded with the stream's tokenizer
- * incrementally (bytes of a character split across pushes are held, never
- * turned into U+FFFD), each ID one completion token. Errors: as
+/* Push one backend output as token IDs, decoded with the stream's tokenizer as the
+ * reference decodes them: ordinary IDs in groups, an added token on its own (its
+ * spelling is text), and a group whose text ends in an incomplete character held
+ * until the next token push — dropped, uncounted, by di_stream_finish or a text
+ * push. IDs count as completion tokens when their text is decoded. Errors: as
  * di_stream_push_text, plus DI_ERR_INVALID_STATE (no tokenizer) and
- * DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary; the stream is
- * unchanged). */
+ * DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary); none changes the stream. */
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err);
 
@@ -567,6 +585,10 @@ DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err
  * otherwise. */
 DI_API int di_stream_finished(const di_stream *s);
 
+/* The stop sequence that ended the stream (owned by the stream), or NULL when none
+ * did or the stream has not finished. */
+DI_API const char *di_stream_stop_sequence(const di_stream *s);
+
 /* Kinds of parsed events. */
 typedef enum di_stream_event_kind {
     DI_STREAM_REASONING = 1,           /* text: a reasoning_content delta */
@@ -580,11 +602,15 @@ typedef enum di_stream_event_kind {
 /* The parsed events produced by the last ready/push/finish call, in order; they
  * live until the next call on the stream or di_stream_free. */
 DI_API size_t di_stream_event_count(const di_stream *s);
-/* Kind of event i; 0 when i is out of range. */
+/* Kind of event i; 0 (no kind) when i is out of range. */
 DI_API di_stream_event_kind di_stream_event_kind_at(const di_stream *s, size_t i);
-/* The event's text (REASONING, TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_END:
- * the whole arguments JSON; FINISH: the protocol's finish reason, e.g. "stop",
- * "tool_calls", "end_turn"), *len bytes, NUL-terminated; "" for others. */
+/* The event's text, *len bytes, NUL-terminated, owned by the stream: REASONING,
+ * TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_BEGIN: the function name;
+ * TOOL_CALL_END: the whole arguments text — JSON as the model wrote it, which the
+ * reference does not validate (a string="false" parameter is pasted verbatim), so
+ * a host parses it before use; FINISH: the protocol's finish reason ("stop",
+ * "tool_calls", "length", "end_turn", "tool_use", "max_tokens", "stop_sequence",
+ * "refusal", "completed", "incomplete"…). "" when i is out of range. */
 DI_API const char *di_stream_event_text(const di_stream *s, size_t i, size_t *len);
 /* Tool-call events: the call's 0-based index in the response, its id and its
  * function name (strings owned by the stream); -1 / NULL for other events. */
@@ -608,7 +634,10 @@ DI_API const char *di_stream_chunk_sse(const di_stream *s, size_t i, size_t *len
  * do), owned by the stream, once it has finished; NULL before. */
 DI_API const char *di_stream_response_json(const di_stream *s, size_t *len);
 
-/* Usage so far: completion tokens, of which reasoning tokens. Either out may be NULL. */
+/* Usage so far: completion tokens (the n_tokens of text pushes plus the token IDs
+ * decoded), and reasoning tokens (after the finish: the reasoning text re-encoded
+ * with the tokenizer's full vocabulary, as the reference counts them — it can
+ * exceed the completion tokens; 0 without a tokenizer). Either out may be NULL. */
 DI_API void di_stream_usage(const di_stream *s, uint32_t *completion_tokens,
                             uint32_t *reasoning_tokens);
 

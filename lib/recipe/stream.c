@@ -137,17 +137,16 @@ DI_API di_status di_stream_create(const di_prompt *prompt, const di_tokenizer *t
                                 "stop_sequences must not be NULL when n_stop_sequences > 0");
         for (size_t i = 0; i < o.n_stop_sequences; i++) {
             const char *q = o.stop_sequences[i];
-            if (!q) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "a stop sequence is NULL");
+            if (!q || !q[0])
+                return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                                    "a stop sequence is NULL or empty");
             di_utf8_scan sc = di_utf8_scan_bytes((const uint8_t *)q, strlen(q));
             if (sc.state != DI_UTF8_VALID)
                 return di_error_set(err, DI_ERR_INVALID_UTF8, "a stop sequence is not valid UTF-8");
         }
     }
     const rc_reply *src = rc_prompt_reply(prompt);
-    if (!src)
-        return di_error_set(err, DI_ERR_UNSUPPORTED,
-                            "the prompt was rendered with a chat template (dsv3, r1): the output "
-                            "side parses the DeepSeek V4 encodings only");
+    if (!src) return di_error_set(err, DI_ERR_INTERNAL, "the prompt carries no request facts");
     di_stream *s = calloc(1, sizeof *s);
     if (!s) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     int oom = rc_reply_copy(&s->reply, src);
@@ -193,8 +192,8 @@ DI_API di_status di_stream_ready(di_stream *s, uint32_t prompt_tokens,
                                  di_error **err)
 {
     if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    begin_call(s); /* every call's outputs replace the last call's, failed calls too */
     if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
-    begin_call(s);
     if (s->ready || s->w.started) return DI_OK; /* as the reference: ignored */
     s->ready = 1;
     s->w.prompt_tokens = prompt_tokens;
@@ -224,8 +223,9 @@ static di_status push_text(di_stream *s, const char *text, size_t len, uint32_t 
 DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len, uint32_t n_tokens,
                                      di_error **err)
 {
-    if (!s || (!text && len))
-        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream and text must not be NULL");
+    if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    begin_call(s);
+    if (!text && len) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "text must not be NULL");
     if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
     di_utf8_scan scan = di_utf8_scan_bytes((const uint8_t *)text, len);
     if (scan.state != DI_UTF8_VALID) {
@@ -271,8 +271,9 @@ static int build_added(di_stream *s)
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err)
 {
-    if (!s || (!ids && n_ids))
-        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream and ids must not be NULL");
+    if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    begin_call(s);
+    if (!ids && n_ids) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "ids must not be NULL");
     if (s->finished) return di_error_set(err, DI_ERR_INVALID_STATE, "the stream has finished");
     if (!s->tok)
         return di_error_set(err, DI_ERR_INVALID_STATE,
@@ -350,13 +351,10 @@ static uint32_t count_reasoning_tokens(const di_stream *s)
 DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err)
 {
     if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    begin_call(s);
     if (reason < DI_FINISH_STOP || reason > DI_FINISH_UNKNOWN)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reason: unknown value");
-    if (s->finished) {
-        begin_call(s);
-        return DI_OK;
-    }
-    begin_call(s);
+    if (s->finished) return DI_OK; /* a second finish produces nothing */
     return finish_now(s, reason, err);
 }
 
@@ -374,6 +372,25 @@ static di_status finish_now(di_stream *s, di_finish reason, di_error **err)
         return fail_oom(s, err);
     if (add_event(s, DI_STREAM_FINISH, -1, s->w.finish_reason, strlen(s->w.finish_reason)) != 0)
         return fail_oom(s, err);
+    return DI_OK;
+}
+
+DI_API const char *di_stream_stop_sequence(const di_stream *s)
+{
+    return s && s->finished ? rc_parser_stop_sequence(s->parser) : NULL;
+}
+
+DI_API di_status di_stream_options_from_prompt(const di_prompt *prompt, di_stream_options *opts)
+{
+    const rc_reply *r = prompt ? rc_prompt_reply(prompt) : NULL;
+    if (!r || !opts || opts->struct_size < sizeof *opts) return DI_ERR_INVALID_ARGUMENT;
+    opts->override_parsing = 1;
+    opts->parse_tool_calls = r->parse_tool_calls;
+    opts->starts_in_tool_calls = r->starts_in_tool_calls;
+    opts->parse_json_output = r->parse_json_output;
+    opts->thinking_stage = (int32_t)r->stage;
+    opts->stop_sequences = (const char *const *)r->stops;
+    opts->n_stop_sequences = r->n_stops;
     return DI_OK;
 }
 

@@ -171,6 +171,7 @@ static void consume(rc_parser *p, size_t n)
 static int ends_with_prefix_of(const char *s, size_t n, const char *lit)
 {
     size_t m = strlen(lit);
+    if (m < 2) return 0; /* no non-empty proper prefix */
     for (size_t k = m - 1; k > 0; k--)
         if (n >= k && memcmp(s + n - k, lit, k) == 0) return 1;
     return 0;
@@ -775,6 +776,7 @@ static size_t pending_from(const rc_parser *p, size_t *floor)
         for (size_t i = 0; i < p->reply->n_stops; i++) {
             const char *lit = p->reply->stops[i];
             size_t m = strlen(lit);
+            if (m == 0) continue;
             for (size_t k = m - 1; k > 0; k--)
                 if (n >= k && n - k >= sfloor && memcmp(s + n - k, lit, k) == 0) {
                     if (n - k < from) from = n - k;
@@ -847,6 +849,23 @@ static void json_settle_fence(rc_parser *p, rc_pieces *out)
     }
 }
 
+/* Degenerate output — a run of '\n' that never ends, pushed a token at a time —
+ * would make every push rescan all it holds. At most HELD_PIECES_MAX pushes are
+ * held: older ones are released as text (where the reference would still hold
+ * them; no real output holds that many). Returns the new release point. */
+enum { HELD_PIECES_MAX = 1024 };
+static size_t cap_held(const rc_parser *p, size_t upto)
+{
+    size_t i = p->buf.len, count = 0;
+    while (i > upto) {
+        size_t j = i - 1;
+        while (j > upto && p->push_of[j - 1] == p->push_of[j]) j--;
+        if (++count == HELD_PIECES_MAX) return j > upto ? j : upto;
+        i = j;
+    }
+    return upto;
+}
+
 static void process_text(rc_parser *p, rc_pieces *out, int final)
 {
     while (p->state == P_REASONING || p->state == P_CONTENT) {
@@ -884,6 +903,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             size_t upto = final ? p->buf.len : pending_from(p, &floor);
             if (upto < p->buf.len)
                 while (upto > floor && p->push_of[upto - 1] == p->push_of[upto]) upto--;
+            upto = cap_held(p, upto);
             ctx_add(p, p->buf.s, upto);
             emit_channel(p, out, cls, 0, upto);
             consume(p, upto);

@@ -400,6 +400,82 @@ static void test_template_tool_calls_round_trip(void **state)
     }
 }
 
+static void test_options_from_prompt_start_the_override(void **state)
+{
+    (void)state;
+    di_prompt *p = render(DI_PROTOCOL_CHAT, chat_tools);
+    di_stream_options o;
+    di_stream_options_init(&o);
+    assert_int_equal(di_stream_options_from_prompt(NULL, &o), DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_stream_options_from_prompt(p, &o), DI_OK);
+    assert_int_equal(o.override_parsing, 1);
+    assert_int_equal(o.parse_tool_calls, 1);
+    assert_int_equal(o.thinking_stage, DI_THINKING_REASONING_START);
+    assert_int_equal(o.n_stop_sequences, 1);
+    assert_string_equal(o.stop_sequences[0], "STOP");
+    /* add a stop sequence, keep the rest of what the request implies */
+    const char *stops[] = {"STOP", "HALT"};
+    o.stop_sequences = stops;
+    o.n_stop_sequences = 2;
+    di_stream *s = NULL;
+    assert_int_equal(di_stream_create(p, NULL, &o, &s, NULL), DI_OK);
+    di_prompt_free(p);
+    const char *out = "think</think>ok HALT more";
+    assert_int_equal(di_stream_push_text(s, out, strlen(out), 1, NULL), DI_OK);
+    assert_true(di_stream_finished(s));
+    assert_string_equal(di_stream_stop_sequence(s), "HALT");
+    assert_non_null(strstr(di_stream_response_json(s, NULL), "\"reasoning_content\":\"think\""));
+    di_stream_free(s);
+
+    /* an empty stop sequence is refused (it would match everywhere) */
+    p = render(DI_PROTOCOL_CHAT, chat_tools);
+    di_stream_options_init(&o);
+    o.override_parsing = 1;
+    const char *empty[] = {""};
+    o.stop_sequences = empty;
+    o.n_stop_sequences = 1;
+    assert_int_equal(di_stream_create(p, NULL, &o, &s, NULL), DI_ERR_INVALID_ARGUMENT);
+    di_prompt_free(p);
+}
+
+static void test_a_failed_call_leaves_no_stale_chunks(void **state)
+{
+    (void)state;
+    di_stream *s = open_stream(DI_PROTOCOL_CHAT, chat_tools, NULL);
+    assert_int_equal(di_stream_push_text(s, "abc", 3, 1, NULL), DI_OK);
+    assert_true(di_stream_chunk_count(s) > 0);
+    assert_int_equal(di_stream_push_text(s, "\xff", 1, 1, NULL), DI_ERR_INVALID_UTF8);
+    assert_int_equal(di_stream_chunk_count(s), 0);
+    assert_int_equal(di_stream_event_count(s), 0);
+    assert_int_equal(di_stream_finish(s, DI_FINISH_STOP, NULL), DI_OK);
+    assert_true(di_stream_chunk_count(s) > 0);
+    assert_int_equal(di_stream_push_text(s, "x", 1, 1, NULL), DI_ERR_INVALID_STATE);
+    assert_int_equal(di_stream_chunk_count(s), 0);
+    assert_null(di_stream_stop_sequence(s));
+    di_stream_free(s);
+}
+
+/* A model stuck writing newlines, a token at a time, must not make each push cost
+ * more than the last: the held run is capped (and nothing is lost). */
+static void test_an_endless_newline_run_is_released(void **state)
+{
+    (void)state;
+    di_stream *s = open_stream(DI_PROTOCOL_CHAT, chat_tools, NULL);
+    assert_int_equal(di_stream_push_text(s, "a", 1, 1, NULL), DI_OK);
+    size_t released = 0;
+    for (int i = 0; i < 5000; i++) {
+        assert_int_equal(di_stream_push_text(s, "\n", 1, 1, NULL), DI_OK);
+        for (size_t e = 0; e < di_stream_event_count(s); e++)
+            released += di_stream_event_kind_at(s, e) == DI_STREAM_REASONING;
+    }
+    assert_true(released >= 5000 - 1024);
+    assert_int_equal(di_stream_finish(s, DI_FINISH_STOP, NULL), DI_OK);
+    uint32_t completion;
+    di_stream_usage(s, &completion, NULL);
+    assert_int_equal(completion, 5001);
+    di_stream_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +489,9 @@ int main(void)
         cmocka_unit_test(test_token_pushes_never_split_a_character),
         cmocka_unit_test(test_every_protocol_ends_once),
         cmocka_unit_test(test_template_tool_calls_round_trip),
+        cmocka_unit_test(test_options_from_prompt_start_the_override),
+        cmocka_unit_test(test_a_failed_call_leaves_no_stale_chunks),
+        cmocka_unit_test(test_an_endless_newline_run_is_released),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
