@@ -19,9 +19,12 @@ static const char request[] =
 
 /* What a model generated, one backend output at a time (markers cut mid-way). */
 static const char *const outputs[] = {
-    "The user wants the weather", " in Paris.</th", "ink>Let me check.\n\n<｜DS",
+    "The user wants the weather",
+    " in Paris.</th",
+    "ink>Let me check.\n\n<｜DS",
     "ML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"ci",
-    "ty\" string=\"true\">Par", "is</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+    "ty\" string=\"true\">Par",
+    "is</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
 };
 
 static int fail(const char *what, di_error *err)
