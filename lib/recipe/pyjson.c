@@ -121,16 +121,17 @@ void rc_json_f32(rc_buf *b, float x)
         snprintf(sci, sizeof sci, "%.*e", p - 1, (double)x);
         if (strtof(sci, NULL) == x) break;
     }
-    char digits[16], out[64];
+    char digits[16] = {'0'}, out[64];
     int n = 0, o = 0;
     const char *q = sci;
     if (*q == '-') out[o++] = *q++;
     for (; *q && *q != 'e'; q++)
-        if (*q >= '0' && *q <= '9') digits[n++] = *q;
+        if (*q >= '0' && *q <= '9' && n < (int)sizeof digits) digits[n++] = *q;
+    if (n == 0) n = 1; /* (never: %e writes at least one digit) */
     while (n > 1 && digits[n - 1] == '0') n--;
     int k = (int)strtol(q + 1, NULL, 10) + 1; /* x = 0.d1..dn * 10^k */
     if (k > 0 && k <= 16) {
-        for (int i = 0; i < k; i++) out[o++] = i < n ? digits[i] : '0';
+        for (int i = 0; i < k; i++) out[o++] = (char)(i < n ? digits[i] : '0');
         out[o++] = '.';
         if (n > k)
             for (int i = k; i < n; i++) out[o++] = digits[i];
