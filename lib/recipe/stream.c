@@ -243,14 +243,16 @@ static int decode_ids(const di_stream *s, const int32_t *ids, size_t n, char **t
     return di_tokenizer_decode(s->tok, ids, n, 0, text, len, NULL) == DI_OK ? 0 : -1;
 }
 
-/* Push decoded token text as its own piece, counting its ids. */
-static di_status push_decoded(di_stream *s, const int32_t *ids, size_t n, di_error **err)
+/* Push decoded token text as its own piece, counting its ids; an added token's
+ * text is atomic (stop sequences do not match into it). */
+static di_status push_decoded(di_stream *s, const int32_t *ids, size_t n, int added, di_error **err)
 {
     char *text;
     size_t len;
     if (decode_ids(s, ids, n, &text, &len) != 0) return fail_oom(s, err);
     s->w.completion_tokens += (uint32_t)n;
-    int r = rc_parser_push(s->parser, text, len, &s->pieces);
+    int r = added ? rc_parser_push_atomic(s->parser, text, len, &s->pieces)
+                  : rc_parser_push(s->parser, text, len, &s->pieces);
     di_text_free(text);
     return r != 0 ? fail_oom(s, err) : DI_OK;
 }
@@ -286,6 +288,7 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
                      (int)ids[i], (int)vocab);
             return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
         }
+    if (n_ids == 0) return DI_OK; /* nothing to decode: no output, as the reference */
     if (!s->added && build_added(s) != 0) return fail_oom(s, err);
     if (s->n_group + n_ids > s->cap_group) {
         size_t cap = s->cap_group ? s->cap_group : 16;
@@ -304,12 +307,12 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
         if (s->added[id >> 3] & (1u << (id & 7))) {
             di_status st;
             if (s->n_group) {
-                st = push_decoded(s, s->group, s->n_group, err);
+                st = push_decoded(s, s->group, s->n_group, 0, err);
                 s->n_group = 0;
                 if (st != DI_OK) return st;
                 if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
             }
-            st = push_decoded(s, &id, 1, err);
+            st = push_decoded(s, &id, 1, 1, err);
             if (st != DI_OK) return st;
             if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
         } else {
@@ -323,7 +326,7 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
         int incomplete = len >= 3 && memcmp(text + len - 3, "\xEF\xBF\xBD", 3) == 0;
         di_text_free(text);
         if (!incomplete) {
-            di_status st = push_decoded(s, s->group, s->n_group, err);
+            di_status st = push_decoded(s, s->group, s->n_group, 0, err);
             s->n_group = 0;
             if (st != DI_OK) return st;
             if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);

@@ -100,6 +100,9 @@ void rc_parser_free(rc_parser *p);
 /* Feed one push of UTF-8 text; decided pieces are appended to out. Returns 0, or
  * -1 when out of memory. */
 int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out);
+/* As rc_parser_push, for the text of one added token (a token push): stop
+ * sequences never match into it, as the reference treats it. */
+int rc_parser_push_atomic(rc_parser *p, const char *text, size_t len, rc_pieces *out);
 /* The end of the output: release what is held (pieces appended to out). */
 int rc_parser_finish(rc_parser *p, rc_pieces *out);
 /* 1 once a stop sequence matched (output after it is ignored). */
@@ -138,7 +141,8 @@ void rc_chunks_clear(rc_chunks *c);
 /* A tool call as the writers know it. */
 typedef struct rc_out_call {
     char id[40];
-    char *name;
+    char *name; /* NUL-terminated; may hold U+0000: name_len is its length */
+    size_t name_len;
     rc_buf arguments;
 } rc_out_call;
 

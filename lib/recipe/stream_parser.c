@@ -71,7 +71,9 @@ struct rc_parser {
     int string_value;  /* the current value is a JSON string */
     int quote_pending; /* its opening '"' waits: the value so far may be a closing tag */
     int reasoning_emitted;
-    int first_tag;     /* the region's opening tag is next */
+    int first_tag;      /* the region's opening tag is next */
+    uint32_t atomic[8]; /* recent pushes that are an added token's text */
+    size_t n_atomic;
     vstate v;          /* V3 tool-call tokens */
     int v_fenced;      /* the V3 form: arguments end at "\n```" */
     int leading_think; /* R1: a leading "<think>" is still possible */
@@ -477,6 +479,29 @@ static void emit_channel(rc_parser *p, rc_pieces *out, rc_piece_class cls, size_
     emit_empties(p, out, cls, to, 0);
 }
 
+/* Is any byte of buf[from, to) from an atomic push (an added token's text, which
+ * stop sequences never match into, as in the reference)? */
+static int touches_atomic(const rc_parser *p, size_t from, size_t to)
+{
+    for (size_t k = 0; k < p->n_atomic; k++)
+        for (size_t i = from; i < to; i++)
+            if (p->push_of[i] == p->atomic[k]) return 1;
+    return 0;
+}
+
+/* The first occurrence of stop `lit` in s[0, n) (s inside the buffer) that no
+ * atomic push takes part in. */
+static const char *find_stop(const rc_parser *p, const char *s, size_t n, const char *lit)
+{
+    size_t m = strlen(lit);
+    for (const char *hit = find(s, n, lit); hit;
+         hit = find(hit + 1, n - (size_t)(hit + 1 - s), lit)) {
+        size_t at = (size_t)(hit - p->buf.s);
+        if (!p->n_atomic || !touches_atomic(p, at, at + m)) return hit;
+    }
+    return NULL;
+}
+
 typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP, M_EOS } mkind;
 
 /* The literal that opens the tool-call region. */
@@ -711,10 +736,11 @@ static int earliest_marker(const rc_parser *p, size_t *start, size_t *end, const
             if (!lit[0]) continue;
             const char *hit = lead && strcmp(lit, "\n") == 0
                                   ? s
-                                  : find(s + sfrom + lead, sto - sfrom - lead, lit);
+                                  : find_stop(p, s + sfrom + lead, sto - sfrom - lead, lit);
             if (!hit) continue;
             size_t at = (size_t)(hit - s), e = at + strlen(lit);
-            if (e >= best_end) continue;
+            /* a stop ending with a marker wins; between stops, the first listed */
+            if (e > best_end || (e == best_end && kind == M_STOP)) continue;
             best_end = e;
             best_start = at;
             kind = M_STOP;
@@ -1214,6 +1240,14 @@ static void process_tools(rc_parser *p, rc_pieces *out)
                 p->after = T_REGION;
                 break;
             }
+            if (r > 0 && named && !(word >= 6 && memcmp(w + word - 6, "invoke", 6) == 0)) {
+                /* a named tag is an invoke only when its word ends in "invoke"
+                 * ("xinvoke" is one, "foo" or "invokex" is junk), as the reference */
+                consume(p, n_open);
+                p->t = T_SKIP;
+                p->after = T_REGION;
+                break;
+            }
             if (r < 0 || !named) { /* an invoke without ' name=': parsing stops */
                 stop_parsing(p);
                 return;
@@ -1571,6 +1605,18 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
                          0);
     }
     return run(p, out, 0);
+}
+
+int rc_parser_push_atomic(rc_parser *p, const char *text, size_t len, rc_pieces *out)
+{
+    if (p->state == P_DONE) return 0;
+    /* remember the push about to be made (the oldest drops out: stops are short) */
+    if (p->n_atomic == sizeof p->atomic / sizeof p->atomic[0]) {
+        memmove(p->atomic, p->atomic + 1, (p->n_atomic - 1) * sizeof p->atomic[0]);
+        p->n_atomic--;
+    }
+    p->atomic[p->n_atomic++] = p->push + 1;
+    return rc_parser_push(p, text, len, out);
 }
 
 int rc_parser_finish(rc_parser *p, rc_pieces *out)

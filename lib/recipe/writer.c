@@ -194,6 +194,7 @@ static int track_piece(rc_writer *w, const rc_piece *pc)
         if (!c->name) return -1;
         memcpy(c->name, pc->text.s ? pc->text.s : "", pc->text.len);
         c->name[pc->text.len] = '\0';
+        c->name_len = pc->text.len;
         return 0;
     }
     if (pc->cls >= RC_PIECE_ARGS_OPEN && pc->cls <= RC_PIECE_ARGS_CLOSE && pc->call >= 0 &&

@@ -179,7 +179,7 @@ int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
             rc_buf_adds(&r, ",\"id\":");
             rc_json_str0(&r, w->calls[i].id);
             rc_buf_adds(&r, ",\"type\":\"function\",\"function\":{\"name\":");
-            rc_json_str0(&r, w->calls[i].name);
+            rc_json_string(&r, w->calls[i].name, w->calls[i].name_len);
             rc_buf_adds(&r, ",\"arguments\":");
             rc_json_string(&r, w->calls[i].arguments.s ? w->calls[i].arguments.s : "",
                            w->calls[i].arguments.len);

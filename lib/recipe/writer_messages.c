@@ -173,7 +173,7 @@ int rc_messages_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
         rc_buf_adds(&r, "{\"type\":\"tool_use\",\"id\":");
         rc_json_str0(&r, w->calls[i].id);
         rc_buf_adds(&r, ",\"name\":");
-        rc_json_str0(&r, w->calls[i].name);
+        rc_json_string(&r, w->calls[i].name, w->calls[i].name_len);
         rc_buf_adds(&r, ",\"input\":");
         char msg[128];
         json_t *input = rc_json_parse(w->calls[i].arguments.s ? w->calls[i].arguments.s : "",

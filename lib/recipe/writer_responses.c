@@ -380,7 +380,7 @@ static void item_json(rc_writer *w, rc_buf *b, int done, const char *status, int
             rc_json_string(b, ns, ns_len);
         } else {
             rc_buf_adds(b, ",\"name\":");
-            rc_json_str0(b, c->name);
+            rc_json_string(b, c->name, c->name_len);
         }
         rc_buf_adds(b, custom ? ",\"input\":" : ",\"arguments\":");
         if (!done)

@@ -676,6 +676,26 @@ def build_cases(proto, tok):
         add("rand-%03d" % n, texts(chunks, counts), b=body(proto, tools=ptc, thinking=stage is not None),
             po=PO(parse_tool_calls=ptc, parse_json_output=jm, stage=stage, stop=stops),
             finr=rnd.choice(["stop", "stop", "length", "content_filter", None]))
+
+    # ---- 9. the smallest inputs of bugs found by the breaker (regression cases)
+    def tok_op(ids):
+        return {"op": "tokens", "token_ids": ids, "logprobs": None}
+    blk = '<｜DSML｜tool_calls><｜DSML｜%s name="x"></｜DSML｜%s></｜DSML｜tool_calls>'
+    for w in ("foo", "xinvoke", "invokex"):
+        add("regress-named-tag-%s" % w, texts([blk % (w, w)]), po=PO(parse_tool_calls=True, stage=None))
+    add("regress-named-tag-then-invoke",
+        texts(['<｜DSML｜tool_calls><｜DSML｜foo name="x">\n<｜DSML｜invoke name="y">\n</｜DSML｜invoke></｜DSML｜tool_calls>']),
+        po=PO(parse_tool_calls=True, stage=None))
+    add("regress-stop-ends-with-opener", texts(["a<｜DSML｜"]), po=PO(parse_tool_calls=True, stage=None, stop=["L｜"]))
+    add("regress-stop-not-into-think", texts(["r</think>a</think>b"]), po=PO(stop=["/th"]))
+    add("regress-tok-stop-in-added", [tok_op([128822, 128825])], po=PO(stop=["DSML"]))
+    add("regress-tok-stop-into-added", [tok_op([128822] + tk("><") + [128825])],
+        po=PO(stage="ReasoningContinuation", stop=["<｜D"]))
+    add("regress-tok-stop-think-twice", [tok_op([128822, 128822])], po=PO(stage="ReasoningContinuation", stop=["/th"]))
+    add("regress-tok-empty-first", [tok_op([])] + texts(["r</think>a"]))
+    add("regress-nul-tool-name",
+        texts(['<｜DSML｜tool_calls><｜DSML｜invoke name="f\x00g"></｜DSML｜invoke></｜DSML｜tool_calls>']),
+        po=PO(parse_tool_calls=True, stage=None))
     return cases
 
 
