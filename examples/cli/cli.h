@@ -13,6 +13,9 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
  * failure. */
 char *cli_read_input(const char *command, const char *path, size_t *len);
 
+/* The encoding named dsv4, dsv41, dsv3 or r1; returns -1 for another name. */
+int cli_encoding(const char *name, di_encoding *out);
+
 /* The protocol named chat, messages or responses; returns -1 for another name. */
 int cli_protocol(const char *name, di_protocol *out);
 

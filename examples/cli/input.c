@@ -59,3 +59,20 @@ int cli_protocol(const char *name, di_protocol *out)
         return -1;
     return 0;
 }
+
+int cli_encoding(const char *name, di_encoding *out)
+{
+    static const struct {
+        const char *name;
+        di_encoding encoding;
+    } names[] = {{"dsv4", DI_ENCODING_DSV4},
+                 {"dsv41", DI_ENCODING_DSV41},
+                 {"dsv3", DI_ENCODING_DSV3},
+                 {"r1", DI_ENCODING_R1}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].encoding;
+            return 0;
+        }
+    return -1;
+}

@@ -139,15 +139,7 @@ int cli_parse(int argc, char **argv)
     if (cli_protocol(protocol, &proto) != 0)
         return usage("--protocol must be chat, messages or responses");
     di_encoding enc;
-    if (strcmp(encoding, "dsv4") == 0)
-        enc = DI_ENCODING_DSV4;
-    else if (strcmp(encoding, "dsv41") == 0)
-        enc = DI_ENCODING_DSV41;
-    else if (strcmp(encoding, "dsv3") == 0)
-        enc = DI_ENCODING_DSV3;
-    else if (strcmp(encoding, "r1") == 0)
-        enc = DI_ENCODING_R1;
-    else
+    if (cli_encoding(encoding, &enc) != 0)
         return usage("--encoding must be dsv4, dsv41, dsv3 or r1");
     if (!request) return usage("--request REQ.json is required");
     if (!input) return usage("a CHUNKS file (or - for stdin) is required");

@@ -58,15 +58,7 @@ int cli_render(int argc, char **argv)
     }
     if (!encoding) return usage("--encoding is required");
     di_encoding enc;
-    if (strcmp(encoding, "dsv4") == 0)
-        enc = DI_ENCODING_DSV4;
-    else if (strcmp(encoding, "dsv41") == 0)
-        enc = DI_ENCODING_DSV41;
-    else if (strcmp(encoding, "dsv3") == 0)
-        enc = DI_ENCODING_DSV3;
-    else if (strcmp(encoding, "r1") == 0)
-        enc = DI_ENCODING_R1;
-    else {
+    if (cli_encoding(encoding, &enc) != 0) {
         char why[200];
         snprintf(why, sizeof why, "--encoding '%.60s' is not supported (dsv4, dsv41, dsv3, r1)",
                  encoding);

@@ -106,6 +106,10 @@ void rc_pyjson(rc_buf *b, const json_t *v, rc_float_style style);
  * results and arguments (docs/recipe-spec.md §8.6). */
 void rc_compact_json(rc_buf *b, const json_t *v);
 
+/* A JSON string as serde_json (and Python's json.dumps(ensure_ascii=False)) writes
+ * it, quotes included: raw UTF-8, the short escapes, other controls as \u00XX. */
+void rc_json_string(rc_buf *b, const char *s, size_t n);
+
 /* A float32 as serde_json writes it (ryu's shortest round-trip digits: 0.7, 2.0,
  * 1e-7). */
 void rc_json_f32(rc_buf *b, float x);

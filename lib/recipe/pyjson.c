@@ -10,7 +10,7 @@
 
 #include "recipe/conversation.h"
 
-static void add_string(rc_buf *b, const char *s, size_t n)
+void rc_json_string(rc_buf *b, const char *s, size_t n)
 {
     rc_buf_add(b, "\"", 1);
     size_t run = 0;
@@ -181,7 +181,7 @@ static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const c
         {
             if (!first) rc_buf_adds(b, comma);
             first = 0;
-            add_string(b, key, strlen(key));
+            rc_json_string(b, key, strlen(key));
             rc_buf_adds(b, colon);
             write_json(b, value, style, comma, colon);
         }
@@ -200,7 +200,7 @@ static void write_json(rc_buf *b, const json_t *v, rc_float_style style, const c
         if (rc_json_is_bignum(v))
             rc_buf_add(b, json_string_value(v) + 1, json_string_length(v) - 1);
         else
-            add_string(b, json_string_value(v), json_string_length(v));
+            rc_json_string(b, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));

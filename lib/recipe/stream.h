@@ -185,7 +185,4 @@ int rc_write_pieces(rc_writer *w, const rc_pieces *pieces, rc_chunks *out);
 int rc_write_finish(rc_writer *w, rc_finish reason, rc_chunks *out);
 void rc_writer_free(rc_writer *w);
 
-/* serde_json's string escaping (quotes included). */
-void rc_json_string(rc_buf *b, const char *s, size_t n);
-
 #endif

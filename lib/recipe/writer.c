@@ -9,41 +9,6 @@
 #include "recipe/stream.h"
 #include "recipe/writer.h"
 
-void rc_json_string(rc_buf *b, const char *s, size_t n)
-{
-    rc_buf_add(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char u[8];
-        if (c == '"')
-            esc = "\\\"";
-        else if (c == '\\')
-            esc = "\\\\";
-        else if (c == '\n')
-            esc = "\\n";
-        else if (c == '\r')
-            esc = "\\r";
-        else if (c == '\t')
-            esc = "\\t";
-        else if (c == '\b')
-            esc = "\\b";
-        else if (c == '\f')
-            esc = "\\f";
-        else if (c < 0x20) {
-            snprintf(u, sizeof u, "\\u%04x", c);
-            esc = u;
-        }
-        if (!esc) continue;
-        rc_buf_add(b, s + run, i - run);
-        rc_buf_adds(b, esc);
-        run = i + 1;
-    }
-    rc_buf_add(b, s + run, n - run);
-    rc_buf_add(b, "\"", 1);
-}
-
 void rc_json_str0(rc_buf *b, const char *s)
 {
     if (!s)
