@@ -73,6 +73,16 @@ struct dsv3 {
     /* scratch, [n_batch, ...] */
     float *x, *h, *q, *qa, *kva, *lat, *attn, *gate, *up, *ffn, *router;
     float *xe, *ye; /* one expert's gathered tokens [n_batch, n_embd] */
+    /* The MTP (NextN) module, DeepSeek-V3 §2.2, when the checkpoint has it:
+     * layers[n_layer] is its decoder layer, with its own one-layer latent cache. */
+    int has_mtp;
+    float *mtp_enorm, *mtp_hnorm, *mtp_norm;
+    const model_tensor *mtp_eh, *mtp_head;
+    cpu_kv_cache mtp_kv;
+    cpu_kv_seq mtp_seq;
+    float *hidden_out; /* [n_batch, n_embd]: final normed hidden rows of the last chunk */
+    int64_t n_hidden;
+    float *cat; /* [n_batch, 2 n_embd] */
     route_scratch *rs;
     int32_t *sel;    /* [n_batch, n_expert_used] chosen experts */
     float *sel_w;    /* [n_batch, n_expert_used] their weights */
@@ -223,6 +233,32 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     return DI_OK;
 }
 
+/* The MTP module's own tensors (its decoder layer is loaded by load_layer). */
+static di_status load_mtp(dsv3 *d, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    const int64_t E = c->n_embd;
+    char name[96];
+    di_status st;
+    uint32_t L = c->n_layer;
+    snprintf(name, sizeof name, "blk.%u.nextn.enorm.weight", L);
+    if ((st = vector_f32(d->w, name, E, &d->mtp_enorm, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "blk.%u.nextn.hnorm.weight", L);
+    if ((st = vector_f32(d->w, name, E, &d->mtp_hnorm, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "blk.%u.nextn.shared_head_norm.weight", L);
+    if ((st = vector_f32(d->w, name, E, &d->mtp_norm, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "blk.%u.nextn.eh_proj.weight", L);
+    if ((st = matrix(d, name, 2 * E, E, &d->mtp_eh, err)) != DI_OK) return st;
+    /* shared_head.head is the main LM head in DeepSeek-V3 (transformers ties it);
+     * a checkpoint's own copy is used when present. */
+    snprintf(name, sizeof name, "blk.%u.nextn.shared_head_head.weight", L);
+    if (!model_weights_get(d->w, name)) {
+        d->mtp_head = d->output;
+        return DI_OK;
+    }
+    return matrix(d, name, E, c->n_vocab, &d->mtp_head, err);
+}
+
 static float *alloc_f32(int64_t n)
 {
     return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -264,13 +300,18 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
                      &d->output, err)) != DI_OK ||
         (st = vector_f32(w, "output_norm.weight", E, &d->output_norm, err)) != DI_OK)
         goto fail;
-    d->layers = calloc(c->n_layer, sizeof *d->layers);
+    char mtp_name[96];
+    snprintf(mtp_name, sizeof mtp_name, "blk.%u.nextn.eh_proj.weight", c->n_layer);
+    /* A checkpoint converted without its MTP tensors runs without MTP. */
+    d->has_mtp = c->n_nextn_layer > 0 && model_weights_get(w, mtp_name) != NULL;
+    d->layers = calloc(c->n_layer + (uint32_t)d->has_mtp, sizeof *d->layers);
     if (!d->layers) {
         st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
     }
-    for (uint32_t i = 0; i < c->n_layer; i++)
+    for (uint32_t i = 0; i < c->n_layer + (uint32_t)d->has_mtp; i++)
         if ((st = load_layer(d, i, err)) != DI_OK) goto fail;
+    if (d->has_mtp && (st = load_mtp(d, err)) != DI_OK) goto fail;
     /* RoPE over the qk_rope_head_dim dims only (transformers' config.head_dim). */
     model_config rc = *c;
     rc.head_dim = c->qk_rope_head_dim;
@@ -297,6 +338,17 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
                                        BLOCK, n_blocks)) != DI_OK ||
         (st = cpu_kv_seq_init(&d->seq, &d->kv, ctx)) != DI_OK) {
         st = fail(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
+        goto fail;
+    }
+    if (d->has_mtp && ((st = cpu_kv_cache_init_latent(&d->mtp_kv, d->opt.kv_dtype, 1,
+                                                      (int)(R + rope), BLOCK, n_blocks)) != DI_OK ||
+                       (st = cpu_kv_seq_init(&d->mtp_seq, &d->mtp_kv, ctx)) != DI_OK)) {
+        st = fail(err, st, "cannot allocate the MTP layer's KV cache for %lld tokens",
+                  (long long)ctx);
+        goto fail;
+    }
+    if (d->has_mtp && (!(d->hidden_out = alloc_f32(B * E)) || !(d->cat = alloc_f32(B * 2 * E)))) {
+        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
         goto fail;
     }
     int64_t ff = c->n_ff;
@@ -347,7 +399,7 @@ void dsv3_free(dsv3 *d)
 {
     if (!d) return;
     if (d->layers) {
-        for (uint32_t i = 0; i < d->cfg.n_layer; i++) {
+        for (uint32_t i = 0; i < d->cfg.n_layer + (uint32_t)d->has_mtp; i++) {
             ds_layer *L = &d->layers[i];
             free(L->attn_norm);
             free(L->ffn_norm);
@@ -362,6 +414,13 @@ void dsv3_free(dsv3 *d)
         free(d->layers);
     }
     free(d->output_norm);
+    free(d->mtp_enorm);
+    free(d->mtp_hnorm);
+    free(d->mtp_norm);
+    free(d->hidden_out);
+    free(d->cat);
+    if (d->mtp_seq.block_table) cpu_kv_seq_free(&d->mtp_seq, &d->mtp_kv);
+    if (d->mtp_kv.k) cpu_kv_cache_free(&d->mtp_kv);
     if (d->seq.block_table) cpu_kv_seq_free(&d->seq, &d->kv);
     if (d->kv.k) cpu_kv_cache_free(&d->kv);
     cpu_threadpool_free(d->pool);
@@ -383,6 +442,19 @@ int64_t dsv3_n_past(const dsv3 *d)
 void dsv3_reset(dsv3 *d)
 {
     cpu_kv_seq_reset(&d->seq, &d->kv);
+    if (d->has_mtp) cpu_kv_seq_reset(&d->mtp_seq, &d->mtp_kv);
+    d->n_hidden = 0;
+}
+
+int dsv3_mtp_layers(const dsv3 *d)
+{
+    return d->has_mtp;
+}
+
+const float *dsv3_last_hidden(const dsv3 *d, int64_t *n_rows)
+{
+    *n_rows = d->has_mtp ? d->n_hidden : 0;
+    return d->has_mtp ? d->hidden_out : NULL;
 }
 
 size_t dsv3_kv_bytes_per_token(const dsv3 *d)
@@ -513,7 +585,10 @@ static void moe(dsv3 *d, const ds_layer *L, int64_t n)
     }
 }
 
-static void attention(dsv3 *d, const ds_layer *L, uint32_t l, int64_t n, int64_t pos0)
+/* MLA of layer L over cache kv / seq, cache layer l (the MTP layer has its own),
+ * for n tokens at cache slots pos0.. and RoPE positions pos0 + rope_shift.. */
+static void attention(dsv3 *d, const ds_layer *L, cpu_kv_cache *kv, const cpu_kv_seq *seq,
+                      uint32_t l, int64_t n, int64_t pos0, int64_t rope_shift)
 {
     const model_config *c = &d->cfg;
     const int ref = d->opt.use_ref;
@@ -531,16 +606,15 @@ static void attention(dsv3 *d, const ds_layer *L, uint32_t l, int64_t n, int64_t
     for (int64_t t = 0; t < n; t++) {
         float *row = d->kva + t * D;
         cpu_rmsnorm(row, L->kv_a_norm, row, 1, R, c->rms_norm_eps);
-        cpu_rope_apply(&d->rope, row + R, 1, pos0 + t);
+        cpu_rope_apply(&d->rope, row + R, 1, pos0 + rope_shift + t);
         for (int64_t h = 0; h < H; h++)
-            cpu_rope_apply(&d->rope, d->q + (t * H + h) * qd + nope, 1, pos0 + t);
+            cpu_rope_apply(&d->rope, d->q + (t * H + h) * qd + nope, 1, pos0 + rope_shift + t);
     }
-    cpu_kv_store(&d->kv, &d->seq, (int)l, pos0, n, d->kva, NULL);
+    cpu_kv_store(kv, seq, (int)l, pos0, n, d->kva, NULL);
     /* The layer's cache as f32 rows (read once per layer, shared by all heads). */
     const int64_t n_kv = pos0 + n;
     for (int64_t j = 0; j < n_kv; j++)
-        cpu_dequantize_row((int)d->kv.dtype, cpu_kv_k(&d->kv, &d->seq, (int)l, j),
-                           d->kv_f32 + j * D, D);
+        cpu_dequantize_row((int)kv->dtype, cpu_kv_k(kv, seq, (int)l, j), d->kv_f32 + j * D, D);
     if (!d->opt.mla_naive) {
         cpu_mla_attention(d->pool, &d->shape, d->q, n, pos0, d->kv_f32, L->kv_b, d->attn_scale,
                           d->attn, d->attn_scratch, d->opt.n_ctx);
@@ -551,6 +625,25 @@ static void attention(dsv3 *d, const ds_layer *L, uint32_t l, int64_t n, int64_t
         cpu_mla_attention_naive(d->pool, &d->shape, d->q, n, pos0, d->kv_f32, d->kv_full,
                                 d->attn_scale, d->attn, d->attn_scratch, d->opt.n_ctx);
     }
+}
+
+/* One decoder layer over the n rows of d->x at cache slots pos0.. (RoPE
+ * positions shifted by rope_shift: 1 for the MTP module, 0 otherwise). */
+static void decoder_layer(dsv3 *d, const ds_layer *L, cpu_kv_cache *kv, const cpu_kv_seq *seq,
+                          uint32_t l, int64_t n, int64_t pos0, int64_t rope_shift)
+{
+    const model_config *c = &d->cfg;
+    const int64_t E = c->n_embd;
+    cpu_rmsnorm(d->x, L->attn_norm, d->h, n, E, c->rms_norm_eps);
+    attention(d, L, kv, seq, l, n, pos0, rope_shift);
+    cpu_matmul(d->pool, L->wo, NULL, d->attn, n, d->h, d->act, d->opt.use_ref);
+    add_rows(d->x, d->h, n * E);
+    cpu_rmsnorm(d->x, L->ffn_norm, d->h, n, E, c->rms_norm_eps);
+    if (L->moe)
+        moe(d, L, n);
+    else
+        mlp(d, L->w_gate, L->w_up, L->w_down, d->h, n, d->ffn);
+    add_rows(d->x, d->ffn, n * E);
 }
 
 static void forward_chunk(dsv3 *d, const int32_t *tokens, int64_t n, int64_t pos0, float *logits,
@@ -564,18 +657,11 @@ static void forward_chunk(dsv3 *d, const int32_t *tokens, int64_t n, int64_t pos
         cpu_dequantize_row((int)d->tok_embd->dtype,
                            (const char *)d->tok_embd->data + (size_t)tokens[t] * erow, d->x + t * E,
                            E);
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        const ds_layer *L = &d->layers[l];
-        cpu_rmsnorm(d->x, L->attn_norm, d->h, n, E, c->rms_norm_eps);
-        attention(d, L, l, n, pos0);
-        cpu_matmul(d->pool, L->wo, NULL, d->attn, n, d->h, d->act, ref);
-        add_rows(d->x, d->h, n * E);
-        cpu_rmsnorm(d->x, L->ffn_norm, d->h, n, E, c->rms_norm_eps);
-        if (L->moe)
-            moe(d, L, n);
-        else
-            mlp(d, L->w_gate, L->w_up, L->w_down, d->h, n, d->ffn);
-        add_rows(d->x, d->ffn, n * E);
+    for (uint32_t l = 0; l < c->n_layer; l++)
+        decoder_layer(d, &d->layers[l], &d->kv, &d->seq, l, n, pos0, 0);
+    if (d->has_mtp) { /* what the MTP module drafts from: the LM head's input */
+        cpu_rmsnorm(d->x, d->output_norm, d->hidden_out, n, E, c->rms_norm_eps);
+        d->n_hidden = n;
     }
     if (!logits) return;
     const float *x = all_logits ? d->x : d->x + (n - 1) * E;
@@ -603,6 +689,45 @@ di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *
         if (logits && !all_logits && last) out = logits;
         forward_chunk(d, tokens + done, n, pos0 + done, out, all_logits);
         d->seq.n_tokens = pos0 + done + n;
+    }
+    return DI_OK;
+}
+
+di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                           float *logits, di_error **err)
+{
+    if (!d->has_mtp) return fail(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    const model_config *c = &d->cfg;
+    const int64_t E = c->n_embd;
+    const int ref = d->opt.use_ref;
+    /* The MTP cache's k-th entry is token k + 1, at position k + 1. */
+    int64_t k0 = d->mtp_seq.n_tokens;
+    if (n_tokens > d->opt.n_ctx - 1 - k0)
+        return fail(err, DI_ERR_CONTEXT_LENGTH,
+                    "%lld MTP tokens after %lld exceed the context of %lld", (long long)n_tokens,
+                    (long long)k0, (long long)d->opt.n_ctx);
+    if (cpu_kv_seq_reserve(&d->mtp_seq, &d->mtp_kv, k0 + n_tokens) != DI_OK)
+        return fail(err, DI_ERR_CONTEXT_LENGTH, "the MTP KV cache has no room for %lld tokens",
+                    (long long)n_tokens);
+    size_t erow = cpu_row_bytes((int)d->tok_embd->dtype, E);
+    for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
+        int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
+        /* x = eh_proj [enorm(embedding), hnorm(hidden)] */
+        for (int64_t t = 0; t < n; t++) {
+            float *row = d->cat + t * 2 * E;
+            cpu_dequantize_row((int)d->tok_embd->dtype,
+                               (const char *)d->tok_embd->data + (size_t)tokens[done + t] * erow,
+                               row, E);
+            cpu_rmsnorm(row, d->mtp_enorm, row, 1, E, c->rms_norm_eps);
+            cpu_rmsnorm(hidden + (done + t) * E, d->mtp_hnorm, row + E, 1, E, c->rms_norm_eps);
+        }
+        cpu_matmul(d->pool, d->mtp_eh, NULL, d->cat, n, d->x, d->act, ref);
+        decoder_layer(d, &d->layers[c->n_layer], &d->mtp_kv, &d->mtp_seq, 0, n, k0 + done, 1);
+        cpu_rmsnorm(d->x, d->mtp_norm, d->h, n, E, c->rms_norm_eps);
+        if (logits)
+            cpu_matmul(d->pool, d->mtp_head, NULL, d->h, n, logits + done * (int64_t)c->n_vocab,
+                       d->act, ref);
+        d->mtp_seq.n_tokens = k0 + done + n;
     }
     return DI_OK;
 }

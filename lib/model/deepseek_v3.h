@@ -22,4 +22,22 @@ size_t dsv3_kv_bytes_per_token(const dsv3 *d);
 di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);
 
+/* The MTP (NextN) module (DeepSeek-V3 §2.2; transformers' MtpLayer), for
+ * speculative decoding: 1 when the checkpoint has one (num_nextn_predict_layers
+ * and its tensors), else 0. */
+int dsv3_mtp_layers(const dsv3 *d);
+/* The final normed hidden states (the LM head's input) of the last chunk the
+ * main model ran: *n_rows rows of n_embd floats, the last *n_rows tokens of the
+ * last dsv3_forward call (all of them when it ran at most n_batch). Borrowed;
+ * valid until the next forward call. NULL and 0 without MTP. */
+const float *dsv3_last_hidden(const dsv3 *d, int64_t *n_rows);
+/* Run the MTP module on n_tokens tokens, each token i + 1 of the sequence with
+ * hidden[t] = the main model's final normed hidden state of token i (f32
+ * [n_tokens, n_embd]); appends to the module's own latent cache (entry k is
+ * token k + 1 at RoPE position k + 1) and writes logits [n_tokens, n_vocab]
+ * (drafts of token i + 2) when logits is not NULL. Errors: DI_ERR_UNSUPPORTED
+ * (no MTP layer), DI_ERR_CONTEXT_LENGTH. Reset with dsv3_reset. */
+di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                           float *logits, di_error **err);
+
 #endif

@@ -297,6 +297,28 @@ void model_reset(model *m)
     else
         cpu_kv_seq_reset(&m->seq, &m->kv);
 }
+int model_mtp_layers(const model *m)
+{
+    return m->ds ? dsv3_mtp_layers(m->ds) : 0;
+}
+const float *model_last_hidden(const model *m, int64_t *n_rows)
+{
+    *n_rows = 0;
+    return m->ds ? dsv3_last_hidden(m->ds, n_rows) : NULL;
+}
+di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                            float *logits, di_error **err)
+{
+    if (!m || !tokens || !hidden || n_tokens <= 0)
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_mtp_forward: no tokens or hidden rows");
+    if (!m->ds) return fail(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    for (int64_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
+            return fail(err, DI_ERR_INVALID_ARGUMENT,
+                        "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
+                        (long long)i, (int)tokens[i], m->cfg.n_vocab);
+    return dsv3_mtp_forward(m->ds, tokens, n_tokens, hidden, logits, err);
+}
 size_t model_kv_bytes_per_token(const model *m)
 {
     return m->ds ? dsv3_kv_bytes_per_token(m->ds) : cpu_kv_cache_bytes_per_token(&m->kv);

@@ -47,6 +47,15 @@ int64_t model_n_past(const model *m);
  * 2 * n_layer * n_head_kv * head_dim * elem for Llama/Qwen2 (keys and values),
  * n_layer * (kv_lora_rank + qk_rope_head_dim) * elem for DeepSeek's MLA. */
 size_t model_kv_bytes_per_token(const model *m);
+/* DeepSeek-V3's MTP (NextN) module, for speculative decoding later
+ * (deepseek_v3.h): its count (0 or 1), the main model's final normed hidden
+ * rows of its last forward chunk (the module's input), and one run of the
+ * module. model_mtp_forward: DI_ERR_UNSUPPORTED for a model without MTP; it
+ * checks token ids as model_forward does. */
+int model_mtp_layers(const model *m);
+const float *model_last_hidden(const model *m, int64_t *n_rows);
+di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                            float *logits, di_error **err);
 /* Forget the sequence (its KV cache blocks are freed). */
 void model_reset(model *m);
 

@@ -155,6 +155,7 @@ DSV3 = {
     "dsv3-fp8": ("v3", dict(hidden_size=128, q_lora_rank=96, kv_lora_rank=64,
                             intermediate_size=192, moe_intermediate_size=64,
                             qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32), "fp8"),
+    "dsv3-mtp-f32": ("v3", dict(num_nextn_predict_layers=1), "float32", 2),
     "dsv2-softmax-bf16": ("v2", dict(topk_method="group_limited_greedy",
                                      routed_scaling_factor=1.5), "bfloat16", 7),
 }
@@ -192,6 +193,69 @@ def fp8_dequantize(q, scale):
     w = q.to(torch.float32)
     rows = scale.repeat_interleave(128, 0)[:w.shape[0]]
     return w * rows.repeat_interleave(128, 1)[:, :w.shape[1]]
+
+
+def per_expert(state):
+    """A state dict with transformers 5's fused experts (experts.gate_up_proj
+    [E, 2I, H], experts.down_proj [E, H, I]) as checkpoints store them: one
+    gate/up/down_proj per expert. Values: (tensor, expert or None, row slice)."""
+    params = {}
+    for k, v in state.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[:-len("gate_up_proj")]
+            half = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                params[f"{base}{e}.gate_proj.weight"] = (v, e, slice(0, half))
+                params[f"{base}{e}.up_proj.weight"] = (v, e, slice(half, 2 * half))
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[:-len("down_proj")]
+            for e in range(v.shape[0]):
+                params[f"{base}{e}.down_proj.weight"] = (v, e, slice(None))
+        else:
+            params[k] = (v, None, None)
+    return params
+
+
+def make_mtp_layer(model, config):
+    """DeepSeek-V3's MTP module as transformers builds it (MtpLayer: enorm, hnorm,
+    eh_proj over [enorm(embedding), hnorm(hidden)], a decoder layer, post_norm),
+    its decoder layer indexed after the main ones (MoE, as DeepSeek-V3's layer 61),
+    random weights like the main model's."""
+    import torch
+    from transformers.modeling_layers import MtpLayer
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3DecoderLayer,
+                                                                      DeepseekV3RMSNorm)
+    mtp = MtpLayer(config, DeepseekV3DecoderLayer, DeepseekV3RMSNorm,
+                   config.num_hidden_layers).to(torch.float32).eval()
+    with torch.no_grad():
+        for pname, p in mtp.named_parameters():
+            if "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+        for bname, b in mtp.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+    return mtp
+
+
+def run_mtp_layer(model, mtp, ids):
+    """MTP logits over a whole sequence in one pass (no cache): row i from the
+    main model's final normed hidden state at position i and token i + 1 at
+    position i + 1, as transformers' MtpModel.forward_layer + shared head."""
+    import torch
+    with torch.no_grad():
+        hidden = model(ids, output_hidden_states=True).hidden_states[-1][:, :-1]
+        nxt = ids[:, 1:]
+        n = nxt.shape[1]
+        pos = torch.arange(1, n + 1)[None]
+        emb = model.model.embed_tokens(nxt)
+        x = mtp.eh_proj(torch.cat([mtp.enorm(emb), mtp.hnorm(hidden)], dim=-1))
+        cos_sin = model.model.rotary_emb(x, pos)
+        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        x = mtp.mtp_block(x, attention_mask=mask, position_embeddings=cos_sin, position_ids=pos)
+        x = mtp.post_norm(x)
+        return model.lm_head(x)[0].to(torch.float32).numpy()
 
 
 def make_dsv3(name):
@@ -286,9 +350,24 @@ def make_dsv3(name):
                     b.copy_(b.to(torch_dtype).to(torch.float32))
         model.to(torch_dtype).save_pretrained(out, safe_serialization=True)
         model.to(torch.float32)
-        # The router bias is kept in float32 by transformers: reload to be sure the
-        # reference holds the stored values.
     (out / "generation_config.json").unlink(missing_ok=True)
+    mtp = make_mtp_layer(model, config) if cfg_args.get("num_nextn_predict_layers") else None
+    if mtp is not None:
+        # DeepSeek-V3's checkpoint layout: the MTP module is model.layers.<L>, with
+        # enorm, hnorm, eh_proj, shared_head.{norm,head}, its own embed_tokens (a
+        # copy of the main one) and an ordinary decoder layer's tensors.
+        L = config.num_hidden_layers
+        state = dict(safetensors.torch.load_file(out / "model.safetensors"))
+        extra = {"enorm.weight": mtp.enorm.weight, "hnorm.weight": mtp.hnorm.weight,
+                 "eh_proj.weight": mtp.eh_proj.weight,
+                 "shared_head.norm.weight": mtp.post_norm.weight,
+                 "shared_head.head.weight": model.lm_head.weight,
+                 "embed_tokens.weight": model.model.embed_tokens.weight}
+        for k, (full, e, rows) in per_expert(mtp.mtp_block.state_dict()).items():
+            extra[k] = full if e is None else full[e, rows]
+        for k, v in extra.items():
+            state[f"model.layers.{L}.{k}"] = v.detach().to(torch.float32).contiguous()
+        safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
 
     g = torch.Generator().manual_seed(seed + 1)
     prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
@@ -316,8 +395,18 @@ def make_dsv3(name):
     greedy = gen[0, N_PROMPT:].tolist()
     logits.astype("<f4").tofile(out / "logits.f32")
     seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
+    extra_ref = {}
+    if mtp is not None:
+        mtp_logits = run_mtp_layer(model, mtp, gen)
+        mtp_logits.astype("<f4").tofile(out / "mtp_logits.f32")
+        extra_ref = {"mtp_logits_file": "mtp_logits.f32",
+                     "mtp_logits_shape": list(mtp_logits.shape),
+                     "mtp": "transformers' MtpLayer (DeepseekV3DecoderLayer as layer "
+                            f"{config.num_hidden_layers}, MoE): row i drafts token i + 2 from "
+                            "the main model's final normed hidden state at i and token i + 1 "
+                            "(position i + 1), over the prompt + greedy sequence"}
     files = sorted(p.name for p in out.glob("*.safetensors"))
-    ref = {
+    ref = {**extra_ref,
         "format": "deepinfer-model-fixture-1",
         "name": name,
         "architecture": type(model).__name__,

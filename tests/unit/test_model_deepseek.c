@@ -244,6 +244,96 @@ static void test_kv_bytes_per_token_is_the_latent(void **state)
     model_free(m);
 }
 
+static float *read_f32(const char *dir, const char *file, size_t n)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    float *v = malloc(n * sizeof *v);
+    FILE *fp = fopen(path, "rb");
+    assert_true(v && fp);
+    assert_int_equal(fread(v, sizeof *v, n, fp), n);
+    fclose(fp);
+    return v;
+}
+
+/* The MTP module against transformers' MtpLayer (mtp_logits.f32: row i drafts
+ * token i + 2 from the main model's normed hidden state at i and token i + 1),
+ * over the 48-token prompt + greedy sequence: once in one pass, once token by
+ * token beside the main model's decode. */
+static void test_mtp_layer_matches_transformers(void **state)
+{
+    (void)state;
+    char dir[512];
+    json_t *ref = reference("dsv3-mtp-f32", dir, sizeof dir);
+    json_t *jp = json_object_get(ref, "prompt"), *jg = json_object_get(ref, "greedy");
+    int32_t seq[64];
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(jp); i++)
+        seq[n++] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < json_array_size(jg); i++)
+        seq[n++] = (int32_t)json_integer_value(json_array_get(jg, i));
+    assert_int_equal(
+        json_integer_value(json_array_get(json_object_get(ref, "mtp_logits_shape"), 0)),
+        (json_int_t)(n - 1));
+    model *m = load(dir, 0, MODEL_DTYPE_F32);
+    assert_int_equal(model_mtp_layers(m), 1);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
+    const int64_t E = model_get_config(m)->n_embd;
+    float *want = read_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
+    float *got = malloc((n - 1) * (size_t)V * sizeof *got);
+    float *hidden = malloc(n * (size_t)E * sizeof *hidden);
+    assert_true(got && hidden);
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < (n - 1) * (size_t)V; i++) {
+        lo = fminf(lo, want[i]);
+        hi = fmaxf(hi, want[i]);
+    }
+    /* one pass */
+    assert_int_equal(model_forward(m, seq, (int64_t)n, NULL, 0, NULL), DI_OK);
+    int64_t rows = 0;
+    const float *h = model_last_hidden(m, &rows);
+    assert_int_equal(rows, (int64_t)n);
+    memcpy(hidden, h, n * (size_t)E * sizeof *hidden);
+    assert_int_equal(model_mtp_forward(m, seq + 1, (int64_t)n - 1, hidden, got, NULL), DI_OK);
+    double one = 0;
+    for (size_t i = 0; i < (n - 1) * (size_t)V; i++) one = fmax(one, fabs(got[i] - want[i]));
+    /* token by token: main decode, then the MTP step on its hidden row */
+    model_reset(m);
+    assert_int_equal(model_forward(m, seq, 1, NULL, 0, NULL), DI_OK);
+    double step = 0;
+    for (size_t i = 1; i < n; i++) {
+        h = model_last_hidden(m, &rows);
+        assert_int_equal(rows, 1);
+        memcpy(hidden, h, (size_t)E * sizeof *hidden);
+        assert_int_equal(model_mtp_forward(m, &seq[i], 1, hidden, got, NULL), DI_OK);
+        for (int32_t v = 0; v < V; v++)
+            step = fmax(step, fabs(got[v] - want[(i - 1) * (size_t)V + (size_t)v]));
+        assert_int_equal(model_forward(m, &seq[i], 1, NULL, 0, NULL), DI_OK);
+    }
+    printf("dsv3-mtp-f32: MTP logits vs transformers: one pass %.2e, token by token %.2e\n",
+           one / (hi - lo), step / (hi - lo));
+    assert_true(one / (hi - lo) <= 1e-3);
+    assert_true(step / (hi - lo) <= 1e-3);
+    /* errors */
+    di_error *err = NULL;
+    int32_t bad = V;
+    assert_int_equal(model_mtp_forward(m, &bad, 1, hidden, got, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "tokens[0]"));
+    di_error_free(err);
+    model_free(m);
+    /* a model without MTP */
+    snprintf(dir, sizeof dir, "%s/model/dsv3-fp8", DI_FIXTURE_DIR);
+    m = load(dir, 0, MODEL_DTYPE_F32);
+    assert_int_equal(model_mtp_layers(m), 0);
+    assert_null(model_last_hidden(m, &rows));
+    assert_int_equal(model_mtp_forward(m, seq, 1, hidden, got, NULL), DI_ERR_UNSUPPORTED);
+    model_free(m);
+    free(want);
+    free(got);
+    free(hidden);
+    json_decref(ref);
+}
+
 /* A copy of a fixture with config.json edited by `edit` (a JSON object merged
  * over it; null values delete keys). */
 static char tmpdir[64];
@@ -351,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_absorbed_matches_naive_and_transformers),
         cmocka_unit_test(test_kv_bytes_per_token_is_the_latent),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_mtp_layer_matches_transformers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
