@@ -5,6 +5,15 @@
 
 #include "backend/cpu/ops.h"
 
+/* x86-64: an AVX2 clone of each task (x86-64-v3) chosen at load time by the
+ * dynamic linker (ifunc), the baseline otherwise; both compute the same sums in
+ * the same order (dot's partial sums are explicit), so results are identical. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#    define MLA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#    define MLA_CLONES
+#endif
+
 typedef struct mla_job {
     const cpu_mla_shape *s;
     const float *q, *kv, *w, *kv_full;
@@ -19,19 +28,25 @@ int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx)
     return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope;
 }
 
-static float dot(const float *a, const float *b, int n)
+/* Eight independent partial sums (then a fixed tree), so the compiler can keep
+ * them in one SIMD register: a single running sum is a dependency chain it may
+ * not reorder. The order is fixed, so results do not depend on the target. */
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int n)
 {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-static void axpy(float a, const float *x, float *y, int n)
+static inline __attribute__((always_inline)) void axpy(float a, const float *x, float *y, int n)
 {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void absorbed_task(void *ctx, int64_t task, int thread)
+MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
 {
     const mla_job *j = ctx;
     const cpu_mla_shape *s = j->s;
@@ -53,7 +68,7 @@ static void absorbed_task(void *ctx, int64_t task, int thread)
     for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
 }
 
-static void naive_task(void *ctx, int64_t task, int thread)
+MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
 {
     const mla_job *j = ctx;
     const cpu_mla_shape *s = j->s;
