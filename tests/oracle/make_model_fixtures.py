@@ -156,8 +156,12 @@ DSV3 = {
                             intermediate_size=192, moe_intermediate_size=64,
                             qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32), "fp8"),
     "dsv3-mtp-f32": ("v3", dict(num_nextn_predict_layers=1), "float32", 2),
-    "dsv2-softmax-bf16": ("v2", dict(topk_method="group_limited_greedy",
-                                     routed_scaling_factor=1.5), "bfloat16", 7),
+    # YaRN with mscale != mscale_all_dim: cos/sin scaled by their ratio (not 1).
+    "dsv2-softmax-yarn-bf16": ("v2", dict(topk_method="group_limited_greedy",
+                                          routed_scaling_factor=1.5, rope_parameters=dict(
+                                              rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                              original_max_position_embeddings=64, mscale=0.9,
+                                              mscale_all_dim=0.707)), "bfloat16", 1),
 }
 DSV3_BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                  num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,

@@ -21,7 +21,7 @@
 
 static const char *const FIXTURES[] = {
     "dsv3-qlora-bf16", "dsv3-noqlora-yarn-f32", "dsv3-group1-noninterleave-f32", "dsv3-dense-bf16",
-    "dsv3-fp8",        "dsv2-softmax-bf16"};
+    "dsv3-fp8",        "dsv2-softmax-yarn-bf16"};
 enum { N_FIXTURES = sizeof FIXTURES / sizeof FIXTURES[0] };
 
 static json_t *reference(const char *name, char *dir, size_t size)
