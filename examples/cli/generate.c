@@ -1,9 +1,12 @@
 /* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--kv-f32]
+ *                    [--verbose]
  * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--kv-f32]
  *
  * generate: greedy decoding (the highest logit; the lowest id on ties) of N
  * tokens after the prompt; prints the generated token IDs as a JSON array on
  * one line. It does not stop at end-of-sequence tokens: exactly N are made.
+ * --verbose: also prints to stderr the KV cache bytes per token
+ * (di_model_kv_bytes_per_token) and the prefill and decode speeds.
  * logits: runs the prompt once and writes the logits of every position to FILE
  * as little-endian f32, row-major [n_tokens, vocab].
  * PATH is a .gguf file or a Hugging Face model directory. Built only on the
@@ -14,13 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
 typedef struct gen_args {
     const char *model, *tokens, *out;
     long max_tokens, threads;
-    int kv_f32;
+    int kv_f32, verbose;
 } gen_args;
 
 static int usage(const char *cmd, const char *why)
@@ -28,7 +32,7 @@ static int usage(const char *cmd, const char *why)
     if (strcmp(cmd, "generate") == 0)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
-                "ID,ID,... --max-tokens N [--threads T] [--kv-f32])\n",
+                "ID,ID,... --max-tokens N [--threads T] [--kv-f32] [--verbose])\n",
                 why);
     else
         fprintf(stderr,
@@ -83,6 +87,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
             a->kv_f32 = 1;
             continue;
         }
+        if (strcmp(o, "--verbose") == 0 && strcmp(cmd, "generate") == 0) {
+            a->verbose = 1;
+            continue;
+        }
         if (i + 1 >= argc) return usage(cmd, "missing value after an option");
         const char *v = argv[++i];
         if (strcmp(o, "--model") == 0) {
@@ -127,6 +135,13 @@ static int load(const char *cmd, const gen_args *a, di_model **m)
     di_error *err = NULL;
     if (di_model_load(a->model, &o, m, &err) != DI_OK) return fail_error(cmd, err);
     return EXIT_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int32_t argmax(const float *x, int32_t n)
@@ -191,13 +206,18 @@ static int run(const char *cmd, int argc, char **argv)
         rc = EXIT_FAILED;
         goto done;
     }
+    if (a.verbose)
+        fprintf(stderr, "deepinfer generate: KV cache %lld bytes per token (%s)\n",
+                (long long)di_model_kv_bytes_per_token(m), a.kv_f32 ? "f32" : "f16");
     printf("[");
+    double t0 = now_s(), t1 = t0;
     if (a.max_tokens > 0) {
         if (di_model_eval(m, ids, n, logits, 0, &err) != DI_OK) {
             printf("]\n");
             rc = fail_error(cmd, err);
             goto done;
         }
+        t1 = now_s();
         for (long i = 0; i < a.max_tokens; i++) {
             int32_t next = argmax(logits, vocab);
             printf(i ? ",%d" : "%d", (int)next);
@@ -214,6 +234,13 @@ static int run(const char *cmd, int argc, char **argv)
         goto done;
     }
     printf("]\n");
+    if (a.verbose && a.max_tokens > 1) {
+        double t2 = now_s();
+        fprintf(stderr,
+                "deepinfer generate: prefill %zu tokens %.1f tokens/s, decode %ld tokens %.1f "
+                "tokens/s\n",
+                n, (double)n / (t1 - t0), a.max_tokens - 1, (double)(a.max_tokens - 1) / (t2 - t1));
+    }
 done:
     free(logits);
     free(ids);

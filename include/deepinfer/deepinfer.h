@@ -651,7 +651,9 @@ DI_API void di_stream_free(di_stream *s);
 /* A loaded model with one token sequence: its weights (memory-mapped), a CPU
  * thread pool and a KV cache. The low-level way to run a model: append tokens,
  * read logits; sampling and scheduling belong to the engine (di_engine_*, to
- * come). Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills).
+ * come). Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills), and
+ * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) from
+ * Hugging Face directories in bf16, f16, f32 or fp8-e4m3 with block scales.
  * A di_model is used by one thread at a time; calls on different models may
  * run concurrently. */
 typedef struct di_model di_model;
@@ -695,6 +697,13 @@ DI_API int64_t di_model_context_length(const di_model *model);
 DI_API int64_t di_model_n_past(const di_model *model);
 /* Empty the sequence (free its KV cache). NULL is a no-op. */
 DI_API void di_model_reset(di_model *model);
+/* Bytes of KV cache one token of the sequence takes, summed over the layers, in
+ * the cache's element type (2 bytes for f16, 4 with kv_cache_f32). Dense models
+ * keep every KV head's key and value: 2 * layers * kv_heads * head_dim *
+ * element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope
+ * key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,
+ * section 2.1.4). 0 for NULL. Thread-safe. */
+DI_API int64_t di_model_kv_bytes_per_token(const di_model *model);
 
 /* Flags of di_model_eval. */
 enum {

@@ -83,6 +83,11 @@ DI_API int64_t di_model_n_past(const di_model *dm)
     return dm ? model_n_past(dm->m) : 0;
 }
 
+DI_API int64_t di_model_kv_bytes_per_token(const di_model *dm)
+{
+    return dm ? (int64_t)model_kv_bytes_per_token(dm->m) : 0;
+}
+
 DI_API void di_model_reset(di_model *dm)
 {
     if (dm) model_reset(dm->m);

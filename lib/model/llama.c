@@ -23,6 +23,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/threadpool.h"
+#include "model/deepseek_v3.h"
 #include "model/model.h"
 
 typedef struct layer {
@@ -46,6 +47,7 @@ struct model {
     cpu_kv_seq seq;
     /* scratch, [n_batch, ...] */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *attn_scores;
+    dsv3 *ds;  /* a DeepSeek model: model_forward and the getters go there */
     void *act; /* quantized activations */
     size_t act_bytes;
 };
@@ -175,16 +177,21 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     m->cfg = *model_weights_config(m->w);
     m->opt = *opt;
     const model_config *c = &m->cfg;
-    if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2) {
-        st = fail(err, DI_ERR_UNSUPPORTED, "%s: only Llama and Qwen2 models run on the CPU yet",
-                  path);
-        goto fail;
-    }
     if (m->opt.n_ctx == 0) m->opt.n_ctx = c->n_ctx_train < 4096 ? c->n_ctx_train : 4096;
     if (m->opt.n_ctx <= 0) m->opt.n_ctx = 4096;
     if (m->opt.n_batch == 0) m->opt.n_batch = 256;
     if (m->opt.n_batch > m->opt.n_ctx) m->opt.n_batch = m->opt.n_ctx;
     if (m->opt.use_ref) m->opt.n_threads = 1;
+    if (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2) {
+        if ((st = dsv3_load(m->w, &m->opt, &m->ds, err)) != DI_OK) goto fail;
+        *out = m;
+        return DI_OK;
+    }
+    if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2) {
+        st = fail(err, DI_ERR_UNSUPPORTED, "%s: architecture %d does not run on the CPU", path,
+                  (int)c->arch);
+        goto fail;
+    }
     if ((st = load_tensors(m, err)) != DI_OK) goto fail;
     if (c->head_dim > CPU_ATTENTION_MAX_HEAD_DIM) {
         st = fail(err, DI_ERR_UNSUPPORTED, "%s: head dimension %u is over the CPU backend's %d",
@@ -266,6 +273,7 @@ void model_free(model *m)
     free(m->up);
     free(m->attn_scores);
     free(m->act);
+    dsv3_free(m->ds);
     model_weights_close(m->w);
     free(m);
 }
@@ -280,11 +288,40 @@ int64_t model_n_ctx(const model *m)
 }
 int64_t model_n_past(const model *m)
 {
-    return m->seq.n_tokens;
+    return m->ds ? dsv3_n_past(m->ds) : m->seq.n_tokens;
 }
 void model_reset(model *m)
 {
-    cpu_kv_seq_reset(&m->seq, &m->kv);
+    if (m->ds)
+        dsv3_reset(m->ds);
+    else
+        cpu_kv_seq_reset(&m->seq, &m->kv);
+}
+int model_mtp_layers(const model *m)
+{
+    return m->ds ? dsv3_mtp_layers(m->ds) : 0;
+}
+const float *model_last_hidden(const model *m, int64_t *n_rows)
+{
+    *n_rows = 0;
+    return m->ds ? dsv3_last_hidden(m->ds, n_rows) : NULL;
+}
+di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                            float *logits, di_error **err)
+{
+    if (!m || !tokens || !hidden || n_tokens <= 0)
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_mtp_forward: no tokens or hidden rows");
+    if (!m->ds) return fail(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    for (int64_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
+            return fail(err, DI_ERR_INVALID_ARGUMENT,
+                        "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
+                        (long long)i, (int)tokens[i], m->cfg.n_vocab);
+    return dsv3_mtp_forward(m->ds, tokens, n_tokens, hidden, logits, err);
+}
+size_t model_kv_bytes_per_token(const model *m)
+{
+    return m->ds ? dsv3_kv_bytes_per_token(m->ds) : cpu_kv_cache_bytes_per_token(&m->kv);
 }
 
 static void add_rows(float *x, const float *y, int64_t n)
@@ -363,6 +400,7 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
             return fail(err, DI_ERR_INVALID_ARGUMENT,
                         "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
                         (long long)i, (int)tokens[i], m->cfg.n_vocab);
+    if (m->ds) return dsv3_forward(m->ds, tokens, n_tokens, logits, all_logits, err);
     int64_t pos0 = m->seq.n_tokens;
     if (n_tokens > m->opt.n_ctx - pos0)
         return fail(err, DI_ERR_CONTEXT_LENGTH,

@@ -161,7 +161,10 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
     if (!c->tie_embeddings &&
         (st = require(w, path, "output.weight", 2, embd, vocab, err)) != DI_OK)
         return st;
-    for (uint32_t l = 0; l < c->n_layer; l++) {
+    /* DeepSeek layers differ per layer (dense or MoE, with or without q LoRA):
+     * deepseek_v3.c requires each tensor with its shape when it loads. */
+    int dense_llama = c->arch == MODEL_ARCH_LLAMA || c->arch == MODEL_ARCH_QWEN2;
+    for (uint32_t l = 0; dense_llama && l < c->n_layer; l++) {
         static const struct {
             const char *name;
             int kind; /* 0 {embd}, 1 {embd,q}, 2 {embd,kv}, 3 {q,embd}, 4 {embd,ff}, 5 {ff,embd},

@@ -70,7 +70,8 @@ typedef struct model_tensor {
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 0,
     MODEL_ARCH_QWEN2 = 1,
-    MODEL_ARCH_DEEPSEEK_V3 = 2,
+    MODEL_ARCH_DEEPSEEK_V3 = 2, /* MLA + DeepSeekMoE, sigmoid routing (deepseek_v3.c) */
+    MODEL_ARCH_DEEPSEEK_V2 = 3, /* the same layers with softmax routing */
 } model_arch;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —
@@ -85,6 +86,24 @@ typedef enum model_rope_scaling {
     MODEL_ROPE_SCALING_YARN = 2,
     MODEL_ROPE_SCALING_LLAMA3 = 3,
 } model_rope_scaling;
+
+/* How a DeepSeekMoE router turns logits into expert scores: softmax over the
+ * experts (DeepSeek-V2) or an independent sigmoid per expert (DeepSeek-V3). */
+typedef enum model_expert_gating {
+    MODEL_EXPERT_GATING_SOFTMAX = 0,
+    MODEL_EXPERT_GATING_SIGMOID = 1,
+} model_expert_gating;
+
+/* How the top-k experts are chosen (config.json's topk_method): GREEDY, top-k of
+ * the scores; GROUP_LIMITED, top-k within the topk_group groups with the largest
+ * maximum score (DeepSeek-V2); NOAUX_TC, top-k of score + e_score_correction_bias
+ * within the topk_group groups with the largest sum of their two best biased
+ * scores, the weights taken from the unbiased scores (DeepSeek-V3). */
+typedef enum model_topk_method {
+    MODEL_TOPK_GREEDY = 0,
+    MODEL_TOPK_GROUP_LIMITED = 1,
+    MODEL_TOPK_NOAUX_TC = 2,
+} model_topk_method;
 
 typedef struct model_config {
     model_arch arch;
@@ -118,6 +137,27 @@ typedef struct model_config {
     int attn_qkv_bias;                  /* 1: q/k/v projections have biases (Qwen2) */
     int tie_embeddings;                 /* 1: no output.weight; the LM head is token_embd.weight */
     int32_t bos_token_id, eos_token_id; /* -1 when unknown */
+
+    /* DeepSeek-V2/V3 (MODEL_ARCH_DEEPSEEK_V2/V3) only; zero otherwise. Names are
+     * config.json's (transformers' DeepseekV3Config). head_dim is then
+     * qk_nope_head_dim + qk_rope_head_dim and n_head_kv = n_head. */
+    uint32_t q_lora_rank;         /* 0: queries from one projection (attn_q), no LoRA */
+    uint32_t kv_lora_rank;        /* width of the compressed latent c_kv the cache holds */
+    uint32_t qk_nope_head_dim;    /* per-head query/key dims without RoPE */
+    uint32_t qk_rope_head_dim;    /* per-head query dims with RoPE; the rope key is shared */
+    uint32_t v_head_dim;          /* per-head value dims */
+    uint32_t n_expert;            /* n_routed_experts (0: every layer dense) */
+    uint32_t n_expert_shared;     /* n_shared_experts: one MLP of n_expert_shared * n_ff_exp */
+    uint32_t n_expert_used;       /* num_experts_per_tok (top-k) */
+    uint32_t n_ff_exp;            /* moe_intermediate_size */
+    uint32_t n_group, topk_group; /* group-limited routing: experts in n_group groups, the
+                                     top topk_group groups kept (1, 1: no limit) */
+    uint32_t n_layer_dense_lead;  /* first_k_dense_replace: layers [0, k) have a dense MLP */
+    uint32_t n_nextn_layer;       /* num_nextn_predict_layers (MTP), stored after n_layer */
+    float routed_scaling_factor;  /* multiplies the routed experts' weights */
+    int norm_topk_prob;           /* 1: top-k weights renormalised to sum 1 (V3 only) */
+    model_expert_gating expert_gating;
+    model_topk_method topk_method;
 } model_config;
 
 typedef struct model_weights model_weights;

@@ -152,6 +152,103 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
     return DI_OK;
 }
 
+/* An optional non-negative integer: absent or null leaves *out. */
+static di_status opt_count(cfg_ctx *c, const char *key, uint32_t *out)
+{
+    json_t *v = json_object_get(c->root, key);
+    if (!v || json_is_null(v)) return DI_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20)
+        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an integer in [0, 2^20]",
+                       c->file, key);
+    *out = (uint32_t)json_integer_value(v);
+    return DI_OK;
+}
+
+/* DeepSeek-V2/V3's MLA and MoE fields, with transformers' DeepseekV3Config /
+ * DeepseekV2Config defaults where a field is optional; head_dim (config.json's is
+ * qk_rope_head_dim) becomes qk_nope_head_dim + qk_rope_head_dim. */
+static di_status read_deepseek(cfg_ctx *c, model_config *m)
+{
+    int v3 = m->arch == MODEL_ARCH_DEEPSEEK_V3;
+    di_status st;
+    m->q_lora_rank = 0;
+    m->n_expert = 0;
+    m->n_expert_shared = 0;
+    m->n_expert_used = 1;
+    m->n_group = 1;
+    m->topk_group = 1;
+    m->n_layer_dense_lead = 0;
+    m->n_nextn_layer = 0;
+    m->routed_scaling_factor = 1.0f;
+    m->norm_topk_prob = 0;
+    m->n_ff_exp = 0;
+    if ((st = opt_count(c, "q_lora_rank", &m->q_lora_rank)) != DI_OK ||
+        (st = need_uint(c, "kv_lora_rank", &m->kv_lora_rank)) != DI_OK ||
+        (st = need_uint(c, "qk_nope_head_dim", &m->qk_nope_head_dim)) != DI_OK ||
+        (st = need_uint(c, "qk_rope_head_dim", &m->qk_rope_head_dim)) != DI_OK ||
+        (st = need_uint(c, "v_head_dim", &m->v_head_dim)) != DI_OK ||
+        (st = opt_count(c, "n_routed_experts", &m->n_expert)) != DI_OK ||
+        (st = opt_count(c, "n_shared_experts", &m->n_expert_shared)) != DI_OK ||
+        (st = opt_count(c, "num_experts_per_tok", &m->n_expert_used)) != DI_OK ||
+        (st = opt_count(c, "moe_intermediate_size", &m->n_ff_exp)) != DI_OK ||
+        (st = opt_count(c, "n_group", &m->n_group)) != DI_OK ||
+        (st = opt_count(c, "topk_group", &m->topk_group)) != DI_OK ||
+        (st = opt_count(c, "first_k_dense_replace", &m->n_layer_dense_lead)) != DI_OK ||
+        (st = opt_count(c, "num_nextn_predict_layers", &m->n_nextn_layer)) != DI_OK ||
+        (st = opt_float(c, c->root, "routed_scaling_factor", &m->routed_scaling_factor)) != DI_OK)
+        return st;
+    /* transformers' DeepseekV2 router never renormalises the top-k weights. */
+    if (json_is_true(json_object_get(c->root, "attention_bias")) ||
+        json_is_true(json_object_get(c->root, "mlp_bias")))
+        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
+                       "%s: attention_bias or mlp_bias true is not supported", c->file);
+    m->norm_topk_prob = v3 && json_is_true(json_object_get(c->root, "norm_topk_prob"));
+    m->head_dim = m->qk_nope_head_dim + m->qk_rope_head_dim;
+    m->n_head_kv = m->n_head;
+    /* rope_interleave (V3, default true) rotates adjacent pairs; V2's complex
+     * rotary embedding does too. */
+    json_t *il = json_object_get(c->root, "rope_interleave");
+    m->rope_style = (v3 && json_is_false(il)) ? MODEL_ROPE_NEOX : MODEL_ROPE_NORM;
+    m->expert_gating = v3 ? MODEL_EXPERT_GATING_SIGMOID : MODEL_EXPERT_GATING_SOFTMAX;
+    json_t *sf = json_object_get(c->root, "scoring_func");
+    if (json_is_string(sf) && strcmp(json_string_value(sf), v3 ? "sigmoid" : "softmax") != 0)
+        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
+                       "%s: scoring_func '%.32s' is not supported for this architecture (%s is)",
+                       c->file, json_string_value(sf), v3 ? "sigmoid" : "softmax");
+    const char *method = v3 ? "noaux_tc" : "greedy";
+    json_t *tm = json_object_get(c->root, "topk_method");
+    if (json_is_string(tm)) method = json_string_value(tm);
+    if (v3 && strcmp(method, "noaux_tc") == 0)
+        m->topk_method = MODEL_TOPK_NOAUX_TC;
+    else if (!v3 && strcmp(method, "greedy") == 0)
+        m->topk_method = MODEL_TOPK_GREEDY;
+    else if (!v3 && strcmp(method, "group_limited_greedy") == 0)
+        m->topk_method = MODEL_TOPK_GROUP_LIMITED;
+    else
+        return mw_fail(c->err, DI_ERR_UNSUPPORTED, "%s: topk_method '%.32s' is not supported (%s)",
+                       c->file, method, v3 ? "noaux_tc is" : "greedy and group_limited_greedy are");
+    if (m->n_expert) {
+        if (!m->n_ff_exp || !m->n_expert_used || m->n_expert_used > m->n_expert || !m->n_group ||
+            m->n_expert % m->n_group != 0 || !m->topk_group || m->topk_group > m->n_group ||
+            m->n_expert > 4096 || m->n_expert_used > 64)
+            return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
+                           "%s: the MoE fields are inconsistent (n_routed_experts %u, "
+                           "num_experts_per_tok %u, n_group %u, topk_group %u, "
+                           "moe_intermediate_size %u)",
+                           c->file, m->n_expert, m->n_expert_used, m->n_group, m->topk_group,
+                           m->n_ff_exp);
+        if (m->topk_method == MODEL_TOPK_NOAUX_TC &&
+            (m->n_expert / m->n_group < 2 ||
+             (uint64_t)m->n_expert_used > (uint64_t)m->topk_group * (m->n_expert / m->n_group)))
+            return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
+                           "%s: noaux_tc routing needs at least 2 experts per group and "
+                           "num_experts_per_tok <= topk_group * experts per group",
+                           c->file);
+    }
+    if (m->n_layer_dense_lead > m->n_layer || !m->n_expert) m->n_layer_dense_lead = m->n_layer;
+    return DI_OK;
+}
+
 static di_status read_config(model_weights *w, const char *dir, int *tie, di_error **err)
 {
     char file[4096];
@@ -183,10 +280,14 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         m->arch = MODEL_ARCH_LLAMA;
     else if (strcmp(arch, "Qwen2ForCausalLM") == 0)
         m->arch = MODEL_ARCH_QWEN2;
+    else if (strcmp(arch, "DeepseekV3ForCausalLM") == 0)
+        m->arch = MODEL_ARCH_DEEPSEEK_V3;
+    else if (strcmp(arch, "DeepseekV2ForCausalLM") == 0)
+        m->arch = MODEL_ARCH_DEEPSEEK_V2;
     else {
         st = mw_fail(err, DI_ERR_UNSUPPORTED,
-                     "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM and "
-                     "Qwen2ForCausalLM are)",
+                     "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM, "
+                     "Qwen2ForCausalLM, DeepseekV3ForCausalLM and DeepseekV2ForCausalLM are)",
                      file, arch);
         goto done;
     }
@@ -210,6 +311,9 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
     }
     if ((st = opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
         (st = read_rope(&c, m)) != DI_OK)
+        goto done;
+    if ((m->arch == MODEL_ARCH_DEEPSEEK_V3 || m->arch == MODEL_ARCH_DEEPSEEK_V2) &&
+        (st = read_deepseek(&c, m)) != DI_OK)
         goto done;
     json_t *tw = json_object_get(root, "tie_word_embeddings");
     *tie = json_is_true(tw);
@@ -249,11 +353,33 @@ static int gguf_name(const char *hf, char *out, size_t size)
     } top[] = {{"model.embed_tokens", "token_embd"},
                {"model.norm", "output_norm"},
                {"lm_head", "output"}},
-      layer[] = {{"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-                 {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
-                 {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
-                 {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
-                 {"mlp.down_proj", "ffn_down"}};
+      layer[] = {{"self_attn.q_proj", "attn_q"},
+                 {"self_attn.k_proj", "attn_k"},
+                 {"self_attn.v_proj", "attn_v"},
+                 {"self_attn.o_proj", "attn_output"},
+                 {"input_layernorm", "attn_norm"},
+                 {"post_attention_layernorm", "ffn_norm"},
+                 {"mlp.gate_proj", "ffn_gate"},
+                 {"mlp.up_proj", "ffn_up"},
+                 {"mlp.down_proj", "ffn_down"},
+                 /* DeepSeek-V2/V3 (llama.cpp's deepseek2 names) */
+                 {"self_attn.q_a_proj", "attn_q_a"},
+                 {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+                 {"self_attn.q_b_proj", "attn_q_b"},
+                 {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+                 {"self_attn.kv_a_layernorm", "attn_kv_a_norm"},
+                 {"self_attn.kv_b_proj", "attn_kv_b"},
+                 {"mlp.gate", "ffn_gate_inp"},
+                 {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+                 {"mlp.shared_experts.up_proj", "ffn_up_shexp"},
+                 {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
+                 /* the MTP (NextN) layer, model.layers.<num_hidden_layers> */
+                 {"enorm", "nextn.enorm"},
+                 {"hnorm", "nextn.hnorm"},
+                 {"eh_proj", "nextn.eh_proj"},
+                 {"embed_tokens", "nextn.embed_tokens"},
+                 {"shared_head.norm", "nextn.shared_head_norm"},
+                 {"shared_head.head", "nextn.shared_head_head"}};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         if (strlen(top[i].hf) == mlen && memcmp(hf, top[i].hf, mlen) == 0) {
             snprintf(out, size, "%s.%s", top[i].gguf, suffix);
@@ -269,6 +395,31 @@ static int gguf_name(const char *hf, char *out, size_t size)
     const char *mod = end + 1;
     size_t modlen = (size_t)(dot - mod);
     if (dot < mod) return 0;
+    if (modlen == 8 && memcmp(mod, "mlp.gate", 8) == 0 &&
+        strcmp(suffix, "e_score_correction_bias") == 0) {
+        snprintf(out, size, "blk.%lu.exp_probs_b.bias", n);
+        return 1;
+    }
+    /* mlp.experts.<E>.{gate,up,down}_proj: expert E of llama.cpp's stacked
+     * ffn_*_exps, kept as its own 2-D tensor "blk.N.ffn_gate_exps.E.weight". */
+    static const char experts[] = "mlp.experts.";
+    if (modlen > sizeof experts - 1 && memcmp(mod, experts, sizeof experts - 1) == 0) {
+        const char *q = mod + sizeof experts - 1;
+        if (*q < '0' || *q > '9') return 0;
+        unsigned long e = strtoul(q, &end, 10);
+        if (*end != '.' || e > 100000) return 0;
+        const char *proj = end + 1;
+        size_t plen = (size_t)(dot - proj);
+        static const char *const projs[][2] = {{"gate_proj", "ffn_gate_exps"},
+                                               {"up_proj", "ffn_up_exps"},
+                                               {"down_proj", "ffn_down_exps"}};
+        for (size_t i = 0; i < 3; i++)
+            if (strlen(projs[i][0]) == plen && memcmp(proj, projs[i][0], plen) == 0) {
+                snprintf(out, size, "blk.%lu.%s.%lu.%s", n, projs[i][1], e, suffix);
+                return 1;
+            }
+        return 0;
+    }
     for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
         if (strlen(layer[i].hf) == modlen && memcmp(mod, layer[i].hf, modlen) == 0) {
             snprintf(out, size, "blk.%lu.%s.%s", n, layer[i].gguf, suffix);

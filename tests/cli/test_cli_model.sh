@@ -6,6 +6,7 @@
 set -uo pipefail
 cli=$1
 dir=$2 # a tiny checkpoint folder with reference.json
+kv_bytes=$3 # KV cache bytes per token (f16) --verbose must report: the formula of the model's cache
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 prompt=$(sed -n '/"prompt"/,/]/p' "$dir/reference.json" | tr -d ' \n' | sed 's/"prompt":\[//; s/\],*$//')
@@ -15,6 +16,11 @@ n_prompt=$(echo "$prompt" | tr ',' '\n' | wc -l)
 out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 32 --threads 2 --kv-f32) ||
   fail "generate exited $?"
 [ "$out" = "$greedy" ] || fail "generate printed $out, transformers $greedy"
+err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --verbose 2>&1 >/dev/null) ||
+  fail "generate --verbose exited $?"
+[[ "$err" == *"KV cache $kv_bytes bytes per token (f16)"* ]] ||
+  fail "--verbose did not report $kv_bytes KV bytes per token: $err"
+[[ "$err" == *"decode 3 tokens"*"tokens/s"* ]] || fail "--verbose did not report decode speed: $err"
 out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 0) || fail "max-tokens 0 exited $?"
 [ "$out" = "[]" ] || fail "max-tokens 0 printed $out"
 

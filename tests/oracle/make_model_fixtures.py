@@ -2,6 +2,7 @@
 """Make the model parity fixtures (tests/fixtures/model/README.md says the format).
 
     make_model_fixtures.py tiny [NAME ...]   tiny random checkpoints (transformers)
+    make_model_fixtures.py dsv3 [NAME ...]   tiny DeepSeek-V3/V2 checkpoints (MLA, MoE, fp8)
     make_model_fixtures.py tiny-gguf [NAME ...]   tiny GGUFs, quantized and run by llama.cpp
     make_model_fixtures.py gguf ASSET_DIR [NAME ...]   real GGUFs (llama-cpp-python)
     make_model_fixtures.py --check tiny|tiny-gguf|gguf ...   regenerate into a scratch
@@ -135,6 +136,309 @@ def make_tiny(name):
     (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"{name}: {len(files)} safetensors file(s), {size} bytes, greedy {greedy[:8]}...")
+
+
+# DeepSeek-V3 architecture (MLA + DeepSeekMoE): name -> (class, overrides, dtype).
+# dtype "fp8" stores every attention / MLP / expert projection as float8_e4m3fn
+# with 128x128 block scales (weight_scale_inv), as DeepSeek's checkpoints do; the
+# reference runs in float32 on the dequantized weights.
+DSV3 = {
+    "dsv3-qlora-bf16": ("v3", dict(), "bfloat16"),
+    "dsv3-noqlora-yarn-f32": ("v3", dict(q_lora_rank=None, rope_parameters=dict(
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32,
+        mscale=1.0, mscale_all_dim=1.0, beta_fast=32, beta_slow=1),
+        max_position_embeddings=128), "float32", 6),
+    "dsv3-group1-noninterleave-f32": ("v3", dict(
+        n_group=1, topk_group=1, first_k_dense_replace=0, num_experts_per_tok=3,
+        norm_topk_prob=False, rope_interleave=False, routed_scaling_factor=1.0), "float32"),
+    "dsv3-dense-bf16": ("v3", dict(first_k_dense_replace=3), "bfloat16"),
+    "dsv3-fp8": ("v3", dict(hidden_size=128, q_lora_rank=96, kv_lora_rank=64,
+                            intermediate_size=192, moe_intermediate_size=64,
+                            qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32), "fp8"),
+    "dsv3-mtp-f32": ("v3", dict(num_nextn_predict_layers=1), "float32", 2),
+    # YaRN with mscale != mscale_all_dim: cos/sin scaled by their ratio (not 1).
+    "dsv2-softmax-yarn-bf16": ("v2", dict(topk_method="group_limited_greedy",
+                                          routed_scaling_factor=1.5, rope_parameters=dict(
+                                              rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                              original_max_position_embeddings=64, mscale=0.9,
+                                              mscale_all_dim=0.707)), "bfloat16", 1),
+}
+DSV3_BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                 num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                 n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                 topk_group=2, routed_scaling_factor=2.5, kv_lora_rank=32, q_lora_rank=48,
+                 qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                 first_k_dense_replace=1, norm_topk_prob=True, max_position_embeddings=256,
+                 rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, initializer_range=0.1,
+                 num_nextn_predict_layers=0)
+
+
+def fp8_block_quantize(w):
+    """float32 [out, in] -> (float8_e4m3fn weight, float32 weight_scale_inv
+    [ceil(out/128), ceil(in/128)]): each 128x128 block scaled so its largest
+    magnitude is 448 (e4m3's largest finite value), as DeepSeek-V3's fp8
+    checkpoints store weights (weight ~ fp8 * scale_inv)."""
+    import torch
+    out_f, in_f = w.shape
+    bo, bi = -(-out_f // 128), -(-in_f // 128)
+    scale = torch.zeros(bo, bi, dtype=torch.float32)
+    q = torch.zeros(out_f, in_f, dtype=torch.float8_e4m3fn)
+    for i in range(bo):
+        for j in range(bi):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            s = blk.abs().max().clamp(min=1e-12) / 448.0
+            scale[i, j] = s
+            q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = (blk / s).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def fp8_dequantize(q, scale):
+    import torch
+    w = q.to(torch.float32)
+    rows = scale.repeat_interleave(128, 0)[:w.shape[0]]
+    return w * rows.repeat_interleave(128, 1)[:, :w.shape[1]]
+
+
+def per_expert(state):
+    """A state dict with transformers 5's fused experts (experts.gate_up_proj
+    [E, 2I, H], experts.down_proj [E, H, I]) as checkpoints store them: one
+    gate/up/down_proj per expert. Values: (tensor, expert or None, row slice)."""
+    params = {}
+    for k, v in state.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[:-len("gate_up_proj")]
+            half = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                params[f"{base}{e}.gate_proj.weight"] = (v, e, slice(0, half))
+                params[f"{base}{e}.up_proj.weight"] = (v, e, slice(half, 2 * half))
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[:-len("down_proj")]
+            for e in range(v.shape[0]):
+                params[f"{base}{e}.down_proj.weight"] = (v, e, slice(None))
+        else:
+            params[k] = (v, None, None)
+    return params
+
+
+def make_mtp_layer(model, config):
+    """DeepSeek-V3's MTP module as transformers builds it (MtpLayer: enorm, hnorm,
+    eh_proj over [enorm(embedding), hnorm(hidden)], a decoder layer, post_norm),
+    its decoder layer indexed after the main ones (MoE, as DeepSeek-V3's layer 61),
+    random weights like the main model's."""
+    import torch
+    from transformers.modeling_layers import MtpLayer
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (DeepseekV3DecoderLayer,
+                                                                      DeepseekV3RMSNorm)
+    mtp = MtpLayer(config, DeepseekV3DecoderLayer, DeepseekV3RMSNorm,
+                   config.num_hidden_layers).to(torch.float32).eval()
+    with torch.no_grad():
+        for pname, p in mtp.named_parameters():
+            if "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+        for bname, b in mtp.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+    return mtp
+
+
+def run_mtp_layer(model, mtp, ids):
+    """MTP logits over a whole sequence in one pass (no cache): row i from the
+    main model's final normed hidden state at position i and token i + 1 at
+    position i + 1, as transformers' MtpModel.forward_layer + shared head."""
+    import torch
+    with torch.no_grad():
+        hidden = model(ids, output_hidden_states=True).hidden_states[-1][:, :-1]
+        nxt = ids[:, 1:]
+        n = nxt.shape[1]
+        pos = torch.arange(1, n + 1)[None]
+        emb = model.model.embed_tokens(nxt)
+        x = mtp.eh_proj(torch.cat([mtp.enorm(emb), mtp.hnorm(hidden)], dim=-1))
+        cos_sin = model.model.rotary_emb(x, pos)
+        mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+        x = mtp.mtp_block(x, attention_mask=mask, position_embeddings=cos_sin, position_ids=pos)
+        x = mtp.post_norm(x)
+        return model.lm_head(x)[0].to(torch.float32).numpy()
+
+
+def make_dsv3(name):
+    import numpy as np
+    import safetensors
+    import safetensors.torch
+    import torch
+    import transformers
+    from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config,
+                              DeepseekV3ForCausalLM)
+
+    kind, overrides, dtype = DSV3[name][:3]
+    # A salt (4th field) moves the seed off draws whose routers have near-ties
+    # (two experts' scores within 1e-4 of each other at the top-k boundary), which
+    # any rounding difference would flip.
+    seed = sum(name.encode()) * 7919 + (DSV3[name][3] if len(DSV3[name]) > 3 else 0)
+    torch.manual_seed(seed)
+    cfg_args = dict(DSV3_BASE, **overrides)
+    cfg_args.setdefault("rope_parameters", dict(rope_type="default", rope_theta=10000.0))
+    if kind == "v2":
+        cfg_args.pop("num_nextn_predict_layers")
+        cfg_args.pop("norm_topk_prob")
+        config = DeepseekV2Config(**cfg_args)
+        model = DeepseekV2ForCausalLM(config)
+    else:
+        config = DeepseekV3Config(**cfg_args)
+        model = DeepseekV3ForCausalLM(config)
+    config._attn_implementation = "eager"
+    model.eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(3.0)  # louder layer outputs: less repetitive greedy tokens
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+    out = OUT / name
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.safetensors"):
+        old.unlink()
+    if dtype == "fp8":
+        # Save as bf16 for config.json, then replace the weights with fp8 + scales.
+        model.save_pretrained(out, safe_serialization=True)
+        (out / "model.safetensors").unlink()
+        state = {}
+        with torch.no_grad():
+            # transformers 5 holds each layer's experts fused (experts.gate_up_proj
+            # [E, 2I, H], experts.down_proj [E, H, I]); checkpoints, and
+            # save_pretrained, store one gate/up/down_proj per expert.
+            params = {}
+            for k, v in model.state_dict().items():
+                if k.endswith("mlp.experts.gate_up_proj"):
+                    base = k[:-len("gate_up_proj")]
+                    half = v.shape[1] // 2
+                    for e in range(v.shape[0]):
+                        params[f"{base}{e}.gate_proj.weight"] = (v, e, slice(0, half))
+                        params[f"{base}{e}.up_proj.weight"] = (v, e, slice(half, 2 * half))
+                elif k.endswith("mlp.experts.down_proj"):
+                    base = k[:-len("down_proj")]
+                    for e in range(v.shape[0]):
+                        params[f"{base}{e}.down_proj.weight"] = (v, e, slice(None))
+                else:
+                    params[k] = (v, None, None)
+            for k, (full, e, rows) in sorted(params.items()):
+                v = full if e is None else full[e, rows]
+                quant = (k.startswith("model.layers.") and k.endswith(("_proj.weight", "_mqa.weight"))
+                         and ".mlp.gate." not in k)
+                if quant:
+                    q, s = fp8_block_quantize(v.to(torch.float32))
+                    state[k] = q.contiguous()
+                    state[k[:-len("weight")] + "weight_scale_inv"] = s.contiguous()
+                    v.copy_(fp8_dequantize(q, s))
+                else:
+                    v.copy_(v.to(torch.bfloat16).to(torch.float32))
+                    state[k] = v.to(torch.bfloat16).contiguous()
+        safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+        cfg_json = json.loads((out / "config.json").read_text())
+        cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                           "activation_scheme": "dynamic",
+                                           "weight_block_size": [128, 128]}
+        cfg_json["dtype"] = "bfloat16"
+        (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
+    else:
+        torch_dtype = getattr(torch, dtype)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch_dtype).to(torch.float32))
+            for bname, b in model.named_buffers():
+                if bname.endswith("e_score_correction_bias"):
+                    b.copy_(b.to(torch_dtype).to(torch.float32))
+        model.to(torch_dtype).save_pretrained(out, safe_serialization=True)
+        model.to(torch.float32)
+    (out / "generation_config.json").unlink(missing_ok=True)
+    mtp = make_mtp_layer(model, config) if cfg_args.get("num_nextn_predict_layers") else None
+    if mtp is not None:
+        # DeepSeek-V3's checkpoint layout: the MTP module is model.layers.<L>, with
+        # enorm, hnorm, eh_proj, shared_head.{norm,head}, its own embed_tokens (a
+        # copy of the main one) and an ordinary decoder layer's tensors.
+        L = config.num_hidden_layers
+        state = dict(safetensors.torch.load_file(out / "model.safetensors"))
+        extra = {"enorm.weight": mtp.enorm.weight, "hnorm.weight": mtp.hnorm.weight,
+                 "eh_proj.weight": mtp.eh_proj.weight,
+                 "shared_head.norm.weight": mtp.post_norm.weight,
+                 "shared_head.head.weight": model.lm_head.weight,
+                 "embed_tokens.weight": model.model.embed_tokens.weight}
+        for k, (full, e, rows) in per_expert(mtp.mtp_block.state_dict()).items():
+            extra[k] = full if e is None else full[e, rows]
+        for k, v in extra.items():
+            state[f"model.layers.{L}.{k}"] = v.detach().to(torch.float32).contiguous()
+        safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+
+    g = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
+    ids = torch.tensor([prompt])
+    margins = []
+
+    def router_margin(mod, inp, outp):
+        # The gap at the top-k boundary of the scores the router ranks by.
+        logits_r = outp[0]
+        sc = logits_r.sigmoid() if kind == "v3" else logits_r.softmax(-1)
+        if kind == "v3":
+            sc = sc + mod.e_score_correction_bias
+        top = sc.topk(config.num_experts_per_tok + 1, dim=-1).values
+        margins.append(float((top[:, -2] - top[:, -1]).min()))
+
+    hooks = [layer.mlp.gate.register_forward_hook(router_margin)
+             for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    with torch.no_grad():
+        logits = model(ids).logits[0].to(torch.float32).numpy()
+        gen = model.generate(ids, do_sample=False, max_new_tokens=N_GREEDY,
+                             min_new_tokens=N_GREEDY, pad_token_id=0, eos_token_id=None)
+        seq_logits = model(gen).logits[0].to(torch.float32).numpy()
+    for h in hooks:
+        h.remove()
+    greedy = gen[0, N_PROMPT:].tolist()
+    logits.astype("<f4").tofile(out / "logits.f32")
+    seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
+    extra_ref = {}
+    if mtp is not None:
+        mtp_logits = run_mtp_layer(model, mtp, gen)
+        mtp_logits.astype("<f4").tofile(out / "mtp_logits.f32")
+        extra_ref = {"mtp_logits_file": "mtp_logits.f32",
+                     "mtp_logits_shape": list(mtp_logits.shape),
+                     "mtp": "transformers' MtpLayer (DeepseekV3DecoderLayer as layer "
+                            f"{config.num_hidden_layers}, MoE): row i drafts token i + 2 from "
+                            "the main model's final normed hidden state at i and token i + 1 "
+                            "(position i + 1), over the prompt + greedy sequence"}
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    ref = {**extra_ref,
+        "format": "deepinfer-model-fixture-1",
+        "name": name,
+        "architecture": type(model).__name__,
+        "storage_dtype": "float8_e4m3fn (128x128 block scales; norms, router, embeddings bf16)"
+                         if dtype == "fp8" else dtype,
+        "compute_dtype": "float32",
+        "seed": seed,
+        "files": files,
+        "config": json.loads((out / "config.json").read_text()),
+        "prompt": prompt,
+        "logits_file": "logits.f32",
+        "logits_shape": [N_PROMPT, config.vocab_size],
+        "argmax": np.argmax(logits, axis=1).tolist(),
+        "greedy": greedy,
+        "rope_attention_scaling": float(model.model.rotary_emb.attention_scaling),
+        # Smallest gap, over every router call of the three passes above, between
+        # the k-th and (k+1)-th expert's ranking score (no MoE layer: null).
+        "router_min_margin": round(min(margins), 6) if margins else None,
+        "sequence_logits_file": "sequence_logits.f32",
+        "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
+        "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
+                   "safetensors": safetensors.__version__, "numpy": np.__version__,
+                   "attn_implementation": "eager"},
+    }
+    (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in out.iterdir())
+    print(f"{name}: {size} bytes, router margin {ref['router_min_margin']}, "
+          f"greedy {greedy[:8]}... argmax {ref['argmax'][:8]}")
 
 
 # GGUF models (scripts/fetch_assets.py names -> file in the asset dir) and prompts.
@@ -458,6 +762,9 @@ def main(argv):
     if argv[:1] == ["tiny"]:
         for name in argv[1:] or list(TINY):
             make_tiny(name)
+    elif argv[:1] == ["dsv3"]:
+        for name in argv[1:] or list(DSV3):
+            make_dsv3(name)
     elif argv[:1] == ["tiny-gguf"]:
         for name in argv[1:] or list(TINY_GGUF):
             make_tiny_gguf(name)

@@ -33,6 +33,8 @@ static void test_prefill_equals_decode_and_reset_forgets(void **state)
     di_model *m = load(1, 0);
     assert_int_equal(di_model_vocab_size(m), 512);
     assert_int_equal(di_model_context_length(m), 256); /* max_position_embeddings */
+    /* K and V: 2 layers x 2 KV heads x head_dim 16 x 2 x 4 bytes (f32 cache) */
+    assert_int_equal(di_model_kv_bytes_per_token(m), 2 * 2 * 16 * 2 * 4);
     const int32_t ids[6] = {5, 77, 301, 9, 500, 42};
     float all[6 * 512], one[512];
     assert_int_equal(di_model_eval(m, ids, 6, all, DI_EVAL_ALL_LOGITS, NULL), DI_OK);
@@ -110,6 +112,7 @@ static void test_load_errors(void **state)
     di_model_reset(NULL);
     assert_int_equal(di_model_vocab_size(NULL), 0);
     assert_int_equal(di_model_n_past(NULL), 0);
+    assert_int_equal(di_model_kv_bytes_per_token(NULL), 0);
     assert_int_equal(di_model_eval(NULL, NULL, 0, NULL, 0, NULL), DI_ERR_INVALID_ARGUMENT);
 }
 

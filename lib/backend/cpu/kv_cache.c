@@ -35,6 +35,21 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
     return DI_OK;
 }
 
+di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_layer, int dim,
+                                   int block_size, int32_t n_blocks)
+{
+    di_status st = cpu_kv_cache_init(c, dtype, n_layer, 1, dim, block_size, n_blocks);
+    if (st != DI_OK) return st;
+    free(c->v);
+    c->v = NULL;
+    return DI_OK;
+}
+
+size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c)
+{
+    return (size_t)c->n_layer * (size_t)c->kv_dim * c->elem_size * (c->v ? 2 : 1);
+}
+
 void cpu_kv_cache_free(cpu_kv_cache *c)
 {
     free(c->k);
@@ -80,8 +95,8 @@ void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int
                   const float *k, const float *v)
 {
     for (int64_t t = 0; t < n_tokens; t++) {
-        void *kd = cpu_kv_k(c, s, l, pos0 + t), *vd = cpu_kv_v(c, s, l, pos0 + t);
-        cpu_quantize_row(c->dtype, k + t * c->kv_dim, kd, c->kv_dim);
-        cpu_quantize_row(c->dtype, v + t * c->kv_dim, vd, c->kv_dim);
+        cpu_quantize_row(c->dtype, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t), c->kv_dim);
+        if (c->v)
+            cpu_quantize_row(c->dtype, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t), c->kv_dim);
     }
 }

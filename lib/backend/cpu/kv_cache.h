@@ -40,6 +40,14 @@ typedef struct cpu_kv_seq {
  * DI_ERR_OUT_OF_MEMORY. */
 di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
                             int head_dim, int block_size, int32_t n_blocks);
+/* A cache of one row per token and layer and no values (v is NULL): MLA's
+ * latent cache, dim = kv_lora_rank + qk_rope_head_dim (the compressed c_kv
+ * and the shared rope key), read through cpu_kv_k. Errors as cpu_kv_cache_init. */
+di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_layer, int dim,
+                                   int block_size, int32_t n_blocks);
+/* Bytes one token takes in the cache over all layers: n_layer * kv_dim *
+ * elem_size, twice that when values are stored. */
+size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c);
 void cpu_kv_cache_free(cpu_kv_cache *c);
 
 /* A sequence that may grow to max_tokens. Errors: DI_ERR_OUT_OF_MEMORY. */
@@ -68,7 +76,8 @@ static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, 
 }
 
 /* Store n_tokens rows of k and v (f32 [n_tokens, kv_dim]) at positions
- * pos0.. of layer l, converting to the cache dtype. The positions must be
+ * pos0.. of layer l, converting to the cache dtype (v is ignored, and may be
+ * NULL, in a latent cache). The positions must be
  * reserved. Roofline: reads 8 n_tokens kv_dim bytes, writes 2 n_tokens kv_dim
  * elem_size bytes; no arithmetic beyond the conversion. */
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,

@@ -1,0 +1,107 @@
+/* Multi-head Latent Attention, absorbed and naive (attention_mla.h). Plain
+ * loops the compiler vectorises; the softmax is cpu_softmax's (max-subtracted,
+ * sum in double). */
+#include "backend/cpu/attention_mla.h"
+
+#include "backend/cpu/ops.h"
+
+/* x86-64: an AVX2 clone of each task (x86-64-v3) chosen at load time by the
+ * dynamic linker (ifunc), the baseline otherwise; both compute the same sums in
+ * the same order (dot's partial sums are explicit), so results are identical. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#    define MLA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#    define MLA_CLONES
+#endif
+
+typedef struct mla_job {
+    const cpu_mla_shape *s;
+    const float *q, *kv, *w, *kv_full;
+    int64_t pos0;
+    float scale;
+    float *out, *scratch;
+    int64_t scratch_floats;
+} mla_job;
+
+int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx)
+{
+    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope;
+}
+
+/* Eight independent partial sums (then a fixed tree), so the compiler can keep
+ * them in one SIMD register: a single running sum is a dependency chain it may
+ * not reorder. The order is fixed, so results do not depend on the target. */
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int n)
+{
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static inline __attribute__((always_inline)) void axpy(float a, const float *x, float *y, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
+{
+    const mla_job *j = ctx;
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
+    const int64_t t = task / s->n_head, h = task % s->n_head, n_kv = j->pos0 + t + 1;
+    const float *q = j->q + (t * s->n_head + h) * qd;
+    const float *wk = j->w + h * (int64_t)(s->nope + s->v) * R, *wv = wk + (int64_t)s->nope * R;
+    float *scores = j->scratch + thread * j->scratch_floats;
+    float *qa = scores + n_kv, *olat = qa + D;
+    /* q_abs = [q_nope W_UK_h, q_pe] */
+    for (int r = 0; r < R; r++) qa[r] = 0.0f;
+    for (int i = 0; i < s->nope; i++) axpy(q[i], wk + (int64_t)i * R, qa, R);
+    for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
+    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
+    cpu_softmax(scores, n_kv);
+    for (int r = 0; r < R; r++) olat[r] = 0.0f;
+    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+    float *out = j->out + (t * s->n_head + h) * s->v;
+    for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
+}
+
+MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
+{
+    const mla_job *j = ctx;
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
+    const int64_t full = (int64_t)s->n_head * (s->nope + s->v);
+    const int64_t t = task / s->n_head, h = task % s->n_head, n_kv = j->pos0 + t + 1;
+    const float *q = j->q + (t * s->n_head + h) * qd;
+    float *scores = j->scratch + thread * j->scratch_floats;
+    for (int64_t k = 0; k < n_kv; k++) {
+        const float *kn = j->kv_full + k * full + h * (s->nope + s->v);
+        scores[k] = j->scale * (dot(q, kn, s->nope) + dot(q + s->nope, j->kv + k * D + R, s->rope));
+    }
+    cpu_softmax(scores, n_kv);
+    float *out = j->out + (t * s->n_head + h) * s->v;
+    for (int i = 0; i < s->v; i++) out[i] = 0.0f;
+    for (int64_t k = 0; k < n_kv; k++)
+        axpy(scores[k], j->kv_full + k * full + h * (s->nope + s->v) + s->nope, out, s->v);
+}
+
+void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                       int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,
+                       float scale, float *out, float *scratch, int64_t scratch_ctx)
+{
+    mla_job j = {s,    q,     kv,  kv_b,    NULL,
+                 pos0, scale, out, scratch, cpu_mla_scratch_floats(s, scratch_ctx)};
+    cpu_threadpool_run(pool, n_tokens * s->n_head, absorbed_task, &j);
+}
+
+void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                             int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_full,
+                             float scale, float *out, float *scratch, int64_t scratch_ctx)
+{
+    mla_job j = {s,    q,     kv,  NULL,    kv_full,
+                 pos0, scale, out, scratch, cpu_mla_scratch_floats(s, scratch_ctx)};
+    cpu_threadpool_run(pool, n_tokens * s->n_head, naive_task, &j);
+}

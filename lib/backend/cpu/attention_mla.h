@@ -1,0 +1,54 @@
+/* Multi-head Latent Attention (DeepSeek-V2 §2.1, DeepSeek-V3 §2.1.1) over the
+ * latent cache: every cached token is one f32 row [kv_lora_rank + rope] =
+ * [c_kv (RMS-normed latent), k_pe (the shared, rotated rope key)].
+ *
+ * Per query head h with q = [q_nope (nope), q_pe (rope)] (q_pe rotated), the
+ * head's key and value of cached token j are, as transformers'
+ * DeepseekV3Attention.expand_kv computes them from kv_b_proj
+ * (W = kv_b f32 [n_head * (nope + v), kv_lora_rank], rows of head h: nope key
+ * rows then v value rows):
+ *   k_jh = [W_UK_h c_j, k_pe_j],  v_jh = W_UV_h c_j
+ *   out_h = sum_j softmax_j(scale * q . k_jh) v_jh,  j in [0, pos0 + t]
+ *
+ * cpu_mla_attention computes it absorbed (the decode-time form: W_UK_h folded
+ * into the query, W_UV_h applied after the weighted sum of latents), so keys
+ * and values are never expanded:
+ *   q_abs = [q_nope W_UK_h, q_pe]            (kv_lora_rank + rope)
+ *   o_lat = sum_j softmax_j(scale * q_abs . row_j) c_j
+ *   out_h = W_UV_h o_lat
+ * cpu_mla_attention_naive computes it from expanded keys and values (kv_full,
+ * the caller's row_j W^T for every cached token), the reference.
+ *
+ * Shapes: q f32 [n_tokens, n_head, nope + rope]; kv f32 [pos0 + n_tokens,
+ * kv_lora_rank + rope]; out f32 [n_tokens, n_head, v]. scratch: f32
+ * [n_threads, cpu_mla_scratch_floats(...)], owned by the caller. Tasks (token,
+ * head) are spread over the pool; thread-safe on distinct out/scratch.
+ *
+ * Roofline per (token, head), n = pos0 + t + 1 keys, R = kv_lora_rank:
+ * absorbed reads n (R + rope) f32 of latents (shared by all heads, in cache)
+ * and 2 R (nope + v) f32 of W, 2 n (2R + rope) + 2 R (nope + v) FLOPs;
+ * naive reads n H (nope + v) expanded values. */
+#ifndef DI_BACKEND_CPU_ATTENTION_MLA_H
+#define DI_BACKEND_CPU_ATTENTION_MLA_H
+
+#include <stdint.h>
+
+#include "backend/cpu/threadpool.h"
+
+typedef struct cpu_mla_shape {
+    int n_head, nope, rope, v, kv_lora_rank;
+} cpu_mla_shape;
+
+/* Floats of scratch one thread needs for a context of ctx tokens. */
+int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx);
+
+void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                       int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,
+                       float scale, float *out, float *scratch, int64_t scratch_ctx);
+
+/* kv_full: f32 [pos0 + n_tokens, n_head * (nope + v)], row j = c_j W^T. */
+void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                             int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_full,
+                             float scale, float *out, float *scratch, int64_t scratch_ctx);
+
+#endif

@@ -1,0 +1,43 @@
+/* The DeepSeek-V3 (and V2) forward pass on the CPU (deepseek_v3.c), behind
+ * model.h: model_load hands a DeepSeek model_weights here and model_* calls
+ * come through. Internal to lib/model/. */
+#ifndef DI_MODEL_DEEPSEEK_V3_H
+#define DI_MODEL_DEEPSEEK_V3_H
+
+#include "model/model.h"
+
+typedef struct dsv3 dsv3;
+
+/* Prepare a DeepSeek model over w (borrowed: it must outlive the dsv3).
+ * opt is already normalised by model_load (n_ctx, n_batch set). Errors: a
+ * tensor missing or of the wrong shape (DI_ERR_MODEL_FORMAT, naming it), a
+ * dtype the CPU kernels lack (DI_ERR_UNSUPPORTED), DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_BACKEND. */
+di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out, di_error **err);
+void dsv3_free(dsv3 *d);
+int64_t dsv3_n_past(const dsv3 *d);
+void dsv3_reset(dsv3 *d);
+size_t dsv3_kv_bytes_per_token(const dsv3 *d);
+/* As model_forward (the arguments are already checked). */
+di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
+                       int all_logits, di_error **err);
+
+/* The MTP (NextN) module (DeepSeek-V3 §2.2; transformers' MtpLayer), for
+ * speculative decoding: 1 when the checkpoint has one (num_nextn_predict_layers
+ * and its tensors), else 0. */
+int dsv3_mtp_layers(const dsv3 *d);
+/* The final normed hidden states (the LM head's input) of the last chunk the
+ * main model ran: *n_rows rows of n_embd floats, the last *n_rows tokens of the
+ * last dsv3_forward call (all of them when it ran at most n_batch). Borrowed;
+ * valid until the next forward call. NULL and 0 without MTP. */
+const float *dsv3_last_hidden(const dsv3 *d, int64_t *n_rows);
+/* Run the MTP module on n_tokens tokens, each token i + 1 of the sequence with
+ * hidden[t] = the main model's final normed hidden state of token i (f32
+ * [n_tokens, n_embd]); appends to the module's own latent cache (entry k is
+ * token k + 1 at RoPE position k + 1) and writes logits [n_tokens, n_vocab]
+ * (drafts of token i + 2) when logits is not NULL. Errors: DI_ERR_UNSUPPORTED
+ * (no MTP layer), DI_ERR_CONTEXT_LENGTH. Reset with dsv3_reset. */
+di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                           float *logits, di_error **err);
+
+#endif
