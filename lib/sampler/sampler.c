@@ -1,0 +1,244 @@
+/* Logits processors and seeded sampling (sampler.h). */
+#include "sampler/sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct candidate {
+    float logit;
+    int32_t id;
+} candidate;
+
+struct sampler {
+    sampler_params p;
+    int32_t n_vocab;
+    int32_t *bias_ids;
+    float *bias_values;
+    uint32_t *count; /* [n_vocab] output occurrences */
+    uint8_t *seen;   /* [n_vocab] 1: in the prompt or the output */
+    int32_t *seen_list;
+    int32_t n_seen;
+    candidate *cand; /* [n_vocab] */
+    uint64_t rng[4]; /* xoshiro256** */
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+/* xoshiro256** (Blackman and Vigna), one 64-bit output. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static int bad(char *msg, size_t msg_size, const char *what)
+{
+    if (msg && msg_size) snprintf(msg, msg_size, "%s", what);
+    return 1;
+}
+
+di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out, char *msg,
+                         size_t msg_size)
+{
+    if (!p || !out || n_vocab <= 0) {
+        bad(msg, msg_size, "sampler_create: invalid arguments");
+        return DI_ERR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
+        return bad(msg, msg_size, "temperature: expected 0 (greedy) to 100"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (p->top_k < 0)
+        return bad(msg, msg_size, "top_k: expected 0 (off) or more"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return bad(msg, msg_size, "top_p: expected a number in (0, 1]"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return bad(msg, msg_size, "min_p: expected a number in [0, 1]"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 100.0f))
+        return bad(msg, msg_size, "repetition_penalty: expected a number in (0, 100]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return bad(msg, msg_size, "presence_penalty: expected a number in [-2, 2]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return bad(msg, msg_size, "frequency_penalty: expected a number in [-2, 2]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (p->n_bias && (!p->bias_ids || !p->bias_values))
+        return bad(msg, msg_size, "logit_bias: ids and values must not be NULL"),
+               DI_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < p->n_bias; i++) {
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab) {
+            if (msg && msg_size)
+                snprintf(msg, msg_size, "logit_bias[%zu]: token id %d is outside the vocabulary "
+                         "of %d", i, (int)p->bias_ids[i], (int)n_vocab);
+            return DI_ERR_INVALID_ARGUMENT;
+        }
+        if (!(p->bias_values[i] >= -100.0f && p->bias_values[i] <= 100.0f)) {
+            if (msg && msg_size)
+                snprintf(msg, msg_size, "logit_bias[%zu]: expected a bias in [-100, 100]", i);
+            return DI_ERR_INVALID_ARGUMENT;
+        }
+    }
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    s->seen = calloc((size_t)n_vocab, 1);
+    s->seen_list = malloc((size_t)n_vocab * sizeof *s->seen_list);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->count || !s->seen || !s->seen_list || !s->cand) goto oom;
+    if (p->n_bias) {
+        s->bias_ids = malloc(p->n_bias * sizeof *s->bias_ids);
+        s->bias_values = malloc(p->n_bias * sizeof *s->bias_values);
+        if (!s->bias_ids || !s->bias_values) goto oom;
+        memcpy(s->bias_ids, p->bias_ids, p->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias_values, p->bias_values, p->n_bias * sizeof *s->bias_values);
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias_values = s->bias_values;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return DI_OK;
+oom:
+    sampler_free(s);
+    bad(msg, msg_size, "out of memory for the sampler");
+    return DI_ERR_OUT_OF_MEMORY;
+}
+
+void sampler_free(sampler *s)
+{
+    if (!s) return;
+    free(s->bias_ids);
+    free(s->bias_values);
+    free(s->count);
+    free(s->seen);
+    free(s->seen_list);
+    free(s->cand);
+    free(s);
+}
+
+static void mark_seen(sampler *s, int32_t token)
+{
+    if (!s->seen[token]) {
+        s->seen[token] = 1;
+        s->seen_list[s->n_seen++] = token;
+    }
+}
+
+void sampler_accept_prompt(sampler *s, int32_t token)
+{
+    if (token >= 0 && token < s->n_vocab) mark_seen(s, token);
+}
+
+void sampler_accept(sampler *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab) return;
+    mark_seen(s, token);
+    s->count[token]++;
+}
+
+/* Descending logit, then ascending id: a total order, so the result never
+ * depends on qsort's stability. */
+static int cmp_candidate(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t sampler_sample(sampler *s, float *logits)
+{
+    const sampler_params *p = &s->p;
+    const int32_t V = s->n_vocab;
+    for (size_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
+    for (int32_t i = 0; i < s->n_seen; i++) {
+        int32_t id = s->seen_list[i];
+        float l = logits[id];
+        if (p->repetition_penalty != 1.0f)
+            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        if (s->count[id])
+            l -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
+        logits[id] = l;
+    }
+    if (p->temperature == 0.0f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    const float inv_t = 1.0f / p->temperature;
+    int32_t n = V;
+    candidate *c = s->cand;
+    for (int32_t i = 0; i < V; i++) {
+        c[i].logit = logits[i] * inv_t;
+        c[i].id = i;
+    }
+    int sorted = 0;
+    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f) {
+        qsort(c, (size_t)V, sizeof *c, cmp_candidate);
+        sorted = 1;
+        if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    }
+    float max = c[0].logit;
+    if (!sorted)
+        for (int32_t i = 1; i < n; i++)
+            if (c[i].logit > max) max = c[i].logit;
+    /* Probabilities (unnormalised) in double, summed in a fixed order. */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double e = exp((double)(c[i].logit - max));
+        c[i].logit = (float)e;
+        sum += e;
+    }
+    if (sorted && p->top_p < 1.0f) {
+        double acc = 0.0, target = (double)p->top_p * sum;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; i++) {
+            acc += c[i].logit;
+            if (acc >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+        sum = 0.0;
+        for (int32_t i = 0; i < n; i++) sum += c[i].logit;
+    }
+    if (p->min_p > 0.0f) {
+        /* The largest probability is exp(0) = 1 before normalising. */
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if ((double)c[i].logit >= (double)p->min_p) c[m++] = c[i];
+        n = m;
+        sum = 0.0;
+        for (int32_t i = 0; i < n; i++) sum += c[i].logit;
+    }
+    double u = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * sum;
+    double acc = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        acc += c[i].logit;
+        if (u < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}
