@@ -10,6 +10,7 @@
  *   x = x + (SiLU(h Wgate) * (h Wup)) Wdown
  * then logits = RMSNorm(x) * output_norm  Woutput (token_embd when tied). */
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,7 +217,22 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     }
     enum { BLOCK = MODEL_KV_BLOCK };
     int32_t n_blocks = m->opt.n_kv_blocks;
-    if (n_blocks == 0) n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK);
+    if (n_blocks == 0 && m->opt.kv_bytes > 0) {
+        int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * c->head_dim * BLOCK *
+                              (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+        int64_t nb = m->opt.kv_bytes / block_bytes;
+        if (nb < 1 || nb > INT32_MAX) {
+            st = fail(err, DI_ERR_INVALID_ARGUMENT,
+                      "kv_cache_bytes: %lld bytes is not between one block of %d tokens (%lld "
+                      "bytes) and 2^31 blocks",
+                      (long long)m->opt.kv_bytes, BLOCK, (long long)block_bytes);
+            goto fail;
+        }
+        n_blocks = (int32_t)nb;
+    }
+    if (n_blocks == 0)
+        n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK) *
+                   (m->opt.kv_n_ctx_multiple > 0 ? m->opt.kv_n_ctx_multiple : 1);
     if ((st = cpu_kv_cache_init(&m->kv, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
                                 (int)c->head_dim, BLOCK, n_blocks)) != DI_OK ||
         (st = cpu_kv_seq_init(&m->seq.kv, &m->kv, m->opt.n_ctx)) != DI_OK) {

@@ -37,9 +37,12 @@ typedef struct model_options {
     int64_t n_batch;      /* tokens per prefill chunk; 0: 256 */
     model_dtype kv_dtype; /* MODEL_DTYPE_F16 (llama.cpp's default) or MODEL_DTYPE_F32 */
     int use_ref;          /* 1: scalar reference kernels, single thread (tests) */
-    /* KV cache blocks (of MODEL_KV_BLOCK tokens) shared by all sequences; 0: enough
-     * for one sequence of n_ctx tokens. */
+    /* KV cache blocks (of MODEL_KV_BLOCK tokens) shared by all sequences; 0: as
+     * many as kv_bytes holds when it is > 0, else kv_n_ctx_multiple (0 counts as
+     * 1) sequences of n_ctx tokens. Fewer than one block is DI_ERR_INVALID_ARGUMENT. */
     int32_t n_kv_blocks;
+    int64_t kv_bytes;
+    int32_t kv_n_ctx_multiple;
     /* Called after each layer's weights are checked, with the fraction done in
      * [0, 1]; a non-zero return cancels the load (DI_ERR_CANCELLED). May be NULL. */
     int (*progress)(void *user, float fraction);
