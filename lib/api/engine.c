@@ -413,14 +413,12 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.device != DI_DEVICE_CPU)
         return errf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d", (int)c.device);
     if (c.encoding < 0 || c.encoding > DI_ENCODING_R1)
-        return errf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d",
-                    (int)c.encoding);
+        return errf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d", (int)c.encoding);
     if (c.n_threads < 0 || c.n_threads > 1024)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "n_threads: expected 0 (all CPUs) to 1024");
     if (c.max_running < 0 || c.max_running > 256)
-        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
-                            "max_running: expected 0 (16) to 256");
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "max_running: expected 0 (16) to 256");
     if (c.n_ctx < 0 || c.n_ctx > (int64_t)1 << 24)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "n_ctx: expected 0 (the model's) to 16777216 tokens");
@@ -645,9 +643,9 @@ static uint64_t clock_seed(const void *salt)
 
 DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id, di_error **err)
 {
+    if (id) *id = 0;
     if (!e || !req_in || !id)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "engine, req and id must not be NULL");
-    *id = 0;
     di_request q;
     di_request_init(&q);
     const char *msg;
@@ -656,12 +654,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     pthread_mutex_lock(&e->mu);
     int destroying = e->destroying;
     pthread_mutex_unlock(&e->mu);
-    if (destroying)
-        return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
+    if (destroying) return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
     if (!q.on_event) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "on_event: must be set");
     if (q.protocol < 0 || q.protocol > DI_PROTOCOL_RESPONSES)
-        return errf(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown protocol %d",
-                    (int)q.protocol);
+        return errf(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown protocol %d", (int)q.protocol);
     if (q.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     if (q.ignore_eos != 0 && q.ignore_eos != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "ignore_eos: expected 0 or 1");
@@ -709,8 +705,17 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
                                   err)) != DI_OK)
             goto fail;
         if ((st = di_prompt_tokens(prompt, &ids, &n_ids, err)) != DI_OK) goto fail;
-        sp.temperature = di_prompt_temperature(prompt);
-        sp.top_p = di_prompt_top_p(prompt);
+        /* The V4 encodings resolve temperature and top_p from the body as the
+         * reference does; the chat templates (DSV3, R1) resolve none, so the
+         * di_request's apply. top_p 0 keeps only the most likely token. */
+        if (e->encoding == DI_ENCODING_DSV4 || e->encoding == DI_ENCODING_DSV41) {
+            sp.temperature = di_prompt_temperature(prompt);
+            sp.top_p = di_prompt_top_p(prompt);
+            if (sp.top_p <= 0.0f) {
+                sp.temperature = 0.0f;
+                sp.top_p = 1.0f;
+            }
+        }
     } else {
         if (!q.tokens || q.n_tokens == 0) {
             st = di_error_set(err, DI_ERR_INVALID_ARGUMENT,
@@ -797,8 +802,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         pthread_mutex_lock(&e->mu);
         e->pending--;
         pthread_mutex_unlock(&e->mu);
-        st = di_error_set(err, st, st == DI_ERR_INVALID_STATE ? "the engine is being destroyed"
-                                                               : "out of memory");
+        st = di_error_set(err, st,
+                          st == DI_ERR_INVALID_STATE ? "the engine is being destroyed"
+                                                     : "out of memory");
         goto fail;
     }
     return DI_OK;
@@ -819,8 +825,7 @@ DI_API di_status di_cancel(di_engine *e, uint64_t id, di_error **err)
     pthread_mutex_lock(&e->mu);
     int destroying = e->destroying;
     pthread_mutex_unlock(&e->mu);
-    if (destroying)
-        return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
+    if (destroying) return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
     di_status st = sched_cancel(e->sched, id);
     if (st == DI_ERR_NOT_FOUND)
         return errf(err, st, "no request has id %llu", (unsigned long long)id);

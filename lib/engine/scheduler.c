@@ -97,6 +97,12 @@ static void retire(sched *s, sched_request *r, di_finish finish, di_status st, c
     if (!unlinked) {
         pthread_mutex_lock(&s->mu);
         unlink_live(s, r);
+        /* A cancel that di_cancel accepted wins over an end reached in the same
+         * step: the host was told the request is being cancelled. */
+        if (r->cancel && st == DI_OK) {
+            st = DI_ERR_CANCELLED;
+            msg = "cancelled by di_cancel";
+        }
         pthread_mutex_unlock(&s->mu);
     }
     remove_worker_lists(s, r);
@@ -188,8 +194,7 @@ static void preempt(sched *s, sched_request *r)
     /* The waiting array has room: it never holds more than every live request,
      * and a failed push would lose r, so grow it first. */
     if (push_waiting(s, r, 1) != 0) {
-        retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory re-queueing a pre-empted request",
-               0);
+        retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory re-queueing a pre-empted request", 0);
         return;
     }
     logf_(s, DI_LOG_INFO, "request %llu pre-empted (KV cache full); it will be recomputed",
@@ -256,8 +261,8 @@ static void step(sched *s)
                 retire(s, r, 0, st, "the request outgrew the context", 0);
                 goto restart;
             }
-            s->items[n_items] = (model_batch_item){r->seq, r->tokens + past, take,
-                                                   past + take == r->n_all};
+            s->items[n_items] =
+                (model_batch_item){r->seq, r->tokens + past, take, past + take == r->n_all};
             s->item_req[n_items++] = r;
             budget -= take;
         }

@@ -35,20 +35,20 @@
  * after on_done. */
 typedef struct sched_request {
     /* filled by the submitter */
-    int32_t *tokens;       /* prompt, then output: [cap] allocated, n_all used; owned */
-    int64_t n_prompt;      /* prompt tokens */
-    int64_t max_tokens;    /* output tokens at most (>= 1) */
-    sampler *smp;          /* owned */
-    int32_t *stop_ids;     /* tokens that end the output; owned */
+    int32_t *tokens;    /* prompt, then output: [cap] allocated, n_all used; owned */
+    int64_t n_prompt;   /* prompt tokens */
+    int64_t max_tokens; /* output tokens at most (>= 1) */
+    sampler *smp;       /* owned */
+    int32_t *stop_ids;  /* tokens that end the output; owned */
     size_t n_stop;
-    void *owner;           /* the submitter's state, handed to the sink */
+    void *owner; /* the submitter's state, handed to the sink */
     /* the scheduler's */
     uint64_t id;
     int64_t n_all, cap;
     model_seq *seq;
     uint64_t admit_order;
-    int cancel;             /* set under the lock by sched_cancel */
-    int running;            /* 1: admitted, holds a sequence */
+    int cancel;                        /* set under the lock by sched_cancel */
+    int running;                       /* 1: admitted, holds a sequence */
     struct sched_request *next, *prev; /* the live list */
 } sched_request;
 

@@ -52,7 +52,7 @@ struct model {
     /* scratch, [n_batch, ...] */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *attn_scores;
     int64_t *pos; /* [n_batch] position of each row */
-    void *act; /* quantized activations */
+    void *act;    /* quantized activations */
     size_t act_bytes;
 };
 
@@ -468,8 +468,10 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
             return fail(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: no tokens", i);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
-                return fail(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: its sequence is also "
-                            "items[%d]'s", i, j);
+                return fail(err, DI_ERR_INVALID_ARGUMENT,
+                            "items[%d]: its sequence is also "
+                            "items[%d]'s",
+                            i, j);
         for (int64_t t = 0; t < it->n_tokens; t++)
             if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab)
                 return fail(err, DI_ERR_INVALID_ARGUMENT,

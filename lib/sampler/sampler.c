@@ -88,8 +88,10 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
     for (size_t i = 0; i < p->n_bias; i++) {
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab) {
             if (msg && msg_size)
-                snprintf(msg, msg_size, "logit_bias[%zu]: token id %d is outside the vocabulary "
-                         "of %d", i, (int)p->bias_ids[i], (int)n_vocab);
+                snprintf(msg, msg_size,
+                         "logit_bias[%zu]: token id %d is outside the vocabulary "
+                         "of %d",
+                         i, (int)p->bias_ids[i], (int)n_vocab);
             return DI_ERR_INVALID_ARGUMENT;
         }
         if (!(p->bias_values[i] >= -100.0f && p->bias_values[i] <= 100.0f)) {
@@ -177,8 +179,7 @@ int32_t sampler_sample(sampler *s, float *logits)
         float l = logits[id];
         if (p->repetition_penalty != 1.0f)
             l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
-        if (s->count[id])
-            l -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
+        if (s->count[id]) l -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
         logits[id] = l;
     }
     if (p->temperature == 0.0f) {

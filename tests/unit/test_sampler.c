@@ -173,9 +173,9 @@ static void test_penalties_follow_their_definitions(void **state)
     sampler_accept_prompt(s, 3);
     float l[4] = {4.0f, -1.0f, 1.0f, 3.0f};
     sampler_sample(s, l);
-    assert_true(l[0] == 2.0f);                    /* prompt: repetition only */
+    assert_true(l[0] == 2.0f);                     /* prompt: repetition only */
     assert_true(l[1] == -2.0f - 0.5f - 2 * 0.25f); /* output twice: all three */
-    assert_true(l[2] == 1.0f);                    /* unseen */
+    assert_true(l[2] == 1.0f);                     /* unseen */
     assert_true(l[3] == 1.5f);
     sampler_free(s);
 }
