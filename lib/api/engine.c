@@ -473,11 +473,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             tok_path = c.model_path;
         }
     }
-    if (tok_path) {
-        st = di_tokenizer_load(tok_path, &e->tok, err);
-        free(dir_json);
-        if (st != DI_OK) goto fail;
-    }
+    st = tok_path ? di_tokenizer_load(tok_path, &e->tok, err) : DI_OK;
+    free(dir_json);
+    if (st != DI_OK) goto fail;
     char pre[64] = "";
     int32_t enc = c.encoding;
     if (enc == 0 && !is_dir(c.model_path)) enc = gguf_encoding(c.model_path, pre, sizeof pre);
