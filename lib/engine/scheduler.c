@@ -72,14 +72,14 @@ static void remove_worker_lists(sched *s, sched_request *r)
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == r) {
             memmove(&s->running[i], &s->running[i + 1],
-                    (size_t)(s->n_running - i - 1) * sizeof *s->running);
+                    (size_t)(s->n_running - i - 1) * sizeof(sched_request *));
             s->n_running--;
             break;
         }
     for (size_t i = 0; i < s->n_waiting; i++)
         if (s->waiting[i] == r) {
             memmove(&s->waiting[i], &s->waiting[i + 1],
-                    (s->n_waiting - i - 1) * sizeof *s->waiting);
+                    (s->n_waiting - i - 1) * sizeof(sched_request *));
             s->n_waiting--;
             break;
         }
@@ -119,7 +119,7 @@ di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
     }
     if (s->n_incoming == s->cap_incoming) {
         size_t cap = s->cap_incoming ? 2 * s->cap_incoming : 16;
-        sched_request **p = realloc(s->incoming, cap * sizeof *p);
+        sched_request **p = realloc(s->incoming, cap * sizeof(sched_request *));
         if (!p) {
             pthread_mutex_unlock(&s->mu);
             return DI_ERR_OUT_OF_MEMORY;
@@ -163,13 +163,13 @@ static int push_waiting(sched *s, sched_request *r, int front)
 {
     if (s->n_waiting == s->cap_waiting) {
         size_t cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
-        sched_request **p = realloc(s->waiting, cap * sizeof *p);
+        sched_request **p = realloc(s->waiting, cap * sizeof(sched_request *));
         if (!p) return -1;
         s->waiting = p;
         s->cap_waiting = cap;
     }
     if (front) {
-        memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof *s->waiting);
+        memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof(sched_request *));
         s->waiting[0] = r;
     } else {
         s->waiting[s->n_waiting] = r;
@@ -184,7 +184,7 @@ static void preempt(sched *s, sched_request *r)
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == r) {
             memmove(&s->running[i], &s->running[i + 1],
-                    (size_t)(s->n_running - i - 1) * sizeof *s->running);
+                    (size_t)(s->n_running - i - 1) * sizeof(sched_request *));
             s->n_running--;
             break;
         }
@@ -251,7 +251,7 @@ static void step(sched *s)
                     memmove(&s->items[k], &s->items[k + 1],
                             (size_t)(n_items - k - 1) * sizeof *s->items);
                     memmove(&s->item_req[k], &s->item_req[k + 1],
-                            (size_t)(n_items - k - 1) * sizeof *s->item_req);
+                            (size_t)(n_items - k - 1) * sizeof(sched_request *));
                     n_items--;
                 }
                 preempt(s, victim);
@@ -288,7 +288,7 @@ static void step(sched *s)
             retire(s, r, 0, DI_ERR_INTERNAL, "KV cache reservation failed after admission", 0);
             continue;
         }
-        memmove(&s->waiting[0], &s->waiting[1], (s->n_waiting - 1) * sizeof *s->waiting);
+        memmove(&s->waiting[0], &s->waiting[1], (s->n_waiting - 1) * sizeof(sched_request *));
         s->n_waiting--;
         r->running = 1;
         r->admit_order = ++s->admit_counter;
@@ -354,7 +354,8 @@ static void *worker(void *arg)
         for (size_t i = 0; i < s->n_incoming; i++)
             if (push_waiting(s, s->incoming[i], 0) != 0) {
                 /* Keep the rest for the next round; retire nothing silently. */
-                memmove(s->incoming, s->incoming + i, (s->n_incoming - i) * sizeof *s->incoming);
+                memmove(s->incoming, s->incoming + i,
+                        (s->n_incoming - i) * sizeof(sched_request *));
                 s->n_incoming -= i;
                 oom = 1;
                 break;
@@ -364,7 +365,7 @@ static void *worker(void *arg)
         size_t n_live = 0;
         for (sched_request *r = s->live; r; r = r->next) n_live++;
         if (n_live > cap_ended) {
-            sched_request **p = realloc(ended, n_live * sizeof *p);
+            sched_request **p = realloc(ended, n_live * sizeof(sched_request *));
             if (p) {
                 ended = p;
                 cap_ended = n_live;
@@ -407,9 +408,9 @@ di_status sched_create(model *m, int max_running, const sched_sink *sink, sched 
     s->sink = *sink;
     s->n_vocab = (int32_t)model_get_config(m)->n_vocab;
     s->n_ctx = model_n_ctx(m);
-    s->running = calloc((size_t)max_running, sizeof *s->running);
+    s->running = calloc((size_t)max_running, sizeof(sched_request *));
     s->items = calloc((size_t)max_running, sizeof *s->items);
-    s->item_req = calloc((size_t)max_running, sizeof *s->item_req);
+    s->item_req = calloc((size_t)max_running, sizeof(sched_request *));
     s->logits = malloc((size_t)max_running * (size_t)s->n_vocab * sizeof *s->logits);
     if (!s->running || !s->items || !s->item_req || !s->logits) {
         sched_destroy(s);
