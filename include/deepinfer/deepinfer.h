@@ -949,7 +949,8 @@ DI_API di_status di_cancel(di_engine *engine, uint64_t id, di_error **err);
 
 /* Deliver queued events to their callbacks on the calling thread. Waits up to
  * timeout_ms milliseconds for the first event (0: do not wait; -1: wait until
- * one arrives), then delivers every event queued at that moment, in order.
+ * one arrives, or return 0 at once when no request is pending), then delivers
+ * every event queued at that moment, in order.
  * Returns the number of events delivered (0 on a timeout), or minus a
  * di_status: -DI_ERR_INVALID_ARGUMENT (NULL engine, timeout below -1),
  * -DI_ERR_INVALID_STATE (called from a callback, or while another thread is in

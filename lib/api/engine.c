@@ -568,7 +568,8 @@ DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
     }
     if (!e->head && timeout_ms != 0) {
         if (timeout_ms < 0) {
-            while (!e->head) pthread_cond_wait(&e->cv, &e->mu);
+            /* Nothing pending: nothing can arrive but a new request's events. */
+            while (!e->head && e->pending > 0) pthread_cond_wait(&e->cv, &e->mu);
         } else {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);

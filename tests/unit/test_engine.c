@@ -406,6 +406,37 @@ static void test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy(void **
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* The context ends a request: the tiny model's context is 256 tokens, so a
+ * 250-token prompt has room for 6 output tokens, then finishes by length. */
+static void test_context_limit_ends_with_length(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    g.e = e;
+    int32_t prompt[250];
+    for (int i = 0; i < 250; i++) prompt[i] = (int32_t)(i * 37 % 500 + 3);
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 250;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    assert_int_equal(di_poll(e, -1) >= 0, 1);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_LENGTH);
+    assert_int_equal(r.completion_tokens, 6);
+    assert_int_equal(r.n_toks, 6);
+    /* nothing pending: an endless poll returns at once */
+    assert_int_equal(di_poll(e, -1), 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_cancel_statuses(void **state)
 {
     (void)state;
@@ -820,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_submit_from_threads_each_request_one_terminal_event),
         cmocka_unit_test(test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy),
+        cmocka_unit_test(test_context_limit_ends_with_length),
         cmocka_unit_test(test_cancel_statuses),
         cmocka_unit_test(test_invalid_requests_are_rejected_at_once),
         cmocka_unit_test(test_engine_config_errors_name_the_field),
