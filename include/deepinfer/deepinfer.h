@@ -769,7 +769,8 @@ typedef struct di_engine_config {
      * the CPUs online. At most 1024. */
     int32_t n_threads;
     /* Requests computed together at most (the rest wait their turn); 0
-     * (default): 16. At most 256. */
+     * (default): 16. At most 256, and at most n_batch (every running request
+     * decodes one token in every step). */
     int32_t max_running;
     /* Tokens one sequence may hold, prompt and output (the context length); 0
      * (default): the model's training context, at most 4096. */

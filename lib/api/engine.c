@@ -495,7 +495,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         (e->n_eos == 0 || e->eos[0] != e->tok->eos_id))
         e->eos[e->n_eos++] = e->tok->eos_id;
     sched_sink sink = {sink_tokens, sink_done, sink_log, e};
-    st = sched_create(e->m, c.max_running ? c.max_running : 16, &sink, &e->sched);
+    /* Every running request decodes a token each step, so no more may run than
+     * a step takes tokens: otherwise the newest would wait for the others. */
+    int max_running = c.max_running ? c.max_running : 16;
+    if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
+    st = sched_create(e->m, max_running, &sink, &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

@@ -756,6 +756,14 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
     assert_non_null(strstr(di_error_message(err), "messages"));
     di_error_free(err);
+    err = NULL;
+    /* The R1 chat template takes Chat Completions only. */
+    q.protocol = DI_PROTOCOL_MESSAGES;
+    q.json = "{\"model\":\"x\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_UNSUPPORTED);
+    di_error_free(err);
     poll_until_idle(e);
     assert_int_equal(r.n_done, 1);
     assert_int_equal(r.after_done, 0);
