@@ -20,8 +20,9 @@ struct sampler {
     uint8_t *seen;   /* [n_vocab] 1: in the prompt or the output */
     int32_t *seen_list;
     int32_t n_seen;
-    candidate *cand; /* [n_vocab] */
-    uint64_t rng[4]; /* xoshiro256** */
+    candidate *cand;   /* [n_vocab] */
+    candidate *sorted; /* [n_vocab]: the head of the order, popped from the heap */
+    uint64_t rng[4];   /* xoshiro256** */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -108,7 +109,8 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
     s->seen = calloc((size_t)n_vocab, 1);
     s->seen_list = malloc((size_t)n_vocab * sizeof *s->seen_list);
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    if (!s->count || !s->seen || !s->seen_list || !s->cand) goto oom;
+    s->sorted = malloc((size_t)n_vocab * sizeof *s->sorted);
+    if (!s->count || !s->seen || !s->seen_list || !s->cand || !s->sorted) goto oom;
     if (p->n_bias) {
         s->bias_ids = malloc(p->n_bias * sizeof *s->bias_ids);
         s->bias_values = malloc(p->n_bias * sizeof *s->bias_values);
@@ -137,6 +139,7 @@ void sampler_free(sampler *s)
     free(s->seen);
     free(s->seen_list);
     free(s->cand);
+    free(s->sorted);
     free(s);
 }
 
@@ -160,13 +163,34 @@ void sampler_accept(sampler *s, int32_t token)
     s->count[token]++;
 }
 
-/* Descending logit, then ascending id: a total order, so the result never
- * depends on qsort's stability. */
-static int cmp_candidate(const void *a, const void *b)
+/* The candidates' order: descending logit, then ascending id — a total order,
+ * so what is kept never depends on how it was found. */
+static int before(const candidate *a, const candidate *b)
 {
-    const candidate *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void sift_down(candidate *h, int32_t n, int32_t i)
+{
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && before(&h[l], &h[top])) top = l;
+        if (r < n && before(&h[r], &h[top])) top = r;
+        if (top == i) return;
+        candidate t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+/* Take the first candidate of the order out of the heap h[0, *n). */
+static candidate heap_pop(candidate *h, int32_t *n)
+{
+    candidate top = h[0];
+    h[0] = h[--*n];
+    sift_down(h, *n, 0);
+    return top;
 }
 
 int32_t sampler_sample(sampler *s, float *logits)
@@ -189,45 +213,53 @@ int32_t sampler_sample(sampler *s, float *logits)
         return best;
     }
     const float inv_t = 1.0f / p->temperature;
-    int32_t n = V;
     candidate *c = s->cand;
+    float max = -INFINITY;
     for (int32_t i = 0; i < V; i++) {
         c[i].logit = logits[i] * inv_t;
         c[i].id = i;
+        if (c[i].logit > max) max = c[i].logit;
     }
-    int sorted = 0;
-    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f) {
-        qsort(c, (size_t)V, sizeof *c, cmp_candidate);
-        sorted = 1;
-        if (p->top_k > 0 && p->top_k < n) n = p->top_k;
-    }
-    float max = c[0].logit;
-    if (!sorted)
-        for (int32_t i = 1; i < n; i++)
-            if (c[i].logit > max) max = c[i].logit;
-    /* Probabilities (unnormalised) in double, summed in a fixed order. */
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        double e = exp((double)(c[i].logit - max));
-        c[i].logit = (float)e;
-        sum += e;
-    }
-    if (sorted && p->top_p < 1.0f) {
-        double acc = 0.0, target = (double)p->top_p * sum;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; i++) {
-            acc += c[i].logit;
-            if (acc >= target) {
-                keep = i + 1;
-                break;
+    /* top_k and top_p need the head of the order only: a heap (built in O(V))
+     * gives it in O(kept log V) instead of sorting the whole vocabulary. */
+    int32_t n = V;
+    const int use_k = p->top_k > 0 && p->top_k < V, use_p = p->top_p < 1.0f;
+    if (use_k || use_p) {
+        for (int32_t i = V / 2 - 1; i >= 0; i--) sift_down(c, V, i);
+        int32_t heap_n = V, m = 0;
+        candidate *out = s->sorted;
+        if (use_k) {
+            while (m < p->top_k) out[m++] = heap_pop(c, &heap_n);
+            if (use_p) {
+                double total = 0.0, acc = 0.0;
+                for (int32_t i = 0; i < m; i++) total += exp((double)(out[i].logit - max));
+                for (int32_t i = 0; i < m; i++) {
+                    acc += exp((double)(out[i].logit - max));
+                    if (acc >= (double)p->top_p * total) {
+                        m = i + 1;
+                        break;
+                    }
+                }
+            }
+        } else {
+            double total = 0.0, acc = 0.0;
+            for (int32_t i = 0; i < V; i++) total += exp((double)(c[i].logit - max));
+            while (heap_n > 0 && (m == 0 || acc < (double)p->top_p * total)) {
+                out[m] = heap_pop(c, &heap_n);
+                acc += exp((double)(out[m].logit - max));
+                m++;
             }
         }
-        n = keep;
-        sum = 0.0;
-        for (int32_t i = 0; i < n; i++) sum += c[i].logit;
+        c = out;
+        n = m;
+    }
+    /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].logit = (float)exp((double)(c[i].logit - max));
+        sum += c[i].logit; /* the draw below adds the same float weights */
     }
     if (p->min_p > 0.0f) {
-        /* The largest probability is exp(0) = 1 before normalising. */
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
             if ((double)c[i].logit >= (double)p->min_p) c[m++] = c[i];

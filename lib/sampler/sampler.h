@@ -9,7 +9,7 @@
  *      presence         over output tokens only (OpenAI's penalties, as vLLM applies them)
  *   4. temperature 0    greedy: the largest logit, the lowest id on a tie — stop here
  *   5. temperature      logits /= temperature
- *   6. top_k            keep the k largest (ties broken by lower id)
+ *   6. top_k            keep the k largest (ties broken by lower id; taken from a heap)
  *   7. top_p            keep the smallest prefix of the sorted tokens whose
  *                       probability reaches top_p (at least one)
  *   8. min_p            drop tokens whose probability is below min_p × the largest

@@ -180,6 +180,81 @@ static void test_penalties_follow_their_definitions(void **state)
     sampler_free(s);
 }
 
+typedef struct ref_cand {
+    float logit;
+    int32_t id;
+} ref_cand;
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* top_k then top_p as their definitions read, with a full sort (the reference
+ * the sampler's heap must agree with): the set of ids that may be drawn. */
+static int32_t ref_keep(const float *l, int32_t V, float T, int32_t k, float top_p, uint8_t *keep)
+{
+    ref_cand *c = malloc((size_t)V * sizeof *c);
+    assert_non_null(c);
+    for (int32_t i = 0; i < V; i++) c[i] = (ref_cand){l[i] / T, i};
+    qsort(c, (size_t)V, sizeof *c, ref_cmp);
+    int32_t n = k > 0 && k < V ? k : V;
+    double total = 0, acc = 0;
+    for (int32_t i = 0; i < n; i++) total += exp((double)(c[i].logit - c[0].logit));
+    int32_t m = n;
+    for (int32_t i = 0; i < n && top_p < 1.0f; i++) {
+        acc += exp((double)(c[i].logit - c[0].logit));
+        if (acc >= (double)top_p * total) {
+            m = i + 1;
+            break;
+        }
+    }
+    memset(keep, 0, (size_t)V);
+    for (int32_t i = 0; i < m; i++) keep[c[i].id] = 1;
+    free(c);
+    return m;
+}
+
+static void test_top_k_top_p_agree_with_a_full_sort(void **state)
+{
+    (void)state;
+    enum { V = 1000 };
+    float l[V];
+    uint8_t keep[V];
+    uint32_t x = 99;
+    for (int i = 0; i < V; i++) {
+        x = x * 1103515245u + 12345u;
+        l[i] = (float)((x >> 16) % 64) / 8.0f; /* many ties */
+    }
+    const int32_t ks[3] = {0, 5, 40};
+    const float ps[3] = {1.0f, 0.5f, 0.9f};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            if (ks[a] == 0 && ps[b] == 1.0f) continue;
+            int32_t m = ref_keep(l, V, 0.8f, ks[a], ps[b], keep);
+            sampler_params p = defaults();
+            p.temperature = 0.8f;
+            p.top_k = ks[a];
+            p.top_p = ps[b];
+            p.seed = (uint64_t)(a * 3 + b);
+            sampler *s = make(&p, V);
+            float buf[V];
+            int seen_kept = 0;
+            uint8_t seen[V] = {0};
+            for (int i = 0; i < 3000; i++) {
+                memcpy(buf, l, sizeof buf);
+                int32_t t = sampler_sample(s, buf);
+                assert_true(keep[t]);
+                seen_kept += !seen[t];
+                seen[t] = 1;
+            }
+            assert_true(seen_kept == m || m > 40); /* small kept sets are all drawn */
+            sampler_free(s);
+        }
+}
+
 static void test_bad_parameters_name_the_field(void **state)
 {
     (void)state;
@@ -218,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_min_p_drops_tokens_below_the_fraction_of_the_largest),
         cmocka_unit_test(test_logit_bias_moves_the_greedy_choice),
         cmocka_unit_test(test_penalties_follow_their_definitions),
+        cmocka_unit_test(test_top_k_top_p_agree_with_a_full_sort),
         cmocka_unit_test(test_bad_parameters_name_the_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
