@@ -759,11 +759,13 @@ typedef struct di_engine_config {
     /* A di_device. Default DI_DEVICE_CPU. */
     int32_t device;
     /* The prompt encoding of protocol requests, a di_encoding; 0 (default): the
-     * one the model declares — a GGUF whose tokenizer.ggml.pre is
-     * "deepseek-r1-qwen" (the DeepSeek-R1 distills) is DI_ENCODING_R1, one whose
-     * pre-tokenizer is "deepseek-v3" is DI_ENCODING_DSV3; other models (SmolLM2,
-     * Llama, Qwen2 chat models) have no encoding the codec knows, and their
-     * protocol requests fail with DI_ERR_UNSUPPORTED. */
+     * one the model declares — a GGUF (the model's or the tokenizer's) whose
+     * tokenizer.ggml.pre is "deepseek-r1-qwen" (the DeepSeek-R1 distills) is
+     * DI_ENCODING_R1, "deepseek-v3" is DI_ENCODING_DSV3; otherwise a tokenizer
+     * with DeepSeek's "<｜Assistant｜>" token is DI_ENCODING_DSV3 for DeepSeek-V3
+     * weights and DI_ENCODING_R1 for Llama/Qwen2 weights (the distills). Other
+     * models (SmolLM2, Llama, Qwen2 chat models) have no encoding the codec
+     * knows, and their protocol requests fail with DI_ERR_UNSUPPORTED. */
     int32_t encoding;
     /* CPU threads of the forward pass, counting the engine's worker; 0 (default):
      * the CPUs online. At most 1024. */

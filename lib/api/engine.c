@@ -479,6 +479,17 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     char pre[64] = "";
     int32_t enc = c.encoding;
     if (enc == 0 && !is_dir(c.model_path)) enc = gguf_encoding(c.model_path, pre, sizeof pre);
+    if (enc == 0 && c.tokenizer_path && !is_dir(c.tokenizer_path))
+        enc = gguf_encoding(c.tokenizer_path, pre, sizeof pre);
+    if (enc == 0 && e->tok) {
+        /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama
+         * weights) use the R1 template, DeepSeek-V3 weights the V3 one. */
+        int32_t id;
+        const char *assistant = "<\xef\xbd\x9c"
+                                "Assistant\xef\xbd\x9c>"; /* <｜Assistant｜> */
+        if (di_tokenizer_token_id(e->tok, assistant, strlen(assistant), &id) == DI_OK)
+            enc = mc->arch == MODEL_ARCH_DEEPSEEK_V3 ? DI_ENCODING_DSV3 : DI_ENCODING_R1;
+    }
     if (enc != 0) {
         if (!e->tok) {
             st = di_error_set(err, DI_ERR_UNSUPPORTED,
