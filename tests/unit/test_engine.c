@@ -532,6 +532,45 @@ static void test_invalid_requests_are_rejected_at_once(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+typedef struct progress {
+    int calls, cancel_at;
+    float last;
+    int decreasing;
+} progress;
+
+static int on_progress(void *user, float fraction)
+{
+    progress *p = user;
+    if (fraction < p->last) p->decreasing = 1;
+    p->last = fraction;
+    return ++p->calls == p->cancel_at;
+}
+
+static void test_load_progress_reaches_one_and_can_cancel(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = TINY;
+    cfg.n_threads = 1;
+    cfg.progress = on_progress;
+    progress p = {0, -1, 0.0f, 0};
+    cfg.progress_user = &p;
+    di_engine *e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    assert_true(p.calls >= 3); /* 0, once per layer, 1 */
+    assert_true(p.last == 1.0f);
+    assert_false(p.decreasing);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    progress q = {0, 2, 0.0f, 0};
+    cfg.progress_user = &q;
+    di_error *err = NULL;
+    e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_CANCELLED);
+    assert_null(e);
+    di_error_free(err);
+}
+
 static void test_engine_config_errors_name_the_field(void **state)
 {
     (void)state;
@@ -870,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_cancel_statuses),
         cmocka_unit_test(test_invalid_requests_are_rejected_at_once),
         cmocka_unit_test(test_engine_config_errors_name_the_field),
+        cmocka_unit_test(test_load_progress_reaches_one_and_can_cancel),
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
