@@ -231,12 +231,13 @@ static void step(sched *s)
             int64_t take = need < budget ? need : budget;
             di_status st = model_seq_reserve(m, r->seq, past + take);
             if (st == DI_ERR_OUT_OF_MEMORY) {
+                /* The newest running request gives its blocks back — r itself
+                 * when it is the newest (vLLM's recompute pre-emption order). */
                 sched_request *victim = NULL;
                 for (int j = 0; j < s->n_running; j++)
-                    if (s->running[j] != r &&
-                        (!victim || s->running[j]->admit_order > victim->admit_order))
+                    if (!victim || s->running[j]->admit_order > victim->admit_order)
                         victim = s->running[j];
-                if (!victim) {
+                if (victim == r && s->n_running == 1) {
                     snprintf(msg, sizeof msg,
                              "the KV cache budget (%d tokens) cannot hold the request's %lld "
                              "tokens even alone",

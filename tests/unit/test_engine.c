@@ -437,6 +437,39 @@ static void test_context_limit_ends_with_length(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+static void expect_submit_error(di_engine *e, const di_request *q, di_status want, const char *msg);
+
+/* A KV cache budget of 4 blocks (64 tokens): a request that outgrows it even
+ * alone ends with DI_ERR_CONTEXT_LENGTH after the tokens that fit. */
+static void test_request_outgrowing_the_kv_budget_ends_with_a_clear_status(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 4 * 2048, NULL, NULL);
+    g.e = e;
+    int32_t prompt[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 10;
+    q.max_tokens = 200;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_ERR_CONTEXT_LENGTH);
+    assert_int_equal(r.n_toks, 64 - 10 + 1); /* the last sampled token needs no block */
+    /* A prompt that cannot fit at all is refused at submit. */
+    int32_t big[70] = {0};
+    q.tokens = big;
+    q.n_tokens = 70;
+    expect_submit_error(e, &q, DI_ERR_CONTEXT_LENGTH, "KV cache");
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_cancel_statuses(void **state)
 {
     (void)state;
@@ -906,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_submit_from_threads_each_request_one_terminal_event),
         cmocka_unit_test(test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy),
         cmocka_unit_test(test_context_limit_ends_with_length),
+        cmocka_unit_test(test_request_outgrowing_the_kv_budget_ends_with_a_clear_status),
         cmocka_unit_test(test_cancel_statuses),
         cmocka_unit_test(test_invalid_requests_are_rejected_at_once),
         cmocka_unit_test(test_engine_config_errors_name_the_field),
