@@ -811,8 +811,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
  * terminal event. Callbacks run here may call di_submit and di_cancel: they
  * fail with DI_ERR_INVALID_STATE. Returns DI_OK; DI_ERR_INVALID_STATE, freeing
  * nothing, when called from inside a callback of this engine or while another
- * thread is in di_poll on it (as sqlite3_close refuses with SQLITE_BUSY). NULL is a no-op returning
- * DI_OK. The handle must not be used after a DI_OK return. Call it from one thread, once. */
+ * thread is in di_poll on it (as sqlite3_close refuses with SQLITE_BUSY).
+ * NULL is a no-op returning DI_OK. The handle must not be used after a DI_OK
+ * return. Call it from one thread, once. */
 DI_API di_status di_engine_destroy(di_engine *engine);
 
 /* The engine's prompt encoding (a di_encoding), or 0 when it has none (protocol
