@@ -621,9 +621,10 @@ DI_API void di_stream_free(di_stream *s);
 
 /* A loaded model with one token sequence: its weights (memory-mapped), a CPU
  * thread pool and a KV cache. The low-level way to run a model: append tokens,
- * read logits; sampling and scheduling belong to the engine (di_engine_*). Architectures: dense
- * Llama and Qwen2 (the DeepSeek-R1 distills). A di_model is used by one thread at a time; calls on
- * different models may run concurrently. */
+ * read logits; sampling and scheduling belong to the engine (di_engine_*).
+ * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills). A di_model
+ * is used by one thread at a time; calls on different models may run
+ * concurrently. */
 typedef struct di_model di_model;
 
 /* Options of di_model_load (a versioned input struct: see "Versioned input
