@@ -793,7 +793,11 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         goto fail;
     }
     memcpy(r->tokens, ids, n_ids * sizeof *ids);
-    for (size_t i = 0; i < n_ids; i++) sampler_accept_prompt(r->smp, ids[i]);
+    for (size_t i = 0; i < n_ids; i++)
+        if (sampler_accept_prompt(r->smp, ids[i]) != 0) {
+            st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail;
+        }
     if (!(q.ignore_eos && !q.protocol))
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
     for (size_t i = 0; i < q.n_stop_tokens && !q.protocol; i++)

@@ -30,7 +30,8 @@ struct sched {
     uint64_t admit_counter;
     model_batch_item *items; /* [max_running] */
     sched_request **item_req;
-    float *logits; /* [max_running, n_vocab] */
+    float *logits;              /* [max_running, n_vocab] */
+    sampler_candidate *scratch; /* the samplers' shared scratch */
 };
 
 void sched_request_free(sched_request *r)
@@ -311,9 +312,13 @@ static void step(sched *s)
     for (int i = 0; i < n_items; i++) {
         if (!s->items[i].want_logits) continue;
         sched_request *r = s->item_req[i];
-        int32_t tok = sampler_sample(r->smp, s->logits + (size_t)row * (size_t)s->n_vocab);
+        int32_t tok =
+            sampler_sample(r->smp, s->logits + (size_t)row * (size_t)s->n_vocab, s->scratch);
         row++;
-        sampler_accept(r->smp, tok);
+        if (sampler_accept(r->smp, tok) != 0) {
+            retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens", 0);
+            continue;
+        }
         if (r->n_all == r->cap) {
             int64_t cap = r->cap * 2;
             if (cap > s->n_ctx) cap = s->n_ctx;
@@ -413,7 +418,8 @@ di_status sched_create(model *m, int max_running, const sched_sink *sink, sched 
     s->items = calloc((size_t)max_running, sizeof *s->items);
     s->item_req = calloc((size_t)max_running, sizeof(sched_request *));
     s->logits = malloc((size_t)max_running * (size_t)s->n_vocab * sizeof *s->logits);
-    if (!s->running || !s->items || !s->item_req || !s->logits) {
+    s->scratch = malloc(sampler_scratch_count(s->n_vocab) * sizeof *s->scratch);
+    if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -456,5 +462,6 @@ void sched_destroy(sched *s)
     free(s->items);
     free(s->item_req);
     free(s->logits);
+    free(s->scratch);
     free(s);
 }

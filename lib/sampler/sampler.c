@@ -1,28 +1,27 @@
 /* Logits processors and seeded sampling (sampler.h). */
 #include "sampler/sampler.h"
 
+#include "util/hashmap.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct candidate {
-    float logit;
-    int32_t id;
-} candidate;
+typedef sampler_candidate candidate;
 
 struct sampler {
     sampler_params p;
     int32_t n_vocab;
     int32_t *bias_ids;
     float *bias_values;
-    uint32_t *count; /* [n_vocab] output occurrences */
-    uint8_t *seen;   /* [n_vocab] 1: in the prompt or the output */
-    int32_t *seen_list;
-    int32_t n_seen;
-    candidate *cand;   /* [n_vocab] */
-    candidate *sorted; /* [n_vocab]: the head of the order, popped from the heap */
-    uint64_t rng[4];   /* xoshiro256** */
+    /* Tokens of the prompt or the output, each once: seen_ids[i] has been
+     * output count[i] times; slot_of maps a token to its i. */
+    di_u64_map slot_of;
+    int32_t *seen_ids;
+    uint32_t *count;
+    int32_t n_seen, cap_seen;
+    uint64_t rng[4]; /* xoshiro256** */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -105,12 +104,7 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
     if (!s) goto oom;
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->count = calloc((size_t)n_vocab, sizeof *s->count);
-    s->seen = calloc((size_t)n_vocab, 1);
-    s->seen_list = malloc((size_t)n_vocab * sizeof *s->seen_list);
-    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    s->sorted = malloc((size_t)n_vocab * sizeof *s->sorted);
-    if (!s->count || !s->seen || !s->seen_list || !s->cand || !s->sorted) goto oom;
+    if (di_u64_map_init(&s->slot_of, 64) != 0) goto oom;
     if (p->n_bias) {
         s->bias_ids = malloc(p->n_bias * sizeof *s->bias_ids);
         s->bias_values = malloc(p->n_bias * sizeof *s->bias_values);
@@ -135,32 +129,51 @@ void sampler_free(sampler *s)
     if (!s) return;
     free(s->bias_ids);
     free(s->bias_values);
+    di_u64_map_free(&s->slot_of);
+    free(s->seen_ids);
     free(s->count);
-    free(s->seen);
-    free(s->seen_list);
-    free(s->cand);
-    free(s->sorted);
     free(s);
 }
 
-static void mark_seen(sampler *s, int32_t token)
+size_t sampler_scratch_count(int32_t n_vocab)
 {
-    if (!s->seen[token]) {
-        s->seen[token] = 1;
-        s->seen_list[s->n_seen++] = token;
+    return 2 * (size_t)n_vocab;
+}
+
+/* The slot of token (added when new), or -1 when memory ran out. */
+static int32_t slot(sampler *s, int32_t token)
+{
+    uint64_t v;
+    if (di_u64_map_get(&s->slot_of, (uint64_t)token, &v)) return (int32_t)v;
+    if (s->n_seen == s->cap_seen) {
+        int32_t cap = s->cap_seen ? 2 * s->cap_seen : 64;
+        int32_t *ids = realloc(s->seen_ids, (size_t)cap * sizeof *ids);
+        if (!ids) return -1;
+        s->seen_ids = ids;
+        uint32_t *count = realloc(s->count, (size_t)cap * sizeof *count);
+        if (!count) return -1;
+        s->count = count;
+        s->cap_seen = cap;
     }
+    if (di_u64_map_put(&s->slot_of, (uint64_t)token, (uint64_t)s->n_seen) < 0) return -1;
+    s->seen_ids[s->n_seen] = token;
+    s->count[s->n_seen] = 0;
+    return s->n_seen++;
 }
 
-void sampler_accept_prompt(sampler *s, int32_t token)
+int sampler_accept_prompt(sampler *s, int32_t token)
 {
-    if (token >= 0 && token < s->n_vocab) mark_seen(s, token);
+    if (token < 0 || token >= s->n_vocab) return 0;
+    return slot(s, token) < 0 ? -1 : 0;
 }
 
-void sampler_accept(sampler *s, int32_t token)
+int sampler_accept(sampler *s, int32_t token)
 {
-    if (token < 0 || token >= s->n_vocab) return;
-    mark_seen(s, token);
-    s->count[token]++;
+    if (token < 0 || token >= s->n_vocab) return 0;
+    int32_t i = slot(s, token);
+    if (i < 0) return -1;
+    s->count[i]++;
+    return 0;
 }
 
 /* The candidates' order: descending logit, then ascending id — a total order,
@@ -193,17 +206,17 @@ static candidate heap_pop(candidate *h, int32_t *n)
     return top;
 }
 
-int32_t sampler_sample(sampler *s, float *logits)
+int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
 {
     const sampler_params *p = &s->p;
     const int32_t V = s->n_vocab;
     for (size_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
     for (int32_t i = 0; i < s->n_seen; i++) {
-        int32_t id = s->seen_list[i];
+        int32_t id = s->seen_ids[i];
         float l = logits[id];
         if (p->repetition_penalty != 1.0f)
             l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
-        if (s->count[id]) l -= p->frequency_penalty * (float)s->count[id] + p->presence_penalty;
+        if (s->count[i]) l -= p->frequency_penalty * (float)s->count[i] + p->presence_penalty;
         logits[id] = l;
     }
     if (p->temperature == 0.0f) {
@@ -213,7 +226,7 @@ int32_t sampler_sample(sampler *s, float *logits)
         return best;
     }
     const float inv_t = 1.0f / p->temperature;
-    candidate *c = s->cand;
+    candidate *c = scratch;
     float max = -INFINITY;
     for (int32_t i = 0; i < V; i++) {
         c[i].logit = logits[i] * inv_t;
@@ -227,7 +240,7 @@ int32_t sampler_sample(sampler *s, float *logits)
     if (use_k || use_p) {
         for (int32_t i = V / 2 - 1; i >= 0; i--) sift_down(c, V, i);
         int32_t heap_n = V, m = 0;
-        candidate *out = s->sorted;
+        candidate *out = scratch + V;
         if (use_k) {
             while (m < p->top_k) out[m++] = heap_pop(c, &heap_n);
             if (use_p) {

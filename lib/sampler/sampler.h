@@ -45,6 +45,15 @@ typedef struct sampler_params {
 
 typedef struct sampler sampler;
 
+/* Scratch for sampler_sample: sampler_scratch_count(n_vocab) candidates, owned
+ * by the caller and shared by every sampler one thread runs (the engine's
+ * worker has one), so a sampler itself holds only O(distinct tokens seen). */
+typedef struct sampler_candidate {
+    float logit;
+    int32_t id;
+} sampler_candidate;
+size_t sampler_scratch_count(int32_t n_vocab);
+
 /* A sampler for a vocabulary of n_vocab tokens. The parameters are checked
  * (msg receives a sentence naming the field on DI_ERR_INVALID_ARGUMENT).
  * Errors: DI_ERR_INVALID_ARGUMENT, DI_ERR_OUT_OF_MEMORY. */
@@ -52,12 +61,14 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
                          size_t msg_size);
 void sampler_free(sampler *s);
 
-/* Count a prompt token (repetition penalty only) or an output token (all penalties). */
-void sampler_accept_prompt(sampler *s, int32_t token);
-void sampler_accept(sampler *s, int32_t token);
+/* Count a prompt token (repetition penalty only) or an output token (all
+ * penalties). Returns 0, or -1 when memory ran out (the count is not taken). */
+int sampler_accept_prompt(sampler *s, int32_t token);
+int sampler_accept(sampler *s, int32_t token);
 
-/* Choose the next token from logits [n_vocab] (modified in place). Does not
- * accept it: the caller calls sampler_accept with what it keeps. */
-int32_t sampler_sample(sampler *s, float *logits);
+/* Choose the next token from logits [n_vocab] (modified in place), with
+ * `scratch` as sampler_scratch_count says. Does not accept it: the caller calls
+ * sampler_accept with what it keeps. */
+int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch);
 
 #endif

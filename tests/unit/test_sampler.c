@@ -29,11 +29,14 @@ static sampler *make(const sampler_params *p, int32_t V)
     return s;
 }
 
+static sampler_candidate scratch[2048];
+
 static int32_t draw(sampler *s, const float *logits, int32_t V)
 {
     float buf[64];
     memcpy(buf, logits, (size_t)V * sizeof *buf);
-    return sampler_sample(s, buf);
+    assert_true(sampler_scratch_count(V) <= 2048);
+    return sampler_sample(s, buf, scratch);
 }
 
 static void test_greedy_takes_the_largest_lowest_id_on_ties(void **state)
@@ -167,12 +170,12 @@ static void test_penalties_follow_their_definitions(void **state)
     p.frequency_penalty = 0.25f;
     p.temperature = 0.0f;
     sampler *s = make(&p, 4);
-    sampler_accept_prompt(s, 0);
-    sampler_accept(s, 1);
-    sampler_accept(s, 1);
-    sampler_accept_prompt(s, 3);
+    assert_int_equal(sampler_accept_prompt(s, 0), 0);
+    assert_int_equal(sampler_accept(s, 1), 0);
+    assert_int_equal(sampler_accept(s, 1), 0);
+    assert_int_equal(sampler_accept_prompt(s, 3), 0);
     float l[4] = {4.0f, -1.0f, 1.0f, 3.0f};
-    sampler_sample(s, l);
+    sampler_sample(s, l, scratch);
     assert_true(l[0] == 2.0f);                     /* prompt: repetition only */
     assert_true(l[1] == -2.0f - 0.5f - 2 * 0.25f); /* output twice: all three */
     assert_true(l[2] == 1.0f);                     /* unseen */
@@ -245,7 +248,7 @@ static void test_top_k_top_p_agree_with_a_full_sort(void **state)
             uint8_t seen[V] = {0};
             for (int i = 0; i < 3000; i++) {
                 memcpy(buf, l, sizeof buf);
-                int32_t t = sampler_sample(s, buf);
+                int32_t t = sampler_sample(s, buf, scratch);
                 assert_true(keep[t]);
                 seen_kept += !seen[t];
                 seen[t] = 1;
