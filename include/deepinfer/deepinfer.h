@@ -779,11 +779,15 @@ typedef struct di_engine_config {
      * (default): the model's training context, at most 4096. */
     int64_t n_ctx;
     /* Tokens one forward step takes at most (decode tokens of every running
-     * request plus prompt chunks); 0 (default): 256. */
+     * request plus prompt chunks); 0 (default): 256; lowered to n_ctx. At most
+     * 65536. */
     int64_t n_batch;
-    /* The KV cache budget in bytes, shared by all requests; 0 (default): room
-     * for 4 sequences of n_ctx tokens. It is rounded down to whole blocks of 16
-     * tokens and must hold at least one sequence of n_batch tokens. */
+    /* The KV cache budget in bytes, shared by all requests (keys and values in
+     * f16, as llama.cpp stores them); 0 (default): room for 4 sequences of n_ctx
+     * tokens. It is rounded down to whole blocks of 16 tokens; less than one
+     * block is DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused
+     * by di_submit; a request that outgrows it alone ends with
+     * DI_ERR_CONTEXT_LENGTH. */
     int64_t kv_cache_bytes;
     /* A log sink and its argument; NULL (default): no logging. */
     di_log_fn log;
