@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/error.h"
+#include "api/event.h"
 #include "api/struct_size.h"
 #include "engine/scheduler.h"
 #include "model/gguf.h"
@@ -24,29 +25,6 @@ _Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
-
-struct di_event {
-    struct di_event *next;
-    di_event_kind kind;
-    uint64_t id;
-    di_event_fn fn;
-    void *user;
-    char *text; /* TEXT, REASONING, TOOL_CALL(_DELTA), CHUNK json (NULL for [DONE]) */
-    size_t text_len;
-    char *sse, *name;
-    size_t sse_len;
-    int32_t *tokens;
-    size_t n_tokens;
-    int32_t call_index;
-    char *call_id, *call_name;
-    di_status status;
-    char *message;
-    di_finish finish;
-    char *finish_text;
-    uint32_t prompt_tokens, completion_tokens, reasoning_tokens;
-    char *response;
-    size_t response_len;
-};
 
 /* What the API keeps per request (the scheduler's owner pointer). */
 typedef struct api_request {
@@ -106,74 +84,6 @@ static di_status errf(di_error **err, di_status st, const char *fmt, ...)
     return di_error_set(err, st, msg);
 }
 
-/* ---- events ---- */
-
-static void event_free(di_event *ev)
-{
-    if (!ev) return;
-    free(ev->text);
-    free(ev->sse);
-    free(ev->name);
-    free(ev->tokens);
-    free(ev->call_id);
-    free(ev->call_name);
-    free(ev->message);
-    free(ev->finish_text);
-    free(ev->response);
-    free(ev);
-}
-
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    if (n) memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
-static char *dup_s(const char *s)
-{
-    return s ? dup_n(s, strlen(s)) : NULL;
-}
-
-/* A list of events being built on the worker, appended to the queue at once. */
-typedef struct event_list {
-    di_event *head, *tail;
-    int oom;
-} event_list;
-
-static di_event *event_new(event_list *l, const sched_request *r, di_event_kind kind)
-{
-    const api_request *a = r->owner;
-    di_event *ev = calloc(1, sizeof *ev);
-    if (!ev) {
-        l->oom = 1;
-        return NULL;
-    }
-    ev->kind = kind;
-    ev->id = r->id;
-    ev->fn = a->fn;
-    ev->user = a->user;
-    ev->call_index = -1;
-    if (l->tail)
-        l->tail->next = ev;
-    else
-        l->head = ev;
-    l->tail = ev;
-    return ev;
-}
-
-static void event_text(event_list *l, const sched_request *r, di_event_kind kind, const char *t,
-                       size_t n)
-{
-    di_event *ev = event_new(l, r, kind);
-    if (!ev) return;
-    ev->text = dup_n(t, n);
-    ev->text_len = n;
-    if (!ev->text) l->oom = 1;
-}
-
 static void enqueue(di_engine *e, event_list *l)
 {
     if (!l->head) return;
@@ -188,60 +98,12 @@ static void enqueue(di_engine *e, event_list *l)
     l->head = l->tail = NULL;
 }
 
-/* The parsed events and protocol chunks of the stream's last call. The finish
- * reason's word goes to *finish_text when not NULL. */
-static void collect_stream(event_list *l, const sched_request *r, di_stream *s, char **finish_text)
-{
-    size_t n = di_stream_event_count(s);
-    for (size_t i = 0; i < n; i++) {
-        size_t len;
-        const char *t = di_stream_event_text(s, i, &len);
-        di_event_kind kind;
-        switch (di_stream_event_kind_at(s, i)) {
-        case DI_STREAM_REASONING: kind = DI_EVENT_REASONING; break;
-        case DI_STREAM_TEXT: kind = DI_EVENT_TEXT; break;
-        case DI_STREAM_TOOL_CALL_ARGUMENTS: kind = DI_EVENT_TOOL_CALL_DELTA; break;
-        case DI_STREAM_TOOL_CALL_END: kind = DI_EVENT_TOOL_CALL; break;
-        case DI_STREAM_FINISH:
-            if (finish_text) {
-                free(*finish_text);
-                *finish_text = dup_n(t, len);
-            }
-            continue;
-        default: continue;
-        }
-        event_text(l, r, kind, t, len);
-        if (kind == DI_EVENT_TOOL_CALL_DELTA || kind == DI_EVENT_TOOL_CALL) {
-            di_event *ev = l->tail;
-            if (!ev || ev->kind != kind) continue;
-            ev->call_index = di_stream_event_call_index(s, i);
-            ev->call_id = dup_s(di_stream_event_call_id(s, i));
-            ev->call_name = dup_s(di_stream_event_call_name(s, i));
-        }
-    }
-    n = di_stream_chunk_count(s);
-    for (size_t i = 0; i < n; i++) {
-        di_event *ev = event_new(l, r, DI_EVENT_CHUNK);
-        if (!ev) return;
-        size_t len;
-        const char *json = di_stream_chunk_json(s, i, &len);
-        if (json) {
-            ev->text = dup_n(json, len);
-            ev->text_len = len;
-        }
-        const char *sse = di_stream_chunk_sse(s, i, &len);
-        ev->sse = dup_n(sse ? sse : "", sse ? len : 0);
-        ev->sse_len = sse ? len : 0;
-        ev->name = dup_s(di_stream_chunk_event(s, i));
-    }
-}
-
 static void stream_ready(event_list *l, const sched_request *r, api_request *a)
 {
     if (a->ready) return;
     a->ready = 1;
     if (di_stream_ready(a->stream, a->n_prompt, 0, NULL, NULL) == DI_OK)
-        collect_stream(l, r, a->stream, NULL);
+        collect_stream(l, r->id, a->fn, a->user, a->stream, NULL);
 }
 
 static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n, int is_stop)
@@ -249,7 +111,7 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
     di_engine *e = ctx;
     api_request *a = r->owner;
     event_list l = {0};
-    di_event *ev = event_new(&l, r, DI_EVENT_TOKENS);
+    di_event *ev = event_new(&l, r->id, a->fn, a->user, DI_EVENT_TOKENS);
     if (ev) {
         ev->tokens = malloc(n * sizeof *ids);
         if (ev->tokens) {
@@ -268,7 +130,7 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
                      di_error_message(err));
                 di_error_free(err);
             }
-            collect_stream(&l, r, a->stream, NULL);
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, NULL);
             end = di_stream_finished(a->stream);
         }
     } else if (a->detok && !is_stop) {
@@ -276,7 +138,7 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             const char *t;
             size_t len;
             if (di_detokenizer_push(a->detok, ids[i], &t, &len) == DI_OK && len)
-                event_text(&l, r, DI_EVENT_TEXT, t, len);
+                event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
         }
     }
     if (l.oom) elog(e, DI_LOG_ERROR, "out of memory building events; some were dropped");
@@ -297,32 +159,32 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     if (a->stream && status == DI_OK) {
         stream_ready(&l, r, a);
         if (di_stream_finish(a->stream, finish, NULL) == DI_OK)
-            collect_stream(&l, r, a->stream, &finish_text);
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, &finish_text);
         response = di_stream_response_json(a->stream, &response_len);
         di_stream_usage(a->stream, NULL, &reasoning);
     } else if (a->detok) {
         const char *t;
         size_t len;
         if (di_detokenizer_flush(a->detok, &t, &len) == DI_OK && len)
-            event_text(&l, r, DI_EVENT_TEXT, t, len);
+            event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
     }
     /* The terminal event must exist whatever else failed: it is allocated with
      * a retry, and without its strings when memory is that short. */
     di_event *ev = NULL;
     for (int tries = 0; !ev; tries++) {
-        ev = event_new(&l, r, DI_EVENT_DONE);
+        ev = event_new(&l, r->id, a->fn, a->user, DI_EVENT_DONE);
         if (!ev && tries > 1000) abort(); /* memory never came back: nothing sound is left */
         if (!ev) nanosleep(&(struct timespec){0, 1000000}, NULL);
     }
     ev->status = status;
-    ev->message = dup_s(message);
+    ev->message = event_strdup(message);
     ev->finish = status == DI_OK ? finish : (di_finish)0;
     ev->finish_text = finish_text;
     ev->prompt_tokens = (uint32_t)r->n_prompt;
     ev->completion_tokens = (uint32_t)(r->n_all - r->n_prompt);
     ev->reasoning_tokens = reasoning;
     if (response) {
-        ev->response = dup_n(response, response_len);
+        ev->response = event_strndup(response, response_len);
         ev->response_len = response_len;
     }
     di_stream_free(a->stream);
@@ -850,98 +712,4 @@ DI_API di_status di_cancel(di_engine *e, uint64_t id, di_error **err)
     if (st == DI_ERR_INVALID_STATE)
         return errf(err, st, "request %llu has already finished", (unsigned long long)id);
     return st;
-}
-
-/* ---- event getters ---- */
-
-DI_API di_event_kind di_event_kind_of(const di_event *ev)
-{
-    return ev ? ev->kind : (di_event_kind)0;
-}
-DI_API uint64_t di_event_request_id(const di_event *ev)
-{
-    return ev ? ev->id : 0;
-}
-DI_API const char *di_event_text(const di_event *ev, size_t *len)
-{
-    if (len) *len = 0;
-    if (!ev) return NULL;
-    switch (ev->kind) {
-    case DI_EVENT_TEXT:
-    case DI_EVENT_REASONING:
-    case DI_EVENT_TOOL_CALL_DELTA:
-    case DI_EVENT_TOOL_CALL:
-    case DI_EVENT_CHUNK:
-        if (len) *len = ev->text ? ev->text_len : 0;
-        return ev->text;
-    default: return "";
-    }
-}
-DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n)
-{
-    if (n) *n = ev && ev->kind == DI_EVENT_TOKENS ? ev->n_tokens : 0;
-    return ev && ev->kind == DI_EVENT_TOKENS ? ev->tokens : NULL;
-}
-DI_API int32_t di_event_tool_call_index(const di_event *ev)
-{
-    return ev ? ev->call_index : -1;
-}
-DI_API const char *di_event_tool_call_id(const di_event *ev)
-{
-    return ev ? ev->call_id : NULL;
-}
-DI_API const char *di_event_tool_call_name(const di_event *ev)
-{
-    return ev ? ev->call_name : NULL;
-}
-DI_API const char *di_event_chunk_json(const di_event *ev, size_t *len)
-{
-    if (len) *len = 0;
-    if (!ev || ev->kind != DI_EVENT_CHUNK) return NULL;
-    if (len) *len = ev->text ? ev->text_len : 0;
-    return ev->text;
-}
-DI_API const char *di_event_chunk_sse(const di_event *ev, size_t *len)
-{
-    if (len) *len = 0;
-    if (!ev || ev->kind != DI_EVENT_CHUNK) return NULL;
-    if (len) *len = ev->sse_len;
-    return ev->sse;
-}
-DI_API const char *di_event_chunk_name(const di_event *ev)
-{
-    return ev && ev->kind == DI_EVENT_CHUNK ? ev->name : NULL;
-}
-DI_API di_status di_event_status(const di_event *ev)
-{
-    return ev ? ev->status : DI_ERR_INVALID_ARGUMENT;
-}
-DI_API const char *di_event_message(const di_event *ev)
-{
-    return ev && ev->message ? ev->message : "";
-}
-DI_API di_finish di_event_finish_reason(const di_event *ev)
-{
-    return ev ? ev->finish : (di_finish)0;
-}
-DI_API const char *di_event_finish_text(const di_event *ev)
-{
-    return ev ? ev->finish_text : NULL;
-}
-DI_API uint32_t di_event_prompt_tokens(const di_event *ev)
-{
-    return ev ? ev->prompt_tokens : 0;
-}
-DI_API uint32_t di_event_completion_tokens(const di_event *ev)
-{
-    return ev ? ev->completion_tokens : 0;
-}
-DI_API uint32_t di_event_reasoning_tokens(const di_event *ev)
-{
-    return ev ? ev->reasoning_tokens : 0;
-}
-DI_API const char *di_event_response_json(const di_event *ev, size_t *len)
-{
-    if (len) *len = ev && ev->response ? ev->response_len : 0;
-    return ev ? ev->response : NULL;
 }
