@@ -898,9 +898,13 @@ typedef struct di_request {
      * or the reference's default (di_prompt_max_tokens). Non-zero overrides. */
     int64_t max_tokens;
     /* Sampling (lib/sampler/README.md has the order the processors run in).
-     * Protocol requests take temperature and top_p from the body as the codec
-     * resolves them (di_prompt_temperature, di_prompt_top_p) and the rest from
-     * here. */
+     * Protocol requests with a V4 encoding take temperature and top_p from the
+     * body as the codec resolves them (di_prompt_temperature, di_prompt_top_p);
+     * with a chat template (DSV3, R1) the engine reads the body's
+     * max_completion_tokens / max_tokens, temperature, top_p, seed,
+     * presence_penalty and frequency_penalty as OpenAI defines them
+     * (DI_ERR_INVALID_REQUEST when out of range). What the body does not set
+     * comes from here. */
     float temperature;        /* >= 0, default 1; 0: greedy (the most likely token) */
     float top_p;              /* (0, 1], default 1 (off) */
     int32_t top_k;            /* >= 0, default 0 (off) */

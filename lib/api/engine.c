@@ -3,6 +3,7 @@
  * about the host's callbacks: the scheduler's worker hands it tokens, it turns
  * them into events (decoded text, or di_stream's parsed events and protocol
  * chunks), and di_poll delivers them on the host's thread. */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -517,6 +518,65 @@ static uint64_t clock_seed(const void *salt)
            ((uint64_t)(uintptr_t)salt * 0x9e3779b97f4a7c15ull);
 }
 
+/* The chat templates (DSV3, R1) render only a body's messages; the sampling
+ * fields of a Chat Completions body are read here, as OpenAI defines them:
+ * max_completion_tokens (or the older max_tokens), temperature [0, 2], top_p
+ * [0, 1] (0 keeps only the most likely token), seed, presence_penalty and
+ * frequency_penalty [-2, 2]. A field the body lacks keeps the di_request's value. */
+static di_status template_sampling(const char *json, size_t len, sampler_params *sp,
+                                   int64_t *max_tokens, int64_t *seed, di_error **err)
+{
+    json_t *root = json_loadb(json, len, 0, NULL);
+    if (!root) return DI_OK; /* the codec accepted it: nothing more to read */
+    di_status st = DI_OK;
+    json_t *v;
+    if ((v = json_object_get(root, "max_completion_tokens")) ||
+        (v = json_object_get(root, "max_tokens"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1) {
+            st = di_error_set(err, DI_ERR_INVALID_REQUEST,
+                              "max_tokens: expected an integer of at least 1");
+            goto done;
+        }
+        if (*max_tokens == 0) *max_tokens = (int64_t)json_integer_value(v);
+    }
+    struct {
+        const char *name;
+        float *field;
+        double lo, hi;
+    } nums[] = {
+        {"temperature", &sp->temperature, 0.0, 2.0},
+        {"top_p", &sp->top_p, 0.0, 1.0},
+        {"presence_penalty", &sp->presence_penalty, -2.0, 2.0},
+        {"frequency_penalty", &sp->frequency_penalty, -2.0, 2.0},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        v = json_object_get(root, nums[i].name);
+        if (!v || json_is_null(v)) continue;
+        double x = json_number_value(v);
+        if (!json_is_number(v) || x < nums[i].lo || x > nums[i].hi) {
+            st = errf(err, DI_ERR_INVALID_REQUEST, "%s: expected a number in [%g, %g]",
+                      nums[i].name, nums[i].lo, nums[i].hi);
+            goto done;
+        }
+        *nums[i].field = (float)x;
+    }
+    if (sp->top_p <= 0.0f) {
+        sp->temperature = 0.0f;
+        sp->top_p = 1.0f;
+    }
+    v = json_object_get(root, "seed");
+    if (v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            st = di_error_set(err, DI_ERR_INVALID_REQUEST, "seed: expected a non-negative integer");
+            goto done;
+        }
+        *seed = (int64_t)json_integer_value(v);
+    }
+done:
+    json_decref(root);
+    return st;
+}
+
 DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id, di_error **err)
 {
     if (id) *id = 0;
@@ -591,6 +651,12 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
                 sp.temperature = 0.0f;
                 sp.top_p = 1.0f;
             }
+        } else {
+            sp.presence_penalty = q.presence_penalty;
+            sp.frequency_penalty = q.frequency_penalty;
+            if ((st = template_sampling(q.json, q.json_len, &sp, &q.max_tokens, &q.seed, err)) !=
+                DI_OK)
+                goto fail;
         }
     } else {
         if (!q.tokens || q.n_tokens == 0) {
@@ -633,8 +699,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     sp.top_k = q.top_k;
     sp.min_p = q.min_p;
     sp.repetition_penalty = q.repetition_penalty;
-    sp.presence_penalty = q.presence_penalty;
-    sp.frequency_penalty = q.frequency_penalty;
+    if (!(q.protocol && e->encoding != DI_ENCODING_DSV4 && e->encoding != DI_ENCODING_DSV41)) {
+        sp.presence_penalty = q.presence_penalty;
+        sp.frequency_penalty = q.frequency_penalty;
+    }
     sp.seed = q.seed >= 0 ? (uint64_t)q.seed : clock_seed(r);
     sp.bias_ids = q.logit_bias_ids;
     sp.bias_values = q.logit_bias_values;

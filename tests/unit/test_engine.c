@@ -816,7 +816,6 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     q.json = body;
     q.json_len = strlen(body);
     q.seed = 5;
-    q.max_tokens = 12; /* the chat templates read only the messages of the body */
     q.on_event = on_event;
     q.user_data = &r;
     if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
@@ -826,6 +825,15 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     uint64_t bad;
     assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
     assert_non_null(strstr(di_error_message(err), "messages"));
+    di_error_free(err);
+    err = NULL;
+    /* The body's sampling fields are checked (the template reads only messages;
+     * the engine reads them). */
+    q.json = "{\"model\":\"x\",\"temperature\":5,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "temperature"));
     di_error_free(err);
     err = NULL;
     /* The R1 chat template takes Chat Completions only. */
@@ -839,7 +847,26 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     assert_int_equal(r.n_done, 1);
     assert_int_equal(r.after_done, 0);
     assert_int_equal(r.status, DI_OK);
-    assert_true(r.n_toks >= 1 && r.n_toks <= 12);
+    assert_true(r.n_toks >= 1 && r.n_toks <= 12); /* the body's max_tokens */
+    /* temperature 0 in the body: greedy, so another seed gives the same tokens */
+    const char *greedy = "{\"model\":\"deepseek-r1\",\"max_tokens\":6,\"temperature\":0,"
+                         "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}";
+    rec g1 = {0}, g2 = {0};
+    g1.cancel_at = g2.cancel_at = -1;
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = greedy;
+    q.json_len = strlen(greedy);
+    q.user_data = &g1;
+    q.seed = 1;
+    assert_int_equal(di_submit(e, &q, &g1.id, NULL), DI_OK);
+    q.user_data = &g2;
+    q.seed = 2;
+    assert_int_equal(di_submit(e, &q, &g2.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(g1.status, DI_OK);
+    assert_int_equal(g1.n_toks, g2.n_toks);
+    assert_true(g1.n_toks <= 6);
+    assert_memory_equal(g1.toks, g2.toks, (size_t)g1.n_toks * sizeof *g1.toks);
     assert_true(r.n_chunks >= 3);
     /* Chat: a role chunk first, "data: [DONE]" last (docs/stream.md). */
     assert_non_null(strstr(r.first_sse, "\"role\":\"assistant\""));
