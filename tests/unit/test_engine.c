@@ -286,6 +286,73 @@ static void test_concurrent_requests_with_random_cancels_equal_alone(void **stat
     concurrent_run(24, 8, 0, 1, 0, NULL, NULL);
 }
 
+/* Random cancels, three times: which requests are cancelled, and when — at once,
+ * from their callback after a random number of tokens, or from another thread
+ * after a random delay — is drawn from a seeded generator. Every request gets
+ * exactly one terminal event, and its tokens are the ones it gives alone (all
+ * of them when it finished, a prefix when it was cancelled). */
+typedef struct random_canceller {
+    di_engine *e;
+    uint64_t ids[48];
+    long delay_us[48];
+    int n;
+} random_canceller;
+
+static void *random_cancel_thread(void *arg)
+{
+    random_canceller *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        nanosleep(&(struct timespec){0, c->delay_us[i] * 1000L}, NULL);
+        di_status st = di_cancel(c->e, c->ids[i], NULL);
+        if (st != DI_OK && st != DI_ERR_INVALID_STATE) abort();
+    }
+    return NULL;
+}
+
+static void test_random_cancels_many_requests(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    spec *specs = calloc(N, sizeof *specs);
+    rec *alone = calloc(N, sizeof *alone), *got = calloc(N, sizeof *got);
+    assert_non_null(specs);
+    assert_non_null(alone);
+    assert_non_null(got);
+    di_engine *e = make_engine(TINY, 12, 40 * 2048, NULL, NULL); /* pre-emption too */
+    g.e = e;
+    for (int i = 0; i < N; i++) {
+        make_spec(&specs[i], 100 + i, 512);
+        run_alone(e, &specs[i], &alone[i]);
+    }
+    for (uint32_t round = 0; round < 3; round++) {
+        uint32_t x = 0x9e3779b9u * (round + 1);
+#define NEXT() (x ^= x << 13, x ^= x >> 17, x ^= x << 5, x)
+        random_canceller c = {e, {0}, {0}, 0};
+        for (int i = 0; i < N; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            uint32_t how = NEXT() % 4;
+            got[i].cancel_at = how == 1 ? (int)(NEXT() % 20) : -1;
+            specs[i].req.user_data = &got[i];
+            assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
+            if (how == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+            if (how == 3) {
+                c.ids[c.n] = got[i].id;
+                c.delay_us[c.n++] = (long)(NEXT() % 3000);
+            }
+        }
+#undef NEXT
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, random_cancel_thread, &c), 0);
+        poll_until_idle(e);
+        pthread_join(th, NULL);
+        for (int i = 0; i < N; i++) check_against_alone(&got[i], &alone[i]);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    free(specs);
+    free(alone);
+    free(got);
+}
+
 static void count_preemptions(void *user, di_log_level level, const char *message)
 {
     (void)level;
@@ -963,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
+        cmocka_unit_test(test_random_cancels_many_requests),
         cmocka_unit_test(test_submit_from_threads_each_request_one_terminal_event),
         cmocka_unit_test(test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy),
         cmocka_unit_test(test_context_limit_ends_with_length),
