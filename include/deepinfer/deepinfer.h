@@ -905,7 +905,7 @@ typedef struct di_request {
      * presence_penalty and frequency_penalty as OpenAI defines them
      * (DI_ERR_INVALID_REQUEST when out of range). What the body does not set
      * comes from here. */
-    float temperature;        /* >= 0, default 1; 0: greedy (the most likely token) */
+    float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token) */
     float top_p;              /* (0, 1], default 1 (off) */
     int32_t top_k;            /* >= 0, default 0 (off) */
     float min_p;              /* [0, 1], default 0 (off) */
@@ -913,9 +913,10 @@ typedef struct di_request {
     float presence_penalty;   /* [-2, 2], default 0; over output tokens, as OpenAI's */
     float frequency_penalty;  /* [-2, 2], default 0; over output tokens, as OpenAI's */
     int32_t reserved;         /* must be 0 */
-    /* The seed of the request's own random generator; -1 (default): drawn from
-     * the clock and the request id. The same seed, prompt and parameters give
-     * the same tokens whatever else the engine runs. */
+    /* The seed of the request's own random generator (xoshiro256**, seeded
+     * through splitmix64); -1 (default): drawn from the clock. The same seed,
+     * prompt and parameters give the same tokens whatever else the engine runs
+     * and however often the request is pre-empted. */
     int64_t seed;
     /* logit_bias: n_logit_bias token ids and the bias added to each one's logit
      * (in [-100, 100], as OpenAI's logit_bias). */
