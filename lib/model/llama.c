@@ -10,6 +10,7 @@
  *   x = x + (SiLU(h Wgate) * (h Wup)) Wdown
  * then logits = RMSNorm(x) * output_norm  Woutput (token_embd when tied). */
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,10 @@ typedef struct layer {
     int qkv_shared, gate_up_shared; /* 1: one cpu_matmul_multi (same activation format) */
 } layer;
 
+struct model_seq {
+    cpu_kv_seq kv;
+};
+
 struct model {
     model_weights *w;
     model_config cfg;
@@ -44,11 +49,12 @@ struct model {
     cpu_rope rope;
     cpu_threadpool *pool;
     cpu_kv_cache kv;
-    cpu_kv_seq seq;
+    model_seq seq; /* the default sequence of model_forward */
     /* scratch, [n_batch, ...] */
     float *x, *h, *q, *k, *v, *attn, *gate, *up, *attn_scores;
-    dsv3 *ds;  /* a DeepSeek model: model_forward and the getters go there */
-    void *act; /* quantized activations */
+    int64_t *pos; /* [n_batch] position of each row */
+    dsv3 *ds;     /* a DeepSeek model: model_forward and the getters go there */
+    void *act;    /* quantized activations */
     size_t act_bytes;
 };
 
@@ -154,6 +160,9 @@ static di_status load_tensors(model *m, di_error **err)
 #undef VEC
         L->qkv_shared = cpu_matmul_can_share(L->wq, L->wk) && cpu_matmul_can_share(L->wq, L->wv);
         L->gate_up_shared = cpu_matmul_can_share(L->w_gate, L->w_up);
+        if (m->opt.progress &&
+            m->opt.progress(m->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0)
+            return fail(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
     }
     act = max_sz(act, cpu_matmul_scratch_bytes(m->output->dtype, E, m->opt.n_batch));
     m->act_bytes = act;
@@ -168,6 +177,7 @@ static float *alloc_f32(int64_t n)
 di_status model_load(const char *path, const model_options *opt, model **out, di_error **err)
 {
     if (!path || !opt || !out || opt->n_threads < 1 || opt->n_ctx < 0 || opt->n_batch < 0 ||
+        opt->n_kv_blocks < 0 ||
         (opt->kv_dtype != MODEL_DTYPE_F16 && opt->kv_dtype != MODEL_DTYPE_F32))
         return fail(err, DI_ERR_INVALID_ARGUMENT, "model_load: invalid arguments");
     model *m = calloc(1, sizeof *m);
@@ -212,11 +222,27 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
         st = fail(err, st, "cannot start %d threads", m->opt.n_threads);
         goto fail;
     }
-    enum { BLOCK = 16 };
-    int32_t n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK);
+    enum { BLOCK = MODEL_KV_BLOCK };
+    int32_t n_blocks = m->opt.n_kv_blocks;
+    if (n_blocks == 0 && m->opt.kv_bytes > 0) {
+        int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * c->head_dim * BLOCK *
+                              (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+        int64_t nb = m->opt.kv_bytes / block_bytes;
+        if (nb < 1 || nb > INT32_MAX) {
+            st = fail(err, DI_ERR_INVALID_ARGUMENT,
+                      "kv_cache_bytes: %lld bytes is not between one block of %d tokens (%lld "
+                      "bytes) and 2^31 blocks",
+                      (long long)m->opt.kv_bytes, BLOCK, (long long)block_bytes);
+            goto fail;
+        }
+        n_blocks = (int32_t)nb;
+    }
+    if (n_blocks == 0)
+        n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK) *
+                   (m->opt.kv_n_ctx_multiple > 0 ? m->opt.kv_n_ctx_multiple : 1);
     if ((st = cpu_kv_cache_init(&m->kv, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
                                 (int)c->head_dim, BLOCK, n_blocks)) != DI_OK ||
-        (st = cpu_kv_seq_init(&m->seq, &m->kv, m->opt.n_ctx)) != DI_OK) {
+        (st = cpu_kv_seq_init(&m->seq.kv, &m->kv, m->opt.n_ctx)) != DI_OK) {
         st = fail(err, st, "cannot allocate the KV cache for %lld tokens", (long long)m->opt.n_ctx);
         goto fail;
     }
@@ -232,7 +258,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     m->up = alloc_f32(B * F);
     m->attn_scores = alloc_f32((int64_t)m->opt.n_threads * m->opt.n_ctx);
     m->act = malloc(m->act_bytes);
-    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up ||
+    m->pos = malloc((size_t)B * sizeof *m->pos);
+    if (!m->pos || !m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up ||
         !m->attn_scores || !m->act) {
         st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
@@ -260,7 +287,7 @@ void model_free(model *m)
     }
     free(m->output_norm);
     free(m->rope_freqs);
-    if (m->seq.block_table) cpu_kv_seq_free(&m->seq, &m->kv);
+    if (m->seq.kv.block_table) cpu_kv_seq_free(&m->seq.kv, &m->kv);
     if (m->kv.k) cpu_kv_cache_free(&m->kv);
     cpu_threadpool_free(m->pool);
     free(m->x);
@@ -273,6 +300,7 @@ void model_free(model *m)
     free(m->up);
     free(m->attn_scores);
     free(m->act);
+    free(m->pos);
     dsv3_free(m->ds);
     model_weights_close(m->w);
     free(m);
@@ -288,14 +316,14 @@ int64_t model_n_ctx(const model *m)
 }
 int64_t model_n_past(const model *m)
 {
-    return m->ds ? dsv3_n_past(m->ds) : m->seq.n_tokens;
+    return m->ds ? dsv3_n_past(m->ds) : m->seq.kv.n_tokens;
 }
 void model_reset(model *m)
 {
     if (m->ds)
         dsv3_reset(m->ds);
     else
-        cpu_kv_seq_reset(&m->seq, &m->kv);
+        cpu_kv_seq_reset(&m->seq.kv, &m->kv);
 }
 int model_mtp_layers(const model *m)
 {
@@ -324,14 +352,70 @@ size_t model_kv_bytes_per_token(const model *m)
     return m->ds ? dsv3_kv_bytes_per_token(m->ds) : cpu_kv_cache_bytes_per_token(&m->kv);
 }
 
+di_status model_seq_create(model *m, model_seq **out)
+{
+    if (m->ds) return DI_ERR_UNSUPPORTED; /* DeepSeek runs one sequence (di_model_*) for now */
+    model_seq *s = calloc(1, sizeof *s);
+    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    if (cpu_kv_seq_init(&s->kv, &m->kv, m->opt.n_ctx) != DI_OK) {
+        free(s);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    *out = s;
+    return DI_OK;
+}
+
+void model_seq_free(model *m, model_seq *s)
+{
+    if (!s) return;
+    cpu_kv_seq_free(&s->kv, &m->kv);
+    free(s);
+}
+
+int64_t model_seq_n_past(const model_seq *s)
+{
+    return s->kv.n_tokens;
+}
+
+void model_seq_reset(model *m, model_seq *s)
+{
+    cpu_kv_seq_reset(&s->kv, &m->kv);
+}
+
+di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
+{
+    if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
+    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->kv.n_free) return DI_ERR_OUT_OF_MEMORY;
+    return cpu_kv_seq_reserve(&s->kv, &m->kv, n_tokens);
+}
+
+int32_t model_kv_blocks_total(const model *m)
+{
+    return m->kv.n_blocks;
+}
+int32_t model_kv_blocks_free(const model *m)
+{
+    return m->kv.n_free;
+}
+int32_t model_kv_blocks_for(int64_t n_tokens)
+{
+    return (int32_t)((n_tokens + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK);
+}
+int64_t model_n_batch(const model *m)
+{
+    return m->opt.n_batch;
+}
+
 static void add_rows(float *x, const float *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* One chunk of n <= n_batch tokens at positions pos0.. ; logits rows as model_forward. */
-static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t pos0, float *logits,
-                          int all_logits)
+/* One step: the items' tokens stacked as rows [0, n) (n <= n_batch), item i at
+ * rows [row0_i, row0_i + n_tokens_i) with positions n_past_i... Logits: one row
+ * per item with want_logits, or with all_logits (a single item) every row. */
+static void forward_step(model *m, const model_batch_item *items, int n_items, int64_t n,
+                         float *logits, int all_logits)
 {
     const model_config *c = &m->cfg;
     const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
@@ -339,10 +423,14 @@ static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t po
     const int ref = m->opt.use_ref;
     cpu_threadpool *pool = m->pool;
     size_t erow = cpu_row_bytes((int)m->tok_embd->dtype, E);
-    for (int64_t t = 0; t < n; t++)
-        cpu_dequantize_row((int)m->tok_embd->dtype,
-                           (const char *)m->tok_embd->data + (size_t)tokens[t] * erow, m->x + t * E,
-                           E);
+    int64_t row = 0;
+    for (int i = 0; i < n_items; i++)
+        for (int64_t t = 0; t < items[i].n_tokens; t++, row++) {
+            cpu_dequantize_row((int)m->tok_embd->dtype,
+                               (const char *)m->tok_embd->data + (size_t)items[i].tokens[t] * erow,
+                               m->x + row * E, E);
+            m->pos[row] = items[i].seq->kv.n_tokens + t;
+        }
     const float scale = 1.0f / sqrtf((float)c->head_dim);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const layer *L = &m->layers[l];
@@ -358,12 +446,18 @@ static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t po
             cpu_matmul(pool, L->wv, L->bv, m->h, n, m->v, m->act, ref);
         }
         for (int64_t t = 0; t < n; t++) {
-            cpu_rope_apply(&m->rope, m->q + t * Q, (int)c->n_head, pos0 + t);
-            cpu_rope_apply(&m->rope, m->k + t * KV, (int)c->n_head_kv, pos0 + t);
+            cpu_rope_apply(&m->rope, m->q + t * Q, (int)c->n_head, m->pos[t]);
+            cpu_rope_apply(&m->rope, m->k + t * KV, (int)c->n_head_kv, m->pos[t]);
         }
-        cpu_kv_store(&m->kv, &m->seq, (int)l, pos0, n, m->k, m->v);
-        cpu_attention(pool, &m->kv, &m->seq, (int)l, m->q, (int)c->n_head, pos0, n, scale, m->attn,
-                      m->attn_scores, m->opt.n_ctx, ref);
+        int64_t r0 = 0;
+        for (int i = 0; i < n_items; i++) {
+            cpu_kv_seq *s = &items[i].seq->kv;
+            int64_t nt = items[i].n_tokens;
+            cpu_kv_store(&m->kv, s, (int)l, s->n_tokens, nt, m->k + r0 * KV, m->v + r0 * KV);
+            cpu_attention(pool, &m->kv, s, (int)l, m->q + r0 * Q, (int)c->n_head, s->n_tokens, nt,
+                          scale, m->attn + r0 * Q, m->attn_scores, m->opt.n_ctx, ref);
+            r0 += nt;
+        }
         cpu_matmul(pool, L->wo, NULL, m->attn, n, m->h, m->act, ref);
         add_rows(m->x, m->h, n * E);
         cpu_rmsnorm(m->x, L->ffn_norm, m->h, n, E, c->rms_norm_eps);
@@ -379,14 +473,64 @@ static void forward_chunk(model *m, const int32_t *tokens, int64_t n, int64_t po
         cpu_matmul(pool, L->w_down, NULL, m->gate, n, m->h, m->act, ref);
         add_rows(m->x, m->h, n * E);
     }
+    for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
     if (!logits) return;
     if (all_logits) {
         cpu_rmsnorm(m->x, m->output_norm, m->h, n, E, c->rms_norm_eps);
         cpu_matmul(pool, m->output, NULL, m->h, n, logits, m->act, ref);
-    } else {
-        cpu_rmsnorm(m->x + (n - 1) * E, m->output_norm, m->h, 1, E, c->rms_norm_eps);
-        cpu_matmul(pool, m->output, NULL, m->h, 1, logits, m->act, ref);
+        return;
     }
+    /* The last row of each item that wants logits, gathered into h. */
+    int64_t n_out = 0;
+    row = 0;
+    for (int i = 0; i < n_items; i++) {
+        row += items[i].n_tokens;
+        if (items[i].want_logits) {
+            cpu_rmsnorm(m->x + (row - 1) * E, m->output_norm, m->h + n_out * E, 1, E,
+                        c->rms_norm_eps);
+            n_out++;
+        }
+    }
+    if (n_out) cpu_matmul(pool, m->output, NULL, m->h, n_out, logits, m->act, ref);
+}
+
+di_status model_forward_batch(model *m, const model_batch_item *items, int n_items, float *logits,
+                              di_error **err)
+{
+    if (!m || !items || n_items <= 0)
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
+    if (m->ds)
+        return fail(err, DI_ERR_UNSUPPORTED,
+                    "DeepSeek models run one sequence at a time (di_model_*), not batched yet");
+    int64_t total = 0;
+    for (int i = 0; i < n_items; i++) {
+        const model_batch_item *it = &items[i];
+        if (!it->seq || !it->tokens || it->n_tokens <= 0)
+            return fail(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: no tokens", i);
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq)
+                return fail(err, DI_ERR_INVALID_ARGUMENT,
+                            "items[%d]: its sequence is also "
+                            "items[%d]'s",
+                            i, j);
+        for (int64_t t = 0; t < it->n_tokens; t++)
+            if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab)
+                return fail(err, DI_ERR_INVALID_ARGUMENT,
+                            "items[%d].tokens[%lld] = %d is not a token id of this model "
+                            "(vocabulary of %u)",
+                            i, (long long)t, (int)it->tokens[t], m->cfg.n_vocab);
+        int64_t end = it->seq->kv.n_tokens + it->n_tokens;
+        if (model_kv_blocks_for(end) > it->seq->kv.n_blocks)
+            return fail(err, DI_ERR_INVALID_ARGUMENT,
+                        "items[%d]: no KV cache blocks reserved for %lld tokens", i,
+                        (long long)end);
+        total += it->n_tokens;
+    }
+    if (total > m->opt.n_batch)
+        return fail(err, DI_ERR_INVALID_ARGUMENT, "%lld tokens in one step exceed n_batch %lld",
+                    (long long)total, (long long)m->opt.n_batch);
+    forward_step(m, items, n_items, total, logits, 0);
+    return DI_OK;
 }
 
 di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float *logits,
@@ -401,12 +545,12 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
                         "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
                         (long long)i, (int)tokens[i], m->cfg.n_vocab);
     if (m->ds) return dsv3_forward(m->ds, tokens, n_tokens, logits, all_logits, err);
-    int64_t pos0 = m->seq.n_tokens;
+    int64_t pos0 = m->seq.kv.n_tokens;
     if (n_tokens > m->opt.n_ctx - pos0)
         return fail(err, DI_ERR_CONTEXT_LENGTH,
                     "%lld tokens after %lld already in the sequence exceed the context of %lld",
                     (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
-    if (cpu_kv_seq_reserve(&m->seq, &m->kv, pos0 + n_tokens) != DI_OK)
+    if (cpu_kv_seq_reserve(&m->seq.kv, &m->kv, pos0 + n_tokens) != DI_OK)
         return fail(err, DI_ERR_CONTEXT_LENGTH, "the KV cache has no room for %lld more tokens",
                     (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {
@@ -415,8 +559,8 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
         float *out = NULL;
         if (logits && all_logits) out = logits + done * (int64_t)m->cfg.n_vocab;
         if (logits && !all_logits && last) out = logits;
-        forward_chunk(m, tokens + done, n, pos0 + done, out, all_logits);
-        m->seq.n_tokens = pos0 + done + n;
+        model_batch_item it = {&m->seq, tokens + done, n, out != NULL};
+        forward_step(m, &it, 1, n, out, all_logits);
     }
     return DI_OK;
 }

@@ -1,14 +1,27 @@
 /* A loaded model ready to run: weights (model_weights), a CPU thread pool, a
- * paged KV cache holding one sequence, and the scratch buffers of the forward
- * pass, allocated once at load so nothing is allocated per token.
+ * paged KV cache shared by any number of sequences, and the scratch buffers of
+ * the forward pass, allocated once at load so nothing is allocated per token.
  *
- * model_forward appends tokens to the sequence: a batch of tokens is a prefill
- * (run in chunks of at most n_batch tokens), one token a decode step reusing
- * the cached keys and values. Architectures: dense Llama and Qwen2 (llama.c),
- * DeepSeek-V3 and V2 (deepseek_v3.c: MLA with a latent cache, DeepSeekMoE).
+ * model_forward appends tokens to the model's own default sequence (the one
+ * di_model_* uses): a batch of tokens is a prefill (run in chunks of at most
+ * n_batch tokens), one token a decode step reusing the cached keys and values.
+ * model_forward_batch runs one step over several sequences at once (the
+ * engine's continuous batching): every sequence's new tokens are stacked into
+ * one [n_tokens, ...] activation matrix so each weight is read once per step,
+ * and attention runs per sequence over its own block table (vLLM's
+ * PagedAttention layout, lib/backend/cpu/kv_cache.h). DeepSeek-V3 and V2
+ * (deepseek_v3.c: MLA with a latent cache, DeepSeekMoE) run through
+ * model_forward only: one sequence, not batched yet.
  *
- * A model is used by one thread at a time (the forward pass itself runs on the
- * model's pool); the weights are shared read-only. */
+ * Batch invariance: every operation but attention is row-wise (RMSNorm, the
+ * matrix products with per-row activation quantization, RoPE, SiLU), and
+ * attention reads only its own sequence, so a sequence's logits are bit-identical
+ * whatever else is in the batch and however its prompt was chunked
+ * (tests/unit/test_model_batch.c checks it).
+ *
+ * Architectures: dense Llama and Qwen2 (llama.c), DeepSeek-V3/V2. A model is used by one thread
+ * at a time (the forward pass itself runs on the model's pool); the weights are
+ * shared read-only. */
 #ifndef DI_MODEL_MODEL_H
 #define DI_MODEL_MODEL_H
 
@@ -26,15 +39,29 @@ typedef struct model_options {
     int64_t n_batch;      /* tokens per prefill chunk; 0: 256 */
     model_dtype kv_dtype; /* MODEL_DTYPE_F16 (llama.cpp's default) or MODEL_DTYPE_F32 */
     int use_ref;          /* 1: scalar reference kernels, single thread (tests) */
+    /* KV cache blocks (of MODEL_KV_BLOCK tokens) shared by all sequences; 0: as
+     * many as kv_bytes holds when it is > 0, else kv_n_ctx_multiple (0 counts as
+     * 1) sequences of n_ctx tokens. Fewer than one block is DI_ERR_INVALID_ARGUMENT. */
+    int32_t n_kv_blocks;
+    int64_t kv_bytes;
+    int32_t kv_n_ctx_multiple;
     /* DeepSeek (MLA) only: 1 expands every cached latent into per-head keys and
      * values (transformers' expand_kv) instead of the absorbed form; the
      * reference the absorbed path is tested against. The cache is the same. */
     int mla_naive;
+    /* Called after each layer's weights are checked, with the fraction done in
+     * [0, 1]; a non-zero return cancels the load (DI_ERR_CANCELLED). May be NULL. */
+    int (*progress)(void *user, float fraction);
+    void *progress_user;
 } model_options;
 
+/* Tokens per KV cache block. */
+enum { MODEL_KV_BLOCK = 16 };
+
 /* Open `path` (.gguf or a Hugging Face directory) and prepare it to run.
- * Errors: those of model_weights_open; DI_ERR_UNSUPPORTED (a weight dtype or row length the CPU
- * kernels do not take: the message names the tensor); DI_ERR_INVALID_ARGUMENT (bad options);
+ * Errors: those of model_weights_open; DI_ERR_UNSUPPORTED (an architecture other
+ * than Llama/Qwen2, a weight dtype or row length the CPU kernels do not take:
+ * the message names the tensor); DI_ERR_INVALID_ARGUMENT (bad options);
  * DI_ERR_OUT_OF_MEMORY; DI_ERR_BACKEND (threads). */
 di_status model_load(const char *path, const model_options *opt, model **out, di_error **err);
 void model_free(model *m);
@@ -43,6 +70,8 @@ const model_config *model_get_config(const model *m);
 int64_t model_n_ctx(const model *m);
 /* Tokens held by the sequence (the position of the next token). */
 int64_t model_n_past(const model *m);
+/* Forget the sequence (its KV cache blocks are freed). */
+void model_reset(model *m);
 /* Bytes of KV cache one token takes, over all layers, in the cache's dtype:
  * 2 * n_layer * n_head_kv * head_dim * elem for Llama/Qwen2 (keys and values),
  * n_layer * (kv_lora_rank + qk_rope_head_dim) * elem for DeepSeek's MLA. */
@@ -56,8 +85,6 @@ int model_mtp_layers(const model *m);
 const float *model_last_hidden(const model *m, int64_t *n_rows);
 di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
                             float *logits, di_error **err);
-/* Forget the sequence (its KV cache blocks are freed). */
-void model_reset(model *m);
 
 /* Append tokens[0, n_tokens) to the sequence and run the forward pass. When
  * logits is not NULL it receives f32 logits: [n_tokens, n_vocab] row-major with
@@ -67,5 +94,51 @@ void model_reset(model *m);
  * DI_ERR_CONTEXT_LENGTH (n_past + n_tokens > n_ctx). */
 di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float *logits,
                         int all_logits, di_error **err);
+
+/* --- several sequences sharing the weights and the KV cache --- */
+
+/* One sequence: its KV block table and token count. Owned by the caller of
+ * model_seq_create; freed with model_seq_free before the model. */
+typedef struct model_seq model_seq;
+
+/* A new empty sequence that may grow to model_n_ctx tokens.
+ * Errors: DI_ERR_OUT_OF_MEMORY. */
+di_status model_seq_create(model *m, model_seq **out);
+void model_seq_free(model *m, model_seq *s);
+/* Tokens whose keys and values the sequence holds. */
+int64_t model_seq_n_past(const model_seq *s);
+/* Drop the sequence's tokens and give its blocks back to the cache. */
+void model_seq_reset(model *m, model_seq *s);
+/* Hold blocks for n_tokens tokens in total (more than n_past: the positions
+ * the next steps fill). Errors: DI_ERR_CONTEXT_LENGTH (over model_n_ctx),
+ * DI_ERR_OUT_OF_MEMORY (no free block: the cache budget is spent); the
+ * sequence keeps what it held. */
+di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens);
+/* Blocks of the cache in all, and free now. */
+int32_t model_kv_blocks_total(const model *m);
+int32_t model_kv_blocks_free(const model *m);
+/* Blocks a sequence of n_tokens tokens holds. */
+int32_t model_kv_blocks_for(int64_t n_tokens);
+/* Tokens one step of model_forward_batch takes at most (n_batch). */
+int64_t model_n_batch(const model *m);
+
+/* One sequence's part of a step: tokens[0, n_tokens) appended at its n_past;
+ * want_logits 1: the logits of the last token are written. */
+typedef struct model_batch_item {
+    model_seq *seq;
+    const int32_t *tokens;
+    int64_t n_tokens;
+    int want_logits;
+} model_batch_item;
+
+/* Run one forward step over n_items sequences (each at most once). The total of
+ * n_tokens must be in [1, model_n_batch], and every sequence must have blocks
+ * reserved for n_past + n_tokens (model_seq_reserve). logits receives one row
+ * [n_vocab] per item with want_logits, in item order. Token ids are checked.
+ * Errors (nothing is changed): DI_ERR_INVALID_ARGUMENT (a bad id — the message
+ * names the item and index —, an empty item, too many tokens, a sequence
+ * without reserved room). */
+di_status model_forward_batch(model *m, const model_batch_item *items, int n_items, float *logits,
+                              di_error **err);
 
 #endif

@@ -1,0 +1,483 @@
+/* The public engine API (deepinfer.h, "Engine"): handles, requests, events and
+ * polling over lib/engine/scheduler.h. This file is the only one that knows
+ * about the host's callbacks: the scheduler's worker hands it tokens, it turns
+ * them into events (decoded text, or di_stream's parsed events and protocol
+ * chunks), and di_poll delivers them on the host's thread. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/error.h"
+#include "api/engine_internal.h"
+#include "api/event.h"
+#include "api/struct_size.h"
+#include "engine/scheduler.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, progress_user),
+               "di_engine_config has no trailing padding");
+_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
+               "di_request has no trailing padding");
+
+static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
+{
+    if (!e->log) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e->log(e->log_user, level, msg);
+}
+
+static di_status errf(di_error **err, di_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static di_status errf(di_error **err, di_status st, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return di_error_set(err, st, msg);
+}
+
+static void enqueue(di_engine *e, event_list *l)
+{
+    if (!l->head) return;
+    pthread_mutex_lock(&e->mu);
+    if (e->tail)
+        e->tail->next = l->head;
+    else
+        e->head = l->head;
+    e->tail = l->tail;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    l->head = l->tail = NULL;
+}
+
+static void stream_ready(event_list *l, const sched_request *r, api_request *a)
+{
+    if (a->ready) return;
+    a->ready = 1;
+    if (di_stream_ready(a->stream, a->n_prompt, 0, NULL, NULL) == DI_OK)
+        collect_stream(l, r->id, a->fn, a->user, a->stream, NULL);
+}
+
+static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n, int is_stop)
+{
+    di_engine *e = ctx;
+    api_request *a = r->owner;
+    event_list l = {0};
+    di_event *ev = event_new(&l, r->id, a->fn, a->user, DI_EVENT_TOKENS);
+    if (ev) {
+        ev->tokens = malloc(n * sizeof *ids);
+        if (ev->tokens) {
+            memcpy(ev->tokens, ids, n * sizeof *ids);
+            ev->n_tokens = n;
+        }
+    }
+    int end = 0;
+    if (a->stream) {
+        stream_ready(&l, r, a);
+        /* A stop token ends the output without being part of it. */
+        if (!is_stop) {
+            di_error *err = NULL;
+            if (di_stream_push_tokens(a->stream, ids, n, &err) != DI_OK) {
+                elog(e, DI_LOG_WARN, "request %llu: %s", (unsigned long long)r->id,
+                     di_error_message(err));
+                di_error_free(err);
+            }
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, NULL);
+            end = di_stream_finished(a->stream);
+        }
+    } else if (a->detok && !is_stop) {
+        for (size_t i = 0; i < n; i++) {
+            const char *t;
+            size_t len;
+            if (di_detokenizer_push(a->detok, ids[i], &t, &len) == DI_OK && len)
+                event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+        }
+    }
+    if (l.oom) elog(e, DI_LOG_ERROR, "out of memory building events; some were dropped");
+    enqueue(e, &l);
+    return end;
+}
+
+static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status status,
+                      const char *message)
+{
+    di_engine *e = ctx;
+    api_request *a = r->owner;
+    event_list l = {0};
+    char *finish_text = NULL;
+    uint32_t reasoning = 0;
+    const char *response = NULL;
+    size_t response_len = 0;
+    if (a->stream && status == DI_OK) {
+        stream_ready(&l, r, a);
+        if (di_stream_finish(a->stream, finish, NULL) == DI_OK)
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, &finish_text);
+        response = di_stream_response_json(a->stream, &response_len);
+        di_stream_usage(a->stream, NULL, &reasoning);
+    } else if (a->detok) {
+        const char *t;
+        size_t len;
+        if (di_detokenizer_flush(a->detok, &t, &len) == DI_OK && len)
+            event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+    }
+    /* The terminal event must exist whatever else failed: it is allocated with
+     * a retry, and without its strings when memory is that short. */
+    di_event *ev = NULL;
+    for (int tries = 0; !ev; tries++) {
+        ev = event_new(&l, r->id, a->fn, a->user, DI_EVENT_DONE);
+        if (!ev && tries > 1000) abort(); /* memory never came back: nothing sound is left */
+        if (!ev) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    ev->status = status;
+    ev->message = event_strdup(message);
+    ev->finish = status == DI_OK ? finish : (di_finish)0;
+    ev->finish_text = finish_text;
+    ev->prompt_tokens = (uint32_t)r->n_prompt;
+    ev->completion_tokens = (uint32_t)(r->n_all - r->n_prompt);
+    ev->reasoning_tokens = reasoning;
+    if (response) {
+        ev->response = event_strndup(response, response_len);
+        ev->response_len = response_len;
+    }
+    di_stream_free(a->stream);
+    di_detokenizer_free(a->detok);
+    free(a);
+    r->owner = NULL;
+    enqueue(e, &l);
+}
+
+static void sink_log(void *ctx, di_log_level level, const char *message)
+{
+    di_engine *e = ctx;
+    if (e->log) e->log(e->log_user, level, message);
+}
+
+/* ---- engine ---- */
+
+DI_API void di_engine_config_init(di_engine_config *cfg)
+{
+    if (!cfg) return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->device = DI_DEVICE_CPU;
+}
+
+/* The encoding a GGUF declares through its pre-tokenizer name; 0 when none. */
+static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size)
+{
+    gguf_file *f = NULL;
+    char msg[256];
+    int32_t enc = 0;
+    pre[0] = 0;
+    if (gguf_open(path, GGUF_OPEN_METADATA_ONLY, &f, msg, sizeof msg) != DI_OK) return 0;
+    const char *s;
+    size_t n;
+    if (gguf_get_string(f, "tokenizer.ggml.pre", &s, &n)) {
+        snprintf(pre, pre_size, "%.*s", (int)n, s);
+        if (strcmp(pre, "deepseek-r1-qwen") == 0) enc = DI_ENCODING_R1;
+        if (strcmp(pre, "deepseek-v3") == 0) enc = DI_ENCODING_DSV3;
+    }
+    gguf_close(f);
+    return enc;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void engine_free(di_engine *e)
+{
+    if (!e) return;
+    sched_destroy(e->sched);
+    di_codec_free(e->codec);
+    di_tokenizer_free(e->tok);
+    model_free(e->m);
+    for (di_event *ev = e->head, *next; ev; ev = next) {
+        next = ev->next;
+        event_free(ev);
+    }
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, di_error **err)
+{
+    if (!cfg || !out)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "cfg and out must not be NULL");
+    *out = NULL;
+    di_engine_config c;
+    di_engine_config_init(&c);
+    const char *msg;
+    if (di_struct_copy_in(&c, sizeof c, cfg, sizeof c, &msg) != DI_OK)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
+    if (!c.model_path)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "model_path: must not be NULL");
+    if (c.device == DI_DEVICE_CUDA)
+        return di_error_set(err, DI_ERR_UNSUPPORTED,
+                            "device: the CUDA backend is not built yet; use DI_DEVICE_CPU");
+    if (c.device != DI_DEVICE_CPU)
+        return errf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d", (int)c.device);
+    if (c.encoding < 0 || c.encoding > DI_ENCODING_R1)
+        return errf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d", (int)c.encoding);
+    if (c.n_threads < 0 || c.n_threads > 1024)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "n_threads: expected 0 (all CPUs) to 1024");
+    if (c.max_running < 0 || c.max_running > 256)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "max_running: expected 0 (16) to 256");
+    if (c.n_ctx < 0 || c.n_ctx > (int64_t)1 << 24)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "n_ctx: expected 0 (the model's) to 16777216 tokens");
+    if (c.n_batch < 0 || c.n_batch > 65536)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "n_batch: expected 0 (256) to 65536 tokens");
+    if (c.kv_cache_bytes < 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "kv_cache_bytes: expected 0 (the default) or more");
+    di_engine *e = calloc(1, sizeof *e);
+    if (!e) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->log = c.log;
+    e->log_user = c.log_user;
+    di_status st;
+    if (c.progress && c.progress(c.progress_user, 0.0f) != 0) {
+        st = di_error_set(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
+        goto fail;
+    }
+    model_options mo = {0};
+    mo.n_threads = c.n_threads;
+    if (mo.n_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        mo.n_threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+    }
+    mo.n_ctx = c.n_ctx;
+    mo.n_batch = c.n_batch;
+    mo.kv_dtype = MODEL_DTYPE_F16;
+    mo.kv_bytes = c.kv_cache_bytes;
+    mo.kv_n_ctx_multiple = 4;
+    mo.progress = c.progress;
+    mo.progress_user = c.progress_user;
+    if ((st = model_load(c.model_path, &mo, &e->m, err)) != DI_OK) goto fail;
+    const model_config *mc = model_get_config(e->m);
+    e->n_vocab = (int32_t)mc->n_vocab;
+    e->n_ctx = model_n_ctx(e->m);
+    /* The tokenizer: the configured one, the GGUF's, or the directory's. */
+    const char *tok_path = c.tokenizer_path;
+    char *dir_json = NULL;
+    if (!tok_path) {
+        if (is_dir(c.model_path)) {
+            size_t n = strlen(c.model_path) + sizeof "/tokenizer.json";
+            dir_json = malloc(n);
+            if (!dir_json) {
+                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            snprintf(dir_json, n, "%s/tokenizer.json", c.model_path);
+            if (exists(dir_json)) tok_path = dir_json;
+        } else {
+            tok_path = c.model_path;
+        }
+    }
+    st = tok_path ? di_tokenizer_load(tok_path, &e->tok, err) : DI_OK;
+    free(dir_json);
+    if (st != DI_OK) goto fail;
+    char pre[64] = "";
+    int32_t enc = c.encoding;
+    if (enc == 0 && !is_dir(c.model_path)) enc = gguf_encoding(c.model_path, pre, sizeof pre);
+    if (enc == 0 && c.tokenizer_path && !is_dir(c.tokenizer_path))
+        enc = gguf_encoding(c.tokenizer_path, pre, sizeof pre);
+    if (enc == 0 && e->tok) {
+        /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama
+         * weights) use the R1 template, DeepSeek-V3 weights the V3 one. */
+        int32_t id;
+        const char *assistant = "<\xef\xbd\x9c"
+                                "Assistant\xef\xbd\x9c>"; /* <｜Assistant｜> */
+        if (di_tokenizer_token_id(e->tok, assistant, strlen(assistant), &id) == DI_OK)
+            enc = mc->arch == MODEL_ARCH_DEEPSEEK_V3 ? DI_ENCODING_DSV3 : DI_ENCODING_R1;
+    }
+    if (enc != 0) {
+        if (!e->tok) {
+            st = di_error_set(err, DI_ERR_UNSUPPORTED,
+                              "encoding: a prompt encoding needs a tokenizer, and the model has "
+                              "none (set tokenizer_path)");
+            goto fail;
+        }
+        if ((st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err)) != DI_OK) goto fail;
+        e->encoding = enc;
+    }
+    if (mc->eos_token_id >= 0 && mc->eos_token_id < e->n_vocab)
+        e->eos[e->n_eos++] = mc->eos_token_id;
+    if (e->tok && e->tok->eos_id >= 0 && e->tok->eos_id < e->n_vocab &&
+        (e->n_eos == 0 || e->eos[0] != e->tok->eos_id))
+        e->eos[e->n_eos++] = e->tok->eos_id;
+    sched_sink sink = {sink_tokens, sink_done, sink_log, e};
+    /* Every running request decodes a token each step, so no more may run than
+     * a step takes tokens: otherwise the newest would wait for the others. */
+    int max_running = c.max_running ? c.max_running : 16;
+    if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
+    st = sched_create(e->m, max_running, &sink, &e->sched);
+    if (st != DI_OK) {
+        st = di_error_set(err, st, "cannot start the engine's worker thread");
+        goto fail;
+    }
+    if (c.progress) c.progress(c.progress_user, 1.0f);
+    elog(e, DI_LOG_INFO,
+         "engine: %s, vocabulary %d, context %lld, KV cache %d blocks of %d tokens, "
+         "encoding %d%s%s%s",
+         c.model_path, (int)e->n_vocab, (long long)e->n_ctx, (int)model_kv_blocks_total(e->m),
+         (int)MODEL_KV_BLOCK, (int)e->encoding, pre[0] ? " (pre-tokenizer " : "", pre,
+         pre[0] ? ")" : "");
+    *out = e;
+    return DI_OK;
+fail:
+    engine_free(e);
+    return st;
+}
+
+DI_API int32_t di_engine_encoding(const di_engine *e)
+{
+    return e ? e->encoding : 0;
+}
+DI_API const di_tokenizer *di_engine_tokenizer(const di_engine *e)
+{
+    return e ? e->tok : NULL;
+}
+DI_API int32_t di_engine_vocab_size(const di_engine *e)
+{
+    return e ? e->n_vocab : 0;
+}
+DI_API int64_t di_engine_context_length(const di_engine *e)
+{
+    return e ? e->n_ctx : 0;
+}
+
+DI_API size_t di_engine_pending(di_engine *e)
+{
+    if (!e) return 0;
+    pthread_mutex_lock(&e->mu);
+    size_t n = e->pending;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+/* Deliver the events in `list` in order, counting terminal ones off pending. */
+static int64_t deliver(di_engine *e, di_event *list)
+{
+    int64_t n = 0;
+    for (di_event *ev = list, *next; ev; ev = next) {
+        next = ev->next;
+        if (ev->fn) ev->fn(ev->user, ev);
+        if (ev->kind == DI_EVENT_DONE) {
+            pthread_mutex_lock(&e->mu);
+            e->pending--;
+            pthread_mutex_unlock(&e->mu);
+        }
+        event_free(ev);
+        n++;
+    }
+    return n;
+}
+
+DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
+{
+    if (!e || timeout_ms < -1) return -(int64_t)DI_ERR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&e->mu);
+    if (e->in_poll || e->destroying) {
+        pthread_mutex_unlock(&e->mu);
+        return -(int64_t)DI_ERR_INVALID_STATE;
+    }
+    if (!e->head && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            /* Nothing pending: nothing can arrive but a new request's events. */
+            while (!e->head && e->pending > 0) pthread_cond_wait(&e->cv, &e->mu);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            while (!e->head)
+                if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0) break;
+        }
+    }
+    di_event *list = e->head;
+    e->head = e->tail = NULL;
+    e->in_poll = 1;
+    pthread_mutex_unlock(&e->mu);
+    int64_t n = deliver(e, list);
+    pthread_mutex_lock(&e->mu);
+    e->in_poll = 0;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+DI_API di_status di_engine_destroy(di_engine *e)
+{
+    if (!e) return DI_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->in_poll || e->destroying) {
+        pthread_mutex_unlock(&e->mu);
+        return DI_ERR_INVALID_STATE;
+    }
+    e->destroying = 1;
+    pthread_mutex_unlock(&e->mu);
+    /* The worker ends every live request (terminal events queued), then stops. */
+    sched_close(e->sched);
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        di_event *list = e->head;
+        e->head = e->tail = NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (!list) break;
+        deliver(e, list);
+    }
+    engine_free(e);
+    return DI_OK;
+}
+
+/* ---- requests ---- */
+
+DI_API di_status di_cancel(di_engine *e, uint64_t id, di_error **err)
+{
+    if (!e) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "engine must not be NULL");
+    pthread_mutex_lock(&e->mu);
+    int destroying = e->destroying;
+    pthread_mutex_unlock(&e->mu);
+    if (destroying) return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
+    di_status st = sched_cancel(e->sched, id);
+    if (st == DI_ERR_NOT_FOUND)
+        return errf(err, st, "no request has id %llu", (unsigned long long)id);
+    if (st == DI_ERR_INVALID_STATE)
+        return errf(err, st, "request %llu has already finished", (unsigned long long)id);
+    return st;
+}

@@ -1,0 +1,46 @@
+/* What lib/api/engine.c (the engine's lifecycle, the worker's sink, polling)
+ * and lib/api/submit.c (checking and building requests) share: the engine
+ * handle and the per-request state the API keeps. */
+#ifndef DI_API_ENGINE_INTERNAL_H
+#define DI_API_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/event.h"
+#include "deepinfer/deepinfer.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+
+/* What the API keeps per request (the scheduler's owner pointer). */
+typedef struct api_request {
+    di_event_fn fn;
+    void *user;
+    di_stream *stream;     /* protocol requests */
+    di_detokenizer *detok; /* token requests with a tokenizer */
+    int ready;             /* di_stream_ready was called */
+    uint32_t n_prompt;
+} api_request;
+
+struct di_engine {
+    model *m;
+    di_tokenizer *tok;
+    di_codec *codec;
+    int32_t encoding;
+    sched *sched;
+    int32_t n_vocab;
+    int64_t n_ctx;
+    int32_t eos[2];
+    int n_eos;
+    di_log_fn log;
+    void *log_user;
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    di_event *head, *tail;
+    size_t pending;
+    int in_poll, destroying;
+};
+
+#endif

@@ -1,0 +1,467 @@
+/* The continuous-batching scheduler (scheduler.h). */
+#include "engine/scheduler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sched {
+    model *m;
+    int max_running;
+    sched_sink sink;
+    int32_t n_vocab;
+    int64_t n_ctx;
+    pthread_t thread;
+    int thread_started;
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int closing;
+    uint64_t next_id;
+    sched_request *live; /* every request submitted and not yet ended */
+    sched_request **incoming;
+    size_t n_incoming, cap_incoming;
+    /* the worker's own */
+    sched_request **waiting; /* [0] is the front */
+    size_t n_waiting, cap_waiting;
+    sched_request **running; /* [max_running], in admission order */
+    int n_running;
+    uint64_t admit_counter;
+    model_batch_item *items; /* [max_running] */
+    sched_request **item_req;
+    float *logits;              /* [max_running, n_vocab] */
+    sampler_candidate *scratch; /* the samplers' shared scratch */
+};
+
+void sched_request_free(sched_request *r)
+{
+    if (!r) return;
+    free(r->tokens);
+    free(r->stop_ids);
+    sampler_free(r->smp);
+    free(r);
+}
+
+static void logf_(sched *s, di_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#include <stdarg.h>
+static void logf_(sched *s, di_log_level level, const char *fmt, ...)
+{
+    if (!s->sink.log) return;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->sink.log(s->sink.ctx, level, msg);
+}
+
+static void unlink_live(sched *s, sched_request *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->next = r->prev = NULL;
+}
+
+static void remove_worker_lists(sched *s, sched_request *r)
+{
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            memmove(&s->running[i], &s->running[i + 1],
+                    (size_t)(s->n_running - i - 1) * sizeof(sched_request *));
+            s->n_running--;
+            break;
+        }
+    for (size_t i = 0; i < s->n_waiting; i++)
+        if (s->waiting[i] == r) {
+            memmove(&s->waiting[i], &s->waiting[i + 1],
+                    (s->n_waiting - i - 1) * sizeof(sched_request *));
+            s->n_waiting--;
+            break;
+        }
+    if (r->seq) {
+        model_seq_free(s->m, r->seq);
+        r->seq = NULL;
+    }
+    r->running = 0;
+}
+
+/* End r (already unlinked from the live list when `unlinked`). */
+static void retire(sched *s, sched_request *r, di_finish finish, di_status st, const char *msg,
+                   int unlinked)
+{
+    if (!unlinked) {
+        pthread_mutex_lock(&s->mu);
+        unlink_live(s, r);
+        /* A cancel that di_cancel accepted wins over an end reached in the same
+         * step: the host was told the request is being cancelled. */
+        if (r->cancel && st == DI_OK) {
+            st = DI_ERR_CANCELLED;
+            msg = "cancelled by di_cancel";
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    remove_worker_lists(s, r);
+    s->sink.on_done(s->sink.ctx, r, st == DI_OK ? finish : (di_finish)0, st, msg ? msg : "");
+    sched_request_free(r);
+}
+
+di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->closing) {
+        pthread_mutex_unlock(&s->mu);
+        return DI_ERR_INVALID_STATE;
+    }
+    if (s->n_incoming == s->cap_incoming) {
+        size_t cap = s->cap_incoming ? 2 * s->cap_incoming : 16;
+        sched_request **p = realloc(s->incoming, cap * sizeof(sched_request *));
+        if (!p) {
+            pthread_mutex_unlock(&s->mu);
+            return DI_ERR_OUT_OF_MEMORY;
+        }
+        s->incoming = p;
+        s->cap_incoming = cap;
+    }
+    r->id = ++s->next_id;
+    r->n_all = r->n_prompt;
+    r->next = s->live;
+    r->prev = NULL;
+    if (s->live) s->live->prev = r;
+    s->live = r;
+    s->incoming[s->n_incoming++] = r;
+    *id = r->id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return DI_OK;
+}
+
+di_status sched_cancel(sched *s, uint64_t id)
+{
+    di_status st = DI_ERR_INVALID_STATE;
+    pthread_mutex_lock(&s->mu);
+    if (id == 0 || id > s->next_id) {
+        st = DI_ERR_NOT_FOUND;
+    } else if (!s->closing) {
+        for (sched_request *r = s->live; r; r = r->next)
+            if (r->id == id) {
+                r->cancel = 1;
+                st = DI_OK;
+                pthread_cond_signal(&s->cv);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static int push_waiting(sched *s, sched_request *r, int front)
+{
+    if (s->n_waiting == s->cap_waiting) {
+        size_t cap = s->cap_waiting ? 2 * s->cap_waiting : 16;
+        sched_request **p = realloc(s->waiting, cap * sizeof(sched_request *));
+        if (!p) return -1;
+        s->waiting = p;
+        s->cap_waiting = cap;
+    }
+    if (front) {
+        memmove(&s->waiting[1], &s->waiting[0], s->n_waiting * sizeof(sched_request *));
+        s->waiting[0] = r;
+    } else {
+        s->waiting[s->n_waiting] = r;
+    }
+    s->n_waiting++;
+    return 0;
+}
+
+/* Give r's blocks back and queue it at the front, to be recomputed. */
+static void preempt(sched *s, sched_request *r)
+{
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            memmove(&s->running[i], &s->running[i + 1],
+                    (size_t)(s->n_running - i - 1) * sizeof(sched_request *));
+            s->n_running--;
+            break;
+        }
+    model_seq_free(s->m, r->seq);
+    r->seq = NULL;
+    r->running = 0;
+    /* The waiting array has room: it never holds more than every live request,
+     * and a failed push would lose r, so grow it first. */
+    if (push_waiting(s, r, 1) != 0) {
+        retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory re-queueing a pre-empted request", 0);
+        return;
+    }
+    logf_(s, DI_LOG_INFO, "request %llu pre-empted (KV cache full); it will be recomputed",
+          (unsigned long long)r->id);
+}
+
+static int find_item(sched *s, int n_items, const sched_request *r)
+{
+    for (int i = 0; i < n_items; i++)
+        if (s->item_req[i] == r) return i;
+    return -1;
+}
+
+static int is_stop(const sched_request *r, int32_t tok)
+{
+    for (size_t i = 0; i < r->n_stop; i++)
+        if (r->stop_ids[i] == tok) return 1;
+    return 0;
+}
+
+static void step(sched *s)
+{
+    model *m = s->m;
+    int64_t budget = model_n_batch(m);
+    int n_items = 0;
+    char msg[256];
+    for (int pass = 0; pass < 2; pass++) {
+    restart:
+        for (int i = 0; i < s->n_running && budget > 0; i++) {
+            sched_request *r = s->running[i];
+            if (find_item(s, n_items, r) >= 0) continue;
+            int64_t past = model_seq_n_past(r->seq), need = r->n_all - past;
+            if ((pass == 0) != (need == 1)) continue;
+            int64_t take = need < budget ? need : budget;
+            di_status st = model_seq_reserve(m, r->seq, past + take);
+            if (st == DI_ERR_OUT_OF_MEMORY) {
+                /* The newest running request gives its blocks back — r itself
+                 * when it is the newest (vLLM's recompute pre-emption order). */
+                sched_request *victim = NULL;
+                for (int j = 0; j < s->n_running; j++)
+                    if (!victim || s->running[j]->admit_order > victim->admit_order)
+                        victim = s->running[j];
+                if (victim == r && s->n_running == 1) {
+                    snprintf(msg, sizeof msg,
+                             "the KV cache budget (%d tokens) cannot hold the request's %lld "
+                             "tokens even alone",
+                             (int)(model_kv_blocks_total(m) * MODEL_KV_BLOCK),
+                             (long long)(past + take));
+                    retire(s, r, 0, DI_ERR_CONTEXT_LENGTH, msg, 0);
+                    goto restart;
+                }
+                int k = find_item(s, n_items, victim);
+                if (k >= 0) {
+                    budget += s->items[k].n_tokens;
+                    memmove(&s->items[k], &s->items[k + 1],
+                            (size_t)(n_items - k - 1) * sizeof *s->items);
+                    memmove(&s->item_req[k], &s->item_req[k + 1],
+                            (size_t)(n_items - k - 1) * sizeof(sched_request *));
+                    n_items--;
+                }
+                preempt(s, victim);
+                goto restart;
+            }
+            if (st != DI_OK) {
+                retire(s, r, 0, st, "the request outgrew the context", 0);
+                goto restart;
+            }
+            s->items[n_items] =
+                (model_batch_item){r->seq, r->tokens + past, take, past + take == r->n_all};
+            s->item_req[n_items++] = r;
+            budget -= take;
+        }
+    }
+    /* Admission, in arrival order. */
+    while (s->n_waiting > 0 && s->n_running < s->max_running && budget > 0) {
+        sched_request *r = s->waiting[0];
+        int32_t need_blocks = model_kv_blocks_for(r->n_all + 1);
+        if (need_blocks > model_kv_blocks_total(m)) {
+            snprintf(msg, sizeof msg,
+                     "the KV cache budget (%d tokens) cannot hold the request's %lld tokens",
+                     (int)(model_kv_blocks_total(m) * MODEL_KV_BLOCK), (long long)r->n_all + 1);
+            retire(s, r, 0, DI_ERR_CONTEXT_LENGTH, msg, 0);
+            continue;
+        }
+        if (need_blocks > model_kv_blocks_free(m)) break;
+        if (model_seq_create(m, &r->seq) != DI_OK) {
+            retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for a sequence", 0);
+            continue;
+        }
+        int64_t take = r->n_all < budget ? r->n_all : budget;
+        if (model_seq_reserve(m, r->seq, take) != DI_OK) { /* cannot happen: checked above */
+            retire(s, r, 0, DI_ERR_INTERNAL, "KV cache reservation failed after admission", 0);
+            continue;
+        }
+        memmove(&s->waiting[0], &s->waiting[1], (s->n_waiting - 1) * sizeof(sched_request *));
+        s->n_waiting--;
+        r->running = 1;
+        r->admit_order = ++s->admit_counter;
+        s->running[s->n_running++] = r;
+        s->items[n_items] = (model_batch_item){r->seq, r->tokens, take, take == r->n_all};
+        s->item_req[n_items++] = r;
+        budget -= take;
+    }
+    if (n_items == 0) return;
+    di_error *err = NULL;
+    di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
+    if (st != DI_OK) {
+        snprintf(msg, sizeof msg, "the forward pass failed: %s", di_error_message(err));
+        di_error_free(err);
+        for (int i = 0; i < n_items; i++) retire(s, s->item_req[i], 0, DI_ERR_INTERNAL, msg, 0);
+        return;
+    }
+    int row = 0;
+    for (int i = 0; i < n_items; i++) {
+        if (!s->items[i].want_logits) continue;
+        sched_request *r = s->item_req[i];
+        int32_t tok =
+            sampler_sample(r->smp, s->logits + (size_t)row * (size_t)s->n_vocab, s->scratch);
+        row++;
+        if (sampler_accept(r->smp, tok) != 0) {
+            retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens", 0);
+            continue;
+        }
+        if (r->n_all == r->cap) {
+            int64_t cap = r->cap * 2;
+            if (cap > s->n_ctx) cap = s->n_ctx;
+            int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
+            if (!p) {
+                retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for the output tokens", 0);
+                continue;
+            }
+            r->tokens = p;
+            r->cap = cap;
+        }
+        r->tokens[r->n_all++] = tok;
+        int stop = is_stop(r, tok);
+        int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
+        if (stop || ended)
+            retire(s, r, DI_FINISH_STOP, DI_OK, "", 0);
+        else if (r->n_all - r->n_prompt >= r->max_tokens || r->n_all >= s->n_ctx)
+            retire(s, r, DI_FINISH_LENGTH, DI_OK, "", 0);
+    }
+}
+
+static void *worker(void *arg)
+{
+    sched *s = arg;
+    sched_request **ended = NULL;
+    size_t cap_ended = 0;
+    for (;;) {
+        size_t n_ended = 0;
+        pthread_mutex_lock(&s->mu);
+        for (;;) {
+            int any_cancel = 0;
+            for (sched_request *r = s->live; r; r = r->next) any_cancel |= r->cancel;
+            if (s->closing || any_cancel || s->n_incoming || s->n_running || s->n_waiting) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        /* Incoming requests join the queue; cancelled (or, when closing, all)
+         * live requests are collected to end. */
+        int oom = 0;
+        for (size_t i = 0; i < s->n_incoming; i++)
+            if (push_waiting(s, s->incoming[i], 0) != 0) {
+                /* Keep the rest for the next round; retire nothing silently. */
+                memmove(s->incoming, s->incoming + i,
+                        (s->n_incoming - i) * sizeof(sched_request *));
+                s->n_incoming -= i;
+                oom = 1;
+                break;
+            }
+        if (!oom) s->n_incoming = 0;
+        int closing = s->closing;
+        size_t n_live = 0;
+        for (sched_request *r = s->live; r; r = r->next) n_live++;
+        if (n_live > cap_ended) {
+            sched_request **p = realloc(ended, n_live * sizeof(sched_request *));
+            if (p) {
+                ended = p;
+                cap_ended = n_live;
+            }
+        }
+        for (sched_request *r = s->live, *next; r && n_ended < cap_ended; r = next) {
+            next = r->next;
+            if (closing || r->cancel) {
+                unlink_live(s, r);
+                ended[n_ended++] = r;
+            }
+        }
+        if (closing) {
+            /* Requests never moved out of incoming (only after an OOM above). */
+            s->n_incoming = 0;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (size_t i = 0; i < n_ended; i++)
+            retire(s, ended[i], 0, DI_ERR_CANCELLED,
+                   closing ? "the engine was destroyed" : "cancelled by di_cancel", 1);
+        if (closing) {
+            pthread_mutex_lock(&s->mu);
+            int left = s->live != NULL;
+            pthread_mutex_unlock(&s->mu);
+            if (!left) break;
+            continue;
+        }
+        step(s);
+    }
+    free(ended);
+    return NULL;
+}
+
+di_status sched_create(model *m, int max_running, const sched_sink *sink, sched **out)
+{
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    s->m = m;
+    s->max_running = max_running;
+    s->sink = *sink;
+    s->n_vocab = (int32_t)model_get_config(m)->n_vocab;
+    s->n_ctx = model_n_ctx(m);
+    s->running = calloc((size_t)max_running, sizeof(sched_request *));
+    s->items = calloc((size_t)max_running, sizeof *s->items);
+    s->item_req = calloc((size_t)max_running, sizeof(sched_request *));
+    s->logits = malloc((size_t)max_running * (size_t)s->n_vocab * sizeof *s->logits);
+    s->scratch = malloc(sampler_scratch_count(s->n_vocab) * sizeof *s->scratch);
+    if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch) {
+        sched_destroy(s);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        s->thread_started = -1;
+        sched_destroy(s);
+        return DI_ERR_BACKEND;
+    }
+    s->thread_started = 1;
+    *out = s;
+    return DI_OK;
+}
+
+void sched_close(sched *s)
+{
+    if (!s || s->thread_started != 1) return;
+    pthread_mutex_lock(&s->mu);
+    s->closing = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 2;
+}
+
+void sched_destroy(sched *s)
+{
+    if (!s) return;
+    sched_close(s);
+    if (s->thread_started == 2) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    free(s->incoming);
+    free(s->waiting);
+    free(s->running);
+    free(s->items);
+    free(s->item_req);
+    free(s->logits);
+    free(s->scratch);
+    free(s);
+}

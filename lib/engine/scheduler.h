@@ -1,0 +1,88 @@
+/* The scheduler: one worker thread that computes every request of an engine.
+ *
+ * It sees token IDs and samplers, never protocols. Each step it builds one
+ * batch for model_forward_batch under a token budget (the model's n_batch):
+ *   1. every running request that is decoding contributes its one new token —
+ *      all of them, every step, oldest first, so no decoding request waits on
+ *      another (fair progress);
+ *   2. running requests still in their prompt get prompt chunks from what is
+ *      left of the budget, oldest first (chunked prefill);
+ *   3. waiting requests are admitted in arrival order (none overtakes the
+ *      front) while a running slot is free, the budget has room and the KV
+ *      cache has free blocks for the whole prompt (admission control).
+ * A request's KV blocks are reserved as it grows. When a decoding request
+ * needs a block and none is free, the newest running request is pre-empted
+ * (its blocks freed; it goes back to the front of the queue and is recomputed
+ * from its prompt and the tokens it has generated, which gives it the same
+ * logits: vLLM's recompute pre-emption). A request that cannot fit even alone
+ * ends with DI_ERR_CONTEXT_LENGTH. No request is ever dropped: every one
+ * submitted ends in exactly one sink->on_done call.
+ *
+ * Thread-safety: sched_submit, sched_cancel and sched_pending may be called
+ * from any thread; the sink's functions run on the worker thread. */
+#ifndef DI_ENGINE_SCHEDULER_H
+#define DI_ENGINE_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+
+/* A request as the scheduler runs it. The submitter fills the public part;
+ * after sched_submit the scheduler owns it and frees it (sched_request_free)
+ * after on_done. */
+typedef struct sched_request {
+    /* filled by the submitter */
+    int32_t *tokens;    /* prompt, then output: [cap] allocated, n_all used; owned */
+    int64_t n_prompt;   /* prompt tokens */
+    int64_t max_tokens; /* output tokens at most (>= 1) */
+    sampler *smp;       /* owned */
+    int32_t *stop_ids;  /* tokens that end the output; owned */
+    size_t n_stop;
+    void *owner; /* the submitter's state, handed to the sink */
+    /* the scheduler's */
+    uint64_t id;
+    int64_t n_all, cap;
+    model_seq *seq;
+    uint64_t admit_order;
+    int cancel;                        /* set under the lock by sched_cancel */
+    int running;                       /* 1: admitted, holds a sequence */
+    struct sched_request *next, *prev; /* the live list */
+} sched_request;
+
+/* Free a request that was never submitted (or that the scheduler is done with). */
+void sched_request_free(sched_request *r);
+
+typedef struct sched_sink {
+    /* New output tokens of r (the ids, n of them; the last is the newest). Return
+     * 1 to end the request here as a stop (e.g. a stop sequence matched). */
+    int (*on_tokens)(void *ctx, sched_request *r, const int32_t *ids, size_t n, int is_stop);
+    /* The end of r: once per request, last. finish is 0 unless status is DI_OK.
+     * message is "" when status is DI_OK. */
+    void (*on_done)(void *ctx, sched_request *r, di_finish finish, di_status status,
+                    const char *message);
+    /* A log line (may be NULL). */
+    void (*log)(void *ctx, di_log_level level, const char *message);
+    void *ctx;
+} sched_sink;
+
+typedef struct sched sched;
+
+/* Start the worker over model m (owned by the caller, used only by the worker
+ * from now until sched_destroy). Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, const sched_sink *sink, sched **out);
+/* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
+ * (r is not taken: the caller frees it). */
+di_status sched_submit(sched *s, sched_request *r, uint64_t *id);
+/* DI_OK (cancel requested, or already requested), DI_ERR_NOT_FOUND (never
+ * issued), DI_ERR_INVALID_STATE (already ended, or the scheduler closing). */
+di_status sched_cancel(sched *s, uint64_t id);
+/* Stop the worker: every live request ends with DI_ERR_CANCELLED through
+ * on_done ("the engine was destroyed"), then the thread is joined. Idempotent. */
+void sched_close(sched *s);
+/* sched_close, then free. */
+void sched_destroy(sched *s);
+
+#endif

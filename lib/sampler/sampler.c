@@ -1,0 +1,290 @@
+/* Logits processors and seeded sampling (sampler.h). */
+#include "sampler/sampler.h"
+
+#include "util/hashmap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef sampler_candidate candidate;
+
+struct sampler {
+    sampler_params p;
+    int32_t n_vocab;
+    int32_t *bias_ids;
+    float *bias_values;
+    /* Tokens of the prompt or the output, each once: seen_ids[i] has been
+     * output count[i] times; slot_of maps a token to its i. */
+    di_u64_map slot_of;
+    int32_t *seen_ids;
+    uint32_t *count;
+    int32_t n_seen, cap_seen;
+    uint64_t rng[4]; /* xoshiro256** */
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+/* xoshiro256** (Blackman and Vigna), one 64-bit output. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static int bad(char *msg, size_t msg_size, const char *what)
+{
+    if (msg && msg_size) snprintf(msg, msg_size, "%s", what);
+    return 1;
+}
+
+di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out, char *msg,
+                         size_t msg_size)
+{
+    if (!p || !out || n_vocab <= 0) {
+        bad(msg, msg_size, "sampler_create: invalid arguments");
+        return DI_ERR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
+        return bad(msg, msg_size, "temperature: expected 0 (greedy) to 100"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (p->top_k < 0)
+        return bad(msg, msg_size, "top_k: expected 0 (off) or more"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return bad(msg, msg_size, "top_p: expected a number in (0, 1]"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return bad(msg, msg_size, "min_p: expected a number in [0, 1]"), DI_ERR_INVALID_ARGUMENT;
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 100.0f))
+        return bad(msg, msg_size, "repetition_penalty: expected a number in (0, 100]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return bad(msg, msg_size, "presence_penalty: expected a number in [-2, 2]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return bad(msg, msg_size, "frequency_penalty: expected a number in [-2, 2]"),
+               DI_ERR_INVALID_ARGUMENT;
+    if (p->n_bias && (!p->bias_ids || !p->bias_values))
+        return bad(msg, msg_size, "logit_bias: ids and values must not be NULL"),
+               DI_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < p->n_bias; i++) {
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= n_vocab) {
+            if (msg && msg_size)
+                snprintf(msg, msg_size,
+                         "logit_bias[%zu]: token id %d is outside the vocabulary "
+                         "of %d",
+                         i, (int)p->bias_ids[i], (int)n_vocab);
+            return DI_ERR_INVALID_ARGUMENT;
+        }
+        if (!(p->bias_values[i] >= -100.0f && p->bias_values[i] <= 100.0f)) {
+            if (msg && msg_size)
+                snprintf(msg, msg_size, "logit_bias[%zu]: expected a bias in [-100, 100]", i);
+            return DI_ERR_INVALID_ARGUMENT;
+        }
+    }
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    if (di_u64_map_init(&s->slot_of, 64) != 0) goto oom;
+    if (p->n_bias) {
+        s->bias_ids = malloc(p->n_bias * sizeof *s->bias_ids);
+        s->bias_values = malloc(p->n_bias * sizeof *s->bias_values);
+        if (!s->bias_ids || !s->bias_values) goto oom;
+        memcpy(s->bias_ids, p->bias_ids, p->n_bias * sizeof *s->bias_ids);
+        memcpy(s->bias_values, p->bias_values, p->n_bias * sizeof *s->bias_values);
+    }
+    s->p.bias_ids = s->bias_ids;
+    s->p.bias_values = s->bias_values;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return DI_OK;
+oom:
+    sampler_free(s);
+    bad(msg, msg_size, "out of memory for the sampler");
+    return DI_ERR_OUT_OF_MEMORY;
+}
+
+void sampler_free(sampler *s)
+{
+    if (!s) return;
+    free(s->bias_ids);
+    free(s->bias_values);
+    di_u64_map_free(&s->slot_of);
+    free(s->seen_ids);
+    free(s->count);
+    free(s);
+}
+
+size_t sampler_scratch_count(int32_t n_vocab)
+{
+    return 2 * (size_t)n_vocab;
+}
+
+/* The slot of token (added when new), or -1 when memory ran out. */
+static int32_t slot(sampler *s, int32_t token)
+{
+    uint64_t v;
+    if (di_u64_map_get(&s->slot_of, (uint64_t)token, &v)) return (int32_t)v;
+    if (s->n_seen == s->cap_seen) {
+        int32_t cap = s->cap_seen ? 2 * s->cap_seen : 64;
+        int32_t *ids = realloc(s->seen_ids, (size_t)cap * sizeof *ids);
+        if (!ids) return -1;
+        s->seen_ids = ids;
+        uint32_t *count = realloc(s->count, (size_t)cap * sizeof *count);
+        if (!count) return -1;
+        s->count = count;
+        s->cap_seen = cap;
+    }
+    if (di_u64_map_put(&s->slot_of, (uint64_t)token, (uint64_t)s->n_seen) < 0) return -1;
+    s->seen_ids[s->n_seen] = token;
+    s->count[s->n_seen] = 0;
+    return s->n_seen++;
+}
+
+int sampler_accept_prompt(sampler *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab) return 0;
+    return slot(s, token) < 0 ? -1 : 0;
+}
+
+int sampler_accept(sampler *s, int32_t token)
+{
+    if (token < 0 || token >= s->n_vocab) return 0;
+    int32_t i = slot(s, token);
+    if (i < 0) return -1;
+    s->count[i]++;
+    return 0;
+}
+
+/* The candidates' order: descending logit, then ascending id — a total order,
+ * so what is kept never depends on how it was found. */
+static int before(const candidate *a, const candidate *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void sift_down(candidate *h, int32_t n, int32_t i)
+{
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && before(&h[l], &h[top])) top = l;
+        if (r < n && before(&h[r], &h[top])) top = r;
+        if (top == i) return;
+        candidate t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+/* Take the first candidate of the order out of the heap h[0, *n). */
+static candidate heap_pop(candidate *h, int32_t *n)
+{
+    candidate top = h[0];
+    h[0] = h[--*n];
+    sift_down(h, *n, 0);
+    return top;
+}
+
+int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
+{
+    const sampler_params *p = &s->p;
+    const int32_t V = s->n_vocab;
+    for (size_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
+    for (int32_t i = 0; i < s->n_seen; i++) {
+        int32_t id = s->seen_ids[i];
+        float l = logits[id];
+        if (p->repetition_penalty != 1.0f)
+            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        if (s->count[i]) l -= p->frequency_penalty * (float)s->count[i] + p->presence_penalty;
+        logits[id] = l;
+    }
+    if (p->temperature == 0.0f) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    const float inv_t = 1.0f / p->temperature;
+    candidate *c = scratch;
+    float max = -INFINITY;
+    for (int32_t i = 0; i < V; i++) {
+        c[i].logit = logits[i] * inv_t;
+        c[i].id = i;
+        if (c[i].logit > max) max = c[i].logit;
+    }
+    /* top_k and top_p need the head of the order only: a heap (built in O(V))
+     * gives it in O(kept log V) instead of sorting the whole vocabulary. */
+    int32_t n = V;
+    const int use_k = p->top_k > 0 && p->top_k < V, use_p = p->top_p < 1.0f;
+    if (use_k || use_p) {
+        for (int32_t i = V / 2 - 1; i >= 0; i--) sift_down(c, V, i);
+        int32_t heap_n = V, m = 0;
+        candidate *out = scratch + V;
+        if (use_k) {
+            while (m < p->top_k) out[m++] = heap_pop(c, &heap_n);
+            if (use_p) {
+                double total = 0.0, acc = 0.0;
+                for (int32_t i = 0; i < m; i++) total += exp((double)(out[i].logit - max));
+                for (int32_t i = 0; i < m; i++) {
+                    acc += exp((double)(out[i].logit - max));
+                    if (acc >= (double)p->top_p * total) {
+                        m = i + 1;
+                        break;
+                    }
+                }
+            }
+        } else {
+            double total = 0.0, acc = 0.0;
+            for (int32_t i = 0; i < V; i++) total += exp((double)(c[i].logit - max));
+            while (heap_n > 0 && (m == 0 || acc < (double)p->top_p * total)) {
+                out[m] = heap_pop(c, &heap_n);
+                acc += exp((double)(out[m].logit - max));
+                m++;
+            }
+        }
+        c = out;
+        n = m;
+    }
+    /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].logit = (float)exp((double)(c[i].logit - max));
+        sum += c[i].logit; /* the draw below adds the same float weights */
+    }
+    if (p->min_p > 0.0f) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if ((double)c[i].logit >= (double)p->min_p) c[m++] = c[i];
+        n = m;
+        sum = 0.0;
+        for (int32_t i = 0; i < n; i++) sum += c[i].logit;
+    }
+    double u = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * sum;
+    double acc = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        acc += c[i].logit;
+        if (u < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}

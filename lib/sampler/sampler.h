@@ -1,0 +1,74 @@
+/* The sampler: one request's logits row to its next token.
+ *
+ * The processors run in the order vLLM and transformers' generate apply them:
+ *   1. logit_bias       logits[id] += bias                (OpenAI logit_bias)
+ *   2. repetition       a seen token's logit is divided by the penalty when positive and
+ *                       multiplied when negative, over prompt and output tokens
+ *                       (transformers' RepetitionPenaltyLogitsProcessor, CTRL paper)
+ *   3. frequency and    logits[id] -= frequency * count(id) + presence * (count(id) > 0),
+ *      presence         over output tokens only (OpenAI's penalties, as vLLM applies them)
+ *   4. temperature 0    greedy: the largest logit, the lowest id on a tie — stop here
+ *   5. temperature      logits /= temperature
+ *   6. top_k            keep the k largest (ties broken by lower id; taken from a heap)
+ *   7. top_p            keep the smallest prefix of the sorted tokens whose
+ *                       probability reaches top_p (at least one)
+ *   8. min_p            drop tokens whose probability is below min_p × the largest
+ *   9. draw             one uniform double from the request's own RNG, inverse CDF
+ *                       over the kept tokens in descending probability order
+ *
+ * Batch invariance: a sampler holds everything its draws depend on — its own
+ * RNG (xoshiro256**, seeded through splitmix64) and its token counts — and reads
+ * nothing but its request's logits row, so the same seed and logits give the
+ * same tokens whatever else runs in the batch. Not thread-safe: one sampler per
+ * request, used by one thread at a time. */
+#ifndef DI_SAMPLER_SAMPLER_H
+#define DI_SAMPLER_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+
+typedef struct sampler_params {
+    float temperature;        /* >= 0; 0: greedy */
+    int32_t top_k;            /* >= 0; 0: off */
+    float top_p;              /* (0, 1]; 1: off */
+    float min_p;              /* [0, 1]; 0: off */
+    float repetition_penalty; /* > 0; 1: off */
+    float presence_penalty;   /* [-2, 2]; 0: off */
+    float frequency_penalty;  /* [-2, 2]; 0: off */
+    uint64_t seed;
+    const int32_t *bias_ids; /* n_bias token ids (copied) */
+    const float *bias_values;
+    size_t n_bias;
+} sampler_params;
+
+typedef struct sampler sampler;
+
+/* Scratch for sampler_sample: sampler_scratch_count(n_vocab) candidates, owned
+ * by the caller and shared by every sampler one thread runs (the engine's
+ * worker has one), so a sampler itself holds only O(distinct tokens seen). */
+typedef struct sampler_candidate {
+    float logit;
+    int32_t id;
+} sampler_candidate;
+size_t sampler_scratch_count(int32_t n_vocab);
+
+/* A sampler for a vocabulary of n_vocab tokens. The parameters are checked
+ * (msg receives a sentence naming the field on DI_ERR_INVALID_ARGUMENT).
+ * Errors: DI_ERR_INVALID_ARGUMENT, DI_ERR_OUT_OF_MEMORY. */
+di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out, char *msg,
+                         size_t msg_size);
+void sampler_free(sampler *s);
+
+/* Count a prompt token (repetition penalty only) or an output token (all
+ * penalties). Returns 0, or -1 when memory ran out (the count is not taken). */
+int sampler_accept_prompt(sampler *s, int32_t token);
+int sampler_accept(sampler *s, int32_t token);
+
+/* Choose the next token from logits [n_vocab] (modified in place), with
+ * `scratch` as sampler_scratch_count says. Does not accept it: the caller calls
+ * sampler_accept with what it keeps. */
+int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch);
+
+#endif

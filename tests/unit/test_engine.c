@@ -1,0 +1,1047 @@
+/* The engine through the public API, as a host uses it: tokens against the
+ * transformers oracle, concurrency with random cancels against the same
+ * requests run alone, pre-emption, protocol requests through the codec and
+ * di_stream, and misuse. */
+#include <jansson.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "deepinfer/deepinfer.h"
+
+#define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+
+enum { MAX_OUT = 256 };
+
+/* What one request's callback saw. */
+typedef struct rec {
+    uint64_t id;
+    int32_t toks[MAX_OUT];
+    int n_toks;
+    int n_done, after_done;
+    di_status status;
+    di_finish finish;
+    uint32_t completion_tokens;
+    int cancel_at; /* cancel from the callback once this many tokens came; -1: never */
+    char text[8192];
+    size_t text_len;
+    char reasoning[8192];
+    size_t reasoning_len;
+    int n_chunks;
+    char first_sse[512], last_sse[512], finish_text[32];
+    int has_response;
+} rec;
+
+typedef struct ctx {
+    di_engine *e;
+    rec *recs;
+    int n_recs;
+} ctx;
+
+static ctx g; /* the engine the callbacks cancel on */
+
+static void on_event(void *user, const di_event *ev)
+{
+    rec *r = user;
+    if (r->n_done) r->after_done++;
+    size_t n;
+    switch (di_event_kind_of(ev)) {
+    case DI_EVENT_TOKENS: {
+        const int32_t *t = di_event_tokens(ev, &n);
+        for (size_t i = 0; i < n && r->n_toks < MAX_OUT; i++) r->toks[r->n_toks++] = t[i];
+        if (r->cancel_at >= 0 && r->n_toks >= r->cancel_at) {
+            di_status st = di_cancel(g.e, di_event_request_id(ev), NULL);
+            assert_true(st == DI_OK || st == DI_ERR_INVALID_STATE);
+        }
+        break;
+    }
+    case DI_EVENT_TEXT: {
+        const char *t = di_event_text(ev, &n);
+        if (r->text_len + n < sizeof r->text) {
+            memcpy(r->text + r->text_len, t, n);
+            r->text_len += n;
+        }
+        break;
+    }
+    case DI_EVENT_REASONING: {
+        const char *t = di_event_text(ev, &n);
+        if (r->reasoning_len + n < sizeof r->reasoning) {
+            memcpy(r->reasoning + r->reasoning_len, t, n);
+            r->reasoning_len += n;
+        }
+        break;
+    }
+    case DI_EVENT_CHUNK: {
+        const char *sse = di_event_chunk_sse(ev, &n);
+        assert_non_null(sse);
+        if (r->n_chunks++ == 0) snprintf(r->first_sse, sizeof r->first_sse, "%s", sse);
+        snprintf(r->last_sse, sizeof r->last_sse, "%s", sse);
+        break;
+    }
+    case DI_EVENT_DONE:
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->finish = di_event_finish_reason(ev);
+        r->completion_tokens = di_event_completion_tokens(ev);
+        if (di_event_finish_text(ev))
+            snprintf(r->finish_text, sizeof r->finish_text, "%s", di_event_finish_text(ev));
+        r->has_response = di_event_response_json(ev, NULL) != NULL;
+        break;
+    default: break;
+    }
+}
+
+static di_engine *make_engine(const char *path, int max_running, int64_t kv_bytes, di_log_fn log,
+                              void *log_user)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = path;
+    cfg.n_threads = 2;
+    cfg.max_running = max_running;
+    cfg.n_batch = 64;
+    cfg.kv_cache_bytes = kv_bytes;
+    cfg.log = log;
+    cfg.log_user = log_user;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    di_status st = di_engine_create(&cfg, &e, &err);
+    if (st != DI_OK) fail_msg("di_engine_create: %s", di_error_message(err));
+    return e;
+}
+
+static void poll_until_idle(di_engine *e)
+{
+    for (int i = 0; i < 100000 && di_engine_pending(e) > 0; i++) assert_true(di_poll(e, 50) >= 0);
+    assert_int_equal(di_engine_pending(e), 0);
+}
+
+/* A request: prompt i of a fixed pseudo-random family, sampling settings varied by i. */
+typedef struct spec {
+    int32_t prompt[64];
+    size_t n_prompt;
+    di_request req;
+} spec;
+
+static void make_spec(spec *s, int i, uint32_t vocab)
+{
+    uint32_t x = 2463534242u + (uint32_t)i * 7919u;
+    s->n_prompt = 3 + (size_t)(i * 13 % 50);
+    for (size_t k = 0; k < s->n_prompt; k++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s->prompt[k] = (int32_t)(x % vocab);
+    }
+    di_request_init(&s->req);
+    s->req.tokens = s->prompt;
+    s->req.n_tokens = s->n_prompt;
+    s->req.max_tokens = 8 + i * 7 % 40;
+    s->req.seed = 1000 + i;
+    s->req.temperature = i % 4 == 0 ? 0.0f : 0.6f + 0.1f * (float)(i % 5);
+    s->req.top_k = i % 3 == 0 ? 0 : 20 + i;
+    s->req.top_p = i % 2 ? 0.9f : 1.0f;
+    s->req.min_p = i % 5 == 1 ? 0.05f : 0.0f;
+    s->req.repetition_penalty = i % 6 == 2 ? 1.3f : 1.0f;
+    s->req.frequency_penalty = i % 7 == 3 ? 0.5f : 0.0f;
+    s->req.on_event = on_event;
+}
+
+static void run_alone(di_engine *e, spec *s, rec *r)
+{
+    memset(r, 0, sizeof *r);
+    r->cancel_at = -1;
+    s->req.user_data = r;
+    di_error *err = NULL;
+    if (di_submit(e, &s->req, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->n_done, 1);
+    assert_int_equal(r->status, DI_OK);
+}
+
+static void test_greedy_tokens_equal_transformers(void **state)
+{
+    (void)state;
+    json_error_t jerr;
+    json_t *ref = json_load_file(TINY "/reference.json", 0, &jerr);
+    assert_non_null(ref);
+    json_t *jp = json_object_get(ref, "prompt"), *jg = json_object_get(ref, "greedy");
+    int32_t prompt[64], greedy[64];
+    size_t np = json_array_size(jp), ng = json_array_size(jg);
+    for (size_t i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < ng; i++) greedy[i] = (int32_t)json_integer_value(json_array_get(jg, i));
+    json_decref(ref);
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    g.e = e;
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = np;
+    q.temperature = 0.0f;
+    q.max_tokens = (int64_t)ng;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    assert_true(r.id > 0);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.after_done, 0);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_LENGTH);
+    assert_int_equal(r.completion_tokens, ng);
+    assert_int_equal(r.n_toks, (int)ng);
+    assert_memory_equal(r.toks, greedy, ng * sizeof *greedy);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* Cancels from another thread while the host polls. */
+typedef struct canceller {
+    di_engine *e;
+    uint64_t ids[64];
+    int n;
+} canceller;
+
+static void *cancel_thread(void *arg)
+{
+    canceller *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        nanosleep(&(struct timespec){0, 2000000L * (i % 4)}, NULL);
+        di_status st = di_cancel(c->e, c->ids[i], NULL);
+        if (st != DI_OK && st != DI_ERR_INVALID_STATE) abort();
+    }
+    return NULL;
+}
+
+static void check_against_alone(const rec *got, const rec *alone)
+{
+    assert_int_equal(got->n_done, 1);
+    assert_int_equal(got->after_done, 0);
+    if (got->status == DI_OK) {
+        assert_int_equal(got->n_toks, alone->n_toks);
+        assert_int_equal(got->finish, alone->finish);
+    } else {
+        assert_int_equal(got->status, DI_ERR_CANCELLED);
+        assert_true(got->n_toks <= alone->n_toks);
+    }
+    assert_memory_equal(got->toks, alone->toks, (size_t)got->n_toks * sizeof *got->toks);
+}
+
+static void concurrent_run(int n_req, int max_running, int64_t kv_bytes, int with_cancels,
+                           int64_t long_outputs, di_log_fn log, void *log_user)
+{
+    spec *specs = calloc((size_t)n_req, sizeof *specs);
+    rec *alone = calloc((size_t)n_req, sizeof *alone), *got = calloc((size_t)n_req, sizeof *got);
+    assert_non_null(specs);
+    assert_non_null(alone);
+    assert_non_null(got);
+    di_engine *e = make_engine(TINY, max_running, kv_bytes, log, log_user);
+    g.e = e;
+    for (int i = 0; i < n_req; i++) {
+        make_spec(&specs[i], i, 512);
+        if (long_outputs) {
+            specs[i].req.max_tokens = long_outputs;
+            specs[i].req.ignore_eos = 1;
+        }
+        run_alone(e, &specs[i], &alone[i]);
+    }
+    canceller c = {e, {0}, 0};
+    for (int i = 0; i < n_req; i++) {
+        got[i].cancel_at = with_cancels && i % 5 == 1 ? 1 + i % 7 : -1;
+        specs[i].req.user_data = &got[i];
+        assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
+        if (with_cancels && i % 5 == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+        if (with_cancels && i % 5 == 3) c.ids[c.n++] = got[i].id;
+    }
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_thread, &c), 0);
+    poll_until_idle(e);
+    pthread_join(th, NULL);
+    for (int i = 0; i < n_req; i++) {
+        check_against_alone(&got[i], &alone[i]);
+        if (with_cancels && i % 5 == 2) assert_int_equal(got[i].status, DI_ERR_CANCELLED);
+        if (!with_cancels || i % 5 == 0 || i % 5 == 4) assert_int_equal(got[i].status, DI_OK);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    free(specs);
+    free(alone);
+    free(got);
+}
+
+static void test_concurrent_requests_with_random_cancels_equal_alone(void **state)
+{
+    (void)state;
+    concurrent_run(24, 8, 0, 1, 0, NULL, NULL);
+}
+
+/* Random cancels, three times: which requests are cancelled, and when — at once,
+ * from their callback after a random number of tokens, or from another thread
+ * after a random delay — is drawn from a seeded generator. Every request gets
+ * exactly one terminal event, and its tokens are the ones it gives alone (all
+ * of them when it finished, a prefix when it was cancelled). */
+typedef struct random_canceller {
+    di_engine *e;
+    uint64_t ids[48];
+    long delay_us[48];
+    int n;
+} random_canceller;
+
+static void *random_cancel_thread(void *arg)
+{
+    random_canceller *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        nanosleep(&(struct timespec){0, c->delay_us[i] * 1000L}, NULL);
+        di_status st = di_cancel(c->e, c->ids[i], NULL);
+        if (st != DI_OK && st != DI_ERR_INVALID_STATE) abort();
+    }
+    return NULL;
+}
+
+static void test_random_cancels_many_requests(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    spec *specs = calloc(N, sizeof *specs);
+    rec *alone = calloc(N, sizeof *alone), *got = calloc(N, sizeof *got);
+    assert_non_null(specs);
+    assert_non_null(alone);
+    assert_non_null(got);
+    di_engine *e = make_engine(TINY, 12, 40 * 2048, NULL, NULL); /* pre-emption too */
+    g.e = e;
+    for (int i = 0; i < N; i++) {
+        make_spec(&specs[i], 100 + i, 512);
+        run_alone(e, &specs[i], &alone[i]);
+    }
+    for (uint32_t round = 0; round < 3; round++) {
+        uint32_t x = 0x9e3779b9u * (round + 1);
+#define NEXT() (x ^= x << 13, x ^= x >> 17, x ^= x << 5, x)
+        random_canceller c = {e, {0}, {0}, 0};
+        for (int i = 0; i < N; i++) {
+            memset(&got[i], 0, sizeof got[i]);
+            uint32_t how = NEXT() % 4;
+            got[i].cancel_at = how == 1 ? (int)(NEXT() % 20) : -1;
+            specs[i].req.user_data = &got[i];
+            assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
+            if (how == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+            if (how == 3) {
+                c.ids[c.n] = got[i].id;
+                c.delay_us[c.n++] = (long)(NEXT() % 3000);
+            }
+        }
+#undef NEXT
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, random_cancel_thread, &c), 0);
+        poll_until_idle(e);
+        pthread_join(th, NULL);
+        for (int i = 0; i < N; i++) check_against_alone(&got[i], &alone[i]);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    free(specs);
+    free(alone);
+    free(got);
+}
+
+static void count_preemptions(void *user, di_log_level level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "pre-empted")) __atomic_add_fetch((int *)user, 1, __ATOMIC_RELAXED);
+}
+
+/* A KV cache budget of 24 blocks (384 tokens) for 12 requests of up to 132
+ * tokens each, 8 at a time: requests are pre-empted and recomputed, and still
+ * give the tokens they give alone. */
+static void test_preempted_requests_give_the_same_tokens(void **state)
+{
+    (void)state;
+    int n_pre = 0;
+    /* one block: 2 (K, V) x 2 layers x 16 dims x 16 tokens x 2 bytes (f16) */
+    concurrent_run(12, 8, 24 * 2048, 0, 80, count_preemptions, &n_pre);
+    assert_true(__atomic_load_n(&n_pre, __ATOMIC_RELAXED) > 0);
+}
+
+/* Submitting from several threads while the host polls. */
+typedef struct submitter {
+    di_engine *e;
+    spec specs[6];
+    rec recs[6];
+    int base;
+} submitter;
+
+static void *submit_thread(void *arg)
+{
+    submitter *s = arg;
+    for (int i = 0; i < 6; i++) {
+        make_spec(&s->specs[i], s->base + i, 512);
+        s->recs[i].cancel_at = -1;
+        s->specs[i].req.user_data = &s->recs[i];
+        uint64_t id;
+        if (di_submit(s->e, &s->specs[i].req, &id, NULL) != DI_OK) abort();
+    }
+    return NULL;
+}
+
+static void test_submit_from_threads_each_request_one_terminal_event(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 16, 0, NULL, NULL);
+    g.e = e;
+    submitter *s = calloc(3, sizeof *s);
+    assert_non_null(s);
+    pthread_t th[3];
+    for (int t = 0; t < 3; t++) {
+        s[t].e = e;
+        s[t].base = t * 6;
+        assert_int_equal(pthread_create(&th[t], NULL, submit_thread, &s[t]), 0);
+    }
+    for (int t = 0; t < 3; t++) pthread_join(th[t], NULL);
+    poll_until_idle(e);
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < 6; i++) {
+            assert_int_equal(s[t].recs[i].n_done, 1);
+            assert_int_equal(s[t].recs[i].after_done, 0);
+            assert_int_equal(s[t].recs[i].status, DI_OK);
+        }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    free(s);
+}
+
+/* ---- misuse ---- */
+
+typedef struct reenter {
+    di_engine *e;
+    int64_t poll_result;
+    di_status destroy_result, submit_result, cancel_result;
+    uint64_t child;
+    rec child_rec;
+    int32_t prompt[3];
+    int n_done;
+} reenter;
+
+static void on_event_reenter(void *user, const di_event *ev)
+{
+    reenter *x = user;
+    if (di_event_kind_of(ev) != DI_EVENT_DONE) return;
+    x->n_done++;
+    x->poll_result = di_poll(x->e, 0);
+    x->destroy_result = di_engine_destroy(x->e);
+    x->cancel_result = di_cancel(x->e, di_event_request_id(ev), NULL);
+    di_request q;
+    di_request_init(&q);
+    q.tokens = x->prompt;
+    q.n_tokens = 3;
+    q.max_tokens = 2;
+    q.on_event = on_event;
+    x->child_rec.cancel_at = -1;
+    q.user_data = &x->child_rec;
+    x->submit_result = di_submit(x->e, &q, &x->child, NULL);
+}
+
+static void test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    reenter x = {e, 0, 0, 0, 0, 0, {0}, {5, 6, 7}, 0};
+    di_request q;
+    di_request_init(&q);
+    q.tokens = x.prompt;
+    q.n_tokens = 3;
+    q.max_tokens = 3;
+    q.on_event = on_event_reenter;
+    q.user_data = &x;
+    uint64_t id;
+    assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(x.n_done, 1);
+    assert_int_equal(x.poll_result, -(int64_t)DI_ERR_INVALID_STATE);
+    assert_int_equal(x.destroy_result, DI_ERR_INVALID_STATE);
+    assert_int_equal(x.cancel_result, DI_ERR_INVALID_STATE); /* it has finished */
+    assert_int_equal(x.submit_result, DI_OK);
+    assert_int_equal(x.child_rec.n_done, 1);
+    assert_int_equal(x.child_rec.status, DI_OK);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* The context ends a request: the tiny model's context is 256 tokens, so a
+ * 250-token prompt has room for 6 output tokens, then finishes by length. */
+static void test_context_limit_ends_with_length(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    g.e = e;
+    int32_t prompt[250];
+    for (int i = 0; i < 250; i++) prompt[i] = (int32_t)(i * 37 % 500 + 3);
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 250;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    assert_int_equal(di_poll(e, -1) >= 0, 1);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_LENGTH);
+    assert_int_equal(r.completion_tokens, 6);
+    assert_int_equal(r.n_toks, 6);
+    /* nothing pending: an endless poll returns at once */
+    assert_int_equal(di_poll(e, -1), 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+static void expect_submit_error(di_engine *e, const di_request *q, di_status want, const char *msg);
+
+/* A KV cache budget of 4 blocks (64 tokens): a request that outgrows it even
+ * alone ends with DI_ERR_CONTEXT_LENGTH after the tokens that fit. */
+static void test_request_outgrowing_the_kv_budget_ends_with_a_clear_status(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 4 * 2048, NULL, NULL);
+    g.e = e;
+    int32_t prompt[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 10;
+    q.max_tokens = 200;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_ERR_CONTEXT_LENGTH);
+    assert_int_equal(r.n_toks, 64 - 10 + 1); /* the last sampled token needs no block */
+    /* A prompt that cannot fit at all is refused at submit. */
+    int32_t big[70] = {0};
+    q.tokens = big;
+    q.n_tokens = 70;
+    expect_submit_error(e, &q, DI_ERR_CONTEXT_LENGTH, "KV cache");
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+static void test_cancel_statuses(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    g.e = e;
+    di_error *err = NULL;
+    assert_int_equal(di_cancel(e, 12345, &err), DI_ERR_NOT_FOUND);
+    assert_non_null(strstr(di_error_message(err), "12345"));
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(di_cancel(e, 0, NULL), DI_ERR_NOT_FOUND);
+    assert_int_equal(di_cancel(NULL, 1, NULL), DI_ERR_INVALID_ARGUMENT);
+    spec s;
+    make_spec(&s, 3, 512);
+    s.req.max_tokens = 200;
+    s.req.ignore_eos = 1;
+    rec r = {0};
+    r.cancel_at = -1;
+    s.req.user_data = &r;
+    uint64_t id;
+    assert_int_equal(di_submit(e, &s.req, &id, NULL), DI_OK);
+    assert_int_equal(di_cancel(e, id, NULL), DI_OK);
+    assert_int_equal(di_cancel(e, id, NULL), DI_OK); /* already being cancelled */
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_ERR_CANCELLED);
+    assert_int_equal(di_cancel(e, id, &err), DI_ERR_INVALID_STATE);
+    assert_non_null(strstr(di_error_message(err), "already finished"));
+    di_error_free(err);
+    assert_int_equal(di_poll(e, 0), 0);
+    assert_int_equal(di_poll(e, -2), -(int64_t)DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_poll(NULL, 0), -(int64_t)DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    assert_int_equal(di_engine_destroy(NULL), DI_OK);
+}
+
+static void expect_submit_error(di_engine *e, const di_request *q, di_status want, const char *msg)
+{
+    di_error *err = NULL;
+    uint64_t id = 99;
+    assert_int_equal(di_submit(e, q, &id, &err), want);
+    assert_int_equal(id, 0);
+    if (msg && !strstr(di_error_message(err), msg))
+        fail_msg("message \"%s\" lacks \"%s\"", di_error_message(err), msg);
+    di_error_free(err);
+}
+
+static void test_invalid_requests_are_rejected_at_once(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    int32_t prompt[300] = {1, 2, 600};
+    rec r = {0};
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 3;
+    q.on_event = on_event;
+    q.user_data = &r;
+    expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, "tokens[2]");
+    prompt[2] = 3;
+    di_request b = q;
+    b.on_event = NULL;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "on_event");
+    b = q;
+    b.n_tokens = 0;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "tokens");
+    b = q;
+    b.temperature = -0.5f;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "temperature");
+    b = q;
+    b.top_p = 1.5f;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "top_p");
+    b = q;
+    b.seed = -7;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "seed");
+    b = q;
+    b.struct_size = 8;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, NULL);
+    b = q;
+    b.n_tokens = 256; /* the tiny model's context is 256 */
+    expect_submit_error(e, &b, DI_ERR_CONTEXT_LENGTH, "256");
+    b = q;
+    b.protocol = DI_PROTOCOL_CHAT;
+    b.json = "{}";
+    b.json_len = 2;
+    expect_submit_error(e, &b, DI_ERR_UNSUPPORTED, "token IDs");
+    b = q;
+    b.protocol = 9;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "protocol");
+    expect_submit_error(NULL, &q, DI_ERR_INVALID_ARGUMENT, NULL);
+    assert_int_equal(di_engine_pending(e), 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+typedef struct progress {
+    int calls, cancel_at;
+    float last;
+    int decreasing;
+} progress;
+
+static int on_progress(void *user, float fraction)
+{
+    progress *p = user;
+    if (fraction < p->last) p->decreasing = 1;
+    p->last = fraction;
+    return ++p->calls == p->cancel_at;
+}
+
+static void test_load_progress_reaches_one_and_can_cancel(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = TINY;
+    cfg.n_threads = 1;
+    cfg.progress = on_progress;
+    progress p = {0, -1, 0.0f, 0};
+    cfg.progress_user = &p;
+    di_engine *e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    assert_true(p.calls >= 3); /* 0, once per layer, 1 */
+    assert_true(p.last == 1.0f);
+    assert_false(p.decreasing);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    progress q = {0, 2, 0.0f, 0};
+    cfg.progress_user = &q;
+    di_error *err = NULL;
+    e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_CANCELLED);
+    assert_null(e);
+    di_error_free(err);
+}
+
+static void test_engine_config_errors_name_the_field(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "model_path"));
+    di_error_free(err);
+    err = NULL;
+    cfg.model_path = TINY;
+    cfg.device = DI_DEVICE_CUDA;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    di_error_free(err);
+    err = NULL;
+    cfg.device = DI_DEVICE_CPU;
+    cfg.max_running = 1000;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "max_running"));
+    di_error_free(err);
+    err = NULL;
+    cfg.max_running = 0;
+    cfg.model_path = TINY "/nonexistent";
+    assert_true(di_engine_create(&cfg, &e, &err) != DI_OK);
+    di_error_free(err);
+    err = NULL;
+    cfg.model_path = TINY;
+    cfg.encoding = DI_ENCODING_R1; /* the tiny model has no tokenizer */
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "tokenizer"));
+    di_error_free(err);
+    assert_null(e);
+}
+
+/* Destroying with requests in flight: every one still gets its terminal event,
+ * delivered by di_engine_destroy; submits from those callbacks are refused. */
+typedef struct destroy_rec {
+    rec r;
+    di_status submit_in_destroy;
+} destroy_rec;
+
+static di_engine *destroy_engine;
+
+static void on_event_destroy(void *user, const di_event *ev)
+{
+    destroy_rec *d = user;
+    on_event(&d->r, ev);
+    if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        int32_t t[2] = {1, 2};
+        di_request q;
+        di_request_init(&q);
+        q.tokens = t;
+        q.n_tokens = 2;
+        q.on_event = on_event;
+        uint64_t id;
+        d->submit_in_destroy = di_submit(destroy_engine, &q, &id, NULL);
+    }
+}
+
+static void test_destroy_delivers_every_terminal_event(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 2, 0, NULL, NULL);
+    destroy_engine = e;
+    destroy_rec d[6];
+    memset(d, 0, sizeof d);
+    spec s[6];
+    for (int i = 0; i < 6; i++) {
+        make_spec(&s[i], i, 512);
+        s[i].req.max_tokens = 150;
+        s[i].req.ignore_eos = 1;
+        s[i].req.on_event = on_event_destroy;
+        s[i].req.user_data = &d[i];
+        d[i].r.cancel_at = -1;
+        uint64_t id;
+        assert_int_equal(di_submit(e, &s[i].req, &id, NULL), DI_OK);
+    }
+    assert_true(di_poll(e, 20) >= 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(d[i].r.n_done, 1);
+        assert_int_equal(d[i].r.after_done, 0);
+        assert_int_equal(d[i].submit_in_destroy, DI_ERR_INVALID_STATE);
+    }
+}
+
+/* ---- a protocol request, end to end ---- */
+
+/* f32 → f16 bits, round to nearest (normal range only: the values are small). */
+static uint16_t f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xff, m = x & 0x7fffffu;
+    if (e < 103) return (uint16_t)sign;
+    int32_t he = (int32_t)e - 127 + 15;
+    if (he <= 0) return (uint16_t)sign;
+    return (uint16_t)(sign | ((uint32_t)he << 10) | ((m + 0x1000u) >> 13));
+}
+
+/* A Qwen2 model with the DeepSeek-R1-distill vocabulary size and random
+ * weights, written as a Hugging Face directory: tiny, but every token id the
+ * R1 tokenizer makes is valid in it. */
+static void write_big_vocab_model(const char *dir)
+{
+    enum { VOCAB = 152064, E = 32, Q = 32, KV = 16, F = 64 };
+    struct t {
+        const char *name;
+        int64_t rows, cols;
+    } ts[] = {
+        {"model.embed_tokens.weight", VOCAB, E},
+        {"model.norm.weight", 1, E},
+        {"model.layers.0.input_layernorm.weight", 1, E},
+        {"model.layers.0.post_attention_layernorm.weight", 1, E},
+        {"model.layers.0.self_attn.q_proj.weight", Q, E},
+        {"model.layers.0.self_attn.k_proj.weight", KV, E},
+        {"model.layers.0.self_attn.v_proj.weight", KV, E},
+        {"model.layers.0.self_attn.o_proj.weight", E, Q},
+        {"model.layers.0.mlp.gate_proj.weight", F, E},
+        {"model.layers.0.mlp.up_proj.weight", F, E},
+        {"model.layers.0.mlp.down_proj.weight", E, F},
+    };
+    enum { NT = sizeof ts / sizeof ts[0] };
+    char header[4096];
+    size_t hl = 0;
+    int64_t off = 0;
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "{");
+    for (int i = 0; i < NT; i++) {
+        int64_t bytes = ts[i].rows * ts[i].cols * 2;
+        if (ts[i].rows == 1)
+            hl += (size_t)snprintf(header + hl, sizeof header - hl,
+                                   "%s\"%s\":{\"dtype\":\"F16\",\"shape\":[%lld],"
+                                   "\"data_offsets\":[%lld,%lld]}",
+                                   i ? "," : "", ts[i].name, (long long)ts[i].cols, (long long)off,
+                                   (long long)(off + bytes));
+        else
+            hl += (size_t)snprintf(header + hl, sizeof header - hl,
+                                   "%s\"%s\":{\"dtype\":\"F16\",\"shape\":[%lld,%lld],"
+                                   "\"data_offsets\":[%lld,%lld]}",
+                                   i ? "," : "", ts[i].name, (long long)ts[i].rows,
+                                   (long long)ts[i].cols, (long long)off, (long long)(off + bytes));
+        off += bytes;
+    }
+    hl += (size_t)snprintf(header + hl, sizeof header - hl, "}");
+    while (hl % 8) header[hl++] = ' ';
+    char path[1024];
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t n = hl;
+    fwrite(&n, 8, 1, f);
+    fwrite(header, 1, hl, f);
+    uint32_t x = 12345;
+    for (int i = 0; i < NT; i++) {
+        int64_t count = ts[i].rows * ts[i].cols;
+        uint16_t *buf = malloc((size_t)count * 2);
+        assert_non_null(buf);
+        for (int64_t k = 0; k < count; k++) {
+            x = x * 1664525u + 1013904223u;
+            float v = ts[i].rows == 1 ? 1.0f : ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.8f;
+            buf[k] = f16(v);
+        }
+        fwrite(buf, 2, (size_t)count, f);
+        free(buf);
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\","
+            "\"vocab_size\":%d,\"hidden_size\":%d,\"intermediate_size\":%d,"
+            "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+            "\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,"
+            "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":151646,"
+            "\"eos_token_id\":151643}",
+            VOCAB, E, F);
+    fclose(f);
+}
+
+static void test_chat_request_streams_protocol_chunks(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/r1-distill-qwen-7b/model_part_0000.gguf";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char model_dir[600];
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    write_big_vocab_model(model_dir);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok; /* encoding 0: found from the R1 GGUF's pre-tokenizer */
+    cfg.n_threads = 2;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_R1);
+    g.e = e;
+    const char *body = "{\"model\":\"deepseek-r1\",\"stream\":true,\"max_tokens\":12,"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}";
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = body;
+    q.json_len = strlen(body);
+    q.seed = 5;
+    q.on_event = on_event;
+    q.user_data = &r;
+    if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    /* A malformed body is refused at once, naming the problem. */
+    q.json = "{\"messages\": 3}";
+    q.json_len = strlen(q.json);
+    uint64_t bad;
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "messages"));
+    di_error_free(err);
+    err = NULL;
+    /* The body's sampling fields are checked (the template reads only messages;
+     * the engine reads them). */
+    q.json = "{\"model\":\"x\",\"temperature\":5,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "temperature"));
+    di_error_free(err);
+    err = NULL;
+    /* The R1 chat template takes Chat Completions only. */
+    q.protocol = DI_PROTOCOL_MESSAGES;
+    q.json = "{\"model\":\"x\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_UNSUPPORTED);
+    di_error_free(err);
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.after_done, 0);
+    assert_int_equal(r.status, DI_OK);
+    assert_true(r.n_toks >= 1 && r.n_toks <= 12); /* the body's max_tokens */
+    /* temperature 0 in the body: greedy, so another seed gives the same tokens */
+    const char *greedy = "{\"model\":\"deepseek-r1\",\"max_tokens\":6,\"temperature\":0,"
+                         "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}";
+    rec g1 = {0}, g2 = {0};
+    g1.cancel_at = g2.cancel_at = -1;
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = greedy;
+    q.json_len = strlen(greedy);
+    q.user_data = &g1;
+    q.seed = 1;
+    assert_int_equal(di_submit(e, &q, &g1.id, NULL), DI_OK);
+    q.user_data = &g2;
+    q.seed = 2;
+    assert_int_equal(di_submit(e, &q, &g2.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(g1.status, DI_OK);
+    assert_int_equal(g1.n_toks, g2.n_toks);
+    assert_true(g1.n_toks <= 6);
+    assert_memory_equal(g1.toks, g2.toks, (size_t)g1.n_toks * sizeof *g1.toks);
+    assert_true(r.n_chunks >= 3);
+    /* Chat: a role chunk first, "data: [DONE]" last (docs/stream.md). */
+    assert_non_null(strstr(r.first_sse, "\"role\":\"assistant\""));
+    assert_string_equal(r.last_sse, "data: [DONE]\n\n");
+    assert_true(r.finish_text[0] != 0);
+    assert_true(r.has_response);
+    /* R1 output starts as reasoning. */
+    if (r.finish == DI_FINISH_LENGTH) assert_true(r.reasoning_len > 0 || r.text_len > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    /* Without GGUF metadata, DeepSeek's chat tokens in the tokenizer decide. */
+    const char *v3 = DI_ASSET_DIR "/deepseek-v3/tokenizer.json";
+    if (access(v3, R_OK) == 0) {
+        cfg.tokenizer_path = v3;
+        assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+        assert_int_equal(di_engine_encoding(e), DI_ENCODING_R1); /* Qwen2 weights */
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    unlink(path);
+    rmdir(model_dir);
+    rmdir(dir);
+}
+
+/* ---- SmolLM2 (when the asset is fetched) ---- */
+
+#define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static void test_smollm2_text_and_batch_invariance(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 8, 0, NULL, NULL);
+    g.e = e;
+    const di_tokenizer *tok = di_engine_tokenizer(e);
+    assert_non_null(tok);
+    assert_int_equal(di_engine_encoding(e), 0);
+    const char *texts[4] = {"The capital of France is",
+                            "def fibonacci(n):", "Once upon a time, there", "1, 2, 3, 4,"};
+    spec s[4];
+    rec alone[4], got[4];
+    int32_t *ids[4];
+    for (int i = 0; i < 4; i++) {
+        size_t n;
+        assert_int_equal(di_tokenizer_encode(tok, texts[i], strlen(texts[i]), 0, &ids[i], &n, NULL),
+                         DI_OK);
+        di_request_init(&s[i].req);
+        s[i].req.tokens = ids[i];
+        s[i].req.n_tokens = n;
+        s[i].req.max_tokens = 10;
+        s[i].req.temperature = i % 2 ? 0.8f : 0.0f;
+        s[i].req.seed = 77 + i;
+        s[i].req.on_event = on_event;
+        run_alone(e, &s[i], &alone[i]);
+        /* The text events are the decoded tokens (stop tokens excluded). */
+        int n_text = alone[i].n_toks;
+        if (alone[i].finish == DI_FINISH_STOP) n_text--;
+        char *dec;
+        size_t len;
+        assert_int_equal(
+            di_tokenizer_decode(tok, alone[i].toks, (size_t)n_text, 0, &dec, &len, NULL), DI_OK);
+        assert_int_equal(len, alone[i].text_len);
+        assert_memory_equal(dec, alone[i].text, len);
+        di_text_free(dec);
+    }
+    for (int i = 0; i < 4; i++) {
+        memset(&got[i], 0, sizeof got[i]);
+        got[i].cancel_at = -1;
+        s[i].req.user_data = &got[i];
+        assert_int_equal(di_submit(e, &s[i].req, &got[i].id, NULL), DI_OK);
+    }
+    poll_until_idle(e);
+    for (int i = 0; i < 4; i++) {
+        check_against_alone(&got[i], &alone[i]);
+        assert_int_equal(got[i].status, DI_OK);
+        di_tokens_free(ids[i]);
+    }
+    /* SmolLM2's chat template is not one the codec has: protocol requests are refused. */
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    q.on_event = on_event;
+    expect_submit_error(e, &q, DI_ERR_UNSUPPORTED, "encoding");
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_tokens_equal_transformers),
+        cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
+        cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
+        cmocka_unit_test(test_random_cancels_many_requests),
+        cmocka_unit_test(test_submit_from_threads_each_request_one_terminal_event),
+        cmocka_unit_test(test_callbacks_may_submit_and_cancel_but_not_poll_or_destroy),
+        cmocka_unit_test(test_context_limit_ends_with_length),
+        cmocka_unit_test(test_request_outgrowing_the_kv_budget_ends_with_a_clear_status),
+        cmocka_unit_test(test_cancel_statuses),
+        cmocka_unit_test(test_invalid_requests_are_rejected_at_once),
+        cmocka_unit_test(test_engine_config_errors_name_the_field),
+        cmocka_unit_test(test_load_progress_reaches_one_and_can_cancel),
+        cmocka_unit_test(test_destroy_delivers_every_terminal_event),
+        cmocka_unit_test(test_chat_request_streams_protocol_chunks),
+        cmocka_unit_test(test_smollm2_text_and_batch_invariance),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,178 @@
+/* lib/model: several sequences in one forward step. The property: a
+ * sequence's logits are bit-identical whatever else is in the step and
+ * however its prompt is chunked (batch invariance, model.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/model.h"
+
+#define MODEL_DIR DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+
+static model *load(int n_threads)
+{
+    model_options o = {0};
+    o.n_threads = n_threads;
+    o.kv_dtype = MODEL_DTYPE_F16;
+    o.n_batch = 64;
+    o.kv_n_ctx_multiple = 4;
+    model *m = NULL;
+    di_error *err = NULL;
+    assert_int_equal(model_load(MODEL_DIR, &o, &m, &err), DI_OK);
+    return m;
+}
+
+enum { V = 512, N_PROMPT = 20, N_DECODE = 6 };
+
+static void prompt_of(int which, int32_t *out)
+{
+    for (int i = 0; i < N_PROMPT; i++) out[i] = (int32_t)((which * 97 + i * 31 + 7) % V);
+}
+
+/* Logits of each decode step of sequence `which`, run alone: the whole
+ * prompt in one step, then one token per step (greedy). */
+static void run_alone(model *m, int which, float *out /* [N_DECODE, V] */)
+{
+    int32_t toks[N_PROMPT + N_DECODE];
+    prompt_of(which, toks);
+    model_seq *s;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    int64_t n = N_PROMPT;
+    const int32_t *feed = toks;
+    for (int step = 0; step < N_DECODE; step++) {
+        assert_int_equal(model_seq_reserve(m, s, model_seq_n_past(s) + n), DI_OK);
+        model_batch_item it = {s, feed, n, 1};
+        assert_int_equal(model_forward_batch(m, &it, 1, out + (size_t)step * V, NULL), DI_OK);
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (out[(size_t)step * V + i] > out[(size_t)step * V + best]) best = i;
+        toks[N_PROMPT + step] = best;
+        feed = &toks[N_PROMPT + step];
+        n = 1;
+    }
+    model_seq_free(m, s);
+}
+
+static void test_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    model *m = load(2);
+    enum { N_SEQ = 3 };
+    float *alone = malloc((size_t)N_SEQ * N_DECODE * V * sizeof(float));
+    float *batched = malloc((size_t)N_SEQ * N_DECODE * V * sizeof(float));
+    float *row = malloc((size_t)N_SEQ * V * sizeof(float));
+    assert_non_null(alone);
+    assert_non_null(batched);
+    assert_non_null(row);
+    for (int q = 0; q < N_SEQ; q++) run_alone(m, q, alone + (size_t)q * N_DECODE * V);
+    /* Together: sequence q starts q steps late, prompts go in chunks of 7 tokens,
+     * so every step mixes prefill chunks and decode tokens of the others. */
+    int32_t toks[N_SEQ][N_PROMPT + N_DECODE];
+    int64_t fed[N_SEQ] = {0}, n_all[N_SEQ];
+    int decoded[N_SEQ] = {0};
+    model_seq *s[N_SEQ];
+    for (int q = 0; q < N_SEQ; q++) {
+        prompt_of(q, toks[q]);
+        n_all[q] = N_PROMPT;
+        assert_int_equal(model_seq_create(m, &s[q]), DI_OK);
+    }
+    for (int step = 0; step < 40; step++) {
+        model_batch_item it[N_SEQ];
+        int who[N_SEQ], n = 0;
+        for (int q = 0; q < N_SEQ; q++) {
+            if (step < q || decoded[q] == N_DECODE) continue;
+            int64_t take = n_all[q] - fed[q];
+            if (take > 7) take = 7;
+            assert_int_equal(model_seq_reserve(m, s[q], fed[q] + take), DI_OK);
+            it[n] = (model_batch_item){s[q], toks[q] + fed[q], take, fed[q] + take == n_all[q]};
+            who[n++] = q;
+            fed[q] += take;
+        }
+        if (n == 0) break;
+        assert_int_equal(model_forward_batch(m, it, n, row, NULL), DI_OK);
+        int r = 0;
+        for (int i = 0; i < n; i++) {
+            if (!it[i].want_logits) continue;
+            int q = who[i];
+            memcpy(batched + ((size_t)q * N_DECODE + decoded[q]) * V, row + (size_t)r * V,
+                   V * sizeof(float));
+            int32_t best = 0;
+            for (int32_t k = 1; k < V; k++)
+                if (row[(size_t)r * V + k] > row[(size_t)r * V + best]) best = k;
+            toks[q][n_all[q]++] = best;
+            decoded[q]++;
+            r++;
+        }
+    }
+    for (int q = 0; q < N_SEQ; q++) assert_int_equal(decoded[q], N_DECODE);
+    assert_memory_equal(alone, batched, (size_t)N_SEQ * N_DECODE * V * sizeof(float));
+    for (int q = 0; q < N_SEQ; q++) model_seq_free(m, s[q]);
+    free(alone);
+    free(batched);
+    free(row);
+    model_free(m);
+}
+
+static void test_blocks_are_shared_and_returned(void **state)
+{
+    (void)state;
+    model *m = load(1);
+    int32_t total = model_kv_blocks_total(m);
+    assert_int_equal(total, 4 * model_kv_blocks_for(model_n_ctx(m)));
+    model_seq *a, *b;
+    assert_int_equal(model_seq_create(m, &a), DI_OK);
+    assert_int_equal(model_seq_create(m, &b), DI_OK);
+    assert_int_equal(model_seq_reserve(m, a, model_n_ctx(m)), DI_OK);
+    assert_int_equal(model_kv_blocks_free(m), total - model_kv_blocks_for(model_n_ctx(m)));
+    assert_int_equal(model_seq_reserve(m, b, model_n_ctx(m) + 1), DI_ERR_CONTEXT_LENGTH);
+    model_seq_reset(m, a);
+    assert_int_equal(model_kv_blocks_free(m), total);
+    model_seq_free(m, a);
+    model_seq_free(m, b);
+    model_free(m);
+}
+
+static void test_bad_steps_are_refused_with_the_item_named(void **state)
+{
+    (void)state;
+    model *m = load(1);
+    model_seq *s;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    int32_t t[2] = {1, 2};
+    model_batch_item it = {s, t, 2, 1};
+    di_error *err = NULL;
+    float logits[V];
+    /* no blocks reserved */
+    assert_int_equal(model_forward_batch(m, &it, 1, logits, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "items[0]"));
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(model_seq_reserve(m, s, 2), DI_OK);
+    t[1] = V;
+    assert_int_equal(model_forward_batch(m, &it, 1, logits, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "items[0].tokens[1]"));
+    di_error_free(err);
+    err = NULL;
+    t[1] = 2;
+    model_batch_item two[2] = {it, it};
+    assert_int_equal(model_forward_batch(m, two, 2, logits, &err), DI_ERR_INVALID_ARGUMENT);
+    di_error_free(err);
+    assert_int_equal(model_seq_n_past(s), 0);
+    model_seq_free(m, s);
+    model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_blocks_are_shared_and_returned),
+        cmocka_unit_test(test_bad_steps_are_refused_with_the_item_named),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

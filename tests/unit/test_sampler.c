@@ -1,0 +1,303 @@
+/* lib/sampler: each processor against the property that defines it, and the
+ * seeded draws against the distribution they sample. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sampler/sampler.h"
+
+static sampler_params defaults(void)
+{
+    sampler_params p = {0};
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    return p;
+}
+
+static sampler *make(const sampler_params *p, int32_t V)
+{
+    sampler *s = NULL;
+    char msg[128];
+    assert_int_equal(sampler_create(p, V, &s, msg, sizeof msg), DI_OK);
+    return s;
+}
+
+static sampler_candidate scratch[2048];
+
+static int32_t draw(sampler *s, const float *logits, int32_t V)
+{
+    float buf[64];
+    memcpy(buf, logits, (size_t)V * sizeof *buf);
+    assert_true(sampler_scratch_count(V) <= 2048);
+    return sampler_sample(s, buf, scratch);
+}
+
+static void test_greedy_takes_the_largest_lowest_id_on_ties(void **state)
+{
+    (void)state;
+    sampler_params p = defaults();
+    p.temperature = 0.0f;
+    sampler *s = make(&p, 6);
+    const float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
+    assert_int_equal(draw(s, l, 6), 1);
+    sampler_free(s);
+}
+
+static void test_same_seed_same_tokens_other_seed_other_tokens(void **state)
+{
+    (void)state;
+    const float l[8] = {0, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f};
+    sampler_params p = defaults();
+    p.seed = 42;
+    sampler *a = make(&p, 8), *b = make(&p, 8);
+    p.seed = 43;
+    sampler *c = make(&p, 8);
+    int differ = 0;
+    for (int i = 0; i < 200; i++) {
+        int32_t x = draw(a, l, 8), y = draw(b, l, 8), z = draw(c, l, 8);
+        assert_int_equal(x, y);
+        differ |= x != z;
+    }
+    assert_true(differ);
+    sampler_free(a);
+    sampler_free(b);
+    sampler_free(c);
+}
+
+/* Draw frequencies at temperature T follow softmax(logits / T): a chi-square
+ * test with 3 degrees of freedom at p = 0.001 (critical value 16.27). */
+static void test_draws_follow_the_softmax(void **state)
+{
+    (void)state;
+    const float l[4] = {1.0f, 0.0f, -0.5f, 2.0f};
+    const float T = 0.7f;
+    sampler_params p = defaults();
+    p.temperature = T;
+    p.seed = 7;
+    sampler *s = make(&p, 4);
+    enum { N = 40000 };
+    int count[4] = {0};
+    for (int i = 0; i < N; i++) count[draw(s, l, 4)]++;
+    double z = 0, prob[4];
+    for (int i = 0; i < 4; i++) z += exp(l[i] / T);
+    double chi = 0;
+    for (int i = 0; i < 4; i++) {
+        prob[i] = exp(l[i] / T) / z;
+        double e = prob[i] * N;
+        chi += (count[i] - e) * (count[i] - e) / e;
+    }
+    assert_true(chi < 16.27);
+    sampler_free(s);
+}
+
+static void test_top_k_keeps_the_k_largest(void **state)
+{
+    (void)state;
+    const float l[6] = {5.0f, 4.9f, 4.8f, 0.0f, 4.7f, -3.0f};
+    sampler_params p = defaults();
+    p.top_k = 2;
+    p.seed = 1;
+    sampler *s = make(&p, 6);
+    int seen[6] = {0};
+    for (int i = 0; i < 2000; i++) seen[draw(s, l, 6)]++;
+    assert_true(seen[0] > 0 && seen[1] > 0);
+    assert_int_equal(seen[2] + seen[3] + seen[4] + seen[5], 0);
+    sampler_free(s);
+}
+
+static void test_top_p_keeps_the_smallest_prefix_reaching_p(void **state)
+{
+    (void)state;
+    /* probabilities 0.5, 0.25, 0.125, 0.125 (logits are log-probabilities) */
+    const float l[4] = {logf(0.5f), logf(0.25f), logf(0.125f), logf(0.125f)};
+    sampler_params p = defaults();
+    p.top_p = 0.7f; /* 0.5 < 0.7 <= 0.75: tokens 0 and 1 */
+    p.seed = 3;
+    sampler *s = make(&p, 4);
+    int seen[4] = {0};
+    for (int i = 0; i < 3000; i++) seen[draw(s, l, 4)]++;
+    assert_true(seen[0] > 0 && seen[1] > 0);
+    assert_int_equal(seen[2] + seen[3], 0);
+    sampler_free(s);
+}
+
+static void test_min_p_drops_tokens_below_the_fraction_of_the_largest(void **state)
+{
+    (void)state;
+    const float l[3] = {logf(0.6f), logf(0.3f), logf(0.1f)};
+    sampler_params p = defaults();
+    p.min_p = 0.3f; /* 0.1 / 0.6 < 0.3 <= 0.3 / 0.6 */
+    p.seed = 5;
+    sampler *s = make(&p, 3);
+    int seen[3] = {0};
+    for (int i = 0; i < 3000; i++) seen[draw(s, l, 3)]++;
+    assert_true(seen[0] > 0 && seen[1] > 0);
+    assert_int_equal(seen[2], 0);
+    sampler_free(s);
+}
+
+static void test_logit_bias_moves_the_greedy_choice(void **state)
+{
+    (void)state;
+    const float l[4] = {1.0f, 2.0f, 0.0f, 0.5f};
+    const int32_t ids[1] = {2};
+    const float vals[1] = {2.5f};
+    sampler_params p = defaults();
+    p.temperature = 0.0f;
+    p.bias_ids = ids;
+    p.bias_values = vals;
+    p.n_bias = 1;
+    sampler *s = make(&p, 4);
+    assert_int_equal(draw(s, l, 4), 2);
+    sampler_free(s);
+}
+
+/* transformers' RepetitionPenaltyLogitsProcessor: positive logits divided,
+ * negative multiplied; OpenAI's presence and frequency penalties subtract. */
+static void test_penalties_follow_their_definitions(void **state)
+{
+    (void)state;
+    sampler_params p = defaults();
+    p.repetition_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.temperature = 0.0f;
+    sampler *s = make(&p, 4);
+    assert_int_equal(sampler_accept_prompt(s, 0), 0);
+    assert_int_equal(sampler_accept(s, 1), 0);
+    assert_int_equal(sampler_accept(s, 1), 0);
+    assert_int_equal(sampler_accept_prompt(s, 3), 0);
+    float l[4] = {4.0f, -1.0f, 1.0f, 3.0f};
+    sampler_sample(s, l, scratch);
+    assert_true(l[0] == 2.0f);                     /* prompt: repetition only */
+    assert_true(l[1] == -2.0f - 0.5f - 2 * 0.25f); /* output twice: all three */
+    assert_true(l[2] == 1.0f);                     /* unseen */
+    assert_true(l[3] == 1.5f);
+    sampler_free(s);
+}
+
+typedef struct ref_cand {
+    float logit;
+    int32_t id;
+} ref_cand;
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* top_k then top_p as their definitions read, with a full sort (the reference
+ * the sampler's heap must agree with): the set of ids that may be drawn. */
+static int32_t ref_keep(const float *l, int32_t V, float T, int32_t k, float top_p, uint8_t *keep)
+{
+    ref_cand *c = malloc((size_t)V * sizeof *c);
+    assert_non_null(c);
+    for (int32_t i = 0; i < V; i++) c[i] = (ref_cand){l[i] / T, i};
+    qsort(c, (size_t)V, sizeof *c, ref_cmp);
+    int32_t n = k > 0 && k < V ? k : V;
+    double total = 0, acc = 0;
+    for (int32_t i = 0; i < n; i++) total += exp((double)(c[i].logit - c[0].logit));
+    int32_t m = n;
+    for (int32_t i = 0; i < n && top_p < 1.0f; i++) {
+        acc += exp((double)(c[i].logit - c[0].logit));
+        if (acc >= (double)top_p * total) {
+            m = i + 1;
+            break;
+        }
+    }
+    memset(keep, 0, (size_t)V);
+    for (int32_t i = 0; i < m; i++) keep[c[i].id] = 1;
+    free(c);
+    return m;
+}
+
+static void test_top_k_top_p_agree_with_a_full_sort(void **state)
+{
+    (void)state;
+    enum { V = 1000 };
+    float l[V];
+    uint8_t keep[V];
+    uint32_t x = 99;
+    for (int i = 0; i < V; i++) {
+        x = x * 1103515245u + 12345u;
+        l[i] = (float)((x >> 16) % 64) / 8.0f; /* many ties */
+    }
+    const int32_t ks[3] = {0, 5, 40};
+    const float ps[3] = {1.0f, 0.5f, 0.9f};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            if (ks[a] == 0 && ps[b] == 1.0f) continue;
+            int32_t m = ref_keep(l, V, 0.8f, ks[a], ps[b], keep);
+            sampler_params p = defaults();
+            p.temperature = 0.8f;
+            p.top_k = ks[a];
+            p.top_p = ps[b];
+            p.seed = (uint64_t)(a * 3 + b);
+            sampler *s = make(&p, V);
+            float buf[V];
+            int seen_kept = 0;
+            uint8_t seen[V] = {0};
+            for (int i = 0; i < 3000; i++) {
+                memcpy(buf, l, sizeof buf);
+                int32_t t = sampler_sample(s, buf, scratch);
+                assert_true(keep[t]);
+                seen_kept += !seen[t];
+                seen[t] = 1;
+            }
+            assert_true(seen_kept == m || m > 40); /* small kept sets are all drawn */
+            sampler_free(s);
+        }
+}
+
+static void test_bad_parameters_name_the_field(void **state)
+{
+    (void)state;
+    sampler *s = NULL;
+    char msg[128];
+    sampler_params p = defaults();
+    p.top_p = 0.0f;
+    assert_int_equal(sampler_create(&p, 4, &s, msg, sizeof msg), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "top_p"));
+    p = defaults();
+    p.temperature = -1.0f;
+    assert_int_equal(sampler_create(&p, 4, &s, msg, sizeof msg), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "temperature"));
+    p = defaults();
+    p.temperature = NAN;
+    assert_int_equal(sampler_create(&p, 4, &s, msg, sizeof msg), DI_ERR_INVALID_ARGUMENT);
+    const int32_t ids[1] = {4};
+    const float vals[1] = {1.0f};
+    p = defaults();
+    p.bias_ids = ids;
+    p.bias_values = vals;
+    p.n_bias = 1;
+    assert_int_equal(sampler_create(&p, 4, &s, msg, sizeof msg), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "logit_bias[0]"));
+    assert_null(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_takes_the_largest_lowest_id_on_ties),
+        cmocka_unit_test(test_same_seed_same_tokens_other_seed_other_tokens),
+        cmocka_unit_test(test_draws_follow_the_softmax),
+        cmocka_unit_test(test_top_k_keeps_the_k_largest),
+        cmocka_unit_test(test_top_p_keeps_the_smallest_prefix_reaching_p),
+        cmocka_unit_test(test_min_p_drops_tokens_below_the_fraction_of_the_largest),
+        cmocka_unit_test(test_logit_bias_moves_the_greedy_choice),
+        cmocka_unit_test(test_penalties_follow_their_definitions),
+        cmocka_unit_test(test_top_k_top_p_agree_with_a_full_sort),
+        cmocka_unit_test(test_bad_parameters_name_the_field),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
