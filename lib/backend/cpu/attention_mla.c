@@ -7,8 +7,11 @@
 
 /* x86-64: an AVX2 clone of each task (x86-64-v3) chosen at load time by the
  * dynamic linker (ifunc), the baseline otherwise; both compute the same sums in
- * the same order (dot's partial sums are explicit), so results are identical. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+ * the same order (dot's partial sums are explicit), so results are identical.
+ * Not under ThreadSanitizer: its runtime is not ready when ifunc resolvers run
+ * during relocation (the test binaries crashed before main). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) &&       \
+    !defined(__SANITIZE_THREAD__)
 #    define MLA_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #    define MLA_CLONES
