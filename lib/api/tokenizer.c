@@ -7,6 +7,7 @@
 #include "api/error.h"
 #include "tokenizer/detokenize.h"
 #include "tokenizer/tokenizer.h"
+#include "util/file.h"
 
 struct di_detokenizer {
     tok_detok state;
@@ -14,6 +15,7 @@ struct di_detokenizer {
 
 static int looks_like_gguf(const char *path)
 {
+    if (di_regular_file(path) != 0) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     char magic[4] = {0};

@@ -254,7 +254,8 @@ static di_status parse(gguf_file *f, unsigned flags, char *msg, size_t msg_size)
 di_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *msg, size_t msg_size)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; fstat rejects it below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(msg, msg_size, "%s: cannot open: %s", path, strerror(errno));
         return DI_ERR_IO;

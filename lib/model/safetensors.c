@@ -228,6 +228,28 @@ static di_status parse(safetensors_file *f, const char *name, char *msg, size_t 
             goto done;
         }
     }
+    /* the tensors tile the data exactly, as the safetensors format requires: a
+     * gap or an uncovered tail means the header does not describe the file (a
+     * header length off by one would otherwise shift every tensor) */
+    uint64_t covered = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const safetensors_tensor *t = &f->tensors[i];
+        if (t->begin != covered) {
+            st = fail(msg, msg_size, name, DI_ERR_MODEL_FORMAT,
+                      "data bytes [%llu, %llu) belong to no tensor (before '%s'): the header does "
+                      "not describe the file",
+                      (unsigned long long)covered, (unsigned long long)t->begin, t->name);
+            goto done;
+        }
+        covered = t->end;
+    }
+    if (covered != buf_size) {
+        st = fail(msg, msg_size, name, DI_ERR_MODEL_FORMAT,
+                  "the tensors cover %llu of the %llu data bytes after the header: the header "
+                  "does not describe the file",
+                  (unsigned long long)covered, (unsigned long long)buf_size);
+        goto done;
+    }
 done:
     json_decref(root);
     return st;
@@ -260,7 +282,8 @@ di_status safetensors_open_memory(const void *data, size_t size, const char *nam
 di_status safetensors_open(const char *path, safetensors_file **out, char *msg, size_t msg_size)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; fstat rejects it below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(msg, msg_size, "%s: cannot open: %s", path, strerror(errno));
         return DI_ERR_IO;

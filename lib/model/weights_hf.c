@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "model/weights_internal.h"
+#include "util/file.h"
 
 typedef struct cfg_ctx {
     const char *file; /* "<dir>/config.json", for messages */
@@ -253,6 +254,10 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
+    if (di_regular_file(file) != 0)
+        return mw_fail(err, DI_ERR_IO, "%s: %s%s", file,
+                       errno == EINVAL ? "not a regular file" : "cannot open: ",
+                       errno == EINVAL ? "" : strerror(errno));
     json_error_t je;
     json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
@@ -486,6 +491,10 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
 static di_status open_index(model_weights *w, const char *dir, const char *index, int tie,
                             di_error **err)
 {
+    if (di_regular_file(index) != 0)
+        return mw_fail(err, DI_ERR_IO, "%s: %s%s", index,
+                       errno == EINVAL ? "not a regular file" : "cannot open: ",
+                       errno == EINVAL ? "" : strerror(errno));
     json_error_t je;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
     if (!root)

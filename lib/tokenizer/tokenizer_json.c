@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer.h"
+#include "util/file.h"
 
 /* Read a JSON string field; NULL when absent or not a string. */
 static const char *str_field(json_t *obj, const char *key)
@@ -426,6 +427,10 @@ static di_status parse_and_load(di_tokenizer_impl **out, json_t *root, json_erro
 
 di_status tok_load_json(di_tokenizer_impl **out, const char *path, tok_error *err)
 {
+    if (di_regular_file(path) != 0)
+        return tok_fail(err, DI_ERR_IO, "%s: %s%s", path,
+                        errno == EINVAL ? "not a regular file" : "cannot open: ",
+                        errno == EINVAL ? "" : strerror(errno));
     FILE *f = fopen(path, "rb");
     if (!f) return tok_fail(err, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     json_error_t jerr;
