@@ -1,4 +1,5 @@
 /* The public model API (deepinfer.h, "Models (CPU)") over lib/model/model.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -101,6 +102,15 @@ DI_API di_status di_model_eval(di_model *dm, const int32_t *tokens, size_t n_tok
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "flags: unknown bits set");
     if (n_tokens > (size_t)INT64_MAX / 2)
         return di_error_set(err, DI_ERR_CONTEXT_LENGTH, "n_tokens exceeds the context");
+    /* the context first: a count beyond it is refused before the ids are read */
+    int64_t room = model_n_ctx(dm->m) - model_n_past(dm->m);
+    if ((int64_t)n_tokens > room) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "%zu tokens after %lld already in the sequence exceed the context of %lld",
+                 n_tokens, (long long)model_n_past(dm->m), (long long)model_n_ctx(dm->m));
+        return di_error_set(err, DI_ERR_CONTEXT_LENGTH, msg);
+    }
     return model_forward(dm->m, tokens, (int64_t)n_tokens, logits,
                          (flags & DI_EVAL_ALL_LOGITS) != 0, err);
 }
