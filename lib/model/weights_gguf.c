@@ -90,7 +90,12 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     uint32_t v_len = 0, rope_dims = 0;
     opt_u32(f, arch, "attention.value_length", &v_len);
     opt_u32(f, arch, "rope.dimension_count", &rope_dims);
-    uint32_t head_dim = c->head_dim ? c->head_dim : (c->n_head ? c->n_embd / c->n_head : 0);
+    if (!c->head_dim && (c->n_head == 0 || c->n_embd % c->n_head != 0))
+        return mw_fail(err, DI_ERR_MODEL_FORMAT,
+                       "%s: %s.attention.head_count %u does not divide %s.embedding_length %u "
+                       "(and no %s.attention.key_length says the head width)",
+                       path, arch, c->n_head, arch, c->n_embd, arch);
+    uint32_t head_dim = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
     if (v_len && v_len != head_dim)
         return mw_fail(err, DI_ERR_UNSUPPORTED,
                        "%s: %s.attention.value_length %u differs from the key length %u", path,
