@@ -91,6 +91,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
             a->verbose = 1;
             continue;
         }
+        if (o[0] != '-') return usage(cmd, "unexpected argument (options only: see docs/cli.md)");
         if (i + 1 >= argc) return usage(cmd, "missing value after an option");
         const char *v = argv[++i];
         if (strcmp(o, "--model") == 0) {
@@ -209,31 +210,40 @@ static int run(const char *cmd, int argc, char **argv)
     if (a.verbose)
         fprintf(stderr, "deepinfer generate: KV cache %lld bytes per token (%s)\n",
                 (long long)di_model_kv_bytes_per_token(m), a.kv_f32 ? "f32" : "f16");
-    printf("[");
+    /* the IDs are printed only when every step succeeded: a failed run prints
+     * its error and nothing on stdout */
+    int32_t *out = a.max_tokens > 0 ? malloc((size_t)a.max_tokens * sizeof *out) : NULL;
+    if (a.max_tokens > 0 && !out) {
+        fprintf(stderr, "deepinfer generate: out of memory\n");
+        rc = EXIT_FAILED;
+        goto done;
+    }
     double t0 = now_s(), t1 = t0;
     if (a.max_tokens > 0) {
         if (di_model_eval(m, ids, n, logits, 0, &err) != DI_OK) {
-            printf("]\n");
+            free(out);
             rc = fail_error(cmd, err);
             goto done;
         }
         t1 = now_s();
         for (long i = 0; i < a.max_tokens; i++) {
             int32_t next = argmax(logits, vocab);
-            printf(i ? ",%d" : "%d", (int)next);
+            out[i] = next;
             if (i + 1 == a.max_tokens) break;
             if (di_model_eval(m, &next, 1, logits, 0, &err) != DI_OK) {
-                printf("]\n");
+                free(out);
                 rc = fail_error(cmd, err);
                 goto done;
             }
         }
     } else if (di_model_eval(m, ids, n, NULL, 0, &err) != DI_OK) {
-        printf("]\n");
         rc = fail_error(cmd, err);
         goto done;
     }
+    putchar('[');
+    for (long i = 0; i < a.max_tokens; i++) printf(i ? ",%d" : "%d", (int)out[i]);
     printf("]\n");
+    free(out);
     if (a.verbose && a.max_tokens > 1) {
         double t2 = now_s();
         fprintf(stderr,
