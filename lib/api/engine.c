@@ -413,6 +413,9 @@ DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
         pthread_mutex_unlock(&e->mu);
         return -(int64_t)DI_ERR_INVALID_STATE;
     }
+    /* the poller slot is taken before waiting: a second poller, or a destroy,
+     * while this thread waits is refused (it would deliver or free under us) */
+    e->in_poll = 1;
     if (!e->head && timeout_ms != 0) {
         if (timeout_ms < 0) {
             /* Nothing pending: nothing can arrive but a new request's events. */
@@ -432,7 +435,6 @@ DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
     }
     di_event *list = e->head;
     e->head = e->tail = NULL;
-    e->in_poll = 1;
     pthread_mutex_unlock(&e->mu);
     int64_t n = deliver(e, list);
     pthread_mutex_lock(&e->mu);

@@ -853,6 +853,29 @@ static void write_big_vocab_model(const char *dir)
     fclose(f);
 }
 
+static void *waiting_poller(void *arg)
+{
+    return (void *)(intptr_t)di_poll((di_engine *)arg, 1000);
+}
+
+/* The smallest input of a use-after-free a breaker found: a thread waiting in
+ * di_poll did not count as polling, so destroy (and a second poller) got in. */
+static void test_a_waiting_poller_excludes_destroy_and_other_pollers(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 2, 0, NULL, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiting_poller, e), 0);
+    struct timespec nap = {0, 200 * 1000000L};
+    nanosleep(&nap, NULL); /* the other thread is now waiting inside di_poll */
+    assert_int_equal(di_poll(e, 0), -(int64_t)DI_ERR_INVALID_STATE);
+    assert_int_equal(di_engine_destroy(e), DI_ERR_INVALID_STATE);
+    void *ret;
+    assert_int_equal(pthread_join(th, &ret), 0);
+    assert_int_equal((intptr_t)ret, 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_chat_request_streams_protocol_chunks(void **state)
 {
     (void)state;
@@ -1040,6 +1063,7 @@ int main(void)
         cmocka_unit_test(test_engine_config_errors_name_the_field),
         cmocka_unit_test(test_load_progress_reaches_one_and_can_cancel),
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
+        cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
     };
