@@ -143,10 +143,14 @@ static di_status skip_value(cursor *c, gguf_type type, const char *key, int dept
     return DI_OK;
 }
 
-static int cmp_offset(const void *a, const void *b)
+/* A tensor's data extent, for the overlap check. */
+typedef struct extent {
+    uint64_t offset, n_bytes, index;
+} extent;
+
+static int cmp_extent(const void *a, const void *b)
 {
-    const gguf_tensor_info *x = *(const gguf_tensor_info *const *)a,
-                           *y = *(const gguf_tensor_info *const *)b;
+    const extent *x = a, *y = b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
@@ -256,21 +260,22 @@ static di_status parse(gguf_file *f, unsigned flags, char *msg, size_t msg_size)
         }
         /* no two tensors may share bytes (a retyped or re-pointed tensor would
          * otherwise read another's data) */
-        const gguf_tensor_info **order = malloc((size_t)f->n_tensors * sizeof *order + 1);
+        extent *order = malloc((size_t)f->n_tensors * sizeof(extent) + 1);
         if (!order) return bad(&c, "out of memory checking tensor extents");
-        for (uint64_t i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
-        qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_offset);
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            order[i] = (extent){f->tensors[i].offset, f->tensors[i].n_bytes, i};
+        qsort(order, (size_t)f->n_tensors, sizeof(extent), cmp_extent);
         for (uint64_t i = 1; i < f->n_tensors; i++) {
-            const gguf_tensor_info *a = order[i - 1], *b = order[i];
+            const extent *a = &order[i - 1], *b = &order[i];
             if (b->offset < a->offset + a->n_bytes && b->n_bytes && a->n_bytes) {
+                const gguf_tensor_info *ta = &f->tensors[a->index], *tb = &f->tensors[b->index];
                 unsigned long long at = f->data_offset;
                 at += b->offset;
                 c.pos = (size_t)at;
-                di_status st = bad(&c, "tensors '%.*s' and '%.*s' overlap in the data section",
-                                   (int)(a->name_len < 64 ? a->name_len : 64), a->name,
-                                   (int)(b->name_len < 64 ? b->name_len : 64), b->name);
                 free(order);
-                return st;
+                return bad(&c, "tensors '%.*s' and '%.*s' overlap in the data section",
+                           (int)(ta->name_len < 64 ? ta->name_len : 64), ta->name,
+                           (int)(tb->name_len < 64 ? tb->name_len : 64), tb->name);
             }
         }
         free(order);
