@@ -615,7 +615,13 @@ DI_API const char *di_stream_event_text(const di_stream *s, size_t i, size_t *le
 /* Tool-call events: the call's 0-based index in the response, its id and its
  * function name (strings owned by the stream); -1 / NULL for other events. */
 DI_API int di_stream_event_call_index(const di_stream *s, size_t i);
+/* Tool-call events: the call id ("call_NN_…", as the protocol chunks carry it),
+ * NUL-terminated, owned by the stream and valid until di_stream_free; NULL for
+ * other events or i out of range. */
 DI_API const char *di_stream_event_call_id(const di_stream *s, size_t i);
+/* Tool-call events: the function name the model wrote (NUL-terminated; a name
+ * holding U+0000 is cut there — the chunks keep it whole), owned by the stream and
+ * valid until di_stream_free; NULL for other events or i out of range. */
 DI_API const char *di_stream_event_call_name(const di_stream *s, size_t i);
 
 /* The protocol chunks produced by the last ready/push/finish call, in order;
@@ -625,8 +631,17 @@ DI_API const char *di_stream_event_call_name(const di_stream *s, size_t i);
  * ("event: NAME\n" when named, "data: JSON\n\n"). After the final chunk of a Chat
  * stream, one more chunk has JSON NULL and SSE "data: [DONE]\n\n". */
 DI_API size_t di_stream_chunk_count(const di_stream *s);
+/* Chunk i's compact JSON (the SSE `data`), *len bytes when len is not NULL,
+ * NUL-terminated, owned by the stream until its next call; NULL for Chat's final
+ * "[DONE]" chunk and for i out of range (then *len is 0). */
 DI_API const char *di_stream_chunk_json(const di_stream *s, size_t i, size_t *len);
+/* Chunk i's SSE event name ("message_start", "response.output_text.delta", …;
+ * the JSON's `type`), owned by the stream until its next call; NULL for Chat's
+ * unnamed events and for i out of range. */
 DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i);
+/* Chunk i as the whole SSE message to write ("event: NAME\n" when named, then
+ * "data: JSON\n\n"; Chat's last is "data: [DONE]\n\n"), *len bytes when len is not
+ * NULL, owned by the stream until its next call; NULL for i out of range. */
 DI_API const char *di_stream_chunk_sse(const di_stream *s, size_t i, size_t *len);
 
 /* The complete response JSON (what a non-streaming request returns: the chunks
@@ -1028,12 +1043,23 @@ DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
 /* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
  * id and its function name (owned by the event); -1 / NULL otherwise. */
 DI_API int32_t di_event_tool_call_index(const di_event *ev);
+/* TOOL_CALL and TOOL_CALL_DELTA: the call id ("call_NN_…", as the protocol chunks
+ * carry it), NUL-terminated, owned by the event (valid while the callback runs);
+ * NULL for other kinds and for NULL. */
 DI_API const char *di_event_tool_call_id(const di_event *ev);
+/* TOOL_CALL and TOOL_CALL_DELTA: the function name the model wrote,
+ * NUL-terminated, owned by the event (valid while the callback runs); NULL for
+ * other kinds and for NULL. */
 DI_API const char *di_event_tool_call_name(const di_event *ev);
 /* CHUNK: the JSON (as di_event_text), the whole SSE message and the SSE event
  * name (NULL for Chat's unnamed events). NULL for other kinds. */
 DI_API const char *di_event_chunk_json(const di_event *ev, size_t *len);
+/* CHUNK: the whole SSE message to write ("event: NAME\n" when named, then
+ * "data: JSON\n\n"; Chat's last is "data: [DONE]\n\n"), *len bytes when len is not
+ * NULL, owned by the event (valid while the callback runs); NULL for other kinds. */
 DI_API const char *di_event_chunk_sse(const di_event *ev, size_t *len);
+/* CHUNK: the SSE event name (the JSON's `type` for Messages and Responses), owned
+ * by the event; NULL for Chat's unnamed events and for other kinds. */
 DI_API const char *di_event_chunk_name(const di_event *ev);
 /* DONE: DI_OK when the request ran to its end (end of sequence, a stop, its
  * token budget), DI_ERR_CANCELLED when cancelled (by di_cancel or the engine's
@@ -1053,6 +1079,8 @@ DI_API const char *di_event_finish_text(const di_event *ev);
 /* DONE: tokens of the prompt, of the output (every generated token), and of
  * the output's reasoning (protocol requests with a tokenizer); 0 otherwise. */
 DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
+/* DONE: tokens the request generated (every sampled token, the end-of-sequence
+ * token included); 0 for other kinds. */
 DI_API uint32_t di_event_completion_tokens(const di_event *ev);
 DI_API uint32_t di_event_reasoning_tokens(const di_event *ev);
 /* DONE of a protocol request that finished: the complete response JSON (what a
