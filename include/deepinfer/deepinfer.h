@@ -1076,12 +1076,14 @@ DI_API di_finish di_event_finish_reason(const di_event *ev);
 /* DONE: the protocol's finish reason ("stop", "length", "tool_calls",
  * "end_turn", …) for protocol requests; NULL otherwise. */
 DI_API const char *di_event_finish_text(const di_event *ev);
-/* DONE: tokens of the prompt, of the output (every generated token), and of
- * the output's reasoning (protocol requests with a tokenizer); 0 otherwise. */
+/* DONE: tokens of the prompt the request prefilled (after rendering, for
+ * protocol requests); 0 for other kinds. */
 DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
 /* DONE: tokens the request generated (every sampled token, the end-of-sequence
  * token included); 0 for other kinds. */
 DI_API uint32_t di_event_completion_tokens(const di_event *ev);
+/* DONE: of the completion tokens, those inside the reasoning block (protocol
+ * requests with a tokenizer); 0 otherwise. */
 DI_API uint32_t di_event_reasoning_tokens(const di_event *ev);
 /* DONE of a protocol request that finished: the complete response JSON (what a
  * non-streaming request returns, di_stream_response_json); NULL otherwise. */
