@@ -41,19 +41,6 @@ static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
     e->log(e->log_user, level, msg);
 }
 
-static di_status errf(di_error **err, di_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static di_status errf(di_error **err, di_status st, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return di_error_set(err, st, msg);
-}
-
 static void enqueue(di_engine *e, event_list *l)
 {
     if (!l->head) return;
@@ -243,9 +230,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         return di_error_set(err, DI_ERR_UNSUPPORTED,
                             "device: the CUDA backend is not built yet; use DI_DEVICE_CPU");
     if (c.device != DI_DEVICE_CPU)
-        return errf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d", (int)c.device);
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d",
+                             (int)c.device);
     if (c.encoding < 0 || c.encoding > DI_ENCODING_R1)
-        return errf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d", (int)c.encoding);
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d",
+                             (int)c.encoding);
     if (c.n_threads < 0 || c.n_threads > 1024)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "n_threads: expected 0 (all CPUs) to 1024");
@@ -478,8 +467,8 @@ DI_API di_status di_cancel(di_engine *e, uint64_t id, di_error **err)
     if (destroying) return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
     di_status st = sched_cancel(e->sched, id);
     if (st == DI_ERR_NOT_FOUND)
-        return errf(err, st, "no request has id %llu", (unsigned long long)id);
+        return di_error_setf(err, st, "no request has id %llu", (unsigned long long)id);
     if (st == DI_ERR_INVALID_STATE)
-        return errf(err, st, "request %llu has already finished", (unsigned long long)id);
+        return di_error_setf(err, st, "request %llu has already finished", (unsigned long long)id);
     return st;
 }

@@ -1,6 +1,8 @@
 /* di_error: see deepinfer.h and api/error.h. */
 #include "api/error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +28,26 @@ di_status di_error_set(di_error **err, di_status status, const char *message)
     }
     e->status = status;
     memcpy(e->message, message, n + 1);
+    *err = e;
+    return status;
+}
+
+di_status di_error_setf(di_error **err, di_status status, const char *fmt, ...)
+{
+    if (!err) return status;
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    di_error *e = n < 0 ? NULL : malloc(sizeof *e + (size_t)n + 1);
+    if (e) vsnprintf(e->message, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    if (!e) {
+        *err = (di_error *)&out_of_memory_error;
+        return status;
+    }
+    e->status = status;
     *err = e;
     return status;
 }

@@ -10,4 +10,8 @@
  * `return di_error_set(err, st, msg);`. */
 di_status di_error_set(di_error **err, di_status status, const char *message);
 
+/* di_error_set with a printf-style message (formatted whole, not truncated). */
+di_status di_error_setf(di_error **err, di_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

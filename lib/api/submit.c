@@ -15,19 +15,6 @@
 #include "api/struct_size.h"
 #include "sampler/sampler.h"
 
-static di_status errf(di_error **err, di_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static di_status errf(di_error **err, di_status st, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return di_error_set(err, st, msg);
-}
-
 DI_API void di_request_init(di_request *req)
 {
     if (!req) return;
@@ -83,8 +70,8 @@ static di_status template_sampling(const char *json, size_t len, sampler_params 
         if (!v || json_is_null(v)) continue;
         double x = json_number_value(v);
         if (!json_is_number(v) || x < nums[i].lo || x > nums[i].hi) {
-            st = errf(err, DI_ERR_INVALID_REQUEST, "%s: expected a number in [%g, %g]",
-                      nums[i].name, nums[i].lo, nums[i].hi);
+            st = di_error_setf(err, DI_ERR_INVALID_REQUEST, "%s: expected a number in [%g, %g]",
+                               nums[i].name, nums[i].lo, nums[i].hi);
             goto done;
         }
         *nums[i].field = (float)x;
@@ -122,7 +109,8 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     if (destroying) return di_error_set(err, DI_ERR_INVALID_STATE, "the engine is being destroyed");
     if (!q.on_event) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "on_event: must be set");
     if (q.protocol < 0 || q.protocol > DI_PROTOCOL_RESPONSES)
-        return errf(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown protocol %d", (int)q.protocol);
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "protocol: unknown protocol %d",
+                             (int)q.protocol);
     if (q.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     if (q.ignore_eos != 0 && q.ignore_eos != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "ignore_eos: expected 0 or 1");
@@ -134,9 +122,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stop_tokens: must not be NULL");
     for (size_t i = 0; i < q.n_stop_tokens; i++)
         if (q.stop_tokens[i] < 0 || q.stop_tokens[i] >= e->n_vocab)
-            return errf(err, DI_ERR_INVALID_ARGUMENT,
-                        "stop_tokens[%zu]: token id %d is outside the vocabulary of %d", i,
-                        (int)q.stop_tokens[i], (int)e->n_vocab);
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "stop_tokens[%zu]: token id %d is outside the vocabulary of %d", i,
+                                 (int)q.stop_tokens[i], (int)e->n_vocab);
 
     di_status st = DI_OK;
     di_prompt *prompt = NULL;
@@ -198,22 +186,23 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     }
     for (size_t i = 0; i < n_ids; i++)
         if (ids[i] < 0 || ids[i] >= e->n_vocab) {
-            st = errf(err, DI_ERR_INVALID_ARGUMENT,
-                      "tokens[%zu]: token id %d is outside the model's vocabulary of %d", i,
-                      (int)ids[i], (int)e->n_vocab);
+            st = di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                               "tokens[%zu]: token id %d is outside the model's vocabulary of %d",
+                               i, (int)ids[i], (int)e->n_vocab);
             goto fail;
         }
     if ((int64_t)n_ids >= e->n_ctx) {
-        st = errf(err, DI_ERR_CONTEXT_LENGTH,
-                  "the prompt's %zu tokens leave no room for output in the context of %lld "
-                  "tokens",
-                  n_ids, (long long)e->n_ctx);
+        st =
+            di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                          "the prompt's %zu tokens leave no room for output in the context of %lld "
+                          "tokens",
+                          n_ids, (long long)e->n_ctx);
         goto fail;
     }
     if (model_kv_blocks_for((int64_t)n_ids + 1) > model_kv_blocks_total(e->m)) {
-        st = errf(err, DI_ERR_CONTEXT_LENGTH,
-                  "the prompt's %zu tokens do not fit the KV cache budget of %d tokens", n_ids,
-                  (int)(model_kv_blocks_total(e->m) * MODEL_KV_BLOCK));
+        st = di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                           "the prompt's %zu tokens do not fit the KV cache budget of %d tokens",
+                           n_ids, (int)(model_kv_blocks_total(e->m) * MODEL_KV_BLOCK));
         goto fail;
     }
     int64_t room = e->n_ctx - (int64_t)n_ids, max_tokens = q.max_tokens;

@@ -38,6 +38,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/threadpool.h"
+#include "model/cpu_weights.h"
 
 /* The router's per-token work arrays (n_expert <= 4096 entries each), calloc'ed
  * once at load. */
@@ -95,34 +96,6 @@ struct dsv3 {
     int64_t max_ff;
 };
 
-static di_status fail(di_error **err, di_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static di_status fail(di_error **err, di_status st, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return di_error_set(err, st, msg);
-}
-
-static di_status vector_f32(const model_weights *w, const char *name, int64_t n, float **out,
-                            di_error **err)
-{
-    const model_tensor *t;
-    int64_t ne[1] = {n};
-    di_status st = model_weights_require(w, name, 1, ne, &t, err);
-    if (st != DI_OK) return st;
-    if (t->dtype != MODEL_DTYPE_F32 && t->dtype != MODEL_DTYPE_F16 && t->dtype != MODEL_DTYPE_BF16)
-        return fail(err, DI_ERR_UNSUPPORTED, "%s: a norm or bias must be f32, f16 or bf16", name);
-    *out = malloc((size_t)n * sizeof(float));
-    if (!*out) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
-    cpu_dequantize_row((int)t->dtype, t->data, *out, n);
-    return DI_OK;
-}
-
 static size_t max_sz(size_t a, size_t b)
 {
     return a > b ? a : b;
@@ -131,15 +104,8 @@ static size_t max_sz(size_t a, size_t b)
 static di_status matrix(dsv3 *d, const char *name, int64_t n_in, int64_t n_out,
                         const model_tensor **out, di_error **err)
 {
-    int64_t ne[2] = {n_in, n_out};
-    di_status st = model_weights_require(d->w, name, 2, ne, out, err);
+    di_status st = model_matrix(d->w, name, n_in, n_out, out, err);
     if (st != DI_OK) return st;
-    if (!cpu_matmul_supported((*out)->dtype, n_in) ||
-        ((*out)->dtype == MODEL_DTYPE_FP8_E4M3 && !(*out)->scale))
-        return fail(err, DI_ERR_UNSUPPORTED,
-                    "%s: the CPU backend has no matrix product for its dtype (%d) with rows of "
-                    "%lld elements",
-                    name, (int)(*out)->dtype, (long long)n_in);
     d->act_bytes =
         max_sz(d->act_bytes, cpu_matmul_scratch_bytes((*out)->dtype, n_in, d->opt.n_batch));
     return DI_OK;
@@ -180,7 +146,7 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     if ((st = matrix(d, name, nin, nout, &L->field, err)) != DI_OK) return st
 #define VEC(field, suffix, n)                                                                      \
     snprintf(name, sizeof name, "blk.%u." suffix, i);                                              \
-    if ((st = vector_f32(d->w, name, n, &L->field, err)) != DI_OK) return st
+    if ((st = model_vector_f32(d->w, name, n, &L->field, err)) != DI_OK) return st
     VEC(attn_norm, "attn_norm.weight", E);
     VEC(ffn_norm, "ffn_norm.weight", E);
     if (c->q_lora_rank) {
@@ -195,7 +161,8 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     MAT(wkv_b, "attn_kv_b", R, H * (c->qk_nope_head_dim + c->v_head_dim));
     MAT(wo, "attn_output", H * c->v_head_dim, E);
     if (!(L->kv_b = dequantize_matrix(L->wkv_b)))
-        return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading blk.%u.attn_kv_b", i);
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading blk.%u.attn_kv_b",
+                             i);
     L->moe = i >= c->n_layer_dense_lead;
     if (!L->moe) {
         MAT(w_gate, "ffn_gate", E, c->n_ff);
@@ -217,7 +184,8 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     L->up_exps = calloc(c->n_expert, sizeof(const model_tensor *));
     L->down_exps = calloc(c->n_expert, sizeof(const model_tensor *));
     if (!L->gate_exps || !L->up_exps || !L->down_exps)
-        return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the experts of layer %u", i);
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
+                             "out of memory loading the experts of layer %u", i);
     for (uint32_t e = 0; e < c->n_expert; e++) {
         int64_t ne_in[2] = {E, F}, ne_out[2] = {F, E};
         const char *kinds[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
@@ -242,11 +210,11 @@ static di_status load_mtp(dsv3 *d, di_error **err)
     di_status st;
     uint32_t L = c->n_layer;
     snprintf(name, sizeof name, "blk.%u.nextn.enorm.weight", L);
-    if ((st = vector_f32(d->w, name, E, &d->mtp_enorm, err)) != DI_OK) return st;
+    if ((st = model_vector_f32(d->w, name, E, &d->mtp_enorm, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "blk.%u.nextn.hnorm.weight", L);
-    if ((st = vector_f32(d->w, name, E, &d->mtp_hnorm, err)) != DI_OK) return st;
+    if ((st = model_vector_f32(d->w, name, E, &d->mtp_hnorm, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "blk.%u.nextn.shared_head_norm.weight", L);
-    if ((st = vector_f32(d->w, name, E, &d->mtp_norm, err)) != DI_OK) return st;
+    if ((st = model_vector_f32(d->w, name, E, &d->mtp_norm, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "blk.%u.nextn.eh_proj.weight", L);
     if ((st = matrix(d, name, 2 * E, E, &d->mtp_eh, err)) != DI_OK) return st;
     /* shared_head.head is the main LM head in DeepSeek-V3 (transformers ties it);
@@ -267,7 +235,7 @@ static float *alloc_f32(int64_t n)
 di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out, di_error **err)
 {
     dsv3 *d = calloc(1, sizeof *d);
-    if (!d) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the model");
+    if (!d) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the model");
     d->w = w;
     d->cfg = *model_weights_config(w);
     d->opt = *opt;
@@ -278,11 +246,11 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
                   full = H * (c->qk_nope_head_dim + c->v_head_dim), ctx = d->opt.n_ctx;
     if (R > 8192 || rope > 1024 || rope % 2 || qd > 4096 || c->v_head_dim > 4096 ||
         c->q_lora_rank > 65536) {
-        st = fail(err, DI_ERR_MODEL_FORMAT,
-                  "MLA dimensions out of range (kv_lora_rank %u, qk_rope_head_dim %u, "
-                  "qk_nope_head_dim %u, v_head_dim %u, q_lora_rank %u)",
-                  c->kv_lora_rank, c->qk_rope_head_dim, c->qk_nope_head_dim, c->v_head_dim,
-                  c->q_lora_rank);
+        st = di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                           "MLA dimensions out of range (kv_lora_rank %u, qk_rope_head_dim %u, "
+                           "qk_nope_head_dim %u, v_head_dim %u, q_lora_rank %u)",
+                           c->kv_lora_rank, c->qk_rope_head_dim, c->qk_nope_head_dim, c->v_head_dim,
+                           c->q_lora_rank);
         goto fail;
     }
     int64_t ne_embd[2] = {E, c->n_vocab};
@@ -292,13 +260,13 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     if (cpu_dtype_block_elems((int)d->tok_embd->dtype) == 0 ||
         d->tok_embd->dtype == MODEL_DTYPE_FP8_E4M3 ||
         E % cpu_dtype_block_elems((int)d->tok_embd->dtype) != 0) {
-        st = fail(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
-                  (int)d->tok_embd->dtype);
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
+                           (int)d->tok_embd->dtype);
         goto fail;
     }
     if ((st = matrix(d, c->tie_embeddings ? "token_embd.weight" : "output.weight", E, c->n_vocab,
                      &d->output, err)) != DI_OK ||
-        (st = vector_f32(w, "output_norm.weight", E, &d->output_norm, err)) != DI_OK)
+        (st = model_vector_f32(w, "output_norm.weight", E, &d->output_norm, err)) != DI_OK)
         goto fail;
     char mtp_name[96];
     snprintf(mtp_name, sizeof mtp_name, "blk.%u.nextn.eh_proj.weight", c->n_layer);
@@ -306,7 +274,7 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     d->has_mtp = c->n_nextn_layer > 0 && model_weights_get(w, mtp_name) != NULL;
     d->layers = calloc(c->n_layer + (uint32_t)d->has_mtp, sizeof *d->layers);
     if (!d->layers) {
-        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
     }
     for (uint32_t i = 0; i < c->n_layer + (uint32_t)d->has_mtp; i++)
@@ -316,7 +284,8 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     model_config rc = *c;
     rc.head_dim = c->qk_rope_head_dim;
     if ((st = cpu_rope_init(&d->rope, &rc)) != DI_OK) {
-        st = fail(err, st, "qk_rope_head_dim %u is not supported by RoPE", c->qk_rope_head_dim);
+        st = di_error_setf(err, st, "qk_rope_head_dim %u is not supported by RoPE",
+                           c->qk_rope_head_dim);
         goto fail;
     }
     /* transformers' yarn_apply_mscale: any rope scaling with mscale_all_dim. */
@@ -329,7 +298,7 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     d->shape =
         (cpu_mla_shape){(int)H, (int)c->qk_nope_head_dim, (int)rope, (int)c->v_head_dim, (int)R};
     if ((st = cpu_threadpool_create(d->opt.n_threads, &d->pool)) != DI_OK) {
-        st = fail(err, st, "cannot start %d threads", d->opt.n_threads);
+        st = di_error_setf(err, st, "cannot start %d threads", d->opt.n_threads);
         goto fail;
     }
     enum { BLOCK = 16 };
@@ -337,18 +306,18 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     if ((st = cpu_kv_cache_init_latent(&d->kv, d->opt.kv_dtype, (int)c->n_layer, (int)(R + rope),
                                        BLOCK, n_blocks)) != DI_OK ||
         (st = cpu_kv_seq_init(&d->seq, &d->kv, ctx)) != DI_OK) {
-        st = fail(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
+        st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
         goto fail;
     }
     if (d->has_mtp && ((st = cpu_kv_cache_init_latent(&d->mtp_kv, d->opt.kv_dtype, 1,
                                                       (int)(R + rope), BLOCK, n_blocks)) != DI_OK ||
                        (st = cpu_kv_seq_init(&d->mtp_seq, &d->mtp_kv, ctx)) != DI_OK)) {
-        st = fail(err, st, "cannot allocate the MTP layer's KV cache for %lld tokens",
-                  (long long)ctx);
+        st = di_error_setf(err, st, "cannot allocate the MTP layer's KV cache for %lld tokens",
+                           (long long)ctx);
         goto fail;
     }
     if (d->has_mtp && (!(d->hidden_out = alloc_f32(B * E)) || !(d->cat = alloc_f32(B * 2 * E)))) {
-        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
         goto fail;
     }
     int64_t ff = c->n_ff;
@@ -385,7 +354,7 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out
     if (!d->x || !d->h || !d->q || !d->qa || !d->kva || !d->attn || !d->gate || !d->up || !d->ffn ||
         !d->router || !d->xe || !d->ye || !d->rs || !d->sel || !d->sel_w || !d->kv_f32 ||
         !d->attn_scratch || !d->act || (d->opt.mla_naive && (!d->kv_full || !d->lat_rows))) {
-        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
     *out = d;
@@ -675,12 +644,13 @@ di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *
 {
     int64_t pos0 = d->seq.n_tokens;
     if (n_tokens > d->opt.n_ctx - pos0)
-        return fail(err, DI_ERR_CONTEXT_LENGTH,
-                    "%lld tokens after %lld already in the sequence exceed the context of %lld",
-                    (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
+        return di_error_setf(
+            err, DI_ERR_CONTEXT_LENGTH,
+            "%lld tokens after %lld already in the sequence exceed the context of %lld",
+            (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
     if (cpu_kv_seq_reserve(&d->seq, &d->kv, pos0 + n_tokens) != DI_OK)
-        return fail(err, DI_ERR_CONTEXT_LENGTH, "the KV cache has no room for %lld more tokens",
-                    (long long)n_tokens);
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
         int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
         int last = done + n == n_tokens;
@@ -696,19 +666,19 @@ di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *
 di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
                            float *logits, di_error **err)
 {
-    if (!d->has_mtp) return fail(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    if (!d->has_mtp) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
     const model_config *c = &d->cfg;
     const int64_t E = c->n_embd;
     const int ref = d->opt.use_ref;
     /* The MTP cache's k-th entry is token k + 1, at position k + 1. */
     int64_t k0 = d->mtp_seq.n_tokens;
     if (n_tokens > d->opt.n_ctx - 1 - k0)
-        return fail(err, DI_ERR_CONTEXT_LENGTH,
-                    "%lld MTP tokens after %lld exceed the context of %lld", (long long)n_tokens,
-                    (long long)k0, (long long)d->opt.n_ctx);
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "%lld MTP tokens after %lld exceed the context of %lld",
+                             (long long)n_tokens, (long long)k0, (long long)d->opt.n_ctx);
     if (cpu_kv_seq_reserve(&d->mtp_seq, &d->mtp_kv, k0 + n_tokens) != DI_OK)
-        return fail(err, DI_ERR_CONTEXT_LENGTH, "the MTP KV cache has no room for %lld tokens",
-                    (long long)n_tokens);
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the MTP KV cache has no room for %lld tokens", (long long)n_tokens);
     size_t erow = cpu_row_bytes((int)d->tok_embd->dtype, E);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
         int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;

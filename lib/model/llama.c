@@ -24,6 +24,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/threadpool.h"
+#include "model/cpu_weights.h"
 #include "model/deepseek_v3.h"
 #include "model/model.h"
 
@@ -58,50 +59,6 @@ struct model {
     size_t act_bytes;
 };
 
-static di_status fail(di_error **err, di_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static di_status fail(di_error **err, di_status st, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return di_error_set(err, st, msg);
-}
-
-/* A 1-D tensor of n elements as an owned f32 array. */
-static di_status vector_f32(const model_weights *w, const char *name, int64_t n, float **out,
-                            di_error **err)
-{
-    const model_tensor *t;
-    int64_t ne[1] = {n};
-    di_status st = model_weights_require(w, name, 1, ne, &t, err);
-    if (st != DI_OK) return st;
-    if (t->dtype != MODEL_DTYPE_F32 && t->dtype != MODEL_DTYPE_F16 && t->dtype != MODEL_DTYPE_BF16)
-        return fail(err, DI_ERR_UNSUPPORTED, "%s: a norm or bias must be f32, f16 or bf16", name);
-    *out = malloc((size_t)n * sizeof(float));
-    if (!*out) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
-    cpu_dequantize_row((int)t->dtype, t->data, *out, n);
-    return DI_OK;
-}
-
-static di_status matrix(const model_weights *w, const char *name, int64_t n_in, int64_t n_out,
-                        const model_tensor **out, di_error **err)
-{
-    int64_t ne[2] = {n_in, n_out};
-    di_status st = model_weights_require(w, name, 2, ne, out, err);
-    if (st != DI_OK) return st;
-    if (!cpu_matmul_supported((*out)->dtype, n_in) ||
-        ((*out)->dtype == MODEL_DTYPE_FP8_E4M3 && !(*out)->scale))
-        return fail(err, DI_ERR_UNSUPPORTED,
-                    "%s: the CPU backend has no matrix product for its dtype (%d) with rows of "
-                    "%lld elements",
-                    name, (int)(*out)->dtype, (long long)n_in);
-    return DI_OK;
-}
-
 static size_t max_sz(size_t a, size_t b)
 {
     return a > b ? a : b;
@@ -121,23 +78,26 @@ static di_status load_tensors(model *m, di_error **err)
     if (cpu_dtype_block_elems((int)m->tok_embd->dtype) == 0 ||
         m->tok_embd->dtype == MODEL_DTYPE_FP8_E4M3 ||
         E % cpu_dtype_block_elems((int)m->tok_embd->dtype) != 0)
-        return fail(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
-                    (int)m->tok_embd->dtype);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
+                             (int)m->tok_embd->dtype);
     if (c->tie_embeddings) {
-        if ((st = matrix(m->w, "token_embd.weight", E, c->n_vocab, &m->output, err)) != DI_OK)
+        if ((st = model_matrix(m->w, "token_embd.weight", E, c->n_vocab, &m->output, err)) != DI_OK)
             return st;
-    } else if ((st = matrix(m->w, "output.weight", E, c->n_vocab, &m->output, err)) != DI_OK) {
+    } else if ((st = model_matrix(m->w, "output.weight", E, c->n_vocab, &m->output, err)) !=
+               DI_OK) {
         return st;
     }
-    if ((st = vector_f32(m->w, "output_norm.weight", E, &m->output_norm, err)) != DI_OK) return st;
+    if ((st = model_vector_f32(m->w, "output_norm.weight", E, &m->output_norm, err)) != DI_OK)
+        return st;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
-    if (!m->layers) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
+    if (!m->layers)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
     size_t act = 0;
     for (uint32_t i = 0; i < c->n_layer; i++) {
         layer *L = &m->layers[i];
 #define MAT(field, suffix, nin, nout)                                                              \
     snprintf(name, sizeof name, "blk.%u." suffix ".weight", i);                                    \
-    if ((st = matrix(m->w, name, nin, nout, &L->field, err)) != DI_OK) return st;                  \
+    if ((st = model_matrix(m->w, name, nin, nout, &L->field, err)) != DI_OK) return st;            \
     act = max_sz(act, cpu_matmul_scratch_bytes(L->field->dtype, nin, m->opt.n_batch))
         MAT(wq, "attn_q", E, Q);
         MAT(wk, "attn_k", E, KV);
@@ -149,7 +109,7 @@ static di_status load_tensors(model *m, di_error **err)
 #undef MAT
 #define VEC(field, suffix, n)                                                                      \
     snprintf(name, sizeof name, "blk.%u." suffix, i);                                              \
-    if ((st = vector_f32(m->w, name, n, &L->field, err)) != DI_OK) return st
+    if ((st = model_vector_f32(m->w, name, n, &L->field, err)) != DI_OK) return st
         VEC(attn_norm, "attn_norm.weight", E);
         VEC(ffn_norm, "ffn_norm.weight", E);
         if (c->attn_qkv_bias) {
@@ -162,7 +122,7 @@ static di_status load_tensors(model *m, di_error **err)
         L->gate_up_shared = cpu_matmul_can_share(L->w_gate, L->w_up);
         if (m->opt.progress &&
             m->opt.progress(m->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0)
-            return fail(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
+            return di_error_setf(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
     }
     act = max_sz(act, cpu_matmul_scratch_bytes(m->output->dtype, E, m->opt.n_batch));
     m->act_bytes = act;
@@ -179,9 +139,9 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if (!path || !opt || !out || opt->n_threads < 1 || opt->n_ctx < 0 || opt->n_batch < 0 ||
         opt->n_kv_blocks < 0 ||
         (opt->kv_dtype != MODEL_DTYPE_F16 && opt->kv_dtype != MODEL_DTYPE_F32))
-        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_load: invalid arguments");
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_load: invalid arguments");
     model *m = calloc(1, sizeof *m);
-    if (!m) return fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+    if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
     di_status st = model_weights_open(path, &m->w, err);
     if (st != DI_OK) goto fail;
     m->cfg = *model_weights_config(m->w);
@@ -198,18 +158,20 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
         return DI_OK;
     }
     if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2) {
-        st = fail(err, DI_ERR_UNSUPPORTED, "%s: architecture %d does not run on the CPU", path,
-                  (int)c->arch);
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: architecture %d does not run on the CPU",
+                           path, (int)c->arch);
         goto fail;
     }
     if ((st = load_tensors(m, err)) != DI_OK) goto fail;
     if (c->head_dim > CPU_ATTENTION_MAX_HEAD_DIM) {
-        st = fail(err, DI_ERR_UNSUPPORTED, "%s: head dimension %u is over the CPU backend's %d",
-                  path, c->head_dim, (int)CPU_ATTENTION_MAX_HEAD_DIM);
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                           "%s: head dimension %u is over the CPU backend's %d", path, c->head_dim,
+                           (int)CPU_ATTENTION_MAX_HEAD_DIM);
         goto fail;
     }
     if ((st = cpu_rope_init(&m->rope, c)) != DI_OK) {
-        st = fail(err, st, "%s: head dimension %u is not supported by RoPE", path, c->head_dim);
+        st = di_error_setf(err, st, "%s: head dimension %u is not supported by RoPE", path,
+                           c->head_dim);
         goto fail;
     }
     /* A GGUF file (not a directory) runs against llama.cpp: its RoPE angles. */
@@ -219,7 +181,7 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
          c->rope_scaling == MODEL_ROPE_SCALING_LINEAR))
         m->rope.ggml_angles = 1;
     if ((st = cpu_threadpool_create(m->opt.n_threads, &m->pool)) != DI_OK) {
-        st = fail(err, st, "cannot start %d threads", m->opt.n_threads);
+        st = di_error_setf(err, st, "cannot start %d threads", m->opt.n_threads);
         goto fail;
     }
     enum { BLOCK = MODEL_KV_BLOCK };
@@ -229,10 +191,11 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                               (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
         int64_t nb = m->opt.kv_bytes / block_bytes;
         if (nb < 1 || nb > INT32_MAX) {
-            st = fail(err, DI_ERR_INVALID_ARGUMENT,
-                      "kv_cache_bytes: %lld bytes is not between one block of %d tokens (%lld "
-                      "bytes) and 2^31 blocks",
-                      (long long)m->opt.kv_bytes, BLOCK, (long long)block_bytes);
+            st = di_error_setf(
+                err, DI_ERR_INVALID_ARGUMENT,
+                "kv_cache_bytes: %lld bytes is not between one block of %d tokens (%lld "
+                "bytes) and 2^31 blocks",
+                (long long)m->opt.kv_bytes, BLOCK, (long long)block_bytes);
             goto fail;
         }
         n_blocks = (int32_t)nb;
@@ -243,7 +206,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if ((st = cpu_kv_cache_init(&m->kv, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
                                 (int)c->head_dim, BLOCK, n_blocks)) != DI_OK ||
         (st = cpu_kv_seq_init(&m->seq.kv, &m->kv, m->opt.n_ctx)) != DI_OK) {
-        st = fail(err, st, "cannot allocate the KV cache for %lld tokens", (long long)m->opt.n_ctx);
+        st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens",
+                           (long long)m->opt.n_ctx);
         goto fail;
     }
     const int64_t B = m->opt.n_batch, E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
@@ -261,7 +225,7 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     m->pos = malloc((size_t)B * sizeof *m->pos);
     if (!m->pos || !m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up ||
         !m->attn_scores || !m->act) {
-        st = fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
     *out = m;
@@ -338,13 +302,15 @@ di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, c
                             float *logits, di_error **err)
 {
     if (!m || !tokens || !hidden || n_tokens <= 0)
-        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_mtp_forward: no tokens or hidden rows");
-    if (!m->ds) return fail(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "model_mtp_forward: no tokens or hidden rows");
+    if (!m->ds) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
     for (int64_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
-            return fail(err, DI_ERR_INVALID_ARGUMENT,
-                        "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
-                        (long long)i, (int)tokens[i], m->cfg.n_vocab);
+            return di_error_setf(
+                err, DI_ERR_INVALID_ARGUMENT,
+                "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
+                (long long)i, (int)tokens[i], m->cfg.n_vocab);
     return dsv3_mtp_forward(m->ds, tokens, n_tokens, hidden, logits, err);
 }
 size_t model_kv_bytes_per_token(const model *m)
@@ -498,37 +464,39 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
                               di_error **err)
 {
     if (!m || !items || n_items <= 0)
-        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
     if (m->ds)
-        return fail(err, DI_ERR_UNSUPPORTED,
-                    "DeepSeek models run one sequence at a time (di_model_*), not batched yet");
+        return di_error_setf(
+            err, DI_ERR_UNSUPPORTED,
+            "DeepSeek models run one sequence at a time (di_model_*), not batched yet");
     int64_t total = 0;
     for (int i = 0; i < n_items; i++) {
         const model_batch_item *it = &items[i];
         if (!it->seq || !it->tokens || it->n_tokens <= 0)
-            return fail(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: no tokens", i);
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: no tokens", i);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
-                return fail(err, DI_ERR_INVALID_ARGUMENT,
-                            "items[%d]: its sequence is also "
-                            "items[%d]'s",
-                            i, j);
+                return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                     "items[%d]: its sequence is also "
+                                     "items[%d]'s",
+                                     i, j);
         for (int64_t t = 0; t < it->n_tokens; t++)
             if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab)
-                return fail(err, DI_ERR_INVALID_ARGUMENT,
-                            "items[%d].tokens[%lld] = %d is not a token id of this model "
-                            "(vocabulary of %u)",
-                            i, (long long)t, (int)it->tokens[t], m->cfg.n_vocab);
+                return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                     "items[%d].tokens[%lld] = %d is not a token id of this model "
+                                     "(vocabulary of %u)",
+                                     i, (long long)t, (int)it->tokens[t], m->cfg.n_vocab);
         int64_t end = it->seq->kv.n_tokens + it->n_tokens;
         if (model_kv_blocks_for(end) > it->seq->kv.n_blocks)
-            return fail(err, DI_ERR_INVALID_ARGUMENT,
-                        "items[%d]: no KV cache blocks reserved for %lld tokens", i,
-                        (long long)end);
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: no KV cache blocks reserved for %lld tokens", i,
+                                 (long long)end);
         total += it->n_tokens;
     }
     if (total > m->opt.n_batch)
-        return fail(err, DI_ERR_INVALID_ARGUMENT, "%lld tokens in one step exceed n_batch %lld",
-                    (long long)total, (long long)m->opt.n_batch);
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "%lld tokens in one step exceed n_batch %lld", (long long)total,
+                             (long long)m->opt.n_batch);
     forward_step(m, items, n_items, total, logits, 0);
     return DI_OK;
 }
@@ -537,22 +505,24 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
                         int all_logits, di_error **err)
 {
     if (!m || (!tokens && n_tokens > 0))
-        return fail(err, DI_ERR_INVALID_ARGUMENT, "model_forward: NULL argument");
-    if (n_tokens <= 0) return fail(err, DI_ERR_INVALID_ARGUMENT, "no tokens to run");
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward: NULL argument");
+    if (n_tokens <= 0) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "no tokens to run");
     for (int64_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
-            return fail(err, DI_ERR_INVALID_ARGUMENT,
-                        "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
-                        (long long)i, (int)tokens[i], m->cfg.n_vocab);
+            return di_error_setf(
+                err, DI_ERR_INVALID_ARGUMENT,
+                "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
+                (long long)i, (int)tokens[i], m->cfg.n_vocab);
     if (m->ds) return dsv3_forward(m->ds, tokens, n_tokens, logits, all_logits, err);
     int64_t pos0 = m->seq.kv.n_tokens;
     if (n_tokens > m->opt.n_ctx - pos0)
-        return fail(err, DI_ERR_CONTEXT_LENGTH,
-                    "%lld tokens after %lld already in the sequence exceed the context of %lld",
-                    (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
+        return di_error_setf(
+            err, DI_ERR_CONTEXT_LENGTH,
+            "%lld tokens after %lld already in the sequence exceed the context of %lld",
+            (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
     if (cpu_kv_seq_reserve(&m->seq.kv, &m->kv, pos0 + n_tokens) != DI_OK)
-        return fail(err, DI_ERR_CONTEXT_LENGTH, "the KV cache has no room for %lld more tokens",
-                    (long long)n_tokens);
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {
         int64_t n = n_tokens - done < m->opt.n_batch ? n_tokens - done : m->opt.n_batch;
         int last = done + n == n_tokens;

@@ -9,16 +9,6 @@
 #include "api/error.h"
 #include "model/weights_internal.h"
 
-di_status mw_fail(di_error **err, di_status st, const char *fmt, ...)
-{
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return di_error_set(err, st, msg);
-}
-
 void mw_config_defaults(model_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -44,20 +34,20 @@ di_status mw_add_tensor(model_weights *w, const char *file, const char *name, si
     if (w->n_tensors == w->cap_tensors) {
         size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 256;
         model_tensor *t = realloc(w->tensors, cap * sizeof *t);
-        if (!t) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+        if (!t) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
         w->tensors = t;
         w->cap_tensors = cap;
     }
     if (name_len > 1024)
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long", file,
-                       name_len);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long",
+                             file, name_len);
     int put = di_bytes_map_put(&w->by_name, name, name_len, (int32_t)w->n_tensors);
-    if (put < 0) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+    if (put < 0) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
     if (put == 1)
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.*s' appears twice", file,
-                       (int)name_len, name);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.*s' appears twice", file,
+                             (int)name_len, name);
     char *copy = malloc(name_len + 1);
-    if (!copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
+    if (!copy) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", file);
     memcpy(copy, name, name_len);
     copy[name_len] = '\0';
     model_tensor *t = &w->tensors[w->n_tensors++];
@@ -89,14 +79,14 @@ di_status model_weights_require(const model_weights *w, const char *name, uint32
 {
     *out = NULL;
     const model_tensor *t = model_weights_get(w, name);
-    if (!t) return mw_fail(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing", name);
+    if (!t) return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing", name);
     int same = t->n_dims == n_dims;
     for (uint32_t d = 0; same && d < n_dims; d++) same = t->ne[d] == ne[d];
     if (!same) {
         char want[96], got[96];
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "tensor '%s' has shape %s, expected %s", name,
-                       dims_str(got, sizeof got, t->n_dims, t->ne),
-                       dims_str(want, sizeof want, n_dims, ne));
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' has shape %s, expected %s",
+                             name, dims_str(got, sizeof got, t->n_dims, t->ne),
+                             dims_str(want, sizeof want, n_dims, ne));
     }
     *out = t;
     return DI_OK;
@@ -109,7 +99,7 @@ static di_status require(const model_weights *w, const char *path, const char *n
     const int64_t ne[4] = {ne0, ne1, 1, 1};
     di_error *e = NULL;
     if (model_weights_require(w, name, n_dims, ne, &t, &e) == DI_OK) return DI_OK;
-    di_status st = mw_fail(err, di_error_status(e), "%s: %s", path, di_error_message(e));
+    di_status st = di_error_setf(err, di_error_status(e), "%s: %s", path, di_error_message(e));
     di_error_free(e);
     return st;
 }
@@ -133,24 +123,24 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
     };
     for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
         if (limits[i].v == 0 || limits[i].v > limits[i].max)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: %s %u is out of range (1 to %u)", path,
-                           limits[i].what, limits[i].v, limits[i].max);
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: %s %u is out of range (1 to %u)",
+                                 path, limits[i].what, limits[i].v, limits[i].max);
     if (c->n_head % c->n_head_kv != 0)
-        return mw_fail(err, DI_ERR_MODEL_FORMAT,
-                       "%s: %u attention heads is not a multiple of %u key/value heads", path,
-                       c->n_head, c->n_head_kv);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: %u attention heads is not a multiple of %u key/value heads", path,
+                             c->n_head, c->n_head_kv);
     if (c->head_dim % 2 != 0)
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: head dimension %u is odd (RoPE needs pairs)",
-                       path, c->head_dim);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: head dimension %u is odd (RoPE needs pairs)", path, c->head_dim);
     if (!(c->rms_norm_eps > 0.0f && c->rms_norm_eps < 1.0f))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps %g is out of range (0, 1)", path,
-                       (double)c->rms_norm_eps);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps %g is out of range (0, 1)",
+                             path, (double)c->rms_norm_eps);
     if (!(c->rope_theta > 0.0f))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rope_theta %g is not positive", path,
-                       (double)c->rope_theta);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rope_theta %g is not positive", path,
+                             (double)c->rope_theta);
     if (!(c->rope_factor > 0.0f))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rope scaling factor %g is not positive", path,
-                       (double)c->rope_factor);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rope scaling factor %g is not positive",
+                             path, (double)c->rope_factor);
 
     const int64_t embd = c->n_embd, vocab = c->n_vocab, ff = c->n_ff;
     const int64_t q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
@@ -191,8 +181,8 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
         const model_tensor *t = &w->tensors[i];
         if (t->dtype != MODEL_DTYPE_FP8_E4M3) continue;
         if (!t->scale)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: fp8 tensor '%s' has no weight_scale_inv",
-                           path, t->name);
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: fp8 tensor '%s' has no weight_scale_inv", path, t->name);
     }
     return DI_OK;
 }
@@ -201,15 +191,15 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
 {
     if (out) *out = NULL;
     if (!path || !out)
-        return mw_fail(err, DI_ERR_INVALID_ARGUMENT, "model_weights_open: NULL %s",
-                       path ? "out" : "path");
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_weights_open: NULL %s",
+                             path ? "out" : "path");
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return mw_fail(err, DI_ERR_IO, "%s: cannot open: no such file or directory", path);
+        return di_error_setf(err, DI_ERR_IO, "%s: cannot open: no such file or directory", path);
     model_weights *w = calloc(1, sizeof *w);
     if (!w || di_bytes_map_init(&w->by_name, 512) != 0) {
         free(w);
-        return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
     }
     mw_config_defaults(&w->config);
     di_status st = S_ISDIR(sb.st_mode) ? mw_open_hf(w, path, err) : mw_open_gguf(w, path, err);

@@ -30,8 +30,8 @@ static di_status need_u32(const gguf_file *f, const char *path, const char *arch
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
     if (gguf_get_u32(f, full, out)) return DI_OK;
-    return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
-                   gguf_find(f, full) ? "not an unsigned integer" : "missing");
+    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                         gguf_find(f, full) ? "not an unsigned integer" : "missing");
 }
 
 static void opt_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out)
@@ -59,8 +59,9 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     const char *a;
     size_t alen;
     if (!gguf_get_string(f, "general.architecture", &a, &alen))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key general.architecture is %s",
-                       path, gguf_find(f, "general.architecture") ? "not a string" : "missing");
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: metadata key general.architecture is %s", path,
+                             gguf_find(f, "general.architecture") ? "not a string" : "missing");
     char arch[32];
     if (str_is(a, alen, "llama")) {
         c->arch = MODEL_ARCH_LLAMA;
@@ -71,9 +72,10 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
         c->arch = MODEL_ARCH_QWEN2;
         c->rope_style = MODEL_ROPE_NEOX; /* LLM_ARCH_QWEN2 is NEOX there */
     } else {
-        return mw_fail(err, DI_ERR_UNSUPPORTED,
-                       "%s: general.architecture '%.*s' is not supported (llama and qwen2 are)",
-                       path, (int)(alen < 64 ? alen : 64), a);
+        return di_error_setf(
+            err, DI_ERR_UNSUPPORTED,
+            "%s: general.architecture '%.*s' is not supported (llama and qwen2 are)", path,
+            (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
     di_status st;
@@ -91,25 +93,26 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     opt_u32(f, arch, "attention.value_length", &v_len);
     opt_u32(f, arch, "rope.dimension_count", &rope_dims);
     if (!c->head_dim && (c->n_head == 0 || c->n_embd % c->n_head != 0))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT,
-                       "%s: %s.attention.head_count %u does not divide %s.embedding_length %u "
-                       "(and no %s.attention.key_length says the head width)",
-                       path, arch, c->n_head, arch, c->n_embd, arch);
+        return di_error_setf(
+            err, DI_ERR_MODEL_FORMAT,
+            "%s: %s.attention.head_count %u does not divide %s.embedding_length %u "
+            "(and no %s.attention.key_length says the head width)",
+            path, arch, c->n_head, arch, c->n_embd, arch);
     uint32_t head_dim = c->head_dim ? c->head_dim : c->n_embd / c->n_head;
     if (v_len && v_len != head_dim)
-        return mw_fail(err, DI_ERR_UNSUPPORTED,
-                       "%s: %s.attention.value_length %u differs from the key length %u", path,
-                       arch, v_len, head_dim);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: %s.attention.value_length %u differs from the key length %u",
+                             path, arch, v_len, head_dim);
     if (rope_dims && rope_dims != head_dim)
-        return mw_fail(err, DI_ERR_UNSUPPORTED,
-                       "%s: %s.rope.dimension_count %u: partial rotary embeddings (head "
-                       "dimension %u) are not supported",
-                       path, arch, rope_dims, head_dim);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: %s.rope.dimension_count %u: partial rotary embeddings (head "
+                             "dimension %u) are not supported",
+                             path, arch, rope_dims, head_dim);
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (!gguf_get_f32(f, key, &c->rms_norm_eps))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, key,
-                       gguf_find(f, key) ? "not a float" : "missing");
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, key,
+                             gguf_find(f, key) ? "not a float" : "missing");
     opt_f32(f, arch, "rope.freq_base", &c->rope_theta);
 
     const char *s;
@@ -123,9 +126,9 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
         else if (str_is(s, slen, "yarn"))
             c->rope_scaling = MODEL_ROPE_SCALING_YARN;
         else
-            return mw_fail(err, DI_ERR_UNSUPPORTED,
-                           "%s: %s '%.*s' is not supported (none, linear, yarn are)", path, key,
-                           (int)(slen < 32 ? slen : 32), s);
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: %s '%.*s' is not supported (none, linear, yarn are)", path,
+                                 key, (int)(slen < 32 ? slen : 32), s);
     }
     opt_f32(f, arch, "rope.scaling.factor", &c->rope_factor);
     if (c->rope_factor == 0.0f) c->rope_factor = 1.0f; /* llama.cpp: 0 means none */
@@ -162,17 +165,17 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
 {
     char msg[512];
     di_status st = gguf_open(path, 0, &w->gguf, msg, sizeof msg);
-    if (st != DI_OK) return mw_fail(err, st, "%s", msg);
+    if (st != DI_OK) return di_error_setf(err, st, "%s", msg);
     const gguf_file *f = w->gguf;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor_info *ti = &f->tensors[i];
         model_dtype dt;
         if (!dtype_of(ti->type, &dt)) {
             const char *tn = gguf_tensor_type_name(ti->type);
-            return mw_fail(err, DI_ERR_UNSUPPORTED,
-                           "%s: tensor '%.*s' has ggml type %s (%u), which deepinfer does not run",
-                           path, (int)(ti->name_len < 128 ? ti->name_len : 128), ti->name,
-                           tn ? tn : "?", ti->type);
+            return di_error_setf(
+                err, DI_ERR_UNSUPPORTED,
+                "%s: tensor '%.*s' has ggml type %s (%u), which deepinfer does not run", path,
+                (int)(ti->name_len < 128 ? ti->name_len : 128), ti->name, tn ? tn : "?", ti->type);
         }
         int64_t ne[4];
         for (int d = 0; d < 4; d++) ne[d] = (int64_t)ti->dims[d];

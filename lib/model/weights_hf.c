@@ -25,10 +25,10 @@ typedef struct cfg_ctx {
 static di_status need_uint(cfg_ctx *c, const char *key, uint32_t *out)
 {
     json_t *v = json_object_get(c->root, key);
-    if (!v) return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is missing", c->file, key);
+    if (!v) return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is missing", c->file, key);
     if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > UINT32_MAX)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer", c->file,
-                       key);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer",
+                             c->file, key);
     *out = (uint32_t)json_integer_value(v);
     return DI_OK;
 }
@@ -39,8 +39,8 @@ static di_status opt_uint(cfg_ctx *c, json_t *obj, const char *key, uint32_t *ou
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > UINT32_MAX)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer", c->file,
-                       key);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a positive integer",
+                             c->file, key);
     *out = (uint32_t)json_integer_value(v);
     return DI_OK;
 }
@@ -51,7 +51,7 @@ static di_status opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_number(v))
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a number", c->file, key);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a number", c->file, key);
     *out = (float)json_number_value(v);
     return DI_OK;
 }
@@ -64,8 +64,9 @@ static di_status token_id(cfg_ctx *c, const char *key, int32_t *out)
     if (json_is_array(v)) v = json_array_get(v, 0);
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
-                       "%s: %s is not a token id (an integer or a list of them)", c->file, key);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: %s is not a token id (an integer or a list of them)", c->file,
+                             key);
     *out = (int32_t)json_integer_value(v);
     return DI_OK;
 }
@@ -89,14 +90,15 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
     if (!r || json_is_null(r)) r = json_object_get(c->root, which = "rope_scaling");
     if (!r || json_is_null(r)) return DI_OK;
     if (!json_is_object(r))
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an object", c->file, which);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an object", c->file,
+                             which);
     if ((st = opt_float(c, r, "rope_theta", &m->rope_theta)) != DI_OK) return st;
     json_t *t = json_object_get(r, "rope_type");
     if (!t) t = json_object_get(r, "type");
     const char *type = json_is_string(t) ? json_string_value(t) : NULL;
     if (t && !type)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.rope_type is not a string", c->file,
-                       which);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.rope_type is not a string",
+                             c->file, which);
     if (!type || strcmp(type, "default") == 0)
         m->rope_scaling = MODEL_ROPE_SCALING_NONE;
     else if (strcmp(type, "linear") == 0)
@@ -106,13 +108,15 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
     else if (strcmp(type, "llama3") == 0)
         m->rope_scaling = MODEL_ROPE_SCALING_LLAMA3;
     else
-        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
-                       "%s: %s.rope_type '%.32s' is not supported (default, linear, yarn, llama3 "
-                       "are)",
-                       c->file, which, type);
+        return di_error_setf(
+            c->err, DI_ERR_UNSUPPORTED,
+            "%s: %s.rope_type '%.32s' is not supported (default, linear, yarn, llama3 "
+            "are)",
+            c->file, which, type);
     if (m->rope_scaling == MODEL_ROPE_SCALING_NONE) return DI_OK;
     if (!json_object_get(r, "factor"))
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.factor is missing", c->file, which);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.factor is missing", c->file,
+                             which);
     if ((st = opt_float(c, r, "factor", &m->rope_factor)) != DI_OK ||
         (st = opt_uint(c, r, "original_max_position_embeddings", &m->rope_orig_ctx)) != DI_OK ||
         (st = opt_float(c, r, "beta_fast", &m->yarn_beta_fast)) != DI_OK ||
@@ -123,17 +127,17 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
         (st = opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
         return st;
     if (m->rope_scaling == MODEL_ROPE_SCALING_LLAMA3 && !m->rope_orig_ctx)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
-                       "%s: %s.original_max_position_embeddings is missing (llama3 needs it)",
-                       c->file, which);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: %s.original_max_position_embeddings is missing (llama3 needs it)",
+                             c->file, which);
     if (m->rope_scaling != MODEL_ROPE_SCALING_YARN) return DI_OK;
     /* Without original_max_position_embeddings transformers' YaRN uses
      * max_position_embeddings. */
     if (!m->rope_orig_ctx) m->rope_orig_ctx = m->n_ctx_train;
     json_t *tr = json_object_get(r, "truncate");
     if (tr && !json_is_boolean(tr))
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.truncate is not a boolean", c->file,
-                       which);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.truncate is not a boolean",
+                             c->file, which);
     m->yarn_truncate = !json_is_false(tr);
     /* transformers' _compute_yarn_parameters: attention_factor, else the ratio
      * of get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
@@ -159,8 +163,8 @@ static di_status opt_count(cfg_ctx *c, const char *key, uint32_t *out)
     json_t *v = json_object_get(c->root, key);
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20)
-        return mw_fail(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an integer in [0, 2^20]",
-                       c->file, key);
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an integer in [0, 2^20]",
+                             c->file, key);
     *out = (uint32_t)json_integer_value(v);
     return DI_OK;
 }
@@ -201,8 +205,8 @@ static di_status read_deepseek(cfg_ctx *c, model_config *m)
     /* transformers' DeepseekV2 router never renormalises the top-k weights. */
     if (json_is_true(json_object_get(c->root, "attention_bias")) ||
         json_is_true(json_object_get(c->root, "mlp_bias")))
-        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
-                       "%s: attention_bias or mlp_bias true is not supported", c->file);
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: attention_bias or mlp_bias true is not supported", c->file);
     m->norm_topk_prob = v3 && json_is_true(json_object_get(c->root, "norm_topk_prob"));
     m->head_dim = m->qk_nope_head_dim + m->qk_rope_head_dim;
     m->n_head_kv = m->n_head;
@@ -213,9 +217,10 @@ static di_status read_deepseek(cfg_ctx *c, model_config *m)
     m->expert_gating = v3 ? MODEL_EXPERT_GATING_SIGMOID : MODEL_EXPERT_GATING_SOFTMAX;
     json_t *sf = json_object_get(c->root, "scoring_func");
     if (json_is_string(sf) && strcmp(json_string_value(sf), v3 ? "sigmoid" : "softmax") != 0)
-        return mw_fail(c->err, DI_ERR_UNSUPPORTED,
-                       "%s: scoring_func '%.32s' is not supported for this architecture (%s is)",
-                       c->file, json_string_value(sf), v3 ? "sigmoid" : "softmax");
+        return di_error_setf(
+            c->err, DI_ERR_UNSUPPORTED,
+            "%s: scoring_func '%.32s' is not supported for this architecture (%s is)", c->file,
+            json_string_value(sf), v3 ? "sigmoid" : "softmax");
     const char *method = v3 ? "noaux_tc" : "greedy";
     json_t *tm = json_object_get(c->root, "topk_method");
     if (json_is_string(tm)) method = json_string_value(tm);
@@ -226,25 +231,26 @@ static di_status read_deepseek(cfg_ctx *c, model_config *m)
     else if (!v3 && strcmp(method, "group_limited_greedy") == 0)
         m->topk_method = MODEL_TOPK_GROUP_LIMITED;
     else
-        return mw_fail(c->err, DI_ERR_UNSUPPORTED, "%s: topk_method '%.32s' is not supported (%s)",
-                       c->file, method, v3 ? "noaux_tc is" : "greedy and group_limited_greedy are");
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: topk_method '%.32s' is not supported (%s)", c->file, method,
+                             v3 ? "noaux_tc is" : "greedy and group_limited_greedy are");
     if (m->n_expert) {
         if (!m->n_ff_exp || !m->n_expert_used || m->n_expert_used > m->n_expert || !m->n_group ||
             m->n_expert % m->n_group != 0 || !m->topk_group || m->topk_group > m->n_group ||
             m->n_expert > 4096 || m->n_expert_used > 64)
-            return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
-                           "%s: the MoE fields are inconsistent (n_routed_experts %u, "
-                           "num_experts_per_tok %u, n_group %u, topk_group %u, "
-                           "moe_intermediate_size %u)",
-                           c->file, m->n_expert, m->n_expert_used, m->n_group, m->topk_group,
-                           m->n_ff_exp);
+            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                                 "%s: the MoE fields are inconsistent (n_routed_experts %u, "
+                                 "num_experts_per_tok %u, n_group %u, topk_group %u, "
+                                 "moe_intermediate_size %u)",
+                                 c->file, m->n_expert, m->n_expert_used, m->n_group, m->topk_group,
+                                 m->n_ff_exp);
         if (m->topk_method == MODEL_TOPK_NOAUX_TC &&
             (m->n_expert / m->n_group < 2 ||
              (uint64_t)m->n_expert_used > (uint64_t)m->topk_group * (m->n_expert / m->n_group)))
-            return mw_fail(c->err, DI_ERR_MODEL_FORMAT,
-                           "%s: noaux_tc routing needs at least 2 experts per group and "
-                           "num_experts_per_tok <= topk_group * experts per group",
-                           c->file);
+            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                                 "%s: noaux_tc routing needs at least 2 experts per group and "
+                                 "num_experts_per_tok <= topk_group * experts per group",
+                                 c->file);
     }
     if (m->n_layer_dense_lead > m->n_layer || !m->n_expert) m->n_layer_dense_lead = m->n_layer;
     return DI_OK;
@@ -255,30 +261,31 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
     if (di_regular_file(file) != 0)
-        return mw_fail(err, DI_ERR_IO, "%s: %s%s", file,
-                       errno == EINVAL ? "not a regular file" : "cannot open: ",
-                       errno == EINVAL ? "" : strerror(errno));
+        return di_error_setf(err, DI_ERR_IO, "%s: %s%s", file,
+                             errno == EINVAL ? "not a regular file" : "cannot open: ",
+                             errno == EINVAL ? "" : strerror(errno));
     json_error_t je;
     json_t *root = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         struct stat sb;
         if (stat(file, &sb) != 0)
-            return mw_fail(err, DI_ERR_IO, "%s: cannot open: no such file", file);
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not valid JSON: %s (line %d, byte offset %d)",
-                       file, je.text, je.line, je.position);
+            return di_error_setf(err, DI_ERR_IO, "%s: cannot open: no such file", file);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: not valid JSON: %s (line %d, byte offset %d)", file, je.text,
+                             je.line, je.position);
     }
     cfg_ctx c = {file, root, err};
     model_config *m = &w->config;
     di_status st = DI_OK;
     if (!json_is_object(root)) {
-        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not a JSON object", file);
+        st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: not a JSON object", file);
         goto done;
     }
     json_t *archs = json_object_get(root, "architectures");
     const char *arch = json_string_value(json_array_get(archs, 0));
     if (!arch) {
-        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: architectures is %s", file,
-                     archs ? "not a list of strings" : "missing");
+        st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: architectures is %s", file,
+                           archs ? "not a list of strings" : "missing");
         goto done;
     }
     if (strcmp(arch, "LlamaForCausalLM") == 0)
@@ -290,10 +297,10 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
     else if (strcmp(arch, "DeepseekV2ForCausalLM") == 0)
         m->arch = MODEL_ARCH_DEEPSEEK_V2;
     else {
-        st = mw_fail(err, DI_ERR_UNSUPPORTED,
-                     "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM, "
-                     "Qwen2ForCausalLM, DeepseekV3ForCausalLM and DeepseekV2ForCausalLM are)",
-                     file, arch);
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                           "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM, "
+                           "Qwen2ForCausalLM, DeepseekV3ForCausalLM and DeepseekV2ForCausalLM are)",
+                           file, arch);
         goto done;
     }
     m->rope_style = MODEL_ROPE_NEOX; /* transformers' rotate_half, weights as trained */
@@ -311,7 +318,7 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         (st = token_id(&c, "eos_token_id", &m->eos_token_id)) != DI_OK)
         goto done;
     if (!json_object_get(root, "rms_norm_eps")) {
-        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps is missing", file);
+        st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps is missing", file);
         goto done;
     }
     if ((st = opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
@@ -324,20 +331,23 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
     *tie = json_is_true(tw);
     json_t *act = json_object_get(root, "hidden_act");
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
-        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: hidden_act %s%.32s%s is not supported (silu is)",
-                     file, json_is_string(act) ? "'" : "",
-                     json_is_string(act) ? json_string_value(act) : "(not a string)",
-                     json_is_string(act) ? "'" : "");
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                           "%s: hidden_act %s%.32s%s is not supported (silu is)", file,
+                           json_is_string(act) ? "'" : "",
+                           json_is_string(act) ? json_string_value(act) : "(not a string)",
+                           json_is_string(act) ? "'" : "");
         goto done;
     }
     if (json_is_true(json_object_get(root, "use_sliding_window"))) {
-        st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported", file);
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported",
+                           file);
         goto done;
     }
     const char *biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2 && m->arch == MODEL_ARCH_LLAMA; i++)
         if (json_is_true(json_object_get(root, biases[i]))) {
-            st = mw_fail(err, DI_ERR_UNSUPPORTED, "%s: %s true is not supported", file, biases[i]);
+            st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: %s true is not supported", file,
+                               biases[i]);
             goto done;
         }
 done:
@@ -440,21 +450,22 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
     char **paths = shards ? realloc(w->shard_paths, (w->n_shards + 1) * sizeof *paths) : NULL;
     if (paths) w->shard_paths = paths;
     char *path_copy = paths ? strdup(path) : NULL;
-    if (!path_copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
+    if (!path_copy)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
     char msg[768];
     safetensors_file *f;
     di_status st = safetensors_open(path, &f, msg, sizeof msg);
     if (st != DI_OK) {
         free(path_copy);
-        return mw_fail(err, st, "%s", msg);
+        return di_error_setf(err, st, "%s", msg);
     }
     w->shards[w->n_shards] = f;
     w->shard_paths[w->n_shards++] = path_copy;
     for (size_t i = 0; i < f->n_tensors; i++) {
         const safetensors_tensor *t = &f->tensors[i];
         if (strlen(t->name) > 1024)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor name of %zu bytes is too long",
-                           path, strlen(t->name));
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: tensor name of %zu bytes is too long", path, strlen(t->name));
         char name[1100];
         if (!gguf_name(t->name, name, sizeof name)) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
@@ -471,10 +482,12 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
         if ((uintptr_t)data % es != 0) {
             /* The format does not promise alignment: copy to an aligned buffer. */
             void **owned = realloc(w->owned, (w->n_owned + 1) * sizeof *owned);
-            if (!owned) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+            if (!owned)
+                return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
             w->owned = owned;
             void *copy = malloc(n_bytes ? n_bytes : 1);
-            if (!copy) return mw_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+            if (!copy)
+                return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
             memcpy(copy, data, n_bytes);
             w->owned[w->n_owned++] = copy;
             data = copy;
@@ -492,19 +505,20 @@ static di_status open_index(model_weights *w, const char *dir, const char *index
                             di_error **err)
 {
     if (di_regular_file(index) != 0)
-        return mw_fail(err, DI_ERR_IO, "%s: %s%s", index,
-                       errno == EINVAL ? "not a regular file" : "cannot open: ",
-                       errno == EINVAL ? "" : strerror(errno));
+        return di_error_setf(err, DI_ERR_IO, "%s: %s%s", index,
+                             errno == EINVAL ? "not a regular file" : "cannot open: ",
+                             errno == EINVAL ? "" : strerror(errno));
     json_error_t je;
     json_t *root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: not valid JSON: %s (line %d, byte offset %d)",
-                       index, je.text, je.line, je.position);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: not valid JSON: %s (line %d, byte offset %d)", index, je.text,
+                             je.line, je.position);
     di_status st = DI_OK;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0) {
-        st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: weight_map is %s", index,
-                     map ? "not a non-empty object" : "missing");
+        st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: weight_map is %s", index,
+                           map ? "not a non-empty object" : "missing");
         goto done;
     }
     const char *name;
@@ -513,8 +527,8 @@ static di_status open_index(model_weights *w, const char *dir, const char *index
     {
         const char *file = json_string_value(v);
         if (!file || !*file || strchr(file, '/') || strcmp(file, "..") == 0) {
-            st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: weight_map['%.128s'] is not a file name",
-                         index, name);
+            st = di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                               "%s: weight_map['%.128s'] is not a file name", index, name);
             goto done;
         }
         char path[4096];
@@ -525,15 +539,15 @@ static di_status open_index(model_weights *w, const char *dir, const char *index
         if (s == w->n_shards) {
             struct stat sb;
             if (stat(path, &sb) != 0) {
-                st = mw_fail(err, DI_ERR_IO, "%s: shard %s (of tensor '%.128s') is missing", index,
-                             path, name);
+                st = di_error_setf(err, DI_ERR_IO, "%s: shard %s (of tensor '%.128s') is missing",
+                                   index, path, name);
                 goto done;
             }
             if ((st = add_shard(w, path, tie, err)) != DI_OK) goto done;
         }
         if (!safetensors_find(w->shards[s], name)) {
-            st = mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.128s' is not in %s", index, name,
-                         path);
+            st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%.128s' is not in %s", index,
+                               name, path);
             goto done;
         }
     }
@@ -555,17 +569,19 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
         snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
         model_tensor *t = (model_tensor *)model_weights_get(w, base);
         if (!t)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT,
-                           "%s: '%s' scales a tensor that is missing (%s)", dir, s->name, base);
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: '%s' scales a tensor that is missing (%s)", dir, s->name,
+                                 base);
         if (t->dtype != MODEL_DTYPE_FP8_E4M3)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8", dir,
-                           s->name, base);
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
+                                 dir, s->name, base);
         int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
         if (s->dtype != MODEL_DTYPE_F32 || t->n_dims != 2 || s->n_dims != 2 || s->ne[0] != b0 ||
             s->ne[1] != b1)
-            return mw_fail(err, DI_ERR_MODEL_FORMAT,
-                           "%s: '%s' must be F32 of shape {%lld, %lld} (128x128 blocks of '%s')",
-                           dir, s->name, (long long)b0, (long long)b1, base);
+            return di_error_setf(
+                err, DI_ERR_MODEL_FORMAT,
+                "%s: '%s' must be F32 of shape {%lld, %lld} (128x128 blocks of '%s')", dir, s->name,
+                (long long)b0, (long long)b1, base);
         t->scale = s;
     }
     return DI_OK;
@@ -584,7 +600,7 @@ di_status mw_open_hf(model_weights *w, const char *dir, di_error **err)
     } else {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         if (stat(path, &sb) != 0)
-            return mw_fail(
+            return di_error_setf(
                 err, DI_ERR_IO,
                 "%s: neither model.safetensors nor model.safetensors.index.json is there", dir);
         st = add_shard(w, path, tie, err);
@@ -593,7 +609,8 @@ di_status mw_open_hf(model_weights *w, const char *dir, di_error **err)
     if ((st = attach_scales(w, dir, err)) != DI_OK) return st;
     w->config.attn_qkv_bias = model_weights_get(w, "blk.0.attn_q.bias") != NULL;
     if (!tie && !model_weights_get(w, "output.weight"))
-        return mw_fail(err, DI_ERR_MODEL_FORMAT,
-                       "%s: lm_head.weight is missing and tie_word_embeddings is not true", dir);
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: lm_head.weight is missing and tie_word_embeddings is not true",
+                             dir);
     return DI_OK;
 }

@@ -4,6 +4,7 @@
 #ifndef DI_MODEL_WEIGHTS_INTERNAL_H
 #define DI_MODEL_WEIGHTS_INTERNAL_H
 
+#include "api/error.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -21,10 +22,6 @@ struct model_weights {
     void **owned; /* aligned copies of tensors whose data was misaligned in the map */
     size_t n_owned;
 };
-
-/* Format a message, set *err to it and return st. */
-di_status mw_fail(di_error **err, di_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Append a tensor named name[0, name_len) (a GGUF name). A name already present
  * is DI_ERR_MODEL_FORMAT naming `file`. ne[n_dims..4) must be 1. */

@@ -1,0 +1,52 @@
+/* di_error_set / di_error_setf: the status and message a caller reads back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "api/error.h"
+
+static void test_setf_formats_the_message(void **state)
+{
+    (void)state;
+    di_error *err = NULL;
+    assert_int_equal(di_error_setf(&err, DI_ERR_MODEL_FORMAT, "%s: %d of %lld", "w.bin", 3, 7LL),
+                     DI_ERR_MODEL_FORMAT);
+    assert_non_null(err);
+    assert_int_equal(di_error_status(err), DI_ERR_MODEL_FORMAT);
+    assert_string_equal(di_error_message(err), "w.bin: 3 of 7");
+    di_error_free(err);
+}
+
+static void test_setf_keeps_a_long_message_whole(void **state)
+{
+    (void)state;
+    char name[3000];
+    memset(name, 'x', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    di_error *err = NULL;
+    di_error_setf(&err, DI_ERR_UNSUPPORTED, "%s: unsupported", name);
+    assert_int_equal(strlen(di_error_message(err)), sizeof name - 1 + strlen(": unsupported"));
+    assert_memory_equal(di_error_message(err), name, sizeof name - 1);
+    di_error_free(err);
+}
+
+static void test_setf_without_err_returns_the_status(void **state)
+{
+    (void)state;
+    assert_int_equal(di_error_setf(NULL, DI_ERR_BACKEND, "%d", 1), DI_ERR_BACKEND);
+    assert_int_equal(di_error_set(NULL, DI_ERR_BACKEND, "x"), DI_ERR_BACKEND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_setf_formats_the_message),
+        cmocka_unit_test(test_setf_keeps_a_long_message_whole),
+        cmocka_unit_test(test_setf_without_err_returns_the_status),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
