@@ -157,16 +157,56 @@ static rc_piece *add_piece(rc_parser *p, rc_pieces *out, rc_piece_class cls, uin
     return pc;
 }
 
+/* Both stages hold undecided text the same way: the bytes (text), the push
+ * number of each byte (pushes, capacity *cap) and the empty pushes among them
+ * (their offsets into text). */
+
+/* Append s[0, n) from push `push`; -1 when memory runs out. */
+static int held_add(rc_buf *text, uint32_t **pushes, size_t *cap, uint32_t push, const char *s,
+                    size_t n)
+{
+    if (text->len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < text->len + n + 1) c *= 2;
+        uint32_t *v = realloc(*pushes, c * sizeof *v);
+        if (!v) return -1;
+        *pushes = v;
+        *cap = c;
+    }
+    for (size_t i = 0; i < n; i++) (*pushes)[text->len + i] = push;
+    rc_buf_add(text, s, n);
+    return text->oom ? -1 : 0;
+}
+
+/* Drop the first n held bytes; the empty pushes' offsets move with the text. */
+static void held_consume(rc_buf *text, uint32_t *pushes, struct empty_push *empties,
+                         size_t n_empties, size_t n)
+{
+    if (n == 0) return;
+    for (size_t k = 0; k < n_empties; k++)
+        empties[k].at = empties[k].at > n ? empties[k].at - n : 0;
+    memmove(text->s, text->s + n, text->len - n);
+    memmove(pushes, pushes + n, (text->len - n) * sizeof *pushes);
+    text->len -= n;
+    if (text->s) text->s[text->len] = '\0';
+}
+
+/* Room for one more empty push; -1 when memory runs out. */
+static int held_reserve_empty(struct empty_push **empties, size_t n_empties, size_t *cap)
+{
+    if (n_empties < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : 4;
+    struct empty_push *v = realloc(*empties, c * sizeof *v);
+    if (!v) return -1;
+    *empties = v;
+    *cap = c;
+    return 0;
+}
+
 /* Drop the first n bytes of the buffer. */
 static void consume(rc_parser *p, size_t n)
 {
-    if (n == 0) return;
-    for (size_t k = 0; k < p->n_empties; k++)
-        p->empties[k].at = p->empties[k].at > n ? p->empties[k].at - n : 0;
-    memmove(p->buf.s, p->buf.s + n, p->buf.len - n);
-    memmove(p->push_of, p->push_of + n, (p->buf.len - n) * sizeof *p->push_of);
-    p->buf.len -= n;
-    if (p->buf.s) p->buf.s[p->buf.len] = '\0';
+    held_consume(&p->buf, p->push_of, p->empties, p->n_empties, n);
 }
 
 /* Does s[0, n) end with a non-empty proper prefix of lit? */
@@ -231,29 +271,9 @@ static size_t json_fence_from(const char *s, size_t n, size_t limit)
 /* The answer's JSON stage has its own undecided buffer: a fence prefix at the end
  * of the prefix, or "\n", "\n`", "\n``" at the end of the payload, is held. */
 
-static int jbuf_add(rc_parser *p, uint32_t push, const char *s, size_t n)
-{
-    if (p->jbuf.len + n + 1 > p->jcap) {
-        size_t cap = p->jcap ? p->jcap : 64;
-        while (cap < p->jbuf.len + n + 1) cap *= 2;
-        uint32_t *v = realloc(p->jpush, cap * sizeof *v);
-        if (!v) return -1;
-        p->jpush = v;
-        p->jcap = cap;
-    }
-    for (size_t i = 0; i < n; i++) p->jpush[p->jbuf.len + i] = push;
-    rc_buf_add(&p->jbuf, s, n);
-    return p->jbuf.oom ? -1 : 0;
-}
-
 static void jconsume(rc_parser *p, size_t n)
 {
-    if (n == 0) return;
-    for (size_t k = 0; k < p->n_jempties; k++)
-        p->jempties[k].at = p->jempties[k].at > n ? p->jempties[k].at - n : 0;
-    memmove(p->jbuf.s, p->jbuf.s + n, p->jbuf.len - n);
-    memmove(p->jpush, p->jpush + n, (p->jbuf.len - n) * sizeof *p->jpush);
-    p->jbuf.len -= n;
+    held_consume(&p->jbuf, p->jpush, p->jempties, p->n_jempties, n);
 }
 
 /* One " " for push `push` in the prefix or suffix phase. */
@@ -402,20 +422,14 @@ static void json_feed(rc_parser *p, rc_pieces *out, uint32_t push, const char *s
             return;
         }
         /* held with the text around it (before any prefix text: until text comes) */
-        if (p->n_jempties == p->cap_jempties) {
-            size_t cap = p->cap_jempties ? p->cap_jempties * 2 : 4;
-            struct empty_push *v = realloc(p->jempties, cap * sizeof *v);
-            if (!v) {
-                out->oom = 1;
-                return;
-            }
-            p->jempties = v;
-            p->cap_jempties = cap;
+        if (held_reserve_empty(&p->jempties, p->n_jempties, &p->cap_jempties) != 0) {
+            out->oom = 1;
+            return;
         }
         p->jempties[p->n_jempties++] = (struct empty_push){p->jbuf.len, push};
         return;
     }
-    if (jbuf_add(p, push, s, n) != 0) {
+    if (held_add(&p->jbuf, &p->jpush, &p->jcap, push, s, n) != 0) {
         out->oom = 1;
         return;
     }
@@ -1578,26 +1592,10 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out)
     if (p->state == P_DONE) return 0;
     p->push++;
     p->barrier = 0;
-    if (p->buf.len + len + 1 > p->push_cap) {
-        size_t cap = p->push_cap ? p->push_cap : 64;
-        while (cap < p->buf.len + len + 1) cap *= 2;
-        uint32_t *v = realloc(p->push_of, cap * sizeof *v);
-        if (!v) return -1;
-        p->push_of = v;
-        p->push_cap = cap;
-    }
-    for (size_t i = 0; i < len; i++) p->push_of[p->buf.len + i] = p->push;
-    rc_buf_add(&p->buf, text, len);
-    if (p->buf.oom) return -1;
+    if (held_add(&p->buf, &p->push_of, &p->push_cap, p->push, text, len) != 0) return -1;
     if (len == 0 && (p->state == P_REASONING || p->state == P_CONTENT)) {
         /* an empty push is an empty piece, in its place among the held text */
-        if (p->n_empties == p->cap_empties) {
-            size_t cap = p->cap_empties ? p->cap_empties * 2 : 4;
-            struct empty_push *v = realloc(p->empties, cap * sizeof *v);
-            if (!v) return -1;
-            p->empties = v;
-            p->cap_empties = cap;
-        }
+        if (held_reserve_empty(&p->empties, p->n_empties, &p->cap_empties) != 0) return -1;
         if (!(p->strip_consume && p->buf.len == 0))
             p->empties[p->n_empties++] = (struct empty_push){p->buf.len, p->push};
         if (p->buf.len == 0)
