@@ -54,8 +54,10 @@ static size_t bytes_map_find(const di_bytes_map *m, uint64_t h, const void *key,
     size_t mask = m->capacity - 1;
     size_t i = (size_t)h & mask;
     while (m->hashes[i] != 0) {
+        /* an empty key compares equal without touching the pool, which does not
+         * exist while every key so far is empty */
         if (m->hashes[i] == h && m->key_len[i] == len &&
-            memcmp(m->pool + m->key_off[i], key, len) == 0)
+            (len == 0 || memcmp(m->pool + m->key_off[i], key, len) == 0))
             return i;
         i = (i + 1) & mask;
     }
