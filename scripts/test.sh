@@ -5,7 +5,8 @@
 # PyPI (scripts/fetch_assets.py); format check; a warnings-as-errors build and its
 # whole ctest suite (unit, CLI, export, oracle and parity tests); the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
-# clang-tidy; install + pkg-config/find_package consumers; the ABI guard; and the
+# clang-tidy; install + pkg-config/find_package consumers; the host examples built
+# against the install and run on SmolLM2; the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
 # oracles too, unless DI_MODEL_ORACLES=0).
 set -euo pipefail
@@ -66,6 +67,9 @@ echo "ok: clang-tidy clean"
 
 step "install: pkg-config and find_package consumers"
 scripts/check-install.sh build/release "$root/build/ci-install"
+
+step "examples: embed, agent and game against the installed library, run on SmolLM2"
+scripts/check-examples.sh "$root/build/ci-install" "$assets"
 
 step "ABI: abidiff against abi/libdeepinfer.abi"
 scripts/abi-check.sh build/release/lib/libdeepinfer.so
