@@ -13,7 +13,7 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
  * failure. */
 char *cli_read_input(const char *command, const char *path, size_t *len);
 
-/* The encoding named dsv4, dsv41, dsv3 or r1; returns -1 for another name. */
+/* The encoding named dsv4, dsv41, dsv3, r1 or chatml; returns -1 for another name. */
 int cli_encoding(const char *name, di_encoding *out);
 
 /* The protocol named chat, messages or responses; returns -1 for another name. */
@@ -24,5 +24,7 @@ int cli_render(int argc, char **argv);
 int cli_parse(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_logits(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 
 #endif

@@ -68,7 +68,8 @@ int cli_encoding(const char *name, di_encoding *out)
     } names[] = {{"dsv4", DI_ENCODING_DSV4},
                  {"dsv41", DI_ENCODING_DSV41},
                  {"dsv3", DI_ENCODING_DSV3},
-                 {"r1", DI_ENCODING_R1}};
+                 {"r1", DI_ENCODING_R1},
+                 {"chatml", DI_ENCODING_CHATML}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(name, names[i].name) == 0) {
             *out = names[i].encoding;

@@ -5,6 +5,8 @@
  *   deepinfer parse --protocol P --request REQ.json [--stream] [...] CHUNKS.json|-
  *   deepinfer generate --model PATH --tokens ID,... --max-tokens N [--threads T] [--kv-f32]
  *   deepinfer logits --model PATH --tokens ID,... --out FILE [--threads T] [--kv-f32]
+ *   deepinfer run --model PATH --protocol P [--stream] [...] REQUEST.json|-
+ *   deepinfer chat --model PATH [--system TEXT] [...]
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
  *
@@ -29,6 +31,8 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
+    {"run", "answer an API request with a model (JSON, or the SSE stream)", cli_run},
+    {"chat", "talk with a model on the terminal, streaming", cli_chat},
     {"render", "render an API request into a DeepSeek prompt or its token IDs", cli_render},
     {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
     {"parse", "turn generated text into a protocol response or SSE stream", cli_parse},

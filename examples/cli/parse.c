@@ -1,6 +1,6 @@
 /* deepinfer parse --protocol chat|messages|responses --request REQ.json [--stream]
- *                 [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] [--id ID] [--created SECONDS]
- *                 CHUNKS.json|-
+ *                 [--encoding dsv4|dsv41|dsv3|r1|chatml] [--tokenizer PATH] [--id ID] [--created
+ * SECONDS] CHUNKS.json|-
  *
  * Replays what a model generated for a request through the output side of the
  * codec, as a server with its own inference backend would use it:
@@ -21,12 +21,13 @@
 
 static int usage(const char *why)
 {
-    fprintf(stderr,
-            "deepinfer parse: %s (usage: deepinfer parse --protocol chat|messages|responses "
-            "--request REQ.json [--stream] [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] "
-            "[--id ID] "
-            "[--created SECONDS] CHUNKS.json|-)\n",
-            why);
+    fprintf(
+        stderr,
+        "deepinfer parse: %s (usage: deepinfer parse --protocol chat|messages|responses "
+        "--request REQ.json [--stream] [--encoding dsv4|dsv41|dsv3|r1|chatml] [--tokenizer PATH] "
+        "[--id ID] "
+        "[--created SECONDS] CHUNKS.json|-)\n",
+        why);
     return EXIT_USAGE;
 }
 
@@ -121,7 +122,7 @@ int cli_parse(int argc, char **argv)
             stream = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: deepinfer parse --protocol chat|messages|responses --request REQ.json "
-                   "[--stream] [--encoding dsv4|dsv41|dsv3|r1] [--tokenizer PATH] [--id ID] "
+                   "[--stream] [--encoding dsv4|dsv41|dsv3|r1|chatml] [--tokenizer PATH] [--id ID] "
                    "[--created SECONDS] CHUNKS.json|-\n(docs/cli.md)\n");
             return EXIT_OK;
         } else if (argv[i][0] == '-' && argv[i][1] != 0) {
@@ -140,7 +141,7 @@ int cli_parse(int argc, char **argv)
         return usage("--protocol must be chat, messages or responses");
     di_encoding enc;
     if (cli_encoding(encoding, &enc) != 0)
-        return usage("--encoding must be dsv4, dsv41, dsv3 or r1");
+        return usage("--encoding must be dsv4, dsv41, dsv3, r1 or chatml");
     if (!request) return usage("--request REQ.json is required");
     if (!input) return usage("a CHUNKS file (or - for stdin) is required");
     if (strcmp(request, "-") == 0 && strcmp(input, "-") == 0)

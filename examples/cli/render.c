@@ -1,5 +1,5 @@
-/* deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41|dsv3|r1 [--tokenizer
- * PATH]
+/* deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41|dsv3|r1|chatml
+ * [--tokenizer PATH]
  * [--tokens] FILE|-
  *
  * Renders the request in FILE (stdin for -) into the prompt a DeepSeek model
@@ -19,7 +19,7 @@ static int usage(const char *why)
     fprintf(stderr,
             "deepinfer render: %s (usage: deepinfer render --protocol chat|messages|responses "
             "--encoding "
-            "dsv4|dsv41|dsv3|r1 [--tokenizer PATH] [--tokens] FILE|-)\n",
+            "dsv4|dsv41|dsv3|r1|chatml [--tokenizer PATH] [--tokens] FILE|-)\n",
             why);
     return EXIT_USAGE;
 }
@@ -60,8 +60,8 @@ int cli_render(int argc, char **argv)
     di_encoding enc;
     if (cli_encoding(encoding, &enc) != 0) {
         char why[200];
-        snprintf(why, sizeof why, "--encoding '%.60s' is not supported (dsv4, dsv41, dsv3, r1)",
-                 encoding);
+        snprintf(why, sizeof why,
+                 "--encoding '%.60s' is not supported (dsv4, dsv41, dsv3, r1, chatml)", encoding);
         return usage(why);
     }
     if (tokens && !tokenizer) return usage("--tokens needs --tokenizer PATH");

@@ -328,7 +328,12 @@ typedef enum di_encoding {
     DI_ENCODING_DSV4 = 1,  /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
     DI_ENCODING_DSV41 = 2, /* DeepSeek V4.1 (DeepseekV41Encoding) */
     DI_ENCODING_DSV3 = 3,  /* DeepSeek V3: the chat template of its tokenizer_config.json */
-    DI_ENCODING_R1 = 4     /* DeepSeek-R1 distills: the chat template in their GGUF */
+    DI_ENCODING_R1 = 4,    /* DeepSeek-R1 distills: the chat template in their GGUF */
+    /* ChatML (<|im_start|>ROLE\n…<|im_end|>\n: SmolLM2, Qwen2 chat models), with
+     * tools in the system turn and calls written as Hermes-style
+     * <tool_call>{"name": …, "arguments": …}</tool_call> blocks (docs/codec.md,
+     * "ChatML"). */
+    DI_ENCODING_CHATML = 5
 } di_encoding;
 
 /* A codec: an encoding, and optionally the tokenizer that turns prompts into IDs.
@@ -360,14 +365,16 @@ DI_API void di_codec_free(di_codec *codec);
  * DI_ENCODING_DSV3 and DI_ENCODING_R1 apply the model's own chat template to the
  * messages of a Chat Completions request, as transformers' apply_chat_template
  * does (add_generation_prompt on; the request's other fields and its model name
- * are not used; DI_PROTOCOL_CHAT only).
+ * are not used; DI_PROTOCOL_CHAT only). DI_ENCODING_CHATML renders a Chat
+ * Completions request's messages, tools and tool_choice as ChatML
+ * (DI_PROTOCOL_CHAT only; docs/codec.md, "ChatML").
  *
  * Errors: DI_ERR_INVALID_REQUEST for every request the reference rejects —
  * malformed JSON, nesting deeper than 127, wrong types, unknown roles, tool
  * messages without a call, empty messages, unsupported models, out-of-range
  * parameters, bodies over DI_CODEC_MAX_REQUEST_BYTES — with a message naming the
  * field (e.g. "messages[2].role: unknown role \"wizard\""); DI_ERR_UNSUPPORTED (a
- * protocol other than Chat with the dsv3 or r1 template); DI_ERR_INVALID_ARGUMENT
+ * protocol other than Chat with the dsv3, r1 or chatml encoding); DI_ERR_INVALID_ARGUMENT
  * (NULL pointers, unknown protocol);
  * DI_ERR_OUT_OF_MEMORY. Thread-safe on a shared codec. */
 DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
@@ -817,9 +824,12 @@ typedef struct di_engine_config {
      * tokenizer.ggml.pre is "deepseek-r1-qwen" (the DeepSeek-R1 distills) is
      * DI_ENCODING_R1, "deepseek-v3" is DI_ENCODING_DSV3; otherwise a tokenizer
      * with DeepSeek's "<｜Assistant｜>" token is DI_ENCODING_DSV3 for DeepSeek-V3
-     * weights and DI_ENCODING_R1 for Llama/Qwen2 weights (the distills). Other
-     * models (SmolLM2, Llama, Qwen2 chat models) have no encoding the codec
-     * knows, and their protocol requests fail with DI_ERR_UNSUPPORTED. */
+     * weights and DI_ENCODING_R1 for Llama/Qwen2 weights (the distills); a
+     * tokenizer with "<|im_start|>" and "<|im_end|>" tokens (SmolLM2, Qwen2
+     * chat models) is DI_ENCODING_CHATML, whose default system prompt is the
+     * one the GGUF's tokenizer.chat_template writes when a conversation has
+     * none. Other models have no encoding the codec knows, and their protocol
+     * requests fail with DI_ERR_UNSUPPORTED. */
     int32_t encoding;
     /* CPU threads of the forward pass, counting the engine's worker; 0 (default):
      * the CPUs online. At most 1024. */

@@ -19,6 +19,7 @@
 #include "engine/scheduler.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "recipe/encoding.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -167,8 +168,10 @@ DI_API void di_engine_config_init(di_engine_config *cfg)
     cfg->device = DI_DEVICE_CPU;
 }
 
-/* The encoding a GGUF declares through its pre-tokenizer name; 0 when none. */
-static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size)
+/* The encoding a GGUF declares through its pre-tokenizer name; 0 when none.
+ * *chat_template (when not NULL and still NULL) gets a copy of its
+ * tokenizer.chat_template. */
+static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size, char **chat_template)
 {
     gguf_file *f = NULL;
     char msg[256];
@@ -182,8 +185,22 @@ static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size)
         if (strcmp(pre, "deepseek-r1-qwen") == 0) enc = DI_ENCODING_R1;
         if (strcmp(pre, "deepseek-v3") == 0) enc = DI_ENCODING_DSV3;
     }
+    if (chat_template && !*chat_template && gguf_get_string(f, "tokenizer.chat_template", &s, &n) &&
+        (*chat_template = malloc(n + 1))) {
+        memcpy(*chat_template, s, n);
+        (*chat_template)[n] = 0;
+    }
     gguf_close(f);
     return enc;
+}
+
+/* Add an end-of-sequence id (ignored when outside the vocabulary or known). */
+static void add_eos(di_engine *e, int32_t id)
+{
+    if (id < 0 || id >= e->n_vocab) return;
+    for (int i = 0; i < e->n_eos; i++)
+        if (e->eos[i] == id) return;
+    e->eos[e->n_eos++] = id;
 }
 
 static int is_dir(const char *path)
@@ -232,7 +249,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.device != DI_DEVICE_CPU)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d",
                              (int)c.device);
-    if (c.encoding < 0 || c.encoding > DI_ENCODING_R1)
+    if (c.encoding < 0 || c.encoding > DI_ENCODING_CHATML)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown encoding %d",
                              (int)c.encoding);
     if (c.n_threads < 0 || c.n_threads > 1024)
@@ -298,10 +315,12 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     free(dir_json);
     if (st != DI_OK) goto fail;
     char pre[64] = "";
-    int32_t enc = c.encoding;
-    if (enc == 0 && !is_dir(c.model_path)) enc = gguf_encoding(c.model_path, pre, sizeof pre);
-    if (enc == 0 && c.tokenizer_path && !is_dir(c.tokenizer_path))
-        enc = gguf_encoding(c.tokenizer_path, pre, sizeof pre);
+    int32_t enc = c.encoding, found = 0;
+    char *chat_template = NULL;
+    if (!is_dir(c.model_path)) found = gguf_encoding(c.model_path, pre, sizeof pre, &chat_template);
+    if (!found && c.tokenizer_path && !is_dir(c.tokenizer_path))
+        found = gguf_encoding(c.tokenizer_path, pre, sizeof pre, &chat_template);
+    if (enc == 0) enc = found;
     if (enc == 0 && e->tok) {
         /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama
          * weights) use the R1 template, DeepSeek-V3 weights the V3 one. */
@@ -310,22 +329,46 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                                 "Assistant\xef\xbd\x9c>"; /* <｜Assistant｜> */
         if (di_tokenizer_token_id(e->tok, assistant, strlen(assistant), &id) == DI_OK)
             enc = mc->arch == MODEL_ARCH_DEEPSEEK_V3 ? DI_ENCODING_DSV3 : DI_ENCODING_R1;
+        /* ChatML's turn tokens: SmolLM2, the Qwen2 chat models */
+        else if (di_tokenizer_token_id(e->tok, "<|im_start|>", 12, &id) == DI_OK &&
+                 di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &id) == DI_OK)
+            enc = DI_ENCODING_CHATML;
     }
     if (enc != 0) {
         if (!e->tok) {
             st = di_error_set(err, DI_ERR_UNSUPPORTED,
                               "encoding: a prompt encoding needs a tokenizer, and the model has "
                               "none (set tokenizer_path)");
+            free(chat_template);
             goto fail;
         }
-        if ((st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err)) != DI_OK) goto fail;
+        if ((st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err)) != DI_OK) {
+            free(chat_template);
+            goto fail;
+        }
         e->encoding = enc;
+        if (enc == DI_ENCODING_CHATML && chat_template) {
+            char *sys = rc_chatml_default_system(chat_template, strlen(chat_template));
+            int oom = sys && rc_codec_set_default_system(e->codec, sys) != 0;
+            free(sys);
+            if (oom) {
+                free(chat_template);
+                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+        }
+        free(chat_template);
+        chat_template = NULL;
+        /* a ChatML turn ends with <|im_end|>, whatever the model's EOS is */
+        int32_t im_end;
+        if (enc == DI_ENCODING_CHATML &&
+            di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &im_end) == DI_OK &&
+            im_end < e->n_vocab)
+            add_eos(e, im_end);
     }
-    if (mc->eos_token_id >= 0 && mc->eos_token_id < e->n_vocab)
-        e->eos[e->n_eos++] = mc->eos_token_id;
-    if (e->tok && e->tok->eos_id >= 0 && e->tok->eos_id < e->n_vocab &&
-        (e->n_eos == 0 || e->eos[0] != e->tok->eos_id))
-        e->eos[e->n_eos++] = e->tok->eos_id;
+    free(chat_template);
+    add_eos(e, mc->eos_token_id);
+    if (e->tok) add_eos(e, e->tok->eos_id);
     sched_sink sink = {sink_tokens, sink_done, sink_log, e};
     /* Every running request decodes a token each step, so no more may run than
      * a step takes tokens: otherwise the newest would wait for the others. */

@@ -31,7 +31,7 @@ struct di_engine {
     sched *sched;
     int32_t n_vocab;
     int64_t n_ctx;
-    int32_t eos[2];
+    int32_t eos[3]; /* the model's, the tokenizer's, ChatML's <|im_end|> */
     int n_eos;
     di_log_fn log;
     void *log_user;

@@ -13,6 +13,7 @@ struct di_codec {
     const di_tokenizer *tok; /* may be NULL: text only */
     di_encoding encoding;
     rc_encoding enc;
+    char *default_system;             /* ChatML: the system turn of a conversation without one */
     int32_t special_id[RC_N_SPECIAL]; /* -1 when the tokenizer lacks the token */
 };
 
@@ -37,7 +38,7 @@ DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, 
 {
     if (!out) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "out must not be NULL");
     *out = NULL;
-    if (encoding < DI_ENCODING_DSV4 || encoding > DI_ENCODING_R1)
+    if (encoding < DI_ENCODING_DSV4 || encoding > DI_ENCODING_CHATML)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "encoding: unknown value");
     di_codec *c = calloc(1, sizeof *c);
     if (!c) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
@@ -58,7 +59,17 @@ DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, 
 
 DI_API void di_codec_free(di_codec *codec)
 {
+    if (codec) free(codec->default_system);
     free(codec);
+}
+
+int rc_codec_set_default_system(di_codec *codec, const char *text)
+{
+    char *copy = NULL;
+    if (text && !(copy = strdup(text))) return -1;
+    free(codec->default_system);
+    codec->default_system = copy;
+    return 0;
 }
 
 /* Encode a run of plain text (bytes [start, end) of the prompt) into ids. */
@@ -76,13 +87,15 @@ static int encode_run(const di_codec *c, di_prompt *p, size_t start, size_t end,
 }
 
 /* Special segments by their IDs; the text between them encoded as plain text (no
- * added vocabulary, §12). The chat-template encodings (dsv3, r1) also write tool
- * tokens some vocabularies lack (the R1 distills' has none): there, as in
- * transformers, such a spelling is text, encoded together with the text around
- * it. The V4 encodings need every special token they write. */
+ * added vocabulary, §12). The chat-template encodings (dsv3, r1, chatml) also
+ * write tool tokens some vocabularies lack (the R1 distills' has none, SmolLM2's
+ * no <tool_call>): there, as in transformers, such a spelling is text, encoded
+ * together with the text around it. The V4 encodings need every special token
+ * they write. */
 static void make_tokens(const di_codec *c, di_prompt *p)
 {
-    int lenient = c->encoding == DI_ENCODING_DSV3 || c->encoding == DI_ENCODING_R1;
+    int lenient = c->encoding == DI_ENCODING_DSV3 || c->encoding == DI_ENCODING_R1 ||
+                  c->encoding == DI_ENCODING_CHATML;
     tok_ids ids = {0};
     size_t run_start = 0, run_end = 0;
     for (size_t i = 0; i < p->p.n_segments; i++) {
@@ -174,26 +187,34 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         snprintf(full, sizeof full, "request: %s", msg);
         return di_error_set(err, DI_ERR_INVALID_REQUEST, full);
     }
-    if (codec->encoding == DI_ENCODING_DSV3 || codec->encoding == DI_ENCODING_R1) {
+    if (codec->encoding == DI_ENCODING_DSV3 || codec->encoding == DI_ENCODING_R1 ||
+        codec->encoding == DI_ENCODING_CHATML) {
         if (protocol != DI_PROTOCOL_CHAT) {
             json_decref(root);
             return di_error_set(err, DI_ERR_UNSUPPORTED,
-                                "the dsv3 and r1 chat templates take Chat Completions requests");
+                                "the dsv3, r1 and chatml encodings take Chat Completions requests "
+                                "(protocol chat)");
         }
         di_prompt *p = calloc(1, sizeof *p);
         if (!p) {
             json_decref(root);
             return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        int r1 = codec->encoding == DI_ENCODING_R1;
-        di_status st =
-            rc_render_template(root, r1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3, &p->p, msg, sizeof msg);
+        int r1 = codec->encoding == DI_ENCODING_R1, chatml = codec->encoding == DI_ENCODING_CHATML;
+        int parse_tools = 1, required = 0;
+        rc_buf prefix = {0};
+        di_status st = chatml ? rc_render_chatml(root, codec->default_system, &p->p, &parse_tools,
+                                                 &required, &prefix, msg, sizeof msg)
+                              : rc_render_template(root, r1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3,
+                                                   &p->p, msg, sizeof msg);
         if (st == DI_OK) {
-            if (rc_reply_from_template(&p->reply, r1, root) != 0)
+            rc_template_kind kind = chatml ? RC_KIND_CHATML : r1 ? RC_KIND_R1 : RC_KIND_V3;
+            if (rc_reply_from_template(&p->reply, kind, parse_tools, required, prefix.s, root) != 0)
                 st = DI_ERR_OUT_OF_MEMORY;
             else
                 p->has_reply = 1;
         }
+        free(prefix.s);
         json_decref(root);
         if (st != DI_OK) {
             di_prompt_free(p);

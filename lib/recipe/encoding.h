@@ -26,6 +26,14 @@ typedef enum rc_special {
     RC_TOOL_OUTPUT_BEGIN,
     RC_TOOL_OUTPUT_END,
     RC_TOOL_OUTPUTS_END,
+    /* ChatML turns, and the Hermes tool-call tags (tokens in Qwen2's vocabulary,
+     * text in SmolLM2's) */
+    RC_IM_START,
+    RC_IM_END,
+    RC_HERMES_CALL,
+    RC_HERMES_CALL_END,
+    RC_HERMES_RESPONSE,
+    RC_HERMES_RESPONSE_END,
     RC_N_SPECIAL
 } rc_special;
 
@@ -57,6 +65,31 @@ di_status rc_render(const rc_conversation *conv, rc_encoding enc, rc_prompt *out
 typedef enum rc_template { RC_TEMPLATE_R1, RC_TEMPLATE_V3 } rc_template;
 di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char *msg,
                              size_t msg_size);
+
+/* ChatML (encoding_chatml.c): a Chat Completions request's messages, tools and
+ * tool_choice rendered as docs/codec.md ("ChatML") describes, with
+ * `default_system` (NULL: none) as the system turn of a conversation that opens
+ * without one. *parse_tools gets 1 when tools are declared and tool_choice is not
+ * "none"; *required 1 when the prompt opened a <tool_call> block (tool_choice
+ * "required" or a named function); call_prefix gets the call text the prompt
+ * wrote after it (a named function: `\n{"name": NAME, "arguments": `; the caller
+ * frees call_prefix->s). DI_ERR_INVALID_REQUEST, with a message naming
+ * the field in msg, for what cannot be rendered. */
+di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *out,
+                           int *parse_tools, int *required, rc_buf *call_prefix, char *msg,
+                           size_t msg_size);
+
+/* The default system prompt a ChatML chat template (jinja source, n bytes)
+ * writes for a conversation without one: the literal text between
+ * "<|im_start|>system\n" and "<|im_end|>" (SmolLM2: "You are a helpful AI
+ * assistant named SmolLM, trained by Hugging Face"), when the template holds
+ * such a literal. A new string (free), or NULL when there is none (or out of
+ * memory). */
+char *rc_chatml_default_system(const char *tpl, size_t n);
+
+/* Set a ChatML codec's default system turn (copied; NULL: none). -1 when out of
+ * memory. Not thread-safe: call before the codec renders. */
+int rc_codec_set_default_system(di_codec *codec, const char *text);
 
 /* Shared by the renderers: append a special token or plain text to a prompt. */
 void rc_prompt_special(rc_prompt *p, rc_special s);

@@ -26,6 +26,12 @@ const char *const rc_special_spelling[RC_N_SPECIAL] = {
     [RC_TOOL_OUTPUT_BEGIN] = "<｜tool▁output▁begin｜>",
     [RC_TOOL_OUTPUT_END] = "<｜tool▁output▁end｜>",
     [RC_TOOL_OUTPUTS_END] = "<｜tool▁outputs▁end｜>",
+    [RC_IM_START] = "<|im_start|>",
+    [RC_IM_END] = "<|im_end|>",
+    [RC_HERMES_CALL] = "<tool_call>",
+    [RC_HERMES_CALL_END] = "</tool_call>",
+    [RC_HERMES_RESPONSE] = "<tool_response>",
+    [RC_HERMES_RESPONSE_END] = "</tool_response>",
 };
 
 static const char effort_high[] =

@@ -33,9 +33,14 @@ typedef struct rc_reply {
     rc_stage stage;
     int prefix_content; /* the request continues a prefix's answer (writer shapes) */
     /* the tool-call format: DeepSeek V4 DSML, or the V3 / V3.1 / R1 tool-call
-     * tokens (<｜tool▁calls▁begin｜>…) of the chat-template encodings */
-    enum { RC_TOOLS_DSML = 0, RC_TOOLS_V3 = 1 } tool_format;
+     * tokens (<｜tool▁calls▁begin｜>…) of the chat-template encodings, or
+     * ChatML's Hermes-style <tool_call>{…}</tool_call> blocks */
+    enum { RC_TOOLS_DSML = 0, RC_TOOLS_V3 = 1, RC_TOOLS_HERMES = 2 } tool_format;
     int leading_think; /* a "<think>" the model writes first is dropped (R1) */
+    /* Hermes: the call text the prompt wrote after the <tool_call> it opened (a
+     * named tool_choice: {"name": …, "arguments": ), read before the output;
+     * NULL when none */
+    char *call_prefix;
     char **stops;
     size_t n_stops;
     json_t *request; /* the request body (Responses echoes its settings); owned reference */
@@ -50,9 +55,13 @@ int rc_reply_override(rc_reply *r, int parse_tool_calls, int starts_in_tool_call
                       size_t n_stops);
 /* Capture what the output side needs from a converted request (codec.c). */
 int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv, json_t *request);
-/* What the output side needs for a prompt of the chat-template encodings (dsv3,
- * r1): Chat Completions, the V3 tool-call tokens, R1 thinking. */
-int rc_reply_from_template(rc_reply *r, int r1, json_t *request);
+/* What the output side needs for a prompt of the chat-template encodings:
+ * Chat Completions; the V3 tool-call tokens and R1 thinking (dsv3, r1), or
+ * Hermes tool calls (chatml). parse_tools: tool calls are parsed; required: the
+ * prompt opened a call block, so the output starts inside it. */
+typedef enum rc_template_kind { RC_KIND_V3, RC_KIND_R1, RC_KIND_CHATML } rc_template_kind;
+int rc_reply_from_template(rc_reply *r, rc_template_kind kind, int parse_tools, int required,
+                           const char *call_prefix, json_t *request);
 /* The reply facts of a rendered prompt. */
 const rc_reply *rc_prompt_reply(const di_prompt *p);
 

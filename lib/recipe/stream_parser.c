@@ -41,6 +41,9 @@ typedef enum jphase { J_PREFIX, J_PAYLOAD, J_SUFFIX } jphase;
 #define V3_CALL_END    "<｜tool▁call▁end｜>"
 #define V3_SEP         "<｜tool▁sep｜>"
 #define EOS            "<｜end▁of▁sentence｜>"
+/* ChatML's Hermes-style tool calls */
+#define H_CALL_BEGIN "<tool_call>"
+#define H_CALL_END   "</tool_call>"
 
 /* Positions in a V3 tool-call block. */
 typedef enum vstate {
@@ -77,6 +80,8 @@ struct rc_parser {
     vstate v;          /* V3 tool-call tokens */
     int v_fenced;      /* the V3 form: arguments end at "\n```" */
     int leading_think; /* R1: a leading "<think>" is still possible */
+    int h_body;        /* Hermes: inside a call's JSON, up to </tool_call> (else between calls) */
+    int h_prompt_open; /* Hermes: the prompt wrote the open block's <tool_call> */
     /* JSON output mode */
     jphase jphase;
     int jhad_text;               /* a push of this phase had prefix/suffix text */
@@ -521,7 +526,9 @@ typedef enum mkind { M_THINK_END, M_OPENER, M_STRAY_THINK_END, M_STOP, M_EOS } m
 /* The literal that opens the tool-call region. */
 static const char *opener_of(const rc_parser *p)
 {
-    return p->reply->tool_format == RC_TOOLS_V3 ? V3_CALLS_BEGIN : OPENER;
+    return p->reply->tool_format == RC_TOOLS_V3       ? V3_CALLS_BEGIN
+           : p->reply->tool_format == RC_TOOLS_HERMES ? H_CALL_BEGIN
+                                                      : OPENER;
 }
 
 static int scan_marker_from(const char *s, size_t n, const char *lit, int absorb, size_t *start,
@@ -968,6 +975,7 @@ static void process_text(rc_parser *p, rc_pieces *out, int final)
             p->state = P_TOOLS;
             p->t = T_REGION;
             p->v = V_REGION;
+            p->h_body = 1; /* Hermes: the opener was the call's <tool_call> */
             p->first_tag = 1;
             break;
         case M_STRAY_THINK_END: /* deleted from the answer; it ends newline stripping */
@@ -1506,6 +1514,69 @@ static void process_tools_v3(rc_parser *p, rc_pieces *out)
     }
 }
 
+/* ---- ChatML's Hermes-style tool calls --------------------------------------- */
+
+/* A call is <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>, as
+ * Qwen2's chat templates teach it (vLLM's and llama.cpp's "hermes" parsers read
+ * the same). A block is held until it closes and then emitted whole: ARGS
+ * (an object, or a string holding JSON) becomes the arguments JSON, written
+ * with ", " and ": " separators as Python's json.dumps writes it. A block that is not
+ * such an object is answer text, tags included. Text between calls is skipped. */
+static void hermes_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, int closed)
+{
+    char msg[8];
+    json_t *root = rc_json_parse(s, n, 64, msg, sizeof msg);
+    json_t *name = json_object_get(root, "name"), *args = json_object_get(root, "arguments");
+    if (!args) args = json_object_get(root, "parameters");
+    if (!json_is_object(root) || !rc_json_is_text(name) ||
+        !(json_is_object(args) || rc_json_is_text(args) || !args)) {
+        /* not a call: the block is answer text */
+        rc_buf raw = {0};
+        if (!p->h_prompt_open) rc_buf_adds(&raw, H_CALL_BEGIN);
+        rc_buf_add(&raw, s, n);
+        if (closed) rc_buf_adds(&raw, H_CALL_END);
+        if (raw.oom) out->oom = 1;
+        if (raw.s) add_piece(p, out, RC_PIECE_CONTENT, p->push, -1, raw.s, raw.len);
+        free(raw.s);
+        json_decref(root);
+        return;
+    }
+    p->n_calls++;
+    add_piece(p, out, RC_PIECE_CALL_BEGIN, p->push, p->n_calls - 1, json_string_value(name),
+              json_string_length(name));
+    rc_buf b = {0};
+    if (!args) {
+        rc_buf_adds(&b, "{}");
+    } else if (json_is_object(args)) {
+        rc_pyjson(&b, args, RC_FLOAT_V4);
+    } else {
+        rc_buf_add(&b, json_string_value(args), json_string_length(args));
+    }
+    if (b.oom) out->oom = 1;
+    if (b.s) add_piece(p, out, RC_PIECE_ARGS_VALUE, p->push, p->n_calls - 1, b.s, b.len);
+    free(b.s);
+    add_piece(p, out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
+    json_decref(root);
+}
+
+static void process_tools_hermes(rc_parser *p, rc_pieces *out)
+{
+    while (p->state == P_TOOLS && p->buf.len > 0) {
+        if (!p->h_body) {
+            if (!skip_to(p, H_CALL_BEGIN, NULL)) return;
+            consume(p, strlen(H_CALL_BEGIN));
+            p->h_body = 1;
+            continue;
+        }
+        const char *end = find(p->buf.s, p->buf.len, H_CALL_END);
+        if (!end) return;
+        hermes_call(p, out, p->buf.s, (size_t)(end - p->buf.s), 1);
+        p->h_prompt_open = 0;
+        consume(p, (size_t)(end - p->buf.s) + strlen(H_CALL_END));
+        p->h_body = 0;
+    }
+}
+
 static int run(rc_parser *p, rc_pieces *out, int final)
 {
     for (;;) {
@@ -1514,6 +1585,8 @@ static int run(rc_parser *p, rc_pieces *out, int final)
         if (p->state == P_TOOLS) {
             if (p->reply->tool_format == RC_TOOLS_V3)
                 process_tools_v3(p, out);
+            else if (p->reply->tool_format == RC_TOOLS_HERMES)
+                process_tools_hermes(p, out);
             else
                 process_tools(p, out);
         }
@@ -1540,6 +1613,16 @@ rc_parser *rc_parser_new(const rc_reply *reply)
     if (reply->starts_in_tool_calls) {
         p->state = P_TOOLS;
         p->t = T_REGION;
+        if (reply->tool_format == RC_TOOLS_HERMES) { /* the prompt opened a block */
+            p->h_body = 1;
+            p->h_prompt_open = 1;
+            /* the call text the prompt wrote (a named function) is read first */
+            const char *pre = reply->call_prefix;
+            if (pre && held_add(&p->buf, &p->push_of, &p->push_cap, 0, pre, strlen(pre)) != 0) {
+                rc_parser_free(p);
+                return NULL;
+            }
+        }
     } else if (reply->stage == RC_STAGE_REASONING_START) {
         p->state = P_REASONING;
         p->strip_newlines = 1;
@@ -1631,6 +1714,12 @@ int rc_parser_finish(rc_parser *p, rc_pieces *out)
         p->quote_pending = 0;
         /* a value's held end (a possible closing tag's start) is value text */
         emit_value(p, out, p->buf.len);
+        r = out->oom ? -1 : r;
+    }
+    if (p->state == P_TOOLS && p->reply->tool_format == RC_TOOLS_HERMES && p->h_body &&
+        p->buf.len) {
+        /* a block the output ended inside: a call when its JSON is whole */
+        hermes_call(p, out, p->buf.s, p->buf.len, 0);
         r = out->oom ? -1 : r;
     }
     if (p->state == P_TOOLS) consume(p, p->buf.len);

@@ -9,6 +9,7 @@
 void rc_reply_free(rc_reply *r)
 {
     free(r->model_name);
+    free(r->call_prefix);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
     json_decref(r->request);
@@ -32,11 +33,13 @@ int rc_reply_copy(rc_reply *dst, const rc_reply *src)
 {
     *dst = *src;
     dst->model_name = NULL;
+    dst->call_prefix = NULL;
     dst->stops = NULL;
     dst->n_stops = 0;
     json_incref(dst->request);
     dst->model_name = strdup(src->model_name ? src->model_name : "");
     if (!dst->model_name) return 1;
+    if (src->call_prefix && !(dst->call_prefix = strdup(src->call_prefix))) return 1;
     return copy_stops(dst, (const char *const *)src->stops, src->n_stops);
 }
 
@@ -81,23 +84,28 @@ int rc_reply_from(rc_reply *r, di_protocol protocol, const rc_conversation *conv
     return copy_stops(r, (const char *const *)conv->stops, conv->n_stops);
 }
 
-int rc_reply_from_template(rc_reply *r, int r1, json_t *request)
+int rc_reply_from_template(rc_reply *r, rc_template_kind kind, int parse_tools, int required,
+                           const char *call_prefix, json_t *request)
 {
     memset(r, 0, sizeof *r);
+    int r1 = kind == RC_KIND_R1;
     r->protocol = DI_PROTOCOL_CHAT;
     r->model = RC_MODEL_V4_PRO;
     r->thinking = r1;
     r->stage = r1 ? RC_STAGE_REASONING_START : RC_STAGE_NONE;
-    r->parse_tool_calls = 1;
-    r->tool_format = RC_TOOLS_V3;
+    r->parse_tool_calls = parse_tools;
+    r->starts_in_tool_calls = required;
+    r->tool_format = kind == RC_KIND_CHATML ? RC_TOOLS_HERMES : RC_TOOLS_V3;
     r->leading_think = r1;
     /* the request's model, or the family's name (the template requests need none) */
     const json_t *model = json_object_get(request, "model");
     r->model_name = strdup(json_is_string(model) ? json_string_value(model)
                            : r1                  ? "deepseek-r1"
-                                                 : "deepseek-v3");
+                           : kind == RC_KIND_V3  ? "deepseek-v3"
+                                                 : "chatml");
     r->request = json_incref(request);
     if (!r->model_name) return 1;
+    if (call_prefix && !(r->call_prefix = strdup(call_prefix))) return 1;
     /* the request's stop sequences: a string or an array of strings */
     const json_t *stop = json_object_get(request, "stop");
     const char *one[1];
