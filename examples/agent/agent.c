@@ -156,7 +156,7 @@ static void on_event(void *user, const di_event *ev)
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) return fprintf(stderr, "usage: agent MODEL.gguf [QUESTION]\n"), 2;
-    const char *question = argc > 2 ? argv[2] : "What is the weather in Paris?";
+    const char *question = argc > 2 ? argv[2] : "Check the weather in Tokyo for me.";
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = argv[1];
@@ -193,23 +193,27 @@ int main(int argc, char **argv)
         free(json);
         if (st == DI_OK)
             while (di_engine_pending(engine) > 0) di_poll(engine, -1); /* callbacks run here */
-        if (st == DI_OK && t.n_done == 1 && t.status == DI_OK) {
-            if (json_array_size(t.calls) == 0) {
-                answered = 1; /* no tool call: this is the final answer */
-            } else {          /* the assistant's calls, then a result for each */
-                json_t *said = t.len ? json_string(t.text) : json_null();
-                json_array_append_new(messages, json_pack("{s:s, s:o, s:O}", "role", "assistant",
-                                                          "content", said, "tool_calls", t.calls));
-                json_array_extend(messages, t.results);
-            }
-        } else if (st == DI_OK) {
+        if (st == DI_OK && (t.n_done != 1 || t.status != DI_OK)) {
             fprintf(stderr, "agent: turn %d: %d DONE events, %s %s\n", turns, t.n_done,
                     di_status_string(t.status), t.message);
+            st = t.n_done != 1 ? DI_ERR_INTERNAL : t.status;
+        } else if (st == DI_OK && json_array_size(t.calls) == 0) {
+            answered = 1;   /* no tool call: this is the final answer */
+            if (turns == 1) /* a small model may write a call the parser cannot read */
+                printf("  (tool_choice was \"required\" but no valid tool call came: the "
+                       "text is the answer)\n");
+        } else if (st == DI_OK) { /* the assistant's calls, then a result for each */
+            json_t *said = t.len ? json_string(t.text) : json_null();
+            if (json_array_append_new(messages,
+                                      json_pack("{s:s, s:o, s:O}", "role", "assistant", "content",
+                                                said, "tool_calls", t.calls)) ||
+                json_array_extend(messages, t.results))
+                st = DI_ERR_OUT_OF_MEMORY;
         }
         free(t.text);
         json_decref(t.calls);
         json_decref(t.results);
-        if (st != DI_OK || t.n_done != 1 || t.status != DI_OK) goto done;
+        if (st != DI_OK) goto done;
     }
     ok = 1;
     printf(answered ? "final answer after %d turns\n" : "no final answer within %d turns\n",

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define QUESTION "What is the capital of France?"
+#define QUESTION "Name three primary colors."
 
 /* Runs inside di_poll, on this thread: no locks needed. */
 static void on_event(void *user, const di_event *ev)
@@ -58,8 +58,8 @@ int main(int argc, char **argv)
         req.protocol = DI_PROTOCOL_CHAT;
         req.json = body;
         req.json_len = strlen(body);
-    } else if (st == DI_OK) {                          /* any other model: a token request */
-        const char *text = "The capital of France is"; /* a sentence to continue */
+    } else if (st == DI_OK) {                              /* any other model: a token request */
+        const char *text = "The three primary colors are"; /* a sentence to continue */
         st = di_tokenizer_encode(di_engine_tokenizer(engine), text, strlen(text),
                                  DI_TOKENIZE_HF_DEFAULT, &ids, &req.n_tokens, &err);
         req.tokens = ids;
