@@ -32,6 +32,7 @@ class Encoding(enum.IntEnum):
     DSV41 = 2
     DSV3 = 3
     R1 = 4
+    CHATML = 5  #: ChatML (SmolLM2, Qwen2 chat models), Hermes-style tool calls
 
 
 class Protocol(enum.IntEnum):

@@ -117,3 +117,76 @@ def test_chat_cancel(r1):
     assert sum(isinstance(ev, Done) for ev in events) == 1
     assert events[-1].status == Status.CANCELLED
     assert events[-1].response_json is None
+
+
+# ---- SmolLM2 with the ChatML encoding: a real tool call ----
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+
+
+def weather_conversation():
+    """A few-shot conversation: one earlier call and its result, then a new question."""
+    return [
+        {"role": "user", "content": "What is the weather in London?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "London"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "rainy, 12 C"},
+        {"role": "assistant", "content": "It is rainy and 12 C in London."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+    ]
+
+
+def test_smollm2_chat_tool_call_events(smol):
+    """The model's raw output (its tokens decoded) holds a Hermes-style
+    <tool_call>{json}</tool_call>; the ToolCall events, the argument deltas, the
+    chunks and the response must all say the same call."""
+    assert smol.encoding == Encoding.CHATML
+    tok = smol.tokenizer
+    body = {"model": "smollm2", "max_tokens": 48, "temperature": 0,
+            "tools": [WEATHER_TOOL], "messages": weather_conversation()}
+    # SmolLM2-135M writes <tool_response> here unless that token is ruled out.
+    bias = {tok.encode("<tool_response>")[3]: -100.0}
+    events = list(smol.chat(body, logit_bias=bias))
+    ids = [i for ev in events if isinstance(ev, Tokens) for i in ev.ids]
+    raw = tok.decode(ids, skip_special=True)
+    assert "<tool_call>" in raw and "</tool_call>" in raw, raw
+    written = json.loads(raw.split("<tool_call>")[1].split("</tool_call>")[0])
+    calls = [ev for ev in events if isinstance(ev, deepinfer.ToolCall)]
+    deltas = [ev for ev in events if isinstance(ev, deepinfer.ToolCallDelta)]
+    assert len(calls) == 1
+    call = calls[0]
+    assert call.index == 0 and call.id.startswith("call_")
+    assert call.name == written["name"] == "get_weather"
+    assert call.json() == written["arguments"]
+    assert "".join(d.arguments_delta for d in deltas) == call.arguments
+    assert all(d.index == 0 and d.id == call.id and d.name == call.name for d in deltas)
+    done = events[-1]
+    assert done.ok and done.finish_text == "tool_calls"
+    (resp_call,) = done.response()["choices"][0]["message"]["tool_calls"]
+    assert resp_call["id"] == call.id
+    assert resp_call["function"] == {"name": call.name, "arguments": call.arguments}
+    streamed = [tc for ch in events if isinstance(ch, Chunk) and ch.json
+                for tc in json.loads(ch.json)["choices"][0]["delta"].get("tool_calls") or []]
+    assert streamed and streamed[0]["id"] == call.id
+    assert "".join(tc["function"].get("arguments", "") for tc in streamed) == call.arguments
+    # result() gathers the same call
+    again = smol.chat(body, logit_bias=bias).result()
+    assert again.tool_calls[0].arguments == call.arguments and again.text == ""
+
+
+def test_smollm2_chat_text_equals_response(smol):
+    body = {"model": "smollm2", "max_tokens": 16, "temperature": 0,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    res = smol.chat(body).result()
+    assert res.text and res.text == res.response()["choices"][0]["message"]["content"]
+    raw = smol.tokenizer.decode(res.tokens, skip_special=True)
+    assert raw == res.text
