@@ -37,6 +37,20 @@ cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERR
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
+step "python binding: pip install bindings/python into a fresh venv, pytest"
+py_venv=$root/build/python-venv
+rm -rf "$py_venv"
+python3 -m venv "$py_venv"
+"$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  -r bindings/python/tests/requirements.txt
+"$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+  ./bindings/python
+# bin/pytest (not python -m pytest, which puts the source tree on sys.path): the
+# installed package is what is tested.
+DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so \
+  DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
+  "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
+
 step "build: ASan+UBSan"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDI_WERROR=ON -DDI_CUDA=OFF \
       -DDI_SANITIZE=address,undefined -DDI_ORACLE_PYTHON="$oracle_python" \

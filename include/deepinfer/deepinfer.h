@@ -350,6 +350,15 @@ typedef struct di_prompt di_prompt;
 DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, di_codec **out,
                                  di_error **err);
 
+/* DI_ENCODING_CHATML: the system prompt a conversation that opens without a
+ * system message gets (`text`, UTF-8, copied; NULL: none, the default). Models'
+ * chat templates carry one (SmolLM2's: "You are a helpful AI assistant named
+ * SmolLM, trained by Hugging Face"); di_engine_create sets it from the GGUF's
+ * tokenizer.chat_template. Errors: DI_ERR_INVALID_ARGUMENT (NULL codec, another
+ * encoding), DI_ERR_INVALID_UTF8, DI_ERR_OUT_OF_MEMORY (the codec keeps its
+ * previous setting). Not thread-safe: call it before the codec renders. */
+DI_API di_status di_codec_set_default_system(di_codec *codec, const char *text, di_error **err);
+
 /* Free a codec; NULL is a no-op. No render may be running on it. */
 DI_API void di_codec_free(di_codec *codec);
 

@@ -349,11 +349,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         e->encoding = enc;
         if (enc == DI_ENCODING_CHATML && chat_template) {
             char *sys = rc_chatml_default_system(chat_template, strlen(chat_template));
-            int oom = sys && rc_codec_set_default_system(e->codec, sys) != 0;
+            st = sys ? di_codec_set_default_system(e->codec, sys, err) : DI_OK;
             free(sys);
-            if (oom) {
+            if (st != DI_OK) {
                 free(chat_template);
-                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
                 goto fail;
             }
         }

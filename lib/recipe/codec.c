@@ -8,6 +8,7 @@
 #include "recipe/encoding.h"
 #include "recipe/stream.h"
 #include "tokenizer/tokenizer.h"
+#include "util/utf8.h"
 
 struct di_codec {
     const di_tokenizer *tok; /* may be NULL: text only */
@@ -63,13 +64,22 @@ DI_API void di_codec_free(di_codec *codec)
     free(codec);
 }
 
-int rc_codec_set_default_system(di_codec *codec, const char *text)
+DI_API di_status di_codec_set_default_system(di_codec *codec, const char *text, di_error **err)
 {
+    if (!codec || codec->encoding != DI_ENCODING_CHATML)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "codec: a default system prompt is a setting of the chatml encoding");
+    di_utf8_scan scan = {0, DI_UTF8_VALID};
+    if (text) scan = di_utf8_scan_bytes((const uint8_t *)text, strlen(text));
+    if (scan.state != DI_UTF8_VALID)
+        return di_error_setf(err, DI_ERR_INVALID_UTF8,
+                             "text: invalid UTF-8 at byte %zu of the system prompt", scan.valid);
     char *copy = NULL;
-    if (text && !(copy = strdup(text))) return -1;
+    if (text && !(copy = strdup(text)))
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     free(codec->default_system);
     codec->default_system = copy;
-    return 0;
+    return DI_OK;
 }
 
 /* Encode a run of plain text (bytes [start, end) of the prompt) into ids. */

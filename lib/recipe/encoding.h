@@ -87,10 +87,6 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
  * memory). */
 char *rc_chatml_default_system(const char *tpl, size_t n);
 
-/* Set a ChatML codec's default system turn (copied; NULL: none). -1 when out of
- * memory. Not thread-safe: call before the codec renders. */
-int rc_codec_set_default_system(di_codec *codec, const char *text);
-
 /* Shared by the renderers: append a special token or plain text to a prompt. */
 void rc_prompt_special(rc_prompt *p, rc_special s);
 void rc_prompt_text(rc_prompt *p, const char *s, size_t n);

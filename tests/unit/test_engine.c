@@ -995,7 +995,7 @@ static void test_smollm2_text_and_batch_invariance(void **state)
     g.e = e;
     const di_tokenizer *tok = di_engine_tokenizer(e);
     assert_non_null(tok);
-    assert_int_equal(di_engine_encoding(e), 0);
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_CHATML);
     const char *texts[4] = {"The capital of France is",
                             "def fibonacci(n):", "Once upon a time, there", "1, 2, 3, 4,"};
     spec s[4];
@@ -1036,14 +1036,47 @@ static void test_smollm2_text_and_batch_invariance(void **state)
         assert_int_equal(got[i].status, DI_OK);
         di_tokens_free(ids[i]);
     }
-    /* SmolLM2's chat template is not one the codec has: protocol requests are refused. */
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* SmolLM2 speaks ChatML: a Chat request with a tool, the function named by
+ * tool_choice, answered greedily, ends in that call (the prompt writes the
+ * name; the model writes the arguments), with <|im_end|> as a stop token. */
+static void test_smollm2_chatml_tool_call(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
+    g.e = e;
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_CHATML);
+    const char *body =
+        "{\"model\":\"smollm2\",\"temperature\":0,\"max_tokens\":64,\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],\"tool_choice\":{"
+        "\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},\"messages\":[{"
+        "\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]}";
+    rec r = {0};
+    r.cancel_at = -1;
     di_request q;
     di_request_init(&q);
     q.protocol = DI_PROTOCOL_CHAT;
-    q.json = "{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
-    q.json_len = strlen(q.json);
+    q.json = body;
+    q.json_len = strlen(body);
     q.on_event = on_event;
-    expect_submit_error(e, &q, DI_ERR_UNSUPPORTED, "encoding");
+    q.user_data = &r;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_OK);
+    assert_string_equal(r.finish_text, "tool_calls");
+    assert_int_equal(r.finish, DI_FINISH_STOP); /* it ended at <|im_end|> */
+    /* ChatML takes Chat Completions only */
+    q.protocol = DI_PROTOCOL_MESSAGES;
+    q.json = "{\"model\":\"x\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"hi\"}]}";
+    q.json_len = strlen(q.json);
+    expect_submit_error(e, &q, DI_ERR_UNSUPPORTED, "chatml");
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
@@ -1066,6 +1099,7 @@ int main(void)
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
+        cmocka_unit_test(test_smollm2_chatml_tool_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,73 @@
+"""deepinfer: run DeepSeek models from Python through libdeepinfer's C ABI.
+
+    import deepinfer
+    with deepinfer.Engine("SmolLM2-135M-Instruct.Q4_1.gguf") as engine:
+        for ev in engine.submit("The capital of France is", max_tokens=16, seed=1):
+            if isinstance(ev, deepinfer.Text):
+                print(ev.text, end="", flush=True)
+
+A pure-Python (ctypes) package: it loads libdeepinfer.so.0 from $DEEPINFER_LIBRARY,
+then the dynamic loader's search path (see deepinfer.load_library). README.md and
+docs/python.md describe the threading model, the events and the errors.
+"""
+
+from ._engine import POLL_MS, Engine, Request, Result
+from ._errors import (
+    BackendError,
+    CancelledError,
+    ContextLengthError,
+    DeepinferError,
+    DeepinferIOError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidRequestError,
+    InvalidStateError,
+    InvalidUTF8Error,
+    LibraryNotFoundError,
+    ModelFormatError,
+    NotFoundError,
+    OutOfMemoryError,
+    Status,
+    UnsupportedError,
+)
+from ._tokenizer import Tokenizer
+from .events import (
+    Chunk,
+    Done,
+    Encoding,
+    Event,
+    Finish,
+    Protocol,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolCallDelta,
+    Tokens,
+)
+
+__version__ = "0.1.0"
+
+
+def load_library():
+    """Load libdeepinfer now (Engine and Tokenizer do it on first use) and return
+    the ctypes.CDLL. Raises LibraryNotFoundError (an OSError) saying what was
+    tried and how to set $DEEPINFER_LIBRARY."""
+    from . import _lib
+
+    return _lib.load()
+
+
+def library_version() -> str:
+    """The running library's version string, "MAJOR.MINOR.PATCH"."""
+    return load_library().di_version_string().decode()
+
+
+__all__ = [
+    "BackendError", "CancelledError", "Chunk", "ContextLengthError", "DeepinferError",
+    "DeepinferIOError", "Done", "Encoding", "Engine", "Event", "Finish", "InternalError",
+    "InvalidArgumentError", "InvalidRequestError", "InvalidStateError", "InvalidUTF8Error",
+    "LibraryNotFoundError", "ModelFormatError", "NotFoundError", "OutOfMemoryError",
+    "POLL_MS", "Protocol", "Reasoning", "Request", "Result", "Status", "Text", "Tokenizer",
+    "Tokens", "ToolCall", "ToolCallDelta", "UnsupportedError", "load_library",
+    "library_version",
+]

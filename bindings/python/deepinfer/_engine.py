@@ -1,0 +1,612 @@
+"""Engine and Request: submit, stream events, cancel.
+
+Threading model (docs/python.md):
+
+* di_poll may run on one thread at a time and the request callbacks run inside
+  it. The binding lets whichever Python thread needs an event become the poller:
+  under the engine's condition variable a thread takes the "poller" role, calls
+  di_poll with the GIL released, and the one C callback (shared by every request
+  of the engine) copies each event into the queue of the request it belongs to.
+  When di_poll returns, the poller gives up the role and wakes every waiting
+  thread, each of which finds its own events in its own queue.
+* So any number of Request iterators may run in different threads; each sees
+  exactly its own events, in order, ending with one Done.
+* di_submit and di_cancel may be called from any thread (Request.cancel() too).
+* The callback never runs user code and never calls di_poll.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json as _json
+import os
+import threading
+from collections import deque
+from ctypes import POINTER, byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import _lib
+from ._errors import CancelledError, Status, error_for
+from ._tokenizer import Tokenizer, _raise
+from .events import (
+    Chunk,
+    Done,
+    Encoding,
+    Event,
+    Finish,
+    Protocol,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolCallDelta,
+    Tokens,
+)
+
+# di_event_kind
+_TOKENS, _TEXT, _REASONING, _TOOL_DELTA, _TOOL, _CHUNK, _DONE = range(1, 8)
+
+#: How long one di_poll waits for the first event, in milliseconds. Bounded so that
+#: close() from another thread and Ctrl-C are seen within this time.
+POLL_MS = 100
+
+
+@dataclass
+class Result:
+    """What Request.result() collected: the request's output joined."""
+
+    text: str = ""  #: the answer (Text events joined)
+    reasoning: str = ""  #: reasoning_content (Reasoning events joined)
+    tokens: List[int] = field(default_factory=list)  #: every generated token id
+    tool_calls: List[ToolCall] = field(default_factory=list)  #: complete tool calls
+    done: Optional[Done] = None  #: the terminal event
+
+    def response(self):
+        """The complete protocol response (Done.response_json parsed), or None."""
+        return self.done.response() if self.done else None
+
+
+def _make_callback(engine: "Engine"):
+    """The one C event callback of an engine. Runs inside di_poll (or
+    di_engine_destroy) on the polling thread: it copies what the event's kind
+    needs — only those getters are called — into the request's queue."""
+    lib = engine._lib
+    routes = engine._routes
+    kind_of = lib.di_event_kind_of
+    ev_text = lib.di_event_text
+    ev_tokens = lib.di_event_tokens
+    string_at = ctypes.string_at
+    n = c_size_t()  # scratch: only the single polling thread uses it
+    pn = byref(n)
+
+    def text_of(ev):
+        p = ev_text(ev, pn)
+        return string_at(p, n.value).decode("utf-8", "replace") if p else None
+
+    def on_event(user, ev):
+        req = routes.get(user)
+        if req is None:  # not ours (cannot happen): ignore, as unknown kinds are
+            return
+        kind = kind_of(ev)
+        if kind == _TOKENS:
+            p = ev_tokens(ev, pn)
+            out = Tokens(p[: n.value])
+        elif kind == _TEXT:
+            out = Text(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+        elif kind == _CHUNK:
+            if not req._chunks:
+                return
+            j = text_of(ev)
+            p = lib.di_event_chunk_sse(ev, pn)
+            sse = string_at(p, n.value).decode("utf-8", "replace")
+            name = lib.di_event_chunk_name(ev)
+            out = Chunk(j, sse, name.decode("utf-8", "replace") if name is not None else None)
+        elif kind == _REASONING:
+            out = Reasoning(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+        elif kind == _TOOL_DELTA or kind == _TOOL:
+            args = text_of(ev) or ""
+            cid = lib.di_event_tool_call_id(ev)
+            name = lib.di_event_tool_call_name(ev)
+            cls = ToolCallDelta if kind == _TOOL_DELTA else ToolCall
+            out = cls(
+                lib.di_event_tool_call_index(ev),
+                cid.decode("utf-8", "replace") if cid is not None else None,
+                name.decode("utf-8", "replace") if name is not None else None,
+                args,
+            )
+        elif kind == _DONE:
+            st = lib.di_event_status(ev)
+            fin = lib.di_event_finish_reason(ev)
+            ftext = lib.di_event_finish_text(ev)
+            p = lib.di_event_response_json(ev, pn)
+            try:
+                st = Status(st)
+            except ValueError:
+                pass
+            try:
+                fin = Finish(fin) if fin else None
+            except ValueError:
+                pass
+            out = Done(
+                st,
+                (lib.di_event_message(ev) or b"").decode("utf-8", "replace"),
+                fin,
+                ftext.decode("utf-8", "replace") if ftext is not None else None,
+                lib.di_event_prompt_tokens(ev),
+                lib.di_event_completion_tokens(ev),
+                lib.di_event_reasoning_tokens(ev),
+                string_at(p, n.value).decode("utf-8", "replace") if p else None,
+            )
+            req._queue.append(out)
+            req._finished = True
+            del routes[user]
+            return
+        else:
+            return  # a kind added later: ignored, as the header asks
+        req._queue.append(out)
+
+    return _lib.EVENT_FN(on_event)
+
+
+def _body_bytes(body) -> bytes:
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, Mapping):
+        return _json.dumps(body, ensure_ascii=False).encode("utf-8")
+    raise TypeError(f"body: expected a dict, str or bytes, got {type(body).__name__}")
+
+
+class Engine:
+    """A loaded model and its worker thread (di_engine).
+
+    Args:
+        model_path: a .gguf file or a Hugging Face folder (config.json, *.safetensors).
+        tokenizer_path: a tokenizer.json, a folder holding one, or a GGUF file;
+            None: the model's own.
+        n_threads: CPU threads of the forward pass (0: the CPUs online).
+        n_ctx: tokens one sequence may hold, prompt and output (0: the model's
+            training context, at most 4096).
+        max_running: requests computed together at most (0: 16).
+        kv_cache_bytes: the KV cache budget in bytes shared by all requests (0:
+            room for 4 sequences of n_ctx tokens).
+        n_batch: tokens one forward step takes at most (0: 256).
+        encoding: the prompt encoding of protocol requests, an Encoding (or its
+            name, "r1"); None: the one the model declares.
+        progress: called as progress(fraction) with fraction in [0, 1] while the
+            model loads, on the calling thread. Returning True, or raising,
+            cancels the load: the constructor then raises CancelledError (with the
+            callback's exception as __cause__).
+
+    Raises DeepinferError subclasses: DeepinferIOError (a missing or unreadable
+    file, named), ModelFormatError, UnsupportedError, InvalidArgumentError (a
+    field out of range, named), CancelledError; LibraryNotFoundError when the C
+    library cannot be loaded.
+
+    Thread-safety: submit, chat/messages/responses, Request.cancel and iteration
+    may be used from any thread at once. close() waits for a thread inside
+    di_poll to come out (at most POLL_MS), then delivers every remaining event,
+    so requests still running end with a Done whose status is CANCELLED.
+    Use as a context manager, or call close(); the engine is closed when it is
+    garbage collected, too.
+    """
+
+    def __init__(
+        self,
+        model_path,
+        tokenizer_path=None,
+        n_threads: int = 0,
+        n_ctx: int = 0,
+        max_running: int = 0,
+        kv_cache_bytes: int = 0,
+        encoding: Union[Encoding, str, int, None] = None,
+        progress: Optional[Callable[[float], Optional[bool]]] = None,
+        n_batch: int = 0,
+    ):
+        self._handle = None
+        lib = self._lib = _lib.load()
+        cfg = _lib.new_engine_config(lib)
+        cfg.model_path = os.fsencode(model_path)
+        if tokenizer_path is not None:
+            cfg.tokenizer_path = os.fsencode(tokenizer_path)
+        if encoding is not None:
+            if isinstance(encoding, str):
+                try:
+                    encoding = Encoding[encoding.upper()]
+                except KeyError:
+                    raise error_for(1, f"encoding: unknown encoding {encoding!r}") from None
+            cfg.encoding = int(encoding)
+        cfg.n_threads = n_threads
+        cfg.n_ctx = n_ctx
+        cfg.max_running = max_running
+        cfg.kv_cache_bytes = kv_cache_bytes
+        cfg.n_batch = n_batch
+        raised = []
+        if progress is not None:
+
+            def on_progress(_user, fraction):
+                try:
+                    return 1 if progress(fraction) is True else 0
+                except BaseException as e:  # noqa: B902 — reported after create
+                    raised.append(e)
+                    return 1
+
+            self._progress_fn = _lib.PROGRESS_FN(on_progress)
+            cfg.progress = self._progress_fn
+        out, err = c_void_p(), c_void_p()
+        st = lib.di_engine_create(byref(cfg), byref(out), byref(err))
+        if st:
+            try:
+                _raise(lib, st, err)
+            except CancelledError as e:
+                if raised:
+                    raise e from raised[0]
+                raise
+        self._handle = out.value
+        self._routes: Dict[int, "Request"] = {}
+        self._keys = itertools.count(1)
+        self._cv = threading.Condition()
+        self._polling = False
+        self._callback = _make_callback(self)  # referenced for the engine's lifetime
+        self._tokenizer = None
+
+    # ---- properties ----
+    def _h(self):
+        h = self._handle
+        if h is None:
+            raise error_for(10, "the engine is closed")
+        return h
+
+    @property
+    def encoding(self) -> Optional[Encoding]:
+        """The prompt encoding of protocol requests, or None (protocol requests are
+        then refused with UnsupportedError)."""
+        e = self._lib.di_engine_encoding(self._h())
+        try:
+            return Encoding(e) if e else None
+        except ValueError:
+            return e
+
+    @property
+    def vocab_size(self) -> int:
+        """The model's vocabulary size: prompt token ids must be below it."""
+        return self._lib.di_engine_vocab_size(self._h())
+
+    @property
+    def context_length(self) -> int:
+        """Tokens one request may hold, prompt and output (n_ctx as resolved)."""
+        return self._lib.di_engine_context_length(self._h())
+
+    @property
+    def pending(self) -> int:
+        """Requests accepted whose Done has not been delivered yet."""
+        return self._lib.di_engine_pending(self._h())
+
+    @property
+    def tokenizer(self) -> Optional[Tokenizer]:
+        """The engine's tokenizer (borrowed: usable while the engine is open), or
+        None when the engine has none (token requests only, no text events)."""
+        if self._tokenizer is None:
+            h = self._lib.di_engine_tokenizer(self._h())
+            if h:
+                self._tokenizer = Tokenizer(h, owner=self)
+        return self._tokenizer
+
+    # ---- requests ----
+    def submit(
+        self,
+        prompt: Union[str, Sequence[int], None] = None,
+        *,
+        protocol: Union[Protocol, str, int, None] = None,
+        body=None,
+        max_tokens: int = 0,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
+        top_k: Optional[int] = None,
+        min_p: Optional[float] = None,
+        repetition_penalty: Optional[float] = None,
+        presence_penalty: Optional[float] = None,
+        frequency_penalty: Optional[float] = None,
+        seed: Optional[int] = None,
+        logit_bias: Optional[Mapping[int, float]] = None,
+        stop_tokens: Optional[Sequence[int]] = None,
+        ignore_eos: bool = False,
+        chunks: bool = True,
+    ) -> "Request":
+        """Submit a request; it is checked (and a protocol body rendered and
+        tokenized) now, on this thread, and then computed by the engine's worker.
+
+        A token request gives `prompt`: token ids (each below vocab_size), or a
+        str encoded with the engine's tokenizer as plain text (special-token
+        spellings stay text; encode with engine.tokenizer.encode(text,
+        special=True) to recognise them). A protocol request gives `protocol`
+        (Protocol.CHAT/MESSAGES/RESPONSES or "chat"/"messages"/"responses") and
+        `body`, the request JSON (a dict, or a str/bytes of JSON).
+
+        Sampling (None: the library's default, di_request_init): temperature in
+        [0, 100] (0: greedy; default 1), top_p in (0, 1], top_k >= 0 (0: off),
+        min_p in [0, 1], repetition_penalty in (0, 100], presence_penalty and
+        frequency_penalty in [-2, 2], seed (-1 or None: drawn from the clock; the
+        same seed, prompt and settings give the same tokens whatever else runs),
+        logit_bias {token id: bias in [-100, 100]}, stop_tokens (token requests:
+        ids that end the output), ignore_eos (token requests: do not stop at the
+        end-of-sequence token), max_tokens (output tokens at most; 0: to the
+        context limit, or the body's max_tokens). A protocol body's own sampling
+        fields win over these, except a non-zero max_tokens. chunks=False drops
+        Chunk events (saves their copies when only text and tool calls are used).
+
+        Returns a Request; iterate it for events. Raises, with nothing queued:
+        InvalidArgumentError (a bad field, a token id outside the vocabulary —
+        the message names it), InvalidRequestError (a body the codec refuses,
+        naming the field), UnsupportedError (a protocol request to an engine
+        without an encoding), ContextLengthError, InvalidStateError (closed).
+        Thread-safe."""
+        lib = self._lib
+        req = _lib.new_request(lib)
+        keep = []  # buffers that must live through di_submit
+        if protocol is not None or body is not None:
+            if prompt is not None:
+                raise TypeError("submit: give either a prompt or a protocol body, not both")
+            if protocol is None or body is None:
+                raise TypeError("submit: a protocol request needs both protocol and body")
+            if isinstance(protocol, str):
+                try:
+                    protocol = Protocol[protocol.upper()]
+                except KeyError:
+                    raise error_for(1, f"protocol: unknown protocol {protocol!r}") from None
+            data = _body_bytes(body)
+            keep.append(data)
+            req.protocol = int(protocol)
+            req.json = data
+            req.json_len = len(data)
+        else:
+            if prompt is None:
+                raise TypeError("submit: a prompt (str or token ids) is required")
+            if isinstance(prompt, str):
+                tok = self.tokenizer
+                if tok is None:
+                    raise error_for(1, "prompt: a str prompt needs the engine's tokenizer")
+                prompt = tok.encode(prompt)
+            arr = (c_int32 * len(prompt))(*prompt)
+            keep.append(arr)
+            req.tokens = arr
+            req.n_tokens = len(prompt)
+        req.max_tokens = max_tokens
+        req.ignore_eos = 1 if ignore_eos else 0
+        if temperature is not None:
+            req.temperature = temperature
+        if top_p is not None:
+            req.top_p = top_p
+        if top_k is not None:
+            req.top_k = top_k
+        if min_p is not None:
+            req.min_p = min_p
+        if repetition_penalty is not None:
+            req.repetition_penalty = repetition_penalty
+        if presence_penalty is not None:
+            req.presence_penalty = presence_penalty
+        if frequency_penalty is not None:
+            req.frequency_penalty = frequency_penalty
+        if seed is not None:
+            req.seed = seed
+        if logit_bias:
+            ids = (c_int32 * len(logit_bias))(*logit_bias.keys())
+            vals = (c_float * len(logit_bias))(*logit_bias.values())
+            keep += [ids, vals]
+            req.logit_bias_ids = ids
+            req.logit_bias_values = vals
+            req.n_logit_bias = len(logit_bias)
+        if stop_tokens:
+            st = (c_int32 * len(stop_tokens))(*stop_tokens)
+            keep.append(st)
+            req.stop_tokens = st
+            req.n_stop_tokens = len(stop_tokens)
+        req.on_event = self._callback
+        key = next(self._keys)
+        req.user_data = key
+        r = Request(self, chunks)
+        # Registered before di_submit: another thread may be polling and deliver
+        # this request's first events before di_submit returns here.
+        self._routes[key] = r
+        rid, err = c_uint64(), c_void_p()
+        st = lib.di_submit(self._h(), byref(req), byref(rid), byref(err))
+        if st:
+            del self._routes[key]
+            _raise(lib, st, err)
+        r.id = rid.value
+        return r
+
+    def chat(self, body, **kwargs) -> "Request":
+        """submit(protocol=Protocol.CHAT, body=body, **kwargs): an OpenAI Chat
+        Completions request."""
+        return self.submit(protocol=Protocol.CHAT, body=body, **kwargs)
+
+    def messages(self, body, **kwargs) -> "Request":
+        """submit(protocol=Protocol.MESSAGES, body=body, **kwargs): an Anthropic
+        Messages request."""
+        return self.submit(protocol=Protocol.MESSAGES, body=body, **kwargs)
+
+    def responses(self, body, **kwargs) -> "Request":
+        """submit(protocol=Protocol.RESPONSES, body=body, **kwargs): an OpenAI
+        Responses request."""
+        return self.submit(protocol=Protocol.RESPONSES, body=body, **kwargs)
+
+    def generate(self, prompt, **kwargs) -> Result:
+        """submit(prompt, **kwargs).result(): run a token request to its end."""
+        return self.submit(prompt, **kwargs).result()
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Deliver the events computed so far into their requests' queues (waiting
+        up to timeout_ms for the first one); returns how many. Iterating a Request
+        does this by itself: poll() is for a host that wants to drive the engine
+        from its own loop. Blocks while another thread polls."""
+        with self._cv:
+            while self._polling:
+                self._cv.wait()
+            if self._handle is None:
+                return 0
+            self._polling = True
+        return self._poll_owned(timeout_ms)
+
+    def _poll_owned(self, timeout_ms: int) -> int:
+        """di_poll while holding the poller role; gives the role up and wakes
+        every waiting thread."""
+        try:
+            n = self._lib.di_poll(self._handle, timeout_ms)
+        finally:
+            with self._cv:
+                self._polling = False
+                self._cv.notify_all()
+        if n < 0:
+            raise error_for(-n, "di_poll failed")
+        return n
+
+    def close(self) -> None:
+        """Stop the engine (di_engine_destroy): requests still running are
+        cancelled and their remaining events, a Done with status CANCELLED and
+        message "the engine was destroyed" included, are queued to their Request
+        objects, which can still be iterated. Idempotent. Waits for a thread in
+        di_poll to return (at most POLL_MS). Thread-safe."""
+        with self._cv:
+            while self._polling:
+                self._cv.wait()
+            if self._handle is None:
+                return
+            self._polling = True
+        try:
+            st = self._lib.di_engine_destroy(self._handle)
+            if st:
+                raise error_for(st, "di_engine_destroy refused")
+            self._handle = None
+        finally:
+            with self._cv:
+                self._polling = False
+                self._cv.notify_all()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.close()
+        except Exception:
+            pass
+
+
+class Request:
+    """One submitted request. Iterate it for its events (Tokens, Text, Reasoning,
+    ToolCallDelta, ToolCall, Chunk; last, exactly once, Done). Iteration blocks
+    until the next event is computed, polling the engine when no other thread is;
+    it ends after Done. A failed or cancelled request is not raised while
+    iterating: its Done carries the status.
+
+    Attributes:
+        id: the engine's id of the request (> 0).
+        done: the Done event once it has been yielded (or collected), else None.
+
+    Thread-safety: iterate a Request from one thread at a time; different
+    Requests may be iterated from different threads at once. cancel() may be
+    called from any thread."""
+
+    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "id", "done", "__weakref__")
+
+    def __init__(self, engine: Engine, chunks: bool):
+        self._engine = engine
+        self._queue = deque()
+        self._finished = False  # Done is in the queue (set by the polling thread)
+        self._chunks = chunks
+        self.id = 0
+        self.done: Optional[Done] = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Event:
+        q = self._queue
+        if q:  # fast path: no lock; the queue is only popped by this thread
+            ev = q.popleft()
+            if ev.__class__ is Done:
+                self.done = ev
+            return ev
+        if self.done is not None:
+            raise StopIteration
+        engine = self._engine
+        cv = engine._cv
+        while True:
+            with cv:
+                # Wait while another thread polls: it routes our events to q.
+                while not q and not self._finished and engine._polling:
+                    cv.wait()
+                if not q:
+                    if self._finished:  # our Done was taken already
+                        raise StopIteration
+                    if engine._handle is None:  # cannot happen: close() delivers Done
+                        raise error_for(10, f"request {self.id}: the engine is closed")
+                    engine._polling = True  # we poll, with cv released
+            if q:
+                ev = q.popleft()
+                if ev.__class__ is Done:
+                    self.done = ev
+                return ev
+            engine._poll_owned(POLL_MS)
+
+    def cancel(self) -> bool:
+        """Cancel the request (di_cancel): it stops at the engine's next step and
+        its Done has status CANCELLED (events produced before may still arrive
+        first). Returns True when the cancel was accepted (also when already
+        being cancelled), False when the request had already finished (its Done
+        is computed) or the engine is closed. Thread-safe; never blocks on
+        polling."""
+        engine = self._engine
+        h = engine._handle
+        if h is None:
+            return False
+        err = c_void_p()
+        st = engine._lib.di_cancel(h, self.id, byref(err))
+        if st == 0:
+            return True
+        if st == Status.INVALID_STATE:
+            engine._lib.di_error_free(err)
+            return False
+        _raise(engine._lib, st, err)
+
+    def result(self) -> Result:
+        """Iterate the request to its end and return what it produced (only events
+        not yet taken by iteration are collected). Raises the Done's status as a
+        DeepinferError subclass (CancelledError for a cancelled request,
+        ContextLengthError, …) with the partial Result as the exception's
+        `result` attribute; returns the Result when the status is OK."""
+        res = Result()
+        text, reasoning = [], []
+        for ev in self:
+            c = ev.__class__
+            if c is Text:
+                text.append(ev.text)
+            elif c is Tokens:
+                res.tokens += ev.ids
+            elif c is Reasoning:
+                reasoning.append(ev.text)
+            elif c is ToolCall:
+                res.tool_calls.append(ev)
+            elif c is Done:
+                res.done = ev
+        if res.done is None:
+            res.done = self.done
+        res.text = "".join(text)
+        res.reasoning = "".join(reasoning)
+        d = res.done
+        if d is not None and d.status != Status.OK:
+            e = error_for(d.status, d.message)
+            e.result = res
+            raise e
+        return res
+
+    def __repr__(self):
+        state = "done" if self.done else ("finished" if self._finished else "running")
+        return f"<deepinfer.Request id={self.id} {state}>"

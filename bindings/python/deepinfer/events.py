@@ -1,0 +1,138 @@
+"""The events a Request yields, one class per di_event_kind.
+
+Every field is a copy made inside the library's callback (the C event and the
+pointers read from it die when the callback returns), so an event object may be
+kept, shared between threads and read at any time. Strings are ``str`` decoded
+from the library's UTF-8; token ids are ``int``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json as _json
+from dataclasses import dataclass
+from typing import List, Optional, Union
+
+from ._errors import Status
+
+
+class Finish(enum.IntEnum):
+    """di_finish: why generation stopped."""
+
+    STOP = 1  #: end of sequence, a stop token or a stop sequence
+    LENGTH = 2  #: max_tokens or the context limit
+    CONTENT_FILTER = 3
+    UNKNOWN = 4
+
+
+class Encoding(enum.IntEnum):
+    """di_encoding: the prompt encoding of protocol requests."""
+
+    DSV4 = 1
+    DSV41 = 2
+    DSV3 = 3
+    R1 = 4
+    CHATML = 5  #: ChatML (SmolLM2, Qwen2 chat models), Hermes-style tool calls
+
+
+class Protocol(enum.IntEnum):
+    """di_protocol: the wire protocol of a protocol request."""
+
+    CHAT = 1  #: OpenAI Chat Completions
+    MESSAGES = 2  #: Anthropic Messages
+    RESPONSES = 3  #: OpenAI Responses
+
+
+@dataclass
+class Tokens:
+    """DI_EVENT_TOKENS: the token ids one step generated, in order (every output
+    token, the end-of-sequence and stop tokens included)."""
+
+    __slots__ = ("ids",)
+    ids: List[int]
+
+
+@dataclass
+class Text:
+    """DI_EVENT_TEXT: an answer text delta. Token requests: decoded output, UTF-8
+    safe (a character split across tokens arrives whole). Protocol requests: the
+    answer content as the stream parser separates it."""
+
+    __slots__ = ("text",)
+    text: str
+
+
+@dataclass
+class Reasoning:
+    """DI_EVENT_REASONING: a reasoning text delta (reasoning_content) of a protocol
+    request in thinking mode."""
+
+    __slots__ = ("text",)
+    text: str
+
+
+@dataclass
+class ToolCallDelta:
+    """DI_EVENT_TOOL_CALL_DELTA: a piece of tool call `index`'s arguments JSON
+    while it streams."""
+
+    __slots__ = ("index", "id", "name", "arguments_delta")
+    index: int  #: 0-based position of the call in the response
+    id: Optional[str]  #: the call id ("call_…"), as the protocol chunks carry it
+    name: Optional[str]  #: the function name the model wrote
+    arguments_delta: str
+
+
+@dataclass
+class ToolCall:
+    """DI_EVENT_TOOL_CALL: a complete tool call."""
+
+    __slots__ = ("index", "id", "name", "arguments")
+    index: int
+    id: Optional[str]
+    name: Optional[str]
+    arguments: str  #: the whole arguments JSON text, as the model wrote it
+
+    def json(self):
+        """The arguments parsed (json.loads). Raises json.JSONDecodeError when the
+        model wrote arguments that are not JSON."""
+        return _json.loads(self.arguments)
+
+
+@dataclass
+class Chunk:
+    """DI_EVENT_CHUNK: a protocol chunk ready to send to a client."""
+
+    __slots__ = ("json", "sse", "name")
+    json: Optional[str]  #: the chunk's JSON; None for Chat's closing "[DONE]"
+    sse: str  #: the whole SSE message ("event: NAME\\n" when named, "data: …\\n\\n")
+    name: Optional[str]  #: the SSE event name; None for Chat's unnamed events
+
+
+@dataclass
+class Done:
+    """DI_EVENT_DONE: the terminal event, exactly one per request, always last.
+
+    A failed or cancelled request is reported here (status not OK), not raised
+    while iterating; Request.result() raises it."""
+
+    status: Union[Status, int]  #: Status.OK when the request ran to its end
+    message: str  #: why it ended ("" when it finished normally)
+    finish_reason: Optional[Finish]  #: None when it did not finish (cancelled, failed)
+    finish_text: Optional[str]  #: protocol requests: "stop", "length", "tool_calls", …
+    prompt_tokens: int  #: tokens of the prompt prefilled (after rendering)
+    completion_tokens: int  #: tokens generated, end-of-sequence included
+    reasoning_tokens: int  #: of those, inside the reasoning block (protocol requests)
+    response_json: Optional[str]  #: finished protocol requests: the whole response
+
+    @property
+    def ok(self) -> bool:
+        """True when status is Status.OK."""
+        return self.status == Status.OK
+
+    def response(self):
+        """response_json parsed, or None when there is none."""
+        return None if self.response_json is None else _json.loads(self.response_json)
+
+
+Event = Union[Tokens, Text, Reasoning, ToolCallDelta, ToolCall, Chunk, Done]

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# deepinfer run and deepinfer chat on the real SmolLM2 (ChatML): the SSE stream
+# and the non-streaming response of one greedy request agree (the streamed
+# deltas joined are the response's content and tool calls), every SSE message is
+# JSON, a named tool_choice ends in that call, and bad input gets one clear line
+# and the documented exit status. Exits 77 (skipped) without the model.
+set -uo pipefail
+cli=$1
+model=$2
+python=${3:-python3}
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ -r "$model" ] || { echo "skip: $model not fetched"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+cat > "$tmp/req.json" <<'JSON'
+{"model": "smollm2", "temperature": 0, "max_tokens": 48,
+ "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+ "tools": [{"type": "function", "function": {"name": "get_weather",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]}
+JSON
+"$cli" run --model "$model" --protocol chat --threads 2 "$tmp/req.json" > "$tmp/full.json" \
+  2> "$tmp/err" || fail "run exited $?: $(cat "$tmp/err")"
+"$cli" run --model "$model" --protocol chat --threads 2 --stream "$tmp/req.json" > "$tmp/sse" \
+  2> "$tmp/err" || fail "run --stream exited $?: $(cat "$tmp/err")"
+grep -q "loaded .* in .* s" "$tmp/err" || fail "no load line on stderr: $(cat "$tmp/err")"
+"$python" - "$tmp/full.json" "$tmp/sse" <<'PY' || fail "stream and response disagree"
+import json, sys
+full = json.load(open(sys.argv[1]))
+msg = full["choices"][0]["message"]
+events = open(sys.argv[2]).read().split("\n\n")
+assert events[-1] == "" and events[-2] == "data: [DONE]", events[-3:]
+content, calls, finish = "", {}, None
+for e in events[:-2]:
+    assert e.startswith("data: "), e
+    chunk = json.loads(e[len("data: "):])
+    for ch in chunk["choices"]:
+        d = ch["delta"]
+        content += d.get("content") or ""
+        for c in d.get("tool_calls") or []:
+            slot = calls.setdefault(c["index"], {"name": "", "arguments": ""})
+            slot["name"] += c.get("function", {}).get("name") or ""
+            slot["arguments"] += c.get("function", {}).get("arguments") or ""
+        finish = ch.get("finish_reason") or finish
+assert content == (msg.get("content") or ""), (content, msg)
+want = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        for c in msg.get("tool_calls") or []]
+assert [calls[k] for k in sorted(calls)] == want, (calls, want)
+assert finish == full["choices"][0]["finish_reason"], (finish, full)
+PY
+
+# a named function: the call is made, its arguments are JSON
+"$python" -c "
+import json,sys; r=json.load(open(sys.argv[1]))
+r['tool_choice']={'type':'function','function':{'name':'get_weather'}}; r['max_tokens']=64
+json.dump(r,open(sys.argv[2],'w'))" "$tmp/req.json" "$tmp/named.json"
+"$cli" run --model "$model" --protocol chat --threads 2 - < "$tmp/named.json" > "$tmp/named.out" \
+  2>/dev/null || fail "named tool_choice exited $?"
+"$python" -c "
+import json,sys; m=json.load(open(sys.argv[1]))['choices'][0]
+c=m['message']['tool_calls'][0]['function']
+assert c['name']=='get_weather' and isinstance(json.loads(c['arguments']), dict), m
+assert m['finish_reason']=='tool_calls', m" "$tmp/named.out" || fail "no get_weather call: $(cat "$tmp/named.out")"
+
+# errors: one line, exit 1 for a failed run, 2 for usage
+expect() { # STATUS NEEDLE ARGS...
+  local want=$1 needle=$2; shift 2
+  err=$("$cli" "$@" 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq "$want" ] || fail "deepinfer $* exited $rc, want $want ($err)"
+  [[ "$err" == *"$needle"* ]] || fail "deepinfer $*: '$err' does not say '$needle'"
+}
+printf '{"messages": [' > "$tmp/bad.json"
+expect 1 "request" run --model "$model" --protocol chat "$tmp/bad.json"
+expect 1 "chatml" run --model "$model" --protocol messages "$tmp/req.json"
+expect 1 "$tmp/none.gguf" run --model "$tmp/none.gguf" --protocol chat "$tmp/req.json"
+expect 2 "--model is required" run --protocol chat "$tmp/req.json"
+expect 2 "--protocol is required" run --model "$model" "$tmp/req.json"
+expect 2 "--protocol must be" run --model "$model" --protocol soap "$tmp/req.json"
+expect 2 "unexpected argument" run --model "$model" --protocol chat --bogus "$tmp/req.json"
+expect 2 "--temperature" chat --model "$model" --temperature hot
+
+# chat: two turns from stdin, then /reset and /quit
+out=$(printf 'Hello!\nAnd again?\n/reset\nHi\n/quit\nnot read\n' |
+      "$cli" chat --model "$model" --temperature 0 --max-tokens 8 --threads 2 2>"$tmp/err") ||
+  fail "chat exited $?: $(cat "$tmp/err")"
+[ "$(printf '%s\n' "$out" | grep -c .)" -ge 3 ] || fail "chat printed too little: $out"
+echo "ok: run (JSON and SSE agree, named tool call), chat, and their errors"

@@ -1,0 +1,311 @@
+/* The chatml encoding: rendering (errors, tools, tool_choice, the default system
+ * prompt found in a chat template) and the Hermes tool calls parsed back from
+ * the output. The oracle for the calls is the encoding itself: a conversation's
+ * assistant turn with calls, as rendered, is parsed back at every split point
+ * (the prompt side is compared with jinja2 in tests/parity/template_parity.py). */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "deepinfer/deepinfer.h"
+#include "recipe/encoding.h"
+
+#define TOOLS                                                                                      \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"    \
+    "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}},{\"type\":"            \
+    "\"function\",\"function\":{\"name\":\"get_time\"}}]"
+
+static di_codec *chatml(void)
+{
+    di_codec *c = NULL;
+    assert_int_equal(di_codec_create(NULL, DI_ENCODING_CHATML, &c, NULL), DI_OK);
+    return c;
+}
+
+static di_prompt *render_ok(di_codec *c, const char *body)
+{
+    di_prompt *p = NULL;
+    di_error *err = NULL;
+    if (di_codec_render(c, DI_PROTOCOL_CHAT, body, strlen(body), &p, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    return p;
+}
+
+static void expect_render_error(di_codec *c, const char *body, const char *needle)
+{
+    di_prompt *p = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_codec_render(c, DI_PROTOCOL_CHAT, body, strlen(body), &p, &err),
+                     DI_ERR_INVALID_REQUEST);
+    assert_null(p);
+    if (!strstr(di_error_message(err), needle))
+        fail_msg("'%s' does not name '%s'", di_error_message(err), needle);
+    di_error_free(err);
+}
+
+static void blank_call_ids(char *r)
+{
+    for (char *q = strstr(r, "call_"); q; q = strstr(q + 1, "call_"))
+        for (char *c = q + 8; *c && *c != '"'; c++) *c = 'X';
+}
+
+/* The complete Chat response to `out`, pushed in two parts cut at `cut`. */
+static char *respond(const di_prompt *p, const char *out, size_t len, size_t cut, di_finish fin)
+{
+    di_stream *s = NULL;
+    assert_int_equal(di_stream_create(p, NULL, NULL, &s, NULL), DI_OK);
+    assert_int_equal(di_stream_push_text(s, out, cut, 1, NULL), DI_OK);
+    assert_int_equal(di_stream_push_text(s, out + cut, len - cut, 1, NULL), DI_OK);
+    assert_int_equal(di_stream_finish(s, fin, NULL), DI_OK);
+    char *r = strdup(di_stream_response_json(s, NULL));
+    blank_call_ids(r);
+    di_stream_free(s);
+    return r;
+}
+
+static void test_rendered_calls_parse_back_at_every_split(void **state)
+{
+    (void)state;
+    const char *body =
+        "{\"model\":\"m\"," TOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"role\":\"assistant\",\"content\":\"Let me check.\",\"tool_calls\":[{\"id\":\"a\","
+        "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{"
+        "\\\"city\\\":"
+        " \\\"Pa\\\\\\\"ris 🎉\\\"}\"}},{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_time\",\"arguments\":\"{}\"}}]},{\"role\":\"user\",\"content\":\"again\"}]}";
+    di_codec *c = chatml();
+    di_prompt *p = render_ok(c, body);
+    const char *text = di_prompt_text(p, NULL);
+    /* the assistant turn, as rendered (the "\n" before the first call may stay
+     * in the content or not, depending on the pushes, as with DSML) */
+    const char *from = strstr(text, "<|im_start|>assistant\n");
+    assert_non_null(from);
+    from += strlen("<|im_start|>assistant\n");
+    const char *to = strstr(from, "<|im_end|>");
+    assert_non_null(to);
+    assert_non_null(strstr(text, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                 "{\"city\": \"Pa\\\"ris 🎉\"}}\n</tool_call>\n<tool_call>"));
+    size_t len = (size_t)(to - from);
+    for (size_t cut = 0; cut <= len; cut++) {
+        if (((unsigned char)from[cut] & 0xC0) == 0x80) continue;
+        char *r = respond(p, from, len, cut, DI_FINISH_STOP);
+        if (!strstr(r, "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Pa\\\\\\\"ris "
+                       "🎉\\\"}\"") ||
+            !strstr(r, "\"name\":\"get_time\",\"arguments\":\"{}\"") ||
+            !strstr(r, "\"finish_reason\":\"tool_calls\"") ||
+            !strstr(r, "\"content\":\"Let me check."))
+            fail_msg("cut %zu: %s", cut, r);
+        free(r);
+    }
+    di_prompt_free(p);
+    di_codec_free(c);
+}
+
+static void test_what_is_not_a_call_stays_text(void **state)
+{
+    (void)state;
+    di_codec *c = chatml();
+    const char *with_tools =
+        "{\"model\":\"m\"," TOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    const char *without = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    di_prompt *p = render_ok(c, with_tools), *q = render_ok(c, without);
+    /* a block that is not {"name": …, "arguments": …} is answer text, tags and all */
+    const char *bad = "See <tool_call>\nnot json\n</tool_call>";
+    char *r = respond(p, bad, strlen(bad), 7, DI_FINISH_STOP);
+    assert_non_null(strstr(r, "\"content\":\"See <tool_call>\\nnot json\\n</tool_call>\""));
+    assert_null(strstr(r, "tool_calls\":["));
+    free(r);
+    /* an unclosed block at the end: a call when its JSON is whole, else text */
+    const char *open_ok = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}";
+    r = respond(p, open_ok, strlen(open_ok), 3, DI_FINISH_LENGTH);
+    assert_non_null(strstr(r, "\"name\":\"get_time\",\"arguments\":\"{}\""));
+    free(r);
+    const char *open_bad = "<tool_call>\n{\"name\": \"get_ti";
+    r = respond(p, open_bad, strlen(open_bad), 5, DI_FINISH_LENGTH);
+    assert_non_null(strstr(r, "\"content\":\"<tool_call>\\n{\\\"name\\\": \\\"get_ti\""));
+    free(r);
+    /* without tools, <tool_call> is plain text */
+    const char *call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    r = respond(q, call, strlen(call), 4, DI_FINISH_STOP);
+    assert_non_null(strstr(r, "\"content\":\"<tool_call>"));
+    assert_non_null(strstr(r, "\"finish_reason\":\"stop\""));
+    free(r);
+    /* arguments given as a string holding JSON are taken as they are */
+    const char *str_args =
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Oslo\\\"}\"}"
+        "</tool_call>";
+    r = respond(p, str_args, strlen(str_args), 0, DI_FINISH_STOP);
+    assert_non_null(strstr(r, "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\""));
+    free(r);
+    di_prompt_free(p);
+    di_prompt_free(q);
+    di_codec_free(c);
+}
+
+static void test_tool_choice_opens_the_call(void **state)
+{
+    (void)state;
+    di_codec *c = chatml();
+    const char *required = "{\"model\":\"m\"," TOOLS ",\"tool_choice\":\"required\",\"messages\":"
+                           "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    di_prompt *p = render_ok(c, required);
+    size_t n;
+    const char *text = di_prompt_text(p, &n);
+    const char *tail = "<|im_start|>assistant\n<tool_call>\n";
+    assert_true(n >= strlen(tail));
+    assert_string_equal(text + n - strlen(tail), tail);
+    /* the output starts inside the block */
+    const char *out = "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    char *r = respond(p, out, strlen(out), 9, DI_FINISH_STOP);
+    assert_non_null(strstr(r, "\"name\":\"get_time\""));
+    free(r);
+    di_prompt_free(p);
+    /* a named function: the prompt writes its name, the output is the arguments */
+    const char *named = "{\"model\":\"m\"," TOOLS ",\"tool_choice\":{\"type\":\"function\","
+                        "\"function\":{\"name\":\"get_weather\"}},\"messages\":[{\"role\":"
+                        "\"user\",\"content\":\"hi\"}]}";
+    p = render_ok(c, named);
+    text = di_prompt_text(p, &n);
+    tail = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
+    assert_string_equal(text + n - strlen(tail), tail);
+    out = "{\"city\": \"Rome\"}}\n</tool_call>";
+    for (size_t cut = 0; cut <= strlen(out); cut++) {
+        r = respond(p, out, strlen(out), cut, DI_FINISH_STOP);
+        assert_non_null(strstr(r, "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+                                  "\\\"Rome\\\"}\""));
+        free(r);
+    }
+    di_prompt_free(p);
+    /* none: the tools are not shown and nothing is parsed */
+    const char *none = "{\"model\":\"m\"," TOOLS ",\"tool_choice\":\"none\",\"messages\":"
+                       "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    p = render_ok(c, none);
+    assert_null(strstr(di_prompt_text(p, NULL), "<tools>"));
+    di_prompt_free(p);
+    di_codec_free(c);
+}
+
+static void test_tool_results_share_a_user_turn(void **state)
+{
+    (void)state;
+    di_codec *c = chatml();
+    assert_int_equal(di_codec_set_default_system(c, "Be kind.", NULL), DI_OK);
+    const char *body =
+        "{\"model\":\"m\"," TOOLS ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\","
+        "\"content\":null,\"tool_calls\":[{\"id\":\"x\",\"type\":\"function\",\"function\":{"
+        "\"name\":\"get_time\",\"arguments\":\"not json\"}}]},{\"role\":\"tool\",\"tool_call_id\":"
+        "\"x\",\"content\":\"1\"},{\"role\":\"tool\",\"tool_call_id\":\"y\",\"content\":\"2\"}]}";
+    di_prompt *p = render_ok(c, body);
+    const char *text = di_prompt_text(p, NULL);
+    /* the default system prompt carries the tools */
+    assert_true(strncmp(text, "<|im_start|>system\nBe kind.\n\nYou can call", 41) == 0);
+    assert_non_null(strstr(text, "<|im_start|>user\nab<|im_end|>\n"));
+    /* arguments that are not JSON are written as a JSON string */
+    assert_non_null(
+        strstr(text, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": \"not json\"}\n"));
+    assert_non_null(strstr(text, "<|im_start|>user\n<tool_response>\n1\n</tool_response>\n"
+                                 "<tool_response>\n2\n</tool_response><|im_end|>\n"
+                                 "<|im_start|>assistant\n"));
+    di_prompt_free(p);
+    /* another encoding has no default system prompt; bad UTF-8 is refused */
+    di_codec *v4 = NULL;
+    assert_int_equal(di_codec_create(NULL, DI_ENCODING_DSV4, &v4, NULL), DI_OK);
+    assert_int_equal(di_codec_set_default_system(v4, "x", NULL), DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_codec_set_default_system(NULL, "x", NULL), DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(di_codec_set_default_system(c, "bad \xff", NULL), DI_ERR_INVALID_UTF8);
+    di_codec_free(v4);
+    /* NULL removes it */
+    assert_int_equal(di_codec_set_default_system(c, NULL, NULL), DI_OK);
+    p = render_ok(c, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}");
+    assert_string_equal(di_prompt_text(p, NULL),
+                        "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+    di_prompt_free(p);
+    di_codec_free(c);
+}
+
+static void test_render_errors_name_the_field(void **state)
+{
+    (void)state;
+    di_codec *c = chatml();
+    const char *u = "[{\"role\":\"user\",\"content\":\"hi\"}]";
+    char body[1024];
+    expect_render_error(c, "{\"messages\":[]}", "messages");
+    expect_render_error(c, "{\"messages\":3}", "messages");
+    expect_render_error(c, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
+    expect_render_error(c, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+                        "unknown role \"wizard\"");
+    expect_render_error(c, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content: missing");
+    expect_render_error(c, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+                        "messages[0].content");
+    expect_render_error(c,
+                        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+                        "\"image_url\":{\"url\":\"http://x\"}}]}]}",
+                        "messages[0].content[0]");
+    snprintf(body, sizeof body, "{\"tools\":{},\"messages\":%s}", u);
+    expect_render_error(c, body, "tools");
+    snprintf(body, sizeof body, "{\"tools\":[{\"type\":\"function\"}],\"messages\":%s}", u);
+    expect_render_error(c, body, "tools[0]");
+    snprintf(body, sizeof body, "{" TOOLS ",\"tool_choice\":\"sometimes\",\"messages\":%s}", u);
+    expect_render_error(c, body, "tool_choice");
+    snprintf(body, sizeof body, "{\"tool_choice\":\"required\",\"messages\":%s}", u);
+    expect_render_error(c, body, "no tools");
+    expect_render_error(c,
+                        "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                        "{}}]}",
+                        "messages[0].tool_calls");
+    expect_render_error(c,
+                        "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                        "[{\"function\":{\"name\":\"f\"}}]}]}",
+                        "messages[0].tool_calls");
+    expect_render_error(c, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}", "request");
+    /* other protocols are refused, not mis-rendered */
+    di_prompt *p = NULL;
+    assert_int_equal(di_codec_render(c, DI_PROTOCOL_MESSAGES, "{}", 2, &p, NULL),
+                     DI_ERR_UNSUPPORTED);
+    di_codec_free(c);
+}
+
+static void test_default_system_is_read_from_a_chat_template(void **state)
+{
+    (void)state;
+    /* SmolLM2's template (tokenizer.chat_template of its GGUF), with real newlines */
+    const char *smol =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' "
+        "%}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+        "Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+        "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
+    char *s = rc_chatml_default_system(smol, strlen(smol));
+    assert_string_equal(s, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+    free(s);
+    /* an escaped newline, as tokenizer_config.json templates write it */
+    const char *esc = "{{- '<|im_start|>system\\nYou are Q.<|im_end|>\\n' }}";
+    s = rc_chatml_default_system(esc, strlen(esc));
+    assert_string_equal(s, "You are Q.");
+    free(s);
+    /* template code after the opener is no literal */
+    const char *code = "{{ '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>' }}";
+    assert_null(rc_chatml_default_system(code, strlen(code)));
+    assert_null(rc_chatml_default_system("<|im_start|>system\n", 19));
+    assert_null(rc_chatml_default_system("", 0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rendered_calls_parse_back_at_every_split),
+        cmocka_unit_test(test_what_is_not_a_call_stays_text),
+        cmocka_unit_test(test_tool_choice_opens_the_call),
+        cmocka_unit_test(test_tool_results_share_a_user_turn),
+        cmocka_unit_test(test_render_errors_name_the_field),
+        cmocka_unit_test(test_default_system_is_read_from_a_chat_template),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
