@@ -18,7 +18,8 @@ mkdir -p "$out"
 pc=$(find "$prefix" -name deepinfer.pc -print -quit)
 [ -n "$pc" ] || { echo "FAIL: no deepinfer.pc under $prefix" >&2; exit 1; }
 libdir=$(dirname "$(find "$prefix" -name 'libdeepinfer.so.0' -print -quit)")
-export PKG_CONFIG_PATH=$(dirname "$pc")
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 flags=(-std=c17 -Wall -Wextra -Wpedantic -Werror)
 
 # 1. pkg-config (the agent also takes jansson's flags).
@@ -79,9 +80,14 @@ turns=$(count '^  \[turn done: ' "$out/agent.log")
 grep -q '^  tool call: ' "$out/agent.log" || fail "agent: the required first turn called no tool"
 grep -E '^(final answer after|no final answer within) [0-9]+ turns$' "$out/agent.log" ||
   fail "agent: the conversation did not end"
+# A question the model answers with a call to a tool that does not exist (a city's
+# name): the error goes back as the tool's result and the conversation goes on.
+timeout 300 "$out/agent" "$model" "What is the weather in London?" >"$out/agent-bad-call.log" 2>&1 ||
+  { cat "$out/agent-bad-call.log" >&2; fail "agent: a bad tool call ended the run"; }
 
-# The find_package builds run too (their exit status: the examples' own checks).
-for ex in embed game agent; do
+# The find_package builds of embed and game run too (their exit status: the
+# examples' own checks).
+for ex in embed game; do
   run "cmake-$ex" "$out/cmake-$ex/$ex"
 done
 echo "ok: the examples ran on SmolLM2-135M-Instruct"
