@@ -168,7 +168,10 @@ int main(int argc, char **argv)
                                  "You are a helpful assistant. Use the tools when they help.",
                                  "role", "user", "content", question);
     int ok = 0, turns = 0, answered = 0;
-    if (!tools || !messages) goto done;
+    if (!tools || !messages) {
+        fprintf(stderr, "agent: the question is not UTF-8 (or memory ran out)\n");
+        goto done;
+    }
     if (di_engine_create(&cfg, &engine, &err) != DI_OK) goto done;
     printf("user: %s\n", question);
 
