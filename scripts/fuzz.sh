@@ -16,7 +16,15 @@ for corpus in "$root"/tests/fuzz/corpus/*/; do
   work=$build/corpus/$name
   rm -rf "$work" && mkdir -p "$work" && cp -r "$corpus". "$work"/
   echo "fuzz: $name for ${seconds}s"
-  "$build/tests/fuzz_$name" -max_total_time="$seconds" -print_final_stats=0 \
-      -artifact_prefix="$build/crashes/$name-" "$work" 2>&1 | tail -n 3
+  # the whole log is printed when the target fails (the sanitizer's report), its
+  # last lines otherwise
+  log=$build/$name.log
+  if ! "$build/tests/fuzz_$name" -max_total_time="$seconds" -print_final_stats=0 \
+      -artifact_prefix="$build/crashes/$name-" "$work" > "$log" 2>&1; then
+    cat "$log"
+    echo "FAIL: fuzz_$name crashed; its input is in $build/crashes/" >&2
+    exit 1
+  fi
+  tail -n 3 "$log"
 done
 echo "ok: fuzz targets ran without a crash"

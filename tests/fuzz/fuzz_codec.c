@@ -1,6 +1,8 @@
-/* libFuzzer target: rendering arbitrary bytes as a Chat Completions request, with
- * both encodings. Either a clear rejection (a message is always given) or a
- * prompt that starts with the BOS token. */
+/* libFuzzer target: rendering arbitrary bytes as a request of every protocol, with
+ * both V4 encodings, and as a Chat Completions request with ChatML (with and
+ * without a default system prompt). Either a clear rejection (a message is always
+ * given) or a prompt that starts with the BOS token (V4) or a ChatML turn and ends
+ * with the generation prompt. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,5 +39,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             di_prompt_free(prompt);
             di_codec_free(codec);
         }
+    for (int with_system = 0; with_system < 2; with_system++) {
+        di_codec *codec = NULL;
+        if (di_codec_create(NULL, DI_ENCODING_CHATML, &codec, NULL) != DI_OK) abort();
+        if (with_system && di_codec_set_default_system(codec, "Be brief.", NULL) != DI_OK) abort();
+        di_prompt *prompt = NULL;
+        di_error *err = NULL;
+        di_status st =
+            di_codec_render(codec, DI_PROTOCOL_CHAT, (const char *)data, size, &prompt, &err);
+        if (st == DI_OK) {
+            size_t n;
+            const char *text = di_prompt_text(prompt, &n);
+            if (!text || n < 12 || strncmp(text, "<|im_start|>", 12) != 0 ||
+                !strstr(text, "<|im_start|>assistant\n"))
+                abort();
+        } else if (!err || !di_error_message(err)[0]) {
+            abort();
+        }
+        di_error_free(err);
+        di_prompt_free(prompt);
+        di_codec_free(codec);
+    }
     return 0;
 }

@@ -1,6 +1,8 @@
 /* libFuzzer target: the stream parser and the three protocol writers on arbitrary
- * generated text. The first byte picks the protocol and the parsing settings
- * (tools, thinking, JSON mode, stop sequences, tool choice required); the rest is
+ * generated text. The first byte picks the protocol, for Chat the encoding (V4
+ * DSML, or ChatML's Hermes calls, with tool_choice auto or a named function), and
+ * the parsing settings (tools, thinking, JSON mode, stop sequences, tool choice
+ * required); the rest is
  * cut into pushes at every 0x01 byte. Invariants: invalid UTF-8 is rejected with
  * a message and changes nothing; every chunk and the final response are valid
  * JSON (jansson); the stream ends with exactly one finish event. */
@@ -48,12 +50,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         "{\"model\":\"DeepSeek-V4.1-Flash\",\"input\":\"hi\",\"tools\":[{\"type\":\"custom\","
         "\"name\":\"apply_patch\"},{\"type\":\"namespace\",\"name\":\"fs\",\"description\":\"d\","
         "\"tools\":[{\"type\":\"function\",\"name\":\"read\"}]}]}"};
+    static const char *const chatml_bodies[2] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\"}}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\"}}}"};
     di_protocol proto = (di_protocol)(mode % 3 + 1);
+    int chatml = proto == DI_PROTOCOL_CHAT && (mode & 2);
     di_codec *codec = NULL;
     di_prompt *prompt = NULL;
     di_stream *s = NULL;
-    if (di_codec_create(NULL, DI_ENCODING_DSV4, &codec, NULL) != DI_OK) abort();
-    const char *body = bodies[mode % 3];
+    if (di_codec_create(NULL, chatml ? DI_ENCODING_CHATML : DI_ENCODING_DSV4, &codec, NULL) !=
+        DI_OK)
+        abort();
+    const char *body = chatml ? chatml_bodies[(mode >> 3) & 1] : bodies[mode % 3];
     if (di_codec_render(codec, proto, body, strlen(body), &prompt, NULL) != DI_OK) abort();
     di_stream_options o;
     di_stream_options_init(&o);
