@@ -16,6 +16,9 @@ char *cli_read_input(const char *command, const char *path, size_t *len);
 /* The encoding named dsv4, dsv41, dsv3, r1 or chatml; returns -1 for another name. */
 int cli_encoding(const char *name, di_encoding *out);
 
+/* A decimal integer in [lo, hi] (the whole string) into *out; -1 otherwise. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+
 /* The protocol named chat, messages or responses; returns -1 for another name. */
 int cli_protocol(const char *name, di_protocol *out);
 

@@ -42,16 +42,6 @@ static int usage(const char *cmd, const char *why)
     return EXIT_USAGE;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 /* "1,2,3" -> ids; an empty list or a malformed entry is an error. */
 static int parse_tokens(const char *s, int32_t **ids, size_t *n)
 {
@@ -101,10 +91,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         } else if (strcmp(o, "--out") == 0 && strcmp(cmd, "logits") == 0) {
             a->out = v;
         } else if (strcmp(o, "--max-tokens") == 0 && strcmp(cmd, "generate") == 0) {
-            if (parse_long(v, 0, 1L << 24, &a->max_tokens))
+            if (cli_parse_long(v, 0, 1L << 24, &a->max_tokens))
                 return usage(cmd, "--max-tokens: expected an integer from 0");
         } else if (strcmp(o, "--threads") == 0) {
-            if (parse_long(v, 1, 1024, &a->threads))
+            if (cli_parse_long(v, 1, 1024, &a->threads))
                 return usage(cmd, "--threads: expected an integer from 1 to 1024");
         } else {
             char why[300];

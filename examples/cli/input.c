@@ -77,3 +77,13 @@ int cli_encoding(const char *name, di_encoding *out)
         }
     return -1;
 }
+
+int cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}

@@ -262,16 +262,6 @@ static int usage(const char *cmd, const char *why)
     return EXIT_USAGE;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 /* Returns EXIT_OK, or the usage status with the message printed. */
 static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
 {
@@ -303,16 +293,16 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
         } else if (strcmp(o, "--system") == 0 && !run) {
             a->system = v;
         } else if (strcmp(o, "--threads") == 0) {
-            if (parse_long(v, 0, 1024, &a->threads) != 0)
+            if (cli_parse_long(v, 0, 1024, &a->threads) != 0)
                 return usage(cmd, "--threads must be 0 to 1024");
         } else if (strcmp(o, "--ctx") == 0) {
-            if (parse_long(v, 0, 1L << 20, &a->ctx) != 0)
+            if (cli_parse_long(v, 0, 1L << 20, &a->ctx) != 0)
                 return usage(cmd, "--ctx must be 0 (the model's, at most 4096) to 1048576");
         } else if (strcmp(o, "--max-tokens") == 0) {
-            if (parse_long(v, 1, 1L << 20, &a->max_tokens) != 0)
+            if (cli_parse_long(v, 1, 1L << 20, &a->max_tokens) != 0)
                 return usage(cmd, "--max-tokens must be 1 to 1048576");
         } else if (strcmp(o, "--seed") == 0) {
-            if (parse_long(v, 0, INT32_MAX, &a->seed) != 0)
+            if (cli_parse_long(v, 0, INT32_MAX, &a->seed) != 0)
                 return usage(cmd, "--seed must be 0 to 2147483647");
         } else if (strcmp(o, "--temperature") == 0) {
             errno = 0;

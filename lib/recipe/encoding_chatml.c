@@ -41,6 +41,23 @@ static void special(cstate *c, rc_special s)
     rc_prompt_special(c->out, s);
 }
 
+/* Append b's text (a buffer built for the prompt) and free it. */
+static void take_buf(cstate *c, rc_buf *b)
+{
+    if (b->oom) c->out->oom = 1;
+    if (b->s) rc_prompt_text(c->out, b->s, b->len);
+    free(b->s);
+    *b = (rc_buf){0};
+}
+
+/* <tool_call>BODY</tool_call>, the body taken from b. */
+static void call_tags(cstate *c, rc_buf *b)
+{
+    special(c, RC_HERMES_CALL);
+    take_buf(c, b);
+    special(c, RC_HERMES_CALL_END);
+}
+
 /* The text of a message's content: a string, null (nothing), or an array of
  * {"type": "text", "text": …} parts, joined. */
 static di_status content_text(cstate *c, json_t *content, size_t i, rc_buf *b)
@@ -76,19 +93,15 @@ static void tools_section(cstate *c, json_t *tools, int has_system_text)
              "<tools>\n");
     rc_buf b = {0};
     for (size_t k = 0; k < json_array_size(tools); k++) {
-        b.len = 0;
         rc_pyjson(&b, json_array_get(tools, k), RC_FLOAT_V4);
-        if (b.oom) c->out->oom = 1;
-        if (b.s) rc_prompt_text(c->out, b.s, b.len);
-        texts(c, "\n");
+        rc_buf_adds(&b, "\n");
+        take_buf(c, &b);
     }
-    free(b.s);
     texts(c, "</tools>\nTo call a tool, write one block per call, each on its own, like this:\n");
     /* the example names the first tool and its parameters */
     json_t *fn = json_object_get(json_array_get(tools, 0), "function");
     json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
     json_t *name = json_object_get(fn, "name");
-    b = (rc_buf){0};
     rc_buf_adds(&b, "\n{\"name\": ");
     rc_json_string(&b, json_string_value(name), json_string_length(name));
     rc_buf_adds(&b, ", \"arguments\": {");
@@ -102,11 +115,7 @@ static void tools_section(cstate *c, json_t *tools, int has_system_text)
         rc_buf_adds(&b, ": ...");
     }
     rc_buf_adds(&b, "}}\n");
-    special(c, RC_HERMES_CALL);
-    if (b.oom) c->out->oom = 1;
-    if (b.s) rc_prompt_text(c->out, b.s, b.len);
-    free(b.s);
-    special(c, RC_HERMES_CALL_END);
+    call_tags(c, &b);
     texts(c, "\nThe results come back inside ");
     special(c, RC_HERMES_RESPONSE);
     special(c, RC_HERMES_RESPONSE_END);
@@ -190,11 +199,7 @@ static di_status call_block(cstate *c, json_t *call, size_t i)
         rc_json_string(&b, json_string_value(args), json_string_length(args));
     json_decref(parsed);
     rc_buf_adds(&b, "}\n");
-    special(c, RC_HERMES_CALL);
-    if (b.oom) c->out->oom = 1;
-    if (b.s) rc_prompt_text(c->out, b.s, b.len);
-    free(b.s);
-    special(c, RC_HERMES_CALL_END);
+    call_tags(c, &b);
     return DI_OK;
 }
 
