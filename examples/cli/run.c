@@ -71,6 +71,18 @@ static int on_progress(void *user, float fraction)
     return interrupted; /* Ctrl-C cancels the load */
 }
 
+static const char *encoding_name(int32_t enc)
+{
+    switch (enc) {
+    case DI_ENCODING_DSV4: return "dsv4";
+    case DI_ENCODING_DSV41: return "dsv41";
+    case DI_ENCODING_DSV3: return "dsv3";
+    case DI_ENCODING_R1: return "r1";
+    case DI_ENCODING_CHATML: return "chatml";
+    default: return "none: token requests only";
+    }
+}
+
 static di_engine *load(const char *cmd, const run_args *a)
 {
     progress p = {isatty(STDERR_FILENO), -1, now_s()};
@@ -92,9 +104,9 @@ static di_engine *load(const char *cmd, const run_args *a)
         di_error_free(err);
         return NULL;
     }
-    fprintf(stderr, "loaded %s in %.2f s (vocabulary %d, context %lld, encoding %d)\n", a->model,
+    fprintf(stderr, "loaded %s in %.2f s (vocabulary %d, context %lld, encoding %s)\n", a->model,
             now_s() - p.start, (int)di_engine_vocab_size(e), (long long)di_engine_context_length(e),
-            (int)di_engine_encoding(e));
+            encoding_name(di_engine_encoding(e)));
     return e;
 }
 
@@ -245,24 +257,26 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
 
 /* ---- arguments ------------------------------------------------------------ */
 
+static const char *usage_line(const char *cmd)
+{
+    return strcmp(cmd, "run") == 0
+               ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
+                 "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
+                 "[--encoding E] [--verbose] REQUEST.json|-"
+               : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
+                 "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--verbose]";
+}
+
 static int usage(const char *cmd, const char *why)
 {
-    if (strcmp(cmd, "run") == 0)
-        fprintf(stderr,
-                "deepinfer run: %s (usage: deepinfer run --model PATH --protocol "
-                "chat|messages|responses [--stream] [--threads T] [--ctx N] [--max-tokens N] "
-                "[--temperature X] [--seed S] [--encoding E] [--verbose] REQUEST.json|-)\n",
-                why);
-    else
-        fprintf(stderr,
-                "deepinfer chat: %s (usage: deepinfer chat --model PATH [--system TEXT] "
-                "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
-                "[--encoding E] [--verbose])\n",
-                why);
+    fprintf(stderr, "deepinfer %s: %s (usage: %s)\n", cmd, why, usage_line(cmd));
     return EXIT_USAGE;
 }
 
-/* Returns EXIT_OK, or the usage status with the message printed. */
+/* EXIT_HELP: --help was asked (the usage is printed: the command succeeds). */
+enum { EXIT_HELP = -1, EXIT_INTERRUPTED = 130 /* 128 + SIGINT, as shells report it */ };
+
+/* Returns EXIT_OK, EXIT_HELP, or the usage status with the message printed. */
 static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -273,6 +287,10 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            printf("usage: %s\n(docs/cli.md)\n", usage_line(cmd));
+            return EXIT_HELP;
+        }
         int takes = strcmp(o, "--model") == 0 || strcmp(o, "--protocol") == 0 ||
                     strcmp(o, "--threads") == 0 || strcmp(o, "--ctx") == 0 ||
                     strcmp(o, "--max-tokens") == 0 || strcmp(o, "--temperature") == 0 ||
@@ -340,13 +358,32 @@ int cli_run(int argc, char **argv)
 {
     run_args a;
     int st = parse_args("run", argc, argv, &a);
-    if (st != EXIT_OK) return st;
+    if (st != EXIT_OK) return st == EXIT_HELP ? EXIT_OK : st;
     size_t len;
     char *body = cli_read_input("run", a.input, &len);
     if (!body) return EXIT_FAILED;
-    /* the body's own stream flag asks for SSE too */
-    json_t *root = json_loadb(body, len, 0, NULL);
+    /* A body that is not even a JSON object fails before the model loads (the
+     * codec checks the rest). The body's own stream flag asks for SSE too;
+     * --stream sets it, so the chunks are those of a streaming request. */
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
+    if (!json_is_object(root)) {
+        fprintf(stderr, "deepinfer run: request: %s\n",
+                root ? "expected a JSON object" : jerr.text);
+        json_decref(root);
+        free(body);
+        return EXIT_FAILED;
+    }
     int sse = a.stream || json_is_true(json_object_get(root, "stream"));
+    if (a.stream && !json_is_true(json_object_get(root, "stream"))) {
+        json_object_set_new(root, "stream", json_true());
+        char *with = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (with) {
+            free(body);
+            body = with;
+            len = strlen(body);
+        }
+    }
     json_decref(root);
     signal(SIGINT, on_sigint);
     di_engine *e = load("run", &a);
@@ -363,6 +400,10 @@ int cli_run(int argc, char **argv)
     if (rc != 0) return EXIT_FAILED;
     if (!sse && t.response) printf("%s\n", t.response);
     free(t.response);
+    if (t.status == DI_ERR_CANCELLED && interrupted) {
+        fprintf(stderr, "deepinfer run: interrupted\n");
+        return EXIT_INTERRUPTED;
+    }
     if (t.status != DI_OK) {
         fprintf(stderr, "deepinfer run: %s: %s\n", di_status_string(t.status), t.message);
         return EXIT_FAILED;
@@ -376,7 +417,7 @@ int cli_chat(int argc, char **argv)
 {
     run_args a;
     int st = parse_args("chat", argc, argv, &a);
-    if (st != EXIT_OK) return st;
+    if (st != EXIT_OK) return st == EXIT_HELP ? EXIT_OK : st;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C at the prompt ends getline */
@@ -407,8 +448,14 @@ int cli_chat(int argc, char **argv)
             continue;
         }
         json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        /* the V4 encodings convert by the reference's model names; the others
+         * echo whatever is given */
+        int32_t enc = di_engine_encoding(e);
+        const char *name = enc == DI_ENCODING_DSV4    ? "DeepSeek-V4-Pro"
+                           : enc == DI_ENCODING_DSV41 ? "DeepSeek-V4.1-Flash"
+                                                      : "deepinfer";
         json_t *req =
-            json_pack("{s:s, s:b, s:O}", "model", "deepinfer", "stream", 1, "messages", messages);
+            json_pack("{s:s, s:b, s:O}", "model", name, "stream", 1, "messages", messages);
         char *body = json_dumps(req, JSON_COMPACT);
         json_decref(req);
         turn t = {0};
@@ -421,9 +468,12 @@ int cli_chat(int argc, char **argv)
         printf("\n");
         if (rc != 0) {
             json_array_remove(messages, json_array_size(messages) - 1);
+            status = EXIT_FAILED; /* the session goes on; its status says a turn failed */
         } else {
-            if (t.status != DI_OK)
+            if (t.status != DI_OK && !(t.status == DI_ERR_CANCELLED && interrupted)) {
                 fprintf(stderr, "[%s: %s]\n", di_status_string(t.status), t.message);
+                status = EXIT_FAILED;
+            }
             /* the answer joins the history, as far as it was written */
             json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content",
                                   t.text ? t.text : "", t.text_len);

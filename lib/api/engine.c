@@ -342,6 +342,22 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             free(chat_template);
             goto fail;
         }
+        /* an encoding whose turn token the tokenizer lacks would render its
+         * turns as plain text the model never saw: refused */
+        const char *turn = enc == DI_ENCODING_CHATML ? "<|im_start|>"
+                           : enc == DI_ENCODING_DSV4 || enc == DI_ENCODING_DSV41
+                               ? "<\xef\xbd\x9c"
+                                 "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+                               : "<\xef\xbd\x9c"
+                                 "Assistant\xef\xbd\x9c>";
+        int32_t turn_id;
+        if (di_tokenizer_token_id(e->tok, turn, strlen(turn), &turn_id) != DI_OK) {
+            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                               "encoding: the tokenizer has no %s token, which encoding %d needs",
+                               turn, (int)enc);
+            free(chat_template);
+            goto fail;
+        }
         if ((st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err)) != DI_OK) {
             free(chat_template);
             goto fail;

@@ -34,9 +34,10 @@ static uint64_t clock_seed(const void *salt)
            ((uint64_t)(uintptr_t)salt * 0x9e3779b97f4a7c15ull);
 }
 
-/* The chat templates (DSV3, R1) render only a body's messages; the sampling
- * fields of a Chat Completions body are read here, as OpenAI defines them:
- * max_completion_tokens (or the older max_tokens), temperature [0, 2], top_p
+/* The chat templates (DSV3, R1, ChatML) render only a body's messages; the
+ * sampling fields of the body are read here, as OpenAI defines them:
+ * max_completion_tokens (or the older max_tokens; Messages' max_tokens;
+ * Responses' max_output_tokens), temperature [0, 2], top_p
  * [0, 1] (0 keeps only the most likely token), seed, presence_penalty and
  * frequency_penalty [-2, 2]. A field the body lacks keeps the di_request's value. */
 static di_status template_sampling(const char *json, size_t len, sampler_params *sp,
@@ -47,7 +48,8 @@ static di_status template_sampling(const char *json, size_t len, sampler_params 
     di_status st = DI_OK;
     json_t *v;
     if ((v = json_object_get(root, "max_completion_tokens")) ||
-        (v = json_object_get(root, "max_tokens"))) {
+        (v = json_object_get(root, "max_tokens")) ||
+        (v = json_object_get(root, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1) {
             st = di_error_set(err, DI_ERR_INVALID_REQUEST,
                               "max_tokens: expected an integer of at least 1");

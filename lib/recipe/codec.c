@@ -167,6 +167,76 @@ static void take_facts(di_prompt *p, rc_conversation *c)
     c->n_stops = c->n_images = 0;
 }
 
+/* A Messages or Responses request with the chatml encoding: converted as the
+ * reference converts it (its model rules need one of its model names, so the copy
+ * converted is named DeepSeek-V4-Pro, with thinking off; the response echoes the
+ * request's own name), then rendered as the Chat Completions body it amounts to.
+ * Takes root. */
+static void finish_prompt(const di_codec *codec, di_prompt *p);
+
+static di_status render_chatml_converted(const di_codec *codec, di_protocol protocol, json_t *root,
+                                         di_prompt **out, di_error **err)
+{
+    char msg[512] = "";
+    json_t *copy = json_is_object(root) ? json_copy(root) : json_incref(root);
+    if (json_is_object(copy)) {
+        json_object_set_new(copy, "model", json_string("DeepSeek-V4-Pro"));
+        /* ChatML has no reasoning block: the conversion runs with thinking off */
+        if (protocol == DI_PROTOCOL_MESSAGES) {
+            json_object_set_new(copy, "thinking", json_pack("{s:s}", "type", "disabled"));
+        } else {
+            json_t *r = json_object_get(copy, "reasoning");
+            r = json_is_object(r) ? json_copy(r) : json_object();
+            json_object_set_new(r, "effort", json_string("none"));
+            json_object_set_new(copy, "reasoning", r);
+        }
+    }
+    rc_conversation conv;
+    memset(&conv, 0, sizeof conv);
+    di_status st = protocol == DI_PROTOCOL_MESSAGES
+                       ? rc_convert_messages(copy, &conv, msg, sizeof msg)
+                       : rc_convert_responses(copy, &conv, msg, sizeof msg);
+    json_decref(copy);
+    json_t *body = st == DI_OK ? rc_chatml_chat_body(&conv, msg, sizeof msg) : NULL;
+    if (st == DI_OK && !body) st = DI_ERR_INVALID_REQUEST;
+    di_prompt *p = st == DI_OK ? calloc(1, sizeof *p) : NULL;
+    if (st == DI_OK && !p) st = DI_ERR_OUT_OF_MEMORY;
+    rc_buf prefix = {0};
+    int parse_tools = 0, required = 0;
+    if (st == DI_OK)
+        st = rc_render_chatml(body, codec->default_system, &p->p, &parse_tools, &required, &prefix,
+                              msg, sizeof msg);
+    if (st == DI_OK) {
+        if (rc_reply_from(&p->reply, protocol, &conv, root) != 0 ||
+            (prefix.s && !(p->reply.call_prefix = strdup(prefix.s)))) {
+            st = DI_ERR_OUT_OF_MEMORY;
+        } else {
+            /* ChatML has no reasoning block; calls are Hermes blocks */
+            p->has_reply = 1;
+            p->reply.thinking = 0;
+            p->reply.stage = RC_STAGE_NONE;
+            p->reply.tool_format = RC_TOOLS_HERMES;
+            p->reply.parse_tool_calls = parse_tools;
+            p->reply.starts_in_tool_calls = required;
+        }
+    }
+    if (p) {
+        conv.thinking = 0;
+        take_facts(p, &conv);
+    }
+    free(prefix.s);
+    json_decref(body);
+    rc_conversation_free(&conv);
+    json_decref(root);
+    if (st != DI_OK) {
+        di_prompt_free(p);
+        return di_error_set(err, st, st == DI_ERR_OUT_OF_MEMORY ? "out of memory" : msg);
+    }
+    finish_prompt(codec, p);
+    *out = p;
+    return DI_OK;
+}
+
 /* Token IDs when the codec has a tokenizer, the reason why not otherwise. */
 static void finish_prompt(const di_codec *codec, di_prompt *p)
 {
@@ -197,12 +267,14 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         snprintf(full, sizeof full, "request: %s", msg);
         return di_error_set(err, DI_ERR_INVALID_REQUEST, full);
     }
+    if (codec->encoding == DI_ENCODING_CHATML && protocol != DI_PROTOCOL_CHAT)
+        return render_chatml_converted(codec, protocol, root, out, err);
     if (codec->encoding == DI_ENCODING_DSV3 || codec->encoding == DI_ENCODING_R1 ||
         codec->encoding == DI_ENCODING_CHATML) {
         if (protocol != DI_PROTOCOL_CHAT) {
             json_decref(root);
             return di_error_set(err, DI_ERR_UNSUPPORTED,
-                                "the dsv3, r1 and chatml encodings take Chat Completions requests "
+                                "the dsv3 and r1 chat templates take Chat Completions requests "
                                 "(protocol chat)");
         }
         di_prompt *p = calloc(1, sizeof *p);

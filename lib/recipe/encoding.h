@@ -79,6 +79,13 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
                            int *parse_tools, int *required, rc_buf *call_prefix, char *msg,
                            size_t msg_size);
 
+/* A Messages or Responses request, converted to a conversation, as the Chat
+ * Completions body the chatml encoding renders: messages (roles, text content,
+ * tool calls, tool results; reasoning dropped), tools as functions and
+ * tool_choice. NULL with a message (images, which chatml does not take; out of
+ * memory). */
+json_t *rc_chatml_chat_body(const rc_conversation *conv, char *msg, size_t msg_size);
+
 /* The default system prompt a ChatML chat template (jinja source, n bytes)
  * writes for a conversation without one: the literal text between
  * "<|im_start|>system\n" and "<|im_end|>" (SmolLM2: "You are a helpful AI

@@ -367,3 +367,90 @@ char *rc_chatml_default_system(const char *tpl, size_t n)
     }
     return NULL;
 }
+
+json_t *rc_chatml_chat_body(const rc_conversation *conv, char *msg, size_t msg_size)
+{
+    static const char *const roles[] = {[RC_SYSTEM] = "system",
+                                        [RC_USER] = "user",
+                                        [RC_ASSISTANT] = "assistant",
+                                        [RC_TOOL] = "tool",
+                                        [RC_REMINDER] = "system"};
+    json_t *body = json_object(), *messages = json_array(), *tools = json_array();
+    int oom = !body || !messages || !tools;
+    for (size_t i = 0; i < conv->n_messages && !oom; i++) {
+        const rc_message *m = &conv->messages[i];
+        if (m->content && memchr(m->content, RC_IMAGE_MARK, m->content_len)) {
+            snprintf(msg, msg_size,
+                     "messages[%zu]: the chatml encoding takes text only, not images", i);
+            json_decref(body);
+            json_decref(messages);
+            json_decref(tools);
+            return NULL;
+        }
+        /* consecutive user messages (the content blocks of one turn) are one
+         * turn, joined by a blank line as the V4 encodings join them */
+        json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+        if (m->role == RC_USER && last && i > 0 && conv->messages[i - 1].role == RC_USER) {
+            json_t *prev = json_object_get(last, "content");
+            rc_buf b = {0};
+            rc_buf_add(&b, json_string_value(prev), json_string_length(prev));
+            rc_buf_adds(&b, "\n\n");
+            rc_buf_add(&b, m->content ? m->content : "", m->content ? m->content_len : 0);
+            oom |= b.oom || json_object_set_new(last, "content", json_stringn(b.s, b.len)) != 0;
+            free(b.s);
+            continue;
+        }
+        json_t *o = json_object(), *calls = m->n_calls ? json_array() : NULL;
+        oom |= !o || (m->n_calls && !calls);
+        oom |= json_object_set_new(o, "role", json_string(roles[m->role])) != 0;
+        oom |= json_object_set_new(o, "content",
+                                   m->content ? json_stringn(m->content, m->content_len)
+                                              : json_null()) != 0;
+        for (size_t k = 0; k < m->n_calls && calls; k++)
+            oom |= json_array_append_new(
+                       calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                                        m->calls[k].id ? m->calls[k].id : "", "type", "function",
+                                        "function", "name", m->calls[k].name, "arguments",
+                                        m->calls[k].arguments ? m->calls[k].arguments : "{}")) != 0;
+        if (calls) oom |= json_object_set_new(o, "tool_calls", calls) != 0;
+        oom |= json_array_append_new(messages, o) != 0;
+    }
+    for (size_t k = 0; k < conv->n_tools && !oom; k++) {
+        const rc_tool *t = &conv->tools[k];
+        json_t *fn = json_pack("{s:s}", "name", t->name);
+        oom |= !fn;
+        if (fn && t->description)
+            oom |= json_object_set_new(fn, "description", json_string(t->description)) != 0;
+        if (fn && t->parameters) oom |= json_object_set(fn, "parameters", t->parameters) != 0;
+        oom |= json_array_append_new(
+                   tools, json_pack("{s:s, s:o}", "type", "function", "function", fn)) != 0;
+    }
+    if (!oom) {
+        oom |= json_object_set_new(body, "messages", messages) != 0;
+        messages = NULL;
+        if (conv->n_tools)
+            oom |= json_object_set_new(body, "tools", tools) != 0;
+        else
+            json_decref(tools);
+        tools = NULL;
+        const char *choice = conv->tool_choice == RC_CHOICE_NONE       ? "none"
+                             : conv->tool_choice == RC_CHOICE_REQUIRED ? "required"
+                                                                       : NULL;
+        /* a call required of the only tool (Messages' {"type": "tool", "name": N}
+         * leaves just N) names it, so the prompt writes the name */
+        if (conv->tool_choice == RC_CHOICE_REQUIRED && conv->n_tools == 1)
+            oom |= json_object_set_new(body, "tool_choice",
+                                       json_pack("{s:s, s:{s:s}}", "type", "function", "function",
+                                                 "name", conv->tools[0].name)) != 0;
+        else if (choice && conv->n_tools)
+            oom |= json_object_set_new(body, "tool_choice", json_string(choice)) != 0;
+    }
+    if (oom) {
+        snprintf(msg, msg_size, "out of memory rendering the prompt");
+        json_decref(body);
+        json_decref(messages);
+        json_decref(tools);
+        return NULL;
+    }
+    return body;
+}

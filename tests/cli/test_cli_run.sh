@@ -62,6 +62,30 @@ c=m['message']['tool_calls'][0]['function']
 assert c['name']=='get_weather' and isinstance(json.loads(c['arguments']), dict), m
 assert m['finish_reason']=='tool_calls', m" "$tmp/named.out" || fail "no get_weather call: $(cat "$tmp/named.out")"
 
+# Messages and Responses through ChatML: the same question, the protocol's own shapes
+cat > "$tmp/msg.json" <<'JSON'
+{"model": "smollm2", "max_tokens": 64, "temperature": 0,
+ "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+ "tools": [{"name": "get_weather", "input_schema": {"type": "object",
+   "properties": {"city": {"type": "string"}}}}],
+ "tool_choice": {"type": "tool", "name": "get_weather"}}
+JSON
+"$cli" run --model "$model" --protocol messages --threads 2 "$tmp/msg.json" > "$tmp/msg.out" \
+  2>/dev/null || fail "messages exited $?"
+"$python" -c "
+import json,sys; r=json.load(open(sys.argv[1]))
+assert r['type']=='message' and r['stop_reason']=='tool_use', r
+u=[b for b in r['content'] if b['type']=='tool_use'][0]
+assert u['name']=='get_weather' and isinstance(u['input'], dict), r" "$tmp/msg.out" ||
+  fail "messages: no tool_use: $(cat "$tmp/msg.out")"
+cat > "$tmp/resp.json" <<'JSON'
+{"model": "smollm2", "max_output_tokens": 24, "temperature": 0, "input": "Say hello."}
+JSON
+"$cli" run --model "$model" --protocol responses --stream --threads 2 "$tmp/resp.json" \
+  > "$tmp/resp.sse" 2>/dev/null || fail "responses exited $?"
+grep -q '^event: response.created$' "$tmp/resp.sse" || fail "responses: no response.created"
+grep -Eq '^event: response.(completed|incomplete)$' "$tmp/resp.sse" || fail "responses: no end event"
+
 # errors: one line, exit 1 for a failed run, 2 for usage
 expect() { # STATUS NEEDLE ARGS...
   local want=$1 needle=$2; shift 2
@@ -71,7 +95,7 @@ expect() { # STATUS NEEDLE ARGS...
 }
 printf '{"messages": [' > "$tmp/bad.json"
 expect 1 "request" run --model "$model" --protocol chat "$tmp/bad.json"
-expect 1 "chatml" run --model "$model" --protocol messages "$tmp/req.json"
+expect 1 "tools[0]" run --model "$model" --protocol messages "$tmp/req.json"
 expect 1 "$tmp/none.gguf" run --model "$tmp/none.gguf" --protocol chat "$tmp/req.json"
 expect 2 "--model is required" run --protocol chat "$tmp/req.json"
 expect 2 "--protocol is required" run --model "$model" "$tmp/req.json"

@@ -266,10 +266,10 @@ static void test_render_errors_name_the_field(void **state)
                         "[{\"function\":{\"name\":\"f\"}}]}]}",
                         "messages[0].tool_calls");
     expect_render_error(c, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}", "request");
-    /* other protocols are refused, not mis-rendered */
+    /* Messages and Responses requests are checked as the reference checks them */
     di_prompt *p = NULL;
     assert_int_equal(di_codec_render(c, DI_PROTOCOL_MESSAGES, "{}", 2, &p, NULL),
-                     DI_ERR_UNSUPPORTED);
+                     DI_ERR_INVALID_REQUEST);
     di_codec_free(c);
 }
 
@@ -297,6 +297,84 @@ static void test_default_system_is_read_from_a_chat_template(void **state)
     assert_null(rc_chatml_default_system("", 0));
 }
 
+/* Messages and Responses requests render as the Chat Completions request they
+ * amount to (converted as deepseek-recipe converts them), and their Hermes calls
+ * come back in their own protocol. */
+static void test_messages_and_responses_render_as_chat(void **state)
+{
+    (void)state;
+    di_codec *c = chatml();
+    assert_int_equal(di_codec_set_default_system(c, "Be kind.", NULL), DI_OK);
+    const char *chat =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":"
+        "\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":"
+        "[{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"
+        "\"{\\\"tz\\\": \\\"UTC\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"t1\","
+        "\"content\":\"12:00\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_time\",\"description\":\"Time\",\"parameters\":{\"type\":\"object\"}}}]}";
+    const char *messages =
+        "{\"model\":\"m\",\"max_tokens\":9,\"system\":\"S\",\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":"
+        "\"ok\"},{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_time\",\"input\":{\"tz\":"
+        "\"UTC\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+        "\"t1\",\"content\":\"12:00\"}]}],\"tools\":[{\"name\":\"get_time\",\"description\":"
+        "\"Time\",\"input_schema\":{\"type\":\"object\"}}]}";
+    const char *responses =
+        "{\"model\":\"m\",\"instructions\":\"S\",\"input\":[{\"role\":\"user\",\"content\":"
+        "\"hi\"},{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":"
+        "\"output_text\",\"text\":\"ok\"}]},{\"type\":\"function_call\",\"call_id\":\"t1\","
+        "\"name\":\"get_time\",\"arguments\":\"{\\\"tz\\\": \\\"UTC\\\"}\"},{\"type\":"
+        "\"function_call_output\",\"call_id\":\"t1\",\"output\":\"12:00\"}],\"tools\":[{\"type\":"
+        "\"function\",\"name\":\"get_time\",\"description\":\"Time\",\"parameters\":{\"type\":"
+        "\"object\"}}]}";
+    di_prompt *want = render_ok(c, chat), *p = NULL;
+    di_error *err = NULL;
+    const char *bodies[2] = {messages, responses};
+    for (int k = 0; k < 2; k++) {
+        di_protocol proto = k ? DI_PROTOCOL_RESPONSES : DI_PROTOCOL_MESSAGES;
+        if (di_codec_render(c, proto, bodies[k], strlen(bodies[k]), &p, &err) != DI_OK)
+            fail_msg("%s", di_error_message(err));
+        assert_string_equal(di_prompt_text(p, NULL), di_prompt_text(want, NULL));
+        assert_int_equal(di_prompt_thinking(p), 0);
+        /* a call comes back as the protocol's own tool use */
+        const char *out = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+        char *r = respond(p, out, strlen(out), 5, DI_FINISH_STOP);
+        if (k == 0)
+            assert_non_null(
+                strstr(r, "\"type\":\"tool_use\",\"id\":\"call_00_XXXXXXXXXXXXXXXXXXXXXXXX\","
+                          "\"name\":\"get_time\",\"input\":{}"));
+        else
+            assert_non_null(strstr(r, "\"type\":\"function_call\""));
+        assert_null(strstr(r, "reasoning_content"));
+        free(r);
+        di_prompt_free(p);
+    }
+    di_prompt_free(want);
+    /* an image becomes the reference's text-model placeholder; a turn's content
+     * blocks are one turn; a named Messages tool_choice makes the prompt write it */
+    const char *image =
+        "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":[{"
+        "\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":\"https://x/y.png\"}},{"
+        "\"type\":\"text\",\"text\":\"what?\"}]}]}";
+    if (di_codec_render(c, DI_PROTOCOL_MESSAGES, image, strlen(image), &p, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    assert_non_null(strstr(di_prompt_text(p, NULL),
+                           "<|im_start|>user\n[Unsupported Image]\n\nwhat?<|im_end|>\n"));
+    di_prompt_free(p);
+    const char *named =
+        "{\"model\":\"m\",\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"tools\":[{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_time\"}}";
+    if (di_codec_render(c, DI_PROTOCOL_MESSAGES, named, strlen(named), &p, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    size_t n;
+    const char *text = di_prompt_text(p, &n);
+    const char *tail = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": ";
+    assert_string_equal(text + n - strlen(tail), tail);
+    di_prompt_free(p);
+    di_codec_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_tool_results_share_a_user_turn),
         cmocka_unit_test(test_render_errors_name_the_field),
         cmocka_unit_test(test_default_system_is_read_from_a_chat_template),
+        cmocka_unit_test(test_messages_and_responses_render_as_chat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1046,6 +1046,17 @@ static void test_smollm2_chatml_tool_call(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
+    /* an encoding whose turn tokens the tokenizer lacks is refused, not rendered as text */
+    di_engine_config bad;
+    di_engine_config_init(&bad);
+    bad.model_path = SMOL;
+    bad.encoding = DI_ENCODING_R1;
+    di_engine *none = NULL;
+    di_error *berr = NULL;
+    assert_int_equal(di_engine_create(&bad, &none, &berr), DI_ERR_UNSUPPORTED);
+    assert_null(none);
+    assert_non_null(strstr(di_error_message(berr), "Assistant"));
+    di_error_free(berr);
     di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
     g.e = e;
     assert_int_equal(di_engine_encoding(e), DI_ENCODING_CHATML);
@@ -1071,12 +1082,23 @@ static void test_smollm2_chatml_tool_call(void **state)
     assert_int_equal(r.status, DI_OK);
     assert_string_equal(r.finish_text, "tool_calls");
     assert_int_equal(r.finish, DI_FINISH_STOP); /* it ended at <|im_end|> */
-    /* ChatML takes Chat Completions only */
+    /* Messages too: the named tool comes back as its tool_use */
+    const char *msgs =
+        "{\"model\":\"smollm2\",\"temperature\":0,\"max_tokens\":64,\"tools\":[{\"name\":"
+        "\"get_weather\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"city\":{"
+        "\"type\":\"string\"}}}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"},"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]}";
+    rec m = {0};
+    m.cancel_at = -1;
     q.protocol = DI_PROTOCOL_MESSAGES;
-    q.json = "{\"model\":\"x\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
-             "\"content\":\"hi\"}]}";
-    q.json_len = strlen(q.json);
-    expect_submit_error(e, &q, DI_ERR_UNSUPPORTED, "chatml");
+    q.json = msgs;
+    q.json_len = strlen(msgs);
+    q.user_data = &m;
+    if (di_submit(e, &q, &m.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(m.n_done, 1);
+    assert_int_equal(m.status, DI_OK);
+    assert_string_equal(m.finish_text, "tool_use");
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
