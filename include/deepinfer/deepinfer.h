@@ -375,15 +375,16 @@ DI_API void di_codec_free(di_codec *codec);
  * messages of a Chat Completions request, as transformers' apply_chat_template
  * does (add_generation_prompt on; the request's other fields and its model name
  * are not used; DI_PROTOCOL_CHAT only). DI_ENCODING_CHATML renders a Chat
- * Completions request's messages, tools and tool_choice as ChatML
- * (DI_PROTOCOL_CHAT only; docs/codec.md, "ChatML").
+ * Completions request's messages, tools and tool_choice as ChatML, and a
+ * Messages or Responses request as the Chat request it converts to (docs/codec.md,
+ * "ChatML").
  *
  * Errors: DI_ERR_INVALID_REQUEST for every request the reference rejects —
  * malformed JSON, nesting deeper than 127, wrong types, unknown roles, tool
  * messages without a call, empty messages, unsupported models, out-of-range
  * parameters, bodies over DI_CODEC_MAX_REQUEST_BYTES — with a message naming the
  * field (e.g. "messages[2].role: unknown role \"wizard\""); DI_ERR_UNSUPPORTED (a
- * protocol other than Chat with the dsv3, r1 or chatml encoding); DI_ERR_INVALID_ARGUMENT
+ * protocol other than Chat with the dsv3 or r1 template); DI_ERR_INVALID_ARGUMENT
  * (NULL pointers, unknown protocol);
  * DI_ERR_OUT_OF_MEMORY. Thread-safe on a shared codec. */
 DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
