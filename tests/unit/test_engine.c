@@ -334,7 +334,12 @@ static void test_random_cancels_many_requests(void **state)
             got[i].cancel_at = how == 1 ? (int)(NEXT() % 20) : -1;
             specs[i].req.user_data = &got[i];
             assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
-            if (how == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+            if (how == 2) {
+                /* a short request can finish before this thread runs again (a
+                 * loaded machine): then the cancel finds it done */
+                di_status cst = di_cancel(e, got[i].id, NULL);
+                assert_true(cst == DI_OK || cst == DI_ERR_INVALID_STATE);
+            }
             if (how == 3) {
                 c.ids[c.n] = got[i].id;
                 c.delay_us[c.n++] = (long)(NEXT() % 3000);
