@@ -117,6 +117,7 @@ typedef struct turn {
     int sse, chat, dim; /* what to print: SSE messages / chat text (dim: a tty) */
     int in_reasoning;   /* chat: the reasoning block is open on the terminal */
     int done;
+    int write_failed; /* stdout refused the output (a closed pipe, a full disk) */
     di_status status;
     char message[512];
     char *text; /* chat: the answer so far */
@@ -162,8 +163,7 @@ static void on_event(void *user, const di_event *ev)
     case DI_EVENT_CHUNK:
         if (t->sse) {
             s = di_event_chunk_sse(ev, &n);
-            fwrite(s, 1, n, stdout);
-            fflush(stdout);
+            if (fwrite(s, 1, n, stdout) != n || fflush(stdout) != 0) t->write_failed = 1;
         }
         break;
     case DI_EVENT_REASONING:
@@ -229,7 +229,6 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
     req.user_data = t;
     uint64_t id;
     di_error *err = NULL;
-    interrupted = 0;
     t->t_submit = now_s();
     if (di_submit(e, &req, &id, &err) != DI_OK) {
         fprintf(stderr, "deepinfer %s: %s\n", cmd, di_error_message(err));
@@ -239,7 +238,7 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
     int cancelled = 0;
     while (!t->done) {
         di_poll(e, 50);
-        if (interrupted && !cancelled) {
+        if ((interrupted || t->write_failed) && !cancelled) {
             di_cancel(e, id, NULL); /* DI_ERR_INVALID_STATE when it just finished */
             cancelled = 1;
         }
@@ -386,10 +385,11 @@ int cli_run(int argc, char **argv)
     }
     json_decref(root);
     signal(SIGINT, on_sigint);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout is a write error, reported */
     di_engine *e = load("run", &a);
     if (!e) {
         free(body);
-        return EXIT_FAILED;
+        return interrupted ? EXIT_INTERRUPTED : EXIT_FAILED;
     }
     turn t = {0};
     t.a = &a;
@@ -400,6 +400,7 @@ int cli_run(int argc, char **argv)
     if (rc != 0) return EXIT_FAILED;
     if (!sse && t.response) printf("%s\n", t.response);
     free(t.response);
+    if (t.write_failed) return EXIT_FAILED; /* main says the output could not be written */
     if (t.status == DI_ERR_CANCELLED && interrupted) {
         fprintf(stderr, "deepinfer run: interrupted\n");
         return EXIT_INTERRUPTED;
@@ -422,8 +423,9 @@ int cli_chat(int argc, char **argv)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C at the prompt ends getline */
     sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
     di_engine *e = load("chat", &a);
-    if (!e) return EXIT_FAILED;
+    if (!e) return interrupted ? EXIT_INTERRUPTED : EXIT_FAILED;
     int tty = isatty(STDIN_FILENO), dim = isatty(STDOUT_FILENO);
     json_t *messages = json_array();
     if (a.system)
@@ -447,7 +449,13 @@ int cli_chat(int argc, char **argv)
                 json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
-        json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        json_t *user = json_pack("{s:s, s:s#}", "role", "user", "content", line, (int)n);
+        if (!user) {
+            fprintf(stderr, "[the line is not valid UTF-8: not sent]\n");
+            status = EXIT_FAILED;
+            continue;
+        }
+        json_array_append_new(messages, user);
         /* the V4 encodings convert by the reference's model names; the others
          * echo whatever is given */
         int32_t enc = di_engine_encoding(e);

@@ -41,6 +41,20 @@ static void special(cstate *c, rc_special s)
     rc_prompt_special(c->out, s);
 }
 
+/* v is the JSON string `lit`, all of it (a U+0000 inside does not end it). */
+static int str_is(const json_t *v, const char *lit)
+{
+    return rc_json_is_text(v) && json_string_length(v) == strlen(lit) &&
+           memcmp(json_string_value(v), lit, json_string_length(v)) == 0;
+}
+
+/* A tool name: a non-empty string without U+0000. */
+static int is_name(const json_t *v)
+{
+    return rc_json_is_text(v) && json_string_length(v) > 0 &&
+           strlen(json_string_value(v)) == json_string_length(v);
+}
+
 /* Append b's text (a buffer built for the prompt) and free it. */
 static void take_buf(cstate *c, rc_buf *b)
 {
@@ -72,8 +86,7 @@ static di_status content_text(cstate *c, json_t *content, size_t i, rc_buf *b)
     for (size_t k = 0; k < json_array_size(content); k++) {
         json_t *part = json_array_get(content, k);
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!rc_json_is_text(type) || strcmp(json_string_value(type), "text") != 0 ||
-            !rc_json_is_text(text)) {
+        if (!str_is(type, "text") || !rc_json_is_text(text)) {
             snprintf(c->msg, c->msg_size,
                      "messages[%zu].content[%zu]: the chatml encoding takes text parts only "
                      "({\"type\": \"text\", \"text\": …})",
@@ -132,10 +145,11 @@ static di_status check_tools(cstate *c, json_t *tools)
     for (size_t k = 0; k < json_array_size(tools); k++) {
         json_t *t = json_array_get(tools, k);
         json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
-        if (!rc_json_is_text(type) || strcmp(json_string_value(type), "function") != 0 ||
-            !json_is_object(fn) || !rc_json_is_text(json_object_get(fn, "name"))) {
+        if (!str_is(type, "function") || !json_is_object(fn) ||
+            !is_name(json_object_get(fn, "name"))) {
             snprintf(c->msg, c->msg_size,
-                     "tools[%zu]: expected {\"type\": \"function\", \"function\": {\"name\": …}}",
+                     "tools[%zu]: expected {\"type\": \"function\", \"function\": {\"name\": …}} "
+                     "with a non-empty name",
                      k);
             return DI_ERR_INVALID_REQUEST;
         }
@@ -144,8 +158,10 @@ static di_status check_tools(cstate *c, json_t *tools)
 }
 
 /* tool_choice: "none", "auto" (default), "required", or a named function
- * ({"type": "function", "function": {"name": …}}: the prompt opens that call). */
-static di_status tool_choice(cstate *c, json_t *root, int *none, int *required, const char **named)
+ * ({"type": "function", "function": {"name": …}}, one of the tools: the prompt
+ * opens that call). */
+static di_status tool_choice(cstate *c, json_t *root, json_t *tools, int *none, int *required,
+                             const char **named)
 {
     json_t *tc = json_object_get(root, "tool_choice");
     *none = *required = 0;
@@ -153,11 +169,11 @@ static di_status tool_choice(cstate *c, json_t *root, int *none, int *required, 
     if (!tc || json_is_null(tc)) return DI_OK;
     if (rc_json_is_text(tc)) {
         const char *s = json_string_value(tc);
-        if (strcmp(s, "none") == 0) {
+        if (str_is(tc, "none")) {
             *none = 1;
-        } else if (strcmp(s, "required") == 0) {
+        } else if (str_is(tc, "required")) {
             *required = 1;
-        } else if (strcmp(s, "auto") != 0) {
+        } else if (!str_is(tc, "auto")) {
             snprintf(c->msg, c->msg_size,
                      "tool_choice: \"%.60s\" is not one of \"none\", \"auto\", \"required\"", s);
             return DI_ERR_INVALID_REQUEST;
@@ -165,10 +181,20 @@ static di_status tool_choice(cstate *c, json_t *root, int *none, int *required, 
         return DI_OK;
     }
     json_t *name = json_object_get(json_object_get(tc, "function"), "name");
-    if (!json_is_object(tc) || !rc_json_is_text(name)) {
+    if (!json_is_object(tc) || !str_is(json_object_get(tc, "type"), "function") || !is_name(name)) {
         snprintf(c->msg, c->msg_size,
                  "tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": "
                  "\"function\", \"function\": {\"name\": …}}");
+        return DI_ERR_INVALID_REQUEST;
+    }
+    int declared = 0;
+    for (size_t k = 0; k < json_array_size(tools) && !declared; k++)
+        declared = json_equal(
+            json_object_get(json_object_get(json_array_get(tools, k), "function"), "name"), name);
+    if (!declared) {
+        snprintf(c->msg, c->msg_size,
+                 "tool_choice.function.name: \"%.60s\" is not one of the declared tools",
+                 json_string_value(name));
         return DI_ERR_INVALID_REQUEST;
     }
     *required = 1;
@@ -225,7 +251,7 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
     const char *named = NULL;
     di_status st;
     if (tools && !json_is_null(tools) && (st = check_tools(&c, tools)) != DI_OK) return st;
-    if ((st = tool_choice(&c, root, &none, required, &named)) != DI_OK) return st;
+    if ((st = tool_choice(&c, root, tools, &none, required, &named)) != DI_OK) return st;
     int with_tools = tools && json_array_size(tools) > 0 && !none;
     if (*required && !with_tools) {
         snprintf(msg, msg_size, "tool_choice: a call is required but no tools are declared");
@@ -242,6 +268,10 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
         if (!role) {
             free(text.s);
             return fail(&c, i, "role", "missing (expected a string)");
+        }
+        if (strlen(role) != json_string_length(json_object_get(m, "role"))) {
+            free(text.s);
+            return fail(&c, i, "role", "must not contain U+0000");
         }
         int is_system = strcmp(role, "system") == 0 || strcmp(role, "developer") == 0;
         int is_tool = strcmp(role, "tool") == 0;

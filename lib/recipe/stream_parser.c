@@ -82,6 +82,7 @@ struct rc_parser {
     int leading_think; /* R1: a leading "<think>" is still possible */
     int h_body;        /* Hermes: inside a call's JSON, up to </tool_call> (else between calls) */
     int h_prompt_open; /* Hermes: the prompt wrote the open block's <tool_call> */
+    size_t h_scanned;  /* Hermes: bytes of the open block searched for </tool_call> already */
     /* JSON output mode */
     jphase jphase;
     int jhad_text;               /* a push of this phase had prefix/suffix text */
@@ -1522,14 +1523,26 @@ static void process_tools_v3(rc_parser *p, rc_pieces *out)
  * (an object, or a string holding JSON) becomes the arguments JSON, written
  * with ", " and ": " separators as Python's json.dumps writes it. A block that is not
  * such an object is answer text, tags included. Text between calls is skipped. */
-static void hermes_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, int closed)
+/* The call a block's text holds: {"name": string, "arguments": object or string}
+ * ("parameters" read as well; no arguments: {}); NULL when it is not one. */
+static json_t *hermes_parse(const char *s, size_t n, json_t **name, json_t **args)
 {
     char msg[8];
     json_t *root = rc_json_parse(s, n, 64, msg, sizeof msg);
-    json_t *name = json_object_get(root, "name"), *args = json_object_get(root, "arguments");
-    if (!args) args = json_object_get(root, "parameters");
-    if (!json_is_object(root) || !rc_json_is_text(name) ||
-        !(json_is_object(args) || rc_json_is_text(args) || !args)) {
+    *name = json_object_get(root, "name");
+    *args = json_object_get(root, "arguments");
+    if (!*args) *args = json_object_get(root, "parameters");
+    if (json_is_object(root) && rc_json_is_text(*name) &&
+        (!*args || json_is_object(*args) || rc_json_is_text(*args)))
+        return root;
+    json_decref(root);
+    return NULL;
+}
+
+static void hermes_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, int closed)
+{
+    json_t *name, *args, *root = hermes_parse(s, n, &name, &args);
+    if (!root) {
         /* not a call: the block is answer text */
         rc_buf raw = {0};
         if (!p->h_prompt_open) rc_buf_adds(&raw, H_CALL_BEGIN);
@@ -1538,7 +1551,6 @@ static void hermes_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, i
         if (raw.oom) out->oom = 1;
         if (raw.s) add_piece(p, out, RC_PIECE_CONTENT, p->push, -1, raw.s, raw.len);
         free(raw.s);
-        json_decref(root);
         return;
     }
     p->n_calls++;
@@ -1568,8 +1580,16 @@ static void process_tools_hermes(rc_parser *p, rc_pieces *out)
             p->h_body = 1;
             continue;
         }
-        const char *end = find(p->buf.s, p->buf.len, H_CALL_END);
-        if (!end) return;
+        /* only the new bytes are searched (and the tag's length before them):
+         * a block that never closes costs linear time */
+        size_t from = p->h_scanned;
+        const char *end = find(p->buf.s + from, p->buf.len - from, H_CALL_END);
+        if (!end) {
+            size_t keep = strlen(H_CALL_END) - 1;
+            p->h_scanned = p->buf.len > keep ? p->buf.len - keep : 0;
+            return;
+        }
+        p->h_scanned = 0;
         hermes_call(p, out, p->buf.s, (size_t)(end - p->buf.s), 1);
         p->h_prompt_open = 0;
         consume(p, (size_t)(end - p->buf.s) + strlen(H_CALL_END));
@@ -1718,8 +1738,14 @@ int rc_parser_finish(rc_parser *p, rc_pieces *out)
     }
     if (p->state == P_TOOLS && p->reply->tool_format == RC_TOOLS_HERMES && p->h_body &&
         p->buf.len) {
-        /* a block the output ended inside: a call when its JSON is whole */
-        hermes_call(p, out, p->buf.s, p->buf.len, 0);
+        /* a block the output ended inside: a call when its JSON is whole, a
+         * closing tag cut short after it ignored */
+        size_t n = p->buf.len, cut = n;
+        for (size_t k = strlen(H_CALL_END) - 1; k > 0 && cut == n; k--)
+            if (n >= k && memcmp(p->buf.s + n - k, H_CALL_END, k) == 0) cut = n - k;
+        json_t *name, *args, *whole = cut < n ? hermes_parse(p->buf.s, cut, &name, &args) : NULL;
+        json_decref(whole);
+        hermes_call(p, out, p->buf.s, whole ? cut : n, 0);
         r = out->oom ? -1 : r;
     }
     if (p->state == P_TOOLS) consume(p, p->buf.len);

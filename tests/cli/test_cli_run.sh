@@ -103,6 +103,23 @@ expect 2 "--protocol must be" run --model "$model" --protocol soap "$tmp/req.jso
 expect 2 "unexpected argument" run --model "$model" --protocol chat --bogus "$tmp/req.json"
 expect 2 "--temperature" chat --model "$model" --temperature hot
 
+# a closed stdout is a failed run (not a SIGPIPE death); Ctrl-C exits 130
+"$cli" run --model "$model" --protocol chat --stream --max-tokens 64 "$tmp/req.json" \
+  2>"$tmp/err" | head -c 10 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 1 ] || fail "run into a closed pipe exited $rc, want 1"
+grep -q "cannot write the output" "$tmp/err" || fail "closed pipe: $(cat "$tmp/err")"
+# (0.02 s lands during the load, which once forgot it and answered anyway)
+timeout --preserve-status -s INT 0.02 "$cli" run --model "$model" --protocol chat \
+  --max-tokens 4000 "$tmp/req.json" >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 130 ] || fail "Ctrl-C exited $rc, want 130: $(cat "$tmp/err")"
+# chat: a line that is not UTF-8 is refused, said, and the status says so
+printf 'hi\n\xff\xfe\n' | "$cli" chat --model "$model" --max-tokens 4 >/dev/null 2>"$tmp/err"
+rc=$?
+[ "$rc" -eq 1 ] || fail "chat with a non-UTF-8 line exited $rc, want 1"
+grep -q "not valid UTF-8" "$tmp/err" || fail "chat did not say why: $(cat "$tmp/err")"
+
 # chat: two turns from stdin, then /reset and /quit
 out=$(printf 'Hello!\nAnd again?\n/reset\nHi\n/quit\nnot read\n' |
       "$cli" chat --model "$model" --temperature 0 --max-tokens 8 --threads 2 2>"$tmp/err") ||

@@ -127,6 +127,37 @@ static void test_what_is_not_a_call_stays_text(void **state)
     r = respond(p, open_ok, strlen(open_ok), 3, DI_FINISH_LENGTH);
     assert_non_null(strstr(r, "\"name\":\"get_time\",\"arguments\":\"{}\""));
     free(r);
+    /* the output cut inside the closing tag: the tag's start is not the call's */
+    static const char *const cut_tags[] = {"\n<", "\n</tool_", "\n</tool_call"};
+    for (size_t k = 0; k < 3; k++) {
+        char out[128];
+        snprintf(out, sizeof out, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}%s",
+                 cut_tags[k]);
+        r = respond(p, out, strlen(out), 2, DI_FINISH_LENGTH);
+        if (!strstr(r, "\"name\":\"get_time\",\"arguments\":\"{}\""))
+            fail_msg("cut at %s: %s", cut_tags[k], r);
+        free(r);
+    }
+    /* a block that never closes (the breaker's 1.6 MB took 209 s when every push
+     * searched all of it): pushed 4 bytes at a time, it ends as text */
+    size_t big = 400000;
+    char *huge = malloc(big + 64);
+    assert_non_null(huge);
+    int head = snprintf(huge, 64, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"");
+    memset(huge + head, 'y', big);
+    size_t len = (size_t)head + big;
+    di_stream *st = NULL;
+    assert_int_equal(di_stream_create(p, NULL, NULL, &st, NULL), DI_OK);
+    for (size_t i = 0; i < len; i += 4)
+        assert_int_equal(di_stream_push_text(st, huge + i, len - i < 4 ? len - i : 4, 1, NULL),
+                         DI_OK);
+    assert_int_equal(di_stream_finish(st, DI_FINISH_LENGTH, NULL), DI_OK);
+    size_t rlen;
+    const char *resp = di_stream_response_json(st, &rlen);
+    assert_true(rlen > big);
+    assert_null(strstr(resp, "tool_calls\":["));
+    di_stream_free(st);
+    free(huge);
     const char *open_bad = "<tool_call>\n{\"name\": \"get_ti";
     r = respond(p, open_bad, strlen(open_bad), 5, DI_FINISH_LENGTH);
     assert_non_null(strstr(r, "\"content\":\"<tool_call>\\n{\\\"name\\\": \\\"get_ti\""));
@@ -257,6 +288,31 @@ static void test_render_errors_name_the_field(void **state)
     expect_render_error(c, body, "tool_choice");
     snprintf(body, sizeof body, "{\"tool_choice\":\"required\",\"messages\":%s}", u);
     expect_render_error(c, body, "no tools");
+    /* a named function must be a declared tool; U+0000 does not end a keyword */
+    snprintf(body, sizeof body,
+             "{" TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+             "\"zzz\"}},\"messages\":%s}",
+             u);
+    expect_render_error(c, body, "\"zzz\" is not one of the declared tools");
+    snprintf(body, sizeof body,
+             "{" TOOLS ",\"tool_choice\":{\"type\":\"banana\",\"function\":{\"name\":"
+             "\"get_time\"}},\"messages\":%s}",
+             u);
+    expect_render_error(c, body, "tool_choice");
+    snprintf(body, sizeof body,
+             "{" TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+             "\"\"}},\"messages\":%s}",
+             u);
+    expect_render_error(c, body, "tool_choice");
+    snprintf(body, sizeof body, "{" TOOLS ",\"tool_choice\":\"auto\\u0000xx\",\"messages\":%s}", u);
+    expect_render_error(c, body, "tool_choice");
+    expect_render_error(c, "{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"x\"}]}",
+                        "messages[0].role");
+    snprintf(body, sizeof body,
+             "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\\u0000b\"}}],"
+             "\"messages\":%s}",
+             u);
+    expect_render_error(c, body, "tools[0]");
     expect_render_error(c,
                         "{\"messages\":[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
                         "{}}]}",
