@@ -12,7 +12,16 @@ Threading model (docs/python.md):
 * So any number of Request iterators may run in different threads; each sees
   exactly its own events, in order, ending with one Done.
 * di_submit and di_cancel may be called from any thread (Request.cancel() too).
-* The callback never runs user code and never calls di_poll.
+  Every C call on the handle (or the engine's tokenizer) is counted in flight
+  under the lock (Engine._guarded); close() marks the engine closing, waits for
+  the poller and those calls, then destroys: nothing uses the handle afterwards.
+* The callback never runs user code and never calls di_poll. It catches
+  BaseException, routes the event all the same and leaves the exception for the
+  poller to raise after di_poll returns.
+* The main thread, where Python runs signal handlers (at the first instruction of
+  any function, the callback's included, before its try), never runs the
+  callback: its polls and its close() run on helper threads while it waits on a
+  raw lock, so KeyboardInterrupt is raised from that wait and loses no event.
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json as _json
+import _thread
 import os
+import sys
 import threading
 from collections import deque
 from ctypes import POINTER, byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
@@ -48,8 +59,21 @@ from .events import (
 _TOKENS, _TEXT, _REASONING, _TOOL_DELTA, _TOOL, _CHUNK, _DONE = range(1, 8)
 
 #: How long one di_poll waits for the first event, in milliseconds. Bounded so that
-#: close() from another thread and Ctrl-C are seen within this time.
+#: close() from another thread is seen within this time.
+
+#: The main thread's helper poll thread ends after this many seconds without work.
+HELPER_IDLE_S = 2.0
 POLL_MS = 100
+
+_RAISE = object()  # Engine._guarded: raise InvalidStateError when closed
+_CLOSE_INSIDE = (
+    "close() was called on a thread that is inside a call on this engine (a signal "
+    "handler or finalizer); close it after the call returns"
+)
+
+
+def _main_ident() -> int:
+    return threading.main_thread().ident
 
 
 @dataclass
@@ -70,7 +94,11 @@ class Result:
 def _make_callback(engine: "Engine"):
     """The one C event callback of an engine. Runs inside di_poll (or
     di_engine_destroy) on the polling thread: it copies what the event's kind
-    needs — only those getters are called — into the request's queue."""
+    needs — only those getters are called — into the request's queue.
+
+    Returns (the ctypes callback, state): state[0] is the copy function
+    (kind, ev, req) -> event or None (replaceable, for tests); state[1] the first
+    exception raised inside the callback since the poller last took it."""
     lib = engine._lib
     routes = engine._routes
     kind_of = lib.di_event_kind_of
@@ -84,38 +112,34 @@ def _make_callback(engine: "Engine"):
         p = ev_text(ev, pn)
         return string_at(p, n.value).decode("utf-8", "replace") if p else None
 
-    def on_event(user, ev):
-        req = routes.get(user)
-        if req is None:  # not ours (cannot happen): ignore, as unknown kinds are
-            return
-        kind = kind_of(ev)
+    def copy(kind, ev, req):
         if kind == _TOKENS:
             p = ev_tokens(ev, pn)
-            out = Tokens(p[: n.value])
-        elif kind == _TEXT:
-            out = Text(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
-        elif kind == _CHUNK:
+            return Tokens(p[: n.value])
+        if kind == _TEXT:
+            return Text(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+        if kind == _CHUNK:
             if not req._chunks:
-                return
+                return None
             j = text_of(ev)
             p = lib.di_event_chunk_sse(ev, pn)
             sse = string_at(p, n.value).decode("utf-8", "replace")
             name = lib.di_event_chunk_name(ev)
-            out = Chunk(j, sse, name.decode("utf-8", "replace") if name is not None else None)
-        elif kind == _REASONING:
-            out = Reasoning(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
-        elif kind == _TOOL_DELTA or kind == _TOOL:
+            return Chunk(j, sse, name.decode("utf-8", "replace") if name is not None else None)
+        if kind == _REASONING:
+            return Reasoning(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+        if kind == _TOOL_DELTA or kind == _TOOL:
             args = text_of(ev) or ""
             cid = lib.di_event_tool_call_id(ev)
             name = lib.di_event_tool_call_name(ev)
             cls = ToolCallDelta if kind == _TOOL_DELTA else ToolCall
-            out = cls(
+            return cls(
                 lib.di_event_tool_call_index(ev),
                 cid.decode("utf-8", "replace") if cid is not None else None,
                 name.decode("utf-8", "replace") if name is not None else None,
                 args,
             )
-        elif kind == _DONE:
+        if kind == _DONE:
             st = lib.di_event_status(ev)
             fin = lib.di_event_finish_reason(ev)
             ftext = lib.di_event_finish_text(ev)
@@ -128,7 +152,7 @@ def _make_callback(engine: "Engine"):
                 fin = Finish(fin) if fin else None
             except ValueError:
                 pass
-            out = Done(
+            return Done(
                 st,
                 (lib.di_event_message(ev) or b"").decode("utf-8", "replace"),
                 fin,
@@ -138,15 +162,66 @@ def _make_callback(engine: "Engine"):
                 lib.di_event_reasoning_tokens(ev),
                 string_at(p, n.value).decode("utf-8", "replace") if p else None,
             )
-            req._queue.append(out)
-            req._finished = True
-            del routes[user]
-            return
-        else:
-            return  # a kind added later: ignored, as the header asks
-        req._queue.append(out)
+        return None  # a kind added later: ignored, as the header asks
 
-    return _lib.EVENT_FN(on_event)
+    state = [copy, None]
+
+    def deliver(user, ev, cell, last):
+        """Route one event. Idempotent per callback: cell[0] keeps the copy once
+        made, so a retry re-appends the same object (Request.__next__ drops an
+        event that `is` the one it returned last) instead of copying twice."""
+        req = routes.get(user)
+        if req is None:  # not ours, or its Done was routed by an earlier try
+            return
+        out = cell[0]
+        if out is None:
+            kind = kind_of(ev)
+            try:
+                out = state[0](kind, ev, req)
+            except BaseException as e:
+                if not last or kind != _DONE:
+                    raise
+                # The copy keeps failing: the request still gets its one Done.
+                st = lib.di_event_status(ev)
+                out = Done(st, f"the binding could not copy the terminal event: {e!r}",
+                           None, None, 0, 0, 0, None)
+            if out is None:
+                return
+            cell[0] = out
+        req._queue.append(out)
+        if out.__class__ is Done:
+            req._finished = True
+            routes.pop(user, None)
+
+    def note(e):
+        if state[1] is None:
+            state[1] = e
+
+    def on_event(user, ev):
+        # An exception raised in here (KeyboardInterrupt from a signal handler,
+        # MemoryError) must not reach ctypes, which would print and drop it and
+        # lose the event: it is kept in state[1] for the poller to raise after
+        # di_poll returns, and the event is routed again (at most three tries,
+        # written out: no loop, whose backward jump could take a signal outside
+        # the try).
+        cell = None
+        try:
+            cell = [None]
+            deliver(user, ev, cell, False)
+        except BaseException as e:  # noqa: B902 — re-raised by the poller
+            try:
+                note(e)
+                if cell is None:
+                    cell = [None]
+                deliver(user, ev, cell, False)
+            except BaseException as e2:  # noqa: B902
+                try:
+                    note(e2)
+                    deliver(user, ev, cell, True)
+                except BaseException as e3:  # noqa: B902
+                    note(e3)
+
+    return _lib.EVENT_FN(on_event), state
 
 
 def _body_bytes(body) -> bytes:
@@ -186,9 +261,12 @@ class Engine:
     library cannot be loaded.
 
     Thread-safety: submit, chat/messages/responses, Request.cancel and iteration
-    may be used from any thread at once. close() waits for a thread inside
-    di_poll to come out (at most POLL_MS), then delivers every remaining event,
-    so requests still running end with a Done whose status is CANCELLED.
+    may be used from any thread at once, close() included: close() waits for a
+    thread inside di_poll to come out (at most POLL_MS) and for C calls in flight
+    to return, then delivers every remaining event, so requests still running
+    end with a Done whose status is CANCELLED; submit and cancel racing with it
+    raise InvalidStateError / return False. Ctrl-C while the main thread iterates
+    raises KeyboardInterrupt at once and loses no event.
     Use as a context manager, or call close(); the engine is closed when it is
     garbage collected, too.
     """
@@ -247,23 +325,83 @@ class Engine:
         self._handle = out.value
         self._routes: Dict[int, "Request"] = {}
         self._keys = itertools.count(1)
-        self._cv = threading.Condition()
+        # Guarded by _cv: _polling/_poller (the thread in di_poll, or in
+        # di_engine_destroy), _users (thread id -> C calls in flight on the handle
+        # or the engine's tokenizer), _closing/_closer (close() is under way).
+        self._lock = threading.RLock()  # C-level: `with` on it is safe from signals
+        self._cv = threading.Condition(self._lock)
+        self._waker = _thread.allocate_lock()  # the main thread waits on it (_next_main)
         self._polling = False
-        self._callback = _make_callback(self)  # referenced for the engine's lifetime
+        self._poller = None
+        self._users: Dict[int, int] = {}
+        self._closing = False
+        self._closer = None
+        # The main thread (where Python runs signal handlers) never runs the
+        # callback: a helper thread polls for it (_spawn_poller).
+        self._helper = False  # a poll by the helper thread is asked for or under way
+        self._helper_alive = False  # the helper thread exists
+        self._helper_ms = POLL_MS
+        self._helper_go = _thread.allocate_lock()  # released: the helper has work
+        self._helper_go.acquire()
+        self._helper_n = 0  # what its di_poll returned
+        self._forward = None  # the exception its callback caught, for the main thread
+        # referenced for the engine's lifetime; _cb_state: see _make_callback
+        self._callback, self._cb_state = _make_callback(self)
         self._tokenizer = None
 
-    # ---- properties ----
-    def _h(self):
-        h = self._handle
-        if h is None:
-            raise error_for(10, "the engine is closed")
-        return h
+    # ---- C calls excluded from close() ----
+    def _guarded(self, fn, *args, closed=_RAISE):
+        """fn(*args) — a C call using the handle or the engine's tokenizer — with
+        di_engine_destroy kept out until it returns: the call is counted in
+        flight under the lock, and close() waits for the count to drain. When
+        the engine is closed or closing, returns `closed` (raises
+        InvalidStateError by default) without calling fn."""
+        me = threading.get_ident()
+        users = self._users
+        held = False
+        try:
+            with self._lock:
+                if self._closing or self._handle is None:
+                    if closed is _RAISE:
+                        raise error_for(10, "the engine is closed")
+                    return closed
+                c = users.get(me, 0) + 1
+                users[me] = c
+                held = True  # no call between the count and this: nothing can raise
+            return fn(*args)
+        finally:
+            if held:
+                with self._lock:
+                    c = users[me] - 1
+                    if c:
+                        users[me] = c
+                    else:
+                        del users[me]
+                    if self._closing and not users:
+                        self._notify()
 
+    def _notify(self) -> None:
+        """Wake every thread waiting for the engine (call with the lock held)."""
+        self._cv.notify_all()
+        if self._waker.locked():
+            try:
+                self._waker.release()
+            except RuntimeError:
+                pass
+
+    def _call(self, fn, *args, closed=_RAISE):
+        """fn(handle, *args) under _guarded."""
+        return self._guarded(self._call_h, fn, args, closed=closed)
+
+    def _call_h(self, fn, args):
+        return fn(self._handle, *args)
+
+    # ---- properties ----
     @property
     def encoding(self) -> Optional[Encoding]:
         """The prompt encoding of protocol requests, or None (protocol requests are
-        then refused with UnsupportedError)."""
-        e = self._lib.di_engine_encoding(self._h())
+        then refused with UnsupportedError). InvalidStateError once closed."""
+        e = self._call(self._lib.di_engine_encoding)
         try:
             return Encoding(e) if e else None
         except ValueError:
@@ -272,24 +410,24 @@ class Engine:
     @property
     def vocab_size(self) -> int:
         """The model's vocabulary size: prompt token ids must be below it."""
-        return self._lib.di_engine_vocab_size(self._h())
+        return self._call(self._lib.di_engine_vocab_size)
 
     @property
     def context_length(self) -> int:
         """Tokens one request may hold, prompt and output (n_ctx as resolved)."""
-        return self._lib.di_engine_context_length(self._h())
+        return self._call(self._lib.di_engine_context_length)
 
     @property
     def pending(self) -> int:
         """Requests accepted whose Done has not been delivered yet."""
-        return self._lib.di_engine_pending(self._h())
+        return self._call(self._lib.di_engine_pending)
 
     @property
     def tokenizer(self) -> Optional[Tokenizer]:
         """The engine's tokenizer (borrowed: usable while the engine is open), or
         None when the engine has none (token requests only, no text events)."""
         if self._tokenizer is None:
-            h = self._lib.di_engine_tokenizer(self._h())
+            h = self._call(self._lib.di_engine_tokenizer)
             if h:
                 self._tokenizer = Tokenizer(h, owner=self)
         return self._tokenizer
@@ -341,8 +479,10 @@ class Engine:
         InvalidArgumentError (a bad field, a token id outside the vocabulary —
         the message names it), InvalidRequestError (a body the codec refuses,
         naming the field), UnsupportedError (a protocol request to an engine
-        without an encoding), ContextLengthError, InvalidStateError (closed).
-        Thread-safe."""
+        without an encoding), ContextLengthError, InvalidStateError (the engine
+        is closed, or close() is under way on some thread). Thread-safe: the
+        tokenizer and di_submit calls are kept out of di_engine_destroy (close()
+        waits for them)."""
         lib = self._lib
         req = _lib.new_request(lib)
         keep = []  # buffers that must live through di_submit
@@ -411,9 +551,13 @@ class Engine:
         # this request's first events before di_submit returns here.
         self._routes[key] = r
         rid, err = c_uint64(), c_void_p()
-        st = lib.di_submit(self._h(), byref(req), byref(rid), byref(err))
+        st = -1
+        try:
+            st = self._call(lib.di_submit, byref(req), byref(rid), byref(err))
+        finally:
+            if st:
+                self._routes.pop(key, None)
         if st:
-            del self._routes[key]
             _raise(lib, st, err)
         r.id = rid.value
         return r
@@ -441,49 +585,213 @@ class Engine:
         """Deliver the events computed so far into their requests' queues (waiting
         up to timeout_ms for the first one); returns how many. Iterating a Request
         does this by itself: poll() is for a host that wants to drive the engine
-        from its own loop. Blocks while another thread polls."""
-        with self._cv:
-            while self._polling:
-                self._cv.wait()
-            if self._handle is None:
-                return 0
-            self._polling = True
-        return self._poll_owned(timeout_ms)
-
-    def _poll_owned(self, timeout_ms: int) -> int:
-        """di_poll while holding the poller role; gives the role up and wakes
-        every waiting thread."""
+        from its own loop. Blocks while another thread polls; returns 0 once the
+        engine is closed or closing. An exception raised on this thread while the
+        events were copied (KeyboardInterrupt from a signal handler) is raised
+        here, after every event was routed."""
+        me = threading.get_ident()
+        if me == _main_ident():
+            waiter, started = self._waker, False
+            while True:
+                with self._lock:
+                    if not self._helper:
+                        if started:
+                            n = self._helper_n
+                            break
+                        if self._handle is None or self._closing:
+                            return 0
+                        self._spawn_poller(timeout_ms)
+                        started = True
+                    waiter.acquire(False)  # locked: the helper's _notify() opens it
+                waiter.acquire(True, 1.0)
+            self._raise_forwarded()
+            if n < 0:
+                raise error_for(-n, "di_poll failed")
+            return n
+        polling = False
         try:
+            with self._lock:
+                while self._polling or self._closing:
+                    if self._handle is None or self._closer == me:
+                        return 0
+                    self._cv.wait()
+                if self._handle is None:
+                    return 0
+                self._polling = polling = True  # no call in between: nothing can raise
+                self._poller = me
             n = self._lib.di_poll(self._handle, timeout_ms)
         finally:
-            with self._cv:
-                self._polling = False
-                self._cv.notify_all()
+            if polling:
+                self._release_poller()
         if n < 0:
             raise error_for(-n, "di_poll failed")
         return n
+
+    def _spawn_poller(self, timeout_ms: int) -> None:
+        """Have the helper thread take the poller role and run one di_poll (called
+        under the lock by the main thread, with no helper poll pending). Python
+        runs signal handlers on the main thread only, at the first bytecode of any
+        function — the callback's first line included, before any try, where an
+        exception would be dropped by ctypes with its event. So the main thread
+        never runs the callback: it waits on a raw lock (Ctrl-C interrupts the
+        wait) while the helper routes the events. The helper is one long-lived
+        thread per engine (a new thread per poll waits for the scheduler, ms on a
+        loaded machine), ended by close() or HELPER_IDLE_S without work."""
+        self._helper = True
+        self._helper_ms = timeout_ms
+        if self._helper_alive:
+            if self._helper_go.locked():
+                try:
+                    self._helper_go.release()
+                except RuntimeError:
+                    pass
+            return
+        self._helper_alive = True
+        try:
+            # A raw thread: Thread.start() waits in Python code that a signal
+            # handler's exception can break halfway.
+            _thread.start_new_thread(self._helper_main, ())
+        except BaseException:
+            self._helper = self._helper_alive = False
+            raise
+
+    def _helper_main(self) -> None:
+        go = self._helper_go
+        idle = False
+        while True:
+            with self._lock:
+                work = self._helper
+                if not work and (idle or self._handle is None or self._closing):
+                    self._helper_alive = False
+                    return
+            if work:
+                self._helper_poll(self._helper_ms)
+                idle = False
+            else:
+                idle = not go.acquire(True, HELPER_IDLE_S)
+
+    def _helper_poll(self, timeout_ms: int) -> None:
+        me = threading.get_ident()
+        cv = self._cv
+        polling = False
+        n = 0
+        try:
+            try:
+                with self._lock:
+                    while self._polling and not self._closing:
+                        cv.wait()
+                    if self._closing or self._handle is None:
+                        return
+                    self._polling = polling = True
+                    self._poller = me
+                n = self._lib.di_poll(self._handle, timeout_ms)
+            finally:
+                if polling:
+                    self._release_poller()
+        except BaseException as e:  # noqa: B902 — raised on the main thread
+            if self._forward is None:
+                self._forward = e
+        finally:
+            with self._lock:
+                self._helper_n = n
+                self._helper = False
+                self._notify()
+
+    def _raise_forwarded(self) -> None:
+        e = self._forward
+        if e is not None:
+            self._forward = None
+            raise e
+
+    def _release_poller(self) -> None:
+        """Give the poller role up, wake every waiting thread, and raise what the
+        callback caught meanwhile (its event was routed all the same)."""
+        with self._lock:
+            self._polling = False
+            self._poller = None
+            self._notify()
+        state = self._cb_state
+        e = state[1]
+        if e is not None:
+            state[1] = None
+            raise e
 
     def close(self) -> None:
         """Stop the engine (di_engine_destroy): requests still running are
         cancelled and their remaining events, a Done with status CANCELLED and
         message "the engine was destroyed" included, are queued to their Request
-        objects, which can still be iterated. Idempotent. Waits for a thread in
-        di_poll to return (at most POLL_MS). Thread-safe."""
-        with self._cv:
-            while self._polling:
-                self._cv.wait()
-            if self._handle is None:
-                return
-            self._polling = True
+        objects, which can still be iterated. Idempotent.
+
+        From the moment close() starts, submit() raises InvalidStateError,
+        Request.cancel() returns False and no thread starts polling; close()
+        waits for a thread in di_poll to return (at most POLL_MS) and for C calls
+        in flight on other threads (submit, cancel, the tokenizer, the
+        properties) to return, then destroys: the handle is never used after
+        di_engine_destroy. A close() on another thread meanwhile waits for this
+        one to finish. Thread-safe. Raises InvalidStateError, closing nothing,
+        when called on a thread that is itself inside a call on this engine (a
+        signal handler or finalizer run in the middle of iteration or submit):
+        close it after that call returns."""
+        me = threading.get_ident()
+        if me == _main_ident():
+            with self._lock:
+                if self._handle is None:
+                    return
+                if self._poller == me or me in self._users:
+                    raise error_for(10, _CLOSE_INSIDE)
+            # di_engine_destroy runs the callbacks: on a helper thread, as polls.
+            # Interrupted (Ctrl-C), close() raises and the close goes on there.
+            out, done = [], _thread.allocate_lock()
+            done.acquire()
+            _thread.start_new_thread(self._close_capture, (out, done))
+            done.acquire()
+            if out:
+                raise out[0]
+            return
+        took = closer = False
         try:
+            with self._lock:
+                if self._handle is None:
+                    return
+                if self._closing:
+                    if self._closer == me:  # a signal handler inside close()
+                        return
+                    while self._closing:
+                        self._cv.wait()
+                    return
+                if self._poller == me or me in self._users:
+                    raise error_for(10, _CLOSE_INSIDE)
+                self._closing = closer = True
+                self._closer = me
+                while self._polling or self._users:
+                    self._cv.wait()
+                self._polling = took = True
+                self._poller = me
             st = self._lib.di_engine_destroy(self._handle)
             if st:
                 raise error_for(st, "di_engine_destroy refused")
             self._handle = None
         finally:
-            with self._cv:
-                self._polling = False
-                self._cv.notify_all()
+            if closer:
+                with self._lock:
+                    self._closing = False
+                    self._closer = None
+                    self._notify()
+                    if self._helper_go.locked():  # the idle helper thread ends now
+                        try:
+                            self._helper_go.release()
+                        except RuntimeError:
+                            pass
+            if took:
+                self._release_poller()
+
+    def _close_capture(self, out, done) -> None:
+        try:
+            self.close()
+        except BaseException as e:  # noqa: B902 — raised by close() on the main thread
+            out.append(e)
+        finally:
+            done.release()
 
     def __enter__(self) -> "Engine":
         return self
@@ -493,7 +801,9 @@ class Engine:
 
     def __del__(self):
         try:
-            if getattr(self, "_handle", None) is not None:
+            # At interpreter exit a helper thread may be frozen holding the poller
+            # role: leave the engine to the process's end.
+            if getattr(self, "_handle", None) is not None and not sys.is_finalizing():
                 self.close()
         except Exception:
             pass
@@ -514,13 +824,14 @@ class Request:
     Requests may be iterated from different threads at once. cancel() may be
     called from any thread."""
 
-    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "id", "done", "__weakref__")
+    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "_last", "id", "done", "__weakref__")
 
     def __init__(self, engine: Engine, chunks: bool):
         self._engine = engine
         self._queue = deque()
         self._finished = False  # Done is in the queue (set by the polling thread)
         self._chunks = chunks
+        self._last = None  # the event __next__ returned last
         self.id = 0
         self.done: Optional[Done] = None
 
@@ -529,8 +840,12 @@ class Request:
 
     def __next__(self) -> Event:
         q = self._queue
-        if q:  # fast path: no lock; the queue is only popped by this thread
-            ev = q.popleft()
+        while q:  # fast path: no lock; the queue is only popped by this thread
+            ev = q[0]
+            del q[0]  # not popleft(): a signal handler may run after a call returns
+            if ev is self._last:  # routed twice after an exception in the callback
+                continue
+            self._last = ev
             if ev.__class__ is Done:
                 self.done = ev
             return ev
@@ -538,43 +853,104 @@ class Request:
             raise StopIteration
         engine = self._engine
         cv = engine._cv
+        me = threading.get_ident()
+        if me == _main_ident():
+            return self._next_main(engine)
         while True:
-            with cv:
-                # Wait while another thread polls: it routes our events to q.
-                while not q and not self._finished and engine._polling:
-                    cv.wait()
-                if not q:
-                    if self._finished:  # our Done was taken already
-                        raise StopIteration
-                    if engine._handle is None:  # cannot happen: close() delivers Done
-                        raise error_for(10, f"request {self.id}: the engine is closed")
-                    engine._polling = True  # we poll, with cv released
-            if q:
-                ev = q.popleft()
+            polling = False
+            try:
+                with engine._lock:
+                    # Wait while another thread polls (it routes our events to q)
+                    # or closes (di_engine_destroy delivers what is left).
+                    while not q and not self._finished and (engine._polling or engine._closing):
+                        if engine._closer == me:  # close() is on this thread's stack
+                            raise error_for(10, f"request {self.id}: the engine is closing")
+                        cv.wait()
+                    if not q:
+                        if self._finished:  # our Done was taken already
+                            raise StopIteration
+                        if engine._handle is None:  # cannot happen: close() delivers Done
+                            raise error_for(10, f"request {self.id}: the engine is closed")
+                        # Taken inside the try: an exception from here on (a signal
+                        # handler raising) still gives the role up in the finally.
+                        engine._polling = polling = True
+                        engine._poller = me
+                if polling:
+                    n = engine._lib.di_poll(engine._handle, POLL_MS)
+                    if n < 0:
+                        raise error_for(-n, "di_poll failed")
+            finally:
+                if polling:
+                    engine._release_poller()
+            while q:
+                ev = q[0]
+                del q[0]
+                if ev is self._last:
+                    continue
+                self._last = ev
                 if ev.__class__ is Done:
                     self.done = ev
                 return ev
-            engine._poll_owned(POLL_MS)
+            if self.done is not None:
+                raise StopIteration
+
+    def _next_main(self, engine: Engine) -> Event:
+        """__next__ on the main thread, where Python runs signal handlers: helper
+        threads poll (Engine._spawn_poller) and this thread only waits, on a raw
+        lock (interruptible; threading.Condition.wait is not safe against a
+        handler's exception), so KeyboardInterrupt is raised here and loses no
+        event. An event is taken off the queue with q[0] / del q[0], between which
+        Python runs no handler."""
+        q = self._queue
+        lock = engine._lock
+        waiter = engine._waker
+        while True:
+            with lock:
+                wait = not q and not self._finished and engine._forward is None
+                if wait:
+                    if engine._handle is None:  # cannot happen: close() delivers Done
+                        raise error_for(10, f"request {self.id}: the engine is closed")
+                    if not engine._helper and not engine._polling and not engine._closing:
+                        engine._spawn_poller(POLL_MS)
+                    waiter.acquire(False)  # locked: the next _notify() opens it
+            if wait:
+                waiter.acquire(True, 1.0)
+                continue
+            engine._raise_forwarded()
+            # From taking the event to returning it: no call, so no signal
+            # handler can run in between (nor any finally clause).
+            while q:
+                ev = q[0]
+                del q[0]
+                if ev is self._last:
+                    continue
+                self._last = ev
+                if ev.__class__ is Done:
+                    self.done = ev
+                return ev
+            if self._finished or self.done is not None:
+                raise StopIteration
 
     def cancel(self) -> bool:
         """Cancel the request (di_cancel): it stops at the engine's next step and
         its Done has status CANCELLED (events produced before may still arrive
         first). Returns True when the cancel was accepted (also when already
         being cancelled), False when the request had already finished (its Done
-        is computed) or the engine is closed. Thread-safe; never blocks on
-        polling."""
+        is computed) or the engine is closed or closing (close() delivers its
+        Done). Thread-safe; never blocks on polling (close() waits for a cancel
+        in flight before it destroys)."""
         engine = self._engine
-        h = engine._handle
-        if h is None:
-            return False
+        lib = engine._lib
         err = c_void_p()
-        st = engine._lib.di_cancel(h, self.id, byref(err))
+        st = engine._call(lib.di_cancel, self.id, byref(err), closed=None)
+        if st is None:
+            return False
         if st == 0:
             return True
         if st == Status.INVALID_STATE:
-            engine._lib.di_error_free(err)
+            lib.di_error_free(err)
             return False
-        _raise(engine._lib, st, err)
+        _raise(lib, st, err)
 
     def result(self) -> Result:
         """Iterate the request to its end and return what it produced (only events

@@ -15,6 +15,8 @@ TOKENIZE_ADDED = 2
 TOKENIZE_ADD_SPECIAL_TOKENS = 4
 DECODE_SKIP_SPECIAL = 1
 
+_CLOSED = object()  # Engine._guarded's return for a closed engine
+
 
 def _raise(lib, status: int, err: c_void_p):
     """Raise the error of a failed call, freeing the di_error."""
@@ -34,7 +36,9 @@ class Tokenizer:
     encodes and decodes.
 
     Either owned (Tokenizer.load) or borrowed from an Engine (Engine.tokenizer:
-    valid while the engine is open; it keeps the engine object alive).
+    valid while the engine is open; it keeps the engine object alive; its calls
+    raise InvalidStateError once the engine is closed or closing, and
+    Engine.close() waits for calls in flight).
     Thread-safe: a loaded tokenizer is immutable, so encode/decode may run from
     many threads at once (the GIL is released during the C call)."""
 
@@ -56,10 +60,23 @@ class Tokenizer:
             _raise(lib, st, err)
         return cls(out.value, owned=True)
 
-    def _h(self):
-        if not self._handle or (self._owner is not None and self._owner._handle is None):
-            raise error_for(10, "the tokenizer's engine is closed" if self._owner else "closed")
-        return self._handle
+    def _call(self, fn, *args):
+        """fn(handle, *args). A borrowed tokenizer's call is kept out of its
+        engine's di_engine_destroy (Engine.close() waits for it); raises
+        InvalidStateError when the tokenizer, or its engine, is closed."""
+        owner = self._owner
+        if owner is not None:
+            r = owner._guarded(self._call_h, fn, args, closed=_CLOSED)
+            if r is _CLOSED:
+                raise error_for(10, "the tokenizer's engine is closed")
+            return r
+        return self._call_h(fn, args)
+
+    def _call_h(self, fn, args):
+        h = self._handle
+        if not h:
+            raise error_for(10, "closed")
+        return fn(h, *args)
 
     def close(self) -> None:
         """Free an owned tokenizer (di_tokenizer_free); a no-op when borrowed."""
@@ -76,14 +93,14 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         """Token ids are below this (added tokens included)."""
-        return self._lib.di_tokenizer_vocab_size(self._h())
+        return self._call(self._lib.di_tokenizer_vocab_size)
 
     def token_id(self, text: str) -> Optional[int]:
         """The id of the token spelled exactly `text` (an added token such as
         "<|im_end|>", or a vocabulary token's bytes), or None."""
         b = text.encode("utf-8")
         out = c_int32()
-        st = self._lib.di_tokenizer_token_id(self._h(), b, len(b), byref(out))
+        st = self._call(self._lib.di_tokenizer_token_id, b, len(b), byref(out))
         return out.value if st == 0 else None
 
     def encode(
@@ -114,7 +131,7 @@ class Tokenizer:
         ids = POINTER(c_int32)()
         n, err = c_size_t(), c_void_p()
         lib = self._lib
-        st = lib.di_tokenizer_encode(self._h(), b, len(b), flags, byref(ids), byref(n), byref(err))
+        st = self._call(lib.di_tokenizer_encode, b, len(b), flags, byref(ids), byref(n), byref(err))
         if st:
             _raise(lib, st, err)
         try:
@@ -130,8 +147,8 @@ class Tokenizer:
         text, length, err = c_void_p(), c_size_t(), c_void_p()
         lib = self._lib
         flags = DECODE_SKIP_SPECIAL if skip_special else 0
-        st = lib.di_tokenizer_decode(
-            self._h(), arr, n, flags, byref(text), byref(length), byref(err)
+        st = self._call(
+            lib.di_tokenizer_decode, arr, n, flags, byref(text), byref(length), byref(err)
         )
         if st:
             _raise(lib, st, err)
