@@ -135,8 +135,7 @@ static int32_t argmax(const float *v, int32_t n)
     return best;
 }
 
-static int run_model(di_model *m, float *logits, const int32_t *prompt, int n_prompt,
-                     run_state *rs)
+static int run_model(di_model *m, float *logits, const int32_t *prompt, int n_prompt, run_state *rs)
 {
     int32_t vocab = di_model_vocab_size(m);
     di_error *err = NULL;
@@ -221,7 +220,7 @@ int main(int argc, char **argv)
         rs.tokens = malloc((size_t)gen * sizeof *rs.tokens);
         rs.t = malloc((size_t)gen * sizeof *rs.t);
         if (!rs.tokens || !rs.t) return 1;
-        int r = strcmp(mode, "engine") == 0 ? run_engine(e, prompt, n, &rs)
+        int r = strcmp(mode, "engine") == 0  ? run_engine(e, prompt, n, &rs)
                 : strcmp(mode, "model") == 0 ? run_model(m, logits, prompt, n, &rs)
                                              : (fprintf(stderr, "unknown mode %s\n", mode), -1);
         free(rs.tokens);

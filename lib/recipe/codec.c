@@ -174,6 +174,19 @@ static void take_facts(di_prompt *p, rc_conversation *c)
  * Takes root. */
 static void finish_prompt(const di_codec *codec, di_prompt *p);
 
+/* A rendered prompt into *out (DI_OK), or freed with the error `st` and msg. */
+static di_status hand_over(const di_codec *codec, di_prompt *p, di_status st, const char *msg,
+                           di_prompt **out, di_error **err)
+{
+    if (st != DI_OK) {
+        di_prompt_free(p);
+        return di_error_set(err, st, st == DI_ERR_OUT_OF_MEMORY ? "out of memory" : msg);
+    }
+    finish_prompt(codec, p);
+    *out = p;
+    return DI_OK;
+}
+
 static di_status render_chatml_converted(const di_codec *codec, di_protocol protocol, json_t *root,
                                          di_prompt **out, di_error **err)
 {
@@ -228,13 +241,7 @@ static di_status render_chatml_converted(const di_codec *codec, di_protocol prot
     json_decref(body);
     rc_conversation_free(&conv);
     json_decref(root);
-    if (st != DI_OK) {
-        di_prompt_free(p);
-        return di_error_set(err, st, st == DI_ERR_OUT_OF_MEMORY ? "out of memory" : msg);
-    }
-    finish_prompt(codec, p);
-    *out = p;
-    return DI_OK;
+    return hand_over(codec, p, st, msg, out, err);
 }
 
 /* Token IDs when the codec has a tokenizer, the reason why not otherwise. */
@@ -298,13 +305,7 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
         }
         free(prefix.s);
         json_decref(root);
-        if (st != DI_OK) {
-            di_prompt_free(p);
-            return di_error_set(err, st, st == DI_ERR_OUT_OF_MEMORY ? "out of memory" : msg);
-        }
-        finish_prompt(codec, p);
-        *out = p;
-        return DI_OK;
+        return hand_over(codec, p, st, msg, out, err);
     }
     rc_conversation conv;
     memset(&conv, 0, sizeof conv);
