@@ -88,7 +88,7 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
                      di_error_message(err));
                 di_error_free(err);
             }
-            collect_stream(&l, r->id, a->fn, a->user, a->stream, NULL);
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, &a->finish_text);
             end = di_stream_finished(a->stream);
         }
     } else if (a->detok && !is_stop) {
@@ -118,6 +118,10 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
         stream_ready(&l, r, a);
         if (di_stream_finish(a->stream, finish, NULL) == DI_OK)
             collect_stream(&l, r->id, a->fn, a->user, a->stream, &finish_text);
+        if (!finish_text) { /* the stream had finished inside a push */
+            finish_text = a->finish_text;
+            a->finish_text = NULL;
+        }
         response = di_stream_response_json(a->stream, &response_len);
         di_stream_usage(a->stream, NULL, &reasoning);
     } else if (a->detok) {
@@ -147,6 +151,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     }
     di_stream_free(a->stream);
     di_detokenizer_free(a->detok);
+    free(a->finish_text);
     free(a);
     r->owner = NULL;
     enqueue(e, &l);

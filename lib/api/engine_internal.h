@@ -21,6 +21,8 @@ typedef struct api_request {
     di_detokenizer *detok; /* token requests with a tokenizer */
     int ready;             /* di_stream_ready was called */
     uint32_t n_prompt;
+    char *finish_text; /* the protocol's finish reason, when the stream ended inside a
+                          push (a stop sequence, the end of Hermes calls) */
 } api_request;
 
 struct di_engine {

@@ -114,7 +114,8 @@ int rc_parser_push(rc_parser *p, const char *text, size_t len, rc_pieces *out);
 int rc_parser_push_atomic(rc_parser *p, const char *text, size_t len, rc_pieces *out);
 /* The end of the output: release what is held (pieces appended to out). */
 int rc_parser_finish(rc_parser *p, rc_pieces *out);
-/* 1 once a stop sequence matched (output after it is ignored). */
+/* 1 once a stop sequence matched, or (Hermes) text that is no call followed the
+ * calls: output after it is ignored. */
 int rc_parser_stopped(const rc_parser *p);
 /* The stop sequence that matched, or NULL. */
 const char *rc_parser_stop_sequence(const rc_parser *p);

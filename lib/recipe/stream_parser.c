@@ -83,6 +83,7 @@ struct rc_parser {
     int h_body;        /* Hermes: inside a call's JSON, up to </tool_call> (else between calls) */
     int h_prompt_open; /* Hermes: the prompt wrote the open block's <tool_call> */
     size_t h_scanned;  /* Hermes: bytes of the open block searched for </tool_call> already */
+    int h_done;        /* Hermes: text that is no call followed the calls: the output is over */
     /* JSON output mode */
     jphase jphase;
     int jhad_text;               /* a push of this phase had prefix/suffix text */
@@ -1575,10 +1576,29 @@ static void process_tools_hermes(rc_parser *p, rc_pieces *out)
 {
     while (p->state == P_TOOLS && p->buf.len > 0) {
         if (!p->h_body) {
-            if (!skip_to(p, H_CALL_BEGIN, NULL)) return;
-            consume(p, strlen(H_CALL_BEGIN));
-            p->h_body = 1;
-            continue;
+            /* between blocks: whitespace, then another <tool_call>, or the end of
+             * the calls — after a call, text that is none ends the output (the
+             * model should have ended its turn); after blocks that were not
+             * calls, it is answer text again */
+            size_t ws = 0;
+            while (ws < p->buf.len && (p->buf.s[ws] == ' ' || p->buf.s[ws] == '\n' ||
+                                       p->buf.s[ws] == '\t' || p->buf.s[ws] == '\r'))
+                ws++;
+            if (ws == p->buf.len) return; /* held: what follows decides */
+            size_t m = strlen(H_CALL_BEGIN), left = p->buf.len - ws, k = left < m ? left : m;
+            if (memcmp(p->buf.s + ws, H_CALL_BEGIN, k) == 0) {
+                if (k < m) return; /* perhaps the next call */
+                consume(p, ws + m);
+                p->h_body = 1;
+                continue;
+            }
+            if (p->n_calls > 0) {
+                p->h_done = 1;
+                consume(p, p->buf.len);
+            } else {
+                p->state = P_CONTENT;
+            }
+            return;
         }
         /* only the new bytes are searched (and the tag's length before them):
          * a block that never closes costs linear time */
@@ -1672,7 +1692,7 @@ void rc_parser_free(rc_parser *p)
 
 int rc_parser_stopped(const rc_parser *p)
 {
-    return p->stop != NULL;
+    return p->stop != NULL || p->h_done;
 }
 
 const char *rc_parser_stop_sequence(const rc_parser *p)

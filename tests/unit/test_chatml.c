@@ -127,6 +127,33 @@ static void test_what_is_not_a_call_stays_text(void **state)
     r = respond(p, open_ok, strlen(open_ok), 3, DI_FINISH_LENGTH);
     assert_non_null(strstr(r, "\"name\":\"get_time\",\"arguments\":\"{}\""));
     free(r);
+    /* after a call, text that is no other call ends the output (the stream is
+     * finished in that push: the engine stops generating); whitespace and a
+     * second call do not */
+    const char *chatter =
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n"
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>\n\n"
+        "And then I will";
+    for (size_t cut = 0; cut <= strlen(chatter); cut += 7) {
+        di_stream *cs = NULL;
+        assert_int_equal(di_stream_create(p, NULL, NULL, &cs, NULL), DI_OK);
+        assert_int_equal(di_stream_push_text(cs, chatter, cut, 1, NULL), DI_OK);
+        if (!di_stream_finished(cs)) /* the first part may already end it */
+            assert_int_equal(di_stream_push_text(cs, chatter + cut, strlen(chatter) - cut, 1, NULL),
+                             DI_OK);
+        assert_true(di_stream_finished(cs));
+        r = strdup(di_stream_response_json(cs, NULL));
+        if (!strstr(r, "\"name\":\"get_time\"") || !strstr(r, "\"name\":\"get_weather\"") ||
+            strstr(r, "And then") || !strstr(r, "\"finish_reason\":\"tool_calls\""))
+            fail_msg("cut %zu: %s", cut, r);
+        free(r);
+        di_stream_free(cs);
+    }
+    /* after a block that was no call, the answer goes on */
+    const char *after_bad = "<tool_call>oops</tool_call> Sorry, it is sunny.";
+    r = respond(p, after_bad, strlen(after_bad), 12, DI_FINISH_STOP);
+    assert_non_null(strstr(r, "\"content\":\"<tool_call>oops</tool_call> Sorry, it is sunny.\""));
+    free(r);
     /* the output cut inside the closing tag: the tag's start is not the call's */
     static const char *const cut_tags[] = {"\n<", "\n</tool_", "\n</tool_call"};
     for (size_t k = 0; k < 3; k++) {

@@ -1104,6 +1104,22 @@ static void test_smollm2_chatml_tool_call(void **state)
     assert_int_equal(m.n_done, 1);
     assert_int_equal(m.status, DI_OK);
     assert_string_equal(m.finish_text, "tool_use");
+    /* a request that a stop sequence ends inside a push still reports its finish
+     * reason in DONE (it was lost: the stream had finished before DI_EVENT_DONE) */
+    const char *stopped = "{\"model\":\"smollm2\",\"temperature\":0,\"max_tokens\":32,\"stop\":"
+                          "[\" \"],\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}";
+    rec st = {0};
+    st.cancel_at = -1;
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = stopped;
+    q.json_len = strlen(stopped);
+    q.user_data = &st;
+    if (di_submit(e, &q, &st.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(st.status, DI_OK);
+    assert_string_equal(st.finish_text, "stop");
+    assert_true(st.n_toks < 32);
+    assert_null(memchr(st.text, ' ', st.text_len));
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
