@@ -111,12 +111,15 @@ def test_chat_cancel(r1):
     req = r1.chat({"model": "x", "max_tokens": 200,
                    "messages": [{"role": "user", "content": "hi"}]})
     first = next(req)
-    assert req.cancel()
+    landed = req.cancel()  # False only when the 200 tokens were already done
     rest = list(req)
     events = [first] + rest
     assert sum(isinstance(ev, Done) for ev in events) == 1
-    assert events[-1].status == Status.CANCELLED
-    assert events[-1].response_json is None
+    if landed:
+        assert events[-1].status == Status.CANCELLED
+        assert events[-1].response_json is None
+    else:
+        assert events[-1].status == Status.OK and events[-1].response_json
 
 
 # ---- SmolLM2 with the ChatML encoding: a real tool call ----

@@ -94,38 +94,57 @@ def test_smollm2_threads_equal_alone(smol):
 
 def test_cancel_from_another_thread_gives_one_cancelled_done(tiny, tiny_ref):
     """A cancel from another thread while this one iterates: exactly one Done,
-    CANCELLED, and the tokens before it are a prefix of the uncancelled run."""
+    CANCELLED, and the tokens before it are a prefix of the uncancelled run.
+    The tiny model can finish all 200 tokens before the other thread runs (a
+    loaded machine: CI saw it): then the cancel is refused and the Done is the
+    whole run's. Either way the contract holds; the cancel must land at least
+    once in a few tries."""
     p = tiny_ref["prompt"]
     full = tiny.generate(p, temperature=0, max_tokens=200, ignore_eos=True).tokens
-    req = tiny.submit(p, temperature=0, max_tokens=200, ignore_eos=True)
-    accepted = []
-    seen = threading.Event()
+    landed = 0
+    for _ in range(20):
+        req = tiny.submit(p, temperature=0, max_tokens=200, ignore_eos=True)
+        accepted = []
+        seen = threading.Event()
 
-    def canceller():
-        seen.wait(30)
-        accepted.append(req.cancel())
+        def canceller():
+            seen.wait(30)
+            accepted.append(req.cancel())
 
-    t = threading.Thread(target=canceller)
-    t.start()
-    ids, dones = [], []
-    for ev in req:
-        if isinstance(ev, Tokens):
-            ids += ev.ids
-            seen.set()
-        elif isinstance(ev, Done):
-            dones.append(ev)
-    t.join()
-    assert accepted == [True]
-    assert len(dones) == 1 and dones[0].status == Status.CANCELLED
-    assert dones[0].finish_reason is None
-    assert 1 <= len(ids) < 200 and ids == full[: len(ids)]
-    assert req.cancel() is False  # finished: nothing to cancel
+        t = threading.Thread(target=canceller)
+        t.start()
+        ids, dones = [], []
+        for ev in req:
+            if isinstance(ev, Tokens):
+                ids += ev.ids
+                seen.set()
+            elif isinstance(ev, Done):
+                dones.append(ev)
+        t.join()
+        assert len(dones) == 1
+        assert ids == full[: len(ids)]
+        assert req.cancel() is False  # finished: nothing to cancel
+        if accepted == [True]:
+            assert dones[0].status == Status.CANCELLED
+            assert dones[0].finish_reason is None
+            assert 1 <= len(ids) < 200
+            landed += 1
+            break
+        assert accepted == [False] and dones[0].status == Status.OK and ids == full
+    assert landed == 1
 
 
 def test_cancel_before_iterating_and_result_raises(tiny, tiny_ref):
-    req = tiny.submit(tiny_ref["prompt"], max_tokens=200, ignore_eos=True, seed=1)
-    assert req.cancel() is True
-    assert req.cancel() is True  # cancelling twice is accepted, changes nothing
+    # the tiny model may finish before the cancel on a loaded machine: then the
+    # cancel is refused and the run is whole; it must land in a few tries
+    for _ in range(20):
+        req = tiny.submit(tiny_ref["prompt"], max_tokens=200, ignore_eos=True, seed=1)
+        if req.cancel():
+            break
+        assert req.result().done.status == Status.OK
+    else:
+        pytest.fail("no cancel landed before the request finished, in 20 tries")
+    req.cancel()  # a second cancel changes nothing (True, or False once the end is queued)
     with pytest.raises(deepinfer.CancelledError) as info:
         req.result()
     assert info.value.status == Status.CANCELLED
