@@ -211,7 +211,7 @@ static di_status render_chatml_converted(const di_codec *codec, di_protocol prot
                        : rc_convert_responses(copy, &conv, msg, sizeof msg);
     json_decref(copy);
     json_t *body = st == DI_OK ? rc_chatml_chat_body(&conv, msg, sizeof msg) : NULL;
-    if (st == DI_OK && !body) st = DI_ERR_INVALID_REQUEST;
+    if (st == DI_OK && !body) st = DI_ERR_OUT_OF_MEMORY;
     di_prompt *p = st == DI_OK ? calloc(1, sizeof *p) : NULL;
     if (st == DI_OK && !p) st = DI_ERR_OUT_OF_MEMORY;
     rc_buf prefix = {0};

@@ -79,11 +79,11 @@ di_status rc_render_chatml(json_t *root, const char *default_system, rc_prompt *
                            int *parse_tools, int *required, rc_buf *call_prefix, char *msg,
                            size_t msg_size);
 
-/* A Messages or Responses request, converted to a conversation, as the Chat
- * Completions body the chatml encoding renders: messages (roles, text content,
- * tool calls, tool results; reasoning dropped), tools as functions and
- * tool_choice. NULL with a message (images, which chatml does not take; out of
- * memory). */
+/* A Messages or Responses request, converted to a conversation (under the
+ * V4-Pro rules, which write an image as the text "[Unsupported Image]"), as the
+ * Chat Completions body the chatml encoding renders: messages (roles, text
+ * content, tool calls, tool results; reasoning dropped), tools as functions and
+ * tool_choice. NULL with a message when out of memory. */
 json_t *rc_chatml_chat_body(const rc_conversation *conv, char *msg, size_t msg_size);
 
 /* The default system prompt a ChatML chat template (jinja source, n bytes)

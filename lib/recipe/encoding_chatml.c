@@ -409,14 +409,6 @@ json_t *rc_chatml_chat_body(const rc_conversation *conv, char *msg, size_t msg_s
     int oom = !body || !messages || !tools;
     for (size_t i = 0; i < conv->n_messages && !oom; i++) {
         const rc_message *m = &conv->messages[i];
-        if (m->content && memchr(m->content, RC_IMAGE_MARK, m->content_len)) {
-            snprintf(msg, msg_size,
-                     "messages[%zu]: the chatml encoding takes text only, not images", i);
-            json_decref(body);
-            json_decref(messages);
-            json_decref(tools);
-            return NULL;
-        }
         /* consecutive user messages (the content blocks of one turn) are one
          * turn, joined by a blank line as the V4 encodings join them */
         json_t *last = json_array_get(messages, json_array_size(messages) - 1);
