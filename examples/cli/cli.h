@@ -19,6 +19,9 @@ int cli_encoding(const char *name, di_encoding *out);
 /* A decimal integer in [lo, hi] (the whole string) into *out; -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 
+/* Seconds on the monotonic clock. */
+double cli_now(void);
+
 /* The protocol named chat, messages or responses; returns -1 for another name. */
 int cli_protocol(const char *name, di_protocol *out);
 

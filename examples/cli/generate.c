@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
@@ -128,13 +127,6 @@ static int load(const char *cmd, const gen_args *a, di_model **m)
     return EXIT_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int32_t argmax(const float *x, int32_t n)
 {
     int32_t best = 0;
@@ -208,14 +200,14 @@ static int run(const char *cmd, int argc, char **argv)
         rc = EXIT_FAILED;
         goto done;
     }
-    double t0 = now_s(), t1 = t0;
+    double t0 = cli_now(), t1 = t0;
     if (a.max_tokens > 0) {
         if (di_model_eval(m, ids, n, logits, 0, &err) != DI_OK) {
             free(out);
             rc = fail_error(cmd, err);
             goto done;
         }
-        t1 = now_s();
+        t1 = cli_now();
         for (long i = 0; i < a.max_tokens; i++) {
             int32_t next = argmax(logits, vocab);
             out[i] = next;
@@ -235,7 +227,7 @@ static int run(const char *cmd, int argc, char **argv)
     printf("]\n");
     free(out);
     if (a.verbose && a.max_tokens > 1) {
-        double t2 = now_s();
+        double t2 = cli_now();
         fprintf(stderr,
                 "deepinfer generate: prefill %zu tokens %.1f tokens/s, decode %ld tokens %.1f "
                 "tokens/s\n",

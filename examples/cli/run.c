@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -40,13 +39,6 @@ static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- the model-load progress bar ----------------------------------------- */
@@ -85,7 +77,7 @@ static const char *encoding_name(int32_t enc)
 
 static di_engine *load(const char *cmd, const run_args *a)
 {
-    progress p = {isatty(STDERR_FILENO), -1, now_s()};
+    progress p = {isatty(STDERR_FILENO), -1, cli_now()};
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = a->model;
@@ -105,8 +97,8 @@ static di_engine *load(const char *cmd, const run_args *a)
         return NULL;
     }
     fprintf(stderr, "loaded %s in %.2f s (vocabulary %d, context %lld, encoding %s)\n", a->model,
-            now_s() - p.start, (int)di_engine_vocab_size(e), (long long)di_engine_context_length(e),
-            encoding_name(di_engine_encoding(e)));
+            cli_now() - p.start, (int)di_engine_vocab_size(e),
+            (long long)di_engine_context_length(e), encoding_name(di_engine_encoding(e)));
     return e;
 }
 
@@ -157,8 +149,8 @@ static void on_event(void *user, const di_event *ev)
     const char *s;
     switch (di_event_kind_of(ev)) {
     case DI_EVENT_TOKENS:
-        if (t->t_first == 0) t->t_first = now_s();
-        t->t_last = now_s();
+        if (t->t_first == 0) t->t_first = cli_now();
+        t->t_last = cli_now();
         break;
     case DI_EVENT_CHUNK:
         if (t->sse) {
@@ -229,7 +221,7 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
     req.user_data = t;
     uint64_t id;
     di_error *err = NULL;
-    t->t_submit = now_s();
+    t->t_submit = cli_now();
     if (di_submit(e, &req, &id, &err) != DI_OK) {
         fprintf(stderr, "deepinfer %s: %s\n", cmd, di_error_message(err));
         di_error_free(err);
