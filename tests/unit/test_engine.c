@@ -1047,6 +1047,24 @@ static void test_smollm2_text_and_batch_invariance(void **state)
 /* SmolLM2 speaks ChatML: a Chat request with a tool, the function named by
  * tool_choice, answered greedily, ends in that call (the prompt writes the
  * name; the model writes the arguments), with <|im_end|> as a stop token. */
+/* Run one protocol request to its end; exactly one terminal event. */
+static void run_protocol(di_engine *e, di_protocol protocol, const char *body, rec *r)
+{
+    memset(r, 0, sizeof *r);
+    r->cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.protocol = protocol;
+    q.json = body;
+    q.json_len = strlen(body);
+    q.on_event = on_event;
+    q.user_data = r;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->n_done, 1);
+}
+
 static void test_smollm2_chatml_tool_call(void **state)
 {
     (void)state;
@@ -1071,51 +1089,27 @@ static void test_smollm2_chatml_tool_call(void **state)
         "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],\"tool_choice\":{"
         "\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},\"messages\":[{"
         "\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]}";
-    rec r = {0};
-    r.cancel_at = -1;
-    di_request q;
-    di_request_init(&q);
-    q.protocol = DI_PROTOCOL_CHAT;
-    q.json = body;
-    q.json_len = strlen(body);
-    q.on_event = on_event;
-    q.user_data = &r;
-    di_error *err = NULL;
-    if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-    poll_until_idle(e);
-    assert_int_equal(r.n_done, 1);
+    rec r;
+    run_protocol(e, DI_PROTOCOL_CHAT, body, &r);
     assert_int_equal(r.status, DI_OK);
     assert_string_equal(r.finish_text, "tool_calls");
-    assert_int_equal(r.finish, DI_FINISH_STOP); /* it ended at <|im_end|> */
+    assert_int_equal(r.finish, DI_FINISH_STOP); /* at <|im_end|> or the end of its calls */
     /* Messages too: the named tool comes back as its tool_use */
     const char *msgs =
         "{\"model\":\"smollm2\",\"temperature\":0,\"max_tokens\":64,\"tools\":[{\"name\":"
         "\"get_weather\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"city\":{"
         "\"type\":\"string\"}}}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"},"
         "\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]}";
-    rec m = {0};
-    m.cancel_at = -1;
-    q.protocol = DI_PROTOCOL_MESSAGES;
-    q.json = msgs;
-    q.json_len = strlen(msgs);
-    q.user_data = &m;
-    if (di_submit(e, &q, &m.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-    poll_until_idle(e);
-    assert_int_equal(m.n_done, 1);
+    rec m;
+    run_protocol(e, DI_PROTOCOL_MESSAGES, msgs, &m);
     assert_int_equal(m.status, DI_OK);
     assert_string_equal(m.finish_text, "tool_use");
     /* a request that a stop sequence ends inside a push still reports its finish
      * reason in DONE (it was lost: the stream had finished before DI_EVENT_DONE) */
     const char *stopped = "{\"model\":\"smollm2\",\"temperature\":0,\"max_tokens\":32,\"stop\":"
                           "[\" \"],\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}";
-    rec st = {0};
-    st.cancel_at = -1;
-    q.protocol = DI_PROTOCOL_CHAT;
-    q.json = stopped;
-    q.json_len = strlen(stopped);
-    q.user_data = &st;
-    if (di_submit(e, &q, &st.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-    poll_until_idle(e);
+    rec st;
+    run_protocol(e, DI_PROTOCOL_CHAT, stopped, &st);
     assert_int_equal(st.status, DI_OK);
     assert_string_equal(st.finish_text, "stop");
     assert_true(st.n_toks < 32);
