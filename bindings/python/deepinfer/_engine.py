@@ -515,22 +515,13 @@ class Engine:
             req.n_tokens = len(prompt)
         req.max_tokens = max_tokens
         req.ignore_eos = 1 if ignore_eos else 0
-        if temperature is not None:
-            req.temperature = temperature
-        if top_p is not None:
-            req.top_p = top_p
-        if top_k is not None:
-            req.top_k = top_k
-        if min_p is not None:
-            req.min_p = min_p
-        if repetition_penalty is not None:
-            req.repetition_penalty = repetition_penalty
-        if presence_penalty is not None:
-            req.presence_penalty = presence_penalty
-        if frequency_penalty is not None:
-            req.frequency_penalty = frequency_penalty
-        if seed is not None:
-            req.seed = seed
+        # sampling fields left None keep di_request_init's defaults
+        for field, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                             ("min_p", min_p), ("repetition_penalty", repetition_penalty),
+                             ("presence_penalty", presence_penalty),
+                             ("frequency_penalty", frequency_penalty), ("seed", seed)):
+            if value is not None:
+                setattr(req, field, value)
         if logit_bias:
             ids = (c_int32 * len(logit_bias))(*logit_bias.keys())
             vals = (c_float * len(logit_bias))(*logit_bias.values())
