@@ -11,6 +11,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* lit within s[0, n): prompts may hold U+0000, so no C-string search */
+static int contains(const char *s, size_t n, const char *lit)
+{
+    size_t m = strlen(lit);
+    for (size_t i = 0; i + m <= n; i++)
+        if (memcmp(s + i, lit, m) == 0) return 1;
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* Every protocol sees every input: the Messages and Responses parsers have
@@ -51,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t n;
             const char *text = di_prompt_text(prompt, &n);
             if (!text || n < 12 || strncmp(text, "<|im_start|>", 12) != 0 ||
-                !strstr(text, "<|im_start|>assistant\n"))
+                !contains(text, n, "<|im_start|>assistant\n"))
                 abort();
         } else if (!err || !di_error_message(err)[0]) {
             abort();
