@@ -12,10 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/error.h"
+#include "util/error.h"
 #include "api/engine_internal.h"
 #include "api/event.h"
-#include "api/struct_size.h"
+#include "util/struct_size.h"
 #include "engine/scheduler.h"
 #include "model/gguf.h"
 #include "model/model.h"

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/error.h"
-#include "api/struct_size.h"
+#include "util/error.h"
+#include "util/struct_size.h"
 #include "model/model.h"
 
 _Static_assert(sizeof(di_model_options) == DI_STRUCT_SIZE_UNTIL(di_model_options, n_ctx),

@@ -11,8 +11,8 @@
 #include <time.h>
 
 #include "api/engine_internal.h"
-#include "api/error.h"
-#include "api/struct_size.h"
+#include "util/error.h"
+#include "util/struct_size.h"
 #include "sampler/sampler.h"
 
 DI_API void di_request_init(di_request *req)

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "api/error.h"
+#include "util/error.h"
 #include "tokenizer/detokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file.h"

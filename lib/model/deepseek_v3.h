@@ -4,6 +4,7 @@
 #ifndef DI_MODEL_DEEPSEEK_V3_H
 #define DI_MODEL_DEEPSEEK_V3_H
 
+#include "backend/backend.h"
 #include "model/model.h"
 
 typedef struct dsv3 dsv3;
@@ -13,7 +14,8 @@ typedef struct dsv3 dsv3;
  * tensor missing or of the wrong shape (DI_ERR_MODEL_FORMAT, naming it), a
  * dtype the CPU kernels lack (DI_ERR_UNSUPPORTED), DI_ERR_OUT_OF_MEMORY,
  * DI_ERR_BACKEND. */
-di_status dsv3_load(const model_weights *w, const model_options *opt, dsv3 **out, di_error **err);
+di_status dsv3_load(const model_weights *w, const model_options *opt, backend *be, dsv3 **out,
+                    di_error **err);
 void dsv3_free(dsv3 *d);
 int64_t dsv3_n_past(const dsv3 *d);
 void dsv3_reset(dsv3 *d);

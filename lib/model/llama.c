@@ -1,4 +1,5 @@
-/* Dense Llama and Qwen2 forward pass on the CPU backend (model.h).
+/* Dense Llama and Qwen2 forward pass (model.h), on the device behind
+ * backend/backend.h; model_load and the sequence calls for every architecture.
  *
  * Per layer, as transformers' LlamaDecoderLayer / Qwen2DecoderLayer and
  * llama.cpp's llm_build_llama / llm_build_qwen2:
@@ -17,88 +18,61 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "api/error.h"
-#include "backend/cpu/attention.h"
-#include "backend/cpu/kv_cache.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
-#include "backend/cpu/quant.h"
-#include "backend/cpu/threadpool.h"
-#include "model/cpu_weights.h"
+#include "backend/backend.h"
 #include "model/deepseek_v3.h"
+#include "model/load.h"
 #include "model/model.h"
+#include "util/error.h"
 
 typedef struct layer {
-    const model_tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-    float *attn_norm, *ffn_norm;    /* f32 copies [n_embd] */
-    float *bq, *bk, *bv;            /* f32 copies, or NULL */
-    int qkv_shared, gate_up_shared; /* 1: one cpu_matmul_multi (same activation format) */
+    const backend_matrix *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    const float *attn_norm, *ffn_norm; /* f32 [n_embd] in the backend */
+    const float *bq, *bk, *bv;         /* f32 in the backend, or NULL */
 } layer;
 
 struct model_seq {
-    cpu_kv_seq kv;
+    backend_kv_seq kv;
 };
 
 struct model {
     model_weights *w;
     model_config cfg;
     model_options opt;
+    backend *be; /* the device; owns every weight, buffer and cache below */
     layer *layers;
-    const model_tensor *tok_embd, *output;
-    float *output_norm;
-    float *rope_freqs; /* GGUF rope_freqs.weight as f32, or NULL */
-    cpu_rope rope;
-    cpu_threadpool *pool;
-    cpu_kv_cache kv;
+    const backend_matrix *tok_embd, *output;
+    const float *output_norm;
+    const backend_rope *rope;
+    backend_kv *kv;
     model_seq seq; /* the default sequence of model_forward */
-    /* scratch, [n_batch, ...] */
-    float *x, *h, *q, *k, *v, *attn, *gate, *up, *attn_scores;
-    int64_t *pos; /* [n_batch] position of each row */
+    /* activations in the backend, [n_batch, ...] */
+    float *x, *h, *q, *k, *v, *attn, *gate, *up;
+    int64_t *pos; /* host, [n_batch]: position of each row */
     dsv3 *ds;     /* a DeepSeek model: model_forward and the getters go there */
-    void *act;    /* quantized activations */
-    size_t act_bytes;
 };
-
-static size_t max_sz(size_t a, size_t b)
-{
-    return a > b ? a : b;
-}
 
 static di_status load_tensors(model *m, di_error **err)
 {
     const model_config *c = &m->cfg;
+    backend *be = m->be;
     const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
     char name[96];
     di_status st;
-    int64_t ne_embd[2] = {E, c->n_vocab};
-    if ((st = model_weights_require(m->w, "token_embd.weight", 2, ne_embd, &m->tok_embd, err)) !=
-        DI_OK)
-        return st;
-    if (cpu_dtype_block_elems((int)m->tok_embd->dtype) == 0 ||
-        m->tok_embd->dtype == MODEL_DTYPE_FP8_E4M3 ||
-        E % cpu_dtype_block_elems((int)m->tok_embd->dtype) != 0)
-        return di_error_setf(err, DI_ERR_UNSUPPORTED, "token_embd.weight: unsupported dtype %d",
-                             (int)m->tok_embd->dtype);
-    if (c->tie_embeddings) {
-        if ((st = model_matrix(m->w, "token_embd.weight", E, c->n_vocab, &m->output, err)) != DI_OK)
-            return st;
-    } else if ((st = model_matrix(m->w, "output.weight", E, c->n_vocab, &m->output, err)) !=
-               DI_OK) {
-        return st;
-    }
-    if ((st = model_vector_f32(m->w, "output_norm.weight", E, &m->output_norm, err)) != DI_OK)
+    if ((st = model_embedding(m->w, be, "token_embd.weight", E, c->n_vocab, &m->tok_embd, err)) !=
+            DI_OK ||
+        (st = model_matrix(m->w, be, c->tie_embeddings ? "token_embd.weight" : "output.weight", E,
+                           c->n_vocab, &m->output, err)) != DI_OK ||
+        (st = model_vector(m->w, be, "output_norm.weight", E, &m->output_norm, err)) != DI_OK)
         return st;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     if (!m->layers)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
-    size_t act = 0;
     for (uint32_t i = 0; i < c->n_layer; i++) {
         layer *L = &m->layers[i];
 #define MAT(field, suffix, nin, nout)                                                              \
     snprintf(name, sizeof name, "blk.%u." suffix ".weight", i);                                    \
-    if ((st = model_matrix(m->w, name, nin, nout, &L->field, err)) != DI_OK) return st;            \
-    act = max_sz(act, cpu_matmul_scratch_bytes(L->field->dtype, nin, m->opt.n_batch))
+    if ((st = model_matrix(m->w, be, name, nin, nout, &L->field, err)) != DI_OK) return st
         MAT(wq, "attn_q", E, Q);
         MAT(wk, "attn_k", E, KV);
         MAT(wv, "attn_v", E, KV);
@@ -109,7 +83,7 @@ static di_status load_tensors(model *m, di_error **err)
 #undef MAT
 #define VEC(field, suffix, n)                                                                      \
     snprintf(name, sizeof name, "blk.%u." suffix, i);                                              \
-    if ((st = model_vector_f32(m->w, name, n, &L->field, err)) != DI_OK) return st
+    if ((st = model_vector(m->w, be, name, n, &L->field, err)) != DI_OK) return st
         VEC(attn_norm, "attn_norm.weight", E);
         VEC(ffn_norm, "ffn_norm.weight", E);
         if (c->attn_qkv_bias) {
@@ -118,20 +92,11 @@ static di_status load_tensors(model *m, di_error **err)
             VEC(bv, "attn_v.bias", KV);
         }
 #undef VEC
-        L->qkv_shared = cpu_matmul_can_share(L->wq, L->wk) && cpu_matmul_can_share(L->wq, L->wv);
-        L->gate_up_shared = cpu_matmul_can_share(L->w_gate, L->w_up);
         if (m->opt.progress &&
             m->opt.progress(m->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0)
             return di_error_setf(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
     }
-    act = max_sz(act, cpu_matmul_scratch_bytes(m->output->dtype, E, m->opt.n_batch));
-    m->act_bytes = act;
     return DI_OK;
-}
-
-static float *alloc_f32(int64_t n)
-{
-    return malloc((size_t)n * sizeof(float));
 }
 
 di_status model_load(const char *path, const model_options *opt, model **out, di_error **err)
@@ -152,38 +117,27 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if (m->opt.n_batch == 0) m->opt.n_batch = 256;
     if (m->opt.n_batch > m->opt.n_ctx) m->opt.n_batch = m->opt.n_ctx;
     if (m->opt.use_ref) m->opt.n_threads = 1;
+    if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2 &&
+        c->arch != MODEL_ARCH_DEEPSEEK_V3 && c->arch != MODEL_ARCH_DEEPSEEK_V2) {
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: architecture %d is not supported", path,
+                           (int)c->arch);
+        goto fail;
+    }
+    backend_options bo = {m->opt.n_threads, m->opt.use_ref, m->opt.n_batch, m->opt.n_ctx};
+    if ((st = backend_create(&bo, &m->be, err)) != DI_OK) goto fail;
     if (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2) {
-        if ((st = dsv3_load(m->w, &m->opt, &m->ds, err)) != DI_OK) goto fail;
+        if ((st = dsv3_load(m->w, &m->opt, m->be, &m->ds, err)) != DI_OK) goto fail;
         *out = m;
         return DI_OK;
     }
-    if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2) {
-        st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: architecture %d does not run on the CPU",
-                           path, (int)c->arch);
-        goto fail;
-    }
     if ((st = load_tensors(m, err)) != DI_OK) goto fail;
-    if (c->head_dim > CPU_ATTENTION_MAX_HEAD_DIM) {
-        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
-                           "%s: head dimension %u is over the CPU backend's %d", path, c->head_dim,
-                           (int)CPU_ATTENTION_MAX_HEAD_DIM);
-        goto fail;
-    }
-    if ((st = cpu_rope_init(&m->rope, c)) != DI_OK) {
-        st = di_error_setf(err, st, "%s: head dimension %u is not supported by RoPE", path,
-                           c->head_dim);
-        goto fail;
-    }
     /* A GGUF file (not a directory) runs against llama.cpp: its RoPE angles. */
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-        (c->rope_scaling == MODEL_ROPE_SCALING_NONE ||
-         c->rope_scaling == MODEL_ROPE_SCALING_LINEAR))
-        m->rope.ggml_angles = 1;
-    if ((st = cpu_threadpool_create(m->opt.n_threads, &m->pool)) != DI_OK) {
-        st = di_error_setf(err, st, "cannot start %d threads", m->opt.n_threads);
-        goto fail;
-    }
+    int ggml_angles = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                      (c->rope_scaling == MODEL_ROPE_SCALING_NONE ||
+                       c->rope_scaling == MODEL_ROPE_SCALING_LINEAR);
+    backend_rope_params rp = model_rope_params(c, c->head_dim, ggml_angles);
+    if ((st = m->be->ops->rope_create(m->be, &rp, &m->rope, err)) != DI_OK) goto fail;
     enum { BLOCK = MODEL_KV_BLOCK };
     int32_t n_blocks = m->opt.n_kv_blocks;
     if (n_blocks == 0 && m->opt.kv_bytes > 0) {
@@ -203,28 +157,28 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if (n_blocks == 0)
         n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK) *
                    (m->opt.kv_n_ctx_multiple > 0 ? m->opt.kv_n_ctx_multiple : 1);
-    if ((st = cpu_kv_cache_init(&m->kv, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
-                                (int)c->head_dim, BLOCK, n_blocks)) != DI_OK ||
-        (st = cpu_kv_seq_init(&m->seq.kv, &m->kv, m->opt.n_ctx)) != DI_OK) {
+    if ((st = m->be->ops->kv_create(m->be, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
+                                    (int)c->head_dim, BLOCK, n_blocks, NULL, 0, &m->kv, err)) !=
+        DI_OK)
+        goto fail;
+    if ((st = m->be->ops->kv_seq_init(m->kv, &m->seq.kv, m->opt.n_ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens",
                            (long long)m->opt.n_ctx);
         goto fail;
     }
     const int64_t B = m->opt.n_batch, E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
-    m->x = alloc_f32(B * E);
-    m->h = alloc_f32(B * (E > Q ? E : Q));
-    m->q = alloc_f32(B * Q);
-    m->k = alloc_f32(B * KV);
-    m->v = alloc_f32(B * KV);
-    m->attn = alloc_f32(B * Q);
-    m->gate = alloc_f32(B * F);
-    m->up = alloc_f32(B * F);
-    m->attn_scores = alloc_f32((int64_t)m->opt.n_threads * m->opt.n_ctx);
-    m->act = malloc(m->act_bytes);
+    backend *be = m->be;
+    m->x = be->ops->alloc(be, B * E);
+    m->h = be->ops->alloc(be, B * (E > Q ? E : Q));
+    m->q = be->ops->alloc(be, B * Q);
+    m->k = be->ops->alloc(be, B * KV);
+    m->v = be->ops->alloc(be, B * KV);
+    m->attn = be->ops->alloc(be, B * Q);
+    m->gate = be->ops->alloc(be, B * F);
+    m->up = be->ops->alloc(be, B * F);
     m->pos = malloc((size_t)B * sizeof *m->pos);
-    if (!m->pos || !m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up ||
-        !m->attn_scores || !m->act) {
+    if (!m->pos || !m->x || !m->h || !m->q || !m->k || !m->v || !m->attn || !m->gate || !m->up) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
@@ -238,34 +192,11 @@ fail:
 void model_free(model *m)
 {
     if (!m) return;
-    if (m->layers) {
-        for (uint32_t i = 0; i < m->cfg.n_layer; i++) {
-            layer *L = &m->layers[i];
-            free(L->attn_norm);
-            free(L->ffn_norm);
-            free(L->bq);
-            free(L->bk);
-            free(L->bv);
-        }
-        free(m->layers);
-    }
-    free(m->output_norm);
-    free(m->rope_freqs);
-    if (m->seq.kv.block_table) cpu_kv_seq_free(&m->seq.kv, &m->kv);
-    if (m->kv.k) cpu_kv_cache_free(&m->kv);
-    cpu_threadpool_free(m->pool);
-    free(m->x);
-    free(m->h);
-    free(m->q);
-    free(m->k);
-    free(m->v);
-    free(m->attn);
-    free(m->gate);
-    free(m->up);
-    free(m->attn_scores);
-    free(m->act);
+    free(m->layers);
+    if (m->seq.kv.block_table) m->be->ops->kv_seq_free(m->kv, &m->seq.kv);
     free(m->pos);
     dsv3_free(m->ds);
+    backend_free(m->be);
     model_weights_close(m->w);
     free(m);
 }
@@ -287,7 +218,7 @@ void model_reset(model *m)
     if (m->ds)
         dsv3_reset(m->ds);
     else
-        cpu_kv_seq_reset(&m->seq.kv, &m->kv);
+        m->be->ops->kv_seq_reset(m->kv, &m->seq.kv);
 }
 int model_mtp_layers(const model *m)
 {
@@ -315,7 +246,7 @@ di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, c
 }
 size_t model_kv_bytes_per_token(const model *m)
 {
-    return m->ds ? dsv3_kv_bytes_per_token(m->ds) : cpu_kv_cache_bytes_per_token(&m->kv);
+    return m->ds ? dsv3_kv_bytes_per_token(m->ds) : m->be->ops->kv_bytes_per_token(m->kv);
 }
 
 di_status model_seq_create(model *m, model_seq **out)
@@ -323,7 +254,7 @@ di_status model_seq_create(model *m, model_seq **out)
     if (m->ds) return DI_ERR_UNSUPPORTED; /* DeepSeek runs one sequence (di_model_*) for now */
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
-    if (cpu_kv_seq_init(&s->kv, &m->kv, m->opt.n_ctx) != DI_OK) {
+    if (m->be->ops->kv_seq_init(m->kv, &s->kv, m->opt.n_ctx) != DI_OK) {
         free(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -334,7 +265,7 @@ di_status model_seq_create(model *m, model_seq **out)
 void model_seq_free(model *m, model_seq *s)
 {
     if (!s) return;
-    cpu_kv_seq_free(&s->kv, &m->kv);
+    m->be->ops->kv_seq_free(m->kv, &s->kv);
     free(s);
 }
 
@@ -345,23 +276,24 @@ int64_t model_seq_n_past(const model_seq *s)
 
 void model_seq_reset(model *m, model_seq *s)
 {
-    cpu_kv_seq_reset(&s->kv, &m->kv);
+    m->be->ops->kv_seq_reset(m->kv, &s->kv);
 }
 
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
-    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->kv.n_free) return DI_ERR_OUT_OF_MEMORY;
-    return cpu_kv_seq_reserve(&s->kv, &m->kv, n_tokens);
+    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->be->ops->kv_blocks_free(m->kv))
+        return DI_ERR_OUT_OF_MEMORY;
+    return m->be->ops->kv_seq_reserve(m->kv, &s->kv, n_tokens);
 }
 
 int32_t model_kv_blocks_total(const model *m)
 {
-    return m->kv.n_blocks;
+    return m->be->ops->kv_blocks_total(m->kv);
 }
 int32_t model_kv_blocks_free(const model *m)
 {
-    return m->kv.n_free;
+    return m->be->ops->kv_blocks_free(m->kv);
 }
 int32_t model_kv_blocks_for(int64_t n_tokens)
 {
@@ -370,11 +302,6 @@ int32_t model_kv_blocks_for(int64_t n_tokens)
 int64_t model_n_batch(const model *m)
 {
     return m->opt.n_batch;
-}
-
-static void add_rows(float *x, const float *y, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
 /* One step: the items' tokens stacked as rows [0, n) (n <= n_batch), item i at
@@ -386,64 +313,49 @@ static void forward_step(model *m, const model_batch_item *items, int n_items, i
     const model_config *c = &m->cfg;
     const int64_t E = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_head_kv * c->head_dim, F = c->n_ff;
-    const int ref = m->opt.use_ref;
-    cpu_threadpool *pool = m->pool;
-    size_t erow = cpu_row_bytes((int)m->tok_embd->dtype, E);
+    backend *be = m->be;
+    const backend_ops *op = be->ops;
     int64_t row = 0;
-    for (int i = 0; i < n_items; i++)
-        for (int64_t t = 0; t < items[i].n_tokens; t++, row++) {
-            cpu_dequantize_row((int)m->tok_embd->dtype,
-                               (const char *)m->tok_embd->data + (size_t)items[i].tokens[t] * erow,
-                               m->x + row * E, E);
+    for (int i = 0; i < n_items; i++) {
+        op->embed(be, m->tok_embd, items[i].tokens, items[i].n_tokens, m->x + row * E, E);
+        for (int64_t t = 0; t < items[i].n_tokens; t++, row++)
             m->pos[row] = items[i].seq->kv.n_tokens + t;
-        }
-    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    }
+    const float scale = 1.0f / sqrtf((float)c->head_dim), eps = c->rms_norm_eps;
+    const int hd = (int)c->head_dim;
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const layer *L = &m->layers[l];
-        cpu_rmsnorm(m->x, L->attn_norm, m->h, n, E, c->rms_norm_eps);
-        if (L->qkv_shared) {
-            const model_tensor *w[3] = {L->wq, L->wk, L->wv};
-            const float *b[3] = {L->bq, L->bk, L->bv};
-            float *y[3] = {m->q, m->k, m->v};
-            cpu_matmul_multi(pool, 3, w, b, m->h, n, y, m->act, ref);
-        } else {
-            cpu_matmul(pool, L->wq, L->bq, m->h, n, m->q, m->act, ref);
-            cpu_matmul(pool, L->wk, L->bk, m->h, n, m->k, m->act, ref);
-            cpu_matmul(pool, L->wv, L->bv, m->h, n, m->v, m->act, ref);
-        }
-        for (int64_t t = 0; t < n; t++) {
-            cpu_rope_apply(&m->rope, m->q + t * Q, (int)c->n_head, m->pos[t]);
-            cpu_rope_apply(&m->rope, m->k + t * KV, (int)c->n_head_kv, m->pos[t]);
-        }
+        op->rmsnorm(be, m->x, E, L->attn_norm, m->h, E, n, E, eps);
+        const backend_matrix *wqkv[3] = {L->wq, L->wk, L->wv};
+        const float *bqkv[3] = {L->bq, L->bk, L->bv};
+        float *qkv[3] = {m->q, m->k, m->v};
+        op->matmul(be, 3, wqkv, bqkv, m->h, n, qkv);
+        op->rope(be, m->rope, m->q, n, Q, (int)c->n_head, hd, m->pos);
+        op->rope(be, m->rope, m->k, n, KV, (int)c->n_head_kv, hd, m->pos);
         int64_t r0 = 0;
         for (int i = 0; i < n_items; i++) {
-            cpu_kv_seq *s = &items[i].seq->kv;
+            backend_kv_seq *s = &items[i].seq->kv;
             int64_t nt = items[i].n_tokens;
-            cpu_kv_store(&m->kv, s, (int)l, s->n_tokens, nt, m->k + r0 * KV, m->v + r0 * KV);
-            cpu_attention(pool, &m->kv, s, (int)l, m->q + r0 * Q, (int)c->n_head, s->n_tokens, nt,
-                          scale, m->attn + r0 * Q, m->attn_scores, m->opt.n_ctx, ref);
+            op->kv_store(be, m->kv, s, (int)l, s->n_tokens, nt, m->k + r0 * KV, m->v + r0 * KV);
+            op->attention(be, m->kv, s, (int)l, m->q + r0 * Q, (int)c->n_head, s->n_tokens, nt,
+                          scale, m->attn + r0 * Q);
             r0 += nt;
         }
-        cpu_matmul(pool, L->wo, NULL, m->attn, n, m->h, m->act, ref);
-        add_rows(m->x, m->h, n * E);
-        cpu_rmsnorm(m->x, L->ffn_norm, m->h, n, E, c->rms_norm_eps);
-        if (L->gate_up_shared) {
-            const model_tensor *w[2] = {L->w_gate, L->w_up};
-            float *y[2] = {m->gate, m->up};
-            cpu_matmul_multi(pool, 2, w, NULL, m->h, n, y, m->act, ref);
-        } else {
-            cpu_matmul(pool, L->w_gate, NULL, m->h, n, m->gate, m->act, ref);
-            cpu_matmul(pool, L->w_up, NULL, m->h, n, m->up, m->act, ref);
-        }
-        cpu_silu_mul(m->gate, m->up, n * F);
-        cpu_matmul(pool, L->w_down, NULL, m->gate, n, m->h, m->act, ref);
-        add_rows(m->x, m->h, n * E);
+        op->matmul(be, 1, &L->wo, NULL, m->attn, n, &m->h);
+        op->add(be, m->x, m->h, n * E);
+        op->rmsnorm(be, m->x, E, L->ffn_norm, m->h, E, n, E, eps);
+        const backend_matrix *wgu[2] = {L->w_gate, L->w_up};
+        float *gu[2] = {m->gate, m->up};
+        op->matmul(be, 2, wgu, NULL, m->h, n, gu);
+        op->silu_mul(be, m->gate, m->up, n * F);
+        op->matmul(be, 1, &L->w_down, NULL, m->gate, n, &m->h);
+        op->add(be, m->x, m->h, n * E);
     }
     for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
     if (!logits) return;
     if (all_logits) {
-        cpu_rmsnorm(m->x, m->output_norm, m->h, n, E, c->rms_norm_eps);
-        cpu_matmul(pool, m->output, NULL, m->h, n, logits, m->act, ref);
+        op->rmsnorm(be, m->x, E, m->output_norm, m->h, E, n, E, eps);
+        op->matmul(be, 1, &m->output, NULL, m->h, n, &logits);
         return;
     }
     /* The last row of each item that wants logits, gathered into h. */
@@ -452,12 +364,12 @@ static void forward_step(model *m, const model_batch_item *items, int n_items, i
     for (int i = 0; i < n_items; i++) {
         row += items[i].n_tokens;
         if (items[i].want_logits) {
-            cpu_rmsnorm(m->x + (row - 1) * E, m->output_norm, m->h + n_out * E, 1, E,
-                        c->rms_norm_eps);
+            op->rmsnorm(be, m->x + (row - 1) * E, E, m->output_norm, m->h + n_out * E, E, 1, E,
+                        eps);
             n_out++;
         }
     }
-    if (n_out) cpu_matmul(pool, m->output, NULL, m->h, n_out, logits, m->act, ref);
+    if (n_out) op->matmul(be, 1, &m->output, NULL, m->h, n_out, &logits);
 }
 
 di_status model_forward_batch(model *m, const model_batch_item *items, int n_items, float *logits,
@@ -520,7 +432,7 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
             err, DI_ERR_CONTEXT_LENGTH,
             "%lld tokens after %lld already in the sequence exceed the context of %lld",
             (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
-    if (cpu_kv_seq_reserve(&m->seq.kv, &m->kv, pos0 + n_tokens) != DI_OK)
+    if (m->be->ops->kv_seq_reserve(m->kv, &m->seq.kv, pos0 + n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {

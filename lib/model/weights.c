@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "api/error.h"
+#include "util/error.h"
 #include "model/weights_internal.h"
 
 void mw_config_defaults(model_config *c)

@@ -38,34 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/types.h"
 #include "deepinfer/deepinfer.h"
-
-/* Storage types of weights. Values are ours (not ggml's numbering). Block
- * layouts of the quantized ones are ggml's (docs/gguf.md, ggml-common.h). */
-typedef enum model_dtype {
-    MODEL_DTYPE_F32 = 0,
-    MODEL_DTYPE_F16 = 1,
-    MODEL_DTYPE_BF16 = 2,
-    MODEL_DTYPE_Q8_0 = 3,     /* 32 elements: f16 scale + 32 int8 */
-    MODEL_DTYPE_Q4_0 = 4,     /* 32 elements: f16 scale + 16 bytes of nibbles */
-    MODEL_DTYPE_Q4_1 = 5,     /* 32 elements: f16 scale, f16 min + 16 bytes of nibbles */
-    MODEL_DTYPE_Q4_K = 6,     /* 256 elements, 144 bytes */
-    MODEL_DTYPE_Q5_K = 7,     /* 256 elements, 176 bytes */
-    MODEL_DTYPE_Q6_K = 8,     /* 256 elements, 210 bytes */
-    MODEL_DTYPE_FP8_E4M3 = 9, /* one byte each; block scales in model_tensor.scale */
-} model_dtype;
-
-typedef struct model_tensor {
-    const char *name; /* NUL-terminated, GGUF naming; owned by the model_weights */
-    model_dtype dtype;
-    uint32_t n_dims;
-    int64_t ne[4];    /* elements per dimension, ne[0] fastest; unused dims are 1 */
-    const void *data; /* in the memory map (or an owned copy where a conversion was needed) */
-    size_t n_bytes;
-    /* FP8_E4M3 only: the f32 inverse scales ("weight_scale_inv"), one per
-     * 128x128 block: ne = {ceil(ne[0]/128), ceil(ne[1]/128)}. NULL otherwise. */
-    const struct model_tensor *scale;
-} model_tensor;
 
 typedef enum model_arch {
     MODEL_ARCH_LLAMA = 0,
@@ -78,33 +52,6 @@ typedef enum model_arch {
  * llama.cpp's LLAMA_ROPE_TYPE_NORM, used by Llama GGUFs, whose Q/K weights the
  * converter permuted; NEOX rotates (x[i], x[i + d/2]) — transformers'
  * rotate_half, used by Qwen2 everywhere and by Llama safetensors. */
-typedef enum model_rope_style { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 1 } model_rope_style;
-
-typedef enum model_rope_scaling {
-    MODEL_ROPE_SCALING_NONE = 0,
-    MODEL_ROPE_SCALING_LINEAR = 1,
-    MODEL_ROPE_SCALING_YARN = 2,
-    MODEL_ROPE_SCALING_LLAMA3 = 3,
-} model_rope_scaling;
-
-/* How a DeepSeekMoE router turns logits into expert scores: softmax over the
- * experts (DeepSeek-V2) or an independent sigmoid per expert (DeepSeek-V3). */
-typedef enum model_expert_gating {
-    MODEL_EXPERT_GATING_SOFTMAX = 0,
-    MODEL_EXPERT_GATING_SIGMOID = 1,
-} model_expert_gating;
-
-/* How the top-k experts are chosen (config.json's topk_method): GREEDY, top-k of
- * the scores; GROUP_LIMITED, top-k within the topk_group groups with the largest
- * maximum score (DeepSeek-V2); NOAUX_TC, top-k of score + e_score_correction_bias
- * within the topk_group groups with the largest sum of their two best biased
- * scores, the weights taken from the unbiased scores (DeepSeek-V3). */
-typedef enum model_topk_method {
-    MODEL_TOPK_GREEDY = 0,
-    MODEL_TOPK_GROUP_LIMITED = 1,
-    MODEL_TOPK_NOAUX_TC = 2,
-} model_topk_method;
-
 typedef struct model_config {
     model_arch arch;
     uint32_t n_vocab;
@@ -166,7 +113,7 @@ typedef struct model_weights model_weights;
  * Errors: DI_ERR_IO (cannot open/map), DI_ERR_MODEL_FORMAT (corrupt, truncated,
  * inconsistent: the message names the file, tensor or field, and the byte offset
  * where one applies), DI_ERR_UNSUPPORTED (an architecture or dtype deepinfer does
- * not run), DI_ERR_OUT_OF_MEMORY; *err gets a di_error (lib/api/error.h) when err
+ * not run), DI_ERR_OUT_OF_MEMORY; *err gets a di_error (lib/util/error.h) when err
  * is not NULL. */
 di_status model_weights_open(const char *path, model_weights **out, di_error **err);
 void model_weights_close(model_weights *w);

@@ -4,7 +4,7 @@
 #ifndef DI_MODEL_WEIGHTS_INTERNAL_H
 #define DI_MODEL_WEIGHTS_INTERNAL_H
 
-#include "api/error.h"
+#include "util/error.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 #include "model/weights.h"

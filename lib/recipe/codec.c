@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/error.h"
+#include "util/error.h"
 #include "recipe/encoding.h"
 #include "recipe/stream.h"
 #include "tokenizer/tokenizer.h"

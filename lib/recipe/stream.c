@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/error.h"
-#include "api/struct_size.h"
+#include "util/error.h"
+#include "util/struct_size.h"
 #include "recipe/stream.h"
 #include "recipe/writer.h"
 #include "tokenizer/tokenizer.h"

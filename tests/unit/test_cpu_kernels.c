@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -418,9 +419,9 @@ static void test_rmsnorm_gives_unit_rms(void **state)
     }
 }
 
-static model_config rope_config(model_rope_style style)
+static backend_rope_params rope_config(model_rope_style style)
 {
-    model_config c = {0};
+    backend_rope_params c = {0};
     c.head_dim = 64;
     c.rope_theta = 10000.0f;
     c.rope_style = style;
@@ -434,7 +435,7 @@ static void test_rope_neox_is_norm_on_permuted_dims(void **state)
 {
     (void)state;
     cpu_rope norm, neox;
-    model_config c = rope_config(MODEL_ROPE_NORM);
+    backend_rope_params c = rope_config(MODEL_ROPE_NORM);
     assert_int_equal(cpu_rope_init(&norm, &c), DI_OK);
     c.rope_style = MODEL_ROPE_NEOX;
     assert_int_equal(cpu_rope_init(&neox, &c), DI_OK);
@@ -463,7 +464,7 @@ static void test_rope_rotates_by_position_times_frequency(void **state)
 {
     (void)state;
     cpu_rope r;
-    model_config c = rope_config(MODEL_ROPE_NEOX);
+    backend_rope_params c = rope_config(MODEL_ROPE_NEOX);
     assert_int_equal(cpu_rope_init(&r, &c), DI_OK);
     float x[64] = {0};
     x[5] = 1.0f; /* pair 5: (x[5], x[37]) */
@@ -612,6 +613,8 @@ static void test_attention_f16_cache(void **state)
 
 int main(void)
 {
+    /* Which SIMD kernels this machine runs (the tests of the others skip). */
+    printf("kernels: %s\n", cpu_kernels_name());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_dot_matches_reference),
         cmocka_unit_test(test_four_row_dot_is_bit_identical),

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "api/error.h"
+#include "util/error.h"
 
 static void test_setf_formats_the_message(void **state)
 {

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "api/struct_size.h"
+#include "util/struct_size.h"
 
 /* Three releases of one config struct, as three headers would declare it: each
  * release ends on an 8-byte boundary with no trailing padding (deepinfer.h). */

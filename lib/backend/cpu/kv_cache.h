@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #include "deepinfer/deepinfer.h"
-#include "model/weights.h"
+#include "backend/backend.h"
+#include "backend/types.h"
 
 typedef struct cpu_kv_cache {
     model_dtype dtype;                        /* MODEL_DTYPE_F32 or MODEL_DTYPE_F16 */
@@ -28,13 +29,9 @@ typedef struct cpu_kv_cache {
     int32_t n_free;
 } cpu_kv_cache;
 
-/* The tokens of one sequence and the blocks that hold them. */
-typedef struct cpu_kv_seq {
-    int32_t *block_table; /* n_blocks_max entries, owned */
-    int32_t n_blocks;     /* blocks held */
-    int32_t n_blocks_max;
-    int64_t n_tokens; /* tokens stored */
-} cpu_kv_seq;
+/* The tokens of one sequence and the blocks that hold them (the interface's
+ * device-neutral block table). */
+typedef backend_kv_seq cpu_kv_seq;
 
 /* Errors: DI_ERR_INVALID_ARGUMENT (dtype not F32/F16, non-positive sizes),
  * DI_ERR_OUT_OF_MEMORY. */

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/threadpool.h"
-#include "model/weights.h"
+#include "backend/types.h"
 
 /* Bytes of scratch cpu_matmul needs for n_tokens rows of n_in activations
  * multiplied by a weight of dtype. */

@@ -7,7 +7,8 @@
 
 #include <stdint.h>
 
-#include "model/weights.h"
+#include "backend/types.h"
+#include "deepinfer/deepinfer.h"
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n_tokens rows of n floats
  * (y may equal x). The mean of squares is accumulated in double, as ggml's
@@ -39,7 +40,7 @@ typedef struct cpu_rope {
  * _compute_llama3_parameters), or YaRN's ramp between interpolation and
  * extrapolation with its mscale (transformers' _compute_yarn_parameters).
  * Returns DI_ERR_UNSUPPORTED for head_dim > 1024 or odd. */
-di_status cpu_rope_init(cpu_rope *r, const model_config *c);
+di_status cpu_rope_init(cpu_rope *r, const backend_rope_params *c);
 
 /* Rotate, in place, n_heads heads of head_dim floats (contiguous, [n_heads,
  * head_dim]) of one token at position pos. NORM pairs (x[2i], x[2i+1]), NEOX

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/weights.h"
+#include "backend/types.h"
 
 enum { QK4_0 = 32, QK4_1 = 32, QK8_0 = 32, QK8_1 = 32, QK_K = 256, K_SCALE_SIZE = 12 };
 

@@ -19,14 +19,14 @@ static double yarn_get_mscale(double scale, double m)
     return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
 }
 
-di_status cpu_rope_init(cpu_rope *r, const model_config *c)
+di_status cpu_rope_init(cpu_rope *r, const backend_rope_params *c)
 {
     int d = (int)c->head_dim;
     if (d <= 0 || d > 1024 || d % 2) return DI_ERR_UNSUPPORTED;
     r->head_dim = d;
     r->style = c->rope_style;
     r->mscale = 1.0f;
-    r->ggml_angles = 0;
+    r->ggml_angles = c->ggml_angles;
     r->freq_factors = NULL;
     r->theta_scale = powf(c->rope_theta > 0 ? c->rope_theta : 10000.0f, -2.0f / (float)d);
     r->freq_scale = c->rope_scaling == MODEL_ROPE_SCALING_LINEAR && c->rope_factor > 0

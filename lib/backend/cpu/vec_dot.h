@@ -55,5 +55,8 @@ cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype);
 /* 1 when the CPU runs AVX2, FMA and F16C; AVX512 F/VL/BW/VNNI too. */
 int cpu_has_avx2(void);
 int cpu_has_avx512_vnni(void);
+/* What cpu_vec_dot picks on this CPU, in words (a static string), for test and
+ * --verbose output: machines differ in AVX512 and AMX. */
+const char *cpu_kernels_name(void);
 
 #endif

@@ -206,6 +206,13 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
     return f ? f : cpu_vec_dot_ref(dtype);
 }
 
+const char *cpu_kernels_name(void)
+{
+    if (cpu_has_avx512_vnni()) return "avx512-vnni (8-bit products), avx2+fma+f16c (the rest)";
+    if (cpu_has_avx2()) return "avx2+fma+f16c (no avx512-vnni on this CPU)";
+    return "scalar reference (no avx2 on this CPU)";
+}
+
 cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
 {
     cpu_vec_dot4_fn f = cpu_vec_dot4_vnni(dtype);

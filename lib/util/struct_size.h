@@ -7,8 +7,8 @@
  * of the library's version is defined whatever release the caller was built
  * against. Not thread-safe with respect to concurrent writers of `src` (the caller
  * owns it); otherwise pure. */
-#ifndef DI_API_STRUCT_SIZE_H
-#define DI_API_STRUCT_SIZE_H
+#ifndef DI_UTIL_STRUCT_SIZE_H
+#define DI_UTIL_STRUCT_SIZE_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* di_struct_copy_in: see struct_size.h. */
-#include "api/struct_size.h"
+#include "util/struct_size.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* di_error: see deepinfer.h and api/error.h. */
-#include "api/error.h"
+/* di_error: see deepinfer.h and util/error.h. */
+#include "util/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Creating di_error objects for the public API (deepinfer.h, "Errors"). */
-#ifndef DI_API_ERROR_H
-#define DI_API_ERROR_H
+#ifndef DI_UTIL_ERROR_H
+#define DI_UTIL_ERROR_H
 
 #include "deepinfer/deepinfer.h"
 

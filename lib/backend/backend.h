@@ -1,0 +1,184 @@
+/* The backend interface: what an architecture (lib/model/<arch>.c) needs from a
+ * device, and nothing about how the device does it. The CPU backend
+ * (backend/cpu/backend_cpu.c) implements it with the kernels of backend/cpu/;
+ * a CUDA backend implements the same table. Architecture code says what to
+ * compute through these calls only (CI checks that lib/model/ includes nothing
+ * of backend/cpu/).
+ *
+ * The line is drawn where ggml-backend draws its buffer/tensor line and vLLM
+ * its attention-backend line, but eagerly and in plain C: each call runs one
+ * operation now, in call order, on memory the backend owns.
+ *   - Weights are resident in the backend's memory in their stored formats
+ *     (backend_matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K,
+ *     FP8-E4M3 with block scales); norms and biases as f32 vectors.
+ *   - Activations are f32 buffers from backend_alloc (device memory: an
+ *     architecture never reads or writes them itself; it may offset them).
+ *   - The KV cache is paged (vLLM's PagedAttention layout): the backend holds
+ *     the blocks, a backend_kv_seq the block table of one sequence (host
+ *     bookkeeping, the same on every device).
+ *   - Token ids, positions and the chosen experts are host arrays.
+ *
+ * Ownership: everything a backend hands out (buffers, vectors, matrices, rope
+ * tables, caches) belongs to it and is freed by backend_free; sequences are the
+ * caller's (backend_kv_seq_free). Thread-safety: one thread drives a backend at
+ * a time (the model's); the backend may run each operation on threads of its
+ * own. Errors: the creating calls return di_status with a message naming the
+ * tensor; the operations cannot fail (their arguments are checked at load). */
+#ifndef DI_BACKEND_BACKEND_H
+#define DI_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/types.h"
+#include "deepinfer/deepinfer.h"
+
+typedef struct backend backend;
+/* A weight [n_out rows, n_in columns] (model_tensor ne = {n_in, n_out}) resident
+ * in the backend in its stored format. */
+typedef struct backend_matrix backend_matrix;
+/* A rotary-embedding table (backend_rope_params). */
+typedef struct backend_rope backend_rope;
+/* A paged KV cache: keys and values per layer (GQA) or one latent row per
+ * token and layer (MLA). */
+typedef struct backend_kv backend_kv;
+/* The routed experts of one MoE layer. */
+typedef struct backend_moe backend_moe;
+
+/* The blocks of one sequence in a paged cache and the tokens stored there. */
+typedef struct backend_kv_seq {
+    int32_t *block_table; /* n_blocks_max entries, owned */
+    int32_t n_blocks;     /* blocks held */
+    int32_t n_blocks_max;
+    int64_t n_tokens; /* tokens stored */
+} backend_kv_seq;
+
+typedef struct backend_options {
+    int n_threads;    /* >= 1 */
+    int use_ref;      /* 1: the scalar reference kernels (tests) */
+    int64_t max_rows; /* most activation rows one operation takes (n_batch) */
+    int64_t max_ctx;  /* most tokens one attention reads (n_ctx) */
+} backend_options;
+
+/* The shape of Multi-head Latent Attention (attention_mla.h has the math). */
+typedef struct backend_mla_shape {
+    int n_head, nope, rope, v, kv_lora_rank;
+} backend_mla_shape;
+
+/* The table every backend fills. Shapes: rows are contiguous unless a stride (in
+ * floats) is given. */
+typedef struct backend_ops {
+    const char *name;
+    void (*free)(backend *be);
+    /* --- memory --- */
+    /* n f32 of activation memory, uninitialised; NULL when out of memory. */
+    float *(*alloc)(backend *be, int64_t n);
+    /* A 1-D f32/f16/bf16 tensor (a norm, a bias, a router bias) as f32. */
+    di_status (*vector)(backend *be, const model_tensor *t, const float **out, di_error **err);
+    /* A 2-D weight; DI_ERR_UNSUPPORTED when the backend has no product for its
+     * dtype and row length (or fp8 lacks block scales). */
+    di_status (*matrix)(backend *be, const model_tensor *t, const backend_matrix **out,
+                        di_error **err);
+    /* An embedding table (ne = {n_in, n_rows}) read row by row by embed: any
+     * stored dtype the backend dequantizes. DI_ERR_UNSUPPORTED otherwise. */
+    di_status (*embedding)(backend *be, const model_tensor *t, const backend_matrix **out,
+                           di_error **err);
+    /* The whole weight dequantized, f32 [n_out, n_in] (fp8 times its scales). */
+    di_status (*matrix_f32)(backend *be, const backend_matrix *w, const float **out,
+                            di_error **err);
+    di_status (*rope_create)(backend *be, const backend_rope_params *p, const backend_rope **out,
+                             di_error **err);
+    /* n_expert experts of one layer, each gate and up [n_ff, n_embd] and down
+     * [n_embd, n_ff] (arrays copied; the matrices from matrix). */
+    di_status (*moe_create)(backend *be, int32_t n_expert, const backend_matrix *const *gate,
+                            const backend_matrix *const *up, const backend_matrix *const *down,
+                            const backend_moe **out, di_error **err);
+    /* --- operations --- */
+    /* x[t * x_stride, +n_in) = row tokens[t] of the embedding table (n_in wide). */
+    void (*embed)(backend *be, const backend_matrix *table, const int32_t *tokens, int64_t n,
+                  float *x, int64_t x_stride);
+    /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n_rows rows of n (y may be x). */
+    void (*rmsnorm)(backend *be, const float *x, int64_t x_stride, const float *w, float *y,
+                    int64_t y_stride, int64_t n_rows, int64_t n, float eps);
+    /* y[p] = x w[p]^T (+ bias[p]) for n_parts weights of the same n_in, x f32
+     * [n_rows, n_in], y[p] f32 [n_rows, n_out(p)]; bias and bias[p] may be NULL.
+     * n_parts <= 4. */
+    void (*matmul)(backend *be, int n_parts, const backend_matrix *const *w,
+                   const float *const *bias, const float *x, int64_t n_rows, float *const *y);
+    /* x[i] += y[i] */
+    void (*add)(backend *be, float *x, const float *y, int64_t n);
+    /* gate[i] = silu(gate[i]) * up[i] */
+    void (*silu_mul)(backend *be, float *gate, const float *up, int64_t n);
+    /* Rotate, in place, n_heads heads of each of n_rows rows (head h of row t at
+     * x + t * row_stride + h * head_stride, head_dim wide) by position pos[t]. */
+    void (*rope)(backend *be, const backend_rope *r, float *x, int64_t n_rows, int64_t row_stride,
+                 int n_heads, int64_t head_stride, const int64_t *pos);
+    /* --- the KV cache --- */
+    /* n_blocks blocks of block_size tokens; dtype f32 or f16. GQA: n_head_kv x
+     * head_dim keys and values per token and layer. Latent (MLA, mla != NULL):
+     * one row of kv_lora_rank + rope per token and layer; mla_naive 1 makes room
+     * for the expanded reference form. */
+    di_status (*kv_create)(backend *be, model_dtype dtype, int n_layer, int n_head_kv, int head_dim,
+                           int block_size, int32_t n_blocks, const backend_mla_shape *mla,
+                           int mla_naive, backend_kv **out, di_error **err);
+    size_t (*kv_bytes_per_token)(const backend_kv *kv);
+    int32_t (*kv_blocks_total)(const backend_kv *kv);
+    int32_t (*kv_blocks_free)(const backend_kv *kv);
+    /* A sequence that may grow to max_tokens. DI_ERR_OUT_OF_MEMORY. */
+    di_status (*kv_seq_init)(backend_kv *kv, backend_kv_seq *s, int64_t max_tokens);
+    void (*kv_seq_reset)(backend_kv *kv, backend_kv_seq *s);
+    void (*kv_seq_free)(backend_kv *kv, backend_kv_seq *s);
+    /* Blocks for n_tokens in total. DI_ERR_CONTEXT_LENGTH (over max_tokens, or
+     * no free block); the sequence keeps what it held. */
+    di_status (*kv_seq_reserve)(backend_kv *kv, backend_kv_seq *s, int64_t n_tokens);
+    /* Store rows k, v (f32 [n, kv width]; v NULL for a latent cache) at slots
+     * pos0.. of layer l; the slots are reserved. */
+    void (*kv_store)(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,
+                     int64_t n, const float *k, const float *v);
+    /* Causal GQA attention (attention.h): q f32 [n, n_head, head_dim] at
+     * positions pos0.., out likewise; keys up to pos0 + n - 1 stored. */
+    void (*attention)(backend *be, const backend_kv *kv, const backend_kv_seq *s, int l,
+                      const float *q, int n_head, int64_t pos0, int64_t n, float scale, float *out);
+    /* Causal MLA over the latent cache (attention_mla.h): q f32 [n, n_head,
+     * nope + rope] (q_pe rotated), kv_b the f32 [n_head (nope + v), R] weight
+     * (absorbed form) and kv_b_w the same weight as stored (naive form, when
+     * the cache was made with mla_naive), out f32 [n, n_head, v]. */
+    void (*mla_attention)(backend *be, const backend_kv *kv, const backend_kv_seq *s, int l,
+                          const float *q, int64_t pos0, int64_t n, const float *kv_b,
+                          const backend_matrix *kv_b_w, float scale, float *out);
+    /* --- mixture of experts --- */
+    /* Route n tokens from router logits f32 [n, n_expert] (bias: the
+     * correction bias [n_expert] for NOAUX_TC, else NULL): sel and weight,
+     * host arrays [n, n_expert_used]. */
+    void (*moe_route)(backend *be, const backend_route_params *p, const float *bias,
+                      const float *logits, int64_t n, int32_t *sel, float *weight);
+    /* The routed experts of a batch: out[t] (+)= sum_i weight[t, i] *
+     * Expert_{sel[t, i]}(x[t]) over i < n_expert_used (k),
+     * Expert_e(x) = (SiLU(x gate[e]) * (x up[e])) down[e],
+     * x and out f32 [n, n_embd], each active expert's weights read once over the
+     * tokens that chose it, experts added in index order. accumulate 0 writes
+     * out, 1 adds to it. */
+    void (*moe_experts)(backend *be, const backend_moe *moe, const float *x, int64_t n,
+                        const int32_t *sel, const float *weight, int32_t k, float *out,
+                        int accumulate);
+} backend_ops;
+
+/* Every backend starts with this. */
+struct backend {
+    const backend_ops *ops;
+};
+
+/* The backend for these options: the CPU today. Errors: DI_ERR_INVALID_ARGUMENT,
+ * DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND (threads). */
+di_status backend_create(const backend_options *opt, backend **out, di_error **err);
+
+static inline void backend_free(backend *be)
+{
+    if (be) be->ops->free(be);
+}
+static inline const char *backend_name(const backend *be)
+{
+    return be->ops->name;
+}
+
+#endif

@@ -1,0 +1,500 @@
+/* The CPU backend: backend.h's table over the kernels of backend/cpu/ (a
+ * thread pool, AVX2/AVX512-VNNI dot products on the stored blocks with scalar
+ * references, the paged KV cache, GQA and MLA attention, DeepSeekMoE).
+ *
+ * Weights stay where the loader put them (the file's memory map): a
+ * backend_matrix only names the model_tensor. Scratch (the quantized
+ * activations of the matrix products, attention scores, the latent rows of
+ * one layer, the gathered rows of an expert) is sized while the model loads,
+ * from the weights and caches it creates and the options' max_rows and
+ * max_ctx, so no operation allocates. */
+#include "backend/cpu/backend_cpu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/attention_mla.h"
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/moe.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/threadpool.h"
+#include "util/error.h"
+
+struct backend_matrix {
+    const model_tensor *t;
+};
+
+struct backend_rope {
+    cpu_rope r;
+};
+
+struct backend_kv {
+    cpu_kv_cache c;
+    int mla, naive;
+    cpu_mla_shape shape;
+};
+
+struct backend_moe {
+    int32_t n_expert;
+    const model_tensor **gate, **up, **down;
+};
+
+/* A growable f32 or byte buffer, grown only while loading. */
+typedef struct grow_buf {
+    void *p;
+    size_t bytes;
+} grow_buf;
+
+typedef struct cpu_backend {
+    backend base;
+    backend_options opt;
+    cpu_threadpool *pool;
+    void **owned; /* everything handed out, freed with the backend */
+    size_t n_owned, cap_owned;
+    backend_kv **caches;
+    size_t n_caches, cap_caches;
+    grow_buf act;      /* quantized activations of cpu_matmul */
+    grow_buf scores;   /* GQA attention: f32 [n_threads, max_ctx] */
+    grow_buf kv_f32;   /* MLA: one layer's latent rows as f32 [max_ctx, R + rope] */
+    grow_buf mla;      /* MLA: f32 [n_threads, cpu_mla_scratch_floats] */
+    grow_buf kv_full;  /* naive MLA: f32 [max_ctx, H (nope + v)] */
+    grow_buf lat_rows; /* naive MLA: f32 [max_ctx, R] */
+    grow_buf xe, ye;   /* MoE: f32 [max_rows, n_embd] */
+    grow_buf gate, up; /* MoE: f32 [max_rows, n_ff] */
+    cpu_route_scratch *rs;
+} cpu_backend;
+
+static cpu_backend *cpu(backend *be)
+{
+    return (cpu_backend *)be;
+}
+
+static int grow(grow_buf *b, size_t bytes)
+{
+    if (bytes <= b->bytes) return 1;
+    void *p = realloc(b->p, bytes);
+    if (!p) return 0;
+    b->p = p;
+    b->bytes = bytes;
+    return 1;
+}
+
+static void *own(cpu_backend *c, void *p)
+{
+    if (!p) return NULL;
+    if (c->n_owned == c->cap_owned) {
+        size_t cap = c->cap_owned ? 2 * c->cap_owned : 64;
+        void **n = realloc(c->owned, cap * sizeof *n);
+        if (!n) {
+            free(p);
+            return NULL;
+        }
+        c->owned = n;
+        c->cap_owned = cap;
+    }
+    c->owned[c->n_owned++] = p;
+    return p;
+}
+
+static void be_free(backend *be)
+{
+    cpu_backend *c = cpu(be);
+    for (size_t i = 0; i < c->n_caches; i++) cpu_kv_cache_free(&c->caches[i]->c);
+    for (size_t i = 0; i < c->n_owned; i++) free(c->owned[i]);
+    free(c->owned);
+    free(c->caches);
+    grow_buf *bufs[] = {&c->act,      &c->scores, &c->kv_f32, &c->mla,  &c->kv_full,
+                        &c->lat_rows, &c->xe,     &c->ye,     &c->gate, &c->up};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->p);
+    free(c->rs);
+    cpu_threadpool_free(c->pool);
+    free(c);
+}
+
+static float *be_alloc(backend *be, int64_t n)
+{
+    return own(cpu(be), malloc((size_t)(n > 0 ? n : 1) * sizeof(float)));
+}
+
+static di_status be_vector(backend *be, const model_tensor *t, const float **out, di_error **err)
+{
+    if (t->dtype != MODEL_DTYPE_F32 && t->dtype != MODEL_DTYPE_F16 && t->dtype != MODEL_DTYPE_BF16)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: a norm or bias must be f32, f16 or bf16",
+                             t->name);
+    float *v = be_alloc(be, t->ne[0]);
+    if (!v) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
+    cpu_dequantize_row((int)t->dtype, t->data, v, t->ne[0]);
+    *out = v;
+    return DI_OK;
+}
+
+static di_status wrap(cpu_backend *c, const model_tensor *t, const backend_matrix **out,
+                      di_error **err)
+{
+    struct backend_matrix *m = own(c, malloc(sizeof *m));
+    if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
+    m->t = t;
+    *out = m;
+    return DI_OK;
+}
+
+static di_status be_matrix(backend *be, const model_tensor *t, const backend_matrix **out,
+                           di_error **err)
+{
+    cpu_backend *c = cpu(be);
+    if (!cpu_matmul_supported(t->dtype, t->ne[0]) ||
+        (t->dtype == MODEL_DTYPE_FP8_E4M3 && !t->scale))
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: the CPU backend has no matrix product for its dtype (%d) with "
+                             "rows of %lld elements",
+                             t->name, (int)t->dtype, (long long)t->ne[0]);
+    if (!grow(&c->act, cpu_matmul_scratch_bytes(t->dtype, t->ne[0], c->opt.max_rows)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the activations of %s",
+                             t->name);
+    return wrap(c, t, out, err);
+}
+
+static di_status be_embedding(backend *be, const model_tensor *t, const backend_matrix **out,
+                              di_error **err)
+{
+    int block = cpu_dtype_block_elems((int)t->dtype);
+    if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->ne[0] % block != 0)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: unsupported dtype %d", t->name,
+                             (int)t->dtype);
+    return wrap(cpu(be), t, out, err);
+}
+
+static di_status be_matrix_f32(backend *be, const backend_matrix *w, const float **out,
+                               di_error **err)
+{
+    const model_tensor *t = w->t;
+    int64_t n_in = t->ne[0], n_out = t->ne[1];
+    float *y = be_alloc(be, n_in * n_out);
+    if (!y) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
+    size_t row = cpu_row_bytes((int)t->dtype, n_in);
+    for (int64_t o = 0; o < n_out; o++) {
+        float *yr = y + o * n_in;
+        const char *src = (const char *)t->data + (size_t)o * row;
+        if (t->dtype == MODEL_DTYPE_FP8_E4M3) {
+            /* DeepSeek's fp8 checkpoints: weight ~ fp8 * scale_inv per 128x128 block */
+            const float *sc = (const float *)t->scale->data + (o / 128) * t->scale->ne[0];
+            for (int64_t i = 0; i < n_in; i++)
+                yr[i] = cpu_fp8_e4m3_to_f32((uint8_t)src[i]) * sc[i / 128];
+        } else {
+            cpu_dequantize_row((int)t->dtype, src, yr, n_in);
+        }
+    }
+    *out = y;
+    return DI_OK;
+}
+
+static di_status be_rope_create(backend *be, const backend_rope_params *p, const backend_rope **out,
+                                di_error **err)
+{
+    struct backend_rope *r = own(cpu(be), malloc(sizeof *r));
+    if (!r) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the RoPE table");
+    di_status st = cpu_rope_init(&r->r, p);
+    if (st != DI_OK)
+        return di_error_setf(err, st, "a head dimension of %u is not supported by RoPE",
+                             p->head_dim);
+    *out = r;
+    return DI_OK;
+}
+
+static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matrix *const *gate,
+                               const backend_matrix *const *up, const backend_matrix *const *down,
+                               const backend_moe **out, di_error **err)
+{
+    cpu_backend *c = cpu(be);
+    struct backend_moe *m = own(c, calloc(1, sizeof *m));
+    const model_tensor **t = own(c, calloc((size_t)(3 * (n_expert > 0 ? n_expert : 1)), sizeof *t));
+    if (!m || !t || n_expert <= 0)
+        return di_error_setf(err, n_expert <= 0 ? DI_ERR_INVALID_ARGUMENT : DI_ERR_OUT_OF_MEMORY,
+                             "cannot hold %d experts", (int)n_expert);
+    m->n_expert = n_expert;
+    m->gate = t;
+    m->up = t + n_expert;
+    m->down = t + 2 * n_expert;
+    for (int32_t e = 0; e < n_expert; e++) {
+        m->gate[e] = gate[e]->t;
+        m->up[e] = up[e]->t;
+        m->down[e] = down[e]->t;
+    }
+    const size_t rows = (size_t)c->opt.max_rows, E = (size_t)gate[0]->t->ne[0],
+                 F = (size_t)gate[0]->t->ne[1];
+    if (!grow(&c->xe, rows * E * sizeof(float)) || !grow(&c->ye, rows * E * sizeof(float)) ||
+        !grow(&c->gate, rows * F * sizeof(float)) || !grow(&c->up, rows * F * sizeof(float)) ||
+        (!c->rs && !(c->rs = calloc(1, sizeof *c->rs))))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the experts' buffers");
+    *out = m;
+    return DI_OK;
+}
+
+static void be_embed(backend *be, const backend_matrix *table, const int32_t *tokens, int64_t n,
+                     float *x, int64_t x_stride)
+{
+    (void)be;
+    const model_tensor *t = table->t;
+    const int64_t E = t->ne[0];
+    size_t erow = cpu_row_bytes((int)t->dtype, E);
+    for (int64_t i = 0; i < n; i++)
+        cpu_dequantize_row((int)t->dtype, (const char *)t->data + (size_t)tokens[i] * erow,
+                           x + i * x_stride, E);
+}
+
+static void be_rmsnorm(backend *be, const float *x, int64_t x_stride, const float *w, float *y,
+                       int64_t y_stride, int64_t n_rows, int64_t n, float eps)
+{
+    (void)be;
+    if (x_stride == n && y_stride == n) {
+        cpu_rmsnorm(x, w, y, n_rows, n, eps);
+        return;
+    }
+    for (int64_t t = 0; t < n_rows; t++)
+        cpu_rmsnorm(x + t * x_stride, w, y + t * y_stride, 1, n, eps);
+}
+
+static void be_matmul(backend *be, int n_parts, const backend_matrix *const *w,
+                      const float *const *bias, const float *x, int64_t n_rows, float *const *y)
+{
+    cpu_backend *c = cpu(be);
+    const model_tensor *t[CPU_MATMUL_MAX_PARTS];
+    int share = n_parts > 1;
+    for (int p = 0; p < n_parts; p++) {
+        t[p] = w[p]->t;
+        if (p > 0 && !cpu_matmul_can_share(t[0], t[p])) share = 0;
+    }
+    if (share) {
+        cpu_matmul_multi(c->pool, n_parts, t, bias, x, n_rows, y, c->act.p, c->opt.use_ref);
+        return;
+    }
+    for (int p = 0; p < n_parts; p++)
+        cpu_matmul(c->pool, t[p], bias ? bias[p] : NULL, x, n_rows, y[p], c->act.p, c->opt.use_ref);
+}
+
+static void be_add(backend *be, float *x, const float *y, int64_t n)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void be_silu_mul(backend *be, float *gate, const float *up, int64_t n)
+{
+    (void)be;
+    cpu_silu_mul(gate, up, n);
+}
+
+static void be_rope(backend *be, const backend_rope *r, float *x, int64_t n_rows,
+                    int64_t row_stride, int n_heads, int64_t head_stride, const int64_t *pos)
+{
+    (void)be;
+    for (int64_t t = 0; t < n_rows; t++) {
+        float *row = x + t * row_stride;
+        if (head_stride == r->r.head_dim) {
+            cpu_rope_apply(&r->r, row, n_heads, pos[t]);
+        } else {
+            for (int h = 0; h < n_heads; h++)
+                cpu_rope_apply(&r->r, row + h * head_stride, 1, pos[t]);
+        }
+    }
+}
+
+static di_status be_kv_create(backend *be, model_dtype dtype, int n_layer, int n_head_kv,
+                              int head_dim, int block_size, int32_t n_blocks,
+                              const backend_mla_shape *mla, int mla_naive, backend_kv **out,
+                              di_error **err)
+{
+    cpu_backend *c = cpu(be);
+    if (c->n_caches == c->cap_caches) {
+        size_t cap = c->cap_caches ? 2 * c->cap_caches : 4;
+        backend_kv **n = realloc(c->caches, cap * sizeof *n);
+        if (!n) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for a KV cache");
+        c->caches = n;
+        c->cap_caches = cap;
+    }
+    backend_kv *kv = own(c, calloc(1, sizeof *kv));
+    if (!kv) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for a KV cache");
+    const size_t threads = (size_t)c->opt.n_threads, ctx = (size_t)c->opt.max_ctx;
+    di_status st;
+    int ok = 1;
+    if (mla) {
+        const int D = mla->kv_lora_rank + mla->rope;
+        st = cpu_kv_cache_init_latent(&kv->c, dtype, n_layer, D, block_size, n_blocks);
+        kv->mla = 1;
+        kv->naive = mla_naive;
+        kv->shape = (cpu_mla_shape){mla->n_head, mla->nope, mla->rope, mla->v, mla->kv_lora_rank};
+        if (st == DI_OK) {
+            ok = grow(&c->kv_f32, ctx * (size_t)D * sizeof(float)) &&
+                 grow(&c->mla, threads * (size_t)cpu_mla_scratch_floats(&kv->shape, (int64_t)ctx) *
+                                   sizeof(float));
+            if (ok && mla_naive) {
+                const size_t full = (size_t)mla->n_head * (size_t)(mla->nope + mla->v),
+                             R = (size_t)mla->kv_lora_rank;
+                ok = grow(&c->kv_full, ctx * full * sizeof(float)) &&
+                     grow(&c->lat_rows, ctx * R * sizeof(float));
+                /* the naive form multiplies every cached latent by kv_b, whatever its dtype */
+                for (int dt = MODEL_DTYPE_F32; ok && dt <= MODEL_DTYPE_FP8_E4M3; dt++)
+                    if (cpu_matmul_supported((model_dtype)dt, (int64_t)R))
+                        ok = grow(&c->act, cpu_matmul_scratch_bytes((model_dtype)dt, (int64_t)R,
+                                                                    (int64_t)ctx));
+            }
+        }
+    } else {
+        if (head_dim > CPU_ATTENTION_MAX_HEAD_DIM)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "a head dimension of %d is over the CPU backend's %d", head_dim,
+                                 (int)CPU_ATTENTION_MAX_HEAD_DIM);
+        st = cpu_kv_cache_init(&kv->c, dtype, n_layer, n_head_kv, head_dim, block_size, n_blocks);
+        if (st == DI_OK) ok = grow(&c->scores, threads * ctx * sizeof(float));
+    }
+    if (st != DI_OK || !ok) {
+        if (st == DI_OK) cpu_kv_cache_free(&kv->c);
+        return di_error_setf(err, st != DI_OK ? st : DI_ERR_OUT_OF_MEMORY,
+                             "cannot allocate a KV cache of %d blocks of %d tokens", (int)n_blocks,
+                             block_size);
+    }
+    c->caches[c->n_caches++] = kv;
+    *out = kv;
+    return DI_OK;
+}
+
+static size_t be_kv_bytes_per_token(const backend_kv *kv)
+{
+    return cpu_kv_cache_bytes_per_token(&kv->c);
+}
+static int32_t be_kv_blocks_total(const backend_kv *kv)
+{
+    return kv->c.n_blocks;
+}
+static int32_t be_kv_blocks_free(const backend_kv *kv)
+{
+    return kv->c.n_free;
+}
+static di_status be_kv_seq_init(backend_kv *kv, backend_kv_seq *s, int64_t max_tokens)
+{
+    return cpu_kv_seq_init(s, &kv->c, max_tokens);
+}
+static void be_kv_seq_reset(backend_kv *kv, backend_kv_seq *s)
+{
+    cpu_kv_seq_reset(s, &kv->c);
+}
+static void be_kv_seq_free(backend_kv *kv, backend_kv_seq *s)
+{
+    cpu_kv_seq_free(s, &kv->c);
+}
+static di_status be_kv_seq_reserve(backend_kv *kv, backend_kv_seq *s, int64_t n_tokens)
+{
+    return cpu_kv_seq_reserve(s, &kv->c, n_tokens);
+}
+
+static void be_kv_store(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,
+                        int64_t n, const float *k, const float *v)
+{
+    (void)be;
+    cpu_kv_store(&kv->c, s, l, pos0, n, k, v);
+}
+
+static void be_attention(backend *be, const backend_kv *kv, const backend_kv_seq *s, int l,
+                         const float *q, int n_head, int64_t pos0, int64_t n, float scale,
+                         float *out)
+{
+    cpu_backend *c = cpu(be);
+    cpu_attention(c->pool, &kv->c, s, l, q, n_head, pos0, n, scale, out, c->scores.p,
+                  c->opt.max_ctx, c->opt.use_ref);
+}
+
+static void be_mla_attention(backend *be, const backend_kv *kv, const backend_kv_seq *s, int l,
+                             const float *q, int64_t pos0, int64_t n, const float *kv_b,
+                             const backend_matrix *kv_b_w, float scale, float *out)
+{
+    cpu_backend *c = cpu(be);
+    const int64_t R = kv->shape.kv_lora_rank, D = R + kv->shape.rope, n_kv = pos0 + n;
+    float *kv_f32 = c->kv_f32.p;
+    /* The layer's cache as f32 rows (read once per layer, shared by all heads). */
+    for (int64_t j = 0; j < n_kv; j++)
+        cpu_dequantize_row((int)kv->c.dtype, cpu_kv_k(&kv->c, s, l, j), kv_f32 + j * D, D);
+    if (!kv->naive) {
+        cpu_mla_attention(c->pool, &kv->shape, q, n, pos0, kv_f32, kv_b, scale, out, c->mla.p,
+                          c->opt.max_ctx);
+        return;
+    }
+    float *lat = c->lat_rows.p, *full = c->kv_full.p;
+    for (int64_t j = 0; j < n_kv; j++) memcpy(lat + j * R, kv_f32 + j * D, (size_t)R * sizeof *lat);
+    cpu_matmul(c->pool, kv_b_w->t, NULL, lat, n_kv, full, c->act.p, c->opt.use_ref);
+    cpu_mla_attention_naive(c->pool, &kv->shape, q, n, pos0, kv_f32, full, scale, out, c->mla.p,
+                            c->opt.max_ctx);
+}
+
+static void be_moe_route(backend *be, const backend_route_params *p, const float *bias,
+                         const float *logits, int64_t n, int32_t *sel, float *weight)
+{
+    cpu_backend *c = cpu(be);
+    const int64_t k = p->n_expert_used;
+    for (int64_t t = 0; t < n; t++)
+        cpu_moe_route(p, bias, logits + t * p->n_expert, sel + t * k, weight + t * k, c->rs);
+}
+
+static void be_moe_experts(backend *be, const backend_moe *moe, const float *x, int64_t n,
+                           const int32_t *sel, const float *weight, int32_t k, float *out,
+                           int accumulate)
+{
+    cpu_backend *c = cpu(be);
+    cpu_moe_scratch s = {c->xe.p, c->ye.p, c->gate.p, c->up.p, c->act.p};
+    cpu_moe_experts(c->pool, moe->n_expert, moe->gate, moe->up, moe->down, x, n, sel, weight, k,
+                    out, accumulate, &s, c->opt.use_ref);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = be_free,
+    .alloc = be_alloc,
+    .vector = be_vector,
+    .matrix = be_matrix,
+    .embedding = be_embedding,
+    .matrix_f32 = be_matrix_f32,
+    .rope_create = be_rope_create,
+    .moe_create = be_moe_create,
+    .embed = be_embed,
+    .rmsnorm = be_rmsnorm,
+    .matmul = be_matmul,
+    .add = be_add,
+    .silu_mul = be_silu_mul,
+    .rope = be_rope,
+    .kv_create = be_kv_create,
+    .kv_bytes_per_token = be_kv_bytes_per_token,
+    .kv_blocks_total = be_kv_blocks_total,
+    .kv_blocks_free = be_kv_blocks_free,
+    .kv_seq_init = be_kv_seq_init,
+    .kv_seq_reset = be_kv_seq_reset,
+    .kv_seq_free = be_kv_seq_free,
+    .kv_seq_reserve = be_kv_seq_reserve,
+    .kv_store = be_kv_store,
+    .attention = be_attention,
+    .mla_attention = be_mla_attention,
+    .moe_route = be_moe_route,
+    .moe_experts = be_moe_experts,
+};
+
+di_status backend_cpu_create(const backend_options *opt, backend **out, di_error **err)
+{
+    if (!opt || opt->n_threads < 1 || opt->max_rows < 1 || opt->max_ctx < 1)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "backend_cpu_create: invalid options");
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the CPU backend");
+    c->base.ops = &cpu_ops;
+    c->opt = *opt;
+    if (c->opt.use_ref) c->opt.n_threads = 1;
+    di_status st = cpu_threadpool_create(c->opt.n_threads, &c->pool);
+    if (st != DI_OK) {
+        int n = c->opt.n_threads;
+        free(c);
+        return di_error_setf(err, st, "cannot start %d threads", n);
+    }
+    *out = &c->base;
+    return DI_OK;
+}

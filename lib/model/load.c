@@ -1,0 +1,56 @@
+/* Weight lookups the architectures share; see load.h. */
+#include "model/load.h"
+
+#include "util/error.h"
+
+di_status model_vector(const model_weights *w, backend *be, const char *name, int64_t n,
+                       const float **out, di_error **err)
+{
+    const model_tensor *t;
+    int64_t ne[1] = {n};
+    di_status st = model_weights_require(w, name, 1, ne, &t, err);
+    if (st != DI_OK) return st;
+    return be->ops->vector(be, t, out, err);
+}
+
+di_status model_matrix(const model_weights *w, backend *be, const char *name, int64_t n_in,
+                       int64_t n_out, const backend_matrix **out, di_error **err)
+{
+    const model_tensor *t;
+    int64_t ne[2] = {n_in, n_out};
+    di_status st = model_weights_require(w, name, 2, ne, &t, err);
+    if (st != DI_OK) return st;
+    return be->ops->matrix(be, t, out, err);
+}
+
+di_status model_embedding(const model_weights *w, backend *be, const char *name, int64_t n_embd,
+                          int64_t n_vocab, const backend_matrix **out, di_error **err)
+{
+    const model_tensor *t;
+    int64_t ne[2] = {n_embd, n_vocab};
+    di_status st = model_weights_require(w, name, 2, ne, &t, err);
+    if (st != DI_OK) return st;
+    return be->ops->embedding(be, t, out, err);
+}
+
+backend_rope_params model_rope_params(const model_config *c, uint32_t head_dim, int ggml_angles)
+{
+    return (backend_rope_params){
+        .head_dim = head_dim,
+        .n_ctx_train = c->n_ctx_train,
+        .rope_theta = c->rope_theta,
+        .rope_style = c->rope_style,
+        .rope_scaling = c->rope_scaling,
+        .rope_factor = c->rope_factor,
+        .rope_orig_ctx = c->rope_orig_ctx,
+        .yarn_beta_fast = c->yarn_beta_fast,
+        .yarn_beta_slow = c->yarn_beta_slow,
+        .yarn_mscale = c->yarn_mscale,
+        .yarn_mscale_all_dim = c->yarn_mscale_all_dim,
+        .yarn_attn_factor = c->yarn_attn_factor,
+        .yarn_truncate = c->yarn_truncate,
+        .llama3_low_freq_factor = c->llama3_low_freq_factor,
+        .llama3_high_freq_factor = c->llama3_high_freq_factor,
+        .ggml_angles = ggml_angles,
+    };
+}
