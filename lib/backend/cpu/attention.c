@@ -22,13 +22,18 @@ static float dot_f32_ref(int n, const float *q, const void *k)
     return s;
 }
 
-/* The f16 cache's products as llama.cpp's CPU backend sums them (its f16
- * GEMM, tinyBLAS, with 16-lane AVX-512 accumulators): element i goes to lane
- * i % 16, lanes accumulate in order, then halve 16 -> 8 -> 4 -> 2 -> 1. Every
- * f16 x f16 product is exact in f32, so this order makes the sums identical. */
-static float reduce16(float *l)
+/* The f16 cache's products as llama.cpp's CPU backend sums them in its
+ * portable x86-64 build (AVX2, F16C, FMA: the build the llama.cpp oracle runs
+ * on every machine, scripts/oracle-venv.sh): its f16 GEMM, tinyBLAS, keeps
+ * LANES = 8 accumulators (one __m256): element i goes to lane i % 8, lanes
+ * accumulate in order, then halve 8 -> 4 -> 2 -> 1 (its hsum). Every f16 x f16
+ * product is exact in f32, so this order makes the sums identical. (Its AVX-512
+ * build keeps 16 lanes, and sums differently.) */
+enum { LANES = 8 };
+
+static float reduce_lanes(float *l)
 {
-    for (int w = 8; w >= 1; w /= 2)
+    for (int w = LANES / 2; w >= 1; w /= 2)
         for (int i = 0; i < w; i++) l[i] += l[i + w];
     return l[0];
 }
@@ -36,11 +41,11 @@ static float reduce16(float *l)
 static float dot_f16_ref(int n, const float *q, const void *k)
 {
     const uint16_t *kk = k;
-    float lanes[16] = {0};
+    float lanes[LANES] = {0};
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; l++) lanes[l] += q[i + l] * cpu_fp16_to_f32(kk[i + l]);
-    float s = reduce16(lanes);
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) lanes[l] += q[i + l] * cpu_fp16_to_f32(kk[i + l]);
+    float s = reduce_lanes(lanes);
     for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
     return s;
 }
@@ -69,20 +74,17 @@ AVX2 static float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* dot_f16_ref's lane order: lanes 0-7 and 8-15 in two registers, then the
- * same halving tree (hsum8 halves 8 -> 4 -> 2 -> 1). */
+/* dot_f16_ref's lane order: the 8 lanes in one register, then the same
+ * halving tree (hsum8 halves 8 -> 4 -> 2 -> 1). */
 AVX2 static float dot_f16_avx2(int n, const float *q, const void *k)
 {
     const uint16_t *kk = k;
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i))), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8),
-                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i + 8))), hi);
-    }
-    float s = hsum8(_mm256_add_ps(lo, hi));
+    for (; i + LANES <= n; i += LANES)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kk + i))), acc);
+    float s = hsum8(acc);
     for (; i < n; i++) s += q[i] * cpu_fp16_to_f32(kk[i]);
     return s;
 }
@@ -123,17 +125,18 @@ AVX2 static void axpy_f32_avx2(int n, float a, const void *v, float *y)
 }
 #endif
 
-/* Softmax as llama.cpp sums it: exponentials in chunks of 16 positions, each
- * chunk's sum in f32 by the halving tree, the chunk sums in double. */
+/* Softmax as llama.cpp's portable build sums it: exponentials in chunks of
+ * LANES positions, each chunk's sum in f32 by the halving tree, the chunk sums
+ * in double (the last chunk padded with the zeros of its masked positions). */
 static void softmax_ggml(float *x, int64_t n)
 {
     float max = -INFINITY;
     for (int64_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
     double sum = 0;
-    for (int64_t i = 0; i < n; i += 16) {
-        float lanes[16] = {0};
-        for (int64_t l = 0; l < 16 && i + l < n; l++) lanes[l] = x[i + l] = expf(x[i + l] - max);
-        sum += (double)reduce16(lanes);
+    for (int64_t i = 0; i < n; i += LANES) {
+        float lanes[LANES] = {0};
+        for (int64_t l = 0; l < LANES && i + l < n; l++) lanes[l] = x[i + l] = expf(x[i + l] - max);
+        sum += (double)reduce_lanes(lanes);
     }
     float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
@@ -200,16 +203,16 @@ static void attn_task(void *ctx, int64_t task, int thread)
         }
         return;
     }
-    /* f16: position p accumulates into lane p % 16, then the lanes halve (reduce16) */
-    float acc[16 * CPU_ATTENTION_MAX_HEAD_DIM];
-    int n_lanes = n < 16 ? (int)n : 16;
+    /* f16: position p accumulates into lane p % LANES, then the lanes halve */
+    float acc[LANES * CPU_ATTENTION_MAX_HEAD_DIM];
+    int n_lanes = n < LANES ? (int)n : LANES;
     memset(acc, 0, (size_t)n_lanes * (size_t)hd * sizeof *acc);
     for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
         const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
         for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row)
-            j->axpy(hd, sc[p], v, acc + (p % 16) * hd);
+            j->axpy(hd, sc[p], v, acc + (p % LANES) * hd);
     }
-    for (int w = 8; w >= 1; w /= 2)
+    for (int w = LANES / 2; w >= 1; w /= 2)
         for (int l = 0; l < w && l + w < n_lanes; l++)
             for (int i = 0; i < hd; i++) acc[l * hd + i] += acc[(l + w) * hd + i];
     memcpy(o, acc, (size_t)hd * sizeof *o);
