@@ -32,7 +32,14 @@
 
 #include "backend/backend.h"
 #include "model/load.h"
+#include "model/model_internal.h"
 #include "util/error.h"
+
+/* The rows of one sequence in a step: its cache, first slot and row count. */
+typedef struct span {
+    const backend_kv_seq *seq;
+    int64_t pos0, n;
+} span;
 
 typedef struct ds_layer {
     const backend_matrix *wq, *wq_a, *wq_b, *wkv_a, *wkv_b, *wo;
@@ -57,7 +64,7 @@ struct dsv3 {
     float attn_scale;
     backend_route_params route;
     backend_kv *kv;
-    backend_kv_seq seq;
+    model_seq seq; /* the default sequence of dsv3_forward */
     /* activations in the backend, [n_batch, ...] */
     float *x, *h, *q, *qa, *kva, *attn, *gate, *up, *ffn, *router;
     /* The MTP (NextN) module, DeepSeek-V3 §2.2, when the checkpoint has it:
@@ -72,6 +79,7 @@ struct dsv3 {
     float *cat; /* [n_batch, 2 n_embd] */
     /* host, [n_batch, ...] */
     int64_t *pos; /* RoPE position of each row */
+    span *spans;  /* [n_batch]: the sequences of the step */
     int32_t *sel; /* [n_batch, n_expert_used] chosen experts */
     float *sel_w; /* [n_batch, n_expert_used] their weights */
 };
@@ -230,17 +238,22 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
     const backend_mla_shape shape = {(int)H, (int)c->qk_nope_head_dim, (int)rope,
                                      (int)c->v_head_dim, (int)R};
     enum { BLOCK = MODEL_KV_BLOCK };
-    int32_t n_blocks = (int32_t)((ctx + BLOCK - 1) / BLOCK);
+    /* the MTP layer's cache serves the one sequence of dsv3_mtp_forward */
+    const int32_t mtp_blocks = (int32_t)((ctx + BLOCK - 1) / BLOCK);
+    int32_t n_blocks;
+    int64_t block_bytes =
+        (int64_t)c->n_layer * (R + rope) * BLOCK * (d->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+    if ((st = model_kv_block_count(&d->opt, block_bytes, &n_blocks, err)) != DI_OK) goto fail;
     if ((st = op->kv_create(be, d->opt.kv_dtype, (int)c->n_layer, 1, (int)(R + rope), BLOCK,
                             n_blocks, &shape, d->opt.mla_naive, &d->kv, err)) != DI_OK)
         goto fail;
-    if ((st = op->kv_seq_init(d->kv, &d->seq, ctx)) != DI_OK) {
+    if ((st = op->kv_seq_init(d->kv, &d->seq.kv, ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
         goto fail;
     }
     if (d->has_mtp) {
-        if ((st = op->kv_create(be, d->opt.kv_dtype, 1, 1, (int)(R + rope), BLOCK, n_blocks, &shape,
-                                d->opt.mla_naive, &d->mtp_kv, err)) != DI_OK)
+        if ((st = op->kv_create(be, d->opt.kv_dtype, 1, 1, (int)(R + rope), BLOCK, mtp_blocks,
+                                &shape, d->opt.mla_naive, &d->mtp_kv, err)) != DI_OK)
             goto fail;
         if ((st = op->kv_seq_init(d->mtp_kv, &d->mtp_seq, ctx)) != DI_OK) {
             st = di_error_setf(err, st, "cannot allocate the MTP layer's KV cache for %lld tokens",
@@ -268,10 +281,11 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
     d->ffn = op->alloc(be, B * E);
     d->router = op->alloc(be, B * (c->n_expert ? c->n_expert : 1));
     d->pos = malloc((size_t)B * sizeof *d->pos);
+    d->spans = malloc((size_t)B * sizeof *d->spans);
     d->sel = malloc((size_t)(B * k_used) * sizeof *d->sel);
     d->sel_w = malloc((size_t)(B * k_used) * sizeof *d->sel_w);
     if (!d->x || !d->h || !d->q || !d->qa || !d->kva || !d->attn || !d->gate || !d->up || !d->ffn ||
-        !d->router || !d->pos || !d->sel || !d->sel_w) {
+        !d->router || !d->pos || !d->spans || !d->sel || !d->sel_w) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
@@ -287,8 +301,9 @@ void dsv3_free(dsv3 *d)
     if (!d) return;
     free(d->layers);
     if (d->mtp_seq.block_table) d->be->ops->kv_seq_free(d->mtp_kv, &d->mtp_seq);
-    if (d->seq.block_table) d->be->ops->kv_seq_free(d->kv, &d->seq);
+    if (d->seq.kv.block_table) d->be->ops->kv_seq_free(d->kv, &d->seq.kv);
     free(d->pos);
+    free(d->spans);
     free(d->sel);
     free(d->sel_w);
     free(d);
@@ -296,12 +311,17 @@ void dsv3_free(dsv3 *d)
 
 int64_t dsv3_n_past(const dsv3 *d)
 {
-    return d->seq.n_tokens;
+    return d->seq.kv.n_tokens;
+}
+
+backend_kv *dsv3_kv(const dsv3 *d)
+{
+    return d->kv;
 }
 
 void dsv3_reset(dsv3 *d)
 {
-    d->be->ops->kv_seq_reset(d->kv, &d->seq);
+    d->be->ops->kv_seq_reset(d->kv, &d->seq.kv);
     if (d->has_mtp) d->be->ops->kv_seq_reset(d->mtp_kv, &d->mtp_seq);
     d->n_hidden = 0;
 }
@@ -348,16 +368,17 @@ static void moe(dsv3 *d, const ds_layer *L, int64_t n)
                          d->ffn, c->n_expert_shared != 0);
 }
 
-/* MLA of layer L over cache kv / seq, cache layer l (the MTP layer has its own),
- * for the n rows of d->h at cache slots pos0.. and RoPE positions d->pos. */
-static void attention(dsv3 *d, const ds_layer *L, backend_kv *kv, const backend_kv_seq *seq,
-                      uint32_t l, int64_t n, int64_t pos0)
+/* MLA of layer L over cache kv, cache layer l (the MTP layer has its own), for
+ * the n rows of d->h: RoPE positions d->pos, the rows of each sequence at its
+ * cache slots (d->spans[0, n_spans), in row order). */
+static void attention(dsv3 *d, const ds_layer *L, backend_kv *kv, uint32_t l, int64_t n,
+                      int n_spans)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
     const backend_ops *op = be->ops;
     const int64_t H = c->n_head, R = c->kv_lora_rank, rope = c->qk_rope_head_dim,
-                  nope = c->qk_nope_head_dim, qd = nope + rope, D = R + rope;
+                  nope = c->qk_nope_head_dim, qd = nope + rope, D = R + rope, V = H * c->v_head_dim;
     if (c->q_lora_rank) {
         op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
         op->rmsnorm(be, d->qa, c->q_lora_rank, L->q_a_norm, d->qa, c->q_lora_rank, n,
@@ -370,21 +391,26 @@ static void attention(dsv3 *d, const ds_layer *L, backend_kv *kv, const backend_
     op->rmsnorm(be, d->kva, D, L->kv_a_norm, d->kva, D, n, R, c->rms_norm_eps);
     op->rope(be, d->rope, d->kva + R, n, D, 1, rope, d->pos);
     op->rope(be, d->rope, d->q + nope, n, H * qd, (int)H, qd, d->pos);
-    op->kv_store(be, kv, seq, (int)l, pos0, n, d->kva, NULL);
-    op->mla_attention(be, kv, seq, (int)l, d->q, pos0, n, L->kv_b, L->wkv_b, d->attn_scale,
-                      d->attn);
+    int64_t r0 = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const span *sp = &d->spans[i];
+        op->kv_store(be, kv, sp->seq, (int)l, sp->pos0, sp->n, d->kva + r0 * D, NULL);
+        op->mla_attention(be, kv, sp->seq, (int)l, d->q + r0 * H * qd, sp->pos0, sp->n, L->kv_b,
+                          L->wkv_b, d->attn_scale, d->attn + r0 * V);
+        r0 += sp->n;
+    }
 }
 
-/* One decoder layer over the n rows of d->x at cache slots pos0.. (RoPE
- * positions d->pos: shifted by 1 for the MTP module). */
-static void decoder_layer(dsv3 *d, const ds_layer *L, backend_kv *kv, const backend_kv_seq *seq,
-                          uint32_t l, int64_t n, int64_t pos0)
+/* One decoder layer over the n rows of d->x (positions and sequences as for
+ * attention). */
+static void decoder_layer(dsv3 *d, const ds_layer *L, backend_kv *kv, uint32_t l, int64_t n,
+                          int n_spans)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
     const int64_t E = c->n_embd;
     be->ops->rmsnorm(be, d->x, E, L->attn_norm, d->h, E, n, E, c->rms_norm_eps);
-    attention(d, L, kv, seq, l, n, pos0);
+    attention(d, L, kv, l, n, n_spans);
     be->ops->matmul(be, 1, &L->wo, NULL, d->attn, n, &d->h);
     be->ops->add(be, d->x, d->h, n * E);
     be->ops->rmsnorm(be, d->x, E, L->ffn_norm, d->h, E, n, E, c->rms_norm_eps);
@@ -395,42 +421,65 @@ static void decoder_layer(dsv3 *d, const ds_layer *L, backend_kv *kv, const back
     be->ops->add(be, d->x, d->ffn, n * E);
 }
 
-static void set_positions(dsv3 *d, int64_t n, int64_t pos0)
-{
-    for (int64_t t = 0; t < n; t++) d->pos[t] = pos0 + t;
-}
-
-static void forward_chunk(dsv3 *d, const int32_t *tokens, int64_t n, int64_t pos0, float *logits,
-                          int all_logits)
+/* One step: the items' tokens stacked as rows [0, n) (n <= n_batch), item i
+ * appended to its sequence. Logits: one row per item with want_logits, or
+ * with all_logits (a single item) every row. */
+static void forward_step(dsv3 *d, const model_batch_item *items, int n_items, int64_t n,
+                         float *logits, int all_logits)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
     const int64_t E = c->n_embd;
-    be->ops->embed(be, d->tok_embd, tokens, n, d->x, E);
-    set_positions(d, n, pos0);
-    for (uint32_t l = 0; l < c->n_layer; l++)
-        decoder_layer(d, &d->layers[l], d->kv, &d->seq, l, n, pos0);
+    int64_t row = 0;
+    for (int i = 0; i < n_items; i++) {
+        const backend_kv_seq *seq = &items[i].seq->kv;
+        be->ops->embed(be, d->tok_embd, items[i].tokens, items[i].n_tokens, d->x + row * E, E);
+        for (int64_t t = 0; t < items[i].n_tokens; t++) d->pos[row + t] = seq->n_tokens + t;
+        d->spans[i] = (span){seq, seq->n_tokens, items[i].n_tokens};
+        row += items[i].n_tokens;
+    }
+    for (uint32_t l = 0; l < c->n_layer; l++) decoder_layer(d, &d->layers[l], d->kv, l, n, n_items);
+    for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
     if (d->has_mtp) { /* what the MTP module drafts from: the LM head's input */
         be->ops->rmsnorm(be, d->x, E, d->output_norm, d->hidden_out, E, n, E, c->rms_norm_eps);
         d->n_hidden = n;
     }
     if (!logits) return;
-    const float *x = all_logits ? d->x : d->x + (n - 1) * E;
-    int64_t rows = all_logits ? n : 1;
-    be->ops->rmsnorm(be, x, E, d->output_norm, d->h, E, rows, E, c->rms_norm_eps);
-    be->ops->matmul(be, 1, &d->output, NULL, d->h, rows, &logits);
+    if (all_logits) {
+        be->ops->rmsnorm(be, d->x, E, d->output_norm, d->h, E, n, E, c->rms_norm_eps);
+        be->ops->matmul(be, 1, &d->output, NULL, d->h, n, &logits);
+        return;
+    }
+    /* The last row of each item that wants logits, gathered into h. */
+    int64_t n_out = 0;
+    row = 0;
+    for (int i = 0; i < n_items; i++) {
+        row += items[i].n_tokens;
+        if (items[i].want_logits) {
+            be->ops->rmsnorm(be, d->x + (row - 1) * E, E, d->output_norm, d->h + n_out * E, E, 1, E,
+                             c->rms_norm_eps);
+            n_out++;
+        }
+    }
+    if (n_out) be->ops->matmul(be, 1, &d->output, NULL, d->h, n_out, &logits);
+}
+
+void dsv3_forward_batch(dsv3 *d, const model_batch_item *items, int n_items, int64_t n_tokens,
+                        float *logits)
+{
+    forward_step(d, items, n_items, n_tokens, logits, 0);
 }
 
 di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err)
 {
-    int64_t pos0 = d->seq.n_tokens;
+    int64_t pos0 = d->seq.kv.n_tokens;
     if (n_tokens > d->opt.n_ctx - pos0)
         return di_error_setf(
             err, DI_ERR_CONTEXT_LENGTH,
             "%lld tokens after %lld already in the sequence exceed the context of %lld",
             (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
-    if (d->be->ops->kv_seq_reserve(d->kv, &d->seq, pos0 + n_tokens) != DI_OK)
+    if (d->be->ops->kv_seq_reserve(d->kv, &d->seq.kv, pos0 + n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
@@ -439,8 +488,8 @@ di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *
         float *out = NULL;
         if (logits && all_logits) out = logits + done * (int64_t)d->cfg.n_vocab;
         if (logits && !all_logits && last) out = logits;
-        forward_chunk(d, tokens + done, n, pos0 + done, out, all_logits);
-        d->seq.n_tokens = pos0 + done + n;
+        model_batch_item it = {&d->seq, tokens + done, n, out != NULL};
+        forward_step(d, &it, 1, n, out, all_logits);
     }
     return DI_OK;
 }
@@ -470,8 +519,9 @@ di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, con
         op->rmsnorm(be, d->cat, 2 * E, d->mtp_enorm, d->cat, 2 * E, n, E, eps);
         op->rmsnorm(be, hidden + done * E, E, d->mtp_hnorm, d->cat + E, 2 * E, n, E, eps);
         op->matmul(be, 1, &d->mtp_eh, NULL, d->cat, n, &d->x);
-        set_positions(d, n, k0 + done + 1);
-        decoder_layer(d, &d->layers[c->n_layer], d->mtp_kv, &d->mtp_seq, 0, n, k0 + done);
+        for (int64_t t = 0; t < n; t++) d->pos[t] = k0 + done + 1 + t;
+        d->spans[0] = (span){&d->mtp_seq, k0 + done, n};
+        decoder_layer(d, &d->layers[c->n_layer], d->mtp_kv, 0, n, 1);
         op->rmsnorm(be, d->x, E, d->mtp_norm, d->h, E, n, E, eps);
         if (logits) {
             float *out = logits + done * (int64_t)c->n_vocab;

@@ -20,6 +20,12 @@ void dsv3_free(dsv3 *d);
 int64_t dsv3_n_past(const dsv3 *d);
 void dsv3_reset(dsv3 *d);
 size_t dsv3_kv_bytes_per_token(const dsv3 *d);
+/* The latent paged cache every sequence of the model lives in. */
+backend_kv *dsv3_kv(const dsv3 *d);
+/* One step over several sequences (model_forward_batch, whose checks have
+ * passed): n_tokens rows in all, one logits row per item with want_logits. */
+void dsv3_forward_batch(dsv3 *d, const model_batch_item *items, int n_items, int64_t n_tokens,
+                        float *logits);
 /* As model_forward (the arguments are already checked). */
 di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);

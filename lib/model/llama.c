@@ -22,6 +22,7 @@
 #include "model/deepseek_v3.h"
 #include "model/load.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 #include "util/error.h"
 
 typedef struct layer {
@@ -29,10 +30,6 @@ typedef struct layer {
     const float *attn_norm, *ffn_norm; /* f32 [n_embd] in the backend */
     const float *bq, *bk, *bv;         /* f32 in the backend, or NULL */
 } layer;
-
-struct model_seq {
-    backend_kv_seq kv;
-};
 
 struct model {
     model_weights *w;
@@ -139,24 +136,10 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     backend_rope_params rp = model_rope_params(c, c->head_dim, ggml_angles);
     if ((st = m->be->ops->rope_create(m->be, &rp, &m->rope, err)) != DI_OK) goto fail;
     enum { BLOCK = MODEL_KV_BLOCK };
-    int32_t n_blocks = m->opt.n_kv_blocks;
-    if (n_blocks == 0 && m->opt.kv_bytes > 0) {
-        int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * c->head_dim * BLOCK *
-                              (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
-        int64_t nb = m->opt.kv_bytes / block_bytes;
-        if (nb < 1 || nb > INT32_MAX) {
-            st = di_error_setf(
-                err, DI_ERR_INVALID_ARGUMENT,
-                "kv_cache_bytes: %lld bytes is not between one block of %d tokens (%lld "
-                "bytes) and 2^31 blocks",
-                (long long)m->opt.kv_bytes, BLOCK, (long long)block_bytes);
-            goto fail;
-        }
-        n_blocks = (int32_t)nb;
-    }
-    if (n_blocks == 0)
-        n_blocks = (int32_t)((m->opt.n_ctx + BLOCK - 1) / BLOCK) *
-                   (m->opt.kv_n_ctx_multiple > 0 ? m->opt.kv_n_ctx_multiple : 1);
+    int32_t n_blocks;
+    int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * c->head_dim * BLOCK *
+                          (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+    if ((st = model_kv_block_count(&m->opt, block_bytes, &n_blocks, err)) != DI_OK) goto fail;
     if ((st = m->be->ops->kv_create(m->be, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
                                     (int)c->head_dim, BLOCK, n_blocks, NULL, 0, &m->kv, err)) !=
         DI_OK)
@@ -199,6 +182,12 @@ void model_free(model *m)
     backend_free(m->be);
     model_weights_close(m->w);
     free(m);
+}
+
+/* The paged cache the sequences live in (the architecture's). */
+static backend_kv *model_kv(const model *m)
+{
+    return m->ds ? dsv3_kv(m->ds) : m->kv;
 }
 
 const model_config *model_get_config(const model *m)
@@ -251,10 +240,9 @@ size_t model_kv_bytes_per_token(const model *m)
 
 di_status model_seq_create(model *m, model_seq **out)
 {
-    if (m->ds) return DI_ERR_UNSUPPORTED; /* DeepSeek runs one sequence (di_model_*) for now */
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
-    if (m->be->ops->kv_seq_init(m->kv, &s->kv, m->opt.n_ctx) != DI_OK) {
+    if (m->be->ops->kv_seq_init(model_kv(m), &s->kv, m->opt.n_ctx) != DI_OK) {
         free(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -265,7 +253,7 @@ di_status model_seq_create(model *m, model_seq **out)
 void model_seq_free(model *m, model_seq *s)
 {
     if (!s) return;
-    m->be->ops->kv_seq_free(m->kv, &s->kv);
+    m->be->ops->kv_seq_free(model_kv(m), &s->kv);
     free(s);
 }
 
@@ -276,24 +264,24 @@ int64_t model_seq_n_past(const model_seq *s)
 
 void model_seq_reset(model *m, model_seq *s)
 {
-    m->be->ops->kv_seq_reset(m->kv, &s->kv);
+    m->be->ops->kv_seq_reset(model_kv(m), &s->kv);
 }
 
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
-    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->be->ops->kv_blocks_free(m->kv))
+    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->be->ops->kv_blocks_free(model_kv(m)))
         return DI_ERR_OUT_OF_MEMORY;
-    return m->be->ops->kv_seq_reserve(m->kv, &s->kv, n_tokens);
+    return m->be->ops->kv_seq_reserve(model_kv(m), &s->kv, n_tokens);
 }
 
 int32_t model_kv_blocks_total(const model *m)
 {
-    return m->be->ops->kv_blocks_total(m->kv);
+    return m->be->ops->kv_blocks_total(model_kv(m));
 }
 int32_t model_kv_blocks_free(const model *m)
 {
-    return m->be->ops->kv_blocks_free(m->kv);
+    return m->be->ops->kv_blocks_free(model_kv(m));
 }
 int32_t model_kv_blocks_for(int64_t n_tokens)
 {
@@ -377,10 +365,6 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
 {
     if (!m || !items || n_items <= 0)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
-    if (m->ds)
-        return di_error_setf(
-            err, DI_ERR_UNSUPPORTED,
-            "DeepSeek models run one sequence at a time (di_model_*), not batched yet");
     int64_t total = 0;
     for (int i = 0; i < n_items; i++) {
         const model_batch_item *it = &items[i];
@@ -409,7 +393,10 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "%lld tokens in one step exceed n_batch %lld", (long long)total,
                              (long long)m->opt.n_batch);
-    forward_step(m, items, n_items, total, logits, 0);
+    if (m->ds)
+        dsv3_forward_batch(m->ds, items, n_items, total, logits);
+    else
+        forward_step(m, items, n_items, total, logits, 0);
     return DI_OK;
 }
 

@@ -1,6 +1,9 @@
 /* Weight lookups the architectures share; see load.h. */
 #include "model/load.h"
 
+#include <stdint.h>
+
+#include "model/model_internal.h"
 #include "util/error.h"
 
 di_status model_vector(const model_weights *w, backend *be, const char *name, int64_t n,
@@ -53,4 +56,25 @@ backend_rope_params model_rope_params(const model_config *c, uint32_t head_dim, 
         .llama3_high_freq_factor = c->llama3_high_freq_factor,
         .ggml_angles = ggml_angles,
     };
+}
+
+di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
+                               di_error **err)
+{
+    enum { BLOCK = MODEL_KV_BLOCK };
+    int32_t n_blocks = opt->n_kv_blocks;
+    if (n_blocks == 0 && opt->kv_bytes > 0) {
+        int64_t nb = opt->kv_bytes / block_bytes;
+        if (nb < 1 || nb > INT32_MAX)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "kv_cache_bytes: %lld bytes is not between one block of %d tokens "
+                                 "(%lld bytes) and 2^31 blocks",
+                                 (long long)opt->kv_bytes, BLOCK, (long long)block_bytes);
+        n_blocks = (int32_t)nb;
+    }
+    if (n_blocks == 0)
+        n_blocks = (int32_t)((opt->n_ctx + BLOCK - 1) / BLOCK) *
+                   (opt->kv_n_ctx_multiple > 0 ? opt->kv_n_ctx_multiple : 1);
+    *out = n_blocks;
+    return DI_OK;
 }

@@ -20,6 +20,10 @@
 #include "deepinfer/deepinfer.h"
 
 #define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+/* DeepSeek-V3 (MLA, q LoRA, sigmoid-routed MoE after a dense layer; vocab 512):
+ * one latent KV cache block is 3 layers x (32 + 8) x 16 tokens x 2 bytes. */
+#define DSV3 DI_FIXTURE_DIR "/model/dsv3-qlora-bf16"
+enum { DSV3_BLOCK_BYTES = 3 * 40 * 16 * 2 };
 
 enum { MAX_OUT = 256 };
 
@@ -239,15 +243,15 @@ static void check_against_alone(const rec *got, const rec *alone)
     assert_memory_equal(got->toks, alone->toks, (size_t)got->n_toks * sizeof *got->toks);
 }
 
-static void concurrent_run(int n_req, int max_running, int64_t kv_bytes, int with_cancels,
-                           int64_t long_outputs, di_log_fn log, void *log_user)
+static void concurrent_run(const char *path, int n_req, int max_running, int64_t kv_bytes,
+                           int with_cancels, int64_t long_outputs, di_log_fn log, void *log_user)
 {
     spec *specs = calloc((size_t)n_req, sizeof *specs);
     rec *alone = calloc((size_t)n_req, sizeof *alone), *got = calloc((size_t)n_req, sizeof *got);
     assert_non_null(specs);
     assert_non_null(alone);
     assert_non_null(got);
-    di_engine *e = make_engine(TINY, max_running, kv_bytes, log, log_user);
+    di_engine *e = make_engine(path, max_running, kv_bytes, log, log_user);
     g.e = e;
     for (int i = 0; i < n_req; i++) {
         make_spec(&specs[i], i, 512);
@@ -283,7 +287,15 @@ static void concurrent_run(int n_req, int max_running, int64_t kv_bytes, int wit
 static void test_concurrent_requests_with_random_cancels_equal_alone(void **state)
 {
     (void)state;
-    concurrent_run(24, 8, 0, 1, 0, NULL, NULL);
+    concurrent_run(TINY, 24, 8, 0, 1, 0, NULL, NULL);
+}
+
+/* The same for DeepSeek-V3 through the engine's batched step: the latent paged
+ * cache, chunked prefill beside decodes, the MoE over the step's tokens. */
+static void test_deepseek_concurrent_requests_with_random_cancels_equal_alone(void **state)
+{
+    (void)state;
+    concurrent_run(DSV3, 16, 8, 0, 1, 0, NULL, NULL);
 }
 
 /* Random cancels, three times: which requests are cancelled, and when — at once,
@@ -372,7 +384,17 @@ static void test_preempted_requests_give_the_same_tokens(void **state)
     (void)state;
     int n_pre = 0;
     /* one block: 2 (K, V) x 2 layers x 16 dims x 16 tokens x 2 bytes (f16) */
-    concurrent_run(12, 8, 24 * 2048, 0, 80, count_preemptions, &n_pre);
+    concurrent_run(TINY, 12, 8, 24 * 2048, 0, 80, count_preemptions, &n_pre);
+    assert_true(__atomic_load_n(&n_pre, __ATOMIC_RELAXED) > 0);
+}
+
+/* DeepSeek-V3 with a latent cache budget of 24 blocks: pre-empted and
+ * recomputed requests give the tokens they give alone. */
+static void test_deepseek_preempted_requests_give_the_same_tokens(void **state)
+{
+    (void)state;
+    int n_pre = 0;
+    concurrent_run(DSV3, 12, 8, 24 * DSV3_BLOCK_BYTES, 0, 80, count_preemptions, &n_pre);
     assert_true(__atomic_load_n(&n_pre, __ATOMIC_RELAXED) > 0);
 }
 
@@ -1122,6 +1144,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
+        cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
+        cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_random_cancels_many_requests),
         cmocka_unit_test(test_submit_from_threads_each_request_one_terminal_event),

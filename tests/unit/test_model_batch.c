@@ -1,6 +1,8 @@
 /* lib/model: several sequences in one forward step. The property: a
  * sequence's logits are bit-identical whatever else is in the step and
- * however its prompt is chunked (batch invariance, model.h). */
+ * however its prompt is chunked (batch invariance, model.h), for a dense model
+ * (GQA over the paged K/V cache) and for DeepSeek-V3 and V2 (MLA over the
+ * latent paged cache, the step's tokens grouped by routed expert). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +16,7 @@
 
 #define MODEL_DIR DI_FIXTURE_DIR "/model/qwen2-tied-f16"
 
-static model *load(int n_threads)
+static model *load_dir(const char *dir, int n_threads)
 {
     model_options o = {0};
     o.n_threads = n_threads;
@@ -23,23 +25,29 @@ static model *load(int n_threads)
     o.kv_n_ctx_multiple = 4;
     model *m = NULL;
     di_error *err = NULL;
-    assert_int_equal(model_load(MODEL_DIR, &o, &m, &err), DI_OK);
+    assert_int_equal(model_load(dir, &o, &m, &err), DI_OK);
     return m;
 }
 
-enum { V = 512, N_PROMPT = 20, N_DECODE = 6 };
-
-static void prompt_of(int which, int32_t *out)
+static model *load(int n_threads)
 {
-    for (int i = 0; i < N_PROMPT; i++) out[i] = (int32_t)((which * 97 + i * 31 + 7) % V);
+    return load_dir(MODEL_DIR, n_threads);
+}
+
+enum { V_QWEN = 512, N_PROMPT = 20, N_DECODE = 6 };
+
+static void prompt_of(int which, int32_t *out, int32_t n_vocab)
+{
+    for (int i = 0; i < N_PROMPT; i++) out[i] = (int32_t)((which * 97 + i * 31 + 7) % n_vocab);
 }
 
 /* Logits of each decode step of sequence `which`, run alone: the whole
  * prompt in one step, then one token per step (greedy). */
 static void run_alone(model *m, int which, float *out /* [N_DECODE, V] */)
 {
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     int32_t toks[N_PROMPT + N_DECODE];
-    prompt_of(which, toks);
+    prompt_of(which, toks, V);
     model_seq *s;
     assert_int_equal(model_seq_create(m, &s), DI_OK);
     int64_t n = N_PROMPT;
@@ -58,10 +66,10 @@ static void run_alone(model *m, int which, float *out /* [N_DECODE, V] */)
     model_seq_free(m, s);
 }
 
-static void test_logits_do_not_depend_on_the_batch(void **state)
+static void check_batch_invariance(const char *dir)
 {
-    (void)state;
-    model *m = load(2);
+    model *m = load_dir(dir, 2);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     enum { N_SEQ = 3 };
     float *alone = malloc((size_t)N_SEQ * N_DECODE * V * sizeof(float));
     float *batched = malloc((size_t)N_SEQ * N_DECODE * V * sizeof(float));
@@ -77,7 +85,7 @@ static void test_logits_do_not_depend_on_the_batch(void **state)
     int decoded[N_SEQ] = {0};
     model_seq *s[N_SEQ];
     for (int q = 0; q < N_SEQ; q++) {
-        prompt_of(q, toks[q]);
+        prompt_of(q, toks[q], V);
         n_all[q] = N_PROMPT;
         assert_int_equal(model_seq_create(m, &s[q]), DI_OK);
     }
@@ -118,6 +126,27 @@ static void test_logits_do_not_depend_on_the_batch(void **state)
     model_free(m);
 }
 
+static void test_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    check_batch_invariance(MODEL_DIR);
+}
+
+/* DeepSeek-V3: MLA with q LoRA, sigmoid group-limited routing with the
+ * correction bias, shared experts, a dense first layer. */
+static void test_deepseek_v3_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv3-qlora-bf16");
+}
+
+/* DeepSeek-V2: softmax routing, YaRN. */
+static void test_deepseek_v2_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv2-softmax-yarn-bf16");
+}
+
 static void test_blocks_are_shared_and_returned(void **state)
 {
     (void)state;
@@ -146,14 +175,14 @@ static void test_bad_steps_are_refused_with_the_item_named(void **state)
     int32_t t[2] = {1, 2};
     model_batch_item it = {s, t, 2, 1};
     di_error *err = NULL;
-    float logits[V];
+    float logits[V_QWEN];
     /* no blocks reserved */
     assert_int_equal(model_forward_batch(m, &it, 1, logits, &err), DI_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(di_error_message(err), "items[0]"));
     di_error_free(err);
     err = NULL;
     assert_int_equal(model_seq_reserve(m, s, 2), DI_OK);
-    t[1] = V;
+    t[1] = V_QWEN;
     assert_int_equal(model_forward_batch(m, &it, 1, logits, &err), DI_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(di_error_message(err), "items[0].tokens[1]"));
     di_error_free(err);
@@ -171,6 +200,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_deepseek_v3_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_deepseek_v2_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_blocks_are_shared_and_returned),
         cmocka_unit_test(test_bad_steps_are_refused_with_the_item_named),
     };

@@ -1,0 +1,22 @@
+/* What the architectures of lib/model/ share beyond model.h: a sequence's
+ * state, and the KV cache block budget from the options. */
+#ifndef DI_MODEL_MODEL_INTERNAL_H
+#define DI_MODEL_MODEL_INTERNAL_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+/* One sequence: its block table in the model's paged cache (backend.h). */
+struct model_seq {
+    backend_kv_seq kv;
+};
+
+/* The number of KV cache blocks the options ask for (model_options:
+ * n_kv_blocks, else kv_bytes / block_bytes, else kv_n_ctx_multiple sequences of
+ * n_ctx), block_bytes the bytes one block of MODEL_KV_BLOCK tokens takes over
+ * all layers. DI_ERR_INVALID_ARGUMENT when kv_bytes holds no block or more than
+ * 2^31. */
+di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
+                               di_error **err);
+
+#endif
