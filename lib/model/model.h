@@ -1,4 +1,4 @@
-/* A loaded model ready to run: weights (model_weights), a CPU thread pool, a
+/* A loaded model ready to run: weights (model_weights), its backend, a
  * paged KV cache shared by any number of sequences, and the scratch buffers of
  * the forward pass, allocated once at load so nothing is allocated per token.
  *
@@ -9,19 +9,22 @@
  * engine's continuous batching): every sequence's new tokens are stacked into
  * one [n_tokens, ...] activation matrix so each weight is read once per step,
  * and attention runs per sequence over its own block table (vLLM's
- * PagedAttention layout, lib/backend/cpu/kv_cache.h). DeepSeek-V3 and V2
- * (deepseek_v3.c: MLA with a latent cache, DeepSeekMoE) run through
- * model_forward only: one sequence, not batched yet.
+ * PagedAttention layout, backend/backend.h). DeepSeek-V3 and V2
+ * (deepseek_v3.c: MLA over a latent paged cache, DeepSeekMoE with the step's
+ * tokens grouped by routed expert) batch the same way. Every operation runs
+ * on the model's backend (backend/backend.h: the CPU today).
  *
- * Batch invariance: every operation but attention is row-wise (RMSNorm, the
- * matrix products with per-row activation quantization, RoPE, SiLU), and
- * attention reads only its own sequence, so a sequence's logits are bit-identical
+ * Batch invariance: every operation but attention and the MoE is row-wise
+ * (RMSNorm, the matrix products with per-row activation quantization, RoPE,
+ * SiLU), attention reads only its own sequence, and a token's experts are
+ * added in expert order whatever other rows an expert's product holds, so a
+ * sequence's logits are bit-identical
  * whatever else is in the batch and however its prompt was chunked
  * (tests/unit/test_model_batch.c checks it).
  *
  * Architectures: dense Llama and Qwen2 (llama.c), DeepSeek-V3/V2. A model is used by one thread
- * at a time (the forward pass itself runs on the model's pool); the weights are
- * shared read-only. */
+ * at a time (the forward pass itself runs on the backend's threads); the weights
+ * are shared read-only. */
 #ifndef DI_MODEL_MODEL_H
 #define DI_MODEL_MODEL_H
 
