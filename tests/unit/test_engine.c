@@ -799,34 +799,22 @@ static uint16_t f16(float f)
     return (uint16_t)(sign | ((uint32_t)he << 10) | ((m + 0x1000u) >> 13));
 }
 
-/* A Qwen2 model with the DeepSeek-R1-distill vocabulary size and random
- * weights, written as a Hugging Face directory: tiny, but every token id the
- * R1 tokenizer makes is valid in it. */
-static void write_big_vocab_model(const char *dir)
+/* One tensor of a random test model: [rows, cols] f16 (rows 1: a vector of
+ * ones, as norms start). */
+typedef struct hf_tensor {
+    const char *name;
+    int64_t rows, cols;
+} hf_tensor;
+
+/* A Hugging Face directory (model.safetensors, config.json) holding the
+ * tensors ts with seeded random weights and the given config. */
+static void write_hf_model(const char *dir, const hf_tensor *ts, int nt, const char *config)
 {
-    enum { VOCAB = 152064, E = 32, Q = 32, KV = 16, F = 64 };
-    struct t {
-        const char *name;
-        int64_t rows, cols;
-    } ts[] = {
-        {"model.embed_tokens.weight", VOCAB, E},
-        {"model.norm.weight", 1, E},
-        {"model.layers.0.input_layernorm.weight", 1, E},
-        {"model.layers.0.post_attention_layernorm.weight", 1, E},
-        {"model.layers.0.self_attn.q_proj.weight", Q, E},
-        {"model.layers.0.self_attn.k_proj.weight", KV, E},
-        {"model.layers.0.self_attn.v_proj.weight", KV, E},
-        {"model.layers.0.self_attn.o_proj.weight", E, Q},
-        {"model.layers.0.mlp.gate_proj.weight", F, E},
-        {"model.layers.0.mlp.up_proj.weight", F, E},
-        {"model.layers.0.mlp.down_proj.weight", E, F},
-    };
-    enum { NT = sizeof ts / sizeof ts[0] };
-    char header[4096];
+    char header[8192];
     size_t hl = 0;
     int64_t off = 0;
     hl += (size_t)snprintf(header + hl, sizeof header - hl, "{");
-    for (int i = 0; i < NT; i++) {
+    for (int i = 0; i < nt; i++) {
         int64_t bytes = ts[i].rows * ts[i].cols * 2;
         if (ts[i].rows == 1)
             hl += (size_t)snprintf(header + hl, sizeof header - hl,
@@ -840,6 +828,7 @@ static void write_big_vocab_model(const char *dir)
                                    "\"data_offsets\":[%lld,%lld]}",
                                    i ? "," : "", ts[i].name, (long long)ts[i].rows,
                                    (long long)ts[i].cols, (long long)off, (long long)(off + bytes));
+        assert_true(hl < sizeof header - 16);
         off += bytes;
     }
     hl += (size_t)snprintf(header + hl, sizeof header - hl, "}");
@@ -853,7 +842,7 @@ static void write_big_vocab_model(const char *dir)
     fwrite(&n, 8, 1, f);
     fwrite(header, 1, hl, f);
     uint32_t x = 12345;
-    for (int i = 0; i < NT; i++) {
+    for (int i = 0; i < nt; i++) {
         int64_t count = ts[i].rows * ts[i].cols;
         uint16_t *buf = malloc((size_t)count * 2);
         assert_non_null(buf);
@@ -869,15 +858,113 @@ static void write_big_vocab_model(const char *dir)
     snprintf(path, sizeof path, "%s/config.json", dir);
     f = fopen(path, "w");
     assert_non_null(f);
-    fprintf(f,
-            "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\","
-            "\"vocab_size\":%d,\"hidden_size\":%d,\"intermediate_size\":%d,"
-            "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
-            "\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,"
-            "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":151646,"
-            "\"eos_token_id\":151643}",
-            VOCAB, E, F);
+    fputs(config, f);
     fclose(f);
+}
+
+static void remove_hf_model(const char *dir)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A Qwen2 model with the DeepSeek-R1-distill vocabulary size and random
+ * weights, written as a Hugging Face directory: tiny, but every token id the
+ * R1 tokenizer makes is valid in it. */
+static void write_big_vocab_model(const char *dir)
+{
+    enum { VOCAB = 152064, E = 32, Q = 32, KV = 16, F = 64 };
+    const hf_tensor ts[] = {
+        {"model.embed_tokens.weight", VOCAB, E},
+        {"model.norm.weight", 1, E},
+        {"model.layers.0.input_layernorm.weight", 1, E},
+        {"model.layers.0.post_attention_layernorm.weight", 1, E},
+        {"model.layers.0.self_attn.q_proj.weight", Q, E},
+        {"model.layers.0.self_attn.k_proj.weight", KV, E},
+        {"model.layers.0.self_attn.v_proj.weight", KV, E},
+        {"model.layers.0.self_attn.o_proj.weight", E, Q},
+        {"model.layers.0.mlp.gate_proj.weight", F, E},
+        {"model.layers.0.mlp.up_proj.weight", F, E},
+        {"model.layers.0.mlp.down_proj.weight", E, F},
+    };
+    char config[1024];
+    snprintf(config, sizeof config,
+             "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\","
+             "\"vocab_size\":%d,\"hidden_size\":%d,\"intermediate_size\":%d,"
+             "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+             "\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,"
+             "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":151646,"
+             "\"eos_token_id\":151643}",
+             VOCAB, E, F);
+    write_hf_model(dir, ts, (int)(sizeof ts / sizeof ts[0]), config);
+}
+
+/* A DeepSeek-V3-shaped model with the DeepSeek V3 vocabulary (129280) and
+ * random weights: MLA with q LoRA, a dense first layer, then DeepSeekMoE (4
+ * routed experts in 2 groups, top-2, one shared expert, sigmoid routing with
+ * the correction bias). */
+static void write_dsv3_vocab_model(const char *dir)
+{
+    enum { VOCAB = 129280, E = 32, H = 2, QL = 24, R = 16, ROPE = 8, NOPE = 8, VD = 8, F = 64 };
+    enum { FE = 16, QD = H * (NOPE + ROPE), KVB = H * (NOPE + VD) };
+#define ATTN(l)                                                                                    \
+    {"model.layers." #l ".input_layernorm.weight", 1, E},                                          \
+        {"model.layers." #l ".post_attention_layernorm.weight", 1, E},                             \
+        {"model.layers." #l ".self_attn.q_a_proj.weight", QL, E},                                  \
+        {"model.layers." #l ".self_attn.q_a_layernorm.weight", 1, QL},                             \
+        {"model.layers." #l ".self_attn.q_b_proj.weight", QD, QL},                                 \
+        {"model.layers." #l ".self_attn.kv_a_proj_with_mqa.weight", R + ROPE, E},                  \
+        {"model.layers." #l ".self_attn.kv_a_layernorm.weight", 1, R},                             \
+        {"model.layers." #l ".self_attn.kv_b_proj.weight", KVB, R},                                \
+    {                                                                                              \
+        "model.layers." #l ".self_attn.o_proj.weight", E, H *VD                                    \
+    }
+#define EXPERT(e)                                                                                  \
+    {"model.layers.1.mlp.experts." #e ".gate_proj.weight", FE, E},                                 \
+        {"model.layers.1.mlp.experts." #e ".up_proj.weight", FE, E},                               \
+    {                                                                                              \
+        "model.layers.1.mlp.experts." #e ".down_proj.weight", E, FE                                \
+    }
+    const hf_tensor ts[] = {
+        {"model.embed_tokens.weight", VOCAB, E},
+        {"model.norm.weight", 1, E},
+        ATTN(0),
+        {"model.layers.0.mlp.gate_proj.weight", F, E},
+        {"model.layers.0.mlp.up_proj.weight", F, E},
+        {"model.layers.0.mlp.down_proj.weight", E, F},
+        ATTN(1),
+        {"model.layers.1.mlp.gate.weight", 4, E},
+        {"model.layers.1.mlp.gate.e_score_correction_bias", 1, 4},
+        EXPERT(0),
+        EXPERT(1),
+        EXPERT(2),
+        EXPERT(3),
+        {"model.layers.1.mlp.shared_experts.gate_proj.weight", FE, E},
+        {"model.layers.1.mlp.shared_experts.up_proj.weight", FE, E},
+        {"model.layers.1.mlp.shared_experts.down_proj.weight", E, FE},
+    };
+#undef ATTN
+#undef EXPERT
+    char config[2048];
+    snprintf(config, sizeof config,
+             "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\","
+             "\"vocab_size\":%d,\"hidden_size\":%d,\"intermediate_size\":%d,"
+             "\"moe_intermediate_size\":%d,\"num_hidden_layers\":2,\"num_attention_heads\":%d,"
+             "\"num_key_value_heads\":%d,\"n_routed_experts\":4,\"n_shared_experts\":1,"
+             "\"num_experts_per_tok\":2,\"n_group\":2,\"topk_group\":1,"
+             "\"first_k_dense_replace\":1,\"norm_topk_prob\":true,"
+             "\"routed_scaling_factor\":2.5,\"q_lora_rank\":%d,\"kv_lora_rank\":%d,"
+             "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,"
+             "\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,"
+             "\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":\"default\"},"
+             "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":0,"
+             "\"eos_token_id\":1}",
+             VOCAB, E, F, FE, H, H, QL, R, NOPE, ROPE, VD);
+    write_hf_model(dir, ts, (int)(sizeof ts / sizeof ts[0]), config);
 }
 
 static void *waiting_poller(void *arg)
@@ -1001,12 +1088,79 @@ static void test_chat_request_streams_protocol_chunks(void **state)
         assert_int_equal(di_engine_encoding(e), DI_ENCODING_R1); /* Qwen2 weights */
         assert_int_equal(di_engine_destroy(e), DI_OK);
     }
-    char path[700];
-    snprintf(path, sizeof path, "%s/model.safetensors", model_dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    unlink(path);
-    rmdir(model_dir);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
+/* Chat Completions requests to a DeepSeek-V3-shaped model (MLA, MoE; the real
+ * DeepSeek V3 tokenizer, so the engine picks the V3 encoding) stream through
+ * the engine's batched step beside each other, each with the tokens it gives
+ * alone, one role chunk first and "data: [DONE]" last. */
+static void test_deepseek_v3_chat_requests_stream_beside_each_other(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v3/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char model_dir[600];
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    write_dsv3_vocab_model(model_dir);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 2;
+    cfg.max_running = 4;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV3);
+    g.e = e;
+    static const char *const bodies[] = {
+        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}",
+        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":7,"
+        "\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},"
+        "{\"role\":\"user\",\"content\":\"Name three primes, please.\"}]}",
+        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":12,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"\u4f60\u597d\"},"
+        "{\"role\":\"assistant\",\"content\":\"Hi.\"},{\"role\":\"user\",\"content\":\"Again\"}]}",
+    };
+    enum { N = sizeof bodies / sizeof bodies[0] };
+    rec alone[N], got[N];
+    memset(alone, 0, sizeof alone);
+    memset(got, 0, sizeof got);
+    di_request q;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < N; i++) {
+            rec *r = pass == 0 ? &alone[i] : &got[i];
+            r->cancel_at = -1;
+            di_request_init(&q);
+            q.protocol = DI_PROTOCOL_CHAT;
+            q.json = bodies[i];
+            q.json_len = strlen(bodies[i]);
+            q.on_event = on_event;
+            q.user_data = r;
+            if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            if (pass == 0) poll_until_idle(e); /* alone: one at a time */
+        }
+    poll_until_idle(e); /* together */
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(got[i].n_done, 1);
+        assert_int_equal(got[i].after_done, 0);
+        assert_int_equal(got[i].status, DI_OK);
+        assert_int_equal(alone[i].status, DI_OK);
+        assert_true(got[i].n_toks >= 1);
+        assert_int_equal(got[i].n_toks, alone[i].n_toks);
+        assert_memory_equal(got[i].toks, alone[i].toks, (size_t)got[i].n_toks * sizeof(int32_t));
+        assert_non_null(strstr(got[i].first_sse, "\"role\":\"assistant\""));
+        assert_string_equal(got[i].last_sse, "data: [DONE]\n\n");
+        assert_true(got[i].n_chunks >= 3);
+        assert_true(got[i].has_response);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
     rmdir(dir);
 }
 
@@ -1159,6 +1313,7 @@ int main(void)
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
+        cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
         cmocka_unit_test(test_smollm2_chatml_tool_call),
     };
