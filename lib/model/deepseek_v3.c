@@ -444,24 +444,9 @@ static void forward_step(dsv3 *d, const model_batch_item *items, int n_items, in
         be->ops->rmsnorm(be, d->x, E, d->output_norm, d->hidden_out, E, n, E, c->rms_norm_eps);
         d->n_hidden = n;
     }
-    if (!logits) return;
-    if (all_logits) {
-        be->ops->rmsnorm(be, d->x, E, d->output_norm, d->h, E, n, E, c->rms_norm_eps);
-        be->ops->matmul(be, 1, &d->output, NULL, d->h, n, &logits);
-        return;
-    }
-    /* The last row of each item that wants logits, gathered into h. */
-    int64_t n_out = 0;
-    row = 0;
-    for (int i = 0; i < n_items; i++) {
-        row += items[i].n_tokens;
-        if (items[i].want_logits) {
-            be->ops->rmsnorm(be, d->x + (row - 1) * E, E, d->output_norm, d->h + n_out * E, E, 1, E,
-                             c->rms_norm_eps);
-            n_out++;
-        }
-    }
-    if (n_out) be->ops->matmul(be, 1, &d->output, NULL, d->h, n_out, &logits);
+    if (logits)
+        model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->x, d->h, items, n_items,
+                     n, logits, all_logits);
 }
 
 void dsv3_forward_batch(dsv3 *d, const model_batch_item *items, int n_items, int64_t n_tokens,

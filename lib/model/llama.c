@@ -340,24 +340,9 @@ static void forward_step(model *m, const model_batch_item *items, int n_items, i
         op->add(be, m->x, m->h, n * E);
     }
     for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
-    if (!logits) return;
-    if (all_logits) {
-        op->rmsnorm(be, m->x, E, m->output_norm, m->h, E, n, E, eps);
-        op->matmul(be, 1, &m->output, NULL, m->h, n, &logits);
-        return;
-    }
-    /* The last row of each item that wants logits, gathered into h. */
-    int64_t n_out = 0;
-    row = 0;
-    for (int i = 0; i < n_items; i++) {
-        row += items[i].n_tokens;
-        if (items[i].want_logits) {
-            op->rmsnorm(be, m->x + (row - 1) * E, E, m->output_norm, m->h + n_out * E, E, 1, E,
-                        eps);
-            n_out++;
-        }
-    }
-    if (n_out) op->matmul(be, 1, &m->output, NULL, m->h, n_out, &logits);
+    if (logits)
+        model_logits(be, m->output, m->output_norm, eps, E, m->x, m->h, items, n_items, n, logits,
+                     all_logits);
 }
 
 di_status model_forward_batch(model *m, const model_batch_item *items, int n_items, float *logits,

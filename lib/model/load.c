@@ -78,3 +78,25 @@ di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, in
     *out = n_blocks;
     return DI_OK;
 }
+
+void model_logits(backend *be, const backend_matrix *output, const float *output_norm, float eps,
+                  int64_t n_embd, const float *x, float *h, const model_batch_item *items,
+                  int n_items, int64_t n, float *logits, int all_logits)
+{
+    const int64_t E = n_embd;
+    if (all_logits) {
+        be->ops->rmsnorm(be, x, E, output_norm, h, E, n, E, eps);
+        be->ops->matmul(be, 1, &output, NULL, h, n, &logits);
+        return;
+    }
+    /* The last row of each item that wants logits, gathered into h. */
+    int64_t n_out = 0, row = 0;
+    for (int i = 0; i < n_items; i++) {
+        row += items[i].n_tokens;
+        if (items[i].want_logits) {
+            be->ops->rmsnorm(be, x + (row - 1) * E, E, output_norm, h + n_out * E, E, 1, E, eps);
+            n_out++;
+        }
+    }
+    if (n_out) be->ops->matmul(be, 1, &output, NULL, h, n_out, &logits);
+}

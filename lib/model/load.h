@@ -1,6 +1,7 @@
 /* The weight lookups every architecture shares (llama.c, deepseek_v3.c): a
  * tensor by name, its shape checked against what the architecture expects,
- * made resident in the backend; and the RoPE parameters from the config. */
+ * made resident in the backend; and the RoPE parameters from the config.
+ * (load.c also holds model_internal.h's KV budget and LM head.) */
 #ifndef DI_MODEL_LOAD_H
 #define DI_MODEL_LOAD_H
 

@@ -19,4 +19,12 @@ struct model_seq {
 di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
                                di_error **err);
 
+/* The LM head of a step over items (n rows of x, n_embd wide, stacked in item
+ * order): logits = RMSNorm(x) * output_norm  output^T, for every row when
+ * all_logits, else one row per item with want_logits (its last), in item
+ * order. h: scratch [n, n_embd] in the backend. */
+void model_logits(backend *be, const backend_matrix *output, const float *output_norm, float eps,
+                  int64_t n_embd, const float *x, float *h, const model_batch_item *items,
+                  int n_items, int64_t n, float *logits, int all_logits);
+
 #endif
