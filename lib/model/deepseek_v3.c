@@ -130,11 +130,12 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
         MAT(w_up, "ffn_up_shexp", E, Fs);
         MAT(w_down, "ffn_down_shexp", Fs, E);
     }
-    const backend_matrix **exps = calloc((size_t)3 * c->n_expert, sizeof *exps);
+    const backend_matrix **exps = calloc((size_t)3 * c->n_expert, sizeof(const backend_matrix *));
     if (!exps)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
                              "out of memory loading the experts of layer %u", i);
-    const backend_matrix **gate = exps, **up = exps + c->n_expert, **down = exps + 2 * c->n_expert;
+    const backend_matrix **gate = exps, **up = exps + c->n_expert,
+                         **down = exps + 2 * (size_t)c->n_expert;
     for (uint32_t e = 0; e < c->n_expert && st == DI_OK; e++) {
         int64_t ne_in[2] = {E, F}, ne_out[2] = {F, E};
         const char *kinds[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};

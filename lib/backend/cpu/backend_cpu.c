@@ -11,6 +11,7 @@
 #include "backend/cpu/backend_cpu.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,14 +213,15 @@ static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matr
 {
     cpu_backend *c = cpu(be);
     struct backend_moe *m = own(c, calloc(1, sizeof *m));
-    const model_tensor **t = own(c, calloc((size_t)(3 * (n_expert > 0 ? n_expert : 1)), sizeof *t));
+    const size_t n_t = 3 * (size_t)(n_expert > 0 ? n_expert : 1);
+    const model_tensor **t = own(c, calloc(n_t, sizeof(const model_tensor *)));
     if (!m || !t || n_expert <= 0)
         return di_error_setf(err, n_expert <= 0 ? DI_ERR_INVALID_ARGUMENT : DI_ERR_OUT_OF_MEMORY,
                              "cannot hold %d experts", (int)n_expert);
     m->n_expert = n_expert;
     m->gate = t;
     m->up = t + n_expert;
-    m->down = t + 2 * n_expert;
+    m->down = t + 2 * (ptrdiff_t)n_expert;
     for (int32_t e = 0; e < n_expert; e++) {
         m->gate[e] = gate[e]->t;
         m->up[e] = up[e]->t;
@@ -312,7 +314,7 @@ static di_status be_kv_create(backend *be, model_dtype dtype, int n_layer, int n
     cpu_backend *c = cpu(be);
     if (c->n_caches == c->cap_caches) {
         size_t cap = c->cap_caches ? 2 * c->cap_caches : 4;
-        backend_kv **n = realloc(c->caches, cap * sizeof *n);
+        backend_kv **n = realloc(c->caches, cap * sizeof(backend_kv *));
         if (!n) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for a KV cache");
         c->caches = n;
         c->cap_caches = cap;
