@@ -86,6 +86,14 @@ typedef struct backend_ops {
     /* The whole weight dequantized, f32 [n_out, n_in] (fp8 times its scales). */
     di_status (*matrix_f32)(backend *be, const backend_matrix *w, const float **out,
                             di_error **err);
+    /* MLA's kv_b from llama.cpp's split form (newer deepseek2 GGUFs): k_b, ne
+     * {nope, kv_lora_rank, n_head} (per head W_UK transposed), and v_b, ne
+     * {kv_lora_rank, v, n_head}, any stored dtype the backend dequantizes,
+     * joined into the f32 [n_head (nope + v), kv_lora_rank] weight (each head's
+     * nope key rows, then its v value rows, as transformers' kv_b_proj) and the
+     * same as an F32 matrix (mla_attention's kv_b and kv_b_w). */
+    di_status (*mla_kv_b_join)(backend *be, const model_tensor *k_b, const model_tensor *v_b,
+                               const float **kv_b, const backend_matrix **kv_b_w, di_error **err);
     di_status (*rope_create)(backend *be, const backend_rope_params *p, const backend_rope **out,
                              di_error **err);
     /* n_expert experts of one layer, each gate and up [n_ff, n_embd] and down

@@ -110,9 +110,20 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     }
     MAT(wkv_a, "attn_kv_a_mqa", E, R + rope);
     VEC(kv_a_norm, "attn_kv_a_norm.weight", R);
-    MAT(wkv_b, "attn_kv_b", R, H * (c->qk_nope_head_dim + c->v_head_dim));
+    snprintf(name, sizeof name, "blk.%u.attn_kv_b.weight", i);
+    if (model_weights_get(d->w, name) || !model_weights_get(d->w, "blk.0.attn_k_b.weight")) {
+        MAT(wkv_b, "attn_kv_b", R, H * (c->qk_nope_head_dim + c->v_head_dim));
+        if ((st = be->ops->matrix_f32(be, L->wkv_b, &L->kv_b, err)) != DI_OK) return st;
+    } else { /* llama.cpp's split form: attn_k_b and attn_v_b */
+        const model_tensor *kb, *vb;
+        int64_t ne_k[3] = {c->qk_nope_head_dim, R, H}, ne_v[3] = {R, c->v_head_dim, H};
+        snprintf(name, sizeof name, "blk.%u.attn_k_b.weight", i);
+        if ((st = model_weights_require(d->w, name, 3, ne_k, &kb, err)) != DI_OK) return st;
+        snprintf(name, sizeof name, "blk.%u.attn_v_b.weight", i);
+        if ((st = model_weights_require(d->w, name, 3, ne_v, &vb, err)) != DI_OK) return st;
+        if ((st = be->ops->mla_kv_b_join(be, kb, vb, &L->kv_b, &L->wkv_b, err)) != DI_OK) return st;
+    }
     MAT(wo, "attn_output", H * c->v_head_dim, E);
-    if ((st = be->ops->matrix_f32(be, L->wkv_b, &L->kv_b, err)) != DI_OK) return st;
     L->moe = i >= c->n_layer_dense_lead;
     if (!L->moe) {
         MAT(w_gate, "ffn_gate", E, c->n_ff);
@@ -219,8 +230,14 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
     }
-    for (uint32_t i = 0; i < c->n_layer + (uint32_t)d->has_mtp; i++)
+    for (uint32_t i = 0; i < c->n_layer + (uint32_t)d->has_mtp; i++) {
         if ((st = load_layer(d, i, err)) != DI_OK) goto fail;
+        if (d->opt.progress && i < c->n_layer &&
+            d->opt.progress(d->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0) {
+            st = di_error_setf(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
+            goto fail;
+        }
+    }
     if (d->has_mtp && (st = load_mtp(d, err)) != DI_OK) goto fail;
     /* RoPE over the qk_rope_head_dim dims only (transformers' config.head_dim). */
     backend_rope_params rp = model_rope_params(c, c->qk_rope_head_dim, 0);

@@ -368,6 +368,11 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
                                      "(vocabulary of %u)",
                                      i, (long long)t, (int)it->tokens[t], m->cfg.n_vocab);
         int64_t end = it->seq->kv.n_tokens + it->n_tokens;
+        /* the last block may have slots past n_ctx: the context is the limit */
+        if (end > m->opt.n_ctx)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: %lld tokens exceed the context of %lld", i,
+                                 (long long)end, (long long)m->opt.n_ctx);
         if (model_kv_blocks_for(end) > it->seq->kv.n_blocks)
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                                  "items[%d]: no KV cache blocks reserved for %lld tokens", i,

@@ -104,6 +104,30 @@ static di_status require(const model_weights *w, const char *path, const char *n
     return st;
 }
 
+di_status mw_check_moe(model_config *m, const char *file, di_error **err)
+{
+    if (m->n_expert) {
+        if (!m->n_ff_exp || !m->n_expert_used || m->n_expert_used > m->n_expert || !m->n_group ||
+            m->n_expert % m->n_group != 0 || !m->topk_group || m->topk_group > m->n_group ||
+            m->n_expert > 4096 || m->n_expert_used > 64)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: the MoE fields are inconsistent (n_routed_experts %u, "
+                                 "num_experts_per_tok %u, n_group %u, topk_group %u, "
+                                 "moe_intermediate_size %u)",
+                                 file, m->n_expert, m->n_expert_used, m->n_group, m->topk_group,
+                                 m->n_ff_exp);
+        if (m->topk_method == MODEL_TOPK_NOAUX_TC &&
+            (m->n_expert / m->n_group < 2 ||
+             (uint64_t)m->n_expert_used > (uint64_t)m->topk_group * (m->n_expert / m->n_group)))
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: noaux_tc routing needs at least 2 experts per group and "
+                                 "num_experts_per_tok <= topk_group * experts per group",
+                                 file);
+    }
+    if (m->n_layer_dense_lead > m->n_layer || !m->n_expert) m->n_layer_dense_lead = m->n_layer;
+    return DI_OK;
+}
+
 di_status mw_validate(model_weights *w, const char *path, di_error **err)
 {
     model_config *c = &w->config;

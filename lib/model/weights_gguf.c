@@ -53,6 +53,88 @@ static int str_is(const char *s, size_t n, const char *lit)
     return n == strlen(lit) && memcmp(s, lit, n) == 0;
 }
 
+static di_status read_common(model_weights *w, const gguf_file *f, const char *path,
+                             const char *arch, di_error **err);
+
+/* llama.cpp's deepseek2 metadata (convert_hf_to_gguf.py's DeepseekV2Model, read
+ * as llama-model.cpp reads it) into the DeepSeek fields of model_config. MLA
+ * heads: the converter writes key_length = kv_lora_rank + rope (the absorbed
+ * "MQA" view) with key_length_mla / value_length_mla the per-head widths; older
+ * files have only key_length = nope + rope and value_length. Gating:
+ * expert_gating_func 2 (sigmoid) is DeepSeek-V3's routing (with the correction
+ * bias, noaux_tc), 1 or none (llama.cpp's default) softmax, V2's. */
+static di_status read_deepseek2(const model_weights *w, const gguf_file *f, const char *path,
+                                const char *arch, model_config *c, di_error **err)
+{
+    di_status st;
+    uint32_t key_len = 0, val_len = 0, key_mla = 0, val_mla = 0, gating = 0, lead = 0;
+    if ((st = need_u32(f, path, arch, "attention.kv_lora_rank", &c->kv_lora_rank, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "rope.dimension_count", &c->qk_rope_head_dim, err)) !=
+            DI_OK ||
+        (st = need_u32(f, path, arch, "attention.key_length", &key_len, err)) != DI_OK ||
+        (st = need_u32(f, path, arch, "attention.value_length", &val_len, err)) != DI_OK)
+        return st;
+    opt_u32(f, arch, "attention.q_lora_rank", &c->q_lora_rank);
+    opt_u32(f, arch, "attention.key_length_mla", &key_mla);
+    opt_u32(f, arch, "attention.value_length_mla", &val_mla);
+    if (key_mla || val_mla) {
+        if (key_len != c->kv_lora_rank + c->qk_rope_head_dim || val_len != c->kv_lora_rank)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: %s.attention.key_length %u / value_length %u do not match "
+                                 "kv_lora_rank %u + rope %u (the MLA layout)",
+                                 path, arch, key_len, val_len, c->kv_lora_rank,
+                                 c->qk_rope_head_dim);
+        key_len = key_mla;
+        val_len = val_mla;
+    }
+    if (key_len <= c->qk_rope_head_dim)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: %s key length %u leaves no dimensions without RoPE (%s.rope."
+                             "dimension_count %u)",
+                             path, arch, key_len, arch, c->qk_rope_head_dim);
+    c->qk_nope_head_dim = key_len - c->qk_rope_head_dim;
+    c->v_head_dim = val_len;
+    c->head_dim = key_len;
+    c->n_head_kv = c->n_head;
+    c->n_expert_used = c->n_group = c->topk_group = 1;
+    c->routed_scaling_factor = 1.0f;
+    opt_u32(f, arch, "leading_dense_block_count", &lead);
+    opt_u32(f, arch, "expert_count", &c->n_expert);
+    opt_u32(f, arch, "expert_shared_count", &c->n_expert_shared);
+    opt_u32(f, arch, "expert_used_count", &c->n_expert_used);
+    opt_u32(f, arch, "expert_feed_forward_length", &c->n_ff_exp);
+    opt_u32(f, arch, "expert_group_count", &c->n_group);
+    opt_u32(f, arch, "expert_group_used_count", &c->topk_group);
+    opt_u32(f, arch, "nextn_predict_layers", &c->n_nextn_layer);
+    opt_f32(f, arch, "expert_weights_scale", &c->routed_scaling_factor);
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    gguf_get_bool(f, key, &c->norm_topk_prob);
+    opt_u32(f, arch, "expert_gating_func", &gating);
+    if (gating > 2)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: %s.expert_gating_func %u is not supported (1 softmax, 2 sigmoid)",
+                             path, arch, gating);
+    /* A converter given transformers' DeepseekV3Config (which has no
+     * scoring_func) writes no gating function; llama.cpp then routes with
+     * softmax, and its tokens leave transformers' (docs/deepseek-v3.md). The
+     * correction bias is DeepSeek-V3's alone: with it, the routing is V3's. */
+    snprintf(key, sizeof key, "blk.%u.exp_probs_b.bias", lead);
+    if (gating == 0 && model_weights_get(w, key)) gating = 2;
+    if (gating == 2) {
+        c->arch = MODEL_ARCH_DEEPSEEK_V3;
+        c->expert_gating = MODEL_EXPERT_GATING_SIGMOID;
+        c->topk_method = MODEL_TOPK_NOAUX_TC;
+    } else {
+        c->arch = MODEL_ARCH_DEEPSEEK_V2;
+        c->expert_gating = MODEL_EXPERT_GATING_SOFTMAX;
+        c->topk_method = c->n_group > 1 ? MODEL_TOPK_GROUP_LIMITED : MODEL_TOPK_GREEDY;
+    }
+    c->n_layer_dense_lead = lead;
+    if ((st = mw_check_moe(c, path, err)) != DI_OK) return st;
+    return DI_OK;
+}
+
 static di_status read_config(model_weights *w, const gguf_file *f, const char *path, di_error **err)
 {
     model_config *c = &w->config;
@@ -71,11 +153,14 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     } else if (str_is(a, alen, "qwen2")) {
         c->arch = MODEL_ARCH_QWEN2;
         c->rope_style = MODEL_ROPE_NEOX; /* LLM_ARCH_QWEN2 is NEOX there */
+    } else if (str_is(a, alen, "deepseek2")) {
+        c->arch = MODEL_ARCH_DEEPSEEK_V3; /* or V2: read_deepseek2 decides by the gating */
+        c->rope_style = MODEL_ROPE_NORM;  /* LLM_ARCH_DEEPSEEK2 is NORM there */
     } else {
-        return di_error_setf(
-            err, DI_ERR_UNSUPPORTED,
-            "%s: general.architecture '%.*s' is not supported (llama and qwen2 are)", path,
-            (int)(alen < 64 ? alen : 64), a);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: general.architecture '%.*s' is not supported (llama, qwen2 and "
+                             "deepseek2 are)",
+                             path, (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
     di_status st;
@@ -86,6 +171,10 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
         (st = need_u32(f, path, arch, "attention.head_count", &c->n_head, err)) != DI_OK)
         return st;
     c->n_head_kv = c->n_head;
+    if (c->arch == MODEL_ARCH_DEEPSEEK_V3) {
+        if ((st = read_deepseek2(w, f, path, arch, c, err)) != DI_OK) return st;
+        return read_common(w, f, path, arch, err);
+    }
     opt_u32(f, arch, "attention.head_count_kv", &c->n_head_kv);
     opt_u32(f, arch, "attention.key_length", &c->head_dim);
     /* Partial rotary embeddings and V heads of another width are not Llama/Qwen2. */
@@ -108,6 +197,15 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
                              "%s: %s.rope.dimension_count %u: partial rotary embeddings (head "
                              "dimension %u) are not supported",
                              path, arch, rope_dims, head_dim);
+    return read_common(w, f, path, arch, err);
+}
+
+/* What every architecture reads alike: the norm epsilon, RoPE base and scaling,
+ * the vocabulary and the special token ids. */
+static di_status read_common(model_weights *w, const gguf_file *f, const char *path,
+                             const char *arch, di_error **err)
+{
+    model_config *c = &w->config;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if (!gguf_get_f32(f, key, &c->rms_norm_eps))
@@ -135,7 +233,17 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     opt_u32(f, arch, "rope.scaling.original_context_length", &c->rope_orig_ctx);
     opt_f32(f, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast);
     opt_f32(f, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow);
-    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN) {
+    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN &&
+        (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2)) {
+        /* llama.cpp's deepseek2 graph cancels YaRN's scaling of cos and sin and
+         * puts (1 + yarn_log_multiplier ln factor)^2 into the softmax scale:
+         * transformers' DeepSeek YaRN with mscale == mscale_all_dim =
+         * yarn_log_multiplier / 0.1 (the only case a GGUF can state). */
+        float log_mul = 0.0f;
+        opt_f32(f, arch, "rope.scaling.yarn_log_multiplier", &log_mul);
+        c->yarn_mscale_all_dim = c->yarn_mscale = log_mul / 0.1f;
+        c->yarn_attn_factor = 1.0f;
+    } else if (c->rope_scaling == MODEL_ROPE_SCALING_YARN) {
         /* llama.cpp's rope: mscale = attn_factor · (1 + 0.1 ln(1 / freq_scale)). */
         float attn_factor = 1.0f;
         opt_f32(f, arch, "rope.scaling.attn_factor", &attn_factor);
@@ -161,6 +269,40 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     return DI_OK;
 }
 
+/* llama.cpp's deepseek2 files hold each layer's routed experts stacked
+ * (ffn_{gate,up,down}_exps, ne = {n_in, n_out, n_expert}): expert e becomes its
+ * own 2-D tensor "blk.N.ffn_gate_exps.e.weight", a view of its rows, as the
+ * Hugging Face loader names them. */
+static di_status split_experts(model_weights *w, const char *path, di_error **err)
+{
+    const model_config *c = &w->config;
+    static const char *const kinds[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    char name[128];
+    for (uint32_t l = 0; l < c->n_layer + c->n_nextn_layer; l++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k]);
+            const model_tensor *t = model_weights_get(w, name);
+            if (!t) continue;                /* a dense layer; deepseek_v3.c names what it misses */
+            const model_tensor stacked = *t; /* mw_add_tensor may move the table */
+            if (stacked.n_dims != 3 || stacked.ne[2] != (int64_t)c->n_expert ||
+                stacked.n_bytes % (size_t)stacked.ne[2] != 0)
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                     "%s: tensor %s should be 3-D with %u experts (ne[2])", path,
+                                     name, c->n_expert);
+            size_t per = stacked.n_bytes / (size_t)stacked.ne[2];
+            int64_t ne[4] = {stacked.ne[0], stacked.ne[1], 1, 1};
+            for (int64_t e = 0; e < stacked.ne[2]; e++) {
+                int n =
+                    snprintf(name, sizeof name, "blk.%u.%s.%lld.weight", l, kinds[k], (long long)e);
+                di_status st =
+                    mw_add_tensor(w, path, name, (size_t)n, stacked.dtype, 2, ne,
+                                  (const char *)stacked.data + (size_t)e * per, per, err);
+                if (st != DI_OK) return st;
+            }
+        }
+    return DI_OK;
+}
+
 di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
 {
     char msg[512];
@@ -183,5 +325,10 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
                            f->data + f->data_offset + ti->offset, (size_t)ti->n_bytes, err);
         if (st != DI_OK) return st;
     }
-    return read_config(w, f, path, err);
+    if ((st = read_config(w, f, path, err)) != DI_OK) return st;
+    const model_arch arch = w->config.arch;
+    if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {
+        if ((st = split_experts(w, path, err)) != DI_OK) return st;
+    }
+    return DI_OK;
 }

@@ -234,25 +234,7 @@ static di_status read_deepseek(cfg_ctx *c, model_config *m)
         return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
                              "%s: topk_method '%.32s' is not supported (%s)", c->file, method,
                              v3 ? "noaux_tc is" : "greedy and group_limited_greedy are");
-    if (m->n_expert) {
-        if (!m->n_ff_exp || !m->n_expert_used || m->n_expert_used > m->n_expert || !m->n_group ||
-            m->n_expert % m->n_group != 0 || !m->topk_group || m->topk_group > m->n_group ||
-            m->n_expert > 4096 || m->n_expert_used > 64)
-            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
-                                 "%s: the MoE fields are inconsistent (n_routed_experts %u, "
-                                 "num_experts_per_tok %u, n_group %u, topk_group %u, "
-                                 "moe_intermediate_size %u)",
-                                 c->file, m->n_expert, m->n_expert_used, m->n_group, m->topk_group,
-                                 m->n_ff_exp);
-        if (m->topk_method == MODEL_TOPK_NOAUX_TC &&
-            (m->n_expert / m->n_group < 2 ||
-             (uint64_t)m->n_expert_used > (uint64_t)m->topk_group * (m->n_expert / m->n_group)))
-            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
-                                 "%s: noaux_tc routing needs at least 2 experts per group and "
-                                 "num_experts_per_tok <= topk_group * experts per group",
-                                 c->file);
-    }
-    if (m->n_layer_dense_lead > m->n_layer || !m->n_expert) m->n_layer_dense_lead = m->n_layer;
+    if ((st = mw_check_moe(m, c->file, c->err)) != DI_OK) return st;
     return DI_OK;
 }
 

@@ -34,6 +34,10 @@ di_status mw_add_tensor(model_weights *w, const char *file, const char *name, si
  * messages. */
 di_status mw_validate(model_weights *w, const char *path, di_error **err);
 
+/* DeepSeek's MoE fields checked alike for both loaders (experts, top-k,
+ * groups, noaux_tc's group rule; DI_ERR_MODEL_FORMAT naming `file`); a model
+ * without routed experts gets every layer dense. */
+di_status mw_check_moe(model_config *m, const char *file, di_error **err);
 di_status mw_open_gguf(model_weights *w, const char *path, di_error **err);
 di_status mw_open_hf(model_weights *w, const char *dir, di_error **err);
 

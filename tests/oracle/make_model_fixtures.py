@@ -5,7 +5,9 @@
     make_model_fixtures.py dsv3 [NAME ...]   tiny DeepSeek-V3/V2 checkpoints (MLA, MoE, fp8)
     make_model_fixtures.py tiny-gguf [NAME ...]   tiny GGUFs, quantized and run by llama.cpp
     make_model_fixtures.py gguf ASSET_DIR [NAME ...]   real GGUFs (llama-cpp-python)
-    make_model_fixtures.py --check tiny|tiny-gguf|gguf ...   regenerate into a scratch
+    make_model_fixtures.py dsv3-gguf [NAME ...]   tiny DeepSeek-V3 checkpoints converted to
+        deepseek2 GGUFs by llama.cpp's own convert_hf_to_gguf.py, run by llama.cpp
+    make_model_fixtures.py --check tiny|dsv3|tiny-gguf|dsv3-gguf|gguf ...   regenerate into a scratch
         folder and compare with the committed fixtures (weights byte for byte,
         tokens exactly, logits within 1e-4 (torch) or 2e-2 (llama.cpp))
 
@@ -715,6 +717,157 @@ def make_tiny_gguf(name, asset_dir=None):
     print(f"{name}: {path.stat().st_size} bytes, {types}, greedy {greedy[:8]}...")
 
 
+# DeepSeek-V3 as llama.cpp users get it: name: (the tiny checkpoint it converts,
+# convert_hf_to_gguf.py's --outtype). The converter writes llama.cpp's deepseek2
+# layout: routed experts stacked (ffn_*_exps, 3-D), kv_b split into attn_k_b
+# (transposed per head) and attn_v_b, key_length = kv_lora_rank + rope with
+# key_length_mla / value_length_mla, no MTP.
+# llama.cpp 0.3.36 loads a deepseek2 file without attention.q_lora_rank only when
+# it has 27 layers (its "V2-Lite" test): the tiny noqlora file is checked against
+# transformers alone.
+DSV3_GGUF = {
+    "dsv3-qlora-bf16": ("dsv3-qlora-bf16", "bf16"),
+    "dsv3-noqlora-yarn-f32": ("dsv3-noqlora-yarn-f32", "f32"),
+    "dsv3-qlora-q8_0": ("dsv3-qlora-bf16", "q8_0"),
+}
+DSV3_GGUF_NO_LLAMA_CPP = {"dsv3-noqlora-yarn-f32"}
+LLAMA_CPP_PYTHON = "0.3.36"
+
+
+def llama_cpp_source():
+    """vendor/llama.cpp of the pinned llama-cpp-python source distribution (PyPI),
+    extracted once into $DI_CACHE/sdist/ (its converter is not in the wheel)."""
+    import os
+    import subprocess
+    import tarfile
+    cache = pathlib.Path(os.environ.get("DI_CACHE") or
+                         pathlib.Path(os.environ.get("XDG_CACHE_HOME") or
+                                      pathlib.Path.home() / ".cache") / "deepinfer") / "sdist"
+    root = cache / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+    if not (root / "vendor/llama.cpp/convert_hf_to_gguf.py").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tgz = cache / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+        if not tgz.exists():
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                            "--no-binary", ":all:", "--disable-pip-version-check", "-d",
+                            str(cache), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], check=True)
+        with tarfile.open(tgz) as t:
+            t.extractall(cache, filter="data")
+    return root / "vendor" / "llama.cpp"
+
+
+def convert_dsv3(src, path, outtype):
+    """llama.cpp's convert_hf_to_gguf.py on the checkpoint src. A converter
+    needs a tokenizer: a byte-level BPE of the checkpoint's vocabulary size (one
+    merge) stands in, named "deepseek-v3" (the hash the converter would look up
+    is the real tokenizer's). scoring_func and topk_method are added as
+    DeepSeek's own config.json has them: transformers' DeepseekV3Config drops
+    them, and without scoring_func the converter writes no expert_gating_func,
+    which llama.cpp then reads as softmax (docs/deepseek-v3.md)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    llama = llama_cpp_source()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = pathlib.Path(tmp)
+        cfg = json.loads((src / "config.json").read_text())
+        cfg.update(scoring_func="sigmoid", topk_method="noaux_tc")
+        (d / "config.json").write_text(json.dumps(cfg))
+        shutil.copy(src / "model.safetensors", d / "model.safetensors")
+        vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+        vocab["\u0120t"] = len(vocab)
+        for i in range(len(vocab), cfg["vocab_size"]):
+            vocab[f"<t{i}>"] = i
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u0120", "t")]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.save(str(d / "tokenizer.json"))
+        (d / "tokenizer_config.json").write_text(json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<t300>",
+             "eos_token": "<t301>"}))
+        # In a fresh interpreter: the converter imports its own gguf-py, not the
+        # gguf package this script uses.
+        boot = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+                "import conversion.base as b; "
+                "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'deepseek-v3'; "
+                "sys.argv = ['convert_hf_to_gguf.py'] + sys.argv[2:]; "
+                "runpy.run_path(sys.argv[0] if False else sys.path[0] + '/convert_hf_to_gguf.py', "
+                "run_name='__main__')")
+        subprocess.run([sys.executable, "-c", boot, str(llama), str(d), "--outfile", str(path),
+                        "--outtype", outtype], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def make_dsv3_gguf(name):
+    """gguf-dsv3/<name>.gguf and llama.cpp's logits on it, in the gguf-tiny
+    fixture format: the checkpoint's reference prompt (one batch), then its
+    greedy tokens one at a time (tests/fixtures/model/README.md)."""
+    import hashlib
+    import logging
+
+    import gguf
+    import llama_cpp
+    import numpy as np
+    logging.disable(logging.INFO)
+    src_name, outtype = DSV3_GGUF[name]
+    src = ROOT / "tests" / "fixtures" / "model" / src_name
+    out = OUT / "gguf-dsv3"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.gguf"
+    convert_dsv3(src, path, outtype)
+    if name in DSV3_GGUF_NO_LLAMA_CPP:
+        print(f"{name}: {path.stat().st_size} bytes (llama.cpp cannot load it)")
+        return
+    ref = json.loads((src / "reference.json").read_text())
+    prompt = ref["prompt"]
+    settings = dict(LLAMA_SETTINGS, n_ctx=256, n_batch=256, n_ubatch=256)
+    llm = llama_cpp.Llama(model_path=str(path), **settings)
+    llm.reset()
+    llm.eval(prompt)
+    greedy = []
+    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    for _ in range(N_GREEDY):
+        greedy.append(nxt)
+        llm.eval([nxt])
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
+    logits.astype("<f4").tofile(out / f"{name}.logits.f32")
+    reader = gguf.GGUFReader(path)
+    types = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+    same = next((i for i, (a, b) in enumerate(zip(greedy, ref["greedy"])) if a != b),
+                len(greedy))
+    fixture = {
+        "format": "deepinfer-gguf-tiny-fixture-1",
+        "name": name,
+        "file": f"{name}.gguf",
+        "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "architecture": "deepseek2",
+        "checkpoint": src_name,
+        "outtype": outtype,
+        "tensor_types": types,
+        "tensors": {t.name: {"type": t.tensor_type.name, "ne": [int(x) for x in t.shape]}
+                    for t in reader.tensors},
+        "prompt": prompt,
+        "logits_file": f"{name}.logits.f32",
+        "logits_shape": [len(prompt) + N_GREEDY, int(logits.shape[1])],
+        "argmax": np.argmax(logits, axis=1).tolist(),
+        "greedy": greedy,
+        "greedy_same_as_transformers": same,
+        "oracle": {**llama_cpp_versions(),
+                   "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
+                   "settings": {k: v for k, v in settings.items() if k != "verbose"},
+                   "convert": f"convert_hf_to_gguf.py --outtype {outtype} (llama-cpp-python "
+                              f"{LLAMA_CPP_PYTHON} sdist)"},
+    }
+    (out / f"{name}.json").write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"{name}: {path.stat().st_size} bytes, {types}, llama.cpp greedy = transformers' "
+          f"for {same} of {len(greedy)}")
+
+
 def json_differs(a, b, tol, where="$"):
     """The path of the first difference between two JSON values (None when
     equal): floats within tol, everything else exactly."""
@@ -795,6 +948,9 @@ def main(argv):
     elif argv[:1] == ["dsv3"]:
         for name in argv[1:] or list(DSV3):
             make_dsv3(name)
+    elif argv[:1] == ["dsv3-gguf"]:
+        for name in argv[1:] or list(DSV3_GGUF):
+            make_dsv3_gguf(name)
     elif argv[:1] == ["tiny-gguf"]:
         for name in argv[1:] or list(TINY_GGUF):
             make_tiny_gguf(name)

@@ -1,8 +1,10 @@
 /* Model parity against the oracle fixtures (tests/fixtures/model/README.md),
  * through the public API (di_model_*).
  *
- *   model_parity tiny DIR [--kv-f16]
- *     DIR holds a tiny transformers checkpoint, reference.json and logits.f32.
+ *   model_parity tiny DIR [--kv-f16] [--model PATH]
+ *     DIR holds a tiny transformers checkpoint, reference.json and logits.f32
+ *     (--model: run PATH instead, the same checkpoint in another file: a
+ *     deepseek2 GGUF llama.cpp's converter wrote from it).
  *     Checks: (1) one-shot prefill logits of every prompt position, (2) the same
  *     prompt fed one token at a time (decode), (3) the decode steps after the
  *     prompt fed the oracle's greedy tokens (sequence_logits.f32), all within
@@ -16,7 +18,7 @@
  *     (max abs diff / the range of those 32), the argmax identical unless
  *     llama.cpp's top two are within GGUF_TIE of each other; the 32 greedy
  *     tokens identical.
- *   model_parity gguf-tiny FIXTURE.json
+ *   model_parity gguf-tiny FIXTURE.json [TOLERANCE]
  *     A tiny random GGUF quantized by llama.cpp (Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q8_0)
  *     with llama.cpp's logits of the 16 prompt positions (one batch) and of the
  *     32 greedy decode steps. Checks: all 48 rows within GGUF_TINY_TOL of
@@ -108,7 +110,7 @@ static void greedy(di_model *m, const int32_t *prompt, size_t n_prompt, int32_t 
     free(logits);
 }
 
-static int run_tiny(const char *dir, int kv_f32)
+static int run_tiny(const char *dir, int kv_f32, const char *model_path)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/reference.json", dir);
@@ -121,7 +123,7 @@ static int run_tiny(const char *dir, int kv_f32)
     size_t n_prompt, n_greedy;
     int32_t *prompt = int_array(json_object_get(ref, "prompt"), &n_prompt);
     int32_t *want = int_array(json_object_get(ref, "greedy"), &n_greedy);
-    di_model *m = load(dir, kv_f32);
+    di_model *m = load(model_path ? model_path : dir, kv_f32);
     int32_t vocab = di_model_vocab_size(m);
     size_t n = n_prompt * (size_t)vocab;
     float *expect = malloc(n * sizeof *expect), *got = malloc(n * sizeof *got);
@@ -277,7 +279,7 @@ static int run_gguf(const char *fixture, const char *model_path, size_t max_case
     return failures ? 1 : 0;
 }
 
-static int run_gguf_tiny(const char *fixture)
+static int run_gguf_tiny(const char *fixture, double tol)
 {
     json_error_t jerr;
     json_t *ref = json_load_file(fixture, 0, &jerr);
@@ -339,7 +341,7 @@ static int run_gguf_tiny(const char *fixture)
     printf("%s: 48 rows max|diff| %.2e = %.2e of the range, greedy %zu/%zu identical%s\n",
            json_string_value(json_object_get(ref, "name")), worst, worst / (hi - lo), same,
            n_greedy, why);
-    check(worst / (hi - lo) <= GGUF_TINY_TOL, "logits within tolerance");
+    check(worst / (hi - lo) <= tol, "logits within tolerance");
     check(same == n_greedy || gap_at_divergence <= GGUF_DECODE_TIE,
           "greedy tokens identical up to a near-tie");
     free(expect);
@@ -354,14 +356,22 @@ static int run_gguf_tiny(const char *fixture)
 
 int main(int argc, char **argv)
 {
-    if (argc >= 3 && strcmp(argv[1], "gguf-tiny") == 0) return run_gguf_tiny(argv[2]);
+    if (argc >= 3 && strcmp(argv[1], "gguf-tiny") == 0)
+        return run_gguf_tiny(argv[2], argc > 3 ? strtod(argv[3], NULL) : GGUF_TINY_TOL);
     if (argc >= 3 && strcmp(argv[1], "tiny") == 0) {
-        int kv_f32 = !(argc > 3 && strcmp(argv[3], "--kv-f16") == 0);
-        return run_tiny(argv[2], kv_f32);
+        int kv_f32 = 1;
+        const char *model_path = NULL;
+        for (int i = 3; i < argc; i++) {
+            if (strcmp(argv[i], "--kv-f16") == 0)
+                kv_f32 = 0;
+            else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+                model_path = argv[++i];
+        }
+        return run_tiny(argv[2], kv_f32, model_path);
     }
     if (argc >= 4 && strcmp(argv[1], "gguf") == 0)
         return run_gguf(argv[2], argv[3], argc > 4 ? (size_t)strtoul(argv[4], NULL, 10) : 0);
-    fprintf(stderr, "usage: model_parity tiny DIR [--kv-f16] | gguf FIXTURE.json MODEL.gguf "
-                    "[N_CASES] | gguf-tiny FIXTURE.json\n");
+    fprintf(stderr, "usage: model_parity tiny DIR [--kv-f16] [--model PATH] | gguf FIXTURE.json "
+                    "MODEL.gguf [N_CASES] | gguf-tiny FIXTURE.json [TOLERANCE]\n");
     return 2;
 }

@@ -196,6 +196,47 @@ static void test_bad_steps_are_refused_with_the_item_named(void **state)
     model_free(m);
 }
 
+/* A context that is not a multiple of the block size: the last block has slots
+ * past n_ctx, and a step into them is refused (it overflowed the attention
+ * scratch, sized by n_ctx), for the dense and the MLA cache alike. */
+static void check_step_past_the_context_is_refused(const char *dir)
+{
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F16;
+    o.n_ctx = 17;
+    o.n_batch = 17;
+    model *m = NULL;
+    assert_int_equal(model_load(dir, &o, &m, NULL), DI_OK);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
+    model_seq *s;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    int32_t t[17];
+    for (int i = 0; i < 17; i++) t[i] = (i * 5 + 3) % V;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    assert_non_null(logits);
+    assert_int_equal(model_seq_reserve(m, s, 17), DI_OK);
+    model_batch_item it = {s, t, 17, 1};
+    assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
+    assert_int_equal(model_seq_reserve(m, s, 18), DI_ERR_CONTEXT_LENGTH);
+    it.n_tokens = 1;
+    di_error *err = NULL;
+    assert_int_equal(model_forward_batch(m, &it, 1, logits, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "context"));
+    di_error_free(err);
+    assert_int_equal(model_seq_n_past(s), 17);
+    free(logits);
+    model_seq_free(m, s);
+    model_free(m);
+}
+
+static void test_step_past_the_context_is_refused(void **state)
+{
+    (void)state;
+    check_step_past_the_context_is_refused(MODEL_DIR);
+    check_step_past_the_context_is_refused(DI_FIXTURE_DIR "/model/dsv3-mtp-f32");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v2_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_blocks_are_shared_and_returned),
         cmocka_unit_test(test_bad_steps_are_refused_with_the_item_named),
+        cmocka_unit_test(test_step_past_the_context_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,6 +194,45 @@ static di_status be_matrix_f32(backend *be, const backend_matrix *w, const float
     return DI_OK;
 }
 
+static di_status be_mla_kv_b_join(backend *be, const model_tensor *k_b, const model_tensor *v_b,
+                                  const float **kv_b, const backend_matrix **kv_b_w, di_error **err)
+{
+    const int64_t nope = k_b->ne[0], R = k_b->ne[1], H = k_b->ne[2], vd = v_b->ne[1];
+    const model_tensor *parts[2] = {k_b, v_b};
+    for (int i = 0; i < 2; i++) {
+        int block = cpu_dtype_block_elems((int)parts[i]->dtype);
+        if (block == 0 || parts[i]->dtype == MODEL_DTYPE_FP8_E4M3 || parts[i]->ne[0] % block != 0)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: unsupported dtype %d",
+                                 parts[i]->name, (int)parts[i]->dtype);
+    }
+    float *w = be_alloc(be, H * (nope + vd) * R), *row = be_alloc(be, nope > R ? nope : R);
+    model_tensor *t = own(cpu(be), calloc(1, sizeof *t));
+    if (!w || !row || !t)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory joining %s", k_b->name);
+    const size_t kb_row = cpu_row_bytes((int)k_b->dtype, nope),
+                 vb_row = cpu_row_bytes((int)v_b->dtype, R);
+    for (int64_t h = 0; h < H; h++) {
+        float *rows = w + h * (nope + vd) * R;
+        for (int64_t r = 0; r < R; r++) { /* k_b[h] is [R, nope]: its transpose */
+            cpu_dequantize_row((int)k_b->dtype,
+                               (const char *)k_b->data + (size_t)(h * R + r) * kb_row, row, nope);
+            for (int64_t i = 0; i < nope; i++) rows[i * R + r] = row[i];
+        }
+        for (int64_t j = 0; j < vd; j++)
+            cpu_dequantize_row((int)v_b->dtype,
+                               (const char *)v_b->data + (size_t)(h * vd + j) * vb_row,
+                               rows + (nope + j) * R, R);
+    }
+    *t = (model_tensor){.name = v_b->name,
+                        .dtype = MODEL_DTYPE_F32,
+                        .n_dims = 2,
+                        .ne = {R, H * (nope + vd), 1, 1},
+                        .data = w,
+                        .n_bytes = (size_t)(R * H * (nope + vd)) * sizeof(float)};
+    *kv_b = w;
+    return be_matrix(be, t, kv_b_w, err);
+}
+
 static di_status be_rope_create(backend *be, const backend_rope_params *p, const backend_rope **out,
                                 di_error **err)
 {
@@ -459,6 +498,7 @@ static const backend_ops cpu_ops = {
     .matrix = be_matrix,
     .embedding = be_embedding,
     .matrix_f32 = be_matrix_f32,
+    .mla_kv_b_join = be_mla_kv_b_join,
     .rope_create = be_rope_create,
     .moe_create = be_moe_create,
     .embed = be_embed,
