@@ -155,7 +155,7 @@ echo "ok: live oracles reproduce every committed tokenizer, codec and stream fix
 if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   step "oracles: model fixtures re-run live (transformers, llama.cpp)"
   model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
-  for what in tiny dsv3 tiny-gguf "gguf $assets"; do
+  for what in tiny dsv3 tiny-gguf dsv3-gguf "gguf $assets"; do
     # shellcheck disable=SC2086
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done

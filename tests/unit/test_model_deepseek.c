@@ -434,6 +434,70 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       "blk.0.attn_q.weight", NULL);
 }
 
+/* A copy of gguf-dsv3/<name>.gguf with the bytes `from` (a metadata key or
+ * tensor name, found once) replaced by `to` of the same length, or, when
+ * value_after is >= 0, the u32 value stored after the key `from` set to it. */
+static const char *gguf_variant(const char *name, const char *from, const char *to,
+                                long value_after)
+{
+    static char path[512];
+    char src[512];
+    snprintf(src, sizeof src, DI_FIXTURE_DIR "/model/gguf-dsv3/%s.gguf", name);
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    size_t len = strlen(from);
+    char *at = NULL;
+    for (long i = 0; i + (long)len <= n && !at; i++)
+        if (memcmp(b + i, from, len) == 0) at = b + i;
+    assert_non_null(at);
+    if (value_after >= 0) {
+        uint32_t v = (uint32_t)value_after; /* after the key: a u32 type tag, then the value */
+        memcpy(at + len + 4, &v, 4);
+    } else {
+        memcpy(at, to, len);
+    }
+    snprintf(path, sizeof path, "/tmp/di_test_dsv3_gguf_%d.gguf", (int)getpid());
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite(b, 1, (size_t)n, f);
+    fclose(f);
+    free(b);
+    return path;
+}
+
+/* Malformed or mismatched deepseek2 GGUFs: an error naming the key or tensor. */
+static void test_bad_deepseek2_ggufs_are_named(void **state)
+{
+    (void)state;
+    const char *F = "dsv3-qlora-q8_0";
+    model_free(load(gguf_variant(F, "general", "general", -1), 0, MODEL_DTYPE_F32));
+    /* the expert count disagrees with the stacked experts */
+    expect_load_error(gguf_variant(F, "deepseek2.expert_count", NULL, 16), DI_ERR_MODEL_FORMAT,
+                      "ffn_gate_exps.weight", "16 experts");
+    /* a missing tensor (its name changed) */
+    expect_load_error(gguf_variant(F, "blk.1.attn_k_b.weight", "blk.1.attn_kXb.weight", -1),
+                      DI_ERR_MODEL_FORMAT, "blk.1.attn_k_b.weight", NULL);
+    expect_load_error(gguf_variant(F, "blk.2.ffn_up_exps.weight", "blk.2.ffn_up_eXps.weight", -1),
+                      DI_ERR_MODEL_FORMAT, "blk.2.ffn_up_exps.0.weight", NULL);
+    /* shapes that lie: the latent rank, the MLA head widths, the groups */
+    expect_load_error(gguf_variant(F, "deepseek2.attention.kv_lora_rank", NULL, 30),
+                      DI_ERR_MODEL_FORMAT, "kv_lora_rank 30", NULL);
+    expect_load_error(gguf_variant(F, "deepseek2.attention.value_length_mla", NULL, 12),
+                      DI_ERR_MODEL_FORMAT, "attn_v_b.weight", NULL);
+    expect_load_error(gguf_variant(F, "deepseek2.expert_group_count", NULL, 3), DI_ERR_MODEL_FORMAT,
+                      "MoE fields are inconsistent", NULL);
+    expect_load_error(gguf_variant(F, "deepseek2.expert_gating_func", NULL, 7), DI_ERR_UNSUPPORTED,
+                      "expert_gating_func 7", NULL);
+    unlink(gguf_variant(F, "general", "general", -1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_absorbed_matches_naive_and_transformers),
         cmocka_unit_test(test_kv_bytes_per_token_is_the_latent),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_bad_deepseek2_ggufs_are_named),
         cmocka_unit_test(test_mtp_layer_matches_transformers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
