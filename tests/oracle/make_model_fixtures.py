@@ -771,7 +771,8 @@ def convert_dsv3(src, path, outtype):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     llama = llama_cpp_source()
     with tempfile.TemporaryDirectory() as tmp:
-        d = pathlib.Path(tmp)
+        d = pathlib.Path(tmp) / src.name  # the converter names the model after its folder
+        d.mkdir()
         cfg = json.loads((src / "config.json").read_text())
         cfg.update(scoring_func="sigmoid", topk_method="noaux_tc")
         (d / "config.json").write_text(json.dumps(cfg))
