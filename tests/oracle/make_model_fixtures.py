@@ -594,6 +594,26 @@ def dequantized_reference(model, reader, arch, config, tokens):
         return model(torch.tensor([tokens])).logits[0].to(torch.float32).numpy()
 
 
+def llama_cpp_greedy(path, prompt):
+    """llama.cpp on the GGUF at path: the prompt in one batch, then N_GREEDY
+    greedy tokens one at a time. Returns (logits f32 [len(prompt) + N_GREEDY,
+    n_vocab]: the prompt's positions, then one row per decode step; the greedy
+    tokens; the settings)."""
+    import llama_cpp
+    import numpy as np
+    settings = dict(LLAMA_SETTINGS, n_ctx=256, n_batch=256, n_ubatch=256)
+    llm = llama_cpp.Llama(model_path=str(path), **settings)
+    llm.reset()
+    llm.eval(prompt)
+    greedy = []
+    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    for _ in range(N_GREEDY):
+        greedy.append(nxt)
+        llm.eval([nxt])
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    return np.array(llm.scores[:llm.n_tokens], dtype=np.float32), greedy, settings
+
+
 def make_tiny_gguf(name, asset_dir=None):
     import hashlib
     import os
@@ -663,21 +683,9 @@ def make_tiny_gguf(name, asset_dir=None):
         if rc != 0:
             sys.exit(f"{name}: llama_model_quantize failed ({rc})")
 
-    settings = dict(LLAMA_SETTINGS, n_ctx=256, n_batch=256, n_ubatch=256)
-    llm = llama_cpp.Llama(model_path=str(path), **settings)
     g = torch.Generator().manual_seed(seed + 1)
     prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
-    llm.reset()
-    llm.eval(prompt)
-    prompt_logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
-    greedy = []
-    nxt = int(np.argmax(prompt_logits[-1]))
-    for _ in range(N_GREEDY):
-        greedy.append(nxt)
-        llm.eval([nxt])
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    # Rows: the prompt's positions (one batch), then one per decode step.
-    logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
+    logits, greedy, settings = llama_cpp_greedy(path, prompt)
     logits.astype("<f4").tofile(out / f"{name}.logits.f32")
     reader = gguf.GGUFReader(path)
     # The same sequence through transformers in float32 with the GGUF's weights
@@ -823,17 +831,7 @@ def make_dsv3_gguf(name):
         return
     ref = json.loads((src / "reference.json").read_text())
     prompt = ref["prompt"]
-    settings = dict(LLAMA_SETTINGS, n_ctx=256, n_batch=256, n_ubatch=256)
-    llm = llama_cpp.Llama(model_path=str(path), **settings)
-    llm.reset()
-    llm.eval(prompt)
-    greedy = []
-    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    for _ in range(N_GREEDY):
-        greedy.append(nxt)
-        llm.eval([nxt])
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    logits = np.array(llm.scores[:llm.n_tokens], dtype=np.float32)
+    logits, greedy, settings = llama_cpp_greedy(path, prompt)
     logits.astype("<f4").tofile(out / f"{name}.logits.f32")
     reader = gguf.GGUFReader(path)
     types = {}
