@@ -168,6 +168,19 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
 
     const int64_t embd = c->n_embd, vocab = c->n_vocab, ff = c->n_ff;
     const int64_t q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
+    /* A layer the config does not count would be dropped without a word (a
+     * num_hidden_layers or block_count below the file's): refused, named. */
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const char *name = w->tensors[i].name;
+        if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9') continue;
+        char *end;
+        unsigned long layer = strtoul(name + 4, &end, 10);
+        if (*end == '.' && layer >= (unsigned long)c->n_layer + c->n_nextn_layer)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: tensor %s is in layer %u, past the %u layers (and %u MTP "
+                                 "layers) the config declares",
+                                 path, name, (unsigned)layer, c->n_layer, c->n_nextn_layer);
+    }
     c->tie_embeddings = model_weights_get(w, "output.weight") == NULL;
     di_status st;
     if ((st = require(w, path, "token_embd.weight", 2, embd, vocab, err)) != DI_OK) return st;

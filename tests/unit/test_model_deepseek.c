@@ -432,6 +432,9 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       "blk.1.ffn_gate_inp.weight", NULL);
     expect_load_error(variant(F, "{\"q_lora_rank\": null}"), DI_ERR_MODEL_FORMAT,
                       "blk.0.attn_q.weight", NULL);
+    /* fewer layers than the file holds: not a silently truncated model */
+    expect_load_error(variant(F, "{\"num_hidden_layers\": 2}"), DI_ERR_MODEL_FORMAT,
+                      "past the 2 layers", "blk.2.");
 }
 
 /* A copy of gguf-dsv3/<name>.gguf with the bytes `from` (a metadata key or
