@@ -110,11 +110,12 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
     }
     MAT(wkv_a, "attn_kv_a_mqa", E, R + rope);
     VEC(kv_a_norm, "attn_kv_a_norm.weight", R);
-    snprintf(name, sizeof name, "blk.%u.attn_kv_b.weight", i);
-    if (model_weights_get(d->w, name) || !model_weights_get(d->w, "blk.0.attn_k_b.weight")) {
+    /* attn_kv_b as transformers has it, or, when the file's first layer has
+     * attn_k_b, llama.cpp's split form in every layer */
+    if (!model_weights_get(d->w, "blk.0.attn_k_b.weight")) {
         MAT(wkv_b, "attn_kv_b", R, H * (c->qk_nope_head_dim + c->v_head_dim));
         if ((st = be->ops->matrix_f32(be, L->wkv_b, &L->kv_b, err)) != DI_OK) return st;
-    } else { /* llama.cpp's split form: attn_k_b and attn_v_b */
+    } else {
         const model_tensor *kb, *vb;
         int64_t ne_k[3] = {c->qk_nope_head_dim, R, H}, ne_v[3] = {R, c->v_head_dim, H};
         snprintf(name, sizeof name, "blk.%u.attn_k_b.weight", i);

@@ -160,14 +160,22 @@ static di_status be_matrix(backend *be, const model_tensor *t, const backend_mat
     return wrap(c, t, out, err);
 }
 
-static di_status be_embedding(backend *be, const model_tensor *t, const backend_matrix **out,
-                              di_error **err)
+/* DI_OK when cpu_dequantize_row reads t's rows (its dtype has a block layout
+ * and the rows are whole blocks; fp8 needs its block scales, which it lacks). */
+static di_status dequantizable(const model_tensor *t, di_error **err)
 {
     int block = cpu_dtype_block_elems((int)t->dtype);
     if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->ne[0] % block != 0)
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: unsupported dtype %d", t->name,
                              (int)t->dtype);
-    return wrap(cpu(be), t, out, err);
+    return DI_OK;
+}
+
+static di_status be_embedding(backend *be, const model_tensor *t, const backend_matrix **out,
+                              di_error **err)
+{
+    di_status st = dequantizable(t, err);
+    return st != DI_OK ? st : wrap(cpu(be), t, out, err);
 }
 
 static di_status be_matrix_f32(backend *be, const backend_matrix *w, const float **out,
@@ -198,13 +206,9 @@ static di_status be_mla_kv_b_join(backend *be, const model_tensor *k_b, const mo
                                   const float **kv_b, const backend_matrix **kv_b_w, di_error **err)
 {
     const int64_t nope = k_b->ne[0], R = k_b->ne[1], H = k_b->ne[2], vd = v_b->ne[1];
-    const model_tensor *parts[2] = {k_b, v_b};
-    for (int i = 0; i < 2; i++) {
-        int block = cpu_dtype_block_elems((int)parts[i]->dtype);
-        if (block == 0 || parts[i]->dtype == MODEL_DTYPE_FP8_E4M3 || parts[i]->ne[0] % block != 0)
-            return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: unsupported dtype %d",
-                                 parts[i]->name, (int)parts[i]->dtype);
-    }
+    di_status st;
+    if ((st = dequantizable(k_b, err)) != DI_OK || (st = dequantizable(v_b, err)) != DI_OK)
+        return st;
     float *w = be_alloc(be, H * (nope + vd) * R), *row = be_alloc(be, nope > R ? nope : R);
     model_tensor *t = own(cpu(be), calloc(1, sizeof *t));
     if (!w || !row || !t)
