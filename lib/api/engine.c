@@ -176,15 +176,21 @@ DI_API void di_engine_config_init(di_engine_config *cfg)
 /* The encoding a GGUF declares through its pre-tokenizer name; 0 when none.
  * *chat_template (when not NULL and still NULL) gets a copy of its
  * tokenizer.chat_template. */
-static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size, char **chat_template)
+static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size, char **chat_template,
+                             int *no_vocab)
 {
     gguf_file *f = NULL;
     char msg[256];
     int32_t enc = 0;
     pre[0] = 0;
+    if (no_vocab) *no_vocab = 0;
     if (gguf_open(path, GGUF_OPEN_METADATA_ONLY, &f, msg, sizeof msg) != DI_OK) return 0;
     const char *s;
     size_t n;
+    /* llama.cpp's LLAMA_VOCAB_TYPE_NONE: weights without a vocabulary */
+    if (no_vocab && (!gguf_get_string(f, "tokenizer.ggml.model", &s, &n) ||
+                     (n == 4 && memcmp(s, "none", 4) == 0)))
+        *no_vocab = 1;
     if (gguf_get_string(f, "tokenizer.ggml.pre", &s, &n)) {
         snprintf(pre, pre_size, "%.*s", (int)n, s);
         if (strcmp(pre, "deepseek-r1-qwen") == 0) enc = DI_ENCODING_R1;
@@ -206,6 +212,55 @@ static void add_eos(di_engine *e, int32_t id)
     for (int i = 0; i < e->n_eos; i++)
         if (e->eos[i] == id) return;
     e->eos[e->n_eos++] = id;
+}
+
+/* The codec of encoding enc (0: none). An encoding whose turn token the
+ * tokenizer lacks would render its turns as plain text the model never saw:
+ * refused when the host asked for it (`asked`); when only the file declared it
+ * (tokenizer.ggml.pre `pre`), the engine runs without a codec, token requests
+ * only, and keeps why for the protocol requests it refuses. */
+static di_status engine_set_encoding(di_engine *e, int32_t enc, int asked, const char *pre,
+                                     const char *chat_template, di_error **err)
+{
+    if (enc == 0) return DI_OK;
+    const char *turn = enc == DI_ENCODING_CHATML ? "<|im_start|>"
+                       : enc == DI_ENCODING_DSV4 || enc == DI_ENCODING_DSV41
+                           ? "<\xef\xbd\x9c"
+                             "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+                           : "<\xef\xbd\x9c"
+                             "Assistant\xef\xbd\x9c>";
+    int32_t turn_id;
+    char lack[128] = "";
+    if (!e->tok)
+        snprintf(lack, sizeof lack, "the model has no tokenizer (set tokenizer_path)");
+    else if (di_tokenizer_token_id(e->tok, turn, strlen(turn), &turn_id) != DI_OK)
+        snprintf(lack, sizeof lack, "the tokenizer has no %s token", turn);
+    if (lack[0]) {
+        if (asked)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %d needs",
+                                 lack, (int)enc);
+        snprintf(e->no_codec_why, sizeof e->no_codec_why,
+                 "the model declares encoding %d (tokenizer.ggml.pre \"%s\"), but %s", (int)enc,
+                 pre, lack);
+        return DI_OK;
+    }
+    di_status st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err);
+    if (st != DI_OK) return st;
+    e->encoding = enc;
+    if (enc == DI_ENCODING_CHATML) {
+        if (chat_template) {
+            char *sys = rc_chatml_default_system(chat_template, strlen(chat_template));
+            st = sys ? di_codec_set_default_system(e->codec, sys, err) : DI_OK;
+            free(sys);
+            if (st != DI_OK) return st;
+        }
+        /* a ChatML turn ends with <|im_end|>, whatever the model's EOS is */
+        int32_t im_end;
+        if (di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &im_end) == DI_OK &&
+            im_end < e->n_vocab)
+            add_eos(e, im_end);
+    }
+    return DI_OK;
 }
 
 static int is_dir(const char *path)
@@ -313,7 +368,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             snprintf(dir_json, n, "%s/tokenizer.json", c.model_path);
             if (exists(dir_json)) tok_path = dir_json;
         } else {
-            tok_path = c.model_path;
+            /* a GGUF without a vocabulary (tokenizer.ggml.model "none" or
+             * absent) serves token requests only */
+            int no_vocab = 0;
+            gguf_encoding(c.model_path, (char[8]){0}, 8, NULL, &no_vocab);
+            if (!no_vocab) tok_path = c.model_path;
         }
     }
     st = tok_path ? di_tokenizer_load(tok_path, &e->tok, err) : DI_OK;
@@ -322,9 +381,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     char pre[64] = "";
     int32_t enc = c.encoding, found = 0;
     char *chat_template = NULL;
-    if (!is_dir(c.model_path)) found = gguf_encoding(c.model_path, pre, sizeof pre, &chat_template);
+    if (!is_dir(c.model_path))
+        found = gguf_encoding(c.model_path, pre, sizeof pre, &chat_template, NULL);
     if (!found && c.tokenizer_path && !is_dir(c.tokenizer_path))
-        found = gguf_encoding(c.tokenizer_path, pre, sizeof pre, &chat_template);
+        found = gguf_encoding(c.tokenizer_path, pre, sizeof pre, &chat_template, NULL);
     if (enc == 0) enc = found;
     if (enc == 0 && e->tok) {
         /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama
@@ -339,54 +399,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                  di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &id) == DI_OK)
             enc = DI_ENCODING_CHATML;
     }
-    if (enc != 0) {
-        if (!e->tok) {
-            st = di_error_set(err, DI_ERR_UNSUPPORTED,
-                              "encoding: a prompt encoding needs a tokenizer, and the model has "
-                              "none (set tokenizer_path)");
-            free(chat_template);
-            goto fail;
-        }
-        /* an encoding whose turn token the tokenizer lacks would render its
-         * turns as plain text the model never saw: refused */
-        const char *turn = enc == DI_ENCODING_CHATML ? "<|im_start|>"
-                           : enc == DI_ENCODING_DSV4 || enc == DI_ENCODING_DSV41
-                               ? "<\xef\xbd\x9c"
-                                 "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-                               : "<\xef\xbd\x9c"
-                                 "Assistant\xef\xbd\x9c>";
-        int32_t turn_id;
-        if (di_tokenizer_token_id(e->tok, turn, strlen(turn), &turn_id) != DI_OK) {
-            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
-                               "encoding: the tokenizer has no %s token, which encoding %d needs",
-                               turn, (int)enc);
-            free(chat_template);
-            goto fail;
-        }
-        if ((st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err)) != DI_OK) {
-            free(chat_template);
-            goto fail;
-        }
-        e->encoding = enc;
-        if (enc == DI_ENCODING_CHATML && chat_template) {
-            char *sys = rc_chatml_default_system(chat_template, strlen(chat_template));
-            st = sys ? di_codec_set_default_system(e->codec, sys, err) : DI_OK;
-            free(sys);
-            if (st != DI_OK) {
-                free(chat_template);
-                goto fail;
-            }
-        }
-        free(chat_template);
-        chat_template = NULL;
-        /* a ChatML turn ends with <|im_end|>, whatever the model's EOS is */
-        int32_t im_end;
-        if (enc == DI_ENCODING_CHATML &&
-            di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &im_end) == DI_OK &&
-            im_end < e->n_vocab)
-            add_eos(e, im_end);
-    }
+    st = engine_set_encoding(e, enc, c.encoding != 0, pre, chat_template, err);
     free(chat_template);
+    if (st != DI_OK) goto fail;
     add_eos(e, mc->eos_token_id);
     if (e->tok) add_eos(e, e->tok->eos_id);
     sched_sink sink = {sink_tokens, sink_done, sink_log, e};

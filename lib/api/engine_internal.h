@@ -30,6 +30,9 @@ struct di_engine {
     di_tokenizer *tok;
     di_codec *codec;
     int32_t encoding;
+    /* Why there is no codec when the model declared an encoding its tokenizer
+     * cannot render (protocol requests fail with it); "" otherwise. */
+    char no_codec_why[192];
     sched *sched;
     int32_t n_vocab;
     int64_t n_ctx;

@@ -146,10 +146,17 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     sp.top_p = q.top_p;
     if (q.protocol) {
         if (!e->codec) {
-            st = di_error_set(err, DI_ERR_UNSUPPORTED,
-                              "this model has no prompt encoding the codec knows (DeepSeek V3, "
-                              "V4, R1 distills), so protocol requests cannot be rendered: submit "
-                              "token IDs (protocol 0) or set di_engine_config.encoding");
+            if (e->no_codec_why[0])
+                st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                   "%s, so protocol requests cannot be rendered: submit token "
+                                   "IDs (protocol 0) or set di_engine_config.tokenizer_path",
+                                   e->no_codec_why);
+            else
+                st = di_error_set(err, DI_ERR_UNSUPPORTED,
+                                  "this model has no prompt encoding the codec knows (DeepSeek "
+                                  "V3, V4, R1 distills, ChatML), so protocol requests cannot be "
+                                  "rendered: submit token IDs (protocol 0) or set "
+                                  "di_engine_config.encoding");
             goto fail;
         }
         if (!q.json) {

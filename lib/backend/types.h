@@ -21,6 +21,8 @@ typedef enum model_dtype {
     MODEL_DTYPE_Q5_K = 7,     /* 256 elements, 176 bytes */
     MODEL_DTYPE_Q6_K = 8,     /* 256 elements, 210 bytes */
     MODEL_DTYPE_FP8_E4M3 = 9, /* one byte each; block scales in model_tensor.scale */
+    MODEL_DTYPE_Q5_0 = 10,    /* 32 elements: f16 scale, 4 bytes of fifth bits, 16 of nibbles */
+    MODEL_DTYPE_Q5_1 = 11,    /* 32 elements: f16 scale, f16 min, fifth bits, nibbles */
 } model_dtype;
 
 typedef struct model_tensor {

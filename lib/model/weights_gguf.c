@@ -15,6 +15,8 @@ static int dtype_of(uint32_t ggml_type, model_dtype *out)
     case 1: *out = MODEL_DTYPE_F16; return 1;
     case 2: *out = MODEL_DTYPE_Q4_0; return 1;
     case 3: *out = MODEL_DTYPE_Q4_1; return 1;
+    case 6: *out = MODEL_DTYPE_Q5_0; return 1;
+    case 7: *out = MODEL_DTYPE_Q5_1; return 1;
     case 8: *out = MODEL_DTYPE_Q8_0; return 1;
     case 12: *out = MODEL_DTYPE_Q4_K; return 1;
     case 13: *out = MODEL_DTYPE_Q5_K; return 1;

@@ -536,6 +536,12 @@ TINY_GGUF = {
     "llama-q5_k_m": ("llama", "Q5_K_M", dict()),
     "llama-q4_0": ("llama", "Q4_0", dict(tie_word_embeddings=True)),
     "llama-q6_k": ("llama", "Q6_K", dict()),
+    "qwen2-q5_0": ("qwen2", "Q5_0", dict()),
+    "llama-q5_1": ("llama", "Q5_1", dict(tie_word_embeddings=True)),
+    # FFN rows of 320: ffn_down is not a K-quant row, so llama.cpp's Q4_K_M mix
+    # falls back to Q5_0 (Q4_K) and Q8_0 (Q6_K) for it, as in real files whose
+    # intermediate size is not a multiple of 256 (DeepSeek-V2-Lite's 1,408).
+    "llama-q4_k_m-fallback": ("llama", "Q4_K_M", dict(intermediate_size=320)),
 }
 GGUF_BASE = dict(vocab_size=384, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=256, max_position_embeddings=256,
@@ -614,6 +620,18 @@ def llama_cpp_greedy(path, prompt):
     return np.array(llm.scores[:llm.n_tokens], dtype=np.float32), greedy, settings
 
 
+def llama_quantize(src, dst, ftype, name):
+    """llama.cpp's own quantizer (llama_model_quantize, default parameters, one
+    thread) from the GGUF src to dst in llama.cpp's ftype ("Q4_K_M", ...)."""
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.nthread = 1
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
+    if rc != 0:
+        sys.exit(f"{name}: llama_model_quantize failed ({rc})")
+
+
 def make_tiny_gguf(name, asset_dir=None):
     import hashlib
     import os
@@ -676,12 +694,7 @@ def make_tiny_gguf(name, asset_dir=None):
         w.write_tensors_to_file()
         w.close()
         path = out / f"{name}.gguf"
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
-        params.nthread = 1
-        rc = llama_cpp.llama_model_quantize(f32.encode(), str(path).encode(), params)
-        if rc != 0:
-            sys.exit(f"{name}: llama_model_quantize failed ({rc})")
+        llama_quantize(f32, path, ftype, name)
 
     g = torch.Generator().manual_seed(seed + 1)
     prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
@@ -726,10 +739,10 @@ def make_tiny_gguf(name, asset_dir=None):
 
 
 # DeepSeek-V3 as llama.cpp users get it: name: (the tiny checkpoint it converts,
-# convert_hf_to_gguf.py's --outtype). The converter writes llama.cpp's deepseek2
-# layout: routed experts stacked (ffn_*_exps, 3-D), kv_b split into attn_k_b
-# (transposed per head) and attn_v_b, key_length = kv_lora_rank + rope with
-# key_length_mla / value_length_mla, no MTP.
+# convert_hf_to_gguf.py's --outtype[, then llama_model_quantize's ftype]). The
+# converter writes llama.cpp's deepseek2 layout: routed experts stacked
+# (ffn_*_exps, 3-D), kv_b split into attn_k_b (transposed per head) and attn_v_b,
+# key_length = kv_lora_rank + rope with key_length_mla / value_length_mla, no MTP.
 # llama.cpp 0.3.36 loads a deepseek2 file without attention.q_lora_rank only when
 # it has 27 layers (its "V2-Lite" test): the tiny noqlora file is checked against
 # transformers alone.
@@ -737,6 +750,9 @@ DSV3_GGUF = {
     "dsv3-qlora-bf16": ("dsv3-qlora-bf16", "bf16"),
     "dsv3-noqlora-yarn-f32": ("dsv3-noqlora-yarn-f32", "f32"),
     "dsv3-qlora-q8_0": ("dsv3-qlora-bf16", "q8_0"),
+    # rows of 64 (hidden) and 32 (experts): every K-quant of the mix falls back,
+    # to Q5_0 and Q8_0
+    "dsv3-qlora-q4_k_m": ("dsv3-qlora-bf16", "bf16", "Q4_K_M"),
 }
 DSV3_GGUF_NO_LLAMA_CPP = {"dsv3-noqlora-yarn-f32"}
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -820,12 +836,19 @@ def make_dsv3_gguf(name):
     import llama_cpp
     import numpy as np
     logging.disable(logging.INFO)
-    src_name, outtype = DSV3_GGUF[name]
+    import tempfile
+    src_name, outtype, *quantize = DSV3_GGUF[name]
     src = ROOT / "tests" / "fixtures" / "model" / src_name
     out = OUT / "gguf-dsv3"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.gguf"
-    convert_dsv3(src, path, outtype)
+    if quantize:
+        with tempfile.TemporaryDirectory() as tmp:
+            converted = pathlib.Path(tmp) / "converted.gguf"
+            convert_dsv3(src, converted, outtype)
+            llama_quantize(converted, path, quantize[0], name)
+    else:
+        convert_dsv3(src, path, outtype)
     if name in DSV3_GGUF_NO_LLAMA_CPP:
         print(f"{name}: {path.stat().st_size} bytes (llama.cpp cannot load it)")
         return
@@ -860,7 +883,8 @@ def make_dsv3_gguf(name):
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in settings.items() if k != "verbose"},
                    "convert": f"convert_hf_to_gguf.py --outtype {outtype} (llama-cpp-python "
-                              f"{LLAMA_CPP_PYTHON} sdist)"},
+                              f"{LLAMA_CPP_PYTHON} sdist)"
+                              + (f", then llama_model_quantize {quantize[0]}" if quantize else "")},
     }
     (out / f"{name}.json").write_text(json.dumps(fixture, indent=1) + "\n")
     print(f"{name}: {path.stat().st_size} bytes, {types}, llama.cpp greedy = transformers' "

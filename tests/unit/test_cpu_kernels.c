@@ -34,8 +34,9 @@ static float frand(void)
 }
 
 static const model_dtype weight_types[] = {
-    MODEL_DTYPE_F32,  MODEL_DTYPE_F16,  MODEL_DTYPE_BF16, MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0,
-    MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K, MODEL_DTYPE_FP8_E4M3,
+    MODEL_DTYPE_F32,  MODEL_DTYPE_F16,  MODEL_DTYPE_BF16, MODEL_DTYPE_Q8_0,
+    MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1,
+    MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K, MODEL_DTYPE_FP8_E4M3,
 };
 
 /* n elements of random weights of dtype: random bits with finite, small scales. */
@@ -68,6 +69,7 @@ static void *random_weights(model_dtype dt, int64_t rows, int64_t n)
             if ((blk[0] & 0x7f) == 0x7f) blk[0] ^= 1; /* not NaN */
             break;
         case MODEL_DTYPE_Q4_1:
+        case MODEL_DTYPE_Q5_1:
         case MODEL_DTYPE_Q4_K:
         case MODEL_DTYPE_Q5_K:
             memcpy(blk, &s1, 2);
@@ -145,7 +147,7 @@ static void test_four_row_dot_is_bit_identical(void **state)
         free(w);
         free(a);
     }
-    assert_int_equal(n_checked, 7); /* F32, F16, BF16, Q8_0, Q4_1, Q4_K, Q6_K */
+    assert_int_equal(n_checked, 9); /* F32, F16, BF16, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K */
 }
 
 static void test_vnni_dot_is_bit_identical_to_avx2(void **state)

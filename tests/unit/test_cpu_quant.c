@@ -22,6 +22,8 @@ static int dtype_of_ggml(uint32_t t)
     case 1: return MODEL_DTYPE_F16;
     case 2: return MODEL_DTYPE_Q4_0;
     case 3: return MODEL_DTYPE_Q4_1;
+    case 6: return MODEL_DTYPE_Q5_0;
+    case 7: return MODEL_DTYPE_Q5_1;
     case 8: return MODEL_DTYPE_Q8_0;
     case 12: return MODEL_DTYPE_Q4_K;
     case 13: return MODEL_DTYPE_Q5_K;

@@ -1100,6 +1100,90 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     rmdir(dir);
 }
 
+/* GGUFs that cannot render chat still serve token requests: one without a
+ * vocabulary (tokenizer.ggml.model "none", llama.cpp's LLAMA_VOCAB_TYPE_NONE)
+ * gives llama.cpp's greedy tokens (the fixture's oracle); a deepseek2 file whose
+ * tokenizer.ggml.pre declares DeepSeek V3 but whose vocabulary lacks its turn
+ * tokens runs without a codec, and its protocol requests fail saying why; asking
+ * for that encoding outright is refused at create. */
+static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
+{
+    (void)state;
+    json_error_t jerr;
+    json_t *ref = json_load_file(DI_FIXTURE_DIR "/model/gguf-tiny/llama-q6_k.json", 0, &jerr);
+    assert_non_null(ref);
+    int32_t prompt[64];
+    size_t n_prompt = json_array_size(json_object_get(ref, "prompt"));
+    assert_true(n_prompt > 0 && n_prompt <= 64);
+    for (size_t i = 0; i < n_prompt; i++)
+        prompt[i] = (int32_t)json_integer_value(json_array_get(json_object_get(ref, "prompt"), i));
+    di_engine *e = make_engine(DI_FIXTURE_DIR "/model/gguf-tiny/llama-q6_k.gguf", 4, 0, NULL, NULL);
+    assert_int_equal(di_engine_encoding(e), 0);
+    g.e = e;
+    rec r;
+    memset(&r, 0, sizeof r);
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = n_prompt;
+    q.max_tokens = 16;
+    q.temperature = 0.0f;
+    q.ignore_eos = 1;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.n_toks, 16);
+    json_t *greedy = json_object_get(ref, "greedy");
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(r.toks[i], (int32_t)json_integer_value(json_array_get(greedy, (size_t)i)));
+    json_decref(ref);
+    di_request p;
+    di_request_init(&p);
+    p.protocol = DI_PROTOCOL_CHAT;
+    p.json = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    p.on_event = on_event;
+    p.user_data = &r;
+    di_error *err = NULL;
+    uint64_t id;
+    assert_int_equal(di_submit(e, &p, &id, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "no prompt encoding"));
+    di_error_free(err);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+
+    const char *ds = DI_FIXTURE_DIR "/model/gguf-dsv3/dsv3-qlora-q8_0.gguf";
+    e = make_engine(ds, 4, 0, NULL, NULL);
+    assert_int_equal(di_engine_encoding(e), 0);
+    err = NULL;
+    assert_int_equal(di_submit(e, &p, &id, &err), DI_ERR_UNSUPPORTED);
+    const char *msg = di_error_message(err);
+    assert_non_null(strstr(msg, "declares encoding 3"));
+    assert_non_null(strstr(msg, "deepseek-v3"));
+    assert_non_null(strstr(msg, "Assistant"));
+    di_error_free(err);
+    memset(&r, 0, sizeof r);
+    r.cancel_at = -1;
+    q.tokens = prompt;
+    q.n_tokens = 8;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.n_toks, 16);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = ds;
+    cfg.n_threads = 1;
+    cfg.encoding = DI_ENCODING_DSV3;
+    err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "which encoding 3 needs"));
+    di_error_free(err);
+}
+
 /* Chat Completions requests to a DeepSeek-V3-shaped model (MLA, MoE; the real
  * DeepSeek V3 tokenizer, so the engine picks the V3 encoding) stream through
  * the engine's batched step beside each other, each with the tokens it gives
@@ -1321,6 +1405,7 @@ int main(void)
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
+        cmocka_unit_test(test_gguf_without_chat_tokens_serves_token_requests),
         cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
         cmocka_unit_test(test_smollm2_chatml_tool_call),

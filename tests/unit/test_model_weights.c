@@ -145,7 +145,7 @@ static size_t tensor_bytes(const tinfo *t)
     size_t elements = t->ne[0] * (t->n_dims > 1 ? t->ne[1] : 1);
     switch (t->type) {
     case 0: return elements * 4;
-    case 6: return elements / 32 * 22; /* Q5_0 */
+    case 9: return elements / 32 * 36; /* Q8_1 */
     case 3: return elements / 32 * 20; /* Q4_1 */
     default: return elements * 4;
     }
@@ -365,9 +365,9 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     expect_open_error(path, DI_ERR_MODEL_FORMAT, "llama.attention.layer_norm_rms_epsilon",
                       "missing", NULL);
 
-    s = (gguf_spec){.odd_type = 6}; /* Q5_0 */
+    s = (gguf_spec){.odd_type = 9}; /* Q8_1: ggml's activation type, never a weight */
     write_gguf(path, &s, 0);
-    expect_open_error(path, DI_ERR_UNSUPPORTED, path, "'blk.0.ffn_up.weight'", "Q5_0");
+    expect_open_error(path, DI_ERR_UNSUPPORTED, path, "'blk.0.ffn_up.weight'", "Q8_1");
 
     s = (gguf_spec){.skip_tensor = "blk.0.attn_v.weight"};
     write_gguf(path, &s, 0);
@@ -410,8 +410,8 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
  * lists a file) is in w with that type and shape. Returns how many there were. */
 static size_t expect_tensors_as_listed(const model_weights *w, json_t *listing)
 {
-    static const char *dtype_names[] = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0",
-                                        "Q4_1", "Q4_K", "Q5_K", "Q6_K", "F8_E4M3"};
+    static const char *dtype_names[] = {"F32",  "F16",  "BF16", "Q8_0",    "Q4_0", "Q4_1",
+                                        "Q4_K", "Q5_K", "Q6_K", "F8_E4M3", "Q5_0", "Q5_1"};
     const char *tname;
     json_t *info;
     size_t count = 0;

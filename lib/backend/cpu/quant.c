@@ -8,6 +8,8 @@
 
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 _Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+_Static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+_Static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 _Static_assert(sizeof(block_q8_1) == 36, "block_q8_1 layout");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
@@ -25,6 +27,8 @@ int cpu_dtype_block_elems(int dtype)
     case MODEL_DTYPE_Q8_0:
     case MODEL_DTYPE_Q4_0:
     case MODEL_DTYPE_Q4_1:
+    case MODEL_DTYPE_Q5_0:
+    case MODEL_DTYPE_Q5_1:
     case CPU_DTYPE_Q8_1: return 32;
     case MODEL_DTYPE_Q4_K:
     case MODEL_DTYPE_Q5_K:
@@ -44,6 +48,8 @@ size_t cpu_dtype_block_bytes(int dtype)
     case MODEL_DTYPE_Q8_0: return sizeof(block_q8_0);
     case MODEL_DTYPE_Q4_0: return sizeof(block_q4_0);
     case MODEL_DTYPE_Q4_1: return sizeof(block_q4_1);
+    case MODEL_DTYPE_Q5_0: return sizeof(block_q5_0);
+    case MODEL_DTYPE_Q5_1: return sizeof(block_q5_1);
     case CPU_DTYPE_Q8_1: return sizeof(block_q8_1);
     case MODEL_DTYPE_Q4_K: return sizeof(block_q4_K);
     case MODEL_DTYPE_Q5_K: return sizeof(block_q5_K);
@@ -64,8 +70,10 @@ int cpu_vec_dot_type(model_dtype weight)
 {
     switch (weight) {
     case MODEL_DTYPE_Q8_0:
-    case MODEL_DTYPE_Q4_0: return MODEL_DTYPE_Q8_0;
-    case MODEL_DTYPE_Q4_1: return CPU_DTYPE_Q8_1;
+    case MODEL_DTYPE_Q4_0:
+    case MODEL_DTYPE_Q5_0: return MODEL_DTYPE_Q8_0;
+    case MODEL_DTYPE_Q4_1:
+    case MODEL_DTYPE_Q5_1: return CPU_DTYPE_Q8_1;
     case MODEL_DTYPE_Q4_K:
     case MODEL_DTYPE_Q5_K:
     case MODEL_DTYPE_Q6_K: return CPU_DTYPE_Q8_K;
@@ -176,6 +184,34 @@ static void dequant_q4_1(const block_q4_1 *x, float *y, int64_t nb)
     }
 }
 
+/* The fifth bit of element j (0..31) of a Q5_0/Q5_1 block, as 0 or 16. */
+static int q5_high(const uint8_t qh[4], int j)
+{
+    return ((qh[j / 8] >> (j % 8)) & 1) << 4;
+}
+
+static void dequant_q5_0(const block_q5_0 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = (float)(((x[i].qs[j] & 0xf) | q5_high(x[i].qh, j)) - 16) * d;
+            y[i * 32 + j + 16] = (float)(((x[i].qs[j] >> 4) | q5_high(x[i].qh, j + 16)) - 16) * d;
+        }
+    }
+}
+
+static void dequant_q5_1(const block_q5_1 *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d), m = cpu_fp16_to_f32(x[i].m);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = (float)((x[i].qs[j] & 0xf) | q5_high(x[i].qh, j)) * d + m;
+            y[i * 32 + j + 16] = (float)((x[i].qs[j] >> 4) | q5_high(x[i].qh, j + 16)) * d + m;
+        }
+    }
+}
+
 static void dequant_q8_0(const block_q8_0 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -280,6 +316,8 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n)
         break;
     case MODEL_DTYPE_Q4_0: dequant_q4_0(x, y, n / 32); break;
     case MODEL_DTYPE_Q4_1: dequant_q4_1(x, y, n / 32); break;
+    case MODEL_DTYPE_Q5_0: dequant_q5_0(x, y, n / 32); break;
+    case MODEL_DTYPE_Q5_1: dequant_q5_1(x, y, n / 32); break;
     case MODEL_DTYPE_Q8_0: dequant_q8_0(x, y, n / 32); break;
     case MODEL_DTYPE_Q4_K: dequant_q4_K(x, y, n / QK_K); break;
     case MODEL_DTYPE_Q5_K: dequant_q5_K(x, y, n / QK_K); break;

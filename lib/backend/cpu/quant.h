@@ -3,7 +3,7 @@
  *
  * Weights are used straight from their stored blocks; the matrix products
  * quantize the activations into the partner format llama.cpp pairs with each
- * weight type (cpu_vec_dot_type): Q8_1 for Q4_1, Q8_0 for Q4_0/Q8_0, Q8_K for the
+ * weight type (cpu_vec_dot_type): Q8_1 for Q4_1/Q5_1, Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for the
  * K-quants — so the integer dot products, and the rounding, are those of
  * llama.cpp — and f32 for F32, F16, BF16 and FP8 weights (llama.cpp rounds the
  * activations of F16/BF16 weights to those types; transformers does not, and
@@ -19,7 +19,16 @@
 
 #include "backend/types.h"
 
-enum { QK4_0 = 32, QK4_1 = 32, QK8_0 = 32, QK8_1 = 32, QK_K = 256, K_SCALE_SIZE = 12 };
+enum {
+    QK4_0 = 32,
+    QK4_1 = 32,
+    QK5_0 = 32,
+    QK5_1 = 32,
+    QK8_0 = 32,
+    QK8_1 = 32,
+    QK_K = 256,
+    K_SCALE_SIZE = 12
+};
 
 /* x[i] = (q[i] - 8) * d; element j < 16 in the low nibble of qs[j], j >= 16 in the
  * high nibble of qs[j - 16]. 18 bytes. */
@@ -33,6 +42,21 @@ typedef struct block_q4_1 {
     uint16_t d, m; /* f16 */
     uint8_t qs[QK4_1 / 2];
 } block_q4_1;
+
+/* x[i] = (q[i] - 16) * d with q[i] 5 bits: the low 4 as Q4_0's nibbles, the fifth
+ * bit of element j in bit j of qh (little-endian u32). 22 bytes. */
+typedef struct block_q5_0 {
+    uint16_t d; /* f16 */
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} block_q5_0;
+
+/* x[i] = q[i] * d + m, q[i] 5 bits laid out as Q5_0's. 24 bytes. */
+typedef struct block_q5_1 {
+    uint16_t d, m; /* f16 */
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
 
 /* x[i] = q[i] * d. 34 bytes. */
 typedef struct block_q8_0 {

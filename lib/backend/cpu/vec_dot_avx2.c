@@ -60,6 +60,27 @@ AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_set_m128i(hi, lo);
 }
 
+/* The 32 fifth bits of a Q5_0/Q5_1 block (bit j of qh, little-endian) as bytes:
+ * 0x10 where the bit is set, 0 elsewhere. Byte j takes qh's byte j / 8, then
+ * keeps bit j % 8. */
+AVX2 static inline __m256i q5_high_bits(const uint8_t qh[4])
+{
+    uint32_t bits;
+    memcpy(&bits, qh, sizeof bits);
+    __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)bits),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+/* A Q5_0/Q5_1 block's 32 unsigned 5-bit values, as bytes in element order. */
+AVX2 static inline __m256i unpack_q5(const uint8_t *qs, const uint8_t qh[4])
+{
+    return _mm256_or_si256(unpack_nibbles(qs), q5_high_bits(qh));
+}
+
 /* Sum of products of unsigned bytes u (< 128) and signed bytes s, as 8 int32. */
 AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s)
 {
@@ -159,6 +180,36 @@ AVX2 static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
     float summ = 0;
     for (int64_t i = 0; i < n / QK4_1; i++) {
         __m256i qx = unpack_nibbles(x[i].qs);
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    *s = hsum_ps(acc) + summ;
+}
+
+AVX2 static void dot_q5_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_0 *x = w;
+    const block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_q5(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
+        __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 static void dot_q5_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_1 *x = w;
+    const block_q8_1 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        __m256i qx = unpack_q5(x[i].qs, x[i].qh);
         __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256 d = _mm256_set1_ps(f16(x[i].d) * f16(y[i].d));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc);
@@ -411,6 +462,45 @@ AVX2 static void dot4_q4_1(int64_t n, float *s, const void *w, const void *a, si
     for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
 }
 
+AVX2 static void dot4_q5_0(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q5_0 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        __m256i qx = _mm256_sub_epi8(unpack_q5(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
+        __m256i ax = _mm256_sign_epi8(qx, qx);
+        float dx = f16(x[i].d);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_0 *y = ROW(r, block_q8_0) + i;
+            __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(ax, qy)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]);
+}
+
+AVX2 static void dot4_q5_1(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const block_q5_1 *x = w;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float summ[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        __m256i qx = unpack_q5(x[i].qs, x[i].qh);
+        float dx = f16(x[i].d), mx = f16(x[i].m);
+        for (int r = 0; r < 4; r++) {
+            const block_q8_1 *y = ROW(r, block_q8_1) + i;
+            __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            __m256 d = _mm256_set1_ps(dx * f16(y->d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc[r]);
+            summ[r] += mx * f16(y->s);
+        }
+    }
+    for (int r = 0; r < 4; r++) s[r] = hsum_ps(acc[r]) + summ[r];
+}
+
 AVX2 static void dot4_q4_K(int64_t n, float *s, const void *w, const void *a, size_t stride)
 {
     const block_q4_K *x = w;
@@ -552,6 +642,8 @@ cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
     case MODEL_DTYPE_BF16: return dot4_bf16;
     case MODEL_DTYPE_Q8_0: return dot4_q8_0;
     case MODEL_DTYPE_Q4_1: return dot4_q4_1;
+    case MODEL_DTYPE_Q5_0: return dot4_q5_0;
+    case MODEL_DTYPE_Q5_1: return dot4_q5_1;
     case MODEL_DTYPE_Q4_K: return dot4_q4_K;
     case MODEL_DTYPE_Q6_K: return dot4_q6_K;
     default: return NULL;
@@ -569,6 +661,8 @@ cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return dot_q8_0;
     case MODEL_DTYPE_Q4_0: return dot_q4_0;
     case MODEL_DTYPE_Q4_1: return dot_q4_1;
+    case MODEL_DTYPE_Q5_0: return dot_q5_0;
+    case MODEL_DTYPE_Q5_1: return dot_q5_1;
     case MODEL_DTYPE_Q4_K: return dot_q4_K;
     case MODEL_DTYPE_Q5_K: return dot_q5_K;
     case MODEL_DTYPE_Q6_K: return dot_q6_K;

@@ -85,6 +85,40 @@ static void dot_q4_1(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
+/* Element j (0..31) of a Q5_0/Q5_1 block as an unsigned 5-bit value. */
+static int q5_value(const uint8_t *qs, const uint8_t qh[4], int j)
+{
+    int lo = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
+    return lo | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+
+static void dot_q5_0(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_0 *x = w;
+    const block_q8_0 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += (q5_value(x[i].qs, x[i].qh, j) - 16) * y[i].qs[j];
+        sum += (float)sumi * (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_q5_1(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q5_1 *x = w;
+    const block_q8_1 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += q5_value(x[i].qs, x[i].qh, j) * y[i].qs[j];
+        sum += (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d)) * (float)sumi +
+               cpu_fp16_to_f32(x[i].m) * cpu_fp16_to_f32(y[i].s);
+    }
+    *s = sum;
+}
+
 static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
 {
     for (int j = 0; j < 8; j++) {
@@ -192,6 +226,8 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return dot_q8_0;
     case MODEL_DTYPE_Q4_0: return dot_q4_0;
     case MODEL_DTYPE_Q4_1: return dot_q4_1;
+    case MODEL_DTYPE_Q5_0: return dot_q5_0;
+    case MODEL_DTYPE_Q5_1: return dot_q5_1;
     case MODEL_DTYPE_Q4_K: return dot_q4_K;
     case MODEL_DTYPE_Q5_K: return dot_q5_K;
     case MODEL_DTYPE_Q6_K: return dot_q6_K;
