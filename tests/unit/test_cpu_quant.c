@@ -66,7 +66,7 @@ static void test_dequantize_matches_gguf_py(void **state)
         n_records++;
     }
     fclose(f);
-    assert_int_equal(n_records, 8);
+    assert_int_equal(n_records, 10);
 }
 
 static void test_fp16_conversion_round_trips_every_value(void **state)
