@@ -12,6 +12,9 @@
  *                                end of sequence ignored, GEN output tokens
  *   model GEN N ID_1 … ID_N      the same through di_model_eval: the prompt in
  *                                one call, then one call per token, argmax
+ *   batch K GEN N ID_1 … ID_N    K token requests submitted at once, request k's
+ *                                prompt the N ids rotated left by k (so no two
+ *                                share a prefix), each as `engine`
  *
  * and answers each with one line of JSON on stdout:
  *
@@ -25,7 +28,14 @@
  * engine's callback records the time of every DI_EVENT_TOKENS; the host polls
  * with di_poll(engine, -1), which sleeps on a condition variable until an
  * event is queued, so no polling interval is added. "cpu_s" is the process's
- * CPU time (all threads) over the command. */
+ * CPU time (all threads) over the command. `batch` answers
+ *
+ *   {"mode":"batch","k":…, "all_first_s":…, "end_s":…, "n_out":…,
+ *    "n_out_after_all_first":…, "ttft_s":[K], "tokens":[[…]…], "cpu_s":…}
+ *
+ * all_first_s: when every request had its first token (the prompts' prefill,
+ * batched); end_s: when the last DI_EVENT_DONE came; n_out_after_all_first: the
+ * tokens that arrived after all_first_s (the aggregate decode rate's numerator). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +123,82 @@ static int run_engine(di_engine *e, const int32_t *prompt, int n_prompt, run_sta
     return 0;
 }
 
+static int run_batch(di_engine *e, int k, int gen, const int32_t *prompt, int n_prompt)
+{
+    run_state *rs = calloc((size_t)k, sizeof *rs);
+    int32_t *prompts = malloc((size_t)k * (size_t)n_prompt * sizeof *prompts);
+    int rc = -1;
+    if (!rs || !prompts) goto out;
+    double c0 = cpu(), t0 = now();
+    for (int r = 0; r < k; r++) {
+        rs[r].cap = gen;
+        rs[r].t0 = t0;
+        rs[r].tokens = malloc((size_t)gen * sizeof *rs[r].tokens);
+        rs[r].t = malloc((size_t)gen * sizeof *rs[r].t);
+        if (!rs[r].tokens || !rs[r].t) goto out;
+        int32_t *p = prompts + (size_t)r * (size_t)n_prompt;
+        for (int i = 0; i < n_prompt; i++) p[i] = prompt[(i + r) % n_prompt];
+    }
+    for (int r = 0; r < k; r++) {
+        di_request q;
+        di_request_init(&q);
+        q.tokens = prompts + (size_t)r * (size_t)n_prompt;
+        q.n_tokens = (size_t)n_prompt;
+        q.max_tokens = gen;
+        q.temperature = 0.0f;
+        q.ignore_eos = 1;
+        q.on_event = on_event;
+        q.user_data = &rs[r];
+        uint64_t id;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &id, &err) != DI_OK) {
+            fprintf(stderr, "di_submit: %s\n", di_error_message(err));
+            di_error_free(err);
+            goto out;
+        }
+    }
+    for (int r = 0; r < k; r++)
+        while (!rs[r].done)
+            if (di_poll(e, -1) < 0) goto out;
+    double cpu_s = cpu() - c0, all_first = 0, end = 0;
+    long n_out = 0, after = 0;
+    for (int r = 0; r < k; r++) {
+        if (rs[r].status != DI_OK || rs[r].n < 1) {
+            fprintf(stderr, "request %d failed: %s\n", r, rs[r].message);
+            goto out;
+        }
+        if (rs[r].t[0] > all_first) all_first = rs[r].t[0];
+        if (rs[r].t_done > end) end = rs[r].t_done;
+    }
+    for (int r = 0; r < k; r++)
+        for (int i = 0; i < rs[r].n; i++) {
+            n_out++;
+            after += rs[r].t[i] > all_first;
+        }
+    printf("{\"mode\":\"batch\",\"k\":%d,\"all_first_s\":%.9f,\"end_s\":%.9f,\"n_out\":%ld,"
+           "\"n_out_after_all_first\":%ld,\"cpu_s\":%.6f,\"ttft_s\":[",
+           k, all_first, end, n_out, after, cpu_s);
+    for (int r = 0; r < k; r++) printf("%s%.9f", r ? "," : "", rs[r].t[0]);
+    printf("],\"tokens\":[");
+    for (int r = 0; r < k; r++) {
+        printf("%s[", r ? "," : "");
+        for (int i = 0; i < rs[r].n; i++) printf("%s%d", i ? "," : "", (int)rs[r].tokens[i]);
+        printf("]");
+    }
+    printf("]}\n");
+    fflush(stdout);
+    rc = 0;
+out:
+    if (rs)
+        for (int r = 0; r < k; r++) {
+            free(rs[r].tokens);
+            free(rs[r].t);
+        }
+    free(rs);
+    free(prompts);
+    return rc;
+}
+
 static int32_t argmax(const float *v, int32_t n)
 {
     int32_t best = 0;
@@ -186,9 +272,19 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     char mode[16];
-    int gen, n;
+    int gen, n, k = 1;
     int rc = 0;
-    while (scanf("%15s %d %d", mode, &gen, &n) == 3) {
+    while (scanf("%15s", mode) == 1) {
+        if (strcmp(mode, "batch") == 0 && (scanf("%d", &k) != 1 || k < 1 || k > 256)) {
+            fprintf(stderr, "batch: expected a request count of 1 to 256\n");
+            rc = 1;
+            break;
+        }
+        if (scanf("%d %d", &gen, &n) != 2) {
+            fprintf(stderr, "%s: expected GEN and N\n", mode);
+            rc = 1;
+            break;
+        }
         if (gen < 1 || n < 1 || n + gen > n_ctx) {
             fprintf(stderr, "prompt %d + output %d tokens do not fit N_CTX %lld\n", n, gen,
                     (long long)n_ctx);
@@ -201,6 +297,13 @@ int main(int argc, char **argv)
                 rc = 1;
                 goto out;
             }
+        if (strcmp(mode, "batch") == 0) {
+            if (run_batch(e, k, gen, prompt, n) != 0) {
+                rc = 1;
+                break;
+            }
+            continue;
+        }
         run_state rs = {0};
         rs.cap = gen;
         rs.tokens = malloc((size_t)gen * sizeof *rs.tokens);

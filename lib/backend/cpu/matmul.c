@@ -117,6 +117,17 @@ static void matmul_task(void *ctx, int64_t task, int thread)
                 pt->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
                 for (int r = 0; r < 4; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
             }
+            /* Two or three tokens left (an expert's share of a prefill): one
+             * more four-row product over the tile's last four, its earlier
+             * rows computed twice. A row's sum does not depend on its
+             * neighbours (dot4 is bit-identical to dot), so neither do the
+             * results. */
+            if (t1 - t >= 2 && t1 - t0 >= 4) {
+                float s4[4];
+                int64_t from = t1 - 4;
+                pt->dot4(j->n_in, s4, wrow, j->act + (size_t)from * j->act_row, j->act_row);
+                for (; t < t1; t++) pt->y[t * pt->n_out + o] = s4[t - from] + b;
+            }
         }
         for (; t < t1; t++) {
             const char *arow = j->act + (size_t)t * j->act_row;
