@@ -20,7 +20,7 @@
 typedef struct mla_job {
     const cpu_mla_shape *s;
     const float *q, *kv, *w, *kv_full;
-    int64_t pos0;
+    int64_t pos0, n_tokens;
     float scale;
     float *out, *scratch;
     int64_t scratch_floats;
@@ -49,12 +49,13 @@ static inline __attribute__((always_inline)) void axpy(float a, const float *x, 
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
+/* One (token, head) of the absorbed form (attention_mla.h). */
+static inline __attribute__((always_inline)) void absorbed_one(const mla_job *j, int64_t t,
+                                                               int64_t h, int thread)
 {
-    const mla_job *j = ctx;
     const cpu_mla_shape *s = j->s;
     const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
-    const int64_t t = task / s->n_head, h = task % s->n_head, n_kv = j->pos0 + t + 1;
+    const int64_t n_kv = j->pos0 + t + 1;
     const float *q = j->q + (t * s->n_head + h) * qd;
     const float *wk = j->w + h * (int64_t)(s->nope + s->v) * R, *wv = wk + (int64_t)s->nope * R;
     float *scores = j->scratch + thread * j->scratch_floats;
@@ -69,6 +70,20 @@ MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
     for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
     float *out = j->out + (t * s->n_head + h) * s->v;
     for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
+}
+
+/* A task is one head over up to TOKENS_PER_TASK tokens: the head's W_UK and
+ * W_UV (2 R (nope + v) f32, 512 KB for DeepSeek-V2/V3) are read from memory
+ * once and stay in cache for the tokens after the first, where one task per
+ * (token, head) read them again for every token. */
+enum { TOKENS_PER_TASK = 8 };
+
+MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
+{
+    const mla_job *j = ctx;
+    const int64_t h = task % j->s->n_head, t0 = task / j->s->n_head * TOKENS_PER_TASK;
+    const int64_t t1 = t0 + TOKENS_PER_TASK < j->n_tokens ? t0 + TOKENS_PER_TASK : j->n_tokens;
+    for (int64_t t = t0; t < t1; t++) absorbed_one(j, t, h, thread);
 }
 
 MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
@@ -95,16 +110,33 @@ void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float
                        int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,
                        float scale, float *out, float *scratch, int64_t scratch_ctx)
 {
-    mla_job j = {s,    q,     kv,  kv_b,    NULL,
-                 pos0, scale, out, scratch, cpu_mla_scratch_floats(s, scratch_ctx)};
-    cpu_threadpool_run(pool, n_tokens * s->n_head, absorbed_task, &j);
+    mla_job j = {.s = s,
+                 .q = q,
+                 .kv = kv,
+                 .w = kv_b,
+                 .pos0 = pos0,
+                 .n_tokens = n_tokens,
+                 .scale = scale,
+                 .out = out,
+                 .scratch = scratch,
+                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
+    int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
+    cpu_threadpool_run(pool, chunks * s->n_head, absorbed_task, &j);
 }
 
 void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
                              int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_full,
                              float scale, float *out, float *scratch, int64_t scratch_ctx)
 {
-    mla_job j = {s,    q,     kv,  NULL,    kv_full,
-                 pos0, scale, out, scratch, cpu_mla_scratch_floats(s, scratch_ctx)};
+    mla_job j = {.s = s,
+                 .q = q,
+                 .kv = kv,
+                 .kv_full = kv_full,
+                 .pos0 = pos0,
+                 .n_tokens = n_tokens,
+                 .scale = scale,
+                 .out = out,
+                 .scratch = scratch,
+                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
     cpu_threadpool_run(pool, n_tokens * s->n_head, naive_task, &j);
 }
