@@ -32,11 +32,15 @@ per step with the low-level API, as llama.cpp's batched example does), greedy,
 interleaved, best of --reps. Prefill tok/s = prompt tokens / time to the first
 token (K prompts: K x prompt / time until every sequence has its first token);
 decode tok/s = tokens after the first / time after the first (K: aggregate).
-Roofline: weight bytes one decode step reads (everything but the embedding,
+Last, the logits after a 16-token prompt from both on the same file (max |diff|
+over llama.cpp's range, argmax, top-10 overlap): the parity check on this
+K-quant deepseek2 file (the random weights make the logits nearly flat, so
+greedy tokens soon part on near-ties). Roofline: weight bytes one decode step reads (everything but the embedding,
 routed experts at their top-k share) / measured copy bandwidth. Ratios
 deepinfer / llama.cpp last (> 1: deepinfer faster).
 """
 import argparse
+import ctypes
 import json
 import os
 import pathlib
@@ -47,7 +51,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from model_bench import bandwidth  # noqa: E402
+from model_bench import bandwidth, load_deepinfer  # noqa: E402
 from ttft_bench import Driver, llama_eval_run  # noqa: E402
 
 V2_LITE = dict(vocab=102400, hidden=2048, layers=27, ff=10944, heads=16, kv_lora=512,
@@ -254,6 +258,27 @@ def di_batch(drv, k, prompt, gen):
             "after": r["n_out_after_all_first"], "tokens": r["tokens"]}
 
 
+def parity(lib_path, model, llm, prompt):
+    """Logits after `prompt` (one batch): deepinfer (di_model_eval) vs llama.cpp
+    (Llama.eval) on the same file: max |diff| / llama.cpp's range, the argmax,
+    and how many of llama.cpp's top 10 are deepinfer's top 10."""
+    import llama_cpp
+    lib, h = load_deepinfer(lib_path, model, 2, len(prompt) + 8)
+    vocab = lib.di_model_vocab_size(h)
+    buf = (ctypes.c_float * vocab)()
+    ids = (ctypes.c_int32 * len(prompt))(*prompt)
+    if lib.di_model_eval(h, ids, len(prompt), buf, 0, None) != 0:
+        sys.exit("di_model_eval failed")
+    di = np.frombuffer(buf, dtype=np.float32).copy()
+    lib.di_model_free(h)
+    llm.reset()
+    llm.eval(prompt)
+    ll = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,)).copy()
+    top_di, top_ll = set(np.argsort(-di)[:10]), set(np.argsort(-ll)[:10])
+    return (float(np.abs(di - ll).max() / (ll.max() - ll.min())), int(di.argmax()) == int(ll.argmax()),
+            len(top_di & top_ll))
+
+
 def agree(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -264,6 +289,7 @@ def main():
     ap.add_argument("--layers", type=int, default=V2_LITE["layers"])
     ap.add_argument("--model")
     ap.add_argument("--exe", default="build/bench/ttft_bench")
+    ap.add_argument("--lib", help="libdeepinfer.so for the logits check (default: beside --exe)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--gen", type=int, default=16)
@@ -333,6 +359,12 @@ def main():
             rows.append((threads, n, di, ll))
         drv.close()
         lb.close()
+        if threads == int(a.threads.split(",")[-1]):
+            lib = a.lib or str(pathlib.Path(a.exe).resolve().parent.parent / "lib" / "libdeepinfer.so")
+            diff, same_top, top10 = parity(lib, a.model, llm, prompt[:16])
+            print(f"logits after a 16-token prompt, deepinfer vs llama.cpp: max |diff| = "
+                  f"{diff:.2e} of llama.cpp's range, argmax {'equal' if same_top else 'differs'}, "
+                  f"{top10}/10 of the top 10 shared", flush=True)
         del llm
     print("\n| threads | requests | prefill deepinfer / llama.cpp (tok/s) | decode deepinfer / "
           "llama.cpp (tok/s) | decode roofline fraction |")

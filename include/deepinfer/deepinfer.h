@@ -823,7 +823,8 @@ typedef struct di_engine_config {
     const char *model_path;
     /* The tokenizer: a tokenizer.json, a directory holding one, or a GGUF file.
      * NULL (default): the model's own — the GGUF's metadata, or the
-     * tokenizer.json of the model's directory when there is one. Without a
+     * tokenizer.json of the model's directory when there is one; a GGUF whose
+     * tokenizer.ggml.model is "none" or absent has none. Without a
      * tokenizer the engine accepts token requests only, and reports tokens but
      * no text. Copied. */
     const char *tokenizer_path;
@@ -839,7 +840,10 @@ typedef struct di_engine_config {
      * chat models) is DI_ENCODING_CHATML, whose default system prompt is the
      * one the GGUF's tokenizer.chat_template writes when a conversation has
      * none. Other models have no encoding the codec knows, and their protocol
-     * requests fail with DI_ERR_UNSUPPORTED. */
+     * requests fail with DI_ERR_UNSUPPORTED; so do those of a model whose file
+     * declares an encoding its tokenizer lacks the turn tokens of (the refusal
+     * says which), while an encoding set here that the tokenizer cannot render
+     * fails di_engine_create. */
     int32_t encoding;
     /* CPU threads of the forward pass, counting the engine's worker; 0 (default):
      * the CPUs online. At most 1024. */
