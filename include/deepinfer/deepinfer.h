@@ -948,7 +948,15 @@ typedef enum di_event_kind {
 /* The callback of a request: called inside di_poll on the polling thread, once
  * per event, with the user_data given in di_request. It may call di_submit and
  * di_cancel (on any request); di_poll and di_engine_destroy from a callback fail
- * with DI_ERR_INVALID_STATE. */
+ * with DI_ERR_INVALID_STATE.
+ * Unwinding: a C++ exception (or other unwinding) may leave the callback; it
+ * propagates out of di_poll, and the engine stays usable — the event being
+ * delivered counts as delivered, the events queued after it are delivered by
+ * the next di_poll, and the poller slot is free again. Out of
+ * di_engine_destroy, the engine is still freed (the events not yet delivered
+ * are dropped). longjmp out of a callback is not supported (it runs no
+ * cleanup: the engine is left unusable). The log and load-progress callbacks
+ * must not throw (the log one runs on the engine's worker thread). */
 typedef void (*di_event_fn)(void *user_data, const di_event *ev);
 
 /* A request (a versioned input struct; di_request_init sets the defaults).

@@ -454,19 +454,60 @@ DI_API size_t di_engine_pending(di_engine *e)
     return n;
 }
 
-/* Deliver the events in `list` in order, counting terminal ones off pending. */
-static int64_t deliver(di_engine *e, di_event *list)
+/* A delivery in progress. Callbacks are the host's code: a C++ exception (or
+ * any unwinding) may leave one through deliver(), and this library is
+ * compiled with -fexceptions so that poll_end runs then too (as a cleanup
+ * attribute). It leaves nothing stranded: the event being delivered counts as
+ * delivered (freed; a DONE comes off pending), the events after it go back to
+ * the front of the queue for the next di_poll, and the poller slot is given
+ * back. */
+typedef struct poll_state {
+    di_engine *e;
+    di_event *current; /* its callback is running */
+    di_event *rest;    /* not delivered yet */
+    int polling;       /* di_poll holds the poller slot */
+} poll_state;
+
+static void event_delivered(di_engine *e, di_event *ev)
+{
+    if (ev->kind == DI_EVENT_DONE) {
+        pthread_mutex_lock(&e->mu);
+        e->pending--;
+        pthread_mutex_unlock(&e->mu);
+    }
+    event_free(ev);
+}
+
+static void poll_end(poll_state *ps)
+{
+    di_engine *e = ps->e;
+    if (ps->current) event_delivered(e, ps->current);
+    ps->current = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (ps->rest) {
+        di_event *last = ps->rest;
+        while (last->next) last = last->next;
+        last->next = e->head;
+        if (!e->head) e->tail = last;
+        e->head = ps->rest;
+        ps->rest = NULL;
+    }
+    if (ps->polling) e->in_poll = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Deliver ps->rest in order. Returns the number delivered. */
+static int64_t deliver(poll_state *ps)
 {
     int64_t n = 0;
-    for (di_event *ev = list, *next; ev; ev = next) {
-        next = ev->next;
+    while (ps->rest) {
+        di_event *ev = ps->rest;
+        ps->rest = ev->next;
+        ev->next = NULL;
+        ps->current = ev;
         if (ev->fn) ev->fn(ev->user, ev);
-        if (ev->kind == DI_EVENT_DONE) {
-            pthread_mutex_lock(&e->mu);
-            e->pending--;
-            pthread_mutex_unlock(&e->mu);
-        }
-        event_free(ev);
+        ps->current = NULL;
+        event_delivered(ps->e, ev);
         n++;
     }
     return n;
@@ -500,14 +541,17 @@ DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
                 if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0) break;
         }
     }
-    di_event *list = e->head;
+    __attribute__((cleanup(poll_end))) poll_state ps = {e, NULL, e->head, 1};
     e->head = e->tail = NULL;
     pthread_mutex_unlock(&e->mu);
-    int64_t n = deliver(e, list);
-    pthread_mutex_lock(&e->mu);
-    e->in_poll = 0;
-    pthread_mutex_unlock(&e->mu);
-    return n;
+    return deliver(&ps);
+}
+
+/* The end of di_engine_destroy, normal or unwinding: the engine freed with
+ * whatever events are still queued. */
+static void destroy_end(di_engine **e)
+{
+    engine_free(*e);
 }
 
 DI_API di_status di_engine_destroy(di_engine *e)
@@ -522,15 +566,21 @@ DI_API di_status di_engine_destroy(di_engine *e)
     pthread_mutex_unlock(&e->mu);
     /* The worker ends every live request (terminal events queued), then stops. */
     sched_close(e->sched);
+    /* If a callback unwinds out of here, the engine is still freed (the
+     * events not delivered are dropped with it): destroy_end. */
+    __attribute__((cleanup(destroy_end))) di_engine *doomed = e;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        di_event *list = e->head;
+        if (!e->head) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        __attribute__((cleanup(poll_end))) poll_state ps = {e, NULL, e->head, 0};
         e->head = e->tail = NULL;
         pthread_mutex_unlock(&e->mu);
-        if (!list) break;
-        deliver(e, list);
+        deliver(&ps);
     }
-    engine_free(e);
+    (void)doomed;
     return DI_OK;
 }
 
