@@ -285,7 +285,7 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (gen < 1 || n < 1 || n + gen > n_ctx) {
+        if (gen < 1 || n < 1 || n > n_ctx || gen > n_ctx - n) {
             fprintf(stderr, "prompt %d + output %d tokens do not fit N_CTX %lld\n", n, gen,
                     (long long)n_ctx);
             rc = 1;

@@ -13,6 +13,7 @@
  * public API (di_model_*). docs/cli.md documents both. */
 #include <deepinfer/deepinfer.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,16 @@ static int run(const char *cmd, int argc, char **argv)
         }
         t1 = cli_now();
         for (long i = 0; i < a.max_tokens; i++) {
+            for (int32_t v = 0; v < vocab; v++)
+                if (!isfinite(logits[v])) {
+                    fprintf(stderr,
+                            "deepinfer generate: the model computed a non-finite logit (NaN or "
+                            "infinity) at output token %ld: its weights are probably corrupt\n",
+                            i);
+                    free(out);
+                    rc = EXIT_FAILED;
+                    goto done;
+                }
             int32_t next = argmax(logits, vocab);
             out[i] = next;
             if (i + 1 == a.max_tokens) break;

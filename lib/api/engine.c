@@ -187,9 +187,11 @@ static int32_t gguf_encoding(const char *path, char *pre, size_t pre_size, char 
     if (gguf_open(path, GGUF_OPEN_METADATA_ONLY, &f, msg, sizeof msg) != DI_OK) return 0;
     const char *s;
     size_t n;
-    /* llama.cpp's LLAMA_VOCAB_TYPE_NONE: weights without a vocabulary */
-    if (no_vocab && (!gguf_get_string(f, "tokenizer.ggml.model", &s, &n) ||
-                     (n == 4 && memcmp(s, "none", 4) == 0)))
+    /* llama.cpp's LLAMA_VOCAB_TYPE_NONE: weights without a vocabulary (a key
+     * of another type is the tokenizer loader's error to report) */
+    if (no_vocab && (!gguf_find(f, "tokenizer.ggml.model") ||
+                     (gguf_get_string(f, "tokenizer.ggml.model", &s, &n) && n == 4 &&
+                      memcmp(s, "none", 4) == 0)))
         *no_vocab = 1;
     if (gguf_get_string(f, "tokenizer.ggml.pre", &s, &n)) {
         snprintf(pre, pre_size, "%.*s", (int)n, s);

@@ -1,6 +1,7 @@
 /* The continuous-batching scheduler (scheduler.h). */
 #include "engine/scheduler.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +210,15 @@ static int find_item(sched *s, int n_items, const sched_request *r)
     return -1;
 }
 
+/* 1 when every logit is a finite number (NaN or infinity come from corrupt
+ * weights; sampling over them would pick a meaningless token). */
+static int all_finite(const float *v, int64_t n)
+{
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= isfinite(v[i]) != 0;
+    return ok;
+}
+
 static int is_stop(const sched_request *r, int32_t tok)
 {
     for (size_t i = 0; i < r->n_stop; i++)
@@ -312,9 +322,16 @@ static void step(sched *s)
     for (int i = 0; i < n_items; i++) {
         if (!s->items[i].want_logits) continue;
         sched_request *r = s->item_req[i];
-        int32_t tok =
-            sampler_sample(r->smp, s->logits + (size_t)row * (size_t)s->n_vocab, s->scratch);
+        float *logits = s->logits + (size_t)row * (size_t)s->n_vocab;
         row++;
+        if (!all_finite(logits, s->n_vocab)) {
+            retire(s, r, 0, DI_ERR_MODEL_FORMAT,
+                   "the model computed a non-finite logit (NaN or infinity) for this sequence: "
+                   "its weights are probably corrupt",
+                   0);
+            continue;
+        }
+        int32_t tok = sampler_sample(r->smp, logits, s->scratch);
         if (sampler_accept(r->smp, tok) != 0) {
             retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens", 0);
             continue;

@@ -111,7 +111,9 @@ di_status tok_load_gguf(di_tokenizer_impl **out, const char *path, tok_error *er
     const char *model;
     size_t model_len;
     if (!gguf_get_string(f, "tokenizer.ggml.model", &model, &model_len)) {
-        st = bad_kv(err, path, "tokenizer.ggml.model", "is missing: the file has no tokenizer");
+        st = bad_kv(err, path, "tokenizer.ggml.model",
+                    gguf_find(f, "tokenizer.ggml.model") ? "is not a string"
+                                                         : "is missing: the file has no tokenizer");
         goto fail;
     }
     if (model_len != 4 || memcmp(model, "gpt2", 4) != 0) {

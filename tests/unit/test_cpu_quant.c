@@ -158,6 +158,35 @@ static void test_activation_quantizers_bound_the_error(void **state)
         }
 }
 
+/* A NaN or an infinity in an activation block (corrupt weights upstream) makes
+ * the block's scale NaN and its values 0, and the rest of the row quantizes as
+ * usual: a product with the block is NaN, never a silent zero (the int8
+ * conversion of NaN is undefined behaviour). */
+static void test_non_finite_activations_quantize_to_nan_blocks(void **state)
+{
+    (void)state;
+    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, CPU_DTYPE_Q8_K};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    enum { N = 512 };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int be = cpu_dtype_block_elems(types[k]);
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            float x[N], y[N];
+            for (int i = 0; i < N; i++) x[i] = sinf((float)i);
+            x[be + 3] = bad[b]; /* in the second block */
+            uint8_t q[4096];
+            cpu_quantize_row(types[k], x, q, N);
+            cpu_dequantize_row(types[k], q, y, N);
+            for (int i = 0; i < N; i++) {
+                int in_bad_block = i / be == 1;
+                if (in_bad_block ? !isnan(y[i]) : !(fabsf(y[i] - x[i]) < 0.05f))
+                    fail_msg("type %d, bad value %g: element %d dequantizes to %g", types[k],
+                             (double)bad[b], i, (double)y[i]);
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_bf16_conversion_rounds_to_nearest_even),
         cmocka_unit_test(test_fp8_e4m3_decodes_by_definition),
         cmocka_unit_test(test_activation_quantizers_bound_the_error),
+        cmocka_unit_test(test_non_finite_activations_quantize_to_nan_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

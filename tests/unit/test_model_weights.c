@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "deepinfer/deepinfer.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -971,6 +973,102 @@ static void test_hf_fp8_scales_attach(void **state)
     model_weights_close(w);
 }
 
+typedef struct corrupt_rec {
+    int n_tokens, done;
+    di_status status;
+    char message[256];
+} corrupt_rec;
+
+static void corrupt_on_event(void *user, const di_event *ev)
+{
+    corrupt_rec *r = user;
+    size_t n;
+    if (di_event_kind_of(ev) == DI_EVENT_TOKENS) {
+        di_event_tokens(ev, &n);
+        r->n_tokens += (int)n;
+    } else if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        r->done++;
+        r->status = di_event_status(ev);
+        snprintf(r->message, sizeof r->message, "%s", di_event_message(ev));
+    }
+}
+
+/* Weights whose scales are NaN (a corrupt file that still parses): the request
+ * whose prompt reads them fails with a message saying so, instead of sampling
+ * from logits an int8 conversion of NaN turned into zeros; a request that does
+ * not read them, in the same engine, is served. The smallest input a breaker
+ * found: NaN in the f16 scales of Q5_0 embedding rows. */
+static void test_nan_scales_fail_only_the_requests_that_read_them(void **state)
+{
+    (void)state;
+    const char *src = DI_FIXTURE_DIR "/model/gguf-tiny/qwen2-q5_0.gguf";
+    char dir[] = "/tmp/di_weights_XXXXXX", path[600];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/nan.gguf", dir);
+    char msg[256];
+    gguf_file *f = NULL;
+    assert_int_equal(gguf_open(src, 0, &f, msg, sizeof msg), DI_OK);
+    uint8_t *bytes = malloc(f->size);
+    assert_non_null(bytes);
+    memcpy(bytes, f->data, f->size);
+    const int32_t bad = 7; /* the token whose embedding row gets NaN scales */
+    int found = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor_info *t = &f->tensors[i];
+        if (t->name_len != 17 || memcmp(t->name, "token_embd.weight", 17) != 0) continue;
+        assert_int_equal(t->type, 6); /* Q5_0: 22-byte blocks of 32, the f16 scale first */
+        uint64_t blocks = t->dims[0] / 32;
+        uint8_t *row = bytes + f->data_offset + t->offset + (uint64_t)bad * blocks * 22;
+        for (uint64_t b = 0; b < blocks; b++) {
+            row[b * 22] = 0x00;
+            row[b * 22 + 1] = 0x7e; /* f16 NaN, little-endian */
+        }
+        found = 1;
+    }
+    assert_true(found);
+    size_t size = f->size;
+    gguf_close(f);
+    FILE *out = fopen(path, "wb");
+    assert_non_null(out);
+    assert_int_equal(fwrite(bytes, 1, size, out), size);
+    fclose(out);
+    free(bytes);
+
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = path;
+    cfg.n_threads = 2;
+    di_engine *e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    const int32_t clean[4] = {3, 4, 5, 6}, dirty[4] = {3, 4, bad, 6};
+    corrupt_rec rc[2];
+    memset(rc, 0, sizeof rc);
+    for (int k = 0; k < 2; k++) {
+        di_request q;
+        di_request_init(&q);
+        q.tokens = k ? dirty : clean;
+        q.n_tokens = 4;
+        q.max_tokens = 4;
+        q.temperature = 0.0f;
+        q.ignore_eos = 1;
+        q.on_event = corrupt_on_event;
+        q.user_data = &rc[k];
+        uint64_t id;
+        assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+    }
+    for (int i = 0; i < 100000 && di_engine_pending(e) > 0; i++) assert_true(di_poll(e, 50) >= 0);
+    assert_int_equal(rc[0].done, 1);
+    assert_int_equal(rc[0].status, DI_OK);
+    assert_int_equal(rc[0].n_tokens, 4);
+    assert_int_equal(rc[1].done, 1);
+    assert_int_equal(rc[1].status, DI_ERR_MODEL_FORMAT);
+    assert_int_equal(rc[1].n_tokens, 0);
+    assert_non_null(strstr(rc[1].message, "non-finite logit"));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -984,6 +1082,7 @@ int main(void)
         cmocka_unit_test(test_hf_errors_name_the_file_and_field),
         cmocka_unit_test(test_safetensors_reader_errors),
         cmocka_unit_test(test_hf_fp8_scales_attach),
+        cmocka_unit_test(test_nan_scales_fail_only_the_requests_that_read_them),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

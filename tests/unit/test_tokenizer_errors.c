@@ -193,7 +193,16 @@ static void test_tokenizer_gguf_errors_name_the_problem(void **state)
     expect_gguf_error(path, DI_ERR_MODEL_FORMAT, "kv_count");
     n = put_string_kv(body, "general.name", "x");
     path = write_gguf(body, n, 1, 3);
-    expect_gguf_error(path, DI_ERR_MODEL_FORMAT, "tokenizer.ggml.model");
+    expect_gguf_error(path, DI_ERR_MODEL_FORMAT, "tokenizer.ggml.model is missing");
+    /* present, but a u32 (type 4): not "missing", and not a file without a
+     * vocabulary either (the engine then serves token requests only) */
+    n = put_string_kv(body, "tokenizer.ggml.model", "");
+    uint32_t u32_type = 4, three = 3;
+    size_t at = 8 + strlen("tokenizer.ggml.model");
+    memcpy(body + at, &u32_type, 4);
+    memcpy(body + at + 4, &three, 4);
+    path = write_gguf(body, at + 8, 1, 3);
+    expect_gguf_error(path, DI_ERR_MODEL_FORMAT, "tokenizer.ggml.model is not a string");
     unlink(path);
 }
 
