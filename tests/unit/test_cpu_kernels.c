@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_mla.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
@@ -613,6 +614,87 @@ static void test_attention_f16_cache(void **state)
     check_attention(MODEL_DTYPE_F16);
 }
 
+/* MLA's absorbed form with k_b / v_b as llama.cpp stores them
+ * (cpu_mla_attention_split) against the f32 absorbed form on the same weights
+ * dequantized and joined (kv_b rows: each head's nope key rows, then its v value
+ * rows): F32 storage gives the same sums up to their order, Q8_0 (activations
+ * quantized to Q8_0, as llama.cpp does) stays within its rounding. */
+static void test_mla_split_form_matches_the_f32_join(void **state)
+{
+    (void)state;
+    enum { H = 2, NOPE = 32, ROPE = 8, V = 32, R = 64, D = R + ROPE, T = 5, POS0 = 3 };
+    const cpu_mla_shape shape = {H, NOPE, ROPE, V, R};
+    float kbf[H * R * NOPE], vbf[H * V * R], join[H * (NOPE + V) * R];
+    for (int i = 0; i < H * R * NOPE; i++) kbf[i] = frand() * 0.3f;
+    for (int i = 0; i < H * V * R; i++) vbf[i] = frand() * 0.3f;
+    float q[T * H * (NOPE + ROPE)], kv[(POS0 + T) * D];
+    for (int i = 0; i < T * H * (NOPE + ROPE); i++) q[i] = frand();
+    for (int i = 0; i < (POS0 + T) * D; i++) kv[i] = frand();
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    const int64_t sf = cpu_mla_scratch_floats(&shape, POS0 + T);
+    float *scratch = malloc((size_t)(2 * sf) * sizeof *scratch);
+    assert_non_null(scratch);
+    const model_dtype types[2] = {MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0};
+    for (int k = 0; k < 2; k++) {
+        model_dtype dt = types[k];
+        size_t kb_row = cpu_row_bytes((int)dt, NOPE), vb_row = cpu_row_bytes((int)dt, R);
+        char *kb = malloc(kb_row * H * R), *vb = malloc(vb_row * H * V);
+        assert_non_null(kb);
+        assert_non_null(vb);
+        for (int r = 0; r < H * R; r++)
+            cpu_quantize_row_ref((int)dt, kbf + r * NOPE, kb + (size_t)r * kb_row, NOPE);
+        for (int r = 0; r < H * V; r++)
+            cpu_quantize_row_ref((int)dt, vbf + r * R, vb + (size_t)r * vb_row, R);
+        /* the join of what is stored */
+        for (int h = 0; h < H; h++) {
+            float row[R > NOPE ? R : NOPE];
+            for (int r = 0; r < R; r++) {
+                cpu_dequantize_row((int)dt, kb + (size_t)(h * R + r) * kb_row, row, NOPE);
+                for (int i = 0; i < NOPE; i++) join[(h * (NOPE + V) + i) * R + r] = row[i];
+            }
+            for (int i = 0; i < V; i++)
+                cpu_dequantize_row((int)dt, vb + (size_t)(h * V + i) * vb_row,
+                                   join + (h * (NOPE + V) + NOPE + i) * R, R);
+        }
+        model_tensor tk = {.name = "k_b",
+                           .dtype = dt,
+                           .n_dims = 3,
+                           .ne = {NOPE, R, H, 1},
+                           .data = kb,
+                           .n_bytes = kb_row * H * R};
+        model_tensor tv = {.name = "v_b",
+                           .dtype = dt,
+                           .n_dims = 3,
+                           .ne = {R, V, H, 1},
+                           .data = vb,
+                           .n_bytes = vb_row * H * V};
+        float want[T * H * V], got[T * H * V], ref[T * H * V];
+        cpu_mla_attention(pool, &shape, q, T, POS0, kv, join, 0.125f, want, scratch, POS0 + T);
+        cpu_mla_attention_split(pool, &shape, q, T, POS0, kv, &tk, &tv, 0.125f, got, scratch,
+                                POS0 + T, 0);
+        cpu_mla_attention_split(pool, &shape, q, T, POS0, kv, &tk, &tv, 0.125f, ref, scratch,
+                                POS0 + T, 1);
+        double tol = dt == MODEL_DTYPE_F32 ? 1e-5 : 3e-2, worst = 0;
+        for (int i = 0; i < T * H * V; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            worst = d > worst ? d : worst;
+            if (d > tol * (1.0 + fabs((double)want[i])))
+                fail_msg("dtype %d element %d: split %g, f32 join %g", dt, i, (double)got[i],
+                         (double)want[i]);
+            /* the SIMD and reference kernels: the same integer sums */
+            if (fabs((double)got[i] - ref[i]) > 1e-5 * (1.0 + fabs((double)ref[i])))
+                fail_msg("dtype %d element %d: SIMD %g, reference %g", dt, i, (double)got[i],
+                         (double)ref[i]);
+        }
+        print_message("mla split form, dtype %d: max |diff| from the f32 join %.2e\n", dt, worst);
+        free(kb);
+        free(vb);
+    }
+    free(scratch);
+    cpu_threadpool_free(pool);
+}
+
 int main(void)
 {
     /* Which SIMD kernels this machine runs (the tests of the others skip). */
@@ -633,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_softmax_and_silu),
         cmocka_unit_test(test_attention_f32_cache),
         cmocka_unit_test(test_attention_f16_cache),
+        cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

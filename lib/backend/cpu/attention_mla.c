@@ -4,6 +4,8 @@
 #include "backend/cpu/attention_mla.h"
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
 
 /* x86-64: an AVX2 clone of each task (x86-64-v3) chosen at load time by the
  * dynamic linker (ifunc), the baseline otherwise; both compute the same sums in
@@ -24,11 +26,17 @@ typedef struct mla_job {
     float scale;
     float *out, *scratch;
     int64_t scratch_floats;
+    /* the split form (cpu_mla_attention_split) */
+    const model_tensor *k_b, *v_b;
+    cpu_vec_dot_fn dot_k, dot_v;
+    int act_k, act_v;
 } mla_job;
 
 int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx)
 {
-    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope;
+    /* scores, q_abs, o_lat; then room for q_nope or o_lat quantized (at most
+     * 4 bytes an element: F32 activations) */
+    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope + s->nope + s->kv_lora_rank;
 }
 
 /* Eight independent partial sums (then a fixed tree), so the compiler can keep
@@ -86,6 +94,41 @@ MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
     for (int64_t t = t0; t < t1; t++) absorbed_one(j, t, h, thread);
 }
 
+/* One (token, head) of the split form: as absorbed_one, the two weight
+ * products through the stored-format kernels. */
+static void split_one(const mla_job *j, int64_t t, int64_t h, int thread)
+{
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
+    const int64_t n_kv = j->pos0 + t + 1;
+    const float *q = j->q + (t * s->n_head + h) * qd;
+    float *scores = j->scratch + thread * j->scratch_floats;
+    float *qa = scores + n_kv, *olat = qa + D;
+    char *act = (char *)(olat + R); /* float-aligned: the kernels load unaligned */
+    const size_t kb_row = cpu_row_bytes((int)j->k_b->dtype, s->nope);
+    const size_t vb_row = cpu_row_bytes((int)j->v_b->dtype, R);
+    const char *kb = (const char *)j->k_b->data + (size_t)h * (size_t)R * kb_row;
+    const char *vb = (const char *)j->v_b->data + (size_t)h * (size_t)s->v * vb_row;
+    cpu_quantize_row(j->act_k, q, act, s->nope);
+    for (int r = 0; r < R; r++) j->dot_k(s->nope, &qa[r], kb + (size_t)r * kb_row, act);
+    for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
+    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
+    cpu_softmax(scores, n_kv);
+    for (int r = 0; r < R; r++) olat[r] = 0.0f;
+    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+    cpu_quantize_row(j->act_v, olat, act, R);
+    float *out = j->out + (t * s->n_head + h) * s->v;
+    for (int i = 0; i < s->v; i++) j->dot_v(R, &out[i], vb + (size_t)i * vb_row, act);
+}
+
+MLA_CLONES static void split_task(void *ctx, int64_t task, int thread)
+{
+    const mla_job *j = ctx;
+    const int64_t h = task % j->s->n_head, t0 = task / j->s->n_head * TOKENS_PER_TASK;
+    const int64_t t1 = t0 + TOKENS_PER_TASK < j->n_tokens ? t0 + TOKENS_PER_TASK : j->n_tokens;
+    for (int64_t t = t0; t < t1; t++) split_one(j, t, h, thread);
+}
+
 MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
 {
     const mla_job *j = ctx;
@@ -122,6 +165,30 @@ void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float
                  .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
     int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
     cpu_threadpool_run(pool, chunks * s->n_head, absorbed_task, &j);
+}
+
+void cpu_mla_attention_split(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                             int64_t n_tokens, int64_t pos0, const float *kv,
+                             const model_tensor *k_b, const model_tensor *v_b, float scale,
+                             float *out, float *scratch, int64_t scratch_ctx, int use_ref)
+{
+    mla_job j = {.s = s,
+                 .q = q,
+                 .kv = kv,
+                 .pos0 = pos0,
+                 .n_tokens = n_tokens,
+                 .scale = scale,
+                 .out = out,
+                 .scratch = scratch,
+                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx),
+                 .k_b = k_b,
+                 .v_b = v_b,
+                 .dot_k = use_ref ? cpu_vec_dot_ref(k_b->dtype) : cpu_vec_dot(k_b->dtype),
+                 .dot_v = use_ref ? cpu_vec_dot_ref(v_b->dtype) : cpu_vec_dot(v_b->dtype),
+                 .act_k = cpu_vec_dot_type(k_b->dtype),
+                 .act_v = cpu_vec_dot_type(v_b->dtype)};
+    int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
+    cpu_threadpool_run(pool, chunks * s->n_head, split_task, &j);
 }
 
 void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/threadpool.h"
+#include "backend/types.h"
 
 typedef struct cpu_mla_shape {
     int n_head, nope, rope, v, kv_lora_rank;
@@ -45,6 +46,19 @@ int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx);
 void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
                        int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,
                        float scale, float *out, float *scratch, int64_t scratch_ctx);
+
+/* The absorbed form with W_UK and W_UV as llama.cpp's deepseek2 files store
+ * them, in any dtype the matrix products take: k_b ne {nope, R, n_head} (row
+ * (h, r) = W_UK_h[:, r]) and v_b ne {R, v, n_head} (row (h, i) = W_UV_h[i, :]).
+ * q_abs[r] = dot(k_b row (h, r), q_nope) and out[i] = dot(v_b row (h, i), o_lat)
+ * are the vec_dot products, q_nope and o_lat quantized to each weight's
+ * activation type as the matrix products quantize theirs (quant.h) — so the
+ * arithmetic is llama.cpp's, and a decode step reads k_b and v_b as stored
+ * instead of their f32 join. use_ref: the scalar reference kernels. */
+void cpu_mla_attention_split(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
+                             int64_t n_tokens, int64_t pos0, const float *kv,
+                             const model_tensor *k_b, const model_tensor *v_b, float scale,
+                             float *out, float *scratch, int64_t scratch_ctx, int use_ref);
 
 /* kv_full: f32 [pos0 + n_tokens, n_head * (nope + v)], row j = c_j W^T. */
 void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,

@@ -28,6 +28,9 @@
 
 struct backend_matrix {
     const model_tensor *t;
+    /* MLA's kv_b from llama.cpp's split form (be_mla_kv_b_join): k_b and v_b
+     * as stored, for the absorbed products; NULL otherwise. */
+    const model_tensor *k_b, *v_b;
 };
 
 struct backend_rope {
@@ -137,7 +140,7 @@ static di_status be_vector(backend *be, const model_tensor *t, const float **out
 static di_status wrap(cpu_backend *c, const model_tensor *t, const backend_matrix **out,
                       di_error **err)
 {
-    struct backend_matrix *m = own(c, malloc(sizeof *m));
+    struct backend_matrix *m = own(c, calloc(1, sizeof *m));
     if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
     m->t = t;
     *out = m;
@@ -234,7 +237,17 @@ static di_status be_mla_kv_b_join(backend *be, const model_tensor *k_b, const mo
                         .data = w,
                         .n_bytes = (size_t)(R * H * (nope + vd)) * sizeof(float)};
     *kv_b = w;
-    return be_matrix(be, t, kv_b_w, err);
+    if ((st = be_matrix(be, t, kv_b_w, err)) != DI_OK) return st;
+    /* The absorbed attention multiplies k_b and v_b as stored (llama.cpp's
+     * way: int8 products, and a fraction of the f32 join's bytes per step)
+     * when the CPU has products for their types and rows. */
+    if (cpu_matmul_supported(k_b->dtype, nope) && cpu_matmul_supported(v_b->dtype, R) &&
+        k_b->dtype != MODEL_DTYPE_FP8_E4M3 && v_b->dtype != MODEL_DTYPE_FP8_E4M3) {
+        struct backend_matrix *m = (struct backend_matrix *)*kv_b_w;
+        m->k_b = k_b;
+        m->v_b = v_b;
+    }
+    return DI_OK;
 }
 
 static di_status be_rope_create(backend *be, const backend_rope_params *p, const backend_rope **out,
@@ -463,6 +476,11 @@ static void be_mla_attention(backend *be, const backend_kv *kv, const backend_kv
     /* The layer's cache as f32 rows (read once per layer, shared by all heads). */
     for (int64_t j = 0; j < n_kv; j++)
         cpu_dequantize_row((int)kv->c.dtype, cpu_kv_k(&kv->c, s, l, j), kv_f32 + j * D, D);
+    if (!kv->naive && kv_b_w->k_b) {
+        cpu_mla_attention_split(c->pool, &kv->shape, q, n, pos0, kv_f32, kv_b_w->k_b, kv_b_w->v_b,
+                                scale, out, c->mla.p, c->opt.max_ctx, c->opt.use_ref);
+        return;
+    }
     if (!kv->naive) {
         cpu_mla_attention(c->pool, &kv->shape, q, n, pos0, kv_f32, kv_b, scale, out, c->mla.p,
                           c->opt.max_ctx);
