@@ -57,6 +57,18 @@ static inline __attribute__((always_inline)) void axpy(float a, const float *x, 
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* The absorbed form's middle, for one (token, head) with q_abs in qa:
+ * o_lat = sum_k softmax_k(scale * qa . row_k) c_k over the first n_kv rows. */
+static inline __attribute__((always_inline)) void
+latent_attend(const mla_job *j, const float *qa, int64_t n_kv, float *scores, float *olat)
+{
+    const int R = j->s->kv_lora_rank, D = R + j->s->rope;
+    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
+    cpu_softmax(scores, n_kv);
+    for (int r = 0; r < R; r++) olat[r] = 0.0f;
+    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+}
+
 /* One (token, head) of the absorbed form (attention_mla.h). */
 static inline __attribute__((always_inline)) void absorbed_one(const mla_job *j, int64_t t,
                                                                int64_t h, int thread)
@@ -72,10 +84,7 @@ static inline __attribute__((always_inline)) void absorbed_one(const mla_job *j,
     for (int r = 0; r < R; r++) qa[r] = 0.0f;
     for (int i = 0; i < s->nope; i++) axpy(q[i], wk + (int64_t)i * R, qa, R);
     for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
-    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
-    cpu_softmax(scores, n_kv);
-    for (int r = 0; r < R; r++) olat[r] = 0.0f;
-    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+    latent_attend(j, qa, n_kv, scores, olat);
     float *out = j->out + (t * s->n_head + h) * s->v;
     for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
 }
@@ -86,17 +95,10 @@ static inline __attribute__((always_inline)) void absorbed_one(const mla_job *j,
  * (token, head) read them again for every token. */
 enum { TOKENS_PER_TASK = 8 };
 
-MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
-{
-    const mla_job *j = ctx;
-    const int64_t h = task % j->s->n_head, t0 = task / j->s->n_head * TOKENS_PER_TASK;
-    const int64_t t1 = t0 + TOKENS_PER_TASK < j->n_tokens ? t0 + TOKENS_PER_TASK : j->n_tokens;
-    for (int64_t t = t0; t < t1; t++) absorbed_one(j, t, h, thread);
-}
-
 /* One (token, head) of the split form: as absorbed_one, the two weight
  * products through the stored-format kernels. */
-static void split_one(const mla_job *j, int64_t t, int64_t h, int thread)
+static inline __attribute__((always_inline)) void split_one(const mla_job *j, int64_t t, int64_t h,
+                                                            int thread)
 {
     const cpu_mla_shape *s = j->s;
     const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
@@ -112,21 +114,23 @@ static void split_one(const mla_job *j, int64_t t, int64_t h, int thread)
     cpu_quantize_row(j->act_k, q, act, s->nope);
     for (int r = 0; r < R; r++) j->dot_k(s->nope, &qa[r], kb + (size_t)r * kb_row, act);
     for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
-    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
-    cpu_softmax(scores, n_kv);
-    for (int r = 0; r < R; r++) olat[r] = 0.0f;
-    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+    latent_attend(j, qa, n_kv, scores, olat);
     cpu_quantize_row(j->act_v, olat, act, R);
     float *out = j->out + (t * s->n_head + h) * s->v;
     for (int i = 0; i < s->v; i++) j->dot_v(R, &out[i], vb + (size_t)i * vb_row, act);
 }
 
-MLA_CLONES static void split_task(void *ctx, int64_t task, int thread)
+MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
 {
     const mla_job *j = ctx;
     const int64_t h = task % j->s->n_head, t0 = task / j->s->n_head * TOKENS_PER_TASK;
     const int64_t t1 = t0 + TOKENS_PER_TASK < j->n_tokens ? t0 + TOKENS_PER_TASK : j->n_tokens;
-    for (int64_t t = t0; t < t1; t++) split_one(j, t, h, thread);
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->k_b)
+            split_one(j, t, h, thread);
+        else
+            absorbed_one(j, t, h, thread);
+    }
 }
 
 MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
@@ -188,7 +192,7 @@ void cpu_mla_attention_split(cpu_threadpool *pool, const cpu_mla_shape *s, const
                  .act_k = cpu_vec_dot_type(k_b->dtype),
                  .act_v = cpu_vec_dot_type(v_b->dtype)};
     int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
-    cpu_threadpool_run(pool, chunks * s->n_head, split_task, &j);
+    cpu_threadpool_run(pool, chunks * s->n_head, absorbed_task, &j);
 }
 
 void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
