@@ -1061,6 +1061,27 @@ DI_API int64_t di_poll(di_engine *engine, int32_t timeout_ms);
  * Thread-safe. */
 DI_API size_t di_engine_pending(di_engine *engine);
 
+/* A file descriptor for event loops (epoll, poll, select, asyncio's add_reader,
+ * libuv): readable exactly while events are queued for di_poll, so a host can
+ * sleep in its own loop and call di_poll(engine, 0) when it wakes — as libcurl's
+ * multi interface and c-ares hand out their sockets. Level-triggered: it stays
+ * readable until di_poll takes the queue (a wake-up always finds events), and
+ * becomes readable again when new events arrive. Made on the first call (the
+ * same descriptor after that); owned by the engine and closed by
+ * di_engine_destroy: never read, write or close it yourself.
+ *
+ *     int fd = di_engine_event_fd(engine);
+ *     struct epoll_event ev = {.events = EPOLLIN};
+ *     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+ *     while (di_engine_pending(engine) > 0)
+ *         if (epoll_wait(ep, &ev, 1, -1) == 1) di_poll(engine, 0);
+ *
+ * Returns the descriptor (>= 0), or minus a di_status: -DI_ERR_INVALID_ARGUMENT
+ * (NULL engine), -DI_ERR_INVALID_STATE (the engine is being destroyed),
+ * -DI_ERR_OUT_OF_MEMORY (the process is out of descriptors), -DI_ERR_UNSUPPORTED
+ * (not Linux: eventfd). Thread-safe. Source: eventfd(2). */
+DI_API int di_engine_event_fd(di_engine *engine);
+
 /* The event's kind; 0 for NULL. */
 DI_API di_event_kind di_event_kind_of(const di_event *ev);
 /* The id di_submit gave the request; 0 for NULL. */

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#ifdef __linux__
+#    include <sys/eventfd.h>
+#endif
 #include <unistd.h>
 
 #include "util/error.h"
@@ -42,10 +45,33 @@ static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
     e->log(e->log_user, level, msg);
 }
 
+/* The event descriptor's level, kept equal to "the queue is not empty": set
+ * when the queue goes from empty to not, cleared when di_poll takes it all.
+ * Called with mu held. */
+static void event_fd_set(di_engine *e)
+{
+#ifdef __linux__
+    if (e->event_fd >= 0) (void)eventfd_write(e->event_fd, 1);
+#else
+    (void)e;
+#endif
+}
+
+static void event_fd_clear(di_engine *e)
+{
+#ifdef __linux__
+    eventfd_t v;
+    if (e->event_fd >= 0) (void)eventfd_read(e->event_fd, &v); /* non-blocking: 0 or EAGAIN */
+#else
+    (void)e;
+#endif
+}
+
 static void enqueue(di_engine *e, event_list *l)
 {
     if (!l->head) return;
     pthread_mutex_lock(&e->mu);
+    if (!e->head) event_fd_set(e);
     if (e->tail)
         e->tail->next = l->head;
     else
@@ -288,6 +314,7 @@ static void engine_free(di_engine *e)
         next = ev->next;
         event_free(ev);
     }
+    if (e->event_fd >= 0) close(e->event_fd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -332,6 +359,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (!e) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    e->event_fd = -1;
     e->log = c.log;
     e->log_user = c.log_user;
     di_status st;
@@ -447,6 +475,25 @@ DI_API int64_t di_engine_context_length(const di_engine *e)
     return e ? e->n_ctx : 0;
 }
 
+DI_API int di_engine_event_fd(di_engine *e)
+{
+    if (!e) return -(int)DI_ERR_INVALID_ARGUMENT;
+#ifdef __linux__
+    pthread_mutex_lock(&e->mu);
+    if (e->event_fd < 0 && !e->destroying) {
+        e->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (e->event_fd >= 0 && e->head) event_fd_set(e);
+    }
+    int fd = e->event_fd >= 0 ? e->event_fd
+             : e->destroying  ? -(int)DI_ERR_INVALID_STATE
+                              : -(int)DI_ERR_OUT_OF_MEMORY; /* eventfd: EMFILE, ENOMEM */
+    pthread_mutex_unlock(&e->mu);
+    return fd;
+#else
+    return -(int)DI_ERR_UNSUPPORTED;
+#endif
+}
+
 DI_API size_t di_engine_pending(di_engine *e)
 {
     if (!e) return 0;
@@ -490,7 +537,10 @@ static void poll_end(poll_state *ps)
         di_event *last = ps->rest;
         while (last->next) last = last->next;
         last->next = e->head;
-        if (!e->head) e->tail = last;
+        if (!e->head) {
+            e->tail = last;
+            event_fd_set(e);
+        }
         e->head = ps->rest;
         ps->rest = NULL;
     }
@@ -544,6 +594,7 @@ DI_API int64_t di_poll(di_engine *e, int32_t timeout_ms)
         }
     }
     __attribute__((cleanup(poll_end))) poll_state ps = {e, NULL, e->head, 1};
+    if (e->head) event_fd_clear(e);
     e->head = e->tail = NULL;
     pthread_mutex_unlock(&e->mu);
     return deliver(&ps);

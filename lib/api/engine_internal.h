@@ -46,6 +46,9 @@ struct di_engine {
     di_event *head, *tail;
     size_t pending;
     int in_poll, destroying;
+    /* di_engine_event_fd's eventfd, readable while events are queued; -1
+     * until a host asks for it. Guarded by mu, with head/tail. */
+    int event_fd;
 };
 
 #endif

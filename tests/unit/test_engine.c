@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1100,6 +1102,64 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     rmdir(dir);
 }
 
+/* An event loop sleeps on di_engine_event_fd instead of in di_poll: epoll
+ * wakes exactly when events are queued (never with nothing to deliver), di_poll
+ * (engine, 0) then delivers them, and when every request is done the descriptor
+ * is quiet. Every request still gets its tokens and one DONE. */
+static void test_event_fd_wakes_an_epoll_loop(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 4, 0, NULL, NULL);
+    g.e = e;
+    assert_int_equal(di_engine_event_fd(NULL), -(int)DI_ERR_INVALID_ARGUMENT);
+    int fd = di_engine_event_fd(e);
+    assert_true(fd >= 0);
+    assert_int_equal(di_engine_event_fd(e), fd); /* the same one */
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 0), 0); /* nothing queued yet */
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    assert_true(ep >= 0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
+    enum { N = 3 };
+    rec r[N];
+    memset(r, 0, sizeof r);
+    int32_t prompts[N][4];
+    for (int k = 0; k < N; k++) {
+        for (int i = 0; i < 4; i++) prompts[k][i] = 5 + 7 * k + i;
+        r[k].cancel_at = -1;
+        di_request q;
+        di_request_init(&q);
+        q.tokens = prompts[k];
+        q.n_tokens = 4;
+        q.max_tokens = 8 + 4 * k;
+        q.temperature = 0.0f;
+        q.ignore_eos = 1;
+        q.on_event = on_event;
+        q.user_data = &r[k];
+        assert_int_equal(di_submit(e, &q, &r[k].id, NULL), DI_OK);
+    }
+    int wakeups = 0, empty_wakeups = 0;
+    while (di_engine_pending(e) > 0) {
+        int n = epoll_wait(ep, &ev, 1, 10000);
+        assert_int_equal(n, 1); /* within 10 s: the engine's events wake it */
+        wakeups++;
+        int64_t got = di_poll(e, 0);
+        assert_true(got >= 0);
+        empty_wakeups += got == 0;
+    }
+    assert_int_equal(empty_wakeups, 0);
+    assert_true(wakeups >= 1);
+    assert_int_equal(poll(&pfd, 1, 0), 0); /* all delivered: quiet again */
+    for (int k = 0; k < N; k++) {
+        assert_int_equal(r[k].n_done, 1);
+        assert_int_equal(r[k].status, DI_OK);
+        assert_int_equal(r[k].n_toks, 8 + 4 * k);
+    }
+    close(ep);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 /* GGUFs that cannot render chat still serve token requests: one without a
  * vocabulary (tokenizer.ggml.model "none", llama.cpp's LLAMA_VOCAB_TYPE_NONE)
  * gives llama.cpp's greedy tokens (the fixture's oracle); a deepseek2 file whose
@@ -1405,6 +1465,7 @@ int main(void)
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
+        cmocka_unit_test(test_event_fd_wakes_an_epoll_loop),
         cmocka_unit_test(test_gguf_without_chat_tokens_serves_token_requests),
         cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),

@@ -155,6 +155,7 @@ _SIGNATURES = [
     ("di_engine_vocab_size", c_int32, [c_void_p]),
     ("di_engine_context_length", c_int64, [c_void_p]),
     ("di_engine_pending", c_size_t, [c_void_p]),
+    ("di_engine_event_fd", c_int, [c_void_p]),
     ("di_request_init", None, [c_void_p]),
     ("di_submit", c_int, [c_void_p, c_void_p, POINTER(c_uint64), POINTER(c_void_p)]),
     ("di_cancel", c_int, [c_void_p, c_uint64, POINTER(c_void_p)]),
