@@ -385,6 +385,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     e->n_vocab = (int32_t)mc->n_vocab;
     e->n_ctx = model_n_ctx(e->m);
     /* The tokenizer: the configured one, the GGUF's, or the directory's. */
+    /* The model file's own metadata, read once: the encoding its pre-tokenizer
+     * declares, its chat template, and whether it has a vocabulary at all. */
+    char pre[64] = "";
+    int32_t enc = c.encoding, found = 0;
+    char *chat_template = NULL;
+    int no_vocab = 0;
+    if (!is_dir(c.model_path))
+        found = gguf_encoding(c.model_path, pre, sizeof pre, &chat_template, &no_vocab);
     const char *tok_path = c.tokenizer_path;
     char *dir_json = NULL;
     if (!tok_path) {
@@ -392,27 +400,24 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             size_t n = strlen(c.model_path) + sizeof "/tokenizer.json";
             dir_json = malloc(n);
             if (!dir_json) {
+                free(chat_template);
                 st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
                 goto fail;
             }
             snprintf(dir_json, n, "%s/tokenizer.json", c.model_path);
             if (exists(dir_json)) tok_path = dir_json;
-        } else {
+        } else if (!no_vocab) {
             /* a GGUF without a vocabulary (tokenizer.ggml.model "none" or
              * absent) serves token requests only */
-            int no_vocab = 0;
-            gguf_encoding(c.model_path, (char[8]){0}, 8, NULL, &no_vocab);
-            if (!no_vocab) tok_path = c.model_path;
+            tok_path = c.model_path;
         }
     }
     st = tok_path ? di_tokenizer_load(tok_path, &e->tok, err) : DI_OK;
     free(dir_json);
-    if (st != DI_OK) goto fail;
-    char pre[64] = "";
-    int32_t enc = c.encoding, found = 0;
-    char *chat_template = NULL;
-    if (!is_dir(c.model_path))
-        found = gguf_encoding(c.model_path, pre, sizeof pre, &chat_template, NULL);
+    if (st != DI_OK) {
+        free(chat_template);
+        goto fail;
+    }
     if (!found && c.tokenizer_path && !is_dir(c.tokenizer_path))
         found = gguf_encoding(c.tokenizer_path, pre, sizeof pre, &chat_template, NULL);
     if (enc == 0) enc = found;

@@ -153,22 +153,35 @@ MLA_CLONES static void naive_task(void *ctx, int64_t task, int thread)
         axpy(scores[k], j->kv_full + k * full + h * (s->nope + s->v) + s->nope, out, s->v);
 }
 
+/* The fields every form's job has. */
+static mla_job make_job(const cpu_mla_shape *s, const float *q, int64_t n_tokens, int64_t pos0,
+                        const float *kv, float scale, float *out, float *scratch,
+                        int64_t scratch_ctx)
+{
+    return (mla_job){.s = s,
+                     .q = q,
+                     .kv = kv,
+                     .pos0 = pos0,
+                     .n_tokens = n_tokens,
+                     .scale = scale,
+                     .out = out,
+                     .scratch = scratch,
+                     .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
+}
+
+static void run_absorbed(cpu_threadpool *pool, mla_job *j)
+{
+    int64_t chunks = (j->n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
+    cpu_threadpool_run(pool, chunks * j->s->n_head, absorbed_task, j);
+}
+
 void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
                        int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,
                        float scale, float *out, float *scratch, int64_t scratch_ctx)
 {
-    mla_job j = {.s = s,
-                 .q = q,
-                 .kv = kv,
-                 .w = kv_b,
-                 .pos0 = pos0,
-                 .n_tokens = n_tokens,
-                 .scale = scale,
-                 .out = out,
-                 .scratch = scratch,
-                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
-    int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
-    cpu_threadpool_run(pool, chunks * s->n_head, absorbed_task, &j);
+    mla_job j = make_job(s, q, n_tokens, pos0, kv, scale, out, scratch, scratch_ctx);
+    j.w = kv_b;
+    run_absorbed(pool, &j);
 }
 
 void cpu_mla_attention_split(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
@@ -176,38 +189,21 @@ void cpu_mla_attention_split(cpu_threadpool *pool, const cpu_mla_shape *s, const
                              const model_tensor *k_b, const model_tensor *v_b, float scale,
                              float *out, float *scratch, int64_t scratch_ctx, int use_ref)
 {
-    mla_job j = {.s = s,
-                 .q = q,
-                 .kv = kv,
-                 .pos0 = pos0,
-                 .n_tokens = n_tokens,
-                 .scale = scale,
-                 .out = out,
-                 .scratch = scratch,
-                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx),
-                 .k_b = k_b,
-                 .v_b = v_b,
-                 .dot_k = use_ref ? cpu_vec_dot_ref(k_b->dtype) : cpu_vec_dot(k_b->dtype),
-                 .dot_v = use_ref ? cpu_vec_dot_ref(v_b->dtype) : cpu_vec_dot(v_b->dtype),
-                 .act_k = cpu_vec_dot_type(k_b->dtype),
-                 .act_v = cpu_vec_dot_type(v_b->dtype)};
-    int64_t chunks = (n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
-    cpu_threadpool_run(pool, chunks * s->n_head, absorbed_task, &j);
+    mla_job j = make_job(s, q, n_tokens, pos0, kv, scale, out, scratch, scratch_ctx);
+    j.k_b = k_b;
+    j.v_b = v_b;
+    j.dot_k = use_ref ? cpu_vec_dot_ref(k_b->dtype) : cpu_vec_dot(k_b->dtype);
+    j.dot_v = use_ref ? cpu_vec_dot_ref(v_b->dtype) : cpu_vec_dot(v_b->dtype);
+    j.act_k = cpu_vec_dot_type(k_b->dtype);
+    j.act_v = cpu_vec_dot_type(v_b->dtype);
+    run_absorbed(pool, &j);
 }
 
 void cpu_mla_attention_naive(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
                              int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_full,
                              float scale, float *out, float *scratch, int64_t scratch_ctx)
 {
-    mla_job j = {.s = s,
-                 .q = q,
-                 .kv = kv,
-                 .kv_full = kv_full,
-                 .pos0 = pos0,
-                 .n_tokens = n_tokens,
-                 .scale = scale,
-                 .out = out,
-                 .scratch = scratch,
-                 .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
+    mla_job j = make_job(s, q, n_tokens, pos0, kv, scale, out, scratch, scratch_ctx);
+    j.kv_full = kv_full;
     cpu_threadpool_run(pool, n_tokens * s->n_head, naive_task, &j);
 }

@@ -3,6 +3,7 @@
  * the code is ours. */
 #include "backend/cpu/quant.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -350,26 +351,24 @@ static int8_t round_q8(float v)
 /* A block holding a NaN or an infinity (corrupt weights upstream) is stored as
  * scale NaN and zero values, so every product with it is NaN: the fault shows
  * in the logits instead of vanishing in an int8 conversion (undefined for a
- * NaN). */
-static int finite_block(const float *x, int n)
-{
-    int ok = 1;
-    for (int j = 0; j < n; j++) ok &= isfinite(x[j]) != 0;
-    return ok;
-}
-
+ * NaN). The amax pass finds it: |x| <= FLT_MAX is false for both. */
 enum { F16_NAN = 0x7e00 };
 
 static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
-        if (!finite_block(x + i * 32, 32)) {
+        float amax = 0;
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(x[i * 32 + j]);
+            finite &= a <= FLT_MAX;
+            amax = fmaxf(amax, a);
+        }
+        if (!finite) {
             memset(&y[i], 0, sizeof y[i]);
             y[i].d = F16_NAN;
             continue;
         }
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
         float d = amax / 127.0f;
         float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = cpu_f32_to_fp16(d);
@@ -380,13 +379,18 @@ static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
 static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
-        if (!finite_block(x + i * 32, 32)) {
+        float amax = 0;
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(x[i * 32 + j]);
+            finite &= a <= FLT_MAX;
+            amax = fmaxf(amax, a);
+        }
+        if (!finite) {
             memset(&y[i], 0, sizeof y[i]);
             y[i].d = y[i].s = F16_NAN;
             continue;
         }
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
         float d = amax / 127.0f;
         float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
@@ -414,21 +418,19 @@ static void quant_q8_K(const float *x, block_q8_K *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float *xb = x + i * QK_K;
-        if (!finite_block(xb, QK_K)) {
-            memset(&y[i], 0, sizeof y[i]);
-            y[i].d = NAN;
-            continue;
-        }
         float max = 0, amax = 0;
+        int finite = 1;
         for (int j = 0; j < QK_K; j++) {
             float ax = fabsf(xb[j]);
+            finite &= ax <= FLT_MAX;
             if (ax > amax) {
                 amax = ax;
                 max = xb[j];
             }
         }
-        if (amax == 0.0f) {
+        if (!finite || amax == 0.0f) {
             memset(&y[i], 0, sizeof y[i]);
+            if (!finite) y[i].d = NAN;
             continue;
         }
         float iscale = -127.f / max;
