@@ -45,8 +45,9 @@ typedef void (*cpu_vec_dot2x4_fn)(int64_t n, float *s, const void *w, size_t w_s
                                   const void *a, size_t stride);
 cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
 
-/* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; four-row: Q8_0,
- * Q4_1, Q5_0), bit-identical to the AVX2 ones, or NULL. */
+/* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
+ * bit-identical to the AVX2 ones, or NULL. (Q5_0/Q5_1 measured within a few
+ * per cent of AVX2: their unpacking, not the products, is the cost.) */
 cpu_vec_dot_fn cpu_vec_dot_vnni(model_dtype dtype);
 cpu_vec_dot4_fn cpu_vec_dot4_vnni(model_dtype dtype);
 /* The fastest four-row version this CPU runs, or NULL. */
