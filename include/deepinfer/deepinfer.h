@@ -872,6 +872,18 @@ typedef struct di_engine_config {
     /* A load-progress callback and its argument; NULL (default): none. */
     di_progress_fn progress;
     void *progress_user;
+    /* The prefix cache. 0 (default): on — every full block of 16 tokens a
+     * request computes stays in the KV cache, keyed by the tokens up to its end
+     * (vLLM's automatic prefix caching), until its room is needed (the block
+     * released longest ago goes first); a later request whose prompt starts
+     * with such blocks takes them and prefills only the rest — bit-identical
+     * logits to a full prefill, as the engine's arithmetic does not depend on
+     * how a prompt is chunked. The count is the usage's prompt_cache_hit_tokens
+     * / cached_tokens / cache_read_input_tokens (di_event_prompt_cache_hit_tokens).
+     * At least the prompt's last token is always computed. 1: off, every
+     * request prefills its whole prompt. */
+    int32_t disable_prefix_cache;
+    int32_t reserved; /* must be 0 */
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -1132,6 +1144,10 @@ DI_API const char *di_event_finish_text(const di_event *ev);
 /* DONE: tokens of the prompt the request prefilled (after rendering, for
  * protocol requests); 0 for other kinds. */
 DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
+/* DONE: of di_event_prompt_tokens, those the prefix cache held when the
+ * request was first admitted, so not computed again (a multiple of 16; see
+ * di_engine_config.disable_prefix_cache); 0 for other kinds. */
+DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev);
 /* DONE: tokens the request generated (every sampled token, the end-of-sequence
  * token included); 0 for other kinds. */
 DI_API uint32_t di_event_completion_tokens(const di_event *ev);

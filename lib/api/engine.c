@@ -26,7 +26,7 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, progress_user),
+_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, reserved),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
@@ -86,7 +86,7 @@ static void stream_ready(event_list *l, const sched_request *r, api_request *a)
 {
     if (a->ready) return;
     a->ready = 1;
-    if (di_stream_ready(a->stream, a->n_prompt, 0, NULL, NULL) == DI_OK)
+    if (di_stream_ready(a->stream, a->n_prompt, (uint32_t)r->n_cached, NULL, NULL) == DI_OK)
         collect_stream(l, r->id, a->fn, a->user, a->stream, NULL);
 }
 
@@ -169,6 +169,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     ev->finish = status == DI_OK ? finish : (di_finish)0;
     ev->finish_text = finish_text;
     ev->prompt_tokens = (uint32_t)r->n_prompt;
+    ev->prompt_cache_hit_tokens = (uint32_t)r->n_cached;
     ev->completion_tokens = (uint32_t)(r->n_all - r->n_prompt);
     ev->reasoning_tokens = reasoning;
     if (response) {
@@ -328,7 +329,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     di_engine_config c;
     di_engine_config_init(&c);
     const char *msg;
-    if (di_struct_copy_in(&c, sizeof c, cfg, sizeof c, &msg) != DI_OK)
+    if (di_struct_copy_in(&c, sizeof c, cfg, DI_STRUCT_SIZE_UNTIL(di_engine_config, progress_user),
+                          &msg) != DI_OK)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
     if (!c.model_path)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "model_path: must not be NULL");
@@ -352,6 +354,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.n_batch < 0 || c.n_batch > 65536)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "n_batch: expected 0 (256) to 65536 tokens");
+    if (c.disable_prefix_cache != 0 && c.disable_prefix_cache != 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "disable_prefix_cache: expected 0 or 1");
+    if (c.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     if (c.kv_cache_bytes < 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_cache_bytes: expected 0 (the default) or more");
@@ -444,7 +449,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
      * a step takes tokens: otherwise the newest would wait for the others. */
     int max_running = c.max_running ? c.max_running : 16;
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
-    st = sched_create(e->m, max_running, &sink, &e->sched);
+    st = sched_create(e->m, max_running, !c.disable_prefix_cache, &sink, &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

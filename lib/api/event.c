@@ -191,6 +191,10 @@ DI_API uint32_t di_event_prompt_tokens(const di_event *ev)
 {
     return ev ? ev->prompt_tokens : 0;
 }
+DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev)
+{
+    return ev ? ev->prompt_cache_hit_tokens : 0;
+}
 DI_API uint32_t di_event_completion_tokens(const di_event *ev)
 {
     return ev ? ev->completion_tokens : 0;

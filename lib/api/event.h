@@ -27,7 +27,7 @@ struct di_event {
     char *message;
     di_finish finish;
     char *finish_text;
-    uint32_t prompt_tokens, completion_tokens, reasoning_tokens;
+    uint32_t prompt_tokens, completion_tokens, reasoning_tokens, prompt_cache_hit_tokens;
     char *response;
     size_t response_len;
 };

@@ -14,13 +14,14 @@
  *   - Activations are f32 buffers from backend_alloc (device memory: an
  *     architecture never reads or writes them itself; it may offset them).
  *   - The KV cache is paged (vLLM's PagedAttention layout): the backend holds
- *     the blocks, a backend_kv_seq the block table of one sequence (host
- *     bookkeeping, the same on every device).
+ *     the blocks' memory, a backend_kv_seq the block table of one sequence;
+ *     which block holds what (allocation, sharing, the prefix cache) is host
+ *     bookkeeping, the same on every device (model/kv_pool.h).
  *   - Token ids, positions and the chosen experts are host arrays.
  *
  * Ownership: everything a backend hands out (buffers, vectors, matrices, rope
- * tables, caches) belongs to it and is freed by backend_free; sequences are the
- * caller's (backend_kv_seq_free). Thread-safety: one thread drives a backend at
+ * tables, caches) belongs to it and is freed by backend_free; block tables are the
+ * caller's. Thread-safety: one thread drives a backend at
  * a time (the model's); the backend may run each operation on threads of its
  * own. Errors: the creating calls return di_status with a message naming the
  * tensor; the operations cannot fail (their arguments are checked at load). */
@@ -51,6 +52,7 @@ typedef struct backend_kv_seq {
     int32_t n_blocks;     /* blocks held */
     int32_t n_blocks_max;
     int64_t n_tokens; /* tokens stored */
+    int32_t n_keyed;  /* leading blocks with a content key (the prefix cache) */
 } backend_kv_seq;
 
 typedef struct backend_options {
@@ -131,14 +133,6 @@ typedef struct backend_ops {
                            int mla_naive, backend_kv **out, di_error **err);
     size_t (*kv_bytes_per_token)(const backend_kv *kv);
     int32_t (*kv_blocks_total)(const backend_kv *kv);
-    int32_t (*kv_blocks_free)(const backend_kv *kv);
-    /* A sequence that may grow to max_tokens. DI_ERR_OUT_OF_MEMORY. */
-    di_status (*kv_seq_init)(backend_kv *kv, backend_kv_seq *s, int64_t max_tokens);
-    void (*kv_seq_reset)(backend_kv *kv, backend_kv_seq *s);
-    void (*kv_seq_free)(backend_kv *kv, backend_kv_seq *s);
-    /* Blocks for n_tokens in total. DI_ERR_CONTEXT_LENGTH (over max_tokens, or
-     * no free block); the sequence keeps what it held. */
-    di_status (*kv_seq_reserve)(backend_kv *kv, backend_kv_seq *s, int64_t n_tokens);
     /* Store rows k, v (f32 [n, kv width]; v NULL for a latent cache) at slots
      * pos0.. of layer l; the slots are reserved. */
     void (*kv_store)(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,

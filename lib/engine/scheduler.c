@@ -10,6 +10,7 @@
 struct sched {
     model *m;
     int max_running;
+    int prefix_cache; /* 1: requests share computed prompt prefixes */
     sched_sink sink;
     int32_t n_vocab;
     int64_t n_ctx;
@@ -279,7 +280,9 @@ static void step(sched *s)
             budget -= take;
         }
     }
-    /* Admission, in arrival order. */
+    /* Admission, in arrival order. The prompt's leading blocks the prefix cache
+     * holds are taken as computed; at least the last token is computed (its
+     * logits are the next token's). */
     while (s->n_waiting > 0 && s->n_running < s->max_running && budget > 0) {
         sched_request *r = s->waiting[0];
         int32_t need_blocks = model_kv_blocks_for(r->n_all + 1);
@@ -290,22 +293,29 @@ static void step(sched *s)
             retire(s, r, 0, DI_ERR_CONTEXT_LENGTH, msg, 0);
             continue;
         }
-        if (need_blocks > model_kv_blocks_free(m)) break;
+        int32_t n_cached_hit = 0;
+        int64_t hit =
+            s->prefix_cache ? model_prefix_probe(m, r->tokens, r->n_all - 1, &n_cached_hit) : 0;
+        /* Blocks still to take: the cached ones matched leave the free count. */
+        if (need_blocks - model_kv_blocks_for(hit) > model_kv_blocks_free(m) - n_cached_hit) break;
         if (model_seq_create(m, &r->seq) != DI_OK) {
             retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for a sequence", 0);
             continue;
         }
-        int64_t take = r->n_all < budget ? r->n_all : budget;
-        if (model_seq_reserve(m, r->seq, take) != DI_OK) { /* cannot happen: checked above */
+        if (hit > 0) hit = model_seq_match_prefix(m, r->seq, r->tokens, hit);
+        int64_t take = r->n_all - hit < budget ? r->n_all - hit : budget;
+        if (model_seq_reserve(m, r->seq, hit + take) != DI_OK) { /* cannot happen: checked above */
             retire(s, r, 0, DI_ERR_INTERNAL, "KV cache reservation failed after admission", 0);
             continue;
         }
         memmove(&s->waiting[0], &s->waiting[1], (s->n_waiting - 1) * sizeof(sched_request *));
         s->n_waiting--;
+        if (!r->admit_order) r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
         r->running = 1;
         r->admit_order = ++s->admit_counter;
         s->running[s->n_running++] = r;
-        s->items[n_items] = (model_batch_item){r->seq, r->tokens, take, take == r->n_all};
+        s->items[n_items] =
+            (model_batch_item){r->seq, r->tokens + hit, take, hit + take == r->n_all};
         s->item_req[n_items++] = r;
         budget -= take;
     }
@@ -318,6 +328,11 @@ static void step(sched *s)
         for (int i = 0; i < n_items; i++) retire(s, s->item_req[i], 0, DI_ERR_INTERNAL, msg, 0);
         return;
     }
+    /* The blocks this step filled can serve later requests (before any of
+     * these requests ends and gives its blocks back). */
+    if (s->prefix_cache)
+        for (int i = 0; i < n_items; i++)
+            model_seq_publish(m, s->items[i].seq, s->item_req[i]->tokens);
     int row = 0;
     for (int i = 0; i < n_items; i++) {
         if (!s->items[i].want_logits) continue;
@@ -422,12 +437,14 @@ static void *worker(void *arg)
     return NULL;
 }
 
-di_status sched_create(model *m, int max_running, const sched_sink *sink, sched **out)
+di_status sched_create(model *m, int max_running, int prefix_cache, const sched_sink *sink,
+                       sched **out)
 {
     sched *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->max_running = max_running;
+    s->prefix_cache = prefix_cache != 0;
     s->sink = *sink;
     s->n_vocab = (int32_t)model_get_config(m)->n_vocab;
     s->n_ctx = model_n_ctx(m);

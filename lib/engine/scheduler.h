@@ -10,7 +10,12 @@
  *   3. waiting requests are admitted in arrival order (none overtakes the
  *      front) while a running slot is free, the budget has room and the KV
  *      cache has free blocks for the whole prompt (admission control).
- * A request's KV blocks are reserved as it grows. When a decoding request
+ * A request's KV blocks are reserved as it grows. With the prefix cache on, a
+ * request admitted takes the leading full blocks of its tokens that an
+ * earlier request computed (model_prefix_probe) and prefills only the rest;
+ * every full block a step computes is published for later requests, so a
+ * cancelled, finished or pre-empted request leaves its blocks reusable until
+ * they are evicted (least recently released first). When a decoding request
  * needs a block and none is free, the newest running request is pre-empted
  * (its blocks freed; it goes back to the front of the queue and is recomputed
  * from its prompt and the tokens it has generated, which gives it the same
@@ -46,7 +51,8 @@ typedef struct sched_request {
     uint64_t id;
     int64_t n_all, cap;
     model_seq *seq;
-    uint64_t admit_order;
+    uint64_t admit_order;              /* 0 until first admitted */
+    int64_t n_cached;                  /* prompt tokens the prefix cache held at first admission */
     int cancel;                        /* set under the lock by sched_cancel */
     int running;                       /* 1: admitted, holds a sequence */
     struct sched_request *next, *prev; /* the live list */
@@ -71,8 +77,10 @@ typedef struct sched_sink {
 typedef struct sched sched;
 
 /* Start the worker over model m (owned by the caller, used only by the worker
- * from now until sched_destroy). Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, const sched_sink *sink, sched **out);
+ * from now until sched_destroy); prefix_cache 1 shares computed prompt
+ * prefixes between requests. Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, int prefix_cache, const sched_sink *sink,
+                       sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */
 di_status sched_submit(sched *s, sched_request *r, uint64_t *id);

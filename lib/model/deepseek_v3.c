@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model_internal.h"
 #include "util/error.h"
@@ -64,6 +65,7 @@ struct dsv3 {
     float attn_scale;
     backend_route_params route;
     backend_kv *kv;
+    kv_pool pool;  /* which of kv's blocks hold what */
     model_seq seq; /* the default sequence of dsv3_forward */
     /* activations in the backend, [n_batch, ...] */
     float *x, *h, *q, *qa, *kva, *attn, *gate, *up, *ffn, *router;
@@ -73,6 +75,7 @@ struct dsv3 {
     const float *mtp_enorm, *mtp_hnorm, *mtp_norm;
     const backend_matrix *mtp_eh, *mtp_head;
     backend_kv *mtp_kv;
+    kv_pool mtp_pool;
     backend_kv_seq mtp_seq;
     float *hidden_out; /* [n_batch, n_embd]: final normed hidden rows of the last chunk */
     int64_t n_hidden;
@@ -266,7 +269,8 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
     if ((st = op->kv_create(be, d->opt.kv_dtype, (int)c->n_layer, 1, (int)(R + rope), BLOCK,
                             n_blocks, &shape, d->opt.mla_naive, &d->kv, err)) != DI_OK)
         goto fail;
-    if ((st = op->kv_seq_init(d->kv, &d->seq.kv, ctx)) != DI_OK) {
+    if ((st = kv_pool_init(&d->pool, n_blocks, model_kv_fingerprint(c, &d->opt))) != DI_OK ||
+        (st = kv_pool_seq_init(&d->pool, &d->seq.kv, ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
         goto fail;
     }
@@ -274,7 +278,8 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
         if ((st = op->kv_create(be, d->opt.kv_dtype, 1, 1, (int)(R + rope), BLOCK, mtp_blocks,
                                 &shape, d->opt.mla_naive, &d->mtp_kv, err)) != DI_OK)
             goto fail;
-        if ((st = op->kv_seq_init(d->mtp_kv, &d->mtp_seq, ctx)) != DI_OK) {
+        if ((st = kv_pool_init(&d->mtp_pool, mtp_blocks, 0)) != DI_OK ||
+            (st = kv_pool_seq_init(&d->mtp_pool, &d->mtp_seq, ctx)) != DI_OK) {
             st = di_error_setf(err, st, "cannot allocate the MTP layer's KV cache for %lld tokens",
                                (long long)ctx);
             goto fail;
@@ -319,8 +324,10 @@ void dsv3_free(dsv3 *d)
 {
     if (!d) return;
     free(d->layers);
-    if (d->mtp_seq.block_table) d->be->ops->kv_seq_free(d->mtp_kv, &d->mtp_seq);
-    if (d->seq.kv.block_table) d->be->ops->kv_seq_free(d->kv, &d->seq.kv);
+    kv_pool_seq_free(&d->mtp_pool, &d->mtp_seq);
+    kv_pool_free(&d->mtp_pool);
+    kv_pool_seq_free(&d->pool, &d->seq.kv);
+    kv_pool_free(&d->pool);
     free(d->pos);
     free(d->spans);
     free(d->sel);
@@ -338,10 +345,15 @@ backend_kv *dsv3_kv(const dsv3 *d)
     return d->kv;
 }
 
+kv_pool *dsv3_pool(dsv3 *d)
+{
+    return &d->pool;
+}
+
 void dsv3_reset(dsv3 *d)
 {
-    d->be->ops->kv_seq_reset(d->kv, &d->seq.kv);
-    if (d->has_mtp) d->be->ops->kv_seq_reset(d->mtp_kv, &d->mtp_seq);
+    kv_pool_seq_reset(&d->pool, &d->seq.kv);
+    if (d->has_mtp) kv_pool_seq_reset(&d->mtp_pool, &d->mtp_seq);
     d->n_hidden = 0;
 }
 
@@ -483,7 +495,7 @@ di_status dsv3_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, float *
             err, DI_ERR_CONTEXT_LENGTH,
             "%lld tokens after %lld already in the sequence exceed the context of %lld",
             (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
-    if (d->be->ops->kv_seq_reserve(d->kv, &d->seq.kv, pos0 + n_tokens) != DI_OK)
+    if (kv_pool_seq_reserve(&d->pool, &d->seq.kv, pos0 + n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
@@ -513,7 +525,7 @@ di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, con
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "%lld MTP tokens after %lld exceed the context of %lld",
                              (long long)n_tokens, (long long)k0, (long long)d->opt.n_ctx);
-    if (op->kv_seq_reserve(d->mtp_kv, &d->mtp_seq, k0 + n_tokens) != DI_OK)
+    if (kv_pool_seq_reserve(&d->mtp_pool, &d->mtp_seq, k0 + n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "the MTP KV cache has no room for %lld tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {

@@ -5,6 +5,7 @@
 #define DI_MODEL_DEEPSEEK_V3_H
 
 #include "backend/backend.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 
 typedef struct dsv3 dsv3;
@@ -22,6 +23,8 @@ void dsv3_reset(dsv3 *d);
 size_t dsv3_kv_bytes_per_token(const dsv3 *d);
 /* The latent paged cache every sequence of the model lives in. */
 backend_kv *dsv3_kv(const dsv3 *d);
+/* Which of its blocks hold what. */
+kv_pool *dsv3_pool(dsv3 *d);
 /* One step over several sequences (model_forward_batch, whose checks have
  * passed): n_tokens rows in all, one logits row per item with want_logits. */
 void dsv3_forward_batch(dsv3 *d, const model_batch_item *items, int n_items, int64_t n_tokens,

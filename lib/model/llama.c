@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "model/deepseek_v3.h"
+#include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model.h"
 #include "model/model_internal.h"
@@ -41,6 +42,7 @@ struct model {
     const float *output_norm;
     const backend_rope *rope;
     backend_kv *kv;
+    kv_pool pool;  /* which of kv's blocks hold what */
     model_seq seq; /* the default sequence of model_forward */
     /* activations in the backend, [n_batch, ...] */
     float *x, *h, *q, *k, *v, *attn, *gate, *up;
@@ -144,7 +146,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                                     (int)c->head_dim, BLOCK, n_blocks, NULL, 0, &m->kv, err)) !=
         DI_OK)
         goto fail;
-    if ((st = m->be->ops->kv_seq_init(m->kv, &m->seq.kv, m->opt.n_ctx)) != DI_OK) {
+    if ((st = kv_pool_init(&m->pool, n_blocks, model_kv_fingerprint(c, &m->opt))) != DI_OK ||
+        (st = kv_pool_seq_init(&m->pool, &m->seq.kv, m->opt.n_ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens",
                            (long long)m->opt.n_ctx);
         goto fail;
@@ -176,7 +179,8 @@ void model_free(model *m)
 {
     if (!m) return;
     free(m->layers);
-    if (m->seq.kv.block_table) m->be->ops->kv_seq_free(m->kv, &m->seq.kv);
+    kv_pool_seq_free(&m->pool, &m->seq.kv);
+    kv_pool_free(&m->pool);
     free(m->pos);
     dsv3_free(m->ds);
     backend_free(m->be);
@@ -184,10 +188,18 @@ void model_free(model *m)
     free(m);
 }
 
-/* The paged cache the sequences live in (the architecture's). */
+/* The paged cache the sequences live in (the architecture's), and its blocks. */
 static backend_kv *model_kv(const model *m)
 {
     return m->ds ? dsv3_kv(m->ds) : m->kv;
+}
+static kv_pool *model_pool(model *m)
+{
+    return m->ds ? dsv3_pool(m->ds) : &m->pool;
+}
+static const kv_pool *model_pool_c(const model *m)
+{
+    return m->ds ? dsv3_pool(m->ds) : &m->pool;
 }
 
 const model_config *model_get_config(const model *m)
@@ -207,7 +219,7 @@ void model_reset(model *m)
     if (m->ds)
         dsv3_reset(m->ds);
     else
-        m->be->ops->kv_seq_reset(m->kv, &m->seq.kv);
+        kv_pool_seq_reset(&m->pool, &m->seq.kv);
 }
 int model_mtp_layers(const model *m)
 {
@@ -242,7 +254,7 @@ di_status model_seq_create(model *m, model_seq **out)
 {
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
-    if (m->be->ops->kv_seq_init(model_kv(m), &s->kv, m->opt.n_ctx) != DI_OK) {
+    if (kv_pool_seq_init(model_pool(m), &s->kv, m->opt.n_ctx) != DI_OK) {
         free(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -253,7 +265,7 @@ di_status model_seq_create(model *m, model_seq **out)
 void model_seq_free(model *m, model_seq *s)
 {
     if (!s) return;
-    m->be->ops->kv_seq_free(model_kv(m), &s->kv);
+    kv_pool_seq_free(model_pool(m), &s->kv);
     free(s);
 }
 
@@ -264,15 +276,35 @@ int64_t model_seq_n_past(const model_seq *s)
 
 void model_seq_reset(model *m, model_seq *s)
 {
-    m->be->ops->kv_seq_reset(model_kv(m), &s->kv);
+    kv_pool_seq_reset(model_pool(m), &s->kv);
 }
 
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
-    if (model_kv_blocks_for(n_tokens) - s->kv.n_blocks > m->be->ops->kv_blocks_free(model_kv(m)))
-        return DI_ERR_OUT_OF_MEMORY;
-    return m->be->ops->kv_seq_reserve(model_kv(m), &s->kv, n_tokens);
+    return kv_pool_seq_reserve(model_pool(m), &s->kv, n_tokens);
+}
+
+int64_t model_prefix_probe(const model *m, const int32_t *tokens, int64_t n_tokens,
+                           int32_t *n_cached_blocks)
+{
+    return kv_pool_probe(model_pool_c(m), tokens, n_tokens, n_cached_blocks);
+}
+int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, int64_t n_tokens)
+{
+    return kv_pool_seq_match(model_pool(m), &s->kv, tokens, n_tokens);
+}
+void model_seq_publish(model *m, model_seq *s, const int32_t *tokens)
+{
+    kv_pool_seq_publish(model_pool(m), &s->kv, tokens);
+}
+int32_t model_kv_blocks_cached(const model *m)
+{
+    return kv_pool_cached(model_pool_c(m));
+}
+int64_t model_kv_blocks_evicted(const model *m)
+{
+    return model_pool_c(m)->n_evicted;
 }
 
 int32_t model_kv_blocks_total(const model *m)
@@ -281,7 +313,7 @@ int32_t model_kv_blocks_total(const model *m)
 }
 int32_t model_kv_blocks_free(const model *m)
 {
-    return m->be->ops->kv_blocks_free(model_kv(m));
+    return kv_pool_available(model_pool_c(m));
 }
 int32_t model_kv_blocks_for(int64_t n_tokens)
 {
@@ -409,7 +441,7 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
             err, DI_ERR_CONTEXT_LENGTH,
             "%lld tokens after %lld already in the sequence exceed the context of %lld",
             (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
-    if (m->be->ops->kv_seq_reserve(m->kv, &m->seq.kv, pos0 + n_tokens) != DI_OK)
+    if (kv_pool_seq_reserve(&m->pool, &m->seq.kv, pos0 + n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
                              "the KV cache has no room for %lld more tokens", (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {

@@ -2,6 +2,7 @@
 #include "model/load.h"
 
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "model/model_internal.h"
 #include "util/error.h"
@@ -77,6 +78,15 @@ di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, in
                    (opt->kv_n_ctx_multiple > 0 ? opt->kv_n_ctx_multiple : 1);
     *out = n_blocks;
     return DI_OK;
+}
+
+uint64_t model_kv_fingerprint(const model_config *c, const model_options *opt)
+{
+    /* model_config holds scalars only, and the loaders zero it before filling it. */
+    int32_t switches[3] = {(int32_t)opt->kv_dtype, opt->use_ref, opt->mla_naive};
+    uint64_t k = XXH3_64bits_withSeed(c, sizeof *c, 0x6469707265666978ULL); /* "diprefix" */
+    k = XXH3_64bits_withSeed(switches, sizeof switches, k);
+    return k ? k : 1;
 }
 
 void model_logits(backend *be, const backend_matrix *output, const float *output_norm, float eps,

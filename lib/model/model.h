@@ -117,9 +117,27 @@ void model_seq_reset(model *m, model_seq *s);
  * DI_ERR_OUT_OF_MEMORY (no free block: the cache budget is spent); the
  * sequence keeps what it held. */
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens);
-/* Blocks of the cache in all, and free now. */
+/* The prefix cache (model/kv_pool.h). model_prefix_probe: tokens of the
+ * longest run of leading full blocks of tokens[0, n_tokens) whose keys and
+ * values the cache holds (a multiple of MODEL_KV_BLOCK), *n_cached_blocks
+ * (may be NULL) how many of those blocks no sequence holds now (taking them
+ * spends free blocks); changes nothing. model_seq_match_prefix: an empty
+ * sequence takes those blocks and holds their tokens as computed; returns
+ * them. model_seq_publish: after a step, key the sequence's full blocks
+ * (tokens: at least its n_past tokens) so later sequences match them. */
+int64_t model_prefix_probe(const model *m, const int32_t *tokens, int64_t n_tokens,
+                           int32_t *n_cached_blocks);
+int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, int64_t n_tokens);
+void model_seq_publish(model *m, model_seq *s, const int32_t *tokens);
+/* Blocks of the cache in all, and free now (free or cached: a reservation can
+ * take them). */
 int32_t model_kv_blocks_total(const model *m);
 int32_t model_kv_blocks_free(const model *m);
+/* Blocks held by no sequence that keep a computed prefix (evicted, oldest
+ * released first, when a reservation finds no free block), and the evictions
+ * so far. */
+int32_t model_kv_blocks_cached(const model *m);
+int64_t model_kv_blocks_evicted(const model *m);
 /* Blocks a sequence of n_tokens tokens holds. */
 int32_t model_kv_blocks_for(int64_t n_tokens);
 /* Tokens one step of model_forward_batch takes at most (n_batch). */

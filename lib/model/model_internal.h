@@ -19,6 +19,11 @@ struct model_seq {
 di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
                                di_error **err);
 
+/* The seed of the prefix cache's block keys (model/kv_pool.h): XXH3-64 of
+ * what decides the bytes a token's cache entry holds — the configuration and
+ * the cache dtype, the reference-kernel and MLA-form switches. */
+uint64_t model_kv_fingerprint(const model_config *c, const model_options *opt);
+
 /* The LM head of a step over items (n rows of x, n_embd wide, stacked in item
  * order): logits = RMSNorm(x) * output_norm  output^T, for every row when
  * all_logits, else one row per item with want_logits (its last), in item

@@ -429,27 +429,6 @@ static int32_t be_kv_blocks_total(const backend_kv *kv)
 {
     return kv->c.n_blocks;
 }
-static int32_t be_kv_blocks_free(const backend_kv *kv)
-{
-    return kv->c.n_free;
-}
-static di_status be_kv_seq_init(backend_kv *kv, backend_kv_seq *s, int64_t max_tokens)
-{
-    return cpu_kv_seq_init(s, &kv->c, max_tokens);
-}
-static void be_kv_seq_reset(backend_kv *kv, backend_kv_seq *s)
-{
-    cpu_kv_seq_reset(s, &kv->c);
-}
-static void be_kv_seq_free(backend_kv *kv, backend_kv_seq *s)
-{
-    cpu_kv_seq_free(s, &kv->c);
-}
-static di_status be_kv_seq_reserve(backend_kv *kv, backend_kv_seq *s, int64_t n_tokens)
-{
-    return cpu_kv_seq_reserve(s, &kv->c, n_tokens);
-}
-
 static void be_kv_store(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,
                         int64_t n, const float *k, const float *v)
 {
@@ -532,11 +511,6 @@ static const backend_ops cpu_ops = {
     .kv_create = be_kv_create,
     .kv_bytes_per_token = be_kv_bytes_per_token,
     .kv_blocks_total = be_kv_blocks_total,
-    .kv_blocks_free = be_kv_blocks_free,
-    .kv_seq_init = be_kv_seq_init,
-    .kv_seq_reset = be_kv_seq_reset,
-    .kv_seq_free = be_kv_seq_free,
-    .kv_seq_reserve = be_kv_seq_reserve,
     .kv_store = be_kv_store,
     .attention = be_attention,
     .mla_attention = be_mla_attention,

@@ -25,13 +25,10 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
         (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * (size_t)c->kv_dim * c->elem_size;
     c->k = calloc(1, bytes);
     c->v = calloc(1, bytes);
-    c->free_list = malloc((size_t)n_blocks * sizeof *c->free_list);
-    if (!c->k || !c->v || !c->free_list) {
+    if (!c->k || !c->v) {
         cpu_kv_cache_free(c);
         return DI_ERR_OUT_OF_MEMORY;
     }
-    for (int32_t i = 0; i < n_blocks; i++) c->free_list[i] = n_blocks - 1 - i;
-    c->n_free = n_blocks;
     return DI_OK;
 }
 
@@ -54,41 +51,7 @@ void cpu_kv_cache_free(cpu_kv_cache *c)
 {
     free(c->k);
     free(c->v);
-    free(c->free_list);
     memset(c, 0, sizeof *c);
-}
-
-di_status cpu_kv_seq_init(cpu_kv_seq *s, const cpu_kv_cache *c, int64_t max_tokens)
-{
-    memset(s, 0, sizeof *s);
-    int64_t nb = (max_tokens + c->block_size - 1) / c->block_size;
-    if (nb <= 0 || nb > INT32_MAX) return DI_ERR_INVALID_ARGUMENT;
-    s->block_table = malloc((size_t)nb * sizeof *s->block_table);
-    if (!s->block_table) return DI_ERR_OUT_OF_MEMORY;
-    s->n_blocks_max = (int32_t)nb;
-    return DI_OK;
-}
-
-void cpu_kv_seq_reset(cpu_kv_seq *s, cpu_kv_cache *c)
-{
-    while (s->n_blocks > 0) c->free_list[c->n_free++] = s->block_table[--s->n_blocks];
-    s->n_tokens = 0;
-}
-
-void cpu_kv_seq_free(cpu_kv_seq *s, cpu_kv_cache *c)
-{
-    if (s->block_table) cpu_kv_seq_reset(s, c);
-    free(s->block_table);
-    memset(s, 0, sizeof *s);
-}
-
-di_status cpu_kv_seq_reserve(cpu_kv_seq *s, cpu_kv_cache *c, int64_t n_tokens)
-{
-    int64_t need = (n_tokens + c->block_size - 1) / c->block_size;
-    if (need > s->n_blocks_max) return DI_ERR_CONTEXT_LENGTH;
-    if (need - s->n_blocks > c->n_free) return DI_ERR_CONTEXT_LENGTH;
-    while (s->n_blocks < need) s->block_table[s->n_blocks++] = c->free_list[--c->n_free];
-    return DI_OK;
 }
 
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,

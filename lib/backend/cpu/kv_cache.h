@@ -6,8 +6,9 @@
  * Address of token p of a sequence in layer l: block b = table[p / block_size],
  * slot p % block_size; K at k + ((l * n_blocks + b) * block_size + slot) * kv_dim.
  *
- * Not thread-safe: one owner (the model or, later, the engine's scheduler)
- * allocates and frees blocks; attention kernels read blocks concurrently. */
+ * Which blocks a sequence holds is host bookkeeping outside the backend
+ * (model/kv_pool.h); the cache only holds their memory, which attention
+ * kernels read concurrently. */
 #ifndef DI_BACKEND_CPU_KV_CACHE_H
 #define DI_BACKEND_CPU_KV_CACHE_H
 
@@ -25,8 +26,6 @@ typedef struct cpu_kv_cache {
     int32_t n_blocks;
     size_t elem_size;
     void *k, *v;
-    int32_t *free_list; /* stack of free block ids */
-    int32_t n_free;
 } cpu_kv_cache;
 
 /* The tokens of one sequence and the blocks that hold them (the interface's
@@ -46,15 +45,6 @@ di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_lay
  * elem_size, twice that when values are stored. */
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c);
 void cpu_kv_cache_free(cpu_kv_cache *c);
-
-/* A sequence that may grow to max_tokens. Errors: DI_ERR_OUT_OF_MEMORY. */
-di_status cpu_kv_seq_init(cpu_kv_seq *s, const cpu_kv_cache *c, int64_t max_tokens);
-/* Give the sequence's blocks back to the cache and empty it. */
-void cpu_kv_seq_reset(cpu_kv_seq *s, cpu_kv_cache *c);
-void cpu_kv_seq_free(cpu_kv_seq *s, cpu_kv_cache *c);
-/* Make room for n_tokens tokens in total. Errors: DI_ERR_CONTEXT_LENGTH (more
- * than max_tokens, or no free block left). */
-di_status cpu_kv_seq_reserve(cpu_kv_seq *s, cpu_kv_cache *c, int64_t n_tokens);
 
 /* The K (or V) row [kv_dim] of token pos of the sequence in layer l. */
 static inline void *cpu_kv_k(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
