@@ -161,6 +161,7 @@ def _make_callback(engine: "Engine"):
                 lib.di_event_completion_tokens(ev),
                 lib.di_event_reasoning_tokens(ev),
                 string_at(p, n.value).decode("utf-8", "replace") if p else None,
+                lib.di_event_prompt_cache_hit_tokens(ev),
             )
         return None  # a kind added later: ignored, as the header asks
 
@@ -248,6 +249,10 @@ class Engine:
         kv_cache_bytes: the KV cache budget in bytes shared by all requests (0:
             room for 4 sequences of n_ctx tokens).
         n_batch: tokens one forward step takes at most (0: 256).
+        prefix_cache: True (default): a request whose prompt starts with full
+            16-token blocks an earlier request computed reuses them
+            (Done.prompt_cache_hit_tokens counts them); False: every request
+            prefills its whole prompt.
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -282,6 +287,7 @@ class Engine:
         encoding: Union[Encoding, str, int, None] = None,
         progress: Optional[Callable[[float], Optional[bool]]] = None,
         n_batch: int = 0,
+        prefix_cache: bool = True,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -301,6 +307,7 @@ class Engine:
         cfg.max_running = max_running
         cfg.kv_cache_bytes = kv_cache_bytes
         cfg.n_batch = n_batch
+        cfg.disable_prefix_cache = 0 if prefix_cache else 1
         raised = []
         if progress is not None:
 

@@ -52,7 +52,7 @@ LOG_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
 
 class EngineConfig(Structure):
-    """di_engine_config (deepinfer.h), release 0.1."""
+    """di_engine_config (deepinfer.h), release 0.2 (0.1 ended at progress_user)."""
 
     _fields_ = [
         ("struct_size", c_size_t),
@@ -69,6 +69,8 @@ class EngineConfig(Structure):
         ("log_user", c_void_p),
         ("progress", PROGRESS_FN),
         ("progress_user", c_void_p),
+        ("disable_prefix_cache", c_int32),
+        ("reserved", c_int32),
     ]
 
 
@@ -175,6 +177,7 @@ _SIGNATURES = [
     ("di_event_finish_reason", c_int, [c_void_p]),
     ("di_event_finish_text", c_char_p, [c_void_p]),
     ("di_event_prompt_tokens", c_uint32, [c_void_p]),
+    ("di_event_prompt_cache_hit_tokens", c_uint32, [c_void_p]),
     ("di_event_completion_tokens", c_uint32, [c_void_p]),
     ("di_event_reasoning_tokens", c_uint32, [c_void_p]),
     ("di_event_response_json", c_void_p, [c_void_p, POINTER(c_size_t)]),

@@ -124,6 +124,8 @@ class Done:
     completion_tokens: int  #: tokens generated, end-of-sequence included
     reasoning_tokens: int  #: of those, inside the reasoning block (protocol requests)
     response_json: Optional[str]  #: finished protocol requests: the whole response
+    #: of prompt_tokens, those the prefix cache held (not computed again)
+    prompt_cache_hit_tokens: int = 0
 
     @property
     def ok(self) -> bool:

@@ -7,6 +7,8 @@ import pytest
 import deepinfer
 from deepinfer import Done, Finish, Status, Text, Tokens
 
+from conftest import TINY
+
 
 def test_tiny_greedy_tokens_equal_transformers(tiny, tiny_ref):
     """transformers' greedy continuation of the committed tiny Qwen2 checkpoint."""
@@ -106,3 +108,18 @@ def test_generate_requires_a_prompt(tiny):
         tiny.submit([1, 2], protocol="chat", body={})
     with pytest.raises(deepinfer.InvalidArgumentError, match="tokenizer"):
         tiny.submit("text needs a tokenizer")
+
+
+def test_prefix_cache_hits_and_off(tiny):
+    """A repeated prompt takes its whole 16-token blocks from the prefix cache
+    (short of the last token) and gives the same tokens; off, it takes none."""
+    prompt = [(i * 13 + 5) % 512 for i in range(70)]
+    first = tiny.generate(prompt, temperature=0, max_tokens=6, ignore_eos=True)
+    again = tiny.generate(prompt, temperature=0, max_tokens=6, ignore_eos=True)
+    assert again.tokens == first.tokens
+    assert again.done.prompt_cache_hit_tokens == 64
+    with deepinfer.Engine(TINY, n_threads=2, prefix_cache=False) as off:
+        off.generate(prompt, temperature=0, max_tokens=6)
+        cold = off.generate(prompt, temperature=0, max_tokens=6, ignore_eos=True)
+    assert cold.tokens == first.tokens
+    assert cold.done.prompt_cache_hit_tokens == 0
