@@ -884,6 +884,24 @@ typedef struct di_engine_config {
      * request prefills its whole prompt. */
     int32_t disable_prefix_cache;
     int32_t reserved; /* must be 0 */
+    /* The prefix cache's host tier: blocks evicted from the KV cache are kept
+     * in memory compressed with zstd, up to this many bytes (the blocks
+     * released longest ago go first), and restored — checked against an XXH3
+     * checksum — when a later prompt starts with them. 0 (default): none. */
+    int64_t kv_host_cache_bytes;
+    /* The prefix cache's disk tier: a directory (created when missing) where
+     * every full block computed is written, compressed, in the background, so
+     * prompts are found again after the engine restarts; engines opening the
+     * same directory share it (files are written whole, then renamed, and
+     * never modified). A file that is truncated, corrupt, of another format
+     * version or for another model or cache dtype is skipped with a log line;
+     * a directory that cannot be written, or a full disk, turns the tier off
+     * with a log line, and requests go on without it. NULL (default): none.
+     * Copied. Layout: docs/prefix-cache.md. */
+    const char *kv_cache_dir;
+    /* The disk tier's budget in bytes: over it, the oldest files are removed.
+     * 0 (default): 4 GiB. */
+    int64_t kv_disk_cache_bytes;
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */

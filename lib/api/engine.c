@@ -26,7 +26,8 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, reserved),
+_Static_assert(sizeof(di_engine_config) ==
+                   DI_STRUCT_SIZE_UNTIL(di_engine_config, kv_disk_cache_bytes),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
@@ -357,6 +358,15 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.disable_prefix_cache != 0 && c.disable_prefix_cache != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "disable_prefix_cache: expected 0 or 1");
     if (c.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
+    if (c.kv_host_cache_bytes < 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "kv_host_cache_bytes: expected 0 (no host tier) or more");
+    if (c.kv_disk_cache_bytes < 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "kv_disk_cache_bytes: expected 0 (4 GiB) or more");
+    if (c.kv_cache_dir && !c.kv_cache_dir[0])
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "kv_cache_dir: expected a directory, or NULL for no disk tier");
     if (c.kv_cache_bytes < 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_cache_bytes: expected 0 (the default) or more");
@@ -449,7 +459,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
      * a step takes tokens: otherwise the newest would wait for the others. */
     int max_running = c.max_running ? c.max_running : 16;
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
-    st = sched_create(e->m, max_running, !c.disable_prefix_cache, &sink, &e->sched);
+    sched_cache cache = {!c.disable_prefix_cache, c.kv_host_cache_bytes, c.kv_cache_dir,
+                         c.kv_disk_cache_bytes};
+    st = sched_create(e->m, max_running, &cache, &sink, &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

@@ -133,6 +133,13 @@ typedef struct backend_ops {
                            int mla_naive, backend_kv **out, di_error **err);
     size_t (*kv_bytes_per_token)(const backend_kv *kv);
     int32_t (*kv_blocks_total)(const backend_kv *kv);
+    /* Bytes one block holds over all layers (keys and values, or latent rows),
+     * and a copy of them to host memory dst / from host memory src (the
+     * prefix cache's host and disk tiers); the layout is the backend's own,
+     * the same for every cache made with the same arguments. */
+    size_t (*kv_block_bytes)(const backend_kv *kv);
+    void (*kv_block_read)(backend *be, const backend_kv *kv, int32_t block, void *dst);
+    void (*kv_block_write)(backend *be, backend_kv *kv, int32_t block, const void *src);
     /* Store rows k, v (f32 [n, kv width]; v NULL for a latent cache) at slots
      * pos0.. of layer l; the slots are reserved. */
     void (*kv_store)(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,

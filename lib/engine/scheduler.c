@@ -1,16 +1,23 @@
 /* The continuous-batching scheduler (scheduler.h). */
 #include "engine/scheduler.h"
 
+#include <time.h>
+
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/kv_tiers.h"
+
 struct sched {
     model *m;
     int max_running;
     int prefix_cache; /* 1: requests share computed prompt prefixes */
+    kv_tiers *tiers;  /* the host and disk tiers, or NULL */
+    void *block_buf;  /* one block's contents (restores) */
+    int restoring;    /* the last step stopped admission to wait on restores */
     sched_sink sink;
     int32_t n_vocab;
     int64_t n_ctx;
@@ -41,6 +48,7 @@ void sched_request_free(sched_request *r)
     if (!r) return;
     free(r->tokens);
     free(r->stop_ids);
+    free(r->keys);
     sampler_free(r->smp);
     free(r);
 }
@@ -227,9 +235,69 @@ static int is_stop(const sched_request *r, int32_t tok)
     return 0;
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The tiers' part of admitting r: the prompt blocks after those the working
+ * cache keeps, as far as the tiers hold them, are fetched and, once ready,
+ * adopted into the cache as cached blocks (admission then matches them).
+ * Returns 1 when r can be admitted now, 0 while a restore is pending (for at
+ * most 2 s; then r goes on without the blocks still missing). */
+static int restore(sched *s, sched_request *r)
+{
+    model *m = s->m;
+    int64_t n_blocks = (r->n_all - 1) / MODEL_KV_BLOCK;
+    if (n_blocks <= 0) return 1;
+    if (!r->keys || r->n_keys != n_blocks) {
+        uint64_t *k = realloc(r->keys, (size_t)n_blocks * sizeof *k);
+        if (!k) return 1;
+        r->keys = k;
+        r->n_keys = n_blocks;
+        model_prefix_keys(m, r->tokens, n_blocks, r->keys);
+    }
+    int64_t i = model_prefix_probe(m, r->tokens, r->n_all - 1, NULL) / MODEL_KV_BLOCK;
+    int pending = 0;
+    for (int64_t j = i; j < n_blocks; j++) {
+        if (model_prefix_has(m, r->keys[j])) continue;
+        int got = kv_tiers_take(s->tiers, r->keys[j], s->block_buf);
+        if (got == 1) {
+            if (model_kv_adopt(m, r->keys[j], s->block_buf) != 0) break;
+            continue;
+        }
+        if (got == 0) {
+            pending = 1;
+            break;
+        }
+        /* Not fetched (or it failed): the first time, fetch this block and
+         * every following one the tiers hold; after that, go on without. */
+        if (r->restore_since_ns || !kv_tiers_has(s->tiers, r->keys[j])) break;
+        for (int64_t k = j; k < n_blocks && (k == j || kv_tiers_has(s->tiers, r->keys[k])); k++)
+            kv_tiers_fetch(s->tiers, r->keys[k]);
+        pending = 1;
+        break;
+    }
+    if (!pending) {
+        r->restore_since_ns = 0;
+        return 1;
+    }
+    if (!r->restore_since_ns) r->restore_since_ns = now_ns();
+    if (now_ns() - r->restore_since_ns > 2000000000LL) {
+        logf_(s, DI_LOG_WARN, "request %llu: the prefix cache's restores took over 2 s; computing",
+              (unsigned long long)r->id);
+        r->restore_since_ns = 0;
+        return 1;
+    }
+    return 0;
+}
+
 static void step(sched *s)
 {
     model *m = s->m;
+    s->restoring = 0;
     int64_t budget = model_n_batch(m);
     int n_items = 0;
     char msg[256];
@@ -293,6 +361,10 @@ static void step(sched *s)
             retire(s, r, 0, DI_ERR_CONTEXT_LENGTH, msg, 0);
             continue;
         }
+        if (s->tiers && restore(s, r) == 0) { /* its next blocks are being read */
+            s->restoring = 1;
+            break;
+        }
         int32_t n_cached_hit = 0;
         int64_t hit =
             s->prefix_cache ? model_prefix_probe(m, r->tokens, r->n_all - 1, &n_cached_hit) : 0;
@@ -319,7 +391,10 @@ static void step(sched *s)
         s->item_req[n_items++] = r;
         budget -= take;
     }
-    if (n_items == 0) return;
+    if (n_items == 0) {
+        if (s->restoring) kv_tiers_wait(s->tiers, 5);
+        return;
+    }
     di_error *err = NULL;
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     if (st != DI_OK) {
@@ -437,14 +512,48 @@ static void *worker(void *arg)
     return NULL;
 }
 
-di_status sched_create(model *m, int max_running, int prefix_cache, const sched_sink *sink,
+static void tier_log(void *user, di_log_level level, const char *message)
+{
+    sched *s = user;
+    if (s->sink.log) s->sink.log(s->sink.ctx, level, message);
+}
+static void on_evicted(void *user, uint64_t key, const void *data)
+{
+    kv_tiers_put(user, key, data, KV_TIER_HOST | KV_TIER_DISK);
+}
+static void on_published(void *user, uint64_t key, const void *data)
+{
+    kv_tiers_put(user, key, data, KV_TIER_DISK);
+}
+
+/* The host and disk tiers, when the settings ask for them. */
+static di_status start_tiers(sched *s, const sched_cache *c)
+{
+    if (!c->prefix_cache || (c->host_bytes <= 0 && !c->disk_dir)) return DI_OK;
+    kv_tiers_options o = {model_kv_block_bytes(s->m),
+                          model_kv_fingerprint_of(s->m),
+                          c->host_bytes,
+                          c->disk_dir,
+                          c->disk_bytes,
+                          tier_log,
+                          s};
+    di_status st = kv_tiers_create(&o, &s->tiers, NULL);
+    if (st != DI_OK) return st;
+    if (!(s->block_buf = malloc(o.block_bytes))) return DI_ERR_OUT_OF_MEMORY;
+    return model_kv_set_hooks(s->m, on_evicted, kv_tiers_disk_on(s->tiers) ? on_published : NULL,
+                              s->tiers);
+}
+
+di_status sched_create(model *m, int max_running, const sched_cache *cache, const sched_sink *sink,
                        sched **out)
 {
     sched *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->max_running = max_running;
-    s->prefix_cache = prefix_cache != 0;
+    s->sink = *sink;
+    s->prefix_cache = cache->prefix_cache != 0;
+
     s->sink = *sink;
     s->n_vocab = (int32_t)model_get_config(m)->n_vocab;
     s->n_ctx = model_n_ctx(m);
@@ -456,6 +565,11 @@ di_status sched_create(model *m, int max_running, int prefix_cache, const sched_
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
+    }
+    di_status st = start_tiers(s, cache);
+    if (st != DI_OK) {
+        sched_destroy(s);
+        return st;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -497,5 +611,10 @@ void sched_destroy(sched *s)
     free(s->item_req);
     free(s->logits);
     free(s->scratch);
+    if (s->tiers) {
+        (void)model_kv_set_hooks(s->m, NULL, NULL, NULL);
+        kv_tiers_destroy(s->tiers);
+    }
+    free(s->block_buf);
     free(s);
 }

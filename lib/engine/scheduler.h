@@ -51,8 +51,11 @@ typedef struct sched_request {
     uint64_t id;
     int64_t n_all, cap;
     model_seq *seq;
-    uint64_t admit_order;              /* 0 until first admitted */
-    int64_t n_cached;                  /* prompt tokens the prefix cache held at first admission */
+    uint64_t admit_order; /* 0 until first admitted */
+    int64_t n_cached;     /* prompt tokens the prefix cache held at first admission */
+    uint64_t *keys;       /* the prompt's block keys, for the tiers (computed once); owned */
+    int64_t n_keys;
+    int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
     int cancel;                        /* set under the lock by sched_cancel */
     int running;                       /* 1: admitted, holds a sequence */
     struct sched_request *next, *prev; /* the live list */
@@ -76,10 +79,20 @@ typedef struct sched_sink {
 
 typedef struct sched sched;
 
+/* The prefix cache's settings (docs/prefix-cache.md). */
+typedef struct sched_cache {
+    int prefix_cache;     /* 1: requests share computed prompt prefixes */
+    int64_t host_bytes;   /* the host tier's budget (kv_tiers.h); 0: none */
+    const char *disk_dir; /* the disk tier's directory; NULL: none */
+    int64_t disk_bytes;   /* its budget; 0: 4 GiB */
+} sched_cache;
+
 /* Start the worker over model m (owned by the caller, used only by the worker
- * from now until sched_destroy); prefix_cache 1 shares computed prompt
- * prefixes between requests. Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, int prefix_cache, const sched_sink *sink,
+ * from now until sched_destroy). With tiers, a request admitted whose next
+ * prompt blocks the tiers hold waits at the front of the queue (as long as
+ * the restores take, at most 2 s) and then takes them as computed. Errors:
+ * DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, const sched_cache *cache, const sched_sink *sink,
                        sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */

@@ -269,7 +269,7 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
     if ((st = op->kv_create(be, d->opt.kv_dtype, (int)c->n_layer, 1, (int)(R + rope), BLOCK,
                             n_blocks, &shape, d->opt.mla_naive, &d->kv, err)) != DI_OK)
         goto fail;
-    if ((st = kv_pool_init(&d->pool, n_blocks, model_kv_fingerprint(c, &d->opt))) != DI_OK ||
+    if ((st = kv_pool_init(&d->pool, n_blocks, model_kv_fingerprint(w, &d->opt))) != DI_OK ||
         (st = kv_pool_seq_init(&d->pool, &d->seq.kv, ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens", (long long)ctx);
         goto fail;

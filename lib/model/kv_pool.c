@@ -136,6 +136,7 @@ static int32_t take_block(kv_pool *p)
         b = p->free_stack[--p->n_free];
     } else {
         b = p->lru_head;
+        if (p->on_evict) p->on_evict(p->evict_user, b, p->key[b]);
         lru_unlink(p, b);
         idx_del(p, p->key[b]);
         p->indexed[b] = 0;
@@ -249,7 +250,32 @@ void kv_pool_seq_publish(kv_pool *p, backend_kv_seq *s, const int32_t *tokens)
         if (idx_get(p, k) < 0) {
             idx_put(p, k, b);
             p->indexed[b] = 1;
+            if (p->on_publish) p->on_publish(p->evict_user, b, k);
         }
     }
     if (full > s->n_keyed) s->n_keyed = full;
+}
+
+void kv_pool_keys(const kv_pool *p, const int32_t *tokens, int64_t n_blocks, uint64_t *keys)
+{
+    uint64_t parent = 0;
+    for (int64_t i = 0; i < n_blocks; i++)
+        parent = keys[i] = block_key(p, parent, tokens + i * BLOCK);
+}
+
+int kv_pool_has(const kv_pool *p, uint64_t key)
+{
+    return key != 0 && idx_get(p, key) >= 0;
+}
+
+int32_t kv_pool_adopt(kv_pool *p, uint64_t key)
+{
+    if (key == 0 || kv_pool_available(p) == 0 || idx_get(p, key) >= 0) return -1;
+    int32_t b = take_block(p);
+    p->key[b] = key;
+    idx_put(p, key, b);
+    p->indexed[b] = 1;
+    p->ref[b] = 0;
+    lru_append(p, b);
+    return b;
 }

@@ -47,6 +47,13 @@ typedef struct kv_pool {
     int32_t *idx_block;
     size_t idx_cap; /* a power of two >= 2 n_blocks: never grows */
     int64_t n_evicted;
+    /* Called with a cached block about to be reused (its key and contents are
+     * still valid): the prefix cache's host tier copies it out. May be NULL. */
+    void (*on_evict)(void *user, int32_t block, uint64_t key);
+    /* Called with a block kv_pool_seq_publish has just keyed (the disk tier
+     * writes it). May be NULL. */
+    void (*on_publish)(void *user, int32_t block, uint64_t key);
+    void *evict_user; /* both callbacks' */
 } kv_pool;
 
 /* n_blocks >= 1 blocks, all free. Errors: DI_ERR_INVALID_ARGUMENT,
@@ -88,5 +95,15 @@ int64_t kv_pool_seq_match(kv_pool *p, backend_kv_seq *s, const int32_t *tokens, 
  * first one is matched). Call only after the blocks' keys and values are
  * stored. */
 void kv_pool_seq_publish(kv_pool *p, backend_kv_seq *s, const int32_t *tokens);
+
+/* The keys of the first n_blocks full blocks of tokens (keys[n_blocks]). */
+void kv_pool_keys(const kv_pool *p, const int32_t *tokens, int64_t n_blocks, uint64_t *keys);
+/* 1 when a block with this key is kept (held or cached). */
+int kv_pool_has(const kv_pool *p, uint64_t key);
+/* A block for contents restored from elsewhere, kept under key as a cached
+ * block released just now (the caller writes its contents before the next
+ * forward step). Returns the block, or -1 when every block is held or the
+ * key is already kept. */
+int32_t kv_pool_adopt(kv_pool *p, uint64_t key);
 
 #endif

@@ -48,6 +48,9 @@ struct model {
     float *x, *h, *q, *k, *v, *attn, *gate, *up;
     int64_t *pos; /* host, [n_batch]: position of each row */
     dsv3 *ds;     /* a DeepSeek model: model_forward and the getters go there */
+    /* model_kv_set_hooks'; hook_buf: one block's contents */
+    model_kv_hook hook_evicted, hook_published;
+    void *hook_user, *hook_buf;
 };
 
 static di_status load_tensors(model *m, di_error **err)
@@ -146,7 +149,7 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                                     (int)c->head_dim, BLOCK, n_blocks, NULL, 0, &m->kv, err)) !=
         DI_OK)
         goto fail;
-    if ((st = kv_pool_init(&m->pool, n_blocks, model_kv_fingerprint(c, &m->opt))) != DI_OK ||
+    if ((st = kv_pool_init(&m->pool, n_blocks, model_kv_fingerprint(m->w, &m->opt))) != DI_OK ||
         (st = kv_pool_seq_init(&m->pool, &m->seq.kv, m->opt.n_ctx)) != DI_OK) {
         st = di_error_setf(err, st, "cannot allocate the KV cache for %lld tokens",
                            (long long)m->opt.n_ctx);
@@ -179,6 +182,7 @@ void model_free(model *m)
 {
     if (!m) return;
     free(m->layers);
+    free(m->hook_buf);
     kv_pool_seq_free(&m->pool, &m->seq.kv);
     kv_pool_free(&m->pool);
     free(m->pos);
@@ -297,6 +301,59 @@ int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, in
 void model_seq_publish(model *m, model_seq *s, const int32_t *tokens)
 {
     kv_pool_seq_publish(model_pool(m), &s->kv, tokens);
+}
+uint64_t model_kv_fingerprint_of(const model *m)
+{
+    return model_pool_c(m)->fingerprint;
+}
+void model_prefix_keys(const model *m, const int32_t *tokens, int64_t n_blocks, uint64_t *keys)
+{
+    kv_pool_keys(model_pool_c(m), tokens, n_blocks, keys);
+}
+int model_prefix_has(const model *m, uint64_t key)
+{
+    return kv_pool_has(model_pool_c(m), key);
+}
+size_t model_kv_block_bytes(const model *m)
+{
+    return m->be->ops->kv_block_bytes(model_kv(m));
+}
+int model_kv_adopt(model *m, uint64_t key, const void *data)
+{
+    int32_t b = kv_pool_adopt(model_pool(m), key);
+    if (b < 0) return -1;
+    m->be->ops->kv_block_write(m->be, model_kv(m), b, data);
+    return 0;
+}
+/* The pool's callbacks: the block's contents read into the model's staging
+ * buffer, handed to the host's hook. */
+static void on_evict(void *user, int32_t block, uint64_t key)
+{
+    model *m = user;
+    m->be->ops->kv_block_read(m->be, model_kv(m), block, m->hook_buf);
+    m->hook_evicted(m->hook_user, key, m->hook_buf);
+}
+static void on_publish(void *user, int32_t block, uint64_t key)
+{
+    model *m = user;
+    m->be->ops->kv_block_read(m->be, model_kv(m), block, m->hook_buf);
+    m->hook_published(m->hook_user, key, m->hook_buf);
+}
+di_status model_kv_set_hooks(model *m, model_kv_hook evicted, model_kv_hook published, void *user)
+{
+    kv_pool *p = model_pool(m);
+    free(m->hook_buf);
+    m->hook_buf = NULL;
+    p->on_evict = p->on_publish = NULL;
+    if (!evicted && !published) return DI_OK;
+    if (!(m->hook_buf = malloc(model_kv_block_bytes(m)))) return DI_ERR_OUT_OF_MEMORY;
+    m->hook_evicted = evicted;
+    m->hook_published = published;
+    m->hook_user = user;
+    p->on_evict = evicted ? on_evict : NULL;
+    p->on_publish = published ? on_publish : NULL;
+    p->evict_user = m;
+    return DI_OK;
 }
 int32_t model_kv_blocks_cached(const model *m)
 {

@@ -80,12 +80,14 @@ di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, in
     return DI_OK;
 }
 
-uint64_t model_kv_fingerprint(const model_config *c, const model_options *opt)
+uint64_t model_kv_fingerprint(const model_weights *w, const model_options *opt)
 {
     /* model_config holds scalars only, and the loaders zero it before filling it. */
-    int32_t switches[3] = {(int32_t)opt->kv_dtype, opt->use_ref, opt->mla_naive};
+    const model_config *c = model_weights_config(w);
+    int32_t switches[4] = {(int32_t)opt->kv_dtype, opt->use_ref, opt->mla_naive, MODEL_KV_BLOCK};
     uint64_t k = XXH3_64bits_withSeed(c, sizeof *c, 0x6469707265666978ULL); /* "diprefix" */
     k = XXH3_64bits_withSeed(switches, sizeof switches, k);
+    k ^= model_weights_digest(w);
     return k ? k : 1;
 }
 

@@ -129,6 +129,25 @@ int64_t model_prefix_probe(const model *m, const int32_t *tokens, int64_t n_toke
                            int32_t *n_cached_blocks);
 int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, int64_t n_tokens);
 void model_seq_publish(model *m, model_seq *s, const int32_t *tokens);
+/* The prefix cache's host and disk tiers (lib/engine/kv_tiers.h) move whole
+ * blocks: model_kv_fingerprint_of the seed of the model's block keys (the
+ * weights, configuration, cache dtype); model_prefix_keys the keys of the
+ * first n_blocks full blocks of tokens; model_prefix_has whether a key is kept
+ * here; model_kv_block_bytes a block's size on the host; model_kv_adopt a
+ * block for restored contents (data, model_kv_block_bytes bytes) kept under
+ * key as cached — 0, or -1 when no block can be taken or the key is kept
+ * already; model_kv_set_hooks the functions called with a block's key and
+ * contents (on the host) when a cached block's room is about to be reused
+ * (evicted) and when a block has just been keyed (published); NULL: none.
+ * Errors: DI_ERR_OUT_OF_MEMORY (no staging buffer; no hooks then). The
+ * hooks run on the thread driving the model and must not call into it. */
+uint64_t model_kv_fingerprint_of(const model *m);
+void model_prefix_keys(const model *m, const int32_t *tokens, int64_t n_blocks, uint64_t *keys);
+int model_prefix_has(const model *m, uint64_t key);
+size_t model_kv_block_bytes(const model *m);
+int model_kv_adopt(model *m, uint64_t key, const void *data);
+typedef void (*model_kv_hook)(void *user, uint64_t key, const void *data);
+di_status model_kv_set_hooks(model *m, model_kv_hook evicted, model_kv_hook published, void *user);
 /* Blocks of the cache in all, and free now (free or cached: a reservation can
  * take them). */
 int32_t model_kv_blocks_total(const model *m);

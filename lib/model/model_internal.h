@@ -20,9 +20,10 @@ di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, in
                                di_error **err);
 
 /* The seed of the prefix cache's block keys (model/kv_pool.h): XXH3-64 of
- * what decides the bytes a token's cache entry holds — the configuration and
- * the cache dtype, the reference-kernel and MLA-form switches. */
-uint64_t model_kv_fingerprint(const model_config *c, const model_options *opt);
+ * what decides the bytes a token's cache entry holds — the weights
+ * (model_weights_digest), the configuration and the cache dtype, the
+ * reference-kernel and MLA-form switches, the block size. */
+uint64_t model_kv_fingerprint(const model_weights *w, const model_options *opt);
 
 /* The LM head of a step over items (n rows of x, n_embd wide, stacked in item
  * order): logits = RMSNorm(x) * output_norm  output^T, for every row when

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/stat.h>
 
 #include "util/error.h"
@@ -270,6 +271,28 @@ void model_weights_close(model_weights *w)
 const model_config *model_weights_config(const model_weights *w)
 {
     return &w->config;
+}
+
+uint64_t model_weights_digest(const model_weights *w)
+{
+    enum { EDGE = 4096 };
+    uint64_t h = XXH3_64bits(&w->n_tensors, sizeof w->n_tensors);
+    for (size_t i = 0; i < w->n_tensors; i++) {
+        const model_tensor *t = &w->tensors[i];
+        uint64_t meta[7] = {(uint64_t)t->dtype,
+                            (uint64_t)t->ne[0],
+                            (uint64_t)t->ne[1],
+                            (uint64_t)t->ne[2],
+                            (uint64_t)t->ne[3],
+                            (uint64_t)t->n_bytes,
+                            XXH3_64bits(t->name, strlen(t->name))};
+        h = XXH3_64bits_withSeed(meta, sizeof meta, h);
+        size_t head = t->n_bytes < EDGE ? t->n_bytes : EDGE;
+        h = XXH3_64bits_withSeed(t->data, head, h);
+        if (t->n_bytes > 2 * EDGE)
+            h = XXH3_64bits_withSeed((const char *)t->data + t->n_bytes - EDGE, EDGE, h);
+    }
+    return h;
 }
 
 const model_tensor *model_weights_get(const model_weights *w, const char *name)

@@ -119,6 +119,9 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
 void model_weights_close(model_weights *w);
 
 const model_config *model_weights_config(const model_weights *w);
+/* XXH3-64 of what identifies the weights without reading them all: every
+ * tensor's name, dtype, shape and size, and its first and last 4 KiB. */
+uint64_t model_weights_digest(const model_weights *w);
 /* The tensor named `name` (GGUF naming), or NULL. */
 const model_tensor *model_weights_get(const model_weights *w, const char *name);
 /* As model_weights_get, but a missing tensor or one whose shape differs from

@@ -429,6 +429,20 @@ static int32_t be_kv_blocks_total(const backend_kv *kv)
 {
     return kv->c.n_blocks;
 }
+static size_t be_kv_block_bytes(const backend_kv *kv)
+{
+    return cpu_kv_block_bytes(&kv->c);
+}
+static void be_kv_block_read(backend *be, const backend_kv *kv, int32_t block, void *dst)
+{
+    (void)be;
+    cpu_kv_block_read(&kv->c, block, dst);
+}
+static void be_kv_block_write(backend *be, backend_kv *kv, int32_t block, const void *src)
+{
+    (void)be;
+    cpu_kv_block_write(&kv->c, block, src);
+}
 static void be_kv_store(backend *be, backend_kv *kv, const backend_kv_seq *s, int l, int64_t pos0,
                         int64_t n, const float *k, const float *v)
 {
@@ -511,6 +525,9 @@ static const backend_ops cpu_ops = {
     .kv_create = be_kv_create,
     .kv_bytes_per_token = be_kv_bytes_per_token,
     .kv_blocks_total = be_kv_blocks_total,
+    .kv_block_bytes = be_kv_block_bytes,
+    .kv_block_read = be_kv_block_read,
+    .kv_block_write = be_kv_block_write,
     .kv_store = be_kv_store,
     .attention = be_attention,
     .mla_attention = be_mla_attention,

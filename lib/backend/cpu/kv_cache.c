@@ -63,3 +63,36 @@ void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int
             cpu_quantize_row(c->dtype, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t), c->kv_dim);
     }
 }
+
+size_t cpu_kv_block_bytes(const cpu_kv_cache *c)
+{
+    return (size_t)c->n_layer * (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size *
+           (c->v ? 2 : 1);
+}
+
+/* Layer l's part of block b in one of the two pools. */
+static char *block_part(const cpu_kv_cache *c, void *pool, int l, int32_t b)
+{
+    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    return (char *)pool + ((size_t)l * (size_t)c->n_blocks + (size_t)b) * per;
+}
+
+void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst)
+{
+    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    char *d = dst;
+    for (int l = 0; l < c->n_layer; l++, d += per) memcpy(d, block_part(c, c->k, l, block), per);
+    if (c->v)
+        for (int l = 0; l < c->n_layer; l++, d += per)
+            memcpy(d, block_part(c, c->v, l, block), per);
+}
+
+void cpu_kv_block_write(cpu_kv_cache *c, int32_t block, const void *src)
+{
+    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    const char *p = src;
+    for (int l = 0; l < c->n_layer; l++, p += per) memcpy(block_part(c, c->k, l, block), p, per);
+    if (c->v)
+        for (int l = 0; l < c->n_layer; l++, p += per)
+            memcpy(block_part(c, c->v, l, block), p, per);
+}

@@ -62,6 +62,13 @@ static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, 
                               c->kv_dim * c->elem_size;
 }
 
+/* Bytes of one block over all layers: n_layer x block_size x kv_dim x
+ * elem_size, twice that with values; and its copy out and in, layer by layer
+ * (keys of every layer, then values). */
+size_t cpu_kv_block_bytes(const cpu_kv_cache *c);
+void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst);
+void cpu_kv_block_write(cpu_kv_cache *c, int32_t block, const void *src);
+
 /* Store n_tokens rows of k and v (f32 [n_tokens, kv_dim]) at positions
  * pos0.. of layer l, converting to the cache dtype (v is ignored, and may be
  * NULL, in a latent cache). The positions must be
