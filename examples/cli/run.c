@@ -8,8 +8,10 @@
  * answer stream separately, tool calls are shown; Ctrl-C stops the answer being
  * written, /reset starts over, /quit or end of input leaves.
  * Options: --threads T, --ctx N (context tokens), --max-tokens N, --temperature X,
- * --seed S, --encoding E (override the model's prompt encoding), --verbose (time
- * to first token and decode speed on stderr). The model loads with a progress
+ * --seed S, --encoding E (override the model's prompt encoding), --cache-dir DIR
+ * (the prefix cache's disk tier: prompts computed once are found again in later
+ * runs), --no-prefix-cache, --verbose (time to first token, decode speed and
+ * the prompt tokens taken from the prefix cache on stderr). The model loads with a progress
  * bar on stderr. Built only on the public API (di_engine_*, di_submit, di_poll,
  * di_cancel). docs/cli.md documents both. */
 #include <deepinfer/deepinfer.h>
@@ -25,10 +27,10 @@
 #include "cli.h"
 
 typedef struct run_args {
-    const char *model, *input, *system;
+    const char *model, *input, *system, *cache_dir;
     di_protocol protocol;
     di_encoding encoding;
-    int stream, verbose;
+    int stream, verbose, no_prefix_cache;
     long threads, ctx, max_tokens, seed;
     double temperature; /* < 0: the body's or the default */
 } run_args;
@@ -75,6 +77,14 @@ static const char *encoding_name(int32_t enc)
     }
 }
 
+/* The engine's warnings (a prefix cache directory it cannot use, files it
+ * skips) on stderr; the rest stays quiet. */
+static void on_log(void *user, di_log_level level, const char *message)
+{
+    (void)user;
+    if (level <= DI_LOG_WARN) fprintf(stderr, "deepinfer: %s\n", message);
+}
+
 static di_engine *load(const char *cmd, const run_args *a)
 {
     progress p = {isatty(STDERR_FILENO), -1, cli_now()};
@@ -85,6 +95,9 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.n_ctx = a->ctx;
     cfg.encoding = (int32_t)a->encoding;
     cfg.max_running = 1;
+    cfg.kv_cache_dir = a->cache_dir;
+    cfg.disable_prefix_cache = a->no_prefix_cache;
+    cfg.log = on_log;
     cfg.progress = on_progress;
     cfg.progress_user = &p;
     di_engine *e = NULL;
@@ -117,7 +130,7 @@ typedef struct turn {
     json_t *calls; /* chat: the tool calls, as Chat Completions writes them */
     char *response;
     double t_submit, t_first, t_last;
-    uint32_t prompt_tokens, completion_tokens;
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
 } turn;
 
 static void add_text(turn *t, const char *s, size_t n)
@@ -192,6 +205,7 @@ static void on_event(void *user, const di_event *ev)
         t->status = di_event_status(ev);
         snprintf(t->message, sizeof t->message, "%s", di_event_message(ev));
         t->prompt_tokens = di_event_prompt_tokens(ev);
+        t->cached_tokens = di_event_prompt_cache_hit_tokens(ev);
         t->completion_tokens = di_event_completion_tokens(ev);
         s = di_event_response_json(ev, &n);
         if (s && (t->response = malloc(n + 1))) {
@@ -238,9 +252,10 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
     if (a->verbose && t->t_first > 0) {
         double decode = t->t_last - t->t_first;
         fprintf(stderr,
-                "\n%u prompt tokens, %u generated; time to first token %.1f ms, decode %.1f "
-                "tokens/s\n",
-                t->prompt_tokens, t->completion_tokens, (t->t_first - t->t_submit) * 1e3,
+                "\n%u prompt tokens (%u from the prefix cache), %u generated; time to first "
+                "token %.1f ms, decode %.1f tokens/s\n",
+                t->prompt_tokens, t->cached_tokens, t->completion_tokens,
+                (t->t_first - t->t_submit) * 1e3,
                 t->completion_tokens > 1 && decode > 0 ? (t->completion_tokens - 1) / decode : 0.0);
     }
     return 0;
@@ -253,9 +268,11 @@ static const char *usage_line(const char *cmd)
     return strcmp(cmd, "run") == 0
                ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
-                 "[--encoding E] [--verbose] REQUEST.json|-"
+                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--verbose] "
+                 "REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
-                 "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--verbose]";
+                 "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
+                 "[--no-prefix-cache] [--verbose]";
 }
 
 static int usage(const char *cmd, const char *why)
@@ -286,7 +303,7 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--threads") == 0 || strcmp(o, "--ctx") == 0 ||
                     strcmp(o, "--max-tokens") == 0 || strcmp(o, "--temperature") == 0 ||
                     strcmp(o, "--seed") == 0 || strcmp(o, "--encoding") == 0 ||
-                    strcmp(o, "--system") == 0;
+                    strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0;
         if (takes && !v) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
@@ -323,6 +340,11 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                 return usage(cmd, "--encoding must be dsv4, dsv41, dsv3, r1 or chatml");
         } else if (strcmp(o, "--stream") == 0 && run) {
             a->stream = 1;
+            continue;
+        } else if (strcmp(o, "--cache-dir") == 0) {
+            a->cache_dir = v;
+        } else if (strcmp(o, "--no-prefix-cache") == 0) {
+            a->no_prefix_cache = 1;
             continue;
         } else if (strcmp(o, "--verbose") == 0) {
             a->verbose = 1;

@@ -125,4 +125,25 @@ out=$(printf 'Hello!\nAnd again?\n/reset\nHi\n/quit\nnot read\n' |
       "$cli" chat --model "$model" --temperature 0 --max-tokens 8 --threads 2 2>"$tmp/err") ||
   fail "chat exited $?: $(cat "$tmp/err")"
 [ "$(printf '%s\n' "$out" | grep -c .)" -ge 3 ] || fail "chat printed too little: $out"
-echo "ok: run (JSON and SSE agree, named tool call), chat, and their errors"
+# --cache-dir: the second run finds the first one's prompt blocks on disk, and
+# answers the same; a directory it cannot use is a warning, not a failure
+"$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/kv" "$tmp/req.json" \
+  > "$tmp/c1.json" 2> "$tmp/err" || fail "run --cache-dir exited $?: $(cat "$tmp/err")"
+"$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/kv" --verbose \
+  "$tmp/req.json" > "$tmp/c2.json" 2> "$tmp/err" || fail "run --cache-dir exited $?"
+grep -Eq "prompt tokens \([1-9][0-9]* from the prefix cache\)" "$tmp/err" ||
+  fail "no hit from the disk tier: $(cat "$tmp/err")"
+"$python" - "$tmp/full.json" "$tmp/c1.json" "$tmp/c2.json" <<'PY' || fail "cached answers differ"
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:])
+assert a["choices"] == b["choices"] == c["choices"], (a, c)
+u = c["usage"]
+assert u["prompt_cache_hit_tokens"] > 0 and u["prompt_cache_hit_tokens"] % 16 == 0, u
+assert u["prompt_tokens_details"]["cached_tokens"] == u["prompt_cache_hit_tokens"], u
+assert b["usage"]["prompt_cache_hit_tokens"] == 0, b["usage"]
+PY
+: > "$tmp/file"
+"$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/file/kv" \
+  "$tmp/req.json" > "$tmp/c3.json" 2> "$tmp/err" || fail "unusable --cache-dir exited $?"
+grep -q "no disk tier" "$tmp/err" || fail "unusable --cache-dir not said: $(cat "$tmp/err")"
+echo "ok: run (JSON and SSE agree, named tool call, --cache-dir), chat, and their errors"
