@@ -21,7 +21,7 @@
 enum {
     HEADER = 64,
     VERSION = 1,
-    MAX_QUEUED = 64,  /* puts waiting at most */
+    MIN_QUEUED = 64,  /* puts waiting at most: 64 blocks, or 256 MiB when that is more */
     MAX_FETCHES = 512 /* fetches pending or ready at most */
 };
 static const char MAGIC[8] = {'D', 'I', 'K', 'V', 'B', 'L', 'K', '1'};
@@ -55,7 +55,7 @@ struct kv_tiers {
     pthread_cond_t cv, done_cv;
     int closing;
     job *head, *tail;
-    int n_queued;
+    int n_queued, max_queued;
     host_entry **buckets;
     size_t n_buckets;
     host_entry *lru_head, *lru_tail;
@@ -445,6 +445,8 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
     t->o = *o;
     t->o.disk_dir = NULL;
     if (t->o.disk_bytes <= 0) t->o.disk_bytes = (int64_t)4 << 30;
+    size_t by_bytes = ((size_t)256 << 20) / (o->block_bytes ? o->block_bytes : 1);
+    t->max_queued = by_bytes > MIN_QUEUED ? (int)(by_bytes < 65536 ? by_bytes : 65536) : MIN_QUEUED;
     t->n_buckets = 1024;
     t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
     t->comp_cap = ZSTD_compressBound(o->block_bytes);
@@ -528,7 +530,7 @@ void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where)
     if (t->o.host_bytes <= 0) where &= ~KV_TIER_HOST;
     if (!t->disk_on) where &= ~KV_TIER_DISK;
     if ((where & KV_TIER_HOST) && host_find(t, key)) where &= ~KV_TIER_HOST;
-    int full = t->n_queued >= MAX_QUEUED;
+    int full = t->n_queued >= t->max_queued;
     if (where && full) t->st.dropped++;
     pthread_mutex_unlock(&t->mu);
     if (!where || full) return;

@@ -59,7 +59,8 @@ enum {
     KV_TIER_DISK = 2  /* a block computed: write it to disk (when not there yet) */
 };
 /* Queue a copy of data (block_bytes) for the tiers in `where`. Never blocks
- * on I/O; dropped (and counted) when more than 64 blocks wait already. */
+ * on I/O; dropped (and counted) when 256 MiB of blocks (at least 64) wait
+ * already. */
 void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where);
 
 /* Whether the tiers may hold the block: 1 (host tier, or a file named by

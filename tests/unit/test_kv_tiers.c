@@ -128,7 +128,7 @@ static void test_host_tier_round_trip_and_budget(void **state)
     for (uint64_t k = 100; k < 300; k++) {
         contents(k, want);
         kv_tiers_put(t, k, want, KV_TIER_HOST);
-        if (k % 32 == 0) sleep_ms(20); /* the queue drops puts past 64 waiting */
+        if (k % 32 == 0) sleep_ms(20); /* let the thread keep up */
     }
     sleep_ms(100);
     kv_tiers_stats st;

@@ -253,6 +253,11 @@ class Engine:
             16-token blocks an earlier request computed reuses them
             (Done.prompt_cache_hit_tokens counts them); False: every request
             prefills its whole prompt.
+        kv_host_cache_bytes: the prefix cache's host tier, blocks evicted from
+            the KV cache kept compressed in memory up to this many bytes (0: none).
+        kv_cache_dir: the prefix cache's disk tier, a directory where computed
+            blocks are kept across restarts (None: none; docs/prefix-cache.md).
+        kv_disk_cache_bytes: the disk tier's budget (0: 4 GiB).
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -288,6 +293,9 @@ class Engine:
         progress: Optional[Callable[[float], Optional[bool]]] = None,
         n_batch: int = 0,
         prefix_cache: bool = True,
+        kv_host_cache_bytes: int = 0,
+        kv_cache_dir=None,
+        kv_disk_cache_bytes: int = 0,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -308,6 +316,10 @@ class Engine:
         cfg.kv_cache_bytes = kv_cache_bytes
         cfg.n_batch = n_batch
         cfg.disable_prefix_cache = 0 if prefix_cache else 1
+        cfg.kv_host_cache_bytes = kv_host_cache_bytes
+        cfg.kv_disk_cache_bytes = kv_disk_cache_bytes
+        if kv_cache_dir is not None:
+            cfg.kv_cache_dir = os.fsencode(kv_cache_dir)
         raised = []
         if progress is not None:
 

@@ -71,6 +71,9 @@ class EngineConfig(Structure):
         ("progress_user", c_void_p),
         ("disable_prefix_cache", c_int32),
         ("reserved", c_int32),
+        ("kv_host_cache_bytes", c_int64),
+        ("kv_cache_dir", c_char_p),
+        ("kv_disk_cache_bytes", c_int64),
     ]
 
 
