@@ -60,7 +60,9 @@ fn main() {
         fail(&format!("libdeepinfer {} is older than 0.1", version));
     }
 
-    let statik = env::var("DEEPINFER_STATIC").map(|v| v == "1").unwrap_or(false);
+    let statik = env::var("DEEPINFER_STATIC")
+        .map(|v| v == "1")
+        .unwrap_or(false);
     let libs = if statik {
         pkg_config(&["--static", "--libs"])
     } else {

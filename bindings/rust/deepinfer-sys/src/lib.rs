@@ -38,7 +38,10 @@ mod tests {
 
     #[test]
     fn version_string_matches_the_numbers() {
-        let want = format!("{}.{}.{}", DI_VERSION_MAJOR, DI_VERSION_MINOR, DI_VERSION_PATCH);
+        let want = format!(
+            "{}.{}.{}",
+            DI_VERSION_MAJOR, DI_VERSION_MINOR, DI_VERSION_PATCH
+        );
         assert_eq!(DI_VERSION_STRING, want);
         assert_eq!(
             DI_VERSION_NUMBER,
