@@ -210,7 +210,13 @@ impl Drop for Codec<'_> {
 /// A rendered prompt (`di_prompt`): its text, its token ids (with a tokenizer)
 /// and what the request asks of generation. Independent of the codec once made.
 ///
-/// `Send` but not `Sync` (the header: read it from one thread at a time).
+/// `Send` but not `Sync` (the header: read it from one thread at a time), so
+/// this does not compile:
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<deepinfer::Prompt>();
+/// ```
 ///
 /// ```
 /// use deepinfer::{Codec, Encoding, Protocol};

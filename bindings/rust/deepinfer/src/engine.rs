@@ -797,6 +797,18 @@ impl Engine {
     /// A panic in it is resumed on the polling thread once the poll has
     /// finished, the event counting as delivered.
     ///
+    /// The borrowed event cannot be kept past the call (this does not compile;
+    /// `ev.into_owned()` would):
+    ///
+    /// ```compile_fail
+    /// use std::sync::Mutex;
+    /// static KEPT: Mutex<Option<deepinfer::Event<'static>>> = Mutex::new(None);
+    /// # let engine = deepinfer::Engine::new("m.gguf").unwrap();
+    /// engine.submit_with_callback(&deepinfer::Request::tokens(&[1]), |ev| {
+    ///     *KEPT.lock().unwrap() = Some(ev);
+    /// });
+    /// ```
+    ///
     /// ```no_run
     /// use deepinfer::{Engine, Event, Request};
     /// use std::time::Duration;

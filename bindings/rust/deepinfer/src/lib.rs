@@ -76,3 +76,38 @@ pub fn version() -> &'static str {
     let s = unsafe { std::ffi::CStr::from_ptr(deepinfer_sys::di_version_string()) };
     s.to_str().unwrap_or("")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn thread_safety_follows_the_header() {
+        send_sync::<Engine>();
+        send_sync::<RequestHandle>();
+        send_sync::<Canceller>();
+        send_sync::<Tokenizer>();
+        send_sync::<Codec<'static>>();
+        send_sync::<Error>();
+        send_sync::<Event<'static>>();
+        send_sync::<Completion>();
+        send::<Prompt>();
+        send::<ResponseStream<'static>>();
+        send::<Detokenizer<'static>>();
+    }
+
+    #[test]
+    fn statuses_round_trip_through_their_codes() {
+        for code in 0..=14 {
+            let s = Status::from_code(code);
+            assert_eq!(s.code(), code);
+            assert_eq!(s.is_ok(), code == 0);
+        }
+        assert_eq!(Status::from_code(14), Status::Other(14));
+        assert_eq!(Status::Other(14).description(), "unknown status");
+        assert_eq!(Status::Other(14).to_string(), "DI_ERR_UNKNOWN(14)");
+    }
+}

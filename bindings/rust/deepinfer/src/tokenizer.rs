@@ -342,6 +342,16 @@ impl Drop for Tokenizer {
 /// completes, borrowed until the next call on it.
 ///
 /// `Send` but not `Sync`: one stream, one thread at a time (the header's rule).
+/// The text a push returns lives until the next call on the detokenizer, so
+/// this does not compile:
+///
+/// ```compile_fail
+/// # let tok = deepinfer::Tokenizer::from_json(include_str!("../tests/data/tiny_tokenizer.json")).unwrap();
+/// let mut d = tok.detokenizer(false).unwrap();
+/// let first = d.push(2).unwrap();
+/// let second = d.push(3).unwrap();       // `first` is still borrowed
+/// println!("{}{}", first, second);
+/// ```
 ///
 /// ```
 /// # let tok = deepinfer::Tokenizer::from_json(include_str!("../tests/data/tiny_tokenizer.json"))?;

@@ -343,3 +343,40 @@ fn codec_and_stream_errors() {
         s.push_tokens(&[tok.token_id("Hello").unwrap()]).unwrap();
     }
 }
+
+#[test]
+fn log_sink_gets_the_engines_messages_and_its_panics_are_contained() {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let engine = Engine::builder(tiny_model())
+        .n_threads(2)
+        .log(move |level, message| sink.lock().unwrap().push((level, message.to_string())))
+        .build()
+        .unwrap();
+    let done = engine
+        .submit(&Request::tokens(&[1, 2]).max_tokens(2))
+        .unwrap()
+        .wait()
+        .done;
+    assert!(done.is_ok());
+    drop(engine);
+    let lines = lines.lock().unwrap();
+    let (level, first) = &lines[0];
+    assert_eq!(*level, deepinfer::LogLevel::Info);
+    assert!(
+        first.starts_with("engine: ") && first.contains("vocabulary 512"),
+        "{}",
+        first
+    );
+    // a sink that panics: the panic stays in the sink, the engine works
+    let engine = Engine::builder(tiny_model())
+        .log(|_, _| panic!("log panic"))
+        .build()
+        .unwrap();
+    assert!(engine
+        .submit(&Request::tokens(&[1]).max_tokens(1))
+        .unwrap()
+        .wait()
+        .done
+        .is_ok());
+}
