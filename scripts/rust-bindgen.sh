@@ -10,7 +10,8 @@
 # constants (a C enum value Rust does not know must not become an invalid Rust
 # enum), size_t is usize, and the header's comments become doc comments. The
 # output is formatted with rustfmt (the 2021 edition's style; Debian's rustfmt
-# 1.63 and rustup's current one give the same file).
+# 1.63 and rustup's current one give the same file). bindgen loads libclang at run
+# time (Debian 12's libclang1-14, which setup.sh's clang brings).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bindings/rust/deepinfer-sys/src/bindings.rs
