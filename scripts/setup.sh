@@ -16,6 +16,9 @@ packages=(
   abigail-tools
   # the oracle virtual environment (tests/oracle)
   python3 python3-venv python3-pip
+  # the Rust binding (bindings/rust): Debian 12's toolchain (Rust 1.63, the crates'
+  # minimum) and bindgen, which generates deepinfer-sys (scripts/rust-bindgen.sh)
+  cargo rustc rustfmt rust-clippy bindgen
 )
 
 missing=()

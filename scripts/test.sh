@@ -5,7 +5,7 @@
 # PyPI (scripts/fetch_assets.py); lib/README.md's include rules; format check; a
 # warnings-as-errors build and its whole ctest suite (unit, CLI, export, oracle and
 # parity tests; the kernels this CPU ran are named); a parallel build with CMake's
-# default generator (Unix Makefiles); the same suite
+# default generator (Unix Makefiles); the Python and Rust bindings' tests; the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the host examples built
 # against the install and run on SmolLM2; the ABI guard; and the
@@ -83,6 +83,9 @@ python3 -m venv "$py_venv"
 DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so \
   DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
   "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
+
+step "rust binding: bindgen check, rustfmt, clippy, cargo test and the examples (bindings/rust)"
+scripts/check-rust.sh build/release "$assets"
 
 step "build: ASan+UBSan"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDI_WERROR=ON -DDI_CUDA=OFF \

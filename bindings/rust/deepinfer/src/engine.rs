@@ -1,0 +1,1203 @@
+//! `Engine` (`di_engine_*`, `di_submit`, `di_poll`, `di_cancel`) and the handles
+//! of submitted requests.
+//!
+//! How events travel: every request gets a channel in the engine's state, keyed
+//! before `di_submit` so that an event another thread delivers before
+//! `di_submit` returns still finds it. `di_poll` runs on one thread at a time:
+//! a thread that wants an event takes the *poller* role when nobody holds it,
+//! polls for at most `POLL_MS`, and wakes the others, who find their events
+//! queued. Callback requests get their events inside that poll, borrowed.
+//! Dropping the engine waits for the poller and for cancels in flight, then
+//! `di_engine_destroy` delivers every remaining terminal event.
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::ops::ControlFlow;
+use std::os::raw::{c_char, c_int, c_void};
+use std::os::unix::io::RawFd;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use deepinfer_sys as sys;
+
+use crate::codec::Encoding;
+use crate::error::{check, Error, Result, Status};
+use crate::event::{Chunk, Done, Event, ToolCall, Usage};
+use crate::request::Request;
+use crate::tokenizer::Tokenizer;
+use crate::util::path_cstring;
+
+/// How long a thread waiting for its request's events sits in one `di_poll`
+/// (milliseconds): the longest a dropped engine waits for a poller.
+const POLL_MS: i32 = 100;
+
+mod callback_thread {
+    // Clippy 1.63 takes thread_local!'s const initialiser for an interior
+    // mutable const (a false positive fixed later).
+    #![allow(clippy::declare_interior_mutable_const)]
+    use std::cell::Cell;
+
+    thread_local! {
+        /// The engine whose request callback runs on this thread (inside its
+        /// di_poll), or NULL.
+        pub(super) static IN_CALLBACK: Cell<*const super::Inner> =
+            const { Cell::new(std::ptr::null()) };
+    }
+}
+use callback_thread::IN_CALLBACK;
+
+/// `true` inside a request callback of `inner`'s engine on this thread.
+fn in_callback(inner: &Inner) -> bool {
+    IN_CALLBACK.with(|c| ptr::eq(c.get(), inner))
+}
+
+/// A compute device (`di_device`).
+///
+/// ```
+/// assert_eq!(deepinfer::Device::default(), deepinfer::Device::Cpu);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The CPU backend.
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU: not built yet (`Unsupported`).
+    Cuda,
+}
+
+/// The severity of a log message (`di_log_level`).
+///
+/// ```
+/// assert!(deepinfer::LogLevel::Error < deepinfer::LogLevel::Debug);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `DI_LOG_ERROR`.
+    Error,
+    /// `DI_LOG_WARN`.
+    Warn,
+    /// `DI_LOG_INFO`.
+    Info,
+    /// `DI_LOG_DEBUG`.
+    Debug,
+}
+
+type LogFn = dyn Fn(LogLevel, &str) + Send + Sync;
+type ProgressFn<'p> = dyn FnMut(f32) -> ControlFlow<()> + 'p;
+type Callback = Box<dyn FnMut(Event<'_>) + Send>;
+
+/// The settings of an engine (`di_engine_config`); [`Engine::builder`] makes
+/// one. Unset settings keep the library's defaults.
+///
+/// ```no_run
+/// use deepinfer::Engine;
+/// let engine = Engine::builder("SmolLM2-135M-Instruct.Q4_1.gguf")
+///     .n_threads(2)
+///     .max_running(8)
+///     .n_ctx(2048)
+///     .progress(|fraction| {
+///         eprint!("\rloading {:3.0}%", fraction * 100.0);
+///         std::ops::ControlFlow::Continue(())
+///     })
+///     .build()?;
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+pub struct EngineBuilder<'p> {
+    model_path: PathBuf,
+    tokenizer_path: Option<PathBuf>,
+    device: Device,
+    encoding: Option<Encoding>,
+    n_threads: u32,
+    max_running: u32,
+    n_ctx: u64,
+    n_batch: u64,
+    kv_cache_bytes: u64,
+    log: Option<Box<LogFn>>,
+    progress: Option<Box<ProgressFn<'p>>>,
+}
+
+impl std::fmt::Debug for EngineBuilder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("model_path", &self.model_path)
+            .field("tokenizer_path", &self.tokenizer_path)
+            .field("device", &self.device)
+            .field("encoding", &self.encoding)
+            .field("n_threads", &self.n_threads)
+            .field("max_running", &self.max_running)
+            .field("n_ctx", &self.n_ctx)
+            .field("n_batch", &self.n_batch)
+            .field("kv_cache_bytes", &self.kv_cache_bytes)
+            .field("log", &self.log.is_some())
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+fn clamp_i32(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+fn clamp_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl<'p> EngineBuilder<'p> {
+    /// The tokenizer: a tokenizer.json, a folder holding one, or a GGUF file
+    /// (default: the model's own).
+    ///
+    /// ```no_run
+    /// let b = deepinfer::Engine::builder("model/").tokenizer_path("model/tokenizer.json");
+    /// ```
+    pub fn tokenizer_path(mut self, path: impl AsRef<Path>) -> Self {
+        self.tokenizer_path = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// The compute device (default CPU).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").device(deepinfer::Device::Cpu);
+    /// ```
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// The prompt encoding of protocol requests (default: the one the model
+    /// declares; an encoding its tokenizer cannot render fails `build`).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").encoding(deepinfer::Encoding::ChatMl);
+    /// ```
+    pub fn encoding(mut self, encoding: Encoding) -> Self {
+        self.encoding = Some(encoding);
+        self
+    }
+
+    /// CPU threads of the forward pass, counting the worker (default: the CPUs
+    /// online; at most 1024).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").n_threads(4);
+    /// ```
+    pub fn n_threads(mut self, n: u32) -> Self {
+        self.n_threads = n;
+        self
+    }
+
+    /// Requests computed together at most (default 16; at most 256 and at most
+    /// n_batch).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").max_running(4);
+    /// ```
+    pub fn max_running(mut self, n: u32) -> Self {
+        self.max_running = n;
+        self
+    }
+
+    /// Tokens one sequence may hold, prompt and output (default: the model's
+    /// training context, at most 4096).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").n_ctx(1024);
+    /// ```
+    pub fn n_ctx(mut self, n: u64) -> Self {
+        self.n_ctx = n;
+        self
+    }
+
+    /// Tokens one forward step takes at most (default 256).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").n_batch(128);
+    /// ```
+    pub fn n_batch(mut self, n: u64) -> Self {
+        self.n_batch = n;
+        self
+    }
+
+    /// The KV cache budget in bytes, shared by all requests (default: room for
+    /// 4 sequences of n_ctx tokens).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").kv_cache_bytes(64 << 20);
+    /// ```
+    pub fn kv_cache_bytes(mut self, bytes: u64) -> Self {
+        self.kv_cache_bytes = bytes;
+        self
+    }
+
+    /// A log sink, called from the engine's own threads as well as the host's,
+    /// possibly at once (hence `Send + Sync`); it must not block for long. A
+    /// panic in it is caught and dropped.
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf")
+    ///     .log(|level, message| eprintln!("[{:?}] {}", level, message));
+    /// ```
+    pub fn log(mut self, f: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> Self {
+        self.log = Some(Box::new(f));
+        self
+    }
+
+    /// A load-progress callback, called on the thread in [`EngineBuilder::build`]
+    /// with a fraction in [0, 1]; `ControlFlow::Break(())` cancels the load
+    /// (`build` then fails with `Cancelled`). A panic in it cancels the load and
+    /// is resumed once `build` has cleaned up.
+    ///
+    /// ```
+    /// use std::ops::ControlFlow;
+    /// let b = deepinfer::Engine::builder("m.gguf").progress(|f| {
+    ///     if f > 0.5 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    /// });
+    /// ```
+    pub fn progress(mut self, f: impl FnMut(f32) -> ControlFlow<()> + 'p) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// Loads the model and starts the engine (`di_engine_create`).
+    ///
+    /// Errors: `Io` / `ModelFormat` (the model or tokenizer file, named),
+    /// `InvalidArgument` (a setting out of range, named), `Unsupported` (a
+    /// device not built, an encoding the tokenizer cannot render, an
+    /// architecture the CPU does not run), `Cancelled` (the progress callback).
+    ///
+    /// ```
+    /// let err = deepinfer::Engine::builder("/no/such/model.gguf").build().unwrap_err();
+    /// assert_eq!(err.status(), deepinfer::Status::Io);
+    /// assert!(err.message().contains("/no/such/model.gguf"));
+    /// ```
+    pub fn build(self) -> Result<Engine> {
+        let model = path_cstring(&self.model_path, "model_path")?;
+        let tokenizer = match &self.tokenizer_path {
+            Some(p) => Some(path_cstring(p, "tokenizer_path")?),
+            None => None,
+        };
+        let mut cfg = std::mem::MaybeUninit::<sys::di_engine_config>::zeroed();
+        // SAFETY: di_engine_config_init sets struct_size and every default; a
+        // zeroed struct (integers, NULL pointers, no callbacks) is valid before.
+        let mut cfg = unsafe {
+            sys::di_engine_config_init(cfg.as_mut_ptr());
+            cfg.assume_init()
+        };
+        cfg.model_path = model.as_ptr();
+        cfg.tokenizer_path = tokenizer.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        cfg.device = match self.device {
+            Device::Cpu => sys::DI_DEVICE_CPU,
+            Device::Cuda => sys::DI_DEVICE_CUDA,
+        } as i32;
+        cfg.encoding = self.encoding.map_or(0, |e| e.code());
+        cfg.n_threads = clamp_i32(self.n_threads);
+        cfg.max_running = clamp_i32(self.max_running);
+        cfg.n_ctx = clamp_i64(self.n_ctx);
+        cfg.n_batch = clamp_i64(self.n_batch);
+        cfg.kv_cache_bytes = clamp_i64(self.kv_cache_bytes);
+
+        // The log sink lives in the engine (a thin pointer to the boxed closure)
+        // until after di_engine_destroy.
+        let log: Option<Box<Box<LogFn>>> = self.log.map(Box::new);
+        if let Some(l) = &log {
+            cfg.log = Some(log_trampoline);
+            cfg.log_user = &**l as *const Box<LogFn> as *mut c_void;
+        }
+        let mut progress = self.progress.map(|f| ProgressCtx { f, panic: None });
+        if let Some(p) = progress.as_mut() {
+            cfg.progress = Some(progress_trampoline);
+            cfg.progress_user = p as *mut ProgressCtx<'_> as *mut c_void;
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: every pointer in cfg lives through the call (paths are copied);
+        // the log box outlives the engine, the progress context the call.
+        let res = check(|err| unsafe { sys::di_engine_create(&cfg, &mut raw, err) });
+        if let Some(p) = progress.and_then(|p| p.panic) {
+            if res.is_ok() {
+                // SAFETY: a live engine with nothing submitted.
+                unsafe { sys::di_engine_destroy(raw) };
+            }
+            resume_unwind(p);
+        }
+        res?;
+        let raw = NonNull::new(raw).expect("di_engine_create returned DI_OK and NULL");
+        // SAFETY: the engine's tokenizer lives until di_engine_destroy, i.e. as
+        // long as the Engine that lends it.
+        let tok = unsafe { sys::di_engine_tokenizer(raw.as_ptr()) };
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                raw: raw.as_ptr(),
+                state: Mutex::new(State::default()),
+                cond: Condvar::new(),
+                _log: log,
+            }),
+            tokenizer: NonNull::new(tok as *mut sys::di_tokenizer).map(Tokenizer::borrowed),
+        })
+    }
+}
+
+struct ProgressCtx<'p> {
+    f: Box<ProgressFn<'p>>,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+extern "C" fn progress_trampoline(user: *mut c_void, fraction: f32) -> c_int {
+    // SAFETY: user is the ProgressCtx of the di_engine_create running on this
+    // thread (progress runs on the creating thread only).
+    let ctx = unsafe { &mut *(user as *mut ProgressCtx<'_>) };
+    if ctx.panic.is_some() {
+        return 1;
+    }
+    match catch_unwind(AssertUnwindSafe(|| (ctx.f)(fraction))) {
+        Ok(ControlFlow::Continue(())) => 0,
+        Ok(ControlFlow::Break(())) => 1,
+        Err(p) => {
+            ctx.panic = Some(p);
+            1
+        }
+    }
+}
+
+extern "C" fn log_trampoline(user: *mut c_void, level: sys::di_log_level, message: *const c_char) {
+    // SAFETY: user is the engine's boxed log sink, alive until after
+    // di_engine_destroy; message lives until this call returns.
+    let f = unsafe { &*(user as *const Box<LogFn>) };
+    let msg = unsafe { crate::util::ctext(message) }.unwrap_or_default();
+    let level = match level {
+        sys::DI_LOG_ERROR => LogLevel::Error,
+        sys::DI_LOG_WARN => LogLevel::Warn,
+        sys::DI_LOG_INFO => LogLevel::Info,
+        _ => LogLevel::Debug,
+    };
+    // A panic cannot be resumed on the engine's worker thread: it is dropped.
+    let _ = catch_unwind(AssertUnwindSafe(|| f(level, &msg)));
+}
+
+/// An engine (`di_engine`): a loaded model, its tokenizer and prompt encoding, a
+/// paged KV cache and a worker thread that batches every request. Dropping it
+/// cancels what still runs (each request still gets its one
+/// [`Event::Done`], `Cancelled`, "the engine was destroyed"), and frees it.
+///
+/// `Send` and `Sync`: submit and cancel from any thread, as the C API allows;
+/// the binding gives `di_poll` to one thread at a time itself.
+///
+/// ```no_run
+/// use deepinfer::{Engine, Event, Request};
+/// let engine = Engine::builder("SmolLM2-135M-Instruct.Q4_1.gguf").build()?;
+/// let prompt = engine.tokenizer().unwrap().encode("Once upon a time", deepinfer::Encode::PLAIN)?;
+/// let completion = engine.submit(&Request::tokens(&prompt).max_tokens(32).temperature(0.0))?.wait();
+/// println!("{}", completion.text);
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+pub struct Engine {
+    inner: Arc<Inner>,
+    tokenizer: Option<Tokenizer>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("raw", &self.inner.raw)
+            .field("encoding", &self.encoding())
+            .finish()
+    }
+}
+
+struct Inner {
+    /// Valid until `State::destroyed`.
+    raw: *mut sys::di_engine,
+    state: Mutex<State>,
+    cond: Condvar,
+    _log: Option<Box<Box<LogFn>>>,
+}
+
+// SAFETY: deepinfer.h: di_submit and di_cancel may be called from any thread;
+// di_poll from one thread at a time (the poller role in State), di_engine_destroy
+// once, with no poller and no call in flight (Engine::drop). Everything else in
+// Inner is behind the mutex; the log sink is Send + Sync.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+#[derive(Default)]
+struct State {
+    channels: HashMap<u64, Channel>,
+    next_key: u64,
+    /// A thread is in di_poll or di_engine_destroy.
+    poller: bool,
+    /// di_cancel calls through handles running now.
+    in_flight: usize,
+    /// Engine::drop has begun: no new poll or cancel starts.
+    closing: bool,
+    /// The engine was dropped inside a callback: the poller destroys it.
+    destroy_deferred: bool,
+    /// di_engine_destroy has returned: `raw` is gone.
+    destroyed: bool,
+    /// The first panic out of a callback, resumed by the polling thread.
+    panic: Option<Box<dyn Any + Send>>,
+    /// Callbacks of finished requests, dropped outside any callback.
+    graveyard: Vec<Callback>,
+}
+
+struct Channel {
+    /// Owned events waiting for the handle's iterator (a callback request
+    /// queues only a copy of its Done).
+    queue: VecDeque<Event<'static>>,
+    /// The callback of a callback request, taken out while it runs.
+    callback: Option<Callback>,
+    is_callback: bool,
+    done: bool,
+    handle_dropped: bool,
+}
+
+/// The user_data of a request: which engine and which channel.
+struct Ctx {
+    inner: *const Inner,
+    key: u64,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic never happens while the lock is held by this module's code; a
+    // poisoned lock still holds consistent state.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+extern "C" fn event_trampoline(user: *mut c_void, ev: *const sys::di_event) {
+    let ctx = user as *mut Ctx;
+    // SAFETY: user is the Ctx made at submit, freed here at the request's one
+    // terminal event; its engine is alive, as callbacks run only inside the
+    // di_poll / di_engine_destroy of a thread holding an Arc<Inner>.
+    let (inner, key) = unsafe { (&*(*ctx).inner, (*ctx).key) };
+    let is_done = unsafe { sys::di_event_kind_of(ev) } == sys::DI_EVENT_DONE;
+    // Unwinding must not cross into C: everything is caught.
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| inner.deliver(key, ev))) {
+        let mut st = lock(&inner.state);
+        if st.panic.is_none() {
+            st.panic = Some(p);
+        }
+    }
+    if is_done {
+        // SAFETY: the terminal event is the last use of ctx.
+        drop(unsafe { Box::from_raw(ctx) });
+    }
+}
+
+impl Inner {
+    /// Routes one event to its channel (queue or callback).
+    fn deliver(&self, key: u64, ev: *const sys::di_event) {
+        // SAFETY: ev is live for this call; the borrowed event does not escape it
+        // (queued copies are owned).
+        let event = match unsafe { Event::from_raw(ev) } {
+            Some(e) => e,
+            None => return, // a kind this crate does not know
+        };
+        let done = event.is_done();
+        let mut st = lock(&self.state);
+        let ch = match st.channels.get_mut(&key) {
+            Some(ch) => ch,
+            None => return,
+        };
+        if done {
+            ch.done = true;
+        }
+        if !ch.is_callback {
+            if ch.handle_dropped {
+                if done {
+                    st.channels.remove(&key);
+                }
+            } else {
+                ch.queue.push_back(event.into_owned());
+            }
+            return;
+        }
+        if done && !ch.handle_dropped {
+            ch.queue.push_back(event.clone().into_owned());
+        }
+        let cb = ch.callback.take();
+        drop(st); // the callback may submit or cancel: never under the lock
+        let mut cb = match cb {
+            Some(cb) => cb,
+            None => return,
+        };
+        let outer = IN_CALLBACK.with(|c| c.replace(self as *const Inner));
+        let res = catch_unwind(AssertUnwindSafe(|| cb(event)));
+        IN_CALLBACK.with(|c| c.set(outer));
+        let mut st = lock(&self.state);
+        if done {
+            st.graveyard.push(cb);
+            if st.channels.get(&key).map_or(false, |c| c.handle_dropped) {
+                st.channels.remove(&key);
+            }
+        } else if let Some(ch) = st.channels.get_mut(&key) {
+            ch.callback = Some(cb);
+        }
+        if let Err(p) = res {
+            if st.panic.is_none() {
+                st.panic = Some(p);
+            }
+        }
+    }
+
+    /// Polls once as the poller (the caller set `poller` and holds no lock),
+    /// then gives the role up, wakes the waiters, and does what the poll left:
+    /// drops finished callbacks, destroys a deferred engine, resumes a panic.
+    fn poll_as_poller(&self, timeout_ms: i32) -> i64 {
+        // SAFETY: raw is alive (not destroyed: checked when the role was taken)
+        // and this thread is the only poller.
+        let n = unsafe { sys::di_poll(self.raw, timeout_ms) };
+        let mut st = lock(&self.state);
+        let graveyard = std::mem::take(&mut st.graveyard);
+        let panic = st.panic.take();
+        // The engine was dropped inside a callback of this poll: keep the
+        // poller role and destroy it once no cancel is in flight.
+        let destroy = st.destroy_deferred && !st.destroyed;
+        if destroy {
+            while st.in_flight > 0 {
+                st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        } else {
+            st.poller = false;
+        }
+        self.cond.notify_all();
+        drop(st);
+        drop(graveyard);
+        if destroy {
+            self.destroy_as_poller();
+        }
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
+        n
+    }
+
+    /// di_engine_destroy, as the poller: every remaining event is delivered.
+    fn destroy_as_poller(&self) {
+        // SAFETY: no poller but us, no call in flight, not in a callback: the
+        // header's conditions for di_engine_destroy.
+        unsafe { sys::di_engine_destroy(self.raw) };
+        let mut st = lock(&self.state);
+        st.destroyed = true;
+        st.poller = false;
+        let graveyard = std::mem::take(&mut st.graveyard);
+        let panic = st.panic.take();
+        self.cond.notify_all();
+        drop(st);
+        drop(graveyard);
+        if let Some(p) = panic {
+            if !std::thread::panicking() {
+                resume_unwind(p);
+            }
+        }
+    }
+
+    /// The next event of channel `key`, polling or waiting for it; `None` after
+    /// its Done was returned (or when the engine is gone without one).
+    fn next_event(&self, key: u64) -> Option<Event<'static>> {
+        let mut st = lock(&self.state);
+        loop {
+            let ch = st.channels.get_mut(&key)?;
+            if let Some(ev) = ch.queue.pop_front() {
+                return Some(ev);
+            }
+            if ch.done || st.destroyed {
+                return None;
+            }
+            if in_callback(self) {
+                panic!(
+                    "deepinfer: a RequestHandle cannot wait for events inside a request callback"
+                );
+            }
+            if !st.poller && !st.closing {
+                st.poller = true;
+                drop(st);
+                self.poll_as_poller(POLL_MS);
+                st = lock(&self.state);
+            } else {
+                st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+
+    /// di_cancel from a handle, counted in flight so that the engine is never
+    /// destroyed under it.
+    fn cancel(&self, id: u64) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.closing || st.destroyed {
+            return Err(Error::invalid_state("cancel: the engine was dropped"));
+        }
+        st.in_flight += 1;
+        drop(st);
+        // SAFETY: raw is alive: Engine::drop waits for in_flight to reach 0.
+        let res = check(|err| unsafe { sys::di_cancel(self.raw, id, err) });
+        let mut st = lock(&self.state);
+        st.in_flight -= 1;
+        if st.in_flight == 0 {
+            self.cond.notify_all();
+        }
+        res
+    }
+}
+
+impl Engine {
+    /// A builder for an engine on the model at `model_path` (a .gguf file or a
+    /// Hugging Face folder).
+    ///
+    /// ```no_run
+    /// let engine = deepinfer::Engine::builder("SmolLM2-135M-Instruct.Q4_1.gguf").n_threads(2).build()?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn builder<'p>(model_path: impl AsRef<Path>) -> EngineBuilder<'p> {
+        EngineBuilder {
+            model_path: model_path.as_ref().to_path_buf(),
+            tokenizer_path: None,
+            device: Device::Cpu,
+            encoding: None,
+            n_threads: 0,
+            max_running: 0,
+            n_ctx: 0,
+            n_batch: 0,
+            kv_cache_bytes: 0,
+            log: None,
+            progress: None,
+        }
+    }
+
+    /// An engine with the default settings: `Engine::builder(model_path).build()`.
+    ///
+    /// ```no_run
+    /// let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn new(model_path: impl AsRef<Path>) -> Result<Engine> {
+        Engine::builder(model_path).build()
+    }
+
+    fn raw(&self) -> *mut sys::di_engine {
+        self.inner.raw
+    }
+
+    /// The engine's tokenizer, lent for the engine's life; `None` when the model
+    /// has none (token requests only, no text).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let tok = engine.tokenizer().expect("the GGUF has a vocabulary");
+    /// let ids = tok.encode("Hello", deepinfer::Encode::PLAIN)?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    /// The prompt encoding of protocol requests; `None` when the engine has
+    /// none (protocol requests are then `Unsupported`).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert_eq!(engine.encoding(), Some(deepinfer::Encoding::ChatMl));
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn encoding(&self) -> Option<Encoding> {
+        // SAFETY: a live engine.
+        Encoding::from_code(unsafe { sys::di_engine_encoding(self.raw()) })
+    }
+
+    /// The model's vocabulary size: a token request's ids are below it.
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert_eq!(engine.vocab_size(), 49152);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn vocab_size(&self) -> usize {
+        // SAFETY: a live engine.
+        unsafe { sys::di_engine_vocab_size(self.raw()) }.max(0) as usize
+    }
+
+    /// The context length of a request, in tokens (n_ctx as resolved).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert!(engine.context_length() <= 4096);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn context_length(&self) -> u64 {
+        // SAFETY: a live engine.
+        unsafe { sys::di_engine_context_length(self.raw()) }.max(0) as u64
+    }
+
+    /// Requests accepted whose Done has not been delivered yet.
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert_eq!(engine.pending(), 0);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn pending(&self) -> usize {
+        // SAFETY: a live engine.
+        unsafe { sys::di_engine_pending(self.raw()) }
+    }
+
+    /// A file descriptor readable exactly while events wait for
+    /// [`Engine::poll`], for hosts that sleep in their own event loop (epoll,
+    /// mio): owned by the engine; never read or close it
+    /// (`di_engine_event_fd`).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let fd = engine.event_fd()?;              // register with epoll; when readable:
+    /// engine.poll(Some(std::time::Duration::ZERO))?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn event_fd(&self) -> Result<RawFd> {
+        // SAFETY: a live engine.
+        let fd = unsafe { sys::di_engine_event_fd(self.raw()) };
+        if fd < 0 {
+            Err(Error::from_raw((-fd) as sys::di_status, ptr::null_mut()))
+        } else {
+            Ok(fd)
+        }
+    }
+
+    /// Submits a request whose events the returned handle yields as an
+    /// iterator (`di_submit`). The request is checked, and a protocol body
+    /// rendered and tokenized, on this thread: a bad one fails here, with
+    /// nothing queued.
+    ///
+    /// Errors: `InvalidArgument` (a bad field, a token id outside the
+    /// vocabulary: the message names it), `InvalidRequest` (a body the codec
+    /// refuses, the field named), `Unsupported` (a protocol the engine's
+    /// encoding does not take), `ContextLength` (a prompt with no room for
+    /// output).
+    ///
+    /// ```no_run
+    /// use deepinfer::{Engine, Event, Request};
+    /// let engine = Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let body = r#"{"model": "m", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}"#;
+    /// for ev in engine.submit(&Request::chat(body))? {
+    ///     if let Event::Chunk(c) = ev {
+    ///         print!("{}", c.sse);                 // the SSE stream a server sends
+    ///     }
+    /// }
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn submit(&self, request: &Request<'_>) -> Result<RequestHandle> {
+        self.submit_routed(request, None)
+    }
+
+    /// Submits a request whose events go to `callback`, called inside a poll
+    /// on the polling thread ([`Engine::poll`], or a thread iterating any
+    /// handle of this engine) with events that borrow the library's memory
+    /// for the call. The handle cancels it and waits for it: its iterator
+    /// yields only a copy of the [`Event::Done`], once the callback has had it.
+    ///
+    /// The callback may [`Canceller::cancel`]; it must not wait on a handle.
+    /// A panic in it is resumed on the polling thread once the poll has
+    /// finished, the event counting as delivered.
+    ///
+    /// The borrowed event cannot be kept past the call (this does not compile;
+    /// `ev.into_owned()` would):
+    ///
+    /// ```compile_fail
+    /// use std::sync::Mutex;
+    /// static KEPT: Mutex<Option<deepinfer::Event<'static>>> = Mutex::new(None);
+    /// # let engine = deepinfer::Engine::new("m.gguf").unwrap();
+    /// engine.submit_with_callback(&deepinfer::Request::tokens(&[1]), |ev| {
+    ///     *KEPT.lock().unwrap() = Some(ev);
+    /// });
+    /// ```
+    ///
+    /// ```no_run
+    /// use deepinfer::{Engine, Event, Request};
+    /// use std::time::Duration;
+    /// let engine = Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let prompt = [1, 2, 3];
+    /// let handle = engine.submit_with_callback(&Request::tokens(&prompt).max_tokens(8), |ev| {
+    ///     if let Event::Text(t) = ev {
+    ///         print!("{}", t);                     // borrowed: no copy
+    ///     }
+    /// })?;
+    /// while !handle.is_done() {
+    ///     engine.poll(Some(Duration::from_millis(16)))?;   // a frame of a game loop
+    /// }
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn submit_with_callback<F>(
+        &self,
+        request: &Request<'_>,
+        callback: F,
+    ) -> Result<RequestHandle>
+    where
+        F: FnMut(Event<'_>) + Send + 'static,
+    {
+        self.submit_routed(request, Some(Box::new(callback)))
+    }
+
+    fn submit_routed(
+        &self,
+        request: &Request<'_>,
+        callback: Option<Callback>,
+    ) -> Result<RequestHandle> {
+        let is_callback = callback.is_some();
+        let key = {
+            let mut st = lock(&self.inner.state);
+            st.next_key += 1;
+            let key = st.next_key;
+            st.channels.insert(
+                key,
+                Channel {
+                    queue: VecDeque::new(),
+                    callback,
+                    is_callback,
+                    done: false,
+                    handle_dropped: false,
+                },
+            );
+            key
+        };
+        let ctx = Box::into_raw(Box::new(Ctx {
+            inner: Arc::as_ptr(&self.inner),
+            key,
+        }));
+        let bias = request.split_bias();
+        let mut raw = request.to_raw(&bias);
+        raw.on_event = Some(event_trampoline);
+        raw.user_data = ctx as *mut c_void;
+        let mut id = 0u64;
+        // SAFETY: raw's pointers live through the call (di_submit copies them);
+        // ctx lives until the request's terminal event.
+        match check(|err| unsafe { sys::di_submit(self.raw(), &raw, &mut id, err) }) {
+            Ok(()) => Ok(RequestHandle {
+                inner: self.inner.clone(),
+                key,
+                id,
+                is_callback,
+            }),
+            Err(e) => {
+                // SAFETY: a refused request queues nothing: ctx was never handed out.
+                drop(unsafe { Box::from_raw(ctx) });
+                let ch = lock(&self.inner.state).channels.remove(&key);
+                drop(ch); // the callback, dropped outside the lock
+                Err(e)
+            }
+        }
+    }
+
+    /// Delivers queued events (`di_poll`): runs the callbacks of callback
+    /// requests and queues the events of iterated ones. Waits up to `timeout`
+    /// for the first event (`Some(Duration::ZERO)`: not at all; `None`: until
+    /// one arrives, or returns at once when nothing is pending), then delivers
+    /// every event queued at that moment. Returns how many it delivered.
+    ///
+    /// Errors: `InvalidState` while another thread polls (a handle's iterator,
+    /// or another `poll`) and when called from inside a callback.
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let delivered = engine.poll(Some(std::time::Duration::ZERO))?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn poll(&self, timeout: Option<Duration>) -> Result<usize> {
+        if in_callback(&self.inner) {
+            return Err(Error::invalid_state("poll: called from a request callback"));
+        }
+        let ms = match timeout {
+            None => -1,
+            Some(d) => i32::try_from(d.as_millis()).unwrap_or(i32::MAX),
+        };
+        {
+            let mut st = lock(&self.inner.state);
+            if st.poller {
+                return Err(Error::invalid_state(
+                    "poll: another thread is polling this engine",
+                ));
+            }
+            st.poller = true;
+        }
+        let n = self.inner.poll_as_poller(ms);
+        if n < 0 {
+            Err(Error::from_raw((-n) as sys::di_status, ptr::null_mut()))
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let mut st = lock(&self.inner.state);
+        st.closing = true;
+        if in_callback(&self.inner) {
+            // This thread is inside di_poll: the poller destroys the engine once
+            // its poll returns (di_engine_destroy refuses to run in a callback).
+            st.destroy_deferred = true;
+            return;
+        }
+        while st.poller || st.in_flight > 0 {
+            st = self.inner.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.poller = true;
+        drop(st);
+        self.inner.destroy_as_poller();
+    }
+}
+
+/// The handle of a submitted request: an iterator over its events (each
+/// owned), ending after its [`Event::Done`]; [`RequestHandle::cancel`] stops it.
+///
+/// `next` blocks until the request's next event is computed. Handles of one
+/// engine may be iterated from many threads at once (one thread per handle).
+/// Dropping the handle of an iterated request that has not finished cancels
+/// it (nobody would read its events); a callback request runs on.
+///
+/// ```no_run
+/// use deepinfer::{Engine, Event, Request};
+/// let engine = Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+/// let prompt = engine.tokenizer().unwrap().encode("Once upon a time", deepinfer::Encode::PLAIN)?;
+/// let mut handle = engine.submit(&Request::tokens(&prompt).max_tokens(4000))?;
+/// let canceller = handle.canceller();
+/// std::thread::spawn(move || {
+///     std::thread::sleep(std::time::Duration::from_secs(1));
+///     let _ = canceller.cancel();                // from another thread
+/// });
+/// let done = handle.find_map(|ev| match ev { Event::Done(d) => Some(d), _ => None }).unwrap();
+/// assert_eq!(done.status, deepinfer::Status::Cancelled);
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+#[must_use = "dropping the handle of an unfinished request cancels it"]
+pub struct RequestHandle {
+    inner: Arc<Inner>,
+    key: u64,
+    id: u64,
+    is_callback: bool,
+}
+
+impl std::fmt::Debug for RequestHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHandle")
+            .field("id", &self.id)
+            .field("callback", &self.is_callback)
+            .finish()
+    }
+}
+
+impl RequestHandle {
+    /// The id the engine gave the request (> 0, unique within the engine).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let h = engine.submit(&deepinfer::Request::tokens(&[1]).max_tokens(1))?;
+    /// assert!(h.id() > 0);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Cancels the request (`di_cancel`): it stops at the next step and its Done
+    /// says `Cancelled` (events produced before may still come first).
+    /// Cancelling twice is `Ok`. Errors: `InvalidState` when it has already
+    /// finished (its Done is queued or delivered: "request 7 has already
+    /// finished") or the engine was dropped.
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let h = engine.submit(&deepinfer::Request::tokens(&[1]).max_tokens(1000))?;
+    /// h.cancel()?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn cancel(&self) -> Result<()> {
+        self.inner.cancel(self.id)
+    }
+
+    /// A cancel handle for other threads (`Clone + Send + Sync`).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let h = engine.submit(&deepinfer::Request::tokens(&[1]).max_tokens(1000))?;
+    /// let c = h.canceller();
+    /// std::thread::spawn(move || c.cancel()).join().unwrap()?;
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            inner: self.inner.clone(),
+            id: self.id,
+        }
+    }
+
+    /// `true` once the request's Done has been delivered (to this handle's
+    /// queue, or to its callback).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let mut h = engine.submit(&deepinfer::Request::tokens(&[1]).max_tokens(1))?;
+    /// while h.next().is_some() {}
+    /// assert!(h.is_done());
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn is_done(&self) -> bool {
+        let st = lock(&self.inner.state);
+        st.destroyed || st.channels.get(&self.key).map_or(true, |c| c.done)
+    }
+
+    /// Iterates to the end and gathers the output: token ids, text, reasoning,
+    /// tool calls, chunks and the Done (for a callback request, only the Done).
+    /// Never fails: a cancelled or failed request says so in
+    /// `done.status` ([`Completion::into_result`] makes it an error).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let c = engine.submit(&deepinfer::Request::tokens(&[1, 2]).max_tokens(8).temperature(0.0))?.wait();
+    /// assert_eq!(c.tokens.len() as u32, c.done.usage.completion_tokens);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn wait(mut self) -> Completion {
+        let mut c = Completion {
+            tokens: Vec::new(),
+            text: String::new(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
+            chunks: Vec::new(),
+            done: Done {
+                status: Status::InvalidState,
+                message: "the engine ended without a terminal event".into(),
+                finish_reason: None,
+                finish_text: None,
+                usage: Usage::default(),
+                response_json: None,
+            },
+        };
+        for ev in &mut self {
+            match ev {
+                Event::Tokens(t) => c.tokens.extend_from_slice(&t),
+                Event::Text(t) => c.text.push_str(&t),
+                Event::Reasoning(t) => c.reasoning.push_str(&t),
+                Event::ToolCall(call) => c.tool_calls.push(call),
+                Event::Chunk(ch) => c.chunks.push(ch),
+                Event::Done(d) => c.done = d,
+                Event::ToolCallDelta(_) => {}
+            }
+        }
+        c
+    }
+}
+
+impl Iterator for RequestHandle {
+    type Item = Event<'static>;
+
+    /// The next event, blocking until it is computed; `None` after the Done.
+    fn next(&mut self) -> Option<Event<'static>> {
+        self.inner.next_event(self.key)
+    }
+}
+
+impl Drop for RequestHandle {
+    fn drop(&mut self) {
+        let mut st = lock(&self.inner.state);
+        let cancel = match st.channels.get_mut(&self.key) {
+            None => false,
+            Some(ch) if ch.done => {
+                st.channels.remove(&self.key);
+                false
+            }
+            Some(ch) => {
+                ch.handle_dropped = true;
+                ch.queue.clear();
+                !ch.is_callback
+            }
+        };
+        drop(st);
+        if cancel {
+            // Err: it finished meanwhile, or the engine is closing — both end it.
+            let _ = self.inner.cancel(self.id);
+        }
+    }
+}
+
+/// Cancels one request from any thread ([`RequestHandle::canceller`]).
+///
+/// ```no_run
+/// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+/// let h = engine.submit(&deepinfer::Request::tokens(&[1]).max_tokens(1000))?;
+/// let c = h.canceller();
+/// let c2 = c.clone();
+/// c.cancel()?;
+/// c2.cancel()?;                                  // twice is fine
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Canceller {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl std::fmt::Debug for Canceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Canceller").field("id", &self.id).finish()
+    }
+}
+
+impl Canceller {
+    /// As [`RequestHandle::cancel`].
+    ///
+    /// ```no_run
+    /// # fn f(c: &deepinfer::Canceller) -> deepinfer::Result<()> {
+    /// c.cancel()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel(&self) -> Result<()> {
+        self.inner.cancel(self.id)
+    }
+
+    /// The request's id.
+    ///
+    /// ```no_run
+    /// # fn f(c: &deepinfer::Canceller) { let _ = c.id(); }
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// A finished request's output, gathered by [`RequestHandle::wait`].
+///
+/// ```no_run
+/// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+/// let body = r#"{"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "Hi"}]}"#;
+/// let c = engine.submit(&deepinfer::Request::chat(body))?.wait().into_result()?;
+/// println!("{} ({})", c.text, c.done.finish_text.as_deref().unwrap_or(""));
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Completion {
+    /// Every generated token id.
+    pub tokens: Vec<i32>,
+    /// The answer text.
+    pub text: String,
+    /// The reasoning text.
+    pub reasoning: String,
+    /// The complete tool calls.
+    pub tool_calls: Vec<ToolCall<'static>>,
+    /// The protocol chunks.
+    pub chunks: Vec<Chunk<'static>>,
+    /// The terminal event.
+    pub done: Done<'static>,
+}
+
+impl Completion {
+    /// `Ok(self)` when the request ran to its end, else its status and message.
+    ///
+    /// ```no_run
+    /// # fn f(c: deepinfer::Completion) -> deepinfer::Result<()> {
+    /// let text = c.into_result()?.text;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_result(self) -> Result<Completion> {
+        self.done.to_result()?;
+        Ok(self)
+    }
+}
