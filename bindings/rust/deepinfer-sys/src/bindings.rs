@@ -1232,12 +1232,43 @@ pub struct di_engine_config {
     #[doc = " A load-progress callback and its argument; NULL (default): none."]
     pub progress: di_progress_fn,
     pub progress_user: *mut ::std::os::raw::c_void,
+    #[doc = " The prefix cache. 0 (default): on — every full block of 16 tokens a"]
+    #[doc = " request computes stays in the KV cache, keyed by the tokens up to its end"]
+    #[doc = " (vLLM's automatic prefix caching), until its room is needed (the block"]
+    #[doc = " released longest ago goes first); a later request whose prompt starts"]
+    #[doc = " with such blocks takes them and prefills only the rest — bit-identical"]
+    #[doc = " logits to a full prefill, as the engine's arithmetic does not depend on"]
+    #[doc = " how a prompt is chunked. The count is the usage's prompt_cache_hit_tokens"]
+    #[doc = " / cached_tokens / cache_read_input_tokens (di_event_prompt_cache_hit_tokens)."]
+    #[doc = " At least the prompt's last token is always computed. 1: off, every"]
+    #[doc = " request prefills its whole prompt."]
+    pub disable_prefix_cache: i32,
+    #[doc = " must be 0"]
+    pub reserved: i32,
+    #[doc = " The prefix cache's host tier: blocks evicted from the KV cache are kept"]
+    #[doc = " in memory compressed with zstd, up to this many bytes (the blocks"]
+    #[doc = " released longest ago go first), and restored — checked against an XXH3"]
+    #[doc = " checksum — when a later prompt starts with them. 0 (default): none."]
+    pub kv_host_cache_bytes: i64,
+    #[doc = " The prefix cache's disk tier: a directory (created when missing) where"]
+    #[doc = " every full block computed is written, compressed, in the background, so"]
+    #[doc = " prompts are found again after the engine restarts; engines opening the"]
+    #[doc = " same directory share it (files are written whole, then renamed, and"]
+    #[doc = " never modified). A file that is truncated, corrupt, of another format"]
+    #[doc = " version or for another model or cache dtype is skipped with a log line;"]
+    #[doc = " a directory that cannot be written, or a full disk, turns the tier off"]
+    #[doc = " with a log line, and requests go on without it. NULL (default): none."]
+    #[doc = " Copied. Layout: docs/prefix-cache.md."]
+    pub kv_cache_dir: *const ::std::os::raw::c_char,
+    #[doc = " The disk tier's budget in bytes: over it, the oldest files are removed."]
+    #[doc = " 0 (default): 4 GiB."]
+    pub kv_disk_cache_bytes: i64,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
     assert_eq!(
         ::std::mem::size_of::<di_engine_config>(),
-        96usize,
+        128usize,
         concat!("Size of: ", stringify!(di_engine_config))
     );
     assert_eq!(
@@ -1483,6 +1514,91 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_progress_user();
+    fn test_field_disable_prefix_cache() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).disable_prefix_cache) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(disable_prefix_cache)
+            )
+        );
+    }
+    test_field_disable_prefix_cache();
+    fn test_field_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved) as usize - ptr as usize
+            },
+            100usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(reserved)
+            )
+        );
+    }
+    test_field_reserved();
+    fn test_field_kv_host_cache_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_host_cache_bytes) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(kv_host_cache_bytes)
+            )
+        );
+    }
+    test_field_kv_host_cache_bytes();
+    fn test_field_kv_cache_dir() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_cache_dir) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(kv_cache_dir)
+            )
+        );
+    }
+    test_field_kv_cache_dir();
+    fn test_field_kv_disk_cache_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_disk_cache_bytes) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(kv_disk_cache_bytes)
+            )
+        );
+    }
+    test_field_kv_disk_cache_bytes();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
@@ -2223,6 +2339,12 @@ extern "C" {
     #[doc = " DONE: tokens of the prompt the request prefilled (after rendering, for"]
     #[doc = " protocol requests); 0 for other kinds."]
     pub fn di_event_prompt_tokens(ev: *const di_event) -> u32;
+}
+extern "C" {
+    #[doc = " DONE: of di_event_prompt_tokens, those the prefix cache held when the"]
+    #[doc = " request was first admitted, so not computed again (a multiple of 16; see"]
+    #[doc = " di_engine_config.disable_prefix_cache); 0 for other kinds."]
+    pub fn di_event_prompt_cache_hit_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
     #[doc = " DONE: tokens the request generated (every sampled token, the end-of-sequence"]

@@ -115,6 +115,10 @@ pub struct EngineBuilder<'p> {
     n_ctx: u64,
     n_batch: u64,
     kv_cache_bytes: u64,
+    prefix_cache: bool,
+    kv_host_cache_bytes: u64,
+    kv_cache_dir: Option<PathBuf>,
+    kv_disk_cache_bytes: u64,
     log: Option<Box<LogFn>>,
     progress: Option<Box<ProgressFn<'p>>>,
 }
@@ -131,6 +135,10 @@ impl std::fmt::Debug for EngineBuilder<'_> {
             .field("n_ctx", &self.n_ctx)
             .field("n_batch", &self.n_batch)
             .field("kv_cache_bytes", &self.kv_cache_bytes)
+            .field("prefix_cache", &self.prefix_cache)
+            .field("kv_host_cache_bytes", &self.kv_host_cache_bytes)
+            .field("kv_cache_dir", &self.kv_cache_dir)
+            .field("kv_disk_cache_bytes", &self.kv_disk_cache_bytes)
             .field("log", &self.log.is_some())
             .field("progress", &self.progress.is_some())
             .finish()
@@ -232,6 +240,53 @@ impl<'p> EngineBuilder<'p> {
         self
     }
 
+    /// The prefix cache (default on): a prompt starting with full 16-token
+    /// blocks an earlier request computed reuses them
+    /// ([`Usage::prompt_cache_hit_tokens`] counts them); `false` prefills every
+    /// prompt whole.
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").prefix_cache(false);
+    /// ```
+    pub fn prefix_cache(mut self, on: bool) -> Self {
+        self.prefix_cache = on;
+        self
+    }
+
+    /// The prefix cache's host tier: blocks evicted from the KV cache kept in
+    /// memory compressed with zstd, up to this many bytes (default 0: none).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").kv_host_cache_bytes(256 << 20);
+    /// ```
+    pub fn kv_host_cache_bytes(mut self, bytes: u64) -> Self {
+        self.kv_host_cache_bytes = bytes;
+        self
+    }
+
+    /// The prefix cache's disk tier: a directory where computed blocks are kept
+    /// across restarts and shared with other engines (default: none); an
+    /// unusable directory is a log line, not an error.
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").kv_cache_dir("/tmp/kv");
+    /// ```
+    pub fn kv_cache_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.kv_cache_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// The disk tier's budget in bytes (default 0: 4 GiB); over it the oldest
+    /// files go.
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").kv_disk_cache_bytes(1 << 30);
+    /// ```
+    pub fn kv_disk_cache_bytes(mut self, bytes: u64) -> Self {
+        self.kv_disk_cache_bytes = bytes;
+        self
+    }
+
     /// A log sink, called from the engine's own threads as well as the host's,
     /// possibly at once (hence `Send + Sync`); it must not block for long. A
     /// panic in it is caught and dropped.
@@ -279,6 +334,10 @@ impl<'p> EngineBuilder<'p> {
             Some(p) => Some(path_cstring(p, "tokenizer_path")?),
             None => None,
         };
+        let cache_dir = match &self.kv_cache_dir {
+            Some(p) => Some(path_cstring(p, "kv_cache_dir")?),
+            None => None,
+        };
         let mut cfg = std::mem::MaybeUninit::<sys::di_engine_config>::zeroed();
         // SAFETY: di_engine_config_init sets struct_size and every default; a
         // zeroed struct (integers, NULL pointers, no callbacks) is valid before.
@@ -298,6 +357,10 @@ impl<'p> EngineBuilder<'p> {
         cfg.n_ctx = clamp_i64(self.n_ctx);
         cfg.n_batch = clamp_i64(self.n_batch);
         cfg.kv_cache_bytes = clamp_i64(self.kv_cache_bytes);
+        cfg.disable_prefix_cache = i32::from(!self.prefix_cache);
+        cfg.kv_host_cache_bytes = clamp_i64(self.kv_host_cache_bytes);
+        cfg.kv_disk_cache_bytes = clamp_i64(self.kv_disk_cache_bytes);
+        cfg.kv_cache_dir = cache_dir.as_ref().map_or(ptr::null(), |c| c.as_ptr());
 
         // The log sink lives in the engine (a thin pointer to the boxed closure)
         // until after di_engine_destroy.
@@ -659,6 +722,10 @@ impl Engine {
             n_ctx: 0,
             n_batch: 0,
             kv_cache_bytes: 0,
+            prefix_cache: true,
+            kv_host_cache_bytes: 0,
+            kv_cache_dir: None,
+            kv_disk_cache_bytes: 0,
             log: None,
             progress: None,
         }

@@ -140,6 +140,9 @@ pub struct Usage {
     /// Of the completion tokens, those inside the reasoning block (protocol
     /// requests with a tokenizer).
     pub reasoning_tokens: u32,
+    /// Of the prompt tokens, those the prefix cache held, so not computed again
+    /// (a multiple of 16; docs/prefix-cache.md).
+    pub prompt_cache_hit_tokens: u32,
 }
 
 /// The terminal event of a request ([`Event::Done`]).
@@ -374,6 +377,7 @@ impl Event<'_> {
                         prompt_tokens: sys::di_event_prompt_tokens(ev),
                         completion_tokens: sys::di_event_completion_tokens(ev),
                         reasoning_tokens: sys::di_event_reasoning_tokens(ev),
+                        prompt_cache_hit_tokens: sys::di_event_prompt_cache_hit_tokens(ev),
                     },
                     response_json: text(sys::di_event_response_json(ev, &mut rl), rl),
                 })

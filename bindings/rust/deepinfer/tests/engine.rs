@@ -602,3 +602,31 @@ fn event_fd_is_readable_while_events_wait() {
     }
     assert_eq!(engine.poll(Some(Duration::ZERO)).unwrap(), 0);
 }
+
+#[test]
+fn a_repeated_prompt_takes_its_blocks_from_the_prefix_cache() {
+    let (model, engine) = match smol() {
+        Some(s) => s,
+        None => return,
+    };
+    let prompt: Vec<i32> = (0..70).map(|i| 100 + i * 7).collect();
+    let req = Request::tokens(&prompt)
+        .temperature(0.0)
+        .max_tokens(6)
+        .ignore_eos(true);
+    let first: Vec<_> = engine.submit(&req).unwrap().collect();
+    let again: Vec<_> = engine.submit(&req).unwrap().collect();
+    assert_eq!(tokens_of(&again), tokens_of(&first));
+    assert_eq!(one_done_last(&first).usage.prompt_cache_hit_tokens, 0);
+    // every whole block short of the last token
+    assert_eq!(one_done_last(&again).usage.prompt_cache_hit_tokens, 64);
+    let off = Engine::builder(&model)
+        .n_threads(2)
+        .prefix_cache(false)
+        .build()
+        .unwrap();
+    let _ = off.submit(&req).unwrap().count();
+    let cold: Vec<_> = off.submit(&req).unwrap().collect();
+    assert_eq!(tokens_of(&cold), tokens_of(&first));
+    assert_eq!(one_done_last(&cold).usage.prompt_cache_hit_tokens, 0);
+}
