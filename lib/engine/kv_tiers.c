@@ -96,19 +96,18 @@ static host_entry *host_find(kv_tiers *t, uint64_t key)
     return NULL;
 }
 
-static void host_remove(kv_tiers *t, host_entry *e)
+/* Drop the entry released longest ago (the list's head). */
+static void host_evict_oldest(kv_tiers *t)
 {
+    host_entry *e = t->lru_head;
+    t->lru_head = e->next;
+    if (t->lru_head)
+        t->lru_head->prev = NULL;
+    else
+        t->lru_tail = NULL;
     host_entry **pp = bucket(t, e->key);
     while (*pp != e) pp = &(*pp)->hnext;
     *pp = e->hnext;
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        t->lru_head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        t->lru_tail = e->prev;
     t->st.host_blocks--;
     t->st.host_bytes -= (int64_t)e->len;
     free(e);
@@ -117,8 +116,7 @@ static void host_remove(kv_tiers *t, host_entry *e)
 static void host_insert(kv_tiers *t, uint64_t key, uint64_t raw_hash, const void *comp, size_t len)
 {
     if ((int64_t)len > t->o.host_bytes || host_find(t, key)) return;
-    while (t->st.host_bytes + (int64_t)len > t->o.host_bytes && t->lru_head)
-        host_remove(t, t->lru_head);
+    while (t->st.host_bytes + (int64_t)len > t->o.host_bytes && t->lru_head) host_evict_oldest(t);
     host_entry *e = malloc(sizeof *e + len);
     if (!e) return;
     e->key = key;
@@ -221,9 +219,10 @@ static void disk_scan(kv_tiers *t, int trim)
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
-        long pid;
-        if (sscanf(nm, ".tmp-%ld-", &pid) == 1) {
-            if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlink(path);
+        if (strncmp(nm, ".tmp-", 5) == 0) { /* .tmp-<pid>-<key>-<n> */
+            char *end;
+            long pid = strtol(nm + 5, &end, 10);
+            if (*end == '-' && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlink(path);
             continue;
         }
         size_t len = strlen(nm);
@@ -243,7 +242,7 @@ static void disk_scan(kv_tiers *t, int trim)
         files[n++].size = sb.st_size;
     }
     closedir(d);
-    if (trim && total > t->o.disk_bytes) {
+    if (trim && files && total > t->o.disk_bytes) {
         qsort(files, n, sizeof *files, by_age);
         for (size_t i = 0; i < n && total > t->o.disk_bytes / 10 * 9; i++) {
             snprintf(path, sizeof path, "%s/%s", t->dir, files[i].name);
@@ -448,7 +447,7 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
     size_t by_bytes = ((size_t)256 << 20) / (o->block_bytes ? o->block_bytes : 1);
     t->max_queued = by_bytes > MIN_QUEUED ? (int)(by_bytes < 65536 ? by_bytes : 65536) : MIN_QUEUED;
     t->n_buckets = 1024;
-    t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
+    t->buckets = calloc(t->n_buckets, sizeof(host_entry *));
     t->comp_cap = ZSTD_compressBound(o->block_bytes);
     t->comp = malloc(t->comp_cap);
     if (o->disk_dir) {
@@ -513,7 +512,10 @@ void kv_tiers_destroy(kv_tiers *t)
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
-    while (t->lru_head) host_remove(t, t->lru_head);
+    for (host_entry *e = t->lru_head, *next; e; e = next) {
+        next = e->next;
+        free(e);
+    }
     for (int i = 0; i < t->n_fetches; i++) free(t->fetches[i].buf);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);

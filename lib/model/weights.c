@@ -289,7 +289,7 @@ uint64_t model_weights_digest(const model_weights *w)
         h = XXH3_64bits_withSeed(meta, sizeof meta, h);
         size_t head = t->n_bytes < EDGE ? t->n_bytes : EDGE;
         h = XXH3_64bits_withSeed(t->data, head, h);
-        if (t->n_bytes > 2 * EDGE)
+        if (t->n_bytes > (size_t)2 * EDGE)
             h = XXH3_64bits_withSeed((const char *)t->data + t->n_bytes - EDGE, EDGE, h);
     }
     return h;
