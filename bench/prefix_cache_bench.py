@@ -167,13 +167,37 @@ def run_llama(model, prompts, args, cache):
     return {"ttft": ttft, "time": time.perf_counter() - t_all}
 
 
+def model_kv_bytes_per_token(path):
+    """di_model_kv_bytes_per_token of the model (the C model API, by ctypes)."""
+    import ctypes
+    lib = ctypes.CDLL(os.environ.get("DEEPINFER_LIBRARY", "libdeepinfer.so"))
+    lib.di_model_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                  ctypes.c_void_p]
+    lib.di_model_kv_bytes_per_token.argtypes = [ctypes.c_void_p]
+    lib.di_model_kv_bytes_per_token.restype = ctypes.c_size_t
+    lib.di_model_free.argtypes = [ctypes.c_void_p]
+    m = ctypes.c_void_p()
+    if lib.di_model_load(os.fsencode(path), None, ctypes.byref(m), None) != 0:
+        raise RuntimeError(f"cannot load {path}")
+    n = lib.di_model_kv_bytes_per_token(m)
+    lib.di_model_free(m)
+    return n
+
+
+def ttft_of(engine, ids):
+    """Seconds from submit to the first token of a one-token request (run to its end)."""
+    t0 = time.perf_counter()
+    first = None
+    for ev in engine.submit(ids, max_tokens=1, temperature=0.0):
+        if first is None and isinstance(ev, deepinfer.Tokens):
+            first = time.perf_counter() - t0
+    return first
+
+
 def ttft_once(model, ids, args, **kw):
+    """ttft_of on a fresh engine."""
     with deepinfer.Engine(model, n_threads=args.threads, max_running=4, n_ctx=4096, **kw) as e:
-        t0 = time.perf_counter()
-        for ev in e.submit(ids, max_tokens=1, temperature=0.0):
-            if isinstance(ev, deepinfer.Tokens):
-                return time.perf_counter() - t0, e
-    raise RuntimeError("no token")
+        return ttft_of(e, ids)
 
 
 def main():
@@ -192,15 +216,11 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    with deepinfer.Engine(args.model, n_threads=1, max_running=1, n_ctx=64) as probe:
-        tok = probe.tokenizer
-        kv_token = probe.kv_bytes_per_token if hasattr(probe, "kv_bytes_per_token") else None
-        prompts = [tok.encode(text, special=True) for _, _, text in
-                   trace(args.sessions, args.turns)]
+    tok = deepinfer.Tokenizer.load(args.model)
+    prompts = [tok.encode(text, special=True) for _, _, text in trace(args.sessions, args.turns)]
     # what the whole trace keeps: every session's last context, plus the outputs
     need_tokens = sum(len(p) for p in prompts[-args.sessions:]) + len(prompts) * args.gen
-    if kv_token is None:  # SmolLM2-135M: 30 layers x 3 KV heads x 64 x 2 (K, V) x f16
-        kv_token = 30 * 3 * 64 * 2 * 2
+    kv_token = model_kv_bytes_per_token(args.model)
     need = need_tokens * kv_token
     n_prompt = sum(len(p) for p in prompts)
     print(f"trace: {args.sessions} sessions x {args.turns} turns = {len(prompts)} requests, "
@@ -234,28 +254,21 @@ def main():
     rng = random.Random(3)
     prefix = tok.encode(prose(rng, args.prefix_tokens), special=False)[: args.prefix_tokens]
     a = prefix + tok.encode(" What does it say about time?")
-    b = prefix + tok.encode(" Summarise the second half.")
-    cold = []
-    for _ in range(3):
-        cold.append(ttft_once(args.model, b, args, prefix_cache=False)[0])
+    questions = [f" Question {i}: summarise part {i} of it in one line." for i in range(4)]
+    cold = [ttft_once(args.model, prefix + tok.encode(q), args, prefix_cache=False)
+            for q in questions[:3]]
+    hit = []
     with deepinfer.Engine(args.model, n_threads=args.threads, max_running=4, n_ctx=4096) as e:
-        hit = []
-        for i in range(4):
-            e.generate(a, max_tokens=1)
-            t0 = time.perf_counter()
-            for ev in e.submit(b, max_tokens=1):
-                if isinstance(ev, deepinfer.Tokens):
-                    hit.append(time.perf_counter() - t0)
-                    break
-            for _ in e.submit(b, max_tokens=1):  # drain
-                pass
+        e.generate(a, max_tokens=1)
+        for q in questions:
+            hit.append(ttft_of(e, prefix + tok.encode(q)))
     restore = []
-    for _ in range(3):
+    for q in questions[:3]:
         with tempfile.TemporaryDirectory() as d:
             with deepinfer.Engine(args.model, n_threads=args.threads, kv_cache_dir=d) as e:
                 e.generate(a, max_tokens=1)
-            restore.append(ttft_once(args.model, b, args, kv_cache_dir=d)[0])
-    c, h, r = statistics.median(cold), statistics.median(hit[1:]), statistics.median(restore)
+            restore.append(ttft_once(args.model, prefix + tok.encode(q), args, kv_cache_dir=d))
+    c, h, r = statistics.median(cold), statistics.median(hit), statistics.median(restore)
     print(f"\n{len(prefix)}-token prefix: TTFT cold {c * 1e3:.1f} ms, hit {h * 1e3:.1f} ms, "
           f"restored from disk by a new engine {r * 1e3:.1f} ms (medians)")
 
