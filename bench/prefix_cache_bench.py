@@ -117,7 +117,7 @@ def trace(sessions, turns, seed=7):
             name = TOOLS[(s + t) % len(TOOLS)]["name"]
             call = json.dumps({"name": name, "arguments": {"path": f"src/{rng.choice(WORDS)}.py"}})
             h.append(f"<|im_start|>assistant\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
-                     f"<|im_start|>user\n<tool_response>\n{code(rng, 14)}\n"
+                     f"<|im_start|>user\n<tool_response>\n{code(rng, 9)}\n"
                      f"</tool_response><|im_end|>\n")
             out.append((s, t, "".join(h) + "<|im_start|>assistant\n"))
     return out
