@@ -237,7 +237,7 @@ static void disk_scan(kv_tiers *t, int trim)
             files = p;
             cap = c;
         }
-        snprintf(files[n].name, sizeof files[n].name, "%s", nm);
+        memcpy(files[n].name, nm, len + 1); /* len is 20: checked above */
         files[n].mtime = sb.st_mtime;
         files[n++].size = sb.st_size;
     }

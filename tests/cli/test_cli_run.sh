@@ -125,6 +125,14 @@ out=$(printf 'Hello!\nAnd again?\n/reset\nHi\n/quit\nnot read\n' |
       "$cli" chat --model "$model" --temperature 0 --max-tokens 8 --threads 2 2>"$tmp/err") ||
   fail "chat exited $?: $(cat "$tmp/err")"
 [ "$(printf '%s\n' "$out" | grep -c .)" -ge 3 ] || fail "chat printed too little: $out"
+# chat: the second turn takes the first turn's blocks from the prefix cache
+printf 'Tell me about the sea in two sentences.\nAnd about the mountains?\n/quit\n' |
+  "$cli" chat --model "$model" --temperature 0 --max-tokens 24 --threads 2 --verbose \
+  >/dev/null 2>"$tmp/err" || fail "chat --verbose exited $?: $(cat "$tmp/err")"
+[ "$(grep -c 'from the prefix cache' "$tmp/err")" -eq 2 ] || fail "chat --verbose: $(cat "$tmp/err")"
+grep 'from the prefix cache' "$tmp/err" | tail -n 1 | grep -Eq '\(([1-9][0-9]*) from' ||
+  fail "chat's second turn took nothing from the prefix cache: $(cat "$tmp/err")"
+
 # --cache-dir: the second run finds the first one's prompt blocks on disk, and
 # answers the same; a directory it cannot use is a warning, not a failure
 "$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/kv" "$tmp/req.json" \

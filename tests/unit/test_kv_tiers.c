@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,6 +25,8 @@
 
 #include "deepinfer/deepinfer.h"
 #include "engine/kv_tiers.h"
+
+#include <xxhash.h>
 
 #define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
 #define DSV3 DI_FIXTURE_DIR "/model/dsv3-qlora-bf16"
@@ -268,6 +271,56 @@ static void test_unusable_directory_turns_the_disk_tier_off(void **state)
     assert_int_equal(kv_tiers_disk_on(t), 0);
     assert_non_null(strstr(logged, "disk tier off"));
     kv_tiers_destroy(t);
+    /* a full disk: writes past a file-size limit fail (EFBIG) as on ENOSPC */
+    snprintf(path, sizeof path, "%s/full", dir);
+    logged[0] = 0;
+    t = open_tiers(path, 0, FP);
+    assert_int_equal(kv_tiers_disk_on(t), 1);
+    struct rlimit old, small = {100, 100};
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    kv_tiers_put(t, 2, data, KV_TIER_DISK);
+    for (int i = 0; i < 500 && kv_tiers_disk_on(t); i++) sleep_ms(2);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    assert_int_equal(kv_tiers_disk_on(t), 0);
+    assert_non_null(strstr(logged, "disk tier off"));
+    assert_int_equal(kv_tiers_has(t, 2), 0); /* nothing half-written is left to find */
+    kv_tiers_destroy(t);
+    remove_tree(dir);
+}
+
+/* A file of another format version is skipped, said, and left for the
+ * engine that knows it. */
+static void test_another_format_version_is_skipped(void **state)
+{
+    (void)state;
+    char dir[64], path[256];
+    make_dir(dir, sizeof dir);
+    unsigned char data[BLOCK_BYTES], got[BLOCK_BYTES];
+    contents(7, data);
+    kv_tiers *t = open_tiers(dir, 0, FP);
+    kv_tiers_put(t, 7, data, KV_TIER_DISK);
+    kv_tiers_destroy(t);
+    file_of(dir, FP, 7, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    unsigned char h[64];
+    assert_int_equal(fread(h, 1, 64, f), 64);
+    h[8] = 2; /* version 2, the header's checksum made to match */
+    uint64_t sum = XXH3_64bits(h, 56);
+    for (int i = 0; i < 8; i++) h[56 + i] = (unsigned char)(sum >> (8 * i));
+    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fwrite(h, 1, 64, f), 64);
+    fclose(f);
+    logged[0] = 0;
+    t = open_tiers(dir, 0, FP);
+    assert_int_equal(restore(t, 7, got), -1);
+    assert_non_null(strstr(logged, "another format version"));
+    assert_int_equal(access(path, F_OK), 0);
+    kv_tiers_destroy(t);
     remove_tree(dir);
 }
 
@@ -500,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_disk_tier_survives_restart),
         cmocka_unit_test(test_bad_files_are_skipped_with_a_log_line),
         cmocka_unit_test(test_unusable_directory_turns_the_disk_tier_off),
+        cmocka_unit_test(test_another_format_version_is_skipped),
         cmocka_unit_test(test_kill_9_during_writes_leaves_a_clean_directory),
         cmocka_unit_test(test_engine_restores_evicted_blocks_from_the_host_tier),
         cmocka_unit_test(test_engine_disk_tier_across_restarts),
