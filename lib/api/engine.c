@@ -19,6 +19,7 @@
 #include "api/engine_internal.h"
 #include "api/event.h"
 #include "util/struct_size.h"
+#include "util/utf8.h"
 #include "engine/scheduler.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -34,6 +35,7 @@ _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data)
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static void sink_log(void *ctx, di_log_level level, const char *message);
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
 {
@@ -43,7 +45,7 @@ static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    e->log(e->log_user, level, msg);
+    sink_log(e, level, msg);
 }
 
 /* The event descriptor's level, kept equal to "the queue is not empty": set
@@ -185,10 +187,36 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     enqueue(e, &l);
 }
 
+/* The log contract (di_log_fn) promises UTF-8: a message quoting a path the host
+ * gave, or one cut at its buffer's end, may not be; ill-formed bytes become '?'
+ * (a cut character at the end is dropped). */
 static void sink_log(void *ctx, di_log_level level, const char *message)
 {
     di_engine *e = ctx;
-    if (e->log) e->log(e->log_user, level, message);
+    if (!e->log) return;
+    const uint8_t *m = (const uint8_t *)message;
+    size_t n = strlen(message);
+    if (di_utf8_scan_bytes(m, n).state == DI_UTF8_VALID) {
+        e->log(e->log_user, level, message);
+        return;
+    }
+    char fixed[1024];
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < sizeof fixed;) {
+        size_t k = di_utf8_sequence_length(m + i, n - i);
+        if (k == 0) {
+            size_t bad = di_utf8_ill_formed_length(m + i, n - i);
+            if (i + bad == n) break; /* a character cut at the end */
+            fixed[o++] = '?';
+            i += bad;
+        } else {
+            memcpy(fixed + o, m + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    fixed[o] = 0;
+    e->log(e->log_user, level, fixed);
 }
 
 /* ---- engine ---- */

@@ -67,6 +67,7 @@ struct kv_tiers {
     unsigned char *comp;
     size_t comp_cap;
     unsigned long long tmp_seq;
+    uint64_t nonce; /* in temporary names: engines of one pid (or pid 1 in containers) differ */
 };
 
 static void tlog(kv_tiers *t, di_log_level level, const char *fmt, ...)
@@ -219,10 +220,20 @@ static void disk_scan(kv_tiers *t, int trim)
     for (struct dirent *de; (de = readdir(d));) {
         const char *nm = de->d_name;
         snprintf(path, sizeof path, "%s/%s", t->dir, nm);
-        if (strncmp(nm, ".tmp-", 5) == 0) { /* .tmp-<pid>-<key>-<n> */
+        if (strncmp(nm, ".tmp-", 5) == 0) { /* .tmp-<pid>-<nonce>-<key>-<n> */
+            /* A writer that is gone left it — its pid is not running here and
+             * the file is over a second old (a pid of another namespace may be
+             * live: its writes take milliseconds) — or it is ten minutes old. */
             char *end;
             long pid = strtol(nm + 5, &end, 10);
-            if (*end == '-' && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlink(path);
+            struct stat sb;
+            if (*end != '-' || stat(path, &sb) != 0) continue;
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            double age = (double)(now.tv_sec - sb.st_mtim.tv_sec) +
+                         (double)(now.tv_nsec - sb.st_mtim.tv_nsec) * 1e-9;
+            int gone = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+            if ((gone && age > 1) || age > 600) unlink(path);
             continue;
         }
         size_t len = strlen(nm);
@@ -271,10 +282,11 @@ static void disk_write(kv_tiers *t, uint64_t key, uint64_t raw_hash, const void 
     put_u64(h + 40, len);
     put_u64(h + 48, raw_hash);
     put_u64(h + 56, XXH3_64bits(h, 56));
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%016llx-%llu", t->dir, (long)getpid(),
-             (unsigned long long)key, ++t->tmp_seq);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%016llx-%016llx-%llu", t->dir, (long)getpid(),
+             (unsigned long long)t->nonce, (unsigned long long)key, ++t->tmp_seq);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
+        if (errno == EEXIST) return; /* another writer's name: its block, skipped */
         disk_off(t, "cannot write in", errno);
         return;
     }
@@ -284,6 +296,10 @@ static void disk_write(kv_tiers *t, uint64_t key, uint64_t raw_hash, const void 
     if (!ok || rename(tmp, path) != 0) {
         e = ok ? errno : (e ? e : EIO);
         unlink(tmp);
+        /* the temporary file vanished while the directory stays (a scan of
+         * another engine took it): this block is skipped, the tier stays */
+        struct stat db;
+        if (ok && e == ENOENT && stat(t->dir, &db) == 0) return;
         disk_off(t, "cannot write in", e);
         return;
     }
@@ -372,7 +388,9 @@ static void run_fetch(kv_tiers *t, uint64_t key)
     }
     pthread_mutex_lock(&t->mu);
     fetch *f = find_fetch(t, key);
-    if (f) {
+    if (f && f->state == -2) { /* forgotten while it was read */
+        *f = t->fetches[--t->n_fetches];
+    } else if (f) {
         f->state = state;
         f->from_disk = from_disk;
         f->buf = state == 1 ? raw : NULL;
@@ -446,6 +464,10 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
     if (t->o.disk_bytes <= 0) t->o.disk_bytes = (int64_t)4 << 30;
     size_t by_bytes = ((size_t)256 << 20) / (o->block_bytes ? o->block_bytes : 1);
     t->max_queued = by_bytes > MIN_QUEUED ? (int)(by_bytes < 65536 ? by_bytes : 65536) : MIN_QUEUED;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t seed[3] = {(uint64_t)(uintptr_t)t, (uint64_t)now.tv_nsec, (uint64_t)now.tv_sec};
+    t->nonce = XXH3_64bits(seed, sizeof seed);
     t->n_buckets = 1024;
     t->buckets = calloc(t->n_buckets, sizeof(host_entry *));
     t->comp_cap = ZSTD_compressBound(o->block_bytes);
@@ -566,7 +588,15 @@ void kv_tiers_fetch(kv_tiers *t, uint64_t key)
     j->key = key;
     j->where = 0;
     pthread_mutex_lock(&t->mu);
-    if (find_fetch(t, key) || t->n_fetches == MAX_FETCHES || t->closing) {
+    fetch *f = find_fetch(t, key);
+    if (f && f->state == -2) f->state = 0; /* forgotten while read: wanted again */
+    if (!f && t->n_fetches == MAX_FETCHES) /* full: the ones read but never taken go */
+        for (int i = t->n_fetches - 1; i >= 0; i--)
+            if (t->fetches[i].state == 1 || t->fetches[i].state == -1) {
+                free(t->fetches[i].buf);
+                t->fetches[i] = t->fetches[--t->n_fetches];
+            }
+    if (f || t->n_fetches == MAX_FETCHES || t->closing) {
         pthread_mutex_unlock(&t->mu);
         free(j);
         return;
@@ -576,11 +606,28 @@ void kv_tiers_fetch(kv_tiers *t, uint64_t key)
     pthread_mutex_unlock(&t->mu);
 }
 
+void kv_tiers_forget(kv_tiers *t, const uint64_t *keys, size_t n)
+{
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < n; i++) {
+        fetch *f = find_fetch(t, keys[i]);
+        if (!f || f->state == -2) continue;
+        if (f->state == 0) { /* being read: dropped when the read ends */
+            f->state = -2;
+            continue;
+        }
+        free(f->buf);
+        *f = t->fetches[--t->n_fetches];
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 int kv_tiers_take(kv_tiers *t, uint64_t key, void *dst)
 {
     pthread_mutex_lock(&t->mu);
     fetch *f = find_fetch(t, key);
     int state = f ? f->state : -1;
+    if (state == -2) state = 0; /* forgotten, still being read: not for the taking */
     if (f && state != 0) {
         if (state == 1) {
             memcpy(dst, f->buf, t->o.block_bytes);

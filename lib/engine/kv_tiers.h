@@ -71,6 +71,9 @@ void kv_tiers_fetch(kv_tiers *t, uint64_t key);
 /* 1: the block is ready and copied to dst (block_bytes), and forgotten here;
  * 0: still being read; -1: not fetched, or it could not be restored. */
 int kv_tiers_take(kv_tiers *t, uint64_t key, void *dst);
+/* Drop the fetches of these keys, taken or not (a request that stopped
+ * waiting for them, or ended): their slots and buffers are freed. */
+void kv_tiers_forget(kv_tiers *t, const uint64_t *keys, size_t n);
 /* Wait until a fetch completes or timeout_ms pass. */
 void kv_tiers_wait(kv_tiers *t, int timeout_ms);
 /* 1 when the disk tier is on. */

@@ -117,6 +117,8 @@ static void retire(sched *s, sched_request *r, di_finish finish, di_status st, c
         pthread_mutex_unlock(&s->mu);
     }
     remove_worker_lists(s, r);
+    if (r->restore_since_ns && s->tiers) /* it ended while waiting on restores */
+        kv_tiers_forget(s->tiers, r->keys, (size_t)r->n_keys);
     s->sink.on_done(s->sink.ctx, r, st == DI_OK ? finish : (di_finish)0, st, msg ? msg : "");
     sched_request_free(r);
 }
@@ -261,7 +263,8 @@ static int restore(sched *s, sched_request *r)
     }
     int64_t i = model_prefix_probe(m, r->tokens, r->n_all - 1, NULL) / MODEL_KV_BLOCK;
     int pending = 0;
-    for (int64_t j = i; j < n_blocks; j++) {
+    int64_t j = i;
+    for (; j < n_blocks; j++) {
         if (model_prefix_has(m, r->keys[j])) continue;
         int got = kv_tiers_take(s->tiers, r->keys[j], s->block_buf);
         if (got == 1) {
@@ -280,18 +283,18 @@ static int restore(sched *s, sched_request *r)
         pending = 1;
         break;
     }
-    if (!pending) {
-        r->restore_since_ns = 0;
-        return 1;
-    }
-    if (!r->restore_since_ns) r->restore_since_ns = now_ns();
-    if (now_ns() - r->restore_since_ns > 2000000000LL) {
+    if (pending && !r->restore_since_ns) r->restore_since_ns = now_ns();
+    if (pending && now_ns() - r->restore_since_ns > 2000000000LL) {
         logf_(s, DI_LOG_WARN, "request %llu: the prefix cache's restores took over 2 s; computing",
               (unsigned long long)r->id);
-        r->restore_since_ns = 0;
-        return 1;
+        pending = 0;
     }
-    return 0;
+    if (pending) return 0;
+    /* Done waiting: what it fetched and did not take is dropped. */
+    if (r->restore_since_ns && j < n_blocks)
+        kv_tiers_forget(s->tiers, r->keys + j, (size_t)(n_blocks - j));
+    r->restore_since_ns = 0;
+    return 1;
 }
 
 static void step(sched *s)
@@ -530,13 +533,11 @@ static void on_published(void *user, uint64_t key, const void *data)
 static di_status start_tiers(sched *s, const sched_cache *c)
 {
     if (!c->prefix_cache || (c->host_bytes <= 0 && !c->disk_dir)) return DI_OK;
-    kv_tiers_options o = {model_kv_block_bytes(s->m),
-                          model_kv_fingerprint_of(s->m),
-                          c->host_bytes,
-                          c->disk_dir,
-                          c->disk_bytes,
-                          tier_log,
-                          s};
+    /* Blocks on disk may be found by engines of other models: their folder is
+     * named after every byte of the weights, not only the pool's fingerprint. */
+    uint64_t fp = c->disk_dir ? model_kv_disk_fingerprint(s->m) : model_kv_fingerprint_of(s->m);
+    kv_tiers_options o = {
+        model_kv_block_bytes(s->m), fp, c->host_bytes, c->disk_dir, c->disk_bytes, tier_log, s};
     di_status st = kv_tiers_create(&o, &s->tiers, NULL);
     if (st != DI_OK) return st;
     if (!(s->block_buf = malloc(o.block_bytes))) return DI_ERR_OUT_OF_MEMORY;

@@ -306,6 +306,12 @@ uint64_t model_kv_fingerprint_of(const model *m)
 {
     return model_pool_c(m)->fingerprint;
 }
+uint64_t model_kv_disk_fingerprint(const model *m)
+{
+    uint64_t c = model_weights_content_digest(m->w);
+    uint64_t k = model_kv_fingerprint_of(m) ^ (c << 17 | c >> 47);
+    return k ? k : 1;
+}
 void model_prefix_keys(const model *m, const int32_t *tokens, int64_t n_blocks, uint64_t *keys)
 {
     kv_pool_keys(model_pool_c(m), tokens, n_blocks, keys);

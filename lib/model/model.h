@@ -142,6 +142,10 @@ void model_seq_publish(model *m, model_seq *s, const int32_t *tokens);
  * Errors: DI_ERR_OUT_OF_MEMORY (no staging buffer; no hooks then). The
  * hooks run on the thread driving the model and must not call into it. */
 uint64_t model_kv_fingerprint_of(const model *m);
+/* model_kv_fingerprint_of mixed with every byte of the weights
+ * (model_weights_content_digest: reads them all once), for blocks kept where
+ * another model could find them (the disk tier). */
+uint64_t model_kv_disk_fingerprint(const model *m);
 void model_prefix_keys(const model *m, const int32_t *tokens, int64_t n_blocks, uint64_t *keys);
 int model_prefix_has(const model *m, uint64_t key);
 size_t model_kv_block_bytes(const model *m);

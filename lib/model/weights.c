@@ -295,6 +295,14 @@ uint64_t model_weights_digest(const model_weights *w)
     return h;
 }
 
+uint64_t model_weights_content_digest(const model_weights *w)
+{
+    uint64_t h = model_weights_digest(w);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        h = XXH3_64bits_withSeed(w->tensors[i].data, w->tensors[i].n_bytes, h);
+    return h;
+}
+
 const model_tensor *model_weights_get(const model_weights *w, const char *name)
 {
     int32_t i = di_bytes_map_get(&w->by_name, name, strlen(name));

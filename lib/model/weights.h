@@ -122,6 +122,10 @@ const model_config *model_weights_config(const model_weights *w);
 /* XXH3-64 of what identifies the weights without reading them all: every
  * tensor's name, dtype, shape and size, and its first and last 4 KiB. */
 uint64_t model_weights_digest(const model_weights *w);
+/* XXH3-64 of every byte of every tensor (and model_weights_digest): one pass
+ * over the weights, for what must tell apart models that differ anywhere (the
+ * prefix cache's disk tier). */
+uint64_t model_weights_content_digest(const model_weights *w);
 /* The tensor named `name` (GGUF naming), or NULL. */
 const model_tensor *model_weights_get(const model_weights *w, const char *name);
 /* As model_weights_get, but a missing tensor or one whose shape differs from

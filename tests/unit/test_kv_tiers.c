@@ -352,6 +352,7 @@ static void test_kill_9_during_writes_leaves_a_clean_directory(void **state)
         waitpid(pid, &status, 0);
         assert_true(WIFSIGNALED(status));
     }
+    sleep_ms(1100); /* a dead writer's temporary file goes once it is a second old */
     kv_tiers *t = open_tiers(dir, 0, FP);
     /* the scan runs on the tiers' thread: wait for the temporary files to go */
     int tmp_left = 1;
@@ -384,6 +385,85 @@ static void test_kill_9_during_writes_leaves_a_clean_directory(void **state)
     assert_int_equal(st.rejected, 0);
     kv_tiers_destroy(t);
     remove_tree(dir);
+}
+
+/* Two engines of one process (or of pid 1 in two containers) writing the same
+ * blocks into one directory: neither loses its disk tier. */
+static void test_two_writers_of_one_pid_share_a_directory(void **state)
+{
+    (void)state;
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    unsigned char data[BLOCK_BYTES], got[BLOCK_BYTES];
+    logged[0] = 0;
+    kv_tiers *a = open_tiers(dir, 0, FP), *b = open_tiers(dir, 0, FP);
+    for (uint64_t k = 1; k <= 200; k++) {
+        contents(k, data);
+        kv_tiers_put(a, k, data, KV_TIER_DISK);
+        kv_tiers_put(b, k, data, KV_TIER_DISK);
+    }
+    kv_tiers_destroy(a);
+    kv_tiers_destroy(b);
+    assert_null(strstr(logged, "disk tier off"));
+    kv_tiers *t = open_tiers(dir, 0, FP);
+    for (uint64_t k = 1; k <= 200; k += 37) {
+        assert_int_equal(restore(t, k, got), 1);
+        contents(k, data);
+        assert_memory_equal(got, data, BLOCK_BYTES);
+    }
+    kv_tiers_destroy(t);
+    remove_tree(dir);
+}
+
+/* A fresh temporary file whose writer's pid is not running here (a writer in
+ * another pid namespace) is left alone; an old one goes. */
+static void test_fresh_temporary_files_of_other_writers_stay(void **state)
+{
+    (void)state;
+    char dir[64], sub[128], fresh[256], old[256];
+    make_dir(dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/%016llx", dir, (unsigned long long)FP);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    /* pid 4194304 is past Linux's pid_max: never running here */
+    snprintf(fresh, sizeof fresh, "%s/.tmp-4194304-0-1-1", sub);
+    snprintf(old, sizeof old, "%s/.tmp-4194304-0-2-1", sub);
+    FILE *f = fopen(fresh, "w");
+    assert_non_null(f);
+    fclose(f);
+    f = fopen(old, "w");
+    assert_non_null(f);
+    fclose(f);
+    struct timespec times[2] = {{time(NULL) - 5, 0}, {time(NULL) - 5, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, old, times, 0), 0);
+    kv_tiers *t = open_tiers(dir, 0, FP);
+    for (int i = 0; i < 500 && access(old, F_OK) == 0; i++) sleep_ms(2);
+    assert_int_not_equal(access(old, F_OK), 0);
+    assert_int_equal(access(fresh, F_OK), 0);
+    kv_tiers_destroy(t);
+    remove_tree(dir);
+}
+
+/* Fetches nobody takes do not use up the table: failed and forgotten ones go,
+ * and a block stored afterwards still restores. */
+static void test_fetches_never_taken_do_not_fill_the_table(void **state)
+{
+    (void)state;
+    unsigned char data[BLOCK_BYTES], got[BLOCK_BYTES];
+    kv_tiers *t = open_tiers(NULL, 1 << 20, FP);
+    contents(5, data);
+    kv_tiers_put(t, 5, data, KV_TIER_HOST);
+    contents(6, data);
+    kv_tiers_put(t, 6, data, KV_TIER_HOST);
+    wait_stats(t, 2, 0);
+    for (uint64_t k = 1000; k < 2000; k++) kv_tiers_fetch(t, k); /* absent: they fail */
+    kv_tiers_fetch(t, 6);                                        /* read, then forgotten */
+    for (int i = 0; i < 200; i++) kv_tiers_wait(t, 5);
+    kv_tiers_forget(t, (uint64_t[]){6}, 1);
+    assert_int_equal(kv_tiers_take(t, 6, got), -1);
+    assert_int_equal(restore(t, 5, got), 1);
+    contents(5, data);
+    assert_memory_equal(got, data, BLOCK_BYTES);
+    kv_tiers_destroy(t);
 }
 
 /* ---- through the engine ---- */
@@ -520,6 +600,79 @@ static void test_engine_disk_tier_across_restarts(void **state)
     remove_tree(dir);
 }
 
+/* A copy of the tiny model with one byte changed in the middle of its
+ * weights (past the first and last 4 KiB of every tensor) is another model:
+ * it finds none of the original's blocks on disk. */
+static void test_engine_of_a_slightly_different_model_finds_nothing(void **state)
+{
+    (void)state;
+    char dir[64], copy[160], cmd[512];
+    make_dir(dir, sizeof dir);
+    snprintf(copy, sizeof copy, "%s/model", dir);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", TINY, copy);
+    assert_int_equal(system(cmd), 0);
+    /* the embedding (512 x 64 f16, 64 KiB): a byte at its middle */
+    char st[256], header[16384];
+    snprintf(st, sizeof st, "%s/model.safetensors", copy);
+    FILE *f = fopen(st, "r+b");
+    assert_non_null(f);
+    uint64_t hlen = 0;
+    assert_int_equal(fread(&hlen, 8, 1, f), 1);
+    assert_true(hlen < sizeof header);
+    assert_int_equal(fread(header, 1, hlen, f), hlen);
+    header[hlen] = 0;
+    const char *t = strstr(header, "\"model.embed_tokens.weight\"");
+    assert_non_null(t);
+    const char *off = strstr(t, "\"data_offsets\"");
+    assert_non_null(off);
+    long begin = 0, end = 0;
+    assert_int_equal(sscanf(strchr(off, '[') + 1, "%ld,%ld", &begin, &end), 2);
+    assert_true(end - begin >= 3 * 4096);
+    long at = 8 + (long)hlen + (begin + end) / 2;
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 1, f);
+    fclose(f);
+    char cache[160];
+    snprintf(cache, sizeof cache, "%s/kv", dir);
+    int32_t a[100];
+    prompt_of(8, a, 100);
+    rec got;
+    di_engine *e = engine(TINY, 0, 0, 0, cache);
+    run(e, a, 100, &got);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    e = engine(copy, 0, 0, 0, cache);
+    run(e, a, 100, &got);
+    assert_int_equal(got.cache_hit, 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    e = engine(TINY, 0, 0, 0, cache);
+    run(e, a, 100, &got);
+    assert_int_equal(got.cache_hit, 96);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_tree(dir);
+}
+
+/* A directory name that is not UTF-8 is logged as UTF-8 ('?' for the bad
+ * bytes), as di_log_fn promises. */
+static void test_log_lines_stay_utf8(void **state)
+{
+    (void)state;
+    char dir[64], bad[128];
+    make_dir(dir, sizeof dir);
+    snprintf(bad, sizeof bad, "%s/file\xff\xfe", dir);
+    FILE *f = fopen(bad, "w"); /* a file: the tier cannot use it, and says so */
+    assert_non_null(f);
+    fclose(f);
+    logged[0] = 0;
+    di_engine *e = engine(TINY, 0, 0, 0, bad);
+    assert_non_null(strstr(logged, "no disk tier"));
+    assert_null(strchr(logged, '\xff'));
+    assert_non_null(strstr(logged, "file??"));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_tree(dir);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -555,8 +708,13 @@ int main(void)
         cmocka_unit_test(test_unusable_directory_turns_the_disk_tier_off),
         cmocka_unit_test(test_another_format_version_is_skipped),
         cmocka_unit_test(test_kill_9_during_writes_leaves_a_clean_directory),
+        cmocka_unit_test(test_two_writers_of_one_pid_share_a_directory),
+        cmocka_unit_test(test_fresh_temporary_files_of_other_writers_stay),
+        cmocka_unit_test(test_fetches_never_taken_do_not_fill_the_table),
         cmocka_unit_test(test_engine_restores_evicted_blocks_from_the_host_tier),
         cmocka_unit_test(test_engine_disk_tier_across_restarts),
+        cmocka_unit_test(test_engine_of_a_slightly_different_model_finds_nothing),
+        cmocka_unit_test(test_log_lines_stay_utf8),
         cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
