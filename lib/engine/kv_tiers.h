@@ -17,7 +17,8 @@
  * header before it) and the zstd frame. A file is written under a temporary
  * name and renamed into place, so a reader sees a whole file or none (kill -9
  * during a write leaves only a temporary file, removed by the next engine
- * that opens the directory once its writer is gone); files are never
+ * that opens the directory once it is over a second old and its pid is not
+ * running, or ten minutes old); files are never
  * modified, so engines share a directory without a lock. A file that is
  * truncated, corrupt, of another version or for another model is skipped
  * with a log line (and removed when corrupt). A directory that cannot be
