@@ -510,8 +510,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
          "engine: %s, vocabulary %d, context %lld, KV cache %d blocks of %d tokens, "
          "encoding %s%s%s%s",
          c.model_path, (int)e->n_vocab, (long long)e->n_ctx, (int)model_kv_blocks_total(e->m),
-         (int)MODEL_KV_BLOCK, e->encoding ? di_encoding_name(e->encoding) : "none", pre[0] ? " (pre-tokenizer " : "", pre,
-         pre[0] ? ")" : "");
+         (int)MODEL_KV_BLOCK, e->encoding ? di_encoding_name(e->encoding) : "none",
+         pre[0] ? " (pre-tokenizer " : "", pre, pre[0] ? ")" : "");
     *out = e;
     return DI_OK;
 fail:

@@ -73,8 +73,9 @@ static json_t *formats(const model_weights *w, int64_t *params)
         json_object_set_new(
             f, "parameters",
             json_integer(json_integer_value(json_object_get(f, "parameters")) + (json_int_t)n));
-        json_object_set_new(f, "bytes", json_integer(json_integer_value(json_object_get(f, "bytes")) +
-                                                     (json_int_t)t->n_bytes));
+        json_object_set_new(
+            f, "bytes",
+            json_integer(json_integer_value(json_object_get(f, "bytes")) + (json_int_t)t->n_bytes));
     }
     return out;
 }
@@ -133,15 +134,15 @@ di_status engine_info_build(di_engine *e, const char *model_path, const char *se
     json_t *info = json_pack(
         "{s:o,s:o,s:o,s:s,s:I,s:o,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:{s:o,s:o}}",
         "name", string_or_null(name), "served_model_name", string_or_null(e->served_name),
-        "architecture", string_or_null(model_weights_architecture(w)), "family", family_name(c->arch), "parameters",
-        (json_int_t)params, "formats", fmt ? fmt : json_null(), "context_length",
-        (json_int_t)e->n_ctx, "training_context_length", (int)c->n_ctx_train, "vocab_size",
-        (int)e->n_vocab, "layers", (int)c->n_layer, "embedding_length", (int)c->n_embd, "heads",
-        (int)c->n_head, "kv_heads", (int)c->n_head_kv, "experts", (int)c->n_expert, "experts_used",
-        (int)c->n_expert_used, "kv_bytes_per_token", (json_int_t)model_kv_bytes_per_token(e->m),
-        "encoding", string_or_null(enc), "chat_template", string_or_null(chat_template),
-        "special_tokens", "bos",
-        token(e, bos), "eos", eos ? eos : json_null());
+        "architecture", string_or_null(model_weights_architecture(w)), "family",
+        family_name(c->arch), "parameters", (json_int_t)params, "formats", fmt ? fmt : json_null(),
+        "context_length", (json_int_t)e->n_ctx, "training_context_length", (int)c->n_ctx_train,
+        "vocab_size", (int)e->n_vocab, "layers", (int)c->n_layer, "embedding_length",
+        (int)c->n_embd, "heads", (int)c->n_head, "kv_heads", (int)c->n_head_kv, "experts",
+        (int)c->n_expert, "experts_used", (int)c->n_expert_used, "kv_bytes_per_token",
+        (json_int_t)model_kv_bytes_per_token(e->m), "encoding", string_or_null(enc),
+        "chat_template", string_or_null(chat_template), "special_tokens", "bos", token(e, bos),
+        "eos", eos ? eos : json_null());
     if (!info) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     e->info_json = json_dumps(info, JSON_PRESERVE_ORDER | JSON_COMPACT);
     json_decref(info);

@@ -242,6 +242,12 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
+    struct stat cb;
+    if (stat(file, &cb) != 0 && errno == ENOENT)
+        return di_error_setf(err, DI_ERR_IO,
+                             "%s: is a directory without a config.json: a model is a .gguf file or "
+                             "a Hugging Face folder (config.json and *.safetensors)",
+                             dir);
     if (di_regular_file(file) != 0)
         return di_error_setf(err, DI_ERR_IO, "%s: %s%s", file,
                              errno == EINVAL ? "not a regular file" : "cannot open: ",
