@@ -567,7 +567,7 @@ DI_API size_t di_engine_pending(di_engine *e)
 DI_API size_t di_engine_pending_count(const di_engine *e)
 {
     /* the mutex is the one thing a const engine's reader changes */
-    return di_engine_pending((di_engine *)(uintptr_t)e);
+    return di_engine_pending((di_engine *)e);
 }
 
 /* A delivery in progress. Callbacks are the host's code: a C++ exception (or
