@@ -929,8 +929,9 @@ typedef struct di_engine_config {
     /* The name responses give as `model` (di_engine_served_model_name), UTF-8,
      * copied. NULL (default): the model file's name without .gguf, or the
      * model folder's name (as llama-server names a model by its path; the
-     * name the file gives itself is di_engine_model_info's `name`). The V4 encodings answer with the request body's `model` instead:
-     * it selects their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
+     * name the file gives itself is di_engine_model_info's `name`). The V4
+     * encodings answer with the request body's `model` instead: it selects
+     * their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
      * deepseek-recipe echoes it. */
     const char *served_model_name;
 } di_engine_config;
