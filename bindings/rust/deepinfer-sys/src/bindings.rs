@@ -358,8 +358,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " What the request asks of generation, as deepseek-recipe resolves it"]
-    #[doc = " (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the"]
-    #[doc = " template encodings and for NULL."]
+    #[doc = " (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. Thinking"]
+    #[doc = " is 0 for the template encodings (an R1 distill's template opens its <think>"]
+    #[doc = " block itself) and for NULL."]
     pub fn di_prompt_thinking(prompt: *const di_prompt) -> ::std::os::raw::c_int;
 }
 extern "C" {
@@ -370,7 +371,9 @@ extern "C" {
     #[doc = " The sampling temperature and top_p to use, as float32 like the reference"]
     #[doc = " (thinking mode forces temperature 1.0; top_p follows the model's rules: V4-Pro"]
     #[doc = " 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0"]
-    #[doc = " otherwise). 1.0 for NULL."]
+    #[doc = " otherwise); for the chat templates (DSV3, R1, ChatML), the body's values as"]
+    #[doc = " OpenAI defines them (top_p 0: temperature 0, top_p 1). 1.0 when the body"]
+    #[doc = " sets none, and for NULL."]
     pub fn di_prompt_temperature(prompt: *const di_prompt) -> f32;
 }
 extern "C" {
@@ -379,7 +382,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in"]
-    #[doc = " order; strings owned by the prompt. di_prompt_stop returns NULL past the end."]
+    #[doc = " order, for every encoding; strings owned by the prompt. di_prompt_stop"]
+    #[doc = " returns NULL past the end."]
     pub fn di_prompt_stop_count(prompt: *const di_prompt) -> usize;
 }
 extern "C" {
@@ -399,7 +403,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The completion budget for a prompt of `prompt_tokens` tokens in a context of"]
-    #[doc = " `context_limit`, in *max_tokens: the requested max_tokens, or the reference's"]
+    #[doc = " `context_limit`, in *max_tokens: the requested max_tokens (the chat"]
+    #[doc = " templates: max_completion_tokens, else max_tokens), or the reference's"]
     #[doc = " default (8192 without thinking, 65536 with it, 131072 with effort max) lowered"]
     #[doc = " to the room left and at least 1, as deepseek-recipe's resolve_max_tokens does."]
     #[doc = " Errors: DI_ERR_CONTEXT_LENGTH when the prompt plus the requested completion"]
@@ -1287,8 +1292,9 @@ pub struct di_engine_config {
     #[doc = " The name responses give as `model` (di_engine_served_model_name), UTF-8,"]
     #[doc = " copied. NULL (default): the model file's name without .gguf, or the"]
     #[doc = " model folder's name (as llama-server names a model by its path; the"]
-    #[doc = " name the file gives itself is di_engine_model_info's `name`). The V4 encodings answer with the request body's `model` instead:"]
-    #[doc = " it selects their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as"]
+    #[doc = " name the file gives itself is di_engine_model_info's `name`). The V4"]
+    #[doc = " encodings answer with the request body's `model` instead: it selects"]
+    #[doc = " their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as"]
     #[doc = " deepseek-recipe echoes it."]
     pub served_model_name: *const ::std::os::raw::c_char,
 }
@@ -1796,8 +1802,9 @@ pub struct di_request {
     pub tokens: *const i32,
     pub n_tokens: usize,
     #[doc = " Output tokens at most; 0 (default): a token request runs to the context"]
-    #[doc = " limit, a protocol request uses the body's max_tokens (max_output_tokens)"]
-    #[doc = " or the reference's default (di_prompt_max_tokens). Non-zero overrides."]
+    #[doc = " limit, a protocol request whose body sets none gets the reference's"]
+    #[doc = " default (di_prompt_max_tokens), lowered to the room left. More than the"]
+    #[doc = " context leaves after the prompt is DI_ERR_CONTEXT_LENGTH."]
     pub max_tokens: i64,
     #[doc = " [0, 100], default 1; 0: greedy (the most likely token)"]
     pub temperature: f32,
@@ -2268,9 +2275,14 @@ extern "C" {
     #[doc = " a token id outside the vocabulary — the message names it), the errors of"]
     #[doc = " di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),"]
     #[doc = " DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or"]
-    #[doc = " whose encoding does not take the protocol: the message says which),"]
+    #[doc = " whose encoding does not take the protocol: the message says which; or a body"]
+    #[doc = " field the engine cannot honour yet — n > 1, logprobs, json_schema formats,"]
+    #[doc = " strict tools, parallel_tool_calls false, stored responses, reasoning"]
+    #[doc = " switches a chat template decides itself: the message names the field, and"]
+    #[doc = " docs/api.md, \"Request fields\", lists every field),"]
     #[doc = " DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the"]
-    #[doc = " context, or does not fit the KV cache budget), DI_ERR_INVALID_STATE (the"]
+    #[doc = " context, does not fit the KV cache budget, or max_tokens asks for more than"]
+    #[doc = " the room left: the message gives the numbers), DI_ERR_INVALID_STATE (the"]
     #[doc = " engine is being destroyed), DI_ERR_OUT_OF_MEMORY. Thread-safe; may be called"]
     #[doc = " from a callback."]
     pub fn di_submit(
