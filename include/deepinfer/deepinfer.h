@@ -1053,13 +1053,15 @@ typedef struct di_request {
     size_t struct_size;
     /* A di_protocol, or 0 (default) for a token request. */
     int32_t protocol;
-    /* 1: stop at none of the end-of-sequence tokens (token requests only;
-     * default 0). */
+    /* 1: stop at none of the end-of-sequence tokens (token requests only: a
+     * protocol request with 1 is DI_ERR_INVALID_ARGUMENT; default 0). */
     int32_t ignore_eos;
-    /* Protocol requests: the request body, json_len bytes of UTF-8 JSON. */
+    /* Protocol requests: the request body, json_len bytes of UTF-8 JSON
+     * (a token request with json set is DI_ERR_INVALID_ARGUMENT). */
     const char *json;
     size_t json_len;
-    /* Token requests: the prompt, n_tokens IDs below di_engine_vocab_size. */
+    /* Token requests: the prompt, n_tokens IDs below di_engine_vocab_size (a
+     * protocol request with tokens set is DI_ERR_INVALID_ARGUMENT). */
     const int32_t *tokens;
     size_t n_tokens;
     /* Output tokens at most; 0 (default): a token request runs to the context
@@ -1095,9 +1097,9 @@ typedef struct di_request {
     const int32_t *logit_bias_ids;
     const float *logit_bias_values;
     size_t n_logit_bias;
-    /* Token requests: more token ids that end the output (reported in
-     * DI_EVENT_TOKENS, finish reason DI_FINISH_STOP), besides the model's end
-     * of sequence. */
+    /* More token ids that end the output (reported in DI_EVENT_TOKENS, finish
+     * reason DI_FINISH_STOP; a protocol request's text does not include them),
+     * besides the model's end of sequence. */
     const int32_t *stop_tokens;
     size_t n_stop_tokens;
     /* The callback (required) and its argument. */

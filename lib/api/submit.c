@@ -118,6 +118,18 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     if (q.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     if (q.ignore_eos != 0 && q.ignore_eos != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "ignore_eos: expected 0 or 1");
+    /* nothing set is ignored: a field of the other kind of request is an error */
+    if (q.protocol && q.ignore_eos)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "ignore_eos: token requests only (a protocol request ends at its "
+                            "encoding's end of turn)");
+    if (q.protocol && (q.tokens || q.n_tokens))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "tokens: a protocol request's prompt is its json body");
+    if (!q.protocol && (q.json || q.json_len))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "json: a token request's prompt is its tokens (set protocol for a "
+                            "request body)");
     if (q.seed < -1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "seed: expected -1 (random) or >= 0");
     if (q.max_tokens < 0)
@@ -250,7 +262,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     r->max_tokens = max_tokens;
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
-    size_t n_stop = (q.ignore_eos && !q.protocol ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;
+    size_t n_stop = (q.ignore_eos ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;
     r->stop_ids = malloc((n_stop ? n_stop : 1) * sizeof *r->stop_ids);
     if (!r->tokens || !r->stop_ids) {
         st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
@@ -262,9 +274,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail;
         }
-    if (!(q.ignore_eos && !q.protocol))
+    if (!q.ignore_eos)
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
-    for (size_t i = 0; i < q.n_stop_tokens && !q.protocol; i++)
+    for (size_t i = 0; i < q.n_stop_tokens; i++)
         r->stop_ids[r->n_stop++] = q.stop_tokens[i];
     a->n_prompt = (uint32_t)n_ids;
     if (q.protocol) {

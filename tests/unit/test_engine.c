@@ -652,7 +652,16 @@ static void test_invalid_requests_are_rejected_at_once(void **state)
     b.protocol = DI_PROTOCOL_CHAT;
     b.json = "{}";
     b.json_len = 2;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "tokens: a protocol request");
+    b.tokens = NULL;
+    b.n_tokens = 0;
     expect_submit_error(e, &b, DI_ERR_UNSUPPORTED, "token IDs");
+    b.ignore_eos = 1; /* nothing set is ignored */
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "ignore_eos: token requests only");
+    b = q;
+    b.json = "{}";
+    b.json_len = 2;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "json: a token request");
     b = q;
     b.protocol = 9;
     expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "protocol");

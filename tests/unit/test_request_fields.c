@@ -162,6 +162,7 @@ typedef struct rec {
     uint32_t completion_tokens, n_tokens;
     char response[8192];
     int n_delta, n_delta_mismatch;
+    int32_t first_token;
 } rec;
 
 static void on_event(void *user, const di_event *ev)
@@ -169,11 +170,13 @@ static void on_event(void *user, const di_event *ev)
     rec *r = user;
     size_t n = 0;
     switch (di_event_kind_of(ev)) {
-    case DI_EVENT_TOKENS:
-        (void)di_event_tokens(ev, &n);
+    case DI_EVENT_TOKENS: {
+        const int32_t *t = di_event_tokens(ev, &n);
+        if (r->n_tokens == 0 && n) r->first_token = t[0];
         r->n_tokens += (uint32_t)n;
         assert_null(di_event_delta(ev, NULL));
         break;
+    }
     case DI_EVENT_TEXT:
     case DI_EVENT_REASONING: {
         size_t a = 0, b = 0;
@@ -458,6 +461,19 @@ static void test_usage_agrees_and_names_the_model(void **state)
         DI_OK);
     assert_int_equal(usage_completion(r.response), 4);
     assert_int_equal(r.completion_tokens, 4);
+    /* di_request's stop_tokens end a protocol request too: stopping at its first
+     * greedy token leaves no text, one generated token */
+    di_request stop = cold;
+    int32_t first = r.first_token;
+    stop.stop_tokens = &first;
+    stop.n_stop_tokens = 1;
+    assert_int_equal(
+        run_chat(e, "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Count.\"}]}",
+                 &stop, &r, NULL),
+        DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_STOP);
+    assert_int_equal(r.completion_tokens, 1);
+    assert_non_null(strstr(r.response, "\"content\":\"\""));
     assert_int_equal(di_engine_destroy(e), DI_OK);
     /* a configured served name */
     e = make_engine(SMOL, 512, "smol");
