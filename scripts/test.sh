@@ -70,17 +70,21 @@ cmake --build build/make -j "$jobs" >build/make.log 2>&1 ||
   { tail -n 40 build/make.log >&2; echo "FAIL: make -j$jobs (whole log: build/make.log)" >&2; exit 1; }
 echo "ok: make -j$jobs built every target"
 
-step "python binding: pip install bindings/python into a fresh venv, pytest"
+step "python binding: pip install bindings/python into a fresh venv (it builds and bundles the library), pytest"
 py_venv=$root/build/python-venv
 rm -rf "$py_venv"
 python3 -m venv "$py_venv"
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r bindings/python/tests/requirements.txt
+# scikit-build-core builds libdeepinfer (Release, the library target only, in
+# build/python-wheel/) into the package.
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
   ./bindings/python
 # bin/pytest (not python -m pytest, which puts the source tree on sys.path): the
-# installed package is what is tested.
-DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so \
+# installed package is what is tested, against build/release's library; the
+# test_bundled.py checks run without DEEPINFER_LIBRARY and fail unless the
+# package's own library is the one loaded (DEEPINFER_EXPECT_BUNDLED).
+DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so DEEPINFER_EXPECT_BUNDLED=1 \
   DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
   "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
 
