@@ -52,7 +52,7 @@ step "layering: lib/README.md's include rules (scripts/check-includes.sh)"
 scripts/check-includes.sh
 
 step "format: clang-format"
-sources=$(git ls-files '*.c' '*.h')
+sources=$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 clang-format --dry-run -Werror $sources
 echo "ok: $(echo "$sources" | wc -l) files formatted"
 
