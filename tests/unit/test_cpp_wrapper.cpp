@@ -250,6 +250,28 @@ void test_cancellation(const Reference &ref)
     std::printf("ok: cancellation (inside a callback, from another thread)\n");
 }
 
+void test_submit_from_threads_while_polling(const Reference &ref)
+{
+    deepinfer::engine e = tiny_engine();
+    constexpr int n_threads = 4, per_thread = 3;
+    std::vector<Seen> seen(n_threads * per_thread);
+    std::atomic<int> submitted{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n_threads; t++)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < per_thread; i++) {
+                e.submit(greedy(ref.prompt, 32), std::ref(seen[t * per_thread + i]));
+                submitted++;
+            }
+        });
+    // Poll on this thread while the others submit; callbacks run only here.
+    while (submitted.load() < n_threads * per_thread || e.pending() > 0) e.poll(10);
+    for (auto &t : threads) t.join();
+    for (const Seen &s : seen) CHECK(s.tokens == ref.greedy && s.done == 1 && s.after_done == 0);
+    std::printf("ok: %d requests submitted from %d threads while this one polled\n",
+                n_threads * per_thread, n_threads);
+}
+
 void test_errors_map_to_deepinfer_error(const Reference &ref)
 {
     const std::string missing = fixtures + "/model/no-such-model.gguf";
@@ -453,6 +475,7 @@ int main()
     test_streaming_through_lambdas(ref);
     test_exception_from_callback_is_rethrown_by_poll(ref);
     test_cancellation(ref);
+    test_submit_from_threads_while_polling(ref);
     test_errors_map_to_deepinfer_error(ref);
     test_move_log_and_event_fd(ref);
     test_tokenizer_and_chat_on_smollm2();
