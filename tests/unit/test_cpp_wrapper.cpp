@@ -197,7 +197,7 @@ void test_exception_from_callback_is_rethrown_by_poll(const Reference &ref)
     // close() rethrows what a callback threw while it delivered the remaining
     // events (a request cancelled by the destruction).
     Seen f;
-    e.submit(greedy(ref.prompt, 300), [&](const deepinfer::event &ev) {
+    e.submit(greedy(ref.prompt, 0), [&](const deepinfer::event &ev) {
         f(ev);
         if (ev.kind() == DI_EVENT_DONE) throw Boom("thrown inside close");
     });
@@ -220,7 +220,7 @@ void test_cancellation(const Reference &ref)
     Seen s;
     uint64_t id = 0;
     bool cancel_accepted = false;
-    id = e.submit(greedy(ref.prompt, 400), [&](const deepinfer::event &ev) {
+    id = e.submit(greedy(ref.prompt, 0), [&](const deepinfer::event &ev) {
         s(ev);
         // Cancel from inside the callback, at the first tokens.
         if (ev.kind() == DI_EVENT_TOKENS && !cancel_accepted) cancel_accepted = e.cancel(id);
@@ -229,7 +229,7 @@ void test_cancellation(const Reference &ref)
     CHECK(cancel_accepted);
     CHECK(s.done == 1 && s.after_done == 0 && s.status == DI_ERR_CANCELLED);
     CHECK(s.finish == 0 && !s.message.empty());
-    CHECK(s.tokens.size() < 400);
+    CHECK(s.tokens.size() < 240); // 0: to the context limit, 256 - 16 tokens
     for (size_t i = 0; i < s.tokens.size() && i < ref.greedy.size(); i++)
         CHECK(s.tokens[i] == ref.greedy[i]);
     CHECK(!e.cancel(id)); // finished: false, no throw
@@ -242,7 +242,7 @@ void test_cancellation(const Reference &ref)
     CHECK(not_found);
     // Cancelled from another thread while this one polls.
     Seen t;
-    uint64_t tid = e.submit(greedy(ref.prompt, 400), std::ref(t));
+    uint64_t tid = e.submit(greedy(ref.prompt, 0), std::ref(t));
     std::thread canceller([&] { CHECK(e.cancel(tid)); });
     drain(e);
     canceller.join();
