@@ -31,9 +31,16 @@ extern "C" {
 
 /* DI_API marks a declaration as exported from the shared library. The library is
  * built with -fvisibility=hidden and a linker version script, so only what is
- * declared with DI_API here is visible to hosts. */
-#if defined(_WIN32)
+ * declared with DI_API here is visible to hosts. On Windows (not built there
+ * yet: README, "Platforms") a DLL exports with __declspec(dllexport) when
+ * DI_BUILDING_LIBRARY is defined (the library's own build) and hosts import
+ * with __declspec(dllimport); define DI_STATIC for a static library. */
+#if defined(_WIN32) && defined(DI_STATIC)
 #    define DI_API
+#elif defined(_WIN32) && defined(DI_BUILDING_LIBRARY)
+#    define DI_API __declspec(dllexport)
+#elif defined(_WIN32)
+#    define DI_API __declspec(dllimport)
 #elif defined(__GNUC__) || defined(__clang__)
 #    define DI_API __attribute__((visibility("default")))
 #else
@@ -331,6 +338,7 @@ typedef enum di_protocol {
 
 /* Prompt encodings. */
 typedef enum di_encoding {
+    DI_ENCODING_NONE = 0,  /* no encoding: an engine that takes token requests only */
     DI_ENCODING_DSV4 = 1,  /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
     DI_ENCODING_DSV41 = 2, /* DeepSeek V4.1 (DeepseekV41Encoding) */
     DI_ENCODING_DSV3 = 3,  /* DeepSeek V3: the chat template of its tokenizer_config.json */
@@ -349,6 +357,11 @@ typedef struct di_codec di_codec;
 /* A rendered prompt: its text and, when the codec has a tokenizer, its token
  * IDs. Owned by the caller (di_prompt_free); read it from one thread at a time. */
 typedef struct di_prompt di_prompt;
+
+/* The encoding's name as the CLI and docs spell it ("dsv4", "dsv41", "dsv3",
+ * "r1", "chatml"; a static string), or NULL for DI_ENCODING_NONE and unknown
+ * values. Thread-safe. */
+DI_API const char *di_encoding_name(int32_t encoding);
 
 /* Create a codec for `encoding`. `tok` may be NULL (prompts then have text but no
  * IDs); otherwise it must outlive the codec. Errors: DI_ERR_INVALID_ARGUMENT (NULL
@@ -627,6 +640,10 @@ typedef enum di_stream_event_kind {
 DI_API size_t di_stream_event_count(const di_stream *s);
 /* Kind of event i; 0 (no kind) when i is out of range. */
 DI_API di_stream_event_kind di_stream_event_kind_at(const di_stream *s, size_t i);
+/* The kind's name ("reasoning", "text", "tool_call_begin",
+ * "tool_call_arguments", "tool_call_end", "finish"; static), NULL for unknown
+ * values. See di_event_kind_name on the two enums. */
+DI_API const char *di_stream_event_kind_name(di_stream_event_kind kind);
 /* The event's text, *len bytes, NUL-terminated, owned by the stream: REASONING,
  * TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_BEGIN: the function name;
  * TOOL_CALL_END: the whole arguments text — JSON as the model wrote it, which the
@@ -662,6 +679,8 @@ DI_API const char *di_stream_chunk_json(const di_stream *s, size_t i, size_t *le
  * the JSON's `type`), owned by the stream until its next call; NULL for Chat's
  * unnamed events and for i out of range. */
 DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i);
+/* di_stream_chunk_event under the name di_event_chunk_event_name shares. */
+DI_API const char *di_stream_chunk_event_name(const di_stream *s, size_t i);
 /* Chunk i as the whole SSE message to write ("event: NAME\n" when named, then
  * "data: JSON\n\n"; Chat's last is "data: [DONE]\n\n"), *len bytes when len is not
  * NULL, owned by the stream until its next call; NULL for i out of range. */
@@ -908,6 +927,13 @@ typedef struct di_engine_config {
     /* The disk tier's budget in bytes: over it, the oldest files are removed.
      * 0 (default): 4 GiB. */
     int64_t kv_disk_cache_bytes;
+    /* The name responses give as `model` (di_engine_served_model_name), UTF-8,
+     * copied. NULL (default): the model file's name without .gguf, or the
+     * model folder's name (as llama-server names a model by its path; the
+     * name the file gives itself is di_engine_model_info's `name`). The V4 encodings answer with the request body's `model` instead:
+     * it selects their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
+     * deepseek-recipe echoes it. */
+    const char *served_model_name;
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -934,9 +960,31 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
  * return. Call it from one thread, once. */
 DI_API di_status di_engine_destroy(di_engine *engine);
 
-/* The engine's prompt encoding (a di_encoding), or 0 when it has none (protocol
- * requests are then refused). 0 for NULL. Thread-safe. */
+/* The engine's prompt encoding, DI_ENCODING_NONE when it has none (protocol
+ * requests are then refused) and for NULL; di_encoding_name names it.
+ * Thread-safe. */
+DI_API di_encoding di_engine_prompt_encoding(const di_engine *engine);
+/* di_engine_prompt_encoding as an int32_t: the older name, kept as an alias. */
 DI_API int32_t di_engine_encoding(const di_engine *engine);
+/* The name responses give as `model` (di_engine_config.served_model_name as
+ * resolved), UTF-8, owned by the engine until di_engine_destroy; NULL for NULL.
+ * Thread-safe. */
+DI_API const char *di_engine_served_model_name(const di_engine *engine);
+/* What the engine loaded, as one JSON object (UTF-8, *len bytes when len is
+ * not NULL, owned by the engine until di_engine_destroy; NULL for NULL):
+ *   name, served_model_name, architecture (the file's: GGUF
+ *   general.architecture, config.json architectures[0]), family ("llama",
+ *   "qwen2", "deepseek_v3", "deepseek_v2"), parameters (elements of every
+ *   weight, block scales not counted), formats ({"Q4_1": {tensors,
+ *   parameters, bytes}, …}: the storage types as stored), context_length (of
+ *   a request), training_context_length, vocab_size, layers,
+ *   embedding_length, heads, kv_heads, experts, experts_used (0 for dense
+ *   models), kv_bytes_per_token, encoding (di_encoding_name, or null),
+ *   chat_template (the GGUF's tokenizer.chat_template, or null),
+ *   special_tokens {bos: {id, text} or null, eos: [{id, text}, …]} (every
+ *   token that ends the output).
+ * Members may be added; none is removed. Thread-safe. */
+DI_API const char *di_engine_model_info(const di_engine *engine, size_t *len);
 /* The engine's tokenizer (owned by the engine, valid until di_engine_destroy),
  * or NULL when it has none. Thread-safe to use as di_tokenizer is. */
 DI_API const di_tokenizer *di_engine_tokenizer(const di_engine *engine);
@@ -1096,6 +1144,9 @@ DI_API int64_t di_poll(di_engine *engine, int32_t timeout_ms);
  * queued, running, or finished with events still to deliver. 0 for NULL.
  * Thread-safe. */
 DI_API size_t di_engine_pending(di_engine *engine);
+/* di_engine_pending on a const engine (the older name takes a non-const one
+ * and stays as an alias). */
+DI_API size_t di_engine_pending_count(const di_engine *engine);
 
 /* A file descriptor for event loops (epoll, poll, select, asyncio's add_reader,
  * libuv): readable exactly while events are queued for di_poll, so a host can
@@ -1120,6 +1171,12 @@ DI_API int di_engine_event_fd(di_engine *engine);
 
 /* The event's kind; 0 for NULL. */
 DI_API di_event_kind di_event_kind_of(const di_event *ev);
+/* The kind's name ("tokens", "text", "reasoning", "tool_call_delta",
+ * "tool_call", "chunk", "done"; a static string), NULL for unknown values.
+ * di_event_kind and di_stream_event_kind are separate enums with different
+ * values (DI_EVENT_REASONING is 3, DI_STREAM_REASONING 1): compare kinds
+ * only within one, or by name. */
+DI_API const char *di_event_kind_name(di_event_kind kind);
 /* The id di_submit gave the request; 0 for NULL. */
 DI_API uint64_t di_event_request_id(const di_event *ev);
 /* TEXT, REASONING, TOOL_CALL_DELTA: the delta; TOOL_CALL: the whole arguments
@@ -1127,6 +1184,12 @@ DI_API uint64_t di_event_request_id(const di_event *ev);
  * NUL-terminated, owned by the event. "" for other kinds; NULL for NULL and for
  * Chat's "[DONE]" chunk. */
 DI_API const char *di_event_text(const di_event *ev, size_t *len);
+/* TEXT and REASONING: the text delta (as di_event_text); NULL for other kinds
+ * and for NULL. The clear name for what di_event_text gives these kinds. */
+DI_API const char *di_event_delta(const di_event *ev, size_t *len);
+/* TOOL_CALL_DELTA: the piece of arguments JSON; TOOL_CALL: the whole arguments
+ * JSON (as di_event_text); NULL for other kinds and for NULL. */
+DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len);
 /* TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise. */
 DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
 /* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
@@ -1150,6 +1213,9 @@ DI_API const char *di_event_chunk_sse(const di_event *ev, size_t *len);
 /* CHUNK: the SSE event name (the JSON's `type` for Messages and Responses), owned
  * by the event; NULL for Chat's unnamed events and for other kinds. */
 DI_API const char *di_event_chunk_name(const di_event *ev);
+/* di_event_chunk_name under the name di_stream_chunk_event_name shares: the
+ * SSE event name of a CHUNK event. */
+DI_API const char *di_event_chunk_event_name(const di_event *ev);
 /* DONE: DI_OK when the request ran to its end (end of sequence, a stop, its
  * token budget), DI_ERR_CANCELLED when cancelled (by di_cancel or the engine's
  * destruction), or the error that ended it (DI_ERR_CONTEXT_LENGTH when the KV

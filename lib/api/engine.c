@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer.h"
 
 _Static_assert(sizeof(di_engine_config) ==
-                   DI_STRUCT_SIZE_UNTIL(di_engine_config, kv_disk_cache_bytes),
+                   DI_STRUCT_SIZE_UNTIL(di_engine_config, served_model_name),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
@@ -109,7 +109,11 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
     int end = 0;
     if (a->stream) {
         stream_ready(&l, r, a);
-        /* A stop token ends the output without being part of it. */
+        /* A stop token ends the output without being part of its text, but it
+         * was generated: the usage counts it, as di_event_completion_tokens
+         * does (every token the model produced, vLLM's count). */
+        if (is_stop && !di_stream_finished(a->stream))
+            (void)di_stream_push_text(a->stream, "", 0, (uint32_t)n, NULL);
         if (!is_stop) {
             di_error *err = NULL;
             if (di_stream_push_tokens(a->stream, ids, n, &err) != DI_OK) {
@@ -295,11 +299,11 @@ static di_status engine_set_encoding(di_engine *e, int32_t enc, int asked, const
         snprintf(lack, sizeof lack, "the tokenizer has no %s token", turn);
     if (lack[0]) {
         if (asked)
-            return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %d needs",
-                                 lack, (int)enc);
+            return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %s needs",
+                                 lack, di_encoding_name(enc));
         snprintf(e->no_codec_why, sizeof e->no_codec_why,
-                 "the model declares encoding %d (tokenizer.ggml.pre \"%s\"), but %s", (int)enc,
-                 pre, lack);
+                 "the model declares encoding %s (tokenizer.ggml.pre \"%s\"), but %s",
+                 di_encoding_name(enc), pre, lack);
         return DI_OK;
     }
     di_status st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err);
@@ -338,6 +342,8 @@ static void engine_free(di_engine *e)
     if (!e) return;
     sched_destroy(e->sched);
     di_codec_free(e->codec);
+    free(e->info_json);
+    free(e->served_name);
     di_tokenizer_free(e->tok);
     model_free(e->m);
     for (di_event *ev = e->head, *next; ev; ev = next) {
@@ -478,10 +484,15 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             enc = DI_ENCODING_CHATML;
     }
     st = engine_set_encoding(e, enc, c.encoding != 0, pre, chat_template, err);
-    free(chat_template);
-    if (st != DI_OK) goto fail;
+    if (st != DI_OK) {
+        free(chat_template);
+        goto fail;
+    }
     add_eos(e, mc->eos_token_id);
     if (e->tok) add_eos(e, e->tok->eos_id);
+    st = engine_info_build(e, c.model_path, c.served_model_name, chat_template, err);
+    free(chat_template);
+    if (st != DI_OK) goto fail;
     sched_sink sink = {sink_tokens, sink_done, sink_log, e};
     /* Every running request decodes a token each step, so no more may run than
      * a step takes tokens: otherwise the newest would wait for the others. */
@@ -497,10 +508,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.progress) c.progress(c.progress_user, 1.0f);
     elog(e, DI_LOG_INFO,
          "engine: %s, vocabulary %d, context %lld, KV cache %d blocks of %d tokens, "
-         "encoding %d%s%s%s",
+         "encoding %s%s%s%s",
          c.model_path, (int)e->n_vocab, (long long)e->n_ctx, (int)model_kv_blocks_total(e->m),
-         (int)MODEL_KV_BLOCK, (int)e->encoding, pre[0] ? " (pre-tokenizer " : "", pre,
-         pre[0] ? ")" : "");
+         (int)MODEL_KV_BLOCK, e->encoding ? di_encoding_name(e->encoding) : "none",
+         pre[0] ? " (pre-tokenizer " : "", pre, pre[0] ? ")" : "");
     *out = e;
     return DI_OK;
 fail:
@@ -551,6 +562,12 @@ DI_API size_t di_engine_pending(di_engine *e)
     size_t n = e->pending;
     pthread_mutex_unlock(&e->mu);
     return n;
+}
+
+DI_API size_t di_engine_pending_count(const di_engine *e)
+{
+    /* the mutex is the one thing a const engine's reader changes */
+    return di_engine_pending((di_engine *)e);
 }
 
 /* A delivery in progress. Callbacks are the host's code: a C++ exception (or

@@ -210,6 +210,10 @@ const model_config *model_get_config(const model *m)
 {
     return &m->cfg;
 }
+const model_weights *model_get_weights(const model *m)
+{
+    return m->w;
+}
 int64_t model_n_ctx(const model *m)
 {
     return m->opt.n_ctx;

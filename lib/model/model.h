@@ -70,6 +70,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
 void model_free(model *m);
 
 const model_config *model_get_config(const model *m);
+/* The weights the model runs (owned by it; read-only). */
+const model_weights *model_get_weights(const model *m);
 int64_t model_n_ctx(const model *m);
 /* Tokens held by the sequence (the position of the next token). */
 int64_t model_n_past(const model *m);

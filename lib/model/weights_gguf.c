@@ -165,6 +165,11 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
                              path, (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
+    snprintf(w->architecture, sizeof w->architecture, "%s", arch);
+    const char *name;
+    size_t nlen;
+    if (gguf_get_string(f, "general.name", &name, &nlen))
+        snprintf(w->name, sizeof w->name, "%.*s", (int)(nlen < 127 ? nlen : 127), name);
     di_status st;
     if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
         (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
