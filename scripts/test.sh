@@ -167,6 +167,12 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
     # shellcheck disable=SC2086
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
+  # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
+  folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
+  # shellcheck disable=SC2086
+  oracle model-info "$model_python" tests/oracle/check_model_info.py \
+    --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf $folders
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).

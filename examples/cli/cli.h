@@ -32,5 +32,6 @@ int cli_generate(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+int cli_info(int argc, char **argv);
 
 #endif

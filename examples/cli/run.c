@@ -388,8 +388,21 @@ int cli_run(int argc, char **argv)
         return EXIT_FAILED;
     }
     int sse = a.stream || json_is_true(json_object_get(root, "stream"));
+    int edited = 0;
     if (a.stream && !json_is_true(json_object_get(root, "stream"))) {
         json_object_set_new(root, "stream", json_true());
+        edited = 1;
+    }
+    /* --max-tokens overrides the body's budget: it is written into the body,
+     * whose fields win over di_request's (docs/api.md, "Sampling precedence") */
+    if (a.max_tokens > 0) {
+        const char *field =
+            a.protocol == DI_PROTOCOL_RESPONSES ? "max_output_tokens" : "max_tokens";
+        json_object_del(root, "max_completion_tokens");
+        json_object_set_new(root, field, json_integer(a.max_tokens));
+        edited = 1;
+    }
+    if (edited) {
         char *with = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (with) {
             free(body);

@@ -422,8 +422,9 @@ DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, 
                                   di_error **err);
 
 /* What the request asks of generation, as deepseek-recipe resolves it
- * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the
- * template encodings and for NULL. */
+ * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. Thinking
+ * is 0 for the template encodings (an R1 distill's template opens its <think>
+ * block itself) and for NULL. */
 DI_API int di_prompt_thinking(const di_prompt *prompt);
 /* The request's stream flag (1/0), as di_prompt_thinking. */
 DI_API int di_prompt_stream(const di_prompt *prompt);
@@ -431,13 +432,16 @@ DI_API int di_prompt_stream(const di_prompt *prompt);
 /* The sampling temperature and top_p to use, as float32 like the reference
  * (thinking mode forces temperature 1.0; top_p follows the model's rules: V4-Pro
  * 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0
- * otherwise). 1.0 for NULL. */
+ * otherwise); for the chat templates (DSV3, R1, ChatML), the body's values as
+ * OpenAI defines them (top_p 0: temperature 0, top_p 1). 1.0 when the body
+ * sets none, and for NULL. */
 DI_API float di_prompt_temperature(const di_prompt *prompt);
 /* The top_p to use, under the rules given for di_prompt_temperature. */
 DI_API float di_prompt_top_p(const di_prompt *prompt);
 
 /* The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in
- * order; strings owned by the prompt. di_prompt_stop returns NULL past the end. */
+ * order, for every encoding; strings owned by the prompt. di_prompt_stop
+ * returns NULL past the end. */
 DI_API size_t di_prompt_stop_count(const di_prompt *prompt);
 /* Stop sequence i (UTF-8, owned by the prompt), or NULL when i is past the end. */
 DI_API const char *di_prompt_stop(const di_prompt *prompt, size_t i);
@@ -450,7 +454,8 @@ DI_API size_t di_prompt_image_count(const di_prompt *prompt);
 DI_API const char *di_prompt_image_url(const di_prompt *prompt, size_t i);
 
 /* The completion budget for a prompt of `prompt_tokens` tokens in a context of
- * `context_limit`, in *max_tokens: the requested max_tokens, or the reference's
+ * `context_limit`, in *max_tokens: the requested max_tokens (the chat
+ * templates: max_completion_tokens, else max_tokens), or the reference's
  * default (8192 without thinking, 65536 with it, 131072 with effort max) lowered
  * to the room left and at least 1, as deepseek-recipe's resolve_max_tokens does.
  * Errors: DI_ERR_CONTEXT_LENGTH when the prompt plus the requested completion
@@ -930,8 +935,9 @@ typedef struct di_engine_config {
     /* The name responses give as `model` (di_engine_served_model_name), UTF-8,
      * copied. NULL (default): the model file's name without .gguf, or the
      * model folder's name (as llama-server names a model by its path; the
-     * name the file gives itself is di_engine_model_info's `name`). The V4 encodings answer with the request body's `model` instead:
-     * it selects their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
+     * name the file gives itself is di_engine_model_info's `name`). The V4
+     * encodings answer with the request body's `model` instead: it selects
+     * their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
      * deepseek-recipe echoes it. */
     const char *served_model_name;
 } di_engine_config;
@@ -1063,17 +1069,20 @@ typedef struct di_request {
     const int32_t *tokens;
     size_t n_tokens;
     /* Output tokens at most; 0 (default): a token request runs to the context
-     * limit, a protocol request uses the body's max_tokens (max_output_tokens)
-     * or the reference's default (di_prompt_max_tokens). Non-zero overrides. */
+     * limit, a protocol request whose body sets none gets the reference's
+     * default (di_prompt_max_tokens), lowered to the room left. More than the
+     * context leaves after the prompt is DI_ERR_CONTEXT_LENGTH. */
     int64_t max_tokens;
     /* Sampling (lib/sampler/README.md has the order the processors run in).
-     * Protocol requests with a V4 encoding take temperature and top_p from the
-     * body as the codec resolves them (di_prompt_temperature, di_prompt_top_p);
-     * with a chat template (DSV3, R1) the engine reads the body's
-     * max_completion_tokens / max_tokens, temperature, top_p, seed,
-     * presence_penalty and frequency_penalty as OpenAI defines them
-     * (DI_ERR_INVALID_REQUEST when out of range). What the body does not set
-     * comes from here. */
+     * Precedence, one rule for every encoding and protocol: what a protocol
+     * request's body decides wins — its own field (max_tokens /
+     * max_completion_tokens / max_output_tokens, temperature, top_p, Messages'
+     * top_k, seed, presence_penalty, frequency_penalty, logit_bias, as the
+     * codec reads them: di_prompt_temperature, di_prompt_top_p, …) or a rule
+     * of its model that fixes a value (the V4 encodings' thinking mode forces
+     * temperature 1.0, as deepseek-recipe does) — and these fields give what
+     * the body leaves open. logit_bias entries merge, the body's winning for a
+     * token both name. docs/api.md, "Sampling precedence". */
     float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token) */
     float top_p;              /* (0, 1], default 1 (off) */
     int32_t top_k;            /* >= 0, default 0 (off) */
@@ -1113,9 +1122,14 @@ DI_API void di_request_init(di_request *req);
  * a token id outside the vocabulary — the message names it), the errors of
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
- * whose encoding does not take the protocol: the message says which),
+ * whose encoding does not take the protocol: the message says which; or a body
+ * field the engine cannot honour yet — n > 1, logprobs, json_schema formats,
+ * strict tools, parallel_tool_calls false, stored responses, reasoning
+ * switches a chat template decides itself: the message names the field, and
+ * docs/api.md, "Request fields", lists every field),
  * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the
- * context, or does not fit the KV cache budget), DI_ERR_INVALID_STATE (the
+ * context, does not fit the KV cache budget, or max_tokens asks for more than
+ * the room left: the message gives the numbers), DI_ERR_INVALID_STATE (the
  * engine is being destroyed), DI_ERR_OUT_OF_MEMORY. Thread-safe; may be called
  * from a callback. */
 DI_API di_status di_submit(di_engine *engine, const di_request *req, uint64_t *id, di_error **err);

@@ -53,7 +53,7 @@ static json_t *formats(const model_weights *w, int64_t *params)
 {
     json_t *out = json_object();
     *params = 0;
-    for (size_t i = 0; out && i < model_weights_count(w); i++) {
+    for (size_t i = 0; out && i < model_weights_file_count(w); i++) {
         const model_tensor *t = model_weights_at(w, i);
         if (is_scale(t->name)) continue;
         const char *name = model_dtype_name(t->dtype);

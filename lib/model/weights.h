@@ -132,8 +132,11 @@ const char *model_weights_name(const model_weights *w);
 /* The architecture as the file names it: a GGUF's general.architecture
  * ("llama", "qwen2", "deepseek2"), a folder's architectures[0]. */
 const char *model_weights_architecture(const model_weights *w);
-/* The tensors, in file order: count, and tensor i (NULL past the end). */
+/* The tensors, in file order: count, and tensor i (NULL past the end). The
+ * first model_weights_file_count are the file's own; the rest are views the
+ * loader derived from them (a GGUF's stacked experts split per expert). */
 size_t model_weights_count(const model_weights *w);
+size_t model_weights_file_count(const model_weights *w);
 const model_tensor *model_weights_at(const model_weights *w, size_t i);
 /* The storage type's name, as ggml spells it ("Q4_1", "F16", "FP8_E4M3"). */
 const char *model_dtype_name(model_dtype t);

@@ -332,6 +332,7 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
                            f->data + f->data_offset + ti->offset, (size_t)ti->n_bytes, err);
         if (st != DI_OK) return st;
     }
+    w->n_file_tensors = w->n_tensors;
     if ((st = read_config(w, f, path, err)) != DI_OK) return st;
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {

@@ -113,6 +113,45 @@ static void test_template_prompts_report_the_body(void **state)
     }
 }
 
+/* A ChatML answer in json_object mode is the JSON, without the Markdown fence
+ * small models put around it (the smallest failing input of the issue). */
+static void test_chatml_json_object_drops_the_fence(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"response_format\":{\"type\":\"json_object\"},\"messages\":[{\"role\":\"user\","
+        "\"content\":\"JSON please\"}]}",
+        "{\"model\":\"m\",\"text\":{\"format\":{\"type\":\"json_object\"}},\"input\":\"JSON "
+        "please\"}",
+    };
+    const di_protocol protocols[] = {DI_PROTOCOL_CHAT, DI_PROTOCOL_RESPONSES};
+    for (int k = 0; k < 2; k++) {
+        di_prompt *p = render(DI_ENCODING_CHATML, protocols[k], bodies[k], DI_OK, NULL);
+        di_stream *st = NULL;
+        assert_int_equal(di_stream_create(p, NULL, NULL, &st, NULL), DI_OK);
+        di_prompt_free(p);
+        assert_int_equal(di_stream_ready(st, 5, 0, NULL, NULL), DI_OK);
+        const char *out = "```json\n{\"a\": 1}\n```";
+        assert_int_equal(di_stream_push_text(st, out, strlen(out), 6, NULL), DI_OK);
+        assert_int_equal(di_stream_finish(st, DI_FINISH_STOP, NULL), DI_OK);
+        const char *r = di_stream_response_json(st, NULL);
+        if (strstr(r, "```")) fail_msg("the fence stayed: %s", r);
+        assert_non_null(strstr(r, "{\\\"a\\\": 1}"));
+        di_stream_free(st);
+    }
+    /* without json_object the text is the model's, fence and all */
+    di_prompt *p = render(DI_ENCODING_CHATML, DI_PROTOCOL_CHAT,
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", DI_OK, NULL);
+    di_stream *st = NULL;
+    assert_int_equal(di_stream_create(p, NULL, NULL, &st, NULL), DI_OK);
+    di_prompt_free(p);
+    const char *out = "```json\n{}\n```";
+    assert_int_equal(di_stream_push_text(st, out, strlen(out), 4, NULL), DI_OK);
+    assert_int_equal(di_stream_finish(st, DI_FINISH_STOP, NULL), DI_OK);
+    assert_non_null(strstr(di_stream_response_json(st, NULL), "```json"));
+    di_stream_free(st);
+}
+
 /* ---- the engine ---- */
 
 typedef struct rec {
@@ -504,6 +543,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_prompts_report_the_body),
+        cmocka_unit_test(test_chatml_json_object_drops_the_fence),
         cmocka_unit_test(test_unsupported_fields_are_refused),
         cmocka_unit_test(test_sampling_precedence),
         cmocka_unit_test(test_usage_agrees_and_names_the_model),

@@ -531,8 +531,10 @@ class Engine:
         logit_bias {token id: bias in [-100, 100]}, stop_tokens (token requests:
         ids that end the output), ignore_eos (token requests: do not stop at the
         end-of-sequence token), max_tokens (output tokens at most; 0: to the
-        context limit, or the body's max_tokens). A protocol body's own sampling
-        fields win over these, except a non-zero max_tokens. chunks=False drops
+        context limit, or the reference's default for a protocol request; more
+        than the context leaves is ContextLengthError). A protocol body's own
+        sampling fields (max_tokens too) win over these, which give what the body
+        leaves open (docs/api.md, "Sampling precedence"). chunks=False drops
         Chunk events (saves their copies when only text and tool calls are used).
 
         Returns a Request; iterate it for events. Raises, with nothing queued:
