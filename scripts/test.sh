@@ -52,7 +52,7 @@ step "layering: lib/README.md's include rules (scripts/check-includes.sh)"
 scripts/check-includes.sh
 
 step "format: clang-format"
-sources=$(git ls-files '*.c' '*.h')
+sources=$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 clang-format --dry-run -Werror $sources
 echo "ok: $(echo "$sources" | wc -l) files formatted"
 
@@ -70,17 +70,21 @@ cmake --build build/make -j "$jobs" >build/make.log 2>&1 ||
   { tail -n 40 build/make.log >&2; echo "FAIL: make -j$jobs (whole log: build/make.log)" >&2; exit 1; }
 echo "ok: make -j$jobs built every target"
 
-step "python binding: pip install bindings/python into a fresh venv, pytest"
+step "python binding: pip install bindings/python into a fresh venv (it builds and bundles the library), pytest"
 py_venv=$root/build/python-venv
 rm -rf "$py_venv"
 python3 -m venv "$py_venv"
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r bindings/python/tests/requirements.txt
+# scikit-build-core builds libdeepinfer (Release, the library target only, in
+# build/python-wheel/) into the package.
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
   ./bindings/python
 # bin/pytest (not python -m pytest, which puts the source tree on sys.path): the
-# installed package is what is tested.
-DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so \
+# installed package is what is tested, against build/release's library; the
+# test_bundled.py checks run without DEEPINFER_LIBRARY and fail unless the
+# package's own library is the one loaded (DEEPINFER_EXPECT_BUNDLED).
+DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so DEEPINFER_EXPECT_BUNDLED=1 \
   DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
   "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
 
@@ -100,9 +104,9 @@ step "build: ThreadSanitizer (the engine's threads: worker, pool, submitters, po
 # under TSan): the tiny checkpoints exercise the same code paths.
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON -DDI_CUDA=OFF \
       -DDI_SANITIZE=thread -DDI_ASSET_DIR= >/dev/null
-cmake --build build/tsan -j "$jobs" --target test_engine test_engine_cxx test_model_batch test_model_api \
+cmake --build build/tsan -j "$jobs" --target test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api \
   test_prefix_cache test_kv_tiers
-for t in test_engine test_engine_cxx test_model_batch test_model_api test_prefix_cache test_kv_tiers; do
+for t in test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api test_prefix_cache test_kv_tiers; do
   TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/$t
 done
 

@@ -146,8 +146,14 @@ DI_API const char *di_status_string(di_status status);
  * reports names exactly the fields it knows.
  *
  * DI_STRUCT_SIZE_UNTIL(type, field) is the offset of the end of `field`: the
- * sizeof of the release whose last field is `field`. */
-#define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+ * sizeof of the release whose last field is `field`. C++ gets the same value
+ * without a cast (sizeof names the member), so the macro is clean under
+ * -Wold-style-cast -pedantic. */
+#ifdef __cplusplus
+#    define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(type::field))
+#else
+#    define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#endif
 
 /* ------------------------------------------------------------------------- */
 /* Errors                                                                     */

@@ -91,6 +91,44 @@ class Result:
         return self.done.response() if self.done else None
 
 
+class _ResultBuilder:
+    """Joins a request's events into a Result (Request.result and the asyncio
+    AsyncRequest.result)."""
+
+    __slots__ = ("res", "text", "reasoning")
+
+    def __init__(self):
+        self.res = Result()
+        self.text, self.reasoning = [], []
+
+    def add(self, ev) -> None:
+        c = ev.__class__
+        if c is Text:
+            self.text.append(ev.text)
+        elif c is Tokens:
+            self.res.tokens += ev.ids
+        elif c is Reasoning:
+            self.reasoning.append(ev.text)
+        elif c is ToolCall:
+            self.res.tool_calls.append(ev)
+        elif c is Done:
+            self.res.done = ev
+
+    def finish(self, done) -> Result:
+        """The Result; raises the Done's status (the Result as exc.result)."""
+        res = self.res
+        if res.done is None:
+            res.done = done
+        res.text = "".join(self.text)
+        res.reasoning = "".join(self.reasoning)
+        d = res.done
+        if d is not None and d.status != Status.OK:
+            e = error_for(d.status, d.message)
+            e.result = res
+            raise e
+        return res
+
+
 def _make_callback(engine: "Engine"):
     """The one C event callback of an engine. Runs inside di_poll (or
     di_engine_destroy) on the polling thread: it copies what the event's kind
@@ -193,6 +231,9 @@ def _make_callback(engine: "Engine"):
         if out.__class__ is Done:
             req._finished = True
             routes.pop(user, None)
+        wake = req._notify
+        if wake is not None:  # an asyncio request (_aio.py): wake its waiter
+            wake()
 
     def note(e):
         if state[1] is None:
@@ -836,7 +877,8 @@ class Request:
     Requests may be iterated from different threads at once. cancel() may be
     called from any thread."""
 
-    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "_last", "id", "done", "__weakref__")
+    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "_last", "_notify", "id", "done",
+                 "__weakref__")
 
     def __init__(self, engine: Engine, chunks: bool):
         self._engine = engine
@@ -844,8 +886,26 @@ class Request:
         self._finished = False  # Done is in the queue (set by the polling thread)
         self._chunks = chunks
         self._last = None  # the event __next__ returned last
+        # Called (no arguments, must not raise) by the polling thread after each
+        # event routed here: the asyncio wrapper's wake-up (_aio.AsyncRequest).
+        self._notify = None
         self.id = 0
         self.done: Optional[Done] = None
+
+    def _take(self) -> Optional[Event]:
+        """The next queued event, or None when the queue is empty (the
+        non-blocking half of __next__, for the asyncio wrapper)."""
+        q = self._queue
+        while q:
+            ev = q[0]
+            del q[0]
+            if ev is self._last:
+                continue
+            self._last = ev
+            if ev.__class__ is Done:
+                self.done = ev
+            return ev
+        return None
 
     def __iter__(self):
         return self
@@ -970,30 +1030,10 @@ class Request:
         DeepinferError subclass (CancelledError for a cancelled request,
         ContextLengthError, …) with the partial Result as the exception's
         `result` attribute; returns the Result when the status is OK."""
-        res = Result()
-        text, reasoning = [], []
+        b = _ResultBuilder()
         for ev in self:
-            c = ev.__class__
-            if c is Text:
-                text.append(ev.text)
-            elif c is Tokens:
-                res.tokens += ev.ids
-            elif c is Reasoning:
-                reasoning.append(ev.text)
-            elif c is ToolCall:
-                res.tool_calls.append(ev)
-            elif c is Done:
-                res.done = ev
-        if res.done is None:
-            res.done = self.done
-        res.text = "".join(text)
-        res.reasoning = "".join(reasoning)
-        d = res.done
-        if d is not None and d.status != Status.OK:
-            e = error_for(d.status, d.message)
-            e.result = res
-            raise e
-        return res
+            b.add(ev)
+        return b.finish(self.done)
 
     def __repr__(self):
         state = "done" if self.done else ("finished" if self._finished else "running")

@@ -4,9 +4,11 @@ The library is found, in order, through:
 
 1. ``$DEEPINFER_LIBRARY``: a path to ``libdeepinfer.so`` (or ``.so.0``). When it is
    set and cannot be loaded, that is the error: no other place is tried.
-2. ``ctypes.util.find_library("deepinfer")`` (ldconfig's cache, ``$LD_LIBRARY_PATH``
+2. the library bundled in the package, ``deepinfer/libdeepinfer.so.0`` (what
+   ``pip install bindings/python`` builds and installs; BUNDLED);
+3. ``ctypes.util.find_library("deepinfer")`` (ldconfig's cache, ``$LD_LIBRARY_PATH``
    on some platforms);
-3. the dynamic loader's own search for ``libdeepinfer.so.0`` (``$LD_LIBRARY_PATH``,
+4. the dynamic loader's own search for ``libdeepinfer.so.0`` (``$LD_LIBRARY_PATH``,
    the rpath, ``/etc/ld.so.conf`` directories).
 
 Only this module knows the C struct layouts; they mirror include/deepinfer/deepinfer.h
@@ -44,6 +46,9 @@ from ._errors import LibraryNotFoundError
 #: this binding was written against.
 MIN_VERSION = 100
 SONAME = "libdeepinfer.so.0"
+#: Where the package's own build of the library lies (present when the package was
+#: installed with pip from bindings/python; absent in a source checkout).
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
 
 # C callback types. `const di_event *` and `void *user` arrive as Python ints.
 EVENT_FN = CFUNCTYPE(None, c_void_p, c_void_p)
@@ -196,6 +201,8 @@ def _candidates():
     if env:
         return [env], True
     names = []
+    if os.path.isfile(BUNDLED):
+        names.append(BUNDLED)
     found = ctypes.util.find_library("deepinfer")
     if found:
         names.append(found)
@@ -249,7 +256,9 @@ def load():
             hint = "DEEPINFER_LIBRARY is set but does not name a loadable libdeepinfer"
         else:
             hint = (
-                "set DEEPINFER_LIBRARY to the path of libdeepinfer.so (for a build tree: "
+                "the package holds no library of its own (install it with pip install "
+                "bindings/python to build one), so set DEEPINFER_LIBRARY to the path of "
+                "libdeepinfer.so (for a build tree: "
                 "build/lib/libdeepinfer.so), or install the library where the dynamic "
                 "loader finds it (LD_LIBRARY_PATH, ldconfig)"
             )
