@@ -1792,13 +1792,15 @@ pub struct di_request {
     pub struct_size: usize,
     #[doc = " A di_protocol, or 0 (default) for a token request."]
     pub protocol: i32,
-    #[doc = " 1: stop at none of the end-of-sequence tokens (token requests only;"]
-    #[doc = " default 0)."]
+    #[doc = " 1: stop at none of the end-of-sequence tokens (token requests only: a"]
+    #[doc = " protocol request with 1 is DI_ERR_INVALID_ARGUMENT; default 0)."]
     pub ignore_eos: i32,
-    #[doc = " Protocol requests: the request body, json_len bytes of UTF-8 JSON."]
+    #[doc = " Protocol requests: the request body, json_len bytes of UTF-8 JSON"]
+    #[doc = " (a token request with json set is DI_ERR_INVALID_ARGUMENT)."]
     pub json: *const ::std::os::raw::c_char,
     pub json_len: usize,
-    #[doc = " Token requests: the prompt, n_tokens IDs below di_engine_vocab_size."]
+    #[doc = " Token requests: the prompt, n_tokens IDs below di_engine_vocab_size (a"]
+    #[doc = " protocol request with tokens set is DI_ERR_INVALID_ARGUMENT)."]
     pub tokens: *const i32,
     pub n_tokens: usize,
     #[doc = " Output tokens at most; 0 (default): a token request runs to the context"]
@@ -1832,9 +1834,9 @@ pub struct di_request {
     pub logit_bias_ids: *const i32,
     pub logit_bias_values: *const f32,
     pub n_logit_bias: usize,
-    #[doc = " Token requests: more token ids that end the output (reported in"]
-    #[doc = " DI_EVENT_TOKENS, finish reason DI_FINISH_STOP), besides the model's end"]
-    #[doc = " of sequence."]
+    #[doc = " More token ids that end the output (reported in DI_EVENT_TOKENS, finish"]
+    #[doc = " reason DI_FINISH_STOP; a protocol request's text does not include them),"]
+    #[doc = " besides the model's end of sequence."]
     pub stop_tokens: *const i32,
     pub n_stop_tokens: usize,
     #[doc = " The callback (required) and its argument."]
