@@ -572,6 +572,23 @@ class event
         const char *t = di_event_text(ev_, &n);
         return detail::view(t, n);
     }
+    /* TEXT, REASONING: the text delta; empty for other kinds (di_event_delta). */
+    std::string_view delta() const noexcept
+    {
+        size_t n = 0;
+        const char *t = di_event_delta(ev_, &n);
+        return detail::view(t, n);
+    }
+    /* TOOL_CALL_DELTA: a piece of the arguments JSON; TOOL_CALL: all of it;
+     * empty for other kinds (di_event_tool_call_arguments). */
+    std::string_view tool_call_arguments() const noexcept
+    {
+        size_t n = 0;
+        const char *t = di_event_tool_call_arguments(ev_, &n);
+        return detail::view(t, n);
+    }
+    /* The kind's name ("text", "done", …; di_event_kind_name). */
+    std::string_view kind_name() const noexcept { return detail::view(di_event_kind_name(kind())); }
     /* TOKENS: the ids. */
     token_span tokens() const noexcept
     {
@@ -897,7 +914,7 @@ class engine
     }
 
     /* Requests accepted whose DONE was not delivered yet. Thread-safe. */
-    size_t pending() const noexcept { return di_engine_pending(e_); }
+    size_t pending() const noexcept { return di_engine_pending_count(e_); }
 
     /* A descriptor readable while events are queued, for epoll / poll / an event
      * loop: call poll(0) when it wakes (di_engine_event_fd). Owned by the
@@ -909,10 +926,21 @@ class engine
         return fd;
     }
 
-    /* The engine's prompt encoding, or 0 when it has none. */
-    di_encoding encoding() const noexcept
+    /* The engine's prompt encoding, DI_ENCODING_NONE when it has none. */
+    di_encoding encoding() const noexcept { return di_engine_prompt_encoding(e_); }
+    /* The name responses give as `model` (di_engine_served_model_name). */
+    std::string_view served_model_name() const noexcept
     {
-        return static_cast<di_encoding>(di_engine_encoding(e_));
+        return detail::view(di_engine_served_model_name(e_));
+    }
+    /* What the engine loaded, as JSON (di_engine_model_info: name,
+     * architecture, parameters, formats, context, chat template, special
+     * tokens); a view into the engine, valid while it lives. */
+    std::string_view model_info() const noexcept
+    {
+        size_t n = 0;
+        const char *t = di_engine_model_info(e_, &n);
+        return detail::view(t, n);
     }
     int32_t vocab_size() const noexcept { return di_engine_vocab_size(e_); }
     int64_t context_length() const noexcept { return di_engine_context_length(e_); }

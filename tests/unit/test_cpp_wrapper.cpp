@@ -443,13 +443,18 @@ void test_tokenizer_and_chat_on_smollm2()
     cfg.c.n_threads = 2;
     deepinfer::engine e(cfg);
     CHECK(e.encoding() == DI_ENCODING_CHATML && e.tokenizer());
+    CHECK(e.served_model_name() == "SmolLM2-135M-Instruct.Q4_1");
+    CHECK(e.model_info().find("\"family\":\"llama\"") != std::string_view::npos);
     std::string text, response;
     int chunks = 0, done = 0;
     e.submit(deepinfer::request::chat(R"({"model":"smollm2","max_tokens":24,"messages":)"
                                       R"([{"role":"user","content":"Name a color."}]})")
                  .temperature(0),
              [&](const deepinfer::event &ev) {
-                 if (ev.kind() == DI_EVENT_TEXT) text += ev.text();
+                 if (ev.kind() == DI_EVENT_TEXT) {
+                     CHECK(ev.delta() == ev.text() && ev.kind_name() == "text");
+                     text += ev.delta();
+                 }
                  if (ev.kind() == DI_EVENT_CHUNK) chunks++;
                  if (ev.kind() == DI_EVENT_DONE) {
                      done++;
