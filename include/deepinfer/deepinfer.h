@@ -382,7 +382,11 @@ DI_API di_status di_codec_set_default_system(di_codec *codec, const char *text, 
 DI_API void di_codec_free(di_codec *codec);
 
 /* The largest request body di_codec_render accepts, in bytes (256 MiB). */
-#define DI_CODEC_MAX_REQUEST_BYTES ((size_t)256 << 20)
+#ifdef __cplusplus
+#    define DI_CODEC_MAX_REQUEST_BYTES (static_cast<size_t>(256) << 20)
+#else
+#    define DI_CODEC_MAX_REQUEST_BYTES ((size_t)256 << 20)
+#endif
 
 /* Render the request `json` (`len` bytes of UTF-8 JSON in `protocol`'s format)
  * into a new prompt in *out. The request's `model` selects the conversion rules

@@ -299,6 +299,8 @@ class Engine:
         kv_cache_dir: the prefix cache's disk tier, a directory where computed
             blocks are kept across restarts (None: none; docs/prefix-cache.md).
         kv_disk_cache_bytes: the disk tier's budget (0: 4 GiB).
+        served_model_name: the name responses give as `model` (None: the model
+            file's name without .gguf; the V4 encodings answer with the body's).
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -337,6 +339,7 @@ class Engine:
         kv_host_cache_bytes: int = 0,
         kv_cache_dir=None,
         kv_disk_cache_bytes: int = 0,
+        served_model_name: Optional[str] = None,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -361,6 +364,8 @@ class Engine:
         cfg.kv_disk_cache_bytes = kv_disk_cache_bytes
         if kv_cache_dir is not None:
             cfg.kv_cache_dir = os.fsencode(kv_cache_dir)
+        if served_model_name is not None:
+            cfg.served_model_name = served_model_name.encode("utf-8")
         raised = []
         if progress is not None:
 
@@ -466,6 +471,18 @@ class Engine:
             return Encoding(e) if e else None
         except ValueError:
             return e
+
+    @property
+    def served_model_name(self) -> str:
+        """The name responses give as `model` (served_model_name as resolved)."""
+        return self._call(self._lib.di_engine_served_model_name).decode("utf-8")
+
+    @property
+    def model_info(self) -> dict:
+        """What the engine loaded (di_engine_model_info): name, architecture,
+        family, parameters, formats {type: {tensors, parameters, bytes}},
+        context_length, chat_template, special_tokens, encoding, …"""
+        return _json.loads(self._call(self._lib.di_engine_model_info, None).decode("utf-8"))
 
     @property
     def vocab_size(self) -> int:

@@ -79,6 +79,7 @@ class EngineConfig(Structure):
         ("kv_host_cache_bytes", c_int64),
         ("kv_cache_dir", c_char_p),
         ("kv_disk_cache_bytes", c_int64),
+        ("served_model_name", c_char_p),
     ]
 
 
@@ -164,6 +165,8 @@ _SIGNATURES = [
     ("di_engine_tokenizer", c_void_p, [c_void_p]),
     ("di_engine_vocab_size", c_int32, [c_void_p]),
     ("di_engine_context_length", c_int64, [c_void_p]),
+    ("di_engine_served_model_name", c_char_p, [c_void_p]),
+    ("di_engine_model_info", c_char_p, [c_void_p, c_void_p]),
     ("di_engine_pending", c_size_t, [c_void_p]),
     ("di_engine_event_fd", c_int, [c_void_p]),
     ("di_request_init", None, [c_void_p]),

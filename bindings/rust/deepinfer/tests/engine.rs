@@ -630,3 +630,29 @@ fn a_repeated_prompt_takes_its_blocks_from_the_prefix_cache() {
     assert_eq!(tokens_of(&cold), tokens_of(&first));
     assert_eq!(one_done_last(&cold).usage.prompt_cache_hit_tokens, 0);
 }
+
+/// The engine describes the model it loaded, and responses name the served
+/// model whatever the body says.
+#[test]
+fn model_info_and_served_name() {
+    let path = match common::asset(common::SMOL) {
+        Some(p) => p,
+        None => return,
+    };
+    let engine = Engine::builder(&path)
+        .n_threads(2)
+        .served_model_name("smol")
+        .build()
+        .expect("SmolLM2 loads");
+    assert_eq!(engine.served_model_name(), "smol");
+    let info = engine.model_info();
+    assert!(info.contains("\"family\":\"llama\""), "{}", info);
+    assert!(info.contains("\"parameters\":134515008"), "{}", info);
+    let req = Request::chat(
+        r#"{"model": "gpt-4o", "temperature": 0, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi."}]}"#,
+    );
+    let events: Vec<_> = engine.submit(&req).unwrap().collect();
+    let done = one_done_last(&events);
+    let response = done.response_json.as_deref().unwrap_or_default();
+    assert!(response.contains("\"model\":\"smol\""), "{}", response);
+}
