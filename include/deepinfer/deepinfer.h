@@ -944,6 +944,19 @@ typedef struct di_engine_config {
      * their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
      * deepseek-recipe echoes it. */
     const char *served_model_name;
+    /* Speculative decoding: draft tokens each decoding request verifies per
+     * step at most, drafted by prompt lookup (the longest recent n-gram of the
+     * request's prompt and output, 1 to 3 tokens, that occurred before, and
+     * what followed it: llama.cpp's lookup decoding, vLLM's ngram
+     * speculation). The drafts are computed in the same batched step as
+     * everyone else's work and a draft is kept only while it equals the token
+     * the request would have sampled there, so the output is token for token
+     * the same as without speculation — greedy or seeded — only sooner when
+     * the output copies its context (code edits, quotes, JSON echoing a
+     * prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count
+     * them. 0 (default): off; at most 64 (docs/speculative.md). */
+    int32_t speculative_tokens;
+    int32_t reserved2; /* must be 0 */
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -1258,6 +1271,11 @@ DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
  * request was first admitted, so not computed again (a multiple of 16; see
  * di_engine_config.disable_prefix_cache); 0 for other kinds. */
 DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev);
+/* DONE: draft tokens the request verified (di_engine_config.speculative_tokens)
+ * and, of them, those it kept (each one a decode step saved); 0 without
+ * speculation and for other kinds. */
+DI_API uint32_t di_event_draft_tokens(const di_event *ev);
+DI_API uint32_t di_event_accepted_draft_tokens(const di_event *ev);
 /* DONE: tokens the request generated (every sampled token, the end-of-sequence
  * token included); 0 for other kinds. */
 DI_API uint32_t di_event_completion_tokens(const di_event *ev);

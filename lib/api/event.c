@@ -221,6 +221,14 @@ DI_API uint32_t di_event_prompt_tokens(const di_event *ev)
 {
     return ev ? ev->prompt_tokens : 0;
 }
+DI_API uint32_t di_event_draft_tokens(const di_event *ev)
+{
+    return ev && ev->kind == DI_EVENT_DONE ? ev->draft_tokens : 0;
+}
+DI_API uint32_t di_event_accepted_draft_tokens(const di_event *ev)
+{
+    return ev && ev->kind == DI_EVENT_DONE ? ev->accepted_draft_tokens : 0;
+}
 DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev)
 {
     return ev ? ev->prompt_cache_hit_tokens : 0;

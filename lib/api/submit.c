@@ -276,8 +276,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         }
     if (!q.ignore_eos)
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
-    for (size_t i = 0; i < q.n_stop_tokens; i++)
-        r->stop_ids[r->n_stop++] = q.stop_tokens[i];
+    for (size_t i = 0; i < q.n_stop_tokens; i++) r->stop_ids[r->n_stop++] = q.stop_tokens[i];
     a->n_prompt = (uint32_t)n_ids;
     if (q.protocol) {
         if ((st = di_stream_create(prompt, e->tok, NULL, &a->stream, err)) != DI_OK) goto fail;

@@ -53,6 +53,8 @@ typedef struct sched_request {
     model_seq *seq;
     uint64_t admit_order; /* 0 until first admitted */
     int64_t n_cached;     /* prompt tokens the prefix cache held at first admission */
+    int64_t n_drafted;    /* draft tokens verified (speculative decoding) */
+    int64_t n_accepted;   /* of them, those kept */
     uint64_t *keys;       /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
     int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
@@ -88,12 +90,14 @@ typedef struct sched_cache {
 } sched_cache;
 
 /* Start the worker over model m (owned by the caller, used only by the worker
- * from now until sched_destroy). With tiers, a request admitted whose next
- * prompt blocks the tiers hold waits at the front of the queue (as long as
- * the restores take, at most 2 s) and then takes them as computed. Errors:
- * DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, const sched_cache *cache, const sched_sink *sink,
-                       sched **out);
+ * from now until sched_destroy). n_draft > 0 turns on speculative decoding:
+ * each decoding request verifies up to n_draft prompt-lookup draft tokens
+ * per step (draft.h), from the step's budget the other decoders leave; 0: off. With tiers, a
+ * request admitted whose next prompt blocks the tiers hold waits at the front of the queue (as long
+ * as the restores take, at most 2 s) and then takes them as computed. Errors: DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, int n_draft, const sched_cache *cache,
+                       const sched_sink *sink, sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */
 di_status sched_submit(sched *s, sched_request *r, uint64_t *id);
