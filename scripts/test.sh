@@ -8,7 +8,7 @@
 # default generator (Unix Makefiles); the Python and Rust bindings' tests; the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the host examples built
-# against the install and run on SmolLM2; the ABI guard; and the
+# against the install and run on SmolLM2; the main job (scripts/run.sh); the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
 # oracles too, unless DI_MODEL_ORACLES=0). An oracle that fails or crashes stops the
 # run with its exit status and the tail of its log (build/oracle-logs/).
@@ -125,6 +125,13 @@ scripts/check-install.sh build/release "$root/build/ci-install"
 
 step "examples: embed, agent and game against the installed library, run on SmolLM2"
 scripts/check-examples.sh "$root/build/ci-install" "$assets"
+
+step "main job: scripts/run.sh, the README's other command, end to end"
+scripts/run.sh >build/run.log 2>&1 ||
+  { tail -n 30 build/run.log >&2; echo "FAIL: scripts/run.sh (whole log: build/run.log)" >&2; exit 1; }
+grep -q '"finish_reason":"tool_calls"' build/run.log ||
+  { tail -n 30 build/run.log >&2; echo "FAIL: the main job's named tool call is missing" >&2; exit 1; }
+echo "ok: scripts/run.sh answered both requests ($(grep -c '^data: ' build/run.log) SSE messages)"
 
 step "ABI: abidiff against abi/libdeepinfer.abi"
 scripts/abi-check.sh build/release/lib/libdeepinfer.so

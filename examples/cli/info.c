@@ -25,6 +25,11 @@ int cli_info(int argc, char **argv)
     long ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            printf(
+                "usage: deepinfer info --model PATH [--tokenizer PATH] [--ctx N]\n(docs/cli.md)\n");
+            return EXIT_OK;
+        }
         if (strcmp(o, "--model") != 0 && strcmp(o, "--tokenizer") != 0 && strcmp(o, "--ctx") != 0) {
             char why[96];
             snprintf(why, sizeof why, "unexpected argument '%.60s'", o);

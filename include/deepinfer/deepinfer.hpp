@@ -773,9 +773,10 @@ struct engine_config {
     explicit engine_config(std::string_view model) : engine_config() { model_path = model; }
 
     di_engine_config c{};
-    std::string model_path;     /* required */
-    std::string tokenizer_path; /* empty: the model's own */
-    std::string kv_cache_dir;   /* empty: no disk tier */
+    std::string model_path;        /* required */
+    std::string tokenizer_path;    /* empty: the model's own */
+    std::string kv_cache_dir;      /* empty: no disk tier */
+    std::string served_model_name; /* empty: the model file's name (di_engine_config) */
     /* Load progress, fraction in [0, 1], on the constructing thread; return
      * false to cancel the load (the constructor then throws error with
      * DI_ERR_CANCELLED). An exception it throws cancels the load and is
@@ -815,6 +816,8 @@ class engine
         c.model_path = cfg.model_path.c_str();
         c.tokenizer_path = cfg.tokenizer_path.empty() ? nullptr : cfg.tokenizer_path.c_str();
         c.kv_cache_dir = cfg.kv_cache_dir.empty() ? nullptr : cfg.kv_cache_dir.c_str();
+        c.served_model_name =
+            cfg.served_model_name.empty() ? nullptr : cfg.served_model_name.c_str();
         if (cfg.log) {
             state_->log = cfg.log;
             c.log = &engine::on_log;

@@ -45,6 +45,8 @@ static void body_sampling(const rc_sampling *b, sampler_params *sp, int64_t *max
     if (b->set & RC_SET_TEMPERATURE) sp->temperature = b->temperature;
     if (b->set & RC_SET_TOP_P) sp->top_p = b->top_p;
     if (b->set & RC_SET_TOP_K) sp->top_k = b->top_k;
+    if (b->set & RC_SET_MIN_P) sp->min_p = b->min_p;
+    if (b->set & RC_SET_REPETITION_PENALTY) sp->repetition_penalty = b->repetition_penalty;
     if (b->set & RC_SET_PRESENCE_PENALTY) sp->presence_penalty = b->presence_penalty;
     if (b->set & RC_SET_FREQUENCY_PENALTY) sp->frequency_penalty = b->frequency_penalty;
     if (b->set & RC_SET_SEED) *seed = (int64_t)(b->seed & INT64_MAX);
@@ -80,7 +82,7 @@ static di_status merge_bias(const di_request *q, const rc_sampling *b, int32_t n
             *values = NULL;
             *n = 0;
             return di_error_setf(err, DI_ERR_INVALID_REQUEST,
-                                 "logit_bias: token id %d is outside the vocabulary of %d",
+                                 "logit_bias.%d: token id outside the vocabulary of %d",
                                  (int)b->bias_ids[i], (int)n_vocab);
         }
         (*ids)[*n] = b->bias_ids[i];

@@ -30,13 +30,21 @@ static int number(rc_err *e, json_t *root, const char *key, double lo, double hi
     return 0;
 }
 
-/* Chat's seed, penalties and logit_bias ({"token id": bias in [-100, 100]}). */
+/* Chat's seed, penalties and logit_bias ({"token id": bias in [-100, 100]}),
+ * and the sampling extensions vLLM and llama-server take in Chat bodies:
+ * top_k, min_p, repetition_penalty. */
 static int chat_extra(rc_err *e, json_t *root, rc_sampling *s)
 {
     unsigned long long u;
     int r = rc_get_uint(e, root, "seed", "", UINT64_MAX, &u);
     if (r < 0) return -1;
     if (r > 0) s->seed = u, s->set |= RC_SET_SEED;
+    if ((r = rc_get_uint(e, root, "top_k", "", INT32_MAX, &u)) < 0) return -1;
+    if (r > 0) s->top_k = (int32_t)u, s->set |= RC_SET_TOP_K;
+    if (number(e, root, "min_p", 0, 1, &s->min_p, RC_SET_MIN_P, s) < 0 ||
+        number(e, root, "repetition_penalty", 1e-6, 100, &s->repetition_penalty,
+               RC_SET_REPETITION_PENALTY, s) < 0)
+        return -1;
     if (number(e, root, "presence_penalty", -2, 2, &s->presence_penalty, RC_SET_PRESENCE_PENALTY,
                s) < 0 ||
         number(e, root, "frequency_penalty", -2, 2, &s->frequency_penalty, RC_SET_FREQUENCY_PENALTY,
@@ -190,8 +198,8 @@ static void refuse_present(json_t *root, const char *const *names, size_t n, rc_
 static void check_chat(json_t *root, rc_sampling *s)
 {
     json_t *v = json_object_get(root, "n");
-    if (json_is_integer(v) && json_integer_value(v) != 1)
-        refuse(s, "n", "one choice per request is generated (n = 1)");
+    if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
+        refuse(s, "n", "only n = 1 is supported (one choice per request)");
     if (json_is_true(json_object_get(root, "logprobs"))) refuse(s, "logprobs", no_logprobs);
     v = json_object_get(root, "top_logprobs");
     if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);

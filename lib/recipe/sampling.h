@@ -26,11 +26,13 @@ enum {
     RC_SET_PRESENCE_PENALTY = 1u << 4,
     RC_SET_FREQUENCY_PENALTY = 1u << 5,
     RC_SET_MAX_TOKENS = 1u << 6,
+    RC_SET_MIN_P = 1u << 7,
+    RC_SET_REPETITION_PENALTY = 1u << 8,
 };
 
 typedef struct rc_sampling {
     unsigned set;
-    float temperature, top_p, presence_penalty, frequency_penalty;
+    float temperature, top_p, presence_penalty, frequency_penalty, min_p, repetition_penalty;
     int32_t top_k;
     uint64_t seed;
     uint32_t max_tokens;

@@ -48,13 +48,14 @@ class AsyncRequest:
     One coroutine at a time iterates or awaits one AsyncRequest, on the loop it
     was submitted on; cancel() may be called from any thread."""
 
-    __slots__ = ("_req", "_loop", "_thread", "_waiter", "__weakref__")
+    __slots__ = ("_req", "_loop", "_thread", "_waiter", "_builder", "__weakref__")
 
     def __init__(self, req: Request, loop: asyncio.AbstractEventLoop, thread: int):
         self._req = req
         self._loop = loop
         self._thread = thread
         self._waiter: Optional[asyncio.Future] = None
+        self._builder: Optional[_ResultBuilder] = None
         req._notify = self._notify
 
     @property
@@ -108,9 +109,13 @@ class AsyncRequest:
                 self._waiter = None
 
     async def result(self) -> Result:
-        """Iterate to the end and return the Result (events not yet taken);
-        raises the Done's status as Request.result does."""
-        b = _ResultBuilder()
+        """Iterate to the end and return the Result (events not yet taken by
+        `async for`); raises the Done's status as Request.result does. What an
+        await collected before its task was cancelled is kept: awaiting the
+        request again returns (or raises with, as exc.result) all of it."""
+        if self._builder is None:
+            self._builder = _ResultBuilder()
+        b = self._builder
         async for ev in self:
             b.add(ev)
         return b.finish(self._req.done)

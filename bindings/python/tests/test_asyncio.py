@@ -159,6 +159,8 @@ def test_wait_for_timeout_cancels_the_request(big):
     err = run(main())
     assert err.result.done.status == Status.CANCELLED
     assert err.result.done.completion_tokens < 480
+    # what the timed-out await collected is kept: every generated token is there
+    assert len(err.result.tokens) == err.result.done.completion_tokens > 0
     assert big.pending == 0
 
 
