@@ -45,6 +45,10 @@ struct sched {
     /* speculative decoding: draft tokens verified per request and step at most
      * (0: off), and each item's verified output of the step */
     int n_draft;
+    draft_profile profile; /* step time against tokens per step (draft_allocate) */
+    uint64_t n_steps;
+    int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
+    double *accept;
     int32_t *emit;      /* [max_running, 1 + n_draft] */
     int *n_emit;        /* [max_running] */
     di_status *item_st; /* [max_running]: DI_OK, or why the item's request fails */
@@ -304,26 +308,69 @@ static int restore(sched *s, sched_request *r)
     return 1;
 }
 
-/* Draft tokens for decoding request r (prompt lookup), appended after its
- * tokens (r->tokens[n_all, n_all + k)) without counting them: at most `room`,
- * and never past its max_tokens or the context (the step's last token must
- * be one the request may still emit). Returns k. */
-static int draft(sched *s, sched_request *r, int64_t room)
+/* Propose draft tokens for decoding request r (prompt lookup), written after
+ * its tokens (r->tokens[n_all, n_all + k)) without counting them: at most
+ * n_draft, and never past its max_tokens or the context (the step's last
+ * token must be one the request may still emit). Sets r->n_proposed and
+ * r->ngram. */
+static void propose(sched *s, sched_request *r)
 {
-    int64_t k = s->n_draft < room ? s->n_draft : room;
+    r->n_proposed = r->ngram = r->k_step = 0;
+    int64_t k = s->n_draft;
     int64_t left = r->max_tokens - (r->n_all - r->n_prompt) - 1;
     if (k > left) k = left;
     if (k > s->n_ctx - r->n_all - 1) k = s->n_ctx - r->n_all - 1;
-    if (k <= 0) return 0;
+    if (k <= 0) return;
     if (r->n_all + k > r->cap) {
         int64_t cap = r->cap * 2 > r->n_all + k ? r->cap * 2 : r->n_all + k;
         if (cap > s->n_ctx) cap = s->n_ctx;
         int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
-        if (!p) return 0; /* no drafts: the step goes on without them */
+        if (!p) return; /* no drafts: the step goes on without them */
         r->tokens = p;
         r->cap = cap;
     }
-    return draft_prompt_lookup(r->tokens, r->n_all, 1, 3, r->tokens + r->n_all, (int)k);
+    r->n_proposed =
+        draft_prompt_lookup(r->tokens, r->n_all, 1, 3, r->tokens + r->n_all, (int)k, &r->ngram);
+}
+
+/* This step's drafts: every decoding request's proposals, and how many each
+ * verifies (draft_allocate: its acceptance rate so far — two pseudo-counts of
+ * a prior from its match length — against the step-time profile). Every
+ * 32nd step verifies all of them, so the profile keeps measuring longer
+ * steps than the plan would choose. */
+static void plan_drafts(sched *s, int64_t budget)
+{
+    int n = 0;
+    int64_t n_dec = 0, prefill = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        int64_t need = r->n_all - model_seq_n_past(r->seq);
+        r->k_step = 0;
+        if (need != 1) {
+            prefill += need;
+            continue;
+        }
+        n_dec++;
+        propose(s, r);
+        static const double prior[4] = {0, 0.3, 0.5, 0.65};
+        s->avail[n] = r->n_proposed;
+        s->accept[n] = ((double)r->n_accepted + 2 * prior[r->ngram < 4 ? r->ngram : 3]) /
+                       ((double)r->n_tested + 2);
+        n++;
+    }
+    if (n == 0) return;
+    int64_t base = n_dec + (prefill < budget - n_dec ? prefill : budget - n_dec);
+    if (s->n_steps % 32 == 0) {
+        for (int i = 0; i < n; i++) s->k_plan[i] = s->avail[i];
+    } else {
+        draft_allocate(&s->profile, n, s->avail, s->accept, base, (double)base, budget - n_dec,
+                       s->k_plan);
+    }
+    n = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        if (r->n_all - model_seq_n_past(r->seq) == 1) r->k_step = s->k_plan[n++];
+    }
 }
 
 /* Requests of the running set still to get a decode item this step. */
@@ -344,6 +391,7 @@ static void step(sched *s)
     int64_t budget = model_n_batch(m);
     int n_items = 0;
     char msg[256];
+    if (s->n_draft > 0) plan_drafts(s, budget);
     for (int pass = 0; pass < 2; pass++) {
     restart:
         for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -356,7 +404,8 @@ static void step(sched *s)
              * the same item, from the budget the other decoders leave. */
             int n_drafts = 0;
             if (pass == 0 && s->n_draft > 0) {
-                n_drafts = draft(s, r, budget - decoders_left(s, n_items, i + 1) - 1);
+                int64_t room = budget - decoders_left(s, n_items, i + 1) - 1;
+                n_drafts = r->k_step < room ? r->k_step : (int)(room > 0 ? room : 0);
                 if (n_drafts > 0 && model_seq_reserve(m, r->seq, past + 1 + n_drafts) != DI_OK)
                     n_drafts = 0;
                 take = 1 + n_drafts;
@@ -448,7 +497,13 @@ static void step(sched *s)
         return;
     }
     di_error *err = NULL;
+    int64_t t0 = now_ns(), step_tokens = 0;
+    for (int i = 0; i < n_items; i++) step_tokens += s->items[i].n_tokens;
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
+    if (st == DI_OK && s->n_draft > 0) {
+        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
+        s->n_steps++;
+    }
     if (st != DI_OK) {
         snprintf(msg, sizeof msg, "the forward pass failed: %s", di_error_message(err));
         di_error_free(err);
@@ -487,8 +542,11 @@ static void step(sched *s)
             int64_t n_out = r->n_all - r->n_prompt + s->n_emit[i];
             if (is_stop(r, tok) || n_out >= r->max_tokens || r->n_all + s->n_emit[i] >= s->n_ctx)
                 break;
-            if (j + 1 < rows && tok != drafts[j]) break; /* rejected: tok is the correction */
-            if (j + 1 < rows) accepted++;
+            if (j + 1 < rows) {
+                r->n_tested++;
+                if (tok != drafts[j]) break; /* rejected: tok is the correction */
+                accepted++;
+            }
         }
         row += rows;
         if (rows > 1) {
@@ -663,10 +721,13 @@ di_status sched_create(model *m, int max_running, int n_draft, const sched_cache
     s->logits = malloc(rows * (size_t)s->n_vocab * sizeof *s->logits);
     s->scratch = malloc(sampler_scratch_count(s->n_vocab) * sizeof *s->scratch);
     s->emit = malloc(rows * sizeof *s->emit);
+    s->avail = calloc((size_t)max_running, sizeof *s->avail);
+    s->k_plan = calloc((size_t)max_running, sizeof *s->k_plan);
+    s->accept = calloc((size_t)max_running, sizeof *s->accept);
     s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
     s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||
-        !s->n_emit || !s->item_st) {
+        !s->n_emit || !s->item_st || !s->avail || !s->k_plan || !s->accept) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -715,6 +776,9 @@ void sched_destroy(sched *s)
     free(s->item_req);
     free(s->logits);
     free(s->emit);
+    free(s->avail);
+    free(s->k_plan);
+    free(s->accept);
     free(s->n_emit);
     free(s->item_st);
     free(s->scratch);

@@ -55,7 +55,9 @@ typedef struct sched_request {
     int64_t n_cached;     /* prompt tokens the prefix cache held at first admission */
     int64_t n_drafted;    /* draft tokens verified (speculative decoding) */
     int64_t n_accepted;   /* of them, those kept */
-    uint64_t *keys;       /* the prompt's block keys, for the tiers (computed once); owned */
+    int64_t n_tested;     /* drafts compared with the target's sample (kept or the first not) */
+    int n_proposed, ngram, k_step; /* this step's proposals, their match length, those verified */
+    uint64_t *keys; /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
     int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
     int cancel;                        /* set under the lock by sched_cancel */

@@ -29,27 +29,68 @@ static void test_prompt_lookup(void **state)
 {
     (void)state;
     int32_t out[8];
+    int g = -1;
     /* "a b c d ... a b" proposes "c d ..." (the longest n-gram wins) */
     const int32_t t1[] = {1, 2, 3, 4, 5, 9, 1, 2};
-    assert_int_equal(draft_prompt_lookup(t1, 8, 1, 3, out, 3), 3);
+    assert_int_equal(draft_prompt_lookup(t1, 8, 1, 3, out, 3, &g), 3);
     assert_int_equal(out[0], 3);
     assert_int_equal(out[1], 4);
     assert_int_equal(out[2], 5);
+    assert_int_equal(g, 2); /* "1 2" */
     /* the most recent occurrence is the one copied */
     const int32_t t2[] = {7, 1, 7, 2, 7};
-    assert_int_equal(draft_prompt_lookup(t2, 5, 1, 3, out, 4), 2);
+    assert_int_equal(draft_prompt_lookup(t2, 5, 1, 3, out, 4, &g), 2);
     assert_int_equal(out[0], 2);
     assert_int_equal(out[1], 7);
     /* a 3-gram match beats a more recent 1-gram */
     const int32_t t3[] = {5, 6, 7, 8, 6, 4, 5, 6, 7};
-    assert_int_equal(draft_prompt_lookup(t3, 9, 1, 3, out, 2), 2);
+    assert_int_equal(draft_prompt_lookup(t3, 9, 1, 3, out, 2, &g), 2);
     assert_int_equal(out[0], 8);
     assert_int_equal(out[1], 6);
+    assert_int_equal(g, 3);
     /* no earlier occurrence, or no room */
     const int32_t t4[] = {1, 2, 3};
-    assert_int_equal(draft_prompt_lookup(t4, 3, 1, 3, out, 4), 0);
-    assert_int_equal(draft_prompt_lookup(t1, 8, 1, 3, out, 0), 0);
-    assert_int_equal(draft_prompt_lookup(t1, 1, 1, 3, out, 4), 0);
+    assert_int_equal(draft_prompt_lookup(t4, 3, 1, 3, out, 4, &g), 0);
+    assert_int_equal(draft_prompt_lookup(t1, 8, 1, 3, out, 0, &g), 0);
+    assert_int_equal(draft_prompt_lookup(t1, 1, 1, 3, out, 4, &g), 0);
+}
+
+/* The step-time profile interpolates and extrapolates; the allocation gives
+ * an idle engine (steps cost nearly the same at 1 and 16 tokens, as a
+ * memory-bound decode does) long drafts, a busy one (cost in proportion to
+ * tokens) none, the confident request before the unsure one, and never
+ * more than the budget. */
+static void test_confidence_scheduled_allocation(void **state)
+{
+    (void)state;
+    draft_profile flat = {0}, linear = {0};
+    assert_true(draft_profile_cost(&flat, 4) == 0);
+    for (int rep = 0; rep < 3; rep++) {
+        draft_profile_add(&flat, 1, 1000);
+        draft_profile_add(&flat, 16, 1100);
+        draft_profile_add(&linear, 1, 1000);
+        draft_profile_add(&linear, 16, 16000);
+    }
+    assert_true(draft_profile_cost(&flat, 1) == 1000);
+    assert_true(draft_profile_cost(&flat, 16) == 1100);
+    assert_true(draft_profile_cost(&linear, 32) > 31000); /* beyond: in proportion */
+    double mid = draft_profile_cost(&linear, 8);
+    assert_true(mid > 7000 && mid < 9000);
+    const int avail[2] = {8, 8};
+    const double accept[2] = {0.9, 0.3};
+    int k[2];
+    /* idle: drafts pay while their expected gain beats the small extra cost */
+    int64_t n = draft_allocate(&flat, 2, avail, accept, 2, 2.0, 64, k);
+    assert_true(k[0] >= 6);
+    assert_true(k[0] > k[1]);
+    assert_int_equal(n, k[0] + k[1]);
+    /* busy: a token more costs as much as it can give: none */
+    n = draft_allocate(&linear, 2, avail, accept, 2, 2.0, 64, k);
+    assert_int_equal(n, 0);
+    /* the budget bounds it; an empty profile allows all (to measure it) */
+    draft_profile none = {0};
+    n = draft_allocate(&none, 2, avail, accept, 2, 2.0, 5, k);
+    assert_int_equal(n, 5);
 }
 
 typedef struct rec {
@@ -265,6 +306,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_lookup),
+        cmocka_unit_test(test_confidence_scheduled_allocation),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
         cmocka_unit_test(test_lossless_smollm2),
