@@ -105,8 +105,8 @@ step "build: ThreadSanitizer (the engine's threads: worker, pool, submitters, po
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON -DDI_CUDA=OFF \
       -DDI_SANITIZE=thread -DDI_ASSET_DIR= >/dev/null
 cmake --build build/tsan -j "$jobs" --target test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api \
-  test_prefix_cache test_kv_tiers
-for t in test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api test_prefix_cache test_kv_tiers; do
+  test_prefix_cache test_kv_tiers test_speculative
+for t in test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api test_prefix_cache test_kv_tiers test_speculative; do
   TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/$t
 done
 

@@ -21,7 +21,11 @@
  * from its prompt and the tokens it has generated, which gives it the same
  * logits: vLLM's recompute pre-emption). A request that cannot fit even alone
  * ends with DI_ERR_CONTEXT_LENGTH. No request is ever dropped: every one
- * submitted ends in exactly one sink->on_done call.
+ * submitted ends in exactly one sink->on_done call. With speculative decoding
+ * (n_draft > 0) a decoding request's item also carries the draft tokens
+ * draft_allocate chose for it; each is kept only while it equals the token the
+ * request samples there, and the rejected ones' KV is cut off
+ * (model_seq_truncate) before the step's blocks are published.
  *
  * Thread-safety: sched_submit, sched_cancel and sched_pending may be called
  * from any thread; the sink's functions run on the worker thread. */

@@ -200,6 +200,8 @@ def _make_callback(engine: "Engine"):
                 lib.di_event_reasoning_tokens(ev),
                 string_at(p, n.value).decode("utf-8", "replace") if p else None,
                 lib.di_event_prompt_cache_hit_tokens(ev),
+                lib.di_event_draft_tokens(ev),
+                lib.di_event_accepted_draft_tokens(ev),
             )
         return None  # a kind added later: ignored, as the header asks
 
@@ -301,6 +303,10 @@ class Engine:
         kv_disk_cache_bytes: the disk tier's budget (0: 4 GiB).
         served_model_name: the name responses give as `model` (None: the model
             file's name without .gguf; the V4 encodings answer with the body's).
+        speculative_tokens: speculative decoding by prompt lookup, draft tokens
+            each decoding request verifies per step at most (0: off; at most
+            64); the output is token for token the same (Done.draft_tokens and
+            .accepted_draft_tokens count them; docs/speculative.md).
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -340,6 +346,7 @@ class Engine:
         kv_cache_dir=None,
         kv_disk_cache_bytes: int = 0,
         served_model_name: Optional[str] = None,
+        speculative_tokens: int = 0,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -366,6 +373,7 @@ class Engine:
             cfg.kv_cache_dir = os.fsencode(kv_cache_dir)
         if served_model_name is not None:
             cfg.served_model_name = served_model_name.encode("utf-8")
+        cfg.speculative_tokens = speculative_tokens
         raised = []
         if progress is not None:
 

@@ -80,6 +80,8 @@ class EngineConfig(Structure):
         ("kv_cache_dir", c_char_p),
         ("kv_disk_cache_bytes", c_int64),
         ("served_model_name", c_char_p),
+        ("speculative_tokens", c_int32),
+        ("reserved2", c_int32),
     ]
 
 
@@ -189,6 +191,8 @@ _SIGNATURES = [
     ("di_event_finish_text", c_char_p, [c_void_p]),
     ("di_event_prompt_tokens", c_uint32, [c_void_p]),
     ("di_event_prompt_cache_hit_tokens", c_uint32, [c_void_p]),
+    ("di_event_draft_tokens", c_uint32, [c_void_p]),
+    ("di_event_accepted_draft_tokens", c_uint32, [c_void_p]),
     ("di_event_completion_tokens", c_uint32, [c_void_p]),
     ("di_event_reasoning_tokens", c_uint32, [c_void_p]),
     ("di_event_response_json", c_void_p, [c_void_p, POINTER(c_size_t)]),

@@ -1297,12 +1297,26 @@ pub struct di_engine_config {
     #[doc = " their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as"]
     #[doc = " deepseek-recipe echoes it."]
     pub served_model_name: *const ::std::os::raw::c_char,
+    #[doc = " Speculative decoding: draft tokens each decoding request verifies per"]
+    #[doc = " step at most, drafted by prompt lookup (the longest recent n-gram of the"]
+    #[doc = " request's prompt and output, 1 to 3 tokens, that occurred before, and"]
+    #[doc = " what followed it: llama.cpp's lookup decoding, vLLM's ngram"]
+    #[doc = " speculation). The drafts are computed in the same batched step as"]
+    #[doc = " everyone else's work and a draft is kept only while it equals the token"]
+    #[doc = " the request would have sampled there, so the output is token for token"]
+    #[doc = " the same as without speculation — greedy or seeded — only sooner when"]
+    #[doc = " the output copies its context (code edits, quotes, JSON echoing a"]
+    #[doc = " prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count"]
+    #[doc = " them. 0 (default): off; at most 64 (docs/speculative.md)."]
+    pub speculative_tokens: i32,
+    #[doc = " must be 0"]
+    pub reserved2: i32,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
     assert_eq!(
         ::std::mem::size_of::<di_engine_config>(),
-        136usize,
+        144usize,
         concat!("Size of: ", stringify!(di_engine_config))
     );
     assert_eq!(
@@ -1650,6 +1664,40 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_served_model_name();
+    fn test_field_speculative_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).speculative_tokens) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(speculative_tokens)
+            )
+        );
+    }
+    test_field_speculative_tokens();
+    fn test_field_reserved2() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved2) as usize - ptr as usize
+            },
+            140usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(reserved2)
+            )
+        );
+    }
+    test_field_reserved2();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
@@ -2466,6 +2514,15 @@ extern "C" {
     #[doc = " request was first admitted, so not computed again (a multiple of 16; see"]
     #[doc = " di_engine_config.disable_prefix_cache); 0 for other kinds."]
     pub fn di_event_prompt_cache_hit_tokens(ev: *const di_event) -> u32;
+}
+extern "C" {
+    #[doc = " DONE: draft tokens the request verified (di_engine_config.speculative_tokens)"]
+    #[doc = " and, of them, those it kept (each one a decode step saved); 0 without"]
+    #[doc = " speculation and for other kinds."]
+    pub fn di_event_draft_tokens(ev: *const di_event) -> u32;
+}
+extern "C" {
+    pub fn di_event_accepted_draft_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
     #[doc = " DONE: tokens the request generated (every sampled token, the end-of-sequence"]

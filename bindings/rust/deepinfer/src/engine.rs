@@ -121,6 +121,7 @@ pub struct EngineBuilder<'p> {
     kv_cache_dir: Option<PathBuf>,
     kv_disk_cache_bytes: u64,
     served_model_name: Option<String>,
+    speculative_tokens: u32,
     log: Option<Box<LogFn>>,
     progress: Option<Box<ProgressFn<'p>>>,
 }
@@ -142,6 +143,7 @@ impl std::fmt::Debug for EngineBuilder<'_> {
             .field("kv_cache_dir", &self.kv_cache_dir)
             .field("kv_disk_cache_bytes", &self.kv_disk_cache_bytes)
             .field("served_model_name", &self.served_model_name)
+            .field("speculative_tokens", &self.speculative_tokens)
             .field("log", &self.log.is_some())
             .field("progress", &self.progress.is_some())
             .finish()
@@ -290,6 +292,20 @@ impl<'p> EngineBuilder<'p> {
         self
     }
 
+    /// Speculative decoding by prompt lookup: draft tokens each decoding
+    /// request verifies per step at most (default 0: off; at most 64). The
+    /// output is token for token the same; [`Usage::draft_tokens`] and
+    /// [`Usage::accepted_draft_tokens`](crate::Usage::accepted_draft_tokens)
+    /// count the drafts (docs/speculative.md).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").speculative_tokens(8);
+    /// ```
+    pub fn speculative_tokens(mut self, n: u32) -> Self {
+        self.speculative_tokens = n;
+        self
+    }
+
     /// The disk tier's budget in bytes (default 0: 4 GiB); over it the oldest
     /// files go.
     ///
@@ -380,6 +396,7 @@ impl<'p> EngineBuilder<'p> {
         cfg.kv_disk_cache_bytes = clamp_i64(self.kv_disk_cache_bytes);
         cfg.kv_cache_dir = cache_dir.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         cfg.served_model_name = served.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        cfg.speculative_tokens = clamp_i32(self.speculative_tokens);
 
         // The log sink lives in the engine (a thin pointer to the boxed closure)
         // until after di_engine_destroy.
@@ -746,6 +763,7 @@ impl Engine {
             kv_cache_dir: None,
             kv_disk_cache_bytes: 0,
             served_model_name: None,
+            speculative_tokens: 0,
             log: None,
             progress: None,
         }
