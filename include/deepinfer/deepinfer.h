@@ -956,7 +956,13 @@ typedef struct di_engine_config {
      * prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count
      * them. 0 (default): off; at most 64 (docs/speculative.md). */
     int32_t speculative_tokens;
-    int32_t reserved2; /* must be 0 */
+    /* 0 (default): how many of a request's drafts a step verifies is chosen
+     * by confidence-scheduled verification (the request's acceptance rate so
+     * far against a step-time profile every step measures, so a busy engine
+     * verifies fewer and an idle one more: docs/speculative.md); 1: every
+     * proposal, up to speculative_tokens (fixed-length drafting, as
+     * llama.cpp's lookup decoding does). The output is the same either way. */
+    int32_t speculative_fixed;
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */

@@ -27,7 +27,8 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, reserved2),
+_Static_assert(sizeof(di_engine_config) ==
+                   DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
@@ -396,7 +397,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.speculative_tokens < 0 || c.speculative_tokens > 64)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "speculative_tokens: expected 0 (off) to 64 draft tokens per step");
-    if (c.reserved2 != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved2: must be 0");
+    if (c.speculative_fixed != 0 && c.speculative_fixed != 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "speculative_fixed: expected 0 or 1");
     if (c.kv_host_cache_bytes < 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_host_cache_bytes: expected 0 (no host tier) or more");
@@ -505,7 +507,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
     sched_cache cache = {!c.disable_prefix_cache, c.kv_host_cache_bytes, c.kv_cache_dir,
                          c.kv_disk_cache_bytes};
-    st = sched_create(e->m, max_running, c.speculative_tokens, &cache, &sink, &e->sched);
+    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
+                      &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

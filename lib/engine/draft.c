@@ -59,8 +59,11 @@ double draft_profile_cost(const draft_profile *p, int64_t n_tokens)
         if (p->tokens[b] >= x && hi < 0) hi = b;
     }
     if (lo < 0 && hi < 0) return 0;
-    if (lo < 0) return p->ns[hi]; /* below every measurement: no cheaper than the smallest */
-    if (hi < 0) return p->ns[lo] * x / p->tokens[lo]; /* beyond: in proportion */
+    /* Outside the measurements, in proportion to the tokens: below them that
+     * makes small steps look cheap, so drafts look dear until measured (the
+     * safe side: unmeasured speculation is not assumed to pay) */
+    if (lo < 0) return p->ns[hi] * x / p->tokens[hi];
+    if (hi < 0) return p->ns[lo] * x / p->tokens[lo];
     if (lo == hi || p->tokens[hi] == p->tokens[lo]) return p->ns[lo];
     double f = (x - p->tokens[lo]) / (p->tokens[hi] - p->tokens[lo]);
     return p->ns[lo] + f * (p->ns[hi] - p->ns[lo]);

@@ -25,7 +25,8 @@ int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max
 /* A step's cost as the engine measures it: wall time against the tokens a
  * step computes, kept current by every step (an exponential moving average
  * per power-of-two bucket of the token count), interpolated between the
- * buckets measured and extrapolated in proportion beyond them. */
+ * buckets measured and extrapolated in proportion to the tokens outside
+ * them. */
 enum { DRAFT_PROFILE_BUCKETS = 18 };
 typedef struct draft_profile {
     double ns[DRAFT_PROFILE_BUCKETS], tokens[DRAFT_PROFILE_BUCKETS]; /* averages */

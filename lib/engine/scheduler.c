@@ -44,7 +44,7 @@ struct sched {
     sampler_candidate *scratch; /* the samplers' shared scratch */
     /* speculative decoding: draft tokens verified per request and step at most
      * (0: off), and each item's verified output of the step */
-    int n_draft;
+    int n_draft, draft_fixed;
     draft_profile profile; /* step time against tokens per step (draft_allocate) */
     uint64_t n_steps;
     int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
@@ -336,8 +336,9 @@ static void propose(sched *s, sched_request *r)
 /* This step's drafts: every decoding request's proposals, and how many each
  * verifies (draft_allocate: its acceptance rate so far — two pseudo-counts of
  * a prior from its match length — against the step-time profile). Every
- * 32nd step verifies all of them, so the profile keeps measuring longer
- * steps than the plan would choose. */
+ * 16th step verifies one draft more than the plan, and every 16th after the
+ * 8th none when the plan has some, so the profile keeps measuring the steps
+ * next to the ones the plan chooses. */
 static void plan_drafts(sched *s, int64_t budget)
 {
     int n = 0;
@@ -360,11 +361,28 @@ static void plan_drafts(sched *s, int64_t budget)
     }
     if (n == 0) return;
     int64_t base = n_dec + (prefill < budget - n_dec ? prefill : budget - n_dec);
-    if (s->n_steps % 32 == 0) {
-        for (int i = 0; i < n; i++) s->k_plan[i] = s->avail[i];
+    int64_t total = 0;
+    if (s->draft_fixed) { /* every proposal, as the budget allows */
+        for (int i = 0; i < n; i++) {
+            s->k_plan[i] = total + s->avail[i] <= budget - n_dec ? s->avail[i] : 0;
+            total += s->k_plan[i];
+        }
     } else {
-        draft_allocate(&s->profile, n, s->avail, s->accept, base, (double)base, budget - n_dec,
-                       s->k_plan);
+        total = draft_allocate(&s->profile, n, s->avail, s->accept, base, (double)base,
+                               budget - n_dec, s->k_plan);
+    }
+    if (s->draft_fixed) {
+        /* the plan is the proposals */
+    } else if (s->n_steps % 16 == 0 && total < budget - n_dec) {
+        /* measure one step longer than the plan: the most confident request
+         * verifies one draft more */
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (s->k_plan[i] < s->avail[i] && (best < 0 || s->accept[i] > s->accept[best]))
+                best = i;
+        if (best >= 0) s->k_plan[best]++;
+    } else if (s->n_steps % 16 == 8 && total > 0) {
+        for (int i = 0; i < n; i++) s->k_plan[i] = 0; /* and the plain one */
     }
     n = 0;
     for (int i = 0; i < s->n_running; i++) {
@@ -700,14 +718,15 @@ static di_status start_tiers(sched *s, const sched_cache *c)
                               s->tiers);
 }
 
-di_status sched_create(model *m, int max_running, int n_draft, const sched_cache *cache,
-                       const sched_sink *sink, sched **out)
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+                       const sched_cache *cache, const sched_sink *sink, sched **out)
 {
     sched *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->max_running = max_running;
     s->n_draft = n_draft < 0 ? 0 : n_draft;
+    s->draft_fixed = draft_fixed != 0;
     s->sink = *sink;
     s->prefix_cache = cache->prefix_cache != 0;
 

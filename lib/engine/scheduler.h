@@ -98,12 +98,13 @@ typedef struct sched_cache {
 /* Start the worker over model m (owned by the caller, used only by the worker
  * from now until sched_destroy). n_draft > 0 turns on speculative decoding:
  * each decoding request verifies up to n_draft prompt-lookup draft tokens
- * per step (draft.h), from the step's budget the other decoders leave; 0: off. With tiers, a
+ * per step (draft.h), from the step's budget the other decoders leave; 0: off.
+ * draft_fixed 1 verifies every proposal; 0 lets draft_allocate choose. With tiers, a
  * request admitted whose next prompt blocks the tiers hold waits at the front of the queue (as long
  * as the restores take, at most 2 s) and then takes them as computed. Errors: DI_ERR_OUT_OF_MEMORY,
  * DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, int n_draft, const sched_cache *cache,
-                       const sched_sink *sink, sched **out);
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+                       const sched_cache *cache, const sched_sink *sink, sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */
 di_status sched_submit(sched *s, sched_request *r, uint64_t *id);

@@ -119,7 +119,8 @@ static void on_event(void *user, const di_event *ev)
     }
 }
 
-static di_engine *make_engine(const char *path, int n_draft, int max_running, int64_t kv_bytes)
+static di_engine *make_engine(const char *path, int n_draft, int fixed, int max_running,
+                              int64_t kv_bytes)
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
@@ -129,6 +130,7 @@ static di_engine *make_engine(const char *path, int n_draft, int max_running, in
     cfg.n_batch = 64;
     cfg.kv_cache_bytes = kv_bytes;
     cfg.speculative_tokens = n_draft;
+    cfg.speculative_fixed = fixed;
     di_engine *e = NULL;
     di_error *err = NULL;
     if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
@@ -201,10 +203,11 @@ static int first_difference(const rec *a, const rec *b)
 }
 
 /* Engines with and without speculation agree on every request's tokens. */
-static void check_lossless(const char *path, int n, int max_running, int64_t kv_bytes, int n_draft)
+static void check_lossless(const char *path, int n, int max_running, int64_t kv_bytes, int n_draft,
+                           int fixed)
 {
-    di_engine *plain = make_engine(path, 0, max_running, kv_bytes);
-    di_engine *spec_e = make_engine(path, n_draft, max_running, kv_bytes);
+    di_engine *plain = make_engine(path, 0, 0, max_running, kv_bytes);
+    di_engine *spec_e = make_engine(path, n_draft, fixed, max_running, kv_bytes);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -229,8 +232,9 @@ static void check_lossless(const char *path, int n, int max_running, int64_t kv_
         drafted += b[i].drafted;
         accepted += b[i].accepted;
     }
-    printf("%s: %d requests, %llu draft tokens verified, %llu kept\n", path, n,
-           (unsigned long long)drafted, (unsigned long long)accepted);
+    printf("%s (%s): %d requests, %llu draft tokens verified, %llu kept\n", path,
+           fixed ? "every proposal" : "confidence-scheduled", n, (unsigned long long)drafted,
+           (unsigned long long)accepted);
     assert_true(drafted > 0);
     assert_true(accepted > 0);
     /* the prefix cache holds blocks speculative steps published: a second
@@ -260,21 +264,22 @@ static int scale(void)
 static void test_lossless_tiny(void **state)
 {
     (void)state;
-    check_lossless(TINY, 160 / scale(), 8, 0, 4);
+    check_lossless(TINY, 120 / scale(), 8, 0, 4, 1);
+    check_lossless(TINY, 40 / scale(), 8, 0, 4, 0);
 }
 
 static void test_lossless_under_preemption(void **state)
 {
     (void)state;
     /* 24 blocks of 16 tokens for 8 requests of up to ~130: pre-emption */
-    check_lossless(TINY, 40 / scale(), 8, 24 * 2048, 6);
+    check_lossless(TINY, 40 / scale(), 8, 24 * 2048, 6, 1);
 }
 
 static void test_lossless_smollm2(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    check_lossless(SMOL, 16 / scale(), 8, 0, 5);
+    check_lossless(SMOL, 16 / scale(), 8, 0, 5, 1);
 }
 
 static void test_config_errors(void **state)
@@ -294,9 +299,9 @@ static void test_config_errors(void **state)
         err = NULL;
     }
     cfg.speculative_tokens = 2;
-    cfg.reserved2 = 1;
+    cfg.speculative_fixed = 2;
     assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(di_error_message(err), "reserved2"));
+    assert_non_null(strstr(di_error_message(err), "speculative_fixed"));
     di_error_free(err);
     assert_int_equal(di_event_draft_tokens(NULL), 0);
     assert_int_equal(di_event_accepted_draft_tokens(NULL), 0);

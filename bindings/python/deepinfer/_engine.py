@@ -307,6 +307,9 @@ class Engine:
             each decoding request verifies per step at most (0: off; at most
             64); the output is token for token the same (Done.draft_tokens and
             .accepted_draft_tokens count them; docs/speculative.md).
+        speculative_fixed: False (default): how many drafts a step verifies is
+            confidence-scheduled (acceptance rate against the measured step
+            time); True: every proposal (fixed-length, as llama.cpp's).
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -347,6 +350,7 @@ class Engine:
         kv_disk_cache_bytes: int = 0,
         served_model_name: Optional[str] = None,
         speculative_tokens: int = 0,
+        speculative_fixed: bool = False,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -374,6 +378,7 @@ class Engine:
         if served_model_name is not None:
             cfg.served_model_name = served_model_name.encode("utf-8")
         cfg.speculative_tokens = speculative_tokens
+        cfg.speculative_fixed = 1 if speculative_fixed else 0
         raised = []
         if progress is not None:
 

@@ -81,7 +81,7 @@ class EngineConfig(Structure):
         ("kv_disk_cache_bytes", c_int64),
         ("served_model_name", c_char_p),
         ("speculative_tokens", c_int32),
-        ("reserved2", c_int32),
+        ("speculative_fixed", c_int32),
     ]
 
 

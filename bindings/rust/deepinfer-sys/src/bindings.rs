@@ -1309,8 +1309,13 @@ pub struct di_engine_config {
     #[doc = " prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count"]
     #[doc = " them. 0 (default): off; at most 64 (docs/speculative.md)."]
     pub speculative_tokens: i32,
-    #[doc = " must be 0"]
-    pub reserved2: i32,
+    #[doc = " 0 (default): how many of a request's drafts a step verifies is chosen"]
+    #[doc = " by confidence-scheduled verification (the request's acceptance rate so"]
+    #[doc = " far against a step-time profile every step measures, so a busy engine"]
+    #[doc = " verifies fewer and an idle one more: docs/speculative.md); 1: every"]
+    #[doc = " proposal, up to speculative_tokens (fixed-length drafting, as"]
+    #[doc = " llama.cpp's lookup decoding does). The output is the same either way."]
+    pub speculative_fixed: i32,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
@@ -1681,23 +1686,23 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_speculative_tokens();
-    fn test_field_reserved2() {
+    fn test_field_speculative_fixed() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reserved2) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).speculative_fixed) as usize - ptr as usize
             },
             140usize,
             concat!(
                 "Offset of field: ",
                 stringify!(di_engine_config),
                 "::",
-                stringify!(reserved2)
+                stringify!(speculative_fixed)
             )
         );
     }
-    test_field_reserved2();
+    test_field_speculative_fixed();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]

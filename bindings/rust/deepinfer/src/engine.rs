@@ -122,6 +122,7 @@ pub struct EngineBuilder<'p> {
     kv_disk_cache_bytes: u64,
     served_model_name: Option<String>,
     speculative_tokens: u32,
+    speculative_fixed: bool,
     log: Option<Box<LogFn>>,
     progress: Option<Box<ProgressFn<'p>>>,
 }
@@ -144,6 +145,7 @@ impl std::fmt::Debug for EngineBuilder<'_> {
             .field("kv_disk_cache_bytes", &self.kv_disk_cache_bytes)
             .field("served_model_name", &self.served_model_name)
             .field("speculative_tokens", &self.speculative_tokens)
+            .field("speculative_fixed", &self.speculative_fixed)
             .field("log", &self.log.is_some())
             .field("progress", &self.progress.is_some())
             .finish()
@@ -306,6 +308,18 @@ impl<'p> EngineBuilder<'p> {
         self
     }
 
+    /// `false` (default): how many drafts a step verifies is chosen from each
+    /// request's acceptance rate against the measured step time; `true`: every
+    /// proposal (fixed-length drafting, as llama.cpp's lookup decoding).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").speculative_tokens(8).speculative_fixed(true);
+    /// ```
+    pub fn speculative_fixed(mut self, fixed: bool) -> Self {
+        self.speculative_fixed = fixed;
+        self
+    }
+
     /// The disk tier's budget in bytes (default 0: 4 GiB); over it the oldest
     /// files go.
     ///
@@ -397,6 +411,7 @@ impl<'p> EngineBuilder<'p> {
         cfg.kv_cache_dir = cache_dir.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         cfg.served_model_name = served.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         cfg.speculative_tokens = clamp_i32(self.speculative_tokens);
+        cfg.speculative_fixed = i32::from(self.speculative_fixed);
 
         // The log sink lives in the engine (a thin pointer to the boxed closure)
         // until after di_engine_destroy.
@@ -764,6 +779,7 @@ impl Engine {
             kv_disk_cache_bytes: 0,
             served_model_name: None,
             speculative_tokens: 0,
+            speculative_fixed: false,
             log: None,
             progress: None,
         }
