@@ -168,7 +168,7 @@ PY
 # a field the engine cannot honour: one line naming it, exit 1
 echo '{"n": 2, "messages": [{"role": "user", "content": "hi"}]}' |
   "$cli" run --model "$model" --protocol chat - > /dev/null 2> "$tmp/err"; rc=$?
-[ "$rc" -eq 1 ] && grep -q "n: one choice" "$tmp/err" || fail "n=2 exited $rc: $(cat "$tmp/err")"
+[ "$rc" -eq 1 ] && grep -q "n: only n = 1" "$tmp/err" || fail "n=2 exited $rc: $(cat "$tmp/err")"
 
 # info: the model as JSON; a missing model is one line and exit 1, no --model exit 2
 "$cli" info --model "$model" > "$tmp/info.json" 2> "$tmp/err" || fail "info exited $?: $(cat "$tmp/err")"
