@@ -9,6 +9,7 @@
 #include "recipe/sampling.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/file.h"
 
 DI_API const char *di_encoding_name(int32_t encoding)
 {
@@ -103,13 +104,9 @@ static json_t *token(const di_engine *e, int32_t id)
 /* The file's or folder's name, without .gguf (malloc'd). */
 static char *path_stem(const char *path)
 {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/') b--;
-    size_t len = n - b;
-    if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
-    return rc_strndup(path + b, len);
+    const char *start;
+    size_t len = di_path_stem(path, &start);
+    return rc_strndup(start, len);
 }
 
 di_status engine_info_build(di_engine *e, const char *model_path, const char *served,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "util/error.h"
+#include "util/file.h"
 #include "model/weights_internal.h"
 
 void mw_config_defaults(model_config *c)
@@ -247,13 +248,9 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         return st;
     }
     if (!w->name[0]) { /* the file's or folder's own name, without .gguf */
-        size_t n = strlen(path);
-        while (n > 1 && path[n - 1] == '/') n--;
-        size_t b = n;
-        while (b > 0 && path[b - 1] != '/') b--;
-        size_t len = n - b;
-        if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
-        snprintf(w->name, sizeof w->name, "%.*s", (int)(len < 127 ? len : 127), path + b);
+        const char *start;
+        size_t len = di_path_stem(path, &start);
+        snprintf(w->name, sizeof w->name, "%.*s", (int)(len < 127 ? len : 127), start);
     }
     *out = w;
     return DI_OK;
