@@ -984,14 +984,8 @@ class Request:
             finally:
                 if polling:
                     engine._release_poller()
-            while q:
-                ev = q[0]
-                del q[0]
-                if ev is self._last:
-                    continue
-                self._last = ev
-                if ev.__class__ is Done:
-                    self.done = ev
+            ev = self._take()
+            if ev is not None:
                 return ev
             if self.done is not None:
                 raise StopIteration
