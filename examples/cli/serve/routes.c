@@ -460,7 +460,7 @@ static di_protocol protocol_of(srv_endpoint ep)
 static unsigned submit_status(di_status st)
 {
     switch (st) {
-    case DI_ERR_INVALID_STATE: return 503; /* the engine is shutting down */
+    case DI_ERR_INVALID_STATE: /* the engine is shutting down */
     case DI_ERR_OUT_OF_MEMORY: return 503;
     case DI_ERR_INTERNAL:
     case DI_ERR_BACKEND: return 500;
