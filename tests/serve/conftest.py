@@ -1,7 +1,8 @@
 """Fixtures of the deepinfer serve tests: the real SmolLM2, a server started on a
 free loopback port, and `deepinfer run` as the oracle of its answers.
 
-Environment: DEEPINFER_CLI (the deepinfer command), DI_ASSET_DIR (the folder of
+Environment: DEEPINFER_CLI (the deepinfer command), DEEPINFER_RUN_CLI (the one whose
+`run` is the oracle; default DEEPINFER_CLI), DI_ASSET_DIR (the folder of
 scripts/fetch_assets.py). Without the model the tests are skipped."""
 
 import json
@@ -18,6 +19,9 @@ import pytest
 
 API_KEY = "test-key-0123456789"
 CLI = os.environ.get("DEEPINFER_CLI", "build/release/examples/deepinfer")
+# the oracle's `deepinfer run` (a sanitizer build of the server is checked against
+# a release build's answers, which are the same and come faster)
+RUN_CLI = os.environ.get("DEEPINFER_RUN_CLI", CLI)
 ASSETS = os.environ.get("DI_ASSET_DIR", os.path.expanduser("~/.cache/deepinfer/assets"))
 MODEL = os.path.join(ASSETS, "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 THREADS = os.environ.get("DI_SERVE_THREADS", "2")
@@ -118,7 +122,7 @@ def run_oracle(protocol, body):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(body, f)
     try:
-        out = subprocess.run([CLI, "run", "--model", MODEL, "--protocol", protocol, "--threads",
+        out = subprocess.run([RUN_CLI, "run", "--model", MODEL, "--protocol", protocol, "--threads",
                               THREADS, f.name], capture_output=True, timeout=300)
     finally:
         os.unlink(f.name)
