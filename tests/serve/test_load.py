@@ -6,6 +6,7 @@ event, or a JSON error object with a 4xx status), the server must stay up,
 
 import http.client
 import json
+import os
 import threading
 import time
 
@@ -13,7 +14,11 @@ from conftest import API_KEY, parse_sse
 from test_serve import metric_values, wait_idle
 
 N_STREAMS = 64
-ROUNDS = 3
+# 3 rounds for the RSS check; a sanitizer build (minutes a round) may ask for fewer
+ROUNDS = int(os.environ.get("DI_SERVE_LOAD_ROUNDS", "3"))
+# a client waits this long for each read: under a sanitizer a queued stream's
+# first byte can take minutes
+TIMEOUT = float(os.environ.get("DI_SERVE_CLIENT_TIMEOUT", "120"))
 
 PROTOCOLS = [
     ("/v1/chat/completions", lambda i: {
@@ -36,7 +41,7 @@ def one_client(port, i, results):
     body = MALFORMED[(i // 16) % len(MALFORMED)] if kind == "malformed" else \
         json.dumps(make(i)).encode()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
         conn.request("POST", path, body, {"Authorization": "Bearer " + API_KEY,
                                           "Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -77,10 +82,10 @@ def test_64_concurrent_streams_three_rounds(server):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=300)
+            t.join(timeout=TIMEOUT * 3)
         bad = {i: r for i, r in results.items() if not r[1]}
         assert len(results) == N_STREAMS and not bad, bad
-        after = wait_idle(server, timeout=30)
+        after = wait_idle(server, timeout=TIMEOUT)
         assert server.request("GET", "/health")[0] == 200
         kinds = [r[0] for r in results.values()]
         assert kinds.count("leave") == 16 and kinds.count("malformed") == 4
@@ -90,8 +95,9 @@ def test_64_concurrent_streams_three_rounds(server):
         assert done == N_STREAMS - 4  # every accepted stream got its terminal event
         time.sleep(0.2)
         rss.append(server.rss_kib())
-    # the first round warms the allocator; later ones must not grow with the work
-    assert rss[2] <= rss[0] * 1.10 + 8192, rss
     print(f"RSS after each round (KiB): {rss}")
+    # the first round warms the allocator; later ones must not grow with the work
+    if ROUNDS >= 3:
+        assert rss[-1] <= rss[0] * 1.10 + 8192, rss
     metrics = metric_values(server.metrics())
     assert metrics[("deepinfer_running_requests", ())] == 0

@@ -348,11 +348,12 @@ static void on_event(void *user, const di_event *ev)
     size_t n;
     switch (di_event_kind_of(ev)) {
     case DI_EVENT_TOKENS:
+        /* count_tokens may sample a token before its cancel lands: not a latency */
         if (r->t_first == 0) {
             r->t_first = now;
             s->waiting--;
-            srv_histogram_observe(&s->metrics.ttft, now - r->t_start);
-        } else {
+            if (r->ep != EP_COUNT_TOKENS) srv_histogram_observe(&s->metrics.ttft, now - r->t_start);
+        } else if (r->ep != EP_COUNT_TOKENS) {
             srv_histogram_observe(&s->metrics.itl, now - r->t_last);
         }
         r->t_last = now;
@@ -377,7 +378,8 @@ static void on_event(void *user, const di_event *ev)
         s->in_engine--;
         if (r->t_first == 0) s->waiting--;
         r->status = di_event_status(ev);
-        if (r->status != DI_OK && !r->message[0])
+        /* count_tokens is cancelled on purpose: not a failure */
+        if (r->status != DI_OK && !r->message[0] && r->ep != EP_COUNT_TOKENS)
             snprintf(r->message, sizeof r->message, "%s", di_event_message(ev));
         snprintf(r->finish_text, sizeof r->finish_text, "%s",
                  di_event_finish_text(ev) ? di_event_finish_text(ev) : "");
