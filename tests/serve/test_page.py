@@ -4,6 +4,7 @@ the streamed answer — the same greedy answer `deepinfer run` gives to the body
 page sends. The screenshot is kept (DI_SERVE_ARTIFACTS, default the temp folder)
 and its path printed."""
 
+import base64
 import json
 import os
 import shutil
@@ -88,14 +89,6 @@ def test_chat_page_streams_the_answer_in_a_browser(server):
             time.sleep(0.1)
         answer = b.eval("document.querySelector('.answer').textContent")
         user = b.eval("document.querySelector('.user').textContent")
-        shot = b.call("Page.captureScreenshot", format="png")["data"]
-        out_dir = os.environ.get("DI_SERVE_ARTIFACTS", tempfile.gettempdir())
-        os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, "serve-chat-page.png")
-        import base64
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(shot))
-        print(f"\nscreenshot of the chat page: {path}")
         # a tool call, shown as it streams
         tools = {"tools": [{"type": "function", "function": {
             "name": "get_weather", "parameters": {
@@ -113,6 +106,14 @@ def test_chat_page_streams_the_answer_in_a_browser(server):
             assert time.time() < deadline, "no tool call shown"
             time.sleep(0.1)
         tool = b.eval("document.querySelector('.tool').textContent")
+        # the screenshot shows both turns: the answer and the tool call
+        shot = b.call("Page.captureScreenshot", format="png")["data"]
+        out_dir = os.environ.get("DI_SERVE_ARTIFACTS", tempfile.gettempdir())
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "serve-chat-page.png")
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(shot))
+        print(f"\nscreenshot of the chat page: {path}")
     finally:
         b.close()
     assert tool.startswith("tool call get_weather(") and tool.endswith(")"), tool
