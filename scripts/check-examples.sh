@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the host examples — examples/embed, examples/agent, examples/game — against
+# Build the host examples — examples/embed, examples/agent, examples/game, examples/cpp — against
 # an *installed* deepinfer, through pkg-config and through find_package, with
 # warnings as errors; then run them on SmolLM2-135M-Instruct and check what greedy
 # decoding makes deterministic (examples/README.md). Without the model the runs are
@@ -36,7 +36,19 @@ for ex in embed game agent; do
         -DCMAKE_C_FLAGS="${flags[*]}" >/dev/null
   cmake --build "$out/cmake-$ex" >/dev/null
 done
-echo "ok: embed, game and agent built against the installed library (pkg-config, find_package)"
+# 3. The C++17 wrapper's example, with g++ and clang++ and a strict C++ host's
+# warnings (deepinfer.hpp must compile clean under them), and through find_package.
+cxxflags=(-std=c++17 -Wall -Wextra -pedantic -Wold-style-cast -Werror)
+for cxx in g++ clang++; do
+  command -v "$cxx" >/dev/null || { echo "skip: $cxx not installed"; continue; }
+  # shellcheck disable=SC2046
+  "$cxx" "${cxxflags[@]}" "$root/examples/cpp/chat.cpp" $(pkg-config --cflags --libs deepinfer) \
+    -o "$out/chat_cpp-$cxx"
+done
+cmake -S "$root/examples/cpp" -B "$out/cmake-cpp" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_CXX_FLAGS="${cxxflags[*]}" >/dev/null
+cmake --build "$out/cmake-cpp" >/dev/null
+echo "ok: embed, game, agent and the C++ chat built against the installed library (pkg-config, find_package)"
 
 model=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$model" ]; then
@@ -84,6 +96,13 @@ grep -E '^(final answer after|no final answer within) [0-9]+ turns$' "$out/agent
 # name): the error goes back as the tool's result and the conversation goes on.
 timeout 300 "$out/agent" "$model" "What is the weather in London?" >"$out/agent-bad-call.log" 2>&1 ||
   { cat "$out/agent-bad-call.log" >&2; fail "agent: a bad tool call ended the run"; }
+
+# The C++ chat: an answer streamed, a tool call, a cancelled story (the example
+# checks each and exits 1 otherwise).
+run chat_cpp "$out/chat_cpp-g++"
+grep -q '^ok: answered, called a tool, cancelled the story$' "$out/chat_cpp.log" ||
+  fail "chat_cpp: no ok line"
+grep -q '^\[tool call: ' "$out/chat_cpp.log" || fail "chat_cpp: no tool call printed"
 
 # The find_package builds of embed and game run too (their exit status: the
 # examples' own checks).

@@ -34,7 +34,7 @@ LD_LIBRARY_PATH=$libdir "$prefix-consumers/cmake/hello"
 
 # 3. The installed command finds its library through its RPATH.
 env -u LD_LIBRARY_PATH "$prefix/bin/deepinfer" version
-for f in include/deepinfer/deepinfer.h; do
+for f in include/deepinfer/deepinfer.h include/deepinfer/deepinfer.hpp; do
   [ -f "$prefix/$f" ] || { echo "FAIL: $f not installed" >&2; exit 1; }
 done
 echo "ok: installed library used through pkg-config and find_package"

@@ -9,7 +9,7 @@
 # serve's suite with the official openai/anthropic SDKs (tests/serve); the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the host examples built
-# against the install and run on SmolLM2; the ABI guard; and the
+# against the install and run on SmolLM2; the main job (scripts/run.sh); the ABI guard; and the
 # live oracles re-run, their output compared with the committed fixtures (the model
 # oracles too, unless DI_MODEL_ORACLES=0). An oracle that fails or crashes stops the
 # run with its exit status and the tail of its log (build/oracle-logs/).
@@ -53,7 +53,7 @@ step "layering: lib/README.md's include rules (scripts/check-includes.sh)"
 scripts/check-includes.sh
 
 step "format: clang-format"
-sources=$(git ls-files '*.c' '*.h')
+sources=$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 clang-format --dry-run -Werror $sources
 echo "ok: $(echo "$sources" | wc -l) files formatted"
 
@@ -71,17 +71,21 @@ cmake --build build/make -j "$jobs" >build/make.log 2>&1 ||
   { tail -n 40 build/make.log >&2; echo "FAIL: make -j$jobs (whole log: build/make.log)" >&2; exit 1; }
 echo "ok: make -j$jobs built every target"
 
-step "python binding: pip install bindings/python into a fresh venv, pytest"
+step "python binding: pip install bindings/python into a fresh venv (it builds and bundles the library), pytest"
 py_venv=$root/build/python-venv
 rm -rf "$py_venv"
 python3 -m venv "$py_venv"
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r bindings/python/tests/requirements.txt
+# scikit-build-core builds libdeepinfer (Release, the library target only, in
+# build/python-wheel/) into the package.
 "$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
   ./bindings/python
 # bin/pytest (not python -m pytest, which puts the source tree on sys.path): the
-# installed package is what is tested.
-DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so \
+# installed package is what is tested, against build/release's library; the
+# test_bundled.py checks run without DEEPINFER_LIBRARY and fail unless the
+# package's own library is the one loaded (DEEPINFER_EXPECT_BUNDLED).
+DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so DEEPINFER_EXPECT_BUNDLED=1 \
   DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
   "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
 
@@ -121,9 +125,9 @@ step "build: ThreadSanitizer (the engine's threads: worker, pool, submitters, po
 # under TSan): the tiny checkpoints exercise the same code paths.
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON -DDI_CUDA=OFF \
       -DDI_SANITIZE=thread -DDI_ASSET_DIR= >/dev/null
-cmake --build build/tsan -j "$jobs" --target test_engine test_engine_cxx test_model_batch test_model_api \
-  test_prefix_cache test_kv_tiers
-for t in test_engine test_engine_cxx test_model_batch test_model_api test_prefix_cache test_kv_tiers; do
+cmake --build build/tsan -j "$jobs" --target test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api \
+  test_prefix_cache test_kv_tiers test_speculative
+for t in test_engine test_engine_cxx test_cpp_wrapper test_model_batch test_model_api test_prefix_cache test_kv_tiers test_speculative; do
   TSAN_OPTIONS=halt_on_error=1 build/tsan/tests/$t
 done
 
@@ -142,6 +146,13 @@ scripts/check-install.sh build/release "$root/build/ci-install"
 
 step "examples: embed, agent and game against the installed library, run on SmolLM2"
 scripts/check-examples.sh "$root/build/ci-install" "$assets"
+
+step "main job: scripts/run.sh, the README's other command, end to end"
+scripts/run.sh >build/run.log 2>&1 ||
+  { tail -n 30 build/run.log >&2; echo "FAIL: scripts/run.sh (whole log: build/run.log)" >&2; exit 1; }
+grep -q '"finish_reason":"tool_calls"' build/run.log ||
+  { tail -n 30 build/run.log >&2; echo "FAIL: the main job's named tool call is missing" >&2; exit 1; }
+echo "ok: scripts/run.sh answered both requests ($(grep -c '^data: ' build/run.log) SSE messages)"
 
 step "ABI: abidiff against abi/libdeepinfer.abi"
 scripts/abi-check.sh build/release/lib/libdeepinfer.so
@@ -184,6 +195,12 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
     # shellcheck disable=SC2086
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
+  # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
+  folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
+  # shellcheck disable=SC2086
+  oracle model-info "$model_python" tests/oracle/check_model_info.py \
+    --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf $folders
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).

@@ -8,6 +8,7 @@
  *   deepinfer run --model PATH --protocol P [--stream] [...] REQUEST.json|-
  *   deepinfer chat --model PATH [--system TEXT] [...]
  *   deepinfer serve --model PATH [--host ADDR] [--port N] [...]
+ *   deepinfer info --model PATH [--tokenizer PATH] [--ctx N]
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
  *
@@ -51,6 +52,7 @@ static const command commands[] = {
     {"parse", "turn generated text into a protocol response or SSE stream", cli_parse},
     {"generate", "greedy-decode token IDs after a prompt of token IDs", cli_generate},
     {"logits", "write the logits of every prompt position as f32", cli_logits},
+    {"info", "describe a model as JSON (architecture, parameters, formats, template)", cli_info},
     {"version", "print the library and header versions", cmd_version},
     {"help", "list the commands", cmd_help},
 };

@@ -10,7 +10,8 @@
  * Options: --threads T, --ctx N (context tokens), --max-tokens N, --temperature X,
  * --seed S, --encoding E (override the model's prompt encoding), --cache-dir DIR
  * (the prefix cache's disk tier: prompts computed once are found again in later
- * runs), --no-prefix-cache, --verbose (time to first token, decode speed and
+ * runs), --no-prefix-cache, --speculative N (prompt-lookup speculative decoding,
+ * up to N draft tokens a step), --verbose (time to first token, decode speed and
  * the prompt tokens taken from the prefix cache on stderr). The model loads with a progress
  * bar on stderr. Built only on the public API (di_engine_*, di_submit, di_poll,
  * di_cancel). docs/cli.md documents both. */
@@ -31,7 +32,7 @@ typedef struct run_args {
     di_protocol protocol;
     di_encoding encoding;
     int stream, verbose, no_prefix_cache;
-    long threads, ctx, max_tokens, seed;
+    long threads, ctx, max_tokens, seed, speculative;
     double temperature; /* < 0: the body's or the default */
 } run_args;
 
@@ -97,6 +98,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.max_running = 1;
     cfg.kv_cache_dir = a->cache_dir;
     cfg.disable_prefix_cache = a->no_prefix_cache;
+    cfg.speculative_tokens = (int32_t)a->speculative;
     cfg.log = on_log;
     cfg.progress = on_progress;
     cfg.progress_user = &p;
@@ -130,7 +132,7 @@ typedef struct turn {
     json_t *calls; /* chat: the tool calls, as Chat Completions writes them */
     char *response;
     double t_submit, t_first, t_last;
-    uint32_t prompt_tokens, completion_tokens, cached_tokens;
+    uint32_t prompt_tokens, completion_tokens, cached_tokens, drafted, accepted;
 } turn;
 
 static void add_text(turn *t, const char *s, size_t n)
@@ -207,6 +209,8 @@ static void on_event(void *user, const di_event *ev)
         t->prompt_tokens = di_event_prompt_tokens(ev);
         t->cached_tokens = di_event_prompt_cache_hit_tokens(ev);
         t->completion_tokens = di_event_completion_tokens(ev);
+        t->drafted = di_event_draft_tokens(ev);
+        t->accepted = di_event_accepted_draft_tokens(ev);
         s = di_event_response_json(ev, &n);
         if (s && (t->response = malloc(n + 1))) {
             memcpy(t->response, s, n);
@@ -257,6 +261,9 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
                 t->prompt_tokens, t->cached_tokens, t->completion_tokens,
                 (t->t_first - t->t_submit) * 1e3,
                 t->completion_tokens > 1 && decode > 0 ? (t->completion_tokens - 1) / decode : 0.0);
+        if (a->speculative)
+            fprintf(stderr, "speculative decoding: %u draft tokens verified, %u kept\n", t->drafted,
+                    t->accepted);
     }
     return 0;
 }
@@ -268,11 +275,11 @@ static const char *usage_line(const char *cmd)
     return strcmp(cmd, "run") == 0
                ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
-                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--verbose] "
-                 "REQUEST.json|-"
+                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--speculative N] "
+                 "[--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
                  "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
-                 "[--no-prefix-cache] [--verbose]";
+                 "[--no-prefix-cache] [--speculative N] [--verbose]";
 }
 
 static int usage(const char *cmd, const char *why)
@@ -303,7 +310,8 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--threads") == 0 || strcmp(o, "--ctx") == 0 ||
                     strcmp(o, "--max-tokens") == 0 || strcmp(o, "--temperature") == 0 ||
                     strcmp(o, "--seed") == 0 || strcmp(o, "--encoding") == 0 ||
-                    strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0;
+                    strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
+                    strcmp(o, "--speculative") == 0;
         if (takes && !v) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
@@ -346,6 +354,9 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
         } else if (strcmp(o, "--no-prefix-cache") == 0) {
             a->no_prefix_cache = 1;
             continue;
+        } else if (strcmp(o, "--speculative") == 0) {
+            if (cli_parse_long(v, 0, 64, &a->speculative) != 0)
+                return usage(cmd, "--speculative must be 0 (off) to 64 draft tokens");
         } else if (strcmp(o, "--verbose") == 0) {
             a->verbose = 1;
             continue;
@@ -388,8 +399,21 @@ int cli_run(int argc, char **argv)
         return EXIT_FAILED;
     }
     int sse = a.stream || json_is_true(json_object_get(root, "stream"));
+    int edited = 0;
     if (a.stream && !json_is_true(json_object_get(root, "stream"))) {
         json_object_set_new(root, "stream", json_true());
+        edited = 1;
+    }
+    /* --max-tokens overrides the body's budget: it is written into the body,
+     * whose fields win over di_request's (docs/api.md, "Sampling precedence") */
+    if (a.max_tokens > 0) {
+        const char *field =
+            a.protocol == DI_PROTOCOL_RESPONSES ? "max_output_tokens" : "max_tokens";
+        json_object_del(root, "max_completion_tokens");
+        json_object_set_new(root, field, json_integer(a.max_tokens));
+        edited = 1;
+    }
+    if (edited) {
         char *with = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (with) {
             free(body);

@@ -31,9 +31,16 @@ extern "C" {
 
 /* DI_API marks a declaration as exported from the shared library. The library is
  * built with -fvisibility=hidden and a linker version script, so only what is
- * declared with DI_API here is visible to hosts. */
-#if defined(_WIN32)
+ * declared with DI_API here is visible to hosts. On Windows (not built there
+ * yet: README, "Platforms") a DLL exports with __declspec(dllexport) when
+ * DI_BUILDING_LIBRARY is defined (the library's own build) and hosts import
+ * with __declspec(dllimport); define DI_STATIC for a static library. */
+#if defined(_WIN32) && defined(DI_STATIC)
 #    define DI_API
+#elif defined(_WIN32) && defined(DI_BUILDING_LIBRARY)
+#    define DI_API __declspec(dllexport)
+#elif defined(_WIN32)
+#    define DI_API __declspec(dllimport)
 #elif defined(__GNUC__) || defined(__clang__)
 #    define DI_API __attribute__((visibility("default")))
 #else
@@ -139,8 +146,14 @@ DI_API const char *di_status_string(di_status status);
  * reports names exactly the fields it knows.
  *
  * DI_STRUCT_SIZE_UNTIL(type, field) is the offset of the end of `field`: the
- * sizeof of the release whose last field is `field`. */
-#define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+ * sizeof of the release whose last field is `field`. C++ gets the same value
+ * without a cast (sizeof names the member), so the macro is clean under
+ * -Wold-style-cast -pedantic. */
+#ifdef __cplusplus
+#    define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(type::field))
+#else
+#    define DI_STRUCT_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#endif
 
 /* ------------------------------------------------------------------------- */
 /* Errors                                                                     */
@@ -325,6 +338,7 @@ typedef enum di_protocol {
 
 /* Prompt encodings. */
 typedef enum di_encoding {
+    DI_ENCODING_NONE = 0,  /* no encoding: an engine that takes token requests only */
     DI_ENCODING_DSV4 = 1,  /* DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding) */
     DI_ENCODING_DSV41 = 2, /* DeepSeek V4.1 (DeepseekV41Encoding) */
     DI_ENCODING_DSV3 = 3,  /* DeepSeek V3: the chat template of its tokenizer_config.json */
@@ -343,6 +357,11 @@ typedef struct di_codec di_codec;
 /* A rendered prompt: its text and, when the codec has a tokenizer, its token
  * IDs. Owned by the caller (di_prompt_free); read it from one thread at a time. */
 typedef struct di_prompt di_prompt;
+
+/* The encoding's name as the CLI and docs spell it ("dsv4", "dsv41", "dsv3",
+ * "r1", "chatml"; a static string), or NULL for DI_ENCODING_NONE and unknown
+ * values. Thread-safe. */
+DI_API const char *di_encoding_name(int32_t encoding);
 
 /* Create a codec for `encoding`. `tok` may be NULL (prompts then have text but no
  * IDs); otherwise it must outlive the codec. Errors: DI_ERR_INVALID_ARGUMENT (NULL
@@ -363,7 +382,11 @@ DI_API di_status di_codec_set_default_system(di_codec *codec, const char *text, 
 DI_API void di_codec_free(di_codec *codec);
 
 /* The largest request body di_codec_render accepts, in bytes (256 MiB). */
-#define DI_CODEC_MAX_REQUEST_BYTES ((size_t)256 << 20)
+#ifdef __cplusplus
+#    define DI_CODEC_MAX_REQUEST_BYTES (static_cast<size_t>(256) << 20)
+#else
+#    define DI_CODEC_MAX_REQUEST_BYTES ((size_t)256 << 20)
+#endif
 
 /* Render the request `json` (`len` bytes of UTF-8 JSON in `protocol`'s format)
  * into a new prompt in *out. The request's `model` selects the conversion rules
@@ -403,8 +426,9 @@ DI_API di_status di_prompt_tokens(const di_prompt *prompt, const int32_t **ids, 
                                   di_error **err);
 
 /* What the request asks of generation, as deepseek-recipe resolves it
- * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the
- * template encodings and for NULL. */
+ * (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. Thinking
+ * is 0 for the template encodings (an R1 distill's template opens its <think>
+ * block itself) and for NULL. */
 DI_API int di_prompt_thinking(const di_prompt *prompt);
 /* The request's stream flag (1/0), as di_prompt_thinking. */
 DI_API int di_prompt_stream(const di_prompt *prompt);
@@ -412,13 +436,16 @@ DI_API int di_prompt_stream(const di_prompt *prompt);
 /* The sampling temperature and top_p to use, as float32 like the reference
  * (thinking mode forces temperature 1.0; top_p follows the model's rules: V4-Pro
  * 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0
- * otherwise). 1.0 for NULL. */
+ * otherwise); for the chat templates (DSV3, R1, ChatML), the body's values as
+ * OpenAI defines them (top_p 0: temperature 0, top_p 1). 1.0 when the body
+ * sets none, and for NULL. */
 DI_API float di_prompt_temperature(const di_prompt *prompt);
 /* The top_p to use, under the rules given for di_prompt_temperature. */
 DI_API float di_prompt_top_p(const di_prompt *prompt);
 
 /* The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in
- * order; strings owned by the prompt. di_prompt_stop returns NULL past the end. */
+ * order, for every encoding; strings owned by the prompt. di_prompt_stop
+ * returns NULL past the end. */
 DI_API size_t di_prompt_stop_count(const di_prompt *prompt);
 /* Stop sequence i (UTF-8, owned by the prompt), or NULL when i is past the end. */
 DI_API const char *di_prompt_stop(const di_prompt *prompt, size_t i);
@@ -431,7 +458,8 @@ DI_API size_t di_prompt_image_count(const di_prompt *prompt);
 DI_API const char *di_prompt_image_url(const di_prompt *prompt, size_t i);
 
 /* The completion budget for a prompt of `prompt_tokens` tokens in a context of
- * `context_limit`, in *max_tokens: the requested max_tokens, or the reference's
+ * `context_limit`, in *max_tokens: the requested max_tokens (the chat
+ * templates: max_completion_tokens, else max_tokens), or the reference's
  * default (8192 without thinking, 65536 with it, 131072 with effort max) lowered
  * to the room left and at least 1, as deepseek-recipe's resolve_max_tokens does.
  * Errors: DI_ERR_CONTEXT_LENGTH when the prompt plus the requested completion
@@ -621,6 +649,10 @@ typedef enum di_stream_event_kind {
 DI_API size_t di_stream_event_count(const di_stream *s);
 /* Kind of event i; 0 (no kind) when i is out of range. */
 DI_API di_stream_event_kind di_stream_event_kind_at(const di_stream *s, size_t i);
+/* The kind's name ("reasoning", "text", "tool_call_begin",
+ * "tool_call_arguments", "tool_call_end", "finish"; static), NULL for unknown
+ * values. See di_event_kind_name on the two enums. */
+DI_API const char *di_stream_event_kind_name(di_stream_event_kind kind);
 /* The event's text, *len bytes, NUL-terminated, owned by the stream: REASONING,
  * TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_BEGIN: the function name;
  * TOOL_CALL_END: the whole arguments text — JSON as the model wrote it, which the
@@ -656,6 +688,8 @@ DI_API const char *di_stream_chunk_json(const di_stream *s, size_t i, size_t *le
  * the JSON's `type`), owned by the stream until its next call; NULL for Chat's
  * unnamed events and for i out of range. */
 DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i);
+/* di_stream_chunk_event under the name di_event_chunk_event_name shares. */
+DI_API const char *di_stream_chunk_event_name(const di_stream *s, size_t i);
 /* Chunk i as the whole SSE message to write ("event: NAME\n" when named, then
  * "data: JSON\n\n"; Chat's last is "data: [DONE]\n\n"), *len bytes when len is not
  * NULL, owned by the stream until its next call; NULL for i out of range. */
@@ -902,6 +936,33 @@ typedef struct di_engine_config {
     /* The disk tier's budget in bytes: over it, the oldest files are removed.
      * 0 (default): 4 GiB. */
     int64_t kv_disk_cache_bytes;
+    /* The name responses give as `model` (di_engine_served_model_name), UTF-8,
+     * copied. NULL (default): the model file's name without .gguf, or the
+     * model folder's name (as llama-server names a model by its path; the
+     * name the file gives itself is di_engine_model_info's `name`). The V4
+     * encodings answer with the request body's `model` instead: it selects
+     * their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as
+     * deepseek-recipe echoes it. */
+    const char *served_model_name;
+    /* Speculative decoding: draft tokens each decoding request verifies per
+     * step at most, drafted by prompt lookup (the longest recent n-gram of the
+     * request's prompt and output, 1 to 3 tokens, that occurred before, and
+     * what followed it: llama.cpp's lookup decoding, vLLM's ngram
+     * speculation). The drafts are computed in the same batched step as
+     * everyone else's work and a draft is kept only while it equals the token
+     * the request would have sampled there, so the output is token for token
+     * the same as without speculation — greedy or seeded — only sooner when
+     * the output copies its context (code edits, quotes, JSON echoing a
+     * prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count
+     * them. 0 (default): off; at most 64 (docs/speculative.md). */
+    int32_t speculative_tokens;
+    /* 0 (default): how many of a request's drafts a step verifies is chosen
+     * by confidence-scheduled verification (the request's acceptance rate so
+     * far against a step-time profile every step measures, so a busy engine
+     * verifies fewer and an idle one more: docs/speculative.md); 1: every
+     * proposal, up to speculative_tokens (fixed-length drafting, as
+     * llama.cpp's lookup decoding does). The output is the same either way. */
+    int32_t speculative_fixed;
 } di_engine_config;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -928,9 +989,31 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
  * return. Call it from one thread, once. */
 DI_API di_status di_engine_destroy(di_engine *engine);
 
-/* The engine's prompt encoding (a di_encoding), or 0 when it has none (protocol
- * requests are then refused). 0 for NULL. Thread-safe. */
+/* The engine's prompt encoding, DI_ENCODING_NONE when it has none (protocol
+ * requests are then refused) and for NULL; di_encoding_name names it.
+ * Thread-safe. */
+DI_API di_encoding di_engine_prompt_encoding(const di_engine *engine);
+/* di_engine_prompt_encoding as an int32_t: the older name, kept as an alias. */
 DI_API int32_t di_engine_encoding(const di_engine *engine);
+/* The name responses give as `model` (di_engine_config.served_model_name as
+ * resolved), UTF-8, owned by the engine until di_engine_destroy; NULL for NULL.
+ * Thread-safe. */
+DI_API const char *di_engine_served_model_name(const di_engine *engine);
+/* What the engine loaded, as one JSON object (UTF-8, *len bytes when len is
+ * not NULL, owned by the engine until di_engine_destroy; NULL for NULL):
+ *   name, served_model_name, architecture (the file's: GGUF
+ *   general.architecture, config.json architectures[0]), family ("llama",
+ *   "qwen2", "deepseek_v3", "deepseek_v2"), parameters (elements of every
+ *   weight, block scales not counted), formats ({"Q4_1": {tensors,
+ *   parameters, bytes}, …}: the storage types as stored), context_length (of
+ *   a request), training_context_length, vocab_size, layers,
+ *   embedding_length, heads, kv_heads, experts, experts_used (0 for dense
+ *   models), kv_bytes_per_token, encoding (di_encoding_name, or null),
+ *   chat_template (the GGUF's tokenizer.chat_template, or null),
+ *   special_tokens {bos: {id, text} or null, eos: [{id, text}, …]} (every
+ *   token that ends the output).
+ * Members may be added; none is removed. Thread-safe. */
+DI_API const char *di_engine_model_info(const di_engine *engine, size_t *len);
 /* The engine's tokenizer (owned by the engine, valid until di_engine_destroy),
  * or NULL when it has none. Thread-safe to use as di_tokenizer is. */
 DI_API const di_tokenizer *di_engine_tokenizer(const di_engine *engine);
@@ -999,27 +1082,32 @@ typedef struct di_request {
     size_t struct_size;
     /* A di_protocol, or 0 (default) for a token request. */
     int32_t protocol;
-    /* 1: stop at none of the end-of-sequence tokens (token requests only;
-     * default 0). */
+    /* 1: stop at none of the end-of-sequence tokens (token requests only: a
+     * protocol request with 1 is DI_ERR_INVALID_ARGUMENT; default 0). */
     int32_t ignore_eos;
-    /* Protocol requests: the request body, json_len bytes of UTF-8 JSON. */
+    /* Protocol requests: the request body, json_len bytes of UTF-8 JSON
+     * (a token request with json set is DI_ERR_INVALID_ARGUMENT). */
     const char *json;
     size_t json_len;
-    /* Token requests: the prompt, n_tokens IDs below di_engine_vocab_size. */
+    /* Token requests: the prompt, n_tokens IDs below di_engine_vocab_size (a
+     * protocol request with tokens set is DI_ERR_INVALID_ARGUMENT). */
     const int32_t *tokens;
     size_t n_tokens;
     /* Output tokens at most; 0 (default): a token request runs to the context
-     * limit, a protocol request uses the body's max_tokens (max_output_tokens)
-     * or the reference's default (di_prompt_max_tokens). Non-zero overrides. */
+     * limit, a protocol request whose body sets none gets the reference's
+     * default (di_prompt_max_tokens), lowered to the room left. More than the
+     * context leaves after the prompt is DI_ERR_CONTEXT_LENGTH. */
     int64_t max_tokens;
     /* Sampling (lib/sampler/README.md has the order the processors run in).
-     * Protocol requests with a V4 encoding take temperature and top_p from the
-     * body as the codec resolves them (di_prompt_temperature, di_prompt_top_p);
-     * with a chat template (DSV3, R1) the engine reads the body's
-     * max_completion_tokens / max_tokens, temperature, top_p, seed,
-     * presence_penalty and frequency_penalty as OpenAI defines them
-     * (DI_ERR_INVALID_REQUEST when out of range). What the body does not set
-     * comes from here. */
+     * Precedence, one rule for every encoding and protocol: what a protocol
+     * request's body decides wins — its own field (max_tokens /
+     * max_completion_tokens / max_output_tokens, temperature, top_p, Messages'
+     * top_k, seed, presence_penalty, frequency_penalty, logit_bias, as the
+     * codec reads them: di_prompt_temperature, di_prompt_top_p, …) or a rule
+     * of its model that fixes a value (the V4 encodings' thinking mode forces
+     * temperature 1.0, as deepseek-recipe does) — and these fields give what
+     * the body leaves open. logit_bias entries merge, the body's winning for a
+     * token both name. docs/api.md, "Sampling precedence". */
     float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token) */
     float top_p;              /* (0, 1], default 1 (off) */
     int32_t top_k;            /* >= 0, default 0 (off) */
@@ -1038,9 +1126,9 @@ typedef struct di_request {
     const int32_t *logit_bias_ids;
     const float *logit_bias_values;
     size_t n_logit_bias;
-    /* Token requests: more token ids that end the output (reported in
-     * DI_EVENT_TOKENS, finish reason DI_FINISH_STOP), besides the model's end
-     * of sequence. */
+    /* More token ids that end the output (reported in DI_EVENT_TOKENS, finish
+     * reason DI_FINISH_STOP; a protocol request's text does not include them),
+     * besides the model's end of sequence. */
     const int32_t *stop_tokens;
     size_t n_stop_tokens;
     /* The callback (required) and its argument. */
@@ -1059,9 +1147,14 @@ DI_API void di_request_init(di_request *req);
  * a token id outside the vocabulary — the message names it), the errors of
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
- * whose encoding does not take the protocol: the message says which),
+ * whose encoding does not take the protocol: the message says which; or a body
+ * field the engine cannot honour yet — n > 1, logprobs, json_schema formats,
+ * strict tools, parallel_tool_calls false, stored responses, reasoning
+ * switches a chat template decides itself: the message names the field, and
+ * docs/api.md, "Request fields", lists every field),
  * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the
- * context, or does not fit the KV cache budget), DI_ERR_INVALID_STATE (the
+ * context, does not fit the KV cache budget, or max_tokens asks for more than
+ * the room left: the message gives the numbers), DI_ERR_INVALID_STATE (the
  * engine is being destroyed), DI_ERR_OUT_OF_MEMORY. Thread-safe; may be called
  * from a callback. */
 DI_API di_status di_submit(di_engine *engine, const di_request *req, uint64_t *id, di_error **err);
@@ -1090,6 +1183,9 @@ DI_API int64_t di_poll(di_engine *engine, int32_t timeout_ms);
  * queued, running, or finished with events still to deliver. 0 for NULL.
  * Thread-safe. */
 DI_API size_t di_engine_pending(di_engine *engine);
+/* di_engine_pending on a const engine (the older name takes a non-const one
+ * and stays as an alias). */
+DI_API size_t di_engine_pending_count(const di_engine *engine);
 
 /* A file descriptor for event loops (epoll, poll, select, asyncio's add_reader,
  * libuv): readable exactly while events are queued for di_poll, so a host can
@@ -1114,6 +1210,12 @@ DI_API int di_engine_event_fd(di_engine *engine);
 
 /* The event's kind; 0 for NULL. */
 DI_API di_event_kind di_event_kind_of(const di_event *ev);
+/* The kind's name ("tokens", "text", "reasoning", "tool_call_delta",
+ * "tool_call", "chunk", "done"; a static string), NULL for unknown values.
+ * di_event_kind and di_stream_event_kind are separate enums with different
+ * values (DI_EVENT_REASONING is 3, DI_STREAM_REASONING 1): compare kinds
+ * only within one, or by name. */
+DI_API const char *di_event_kind_name(di_event_kind kind);
 /* The id di_submit gave the request; 0 for NULL. */
 DI_API uint64_t di_event_request_id(const di_event *ev);
 /* TEXT, REASONING, TOOL_CALL_DELTA: the delta; TOOL_CALL: the whole arguments
@@ -1121,6 +1223,12 @@ DI_API uint64_t di_event_request_id(const di_event *ev);
  * NUL-terminated, owned by the event. "" for other kinds; NULL for NULL and for
  * Chat's "[DONE]" chunk. */
 DI_API const char *di_event_text(const di_event *ev, size_t *len);
+/* TEXT and REASONING: the text delta (as di_event_text); NULL for other kinds
+ * and for NULL. The clear name for what di_event_text gives these kinds. */
+DI_API const char *di_event_delta(const di_event *ev, size_t *len);
+/* TOOL_CALL_DELTA: the piece of arguments JSON; TOOL_CALL: the whole arguments
+ * JSON (as di_event_text); NULL for other kinds and for NULL. */
+DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len);
 /* TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise. */
 DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
 /* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
@@ -1144,6 +1252,9 @@ DI_API const char *di_event_chunk_sse(const di_event *ev, size_t *len);
 /* CHUNK: the SSE event name (the JSON's `type` for Messages and Responses), owned
  * by the event; NULL for Chat's unnamed events and for other kinds. */
 DI_API const char *di_event_chunk_name(const di_event *ev);
+/* di_event_chunk_name under the name di_stream_chunk_event_name shares: the
+ * SSE event name of a CHUNK event. */
+DI_API const char *di_event_chunk_event_name(const di_event *ev);
 /* DONE: DI_OK when the request ran to its end (end of sequence, a stop, its
  * token budget), DI_ERR_CANCELLED when cancelled (by di_cancel or the engine's
  * destruction), or the error that ended it (DI_ERR_CONTEXT_LENGTH when the KV
@@ -1166,6 +1277,11 @@ DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
  * request was first admitted, so not computed again (a multiple of 16; see
  * di_engine_config.disable_prefix_cache); 0 for other kinds. */
 DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev);
+/* DONE: draft tokens the request verified (di_engine_config.speculative_tokens)
+ * and, of them, those it kept (each one a decode step saved); 0 without
+ * speculation and for other kinds. */
+DI_API uint32_t di_event_draft_tokens(const di_event *ev);
+DI_API uint32_t di_event_accepted_draft_tokens(const di_event *ev);
 /* DONE: tokens the request generated (every sampled token, the end-of-sequence
  * token included); 0 for other kinds. */
 DI_API uint32_t di_event_completion_tokens(const di_event *ev);

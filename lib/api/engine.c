@@ -28,7 +28,7 @@
 #include "tokenizer/tokenizer.h"
 
 _Static_assert(sizeof(di_engine_config) ==
-                   DI_STRUCT_SIZE_UNTIL(di_engine_config, kv_disk_cache_bytes),
+                   DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
                "di_request has no trailing padding");
@@ -109,7 +109,11 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
     int end = 0;
     if (a->stream) {
         stream_ready(&l, r, a);
-        /* A stop token ends the output without being part of it. */
+        /* A stop token ends the output without being part of its text, but it
+         * was generated: the usage counts it, as di_event_completion_tokens
+         * does (every token the model produced, vLLM's count). */
+        if (is_stop && !di_stream_finished(a->stream))
+            (void)di_stream_push_text(a->stream, "", 0, (uint32_t)n, NULL);
         if (!is_stop) {
             di_error *err = NULL;
             if (di_stream_push_tokens(a->stream, ids, n, &err) != DI_OK) {
@@ -173,6 +177,8 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     ev->finish_text = finish_text;
     ev->prompt_tokens = (uint32_t)r->n_prompt;
     ev->prompt_cache_hit_tokens = (uint32_t)r->n_cached;
+    ev->draft_tokens = (uint32_t)r->n_drafted;
+    ev->accepted_draft_tokens = (uint32_t)r->n_accepted;
     ev->completion_tokens = (uint32_t)(r->n_all - r->n_prompt);
     ev->reasoning_tokens = reasoning;
     if (response) {
@@ -295,11 +301,11 @@ static di_status engine_set_encoding(di_engine *e, int32_t enc, int asked, const
         snprintf(lack, sizeof lack, "the tokenizer has no %s token", turn);
     if (lack[0]) {
         if (asked)
-            return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %d needs",
-                                 lack, (int)enc);
+            return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %s needs",
+                                 lack, di_encoding_name(enc));
         snprintf(e->no_codec_why, sizeof e->no_codec_why,
-                 "the model declares encoding %d (tokenizer.ggml.pre \"%s\"), but %s", (int)enc,
-                 pre, lack);
+                 "the model declares encoding %s (tokenizer.ggml.pre \"%s\"), but %s",
+                 di_encoding_name(enc), pre, lack);
         return DI_OK;
     }
     di_status st = di_codec_create(e->tok, (di_encoding)enc, &e->codec, err);
@@ -338,6 +344,8 @@ static void engine_free(di_engine *e)
     if (!e) return;
     sched_destroy(e->sched);
     di_codec_free(e->codec);
+    free(e->info_json);
+    free(e->served_name);
     di_tokenizer_free(e->tok);
     model_free(e->m);
     for (di_event *ev = e->head, *next; ev; ev = next) {
@@ -386,6 +394,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.disable_prefix_cache != 0 && c.disable_prefix_cache != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "disable_prefix_cache: expected 0 or 1");
     if (c.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
+    if (c.speculative_tokens < 0 || c.speculative_tokens > 64)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "speculative_tokens: expected 0 (off) to 64 draft tokens per step");
+    if (c.speculative_fixed != 0 && c.speculative_fixed != 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "speculative_fixed: expected 0 or 1");
     if (c.kv_host_cache_bytes < 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_host_cache_bytes: expected 0 (no host tier) or more");
@@ -478,10 +491,15 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             enc = DI_ENCODING_CHATML;
     }
     st = engine_set_encoding(e, enc, c.encoding != 0, pre, chat_template, err);
-    free(chat_template);
-    if (st != DI_OK) goto fail;
+    if (st != DI_OK) {
+        free(chat_template);
+        goto fail;
+    }
     add_eos(e, mc->eos_token_id);
     if (e->tok) add_eos(e, e->tok->eos_id);
+    st = engine_info_build(e, c.model_path, c.served_model_name, chat_template, err);
+    free(chat_template);
+    if (st != DI_OK) goto fail;
     sched_sink sink = {sink_tokens, sink_done, sink_log, e};
     /* Every running request decodes a token each step, so no more may run than
      * a step takes tokens: otherwise the newest would wait for the others. */
@@ -489,7 +507,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
     sched_cache cache = {!c.disable_prefix_cache, c.kv_host_cache_bytes, c.kv_cache_dir,
                          c.kv_disk_cache_bytes};
-    st = sched_create(e->m, max_running, &cache, &sink, &e->sched);
+    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
+                      &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;
@@ -497,10 +516,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.progress) c.progress(c.progress_user, 1.0f);
     elog(e, DI_LOG_INFO,
          "engine: %s, vocabulary %d, context %lld, KV cache %d blocks of %d tokens, "
-         "encoding %d%s%s%s",
+         "encoding %s%s%s%s",
          c.model_path, (int)e->n_vocab, (long long)e->n_ctx, (int)model_kv_blocks_total(e->m),
-         (int)MODEL_KV_BLOCK, (int)e->encoding, pre[0] ? " (pre-tokenizer " : "", pre,
-         pre[0] ? ")" : "");
+         (int)MODEL_KV_BLOCK, e->encoding ? di_encoding_name(e->encoding) : "none",
+         pre[0] ? " (pre-tokenizer " : "", pre, pre[0] ? ")" : "");
     *out = e;
     return DI_OK;
 fail:
@@ -551,6 +570,12 @@ DI_API size_t di_engine_pending(di_engine *e)
     size_t n = e->pending;
     pthread_mutex_unlock(&e->mu);
     return n;
+}
+
+DI_API size_t di_engine_pending_count(const di_engine *e)
+{
+    /* the mutex is the one thing a const engine's reader changes */
+    return di_engine_pending((di_engine *)e);
 }
 
 /* A delivery in progress. Callbacks are the host's code: a C++ exception (or

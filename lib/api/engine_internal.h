@@ -49,6 +49,18 @@ struct di_engine {
     /* di_engine_event_fd's eventfd, readable while events are queued; -1
      * until a host asks for it. Guarded by mu, with head/tail. */
     int event_fd;
+    /* di_engine_model_info's JSON and di_engine_served_model_name (engine_info.c) */
+    char *info_json;
+    size_t info_len;
+    char *served_name;
 };
+
+/* Build e->info_json and e->served_name once the model, tokenizer and codec
+ * are loaded (engine_info.c): `served` is di_engine_config.served_model_name
+ * (NULL: model_path's file or folder name, without .gguf), `chat_template` the
+ * GGUF's (may be NULL). The codec's template replies answer with the served
+ * name. */
+di_status engine_info_build(di_engine *e, const char *model_path, const char *served,
+                            const char *chat_template, di_error **err);
 
 #endif

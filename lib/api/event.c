@@ -171,6 +171,36 @@ DI_API const char *di_event_chunk_name(const di_event *ev)
 {
     return ev && ev->kind == DI_EVENT_CHUNK ? ev->name : NULL;
 }
+DI_API const char *di_event_chunk_event_name(const di_event *ev)
+{
+    return di_event_chunk_name(ev);
+}
+DI_API const char *di_event_delta(const di_event *ev, size_t *len)
+{
+    if (len) *len = 0;
+    if (!ev || (ev->kind != DI_EVENT_TEXT && ev->kind != DI_EVENT_REASONING)) return NULL;
+    return di_event_text(ev, len);
+}
+DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len)
+{
+    if (len) *len = 0;
+    if (!ev || (ev->kind != DI_EVENT_TOOL_CALL_DELTA && ev->kind != DI_EVENT_TOOL_CALL))
+        return NULL;
+    return di_event_text(ev, len);
+}
+DI_API const char *di_event_kind_name(di_event_kind kind)
+{
+    switch (kind) {
+    case DI_EVENT_TOKENS: return "tokens";
+    case DI_EVENT_TEXT: return "text";
+    case DI_EVENT_REASONING: return "reasoning";
+    case DI_EVENT_TOOL_CALL_DELTA: return "tool_call_delta";
+    case DI_EVENT_TOOL_CALL: return "tool_call";
+    case DI_EVENT_CHUNK: return "chunk";
+    case DI_EVENT_DONE: return "done";
+    }
+    return NULL;
+}
 DI_API di_status di_event_status(const di_event *ev)
 {
     return ev ? ev->status : DI_ERR_INVALID_ARGUMENT;
@@ -190,6 +220,14 @@ DI_API const char *di_event_finish_text(const di_event *ev)
 DI_API uint32_t di_event_prompt_tokens(const di_event *ev)
 {
     return ev ? ev->prompt_tokens : 0;
+}
+DI_API uint32_t di_event_draft_tokens(const di_event *ev)
+{
+    return ev && ev->kind == DI_EVENT_DONE ? ev->draft_tokens : 0;
+}
+DI_API uint32_t di_event_accepted_draft_tokens(const di_event *ev)
+{
+    return ev && ev->kind == DI_EVENT_DONE ? ev->accepted_draft_tokens : 0;
 }
 DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev)
 {

@@ -28,6 +28,7 @@ struct di_event {
     di_finish finish;
     char *finish_text;
     uint32_t prompt_tokens, completion_tokens, reasoning_tokens, prompt_cache_hit_tokens;
+    uint32_t draft_tokens, accepted_draft_tokens;
     char *response;
     size_t response_len;
 };

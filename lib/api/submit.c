@@ -13,6 +13,7 @@
 #include "api/engine_internal.h"
 #include "util/error.h"
 #include "util/struct_size.h"
+#include "recipe/sampling.h"
 #include "sampler/sampler.h"
 
 DI_API void di_request_init(di_request *req)
@@ -34,65 +35,68 @@ static uint64_t clock_seed(const void *salt)
            ((uint64_t)(uintptr_t)salt * 0x9e3779b97f4a7c15ull);
 }
 
-/* The chat templates (DSV3, R1, ChatML) render only a body's messages; the
- * sampling fields of the body are read here, as OpenAI defines them:
- * max_completion_tokens (or the older max_tokens; Messages' max_tokens;
- * Responses' max_output_tokens), temperature [0, 2], top_p
- * [0, 1] (0 keeps only the most likely token), seed, presence_penalty and
- * frequency_penalty [-2, 2]. A field the body lacks keeps the di_request's value. */
-static di_status template_sampling(const char *json, size_t len, sampler_params *sp,
-                                   int64_t *max_tokens, int64_t *seed, di_error **err)
+/* One rule for every encoding and protocol: what the request body decides
+ * wins — its own field, or a rule of its model that fixes a value (the V4
+ * encodings' thinking mode forces temperature 1.0) — and the di_request gives
+ * what the body leaves open (docs/api.md, "Sampling precedence"). */
+static void body_sampling(const rc_sampling *b, sampler_params *sp, int64_t *max_tokens,
+                          int64_t *seed)
 {
-    json_t *root = json_loadb(json, len, 0, NULL);
-    if (!root) return DI_OK; /* the codec accepted it: nothing more to read */
-    di_status st = DI_OK;
-    json_t *v;
-    if ((v = json_object_get(root, "max_completion_tokens")) ||
-        (v = json_object_get(root, "max_tokens")) ||
-        (v = json_object_get(root, "max_output_tokens"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1) {
-            st = di_error_set(err, DI_ERR_INVALID_REQUEST,
-                              "max_tokens: expected an integer of at least 1");
-            goto done;
-        }
-        if (*max_tokens == 0) *max_tokens = (int64_t)json_integer_value(v);
-    }
-    struct {
-        const char *name;
-        float *field;
-        double lo, hi;
-    } nums[] = {
-        {"temperature", &sp->temperature, 0.0, 2.0},
-        {"top_p", &sp->top_p, 0.0, 1.0},
-        {"presence_penalty", &sp->presence_penalty, -2.0, 2.0},
-        {"frequency_penalty", &sp->frequency_penalty, -2.0, 2.0},
-    };
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        v = json_object_get(root, nums[i].name);
-        if (!v || json_is_null(v)) continue;
-        double x = json_number_value(v);
-        if (!json_is_number(v) || x < nums[i].lo || x > nums[i].hi) {
-            st = di_error_setf(err, DI_ERR_INVALID_REQUEST, "%s: expected a number in [%g, %g]",
-                               nums[i].name, nums[i].lo, nums[i].hi);
-            goto done;
-        }
-        *nums[i].field = (float)x;
-    }
-    if (sp->top_p <= 0.0f) {
+    if (b->set & RC_SET_TEMPERATURE) sp->temperature = b->temperature;
+    if (b->set & RC_SET_TOP_P) sp->top_p = b->top_p;
+    if (b->set & RC_SET_TOP_K) sp->top_k = b->top_k;
+    if (b->set & RC_SET_MIN_P) sp->min_p = b->min_p;
+    if (b->set & RC_SET_REPETITION_PENALTY) sp->repetition_penalty = b->repetition_penalty;
+    if (b->set & RC_SET_PRESENCE_PENALTY) sp->presence_penalty = b->presence_penalty;
+    if (b->set & RC_SET_FREQUENCY_PENALTY) sp->frequency_penalty = b->frequency_penalty;
+    if (b->set & RC_SET_SEED) *seed = (int64_t)(b->seed & INT64_MAX);
+    if (b->set & RC_SET_MAX_TOKENS) *max_tokens = b->max_tokens;
+    if (sp->top_p <= 0.0f) { /* top_p 0 keeps only the most likely token */
         sp->temperature = 0.0f;
         sp->top_p = 1.0f;
     }
-    v = json_object_get(root, "seed");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            st = di_error_set(err, DI_ERR_INVALID_REQUEST, "seed: expected a non-negative integer");
-            goto done;
-        }
-        *seed = (int64_t)json_integer_value(v);
+}
+
+/* logit_bias of the di_request and of the body, the body's winning for a token
+ * both name: *ids / *values malloc'd (NULL when there is none). */
+static di_status merge_bias(const di_request *q, const rc_sampling *b, int32_t n_vocab,
+                            int32_t **ids, float **values, size_t *n, di_error **err)
+{
+    *ids = NULL;
+    *values = NULL;
+    *n = 0;
+    size_t cap = q->n_logit_bias + (b ? b->n_bias : 0);
+    if (cap == 0) return DI_OK;
+    if (q->n_logit_bias && (!q->logit_bias_ids || !q->logit_bias_values))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "logit_bias: ids and values must be set");
+    if (!(*ids = malloc(cap * sizeof **ids)) || !(*values = malloc(cap * sizeof **values))) {
+        free(*ids);
+        *ids = NULL;
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     }
-done:
-    json_decref(root);
-    return st;
+    for (size_t i = 0; b && i < b->n_bias; i++) {
+        if (b->bias_ids[i] >= n_vocab) {
+            free(*ids);
+            free(*values);
+            *ids = NULL;
+            *values = NULL;
+            *n = 0;
+            return di_error_setf(err, DI_ERR_INVALID_REQUEST,
+                                 "logit_bias.%d: token id outside the vocabulary of %d",
+                                 (int)b->bias_ids[i], (int)n_vocab);
+        }
+        (*ids)[*n] = b->bias_ids[i];
+        (*values)[(*n)++] = b->bias_values[i];
+    }
+    size_t n_body = *n;
+    for (size_t i = 0; i < q->n_logit_bias; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < n_body && !dup; j++) dup = (*ids)[j] == q->logit_bias_ids[i];
+        if (dup) continue;
+        (*ids)[*n] = q->logit_bias_ids[i];
+        (*values)[(*n)++] = q->logit_bias_values[i];
+    }
+    return DI_OK;
 }
 
 DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id, di_error **err)
@@ -116,6 +120,18 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     if (q.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     if (q.ignore_eos != 0 && q.ignore_eos != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "ignore_eos: expected 0 or 1");
+    /* nothing set is ignored: a field of the other kind of request is an error */
+    if (q.protocol && q.ignore_eos)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "ignore_eos: token requests only (a protocol request ends at its "
+                            "encoding's end of turn)");
+    if (q.protocol && (q.tokens || q.n_tokens))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "tokens: a protocol request's prompt is its json body");
+    if (!q.protocol && (q.json || q.json_len))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "json: a token request's prompt is its tokens (set protocol for a "
+                            "request body)");
     if (q.seed < -1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "seed: expected -1 (random) or >= 0");
     if (q.max_tokens < 0)
@@ -141,9 +157,18 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     r->owner = a;
     const int32_t *ids;
     size_t n_ids;
+    const rc_sampling *body = NULL;
+    int32_t *bias_ids = NULL;
+    float *bias_values = NULL;
+    size_t n_bias = 0;
     sampler_params sp = {0};
     sp.temperature = q.temperature;
     sp.top_p = q.top_p;
+    sp.top_k = q.top_k;
+    sp.min_p = q.min_p;
+    sp.repetition_penalty = q.repetition_penalty;
+    sp.presence_penalty = q.presence_penalty;
+    sp.frequency_penalty = q.frequency_penalty;
     if (q.protocol) {
         if (!e->codec) {
             if (e->no_codec_why[0])
@@ -167,22 +192,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
                                   err)) != DI_OK)
             goto fail;
         if ((st = di_prompt_tokens(prompt, &ids, &n_ids, err)) != DI_OK) goto fail;
-        /* The V4 encodings resolve temperature and top_p from the body as the
-         * reference does; the chat templates (DSV3, R1) resolve none, so the
-         * di_request's apply. top_p 0 keeps only the most likely token. */
-        if (e->encoding == DI_ENCODING_DSV4 || e->encoding == DI_ENCODING_DSV41) {
-            sp.temperature = di_prompt_temperature(prompt);
-            sp.top_p = di_prompt_top_p(prompt);
-            if (sp.top_p <= 0.0f) {
-                sp.temperature = 0.0f;
-                sp.top_p = 1.0f;
-            }
-        } else {
-            sp.presence_penalty = q.presence_penalty;
-            sp.frequency_penalty = q.frequency_penalty;
-            if ((st = template_sampling(q.json, q.json_len, &sp, &q.max_tokens, &q.seed, err)) !=
-                DI_OK)
-                goto fail;
+        body = rc_prompt_sampling(prompt);
+        if (body->unsupported[0]) {
+            st = di_error_set(err, DI_ERR_UNSUPPORTED, body->unsupported);
+            goto fail;
         }
     } else {
         if (!q.tokens || q.n_tokens == 0) {
@@ -215,27 +228,35 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         goto fail;
     }
     int64_t room = e->n_ctx - (int64_t)n_ids, max_tokens = q.max_tokens;
+    if (body) body_sampling(body, &sp, &max_tokens, &q.seed);
     if (q.protocol && max_tokens == 0) {
-        uint32_t mt;
+        uint32_t mt; /* the reference's default, lowered to the room left */
         if ((st = di_prompt_max_tokens(prompt, (uint32_t)n_ids, (uint32_t)e->n_ctx, &mt, err)) !=
             DI_OK)
             goto fail;
         max_tokens = mt;
     }
-    if (max_tokens == 0 || max_tokens > room) max_tokens = room;
-    sp.top_k = q.top_k;
-    sp.min_p = q.min_p;
-    sp.repetition_penalty = q.repetition_penalty;
-    if (!(q.protocol && e->encoding != DI_ENCODING_DSV4 && e->encoding != DI_ENCODING_DSV41)) {
-        sp.presence_penalty = q.presence_penalty;
-        sp.frequency_penalty = q.frequency_penalty;
+    if (max_tokens > room) {
+        st = di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                           "max_tokens: the prompt's %zu tokens and %lld output tokens exceed the "
+                           "context of %lld tokens (at most %lld output tokens fit)",
+                           n_ids, (long long)max_tokens, (long long)e->n_ctx, (long long)room);
+        goto fail;
     }
+    if (max_tokens == 0) max_tokens = room;
     sp.seed = q.seed >= 0 ? (uint64_t)q.seed : clock_seed(r);
-    sp.bias_ids = q.logit_bias_ids;
-    sp.bias_values = q.logit_bias_values;
-    sp.n_bias = q.n_logit_bias;
+    if ((st = merge_bias(&q, body, e->n_vocab, &bias_ids, &bias_values, &n_bias, err)) != DI_OK)
+        goto fail;
+    sp.bias_ids = bias_ids;
+    sp.bias_values = bias_values;
+    sp.n_bias = n_bias;
     char smsg[256];
-    if ((st = sampler_create(&sp, e->n_vocab, &r->smp, smsg, sizeof smsg)) != DI_OK) {
+    st = sampler_create(&sp, e->n_vocab, &r->smp, smsg, sizeof smsg);
+    free(bias_ids);
+    free(bias_values);
+    bias_ids = NULL;
+    bias_values = NULL;
+    if (st != DI_OK) {
         st = di_error_set(err, st, smsg);
         goto fail;
     }
@@ -243,7 +264,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     r->max_tokens = max_tokens;
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
-    size_t n_stop = (q.ignore_eos && !q.protocol ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;
+    size_t n_stop = (q.ignore_eos ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;
     r->stop_ids = malloc((n_stop ? n_stop : 1) * sizeof *r->stop_ids);
     if (!r->tokens || !r->stop_ids) {
         st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
@@ -255,10 +276,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail;
         }
-    if (!(q.ignore_eos && !q.protocol))
+    if (!q.ignore_eos)
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
-    for (size_t i = 0; i < q.n_stop_tokens && !q.protocol; i++)
-        r->stop_ids[r->n_stop++] = q.stop_tokens[i];
+    for (size_t i = 0; i < q.n_stop_tokens; i++) r->stop_ids[r->n_stop++] = q.stop_tokens[i];
     a->n_prompt = (uint32_t)n_ids;
     if (q.protocol) {
         if ((st = di_stream_create(prompt, e->tok, NULL, &a->stream, err)) != DI_OK) goto fail;

@@ -42,6 +42,16 @@ DI_API di_status di_tokenizer_load(const char *path, di_tokenizer **out, di_erro
         char *json = malloc(n);
         if (!json) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
         snprintf(json, n, "%s/tokenizer.json", path);
+        struct stat jb;
+        if (stat(json, &jb) != 0) {
+            free(json);
+            char msg[700];
+            snprintf(msg, sizeof msg,
+                     "%s: is a directory without a tokenizer.json (give a tokenizer.json, a GGUF "
+                     "file, or a folder holding tokenizer.json)",
+                     path);
+            return di_error_set(err, DI_ERR_IO, msg);
+        }
         st = tok_load_json(out, json, &e);
         free(json);
     } else if (looks_like_gguf(path)) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/draft.h"
 #include "engine/kv_tiers.h"
 
 struct sched {
@@ -39,8 +40,18 @@ struct sched {
     uint64_t admit_counter;
     model_batch_item *items; /* [max_running] */
     sched_request **item_req;
-    float *logits;              /* [max_running, n_vocab] */
+    float *logits;              /* [max_running * (1 + n_draft), n_vocab] */
     sampler_candidate *scratch; /* the samplers' shared scratch */
+    /* speculative decoding: draft tokens verified per request and step at most
+     * (0: off), and each item's verified output of the step */
+    int n_draft, draft_fixed;
+    draft_profile profile; /* step time against tokens per step (draft_allocate) */
+    uint64_t n_steps;
+    int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
+    double *accept;
+    int32_t *emit;      /* [max_running, 1 + n_draft] */
+    int *n_emit;        /* [max_running] */
+    di_status *item_st; /* [max_running]: DI_OK, or why the item's request fails */
 };
 
 void sched_request_free(sched_request *r)
@@ -297,6 +308,100 @@ static int restore(sched *s, sched_request *r)
     return 1;
 }
 
+/* Propose draft tokens for decoding request r (prompt lookup), written after
+ * its tokens (r->tokens[n_all, n_all + k)) without counting them: at most
+ * n_draft, and never past its max_tokens or the context (the step's last
+ * token must be one the request may still emit). Sets r->n_proposed and
+ * r->ngram. */
+static void propose(sched *s, sched_request *r)
+{
+    r->n_proposed = r->ngram = r->k_step = 0;
+    int64_t k = s->n_draft;
+    int64_t left = r->max_tokens - (r->n_all - r->n_prompt) - 1;
+    if (k > left) k = left;
+    if (k > s->n_ctx - r->n_all - 1) k = s->n_ctx - r->n_all - 1;
+    if (k <= 0) return;
+    if (r->n_all + k > r->cap) {
+        int64_t cap = r->cap * 2 > r->n_all + k ? r->cap * 2 : r->n_all + k;
+        if (cap > s->n_ctx) cap = s->n_ctx;
+        int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
+        if (!p) return; /* no drafts: the step goes on without them */
+        r->tokens = p;
+        r->cap = cap;
+    }
+    r->n_proposed =
+        draft_prompt_lookup(r->tokens, r->n_all, 1, 3, r->tokens + r->n_all, (int)k, &r->ngram);
+}
+
+/* This step's drafts: every decoding request's proposals, and how many each
+ * verifies (draft_allocate: its acceptance rate so far — two pseudo-counts of
+ * a prior from its match length — against the step-time profile). Every
+ * 16th step verifies one draft more than the plan, and every 16th after the
+ * 8th none when the plan has some, so the profile keeps measuring the steps
+ * next to the ones the plan chooses. */
+static void plan_drafts(sched *s, int64_t budget)
+{
+    int n = 0;
+    int64_t n_dec = 0, prefill = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        int64_t need = r->n_all - model_seq_n_past(r->seq);
+        r->k_step = 0;
+        if (need != 1) {
+            prefill += need;
+            continue;
+        }
+        n_dec++;
+        propose(s, r);
+        static const double prior[4] = {0, 0.3, 0.5, 0.65};
+        s->avail[n] = r->n_proposed;
+        s->accept[n] = ((double)r->n_accepted + 2 * prior[r->ngram < 4 ? r->ngram : 3]) /
+                       ((double)r->n_tested + 2);
+        n++;
+    }
+    if (n == 0) return;
+    int64_t base = n_dec + (prefill < budget - n_dec ? prefill : budget - n_dec);
+    int64_t total = 0;
+    if (s->draft_fixed) { /* every proposal, as the budget allows */
+        for (int i = 0; i < n; i++) {
+            s->k_plan[i] = total + s->avail[i] <= budget - n_dec ? s->avail[i] : 0;
+            total += s->k_plan[i];
+        }
+    } else {
+        total = draft_allocate(&s->profile, n, s->avail, s->accept, base, (double)base,
+                               budget - n_dec, s->k_plan);
+    }
+    if (s->draft_fixed) {
+        /* the plan is the proposals */
+    } else if (s->n_steps % 16 == 0 && total < budget - n_dec) {
+        /* measure one step longer than the plan: the most confident request
+         * verifies one draft more */
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (s->k_plan[i] < s->avail[i] && (best < 0 || s->accept[i] > s->accept[best]))
+                best = i;
+        if (best >= 0) s->k_plan[best]++;
+    } else if (s->n_steps % 16 == 8 && total > 0) {
+        for (int i = 0; i < n; i++) s->k_plan[i] = 0; /* and the plain one */
+    }
+    n = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        if (r->n_all - model_seq_n_past(r->seq) == 1) r->k_step = s->k_plan[n++];
+    }
+}
+
+/* Requests of the running set still to get a decode item this step. */
+static int64_t decoders_left(sched *s, int n_items, int from)
+{
+    int64_t n = 0;
+    for (int i = from; i < s->n_running; i++) {
+        sched_request *r = s->running[i];
+        if (find_item(s, n_items, r) < 0 && r->n_all - model_seq_n_past(r->seq) == 1) n++;
+    }
+    return n;
+}
+
 static void step(sched *s)
 {
     model *m = s->m;
@@ -304,6 +409,7 @@ static void step(sched *s)
     int64_t budget = model_n_batch(m);
     int n_items = 0;
     char msg[256];
+    if (s->n_draft > 0) plan_drafts(s, budget);
     for (int pass = 0; pass < 2; pass++) {
     restart:
         for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -312,6 +418,16 @@ static void step(sched *s)
             int64_t past = model_seq_n_past(r->seq), need = r->n_all - past;
             if ((pass == 0) != (need == 1)) continue;
             int64_t take = need < budget ? need : budget;
+            /* Speculative decoding: a decoding request's draft tokens ride in
+             * the same item, from the budget the other decoders leave. */
+            int n_drafts = 0;
+            if (pass == 0 && s->n_draft > 0) {
+                int64_t room = budget - decoders_left(s, n_items, i + 1) - 1;
+                n_drafts = r->k_step < room ? r->k_step : (int)(room > 0 ? room : 0);
+                if (n_drafts > 0 && model_seq_reserve(m, r->seq, past + 1 + n_drafts) != DI_OK)
+                    n_drafts = 0;
+                take = 1 + n_drafts;
+            }
             di_status st = model_seq_reserve(m, r->seq, past + take);
             if (st == DI_ERR_OUT_OF_MEMORY) {
                 /* The newest running request gives its blocks back — r itself
@@ -345,8 +461,8 @@ static void step(sched *s)
                 retire(s, r, 0, st, "the request outgrew the context", 0);
                 goto restart;
             }
-            s->items[n_items] =
-                (model_batch_item){r->seq, r->tokens + past, take, past + take == r->n_all};
+            int want = n_drafts > 0 ? 1 + n_drafts : past + take == r->n_all;
+            s->items[n_items] = (model_batch_item){r->seq, r->tokens + past, take, want};
             s->item_req[n_items++] = r;
             budget -= take;
         }
@@ -399,54 +515,111 @@ static void step(sched *s)
         return;
     }
     di_error *err = NULL;
+    int64_t t0 = now_ns(), step_tokens = 0;
+    for (int i = 0; i < n_items; i++) step_tokens += s->items[i].n_tokens;
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
+    if (st == DI_OK && s->n_draft > 0) {
+        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
+        s->n_steps++;
+    }
     if (st != DI_OK) {
         snprintf(msg, sizeof msg, "the forward pass failed: %s", di_error_message(err));
         di_error_free(err);
         for (int i = 0; i < n_items; i++) retire(s, s->item_req[i], 0, DI_ERR_INTERNAL, msg, 0);
         return;
     }
-    /* The blocks this step filled can serve later requests (before any of
-     * these requests ends and gives its blocks back). */
-    if (s->prefix_cache)
-        for (int i = 0; i < n_items; i++)
-            model_seq_publish(m, s->items[i].seq, s->item_req[i]->tokens);
+    /* Sample each item's next token; a speculative item's rows verify its
+     * drafts in order — row j is the logits after its j-th token, sampled as
+     * a plain decode step would sample it (the same sampler state and random
+     * draw), and a draft is kept only while it equals that sample — so the
+     * output is token for token what decoding one token a step gives, greedy
+     * or seeded (docs/speculative.md). The rejected drafts' KV entries are cut
+     * off before the step's blocks are published. */
     int row = 0;
     for (int i = 0; i < n_items; i++) {
-        if (!s->items[i].want_logits) continue;
+        s->n_emit[i] = 0;
+        s->item_st[i] = DI_OK;
+        int rows = s->items[i].want_logits;
+        if (rows == 0) continue;
         sched_request *r = s->item_req[i];
-        float *logits = s->logits + (size_t)row * (size_t)s->n_vocab;
-        row++;
-        if (!all_finite(logits, s->n_vocab)) {
+        const int32_t *drafts = r->tokens + r->n_all;
+        int32_t *out = s->emit + (size_t)i * (size_t)(1 + s->n_draft);
+        int accepted = 0;
+        for (int j = 0; j < rows; j++) {
+            float *logits = s->logits + (size_t)(row + j) * (size_t)s->n_vocab;
+            if (!all_finite(logits, s->n_vocab)) {
+                s->item_st[i] = DI_ERR_MODEL_FORMAT;
+                break;
+            }
+            int32_t tok = sampler_sample(r->smp, logits, s->scratch);
+            if (sampler_accept(r->smp, tok) != 0) {
+                s->item_st[i] = DI_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            out[s->n_emit[i]++] = tok;
+            int64_t n_out = r->n_all - r->n_prompt + s->n_emit[i];
+            if (is_stop(r, tok) || n_out >= r->max_tokens || r->n_all + s->n_emit[i] >= s->n_ctx)
+                break;
+            if (j + 1 < rows) {
+                r->n_tested++;
+                if (tok != drafts[j]) break; /* rejected: tok is the correction */
+                accepted++;
+            }
+        }
+        row += rows;
+        if (rows > 1) {
+            r->n_drafted += rows - 1;
+            r->n_accepted += accepted;
+            /* KV holds the item's last real token and its drafts; what stays is
+             * the tokens before the last one emitted */
+            model_seq_truncate(m, r->seq, r->n_all - 1 + s->n_emit[i]);
+        }
+    }
+    /* The blocks this step filled can serve later requests (before any of
+     * these requests ends and gives its blocks back). */
+    if (s->prefix_cache) /* (the KV kept ends at accepted drafts, which are in r->tokens) */
+        for (int i = 0; i < n_items; i++)
+            model_seq_publish(m, s->items[i].seq, s->item_req[i]->tokens);
+    for (int i = 0; i < n_items; i++) {
+        if (s->items[i].want_logits == 0) continue;
+        sched_request *r = s->item_req[i];
+        if (s->item_st[i] == DI_ERR_MODEL_FORMAT) {
             retire(s, r, 0, DI_ERR_MODEL_FORMAT,
                    "the model computed a non-finite logit (NaN or infinity) for this sequence: "
                    "its weights are probably corrupt",
                    0);
             continue;
         }
-        int32_t tok = sampler_sample(r->smp, logits, s->scratch);
-        if (sampler_accept(r->smp, tok) != 0) {
+        if (s->item_st[i] == DI_ERR_OUT_OF_MEMORY) {
             retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens", 0);
             continue;
         }
-        if (r->n_all == r->cap) {
-            int64_t cap = r->cap * 2;
-            if (cap > s->n_ctx) cap = s->n_ctx;
-            int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
-            if (!p) {
-                retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for the output tokens", 0);
-                continue;
+        const int32_t *out = s->emit + (size_t)i * (size_t)(1 + s->n_draft);
+        for (int j = 0; j < s->n_emit[i]; j++) {
+            if (r->n_all == r->cap) {
+                int64_t cap = r->cap * 2;
+                if (cap > s->n_ctx) cap = s->n_ctx;
+                int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
+                if (!p) {
+                    retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for the output tokens", 0);
+                    break;
+                }
+                r->tokens = p;
+                r->cap = cap;
             }
-            r->tokens = p;
-            r->cap = cap;
+            int32_t tok = out[j];
+            r->tokens[r->n_all++] = tok;
+            int stop = is_stop(r, tok);
+            int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
+            if (stop || ended) {
+                retire(s, r, DI_FINISH_STOP, DI_OK, "", 0);
+                break;
+            }
+            if (r->n_all - r->n_prompt >= r->max_tokens || r->n_all >= s->n_ctx) {
+                retire(s, r, DI_FINISH_LENGTH, DI_OK, "", 0);
+                break;
+            }
         }
-        r->tokens[r->n_all++] = tok;
-        int stop = is_stop(r, tok);
-        int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
-        if (stop || ended)
-            retire(s, r, DI_FINISH_STOP, DI_OK, "", 0);
-        else if (r->n_all - r->n_prompt >= r->max_tokens || r->n_all >= s->n_ctx)
-            retire(s, r, DI_FINISH_LENGTH, DI_OK, "", 0);
     }
 }
 
@@ -545,13 +718,15 @@ static di_status start_tiers(sched *s, const sched_cache *c)
                               s->tiers);
 }
 
-di_status sched_create(model *m, int max_running, const sched_cache *cache, const sched_sink *sink,
-                       sched **out)
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+                       const sched_cache *cache, const sched_sink *sink, sched **out)
 {
     sched *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
     s->m = m;
     s->max_running = max_running;
+    s->n_draft = n_draft < 0 ? 0 : n_draft;
+    s->draft_fixed = draft_fixed != 0;
     s->sink = *sink;
     s->prefix_cache = cache->prefix_cache != 0;
 
@@ -561,9 +736,17 @@ di_status sched_create(model *m, int max_running, const sched_cache *cache, cons
     s->running = calloc((size_t)max_running, sizeof(sched_request *));
     s->items = calloc((size_t)max_running, sizeof *s->items);
     s->item_req = calloc((size_t)max_running, sizeof(sched_request *));
-    s->logits = malloc((size_t)max_running * (size_t)s->n_vocab * sizeof *s->logits);
+    size_t rows = (size_t)max_running * (size_t)(1 + s->n_draft);
+    s->logits = malloc(rows * (size_t)s->n_vocab * sizeof *s->logits);
     s->scratch = malloc(sampler_scratch_count(s->n_vocab) * sizeof *s->scratch);
-    if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch) {
+    s->emit = malloc(rows * sizeof *s->emit);
+    s->avail = calloc((size_t)max_running, sizeof *s->avail);
+    s->k_plan = calloc((size_t)max_running, sizeof *s->k_plan);
+    s->accept = calloc((size_t)max_running, sizeof *s->accept);
+    s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
+    s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
+    if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||
+        !s->n_emit || !s->item_st || !s->avail || !s->k_plan || !s->accept) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -611,6 +794,12 @@ void sched_destroy(sched *s)
     free(s->items);
     free(s->item_req);
     free(s->logits);
+    free(s->emit);
+    free(s->avail);
+    free(s->k_plan);
+    free(s->accept);
+    free(s->n_emit);
+    free(s->item_st);
     free(s->scratch);
     if (s->tiers) {
         (void)model_kv_set_hooks(s->m, NULL, NULL, NULL);

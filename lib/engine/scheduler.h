@@ -21,7 +21,11 @@
  * from its prompt and the tokens it has generated, which gives it the same
  * logits: vLLM's recompute pre-emption). A request that cannot fit even alone
  * ends with DI_ERR_CONTEXT_LENGTH. No request is ever dropped: every one
- * submitted ends in exactly one sink->on_done call.
+ * submitted ends in exactly one sink->on_done call. With speculative decoding
+ * (n_draft > 0) a decoding request's item also carries the draft tokens
+ * draft_allocate chose for it; each is kept only while it equals the token the
+ * request samples there, and the rejected ones' KV is cut off
+ * (model_seq_truncate) before the step's blocks are published.
  *
  * Thread-safety: sched_submit, sched_cancel and sched_pending may be called
  * from any thread; the sink's functions run on the worker thread. */
@@ -53,7 +57,11 @@ typedef struct sched_request {
     model_seq *seq;
     uint64_t admit_order; /* 0 until first admitted */
     int64_t n_cached;     /* prompt tokens the prefix cache held at first admission */
-    uint64_t *keys;       /* the prompt's block keys, for the tiers (computed once); owned */
+    int64_t n_drafted;    /* draft tokens verified (speculative decoding) */
+    int64_t n_accepted;   /* of them, those kept */
+    int64_t n_tested;     /* drafts compared with the target's sample (kept or the first not) */
+    int n_proposed, ngram, k_step; /* this step's proposals, their match length, those verified */
+    uint64_t *keys; /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
     int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
     int cancel;                        /* set under the lock by sched_cancel */
@@ -88,12 +96,15 @@ typedef struct sched_cache {
 } sched_cache;
 
 /* Start the worker over model m (owned by the caller, used only by the worker
- * from now until sched_destroy). With tiers, a request admitted whose next
- * prompt blocks the tiers hold waits at the front of the queue (as long as
- * the restores take, at most 2 s) and then takes them as computed. Errors:
- * DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, const sched_cache *cache, const sched_sink *sink,
-                       sched **out);
+ * from now until sched_destroy). n_draft > 0 turns on speculative decoding:
+ * each decoding request verifies up to n_draft prompt-lookup draft tokens
+ * per step (draft.h), from the step's budget the other decoders leave; 0: off.
+ * draft_fixed 1 verifies every proposal; 0 lets draft_allocate choose. With tiers, a
+ * request admitted whose next prompt blocks the tiers hold waits at the front of the queue (as long
+ * as the restores take, at most 2 s) and then takes them as computed. Errors: DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+                       const sched_cache *cache, const sched_sink *sink, sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */
 di_status sched_submit(sched *s, sched_request *r, uint64_t *id);

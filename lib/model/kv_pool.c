@@ -195,6 +195,16 @@ di_status kv_pool_seq_reserve(kv_pool *p, backend_kv_seq *s, int64_t n_tokens)
     return DI_OK;
 }
 
+void kv_pool_seq_truncate(kv_pool *p, backend_kv_seq *s, int64_t n_tokens)
+{
+    if (n_tokens < 0) n_tokens = 0;
+    if (n_tokens > s->n_tokens) return;
+    int64_t keep = (n_tokens + BLOCK - 1) / BLOCK;
+    if (keep < s->n_keyed) keep = s->n_keyed; /* shared blocks are never rewritten */
+    while (s->n_blocks > keep) release_block(p, s->block_table[--s->n_blocks]);
+    s->n_tokens = n_tokens < (int64_t)s->n_keyed * BLOCK ? (int64_t)s->n_keyed * BLOCK : n_tokens;
+}
+
 /* The key of a full block of tokens after the block keyed parent (0: the
  * first block). Never 0. */
 static uint64_t block_key(const kv_pool *p, uint64_t parent, const int32_t *tokens)

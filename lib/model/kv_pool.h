@@ -78,6 +78,12 @@ void kv_pool_seq_free(kv_pool *p, backend_kv_seq *s);
  * max_tokens), DI_ERR_OUT_OF_MEMORY (not enough blocks); the sequence then
  * keeps what it held. */
 di_status kv_pool_seq_reserve(kv_pool *p, backend_kv_seq *s, int64_t n_tokens);
+/* Keep the first n_tokens of s (n_tokens <= s->n_tokens, and not inside its
+ * keyed blocks): the blocks past them go back to the pool, the rest of the
+ * last one is written again by the tokens that follow. Speculative
+ * decoding's rollback of rejected draft tokens: a block-table truncation,
+ * never a copy. */
+void kv_pool_seq_truncate(kv_pool *p, backend_kv_seq *s, int64_t n_tokens);
 
 /* The leading full blocks of tokens[0, n_tokens) the pool holds computed:
  * returns their tokens (a multiple of MODEL_KV_BLOCK); *n_cached_blocks (may

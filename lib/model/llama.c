@@ -210,6 +210,10 @@ const model_config *model_get_config(const model *m)
 {
     return &m->cfg;
 }
+const model_weights *model_get_weights(const model *m)
+{
+    return m->w;
+}
 int64_t model_n_ctx(const model *m)
 {
     return m->opt.n_ctx;
@@ -287,6 +291,10 @@ di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
     return kv_pool_seq_reserve(model_pool(m), &s->kv, n_tokens);
+}
+void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
+{
+    kv_pool_seq_truncate(model_pool(m), &s->kv, n_tokens);
 }
 
 int64_t model_prefix_probe(const model *m, const int32_t *tokens, int64_t n_tokens,
@@ -450,6 +458,10 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
         const model_batch_item *it = &items[i];
         if (!it->seq || !it->tokens || it->n_tokens <= 0)
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "items[%d]: no tokens", i);
+        if (it->want_logits < 0 || it->want_logits > it->n_tokens)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: want_logits %d is not in [0, %lld]", i,
+                                 it->want_logits, (long long)it->n_tokens);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq)
                 return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,

@@ -101,13 +101,15 @@ void model_logits(backend *be, const backend_matrix *output, const float *output
         be->ops->matmul(be, 1, &output, NULL, h, n, &logits);
         return;
     }
-    /* The last row of each item that wants logits, gathered into h. */
+    /* The last want_logits rows of each item, gathered into h (every
+     * operation is row-wise: a row's logits do not depend on the others). */
     int64_t n_out = 0, row = 0;
     for (int i = 0; i < n_items; i++) {
         row += items[i].n_tokens;
-        if (items[i].want_logits) {
-            be->ops->rmsnorm(be, x + (row - 1) * E, E, output_norm, h + n_out * E, E, 1, E, eps);
-            n_out++;
+        int64_t k = items[i].want_logits;
+        if (k > 0) {
+            be->ops->rmsnorm(be, x + (row - k) * E, E, output_norm, h + n_out * E, E, k, E, eps);
+            n_out += k;
         }
     }
     if (n_out) be->ops->matmul(be, 1, &output, NULL, h, n_out, &logits);

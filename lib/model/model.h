@@ -70,6 +70,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
 void model_free(model *m);
 
 const model_config *model_get_config(const model *m);
+/* The weights the model runs (owned by it; read-only). */
+const model_weights *model_get_weights(const model *m);
 int64_t model_n_ctx(const model *m);
 /* Tokens held by the sequence (the position of the next token). */
 int64_t model_n_past(const model *m);
@@ -117,6 +119,10 @@ void model_seq_reset(model *m, model_seq *s);
  * DI_ERR_OUT_OF_MEMORY (no free block: the cache budget is spent); the
  * sequence keeps what it held. */
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens);
+/* Forget the sequence's tokens past its first n_tokens (kv_pool_seq_truncate:
+ * the rejected draft tokens of a speculative step). Blocks already published
+ * to the prefix cache are never cut into. */
+void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
 /* The prefix cache (model/kv_pool.h). model_prefix_probe: tokens of the
  * longest run of leading full blocks of tokens[0, n_tokens) whose keys and
  * values the cache holds (a multiple of MODEL_KV_BLOCK), *n_cached_blocks
@@ -172,13 +178,16 @@ typedef struct model_batch_item {
     model_seq *seq;
     const int32_t *tokens;
     int64_t n_tokens;
+    /* Logit rows of the item's last want_logits tokens, in [0, n_tokens]: 1
+     * for the next token after a decode step or a prompt's last chunk, more to
+     * verify draft tokens (speculative decoding). */
     int want_logits;
 } model_batch_item;
 
 /* Run one forward step over n_items sequences (each at most once). The total of
  * n_tokens must be in [1, model_n_batch], and every sequence must have blocks
- * reserved for n_past + n_tokens (model_seq_reserve). logits receives one row
- * [n_vocab] per item with want_logits, in item order. Token ids are checked.
+ * reserved for n_past + n_tokens (model_seq_reserve). logits receives
+ * want_logits rows [n_vocab] per item (its last tokens'), in item order. Token ids are checked.
  * Errors (nothing is changed): DI_ERR_INVALID_ARGUMENT (a bad id — the message
  * names the item and index —, an empty item, too many tokens, a sequence
  * without reserved room). */

@@ -246,6 +246,15 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         model_weights_close(w);
         return st;
     }
+    if (!w->name[0]) { /* the file's or folder's own name, without .gguf */
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        size_t b = n;
+        while (b > 0 && path[b - 1] != '/') b--;
+        size_t len = n - b;
+        if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
+        snprintf(w->name, sizeof w->name, "%.*s", (int)(len < 127 ? len : 127), path + b);
+    }
     *out = w;
     return DI_OK;
 }
@@ -271,6 +280,44 @@ void model_weights_close(model_weights *w)
 const model_config *model_weights_config(const model_weights *w)
 {
     return &w->config;
+}
+
+const char *model_weights_name(const model_weights *w)
+{
+    return w->name;
+}
+
+const char *model_weights_architecture(const model_weights *w)
+{
+    return w->architecture;
+}
+
+size_t model_weights_count(const model_weights *w)
+{
+    return w->n_tensors;
+}
+
+size_t model_weights_file_count(const model_weights *w)
+{
+    return w->n_file_tensors ? w->n_file_tensors : w->n_tensors;
+}
+
+const model_tensor *model_weights_at(const model_weights *w, size_t i)
+{
+    return i < w->n_tensors ? &w->tensors[i] : NULL;
+}
+
+const char *model_dtype_name(model_dtype t)
+{
+    static const char *const names[] = {
+        [MODEL_DTYPE_F32] = "F32",   [MODEL_DTYPE_F16] = "F16",
+        [MODEL_DTYPE_BF16] = "BF16", [MODEL_DTYPE_Q8_0] = "Q8_0",
+        [MODEL_DTYPE_Q4_0] = "Q4_0", [MODEL_DTYPE_Q4_1] = "Q4_1",
+        [MODEL_DTYPE_Q4_K] = "Q4_K", [MODEL_DTYPE_Q5_K] = "Q5_K",
+        [MODEL_DTYPE_Q6_K] = "Q6_K", [MODEL_DTYPE_FP8_E4M3] = "FP8_E4M3",
+        [MODEL_DTYPE_Q5_0] = "Q5_0", [MODEL_DTYPE_Q5_1] = "Q5_1",
+    };
+    return (unsigned)t < sizeof names / sizeof names[0] && names[t] ? names[t] : "?";
 }
 
 uint64_t model_weights_digest(const model_weights *w)

@@ -126,6 +126,20 @@ uint64_t model_weights_digest(const model_weights *w);
  * over the weights, for what must tell apart models that differ anywhere (the
  * prefix cache's disk tier). */
 uint64_t model_weights_content_digest(const model_weights *w);
+/* The model's name: a GGUF's general.name, a Hugging Face folder's
+ * config.json _name_or_path, else the file's or folder's name; "" when none. */
+const char *model_weights_name(const model_weights *w);
+/* The architecture as the file names it: a GGUF's general.architecture
+ * ("llama", "qwen2", "deepseek2"), a folder's architectures[0]. */
+const char *model_weights_architecture(const model_weights *w);
+/* The tensors, in file order: count, and tensor i (NULL past the end). The
+ * first model_weights_file_count are the file's own; the rest are views the
+ * loader derived from them (a GGUF's stacked experts split per expert). */
+size_t model_weights_count(const model_weights *w);
+size_t model_weights_file_count(const model_weights *w);
+const model_tensor *model_weights_at(const model_weights *w, size_t i);
+/* The storage type's name, as ggml spells it ("Q4_1", "F16", "FP8_E4M3"). */
+const char *model_dtype_name(model_dtype t);
 /* The tensor named `name` (GGUF naming), or NULL. */
 const model_tensor *model_weights_get(const model_weights *w, const char *name);
 /* As model_weights_get, but a missing tensor or one whose shape differs from

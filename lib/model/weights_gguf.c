@@ -165,6 +165,11 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
                              path, (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
+    snprintf(w->architecture, sizeof w->architecture, "%s", arch);
+    const char *name;
+    size_t nlen;
+    if (gguf_get_string(f, "general.name", &name, &nlen))
+        snprintf(w->name, sizeof w->name, "%.*s", (int)(nlen < 127 ? nlen : 127), name);
     di_status st;
     if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
         (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
@@ -327,6 +332,7 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
                            f->data + f->data_offset + ti->offset, (size_t)ti->n_bytes, err);
         if (st != DI_OK) return st;
     }
+    w->n_file_tensors = w->n_tensors;
     if ((st = read_config(w, f, path, err)) != DI_OK) return st;
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {

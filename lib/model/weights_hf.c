@@ -242,6 +242,12 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
+    struct stat cb;
+    if (stat(file, &cb) != 0 && errno == ENOENT)
+        return di_error_setf(err, DI_ERR_IO,
+                             "%s: is a directory without a config.json: a model is a .gguf file or "
+                             "a Hugging Face folder (config.json and *.safetensors)",
+                             dir);
     if (di_regular_file(file) != 0)
         return di_error_setf(err, DI_ERR_IO, "%s: %s%s", file,
                              errno == EINVAL ? "not a regular file" : "cannot open: ",
@@ -263,6 +269,11 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: not a JSON object", file);
         goto done;
     }
+    json_t *v = json_object_get(root, "_name_or_path");
+    if (json_is_string(v)) snprintf(w->name, sizeof w->name, "%s", json_string_value(v));
+    v = json_array_get(json_object_get(root, "architectures"), 0);
+    if (json_is_string(v))
+        snprintf(w->architecture, sizeof w->architecture, "%s", json_string_value(v));
     json_t *archs = json_object_get(root, "architectures");
     const char *arch = json_string_value(json_array_get(archs, 0));
     if (!arch) {

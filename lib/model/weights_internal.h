@@ -21,6 +21,10 @@ struct model_weights {
     size_t n_shards;
     void **owned; /* aligned copies of tensors whose data was misaligned in the map */
     size_t n_owned;
+    size_t n_file_tensors; /* tensors [0, n) are the file's; later ones are views
+                              the loader derived (a GGUF's split experts) */
+    char name[128];        /* model_weights_name */
+    char architecture[64]; /* model_weights_architecture */
 };
 
 /* Append a tensor named name[0, name_len) (a GGUF name). A name already present

@@ -6,6 +6,7 @@
 
 #include "util/error.h"
 #include "recipe/encoding.h"
+#include "recipe/sampling.h"
 #include "recipe/stream.h"
 #include "tokenizer/tokenizer.h"
 #include "util/utf8.h"
@@ -14,7 +15,8 @@ struct di_codec {
     const di_tokenizer *tok; /* may be NULL: text only */
     di_encoding encoding;
     rc_encoding enc;
-    char *default_system;             /* ChatML: the system turn of a conversation without one */
+    char *default_system; /* ChatML: the system turn of a conversation without one */
+    char *served_name; /* the `model` of template replies (rc_codec_set_served_name); NULL: none */
     int32_t special_id[RC_N_SPECIAL]; /* -1 when the tokenizer lacks the token */
 };
 
@@ -32,6 +34,8 @@ struct di_prompt {
     char tokens_message[600];
     rc_reply reply; /* what the output side needs (protocol requests only) */
     int has_reply;
+    rc_sampling smp; /* which sampling fields the body decided, and what it asks that is not
+                        supported (sampling.h) */
 };
 
 DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, di_codec **out,
@@ -60,7 +64,10 @@ DI_API di_status di_codec_create(const di_tokenizer *tok, di_encoding encoding, 
 
 DI_API void di_codec_free(di_codec *codec)
 {
-    if (codec) free(codec->default_system);
+    if (codec) {
+        free(codec->default_system);
+        free(codec->served_name);
+    }
     free(codec);
 }
 
@@ -159,12 +166,61 @@ static void take_facts(di_prompt *p, rc_conversation *c)
         p->top_p = !c->thinking ? (c->has_top_p ? c->top_p : 1.0f) : tools ? 0.95f : 1.0f;
     else
         p->top_p = !c->thinking ? 1.0f : !c->has_top_p ? 1.0f : c->top_p < 0.95f ? 0.95f : c->top_p;
+    p->smp.temperature = p->temperature;
+    p->smp.top_p = p->top_p;
+    p->smp.max_tokens = p->max_tokens;
+    /* decided by the body: its own value, or a rule that fixes one (thinking's
+     * temperature 1.0; V4.1-Flash's top_p; V4-Pro's top_p when thinking) */
+    if (c->thinking || c->has_temperature) p->smp.set |= RC_SET_TEMPERATURE;
+    if (c->model != RC_MODEL_V4_PRO || c->thinking || c->has_top_p) p->smp.set |= RC_SET_TOP_P;
+    if (p->has_max_tokens) p->smp.set |= RC_SET_MAX_TOKENS;
     p->stops = c->stops;
     p->n_stops = c->n_stops;
     p->images = c->images;
     p->n_images = c->n_images;
     c->stops = c->images = NULL; /* moved into the prompt */
     c->n_stops = c->n_images = 0;
+}
+
+/* A reply whose encoding does not need the body's model name answers with the
+ * served name, when the codec has one. */
+static int name_reply(const di_codec *codec, rc_reply *r)
+{
+    if (!codec->served_name) return 0;
+    char *copy = strdup(codec->served_name);
+    if (!copy) return -1;
+    free(r->model_name);
+    r->model_name = copy;
+    return 0;
+}
+
+/* The generation settings of a Chat body rendered with a chat template, which
+ * the reference does not cover: the sampling fields as OpenAI defines them
+ * (sampling.h), json_object mode, and what the engine cannot honour. R1
+ * distills always reason; DeepSeek-V3's template and ChatML never do. */
+static di_status template_facts(di_prompt *p, json_t *root, int r1, char *msg, size_t size)
+{
+    rc_conversation conv;
+    memset(&conv, 0, sizeof conv);
+    rc_err e = {DI_OK, msg, size};
+    p->smp.temperature = 1.0f;
+    p->smp.top_p = 1.0f;
+    int r = rc_sampling_template(&e, root, &p->smp, &conv);
+    p->temperature = p->smp.temperature;
+    p->top_p = p->smp.top_p;
+    p->has_max_tokens = (p->smp.set & RC_SET_MAX_TOKENS) != 0;
+    p->max_tokens = p->smp.max_tokens;
+    p->stops = conv.stops;
+    p->n_stops = conv.n_stops;
+    conv.stops = NULL;
+    conv.n_stops = 0;
+    rc_conversation_free(&conv);
+    if (r < 0) return e.status;
+    json_t *type = json_object_get(json_object_get(root, "response_format"), "type");
+    p->reply.parse_json_output =
+        json_is_string(type) && rc_streq(json_string_value(type), "json_object");
+    rc_sampling_check_supported(root, DI_PROTOCOL_CHAT, r1, &p->smp);
+    return DI_OK;
 }
 
 /* A Messages or Responses request with the chatml encoding: converted as the
@@ -231,11 +287,15 @@ static di_status render_chatml_converted(const di_codec *codec, di_protocol prot
             p->reply.tool_format = RC_TOOLS_HERMES;
             p->reply.parse_tool_calls = parse_tools;
             p->reply.starts_in_tool_calls = required;
+            if (name_reply(codec, &p->reply) != 0) st = DI_ERR_OUT_OF_MEMORY;
         }
     }
     if (p) {
         conv.thinking = 0;
         take_facts(p, &conv);
+        rc_err e = {DI_OK, msg, sizeof msg};
+        if (st == DI_OK && rc_sampling_extra(&e, root, protocol, &p->smp) < 0) st = e.status;
+        if (st == DI_OK) rc_sampling_check_supported(root, protocol, 0, &p->smp);
     }
     free(prefix.s);
     json_decref(body);
@@ -298,11 +358,14 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
                                                    &p->p, msg, sizeof msg);
         if (st == DI_OK) {
             rc_template_kind kind = chatml ? RC_KIND_CHATML : r1 ? RC_KIND_R1 : RC_KIND_V3;
-            if (rc_reply_from_template(&p->reply, kind, parse_tools, required, prefix.s, root) != 0)
+            if (rc_reply_from_template(&p->reply, kind, parse_tools, required, prefix.s, root) !=
+                    0 ||
+                name_reply(codec, &p->reply) != 0)
                 st = DI_ERR_OUT_OF_MEMORY;
             else
                 p->has_reply = 1;
         }
+        if (st == DI_OK) st = template_facts(p, root, r1, msg, sizeof msg);
         free(prefix.s);
         json_decref(root);
         return hand_over(codec, p, st, msg, out, err);
@@ -333,6 +396,13 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     }
     take_facts(p, &conv);
     rc_conversation_free(&conv);
+    rc_err e = {DI_OK, msg, sizeof msg};
+    if (st == DI_OK && rc_sampling_extra(&e, root, protocol, &p->smp) < 0) {
+        json_decref(root);
+        di_prompt_free(p);
+        return di_error_set(err, e.status, msg);
+    }
+    if (st == DI_OK) rc_sampling_check_supported(root, protocol, 2, &p->smp);
     json_decref(root);
     if (st != DI_OK) {
         di_prompt_free(p);
@@ -436,6 +506,7 @@ DI_API void di_prompt_free(di_prompt *prompt)
     free(prompt->images);
     rc_prompt_free(&prompt->p);
     rc_reply_free(&prompt->reply);
+    rc_sampling_free(&prompt->smp);
     free(prompt->ids);
     free(prompt);
 }
@@ -443,4 +514,18 @@ DI_API void di_prompt_free(di_prompt *prompt)
 const rc_reply *rc_prompt_reply(const di_prompt *p)
 {
     return p && p->has_reply ? &p->reply : NULL;
+}
+
+const rc_sampling *rc_prompt_sampling(const di_prompt *p)
+{
+    return &p->smp;
+}
+
+int rc_codec_set_served_name(di_codec *codec, const char *name)
+{
+    char *copy = name ? strdup(name) : NULL;
+    if (name && !copy) return -1;
+    free(codec->served_name);
+    codec->served_name = copy;
+    return 0;
 }

@@ -459,6 +459,24 @@ DI_API const char *di_stream_chunk_event(const di_stream *s, size_t i)
     return s && i < s->chunks.n ? s->chunks.v[i].event : NULL;
 }
 
+DI_API const char *di_stream_chunk_event_name(const di_stream *s, size_t i)
+{
+    return di_stream_chunk_event(s, i);
+}
+
+DI_API const char *di_stream_event_kind_name(di_stream_event_kind kind)
+{
+    switch (kind) {
+    case DI_STREAM_REASONING: return "reasoning";
+    case DI_STREAM_TEXT: return "text";
+    case DI_STREAM_TOOL_CALL_BEGIN: return "tool_call_begin";
+    case DI_STREAM_TOOL_CALL_ARGUMENTS: return "tool_call_arguments";
+    case DI_STREAM_TOOL_CALL_END: return "tool_call_end";
+    case DI_STREAM_FINISH: return "finish";
+    }
+    return NULL;
+}
+
 DI_API const char *di_stream_chunk_sse(const di_stream *s, size_t i, size_t *len)
 {
     if (!s || i >= s->chunks.n) {

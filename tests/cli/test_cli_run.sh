@@ -111,7 +111,7 @@ rc=${PIPESTATUS[0]}
 grep -q "cannot write the output" "$tmp/err" || fail "closed pipe: $(cat "$tmp/err")"
 # (0.02 s lands during the load, which once forgot it and answered anyway)
 timeout --preserve-status -s INT 0.02 "$cli" run --model "$model" --protocol chat \
-  --max-tokens 4000 "$tmp/req.json" >/dev/null 2>"$tmp/err"
+  --max-tokens 3000 "$tmp/req.json" >/dev/null 2>"$tmp/err"
 rc=$?
 [ "$rc" -eq 130 ] || fail "Ctrl-C exited $rc, want 130: $(cat "$tmp/err")"
 # chat: a line that is not UTF-8 is refused, said, and the status says so
@@ -154,4 +154,32 @@ PY
 "$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/file/kv" \
   "$tmp/req.json" > "$tmp/c3.json" 2> "$tmp/err" || fail "unusable --cache-dir exited $?"
 grep -q "no disk tier" "$tmp/err" || fail "unusable --cache-dir not said: $(cat "$tmp/err")"
-echo "ok: run (JSON and SSE agree, named tool call, --cache-dir), chat, and their errors"
+
+# --max-tokens overrides the body's max_tokens (48 above); the body's wins over
+# nothing else: the usage counts what was generated
+"$cli" run --model "$model" --protocol chat --threads 2 --max-tokens 3 "$tmp/req.json" \
+  > "$tmp/m3.json" 2> "$tmp/err" || fail "run --max-tokens exited $?: $(cat "$tmp/err")"
+"$python" - "$tmp/m3.json" <<'PY' || fail "--max-tokens 3 did not hold: $(cat "$tmp/m3.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["usage"]["completion_tokens"] == 3 and r["choices"][0]["finish_reason"] == "length", r
+assert r["model"] == "SmolLM2-135M-Instruct.Q4_1", r["model"]
+PY
+# a field the engine cannot honour: one line naming it, exit 1
+echo '{"n": 2, "messages": [{"role": "user", "content": "hi"}]}' |
+  "$cli" run --model "$model" --protocol chat - > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "n: only n = 1" "$tmp/err" || fail "n=2 exited $rc: $(cat "$tmp/err")"
+
+# info: the model as JSON; a missing model is one line and exit 1, no --model exit 2
+"$cli" info --model "$model" > "$tmp/info.json" 2> "$tmp/err" || fail "info exited $?: $(cat "$tmp/err")"
+"$python" - "$tmp/info.json" <<'PY' || fail "info: $(cat "$tmp/info.json")"
+import json, sys
+i = json.load(open(sys.argv[1]))
+assert i["family"] == "llama" and i["encoding"] == "chatml" and i["parameters"] == 134515008, i
+assert "<|im_end|>" in [t["text"] for t in i["special_tokens"]["eos"]], i["special_tokens"]
+PY
+"$cli" info --model "$tmp/nope.gguf" > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "info on a missing file exited $rc"
+"$cli" info > /dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] || fail "info without --model exited $rc, want 2"
+echo "ok: run (JSON and SSE agree, named tool call, --cache-dir, --max-tokens, refused fields), chat, info, and their errors"

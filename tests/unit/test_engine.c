@@ -652,7 +652,16 @@ static void test_invalid_requests_are_rejected_at_once(void **state)
     b.protocol = DI_PROTOCOL_CHAT;
     b.json = "{}";
     b.json_len = 2;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "tokens: a protocol request");
+    b.tokens = NULL;
+    b.n_tokens = 0;
     expect_submit_error(e, &b, DI_ERR_UNSUPPORTED, "token IDs");
+    b.ignore_eos = 1; /* nothing set is ignored */
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "ignore_eos: token requests only");
+    b = q;
+    b.json = "{}";
+    b.json_len = 2;
+    expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "json: a token request");
     b = q;
     b.protocol = 9;
     expect_submit_error(e, &b, DI_ERR_INVALID_ARGUMENT, "protocol");
@@ -1219,7 +1228,7 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     err = NULL;
     assert_int_equal(di_submit(e, &p, &id, &err), DI_ERR_UNSUPPORTED);
     const char *msg = di_error_message(err);
-    assert_non_null(strstr(msg, "declares encoding 3"));
+    assert_non_null(strstr(msg, "declares encoding dsv3"));
     assert_non_null(strstr(msg, "deepseek-v3"));
     assert_non_null(strstr(msg, "Assistant"));
     di_error_free(err);
@@ -1240,7 +1249,7 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     cfg.encoding = DI_ENCODING_DSV3;
     err = NULL;
     assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
-    assert_non_null(strstr(di_error_message(err), "which encoding 3 needs"));
+    assert_non_null(strstr(di_error_message(err), "which encoding dsv3 needs"));
     di_error_free(err);
 }
 

@@ -6,11 +6,16 @@
             if isinstance(ev, deepinfer.Text):
                 print(ev.text, end="", flush=True)
 
-A pure-Python (ctypes) package: it loads libdeepinfer.so.0 from $DEEPINFER_LIBRARY,
-then the dynamic loader's search path (see deepinfer.load_library). README.md and
-docs/python.md describe the threading model, the events and the errors.
+asyncio: deepinfer.AsyncEngine (async iterators over a request's events, awaitable
+results, task cancellation cancels the request), on the engine's event descriptor.
+
+A ctypes package: it loads libdeepinfer.so.0 from $DEEPINFER_LIBRARY, else the copy
+pip built into the package, else the dynamic loader's search path (see
+deepinfer.load_library). README.md and docs/python.md describe the threading model,
+the events and the errors.
 """
 
+from ._aio import AsyncEngine, AsyncRequest
 from ._engine import POLL_MS, Engine, Request, Result
 from ._errors import (
     BackendError,
@@ -63,7 +68,8 @@ def library_version() -> str:
 
 
 __all__ = [
-    "BackendError", "CancelledError", "Chunk", "ContextLengthError", "DeepinferError",
+    "AsyncEngine", "AsyncRequest", "BackendError", "CancelledError", "Chunk",
+    "ContextLengthError", "DeepinferError",
     "DeepinferIOError", "Done", "Encoding", "Engine", "Event", "Finish", "InternalError",
     "InvalidArgumentError", "InvalidRequestError", "InvalidStateError", "InvalidUTF8Error",
     "LibraryNotFoundError", "ModelFormatError", "NotFoundError", "OutOfMemoryError",

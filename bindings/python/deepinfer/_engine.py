@@ -91,6 +91,44 @@ class Result:
         return self.done.response() if self.done else None
 
 
+class _ResultBuilder:
+    """Joins a request's events into a Result (Request.result and the asyncio
+    AsyncRequest.result)."""
+
+    __slots__ = ("res", "text", "reasoning")
+
+    def __init__(self):
+        self.res = Result()
+        self.text, self.reasoning = [], []
+
+    def add(self, ev) -> None:
+        c = ev.__class__
+        if c is Text:
+            self.text.append(ev.text)
+        elif c is Tokens:
+            self.res.tokens += ev.ids
+        elif c is Reasoning:
+            self.reasoning.append(ev.text)
+        elif c is ToolCall:
+            self.res.tool_calls.append(ev)
+        elif c is Done:
+            self.res.done = ev
+
+    def finish(self, done) -> Result:
+        """The Result; raises the Done's status (the Result as exc.result)."""
+        res = self.res
+        if res.done is None:
+            res.done = done
+        res.text = "".join(self.text)
+        res.reasoning = "".join(self.reasoning)
+        d = res.done
+        if d is not None and d.status != Status.OK:
+            e = error_for(d.status, d.message)
+            e.result = res
+            raise e
+        return res
+
+
 def _make_callback(engine: "Engine"):
     """The one C event callback of an engine. Runs inside di_poll (or
     di_engine_destroy) on the polling thread: it copies what the event's kind
@@ -162,6 +200,8 @@ def _make_callback(engine: "Engine"):
                 lib.di_event_reasoning_tokens(ev),
                 string_at(p, n.value).decode("utf-8", "replace") if p else None,
                 lib.di_event_prompt_cache_hit_tokens(ev),
+                lib.di_event_draft_tokens(ev),
+                lib.di_event_accepted_draft_tokens(ev),
             )
         return None  # a kind added later: ignored, as the header asks
 
@@ -193,6 +233,9 @@ def _make_callback(engine: "Engine"):
         if out.__class__ is Done:
             req._finished = True
             routes.pop(user, None)
+        wake = req._notify
+        if wake is not None:  # an asyncio request (_aio.py): wake its waiter
+            wake()
 
     def note(e):
         if state[1] is None:
@@ -258,6 +301,15 @@ class Engine:
         kv_cache_dir: the prefix cache's disk tier, a directory where computed
             blocks are kept across restarts (None: none; docs/prefix-cache.md).
         kv_disk_cache_bytes: the disk tier's budget (0: 4 GiB).
+        served_model_name: the name responses give as `model` (None: the model
+            file's name without .gguf; the V4 encodings answer with the body's).
+        speculative_tokens: speculative decoding by prompt lookup, draft tokens
+            each decoding request verifies per step at most (0: off; at most
+            64); the output is token for token the same (Done.draft_tokens and
+            .accepted_draft_tokens count them; docs/speculative.md).
+        speculative_fixed: False (default): how many drafts a step verifies is
+            confidence-scheduled (acceptance rate against the measured step
+            time); True: every proposal (fixed-length, as llama.cpp's).
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -296,6 +348,9 @@ class Engine:
         kv_host_cache_bytes: int = 0,
         kv_cache_dir=None,
         kv_disk_cache_bytes: int = 0,
+        served_model_name: Optional[str] = None,
+        speculative_tokens: int = 0,
+        speculative_fixed: bool = False,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -320,6 +375,10 @@ class Engine:
         cfg.kv_disk_cache_bytes = kv_disk_cache_bytes
         if kv_cache_dir is not None:
             cfg.kv_cache_dir = os.fsencode(kv_cache_dir)
+        if served_model_name is not None:
+            cfg.served_model_name = served_model_name.encode("utf-8")
+        cfg.speculative_tokens = speculative_tokens
+        cfg.speculative_fixed = 1 if speculative_fixed else 0
         raised = []
         if progress is not None:
 
@@ -427,6 +486,18 @@ class Engine:
             return e
 
     @property
+    def served_model_name(self) -> str:
+        """The name responses give as `model` (served_model_name as resolved)."""
+        return self._call(self._lib.di_engine_served_model_name).decode("utf-8")
+
+    @property
+    def model_info(self) -> dict:
+        """What the engine loaded (di_engine_model_info): name, architecture,
+        family, parameters, formats {type: {tensors, parameters, bytes}},
+        context_length, chat_template, special_tokens, encoding, …"""
+        return _json.loads(self._call(self._lib.di_engine_model_info, None).decode("utf-8"))
+
+    @property
     def vocab_size(self) -> int:
         """The model's vocabulary size: prompt token ids must be below it."""
         return self._call(self._lib.di_engine_vocab_size)
@@ -490,8 +561,10 @@ class Engine:
         logit_bias {token id: bias in [-100, 100]}, stop_tokens (token requests:
         ids that end the output), ignore_eos (token requests: do not stop at the
         end-of-sequence token), max_tokens (output tokens at most; 0: to the
-        context limit, or the body's max_tokens). A protocol body's own sampling
-        fields win over these, except a non-zero max_tokens. chunks=False drops
+        context limit, or the reference's default for a protocol request; more
+        than the context leaves is ContextLengthError). A protocol body's own
+        sampling fields (max_tokens too) win over these, which give what the body
+        leaves open (docs/api.md, "Sampling precedence"). chunks=False drops
         Chunk events (saves their copies when only text and tool calls are used).
 
         Returns a Request; iterate it for events. Raises, with nothing queued:
@@ -834,7 +907,8 @@ class Request:
     Requests may be iterated from different threads at once. cancel() may be
     called from any thread."""
 
-    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "_last", "id", "done", "__weakref__")
+    __slots__ = ("_engine", "_queue", "_finished", "_chunks", "_last", "_notify", "id", "done",
+                 "__weakref__")
 
     def __init__(self, engine: Engine, chunks: bool):
         self._engine = engine
@@ -842,8 +916,26 @@ class Request:
         self._finished = False  # Done is in the queue (set by the polling thread)
         self._chunks = chunks
         self._last = None  # the event __next__ returned last
+        # Called (no arguments, must not raise) by the polling thread after each
+        # event routed here: the asyncio wrapper's wake-up (_aio.AsyncRequest).
+        self._notify = None
         self.id = 0
         self.done: Optional[Done] = None
+
+    def _take(self) -> Optional[Event]:
+        """The next queued event, or None when the queue is empty (the
+        non-blocking half of __next__, for the asyncio wrapper)."""
+        q = self._queue
+        while q:
+            ev = q[0]
+            del q[0]
+            if ev is self._last:
+                continue
+            self._last = ev
+            if ev.__class__ is Done:
+                self.done = ev
+            return ev
+        return None
 
     def __iter__(self):
         return self
@@ -968,30 +1060,10 @@ class Request:
         DeepinferError subclass (CancelledError for a cancelled request,
         ContextLengthError, …) with the partial Result as the exception's
         `result` attribute; returns the Result when the status is OK."""
-        res = Result()
-        text, reasoning = [], []
+        b = _ResultBuilder()
         for ev in self:
-            c = ev.__class__
-            if c is Text:
-                text.append(ev.text)
-            elif c is Tokens:
-                res.tokens += ev.ids
-            elif c is Reasoning:
-                reasoning.append(ev.text)
-            elif c is ToolCall:
-                res.tool_calls.append(ev)
-            elif c is Done:
-                res.done = ev
-        if res.done is None:
-            res.done = self.done
-        res.text = "".join(text)
-        res.reasoning = "".join(reasoning)
-        d = res.done
-        if d is not None and d.status != Status.OK:
-            e = error_for(d.status, d.message)
-            e.result = res
-            raise e
-        return res
+            b.add(ev)
+        return b.finish(self.done)
 
     def __repr__(self):
         state = "done" if self.done else ("finished" if self._finished else "running")

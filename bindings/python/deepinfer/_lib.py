@@ -4,9 +4,11 @@ The library is found, in order, through:
 
 1. ``$DEEPINFER_LIBRARY``: a path to ``libdeepinfer.so`` (or ``.so.0``). When it is
    set and cannot be loaded, that is the error: no other place is tried.
-2. ``ctypes.util.find_library("deepinfer")`` (ldconfig's cache, ``$LD_LIBRARY_PATH``
+2. the library bundled in the package, ``deepinfer/libdeepinfer.so.0`` (what
+   ``pip install bindings/python`` builds and installs; BUNDLED);
+3. ``ctypes.util.find_library("deepinfer")`` (ldconfig's cache, ``$LD_LIBRARY_PATH``
    on some platforms);
-3. the dynamic loader's own search for ``libdeepinfer.so.0`` (``$LD_LIBRARY_PATH``,
+4. the dynamic loader's own search for ``libdeepinfer.so.0`` (``$LD_LIBRARY_PATH``,
    the rpath, ``/etc/ld.so.conf`` directories).
 
 Only this module knows the C struct layouts; they mirror include/deepinfer/deepinfer.h
@@ -44,6 +46,9 @@ from ._errors import LibraryNotFoundError
 #: this binding was written against.
 MIN_VERSION = 100
 SONAME = "libdeepinfer.so.0"
+#: Where the package's own build of the library lies (present when the package was
+#: installed with pip from bindings/python; absent in a source checkout).
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), SONAME)
 
 # C callback types. `const di_event *` and `void *user` arrive as Python ints.
 EVENT_FN = CFUNCTYPE(None, c_void_p, c_void_p)
@@ -74,6 +79,9 @@ class EngineConfig(Structure):
         ("kv_host_cache_bytes", c_int64),
         ("kv_cache_dir", c_char_p),
         ("kv_disk_cache_bytes", c_int64),
+        ("served_model_name", c_char_p),
+        ("speculative_tokens", c_int32),
+        ("speculative_fixed", c_int32),
     ]
 
 
@@ -159,6 +167,8 @@ _SIGNATURES = [
     ("di_engine_tokenizer", c_void_p, [c_void_p]),
     ("di_engine_vocab_size", c_int32, [c_void_p]),
     ("di_engine_context_length", c_int64, [c_void_p]),
+    ("di_engine_served_model_name", c_char_p, [c_void_p]),
+    ("di_engine_model_info", c_char_p, [c_void_p, c_void_p]),
     ("di_engine_pending", c_size_t, [c_void_p]),
     ("di_engine_event_fd", c_int, [c_void_p]),
     ("di_request_init", None, [c_void_p]),
@@ -181,6 +191,8 @@ _SIGNATURES = [
     ("di_event_finish_text", c_char_p, [c_void_p]),
     ("di_event_prompt_tokens", c_uint32, [c_void_p]),
     ("di_event_prompt_cache_hit_tokens", c_uint32, [c_void_p]),
+    ("di_event_draft_tokens", c_uint32, [c_void_p]),
+    ("di_event_accepted_draft_tokens", c_uint32, [c_void_p]),
     ("di_event_completion_tokens", c_uint32, [c_void_p]),
     ("di_event_reasoning_tokens", c_uint32, [c_void_p]),
     ("di_event_response_json", c_void_p, [c_void_p, POINTER(c_size_t)]),
@@ -196,6 +208,8 @@ def _candidates():
     if env:
         return [env], True
     names = []
+    if os.path.isfile(BUNDLED):
+        names.append(BUNDLED)
     found = ctypes.util.find_library("deepinfer")
     if found:
         names.append(found)
@@ -249,7 +263,9 @@ def load():
             hint = "DEEPINFER_LIBRARY is set but does not name a loadable libdeepinfer"
         else:
             hint = (
-                "set DEEPINFER_LIBRARY to the path of libdeepinfer.so (for a build tree: "
+                "the package holds no library of its own (install it with pip install "
+                "bindings/python to build one), so set DEEPINFER_LIBRARY to the path of "
+                "libdeepinfer.so (for a build tree: "
                 "build/lib/libdeepinfer.so), or install the library where the dynamic "
                 "loader finds it (LD_LIBRARY_PATH, ldconfig)"
             )

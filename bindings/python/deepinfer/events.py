@@ -126,6 +126,10 @@ class Done:
     response_json: Optional[str]  #: finished protocol requests: the whole response
     #: of prompt_tokens, those the prefix cache held (not computed again)
     prompt_cache_hit_tokens: int = 0
+    #: draft tokens speculative decoding verified (Engine(speculative_tokens=))
+    draft_tokens: int = 0
+    #: of them, those kept (each a decode step saved)
+    accepted_draft_tokens: int = 0
 
     @property
     def ok(self) -> bool:

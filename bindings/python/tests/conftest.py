@@ -1,7 +1,10 @@
 """Shared fixtures: the library, the committed model fixtures, the real assets.
 
 Environment:
-  DEEPINFER_LIBRARY    libdeepinfer.so to test (else the loader's search path)
+  DEEPINFER_LIBRARY    libdeepinfer.so to test (else the package's bundled copy, else
+                       the loader's search path)
+  DEEPINFER_EXPECT_BUNDLED  1: test_bundled.py fails (instead of skipping) when the
+                       installed package holds no library of its own (scripts/test.sh)
   DEEPINFER_CLI        the `deepinfer` command of the same build (the greedy-token
                        oracle); else found next to the library (../examples/deepinfer)
   DI_ASSET_DIR         the asset folder (scripts/fetch_assets.py --asset-dir); else

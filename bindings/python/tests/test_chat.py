@@ -193,3 +193,18 @@ def test_smollm2_chat_text_equals_response(smol):
     assert res.text and res.text == res.response()["choices"][0]["message"]["content"]
     raw = smol.tokenizer.decode(res.tokens, skip_special=True)
     assert raw == res.text
+
+
+def test_model_info_and_served_name(smol_path):
+    """The engine describes the model it loaded, and responses name it
+    (docs/api.md, "Sampling precedence": the model field)."""
+    import deepinfer
+
+    with deepinfer.Engine(smol_path, n_threads=2, served_model_name="smol") as e:
+        info = e.model_info
+        assert info["family"] == "llama" and info["encoding"] == "chatml"
+        assert info["parameters"] == 134515008
+        assert e.served_model_name == "smol"
+        res = e.chat({"model": "gpt-4o", "max_tokens": 2, "temperature": 0,
+                      "messages": [{"role": "user", "content": "Hi."}]}).result()
+        assert res.response()["model"] == "smol"

@@ -324,7 +324,7 @@ def test_close_while_iterating_on_the_same_thread(tiny_ref, on_main):
 
     def go():
         e = deepinfer.Engine(TINY, n_threads=1)
-        r = e.submit(tiny_ref["prompt"], max_tokens=300, ignore_eos=True, seed=5)
+        r = e.submit(tiny_ref["prompt"], ignore_eos=True, seed=5)
         events = []
         for ev in r:
             events.append(ev)

@@ -241,6 +241,8 @@ pub const DI_PROTOCOL_MESSAGES: di_protocol = 2;
 pub const DI_PROTOCOL_RESPONSES: di_protocol = 3;
 #[doc = " Wire protocols of requests. Values are never renumbered; new ones are appended."]
 pub type di_protocol = ::std::os::raw::c_uint;
+#[doc = " no encoding: an engine that takes token requests only"]
+pub const DI_ENCODING_NONE: di_encoding = 0;
 #[doc = " DeepSeek V4 (deepseek-recipe's DeepseekV4Encoding)"]
 pub const DI_ENCODING_DSV4: di_encoding = 1;
 #[doc = " DeepSeek V4.1 (DeepseekV41Encoding)"]
@@ -265,6 +267,12 @@ pub struct di_codec {
 #[derive(Debug, Copy, Clone)]
 pub struct di_prompt {
     _unused: [u8; 0],
+}
+extern "C" {
+    #[doc = " The encoding's name as the CLI and docs spell it (\"dsv4\", \"dsv41\", \"dsv3\","]
+    #[doc = " \"r1\", \"chatml\"; a static string), or NULL for DI_ENCODING_NONE and unknown"]
+    #[doc = " values. Thread-safe."]
+    pub fn di_encoding_name(encoding: i32) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
     #[doc = " Create a codec for `encoding`. `tok` may be NULL (prompts then have text but no"]
@@ -350,8 +358,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " What the request asks of generation, as deepseek-recipe resolves it"]
-    #[doc = " (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. 0 for the"]
-    #[doc = " template encodings and for NULL."]
+    #[doc = " (docs/recipe-spec.md §3): thinking mode (1/0) and the stream flag. Thinking"]
+    #[doc = " is 0 for the template encodings (an R1 distill's template opens its <think>"]
+    #[doc = " block itself) and for NULL."]
     pub fn di_prompt_thinking(prompt: *const di_prompt) -> ::std::os::raw::c_int;
 }
 extern "C" {
@@ -362,7 +371,9 @@ extern "C" {
     #[doc = " The sampling temperature and top_p to use, as float32 like the reference"]
     #[doc = " (thinking mode forces temperature 1.0; top_p follows the model's rules: V4-Pro"]
     #[doc = " 0.95 when thinking with tools, V4.1-Flash at least 0.95 when thinking and 1.0"]
-    #[doc = " otherwise). 1.0 for NULL."]
+    #[doc = " otherwise); for the chat templates (DSV3, R1, ChatML), the body's values as"]
+    #[doc = " OpenAI defines them (top_p 0: temperature 0, top_p 1). 1.0 when the body"]
+    #[doc = " sets none, and for NULL."]
     pub fn di_prompt_temperature(prompt: *const di_prompt) -> f32;
 }
 extern "C" {
@@ -371,7 +382,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The request's stop sequences (Chat `stop`, Messages `stop_sequences`), in"]
-    #[doc = " order; strings owned by the prompt. di_prompt_stop returns NULL past the end."]
+    #[doc = " order, for every encoding; strings owned by the prompt. di_prompt_stop"]
+    #[doc = " returns NULL past the end."]
     pub fn di_prompt_stop_count(prompt: *const di_prompt) -> usize;
 }
 extern "C" {
@@ -391,7 +403,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The completion budget for a prompt of `prompt_tokens` tokens in a context of"]
-    #[doc = " `context_limit`, in *max_tokens: the requested max_tokens, or the reference's"]
+    #[doc = " `context_limit`, in *max_tokens: the requested max_tokens (the chat"]
+    #[doc = " templates: max_completion_tokens, else max_tokens), or the reference's"]
     #[doc = " default (8192 without thinking, 65536 with it, 131072 with effort max) lowered"]
     #[doc = " to the room left and at least 1, as deepseek-recipe's resolve_max_tokens does."]
     #[doc = " Errors: DI_ERR_CONTEXT_LENGTH when the prompt plus the requested completion"]
@@ -871,6 +884,12 @@ extern "C" {
     pub fn di_stream_event_kind_at(s: *const di_stream, i: usize) -> di_stream_event_kind;
 }
 extern "C" {
+    #[doc = " The kind's name (\"reasoning\", \"text\", \"tool_call_begin\","]
+    #[doc = " \"tool_call_arguments\", \"tool_call_end\", \"finish\"; static), NULL for unknown"]
+    #[doc = " values. See di_event_kind_name on the two enums."]
+    pub fn di_stream_event_kind_name(kind: di_stream_event_kind) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
     #[doc = " The event's text, *len bytes, NUL-terminated, owned by the stream: REASONING,"]
     #[doc = " TEXT, TOOL_CALL_ARGUMENTS: the delta; TOOL_CALL_BEGIN: the function name;"]
     #[doc = " TOOL_CALL_END: the whole arguments text — JSON as the model wrote it, which the"]
@@ -928,6 +947,13 @@ extern "C" {
     #[doc = " the JSON's `type`), owned by the stream until its next call; NULL for Chat's"]
     #[doc = " unnamed events and for i out of range."]
     pub fn di_stream_chunk_event(s: *const di_stream, i: usize) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    #[doc = " di_stream_chunk_event under the name di_event_chunk_event_name shares."]
+    pub fn di_stream_chunk_event_name(
+        s: *const di_stream,
+        i: usize,
+    ) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
     #[doc = " Chunk i as the whole SSE message to write (\"event: NAME\\n\" when named, then"]
@@ -1263,12 +1289,39 @@ pub struct di_engine_config {
     #[doc = " The disk tier's budget in bytes: over it, the oldest files are removed."]
     #[doc = " 0 (default): 4 GiB."]
     pub kv_disk_cache_bytes: i64,
+    #[doc = " The name responses give as `model` (di_engine_served_model_name), UTF-8,"]
+    #[doc = " copied. NULL (default): the model file's name without .gguf, or the"]
+    #[doc = " model folder's name (as llama-server names a model by its path; the"]
+    #[doc = " name the file gives itself is di_engine_model_info's `name`). The V4"]
+    #[doc = " encodings answer with the request body's `model` instead: it selects"]
+    #[doc = " their rules (DeepSeek-V4-Pro or DeepSeek-V4.1-Flash), as"]
+    #[doc = " deepseek-recipe echoes it."]
+    pub served_model_name: *const ::std::os::raw::c_char,
+    #[doc = " Speculative decoding: draft tokens each decoding request verifies per"]
+    #[doc = " step at most, drafted by prompt lookup (the longest recent n-gram of the"]
+    #[doc = " request's prompt and output, 1 to 3 tokens, that occurred before, and"]
+    #[doc = " what followed it: llama.cpp's lookup decoding, vLLM's ngram"]
+    #[doc = " speculation). The drafts are computed in the same batched step as"]
+    #[doc = " everyone else's work and a draft is kept only while it equals the token"]
+    #[doc = " the request would have sampled there, so the output is token for token"]
+    #[doc = " the same as without speculation — greedy or seeded — only sooner when"]
+    #[doc = " the output copies its context (code edits, quotes, JSON echoing a"]
+    #[doc = " prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count"]
+    #[doc = " them. 0 (default): off; at most 64 (docs/speculative.md)."]
+    pub speculative_tokens: i32,
+    #[doc = " 0 (default): how many of a request's drafts a step verifies is chosen"]
+    #[doc = " by confidence-scheduled verification (the request's acceptance rate so"]
+    #[doc = " far against a step-time profile every step measures, so a busy engine"]
+    #[doc = " verifies fewer and an idle one more: docs/speculative.md); 1: every"]
+    #[doc = " proposal, up to speculative_tokens (fixed-length drafting, as"]
+    #[doc = " llama.cpp's lookup decoding does). The output is the same either way."]
+    pub speculative_fixed: i32,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
     assert_eq!(
         ::std::mem::size_of::<di_engine_config>(),
-        128usize,
+        144usize,
         concat!("Size of: ", stringify!(di_engine_config))
     );
     assert_eq!(
@@ -1599,6 +1652,57 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_kv_disk_cache_bytes();
+    fn test_field_served_model_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).served_model_name) as usize - ptr as usize
+            },
+            128usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(served_model_name)
+            )
+        );
+    }
+    test_field_served_model_name();
+    fn test_field_speculative_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).speculative_tokens) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(speculative_tokens)
+            )
+        );
+    }
+    test_field_speculative_tokens();
+    fn test_field_speculative_fixed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).speculative_fixed) as usize - ptr as usize
+            },
+            140usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(speculative_fixed)
+            )
+        );
+    }
+    test_field_speculative_fixed();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
@@ -1632,9 +1736,40 @@ extern "C" {
     pub fn di_engine_destroy(engine: *mut di_engine) -> di_status;
 }
 extern "C" {
-    #[doc = " The engine's prompt encoding (a di_encoding), or 0 when it has none (protocol"]
-    #[doc = " requests are then refused). 0 for NULL. Thread-safe."]
+    #[doc = " The engine's prompt encoding, DI_ENCODING_NONE when it has none (protocol"]
+    #[doc = " requests are then refused) and for NULL; di_encoding_name names it."]
+    #[doc = " Thread-safe."]
+    pub fn di_engine_prompt_encoding(engine: *const di_engine) -> di_encoding;
+}
+extern "C" {
+    #[doc = " di_engine_prompt_encoding as an int32_t: the older name, kept as an alias."]
     pub fn di_engine_encoding(engine: *const di_engine) -> i32;
+}
+extern "C" {
+    #[doc = " The name responses give as `model` (di_engine_config.served_model_name as"]
+    #[doc = " resolved), UTF-8, owned by the engine until di_engine_destroy; NULL for NULL."]
+    #[doc = " Thread-safe."]
+    pub fn di_engine_served_model_name(engine: *const di_engine) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    #[doc = " What the engine loaded, as one JSON object (UTF-8, *len bytes when len is"]
+    #[doc = " not NULL, owned by the engine until di_engine_destroy; NULL for NULL):"]
+    #[doc = "   name, served_model_name, architecture (the file's: GGUF"]
+    #[doc = "   general.architecture, config.json architectures[0]), family (\"llama\","]
+    #[doc = "   \"qwen2\", \"deepseek_v3\", \"deepseek_v2\"), parameters (elements of every"]
+    #[doc = "   weight, block scales not counted), formats ({\"Q4_1\": {tensors,"]
+    #[doc = "   parameters, bytes}, …}: the storage types as stored), context_length (of"]
+    #[doc = "   a request), training_context_length, vocab_size, layers,"]
+    #[doc = "   embedding_length, heads, kv_heads, experts, experts_used (0 for dense"]
+    #[doc = "   models), kv_bytes_per_token, encoding (di_encoding_name, or null),"]
+    #[doc = "   chat_template (the GGUF's tokenizer.chat_template, or null),"]
+    #[doc = "   special_tokens {bos: {id, text} or null, eos: [{id, text}, …]} (every"]
+    #[doc = "   token that ends the output)."]
+    #[doc = " Members may be added; none is removed. Thread-safe."]
+    pub fn di_engine_model_info(
+        engine: *const di_engine,
+        len: *mut usize,
+    ) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
     #[doc = " The engine's tokenizer (owned by the engine, valid until di_engine_destroy),"]
@@ -1710,18 +1845,21 @@ pub struct di_request {
     pub struct_size: usize,
     #[doc = " A di_protocol, or 0 (default) for a token request."]
     pub protocol: i32,
-    #[doc = " 1: stop at none of the end-of-sequence tokens (token requests only;"]
-    #[doc = " default 0)."]
+    #[doc = " 1: stop at none of the end-of-sequence tokens (token requests only: a"]
+    #[doc = " protocol request with 1 is DI_ERR_INVALID_ARGUMENT; default 0)."]
     pub ignore_eos: i32,
-    #[doc = " Protocol requests: the request body, json_len bytes of UTF-8 JSON."]
+    #[doc = " Protocol requests: the request body, json_len bytes of UTF-8 JSON"]
+    #[doc = " (a token request with json set is DI_ERR_INVALID_ARGUMENT)."]
     pub json: *const ::std::os::raw::c_char,
     pub json_len: usize,
-    #[doc = " Token requests: the prompt, n_tokens IDs below di_engine_vocab_size."]
+    #[doc = " Token requests: the prompt, n_tokens IDs below di_engine_vocab_size (a"]
+    #[doc = " protocol request with tokens set is DI_ERR_INVALID_ARGUMENT)."]
     pub tokens: *const i32,
     pub n_tokens: usize,
     #[doc = " Output tokens at most; 0 (default): a token request runs to the context"]
-    #[doc = " limit, a protocol request uses the body's max_tokens (max_output_tokens)"]
-    #[doc = " or the reference's default (di_prompt_max_tokens). Non-zero overrides."]
+    #[doc = " limit, a protocol request whose body sets none gets the reference's"]
+    #[doc = " default (di_prompt_max_tokens), lowered to the room left. More than the"]
+    #[doc = " context leaves after the prompt is DI_ERR_CONTEXT_LENGTH."]
     pub max_tokens: i64,
     #[doc = " [0, 100], default 1; 0: greedy (the most likely token)"]
     pub temperature: f32,
@@ -1749,9 +1887,9 @@ pub struct di_request {
     pub logit_bias_ids: *const i32,
     pub logit_bias_values: *const f32,
     pub n_logit_bias: usize,
-    #[doc = " Token requests: more token ids that end the output (reported in"]
-    #[doc = " DI_EVENT_TOKENS, finish reason DI_FINISH_STOP), besides the model's end"]
-    #[doc = " of sequence."]
+    #[doc = " More token ids that end the output (reported in DI_EVENT_TOKENS, finish"]
+    #[doc = " reason DI_FINISH_STOP; a protocol request's text does not include them),"]
+    #[doc = " besides the model's end of sequence."]
     pub stop_tokens: *const i32,
     pub n_stop_tokens: usize,
     #[doc = " The callback (required) and its argument."]
@@ -2192,9 +2330,14 @@ extern "C" {
     #[doc = " a token id outside the vocabulary — the message names it), the errors of"]
     #[doc = " di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),"]
     #[doc = " DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or"]
-    #[doc = " whose encoding does not take the protocol: the message says which),"]
+    #[doc = " whose encoding does not take the protocol: the message says which; or a body"]
+    #[doc = " field the engine cannot honour yet — n > 1, logprobs, json_schema formats,"]
+    #[doc = " strict tools, parallel_tool_calls false, stored responses, reasoning"]
+    #[doc = " switches a chat template decides itself: the message names the field, and"]
+    #[doc = " docs/api.md, \"Request fields\", lists every field),"]
     #[doc = " DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the"]
-    #[doc = " context, or does not fit the KV cache budget), DI_ERR_INVALID_STATE (the"]
+    #[doc = " context, does not fit the KV cache budget, or max_tokens asks for more than"]
+    #[doc = " the room left: the message gives the numbers), DI_ERR_INVALID_STATE (the"]
     #[doc = " engine is being destroyed), DI_ERR_OUT_OF_MEMORY. Thread-safe; may be called"]
     #[doc = " from a callback."]
     pub fn di_submit(
@@ -2233,6 +2376,11 @@ extern "C" {
     pub fn di_engine_pending(engine: *mut di_engine) -> usize;
 }
 extern "C" {
+    #[doc = " di_engine_pending on a const engine (the older name takes a non-const one"]
+    #[doc = " and stays as an alias)."]
+    pub fn di_engine_pending_count(engine: *const di_engine) -> usize;
+}
+extern "C" {
     #[doc = " A file descriptor for event loops (epoll, poll, select, asyncio's add_reader,"]
     #[doc = " libuv): readable exactly while events are queued for di_poll, so a host can"]
     #[doc = " sleep in its own loop and call di_poll(engine, 0) when it wakes — as libcurl's"]
@@ -2259,6 +2407,14 @@ extern "C" {
     pub fn di_event_kind_of(ev: *const di_event) -> di_event_kind;
 }
 extern "C" {
+    #[doc = " The kind's name (\"tokens\", \"text\", \"reasoning\", \"tool_call_delta\","]
+    #[doc = " \"tool_call\", \"chunk\", \"done\"; a static string), NULL for unknown values."]
+    #[doc = " di_event_kind and di_stream_event_kind are separate enums with different"]
+    #[doc = " values (DI_EVENT_REASONING is 3, DI_STREAM_REASONING 1): compare kinds"]
+    #[doc = " only within one, or by name."]
+    pub fn di_event_kind_name(kind: di_event_kind) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
     #[doc = " The id di_submit gave the request; 0 for NULL."]
     pub fn di_event_request_id(ev: *const di_event) -> u64;
 }
@@ -2268,6 +2424,19 @@ extern "C" {
     #[doc = " NUL-terminated, owned by the event. \"\" for other kinds; NULL for NULL and for"]
     #[doc = " Chat's \"[DONE]\" chunk."]
     pub fn di_event_text(ev: *const di_event, len: *mut usize) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    #[doc = " TEXT and REASONING: the text delta (as di_event_text); NULL for other kinds"]
+    #[doc = " and for NULL. The clear name for what di_event_text gives these kinds."]
+    pub fn di_event_delta(ev: *const di_event, len: *mut usize) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    #[doc = " TOOL_CALL_DELTA: the piece of arguments JSON; TOOL_CALL: the whole arguments"]
+    #[doc = " JSON (as di_event_text); NULL for other kinds and for NULL."]
+    pub fn di_event_tool_call_arguments(
+        ev: *const di_event,
+        len: *mut usize,
+    ) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
     #[doc = " TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise."]
@@ -2313,6 +2482,11 @@ extern "C" {
     pub fn di_event_chunk_name(ev: *const di_event) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
+    #[doc = " di_event_chunk_name under the name di_stream_chunk_event_name shares: the"]
+    #[doc = " SSE event name of a CHUNK event."]
+    pub fn di_event_chunk_event_name(ev: *const di_event) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
     #[doc = " DONE: DI_OK when the request ran to its end (end of sequence, a stop, its"]
     #[doc = " token budget), DI_ERR_CANCELLED when cancelled (by di_cancel or the engine's"]
     #[doc = " destruction), or the error that ended it (DI_ERR_CONTEXT_LENGTH when the KV"]
@@ -2345,6 +2519,15 @@ extern "C" {
     #[doc = " request was first admitted, so not computed again (a multiple of 16; see"]
     #[doc = " di_engine_config.disable_prefix_cache); 0 for other kinds."]
     pub fn di_event_prompt_cache_hit_tokens(ev: *const di_event) -> u32;
+}
+extern "C" {
+    #[doc = " DONE: draft tokens the request verified (di_engine_config.speculative_tokens)"]
+    #[doc = " and, of them, those it kept (each one a decode step saved); 0 without"]
+    #[doc = " speculation and for other kinds."]
+    pub fn di_event_draft_tokens(ev: *const di_event) -> u32;
+}
+extern "C" {
+    pub fn di_event_accepted_draft_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
     #[doc = " DONE: tokens the request generated (every sampled token, the end-of-sequence"]

@@ -381,8 +381,8 @@ impl Prompt {
 
     /// The completion budget for a prompt of `prompt_tokens` in a context of
     /// `context_limit` tokens, as deepseek-recipe's `resolve_max_tokens`
-    /// (`di_prompt_max_tokens`; a ChatML or template prompt does not record the
-    /// body's max_tokens and gets the room left). `ContextLength` when the
+    /// (`di_prompt_max_tokens`; a chat template's prompt records the body's
+    /// `max_completion_tokens` or `max_tokens`). `ContextLength` when the
     /// request's max_tokens does not fit, the message giving the numbers.
     ///
     /// ```

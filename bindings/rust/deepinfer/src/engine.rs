@@ -11,6 +11,7 @@
 //! `di_engine_destroy` delivers every remaining terminal event.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::ops::ControlFlow;
 use std::os::raw::{c_char, c_int, c_void};
@@ -28,7 +29,7 @@ use crate::error::{check, Error, Result, Status};
 use crate::event::{Chunk, Done, Event, ToolCall, Usage};
 use crate::request::Request;
 use crate::tokenizer::Tokenizer;
-use crate::util::path_cstring;
+use crate::util::{cstring, ctext, path_cstring, text};
 
 /// How long a thread waiting for its request's events sits in one `di_poll`
 /// (milliseconds): the longest a dropped engine waits for a poller.
@@ -119,6 +120,9 @@ pub struct EngineBuilder<'p> {
     kv_host_cache_bytes: u64,
     kv_cache_dir: Option<PathBuf>,
     kv_disk_cache_bytes: u64,
+    served_model_name: Option<String>,
+    speculative_tokens: u32,
+    speculative_fixed: bool,
     log: Option<Box<LogFn>>,
     progress: Option<Box<ProgressFn<'p>>>,
 }
@@ -139,6 +143,9 @@ impl std::fmt::Debug for EngineBuilder<'_> {
             .field("kv_host_cache_bytes", &self.kv_host_cache_bytes)
             .field("kv_cache_dir", &self.kv_cache_dir)
             .field("kv_disk_cache_bytes", &self.kv_disk_cache_bytes)
+            .field("served_model_name", &self.served_model_name)
+            .field("speculative_tokens", &self.speculative_tokens)
+            .field("speculative_fixed", &self.speculative_fixed)
             .field("log", &self.log.is_some())
             .field("progress", &self.progress.is_some())
             .finish()
@@ -276,6 +283,43 @@ impl<'p> EngineBuilder<'p> {
         self
     }
 
+    /// The name responses give as `model` (default: the model file's name
+    /// without `.gguf`; the V4 encodings answer with the body's `model`).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").served_model_name("smol");
+    /// ```
+    pub fn served_model_name(mut self, name: &str) -> Self {
+        self.served_model_name = Some(name.to_owned());
+        self
+    }
+
+    /// Speculative decoding by prompt lookup: draft tokens each decoding
+    /// request verifies per step at most (default 0: off; at most 64). The
+    /// output is token for token the same; [`Usage::draft_tokens`] and
+    /// [`Usage::accepted_draft_tokens`](crate::Usage::accepted_draft_tokens)
+    /// count the drafts (docs/speculative.md).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").speculative_tokens(8);
+    /// ```
+    pub fn speculative_tokens(mut self, n: u32) -> Self {
+        self.speculative_tokens = n;
+        self
+    }
+
+    /// `false` (default): how many drafts a step verifies is chosen from each
+    /// request's acceptance rate against the measured step time; `true`: every
+    /// proposal (fixed-length drafting, as llama.cpp's lookup decoding).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").speculative_tokens(8).speculative_fixed(true);
+    /// ```
+    pub fn speculative_fixed(mut self, fixed: bool) -> Self {
+        self.speculative_fixed = fixed;
+        self
+    }
+
     /// The disk tier's budget in bytes (default 0: 4 GiB); over it the oldest
     /// files go.
     ///
@@ -338,6 +382,10 @@ impl<'p> EngineBuilder<'p> {
             Some(p) => Some(path_cstring(p, "kv_cache_dir")?),
             None => None,
         };
+        let served = match &self.served_model_name {
+            Some(s) => Some(cstring(s, "served_model_name")?),
+            None => None,
+        };
         let mut cfg = std::mem::MaybeUninit::<sys::di_engine_config>::zeroed();
         // SAFETY: di_engine_config_init sets struct_size and every default; a
         // zeroed struct (integers, NULL pointers, no callbacks) is valid before.
@@ -361,6 +409,9 @@ impl<'p> EngineBuilder<'p> {
         cfg.kv_host_cache_bytes = clamp_i64(self.kv_host_cache_bytes);
         cfg.kv_disk_cache_bytes = clamp_i64(self.kv_disk_cache_bytes);
         cfg.kv_cache_dir = cache_dir.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        cfg.served_model_name = served.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        cfg.speculative_tokens = clamp_i32(self.speculative_tokens);
+        cfg.speculative_fixed = i32::from(self.speculative_fixed);
 
         // The log sink lives in the engine (a thin pointer to the boxed closure)
         // until after di_engine_destroy.
@@ -726,6 +777,9 @@ impl Engine {
             kv_host_cache_bytes: 0,
             kv_cache_dir: None,
             kv_disk_cache_bytes: 0,
+            served_model_name: None,
+            speculative_tokens: 0,
+            speculative_fixed: false,
             log: None,
             progress: None,
         }
@@ -769,6 +823,33 @@ impl Engine {
     pub fn encoding(&self) -> Option<Encoding> {
         // SAFETY: a live engine.
         Encoding::from_code(unsafe { sys::di_engine_encoding(self.raw()) })
+    }
+
+    /// The name responses give as `model` (`di_engine_served_model_name`).
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert_eq!(engine.served_model_name(), "SmolLM2-135M-Instruct.Q4_1");
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn served_model_name(&self) -> Cow<'_, str> {
+        // SAFETY: a live engine; the string lives as long as it.
+        unsafe { ctext(sys::di_engine_served_model_name(self.raw())) }.unwrap_or_default()
+    }
+
+    /// What the engine loaded, as a JSON object (`di_engine_model_info`):
+    /// name, architecture, family, parameters, formats, context_length,
+    /// chat_template, special_tokens, encoding, …
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// assert!(engine.model_info().contains("\"family\":\"llama\""));
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn model_info(&self) -> Cow<'_, str> {
+        let mut len = 0usize;
+        // SAFETY: a live engine; the JSON lives as long as it.
+        unsafe { text(sys::di_engine_model_info(self.raw(), &mut len), len) }.unwrap_or_default()
     }
 
     /// The model's vocabulary size: a token request's ids are below it.

@@ -143,6 +143,11 @@ pub struct Usage {
     /// Of the prompt tokens, those the prefix cache held, so not computed again
     /// (a multiple of 16; docs/prefix-cache.md).
     pub prompt_cache_hit_tokens: u32,
+    /// Draft tokens verified by speculative decoding
+    /// ([`EngineBuilder::speculative_tokens`](crate::EngineBuilder::speculative_tokens)).
+    pub draft_tokens: u32,
+    /// Of them, those kept (each a decode step saved).
+    pub accepted_draft_tokens: u32,
 }
 
 /// The terminal event of a request ([`Event::Done`]).
@@ -378,6 +383,8 @@ impl Event<'_> {
                         completion_tokens: sys::di_event_completion_tokens(ev),
                         reasoning_tokens: sys::di_event_reasoning_tokens(ev),
                         prompt_cache_hit_tokens: sys::di_event_prompt_cache_hit_tokens(ev),
+                        draft_tokens: sys::di_event_draft_tokens(ev),
+                        accepted_draft_tokens: sys::di_event_accepted_draft_tokens(ev),
                     },
                     response_json: text(sys::di_event_response_json(ev, &mut rl), rl),
                 })

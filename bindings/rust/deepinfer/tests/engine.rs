@@ -630,3 +630,67 @@ fn a_repeated_prompt_takes_its_blocks_from_the_prefix_cache() {
     assert_eq!(tokens_of(&cold), tokens_of(&first));
     assert_eq!(one_done_last(&cold).usage.prompt_cache_hit_tokens, 0);
 }
+
+/// The engine describes the model it loaded, and responses name the served
+/// model whatever the body says.
+#[test]
+fn model_info_and_served_name() {
+    let path = match common::asset(common::SMOL) {
+        Some(p) => p,
+        None => return,
+    };
+    let engine = Engine::builder(&path)
+        .n_threads(2)
+        .served_model_name("smol")
+        .build()
+        .expect("SmolLM2 loads");
+    assert_eq!(engine.served_model_name(), "smol");
+    let info = engine.model_info();
+    assert!(info.contains("\"family\":\"llama\""), "{}", info);
+    assert!(info.contains("\"parameters\":134515008"), "{}", info);
+    let req = Request::chat(
+        r#"{"model": "gpt-4o", "temperature": 0, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi."}]}"#,
+    );
+    let events: Vec<_> = engine.submit(&req).unwrap().collect();
+    let done = one_done_last(&events);
+    let response = done.response_json.as_deref().unwrap_or_default();
+    assert!(response.contains("\"model\":\"smol\""), "{}", response);
+}
+
+/// Speculative decoding by prompt lookup: the same tokens as without it, and
+/// the drafts counted.
+#[test]
+fn speculation_is_lossless_and_counted() {
+    let prompt: Vec<i32> = [11, 22, 33, 44, 55, 66, 77, 88].repeat(4);
+    let mut runs = Vec::new();
+    for n in [0u32, 6] {
+        let tiny = common::repo_root().join("tests/fixtures/model/qwen2-tied-f16");
+        let engine = Engine::builder(&tiny)
+            .n_threads(2)
+            .speculative_tokens(n)
+            .build()
+            .expect("the tiny model loads");
+        let mut out = Vec::new();
+        for (seed, temperature) in [(1u64, 0.0f32), (2, 0.8), (3, 1.1)] {
+            let req = Request::tokens(&prompt)
+                .max_tokens(40)
+                .temperature(temperature)
+                .seed(seed)
+                .ignore_eos(true);
+            let events: Vec<_> = engine.submit(&req).unwrap().collect();
+            let done = one_done_last(&events);
+            out.push((
+                tokens_of(&events),
+                done.usage.draft_tokens,
+                done.usage.accepted_draft_tokens,
+            ));
+        }
+        runs.push(out);
+    }
+    for ((plain, d0, a0), (spec, d1, a1)) in runs[0].iter().zip(&runs[1]) {
+        assert_eq!(plain, spec);
+        assert_eq!((*d0, *a0), (0, 0));
+        assert!(a1 <= d1);
+    }
+    assert!(runs[1].iter().map(|r| r.1).sum::<u32>() > 0);
+}

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Speculative decoding by prompt lookup against llama.cpp's, in one run
+(docs/speculative.md).
+
+Workloads (SmolLM2-135M-Instruct's ChatML prompts, tokenized once by deepinfer
+and fed as the same token IDs to everyone), greedy, --gen tokens each:
+  copy  "Repeat this code exactly" over a 40-line Python file (the output
+        copies its context: where drafting pays)
+  edit  a JSON object to return with one field changed
+  free  a question whose answer copies nothing (drafting's overhead)
+
+Runs, interleaved, best of --reps, each on the same GGUF and threads:
+  di        deepinfer, speculative_tokens 0
+  di-spec   deepinfer, speculative_tokens --draft (prompt lookup, drafts chosen
+            by the confidence-scheduled allocation)
+  di-fixed  the same verifying every proposal (speculative_fixed)
+  llama     llama-cpp-python's Llama.generate
+  llama-pl  the same with LlamaPromptLookupDecoding(num_pred_tokens=--draft)
+            (llama-cpp-python's prompt-lookup draft model)
+For each: decode tokens/s (after the first token), and for deepinfer the
+drafts verified and kept. Every run's greedy tokens are checked equal to its
+own non-speculative run (lossless). Ratios last: di-spec / di,
+llama-pl / llama, and di-spec / llama-pl (> 1: deepinfer faster).
+
+    bench/speculative_bench.py [--model GGUF] [--threads 2] [--gen 128] [--draft 8]
+Needs the deepinfer Python package (bindings/python) and, for the anchor,
+llama-cpp-python (the model-oracle venv: scripts/oracle-venv.sh --model).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import deepinfer
+
+CODE = "\n".join(
+    [f"def step_{i}(state, x):\n    state[{i}] = state.get({i}, 0) + x * {i + 1}\n    return state"
+     for i in range(13)]
+) + "\n"
+
+JSON = ('{"id": 4182, "name": "Ada Lovelace", "email": "ada@example.com", "roles": ["admin", '
+        '"editor"], "settings": {"theme": "dark", "language": "en", "notifications": true}, '
+        '"projects": [{"id": 1, "title": "Analytical Engine", "status": "active"}, {"id": 2, '
+        '"title": "Notes", "status": "archived"}]}')
+
+WORKLOADS = {
+    "copy": f"Repeat this code exactly, with nothing before or after it:\n\n{CODE}",
+    "edit": f"Return this JSON object unchanged except that theme is light:\n\n{JSON}",
+    "free": "Write a short poem about the sea at night.",
+}
+
+
+def asset_path():
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "..",
+                                                       "scripts", "fetch_assets.py"),
+                          "smollm2-135m-instruct"], check=True, capture_output=True, text=True)
+    return out.stdout.split()[1]
+
+
+def prompt_tokens(engine, text):
+    """The ChatML prompt of one user message, as SmolLM2's chat template writes
+    it (its default system prompt), tokenized with the special tokens."""
+    prompt = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+              "Hugging Face<|im_end|>\n<|im_start|>user\n" + text +
+              "<|im_end|>\n<|im_start|>assistant\n")
+    return engine.tokenizer.encode(prompt, special=True)
+
+
+def run_di(engine, tokens, gen):
+    t0 = time.perf_counter()
+    first = None
+    out = []
+    done = None
+    for ev in engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=True):
+        if isinstance(ev, deepinfer.Tokens):
+            if first is None:
+                first = time.perf_counter()
+            out += ev.ids
+        elif isinstance(ev, deepinfer.Done):
+            done = ev
+    t1 = time.perf_counter()
+    rate = (len(out) - 1) / (t1 - first) if len(out) > 1 else 0.0
+    return out, rate, done.draft_tokens, done.accepted_draft_tokens, t1 - t0
+
+
+def run_llama(llm, tokens, gen):
+    llm.reset()
+    out = []
+    first = None
+    for tok in llm.generate(tokens, temp=0.0, top_k=1, reset=True):
+        if first is None:
+            first = time.perf_counter()
+        out.append(tok)
+        if len(out) == gen:
+            break
+    t1 = time.perf_counter()
+    rate = (len(out) - 1) / (t1 - first) if len(out) > 1 else 0.0
+    return out, rate
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--draft", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=2)
+    args = ap.parse_args()
+    model = args.model or asset_path()
+    di = deepinfer.Engine(model, n_threads=args.threads, max_running=1)
+    di_spec = deepinfer.Engine(model, n_threads=args.threads, max_running=1,
+                               speculative_tokens=args.draft)
+    di_fixed = deepinfer.Engine(model, n_threads=args.threads, max_running=1,
+                                speculative_tokens=args.draft, speculative_fixed=True)
+    try:
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        kw = dict(model_path=model, n_threads=args.threads, n_ctx=4096, verbose=False,
+                  logits_all=False)
+        llama = llama_cpp.Llama(**kw)
+        llama_pl = llama_cpp.Llama(**kw, draft_model=LlamaPromptLookupDecoding(
+            num_pred_tokens=args.draft))
+        anchor = True
+    except ImportError:
+        print("llama-cpp-python is not installed: the anchor runs are skipped")
+        anchor = False
+    rows = []
+    for name, text in WORKLOADS.items():
+        toks = prompt_tokens(di, text)
+        best = {}
+        for _ in range(args.reps):
+            ref, r, *_ = run_di(di, toks, args.gen)
+            best["di"] = max(best.get("di", 0), r)
+            out, r, drafted, kept, _ = run_di(di_spec, toks, args.gen)
+            assert out == ref, f"{name}: speculation changed the output"
+            best["di-spec"] = max(best.get("di-spec", 0), r)
+            best["drafts"] = (drafted, kept)
+            out, r, drafted, kept, _ = run_di(di_fixed, toks, args.gen)
+            assert out == ref, f"{name}: fixed-length speculation changed the output"
+            best["di-fixed"] = max(best.get("di-fixed", 0), r)
+            best["fixed-drafts"] = (drafted, kept)
+            if anchor:
+                lref, r = run_llama(llama, toks, args.gen)
+                best["llama"] = max(best.get("llama", 0), r)
+                lout, r = run_llama(llama_pl, toks, args.gen)
+                best["llama-pl"] = max(best.get("llama-pl", 0), r)
+                best["llama-same"] = lout == lref
+        rows.append((name, len(toks), best))
+    print(f"model {os.path.basename(model)}, threads {args.threads}, {args.gen} tokens, "
+          f"draft {args.draft}, best of {args.reps}; decode tokens/s")
+    print("| workload | prompt | di | di-spec (kept/verified) | di-fixed (kept/verified) | "
+          "llama | llama-pl | di-spec/di | di-fixed/di | llama-pl/llama | di-spec/llama-pl |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, n, b in rows:
+        d, k = b["drafts"][0], b["drafts"][1]
+        fd, fk = b["fixed-drafts"]
+        la, lp = b.get("llama"), b.get("llama-pl")
+        cells = [name, str(n), f"{b['di']:.1f}", f"{b['di-spec']:.1f} ({k}/{d})",
+                 f"{b['di-fixed']:.1f} ({fk}/{fd})",
+                 f"{la:.1f}" if la else "-", f"{lp:.1f}" if lp else "-",
+                 f"{b['di-spec'] / b['di']:.2f}", f"{b['di-fixed'] / b['di']:.2f}",
+                 f"{lp / la:.2f}" if la else "-",
+                 f"{b['di-spec'] / lp:.2f}" if lp else "-"]
+        print("| " + " | ".join(cells) + " |")
+        if la and not b.get("llama-same"):
+            print(f"  note: llama-pl's tokens differ from llama's on {name}")
+    di.close()
+    di_spec.close()
+    di_fixed.close()
+
+
+if __name__ == "__main__":
+    main()

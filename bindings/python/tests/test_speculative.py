@@ -1,0 +1,30 @@
+"""Engine(speculative_tokens=): prompt-lookup speculative decoding gives token
+for token the output of the engine without it (the oracle), greedy and seeded,
+and Done counts the drafts."""
+import deepinfer
+from conftest import TINY
+
+
+def test_speculation_is_lossless_and_counted():
+    prompt = [11, 22, 33, 44, 55, 66, 77, 88] * 4  # repeats: drafts to verify
+    runs = []
+    for n in (0, 6):
+        with deepinfer.Engine(TINY, n_threads=2, speculative_tokens=n) as e:
+            out = []
+            for seed, temperature in ((1, 0.0), (2, 0.8), (3, 1.1)):
+                res = e.generate(prompt, max_tokens=40, temperature=temperature, seed=seed,
+                                 ignore_eos=True)
+                out.append((res.tokens, res.done.draft_tokens, res.done.accepted_draft_tokens))
+            runs.append(out)
+    for (plain, d0, a0), (spec, d1, a1) in zip(*runs):
+        assert plain == spec
+        assert d0 == a0 == 0
+        assert 0 <= a1 <= d1
+    assert sum(d for _, d, _ in runs[1]) > 0
+
+
+def test_speculative_tokens_out_of_range_is_refused():
+    import pytest
+
+    with pytest.raises(deepinfer.InvalidArgumentError, match="speculative_tokens"):
+        deepinfer.Engine(TINY, speculative_tokens=65)

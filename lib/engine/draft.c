@@ -1,0 +1,98 @@
+/* Prompt-lookup drafting (draft.h). */
+#include <math.h>
+#include <string.h>
+
+#include "engine/draft.h"
+
+int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max_ngram,
+                        int32_t *out, int max, int *ngram)
+{
+    if (ngram) *ngram = 0;
+    if (max <= 0 || min_ngram < 1 || max_ngram < min_ngram) return 0;
+    for (int g = max_ngram; g >= min_ngram; g--) {
+        if (n <= g) continue;
+        const int32_t *suffix = tokens + n - g;
+        /* the most recent earlier occurrence: what the output copies now */
+        for (int64_t start = n - g - 1; start >= 0; start--) {
+            if (tokens[start] != suffix[0] ||
+                memcmp(tokens + start, suffix, (size_t)g * sizeof *tokens) != 0)
+                continue;
+            int64_t from = start + g, avail = n - from;
+            int k = avail < max ? (int)avail : max;
+            memcpy(out, tokens + from, (size_t)k * sizeof *out);
+            if (ngram) *ngram = g;
+            return k;
+        }
+    }
+    return 0;
+}
+
+static int bucket_of(int64_t n)
+{
+    int b = 0;
+    while (b + 1 < DRAFT_PROFILE_BUCKETS && ((int64_t)1 << b) < n) b++;
+    return b;
+}
+
+void draft_profile_add(draft_profile *p, int64_t n_tokens, double ns)
+{
+    if (n_tokens <= 0 || !(ns > 0)) return;
+    int b = bucket_of(n_tokens);
+    const double keep = 0.8; /* the last few steps dominate: the profile follows the load */
+    if (!p->seen[b]) {
+        p->ns[b] = ns;
+        p->tokens[b] = (double)n_tokens;
+        p->seen[b] = 1;
+        return;
+    }
+    p->ns[b] = keep * p->ns[b] + (1 - keep) * ns;
+    p->tokens[b] = keep * p->tokens[b] + (1 - keep) * (double)n_tokens;
+}
+
+double draft_profile_cost(const draft_profile *p, int64_t n_tokens)
+{
+    double x = (double)n_tokens;
+    int lo = -1, hi = -1; /* the measured buckets around x */
+    for (int b = 0; b < DRAFT_PROFILE_BUCKETS; b++) {
+        if (!p->seen[b]) continue;
+        if (p->tokens[b] <= x) lo = b;
+        if (p->tokens[b] >= x && hi < 0) hi = b;
+    }
+    if (lo < 0 && hi < 0) return 0;
+    /* Outside the measurements, in proportion to the tokens: below them that
+     * makes small steps look cheap, so drafts look dear until measured (the
+     * safe side: unmeasured speculation is not assumed to pay) */
+    if (lo < 0) return p->ns[hi] * x / p->tokens[hi];
+    if (hi < 0) return p->ns[lo] * x / p->tokens[lo];
+    if (lo == hi || p->tokens[hi] == p->tokens[lo]) return p->ns[lo];
+    double f = (x - p->tokens[lo]) / (p->tokens[hi] - p->tokens[lo]);
+    return p->ns[lo] + f * (p->ns[hi] - p->ns[lo]);
+}
+
+int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *accept,
+                       int64_t base_tokens, double base_work, int64_t budget, int *k)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) k[i] = 0;
+    int measured = draft_profile_cost(p, 1) > 0;
+    double work = base_work;
+    for (;;) {
+        int best = -1;
+        double gain = 0;
+        for (int i = 0; i < n; i++) {
+            if (k[i] >= avail[i]) continue;
+            double g = pow(accept[i], k[i] + 1);
+            if (best < 0 || g > gain) best = i, gain = g;
+        }
+        if (best < 0 || total + 1 > budget) break;
+        if (measured) {
+            double now = work / draft_profile_cost(p, base_tokens + total);
+            double next = (work + gain) / draft_profile_cost(p, base_tokens + total + 1);
+            if (!(next > now)) break;
+        }
+        k[best]++;
+        total++;
+        work += gain;
+    }
+    return total;
+}

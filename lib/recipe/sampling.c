@@ -1,0 +1,272 @@
+/* Sampling fields of request bodies and the fields the engine cannot honour
+ * (sampling.h). Ranges are OpenAI's (Chat Completions) and Anthropic's
+ * (Messages); docs/api.md, "Request fields", has the table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe/sampling.h"
+
+void rc_sampling_free(rc_sampling *s)
+{
+    free(s->bias_ids);
+    free(s->bias_values);
+    s->bias_ids = NULL;
+    s->bias_values = NULL;
+    s->n_bias = 0;
+}
+
+/* A number field in [lo, hi] into *out with `bit` set in s->set. */
+static int number(rc_err *e, json_t *root, const char *key, double lo, double hi, float *out,
+                  unsigned bit, rc_sampling *s)
+{
+    double x;
+    int r = rc_get_number(e, root, key, "", &x);
+    if (r < 0) return -1;
+    if (r == 0) return 0;
+    if (!(x >= lo && x <= hi)) return rc_fail(e, "%s: must be in [%g, %g]", key, lo, hi);
+    *out = (float)x;
+    s->set |= bit;
+    return 0;
+}
+
+/* Chat's seed, penalties and logit_bias ({"token id": bias in [-100, 100]}),
+ * and the sampling extensions vLLM and llama-server take in Chat bodies:
+ * top_k, min_p, repetition_penalty. */
+static int chat_extra(rc_err *e, json_t *root, rc_sampling *s)
+{
+    unsigned long long u;
+    int r = rc_get_uint(e, root, "seed", "", UINT64_MAX, &u);
+    if (r < 0) return -1;
+    if (r > 0) s->seed = u, s->set |= RC_SET_SEED;
+    if ((r = rc_get_uint(e, root, "top_k", "", INT32_MAX, &u)) < 0) return -1;
+    if (r > 0) s->top_k = (int32_t)u, s->set |= RC_SET_TOP_K;
+    if (number(e, root, "min_p", 0, 1, &s->min_p, RC_SET_MIN_P, s) < 0 ||
+        number(e, root, "repetition_penalty", 1e-6, 100, &s->repetition_penalty,
+               RC_SET_REPETITION_PENALTY, s) < 0)
+        return -1;
+    if (number(e, root, "presence_penalty", -2, 2, &s->presence_penalty, RC_SET_PRESENCE_PENALTY,
+               s) < 0 ||
+        number(e, root, "frequency_penalty", -2, 2, &s->frequency_penalty, RC_SET_FREQUENCY_PENALTY,
+               s) < 0)
+        return -1;
+    json_t *bias = NULL;
+    if ((r = rc_get_object(e, root, "logit_bias", "", &bias)) <= 0) return r;
+    size_t n = json_object_size(bias);
+    if (n == 0) return 0;
+    s->bias_ids = malloc(n * sizeof *s->bias_ids);
+    s->bias_values = malloc(n * sizeof *s->bias_values);
+    if (!s->bias_ids || !s->bias_values) {
+        e->status = DI_ERR_OUT_OF_MEMORY;
+        return rc_fail(e, "out of memory");
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(bias, key, v)
+    {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX)
+            return rc_fail(e, "logit_bias: key \"%.40s\" is not a token id", key);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return rc_fail(e, "logit_bias.%.40s: expected a number in [-100, 100]", key);
+        s->bias_ids[s->n_bias] = (int32_t)id;
+        s->bias_values[s->n_bias++] = (float)json_number_value(v);
+    }
+    return 0;
+}
+
+int rc_sampling_extra(rc_err *e, json_t *root, di_protocol protocol, rc_sampling *s)
+{
+    if (protocol == DI_PROTOCOL_CHAT) return chat_extra(e, root, s);
+    if (protocol == DI_PROTOCOL_MESSAGES) {
+        unsigned long long u;
+        int r = rc_get_uint(e, root, "top_k", "", INT32_MAX, &u);
+        if (r < 0) return -1;
+        if (r > 0) s->top_k = (int32_t)u, s->set |= RC_SET_TOP_K;
+    }
+    return 0;
+}
+
+/* One stop sequence: a non-empty string. */
+static int add_stop(rc_err *e, rc_conversation *conv, json_t *v, const char *what)
+{
+    if (!json_is_string(v)) return rc_fail(e, "%s: expected a string", what);
+    if (json_string_length(v) == 0) return rc_fail(e, "%s: empty string", what);
+    if (rc_add_stop(conv, json_string_value(v)) < 0) {
+        e->status = DI_ERR_OUT_OF_MEMORY;
+        return rc_fail(e, "out of memory");
+    }
+    return 0;
+}
+
+int rc_sampling_template(rc_err *e, json_t *root, rc_sampling *s, rc_conversation *conv)
+{
+    static const char *const lengths[] = {"max_completion_tokens", "max_tokens"};
+    for (int k = 0; k < 2 && !(s->set & RC_SET_MAX_TOKENS); k++) {
+        unsigned long long u;
+        int r = rc_get_uint(e, root, lengths[k], "", UINT32_MAX, &u);
+        if (r < 0) return -1;
+        if (r > 0 && (u < 1 || u > RC_MAX_TOKENS_LIMIT))
+            return rc_fail(e, "%s: must be in [1, %u]", lengths[k], RC_MAX_TOKENS_LIMIT);
+        if (r > 0) s->max_tokens = (uint32_t)u, s->set |= RC_SET_MAX_TOKENS;
+    }
+    if (number(e, root, "temperature", 0, 2, &s->temperature, RC_SET_TEMPERATURE, s) < 0 ||
+        number(e, root, "top_p", 0, 1, &s->top_p, RC_SET_TOP_P, s) < 0)
+        return -1;
+    if ((s->set & RC_SET_TOP_P) && s->top_p <= 0.0f) { /* top_p 0: only the most likely token */
+        s->temperature = 0.0f;
+        s->top_p = 1.0f;
+        s->set |= RC_SET_TEMPERATURE;
+    }
+    json_t *stop = json_object_get(root, "stop");
+    if (json_is_array(stop)) {
+        if (json_array_size(stop) > 16) return rc_fail(e, "stop: more than 16 sequences");
+        char what[32];
+        for (size_t i = 0; i < json_array_size(stop); i++) {
+            snprintf(what, sizeof what, "stop[%zu]", i);
+            if (add_stop(e, conv, json_array_get(stop, i), what) < 0) return -1;
+        }
+    } else if (stop && !json_is_null(stop)) {
+        if (!json_is_string(stop))
+            return rc_fail(e, "stop: expected a string or an array of strings");
+        if (add_stop(e, conv, stop, "stop") < 0) return -1;
+    }
+    return chat_extra(e, root, s);
+}
+
+/* Record `field: why` unless an earlier field was refused. */
+static void refuse(rc_sampling *s, const char *field, const char *why)
+{
+    if (!s->unsupported[0]) snprintf(s->unsupported, sizeof s->unsupported, "%s: %s", field, why);
+}
+
+/* Tools whose schema is strict: constrained decoding (the structured-output
+ * work) is what would honour them. Chat nests it in `function`. */
+static void check_tools(json_t *root, di_protocol protocol, rc_sampling *s)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (!json_is_array(tools)) return;
+    for (size_t i = 0; i < json_array_size(tools) && !s->unsupported[0]; i++) {
+        json_t *t = json_array_get(tools, i);
+        if (protocol == DI_PROTOCOL_CHAT) t = json_object_get(t, "function");
+        if (json_is_true(json_object_get(t, "strict"))) {
+            snprintf(s->unsupported, sizeof s->unsupported,
+                     "tools[%zu]%s.strict: strict tool schemas need constrained decoding, which "
+                     "this engine does not do yet",
+                     i, protocol == DI_PROTOCOL_CHAT ? ".function" : "");
+        }
+    }
+}
+
+/* The reasoning switch of a body whose encoding decides reasoning itself
+ * (reasoning 0: never reasons, 1: always does, 2: the body decides). */
+static void check_reasoning(json_t *root, di_protocol protocol, int reasoning, rc_sampling *s)
+{
+    if (reasoning == 2) return;
+    const char *field = NULL;
+    if (protocol == DI_PROTOCOL_MESSAGES) {
+        json_t *t = json_object_get(json_object_get(root, "thinking"), "type");
+        if (json_is_string(t) && !rc_streq(json_string_value(t), "disabled")) field = "thinking";
+    } else {
+        int chat = protocol == DI_PROTOCOL_CHAT;
+        json_t *eff = chat ? json_object_get(root, "reasoning_effort")
+                           : json_object_get(json_object_get(root, "reasoning"), "effort");
+        int none = json_is_string(eff) && rc_streq(json_string_value(eff), "none");
+        if (json_is_string(eff) && none == (reasoning == 1))
+            field = chat ? "reasoning_effort" : "reasoning.effort";
+    }
+    if (field)
+        refuse(s, field,
+               reasoning ? "this model always reasons (its chat template opens a <think> block)"
+                         : "this model's encoding has no reasoning block");
+}
+
+static const char not_yet[] = "not supported by this engine yet";
+static const char no_logprobs[] = "log probabilities are not returned yet";
+static const char one_call[] = "cannot be enforced (the model may call several tools at once)";
+
+/* Fields that are refused whatever their value (not absent, not null). */
+static void refuse_present(json_t *root, const char *const *names, size_t n, rc_sampling *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(root, names[i]);
+        if (v && !json_is_null(v)) refuse(s, names[i], not_yet);
+    }
+}
+
+static void check_chat(json_t *root, rc_sampling *s)
+{
+    json_t *v = json_object_get(root, "n");
+    if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
+        refuse(s, "n", "only n = 1 is supported (one choice per request)");
+    if (json_is_true(json_object_get(root, "logprobs"))) refuse(s, "logprobs", no_logprobs);
+    v = json_object_get(root, "top_logprobs");
+    if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
+    v = json_object_get(json_object_get(root, "response_format"), "type");
+    if (json_is_string(v) &&
+        (rc_streq(json_string_value(v), "json_schema") || rc_streq(json_string_value(v), "regex")))
+        refuse(s, "response_format.type",
+               "this format needs constrained decoding, which this engine does not do yet");
+    if (json_is_false(json_object_get(root, "parallel_tool_calls")))
+        refuse(s, "parallel_tool_calls", one_call);
+    v = json_object_get(root, "modalities");
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        json_t *m = json_array_get(v, i);
+        if (json_is_string(m) && !rc_streq(json_string_value(m), "text"))
+            refuse(s, "modalities", "only text output is generated");
+    }
+    static const char *const absent[] = {"audio", "prediction", "web_search_options", "functions",
+                                         "function_call"};
+    refuse_present(root, absent, sizeof absent / sizeof absent[0], s);
+}
+
+static void check_messages(json_t *root, rc_sampling *s)
+{
+    if (json_is_true(
+            json_object_get(json_object_get(root, "tool_choice"), "disable_parallel_tool_use")))
+        refuse(s, "tool_choice.disable_parallel_tool_use", one_call);
+    static const char *const absent[] = {"mcp_servers", "container"};
+    refuse_present(root, absent, sizeof absent / sizeof absent[0], s);
+}
+
+static void check_responses(json_t *root, rc_sampling *s)
+{
+    json_t *v = json_object_get(json_object_get(json_object_get(root, "text"), "format"), "type");
+    if (json_is_string(v) && rc_streq(json_string_value(v), "json_schema"))
+        refuse(s, "text.format.type",
+               "json_schema needs constrained decoding, which this engine does not do yet");
+    v = json_object_get(root, "top_logprobs");
+    if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
+    v = json_object_get(root, "include");
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        json_t *m = json_array_get(v, i);
+        if (json_is_string(m) && strstr(json_string_value(m), "logprobs"))
+            refuse(s, "include", no_logprobs);
+    }
+    if (json_is_false(json_object_get(root, "parallel_tool_calls")))
+        refuse(s, "parallel_tool_calls", one_call);
+    if (json_is_true(json_object_get(root, "store")))
+        refuse(s, "store", "true: responses are not stored");
+    if (json_is_true(json_object_get(root, "background")))
+        refuse(s, "background", "true: requests run in the foreground only");
+    v = json_object_get(root, "truncation");
+    if (json_is_string(v) && !rc_streq(json_string_value(v), "disabled"))
+        refuse(s, "truncation", "only \"disabled\" (a prompt longer than the context is an error)");
+    static const char *const absent[] = {"previous_response_id", "conversation", "prompt",
+                                         "max_tool_calls"};
+    refuse_present(root, absent, sizeof absent / sizeof absent[0], s);
+}
+
+void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoning, rc_sampling *s)
+{
+    if (!json_is_object(root)) return;
+    if (protocol == DI_PROTOCOL_CHAT)
+        check_chat(root, s);
+    else if (protocol == DI_PROTOCOL_MESSAGES)
+        check_messages(root, s);
+    else
+        check_responses(root, s);
+    check_tools(root, protocol, s);
+    check_reasoning(root, protocol, reasoning, s);
+}

@@ -1,0 +1,81 @@
+/* What a request body asks of generation beyond its prompt (sampling.c): the
+ * sampling fields each protocol defines, which of them the body decided, and
+ * the first field it sets that the engine cannot honour.
+ *
+ * The V4 encodings resolve temperature, top_p, max_tokens and stop sequences
+ * as deepseek-recipe does (codec.c's take_facts); every encoding gets the rest
+ * here, with OpenAI's and Anthropic's ranges: the chat templates (DeepSeek-V3,
+ * R1 distills, ChatML), which the reference does not cover, get all of them. */
+#ifndef DI_RECIPE_SAMPLING_H
+#define DI_RECIPE_SAMPLING_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+#include "recipe/request_common.h"
+
+/* Bits of rc_sampling.set: the fields the body decided — its own value, or a
+ * rule of its model that fixes one (thinking mode's temperature 1.0). */
+enum {
+    RC_SET_TEMPERATURE = 1u << 0,
+    RC_SET_TOP_P = 1u << 1,
+    RC_SET_TOP_K = 1u << 2,
+    RC_SET_SEED = 1u << 3,
+    RC_SET_PRESENCE_PENALTY = 1u << 4,
+    RC_SET_FREQUENCY_PENALTY = 1u << 5,
+    RC_SET_MAX_TOKENS = 1u << 6,
+    RC_SET_MIN_P = 1u << 7,
+    RC_SET_REPETITION_PENALTY = 1u << 8,
+};
+
+typedef struct rc_sampling {
+    unsigned set;
+    float temperature, top_p, presence_penalty, frequency_penalty, min_p, repetition_penalty;
+    int32_t top_k;
+    uint64_t seed;
+    uint32_t max_tokens;
+    /* Chat's logit_bias: token ids and biases (malloc'd, [n_bias]) */
+    int32_t *bias_ids;
+    float *bias_values;
+    size_t n_bias;
+    /* The first field the body sets that the engine cannot honour yet
+     * ("n", "logprobs", "response_format.json_schema", …), and why; "" when
+     * none. The codec still renders such a body (deepseek-recipe accepts it);
+     * di_submit refuses it with DI_ERR_UNSUPPORTED. */
+    char unsupported[200];
+} rc_sampling;
+
+/* The largest max_tokens a body may ask for (deepseek-recipe's bound). */
+#define RC_MAX_TOKENS_LIMIT 393216u
+
+/* A Chat Completions body rendered with a chat template: max_completion_tokens
+ * (or max_tokens), temperature [0, 2], top_p [0, 1] (0 keeps only the most
+ * likely token), seed, presence/frequency_penalty [-2, 2], logit_bias, and its
+ * stop sequences (a string or up to 16 strings) appended to conv. 0, or -1 with
+ * the error naming the field. */
+int rc_sampling_template(rc_err *e, json_t *root, rc_sampling *s, rc_conversation *conv);
+
+/* A body the V4 encodings resolve: the fields deepseek-recipe checks but does
+ * not resolve — Chat's seed, penalties and logit_bias, Messages' top_k. 0, or -1
+ * with the error. */
+int rc_sampling_extra(rc_err *e, json_t *root, di_protocol protocol, rc_sampling *s);
+
+/* Fill s->unsupported with the first field of `root` (a `protocol` body) the
+ * engine does not honour, for an encoding that has a reasoning block
+ * (`reasoning`: 0 for ChatML, which drops it). */
+void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoning, rc_sampling *s);
+
+void rc_sampling_free(rc_sampling *s);
+
+/* The sampling facts of a rendered prompt (owned by it; codec.c). */
+const rc_sampling *rc_prompt_sampling(const di_prompt *p);
+
+/* The name the replies of encodings that do not need the body's model name
+ * (the chat templates, ChatML) give as `model`: copied; NULL: the body's, or
+ * the template family's name. Not thread-safe: set it before rendering. 0, or
+ * -1 when out of memory (the codec keeps its previous name). */
+int rc_codec_set_served_name(di_codec *codec, const char *name);
+
+#endif

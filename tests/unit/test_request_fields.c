@@ -1,0 +1,579 @@
+/* Request fields as a host sees them (docs/api.md, "Request fields" and
+ * "Sampling precedence"): the chat templates' prompts report the body's
+ * sampling fields; every field the engine cannot honour is refused by
+ * di_submit naming it, and the same body without it is accepted; the body's
+ * sampling fields win over di_request's, checked against the same request
+ * with the value moved into di_request (the sampler is the oracle of
+ * itself: identical tokens); max_tokens past the context is an error; the
+ * usage's completion_tokens equals di_event_completion_tokens; responses name
+ * the served model; di_engine_model_info describes the file; the clear names
+ * and their aliases agree. With SmolLM2 (skipped when the asset is missing)
+ * and a tiny Hugging Face folder. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "deepinfer/deepinfer.h"
+
+#define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+
+static di_prompt *render(di_encoding enc, di_protocol protocol, const char *body, di_status want,
+                         const char *want_in_message)
+{
+    di_codec *c = NULL;
+    assert_int_equal(di_codec_create(NULL, enc, &c, NULL), DI_OK);
+    di_prompt *p = NULL;
+    di_error *err = NULL;
+    di_status st = di_codec_render(c, protocol, body, strlen(body), &p, &err);
+    if (st != want) fail_msg("render %s: %d (%s)", body, (int)st, di_error_message(err));
+    if (want_in_message && !strstr(di_error_message(err), want_in_message))
+        fail_msg("render %s: message \"%s\" lacks \"%s\"", body, di_error_message(err),
+                 want_in_message);
+    di_error_free(err);
+    di_codec_free(c);
+    return p;
+}
+
+static void test_template_prompts_report_the_body(void **state)
+{
+    (void)state;
+    const di_encoding encs[] = {DI_ENCODING_CHATML, DI_ENCODING_DSV3, DI_ENCODING_R1};
+    for (size_t k = 0; k < 3; k++) {
+        di_prompt *p = render(encs[k], DI_PROTOCOL_CHAT,
+                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                              "\"temperature\":0.25,\"top_p\":0.5,\"max_tokens\":7,"
+                              "\"stop\":[\"x\",\"yz\"]}",
+                              DI_OK, NULL);
+        assert_true(di_prompt_temperature(p) == 0.25f);
+        assert_true(di_prompt_top_p(p) == 0.5f);
+        assert_int_equal(di_prompt_stop_count(p), 2);
+        assert_string_equal(di_prompt_stop(p, 1), "yz");
+        assert_null(di_prompt_stop(p, 2));
+        uint32_t mt = 0;
+        assert_int_equal(di_prompt_max_tokens(p, 10, 4096, &mt, NULL), DI_OK);
+        assert_int_equal(mt, 7);
+        assert_int_equal(di_prompt_max_tokens(p, 4093, 4096, &mt, NULL), DI_ERR_CONTEXT_LENGTH);
+        di_prompt_free(p);
+        /* a body without them: the defaults, and no stop sequences */
+        p = render(encs[k], DI_PROTOCOL_CHAT,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"END\"}",
+                   DI_OK, NULL);
+        assert_true(di_prompt_temperature(p) == 1.0f);
+        assert_true(di_prompt_top_p(p) == 1.0f);
+        assert_int_equal(di_prompt_stop_count(p), 1);
+        di_prompt_free(p);
+    }
+    /* max_completion_tokens wins over the older max_tokens, as OpenAI's */
+    di_prompt *p = render(DI_ENCODING_CHATML, DI_PROTOCOL_CHAT,
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                          "\"max_completion_tokens\":3,\"max_tokens\":9}",
+                          DI_OK, NULL);
+    uint32_t mt = 0;
+    assert_int_equal(di_prompt_max_tokens(p, 10, 4096, &mt, NULL), DI_OK);
+    assert_int_equal(mt, 3);
+    di_prompt_free(p);
+    /* Messages converted for ChatML report theirs too */
+    p = render(DI_ENCODING_CHATML, DI_PROTOCOL_MESSAGES,
+               "{\"model\":\"m\",\"max_tokens\":5,\"temperature\":0.5,\"stop_sequences\":[\"q\"],"
+               "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+               DI_OK, NULL);
+    assert_true(di_prompt_temperature(p) == 0.5f);
+    assert_int_equal(di_prompt_stop_count(p), 1);
+    assert_int_equal(di_prompt_max_tokens(p, 10, 4096, &mt, NULL), DI_OK);
+    assert_int_equal(mt, 5);
+    di_prompt_free(p);
+    /* out of range or of the wrong type: the field named */
+    static const struct {
+        const char *body, *field;
+    } bad[] = {
+        {"\"temperature\":3", "temperature"},
+        {"\"top_p\":-1", "top_p"},
+        {"\"max_tokens\":0", "max_tokens"},
+        {"\"stop\":5", "stop"},
+        {"\"stop\":[\"a\",\"\"]", "stop[1]"},
+        {"\"seed\":-2", "seed"},
+        {"\"presence_penalty\":2.5", "presence_penalty"},
+        {"\"logit_bias\":{\"abc\":1}", "logit_bias"},
+        {"\"logit_bias\":{\"5\":101}", "logit_bias.5"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+                 bad[i].body);
+        assert_null(render(DI_ENCODING_CHATML, DI_PROTOCOL_CHAT, body, DI_ERR_INVALID_REQUEST,
+                           bad[i].field));
+    }
+}
+
+/* A ChatML answer in json_object mode is the JSON, without the Markdown fence
+ * small models put around it (the smallest failing input of the issue). */
+static void test_chatml_json_object_drops_the_fence(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"response_format\":{\"type\":\"json_object\"},\"messages\":[{\"role\":\"user\","
+        "\"content\":\"JSON please\"}]}",
+        "{\"model\":\"m\",\"text\":{\"format\":{\"type\":\"json_object\"}},\"input\":\"JSON "
+        "please\"}",
+    };
+    const di_protocol protocols[] = {DI_PROTOCOL_CHAT, DI_PROTOCOL_RESPONSES};
+    for (int k = 0; k < 2; k++) {
+        di_prompt *p = render(DI_ENCODING_CHATML, protocols[k], bodies[k], DI_OK, NULL);
+        di_stream *st = NULL;
+        assert_int_equal(di_stream_create(p, NULL, NULL, &st, NULL), DI_OK);
+        di_prompt_free(p);
+        assert_int_equal(di_stream_ready(st, 5, 0, NULL, NULL), DI_OK);
+        const char *out = "```json\n{\"a\": 1}\n```";
+        assert_int_equal(di_stream_push_text(st, out, strlen(out), 6, NULL), DI_OK);
+        assert_int_equal(di_stream_finish(st, DI_FINISH_STOP, NULL), DI_OK);
+        const char *r = di_stream_response_json(st, NULL);
+        if (strstr(r, "```")) fail_msg("the fence stayed: %s", r);
+        assert_non_null(strstr(r, "{\\\"a\\\": 1}"));
+        di_stream_free(st);
+    }
+    /* without json_object the text is the model's, fence and all */
+    di_prompt *p = render(DI_ENCODING_CHATML, DI_PROTOCOL_CHAT,
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", DI_OK, NULL);
+    di_stream *st = NULL;
+    assert_int_equal(di_stream_create(p, NULL, NULL, &st, NULL), DI_OK);
+    di_prompt_free(p);
+    const char *out = "```json\n{}\n```";
+    assert_int_equal(di_stream_push_text(st, out, strlen(out), 4, NULL), DI_OK);
+    assert_int_equal(di_stream_finish(st, DI_FINISH_STOP, NULL), DI_OK);
+    assert_non_null(strstr(di_stream_response_json(st, NULL), "```json"));
+    di_stream_free(st);
+}
+
+/* ---- the engine ---- */
+
+typedef struct rec {
+    uint64_t id;
+    int done;
+    di_status status;
+    di_finish finish;
+    uint32_t completion_tokens, n_tokens;
+    char response[8192];
+    int n_delta, n_delta_mismatch;
+    int32_t first_token;
+} rec;
+
+static void on_event(void *user, const di_event *ev)
+{
+    rec *r = user;
+    size_t n = 0;
+    switch (di_event_kind_of(ev)) {
+    case DI_EVENT_TOKENS: {
+        const int32_t *t = di_event_tokens(ev, &n);
+        if (r->n_tokens == 0 && n) r->first_token = t[0];
+        r->n_tokens += (uint32_t)n;
+        assert_null(di_event_delta(ev, NULL));
+        break;
+    }
+    case DI_EVENT_TEXT:
+    case DI_EVENT_REASONING: {
+        size_t a = 0, b = 0;
+        const char *x = di_event_delta(ev, &a), *y = di_event_text(ev, &b);
+        r->n_delta++;
+        if (x != y || a != b) r->n_delta_mismatch++;
+        assert_null(di_event_tool_call_arguments(ev, NULL));
+        break;
+    }
+    case DI_EVENT_CHUNK:
+        assert_ptr_equal(di_event_chunk_event_name(ev), di_event_chunk_name(ev));
+        break;
+    case DI_EVENT_DONE: {
+        r->done++;
+        r->status = di_event_status(ev);
+        r->finish = di_event_finish_reason(ev);
+        r->completion_tokens = di_event_completion_tokens(ev);
+        size_t len = 0;
+        const char *j = di_event_response_json(ev, &len);
+        if (j && len < sizeof r->response) memcpy(r->response, j, len + 1);
+        break;
+    }
+    default: break;
+    }
+    assert_non_null(di_event_kind_name(di_event_kind_of(ev)));
+}
+
+static di_engine *make_engine(const char *path, int64_t n_ctx, const char *served)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = path;
+    cfg.n_threads = 2;
+    cfg.n_ctx = n_ctx;
+    cfg.served_model_name = served;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    return e;
+}
+
+static void poll_until_idle(di_engine *e)
+{
+    for (int i = 0; i < 100000 && di_engine_pending_count(e) > 0; i++)
+        assert_true(di_poll(e, 50) >= 0);
+    assert_int_equal(di_engine_pending(e), 0);
+}
+
+/* Submit a Chat body (with `req`'s other fields) and run it to its end. */
+static di_status run_chat(di_engine *e, const char *body, const di_request *base, rec *r,
+                          di_error **err)
+{
+    di_request q = *base;
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = body;
+    q.json_len = strlen(body);
+    q.on_event = on_event;
+    q.user_data = r;
+    memset(r, 0, sizeof *r);
+    di_status st = di_submit(e, &q, &r->id, err);
+    if (st == DI_OK) poll_until_idle(e);
+    return st;
+}
+
+static void test_unsupported_fields_are_refused(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 512, NULL);
+    static const struct {
+        di_protocol protocol;
+        const char *fields, *named;
+    } cases[] = {
+        {DI_PROTOCOL_CHAT, "\"n\":2", "n:"},
+        {DI_PROTOCOL_CHAT, "\"n\":\"2\"", "n:"},
+        {DI_PROTOCOL_CHAT, "\"n\":2.0", "n:"},
+        {DI_PROTOCOL_CHAT, "\"logprobs\":true", "logprobs"},
+        {DI_PROTOCOL_CHAT, "\"logprobs\":true,\"top_logprobs\":2", "logprobs"},
+        {DI_PROTOCOL_CHAT,
+         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+         "\"schema\":{\"type\":\"object\"}}}",
+         "response_format.type"},
+        {DI_PROTOCOL_CHAT, "\"parallel_tool_calls\":false", "parallel_tool_calls"},
+        {DI_PROTOCOL_CHAT,
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
+         "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]",
+         "tools[0].function.strict"},
+        {DI_PROTOCOL_CHAT, "\"reasoning_effort\":\"high\"", "reasoning_effort"},
+        {DI_PROTOCOL_CHAT, "\"audio\":{\"voice\":\"x\"}", "audio"},
+        {DI_PROTOCOL_CHAT, "\"modalities\":[\"text\",\"audio\"]", "modalities"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}",
+         "thinking"},
+        {DI_PROTOCOL_MESSAGES,
+         "\"tools\":[{\"name\":\"f\",\"strict\":true,\"input_schema\":{\"type\":\"object\"}}]",
+         "tools[0].strict"},
+        {DI_PROTOCOL_MESSAGES,
+         "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
+         "\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":true}",
+         "disable_parallel_tool_use"},
+        {DI_PROTOCOL_RESPONSES, "\"store\":true", "store"},
+        {DI_PROTOCOL_RESPONSES, "\"previous_response_id\":\"resp_1\"", "previous_response_id"},
+        {DI_PROTOCOL_RESPONSES,
+         "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":"
+         "\"object\"}}}",
+         "text.format.type"},
+        {DI_PROTOCOL_RESPONSES, "\"top_logprobs\":3", "top_logprobs"},
+        {DI_PROTOCOL_RESPONSES, "\"background\":true", "background"},
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":\"high\"}", "reasoning.effort"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int resp = cases[i].protocol == DI_PROTOCOL_RESPONSES;
+        const char *head =
+            resp ? "{\"model\":\"m\",\"input\":\"hi\",\"max_output_tokens\":2"
+                 : "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\","
+                   "\"content\":\"hi\"}]";
+        char body[1024];
+        snprintf(body, sizeof body, "%s,%s}", head, cases[i].fields);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = cases[i].protocol;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.on_event = on_event;
+        rec r = {0};
+        q.user_data = &r;
+        di_error *err = NULL;
+        uint64_t id;
+        di_status st = di_submit(e, &q, &id, &err);
+        if (st != DI_ERR_UNSUPPORTED || !strstr(di_error_message(err), cases[i].named))
+            fail_msg("case %zu (%s): status %d, \"%s\"", i, body, (int)st, di_error_message(err));
+        di_error_free(err);
+        /* without the field the same body is served */
+        snprintf(body, sizeof body, "%s}", head);
+        q.json_len = strlen(body);
+        if (di_submit(e, &q, &r.id, &err) != DI_OK)
+            fail_msg("case %zu without the field: %s", i, di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r.status, DI_OK);
+    }
+    /* informational fields and the values that change nothing are accepted */
+    di_request base;
+    di_request_init(&base);
+    rec r;
+    assert_int_equal(run_chat(e,
+                              "{\"model\":\"m\",\"max_tokens\":2,\"n\":1,\"logprobs\":false,"
+                              "\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"parallel_tool_calls\":"
+                              "true,\"reasoning_effort\":\"none\",\"messages\":[{\"role\":\"user\","
+                              "\"content\":\"hi\"}]}",
+                              &base, &r, NULL),
+                     DI_OK);
+    assert_int_equal(r.status, DI_OK);
+    /* the codec itself still renders such bodies, as deepseek-recipe does */
+    di_prompt *p =
+        render(DI_ENCODING_DSV4, DI_PROTOCOL_CHAT,
+               "{\"model\":\"DeepSeek-V4-Pro\",\"logprobs\":true,\"messages\":[{\"role\":"
+               "\"user\",\"content\":\"hi\"}]}",
+               DI_OK, NULL);
+    di_prompt_free(p);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* Output tokens of a finished request, compared by the response text. */
+static void assert_same_output(const rec *a, const rec *b)
+{
+    const char *ca = strstr(a->response, "\"content\""), *cb = strstr(b->response, "\"content\"");
+    assert_non_null(ca);
+    assert_non_null(cb);
+    const char *ea = strstr(ca, "\"finish_reason\""), *eb = strstr(cb, "\"finish_reason\"");
+    assert_non_null(ea);
+    assert_non_null(eb);
+    assert_int_equal(ea - ca, eb - cb);
+    assert_memory_equal(ca, cb, (size_t)(ea - ca));
+    assert_int_equal(a->completion_tokens, b->completion_tokens);
+}
+
+static void test_sampling_precedence(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 512, NULL);
+    const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"Name three colors.\"}]";
+    char body[512];
+    rec a, b;
+    di_request hot, cold;
+    di_request_init(&hot);
+    hot.temperature = 1.7f;
+    hot.seed = 11;
+    di_request_init(&cold);
+    cold.temperature = 0.0f;
+    /* the body's temperature 0 beats di_request's 1.7: greedy, as di_request's 0 */
+    snprintf(body, sizeof body, "{\"max_tokens\":12,\"temperature\":0,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &hot, &a, NULL), DI_OK);
+    snprintf(body, sizeof body, "{\"max_tokens\":12,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &cold, &b, NULL), DI_OK);
+    assert_same_output(&a, &b);
+    /* the body's temperature and seed beat di_request's greedy setting */
+    snprintf(body, sizeof body, "{\"max_tokens\":12,\"temperature\":1.7,\"seed\":11,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &cold, &a, NULL), DI_OK);
+    snprintf(body, sizeof body, "{\"max_tokens\":12,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &hot, &b, NULL), DI_OK);
+    assert_same_output(&a, &b);
+    /* vLLM's and llama-server's Chat extensions: top_k 1 is greedy whatever
+     * the temperature */
+    snprintf(body, sizeof body, "{\"max_tokens\":12,\"top_k\":1,\"n\":1.0,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &hot, &a, NULL), DI_OK);
+    snprintf(body, sizeof body, "{\"max_tokens\":12,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &cold, &b, NULL), DI_OK);
+    assert_same_output(&a, &b);
+    /* max_tokens: the body's wins; di_request's applies when the body has none */
+    di_request nine = cold;
+    nine.max_tokens = 9;
+    snprintf(body, sizeof body, "{\"max_tokens\":3,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &nine, &a, NULL), DI_OK);
+    assert_int_equal(a.finish, DI_FINISH_LENGTH);
+    assert_int_equal(a.completion_tokens, 3);
+    snprintf(body, sizeof body, "{%s}", msgs);
+    assert_int_equal(run_chat(e, body, &nine, &a, NULL), DI_OK);
+    assert_int_equal(a.completion_tokens, 9);
+    /* past the context (512): an error saying so, from either source */
+    di_error *err = NULL;
+    di_request big = cold;
+    big.max_tokens = 600;
+    assert_int_equal(run_chat(e, body, &big, &a, &err), DI_ERR_CONTEXT_LENGTH);
+    assert_non_null(strstr(di_error_message(err), "max_tokens"));
+    assert_non_null(strstr(di_error_message(err), "512"));
+    di_error_free(err);
+    err = NULL;
+    snprintf(body, sizeof body, "{\"max_tokens\":600,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &cold, &a, &err), DI_ERR_CONTEXT_LENGTH);
+    di_error_free(err);
+    /* the body's logit_bias is applied: -100 on the greedy first token changes it */
+    snprintf(body, sizeof body, "{\"max_tokens\":1,%s}", msgs);
+    assert_int_equal(run_chat(e, body, &cold, &a, NULL), DI_OK);
+    const char *c0 = strstr(a.response, "\"content\":\"");
+    assert_non_null(c0);
+    /* find the token of that text and bias it away */
+    const di_tokenizer *tok = di_engine_tokenizer(e);
+    int32_t *ids;
+    size_t n_ids;
+    char piece[64];
+    const char *q0 = c0 + strlen("\"content\":\"");
+    const char *q1 = strchr(q0, '"');
+    assert_non_null(q1);
+    snprintf(piece, sizeof piece, "%.*s", (int)(q1 - q0), q0);
+    assert_int_equal(di_tokenizer_encode(tok, piece, strlen(piece), 0, &ids, &n_ids, NULL), DI_OK);
+    assert_true(n_ids >= 1);
+    snprintf(body, sizeof body, "{\"max_tokens\":1,\"logit_bias\":{\"%d\":-100},%s}", (int)ids[0],
+             msgs);
+    di_tokens_free(ids);
+    assert_int_equal(run_chat(e, body, &cold, &b, NULL), DI_OK);
+    assert_string_not_equal(strstr(b.response, "\"content\""), strstr(a.response, "\"content\""));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* The usage's completion_tokens in the response JSON. */
+static unsigned usage_completion(const char *response)
+{
+    const char *u = strstr(response, "\"completion_tokens\":");
+    assert_non_null(u);
+    return (unsigned)strtoul(u + strlen("\"completion_tokens\":"), NULL, 10);
+}
+
+static void test_usage_agrees_and_names_the_model(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 512, NULL);
+    assert_string_equal(di_engine_served_model_name(e), "SmolLM2-135M-Instruct.Q4_1");
+    di_request cold;
+    di_request_init(&cold);
+    cold.temperature = 0.0f;
+    rec r;
+    /* ends by its end-of-sequence token (<|im_end|>), which both counts include */
+    assert_int_equal(
+        run_chat(e,
+                 "{\"model\":\"gpt-4o\",\"max_tokens\":200,\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"Say hello.\"}]}",
+                 &cold, &r, NULL),
+        DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_STOP);
+    assert_int_equal(usage_completion(r.response), r.completion_tokens);
+    assert_int_equal(r.n_tokens, r.completion_tokens);
+    assert_true(r.n_delta > 0);
+    assert_int_equal(r.n_delta_mismatch, 0);
+    /* the model that answered, not the body's name */
+    assert_non_null(strstr(r.response, "\"model\":\"SmolLM2-135M-Instruct.Q4_1\""));
+    /* ends by its budget */
+    assert_int_equal(
+        run_chat(e, "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Count.\"}]}",
+                 &cold, &r, NULL),
+        DI_OK);
+    assert_int_equal(usage_completion(r.response), 4);
+    assert_int_equal(r.completion_tokens, 4);
+    /* di_request's stop_tokens end a protocol request too: stopping at its first
+     * greedy token leaves no text, one generated token */
+    di_request stop = cold;
+    int32_t first = r.first_token;
+    stop.stop_tokens = &first;
+    stop.n_stop_tokens = 1;
+    assert_int_equal(
+        run_chat(e, "{\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"Count.\"}]}",
+                 &stop, &r, NULL),
+        DI_OK);
+    assert_int_equal(r.finish, DI_FINISH_STOP);
+    assert_int_equal(r.completion_tokens, 1);
+    assert_non_null(strstr(r.response, "\"content\":\"\""));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    /* a configured served name */
+    e = make_engine(SMOL, 512, "smol");
+    assert_int_equal(
+        run_chat(e, "{\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"Hi.\"}]}",
+                 &cold, &r, NULL),
+        DI_OK);
+    assert_non_null(strstr(r.response, "\"model\":\"smol\""));
+    size_t len;
+    const char *info = di_engine_model_info(e, &len);
+    assert_non_null(info);
+    assert_int_equal(strlen(info), len);
+    static const char *const has[] = {
+        "\"served_model_name\":\"smol\"", "\"architecture\":\"llama\"", "\"family\":\"llama\"",
+        "\"Q4_1\":{\"tensors\":",         "\"encoding\":\"chatml\"",    "\"context_length\":512",
+        "\"vocab_size\":49152",           "\"text\":\"<|im_end|>\"",    "\"chat_template\":\"{"};
+    for (size_t i = 0; i < sizeof has / sizeof has[0]; i++)
+        if (!strstr(info, has[i])) fail_msg("model info lacks %s: %s", has[i], info);
+    /* SmolLM2-135M: 134,515,008 parameters (its embeddings tied) */
+    const char *pc = strstr(info, "\"parameters\":");
+    assert_non_null(pc);
+    assert_int_equal(strtoll(pc + strlen("\"parameters\":"), NULL, 10), 134515008);
+    assert_int_equal(di_engine_prompt_encoding(e), DI_ENCODING_CHATML);
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_CHATML);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+static void test_model_info_of_a_folder(void **state)
+{
+    (void)state;
+    di_engine *e = make_engine(TINY, 0, NULL);
+    assert_string_equal(di_engine_served_model_name(e), "qwen2-tied-f16");
+    const char *info = di_engine_model_info(e, NULL);
+    static const char *const has[] = {"\"family\":\"qwen2\"",
+                                      "\"architecture\":\"Qwen2ForCausalLM\"", "\"F16\":{",
+                                      "\"encoding\":null", "\"chat_template\":null"};
+    for (size_t i = 0; i < sizeof has / sizeof has[0]; i++)
+        if (!strstr(info, has[i])) fail_msg("model info lacks %s: %s", has[i], info);
+    assert_int_equal(di_engine_prompt_encoding(e), DI_ENCODING_NONE);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    assert_null(di_engine_model_info(NULL, NULL));
+    assert_null(di_engine_served_model_name(NULL));
+    assert_int_equal(di_engine_pending_count(NULL), 0);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    assert_string_equal(di_encoding_name(DI_ENCODING_DSV4), "dsv4");
+    assert_string_equal(di_encoding_name(DI_ENCODING_DSV41), "dsv41");
+    assert_string_equal(di_encoding_name(DI_ENCODING_DSV3), "dsv3");
+    assert_string_equal(di_encoding_name(DI_ENCODING_R1), "r1");
+    assert_string_equal(di_encoding_name(DI_ENCODING_CHATML), "chatml");
+    assert_null(di_encoding_name(DI_ENCODING_NONE));
+    assert_null(di_encoding_name(99));
+    assert_string_equal(di_event_kind_name(DI_EVENT_REASONING), "reasoning");
+    assert_string_equal(di_stream_event_kind_name(DI_STREAM_REASONING), "reasoning");
+    assert_string_equal(di_event_kind_name(DI_EVENT_DONE), "done");
+    assert_string_equal(di_stream_event_kind_name(DI_STREAM_TOOL_CALL_ARGUMENTS),
+                        "tool_call_arguments");
+    assert_null(di_event_kind_name((di_event_kind)0));
+    assert_null(di_stream_event_kind_name((di_stream_event_kind)42));
+    assert_null(di_event_delta(NULL, NULL));
+    assert_null(di_event_tool_call_arguments(NULL, NULL));
+    assert_null(di_stream_chunk_event_name(NULL, 0));
+    /* a directory that is not a model folder says so */
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = DI_FIXTURE_DIR "/model";
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_IO);
+    assert_non_null(strstr(di_error_message(err), "is a directory without a config.json"));
+    di_error_free(err);
+    di_tokenizer *tok = NULL;
+    err = NULL;
+    assert_int_equal(di_tokenizer_load(DI_FIXTURE_DIR "/model", &tok, &err), DI_ERR_IO);
+    assert_non_null(strstr(di_error_message(err), "is a directory without a tokenizer.json"));
+    di_error_free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_prompts_report_the_body),
+        cmocka_unit_test(test_chatml_json_object_drops_the_fence),
+        cmocka_unit_test(test_unsupported_fields_are_refused),
+        cmocka_unit_test(test_sampling_precedence),
+        cmocka_unit_test(test_usage_agrees_and_names_the_model),
+        cmocka_unit_test(test_model_info_of_a_folder),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
