@@ -10,6 +10,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git file binutils
   # libraries the library and its tests link
   libjansson-dev libonig-dev libutf8proc-dev libxxhash-dev libzstd-dev libcmocka-dev zstd
+  # deepinfer serve's HTTP server, and the browser its chat page is tested in
+  libmicrohttpd-dev chromium
   # sanitizers and libFuzzer (clang's runtime), formatting and static analysis
   clang libclang-rt-14-dev clang-format clang-tidy
   # ABI guard

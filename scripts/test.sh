@@ -5,7 +5,8 @@
 # PyPI (scripts/fetch_assets.py); lib/README.md's include rules; format check; a
 # warnings-as-errors build and its whole ctest suite (unit, CLI, export, oracle and
 # parity tests; the kernels this CPU ran are named); a parallel build with CMake's
-# default generator (Unix Makefiles); the Python and Rust bindings' tests; the same suite
+# default generator (Unix Makefiles); the Python and Rust bindings' tests; deepinfer
+# serve's suite with the official openai/anthropic SDKs (tests/serve); the same suite
 # under ASan+UBSan; the threaded tests under ThreadSanitizer; the libFuzzer targets (clang) for DI_FUZZ_SECONDS each;
 # clang-tidy; install + pkg-config/find_package consumers; the host examples built
 # against the install and run on SmolLM2; the main job (scripts/run.sh); the ABI guard; and the
@@ -88,6 +89,18 @@ DEEPINFER_LIBRARY=$root/build/release/lib/libdeepinfer.so DEEPINFER_EXPECT_BUNDL
   DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
   "$py_venv/bin/pytest" -q -p no:cacheprovider bindings/python/tests
 
+step "serve: deepinfer serve against the official openai and anthropic SDKs (tests/serve)"
+# Its own venv (tests/serve/requirements.txt, pinned); SmolLM2 on a free loopback
+# port; the chat page in headless Chromium (the screenshot's path is printed).
+serve_venv=$root/build/serve-venv
+rm -rf "$serve_venv"
+python3 -m venv "$serve_venv"
+"$serve_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  -r tests/serve/requirements.txt
+DEEPINFER_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
+  DI_SERVE_ARTIFACTS=$root/build/serve-artifacts \
+  "$serve_venv/bin/pytest" -q -s -p no:cacheprovider tests/serve
+
 step "rust binding: bindgen check, rustfmt, clippy, cargo test and the examples (bindings/rust)"
 scripts/check-rust.sh build/release "$assets"
 
@@ -98,6 +111,14 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDI_WERROR=ON -DDI_C
 cmake --build build/asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+# deepinfer serve under ASan+UBSan: the SDK, error, limit, disconnect and shutdown
+# tests (the oracle comparisons, the load and the page tests take minutes under
+# ASan; the release run has them; about 2 minutes).
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  DEEPINFER_CLI=$root/build/asan/examples/deepinfer \
+  DEEPINFER_RUN_CLI=$root/build/release/examples/deepinfer DI_ASSET_DIR=$assets \
+  "$serve_venv/bin/pytest" -q -p no:cacheprovider -k "not identical" tests/serve/test_serve.py
 
 step "build: ThreadSanitizer (the engine's threads: worker, pool, submitters, pollers)"
 # Only the tests that run threads; without the real models (which take minutes
@@ -114,10 +135,10 @@ step "fuzz: libFuzzer targets"
 scripts/fuzz.sh "${DI_FUZZ_SECONDS:-20}"
 
 step "static analysis: clang-tidy"
-git ls-files 'lib/*.c' | xargs clang-tidy -p build/release --quiet --warnings-as-errors='*' 2>&1 \
+git ls-files 'lib/*.c' 'examples/cli/serve/*.c' | xargs clang-tidy -p build/release --quiet --warnings-as-errors='*' 2>&1 \
   | grep -v -E '^[0-9]+ warnings? generated\.$' || true
 # xargs' status is clang-tidy's; re-run it for the verdict without the noise.
-git ls-files 'lib/*.c' | xargs clang-tidy -p build/release --quiet --warnings-as-errors='*' >/dev/null 2>&1
+git ls-files 'lib/*.c' 'examples/cli/serve/*.c' | xargs clang-tidy -p build/release --quiet --warnings-as-errors='*' >/dev/null 2>&1
 echo "ok: clang-tidy clean"
 
 step "install: pkg-config and find_package consumers"

@@ -32,6 +32,8 @@ int cli_generate(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+/* deepinfer serve (serve/serve.c), or a refusal when built without libmicrohttpd. */
+int cli_serve(int argc, char **argv);
 int cli_info(int argc, char **argv);
 
 #endif

@@ -7,6 +7,7 @@
  *   deepinfer logits --model PATH --tokens ID,... --out FILE [--threads T] [--kv-f32]
  *   deepinfer run --model PATH --protocol P [--stream] [...] REQUEST.json|-
  *   deepinfer chat --model PATH [--system TEXT] [...]
+ *   deepinfer serve --model PATH [--host ADDR] [--port N] [...]
  *   deepinfer info --model PATH [--tokenizer PATH] [--ctx N]
  *   deepinfer version         print the library and header versions
  *   deepinfer help            list the commands
@@ -29,11 +30,23 @@ typedef struct command {
 } command;
 
 static int cmd_version(int argc, char **argv);
+
+#ifndef DI_HAVE_SERVE
+int cli_serve(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "deepinfer serve: this build has no server (configure with libmicrohttpd "
+                    "installed: libmicrohttpd-dev)\n");
+    return EXIT_FAILED;
+}
+#endif
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
     {"run", "answer an API request with a model (JSON, or the SSE stream)", cli_run},
     {"chat", "talk with a model on the terminal, streaming", cli_chat},
+    {"serve", "serve the OpenAI and Anthropic HTTP APIs with a model", cli_serve},
     {"render", "render an API request into a DeepSeek prompt or its token IDs", cli_render},
     {"tokenize", "encode text to token IDs, or decode IDs to text", cli_tokenize},
     {"parse", "turn generated text into a protocol response or SSE stream", cli_parse},
