@@ -75,7 +75,7 @@ def test_answer_identical_to_deepinfer_run(server, name, stream):
 
 def test_models_listed_for_both_sdks(openai_client, anthropic_client):
     ids = [m.id for m in openai_client.models.list()]
-    assert ids == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    assert ids == ["SmolLM2-135M-Instruct.Q4_1"]  # the file's name, without .gguf
     assert [m.id for m in anthropic_client.models.list()] == ids
 
 
@@ -87,6 +87,8 @@ def test_chat_stream_joins_to_the_response(openai_client):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == full.choices[0].message.content and text
     assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    # the answer names the model that answered, the one /v1/models lists
+    assert full.model == chunks[0].model == openai_client.models.list().data[0].id
     assert full.usage.prompt_tokens > 0 and full.usage.completion_tokens > 0
 
 

@@ -176,6 +176,7 @@ static di_engine *load(const srv_config *c)
     cfg.encoding = (int32_t)c->encoding;
     cfg.max_running = (int32_t)c->parallel;
     cfg.kv_cache_dir = c->cache_dir;
+    cfg.served_model_name = c->model_name; /* NULL: the file's name, as responses give it */
     cfg.disable_prefix_cache = c->no_prefix_cache;
     cfg.log = on_log;
     cfg.log_user = (void *)c;
@@ -343,8 +344,8 @@ int cli_serve(int argc, char **argv)
                 di_status_string((di_status)-s.engine_fd));
         goto done;
     }
-    const char *base = strrchr(c.model, '/');
-    s.model_id = c.model_name ? c.model_name : base && base[1] ? base + 1 : c.model;
+    /* the name responses carry as `model` (di_engine_config.served_model_name) */
+    s.model_id = di_engine_served_model_name(s.engine);
     if (!(s.daemon = start_daemon(&s))) goto done;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s.daemon, MHD_DAEMON_INFO_BIND_PORT);
     s.started = srv_now();
