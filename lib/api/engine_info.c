@@ -1,7 +1,9 @@
 /* Model introspection (deepinfer.h, "Engine": di_engine_model_info,
  * di_engine_served_model_name, di_encoding_name): what the engine loaded,
  * gathered once at di_engine_create into one JSON object the engine owns. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +11,7 @@
 #include "recipe/sampling.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 DI_API const char *di_encoding_name(int32_t encoding)
 {
@@ -100,16 +103,50 @@ static json_t *token(const di_engine *e, int32_t id)
     return json_pack("{s:i,s:o}", "id", (int)id, "text", t ? t : json_null());
 }
 
-/* The file's or folder's name, without .gguf (malloc'd). */
+/* The last component of path[0, n) without trailing slashes: *b..*n. */
+static void last_component(const char *path, size_t *b, size_t *n)
+{
+    *n = strlen(path);
+    while (*n > 1 && path[*n - 1] == '/') (*n)--;
+    *b = *n;
+    while (*b > 0 && path[*b - 1] != '/') (*b)--;
+}
+
+/* The file's or folder's name, without .gguf (malloc'd): for a path ending in
+ * "." or ".." the folder it names ("models/x/." is x), and ill-formed UTF-8
+ * replaced by U+FFFD, as the name is JSON text in every response. */
 static char *path_stem(const char *path)
 {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/') b--;
+    size_t b, n;
+    last_component(path, &b, &n);
+    char *real = NULL;
+    if (n - b == 0 || (n - b == 1 && path[b] == '.') ||
+        (n - b == 2 && path[b] == '.' && path[b + 1] == '.')) {
+        if ((real = realpath(path, NULL)) != NULL && strcmp(real, "/") != 0) {
+            path = real;
+            last_component(path, &b, &n);
+        }
+    }
     size_t len = n - b;
     if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
-    return rc_strndup(path + b, len);
+    const uint8_t *s = (const uint8_t *)path + b;
+    char *out = malloc(len * 3 + 1); /* one byte becomes at most U+FFFD's three */
+    size_t o = 0;
+    for (size_t i = 0; out && i < len;) {
+        size_t k = di_utf8_sequence_length(s + i, len - i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += di_utf8_ill_formed_length(s + i, len - i);
+        }
+    }
+    if (out) out[o] = 0;
+    free(real);
+    return out;
 }
 
 di_status engine_info_build(di_engine *e, const char *model_path, const char *served,
