@@ -191,6 +191,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             goto fail;
         if ((st = di_prompt_tokens(prompt, &ids, &n_ids, err)) != DI_OK) goto fail;
         body = rc_prompt_sampling(prompt);
+        if (body->invalid[0]) {
+            st = di_error_set(err, DI_ERR_INVALID_REQUEST, body->invalid);
+            goto fail;
+        }
         if (body->unsupported[0]) {
             st = di_error_set(err, DI_ERR_UNSUPPORTED, body->unsupported);
             goto fail;
@@ -276,8 +280,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         }
     if (!q.ignore_eos)
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
-    for (size_t i = 0; i < q.n_stop_tokens; i++)
-        r->stop_ids[r->n_stop++] = q.stop_tokens[i];
+    for (size_t i = 0; i < q.n_stop_tokens; i++) r->stop_ids[r->n_stop++] = q.stop_tokens[i];
     a->n_prompt = (uint32_t)n_ids;
     if (q.protocol) {
         if ((st = di_stream_create(prompt, e->tok, NULL, &a->stream, err)) != DI_OK) goto fail;

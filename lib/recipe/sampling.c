@@ -230,6 +230,30 @@ static void check_reasoning(json_t *root, di_protocol protocol, int reasoning, r
                          : "this model's encoding has no reasoning block");
 }
 
+/* Record `field: expected want` unless an earlier field had the wrong type. */
+static void wrong(rc_sampling *s, const char *field, const char *want)
+{
+    if (!s->invalid[0]) snprintf(s->invalid, sizeof s->invalid, "%s: expected %s", field, want);
+}
+
+/* A field that must be a boolean, or absent or null. */
+static void need_bool(json_t *root, const char *key, rc_sampling *s)
+{
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_null(v) && !json_is_boolean(v)) wrong(s, key, "a boolean");
+}
+
+/* A field that must be an array of strings, or absent or null. */
+static void need_strings(json_t *root, const char *key, rc_sampling *s)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return;
+    int ok = json_is_array(v);
+    for (size_t i = 0; ok && i < json_array_size(v); i++)
+        ok = rc_json_is_text(json_array_get(v, i));
+    if (!ok) wrong(s, key, "an array of strings");
+}
+
 static const char not_yet[] = "not supported by this engine yet";
 static const char no_logprobs[] = "log probabilities are not returned yet";
 static const char one_call[] = "cannot be enforced (the model may call several tools at once)";
@@ -245,6 +269,7 @@ static void refuse_present(json_t *root, const char *const *names, size_t n, rc_
 
 static void check_chat(json_t *root, rc_sampling *s)
 {
+    need_strings(root, "modalities", s);
     json_t *v = json_object_get(root, "n");
     if (json_is_integer(v) && json_integer_value(v) != 1)
         refuse(s, "n", "one choice per request is generated (n = 1)");
@@ -280,6 +305,12 @@ static void check_messages(json_t *root, rc_sampling *s)
 
 static void check_responses(json_t *root, rc_sampling *s)
 {
+    need_bool(root, "store", s);
+    need_bool(root, "background", s);
+    need_bool(root, "parallel_tool_calls", s);
+    need_strings(root, "include", s);
+    json_t *t = json_object_get(root, "truncation");
+    if (t && !json_is_null(t) && !rc_json_is_text(t)) wrong(s, "truncation", "a string");
     json_t *v = json_object_get(json_object_get(json_object_get(root, "text"), "format"), "type");
     if (json_is_string(v) && rc_streq(json_string_value(v), "json_schema"))
         refuse(s, "text.format.type",

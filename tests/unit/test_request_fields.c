@@ -693,6 +693,75 @@ static void test_names_are_utf8(void **state)
     rmdir(dir);
 }
 
+/* ChatML converts Messages and Responses with its reasoning switches replaced:
+ * the body's own are still checked first (each was replaced unseen); and the
+ * fields the engine judges, of the wrong type, are DI_ERR_INVALID_REQUEST from
+ * di_submit (Responses' store: "true" was served as if absent). */
+static void test_converted_switches_and_judged_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        di_protocol protocol;
+        const char *fields, *named;
+    } bad[] = {
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":\"high\"", "reasoning"},
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":\"bogus\"}", "reasoning.effort"},
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":5}", "effort"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":\"enabled\"", "thinking"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":5}", "thinking.type"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"bogus\"}", "thinking.type"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"disabled\",\"budget_tokens\":\"x\"}",
+         "thinking.budget_tokens"},
+        {DI_PROTOCOL_MESSAGES, "\"output_config\":{\"effort\":\"bogus\"}", "output_config.effort"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 bad[i].protocol == DI_PROTOCOL_RESPONSES
+                     ? "{\"model\":\"m\",\"input\":\"hi\",%s}"
+                     : "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"hi\"}],%s}",
+                 bad[i].fields);
+        assert_null(render(DI_ENCODING_CHATML, bad[i].protocol, body, DI_ERR_INVALID_REQUEST,
+                           bad[i].named));
+    }
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 256, NULL);
+    static const struct {
+        di_protocol protocol;
+        const char *fields, *named;
+    } judged[] = {
+        {DI_PROTOCOL_RESPONSES, "\"store\":\"true\"", "store"},
+        {DI_PROTOCOL_RESPONSES, "\"background\":\"yes\"", "background"},
+        {DI_PROTOCOL_RESPONSES, "\"parallel_tool_calls\":\"false\"", "parallel_tool_calls"},
+        {DI_PROTOCOL_RESPONSES, "\"truncation\":5", "truncation"},
+        {DI_PROTOCOL_RESPONSES, "\"include\":\"message.output_text.logprobs\"", "include"},
+        {DI_PROTOCOL_RESPONSES, "\"include\":[5]", "include"},
+        {DI_PROTOCOL_CHAT, "\"modalities\":\"audio\"", "modalities"},
+    };
+    for (size_t i = 0; i < sizeof judged / sizeof judged[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 judged[i].protocol == DI_PROTOCOL_RESPONSES
+                     ? "{\"model\":\"m\",\"input\":\"hi\",%s}"
+                     : "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+                 judged[i].fields);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = judged[i].protocol;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.on_event = on_event;
+        di_error *err = NULL;
+        uint64_t id;
+        di_status st = di_submit(e, &q, &id, &err);
+        if (st != DI_ERR_INVALID_REQUEST || !strstr(di_error_message(err), judged[i].named))
+            fail_msg("case %zu (%s): status %d, \"%s\"", i, body, (int)st, di_error_message(err));
+        di_error_free(err);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -705,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_template_fields_of_the_wrong_type),
         cmocka_unit_test(test_names_are_utf8),
+        cmocka_unit_test(test_converted_switches_and_judged_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
