@@ -1,5 +1,6 @@
 /* model_weights: the tensor table, lookups and the checks every model passes
  * (see weights.h). The loaders live in weights_gguf.c and weights_hf.c. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,13 +248,25 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         return st;
     }
     if (!w->name[0]) { /* the file's or folder's own name, without .gguf */
-        size_t n = strlen(path);
-        while (n > 1 && path[n - 1] == '/') n--;
-        size_t b = n;
-        while (b > 0 && path[b - 1] != '/') b--;
-        size_t len = n - b;
-        if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
-        mw_copy_name(w->name, sizeof w->name, path + b, len);
+        char *real = NULL;
+        for (int pass = 0; pass < 2; pass++) {
+            size_t n = strlen(path);
+            while (n > 1 && path[n - 1] == '/') n--;
+            size_t b = n;
+            while (b > 0 && path[b - 1] != '/') b--;
+            size_t len = n - b;
+            /* "dir/." or "dir/..": the folder it names */
+            int dots = len == 0 || (len == 1 && path[b] == '.') ||
+                       (len == 2 && path[b] == '.' && path[b + 1] == '.');
+            if (dots && pass == 0 && (real = realpath(path, NULL)) != NULL) {
+                path = real;
+                continue;
+            }
+            if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
+            mw_copy_name(w->name, sizeof w->name, path + b, len);
+            break;
+        }
+        free(real);
     }
     *out = w;
     return DI_OK;

@@ -650,6 +650,9 @@ static void test_names_are_utf8(void **state)
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         e = make_engine(paths[i], 0, NULL);
         assert_string_equal(di_engine_served_model_name(e), "qwen2-tied-f16");
+        /* and so does the model's own name, the config giving none */
+        if (!strstr(di_engine_model_info(e, NULL), "\"name\":\"qwen2-tied-f16\""))
+            fail_msg("%s: %.200s", paths[i], di_engine_model_info(e, NULL));
         assert_int_equal(di_engine_destroy(e), DI_OK);
     }
     /* a copy of the folder named "m\xff", whose config names it with 126 ASCII
