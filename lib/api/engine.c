@@ -371,6 +371,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
     if (!c.model_path)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "model_path: must not be NULL");
+    if (c.served_model_name) { /* every response carries it as JSON text */
+        di_utf8_scan u =
+            di_utf8_scan_bytes((const uint8_t *)c.served_model_name, strlen(c.served_model_name));
+        if (u.state != DI_UTF8_VALID)
+            return di_error_setf(
+                err, DI_ERR_INVALID_ARGUMENT,
+                "served_model_name: not UTF-8 (an ill-formed sequence at byte %zu)", u.valid);
+    }
     if (c.device == DI_DEVICE_CUDA)
         return di_error_set(err, DI_ERR_UNSUPPORTED,
                             "device: the CUDA backend is not built yet; use DI_DEVICE_CPU");

@@ -2,6 +2,7 @@
  * di_engine_served_model_name, di_encoding_name): what the engine loaded,
  * gathered once at di_engine_create into one JSON object the engine owns. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/file.h"
+#include "util/utf8.h"
 
 DI_API const char *di_encoding_name(int32_t encoding)
 {
@@ -101,12 +103,32 @@ static json_t *token(const di_engine *e, int32_t id)
     return json_pack("{s:i,s:o}", "id", (int)id, "text", t ? t : json_null());
 }
 
-/* The file's or folder's name, without .gguf (malloc'd). */
+/* The file's or folder's name, without .gguf (malloc'd): for a path ending in
+ * "." or ".." the folder it names ("models/x/." is x), and ill-formed UTF-8
+ * replaced by U+FFFD, as the name is JSON text in every response. */
 static char *path_stem(const char *path)
 {
-    const char *start;
-    size_t len = di_path_stem(path, &start);
-    return rc_strndup(start, len);
+    char *raw = di_path_name(path);
+    if (!raw) return NULL;
+    size_t len = strlen(raw);
+    const uint8_t *s = (const uint8_t *)raw;
+    char *out = malloc(len * 3 + 1); /* one byte becomes at most U+FFFD's three */
+    size_t o = 0;
+    for (size_t i = 0; out && i < len;) {
+        size_t k = di_utf8_sequence_length(s + i, len - i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += di_utf8_ill_formed_length(s + i, len - i);
+        }
+    }
+    if (out) out[o] = 0;
+    free(raw);
+    return out;
 }
 
 di_status engine_info_build(di_engine *e, const char *model_path, const char *served,

@@ -193,6 +193,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             goto fail;
         if ((st = di_prompt_tokens(prompt, &ids, &n_ids, err)) != DI_OK) goto fail;
         body = rc_prompt_sampling(prompt);
+        if (body->invalid[0]) {
+            st = di_error_set(err, DI_ERR_INVALID_REQUEST, body->invalid);
+            goto fail;
+        }
         if (body->unsupported[0]) {
             st = di_error_set(err, DI_ERR_UNSUPPORTED, body->unsupported);
             goto fail;

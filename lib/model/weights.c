@@ -248,9 +248,9 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         return st;
     }
     if (!w->name[0]) { /* the file's or folder's own name, without .gguf */
-        const char *start;
-        size_t len = di_path_stem(path, &start);
-        snprintf(w->name, sizeof w->name, "%.*s", (int)(len < 127 ? len : 127), start);
+        char *name = di_path_name(path);
+        if (name) mw_copy_name(w->name, sizeof w->name, name, strlen(name));
+        free(name);
     }
     *out = w;
     return DI_OK;
@@ -277,6 +277,17 @@ void model_weights_close(model_weights *w)
 const model_config *model_weights_config(const model_weights *w)
 {
     return &w->config;
+}
+
+void mw_copy_name(char *dst, size_t size, const char *s, size_t n)
+{
+    const char *nul = memchr(s, 0, n);
+    if (nul) n = (size_t)(nul - s);
+    size_t m = n < size - 1 ? n : size - 1;
+    /* a continuation byte right after the cut: back off to its lead byte */
+    while (m > 0 && m < n && ((unsigned char)s[m] & 0xC0) == 0x80) m--;
+    memcpy(dst, s, m);
+    dst[m] = 0;
 }
 
 const char *model_weights_name(const model_weights *w)

@@ -169,7 +169,7 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     const char *name;
     size_t nlen;
     if (gguf_get_string(f, "general.name", &name, &nlen))
-        snprintf(w->name, sizeof w->name, "%.*s", (int)(nlen < 127 ? nlen : 127), name);
+        mw_copy_name(w->name, sizeof w->name, name, nlen);
     di_status st;
     if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
         (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||

@@ -270,10 +270,12 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         goto done;
     }
     json_t *v = json_object_get(root, "_name_or_path");
-    if (json_is_string(v)) snprintf(w->name, sizeof w->name, "%s", json_string_value(v));
+    if (json_is_string(v))
+        mw_copy_name(w->name, sizeof w->name, json_string_value(v), json_string_length(v));
     v = json_array_get(json_object_get(root, "architectures"), 0);
     if (json_is_string(v))
-        snprintf(w->architecture, sizeof w->architecture, "%s", json_string_value(v));
+        mw_copy_name(w->architecture, sizeof w->architecture, json_string_value(v),
+                     json_string_length(v));
     json_t *archs = json_object_get(root, "architectures");
     const char *arch = json_string_value(json_array_get(archs, 0));
     if (!arch) {

@@ -36,6 +36,10 @@ di_status mw_add_tensor(model_weights *w, const char *file, const char *name, si
 /* The configuration checks and the tensors every Llama/Qwen2 model needs, with
  * their shapes, checked after a loader filled w; `path` names the model in
  * messages. */
+/* Copy s[0, n) into dst[size] as a C string, cut short at a character
+ * boundary when it does not fit (a cut UTF-8 sequence would make the JSON of
+ * di_engine_model_info drop the whole name). */
+void mw_copy_name(char *dst, size_t size, const char *s, size_t n);
 di_status mw_validate(model_weights *w, const char *path, di_error **err);
 
 /* DeepSeek's MoE fields checked alike for both loaders (experts, top-k,

@@ -247,6 +247,26 @@ static di_status render_chatml_converted(const di_codec *codec, di_protocol prot
                                          di_prompt **out, di_error **err)
 {
     char msg[512] = "";
+    /* the conversion overrides the body's reasoning switches: check them first,
+     * as the V4 encodings do, so that one of the wrong type is not replaced
+     * unseen (check_reasoning refuses those asking to reason) */
+    if (json_is_object(root)) {
+        int msgs = protocol == DI_PROTOCOL_MESSAGES;
+        rc_conversation scratch;
+        memset(&scratch, 0, sizeof scratch);
+        rc_err ce = {DI_OK, msg, sizeof msg};
+        json_t *holder = NULL;
+        int r = rc_get_object(&ce, root, msgs ? "output_config" : "reasoning", "", &holder);
+        if (r >= 0)
+            r = rc_parse_thinking_and_effort(&ce, root, holder, "effort",
+                                             msgs ? "output_config.effort" : "reasoning.effort",
+                                             msgs, &scratch);
+        rc_conversation_free(&scratch);
+        if (r < 0) {
+            json_decref(root);
+            return di_error_set(err, ce.status, msg);
+        }
+    }
     json_t *copy = json_is_object(root) ? json_copy(root) : json_incref(root);
     if (json_is_object(copy)) {
         json_object_set_new(copy, "model", json_string("DeepSeek-V4-Pro"));

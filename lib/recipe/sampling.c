@@ -65,8 +65,8 @@ static int chat_extra(rc_err *e, json_t *root, rc_sampling *s)
     json_object_foreach(bias, key, v)
     {
         char *end;
-        long id = strtol(key, &end, 10);
-        if (!*key || *end || id < 0 || id > INT32_MAX)
+        long id = *key >= '0' && *key <= '9' ? strtol(key, &end, 10) : -1;
+        if (id < 0 || *end || id > INT32_MAX)
             return rc_fail(e, "logit_bias: key \"%.40s\" is not a token id", key);
         if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
             return rc_fail(e, "logit_bias.%.40s: expected a number in [-100, 100]", key);
@@ -88,11 +88,15 @@ int rc_sampling_extra(rc_err *e, json_t *root, di_protocol protocol, rc_sampling
     return 0;
 }
 
-/* One stop sequence: a non-empty string. */
+/* One stop sequence: a non-empty string (not a number beyond 64 bits, which
+ * the parser keeps as a marked string), without a NUL, which a C string
+ * cannot match. */
 static int add_stop(rc_err *e, rc_conversation *conv, json_t *v, const char *what)
 {
-    if (!json_is_string(v)) return rc_fail(e, "%s: expected a string", what);
+    if (!rc_json_is_text(v)) return rc_fail(e, "%s: expected a string", what);
     if (json_string_length(v) == 0) return rc_fail(e, "%s: empty string", what);
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return rc_fail(e, "%s: contains a NUL character", what);
     if (rc_add_stop(conv, json_string_value(v)) < 0) {
         e->status = DI_ERR_OUT_OF_MEMORY;
         return rc_fail(e, "out of memory");
@@ -100,16 +104,68 @@ static int add_stop(rc_err *e, rc_conversation *conv, json_t *v, const char *wha
     return 0;
 }
 
+/* The Chat fields a chat template does not render, checked as rc_convert_chat
+ * checks them for the V4 encodings (types and ranges), so that none of the wrong
+ * type passes unseen; their values are judged by rc_sampling_check_supported. */
+static int chat_types(rc_err *e, json_t *root)
+{
+    unsigned long long u;
+    int flag = 0, logprobs = 0, r;
+    const char *str = NULL;
+    json_t *o = NULL;
+    rc_effort effort;
+    if (rc_get_string(e, root, "model", "", &str) < 0 ||
+        rc_get_uint(e, root, "n", "", 255, &u) < 0 ||
+        rc_get_bool(e, root, "logprobs", "", &logprobs) < 0 ||
+        (r = rc_get_uint(e, root, "top_logprobs", "", 20, &u)) < 0 ||
+        rc_get_bool(e, root, "parallel_tool_calls", "", &flag) < 0 ||
+        rc_get_bool(e, root, "stream", "", &flag) < 0 ||
+        rc_get_object(e, root, "stream_options", "", &o) < 0)
+        return -1;
+    if (r > 0 && !logprobs) return rc_fail(e, "top_logprobs: requires logprobs: true");
+    str = NULL;
+    if (rc_get_string(e, root, "reasoning_effort", "", &str) < 0) return -1;
+    if (str && rc_parse_effort(e, str, "reasoning_effort", &effort, &flag) < 0) return -1;
+    o = NULL;
+    if (rc_get_object(e, root, "response_format", "", &o) < 0) return -1;
+    str = NULL;
+    if (o && rc_get_string(e, o, "type", "response_format.", &str) < 0) return -1;
+    if (o && !str) return rc_fail(e, "response_format.type: missing");
+    if (str && !rc_streq(str, "text") && !rc_streq(str, "json_object") &&
+        !rc_streq(str, "json_schema") && !rc_streq(str, "regex"))
+        return rc_fail(e, "response_format.type: unknown value \"%.40s\"", str);
+    o = NULL;
+    if (rc_get_array(e, root, "modalities", "", &o) < 0) return -1;
+    for (size_t i = 0; o && i < json_array_size(o); i++)
+        if (!rc_json_is_text(json_array_get(o, i)))
+            return rc_fail(e, "modalities[%zu]: expected a string", i);
+    o = NULL;
+    if (rc_get_array(e, root, "tools", "", &o) < 0) return -1;
+    for (size_t i = 0; o && i < json_array_size(o); i++) {
+        json_t *t = json_array_get(o, i), *f = NULL;
+        char path[48];
+        if (!json_is_object(t)) return rc_fail(e, "tools[%zu]: expected an object", i);
+        snprintf(path, sizeof path, "tools[%zu].", i);
+        if (rc_get_object(e, t, "function", path, &f) < 0) return -1;
+        snprintf(path, sizeof path, "tools[%zu].function.", i);
+        if (f && rc_get_bool(e, f, "strict", path, &flag) < 0) return -1;
+    }
+    return 0;
+}
+
 int rc_sampling_template(rc_err *e, json_t *root, rc_sampling *s, rc_conversation *conv)
 {
+    if (chat_types(e, root) < 0) return -1;
     static const char *const lengths[] = {"max_completion_tokens", "max_tokens"};
-    for (int k = 0; k < 2 && !(s->set & RC_SET_MAX_TOKENS); k++) {
+    /* both are checked; max_completion_tokens wins */
+    for (int k = 0; k < 2; k++) {
         unsigned long long u;
         int r = rc_get_uint(e, root, lengths[k], "", UINT32_MAX, &u);
         if (r < 0) return -1;
         if (r > 0 && (u < 1 || u > RC_MAX_TOKENS_LIMIT))
             return rc_fail(e, "%s: must be in [1, %u]", lengths[k], RC_MAX_TOKENS_LIMIT);
-        if (r > 0) s->max_tokens = (uint32_t)u, s->set |= RC_SET_MAX_TOKENS;
+        if (r > 0 && !(s->set & RC_SET_MAX_TOKENS))
+            s->max_tokens = (uint32_t)u, s->set |= RC_SET_MAX_TOKENS;
     }
     if (number(e, root, "temperature", 0, 2, &s->temperature, RC_SET_TEMPERATURE, s) < 0 ||
         number(e, root, "top_p", 0, 1, &s->top_p, RC_SET_TOP_P, s) < 0)
@@ -128,7 +184,7 @@ int rc_sampling_template(rc_err *e, json_t *root, rc_sampling *s, rc_conversatio
             if (add_stop(e, conv, json_array_get(stop, i), what) < 0) return -1;
         }
     } else if (stop && !json_is_null(stop)) {
-        if (!json_is_string(stop))
+        if (!rc_json_is_text(stop))
             return rc_fail(e, "stop: expected a string or an array of strings");
         if (add_stop(e, conv, stop, "stop") < 0) return -1;
     }
@@ -182,6 +238,30 @@ static void check_reasoning(json_t *root, di_protocol protocol, int reasoning, r
                          : "this model's encoding has no reasoning block");
 }
 
+/* Record `field: expected want` unless an earlier field had the wrong type. */
+static void wrong(rc_sampling *s, const char *field, const char *want)
+{
+    if (!s->invalid[0]) snprintf(s->invalid, sizeof s->invalid, "%s: expected %s", field, want);
+}
+
+/* A field that must be a boolean, or absent or null. */
+static void need_bool(json_t *root, const char *key, rc_sampling *s)
+{
+    json_t *v = json_object_get(root, key);
+    if (v && !json_is_null(v) && !json_is_boolean(v)) wrong(s, key, "a boolean");
+}
+
+/* A field that must be an array of strings, or absent or null. */
+static void need_strings(json_t *root, const char *key, rc_sampling *s)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return;
+    int ok = json_is_array(v);
+    for (size_t i = 0; ok && i < json_array_size(v); i++)
+        ok = rc_json_is_text(json_array_get(v, i));
+    if (!ok) wrong(s, key, "an array of strings");
+}
+
 static const char not_yet[] = "not supported by this engine yet";
 static const char no_logprobs[] = "log probabilities are not returned yet";
 static const char one_call[] = "cannot be enforced (the model may call several tools at once)";
@@ -197,6 +277,7 @@ static void refuse_present(json_t *root, const char *const *names, size_t n, rc_
 
 static void check_chat(json_t *root, rc_sampling *s)
 {
+    need_strings(root, "modalities", s);
     json_t *v = json_object_get(root, "n");
     if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
         refuse(s, "n", "only n = 1 is supported (one choice per request)");
@@ -232,6 +313,12 @@ static void check_messages(json_t *root, rc_sampling *s)
 
 static void check_responses(json_t *root, rc_sampling *s)
 {
+    need_bool(root, "store", s);
+    need_bool(root, "background", s);
+    need_bool(root, "parallel_tool_calls", s);
+    need_strings(root, "include", s);
+    json_t *t = json_object_get(root, "truncation");
+    if (t && !json_is_null(t) && !rc_json_is_text(t)) wrong(s, "truncation", "a string");
     json_t *v = json_object_get(json_object_get(json_object_get(root, "text"), "format"), "type");
     if (json_is_string(v) && rc_streq(json_string_value(v), "json_schema"))
         refuse(s, "text.format.type",

@@ -45,6 +45,11 @@ typedef struct rc_sampling {
      * none. The codec still renders such a body (deepseek-recipe accepts it);
      * di_submit refuses it with DI_ERR_UNSUPPORTED. */
     char unsupported[200];
+    /* The first field of those the engine judges that has the wrong type
+     * (Responses' store: "true"), which deepseek-recipe does not check; "" when
+     * none. di_submit refuses it with DI_ERR_INVALID_REQUEST, before any
+     * unsupported field. */
+    char invalid[120];
 } rc_sampling;
 
 /* The largest max_tokens a body may ask for (deepseek-recipe's bound). */

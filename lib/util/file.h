@@ -5,7 +5,7 @@
 #define DI_UTIL_FILE_H
 
 #include <errno.h>
-#include <string.h>
+#include <stddef.h>
 #include <sys/stat.h>
 
 /* 0 when `path` is a regular file (symlinks followed); else -1 with errno set
@@ -22,18 +22,11 @@ static inline int di_regular_file(const char *path)
 }
 
 /* The last component of `path` (trailing slashes ignored), without a
- * ".gguf" suffix: *start and the returned length. A model's name from its
- * file or folder. */
-static inline size_t di_path_stem(const char *path, const char **start)
-{
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/') b--;
-    size_t len = n - b;
-    if (len > 5 && memcmp(path + n - 5, ".gguf", 5) == 0) len -= 5;
-    *start = path + b;
-    return len;
-}
+ * ".gguf" suffix: *start and the returned length (util/path.c). */
+size_t di_path_stem(const char *path, const char **start);
+/* A model's name from its file or folder: di_path_stem, with "dir/." and
+ * "dir/.." resolved to the folder they name (realpath). Raw bytes (not
+ * checked as UTF-8); malloc'd, NULL when out of memory. */
+char *di_path_name(const char *path);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -564,6 +565,215 @@ static void test_names(void **state)
     di_error_free(err);
 }
 
+/* A chat template renders only the messages: every other Chat field is still
+ * checked, as the V4 encodings check it (the smallest failing inputs: each was
+ * accepted unseen, n: "2" and logprobs: "true" among them). */
+static void test_template_fields_of_the_wrong_type(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *field;
+    } bad[] = {
+        {"\"n\":\"2\"", "n:"},
+        {"\"n\":2.0", "n:"},
+        {"\"n\":18446744073709551615", "n:"},
+        {"\"n\":300", "n:"},
+        {"\"logprobs\":\"true\"", "logprobs"},
+        {"\"top_logprobs\":\"3\"", "top_logprobs"},
+        {"\"top_logprobs\":21,\"logprobs\":true", "top_logprobs"},
+        {"\"top_logprobs\":3", "top_logprobs: requires logprobs"},
+        {"\"parallel_tool_calls\":\"false\"", "parallel_tool_calls"},
+        {"\"stream\":\"yes\"", "stream"},
+        {"\"stream_options\":true", "stream_options"},
+        {"\"reasoning_effort\":5", "reasoning_effort"},
+        {"\"reasoning_effort\":\"bogus\"", "reasoning_effort"},
+        {"\"response_format\":\"json_object\"", "response_format"},
+        {"\"response_format\":{}", "response_format.type"},
+        {"\"response_format\":{\"type\":\"bogus\"}", "response_format.type"},
+        {"\"modalities\":\"audio\"", "modalities"},
+        {"\"modalities\":[5]", "modalities[0]"},
+        {"\"model\":5", "model"},
+        {"\"tools\":{}", "tools"},
+        {"\"tools\":[5]", "tools[0]"},
+        {"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"true\","
+         "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]",
+         "tools[0].function.strict"},
+        {"\"max_completion_tokens\":5,\"max_tokens\":\"x\"", "max_tokens"},
+        {"\"max_completion_tokens\":5,\"max_tokens\":0", "max_tokens"},
+        {"\"stop\":18446744073709551615", "stop"},
+        {"\"stop\":[\"a\",18446744073709551615]", "stop[1]"},
+        {"\"stop\":\"a\\u0000b\"", "stop"},
+        {"\"stop\":[[\"a\"]]", "stop[0]"},
+        {"\"logit_bias\":{\" 5\":1}", "logit_bias"},
+        {"\"logit_bias\":{\"+5\":1}", "logit_bias"},
+        {"\"logit_bias\":{\"\":1}", "logit_bias"},
+    };
+    const di_encoding encs[] = {DI_ENCODING_CHATML, DI_ENCODING_DSV3, DI_ENCODING_R1};
+    for (size_t k = 0; k < 3; k++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char body[512];
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}", bad[i].body);
+            if (encs[k] == DI_ENCODING_DSV3 && strncmp(bad[i].body, "\"tools\"", 7) == 0 &&
+                strstr(bad[i].body, "strict"))
+                continue; /* DeepSeek-V3's template renders no strict tools either way */
+            assert_null(
+                render(encs[k], DI_PROTOCOL_CHAT, body, DI_ERR_INVALID_REQUEST, bad[i].field));
+        }
+    /* the V4 encodings' logit_bias keys too */
+    assert_null(render(DI_ENCODING_DSV4, DI_PROTOCOL_CHAT,
+                       "{\"model\":\"DeepSeek-V4-Pro\",\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"hi\"}],\"logit_bias\":{\" 5\":1}}",
+                       DI_ERR_INVALID_REQUEST, "logit_bias"));
+    /* the right types still render */
+    di_prompt *p = render(DI_ENCODING_CHATML, DI_PROTOCOL_CHAT,
+                          "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                          "\"n\":1,\"logprobs\":false,\"parallel_tool_calls\":"
+                          "true,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                          "\"reasoning_effort\":\"none\",\"response_format\":{\"type\":\"text\"},"
+                          "\"modalities\":[\"text\"],\"max_completion_tokens\":5,\"max_tokens\":9,"
+                          "\"stop\":[\"x\"],\"logit_bias\":{\"5\":1,\"007\":-1}}",
+                          DI_OK, NULL);
+    assert_int_equal(di_prompt_stop_count(p), 1);
+    di_prompt_free(p);
+}
+
+/* A name for responses is JSON text: a served_model_name that is not UTF-8 is
+ * refused, a folder's name is made UTF-8, a path ending in "." names its
+ * folder, and a config's long _name_or_path is cut at a character boundary. */
+static void test_names_are_utf8(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = TINY;
+    cfg.served_model_name = "bad\xff\xfename";
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "served_model_name"));
+    assert_null(e);
+    di_error_free(err);
+    /* "dir/.", "dir/sub/..", "dir///" name the folder */
+    static const char *const paths[] = {TINY "/.", TINY "/../qwen2-tied-f16/.", TINY "///"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        e = make_engine(paths[i], 0, NULL);
+        assert_string_equal(di_engine_served_model_name(e), "qwen2-tied-f16");
+        /* and so does the model's own name, the config giving none */
+        if (!strstr(di_engine_model_info(e, NULL), "\"name\":\"qwen2-tied-f16\""))
+            fail_msg("%s: %.200s", paths[i], di_engine_model_info(e, NULL));
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
+    /* a copy of the folder named "m\xff", whose config names it with 126 ASCII
+     * bytes and then "é" (bytes 127 and 128) */
+    char dir[] = "/tmp/di_names_XXXXXX", sub[128], file[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(sub, sizeof sub, "%s/m\xff", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(file, sizeof file, "%s/model.safetensors", sub);
+    assert_int_equal(symlink(TINY "/model.safetensors", file), 0);
+    FILE *in = fopen(TINY "/config.json", "rb");
+    assert_non_null(in);
+    static char config[65536];
+    size_t n = fread(config, 1, sizeof config - 1, in);
+    fclose(in);
+    config[n] = 0;
+    char *brace = strchr(config, '{');
+    assert_non_null(brace);
+    snprintf(file, sizeof file, "%s/config.json", sub);
+    FILE *out = fopen(file, "wb");
+    assert_non_null(out);
+    char name[160];
+    memset(name, 'a', 126);
+    snprintf(name + 126, sizeof name - 126, "\xc3\xa9tail");
+    fprintf(out, "{\"_name_or_path\":\"%s\",%s", name, brace + 1);
+    fclose(out);
+    e = make_engine(sub, 0, NULL);
+    assert_string_equal(di_engine_served_model_name(e), "m\xef\xbf\xbd");
+    const char *info = di_engine_model_info(e, NULL);
+    if (!strstr(info, "\"served_model_name\":\"m\xef\xbf\xbd\""))
+        fail_msg("served_model_name missing: %s", info);
+    name[126] = 0; /* the name cut before the "é" it could not hold */
+    char want[200];
+    snprintf(want, sizeof want, "\"name\":\"%s\"", name);
+    if (!strstr(info, want)) fail_msg("name cut mid-character: %.300s", info);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    unlink(file);
+    snprintf(file, sizeof file, "%s/model.safetensors", sub);
+    unlink(file);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+/* ChatML converts Messages and Responses with its reasoning switches replaced:
+ * the body's own are still checked first (each was replaced unseen); and the
+ * fields the engine judges, of the wrong type, are DI_ERR_INVALID_REQUEST from
+ * di_submit (Responses' store: "true" was served as if absent). */
+static void test_converted_switches_and_judged_fields(void **state)
+{
+    (void)state;
+    static const struct {
+        di_protocol protocol;
+        const char *fields, *named;
+    } bad[] = {
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":\"high\"", "reasoning"},
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":\"bogus\"}", "reasoning.effort"},
+        {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":5}", "effort"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":\"enabled\"", "thinking"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":5}", "thinking.type"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"bogus\"}", "thinking.type"},
+        {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"disabled\",\"budget_tokens\":\"x\"}",
+         "thinking.budget_tokens"},
+        {DI_PROTOCOL_MESSAGES, "\"output_config\":{\"effort\":\"bogus\"}", "output_config.effort"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 bad[i].protocol == DI_PROTOCOL_RESPONSES
+                     ? "{\"model\":\"m\",\"input\":\"hi\",%s}"
+                     : "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"hi\"}],%s}",
+                 bad[i].fields);
+        assert_null(render(DI_ENCODING_CHATML, bad[i].protocol, body, DI_ERR_INVALID_REQUEST,
+                           bad[i].named));
+    }
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 256, NULL);
+    static const struct {
+        di_protocol protocol;
+        const char *fields, *named;
+    } judged[] = {
+        {DI_PROTOCOL_RESPONSES, "\"store\":\"true\"", "store"},
+        {DI_PROTOCOL_RESPONSES, "\"background\":\"yes\"", "background"},
+        {DI_PROTOCOL_RESPONSES, "\"parallel_tool_calls\":\"false\"", "parallel_tool_calls"},
+        {DI_PROTOCOL_RESPONSES, "\"truncation\":5", "truncation"},
+        {DI_PROTOCOL_RESPONSES, "\"include\":\"message.output_text.logprobs\"", "include"},
+        {DI_PROTOCOL_RESPONSES, "\"include\":[5]", "include"},
+        {DI_PROTOCOL_CHAT, "\"modalities\":\"audio\"", "modalities"},
+    };
+    for (size_t i = 0; i < sizeof judged / sizeof judged[0]; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 judged[i].protocol == DI_PROTOCOL_RESPONSES
+                     ? "{\"model\":\"m\",\"input\":\"hi\",%s}"
+                     : "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+                 judged[i].fields);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = judged[i].protocol;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.on_event = on_event;
+        di_error *err = NULL;
+        uint64_t id;
+        di_status st = di_submit(e, &q, &id, &err);
+        if (st != DI_ERR_INVALID_REQUEST || !strstr(di_error_message(err), judged[i].named))
+            fail_msg("case %zu (%s): status %d, \"%s\"", i, body, (int)st, di_error_message(err));
+        di_error_free(err);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -574,6 +784,9 @@ int main(void)
         cmocka_unit_test(test_usage_agrees_and_names_the_model),
         cmocka_unit_test(test_model_info_of_a_folder),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_template_fields_of_the_wrong_type),
+        cmocka_unit_test(test_names_are_utf8),
+        cmocka_unit_test(test_converted_switches_and_judged_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
