@@ -1,4 +1,6 @@
-/* Model names from paths (util/file.h). */
+/* Model names from paths (util/file.h). realpath is X/Open: glibc declares it
+ * with _XOPEN_SOURCE (or _DEFAULT_SOURCE), not with _POSIX_C_SOURCE alone. */
+#define _XOPEN_SOURCE 700
 #include <stdlib.h>
 #include <string.h>
 
