@@ -116,10 +116,10 @@ def main():
     try:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-        kw = dict(model_path=model, n_threads=args.threads, n_ctx=4096, verbose=False,
-                  logits_all=False)
+        kw = dict(model_path=model, n_threads=args.threads, n_ctx=4096, verbose=False)
         llama = llama_cpp.Llama(**kw)
-        llama_pl = llama_cpp.Llama(**kw, draft_model=LlamaPromptLookupDecoding(
+        # a draft model needs every row's logits (llama-cpp-python's requirement)
+        llama_pl = llama_cpp.Llama(**kw, logits_all=True, draft_model=LlamaPromptLookupDecoding(
             num_pred_tokens=args.draft))
         anchor = True
     except ImportError:
