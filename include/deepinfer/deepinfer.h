@@ -1277,10 +1277,13 @@ DI_API uint32_t di_event_prompt_tokens(const di_event *ev);
  * request was first admitted, so not computed again (a multiple of 16; see
  * di_engine_config.disable_prefix_cache); 0 for other kinds. */
 DI_API uint32_t di_event_prompt_cache_hit_tokens(const di_event *ev);
-/* DONE: draft tokens the request verified (di_engine_config.speculative_tokens)
- * and, of them, those it kept (each one a decode step saved); 0 without
- * speculation and for other kinds. */
+/* DONE: draft tokens the request verified, in tokens, over its whole life
+ * (di_engine_config.speculative_tokens; docs/speculative.md); 0 without
+ * speculation, for other kinds and for NULL. Thread-safe (reads the event). */
 DI_API uint32_t di_event_draft_tokens(const di_event *ev);
+/* DONE: of di_event_draft_tokens, those kept because they equalled the token
+ * the request sampled there (each one a decode step saved), in tokens; 0
+ * without speculation, for other kinds and for NULL. */
 DI_API uint32_t di_event_accepted_draft_tokens(const di_event *ev);
 /* DONE: tokens the request generated (every sampled token, the end-of-sequence
  * token included); 0 for other kinds. */

@@ -307,7 +307,7 @@ size_t model_weights_count(const model_weights *w)
 
 size_t model_weights_file_count(const model_weights *w)
 {
-    return w->n_file_tensors ? w->n_file_tensors : w->n_tensors;
+    return w->n_file_tensors;
 }
 
 const model_tensor *model_weights_at(const model_weights *w, size_t i)

@@ -601,6 +601,7 @@ di_status mw_open_hf(model_weights *w, const char *dir, di_error **err)
         st = add_shard(w, path, tie, err);
     }
     if (st != DI_OK) return st;
+    w->n_file_tensors = w->n_tensors; /* a folder's loader derives none */
     if ((st = attach_scales(w, dir, err)) != DI_OK) return st;
     w->config.attn_qkv_bias = model_weights_get(w, "blk.0.attn_q.bias") != NULL;
     if (!tie && !model_weights_get(w, "output.weight"))

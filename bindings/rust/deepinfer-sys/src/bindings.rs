@@ -2521,12 +2521,15 @@ extern "C" {
     pub fn di_event_prompt_cache_hit_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
-    #[doc = " DONE: draft tokens the request verified (di_engine_config.speculative_tokens)"]
-    #[doc = " and, of them, those it kept (each one a decode step saved); 0 without"]
-    #[doc = " speculation and for other kinds."]
+    #[doc = " DONE: draft tokens the request verified, in tokens, over its whole life"]
+    #[doc = " (di_engine_config.speculative_tokens; docs/speculative.md); 0 without"]
+    #[doc = " speculation, for other kinds and for NULL. Thread-safe (reads the event)."]
     pub fn di_event_draft_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
+    #[doc = " DONE: of di_event_draft_tokens, those kept because they equalled the token"]
+    #[doc = " the request sampled there (each one a decode step saved), in tokens; 0"]
+    #[doc = " without speculation, for other kinds and for NULL."]
     pub fn di_event_accepted_draft_tokens(ev: *const di_event) -> u32;
 }
 extern "C" {
