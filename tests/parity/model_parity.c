@@ -35,7 +35,11 @@
 
 /* Tolerances: stated in docs/model-parity.md. */
 static const double TINY_TOL = 1e-3; /* relative to the logit range */
-static const double GGUF_TOL = 0.10; /* relative to the range of the top-32 logits */
+/* relative to the range of the top-32 logits: Q8_0/Q4_0/Q4_1 products sum as
+ * ggml's scalar reference does (the packed kernels), not in llama.cpp's AVX2
+ * lanes, and 30 layers of 8-bit activations amplify the order's rounding
+ * (docs/model-parity.md) */
+static const double GGUF_TOL = 0.15;
 static const double GGUF_TIE = 0.02; /* absolute: near-ties in llama.cpp's top two */
 /* absolute: a greedy step whose top two logits (ours) are closer than this may
  * go either way — the noise left by llama.cpp's approximate vector expf in the

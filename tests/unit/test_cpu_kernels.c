@@ -16,6 +16,7 @@
 #include "backend/cpu/attention_mla.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/threadpool.h"
@@ -296,6 +297,100 @@ static void test_threaded_matmul_matches_reference(void **state)
     cpu_threadpool_free(pool);
 }
 
+/* Packed (interleaved-row) products: the whole cpu_matmul_multi path (tiles,
+ * threads, bias) and each instruction set's kernel on its own give the
+ * scalar reference's sums bit for bit, for every token count (a token's
+ * result does not depend on how many share its pass). */
+static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1};
+    const int64_t n_in = 320, n_out = 48, max_tok = 41;
+    int ran = 0;
+    for (size_t k = 0; k < 3; k++) {
+        model_dtype dt = types[k];
+        model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
+        w.data = random_weights(dt, n_out, n_in);
+        if (!cpu_pack_supported(&w)) { /* no AVX2 here */
+            free((void *)w.data);
+            continue;
+        }
+        ran++;
+        void *packed = malloc(cpu_pack_bytes(&w));
+        float *x = malloc(sizeof(float) * (size_t)(max_tok * n_in));
+        float *y = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+        float *yr = malloc(sizeof(float) * (size_t)(max_tok * n_out));
+        void *scratch = malloc(cpu_matmul_scratch_bytes(dt, n_in, max_tok));
+        assert_non_null(packed);
+        assert_non_null(x);
+        assert_non_null(y);
+        assert_non_null(yr);
+        assert_non_null(scratch);
+        cpu_pack(&w, packed);
+        float bias[48];
+        for (int i = 0; i < n_out; i++) bias[i] = frand();
+        for (int64_t i = 0; i < max_tok * n_in; i++) x[i] = frand();
+        const model_tensor *wp = &w;
+        const void *pp = packed;
+        const float *bp = bias;
+        for (int64_t nt = 1; nt <= max_tok; nt += nt < 9 ? 1 : 32) {
+            cpu_matmul_multi(pool, 1, &wp, &pp, &bp, x, nt, &y, scratch, 0);
+            cpu_matmul(NULL, &w, bias, x, nt, yr, scratch, 1);
+            for (int64_t e = 0; e < nt * n_out; e++)
+                if (memcmp(&y[e], &yr[e], sizeof(float)) != 0)
+                    fail_msg("dtype %d, %lld tokens, element %lld: %.9g vs reference %.9g", dt,
+                             (long long)nt, (long long)e, (double)y[e], (double)yr[e]);
+        }
+        /* each kernel on its own (the AVX2 one also where VNNI runs) */
+        cpu_packed_fn fns[2] = {cpu_packed_kernel(dt), cpu_packed_kernel_avx2(dt)};
+        int act = cpu_vec_dot_type(dt);
+        size_t arow = cpu_row_bytes(act, n_in), irow = cpu_pack_info_bytes(n_in, 1);
+        char *info = malloc(irow * (size_t)max_tok);
+        assert_non_null(info);
+        for (int64_t t = 0; t < max_tok; t++) {
+            cpu_quantize_row_ref(act, x + t * n_in, (char *)scratch + (size_t)t * arow, n_in);
+            cpu_pack_info(act, (char *)scratch + (size_t)t * arow, n_in, info + (size_t)t * irow);
+        }
+        for (int f = 0; f < 2; f++) {
+            if (!fns[f]) continue;
+            for (int64_t nt = 1; nt <= 9; nt++) {
+                for (int64_t g = 0; g < n_out / CPU_PACK_ROWS; g++) {
+                    float out[9 * CPU_PACK_ROWS];
+                    fns[f](n_in, (const char *)packed + (size_t)g * cpu_pack_group_bytes(dt, n_in),
+                           scratch, arow, info, irow, nt, out, CPU_PACK_ROWS);
+                    for (int64_t t = 0; t < nt; t++)
+                        for (int r = 0; r < CPU_PACK_ROWS; r++) {
+                            float want;
+                            int64_t o = g * CPU_PACK_ROWS + r;
+                            cpu_vec_dot_ref(dt)(n_in, &want,
+                                                (const char *)w.data +
+                                                    (size_t)o * cpu_row_bytes((int)dt, n_in),
+                                                (const char *)scratch + (size_t)t * arow);
+                            if (memcmp(&out[t * CPU_PACK_ROWS + r], &want, sizeof want) != 0)
+                                fail_msg("%s kernel, dtype %d, %lld tokens, row %lld token %lld: "
+                                         "%.9g vs %.9g",
+                                         f ? "avx2" : "chosen", dt, (long long)nt, (long long)o,
+                                         (long long)t, (double)out[t * CPU_PACK_ROWS + r],
+                                         (double)want);
+                        }
+                }
+            }
+        }
+        free(info);
+        free(packed);
+        free(x);
+        free(y);
+        free(yr);
+        free(scratch);
+        free((void *)w.data);
+    }
+    printf("packed kernels: %s\n", ran ? (cpu_has_avx512_vnni() ? "avx512-vnni and avx2" : "avx2")
+                                       : "none (no avx2 on this CPU)");
+    cpu_threadpool_free(pool);
+}
+
 static void test_multi_matmul_equals_separate_products(void **state)
 {
     (void)state;
@@ -324,7 +419,7 @@ static void test_multi_matmul_equals_separate_products(void **state)
     for (int i = 0; i < NT * NI; i++) x[i] = frand();
     void *scratch = malloc(cpu_matmul_scratch_bytes(MODEL_DTYPE_Q4_K, NI, NT));
     assert_non_null(scratch);
-    cpu_matmul_multi(pool, 3, wp, bp, x, NT, y, scratch, 0);
+    cpu_matmul_multi(pool, 3, wp, NULL, bp, x, NT, y, scratch, 0);
     for (int p = 0; p < 3; p++) {
         cpu_matmul(pool, &w[p], bp[p], x, NT, want[p], scratch, 0);
         assert_memory_equal(y[p], want[p], sizeof(float) * (size_t)(NT * outs[p]));
@@ -700,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_reference_dot_matches_dequantized_product),
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_multi_matmul_equals_separate_products),
+        cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_threadpool_runs_every_task_once),

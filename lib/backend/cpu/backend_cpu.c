@@ -20,6 +20,7 @@
 #include "backend/cpu/attention_mla.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
@@ -31,6 +32,9 @@ struct backend_matrix {
     /* MLA's kv_b from llama.cpp's split form (be_mla_kv_b_join): k_b and v_b
      * as stored, for the absorbed products; NULL otherwise. */
     const model_tensor *k_b, *v_b;
+    /* t's rows interleaved for the packed kernels (matmul_packed.h), owned by
+     * the backend; NULL where t is used as stored. */
+    const void *packed;
 };
 
 struct backend_rope {
@@ -160,7 +164,14 @@ static di_status be_matrix(backend *be, const model_tensor *t, const backend_mat
     if (!grow(&c->act, cpu_matmul_scratch_bytes(t->dtype, t->ne[0], c->opt.max_rows)))
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the activations of %s",
                              t->name);
-    return wrap(c, t, out, err);
+    di_status st = wrap(c, t, out, err);
+    if (st != DI_OK || c->opt.use_ref || !cpu_pack_supported(t)) return st;
+    void *packed = own(c, malloc(cpu_pack_bytes(t)));
+    if (!packed)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory repacking %s", t->name);
+    cpu_pack(t, packed);
+    ((struct backend_matrix *)*out)->packed = packed;
+    return DI_OK;
 }
 
 /* DI_OK when cpu_dequantize_row reads t's rows (its dtype has a block layout
@@ -322,17 +333,20 @@ static void be_matmul(backend *be, int n_parts, const backend_matrix *const *w,
 {
     cpu_backend *c = cpu(be);
     const model_tensor *t[CPU_MATMUL_MAX_PARTS];
+    const void *packed[CPU_MATMUL_MAX_PARTS];
     int share = n_parts > 1;
     for (int p = 0; p < n_parts; p++) {
         t[p] = w[p]->t;
+        packed[p] = w[p]->packed;
         if (p > 0 && !cpu_matmul_can_share(t[0], t[p])) share = 0;
     }
     if (share) {
-        cpu_matmul_multi(c->pool, n_parts, t, bias, x, n_rows, y, c->act.p, c->opt.use_ref);
+        cpu_matmul_multi(c->pool, n_parts, t, packed, bias, x, n_rows, y, c->act.p, c->opt.use_ref);
         return;
     }
     for (int p = 0; p < n_parts; p++)
-        cpu_matmul(c->pool, t[p], bias ? bias[p] : NULL, x, n_rows, y[p], c->act.p, c->opt.use_ref);
+        cpu_matmul_multi(c->pool, 1, &t[p], &packed[p], bias ? &bias[p] : NULL, x, n_rows, &y[p],
+                         c->act.p, c->opt.use_ref);
 }
 
 static void be_add(backend *be, float *x, const float *y, int64_t n)

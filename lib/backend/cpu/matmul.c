@@ -1,6 +1,7 @@
 /* Matrix products over stored weights (matmul.h). */
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
@@ -9,9 +10,19 @@
  * the work: each thread then gets about four tasks per product instead. */
 enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, TASKS_PER_THREAD = 4, FP8_BLOCK = 128 };
 
+/* The scratch: the quantized rows, then (from a 64-byte boundary) the packed
+ * kernels' side data. */
+static size_t act_bytes(int act_type, int64_t n_in, int64_t n_tokens)
+{
+    return (cpu_row_bytes(act_type, n_in) * (size_t)n_tokens + 63) / 64 * 64;
+}
+
 size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
 {
-    return cpu_row_bytes(cpu_vec_dot_type(dtype), n_in) * (size_t)n_tokens + 64;
+    int act = cpu_vec_dot_type(dtype);
+    size_t info =
+        act == MODEL_DTYPE_Q8_0 || act == CPU_DTYPE_Q8_1 ? cpu_pack_info_bytes(n_in, n_tokens) : 0;
+    return act_bytes(act, n_in, n_tokens) + info + 64;
 }
 
 int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
@@ -29,6 +40,9 @@ typedef struct matmul_part {
     cpu_vec_dot_fn dot;
     cpu_vec_dot4_fn dot4;     /* NULL: one token at a time */
     cpu_vec_dot2x4_fn dot2x4; /* NULL: one weight row at a time */
+    const char *packed;       /* interleaved rows (matmul_packed.h), or NULL */
+    cpu_packed_fn packed_fn;
+    size_t group_bytes;
     int64_t first_task, n_row_tiles, rows_per_tile;
 } matmul_part;
 
@@ -41,6 +55,8 @@ typedef struct matmul_job {
     char *scratch;
     size_t act_row;
     int act_type;
+    char *info; /* the packed kernels' side data per token, or NULL */
+    size_t info_row;
     int64_t n_tok_tiles;
 } matmul_job;
 
@@ -48,7 +64,9 @@ static void quantize_task(void *ctx, int64_t t, int thread)
 {
     (void)thread;
     matmul_job *j = ctx;
-    cpu_quantize_row(j->act_type, j->x + t * j->n_in, j->scratch + (size_t)t * j->act_row, j->n_in);
+    char *row = j->scratch + (size_t)t * j->act_row;
+    cpu_quantize_row(j->act_type, j->x + t * j->n_in, row, j->n_in);
+    if (j->info) cpu_pack_info(j->act_type, row, j->n_in, j->info + (size_t)t * j->info_row);
 }
 
 static float dot_fp8_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
@@ -79,6 +97,19 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
     if (o1 > pt->n_out) o1 = pt->n_out;
     if (t1 > j->n_tokens) t1 = j->n_tokens;
+    if (pt->packed) { /* o0 and the tile's rows are multiples of CPU_PACK_ROWS */
+        for (int64_t o = o0; o < o1; o += CPU_PACK_ROWS) {
+            const char *g = pt->packed + (size_t)(o / CPU_PACK_ROWS) * pt->group_bytes;
+            float *y = pt->y + t0 * pt->n_out + o;
+            pt->packed_fn(j->n_in, g, j->act + (size_t)t0 * j->act_row, j->act_row,
+                          j->info + (size_t)t0 * j->info_row, j->info_row, t1 - t0, y, pt->n_out);
+            if (pt->bias)
+                for (int64_t t = t0; t < t1; t++)
+                    for (int r = 0; r < CPU_PACK_ROWS; r++)
+                        pt->y[t * pt->n_out + o + r] += pt->bias[o + r];
+        }
+        return;
+    }
     const char *wdata = pt->w->data;
     int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
     if (pt->dot2x4 && t1 - t0 >= 4) { /* prefill: 2 rows x 4 tokens, then what is left */
@@ -142,8 +173,8 @@ static void matmul_task(void *ctx, int64_t task, int thread)
 }
 
 void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
-                      const float *const *bias, const float *x, int64_t n_tokens, float *const *y,
-                      void *scratch, int use_ref)
+                      const void *const *packed, const float *const *bias, const float *x,
+                      int64_t n_tokens, float *const *y, void *scratch, int use_ref)
 {
     matmul_job j = {
         .n_parts = n,
@@ -167,6 +198,13 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
         pt->dot2x4 = use_ref ? NULL : cpu_vec_dot2x4_vnni(w[p]->dtype);
+        pt->packed = packed && !use_ref ? packed[p] : NULL;
+        if (pt->packed) {
+            pt->packed_fn = cpu_packed_kernel(w[p]->dtype);
+            pt->group_bytes = cpu_pack_group_bytes(w[p]->dtype, j.n_in);
+            j.info = (char *)scratch + act_bytes(j.act_type, j.n_in, n_tokens);
+            j.info_row = cpu_pack_info_bytes(j.n_in, 1);
+        }
         pt->rows_per_tile = ROWS_PER_TILE;
         if (n_tokens < 4 && !use_ref) {
             int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;
@@ -197,7 +235,7 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
 void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, const float *x,
                 int64_t n_tokens, float *y, void *scratch, int use_ref)
 {
-    cpu_matmul_multi(pool, 1, &w, &bias, x, n_tokens, &y, scratch, use_ref);
+    cpu_matmul_multi(pool, 1, &w, NULL, &bias, x, n_tokens, &y, scratch, use_ref);
 }
 
 int cpu_matmul_can_share(const model_tensor *a, const model_tensor *b)

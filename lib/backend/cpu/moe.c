@@ -80,7 +80,7 @@ void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *w
     if (cpu_matmul_can_share(wg, wu)) {
         const model_tensor *w[2] = {wg, wu};
         float *out[2] = {gate, up};
-        cpu_matmul_multi(pool, 2, w, NULL, x, n, out, act, use_ref);
+        cpu_matmul_multi(pool, 2, w, NULL, NULL, x, n, out, act, use_ref);
     } else {
         cpu_matmul(pool, wg, NULL, x, n, gate, act, use_ref);
         cpu_matmul(pool, wu, NULL, x, n, up, act, use_ref);

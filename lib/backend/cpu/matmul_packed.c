@@ -1,0 +1,221 @@
+/* Interleaved-row weights and their kernels (matmul_packed.h). */
+#include "backend/cpu/matmul_packed.h"
+
+#include <string.h>
+
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
+
+enum { BLOCK = 32, TOKENS_PER_PASS = 4 };
+
+static size_t scales_bytes(model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_Q4_1 ? 32 : 16; /* d[8] (and m[8]) as f16 */
+}
+
+static size_t quants_bytes(model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_Q8_0 ? 256 : 128;
+}
+
+size_t cpu_pack_group_bytes(model_dtype dtype, int64_t n_in)
+{
+    return (size_t)(n_in / BLOCK) * (scales_bytes(dtype) + quants_bytes(dtype));
+}
+
+int cpu_pack_supported(const model_tensor *w)
+{
+    model_dtype dt = w->dtype;
+    if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1) return 0;
+    return w->ne[0] > 0 && w->ne[0] % BLOCK == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
+           cpu_packed_kernel(dt) != NULL;
+}
+
+size_t cpu_pack_bytes(const model_tensor *w)
+{
+    return cpu_pack_group_bytes(w->dtype, w->ne[0]) * (size_t)(w->ne[1] / CPU_PACK_ROWS);
+}
+
+void cpu_pack(const model_tensor *w, void *dst)
+{
+    model_dtype dt = w->dtype;
+    int64_t n_in = w->ne[0], nb = n_in / BLOCK, n_groups = w->ne[1] / CPU_PACK_ROWS;
+    size_t row = cpu_row_bytes((int)dt, n_in), bb = cpu_dtype_block_bytes((int)dt);
+    size_t gb = scales_bytes(dt) + quants_bytes(dt);
+    for (int64_t g = 0; g < n_groups; g++) {
+        const char *rows = (const char *)w->data + (size_t)(g * CPU_PACK_ROWS) * row;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *out = (uint8_t *)dst + ((size_t)g * (size_t)nb + (size_t)b) * gb;
+            for (int r = 0; r < CPU_PACK_ROWS; r++) {
+                const uint8_t *blk = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
+                memcpy(out + 2 * r, blk, 2);                                      /* d */
+                if (dt == MODEL_DTYPE_Q4_1) memcpy(out + 16 + 2 * r, blk + 2, 2); /* m */
+                uint8_t *q = out + scales_bytes(dt);
+                if (dt == MODEL_DTYPE_Q8_0) {
+                    for (int c = 0; c < 8; c++)
+                        for (int e = 0; e < 4; e++)
+                            q[c * 32 + r * 4 + e] = (uint8_t)(blk[2 + c * 4 + e] ^ 0x80);
+                } else {
+                    const uint8_t *qs = blk + (dt == MODEL_DTYPE_Q4_1 ? 4 : 2);
+                    for (int k = 0; k < 4; k++) memcpy(q + k * 32 + r * 4, qs + k * 4, 4);
+                }
+            }
+        }
+    }
+}
+
+/* Side data of one token: f32 d[nb], f32 s[nb], i32 sum[nb]. */
+static size_t info_row_bytes(int64_t n_in)
+{
+    return (size_t)(n_in / BLOCK) * 12;
+}
+
+size_t cpu_pack_info_bytes(int64_t n_in, int64_t n_tokens)
+{
+    return info_row_bytes(n_in) * (size_t)n_tokens;
+}
+
+void cpu_pack_info(int act_type, const void *act_row, int64_t n_in, void *info)
+{
+    int64_t nb = n_in / BLOCK;
+    float *d = info, *s = d + nb;
+    int32_t *sum = (int32_t *)(s + nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *qs;
+        if (act_type == CPU_DTYPE_Q8_1) {
+            const block_q8_1 *y = (const block_q8_1 *)act_row + b;
+            d[b] = cpu_fp16_to_f32(y->d);
+            s[b] = cpu_fp16_to_f32(y->s);
+            qs = y->qs;
+        } else {
+            const block_q8_0 *y = (const block_q8_0 *)act_row + b;
+            d[b] = cpu_fp16_to_f32(y->d);
+            s[b] = 0;
+            qs = y->qs;
+        }
+        int32_t t = 0;
+        for (int j = 0; j < BLOCK; j++) t += qs[j];
+        sum[b] = t;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <immintrin.h>
+
+#    define AVX2 __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#    define VNNI                                                                                   \
+        __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"),               \
+                       always_inline)) static inline
+
+/* The integer block sums: acc += four-element products of unsigned u (weights)
+ * and signed s (one token's four activations in every lane). */
+VNNI __m256i madd_vnni(__m256i acc, __m256i u, __m256i s)
+{
+    return _mm256_dpbusd_epi32(acc, u, s);
+}
+
+AVX2 __m256i madd_avx2(__m256i acc, __m256i u, __m256i s)
+{
+    /* u <= 15 (nibbles): pair sums stay under 2 * 15 * 127, no saturation */
+    __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+/* Q8_0 on AVX2: the weights are q ^ 0x80; vpmaddubsw would saturate on them,
+ * so take back the sign and multiply |q| by the activation carrying q's sign
+ * (llama.cpp's AVX2 trick); the sum of the activations is then not needed. */
+AVX2 __m256i madd_q8_avx2(__m256i acc, __m256i u, __m256i s)
+{
+    __m256i q = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(s, q));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline int32_t load4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The pass over a row group, once per instruction set (matmul_packed_pass.inc). */
+#    define PASS_ATTR      VNNI
+#    define PASS_NAME      pass_vnni
+#    define PASS_MADD      madd_vnni
+#    define PASS_MADD_Q8   madd_vnni
+#    define PASS_Q8_OFFSET 128
+#    include "backend/cpu/matmul_packed_pass.inc"
+
+#    define PASS_ATTR      AVX2
+#    define PASS_NAME      pass_avx2
+#    define PASS_MADD      madd_avx2
+#    define PASS_MADD_Q8   madd_q8_avx2
+#    define PASS_Q8_OFFSET 0
+#    include "backend/cpu/matmul_packed_pass.inc"
+
+/* A kernel: passes of up to four tokens, nt and the format constant in each
+ * call so the pass's loops unroll and its accumulators stay in registers. */
+#    define KERNEL(NAME, PASS, KIND, TARGET)                                                       \
+        __attribute__((target(TARGET))) static void NAME(                                          \
+            int64_t n_in, const void *w, const char *act, size_t act_row, const char *info,        \
+            size_t info_row, int64_t n_tok, float *y, int64_t y_stride)                            \
+        {                                                                                          \
+            int64_t nb = n_in / BLOCK, t = 0;                                                      \
+            for (; t + 4 <= n_tok; t += 4)                                                         \
+                PASS(nb, w, act + t * act_row, act_row, info + t * info_row, info_row, 4, KIND,    \
+                     y + t * y_stride, y_stride);                                                  \
+            const char *a = act + t * act_row, *i = info + t * info_row;                           \
+            float *yt = y + t * y_stride;                                                          \
+            switch (n_tok - t) {                                                                   \
+            case 3: PASS(nb, w, a, act_row, i, info_row, 3, KIND, yt, y_stride); break;            \
+            case 2: PASS(nb, w, a, act_row, i, info_row, 2, KIND, yt, y_stride); break;            \
+            case 1: PASS(nb, w, a, act_row, i, info_row, 1, KIND, yt, y_stride); break;            \
+            default: break;                                                                        \
+            }                                                                                      \
+        }
+
+#    define VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
+KERNEL(q8_0_vnni, pass_vnni, 0, VNNI_TARGET)
+KERNEL(q4_0_vnni, pass_vnni, 1, VNNI_TARGET)
+KERNEL(q4_1_vnni, pass_vnni, 2, VNNI_TARGET)
+KERNEL(q8_0_avx2, pass_avx2, 0, "avx2,fma,f16c")
+KERNEL(q4_0_avx2, pass_avx2, 1, "avx2,fma,f16c")
+KERNEL(q4_1_avx2, pass_avx2, 2, "avx2,fma,f16c")
+
+cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
+{
+    if (!cpu_has_avx2()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return q8_0_avx2;
+    case MODEL_DTYPE_Q4_0: return q4_0_avx2;
+    case MODEL_DTYPE_Q4_1: return q4_1_avx2;
+    default: return NULL;
+    }
+}
+
+cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
+{
+    if (!cpu_has_avx512_vnni()) return cpu_packed_kernel_avx2(dtype);
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return q8_0_vnni;
+    case MODEL_DTYPE_Q4_0: return q4_0_vnni;
+    case MODEL_DTYPE_Q4_1: return q4_1_vnni;
+    default: return NULL;
+    }
+}
+
+#else
+
+cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
+
+cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,68 @@
+/* Interleaved-row ("packed") weights for the matrix products: eight output
+ * rows stored block by block, so one vector load holds the same four
+ * elements of all eight rows and one vpdpbusd (or vpmaddubsw + vpmaddwd)
+ * adds four products to each row's sum. A decode step reads every weight byte
+ * once with a third of the instructions of a row-at-a-time dot product, and a
+ * step of a few tokens (speculative verification, small batches) decodes each
+ * weight block once for all of them. llama.cpp's "repack" buffers follow the
+ * same idea (ggml-cpu/repack.cpp); the layout here is ours.
+ *
+ * Layout of a group of rows [8g, 8g + 8) for each block b of 32 elements, in
+ * block order (cpu_pack_bytes equals the stored bytes):
+ *   Q8_0: d[8] (f16), then 8 chunks of 32 bytes: chunk c holds elements
+ *         4c..4c+3 of rows 0..7 (4 bytes a row), each byte q ^ 0x80 (unsigned);
+ *   Q4_0: d[8] (f16), then 4 chunks of 32 bytes: chunk k holds stored bytes
+ *         qs[4k..4k+3] of rows 0..7 (low nibbles: elements 4k..4k+3, high:
+ *         16+4k..16+4k+3);
+ *   Q4_1: d[8], m[8] (f16), then the nibbles as Q4_0.
+ *
+ * Arithmetic: each (row, token) sum is the scalar reference's
+ * (cpu_vec_dot_ref): the exact integer sum of a block, times the product of
+ * the two block scales, added in block order without fused multiply-adds. So
+ * results are bit-identical to the reference, whatever the number of tokens
+ * (batch invariance), and closer to exact than the lane-wise sums of the
+ * row-at-a-time SIMD kernels.
+ *
+ * Roofline of one product: reads the packed bytes once per token tile (from
+ * memory once; from L1 for the further tiles of a prefill), 2 * n_in * n_out *
+ * n_tokens integer operations. Thread-safe (no state). */
+#ifndef DI_BACKEND_CPU_MATMUL_PACKED_H
+#define DI_BACKEND_CPU_MATMUL_PACKED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/types.h"
+
+enum { CPU_PACK_ROWS = 8 };
+
+/* 1 when w can be packed and this CPU runs a packed kernel for it: Q8_0, Q4_0
+ * or Q4_1, n_out a multiple of CPU_PACK_ROWS, n_in of whole blocks, AVX2. */
+int cpu_pack_supported(const model_tensor *w);
+/* Bytes of the packed copy of w (equal to its stored rows' bytes). */
+size_t cpu_pack_bytes(const model_tensor *w);
+/* Write the packed copy of w (cpu_pack_supported) into dst[cpu_pack_bytes]. */
+void cpu_pack(const model_tensor *w, void *dst);
+
+/* Per-token side data the packed kernels read beside the quantized
+ * activations: for each block, its scale as f32, the Q8_1 sum term s as f32
+ * and the integer sum of its quants. Bytes for n_tokens rows of n_in. */
+size_t cpu_pack_info_bytes(int64_t n_in, int64_t n_tokens);
+/* Fill one token's side data (cpu_pack_info_bytes(n_in, 1) bytes at info)
+ * from its quantized row act_row of act_type (Q8_0 or Q8_1). */
+void cpu_pack_info(int act_type, const void *act_row, int64_t n_in, void *info);
+
+/* y[t * y_stride + r] = sum over the n_in elements of packed row group `w`
+ * (rows r = 0..7) times token t's activation row (act + t * act_row bytes,
+ * side data info + t * info_row bytes), for t < n_tok. */
+typedef void (*cpu_packed_fn)(int64_t n_in, const void *w, const char *act, size_t act_row,
+                              const char *info, size_t info_row, int64_t n_tok, float *y,
+                              int64_t y_stride);
+/* The packed kernel for dtype on this CPU (AVX512-VNNI or AVX2), or NULL. */
+cpu_packed_fn cpu_packed_kernel(model_dtype dtype);
+/* The AVX2 kernel even where VNNI runs, or NULL (for tests). */
+cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype);
+/* Bytes of one packed group of 8 rows of n_in elements. */
+size_t cpu_pack_group_bytes(model_dtype dtype, int64_t n_in);
+
+#endif
