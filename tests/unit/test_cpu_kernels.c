@@ -306,11 +306,13 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     (void)state;
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1};
-    const int64_t n_in = 320, n_out = 48, max_tok = 41;
+    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
+                                 MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q6_K};
+    const int64_t n_out = 48, max_tok = 41;
     int ran = 0;
-    for (size_t k = 0; k < 3; k++) {
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         model_dtype dt = types[k];
+        const int64_t n_in = dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q6_K ? 768 : 320;
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
         w.data = random_weights(dt, n_out, n_in);
         if (!cpu_pack_supported(&w)) { /* no AVX2 here */
@@ -347,11 +349,13 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
         cpu_packed_fn fns[2] = {cpu_packed_kernel(dt), cpu_packed_kernel_avx2(dt)};
         int act = cpu_vec_dot_type(dt);
         size_t arow = cpu_row_bytes(act, n_in), irow = cpu_pack_info_bytes(n_in, 1);
-        char *info = malloc(irow * (size_t)max_tok);
+        char *info = malloc(irow * (size_t)max_tok + 1);
         assert_non_null(info);
         for (int64_t t = 0; t < max_tok; t++) {
             cpu_quantize_row_ref(act, x + t * n_in, (char *)scratch + (size_t)t * arow, n_in);
-            cpu_pack_info(act, (char *)scratch + (size_t)t * arow, n_in, info + (size_t)t * irow);
+            if (act != CPU_DTYPE_Q8_K)
+                cpu_pack_info(act, (char *)scratch + (size_t)t * arow, n_in,
+                              info + (size_t)t * irow);
         }
         for (int f = 0; f < 2; f++) {
             if (!fns[f]) continue;

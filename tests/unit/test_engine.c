@@ -1171,7 +1171,9 @@ static void test_event_fd_wakes_an_epoll_loop(void **state)
 
 /* GGUFs that cannot render chat still serve token requests: one without a
  * vocabulary (tokenizer.ggml.model "none", llama.cpp's LLAMA_VOCAB_TYPE_NONE)
- * gives llama.cpp's greedy tokens (the fixture's oracle); a deepseek2 file whose
+ * gives llama.cpp's greedy tokens (the fixture's oracle: qwen2-q4_k_m, whose
+ * logits sit within 1e-6 of llama.cpp's, so no near-tie decides a step; the
+ * tiny Q6_K file has one at step 12); a deepseek2 file whose
  * tokenizer.ggml.pre declares DeepSeek V3 but whose vocabulary lacks its turn
  * tokens runs without a codec, and its protocol requests fail saying why; asking
  * for that encoding outright is refused at create. */
@@ -1179,14 +1181,15 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
 {
     (void)state;
     json_error_t jerr;
-    json_t *ref = json_load_file(DI_FIXTURE_DIR "/model/gguf-tiny/llama-q6_k.json", 0, &jerr);
+    json_t *ref = json_load_file(DI_FIXTURE_DIR "/model/gguf-tiny/qwen2-q4_k_m.json", 0, &jerr);
     assert_non_null(ref);
     int32_t prompt[64];
     size_t n_prompt = json_array_size(json_object_get(ref, "prompt"));
     assert_true(n_prompt > 0 && n_prompt <= 64);
     for (size_t i = 0; i < n_prompt; i++)
         prompt[i] = (int32_t)json_integer_value(json_array_get(json_object_get(ref, "prompt"), i));
-    di_engine *e = make_engine(DI_FIXTURE_DIR "/model/gguf-tiny/llama-q6_k.gguf", 4, 0, NULL, NULL);
+    di_engine *e =
+        make_engine(DI_FIXTURE_DIR "/model/gguf-tiny/qwen2-q4_k_m.gguf", 4, 0, NULL, NULL);
     assert_int_equal(di_engine_encoding(e), 0);
     g.e = e;
     rec r;

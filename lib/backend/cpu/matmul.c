@@ -101,8 +101,9 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         for (int64_t o = o0; o < o1; o += CPU_PACK_ROWS) {
             const char *g = pt->packed + (size_t)(o / CPU_PACK_ROWS) * pt->group_bytes;
             float *y = pt->y + t0 * pt->n_out + o;
-            pt->packed_fn(j->n_in, g, j->act + (size_t)t0 * j->act_row, j->act_row,
-                          j->info + (size_t)t0 * j->info_row, j->info_row, t1 - t0, y, pt->n_out);
+            const char *info = j->info ? j->info + (size_t)t0 * j->info_row : NULL;
+            pt->packed_fn(j->n_in, g, j->act + (size_t)t0 * j->act_row, j->act_row, info,
+                          j->info_row, t1 - t0, y, pt->n_out);
             if (pt->bias)
                 for (int64_t t = t0; t < t1; t++)
                     for (int r = 0; r < CPU_PACK_ROWS; r++)
@@ -202,8 +203,10 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         if (pt->packed) {
             pt->packed_fn = cpu_packed_kernel(w[p]->dtype);
             pt->group_bytes = cpu_pack_group_bytes(w[p]->dtype, j.n_in);
-            j.info = (char *)scratch + act_bytes(j.act_type, j.n_in, n_tokens);
-            j.info_row = cpu_pack_info_bytes(j.n_in, 1);
+            if (j.act_type == MODEL_DTYPE_Q8_0 || j.act_type == CPU_DTYPE_Q8_1) {
+                j.info = (char *)scratch + act_bytes(j.act_type, j.n_in, n_tokens);
+                j.info_row = cpu_pack_info_bytes(j.n_in, 1);
+            }
         }
         pt->rows_per_tile = ROWS_PER_TILE;
         if (n_tokens < 4 && !use_ref) {

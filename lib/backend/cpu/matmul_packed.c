@@ -8,29 +8,107 @@
 
 enum { BLOCK = 32, TOKENS_PER_PASS = 4 };
 
+/* Bytes before a group block's quants: d[8] (and m[8] / dmin[8]) as f16, and
+ * for the K-quants the sub-block scales (and mins) as bytes [sub-block][row]. */
 static size_t scales_bytes(model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_Q4_1 ? 32 : 16; /* d[8] (and m[8]) as f16 */
+    switch (dtype) {
+    case MODEL_DTYPE_Q4_1: return 32;
+    case MODEL_DTYPE_Q4_K: return 32 + 64 + 64;
+    case MODEL_DTYPE_Q6_K: return 16 + 128;
+    default: return 16;
+    }
 }
 
 static size_t quants_bytes(model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_Q8_0 ? 256 : 128;
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return 256;
+    case MODEL_DTYPE_Q4_K: return 1024;
+    case MODEL_DTYPE_Q6_K: return 1024 + 512;
+    default: return 128;
+    }
 }
 
 size_t cpu_pack_group_bytes(model_dtype dtype, int64_t n_in)
 {
-    return (size_t)(n_in / BLOCK) * (scales_bytes(dtype) + quants_bytes(dtype));
+    return (size_t)(n_in / cpu_dtype_block_elems((int)dtype)) *
+           (scales_bytes(dtype) + quants_bytes(dtype));
 }
 
 int cpu_pack_supported(const model_tensor *w)
 {
     model_dtype dt = w->dtype;
-    if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1) return 0;
-    return w->ne[0] > 0 && w->ne[0] % BLOCK == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
+    if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1 &&
+        dt != MODEL_DTYPE_Q4_K && dt != MODEL_DTYPE_Q6_K)
+        return 0;
+    int be = cpu_dtype_block_elems((int)dt);
+    return w->ne[0] > 0 && w->ne[0] % be == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
            cpu_packed_kernel(dt) != NULL;
 }
 
+/* Element e (0..255) of a Q4_K block: its nibble. */
+static int q4k_value(const block_q4_K *x, int e)
+{
+    int j = e / 32, l = e % 32;
+    uint8_t b = x->qs[(j / 2) * 32 + l];
+    return (j & 1) ? b >> 4 : b & 0xf;
+}
+
+/* Element e (0..255) of a Q6_K block as its unsigned 6 bits (q + 32), in the
+ * reference's order (vec_dot_ref.c). */
+static int q6k_value(const block_q6_K *x, int e)
+{
+    int h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+    const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+    int lo = quarter == 0   ? ql[l] & 0xf
+             : quarter == 1 ? ql[l + 32] & 0xf
+             : quarter == 2 ? ql[l] >> 4
+                            : ql[l + 32] >> 4;
+    return lo | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+/* A K-quant group block of 8 rows (blk[r]: row r's block). Quants: 32 vectors
+ * V_k whose row r holds, for i = 0..3, elements 8k + i (low nibble) and
+ * 8k + 4 + i (high nibble); Q6_K adds 16 vectors H_j of the high two bits,
+ * element 16j + 4f + i in bits 2f and 2f + 1. */
+static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS], uint8_t *out)
+{
+    uint8_t *v = out + scales_bytes(dt);
+    for (int r = 0; r < CPU_PACK_ROWS; r++) {
+        if (dt == MODEL_DTYPE_Q4_K) {
+            const block_q4_K *x = (const block_q4_K *)blk[r];
+            memcpy(out + 2 * r, &x->d, 2);
+            memcpy(out + 16 + 2 * r, &x->dmin, 2);
+            uint8_t sc[8], m[8];
+            cpu_k4_scales(x->scales, sc, m);
+            for (int j = 0; j < 8; j++) {
+                out[32 + j * 8 + r] = sc[j];
+                out[96 + j * 8 + r] = m[j];
+            }
+            for (int k = 0; k < 32; k++)
+                for (int i = 0; i < 4; i++)
+                    v[k * 32 + r * 4 + i] =
+                        (uint8_t)(q4k_value(x, 8 * k + i) | q4k_value(x, 8 * k + 4 + i) << 4);
+        } else {
+            const block_q6_K *x = (const block_q6_K *)blk[r];
+            memcpy(out + 2 * r, &x->d, 2);
+            for (int j = 0; j < 16; j++) out[16 + j * 8 + r] = (uint8_t)x->scales[j];
+            for (int k = 0; k < 32; k++)
+                for (int i = 0; i < 4; i++)
+                    v[k * 32 + r * 4 + i] = (uint8_t)((q6k_value(x, 8 * k + i) & 0xf) |
+                                                      (q6k_value(x, 8 * k + 4 + i) & 0xf) << 4);
+            uint8_t *h = v + 1024;
+            for (int j = 0; j < 16; j++)
+                for (int i = 0; i < 4; i++) {
+                    int bits = 0;
+                    for (int f = 0; f < 4; f++)
+                        bits |= (q6k_value(x, 16 * j + 4 * f + i) >> 4) << (2 * f);
+                    h[j * 32 + r * 4 + i] = (uint8_t)bits;
+                }
+        }
+    }
+}
 size_t cpu_pack_bytes(const model_tensor *w)
 {
     return cpu_pack_group_bytes(w->dtype, w->ne[0]) * (size_t)(w->ne[1] / CPU_PACK_ROWS);
@@ -39,13 +117,21 @@ size_t cpu_pack_bytes(const model_tensor *w)
 void cpu_pack(const model_tensor *w, void *dst)
 {
     model_dtype dt = w->dtype;
-    int64_t n_in = w->ne[0], nb = n_in / BLOCK, n_groups = w->ne[1] / CPU_PACK_ROWS;
+    int64_t n_in = w->ne[0], n_groups = w->ne[1] / CPU_PACK_ROWS;
+    int64_t nb = n_in / cpu_dtype_block_elems((int)dt);
     size_t row = cpu_row_bytes((int)dt, n_in), bb = cpu_dtype_block_bytes((int)dt);
     size_t gb = scales_bytes(dt) + quants_bytes(dt);
     for (int64_t g = 0; g < n_groups; g++) {
         const char *rows = (const char *)w->data + (size_t)(g * CPU_PACK_ROWS) * row;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *out = (uint8_t *)dst + ((size_t)g * (size_t)nb + (size_t)b) * gb;
+            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q6_K) {
+                const uint8_t *blk[CPU_PACK_ROWS];
+                for (int r = 0; r < CPU_PACK_ROWS; r++)
+                    blk[r] = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
+                pack_k_block(dt, blk, out);
+                continue;
+            }
             for (int r = 0; r < CPU_PACK_ROWS; r++) {
                 const uint8_t *blk = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
                 memcpy(out + 2 * r, blk, 2);                                      /* d */
@@ -141,6 +227,7 @@ static inline int32_t load4(const int8_t *p)
 /* The pass over a row group, once per instruction set (matmul_packed_pass.inc). */
 #    define PASS_ATTR      VNNI
 #    define PASS_NAME      pass_vnni
+#    define PASS_K_NAME    pass_k_vnni
 #    define PASS_MADD      madd_vnni
 #    define PASS_MADD_Q8   madd_vnni
 #    define PASS_Q8_OFFSET 128
@@ -148,6 +235,7 @@ static inline int32_t load4(const int8_t *p)
 
 #    define PASS_ATTR      AVX2
 #    define PASS_NAME      pass_avx2
+#    define PASS_K_NAME    pass_k_avx2
 #    define PASS_MADD      madd_avx2
 #    define PASS_MADD_Q8   madd_q8_avx2
 #    define PASS_Q8_OFFSET 0
@@ -174,7 +262,33 @@ static inline int32_t load4(const int8_t *p)
             }                                                                                      \
         }
 
+/* The K-quants' activations are Q8_K blocks, which carry their f32 scale and
+ * 16-element sums: no side data. */
+#    define KERNEL_K(NAME, PASS, KIND, TARGET)                                                     \
+        __attribute__((target(TARGET))) static void NAME(                                          \
+            int64_t n_in, const void *w, const char *act, size_t act_row, const char *info,        \
+            size_t info_row, int64_t n_tok, float *y, int64_t y_stride)                            \
+        {                                                                                          \
+            (void)info;                                                                            \
+            (void)info_row;                                                                        \
+            int64_t nb = n_in / QK_K, t = 0;                                                       \
+            for (; t + 4 <= n_tok; t += 4)                                                         \
+                PASS(nb, w, act + t * act_row, act_row, 4, KIND, y + t * y_stride, y_stride);      \
+            const char *a = act + t * act_row;                                                     \
+            float *yt = y + t * y_stride;                                                          \
+            switch (n_tok - t) {                                                                   \
+            case 3: PASS(nb, w, a, act_row, 3, KIND, yt, y_stride); break;                         \
+            case 2: PASS(nb, w, a, act_row, 2, KIND, yt, y_stride); break;                         \
+            case 1: PASS(nb, w, a, act_row, 1, KIND, yt, y_stride); break;                         \
+            default: break;                                                                        \
+            }                                                                                      \
+        }
+
 #    define VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
+KERNEL_K(q4_K_vnni, pass_k_vnni, 0, VNNI_TARGET)
+KERNEL_K(q6_K_vnni, pass_k_vnni, 1, VNNI_TARGET)
+KERNEL_K(q4_K_avx2, pass_k_avx2, 0, "avx2,fma,f16c")
+KERNEL_K(q6_K_avx2, pass_k_avx2, 1, "avx2,fma,f16c")
 KERNEL(q8_0_vnni, pass_vnni, 0, VNNI_TARGET)
 KERNEL(q4_0_vnni, pass_vnni, 1, VNNI_TARGET)
 KERNEL(q4_1_vnni, pass_vnni, 2, VNNI_TARGET)
@@ -189,6 +303,8 @@ cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return q8_0_avx2;
     case MODEL_DTYPE_Q4_0: return q4_0_avx2;
     case MODEL_DTYPE_Q4_1: return q4_1_avx2;
+    case MODEL_DTYPE_Q4_K: return q4_K_avx2;
+    case MODEL_DTYPE_Q6_K: return q6_K_avx2;
     default: return NULL;
     }
 }
@@ -200,6 +316,8 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return q8_0_vnni;
     case MODEL_DTYPE_Q4_0: return q4_0_vnni;
     case MODEL_DTYPE_Q4_1: return q4_1_vnni;
+    case MODEL_DTYPE_Q4_K: return q4_K_vnni;
+    case MODEL_DTYPE_Q6_K: return q6_K_vnni;
     default: return NULL;
     }
 }

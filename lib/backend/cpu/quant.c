@@ -463,3 +463,16 @@ void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n)
     default: break;
     }
 }
+
+void cpu_k4_scales(const uint8_t q[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = q[j] & 63;
+            m[j] = q[j + 4] & 63;
+        } else {
+            sc[j] = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+            m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+    }
+}

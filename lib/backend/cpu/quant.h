@@ -117,6 +117,10 @@ size_t cpu_row_bytes(int dtype, int64_t n);
 /* The activation format llama.cpp multiplies a weight dtype with. */
 int cpu_vec_dot_type(model_dtype weight);
 
+/* The eight 6-bit sub-block scales and mins of a Q4_K/Q5_K block's scales[12]
+ * (ggml's get_scale_min_k4), as bytes. */
+void cpu_k4_scales(const uint8_t scales[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]);
+
 float cpu_fp16_to_f32(uint16_t h);
 uint16_t cpu_f32_to_fp16(float f); /* round to nearest even, as F16C's vcvtps2ph */
 float cpu_bf16_to_f32(uint16_t h);

@@ -119,19 +119,6 @@ static void dot_q5_1(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
-static void k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
-{
-    for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            sc[j] = q[j] & 63;
-            m[j] = q[j + 4] & 63;
-        } else {
-            sc[j] = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-            m[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-        }
-    }
-}
-
 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
 {
     const block_q4_K *x = w;
@@ -139,7 +126,7 @@ static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        k4_scales(x[i].scales, sc, m);
+        cpu_k4_scales(x[i].scales, sc, m);
         int sumi = 0, summ = 0;
         for (ptrdiff_t j = 0; j < 8; j++) {
             const uint8_t *q = x[i].qs + (j / 2) * 32;
@@ -163,7 +150,7 @@ static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        k4_scales(x[i].scales, sc, m);
+        cpu_k4_scales(x[i].scales, sc, m);
         int sumi = 0, summ = 0;
         for (ptrdiff_t j = 0; j < 8; j++) {
             const uint8_t *q = x[i].qs + (j / 2) * 32;
@@ -245,10 +232,12 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 const char *cpu_kernels_name(void)
 {
     if (cpu_has_avx512_vnni())
-        return "avx512-vnni (8-bit products; packed 8-row Q8_0/Q4_0/Q4_1), avx2+fma+f16c (the "
+        return "avx512-vnni (8-bit products; packed 8-row Q8_0/Q4_0/Q4_1/Q4_K/Q6_K), avx2+fma+f16c "
+               "(the "
                "rest)";
     if (cpu_has_avx2())
-        return "avx2+fma+f16c (packed 8-row Q8_0/Q4_0/Q4_1 too; no avx512-vnni on this CPU)";
+        return "avx2+fma+f16c (packed 8-row Q8_0/Q4_0/Q4_1/Q4_K/Q6_K too; no avx512-vnni on this "
+               "CPU)";
     return "scalar reference (no avx2 on this CPU)";
 }
 
