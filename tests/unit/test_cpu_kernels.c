@@ -307,12 +307,13 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
     const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
-                                 MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q6_K};
+                                 MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1, MODEL_DTYPE_Q4_K,
+                                 MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K};
     const int64_t n_out = 48, max_tok = 41;
     int ran = 0;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         model_dtype dt = types[k];
-        const int64_t n_in = dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q6_K ? 768 : 320;
+        const int64_t n_in = cpu_dtype_block_elems((int)dt) == QK_K ? 768 : 320;
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
         w.data = random_weights(dt, n_out, n_in);
         if (!cpu_pack_supported(&w)) { /* no AVX2 here */

@@ -13,8 +13,10 @@ enum { BLOCK = 32, TOKENS_PER_PASS = 4 };
 static size_t scales_bytes(model_dtype dtype)
 {
     switch (dtype) {
-    case MODEL_DTYPE_Q4_1: return 32;
-    case MODEL_DTYPE_Q4_K: return 32 + 64 + 64;
+    case MODEL_DTYPE_Q4_1:
+    case MODEL_DTYPE_Q5_1: return 32;
+    case MODEL_DTYPE_Q4_K:
+    case MODEL_DTYPE_Q5_K: return 32 + 64 + 64;
     case MODEL_DTYPE_Q6_K: return 16 + 128;
     default: return 16;
     }
@@ -24,7 +26,10 @@ static size_t quants_bytes(model_dtype dtype)
 {
     switch (dtype) {
     case MODEL_DTYPE_Q8_0: return 256;
+    case MODEL_DTYPE_Q5_0:
+    case MODEL_DTYPE_Q5_1: return 128 + 32;
     case MODEL_DTYPE_Q4_K: return 1024;
+    case MODEL_DTYPE_Q5_K: return 8 * (128 + 32);
     case MODEL_DTYPE_Q6_K: return 1024 + 512;
     default: return 128;
     }
@@ -40,7 +45,8 @@ int cpu_pack_supported(const model_tensor *w)
 {
     model_dtype dt = w->dtype;
     if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1 &&
-        dt != MODEL_DTYPE_Q4_K && dt != MODEL_DTYPE_Q6_K)
+        dt != MODEL_DTYPE_Q5_0 && dt != MODEL_DTYPE_Q5_1 && dt != MODEL_DTYPE_Q4_K &&
+        dt != MODEL_DTYPE_Q5_K && dt != MODEL_DTYPE_Q6_K)
         return 0;
     int be = cpu_dtype_block_elems((int)dt);
     return w->ne[0] > 0 && w->ne[0] % be == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
@@ -78,7 +84,37 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
 {
     uint8_t *v = out + scales_bytes(dt);
     for (int r = 0; r < CPU_PACK_ROWS; r++) {
-        if (dt == MODEL_DTYPE_Q4_K) {
+        if (dt == MODEL_DTYPE_Q5_K) {
+            const block_q5_K *x = (const block_q5_K *)blk[r];
+            memcpy(out + 2 * r, &x->d, 2);
+            memcpy(out + 16 + 2 * r, &x->dmin, 2);
+            uint8_t sc[8], m[8];
+            cpu_k4_scales(x->scales, sc, m);
+            for (int j = 0; j < 8; j++) {
+                out[32 + j * 8 + r] = sc[j];
+                out[96 + j * 8 + r] = m[j];
+            }
+            for (int j = 0; j < 8; j++) { /* V_4j..V_4j+3, H_j: 160 bytes a sub-block */
+                uint8_t *sub = v + j * 160;
+                for (int kk = 0; kk < 4; kk++)
+                    for (int i = 0; i < 4; i++) {
+                        int e = 32 * j + 8 * kk + i, l = e % 32;
+                        uint8_t lo = x->qs[(j / 2) * 32 + l], hi = x->qs[(j / 2) * 32 + l + 4];
+                        lo = (j & 1) ? lo >> 4 : lo & 0xf;
+                        hi = (j & 1) ? hi >> 4 : hi & 0xf;
+                        sub[kk * 32 + r * 4 + i] = (uint8_t)(lo | hi << 4);
+                    }
+                for (int i = 0; i < 4; i++) {
+                    int h = 0;
+                    for (int kk = 0; kk < 4; kk++) {
+                        int l = 8 * kk + i;
+                        h |= ((x->qh[l] >> j) & 1) << (2 * kk) | ((x->qh[l + 4] >> j) & 1)
+                                                                     << (2 * kk + 1);
+                    }
+                    sub[128 + r * 4 + i] = (uint8_t)h;
+                }
+            }
+        } else if (dt == MODEL_DTYPE_Q4_K) {
             const block_q4_K *x = (const block_q4_K *)blk[r];
             memcpy(out + 2 * r, &x->d, 2);
             memcpy(out + 16 + 2 * r, &x->dmin, 2);
@@ -128,7 +164,7 @@ void cpu_pack(const model_tensor *w, void *dst)
         const char *rows = (const char *)w->data + (size_t)(g * CPU_PACK_ROWS) * row;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *out = (uint8_t *)dst + ((size_t)g * (size_t)nb + (size_t)b) * gb;
-            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q6_K) {
+            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q5_K || dt == MODEL_DTYPE_Q6_K) {
                 const uint8_t *blk[CPU_PACK_ROWS];
                 for (int r = 0; r < CPU_PACK_ROWS; r++)
                     blk[r] = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
@@ -137,16 +173,29 @@ void cpu_pack(const model_tensor *w, void *dst)
             }
             for (int r = 0; r < CPU_PACK_ROWS; r++) {
                 const uint8_t *blk = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
-                memcpy(out + 2 * r, blk, 2);                                      /* d */
-                if (dt == MODEL_DTYPE_Q4_1) memcpy(out + 16 + 2 * r, blk + 2, 2); /* m */
+                memcpy(out + 2 * r, blk, 2); /* d */
+                int has_min = dt == MODEL_DTYPE_Q4_1 || dt == MODEL_DTYPE_Q5_1;
+                if (has_min) memcpy(out + 16 + 2 * r, blk + 2, 2); /* m */
                 uint8_t *q = out + scales_bytes(dt);
                 if (dt == MODEL_DTYPE_Q8_0) {
                     for (int c = 0; c < 8; c++)
                         for (int e = 0; e < 4; e++)
                             q[c * 32 + r * 4 + e] = (uint8_t)(blk[2 + c * 4 + e] ^ 0x80);
-                } else {
-                    const uint8_t *qs = blk + (dt == MODEL_DTYPE_Q4_1 ? 4 : 2);
+                } else if (dt == MODEL_DTYPE_Q4_0 || dt == MODEL_DTYPE_Q4_1) {
+                    const uint8_t *qs = blk + (has_min ? 4 : 2);
                     for (int k = 0; k < 4; k++) memcpy(q + k * 32 + r * 4, qs + k * 4, 4);
+                } else { /* Q5_0, Q5_1: the nibbles as Q4_0's, then their fifth bits */
+                    const uint8_t *qh = blk + (has_min ? 4 : 2), *qs = qh + 4;
+                    uint32_t bits;
+                    memcpy(&bits, qh, 4);
+                    for (int k = 0; k < 4; k++) memcpy(q + k * 32 + r * 4, qs + k * 4, 4);
+                    for (int i = 0; i < 4; i++) {
+                        int h = 0;
+                        for (int k = 0; k < 4; k++)
+                            h |= (int)((bits >> (4 * k + i)) & 1) << (2 * k) |
+                                 (int)((bits >> (16 + 4 * k + i)) & 1) << (2 * k + 1);
+                        q[128 + r * 4 + i] = (uint8_t)h;
+                    }
                 }
             }
         }
@@ -290,14 +339,20 @@ static inline int32_t load4(const int8_t *p)
 #    define VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
 KERNEL_K(q4_K_vnni, pass_k_vnni, 0, VNNI_TARGET)
 KERNEL_K(q6_K_vnni, pass_k_vnni, 1, VNNI_TARGET)
+KERNEL_K(q5_K_vnni, pass_k_vnni, 2, VNNI_TARGET)
+KERNEL_K(q5_K_avx2, pass_k_avx2, 2, "avx2,fma,f16c")
 KERNEL_K(q4_K_avx2, pass_k_avx2, 0, "avx2,fma,f16c")
 KERNEL_K(q6_K_avx2, pass_k_avx2, 1, "avx2,fma,f16c")
 KERNEL(q8_0_vnni, pass_vnni, 0, VNNI_TARGET)
 KERNEL(q4_0_vnni, pass_vnni, 1, VNNI_TARGET)
 KERNEL(q4_1_vnni, pass_vnni, 2, VNNI_TARGET)
+KERNEL(q5_0_vnni, pass_vnni, 3, VNNI_TARGET)
+KERNEL(q5_1_vnni, pass_vnni, 4, VNNI_TARGET)
 KERNEL(q8_0_avx2, pass_avx2, 0, "avx2,fma,f16c")
 KERNEL(q4_0_avx2, pass_avx2, 1, "avx2,fma,f16c")
 KERNEL(q4_1_avx2, pass_avx2, 2, "avx2,fma,f16c")
+KERNEL(q5_0_avx2, pass_avx2, 3, "avx2,fma,f16c")
+KERNEL(q5_1_avx2, pass_avx2, 4, "avx2,fma,f16c")
 
 cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
 {
@@ -306,7 +361,10 @@ cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return q8_0_avx2;
     case MODEL_DTYPE_Q4_0: return q4_0_avx2;
     case MODEL_DTYPE_Q4_1: return q4_1_avx2;
+    case MODEL_DTYPE_Q5_0: return q5_0_avx2;
+    case MODEL_DTYPE_Q5_1: return q5_1_avx2;
     case MODEL_DTYPE_Q4_K: return q4_K_avx2;
+    case MODEL_DTYPE_Q5_K: return q5_K_avx2;
     case MODEL_DTYPE_Q6_K: return q6_K_avx2;
     default: return NULL;
     }
@@ -319,7 +377,10 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return q8_0_vnni;
     case MODEL_DTYPE_Q4_0: return q4_0_vnni;
     case MODEL_DTYPE_Q4_1: return q4_1_vnni;
+    case MODEL_DTYPE_Q5_0: return q5_0_vnni;
+    case MODEL_DTYPE_Q5_1: return q5_1_vnni;
     case MODEL_DTYPE_Q4_K: return q4_K_vnni;
+    case MODEL_DTYPE_Q5_K: return q5_K_vnni;
     case MODEL_DTYPE_Q6_K: return q6_K_vnni;
     default: return NULL;
     }
