@@ -35,17 +35,26 @@
 
 /* Tolerances: stated in docs/model-parity.md. */
 static const double TINY_TOL = 1e-3; /* relative to the logit range */
-/* relative to the range of the top-32 logits: Q8_0/Q4_0/Q4_1 products sum as
- * ggml's scalar reference does (the packed kernels), not in llama.cpp's AVX2
- * lanes, and 30 layers of 8-bit activations amplify the order's rounding
- * (docs/model-parity.md) */
-static const double GGUF_TOL = 0.15;
-static const double GGUF_TIE = 0.02; /* absolute: near-ties in llama.cpp's top two */
+/* relative to the range of the top-32 logits. deepinfer no longer follows
+ * llama.cpp's order on purpose: its packed products sum as ggml's scalar
+ * reference does and its attention stays in f32 (llama.cpp rounds q and the
+ * probabilities to f16), and 30 layers of 8-bit activations amplify either
+ * rounding. Which of the two is closer to the model is checked against
+ * transformers in f32 instead (tests/oracle/check_fidelity.py, the gguf-tiny
+ * fidelity check; docs/model-parity.md). */
+static const double GGUF_TOL = 0.30;
+/* absolute: near-ties in llama.cpp's top two (its f16 attention against our
+ * f32 one flips positions whose top two differ by 0.023 on SmolLM2) */
+static const double GGUF_TIE = 0.05;
 /* absolute: a greedy step whose top two logits (ours) are closer than this may
  * go either way — the noise left by llama.cpp's approximate vector expf in the
  * softmax (docs/model-parity.md) */
 static const double GGUF_DECODE_TIE = 0.5;
 static const double GGUF_TINY_TOL = 2e-2; /* relative to the logit range */
+/* ours / llama.cpp's distance from the f32 dequantized reference, at most:
+ * both are set by the 8-bit activations; what is left is summation order,
+ * within 2% in mean and 15% in max on the tiny files (docs/model-parity.md) */
+static const double FIDELITY_MEAN_SLACK = 1.05, FIDELITY_MAX_SLACK = 1.25;
 
 static int failures;
 
@@ -346,6 +355,42 @@ static int run_gguf_tiny(const char *fixture, double tol)
            json_string_value(json_object_get(ref, "name")), worst, worst / (hi - lo), same,
            n_greedy, why);
     check(worst / (hi - lo) <= tol, "logits within tolerance");
+    /* Fidelity: both engines against transformers in f32 on the dequantized
+     * weights (the fixture's reference, same rows): ours no further from it
+     * than llama.cpp's, in mean and in max |diff| (FIDELITY_*_SLACK). */
+    const char *f32_file = json_string_value(json_object_get(ref, "dequant_f32_logits_file"));
+    if (f32_file) { /* the gguf-dsv3 fixtures have none: transformers is their oracle */
+        snprintf(path, sizeof path, "%s/%s", dir, f32_file);
+        f = fopen(path, "rb");
+        check(f != NULL, "dequantized reference logits file");
+    }
+    if (f32_file && f) {
+        float *f32 = malloc(rows * (size_t)vocab * sizeof *f32);
+        if (!f32) abort();
+        check(fread(f32, sizeof *f32, rows * (size_t)vocab, f) == rows * (size_t)vocab,
+              "dequantized reference has [48, vocab] f32");
+        fclose(f);
+        double ours_mean = 0, llama_mean = 0, ours_max = 0, llama_max = 0;
+        for (size_t i = 0; i < rows * (size_t)vocab; i++) {
+            double a = fabs(got[i] - f32[i]), b = fabs(expect[i] - f32[i]);
+            ours_mean += a;
+            llama_mean += b;
+            ours_max = fmax(ours_max, a);
+            llama_max = fmax(llama_max, b);
+        }
+        ours_mean /= (double)(rows * (size_t)vocab);
+        llama_mean /= (double)(rows * (size_t)vocab);
+        printf("%s: against the f32 dequantized reference: mean|diff| %.3e (llama.cpp %.3e), "
+               "max %.3e (llama.cpp %.3e)\n",
+               json_string_value(json_object_get(ref, "name")), ours_mean, llama_mean, ours_max,
+               llama_max);
+        check(ours_mean <= llama_mean * FIDELITY_MEAN_SLACK,
+              "mean |diff| from the reference within "
+              "llama.cpp's");
+        check(ours_max <= llama_max * FIDELITY_MAX_SLACK, "max |diff| from the reference within "
+                                                          "llama.cpp's");
+        free(f32);
+    }
     check(same == n_greedy || gap_at_divergence <= GGUF_DECODE_TIE,
           "greedy tokens identical up to a near-tie");
     free(expect);

@@ -658,8 +658,10 @@ static void check_attention(model_dtype kv_type)
         }
     }
     for (int i = 0; i < NT * NH * HD; i++) q[i] = frand();
-    /* an f16 cache rounds q and the probabilities to f16 (llama.cpp's arithmetic) */
+    /* the reference path with an f16 cache rounds q and the probabilities to f16
+     * (llama.cpp's arithmetic); the tiled path stays f32 (where AVX2 runs) */
     const double tol = kv_type == MODEL_DTYPE_F16 ? 2e-3 : 1e-5;
+    const double tol_fast = cpu_has_avx2() ? 1e-5 : tol;
     cpu_kv_store(&c, &s, 1, 0, NT, k, v);
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(4, &pool), DI_OK);
@@ -683,15 +685,15 @@ static void check_attention(model_dtype kv_type)
                 double o = 0;
                 for (int p = 0; p <= t; p++) o += sc[p] / sum * v[(p * NKV + g) * HD + i];
                 assert_true(fabs(out_ref[(t * NH + h) * HD + i] - o) < tol);
-                assert_true(fabs(out[(t * NH + h) * HD + i] - o) < tol);
+                assert_true(fabs(out[(t * NH + h) * HD + i] - o) < tol_fast);
             }
         }
     /* decode one token at position NT - 1 equals the batch's last row */
     float last[NH * HD];
     cpu_attention(pool, &c, &s, 1, q + (NT - 1) * NH * HD, NH, NT - 1, 1, scale, last, scratch, CTX,
                   0);
-    for (int i = 0; i < NH * HD; i++)
-        assert_true(fabsf(last[i] - out[(NT - 1) * NH * HD + i]) < 1e-6f);
+    for (int i = 0; i < NH * HD; i++) /* bit-identical: a row's sums do not depend on its tile */
+        assert_memory_equal(&last[i], &out[(NT - 1) * NH * HD + i], sizeof(float));
     cpu_threadpool_free(pool);
     cpu_kv_cache_free(&c);
 }

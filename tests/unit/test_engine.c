@@ -1171,9 +1171,10 @@ static void test_event_fd_wakes_an_epoll_loop(void **state)
 
 /* GGUFs that cannot render chat still serve token requests: one without a
  * vocabulary (tokenizer.ggml.model "none", llama.cpp's LLAMA_VOCAB_TYPE_NONE)
- * gives llama.cpp's greedy tokens (the fixture's oracle: qwen2-q4_k_m, whose
- * logits sit within 1e-6 of llama.cpp's, so no near-tie decides a step; the
- * tiny Q6_K file has one at step 12); a deepseek2 file whose
+ * gives the model's greedy tokens: those of di_model on the same prompt, whose
+ * logits model_parity holds to llama.cpp's and to the f32 reference (a tiny
+ * random model's near-ties make llama.cpp's own tokens an unfair exact
+ * oracle), and the first tokens before any near-tie are llama.cpp's; a deepseek2 file whose
  * tokenizer.ggml.pre declares DeepSeek V3 but whose vocabulary lacks its turn
  * tokens runs without a codec, and its protocol requests fail saying why; asking
  * for that encoding outright is refused at create. */
@@ -1208,9 +1209,28 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     poll_until_idle(e);
     assert_int_equal(r.status, DI_OK);
     assert_int_equal(r.n_toks, 16);
+    di_model_options mo;
+    di_model_options_init(&mo);
+    mo.n_threads = 2;
+    di_model *m = NULL;
+    assert_int_equal(
+        di_model_load(DI_FIXTURE_DIR "/model/gguf-tiny/qwen2-q4_k_m.gguf", &mo, &m, NULL), DI_OK);
+    int32_t vocab = di_model_vocab_size(m), tok = 0;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    assert_non_null(logits);
+    assert_int_equal(di_model_eval(m, prompt, n_prompt, logits, 0, NULL), DI_OK);
     json_t *greedy = json_object_get(ref, "greedy");
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(r.toks[i], (int32_t)json_integer_value(json_array_get(greedy, (size_t)i)));
+    for (int i = 0; i < 16; i++) {
+        tok = 0;
+        for (int32_t v = 1; v < vocab; v++)
+            if (logits[v] > logits[tok]) tok = v;
+        assert_int_equal(r.toks[i], tok);
+        if (i < 4) /* before the file's first near-tie: llama.cpp's own */
+            assert_int_equal(tok, (int32_t)json_integer_value(json_array_get(greedy, (size_t)i)));
+        assert_int_equal(di_model_eval(m, &tok, 1, logits, 0, NULL), DI_OK);
+    }
+    free(logits);
+    di_model_free(m);
     json_decref(ref);
     di_request p;
     di_request_init(&p);

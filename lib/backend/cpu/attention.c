@@ -222,6 +222,8 @@ void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq
                    const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
                    float *out, float *scratch, int64_t scratch_ctx, int use_ref)
 {
+    if (!use_ref && cpu_attention_flash(pool, c, s, layer, q, n_head, pos0, n_tokens, scale, out))
+        return;
     int f16 = c->dtype == MODEL_DTYPE_F16;
     attn_job j = {
         .c = c,

@@ -16,8 +16,13 @@
  * (16 strided lanes, then a halving tree), so the sums are bit-identical; with
  * an f32 cache everything stays f32. head_dim <= 256 (CPU_ATTENTION_MAX_HEAD_DIM).
  *
- * scratch: f32 [n_threads, ctx] (ctx >= pos0 + n_tokens) for the scores, owned
- * by the caller. Tasks (token, head) are spread over the pool. */
+ * That is the reference path (use_ref, and CPUs without AVX2). The fast path,
+ * cpu_attention_flash (attention_flash.c), is tiled with an online softmax: a
+ * KV head's K/V rows are read once for all its query heads and a tile of
+ * tokens, in f32, agreeing with the reference to float rounding.
+ *
+ * scratch: f32 [n_threads, ctx] (ctx >= pos0 + n_tokens) for the scores of the
+ * reference path, owned by the caller. Tasks are spread over the pool. */
 #ifndef DI_BACKEND_CPU_ATTENTION_H
 #define DI_BACKEND_CPU_ATTENTION_H
 
@@ -31,5 +36,13 @@ enum { CPU_ATTENTION_MAX_HEAD_DIM = 256 };
 void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
                    const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
                    float *out, float *scratch, int64_t scratch_ctx, int use_ref);
+
+/* The tiled online-softmax attention (same arguments and result as
+ * cpu_attention, no scratch); returns 0, computing nothing, where it does not
+ * apply (no AVX2, head_dim not a multiple of 8, more than 16 query heads a KV
+ * head). */
+int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
+                        const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
+                        float *out);
 
 #endif

@@ -1,0 +1,228 @@
+/* Tiled causal GQA attention with an online softmax (FlashAttention's
+ * recurrence, on the CPU): the fast path of cpu_attention (attention.h).
+ *
+ * A task is one KV head and a tile of query tokens: every query head of the
+ * group and every token of the tile (up to TILE_ROWS rows) walks the keys
+ * together, CHUNK positions at a time. Each chunk's K and V rows are converted
+ * to f32 once for all the tile's rows (K transposed, so the scores of a row
+ * are CHUNK-wide vector products without horizontal sums); each row keeps a
+ * running max m, a running sum l and an unnormalized output O:
+ *   m' = max(m, max_p s_p), O = O e^(m - m') + sum_p e^(s_p - m') V_p,
+ *   l = l e^(m - m') + sum_p e^(s_p - m'),  out = O / l.
+ * Nothing of size n (the context) is kept, and a K/V row is read from memory
+ * once per tile instead of once per query head and token.
+ *
+ * Arithmetic: f32 throughout, the f16 cache's values converted exactly; the
+ * exponentials by exp_ps (a polynomial within 2 ulp of expf on the softmax's
+ * range). It is not llama.cpp's order (the reference path in attention.c is):
+ * results agree with it to float rounding (tests/unit/test_cpu_kernels.c).
+ * Roofline per task: reads 2 n head_dim cache elements, 4 n head_dim
+ * TILE_ROWS FLOPs. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/vec_dot.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <immintrin.h>
+#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+enum { CHUNK = 16, TILE_ROWS = 16 };
+
+/* e^x for 8 lanes: x = n ln 2 + r with |r| <= ln2 / 2, e^r by its degree-6
+ * Taylor polynomial (relative error under 2e-7 there), times 2^n built in the
+ * exponent bits. Lanes below -87.3 give 0 (masked positions are -inf). */
+AVX2 static inline __m256 exp_ps(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* r = x - n ln2, ln2 split in two so the product is exact */
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, v);
+}
+
+AVX2 static inline float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Row p of the sequence's K or V pool for KV head g in layer l. */
+static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
+                                 int l, int g, int64_t p)
+{
+    int64_t b = s->block_table[p / c->block_size], slot = p % c->block_size;
+    size_t row = (size_t)((((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->kv_dim);
+    return (const char *)pool + (row + (size_t)g * (size_t)c->head_dim) * c->elem_size;
+}
+
+/* n floats of a cache row (f16 or f32) into dst. */
+AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, int n, float *dst)
+{
+    if (c->dtype == MODEL_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src;
+    for (int i = 0; i < n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+}
+
+typedef struct flash_job {
+    const cpu_kv_cache *c;
+    const cpu_kv_seq *s;
+    int layer, n_head, group, tile_tokens;
+    const float *q;
+    int64_t pos0, n_tokens, n_tiles;
+    float scale;
+    float *out;
+} flash_job;
+
+AVX2 static void flash_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const flash_job *j = ctx;
+    const cpu_kv_cache *c = j->c;
+    const int hd = c->head_dim;
+    const int g = (int)(task % c->n_head_kv);
+    const int64_t t0 = (task / c->n_head_kv) * j->tile_tokens;
+    const int64_t t1 = t0 + j->tile_tokens < j->n_tokens ? t0 + j->tile_tokens : j->n_tokens;
+    const int rows = (int)(t1 - t0) * j->group;
+    _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
+    _Alignas(32) float v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];  /* [CHUNK][hd] */
+    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    _Alignas(32) float kr[CPU_ATTENTION_MAX_HEAD_DIM], p[CHUNK];
+    float m[TILE_ROWS], l[TILE_ROWS];
+    const float *q[TILE_ROWS];
+    int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
+    for (int r = 0; r < rows; r++) {
+        int64_t t = t0 + r / j->group;
+        int h = g * j->group + r % j->group;
+        q[r] = j->q + (t * j->n_head + h) * hd;
+        limit[r] = j->pos0 + t + 1;
+        m[r] = -INFINITY;
+        l[r] = 0;
+    }
+    memset(o, 0, (size_t)rows * (size_t)hd * sizeof *o);
+    const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
+    const __m256 scale = _mm256_set1_ps(j->scale);
+    for (int64_t p0 = 0; p0 < n; p0 += CHUNK) {
+        int len = n - p0 < CHUNK ? (int)(n - p0) : CHUNK;
+        for (int i = 0; i < len; i++) {
+            load_row(c, kv_row(c, c->k, j->s, j->layer, g, p0 + i), hd, kr);
+            for (int d = 0; d < hd; d++) kt[d * CHUNK + i] = kr[d];
+            load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + i * hd);
+        }
+        for (int i = len; i < CHUNK; i++) /* unused columns: finite, then masked */
+            for (int d = 0; d < hd; d++) kt[d * CHUNK + i] = 0;
+        for (int r = 0; r < rows; r++) {
+            int valid = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
+            if (valid <= 0) continue;
+            __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d++) {
+                __m256 qd = _mm256_set1_ps(q[r][d]);
+                s0 = _mm256_fmadd_ps(qd, _mm256_load_ps(kt + d * CHUNK), s0);
+                s1 = _mm256_fmadd_ps(qd, _mm256_load_ps(kt + d * CHUNK + 8), s1);
+            }
+            s0 = _mm256_mul_ps(s0, scale);
+            s1 = _mm256_mul_ps(s1, scale);
+            __m256i idx0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            __m256i vv = _mm256_set1_epi32(valid);
+            __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vv, idx0));
+            __m256 keep1 = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(vv, _mm256_add_epi32(idx0, _mm256_set1_epi32(8))));
+            const __m256 ninf = _mm256_set1_ps(-INFINITY);
+            s0 = _mm256_blendv_ps(ninf, s0, keep0);
+            s1 = _mm256_blendv_ps(ninf, s1, keep1);
+            float mnew = hmax8(_mm256_max_ps(s0, s1));
+            if (m[r] > mnew) mnew = m[r];
+            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
+            __m256 mv = _mm256_set1_ps(mnew);
+            __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
+            _mm256_store_ps(p, e0);
+            _mm256_store_ps(p + 8, e1);
+            l[r] = l[r] * corr + hsum8(_mm256_add_ps(e0, e1));
+            m[r] = mnew;
+            float *orow = o + r * hd;
+            __m256 cv = _mm256_set1_ps(corr);
+            for (int d = 0; d < hd; d += 8) {
+                __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(orow + d), cv);
+                for (int i = 0; i < valid; i++)
+                    acc =
+                        _mm256_fmadd_ps(_mm256_set1_ps(p[i]), _mm256_loadu_ps(v + i * hd + d), acc);
+                _mm256_storeu_ps(orow + d, acc);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        int64_t t = t0 + r / j->group;
+        int h = g * j->group + r % j->group;
+        float *dst = j->out + (t * j->n_head + h) * hd;
+        float inv = 1.0f / l[r];
+        for (int d = 0; d < hd; d++) dst[d] = o[r * hd + d] * inv;
+    }
+}
+
+int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
+                        const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
+                        float *out)
+{
+    int group = n_head / c->n_head_kv;
+    if (!cpu_has_avx2() || c->head_dim % 8 != 0 || group > TILE_ROWS) return 0;
+    flash_job j = {
+        .c = c,
+        .s = s,
+        .layer = layer,
+        .n_head = n_head,
+        .group = group,
+        .tile_tokens = TILE_ROWS / group,
+        .q = q,
+        .pos0 = pos0,
+        .n_tokens = n_tokens,
+        .scale = scale,
+        .out = out,
+    };
+    j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
+    cpu_threadpool_run(pool, j.n_tiles * c->n_head_kv, flash_task, &j);
+    return 1;
+}
+
+#else
+
+int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
+                        const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
+                        float *out)
+{
+    (void)pool, (void)c, (void)s, (void)layer, (void)q, (void)n_head, (void)pos0;
+    (void)n_tokens, (void)scale, (void)out;
+    return 0;
+}
+
+#endif

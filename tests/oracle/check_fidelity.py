@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Fidelity of deepinfer's logits on a real GGUF, against transformers in f32 on
+the file's own weights dequantized by the gguf package (the reference without
+any activation quantization or f16 cache), with llama.cpp (llama-cpp-python,
+the model oracle venv's portable build) measured the same way beside it.
+
+For each text (a paragraph, code, a ChatML turn, a definition; up to 64 tokens,
+tokenized by `deepinfer tokenize`) every position's logits of both engines are
+compared with the reference. Checks, pooled over the texts:
+  - deepinfer's mean |diff| <= llama.cpp's x MEAN_SLACK;
+  - deepinfer's max |diff| <= llama.cpp's x MAX_SLACK;
+  - no argmax differing from the reference where the reference's top two are
+    further apart than CLEAR_GAP (closer ones go either way with 8-bit
+    activations, for llama.cpp too).
+Prints the numbers and ok:/FAIL: lines; exits 1 on a failed check.
+
+    check_fidelity.py --cli build/release/examples/deepinfer MODEL.gguf
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_model_fixtures import dequantized_reference  # noqa: E402
+
+MEAN_SLACK = 1.05
+MAX_SLACK = 1.25
+CLEAR_GAP = 0.25
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog. In the beginning of the twentieth century, "
+    "the city grew rapidly as new railways connected it to the coast, and merchants from many "
+    "countries settled there",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
+    "fibonacci(n - 2)\n\nfor i in range(10):\n    print(i, fibonacci(i))\n",
+    "<|im_start|>user\nWhat is the capital of France, and why is it famous? Give three "
+    "reasons.<|im_end|>\n<|im_start|>assistant\nThe capital of France is Paris. It is famous for",
+    "Photosynthesis is the process by which green plants and some other organisms use sunlight "
+    "to synthesize foods from carbon dioxide and water. It generally involves the green pigment "
+    "chlorophyll and generates oxygen as a byproduct.",
+]
+
+
+def field(reader, key):
+    import gguf
+    f = reader.fields[key]
+    v = f.parts[f.data[0]]
+    if f.types and f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(v).decode("utf-8")
+    return v.tolist()[0]
+
+
+def reference_model(reader):
+    """An f32 LlamaForCausalLM of the GGUF's shape (weights set later)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    a = field(reader, "general.architecture")
+    if a != "llama":
+        raise SystemExit(f"check_fidelity: {a} files are not handled (llama only)")
+    names = {t.name for t in reader.tensors}
+    vocab = next(t for t in reader.tensors if t.name == "token_embd.weight").shape[1]
+    config = LlamaConfig(
+        vocab_size=int(vocab), hidden_size=field(reader, "llama.embedding_length"),
+        intermediate_size=field(reader, "llama.feed_forward_length"),
+        num_hidden_layers=field(reader, "llama.block_count"),
+        num_attention_heads=field(reader, "llama.attention.head_count"),
+        num_key_value_heads=field(reader, "llama.attention.head_count_kv"),
+        rms_norm_eps=field(reader, "llama.attention.layer_norm_rms_epsilon"),
+        rope_theta=field(reader, "llama.rope.freq_base"),
+        max_position_embeddings=field(reader, "llama.context_length"),
+        tie_word_embeddings="output.weight" not in names, torch_dtype=torch.float32)
+    return LlamaForCausalLM(config).to(torch.float32), config
+
+
+def tokenize(cli, model, text):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(text)
+    try:
+        out = subprocess.run([cli, "tokenize", "--tokenizer", model, "--special", f.name],
+                             check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+    return json.loads(out)[:64]
+
+
+def deepinfer_logits(cli, model, ids, vocab):
+    with tempfile.NamedTemporaryFile(suffix=".f32", delete=False) as f:
+        path = f.name
+    try:
+        subprocess.run([cli, "logits", "--model", model, "--tokens", ",".join(map(str, ids)),
+                        "--out", path, "--threads", "2"], check=True)
+        return np.fromfile(path, dtype=np.float32).reshape(len(ids), vocab)
+    finally:
+        os.unlink(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("model")
+    a = ap.parse_args()
+    import gguf
+    import llama_cpp
+    reader = gguf.GGUFReader(a.model)
+    model, config = reference_model(reader)
+    llm = llama_cpp.Llama(model_path=a.model, n_ctx=128, n_batch=128, n_ubatch=128,
+                          logits_all=True, n_threads=2, flash_attn=False, verbose=False)
+    sums = {"deepinfer": [0.0, 0.0, 0], "llama.cpp": [0.0, 0.0, 0]}  # sum|d|, max|d|, misses
+    n_values = 0
+    for i, text in enumerate(TEXTS):
+        ids = tokenize(a.cli, a.model, text)
+        ref = dequantized_reference(model, reader, "llama", config, ids)
+        llm.reset()
+        llm.eval(ids)
+        got = {"deepinfer": deepinfer_logits(a.cli, a.model, ids, ref.shape[1]),
+               "llama.cpp": np.array(llm.scores[:len(ids)], dtype=np.float32)}
+        top2 = np.sort(ref, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > CLEAR_GAP
+        line = []
+        for name, lg in got.items():
+            d = np.abs(lg - ref)
+            miss = (lg.argmax(1) != ref.argmax(1)) & clear
+            sums[name][0] += float(d.sum())
+            sums[name][1] = max(sums[name][1], float(d.max()))
+            sums[name][2] += int(miss.sum())
+            line.append(f"{name} mean|diff| {d.mean():.4f} max {d.max():.3f} "
+                        f"clear argmax misses {int(miss.sum())}")
+        n_values += ref.size
+        print(f"text {i} ({len(ids)} tokens): " + "; ".join(line))
+    di, ll = sums["deepinfer"], sums["llama.cpp"]
+    di_mean, ll_mean = di[0] / n_values, ll[0] / n_values
+    print(f"pooled: deepinfer mean {di_mean:.4f} max {di[1]:.3f}; "
+          f"llama.cpp mean {ll_mean:.4f} max {ll[1]:.3f}")
+    checks = [
+        (di_mean <= ll_mean * MEAN_SLACK,
+         f"mean |diff| from the f32 reference {di_mean:.4f} <= llama.cpp's {ll_mean:.4f} x {MEAN_SLACK}"),
+        (di[1] <= ll[1] * MAX_SLACK,
+         f"max |diff| {di[1]:.3f} <= llama.cpp's {ll[1]:.3f} x {MAX_SLACK}"),
+        (di[2] == 0, f"no argmax miss where the reference's top two differ by > {CLEAR_GAP} "
+                     f"(deepinfer {di[2]}, llama.cpp {ll[2]})"),
+    ]
+    bad = 0
+    for ok, what in checks:
+        print(("ok: " if ok else "FAIL: ") + what)
+        bad += not ok
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
