@@ -187,9 +187,44 @@ static void test_non_finite_activations_quantize_to_nan_blocks(void **state)
     }
 }
 
+/* The SIMD activation quantizers give the reference's bytes: random rows of
+ * several magnitudes, ties at .5 after scaling, zero blocks, a block whose
+ * largest magnitude appears with both signs (Q8_K keeps the first), and a
+ * block with a NaN. */
+static void test_simd_quantizers_equal_the_reference(void **state)
+{
+    (void)state;
+    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, CPU_DTYPE_Q8_K};
+    enum { N = 2048 };
+    unsigned seed = 7;
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = frand(&seed) * (i < 512 ? 1.0f : i < 1024 ? 1e-3f : 300.0f);
+    for (int i = 1024; i < 1280; i++) x[i] = 0; /* a zero Q8_K block, zero Q8_0 blocks */
+    for (int i = 1280; i < 1312; i++) x[i] = (float)(i % 5) * 0.5f - 1.0f; /* ties */
+    x[1312] = 2.0f; /* the Q8_K block 5's largest magnitude, both signs */
+    x[1400] = -2.0f;
+    x[1800] = NAN;
+    int ran = 0;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        uint8_t want[N * 2], got[N * 2];
+        size_t bytes = cpu_row_bytes(types[k], N);
+        memset(want, 0xa5, sizeof want);
+        memset(got, 0xa5, sizeof got);
+        cpu_quantize_row_ref(types[k], x, want, N);
+        if (!cpu_quantize_row_avx2(types[k], x, got, N)) continue;
+        ran++;
+        for (size_t i = 0; i < bytes; i++)
+            if (want[i] != got[i])
+                fail_msg("type %d: byte %zu is %u, the reference's %u", types[k], i, got[i],
+                         want[i]);
+    }
+    printf("SIMD quantizers compared: %d of 3 (%s)\n", ran, ran ? "avx2" : "no avx2 here");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simd_quantizers_equal_the_reference),
         cmocka_unit_test(test_dequantize_matches_gguf_py),
         cmocka_unit_test(test_fp16_conversion_round_trips_every_value),
         cmocka_unit_test(test_bf16_conversion_rounds_to_nearest_even),

@@ -139,5 +139,8 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
  * CPU has it, with the same results. */
 void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n);
 void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n);
+/* The AVX2 version (quant_avx2.c: Q8_0, Q8_1, Q8_K, bit-identical to the
+ * reference); returns 0, writing nothing, where the CPU or dtype has none. */
+int cpu_quantize_row_avx2(int dtype, const float *x, void *y, int64_t n);
 
 #endif

@@ -232,11 +232,13 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 const char *cpu_kernels_name(void)
 {
     if (cpu_has_avx512_vnni())
-        return "avx512-vnni (8-bit products; packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K), avx2+fma+f16c "
+        return "avx512-vnni (8-bit products; packed 8-row "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K), avx2+fma+f16c "
                "(the "
                "rest)";
     if (cpu_has_avx2())
-        return "avx2+fma+f16c (packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K too; no avx512-vnni on this "
+        return "avx2+fma+f16c (packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K too; no "
+               "avx512-vnni on this "
                "CPU)";
     return "scalar reference (no avx2 on this CPU)";
 }
@@ -249,5 +251,5 @@ cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
 
 void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n)
 {
-    cpu_quantize_row_ref(dtype, x, y, n);
+    if (!cpu_quantize_row_avx2(dtype, x, y, n)) cpu_quantize_row_ref(dtype, x, y, n);
 }
