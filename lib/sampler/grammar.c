@@ -465,13 +465,14 @@ static int parse_sequence(gbuild *b, int32_t rule, int nested, int depth)
         } else if (c >= 0 && is_name_char(c)) {
             size_t s = b->pos;
             while (is_name_char(peek(b))) b->pos++;
+            size_t e = b->pos;
             skip_space(b, nested);
-            if (b->pos + 2 < b->len && memcmp(b->s + b->pos, "::=", 3) == 0) {
+            if (b->pos + 3 <= b->len && memcmp(b->s + b->pos, "::=", 3) == 0) {
                 b->pos = s; /* the next rule's name: this rule ended at a newline */
                 return 0;
             }
-            int32_t r = rule_id(b, b->s + s, b->pos - s);
-            while (b->pos > s && (b->s[b->pos - 1] == ' ' || b->s[b->pos - 1] == '\t')) b->pos--;
+            b->pos = e;
+            int32_t r = rule_id(b, b->s + s, e - s);
             if (r < 0 || vpush(b, &b->rules[rule], GE_REF, r)) return -1;
         } else {
             return 0;

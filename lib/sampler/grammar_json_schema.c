@@ -436,6 +436,7 @@ static int conv(jctx *c, json_t *s, const char *path, int depth)
             return jfail(c, path, "%s: expected a non-empty array", "anyOf");
         int r = new_rule(c);
         /* each branch as its own rule: alt<r>-<i> */
+        gt_printf(t, "alt%d\nalt%d ::= ", r, r);
         for (size_t i = 0; i < json_array_size(any); i++)
             gt_printf(t, "%salt%d-%zu", i ? " | " : "", r, i);
         for (size_t i = 0; i < json_array_size(any); i++) {
@@ -450,6 +451,7 @@ static int conv(jctx *c, json_t *s, const char *path, int depth)
     if (json_is_array(type)) {
         if (json_array_size(type) == 0) return jfail(c, path, "%s: empty array", "type");
         int r = new_rule(c);
+        gt_printf(t, "typ%d\ntyp%d ::= ", r, r);
         for (size_t i = 0; i < json_array_size(type); i++)
             gt_printf(t, "%styp%d-%zu", i ? " | " : "", r, i);
         for (size_t i = 0; i < json_array_size(type); i++) {
