@@ -240,22 +240,22 @@ static int utf8_alts(gbuild *b, int32_t into, uint32_t lo, uint32_t hi)
     return 0;
 }
 
-/* Emit the code point set r into v: one byte set when it is ASCII only, else
+/* Emit the code point set r into rule parent: one byte set when it is ASCII only, else
  * a reference to a helper rule of its UTF-8 sequences. */
-static int emit_cpranges(gbuild *b, gvec *v, const cpranges *r, int32_t parent)
+static int emit_cpranges(gbuild *b, const cpranges *r, int32_t parent)
 {
     if (r->n == 0) return fail(b, DI_ERR_INVALID_REQUEST, "empty character class"), -1;
     if (r->hi[r->n - 1] < 0x80) {
         byteset s = {{0}};
         for (int i = 0; i < r->n; i++) set_range(&s, r->lo[i], r->hi[i]);
         int32_t id = set_id(b, &s);
-        return id < 0 ? -1 : vpush(b, v, GE_BYTES, id);
+        return id < 0 ? -1 : vpush(b, &b->rules[parent], GE_BYTES, id);
     }
-    int32_t h = helper_rule(b, parent);
+    int32_t h = helper_rule(b, parent); /* (may move b->rules) */
     if (h < 0) return -1;
     for (int i = 0; i < r->n; i++)
         if (utf8_alts(b, h, r->lo[i], r->hi[i])) return -1;
-    return vpush(b, v, GE_REF, h);
+    return vpush(b, &b->rules[parent], GE_REF, h);
 }
 
 /* ----------------------------------------------------------------- parser */
@@ -446,11 +446,11 @@ static int parse_sequence(gbuild *b, int32_t rule, int nested, int depth)
             }
             b->pos++;
             cp_normalise(&r, negate);
-            if (emit_cpranges(b, &b->rules[rule], &r, rule)) return -1;
+            if (emit_cpranges(b, &r, rule)) return -1;
         } else if (c == '.') {
             b->pos++;
             cpranges r = {.lo = {0}, .hi = {0x10FFFF}, .n = 1};
-            if (emit_cpranges(b, &b->rules[rule], &r, rule)) return -1;
+            if (emit_cpranges(b, &r, rule)) return -1;
         } else if (c == '(') {
             b->pos++;
             if (depth > 200) return fail(b, DI_ERR_INVALID_REQUEST, "groups nested too deep"), -1;
@@ -1076,6 +1076,14 @@ int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         }
     }
     if (depth_off != depth_off_stack) free(depth_off);
+    if (count == 0) /* no token continues (the vocabulary cannot spell what must come):
+                       the end tokens, so the output ends rather than breaks the grammar */
+        for (size_t i = 0; i < m->n_eos; i++)
+            if (m->eos[i] >= 0 && m->eos[i] < v->n_vocab &&
+                !((mask[m->eos[i] >> 5] >> (m->eos[i] & 31)) & 1)) {
+                mask[m->eos[i] >> 5] |= 1u << (m->eos[i] & 31);
+                count++;
+            }
     return count;
 oom:
     if (depth_off != depth_off_stack) free(depth_off);

@@ -4,6 +4,7 @@
  *   v          the vocabulary: one line per id, "<special 0|1> <hex bytes>"
  *   m          the mask: the allowed ids, ascending, on one line
  *   a <id>     accept a token: "ok" or "rej"
+ *   b <hex>    accept raw bytes: "ok" or "rej"
  *   c          "1" when the output is complete, else "0"
  * Usage: grammar_driver <tokenizer> <gbnf|json|regex> <grammar file> <eos id>
  * A grammar that does not compile prints "ERR <message>" and exits 2. */
@@ -97,6 +98,15 @@ int main(int argc, char **argv)
             printf("\n");
         } else if (line[0] == 'a') {
             printf(grammar_matcher_accept(m, atoi(line + 2)) == 0 ? "ok\n" : "rej\n");
+        } else if (line[0] == 'b') { /* b <hex>: accept raw bytes (debugging) */
+            uint8_t raw[128];
+            size_t nb = 0;
+            for (const char *p = line + 2; p[0] && p[1] && p[0] != '\n' && nb < sizeof raw; p += 2) {
+                unsigned x;
+                if (sscanf(p, "%2x", &x) != 1) break;
+                raw[nb++] = (uint8_t)x;
+            }
+            printf(grammar_matcher_accept_bytes(m, raw, nb) == 0 ? "ok\n" : "rej\n");
         } else if (line[0] == 'c') {
             printf("%d\n", grammar_matcher_is_complete(m));
         }
