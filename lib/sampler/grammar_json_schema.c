@@ -252,7 +252,9 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
             if (lo < 0 || (mxl && hi < lo) || hi > 10000 || lo > 10000)
                 return jfail(c, path, "%s: bounds out of order or above 10000",
                              "minLength/maxLength");
-            if (hi >= 0)
+            if (lo == 0 && !mxl) /* no bound at all: a plain JSON string (xgrammar) */
+                gt_puts(t, "basic-string");
+            else if (hi >= 0)
                 gt_printf(t, "(\"\\x22\" [^\\x22\\x5C\\r\\n]{%lld,%lld} \"\\x22\")", lo, hi);
             else
                 gt_printf(t, "(\"\\x22\" [^\\x22\\x5C\\r\\n]{%lld,} \"\\x22\")", lo);
