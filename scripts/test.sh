@@ -201,6 +201,12 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   oracle model-info "$model_python" tests/oracle/check_model_info.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \
     tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf $folders
+  # grammar masks against xgrammar, and SmolLM2's constrained outputs against jsonschema
+  smol=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+  oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \
+    build/release/tests/grammar_driver "$smol" --schemas 60 --steps 60
+  oracle grammar-e2e "$model_python" tests/parity/grammar_e2e.py build/release/tests/grammar_e2e \
+    "$smol" --schemas 8
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).
