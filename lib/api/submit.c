@@ -134,8 +134,7 @@ static di_status engine_gvocab(di_engine *e, const grammar_vocab **out, di_error
 
 /* Compile the request's constraint (grammar, json_schema or regex) into a
  * matcher on r's sampler; none set is DI_OK. */
-static di_status request_constraint(di_engine *e, const di_request *q, sampler *smp,
-                                    di_error **err)
+static di_status request_constraint(di_engine *e, const di_request *q, sampler *smp, di_error **err)
 {
     int n_set = (q->grammar != NULL) + (q->json_schema != NULL) + (q->regex != NULL);
     if (n_set == 0) return DI_OK;
@@ -160,9 +159,8 @@ static di_status request_constraint(di_engine *e, const di_request *q, sampler *
                                          sizeof msg);
     else
         st = grammar_compile_regex(q->regex, strlen(q->regex), &g, msg, sizeof msg);
-    if (st != DI_OK)
-        return di_error_setf(err, st, "%s: %s",
-                             q->grammar ? "grammar" : q->json_schema ? "json_schema" : "regex", msg);
+    if (st != DI_OK) /* (the messages begin with "grammar", "json_schema" or "regex") */
+        return di_error_set(err, st, msg);
     const grammar_vocab *v;
     if ((st = engine_gvocab(e, &v, err)) != DI_OK) {
         grammar_free(g);

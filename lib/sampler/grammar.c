@@ -52,7 +52,8 @@ typedef struct gbuild {
     di_status err;
 } gbuild;
 
-static void fail(gbuild *b, di_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(gbuild *b, di_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void fail(gbuild *b, di_status st, const char *fmt, ...)
 {
     if (b->err) return;
@@ -213,7 +214,7 @@ static int utf8_alts(gbuild *b, int32_t into, uint32_t lo, uint32_t hi)
     for (int i = 0; i < 3; i++)
         if (lo <= bounds[i] && hi > bounds[i])
             return utf8_alts(b, into, lo, bounds[i]) || utf8_alts(b, into, bounds[i] + 1, hi) ? -1
-                                                                                             : 0;
+                                                                                              : 0;
     if (hi < 0x80) {
         gvec *v = &b->rules[into];
         if (v->n && vpush(b, v, GE_ALT, 0)) return -1;
@@ -224,11 +225,10 @@ static int utf8_alts(gbuild *b, int32_t into, uint32_t lo, uint32_t hi)
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0)
                 return utf8_alts(b, into, lo, lo | m) || utf8_alts(b, into, (lo | m) + 1, hi) ? -1
-                                                                                                : 0;
+                                                                                              : 0;
             if ((hi & m) != m)
-                return utf8_alts(b, into, lo, (hi & ~m) - 1) || utf8_alts(b, into, hi & ~m, hi)
-                           ? -1
-                           : 0;
+                return utf8_alts(b, into, lo, (hi & ~m) - 1) || utf8_alts(b, into, hi & ~m, hi) ? -1
+                                                                                                : 0;
         }
     }
     uint8_t a[4], z[4];
@@ -285,8 +285,8 @@ static void skip_space(gbuild *b, int newline_ok)
 
 static int is_name_char(int c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 static int hexval(int c)
@@ -312,10 +312,24 @@ static int64_t parse_char(gbuild *b)
         case 'r': return '\r';
         case 't': return '\t';
         case '0': return 0;
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'':
-        case '.': case '(': case ')': case '*': case '+': case '?': case '{': case '}':
-        case '|': case '$':
-            return e;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '\'':
+        case '.':
+        case '(':
+        case ')':
+        case '*':
+        case '+':
+        case '?':
+        case '{':
+        case '}':
+        case '|':
+        case '$': return e;
         case 'x': nhex = 2; break;
         case 'u': nhex = 4; break;
         case 'U': nhex = 8; break;
@@ -376,8 +390,8 @@ static int repeat(gbuild *b, int32_t parent, gelem x, int64_t min, int64_t max)
     if (max == min) return 0;
     if (max < 0) { /* star ::= x star | "" */
         int32_t s = helper_rule(b, parent);
-        if (s < 0 || vpush(b, &b->rules[s], x.type, x.value) ||
-            vpush(b, &b->rules[s], GE_REF, s) || vpush(b, &b->rules[s], GE_ALT, 0))
+        if (s < 0 || vpush(b, &b->rules[s], x.type, x.value) || vpush(b, &b->rules[s], GE_REF, s) ||
+            vpush(b, &b->rules[s], GE_ALT, 0))
             return -1;
         return vpush(b, &b->rules[parent], GE_REF, s);
     }
@@ -399,8 +413,7 @@ static int parse_uint(gbuild *b, int64_t *v)
     *v = 0;
     while (peek(b) >= '0' && peek(b) <= '9') {
         *v = *v * 10 + (peek(b) - '0');
-        if (*v > 10000)
-            return fail(b, DI_ERR_INVALID_REQUEST, "repetition count above 10000"), -1;
+        if (*v > 10000) return fail(b, DI_ERR_INVALID_REQUEST, "repetition count above 10000"), -1;
         b->pos++;
     }
     return 0;
@@ -697,7 +710,8 @@ di_status grammar_compile_regex(const char *pattern, size_t len, grammar **out, 
 {
     *out = NULL;
     char *text = grammar_regex_to_gbnf(pattern, len, "root", 0, msg, msg_size);
-    if (!text) return msg && strstr(msg, "out of memory") ? DI_ERR_OUT_OF_MEMORY : DI_ERR_INVALID_REQUEST;
+    if (!text)
+        return msg && strstr(msg, "out of memory") ? DI_ERR_OUT_OF_MEMORY : DI_ERR_INVALID_REQUEST;
     di_status st = grammar_compile_gbnf(text, strlen(text), out, msg, msg_size);
     free(text);
     return st;
@@ -708,7 +722,8 @@ di_status grammar_compile_json_schema(const char *json, size_t len, grammar **ou
 {
     *out = NULL;
     char *text = grammar_json_schema_to_gbnf(json, len, msg, msg_size);
-    if (!text) return msg && strstr(msg, "out of memory") ? DI_ERR_OUT_OF_MEMORY : DI_ERR_INVALID_REQUEST;
+    if (!text)
+        return msg && strstr(msg, "out of memory") ? DI_ERR_OUT_OF_MEMORY : DI_ERR_INVALID_REQUEST;
     di_status st = grammar_compile_gbnf(text, strlen(text), out, msg, msg_size);
     free(text);
     return st;
@@ -728,11 +743,11 @@ void grammar_free(grammar *g)
 
 struct grammar_vocab {
     int32_t n_vocab;
-    int32_t n; /* tokens in the sorted list */
-    int32_t *ids;   /* [n] sorted by bytes */
-    int32_t *slot;  /* [n_vocab] the token's index in ids, or -1 */
-    uint32_t *off;  /* [n + 1] into bytes */
-    uint16_t *lcp;  /* [n] bytes shared with the token before */
+    int32_t n;     /* tokens in the sorted list */
+    int32_t *ids;  /* [n] sorted by bytes */
+    int32_t *slot; /* [n_vocab] the token's index in ids, or -1 */
+    uint32_t *off; /* [n + 1] into bytes */
+    uint16_t *lcp; /* [n] bytes shared with the token before */
     uint8_t *bytes;
     int32_t max_len;
 };

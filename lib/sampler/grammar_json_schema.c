@@ -193,11 +193,14 @@ static int integer_range(jctx *c, json_t *s, const char *path)
     return 0;
 }
 
-static const char *const KNOWN[] = {
-    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
-    "pattern", "format", "minimum", "maximum", "title", "description", "$schema", "$id",
-    "default", "examples", "$comment", "strict", NULL};
+static const char *const KNOWN[] = {"type",    "properties",  "required",  "additionalProperties",
+                                    "items",   "minItems",    "maxItems",  "enum",
+                                    "const",   "anyOf",       "oneOf",     "$ref",
+                                    "$defs",   "definitions", "minLength", "maxLength",
+                                    "pattern", "format",      "minimum",   "maximum",
+                                    "title",   "description", "$schema",   "$id",
+                                    "default", "examples",    "$comment",  "strict",
+                                    NULL};
 
 /* Write the GBNF expression of schema s at path into c->out. An expression
  * that needs rules of its own ends its line, writes them, and opens a
@@ -221,8 +224,9 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
             const char *f = json_string_value(fmt);
             if (!f || (strcmp(f, "date") && strcmp(f, "time") && strcmp(f, "date-time") &&
                        strcmp(f, "email") && strcmp(f, "uuid"))) {
-                jfail(c, path, "format: unsupported format '%s' (date, time, date-time, email, "
-                               "uuid are)",
+                jfail(c, path,
+                      "format: unsupported format '%s' (date, time, date-time, email, "
+                      "uuid are)",
                       f ? f : "?");
                 return 0;
             }

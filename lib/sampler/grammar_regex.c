@@ -45,9 +45,12 @@ static const char *shorthand(int c, int *negated)
 {
     *negated = c == 'D' || c == 'W' || c == 'S';
     switch (c) {
-    case 'd': case 'D': return "0-9";
-    case 'w': case 'W': return "a-zA-Z0-9_";
-    case 's': case 'S': return " \\t\\n\\r\\x0C\\x0B";
+    case 'd':
+    case 'D': return "0-9";
+    case 'w':
+    case 'W': return "a-zA-Z0-9_";
+    case 's':
+    case 'S': return " \\t\\n\\r\\x0C\\x0B";
     default: return NULL;
     }
 }
@@ -179,8 +182,7 @@ static int rx_atom(rx *r, int depth)
         const char *sh = shorthand((unsigned char)r->s[r->pos + 1], &neg);
         if (sh) {
             r->pos += 2;
-            gt_printf(&r->out, "[%s%s%s]", neg ? "^" : "", neg && r->json ? JSON_EXCLUDED : "",
-                      sh);
+            gt_printf(&r->out, "[%s%s%s]", neg ? "^" : "", neg && r->json ? JSON_EXCLUDED : "", sh);
             return 0;
         }
         int e = (unsigned char)r->s[r->pos + 1];

@@ -21,7 +21,7 @@ struct sampler {
     int32_t *seen_ids;
     uint32_t *count;
     int32_t n_seen, cap_seen;
-    uint64_t rng[4]; /* xoshiro256** */
+    uint64_t rng[4];     /* xoshiro256** */
     grammar_matcher *gm; /* NULL: unconstrained */
     uint32_t *mask;      /* [(n_vocab + 31) / 32] the grammar's allowed tokens */
 };

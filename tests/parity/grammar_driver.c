@@ -101,7 +101,8 @@ int main(int argc, char **argv)
         } else if (line[0] == 'b') { /* b <hex>: accept raw bytes (debugging) */
             uint8_t raw[128];
             size_t nb = 0;
-            for (const char *p = line + 2; p[0] && p[1] && p[0] != '\n' && nb < sizeof raw; p += 2) {
+            for (const char *p = line + 2; p[0] && p[1] && p[0] != '\n' && nb < sizeof raw;
+                 p += 2) {
                 unsigned x;
                 if (sscanf(p, "%2x", &x) != 1) break;
                 raw[nb++] = (uint8_t)x;

@@ -68,6 +68,35 @@ int main(int argc, char **argv)
     if (di_tokenizer_encode(di_engine_tokenizer(e), prompt, strlen(prompt),
                             DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &n_ids, &err) != DI_OK)
         return 1;
+    /* di_submit's errors: each its status and the message naming the fault */
+    struct {
+        const char *gbnf, *schema, *regex, *want;
+        di_status st;
+    } bad[] = {
+        {"root ::= item\n", NULL, NULL, "undefined rule 'item'", DI_ERR_INVALID_REQUEST},
+        {NULL, "{\"type\":\"object\",\"allOf\":[]}", NULL, "allOf: unsupported keyword",
+         DI_ERR_INVALID_REQUEST},
+        {NULL, NULL, "a(?=b)", "regex at offset", DI_ERR_INVALID_REQUEST},
+        {"root ::= \"a\"\n", NULL, "a", "set at most one", DI_ERR_INVALID_ARGUMENT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        di_request q;
+        di_request_init(&q);
+        q.tokens = ids;
+        q.n_tokens = n_ids;
+        q.grammar = bad[i].gbnf;
+        q.json_schema = bad[i].schema;
+        q.regex = bad[i].regex;
+        q.on_event = on_event;
+        uint64_t id;
+        di_status st = di_submit(e, &q, &id, &err);
+        int ok = st == bad[i].st && strstr(di_error_message(err), bad[i].want) != NULL;
+        printf("%s submit error %zu: %d %s\n", ok ? "ok:" : "FAIL:", i, (int)st,
+               di_error_message(err));
+        di_error_free(err);
+        err = NULL;
+        if (!ok) return 1;
+    }
     int n = argc - 2;
     out *outs = calloc((size_t)n, sizeof *outs);
     char **schemas = calloc((size_t)n, sizeof *schemas);

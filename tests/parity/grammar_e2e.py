@@ -37,7 +37,12 @@ def main():
             json.dump(s, f)
         paths.append(p)
     r = subprocess.run([a.exe, a.model] + paths, capture_output=True, text=True, check=True)
-    parts = r.stdout.split("\n\x1e\n")
+    lines = r.stdout.split("\n")
+    for line in lines:
+        if "submit error" in line:
+            print(line)
+    body = "\n".join(line for line in lines if "submit error" not in line)
+    parts = body.split("\n\x1e\n")
     valid = cut = bad = 0
     for s, part in zip(schemas, parts):
         head, _, text = part.partition("\n")

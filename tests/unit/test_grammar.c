@@ -52,8 +52,7 @@ static void test_gbnf_errors_name_the_rule_and_place(void **state)
                  "2:1: rule 'root' defined twice");
     expect_error(grammar_compile_gbnf, "root ::= (\"a\" | \"b\"\n", DI_ERR_INVALID_REQUEST,
                  "expected ')'");
-    expect_error(grammar_compile_gbnf, "root ::= [z-a]\n", DI_ERR_INVALID_REQUEST,
-                 "out of order");
+    expect_error(grammar_compile_gbnf, "root ::= [z-a]\n", DI_ERR_INVALID_REQUEST, "out of order");
 }
 
 static void test_schema_and_regex_errors_name_the_keyword(void **state)
@@ -136,12 +135,13 @@ static void test_gbnf_languages(void **state)
     assert_true(accepts(neg, "d.\xce\xb1")); /* . is any character: α is two bytes */
     assert_false(accepts(neg, "b.x"));
     assert_false(accepts(neg, "d.\xce")); /* half a character is not complete */
-    assert_false(accepts(neg, "\xff.x"));  /* not UTF-8 */
+    assert_false(accepts(neg, "\xff.x")); /* not UTF-8 */
     const char *alt = "root ::= (\"cat\" | \"dog\") (\",\" ws (\"cat\" | \"dog\"))*\n"
                       "ws ::= [ \\t]*\n";
     assert_true(accepts(alt, "cat,  dog,dog"));
     assert_false(accepts(alt, "cat,"));
-    assert_true(accepts("root ::= [\\u00e9-\\u00ea]+ \"\\x41\"\n", "\xc3\xa9\xc3\xaa" "A"));
+    assert_true(accepts("root ::= [\\u00e9-\\u00ea]+ \"\\x41\"\n", "\xc3\xa9\xc3\xaa"
+                                                                   "A"));
 }
 
 static void test_regex_and_schema_languages(void **state)
@@ -158,17 +158,21 @@ static void test_regex_and_schema_languages(void **state)
         {0, "[a-z]+@(x|yz)\\.com", "ab@y.com", 0},
         {0, "\\d{2,3}-\\w?", "123-", 1},
         {0, "\\d{2,3}-\\w?", "1-a", 0},
-        {1, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
-            "\"maximum\":120},\"b\":{\"enum\":[\"x\",null]}},\"required\":[\"a\",\"b\"]}",
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
+         "\"maximum\":120},\"b\":{\"enum\":[\"x\",null]}},\"required\":[\"a\",\"b\"]}",
          "{ \"a\" : 120 ,\n\"b\":null}", 1},
-        {1, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
-            "\"maximum\":120}},\"required\":[\"a\"]}",
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
+         "\"maximum\":120}},\"required\":[\"a\"]}",
          "{\"a\":121}", 0},
-        {1, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
-            "\"string\"}},\"required\":[\"b\"]}",
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+         "\"string\"}},\"required\":[\"b\"]}",
          "{\"b\":\"q\\n\"}", 1},
-        {1, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
-            "\"string\"}},\"required\":[\"b\"]}",
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+         "\"string\"}},\"required\":[\"b\"]}",
          "{\"a\":1}", 0},
         {1, "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}",
          "[true, false]", 1},
@@ -176,18 +180,19 @@ static void test_regex_and_schema_languages(void **state)
          "[]", 0},
         {1, "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-31\"", 1},
         {1, "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"", 0},
-        {1, "{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/N\"}],\"$defs\":{\"N\":{"
-            "\"type\":\"number\"}}}",
+        {1,
+         "{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/N\"}],\"$defs\":{\"N\":{"
+         "\"type\":\"number\"}}}",
          "-1.5e+3", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         grammar *g;
         char msg[256];
-        di_status st = cases[i].schema ? grammar_compile_json_schema(cases[i].src,
-                                                                     strlen(cases[i].src), &g,
-                                                                     msg, sizeof msg)
-                                       : grammar_compile_regex(cases[i].src, strlen(cases[i].src),
-                                                               &g, msg, sizeof msg);
+        di_status st =
+            cases[i].schema
+                ? grammar_compile_json_schema(cases[i].src, strlen(cases[i].src), &g, msg,
+                                              sizeof msg)
+                : grammar_compile_regex(cases[i].src, strlen(cases[i].src), &g, msg, sizeof msg);
         if (st != DI_OK) fail_msg("case %zu: %s", i, msg);
         int32_t eos = 1;
         grammar_matcher *m;
@@ -195,8 +200,8 @@ static void test_regex_and_schema_languages(void **state)
         int ok = grammar_matcher_accept_bytes(m, (const uint8_t *)cases[i].text,
                                               strlen(cases[i].text)) == 0 &&
                  grammar_matcher_is_complete(m);
-        if (ok != cases[i].ok) fail_msg("case %zu: %s on %s gave %d", i, cases[i].src,
-                                        cases[i].text, ok);
+        if (ok != cases[i].ok)
+            fail_msg("case %zu: %s on %s gave %d", i, cases[i].src, cases[i].text, ok);
         grammar_matcher_free(m);
     }
     grammar_vocab_free(v);
@@ -217,13 +222,13 @@ static void test_mask_end_token_and_rollback(void **state)
     uint32_t mask[1];
     assert_int_equal(grammar_matcher_fill_mask(m, mask), 2);
     assert_true(bit(mask, 0) && bit(mask, 1));
-    assert_int_equal(grammar_matcher_accept(m, 2), -1); /* "b" first: rejected, state kept */
-    assert_int_equal(grammar_matcher_accept(m, 7), -1); /* not complete: no end */
-    assert_int_equal(grammar_matcher_accept(m, 1), 0);  /* "ab" */
+    assert_int_equal(grammar_matcher_accept(m, 2), -1);      /* "b" first: rejected, state kept */
+    assert_int_equal(grammar_matcher_accept(m, 7), -1);      /* not complete: no end */
+    assert_int_equal(grammar_matcher_accept(m, 1), 0);       /* "ab" */
     assert_int_equal(grammar_matcher_fill_mask(m, mask), 3); /* "b", "\xc3", end */
     assert_true(bit(mask, 2) && bit(mask, 6) && bit(mask, 7));
     assert_false(bit(mask, 5) || bit(mask, 3));
-    assert_int_equal(grammar_matcher_accept(m, 6), 0);      /* half of é */
+    assert_int_equal(grammar_matcher_accept(m, 6), 0); /* half of é */
     /* mid-character, and no token spells the rest of é: nothing continues, so
      * the mask falls back to the end token (the output ends, not breaks) */
     assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
