@@ -949,8 +949,9 @@ static int byteset_has(const byteset *s, uint8_t c)
     return (s->w[c >> 5] >> (c & 31)) & 1;
 }
 
-/* out += the stacks of in[0, n) after byte c. */
-static int advance(grammar_matcher *m, const int32_t *in, size_t n, uint8_t c, ivec *out)
+/* w += the stacks of w->v[from, to) after byte c (read by index: the pushes
+ * may move w->v). */
+static int advance(grammar_matcher *m, ivec *w, size_t from, size_t to, uint8_t c)
 {
     m->gen++;
     if (m->gen == 0) { /* wrapped: clear the stamps */
@@ -958,13 +959,13 @@ static int advance(grammar_matcher *m, const int32_t *in, size_t n, uint8_t c, i
         m->gen = 1;
     }
     const grammar *g = m->g;
-    for (size_t i = 0; i < n; i++) {
-        int32_t t = in[i];
+    for (size_t i = from; i < to; i++) {
+        int32_t t = w->v[i];
         if (t == ACCEPT) continue;
         gnode nd = m->nodes[t];
         if (!byteset_has(&g->sets[g->elems[nd.pos].value], c)) continue;
         int32_t next = after(m, nd.pos, nd.parent);
-        if (m->oom || expand(m, next, out)) return -1;
+        if (m->oom || expand(m, next, w)) return -1;
     }
     return m->oom ? -1 : 0;
 }
@@ -1071,8 +1072,7 @@ int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
         int32_t d = valid;
         for (; d < len; d++) { /* the set after d + 1 bytes */
             w->n = depth_off[d + 1];
-            if (advance(m, w->v + depth_off[d], depth_off[d + 1] - depth_off[d], tb[d], w))
-                goto oom;
+            if (advance(m, w, depth_off[d], depth_off[d + 1], tb[d])) goto oom;
             depth_off[d + 2] = w->n;
             if (w->n == depth_off[d + 1]) break; /* dead after d + 1 bytes */
         }
@@ -1114,7 +1114,7 @@ static int advance_state(grammar_matcher *m, const uint8_t *bytes, size_t len)
     size_t from = 0;
     for (size_t i = 0; i < len; i++) {
         size_t to = w->n;
-        if (advance(m, w->v + from, to - from, bytes[i], w)) return -1;
+        if (advance(m, w, from, to, bytes[i])) return -1;
         if (w->n == to) return -1;
         memmove(w->v, w->v + to, (w->n - to) * sizeof *w->v);
         w->n -= to;

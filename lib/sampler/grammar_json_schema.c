@@ -125,9 +125,10 @@ static void nonneg_range(gtext *t, int64_t a, int64_t b)
 {
     gt_puts(t, "(");
     int first = 1;
-    int64_t lo_l = 1;
-    for (int len = 1; len <= 19; len++, lo_l *= 10) {
+    int64_t lo_l = 1; /* 10^(len - 1) */
+    for (int len = 1; len <= 19; len++, lo_l = len <= 19 ? lo_l * 10 : lo_l) {
         int64_t lmin = len == 1 ? 0 : lo_l, lmax = len == 19 ? INT64_MAX : lo_l * 10 - 1;
+        if (lmin > b) break;
         int64_t x = a > lmin ? a : lmin, y = b < lmax ? b : lmax;
         if (x > y) continue;
         char xs[24], ys[24];
@@ -145,10 +146,10 @@ static void nonneg_ge(gtext *t, int64_t a)
 {
     char s[24];
     int d = snprintf(s, sizeof s, "%lld", (long long)a);
-    int64_t p = 1;
-    for (int i = 0; i < d; i++) p *= 10;
+    int64_t p = 1; /* 10^d, or INT64_MAX when that overflows */
+    for (int i = 0; i < d; i++) p = p <= INT64_MAX / 10 ? p * 10 : INT64_MAX;
     gt_puts(t, "(");
-    nonneg_range(t, a, p - 1);
+    nonneg_range(t, a, p == INT64_MAX ? p : p - 1);
     gt_printf(t, " | [1-9] [0-9]{%d,})", d);
 }
 

@@ -140,10 +140,11 @@ GBNF = [
     'root ::= (expr "=" ws term "\\n")+\nexpr ::= term ([-+*/] term)*\n'
     'term ::= ident | num | "(" ws expr ")" ws\nident ::= [a-z] [a-z0-9_]* ws\n'
     'num ::= [0-9]+ ws\nws ::= [ \\t\\n]*\n',
-    # lists with repetition bounds and negated classes (with item ::= X{1,12},
-    # xgrammar 0.2.9's mask allows the end token after "- ", which its own
-    # string check rejects: a bounded repetition here instead)
-    'root ::= "- " item ("\\n- " item){0,4}\nitem ::= [^\\n\\x00-\\x1f] [^\\n\\x00-\\x1f]{0,11}\n',
+    # lists with negated classes and bounded repetition (xgrammar 0.2.9's mask
+    # allows the end token after an empty item when a bounded repetition {m,n}
+    # holds the item or the list, "- a\n- " say, which its own string check
+    # rejects: the bound here is on characters inside a right-recursive list)
+    'root ::= "- " item ("\\n- " item)*\nitem ::= [^\\n\\x00-\\x1f] [a-z]{0,11}\n',
     # nested recursion
     'root ::= obj\nobj ::= "{" (pair ("," pair)*)? "}"\npair ::= [a-z]+ ":" (obj | [0-9]+ | '
     '"\\"" [a-zA-Z ]* "\\"")\n',
