@@ -5,12 +5,15 @@
  *   m          the mask: the allowed ids, ascending, on one line
  *   a <id>     accept a token: "ok" or "rej"
  *   b <hex>    accept raw bytes: "ok" or "rej"
+ *   t          the last mask's time in nanoseconds (grammar_matcher_fill_mask)
  *   c          "1" when the output is complete, else "0"
  * Usage: grammar_driver <tokenizer> <gbnf|json|regex> <grammar file> <eos id>
  * A grammar that does not compile prints "ERR <message>" and exits 2. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sampler/grammar.h"
 #include "tokenizer/tokenizer.h"
@@ -81,6 +84,7 @@ int main(int argc, char **argv)
     if (grammar_matcher_create(g, v, &eos, 1, &m) != DI_OK) return 1;
     uint32_t *mask = calloc(((size_t)n + 31) / 32, sizeof *mask);
     char line[256];
+    long long last_ns = 0;
     while (fgets(line, sizeof line, stdin)) {
         if (line[0] == 'v') {
             printf("eos %d\n", (int)eos);
@@ -91,7 +95,11 @@ int main(int argc, char **argv)
             }
             printf("end\n");
         } else if (line[0] == 'm') {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
             if (grammar_matcher_fill_mask(m, mask) < 0) return 1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            last_ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
             int first = 1;
             for (int32_t i = 0; i < n; i++)
                 if ((mask[i >> 5] >> (i & 31)) & 1) printf(first ? "%d" : " %d", i), first = 0;
@@ -108,6 +116,8 @@ int main(int argc, char **argv)
                 raw[nb++] = (uint8_t)x;
             }
             printf(grammar_matcher_accept_bytes(m, raw, nb) == 0 ? "ok\n" : "rej\n");
+        } else if (line[0] == 't') {
+            printf("%lld\n", last_ns);
         } else if (line[0] == 'c') {
             printf("%d\n", grammar_matcher_is_complete(m));
         }
