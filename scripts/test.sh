@@ -205,6 +205,12 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # further from them than llama.cpp's (the CPU-kernel issue's fidelity bar)
   oracle model-fidelity "$model_python" tests/oracle/check_fidelity.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+  # grammar masks against xgrammar, and SmolLM2's constrained outputs against jsonschema
+  smol=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+  oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \
+    build/release/tests/grammar_driver "$smol" --schemas 60 --steps 60
+  oracle grammar-e2e "$model_python" tests/parity/grammar_e2e.py build/release/tests/grammar_e2e \
+    "$smol" --schemas 8
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).

@@ -1134,6 +1134,29 @@ typedef struct di_request {
     /* The callback (required) and its argument. */
     di_event_fn on_event;
     void *user_data;
+    /* Constrained decoding (token requests; appended in 0.x: zero, the
+     * default, is off). At most one of the three, each a NUL-terminated UTF-8
+     * string that di_submit compiles (and copies) before it returns:
+     *   grammar      a GBNF grammar, llama.cpp's format, start rule `root`;
+     *   json_schema  a JSON Schema (the keywords docs/grammar.md lists): the
+     *                output is one JSON text the schema accepts, with any
+     *                whitespace between tokens (xgrammar's default);
+     *   regex        a regular expression the whole output matches.
+     * Every step the tokens that cannot continue a sentence of the grammar get
+     * logit -infinity before logit_bias, penalties, temperature, top_k, top_p
+     * and min_p, so sampling stays seeded and batch-invariant; the model's end
+     * of sequence is allowed exactly when the output so far is complete, and
+     * special tokens never. The constraint's state advances with each output
+     * token and survives pre-emption and speculative decoding (the tokens are
+     * the same). docs/grammar.md has the formats, the subset and the errors.
+     * Errors (di_submit): DI_ERR_INVALID_ARGUMENT (more than one set, or one
+     * set on a protocol request), DI_ERR_INVALID_REQUEST (it does not compile:
+     * the message names the rule and line:column, the schema path and
+     * keyword, or the regex offset), DI_ERR_UNSUPPORTED (an engine without a
+     * tokenizer: the token strings are unknown). */
+    const char *grammar;
+    const char *json_schema;
+    const char *regex;
 } di_request;
 
 /* Set struct_size and the defaults. NULL is a no-op. */

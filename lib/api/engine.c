@@ -30,7 +30,7 @@
 _Static_assert(sizeof(di_engine_config) ==
                    DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
-_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, user_data),
+_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, regex),
                "di_request has no trailing padding");
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
@@ -347,6 +347,7 @@ static void engine_free(di_engine *e)
     free(e->info_json);
     free(e->served_name);
     di_tokenizer_free(e->tok);
+    grammar_vocab_free(e->gvocab);
     model_free(e->m);
     for (di_event *ev = e->head, *next; ev; ev = next) {
         next = ev->next;

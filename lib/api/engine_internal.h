@@ -12,6 +12,7 @@
 #include "deepinfer/deepinfer.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
+#include "sampler/grammar.h"
 
 /* What the API keeps per request (the scheduler's owner pointer). */
 typedef struct api_request {
@@ -53,6 +54,9 @@ struct di_engine {
     char *info_json;
     size_t info_len;
     char *served_name;
+    /* The vocabulary's token strings for grammar masks (grammar.h), built by
+     * the first di_submit with a constraint (under mu); NULL until then. */
+    grammar_vocab *gvocab;
 };
 
 /* Build e->info_json and e->served_name once the model, tokenizer and codec

@@ -14,7 +14,9 @@
 #include "util/error.h"
 #include "util/struct_size.h"
 #include "recipe/sampling.h"
+#include "sampler/grammar.h"
 #include "sampler/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 DI_API void di_request_init(di_request *req)
 {
@@ -96,6 +98,78 @@ static di_status merge_bias(const di_request *q, const rc_sampling *b, int32_t n
         (*ids)[*n] = q->logit_bias_ids[i];
         (*values)[(*n)++] = q->logit_bias_values[i];
     }
+    return DI_OK;
+}
+
+/* The engine's vocabulary for grammar masks, built once (under e->mu): the
+ * tokenizer's token strings, special tokens excluded. */
+static di_status engine_gvocab(di_engine *e, const grammar_vocab **out, di_error **err)
+{
+    pthread_mutex_lock(&e->mu);
+    di_status st = DI_OK;
+    if (!e->gvocab) {
+        const di_tokenizer_impl *tok = e->tok;
+        int32_t n = e->n_vocab;
+        const uint8_t **bytes = calloc((size_t)n, sizeof *bytes);
+        size_t *lens = calloc((size_t)n, sizeof *lens);
+        uint8_t *excl = calloc((size_t)n, 1);
+        if (bytes && lens && excl) {
+            for (int32_t i = 0; i < n && i < tok->n_vocab; i++) {
+                tok_error terr;
+                if (tok_token_bytes(tok, i, &bytes[i], &lens[i], &terr) != DI_OK) lens[i] = 0;
+                excl[i] = (tok->tok_flags[i] & TOK_FLAG_SPECIAL) != 0;
+            }
+            st = grammar_vocab_create(n, bytes, lens, excl, &e->gvocab);
+        } else
+            st = DI_ERR_OUT_OF_MEMORY;
+        free(bytes);
+        free(lens);
+        free(excl);
+    }
+    *out = e->gvocab;
+    pthread_mutex_unlock(&e->mu);
+    if (st != DI_OK) return di_error_set(err, st, "out of memory for the grammar vocabulary");
+    return DI_OK;
+}
+
+/* Compile the request's constraint (grammar, json_schema or regex) into a
+ * matcher on r's sampler; none set is DI_OK. */
+static di_status request_constraint(di_engine *e, const di_request *q, sampler *smp, di_error **err)
+{
+    int n_set = (q->grammar != NULL) + (q->json_schema != NULL) + (q->regex != NULL);
+    if (n_set == 0) return DI_OK;
+    if (n_set > 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "grammar, json_schema, regex: set at most one");
+    if (q->protocol)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "grammar, json_schema, regex: token requests only (a protocol "
+                            "request says it in its body)");
+    if (!e->tok)
+        return di_error_set(err, DI_ERR_UNSUPPORTED,
+                            "grammar, json_schema, regex: the engine has no tokenizer, so the "
+                            "tokens' strings are unknown");
+    char msg[512];
+    grammar *g = NULL;
+    di_status st;
+    if (q->grammar)
+        st = grammar_compile_gbnf(q->grammar, strlen(q->grammar), &g, msg, sizeof msg);
+    else if (q->json_schema)
+        st = grammar_compile_json_schema(q->json_schema, strlen(q->json_schema), &g, msg,
+                                         sizeof msg);
+    else
+        st = grammar_compile_regex(q->regex, strlen(q->regex), &g, msg, sizeof msg);
+    if (st != DI_OK) /* (the messages begin with "grammar", "json_schema" or "regex") */
+        return di_error_set(err, st, msg);
+    const grammar_vocab *v;
+    if ((st = engine_gvocab(e, &v, err)) != DI_OK) {
+        grammar_free(g);
+        return st;
+    }
+    grammar_matcher *m;
+    if (grammar_matcher_create(g, v, e->eos, (size_t)e->n_eos, &m) != DI_OK ||
+        sampler_set_grammar(smp, m) != DI_OK)
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar");
     return DI_OK;
 }
 
@@ -264,6 +338,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         st = di_error_set(err, st, smsg);
         goto fail;
     }
+    if ((st = request_constraint(e, &q, r->smp, err)) != DI_OK) goto fail;
     r->n_prompt = (int64_t)n_ids;
     r->max_tokens = max_tokens;
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;

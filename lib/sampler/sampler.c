@@ -21,7 +21,9 @@ struct sampler {
     int32_t *seen_ids;
     uint32_t *count;
     int32_t n_seen, cap_seen;
-    uint64_t rng[4]; /* xoshiro256** */
+    uint64_t rng[4];     /* xoshiro256** */
+    grammar_matcher *gm; /* NULL: unconstrained */
+    uint32_t *mask;      /* [(n_vocab + 31) / 32] the grammar's allowed tokens */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -132,7 +134,21 @@ void sampler_free(sampler *s)
     di_u64_map_free(&s->slot_of);
     free(s->seen_ids);
     free(s->count);
+    grammar_matcher_free(s->gm);
+    free(s->mask);
     free(s);
+}
+
+di_status sampler_set_grammar(sampler *s, grammar_matcher *m)
+{
+    if (s->gm) return DI_ERR_INVALID_ARGUMENT;
+    s->mask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask);
+    if (!s->mask) {
+        grammar_matcher_free(m);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    s->gm = m;
+    return DI_OK;
 }
 
 size_t sampler_scratch_count(int32_t n_vocab)
@@ -170,6 +186,7 @@ int sampler_accept_prompt(sampler *s, int32_t token)
 int sampler_accept(sampler *s, int32_t token)
 {
     if (token < 0 || token >= s->n_vocab) return 0;
+    if (s->gm && grammar_matcher_accept(s->gm, token) != 0) return -1;
     int32_t i = slot(s, token);
     if (i < 0) return -1;
     s->count[i]++;
@@ -210,6 +227,14 @@ int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
 {
     const sampler_params *p = &s->p;
     const int32_t V = s->n_vocab;
+    /* The grammar first: a token it does not allow stays at -inf through every
+     * processor (bias and penalties keep -inf, temperature scales it, and its
+     * weight exp(-inf) is 0, so it is never drawn). A mask that cannot be
+     * computed (out of memory) leaves the row unconstrained. */
+    if (s->gm && grammar_matcher_fill_mask(s->gm, s->mask) > 0) {
+        for (int32_t i = 0; i < V; i++)
+            if (!((s->mask[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
+    }
     for (size_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
     for (int32_t i = 0; i < s->n_seen; i++) {
         int32_t id = s->seen_ids[i];

@@ -1,6 +1,7 @@
 /* The sampler: one request's logits row to its next token.
  *
  * The processors run in the order vLLM and transformers' generate apply them:
+ *   0. grammar      logits[id] = -inf for a token the grammar does not allow (grammar.h)
  *   1. logit_bias       logits[id] += bias                (OpenAI logit_bias)
  *   2. repetition       a seen token's logit is divided by the penalty when positive and
  *                       multiplied when negative, over prompt and output tokens
@@ -28,6 +29,7 @@
 #include <stdint.h>
 
 #include "deepinfer/deepinfer.h"
+#include "sampler/grammar.h"
 
 typedef struct sampler_params {
     float temperature;        /* >= 0; 0: greedy */
@@ -61,8 +63,16 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
                          size_t msg_size);
 void sampler_free(sampler *s);
 
+/* Constrain the sampler with a grammar matcher (taken: freed with the
+ * sampler). Before every other processor, sampler_sample sets the logit of
+ * each token the matcher does not allow to -infinity; sampler_accept advances
+ * it. Errors: DI_ERR_INVALID_ARGUMENT (a matcher already set), or
+ * DI_ERR_OUT_OF_MEMORY (m is freed). */
+di_status sampler_set_grammar(sampler *s, grammar_matcher *m);
+
 /* Count a prompt token (repetition penalty only) or an output token (all
- * penalties). Returns 0, or -1 when memory ran out (the count is not taken). */
+ * penalties, and the grammar's state). Returns 0, or -1 when memory ran out
+ * or the grammar does not allow the token (the count is not taken). */
 int sampler_accept_prompt(sampler *s, int32_t token);
 int sampler_accept(sampler *s, int32_t token);
 

@@ -1895,12 +1895,35 @@ pub struct di_request {
     #[doc = " The callback (required) and its argument."]
     pub on_event: di_event_fn,
     pub user_data: *mut ::std::os::raw::c_void,
+    #[doc = " Constrained decoding (token requests; appended in 0.x: zero, the"]
+    #[doc = " default, is off). At most one of the three, each a NUL-terminated UTF-8"]
+    #[doc = " string that di_submit compiles (and copies) before it returns:"]
+    #[doc = "   grammar      a GBNF grammar, llama.cpp's format, start rule `root`;"]
+    #[doc = "   json_schema  a JSON Schema (the keywords docs/grammar.md lists): the"]
+    #[doc = "                output is one JSON text the schema accepts, with any"]
+    #[doc = "                whitespace between tokens (xgrammar's default);"]
+    #[doc = "   regex        a regular expression the whole output matches."]
+    #[doc = " Every step the tokens that cannot continue a sentence of the grammar get"]
+    #[doc = " logit -infinity before logit_bias, penalties, temperature, top_k, top_p"]
+    #[doc = " and min_p, so sampling stays seeded and batch-invariant; the model's end"]
+    #[doc = " of sequence is allowed exactly when the output so far is complete, and"]
+    #[doc = " special tokens never. The constraint's state advances with each output"]
+    #[doc = " token and survives pre-emption and speculative decoding (the tokens are"]
+    #[doc = " the same). docs/grammar.md has the formats, the subset and the errors."]
+    #[doc = " Errors (di_submit): DI_ERR_INVALID_ARGUMENT (more than one set, or one"]
+    #[doc = " set on a protocol request), DI_ERR_INVALID_REQUEST (it does not compile:"]
+    #[doc = " the message names the rule and line:column, the schema path and"]
+    #[doc = " keyword, or the regex offset), DI_ERR_UNSUPPORTED (an engine without a"]
+    #[doc = " tokenizer: the token strings are unknown)."]
+    pub grammar: *const ::std::os::raw::c_char,
+    pub json_schema: *const ::std::os::raw::c_char,
+    pub regex: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_di_request() {
     assert_eq!(
         ::std::mem::size_of::<di_request>(),
-        152usize,
+        176usize,
         concat!("Size of: ", stringify!(di_request))
     );
     assert_eq!(
@@ -2316,6 +2339,57 @@ fn bindgen_test_layout_di_request() {
         );
     }
     test_field_user_data();
+    fn test_field_grammar() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grammar) as usize - ptr as usize
+            },
+            152usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(grammar)
+            )
+        );
+    }
+    test_field_grammar();
+    fn test_field_json_schema() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).json_schema) as usize - ptr as usize
+            },
+            160usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(json_schema)
+            )
+        );
+    }
+    test_field_json_schema();
+    fn test_field_regex() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).regex) as usize - ptr as usize
+            },
+            168usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(regex)
+            )
+        );
+    }
+    test_field_regex();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]

@@ -1,0 +1,92 @@
+/* Grammar-constrained decoding: GBNF grammars, regular expressions and JSON
+ * Schemas compiled to one pushdown automaton over bytes, a byte trie of the
+ * vocabulary, and per-request matchers that give a token mask per step.
+ *
+ * A compiled grammar (grammar) is a flat array of elements in llama.cpp's GBNF
+ * layout: each rule is its alternatives, each alternative a sequence of byte
+ * sets and rule references. Character classes over code points are compiled
+ * to UTF-8 byte sequences (valid UTF-8 only), repetitions to right-recursive
+ * helper rules. The matcher's state is a set of stacks; stacks are persistent
+ * lists of (element, parent) nodes hash-consed in the matcher's pool, so a
+ * state is a short array of node ids: cheap to copy, compare and roll back.
+ * A mask walks the vocabulary's sorted token list (the trie in pre-order,
+ * each token sharing its longest common prefix with the one before), keeping
+ * one stack set per depth and skipping every token under a dead prefix.
+ * docs/grammar.md has the formats, the subset supported and the errors.
+ *
+ * Thread-safety: a grammar and a grammar_vocab are immutable once built and
+ * may be shared by threads; a matcher is used by one thread at a time. */
+#ifndef DI_SAMPLER_GRAMMAR_H
+#define DI_SAMPLER_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer/deepinfer.h"
+
+typedef struct grammar grammar;
+typedef struct grammar_vocab grammar_vocab;
+typedef struct grammar_matcher grammar_matcher;
+
+/* Compile len bytes of GBNF (llama.cpp's grammars/README.md; start rule
+ * `root`). Errors: DI_ERR_INVALID_REQUEST with msg naming the rule and the
+ * line:column (a syntax error, an undefined rule, a left-recursive rule, no
+ * root), DI_ERR_OUT_OF_MEMORY. */
+di_status grammar_compile_gbnf(const char *text, size_t len, grammar **out, char *msg,
+                               size_t msg_size);
+/* Compile a regular expression (the subset docs/grammar.md lists) that the
+ * whole output must match. Errors as grammar_compile_gbnf. */
+di_status grammar_compile_regex(const char *pattern, size_t len, grammar **out, char *msg,
+                                size_t msg_size);
+/* Compile a JSON Schema (len bytes of JSON) to the grammar of the JSON texts it
+ * accepts, with xgrammar's default layout (any whitespace between tokens).
+ * Errors: DI_ERR_INVALID_REQUEST naming the schema path and the keyword that is
+ * wrong or unsupported, DI_ERR_OUT_OF_MEMORY. */
+di_status grammar_compile_json_schema(const char *json, size_t len, grammar **out, char *msg,
+                                      size_t msg_size);
+void grammar_free(grammar *g);
+
+/* The regex as GBNF text (malloc'd, NUL-terminated, rules named prefix...,
+ * the whole pattern rule `prefix`); json_string 1 keeps `"`, `\` and control
+ * characters out of what it matches. Returns NULL with msg set on a bad
+ * pattern or no memory (grammar_regex.c). */
+char *grammar_regex_to_gbnf(const char *pattern, size_t len, const char *prefix, int json_string,
+                            char *msg, size_t msg_size);
+/* The JSON schema as GBNF text (malloc'd), or NULL with msg set
+ * (grammar_json_schema.c). */
+char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_t msg_size);
+
+/* The vocabulary as a sorted token list: n_vocab token byte strings
+ * (bytes[i], lens[i]; copied). A token with excluded[i] set (special tokens,
+ * may be NULL) or no bytes is never allowed by a mask, except the end tokens
+ * a matcher names. Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_INVALID_ARGUMENT. */
+di_status grammar_vocab_create(int32_t n_vocab, const uint8_t *const *bytes, const size_t *lens,
+                               const uint8_t *excluded, grammar_vocab **out);
+void grammar_vocab_free(grammar_vocab *v);
+int32_t grammar_vocab_size(const grammar_vocab *v);
+
+/* A matcher at the start of g over v, taking ownership of g (freed with the
+ * matcher). v must outlive it. eos: the end tokens (copied), allowed exactly
+ * when the grammar is complete. Errors: DI_ERR_OUT_OF_MEMORY. */
+di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32_t *eos,
+                                 size_t n_eos, grammar_matcher **out);
+void grammar_matcher_free(grammar_matcher *m);
+
+/* The tokens allowed next: bit i of mask[i / 32] set when token i may follow
+ * (mask has (n_vocab + 31) / 32 words). After an end token, only end tokens.
+ * Returns the number of allowed tokens, or -1 when out of memory. */
+int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask);
+/* Advance by token: 0, or -1 when the grammar does not allow it (the state is
+ * unchanged) or memory ran out. Each accept is one step of history. */
+int grammar_matcher_accept(grammar_matcher *m, int32_t token);
+/* Advance by raw bytes (tests): 0, or -1 (unchanged). Not a history step. */
+int grammar_matcher_accept_bytes(grammar_matcher *m, const uint8_t *bytes, size_t len);
+/* Undo the last n accepted tokens (speculative decoding): 0, or -1 when fewer
+ * than n are in the history (nothing undone). */
+int grammar_matcher_rollback(grammar_matcher *m, int32_t n);
+/* 1 when the output so far is a complete sentence of the grammar. */
+int grammar_matcher_is_complete(const grammar_matcher *m);
+/* 1 once an end token was accepted. */
+int grammar_matcher_is_terminated(const grammar_matcher *m);
+
+#endif

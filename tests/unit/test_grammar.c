@@ -1,0 +1,293 @@
+/* lib/sampler/grammar: the GBNF, regex and JSON Schema compilers' errors (each
+ * with its status and a message naming what is wrong), acceptance of byte
+ * strings against the languages the grammars define, masks over a small
+ * vocabulary (a token is allowed exactly when its bytes extend the output to a
+ * prefix of a sentence), the end token only when complete, rollback, and the
+ * sampler applying the mask. Mask parity with xgrammar on a real vocabulary is
+ * tests/parity/grammar_parity.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sampler/grammar.h"
+#include "sampler/sampler.h"
+
+static void expect_error(di_status (*compile)(const char *, size_t, grammar **, char *, size_t),
+                         const char *text, di_status want, const char *needle)
+{
+    grammar *g = (grammar *)1;
+    char msg[512];
+    di_status st = compile(text, strlen(text), &g, msg, sizeof msg);
+    if (st != want || !strstr(msg, needle))
+        fail_msg("%s: got %d \"%s\", want %d with \"%s\"", text, (int)st, msg, (int)want, needle);
+    assert_null(g);
+}
+
+static void test_gbnf_errors_name_the_rule_and_place(void **state)
+{
+    (void)state;
+    expect_error(grammar_compile_gbnf, "root ::= item\n", DI_ERR_INVALID_REQUEST,
+                 "undefined rule 'item'");
+    expect_error(grammar_compile_gbnf, "start ::= \"a\"\n", DI_ERR_INVALID_REQUEST,
+                 "no rule named 'root'");
+    expect_error(grammar_compile_gbnf, "root ::= root \"a\" | \"b\"\n", DI_ERR_INVALID_REQUEST,
+                 "rule 'root' is left-recursive");
+    expect_error(grammar_compile_gbnf, "root ::= x\nx ::= \"a\"? root\n", DI_ERR_INVALID_REQUEST,
+                 "left-recursive");
+    expect_error(grammar_compile_gbnf, "root ::= \"abc\n", DI_ERR_INVALID_REQUEST,
+                 "unterminated string");
+    expect_error(grammar_compile_gbnf, "root ::= [a-\n", DI_ERR_INVALID_REQUEST, "1:");
+    expect_error(grammar_compile_gbnf, "root ::= \"a\"{3,2}\n", DI_ERR_INVALID_REQUEST,
+                 "max below min");
+    expect_error(grammar_compile_gbnf, "root ::= \"\\q\"\n", DI_ERR_INVALID_REQUEST,
+                 "unknown escape");
+    expect_error(grammar_compile_gbnf, "root = \"a\"\n", DI_ERR_INVALID_REQUEST,
+                 "rule 'root': expected '::='");
+    expect_error(grammar_compile_gbnf, "root ::= \"a\"\nroot ::= \"b\"\n", DI_ERR_INVALID_REQUEST,
+                 "2:1: rule 'root' defined twice");
+    expect_error(grammar_compile_gbnf, "root ::= (\"a\" | \"b\"\n", DI_ERR_INVALID_REQUEST,
+                 "expected ')'");
+    expect_error(grammar_compile_gbnf, "root ::= [z-a]\n", DI_ERR_INVALID_REQUEST, "out of order");
+}
+
+static void test_schema_and_regex_errors_name_the_keyword(void **state)
+{
+    (void)state;
+    expect_error(grammar_compile_json_schema, "{\"type\":\"string\",\"contentEncoding\":\"x\"}",
+                 DI_ERR_INVALID_REQUEST, "contentEncoding: unsupported keyword");
+    expect_error(grammar_compile_json_schema,
+                 "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/$defs/B\"}}}",
+                 DI_ERR_INVALID_REQUEST, "json_schema.properties.a: $ref: cannot resolve");
+    expect_error(grammar_compile_json_schema, "{\"type\":\"object\",\"additionalProperties\":true}",
+                 DI_ERR_INVALID_REQUEST, "additionalProperties");
+    expect_error(grammar_compile_json_schema, "{\"type\":\"string\",\"format\":\"ipv9\"}",
+                 DI_ERR_INVALID_REQUEST, "unsupported format 'ipv9'");
+    expect_error(grammar_compile_json_schema, "{\"type\":\"number\",\"minimum\":1}",
+                 DI_ERR_INVALID_REQUEST, "minimum/maximum");
+    expect_error(grammar_compile_json_schema, "{\"type\":", DI_ERR_INVALID_REQUEST, "not JSON");
+    expect_error(grammar_compile_json_schema, "{\"type\":\"strin\"}", DI_ERR_INVALID_REQUEST,
+                 "unknown type 'strin'");
+    expect_error(grammar_compile_regex, "a(?=b)", DI_ERR_INVALID_REQUEST, "lookarounds");
+    expect_error(grammar_compile_regex, "(ab", DI_ERR_INVALID_REQUEST, "expected ')'");
+    expect_error(grammar_compile_regex, "*a", DI_ERR_INVALID_REQUEST, "nothing to repeat");
+    expect_error(grammar_compile_regex, "a\\1", DI_ERR_INVALID_REQUEST, "backreferences");
+}
+
+/* A vocabulary of the given NUL-terminated strings (id = index); id n is the end token. */
+static grammar_vocab *vocab_of(const char *const *toks, int32_t n)
+{
+    const uint8_t **bytes = calloc((size_t)n + 1, sizeof *bytes);
+    size_t *lens = calloc((size_t)n + 1, sizeof *lens);
+    uint8_t *excl = calloc((size_t)n + 1, 1);
+    for (int32_t i = 0; i < n; i++) {
+        bytes[i] = (const uint8_t *)toks[i];
+        lens[i] = strlen(toks[i]);
+    }
+    excl[n] = 1; /* the end token: special */
+    grammar_vocab *v;
+    assert_int_equal(grammar_vocab_create(n + 1, bytes, lens, excl, &v), DI_OK);
+    free(bytes);
+    free(lens);
+    free(excl);
+    return v;
+}
+
+static grammar_matcher *matcher(const char *gbnf, const grammar_vocab *v, int32_t eos)
+{
+    grammar *g;
+    char msg[256];
+    if (grammar_compile_gbnf(gbnf, strlen(gbnf), &g, msg, sizeof msg) != DI_OK) fail_msg("%s", msg);
+    grammar_matcher *m;
+    assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+    return m;
+}
+
+static int accepts(const char *gbnf, const char *s)
+{
+    static const char *const one[] = {"x"};
+    grammar_vocab *v = vocab_of(one, 1);
+    grammar_matcher *m = matcher(gbnf, v, 1);
+    int ok = grammar_matcher_accept_bytes(m, (const uint8_t *)s, strlen(s)) == 0 &&
+             grammar_matcher_is_complete(m);
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+    return ok;
+}
+
+static void test_gbnf_languages(void **state)
+{
+    (void)state;
+    const char *rep = "root ::= \"a\"{2,3} \"b\"+ \"c\"? [x-z]*\n";
+    assert_true(accepts(rep, "aab"));
+    assert_true(accepts(rep, "aaabbbczzx"));
+    assert_false(accepts(rep, "ab"));
+    assert_false(accepts(rep, "aaaab"));
+    assert_false(accepts(rep, "aabcc"));
+    const char *rec = "root ::= obj\nobj ::= \"(\" obj* \")\" # nesting\n";
+    assert_true(accepts(rec, "(()(()))"));
+    assert_false(accepts(rec, "(()"));
+    const char *neg = "root ::= [^a-c\\n] \".\" .\n";
+    assert_true(accepts(neg, "d.\xce\xb1")); /* . is any character: α is two bytes */
+    assert_false(accepts(neg, "b.x"));
+    assert_false(accepts(neg, "d.\xce")); /* half a character is not complete */
+    assert_false(accepts(neg, "\xff.x")); /* not UTF-8 */
+    const char *alt = "root ::= (\"cat\" | \"dog\") (\",\" ws (\"cat\" | \"dog\"))*\n"
+                      "ws ::= [ \\t]*\n";
+    assert_true(accepts(alt, "cat,  dog,dog"));
+    assert_false(accepts(alt, "cat,"));
+    assert_true(accepts("root ::= [\\u00e9-\\u00ea]+ \"\\x41\"\n", "\xc3\xa9\xc3\xaa"
+                                                                   "A"));
+}
+
+static void test_regex_and_schema_languages(void **state)
+{
+    (void)state;
+    static const char *const one[] = {"x"};
+    grammar_vocab *v = vocab_of(one, 1);
+    struct {
+        int schema;
+        const char *src, *text;
+        int ok;
+    } cases[] = {
+        {0, "[a-z]+@(x|yz)\\.com", "ab@yz.com", 1},
+        {0, "[a-z]+@(x|yz)\\.com", "ab@y.com", 0},
+        {0, "\\d{2,3}-\\w?", "123-", 1},
+        {0, "\\d{2,3}-\\w?", "1-a", 0},
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
+         "\"maximum\":120},\"b\":{\"enum\":[\"x\",null]}},\"required\":[\"a\",\"b\"]}",
+         "{ \"a\" : 120 ,\n\"b\":null}", 1},
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
+         "\"maximum\":120}},\"required\":[\"a\"]}",
+         "{\"a\":121}", 0},
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+         "\"string\"}},\"required\":[\"b\"]}",
+         "{\"b\":\"q\\n\"}", 1},
+        {1,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":"
+         "\"string\"}},\"required\":[\"b\"]}",
+         "{\"a\":1}", 0},
+        {1, "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}",
+         "[true, false]", 1},
+        {1, "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}",
+         "[]", 0},
+        {1, "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-31\"", 1},
+        {1, "{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"", 0},
+        {1,
+         "{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/N\"}],\"$defs\":{\"N\":{"
+         "\"type\":\"number\"}}}",
+         "-1.5e+3", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        grammar *g;
+        char msg[256];
+        di_status st =
+            cases[i].schema
+                ? grammar_compile_json_schema(cases[i].src, strlen(cases[i].src), &g, msg,
+                                              sizeof msg)
+                : grammar_compile_regex(cases[i].src, strlen(cases[i].src), &g, msg, sizeof msg);
+        if (st != DI_OK) fail_msg("case %zu: %s", i, msg);
+        int32_t eos = 1;
+        grammar_matcher *m;
+        assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+        int ok = grammar_matcher_accept_bytes(m, (const uint8_t *)cases[i].text,
+                                              strlen(cases[i].text)) == 0 &&
+                 grammar_matcher_is_complete(m);
+        if (ok != cases[i].ok)
+            fail_msg("case %zu: %s on %s gave %d", i, cases[i].src, cases[i].text, ok);
+        grammar_matcher_free(m);
+    }
+    grammar_vocab_free(v);
+}
+
+static int bit(const uint32_t *mask, int32_t i)
+{
+    return (mask[i >> 5] >> (i & 31)) & 1;
+}
+
+static void test_mask_end_token_and_rollback(void **state)
+{
+    (void)state;
+    /* 0 "a", 1 "ab", 2 "b", 3 "abc", 4 "c", 5 "" (never), 6 "é" half, 7 end */
+    static const char *const toks[] = {"a", "ab", "b", "abc", "c", "", "\xc3"};
+    grammar_vocab *v = vocab_of(toks, 7);
+    grammar_matcher *m = matcher("root ::= \"a\" \"b\"+ [\\u00e9]?\n", v, 7);
+    uint32_t mask[1];
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 2);
+    assert_true(bit(mask, 0) && bit(mask, 1));
+    assert_int_equal(grammar_matcher_accept(m, 2), -1);      /* "b" first: rejected, state kept */
+    assert_int_equal(grammar_matcher_accept(m, 7), -1);      /* not complete: no end */
+    assert_int_equal(grammar_matcher_accept(m, 1), 0);       /* "ab" */
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 3); /* "b", "\xc3", end */
+    assert_true(bit(mask, 2) && bit(mask, 6) && bit(mask, 7));
+    assert_false(bit(mask, 5) || bit(mask, 3));
+    assert_int_equal(grammar_matcher_accept(m, 6), 0); /* half of é */
+    /* mid-character, and no token spells the rest of é: nothing continues, so
+     * the mask falls back to the end token (the output ends, not breaks) */
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+    assert_true(bit(mask, 7));
+    assert_false(grammar_matcher_is_complete(m));
+    assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+    assert_int_equal(grammar_matcher_accept(m, 7), 0); /* back after "ab": complete */
+    assert_true(grammar_matcher_is_terminated(m));
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+    assert_true(bit(mask, 7));
+    assert_int_equal(grammar_matcher_rollback(m, 2), 0);
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 2);
+    assert_int_equal(grammar_matcher_rollback(m, 1), -1);
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+}
+
+static void test_sampler_never_draws_a_masked_token(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"x", "y", "z", "w"};
+    grammar_vocab *v = vocab_of(toks, 4);
+    for (int greedy = 0; greedy < 2; greedy++) {
+        sampler_params p = {0};
+        p.temperature = greedy ? 0.0f : 1.0f;
+        p.top_p = 1.0f;
+        p.top_k = greedy ? 0 : 3;
+        p.repetition_penalty = 1.0f;
+        p.seed = 5;
+        sampler *s;
+        char msg[128];
+        assert_int_equal(sampler_create(&p, 5, &s, msg, sizeof msg), DI_OK);
+        assert_int_equal(sampler_set_grammar(s, matcher("root ::= [yw] \"z\"\n", v, 4)), DI_OK);
+        for (int step = 0; step < 2; step++) {
+            float logits[5] = {9.0f, 1.0f, 8.0f, 0.5f, 7.0f};
+            sampler_candidate scratch[10];
+            int32_t t = sampler_sample(s, logits, scratch);
+            if (step == 0) assert_true(t == 1 || t == 3);
+            if (step == 0 && greedy) assert_int_equal(t, 1);
+            if (step == 1) assert_int_equal(t, 2);
+            assert_int_equal(sampler_accept(s, t), 0);
+        }
+        float logits[5] = {9.0f, 1.0f, 8.0f, 0.5f, 7.0f};
+        sampler_candidate c[10];
+        assert_int_equal(sampler_sample(s, logits, c), 4); /* complete: the end token */
+        sampler_free(s);
+    }
+    grammar_vocab_free(v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gbnf_errors_name_the_rule_and_place),
+        cmocka_unit_test(test_schema_and_regex_errors_name_the_keyword),
+        cmocka_unit_test(test_gbnf_languages),
+        cmocka_unit_test(test_regex_and_schema_languages),
+        cmocka_unit_test(test_mask_end_token_and_rollback),
+        cmocka_unit_test(test_sampler_never_draws_a_masked_token),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
