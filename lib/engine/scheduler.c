@@ -552,6 +552,7 @@ static void step(sched *s)
         budget -= take;
     }
     if (n_items == 0) {
+        publish_stats(s); /* blocks the tiers restored are cached now */
         if (s->restoring) kv_tiers_wait(s->tiers, 5);
         return;
     }
