@@ -5,14 +5,21 @@ streams, same GGUF, same threads, same load generator (this script), one run.
 
     python bench/serve_bench.py --cli build/release/examples/deepinfer \
         --model $DI_CACHE/assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf \
-        --threads 2 [--llama-python PYTHON] [--streams 1,8,64] [--max-tokens 32]
+        --threads 2 [--llama-python PYTHON] [--streams 1,8,64] [--max-tokens 32] \
+        [--prefix-cache]
 
 --llama-python is a Python with `llama-cpp-python[server]` installed (the anchor);
 without it only deepinfer is measured. Each stream is a greedy Chat Completions
 request with its own prompt (no prefix shared beyond the chat template), streamed;
 TTFT is from sending the request to the first chunk that carries content, and a
-stream's tokens are the usage the server reports. The ratios are printed last
-(deepinfer / llama-cpp-python: > 1 is faster for throughput, < 1 lower for TTFT).
+stream's tokens are the usage the server reports (llama-cpp-python's streams carry
+no usage: their content chunks, one per token, are counted); a stream that ends
+short or fails is counted and named. llama-cpp-python's server computes one request
+at a time (one Llama under a lock; --interrupt_requests False, or each new request
+would end the stream in progress) and reuses the previous prompt's common prefix;
+deepinfer runs with --no-prefix-cache unless --prefix-cache is given. The ratios
+are printed last (deepinfer / llama-cpp-python: > 1 is faster for throughput, < 1
+lower for TTFT).
 """
 
 import argparse
@@ -52,6 +59,14 @@ def wait_http(port, path, proc, timeout=180):
 
 
 def one_stream(port, i, max_tokens, model, out):
+    try:
+        stream(port, i, max_tokens, model, out)
+    except Exception as e:  # counted as failed; the round goes on
+        out[i] = None
+        print(f"stream {i}: {e!r}", flush=True)
+
+
+def stream(port, i, max_tokens, model, out):
     body = json.dumps({
         "model": model, "temperature": 0, "max_tokens": max_tokens, "stream": True,
         "stream_options": {"include_usage": True},
@@ -80,29 +95,33 @@ def one_stream(port, i, max_tokens, model, out):
               tokens if tokens is not None else chunks)
 
 
-def measure(port, n, max_tokens, model):
+def measure(port, n, max_tokens, model, first=0):
     out = {}
     threads = [threading.Thread(target=one_stream, args=(port, i, max_tokens, model, out))
-               for i in range(n)]
+               for i in range(first, first + n)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    ttfts = sorted(v[0] for v in out.values())
-    tokens = sum(v[1] for v in out.values())
+    done = [v for v in out.values() if v is not None]
+    ttfts = sorted(v[0] for v in done)
+    tokens = sum(v[1] for v in done)
+    # streams that ended with fewer tokens than asked for (or failed)
+    short = n - sum(1 for v in done if v[1] >= max_tokens)
 
     def pct(p):
         return ttfts[min(len(ttfts) - 1, int(round(p / 100 * (len(ttfts) - 1))))]
     return {"tok_s": tokens / wall, "ttft_p50": pct(50), "ttft_p99": pct(99),
-            "tokens": tokens, "wall": wall, "ttft_mean": statistics.mean(ttfts)}
+            "tokens": tokens, "wall": wall, "ttft_mean": statistics.mean(ttfts), "short": short}
 
 
 def start_deepinfer(args, port):
     return subprocess.Popen(
         [args.cli, "serve", "--model", args.model, "--port", str(port), "--threads",
-         str(args.threads), "--parallel", "64", "--no-prefix-cache"],
+         str(args.threads), "--parallel", "64"]
+        + ([] if args.prefix_cache else ["--no-prefix-cache"]),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -110,7 +129,10 @@ def start_llama(args, port):
     return subprocess.Popen(
         [args.llama_python, "-m", "llama_cpp.server", "--model", args.model, "--host",
          "127.0.0.1", "--port", str(port), "--n_threads", str(args.threads),
-         "--n_threads_batch", str(args.threads), "--n_ctx", "4096", "--verbose", "False"],
+         "--n_threads_batch", str(args.threads), "--n_ctx", "4096", "--verbose", "False",
+         # its default (True) ends the stream in progress when another request
+         # arrives; off, requests wait for the model in turn
+         "--interrupt_requests", "False"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -119,14 +141,18 @@ def run_server(name, start, args, streams):
     proc = start(args, port)
     try:
         wait_http(port, "/v1/models", proc)
-        measure(port, 1, 4, "bench")  # warm-up
+        # warm-up, with a prompt no round sends (llama.cpp keeps the last prompt's
+        # KV and would skip prefilling it again)
+        measure(port, 1, 4, "bench", first=10_000)
         results = {}
         for n in streams:
             results[n] = measure(port, n, args.max_tokens, "bench")
             r = results[n]
             print(f"{name:>16} {n:>3} streams: {r['tok_s']:8.1f} tok/s, TTFT p50 "
                   f"{r['ttft_p50'] * 1e3:8.1f} ms p99 {r['ttft_p99'] * 1e3:8.1f} ms "
-                  f"({r['tokens']} tokens in {r['wall']:.1f} s)", flush=True)
+                  f"({r['tokens']} tokens in {r['wall']:.1f} s"
+                  + (f"; {r['short']} streams short or failed" if r["short"] else "") + ")",
+                  flush=True)
         return results
     finally:
         proc.terminate()
@@ -141,6 +167,10 @@ def main():
     ap.add_argument("--llama-python")
     ap.add_argument("--streams", default="1,8,64")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--prefix-cache", action="store_true",
+                    help="keep deepinfer's prefix cache on (the prompts then share the chat "
+                         "template's leading blocks, as llama.cpp reuses the previous prompt's "
+                         "common prefix)")
     args = ap.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     ours = run_server("deepinfer serve", start_deepinfer, args, streams)

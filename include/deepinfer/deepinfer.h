@@ -1231,6 +1231,73 @@ DI_API size_t di_engine_pending_count(const di_engine *engine);
  * (not Linux: eventfd). Thread-safe. Source: eventfd(2). */
 DI_API int di_engine_event_fd(di_engine *engine);
 
+/* The KV cache's occupancy, as di_engine_kv_cache_stats reads it (a versioned
+ * struct the library writes: the caller sets struct_size, with
+ * di_kv_cache_stats_init, and the library writes the fields that struct_size
+ * shows the caller's struct contains, leaving the rest as they were; fields are
+ * only appended). The cache is paged (vLLM's PagedAttention): block_tokens
+ * tokens a block, every block in exactly one of three states —
+ * blocks_used + blocks_cached + blocks_free == blocks_total. Counts are blocks
+ * or tokens; the *_total counters only grow, from 0 at di_engine_create. */
+typedef struct di_kv_cache_stats {
+    size_t struct_size;
+    /* Tokens one block holds (16). */
+    int64_t block_tokens;
+    /* Blocks of the cache in all (di_engine_config.kv_cache_bytes rounded
+     * down to whole blocks). */
+    int64_t blocks_total;
+    /* Blocks held by at least one running request (a prefix block two
+     * requests share counts once). */
+    int64_t blocks_used;
+    /* Blocks held by no request that keep a computed prompt prefix for later
+     * requests (the prefix cache: reused when a prompt starts with them,
+     * evicted — released longest ago first — when a request needs room); 0
+     * with di_engine_config.disable_prefix_cache. */
+    int64_t blocks_cached;
+    /* Blocks neither used nor cached. */
+    int64_t blocks_free;
+    /* Tokens whose keys and values the running requests hold, counting the
+     * tokens the step in progress is computing, summed over requests (a
+     * shared prefix counts once for each request holding it, so it may
+     * exceed blocks_used * block_tokens); each request holds
+     * ceil(its tokens / block_tokens) blocks. */
+    int64_t tokens_used;
+    /* Running requests: those holding blocks (admitted, not yet ended or
+     * pre-empted). Requests still waiting for room hold none. */
+    int64_t running_requests;
+    /* Tokens looked up in the prefix cache: every token of every request
+     * admitted (its prompt, and a pre-empted request's output so far when it
+     * is admitted again); 0 with the prefix cache off. Cumulative. */
+    int64_t prefix_cache_queries_total;
+    /* Of prefix_cache_queries_total, the tokens found computed (taken from the
+     * prefix cache, not computed again: whole blocks; the usage's cached
+     * tokens count a request's first admission only). Cumulative. As vLLM's
+     * prefix_cache_queries / prefix_cache_hits count tokens. */
+    int64_t prefix_cache_hits_total;
+    /* Cached blocks whose room was taken by a request (evictions; the host
+     * tier, when on, keeps their contents). Cumulative. */
+    int64_t blocks_evicted_total;
+} di_kv_cache_stats;
+
+/* Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op. */
+DI_API void di_kv_cache_stats_init(di_kv_cache_stats *stats);
+
+/* Read the engine's KV cache occupancy into *stats (see di_kv_cache_stats),
+ * e.g. for a /metrics endpoint. The counts are one consistent snapshot: the
+ * engine's worker publishes them, under its lock, as it builds each step's
+ * batch (before computing it), at the end of each step, and whenever a request
+ * gives its blocks back — before that request's terminal event is queued, so
+ * once a host has seen a request's DI_EVENT_DONE, the counts no longer include
+ * its blocks (they may already include later work). Does not wait for the
+ * worker: O(1), a lock held for a copy.
+ * Thread-safe: callable from any thread, from a callback, and while other
+ * threads submit, cancel and poll; not after di_engine_destroy has begun.
+ * Errors: DI_ERR_INVALID_ARGUMENT (NULL engine or stats, a struct_size below
+ * the struct's first release: the message says which); *stats is then
+ * unchanged. */
+DI_API di_status di_engine_kv_cache_stats(const di_engine *engine, di_kv_cache_stats *stats,
+                                          di_error **err);
+
 /* The event's kind; 0 for NULL. */
 DI_API di_event_kind di_event_kind_of(const di_event *ev);
 /* The kind's name ("tokens", "text", "reasoning", "tool_call_delta",

@@ -919,6 +919,18 @@ class engine
     /* Requests accepted whose DONE was not delivered yet. Thread-safe. */
     size_t pending() const noexcept { return di_engine_pending_count(e_); }
 
+    /* The KV cache's occupancy now (di_engine_kv_cache_stats: blocks used,
+     * cached and free, tokens held, the prefix cache's counters), one snapshot.
+     * Thread-safe. Throws error on a bad engine. */
+    di_kv_cache_stats kv_cache_stats() const
+    {
+        di_kv_cache_stats k;
+        di_kv_cache_stats_init(&k);
+        di_error *err = nullptr;
+        detail::check(di_engine_kv_cache_stats(e_, &k, &err), &err);
+        return k;
+    }
+
     /* A descriptor readable while events are queued, for epoll / poll / an event
      * loop: call poll(0) when it wakes (di_engine_event_fd). Owned by the
      * engine. Throws error (DI_ERR_UNSUPPORTED off Linux, …). */

@@ -32,13 +32,16 @@ struct sched {
     sched_request *live; /* every request submitted and not yet ended */
     sched_request **incoming;
     size_t n_incoming, cap_incoming;
+    sched_kv_stats stats; /* the KV cache's counts, as publish_stats last wrote them */
     /* the worker's own */
     sched_request **waiting; /* [0] is the front */
     size_t n_waiting, cap_waiting;
     sched_request **running; /* [max_running], in admission order */
     int n_running;
     uint64_t admit_counter;
-    model_batch_item *items; /* [max_running] */
+    int64_t prefix_queries, prefix_hits; /* tokens looked up in the prefix cache, found */
+    model_batch_item *items;             /* [max_running] */
+    int n_building;                      /* items of the step being built (0 once computed) */
     sched_request **item_req;
     float *logits;              /* [max_running * (1 + n_draft), n_vocab] */
     sampler_candidate *scratch; /* the samplers' shared scratch */
@@ -112,6 +115,36 @@ static void remove_worker_lists(sched *s, sched_request *r)
     r->running = 0;
 }
 
+/* Publish the KV cache's counts (sched_kv_stats) for readers on other
+ * threads. The items of a step being built count their tokens as held (their
+ * blocks are reserved). */
+static void publish_stats(sched *s)
+{
+    model *m = s->m;
+    sched_kv_stats k = {0};
+    int32_t avail = model_kv_blocks_free(m); /* free or cached */
+    k.blocks_total = model_kv_blocks_total(m);
+    k.blocks_cached = model_kv_blocks_cached(m);
+    k.blocks_free = avail - k.blocks_cached;
+    k.blocks_used = k.blocks_total - avail;
+    for (int i = 0; i < s->n_running; i++) k.tokens_used += model_seq_n_past(s->running[i]->seq);
+    for (int i = 0; i < s->n_building; i++) k.tokens_used += s->items[i].n_tokens;
+    k.running_requests = s->n_running;
+    k.prefix_queries = s->prefix_queries;
+    k.prefix_hits = s->prefix_hits;
+    k.blocks_evicted = model_kv_blocks_evicted(m);
+    pthread_mutex_lock(&s->mu);
+    s->stats = k;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_kv_stats_get(sched *s, sched_kv_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* End r (already unlinked from the live list when `unlinked`). */
 static void retire(sched *s, sched_request *r, di_finish finish, di_status st, const char *msg,
                    int unlinked)
@@ -128,6 +161,7 @@ static void retire(sched *s, sched_request *r, di_finish finish, di_status st, c
         pthread_mutex_unlock(&s->mu);
     }
     remove_worker_lists(s, r);
+    publish_stats(s);                    /* before the host can see r's end */
     if (r->restore_since_ns && s->tiers) /* it ended while waiting on restores */
         kv_tiers_forget(s->tiers, r->keys, (size_t)r->n_keys);
     s->sink.on_done(s->sink.ctx, r, st == DI_OK ? finish : (di_finish)0, st, msg ? msg : "");
@@ -406,6 +440,7 @@ static void step(sched *s)
 {
     model *m = s->m;
     s->restoring = 0;
+    s->n_building = 0;
     int64_t budget = model_n_batch(m);
     int n_items = 0;
     char msg[256];
@@ -452,7 +487,7 @@ static void step(sched *s)
                             (size_t)(n_items - k - 1) * sizeof *s->items);
                     memmove(&s->item_req[k], &s->item_req[k + 1],
                             (size_t)(n_items - k - 1) * sizeof(sched_request *));
-                    n_items--;
+                    s->n_building = --n_items;
                 }
                 preempt(s, victim);
                 goto restart;
@@ -464,6 +499,7 @@ static void step(sched *s)
             int want = n_drafts > 0 ? 1 + n_drafts : past + take == r->n_all;
             s->items[n_items] = (model_batch_item){r->seq, r->tokens + past, take, want};
             s->item_req[n_items++] = r;
+            s->n_building = n_items;
             budget -= take;
         }
     }
@@ -501,6 +537,10 @@ static void step(sched *s)
         }
         memmove(&s->waiting[0], &s->waiting[1], (s->n_waiting - 1) * sizeof(sched_request *));
         s->n_waiting--;
+        if (s->prefix_cache) {
+            s->prefix_queries += r->n_all;
+            s->prefix_hits += hit;
+        }
         if (!r->admit_order) r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
         r->running = 1;
         r->admit_order = ++s->admit_counter;
@@ -508,16 +548,20 @@ static void step(sched *s)
         s->items[n_items] =
             (model_batch_item){r->seq, r->tokens + hit, take, hit + take == r->n_all};
         s->item_req[n_items++] = r;
+        s->n_building = n_items;
         budget -= take;
     }
     if (n_items == 0) {
+        publish_stats(s); /* blocks the tiers restored are cached now */
         if (s->restoring) kv_tiers_wait(s->tiers, 5);
         return;
     }
+    publish_stats(s); /* the step's blocks are reserved */
     di_error *err = NULL;
     int64_t t0 = now_ns(), step_tokens = 0;
     for (int i = 0; i < n_items; i++) step_tokens += s->items[i].n_tokens;
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
+    s->n_building = 0; /* computed: the sequences count their own tokens */
     if (st == DI_OK && s->n_draft > 0) {
         draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
         s->n_steps++;
@@ -621,6 +665,7 @@ static void step(sched *s)
             }
         }
     }
+    publish_stats(s); /* rejected drafts' blocks went back */
 }
 
 static void *worker(void *arg)
@@ -757,6 +802,7 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    publish_stats(s);
     if (pthread_create(&s->thread, NULL, worker, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

@@ -111,6 +111,17 @@ di_status sched_submit(sched *s, sched_request *r, uint64_t *id);
 /* DI_OK (cancel requested, or already requested), DI_ERR_NOT_FOUND (never
  * issued), DI_ERR_INVALID_STATE (already ended, or the scheduler closing). */
 di_status sched_cancel(sched *s, uint64_t id);
+/* The KV cache's counts as the worker last published them (di_kv_cache_stats'
+ * fields, the same meanings): the worker writes them under the scheduler's
+ * lock as it builds each step's batch, at the end of each step, and in every
+ * request's end before on_done. */
+typedef struct sched_kv_stats {
+    int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
+    int64_t tokens_used, running_requests;
+    int64_t prefix_queries, prefix_hits, blocks_evicted;
+} sched_kv_stats;
+/* A copy of the last published counts. Thread-safe. */
+void sched_kv_stats_get(sched *s, sched_kv_stats *out);
 /* Stop the worker: every live request ends with DI_ERR_CANCELLED through
  * on_done ("the engine was destroyed"), then the thread is joined. Idempotent. */
 void sched_close(sched *s);

@@ -341,6 +341,53 @@ def test_metrics_count_requests_tokens_and_latencies(server, openai_client):
     assert max(buckets) == again[ttft]
 
 
+def test_metrics_report_the_kv_cache(server, openai_client):
+    """The KV cache gauges (di_engine_kv_cache_stats) against block arithmetic: a
+    request of n tokens holds ceil(n / 16) blocks while it runs, and when it ends
+    the blocks of its n - 1 computed tokens that were not already cached stay in
+    the prefix cache."""
+    before = wait_idle(server)
+
+    def g(v, name):
+        return v[("deepinfer_kv_cache_" + name, ())]
+    assert g(before, "block_tokens") == 16
+    assert g(before, "used_blocks") == 0 and g(before, "used_tokens") == 0
+    assert (g(before, "used_blocks") + g(before, "cached_blocks") + g(before, "free_blocks")
+            == g(before, "blocks") > 0)
+    # a prompt no earlier request had (past the chat template's shared start)
+    nonce = "%d-%d" % (time.time_ns(), threading.get_ident())
+    stream = openai_client.chat.completions.create(
+        model="smollm2", temperature=0, max_tokens=120, stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": f"Write a long story about case {nonce}."}])
+    during, usage = None, None
+    for chunk in stream:
+        if during is None and chunk.choices and chunk.choices[0].delta.content:
+            during = metric_values(server.metrics())
+        if chunk.usage:
+            usage = chunk.usage
+    assert during is not None and usage is not None
+    assert usage.completion_tokens == 120  # the budget, not an end of sequence
+    n_prompt, hit = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
+    if g(during, "used_blocks") > 0:  # (not when the engine had ended it already)
+        tokens = g(during, "used_tokens")
+        assert n_prompt <= tokens <= n_prompt + 119
+        assert g(during, "used_blocks") == -(-tokens // 16)
+        assert g(during, "usage_ratio") == pytest.approx(
+            g(during, "used_blocks") / g(during, "blocks"))
+    after = wait_idle(server)
+    assert g(after, "used_blocks") == 0 and g(after, "used_tokens") == 0
+    assert g(after, "usage_ratio") == 0
+
+    def d(name):
+        return after[(name, ())] - before[(name, ())]
+    evicted = d("deepinfer_kv_cache_evicted_blocks_total")
+    assert d("deepinfer_kv_cache_cached_blocks") == (n_prompt + 120 - 1) // 16 - hit // 16 - evicted
+    assert d("deepinfer_prefix_cache_queries_tokens_total") == n_prompt
+    assert d("deepinfer_prefix_cache_hits_tokens_total") == hit
+    assert d("deepinfer_prompt_cached_tokens_total") == hit
+
+
 # ---- limits and shutdown: servers of their own ----------------------------------
 
 LONG = {"model": "smollm2", "temperature": 0, "max_tokens": 3000,

@@ -133,6 +133,12 @@ void test_streaming_through_lambdas(const Reference &ref)
     CHECK(seen.done == 1 && seen.after_done == 0 && seen.status == DI_OK);
     CHECK(seen.finish == DI_FINISH_LENGTH && seen.completion_tokens == 32);
     CHECK(text_events == 0);
+    // Ended: no block used; its computed tokens (the prompt and 31 outputs) stay
+    // as full blocks of 16 in the prefix cache.
+    const di_kv_cache_stats kv = e.kv_cache_stats();
+    CHECK(kv.blocks_used == 0 && kv.tokens_used == 0 && kv.running_requests == 0);
+    CHECK(kv.blocks_cached == static_cast<int64_t>((ref.prompt.size() + 31) / 16));
+    CHECK(kv.blocks_used + kv.blocks_cached + kv.blocks_free == kv.blocks_total);
     // A callable object (not a lambda) held by copy: std::function's rules.
     Seen by_value;
     e.submit(greedy(ref.prompt, 4), std::ref(by_value));

@@ -16,7 +16,7 @@ the events and the errors.
 """
 
 from ._aio import AsyncEngine, AsyncRequest
-from ._engine import POLL_MS, Engine, Request, Result
+from ._engine import POLL_MS, Engine, KvCacheStats, Request, Result
 from ._errors import (
     BackendError,
     CancelledError,
@@ -72,6 +72,7 @@ __all__ = [
     "ContextLengthError", "DeepinferError",
     "DeepinferIOError", "Done", "Encoding", "Engine", "Event", "Finish", "InternalError",
     "InvalidArgumentError", "InvalidRequestError", "InvalidStateError", "InvalidUTF8Error",
+    "KvCacheStats",
     "LibraryNotFoundError", "ModelFormatError", "NotFoundError", "OutOfMemoryError",
     "POLL_MS", "Protocol", "Reasoning", "Request", "Result", "Status", "Text", "Tokenizer",
     "Tokens", "ToolCall", "ToolCallDelta", "UnsupportedError", "load_library",

@@ -91,6 +91,25 @@ class Result:
         return self.done.response() if self.done else None
 
 
+@dataclass(frozen=True)
+class KvCacheStats:
+    """The KV cache's occupancy (Engine.kv_cache_stats, di_kv_cache_stats): one
+    snapshot the engine's worker published. Blocks hold block_tokens tokens each;
+    blocks_used + blocks_cached + blocks_free == blocks_total. The *_total
+    counters only grow from 0."""
+
+    block_tokens: int  #: tokens one block holds (16)
+    blocks_total: int  #: blocks of the cache in all
+    blocks_used: int  #: held by running requests (a shared prefix block counts once)
+    blocks_cached: int  #: held by none, keeping a computed prefix (the prefix cache)
+    blocks_free: int  #: neither used nor cached
+    tokens_used: int  #: tokens the running requests hold, summed over requests
+    running_requests: int  #: requests holding blocks
+    prefix_cache_queries_total: int  #: tokens of admitted requests looked up
+    prefix_cache_hits_total: int  #: of those, tokens found computed
+    blocks_evicted_total: int  #: cached blocks whose room a request took
+
+
 class _ResultBuilder:
     """Joins a request's events into a Result (Request.result and the asyncio
     AsyncRequest.result)."""
@@ -511,6 +530,21 @@ class Engine:
     def pending(self) -> int:
         """Requests accepted whose Done has not been delivered yet."""
         return self._call(self._lib.di_engine_pending)
+
+    @property
+    def kv_cache_stats(self) -> KvCacheStats:
+        """The KV cache's occupancy now (di_engine_kv_cache_stats): blocks used,
+        cached by the prefix cache and free, tokens held, running requests, and
+        the prefix cache's query/hit/eviction counters. Once a request's Done has
+        been delivered its blocks are no longer counted as used. Thread-safe;
+        InvalidStateError once closed."""
+        raw = _lib.KvCacheStats()
+        raw.struct_size = ctypes.sizeof(raw)  # the library writes that much at most
+        err = c_void_p()
+        st = self._call(self._lib.di_engine_kv_cache_stats, byref(raw), byref(err))
+        if st != 0:
+            _raise(self._lib, st, err)
+        return KvCacheStats(**{name: getattr(raw, name) for name, _ in raw._fields_[1:]})
 
     @property
     def tokenizer(self) -> Optional[Tokenizer]:

@@ -116,6 +116,24 @@ class Request(Structure):
     ]
 
 
+class KvCacheStats(Structure):
+    """di_kv_cache_stats (deepinfer.h), written by the library up to struct_size."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("block_tokens", c_int64),
+        ("blocks_total", c_int64),
+        ("blocks_used", c_int64),
+        ("blocks_cached", c_int64),
+        ("blocks_free", c_int64),
+        ("tokens_used", c_int64),
+        ("running_requests", c_int64),
+        ("prefix_cache_queries_total", c_int64),
+        ("prefix_cache_hits_total", c_int64),
+        ("blocks_evicted_total", c_int64),
+    ]
+
+
 # Room for a newer library's larger struct: di_*_init writes sizeof(its struct).
 _INIT_ROOM = 4096
 
@@ -171,6 +189,7 @@ _SIGNATURES = [
     ("di_engine_model_info", c_char_p, [c_void_p, c_void_p]),
     ("di_engine_pending", c_size_t, [c_void_p]),
     ("di_engine_event_fd", c_int, [c_void_p]),
+    ("di_engine_kv_cache_stats", c_int, [c_void_p, c_void_p, POINTER(c_void_p)]),
     ("di_request_init", None, [c_void_p]),
     ("di_submit", c_int, [c_void_p, c_void_p, POINTER(c_uint64), POINTER(c_void_p)]),
     ("di_cancel", c_int, [c_void_p, c_uint64, POINTER(c_void_p)]),

@@ -162,6 +162,41 @@ char *srv_metrics_render(const srv *s)
     gauge(&t, "deepinfer_engine_pending_requests",
           "di_engine_pending: requests whose terminal event the server has not taken yet.",
           (double)di_engine_pending(s->engine));
+    /* The KV cache, as the engine's worker last published it
+     * (di_engine_kv_cache_stats); left out if the engine refuses the call. */
+    di_kv_cache_stats kv;
+    di_kv_cache_stats_init(&kv);
+    if (di_engine_kv_cache_stats(s->engine, &kv, NULL) == DI_OK) {
+        gauge(&t, "deepinfer_kv_cache_blocks",
+              "KV cache blocks in all (each holds deepinfer_kv_cache_block_tokens tokens).",
+              (double)kv.blocks_total);
+        gauge(&t, "deepinfer_kv_cache_block_tokens", "Tokens one KV cache block holds.",
+              (double)kv.block_tokens);
+        gauge(&t, "deepinfer_kv_cache_used_blocks",
+              "KV cache blocks held by running requests (a shared prefix block counts once).",
+              (double)kv.blocks_used);
+        gauge(&t, "deepinfer_kv_cache_cached_blocks",
+              "KV cache blocks held by no request that keep a computed prefix (the prefix "
+              "cache; evicted when room is needed).",
+              (double)kv.blocks_cached);
+        gauge(&t, "deepinfer_kv_cache_free_blocks", "KV cache blocks neither used nor cached.",
+              (double)kv.blocks_free);
+        gauge(&t, "deepinfer_kv_cache_used_tokens",
+              "Tokens whose keys and values the running requests hold, summed over requests.",
+              (double)kv.tokens_used);
+        gauge(&t, "deepinfer_kv_cache_usage_ratio",
+              "Used blocks over all blocks, 0 to 1 (as vLLM's kv_cache_usage_perc).",
+              kv.blocks_total > 0 ? (double)kv.blocks_used / (double)kv.blocks_total : 0.0);
+        counter(&t, "deepinfer_prefix_cache_queries_tokens_total",
+                "Tokens of admitted requests looked up in the prefix cache.",
+                (uint64_t)kv.prefix_cache_queries_total);
+        counter(&t, "deepinfer_prefix_cache_hits_tokens_total",
+                "Of those, tokens found computed in the prefix cache (not computed again).",
+                (uint64_t)kv.prefix_cache_hits_total);
+        counter(&t, "deepinfer_kv_cache_evicted_blocks_total",
+                "Cached prefix blocks whose room a request took.",
+                (uint64_t)kv.blocks_evicted_total);
+    }
     gauge(&t, "deepinfer_max_queue", "The server's limit on requests in the engine (--max-queue).",
           (double)s->cfg->max_queue);
     gauge(&t, "deepinfer_uptime_seconds", "Seconds since the server started listening.",

@@ -2476,6 +2476,278 @@ extern "C" {
     #[doc = " (not Linux: eventfd). Thread-safe. Source: eventfd(2)."]
     pub fn di_engine_event_fd(engine: *mut di_engine) -> ::std::os::raw::c_int;
 }
+#[doc = " The KV cache's occupancy, as di_engine_kv_cache_stats reads it (a versioned"]
+#[doc = " struct the library writes: the caller sets struct_size, with"]
+#[doc = " di_kv_cache_stats_init, and the library writes the fields that struct_size"]
+#[doc = " shows the caller's struct contains, leaving the rest as they were; fields are"]
+#[doc = " only appended). The cache is paged (vLLM's PagedAttention): block_tokens"]
+#[doc = " tokens a block, every block in exactly one of three states —"]
+#[doc = " blocks_used + blocks_cached + blocks_free == blocks_total. Counts are blocks"]
+#[doc = " or tokens; the *_total counters only grow, from 0 at di_engine_create."]
+#[repr(C)]
+pub struct di_kv_cache_stats {
+    pub struct_size: usize,
+    #[doc = " Tokens one block holds (16)."]
+    pub block_tokens: i64,
+    #[doc = " Blocks of the cache in all (di_engine_config.kv_cache_bytes rounded"]
+    #[doc = " down to whole blocks)."]
+    pub blocks_total: i64,
+    #[doc = " Blocks held by at least one running request (a prefix block two"]
+    #[doc = " requests share counts once)."]
+    pub blocks_used: i64,
+    #[doc = " Blocks held by no request that keep a computed prompt prefix for later"]
+    #[doc = " requests (the prefix cache: reused when a prompt starts with them,"]
+    #[doc = " evicted — released longest ago first — when a request needs room); 0"]
+    #[doc = " with di_engine_config.disable_prefix_cache."]
+    pub blocks_cached: i64,
+    #[doc = " Blocks neither used nor cached."]
+    pub blocks_free: i64,
+    #[doc = " Tokens whose keys and values the running requests hold, counting the"]
+    #[doc = " tokens the step in progress is computing, summed over requests (a"]
+    #[doc = " shared prefix counts once for each request holding it, so it may"]
+    #[doc = " exceed blocks_used * block_tokens); each request holds"]
+    #[doc = " ceil(its tokens / block_tokens) blocks."]
+    pub tokens_used: i64,
+    #[doc = " Running requests: those holding blocks (admitted, not yet ended or"]
+    #[doc = " pre-empted). Requests still waiting for room hold none."]
+    pub running_requests: i64,
+    #[doc = " Tokens looked up in the prefix cache: every token of every request"]
+    #[doc = " admitted (its prompt, and a pre-empted request's output so far when it"]
+    #[doc = " is admitted again); 0 with the prefix cache off. Cumulative."]
+    pub prefix_cache_queries_total: i64,
+    #[doc = " Of prefix_cache_queries_total, the tokens found computed (taken from the"]
+    #[doc = " prefix cache, not computed again: whole blocks; the usage's cached"]
+    #[doc = " tokens count a request's first admission only). Cumulative. As vLLM's"]
+    #[doc = " prefix_cache_queries / prefix_cache_hits count tokens."]
+    pub prefix_cache_hits_total: i64,
+    #[doc = " Cached blocks whose room was taken by a request (evictions; the host"]
+    #[doc = " tier, when on, keeps their contents). Cumulative."]
+    pub blocks_evicted_total: i64,
+}
+#[test]
+fn bindgen_test_layout_di_kv_cache_stats() {
+    assert_eq!(
+        ::std::mem::size_of::<di_kv_cache_stats>(),
+        88usize,
+        concat!("Size of: ", stringify!(di_kv_cache_stats))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<di_kv_cache_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(di_kv_cache_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_block_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).block_tokens) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(block_tokens)
+            )
+        );
+    }
+    test_field_block_tokens();
+    fn test_field_blocks_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blocks_total) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(blocks_total)
+            )
+        );
+    }
+    test_field_blocks_total();
+    fn test_field_blocks_used() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blocks_used) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(blocks_used)
+            )
+        );
+    }
+    test_field_blocks_used();
+    fn test_field_blocks_cached() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blocks_cached) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(blocks_cached)
+            )
+        );
+    }
+    test_field_blocks_cached();
+    fn test_field_blocks_free() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blocks_free) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(blocks_free)
+            )
+        );
+    }
+    test_field_blocks_free();
+    fn test_field_tokens_used() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tokens_used) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(tokens_used)
+            )
+        );
+    }
+    test_field_tokens_used();
+    fn test_field_running_requests() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).running_requests) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(running_requests)
+            )
+        );
+    }
+    test_field_running_requests();
+    fn test_field_prefix_cache_queries_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefix_cache_queries_total) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(prefix_cache_queries_total)
+            )
+        );
+    }
+    test_field_prefix_cache_queries_total();
+    fn test_field_prefix_cache_hits_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefix_cache_hits_total) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(prefix_cache_hits_total)
+            )
+        );
+    }
+    test_field_prefix_cache_hits_total();
+    fn test_field_blocks_evicted_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).blocks_evicted_total) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(blocks_evicted_total)
+            )
+        );
+    }
+    test_field_blocks_evicted_total();
+}
+extern "C" {
+    #[doc = " Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op."]
+    pub fn di_kv_cache_stats_init(stats: *mut di_kv_cache_stats);
+}
+extern "C" {
+    #[doc = " Read the engine's KV cache occupancy into *stats (see di_kv_cache_stats),"]
+    #[doc = " e.g. for a /metrics endpoint. The counts are one consistent snapshot: the"]
+    #[doc = " engine's worker publishes them, under its lock, as it builds each step's"]
+    #[doc = " batch (before computing it), at the end of each step, and whenever a request"]
+    #[doc = " gives its blocks back — before that request's terminal event is queued, so"]
+    #[doc = " once a host has seen a request's DI_EVENT_DONE, the counts no longer include"]
+    #[doc = " its blocks (they may already include later work). Does not wait for the"]
+    #[doc = " worker: O(1), a lock held for a copy."]
+    #[doc = " Thread-safe: callable from any thread, from a callback, and while other"]
+    #[doc = " threads submit, cancel and poll; not after di_engine_destroy has begun."]
+    #[doc = " Errors: DI_ERR_INVALID_ARGUMENT (NULL engine or stats, a struct_size below"]
+    #[doc = " the struct's first release: the message says which); *stats is then"]
+    #[doc = " unchanged."]
+    pub fn di_engine_kv_cache_stats(
+        engine: *const di_engine,
+        stats: *mut di_kv_cache_stats,
+        err: *mut *mut di_error,
+    ) -> di_status;
+}
 extern "C" {
     #[doc = " The event's kind; 0 for NULL."]
     pub fn di_event_kind_of(ev: *const di_event) -> di_event_kind;

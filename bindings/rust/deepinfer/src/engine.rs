@@ -888,6 +888,38 @@ impl Engine {
         unsafe { sys::di_engine_pending(self.raw()) }
     }
 
+    /// The KV cache's occupancy now (`di_engine_kv_cache_stats`): one
+    /// snapshot the engine's worker published, readable from any thread. Once
+    /// a request's Done has been delivered its blocks are no longer counted as
+    /// used.
+    ///
+    /// ```no_run
+    /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let kv = engine.kv_cache_stats()?;
+    /// assert_eq!(kv.blocks_used + kv.blocks_cached + kv.blocks_free, kv.blocks_total);
+    /// # Ok::<(), deepinfer::Error>(())
+    /// ```
+    pub fn kv_cache_stats(&self) -> Result<KvCacheStats> {
+        // SAFETY: the struct is integers only, so all-zero bytes are a valid value.
+        let mut raw: sys::di_kv_cache_stats = unsafe { std::mem::zeroed() };
+        raw.struct_size = std::mem::size_of::<sys::di_kv_cache_stats>();
+        // SAFETY: a live engine; the library writes struct_size bytes at most.
+        check(|err| unsafe { sys::di_engine_kv_cache_stats(self.raw(), &mut raw, err) })?;
+        let n = |v: i64| v.max(0) as u64;
+        Ok(KvCacheStats {
+            block_tokens: n(raw.block_tokens),
+            blocks_total: n(raw.blocks_total),
+            blocks_used: n(raw.blocks_used),
+            blocks_cached: n(raw.blocks_cached),
+            blocks_free: n(raw.blocks_free),
+            tokens_used: n(raw.tokens_used),
+            running_requests: n(raw.running_requests),
+            prefix_cache_queries_total: n(raw.prefix_cache_queries_total),
+            prefix_cache_hits_total: n(raw.prefix_cache_hits_total),
+            blocks_evicted_total: n(raw.blocks_evicted_total),
+        })
+    }
+
     /// A file descriptor readable exactly while events wait for
     /// [`Engine::poll`], for hosts that sleep in their own event loop (epoll,
     /// mio): owned by the engine; never read or close it
@@ -1348,4 +1380,35 @@ impl Completion {
         self.done.to_result()?;
         Ok(self)
     }
+}
+
+/// The KV cache's occupancy ([`Engine::kv_cache_stats`], `di_kv_cache_stats`).
+/// The cache is paged: blocks of `block_tokens` tokens, each used, cached or
+/// free (`blocks_used + blocks_cached + blocks_free == blocks_total`). The
+/// `*_total` counters only grow, from 0 when the engine was made. Fields may be
+/// added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KvCacheStats {
+    /// Tokens one block holds (16).
+    pub block_tokens: u64,
+    /// Blocks of the cache in all.
+    pub blocks_total: u64,
+    /// Blocks held by running requests (a shared prefix block counts once).
+    pub blocks_used: u64,
+    /// Blocks held by no request that keep a computed prefix (the prefix cache).
+    pub blocks_cached: u64,
+    /// Blocks neither used nor cached.
+    pub blocks_free: u64,
+    /// Tokens whose keys and values the running requests hold, summed over
+    /// requests (a shared prefix counts once per request).
+    pub tokens_used: u64,
+    /// Requests holding blocks.
+    pub running_requests: u64,
+    /// Tokens of admitted requests looked up in the prefix cache.
+    pub prefix_cache_queries_total: u64,
+    /// Of those, tokens found computed (not computed again).
+    pub prefix_cache_hits_total: u64,
+    /// Cached blocks whose room a request took.
+    pub blocks_evicted_total: u64,
 }

@@ -55,7 +55,9 @@ mod tokenizer;
 mod util;
 
 pub use codec::{Codec, Encoding, Prompt, Protocol};
-pub use engine::{Canceller, Completion, Device, Engine, EngineBuilder, LogLevel, RequestHandle};
+pub use engine::{
+    Canceller, Completion, Device, Engine, EngineBuilder, KvCacheStats, LogLevel, RequestHandle,
+};
 pub use error::{Error, Result, Status};
 pub use event::{Chunk, Done, Event, ToolCall, ToolCallDelta, Usage};
 pub use request::Request;

@@ -694,3 +694,59 @@ fn speculation_is_lossless_and_counted() {
     }
     assert!(runs[1].iter().map(|r| r.1).sum::<u32>() > 0);
 }
+
+/// `Engine::kv_cache_stats` against block arithmetic: a request of n tokens
+/// holds ceil(n / 16) blocks while it runs; when it ends, its full blocks stay in
+/// the prefix cache, and the same prompt again finds those before its last token.
+#[test]
+fn kv_cache_stats_follow_a_request_and_the_prefix_cache() {
+    let (_, engine) = match smol() {
+        Some(s) => s,
+        None => return,
+    };
+    let (n, m) = (40u64, 10u64);
+    let prompt: Vec<i32> = (0..n as i32).map(|i| 1000 + i * 37 % 4000).collect();
+    let k = engine.kv_cache_stats().unwrap();
+    assert_eq!(k.block_tokens, 16);
+    assert!(k.blocks_total > 0 && k.blocks_free == k.blocks_total);
+    assert_eq!(
+        (k.blocks_used, k.tokens_used, k.running_requests),
+        (0, 0, 0)
+    );
+    let req = Request::tokens(&prompt)
+        .temperature(0.0)
+        .max_tokens(m)
+        .ignore_eos(true);
+    let mut seen = 0u64;
+    for ev in engine.submit(&req).unwrap() {
+        if let Event::Tokens(t) = ev {
+            seen += t.len() as u64;
+            let k = engine.kv_cache_stats().unwrap();
+            if k.running_requests > 0 {
+                // (the worker may have ended it already)
+                assert!(n + seen - 1 <= k.tokens_used && k.tokens_used < n + m);
+                assert_eq!(k.blocks_used, (k.tokens_used + 15) / 16);
+            }
+        }
+    }
+    let k = engine.kv_cache_stats().unwrap();
+    assert_eq!(
+        (k.blocks_used, k.tokens_used, k.running_requests),
+        (0, 0, 0)
+    );
+    assert_eq!(k.blocks_cached, (n + m - 1) / 16);
+    assert_eq!(
+        k.blocks_used + k.blocks_cached + k.blocks_free,
+        k.blocks_total
+    );
+    assert_eq!(
+        (k.prefix_cache_queries_total, k.prefix_cache_hits_total),
+        (n, 0)
+    );
+    let again: Vec<_> = engine.submit(&req.clone().max_tokens(1)).unwrap().collect();
+    let done = one_done_last(&again);
+    let k = engine.kv_cache_stats().unwrap();
+    assert_eq!(done.usage.prompt_cache_hit_tokens as u64, (n - 1) / 16 * 16);
+    assert_eq!(k.prefix_cache_hits_total, (n - 1) / 16 * 16);
+    assert_eq!(k.prefix_cache_queries_total, 2 * n);
+}

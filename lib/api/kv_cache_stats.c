@@ -1,0 +1,53 @@
+/* The KV cache's occupancy for hosts (deepinfer.h, di_engine_kv_cache_stats):
+ * the counts the scheduler's worker publishes (sched_kv_stats), copied into the
+ * caller's versioned struct as far as its struct_size reaches. */
+#include <string.h>
+
+#include "api/engine_internal.h"
+#include "util/error.h"
+
+_Static_assert(sizeof(di_kv_cache_stats) ==
+                   DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, blocks_evicted_total),
+               "di_kv_cache_stats has no trailing padding");
+
+/* The struct's first release ends at blocks_evicted_total. */
+#define KV_STATS_MIN_SIZE DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, blocks_evicted_total)
+
+DI_API void di_kv_cache_stats_init(di_kv_cache_stats *stats)
+{
+    if (!stats) return;
+    memset(stats, 0, sizeof *stats);
+    stats->struct_size = sizeof *stats;
+}
+
+DI_API di_status di_engine_kv_cache_stats(const di_engine *engine, di_kv_cache_stats *stats,
+                                          di_error **err)
+{
+    if (!engine) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "engine: NULL");
+    if (!stats) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stats: NULL");
+    if (stats->struct_size < KV_STATS_MIN_SIZE)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "stats->struct_size: %zu is smaller than the struct's first release "
+                             "(%zu bytes; was it set with di_kv_cache_stats_init?)",
+                             stats->struct_size, (size_t)KV_STATS_MIN_SIZE);
+    sched_kv_stats k;
+    sched_kv_stats_get(engine->sched, &k);
+    di_kv_cache_stats v;
+    di_kv_cache_stats_init(&v);
+    v.block_tokens = MODEL_KV_BLOCK;
+    v.blocks_total = k.blocks_total;
+    v.blocks_used = k.blocks_used;
+    v.blocks_cached = k.blocks_cached;
+    v.blocks_free = k.blocks_free;
+    v.tokens_used = k.tokens_used;
+    v.running_requests = k.running_requests;
+    v.prefix_cache_queries_total = k.prefix_queries;
+    v.prefix_cache_hits_total = k.prefix_hits;
+    v.blocks_evicted_total = k.blocks_evicted;
+    /* A newer caller's fields past ours keep what it set; an older caller's
+     * struct gets only the fields it has (struct_size itself stays). */
+    size_t n = stats->struct_size < sizeof v ? stats->struct_size : sizeof v;
+    memcpy((char *)stats + sizeof v.struct_size, (const char *)&v + sizeof v.struct_size,
+           n - sizeof v.struct_size);
+    return DI_OK;
+}
