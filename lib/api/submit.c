@@ -181,7 +181,8 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     di_request q;
     di_request_init(&q);
     const char *msg;
-    if (di_struct_copy_in(&q, sizeof q, req_in, sizeof q, &msg) != DI_OK)
+    if (di_struct_copy_in(&q, sizeof q, req_in, DI_STRUCT_SIZE_UNTIL(di_request, user_data),
+                          &msg) != DI_OK)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
     pthread_mutex_lock(&e->mu);
     int destroying = e->destroying;

@@ -42,7 +42,7 @@ fn main() -> deepinfer::Result<()> {
         .map(Into::into)
         .unwrap_or_else(default_model);
     let engine = Engine::builder(&model).n_threads(2).build()?;
-    let user = r#"{"role": "user", "content": "What is the weather in Paris?"}"#;
+    let user = r#"{"role": "user", "content": "What is the weather in London?"}"#;
     let first = format!(
         r#"{{"model": "smollm2", "temperature": 0, "max_tokens": 64, "tools": {},
             "tool_choice": {{"type": "function", "function": {{"name": "get_weather"}}}},

@@ -157,7 +157,7 @@ fn callback_events_equal_iterated_events() {
 }
 
 const CHAT: &str = r#"{"model": "smollm2", "temperature": 0, "max_tokens": 24, "stream": true,
-  "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#;
+  "messages": [{"role": "user", "content": "What is 2+2?"}]}"#;
 
 #[test]
 fn chat_stream_chunks_equal_deepinfer_run_stream() {
@@ -241,7 +241,7 @@ fn named_tool_body() -> String {
     format!(
         r#"{{"model": "smollm2", "temperature": 0, "max_tokens": 64, "tools": [{}],
   "tool_choice": {{"type": "function", "function": {{"name": "get_weather"}}}},
-  "messages": [{{"role": "user", "content": "What is the weather in Paris?"}}]}}"#,
+  "messages": [{{"role": "user", "content": "What is the weather in London?"}}]}}"#,
         WEATHER_TOOL
     )
 }
@@ -322,7 +322,7 @@ fn named_tool_call_round_trip() {
     let escaped = call.arguments.replace('\\', "\\\\").replace('"', "\\\"");
     let second = format!(
         r#"{{"model": "smollm2", "temperature": 0, "max_tokens": 32, "tools": [{}],
-  "messages": [{{"role": "user", "content": "What is the weather in Paris?"}},
+  "messages": [{{"role": "user", "content": "What is the weather in London?"}},
     {{"role": "assistant", "content": null, "tool_calls": [{{"id": "{}", "type": "function",
       "function": {{"name": "get_weather", "arguments": "{}"}}}}]}},
     {{"role": "tool", "tool_call_id": "{}", "content": "sunny, 24 C"}}]}}"#,
