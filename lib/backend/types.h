@@ -23,6 +23,10 @@ typedef enum model_dtype {
     MODEL_DTYPE_FP8_E4M3 = 9, /* one byte each; block scales in model_tensor.scale */
     MODEL_DTYPE_Q5_0 = 10,    /* 32 elements: f16 scale, 4 bytes of fifth bits, 16 of nibbles */
     MODEL_DTYPE_Q5_1 = 11,    /* 32 elements: f16 scale, f16 min, fifth bits, nibbles */
+    MODEL_DTYPE_Q2_K = 12,    /* 256 elements, 84 bytes */
+    MODEL_DTYPE_Q3_K = 13,    /* 256 elements, 110 bytes */
+    MODEL_DTYPE_IQ4_NL = 14,  /* 32 elements: f16 scale + 16 bytes of codebook indices */
+    MODEL_DTYPE_IQ4_XS = 15,  /* 256 elements, 136 bytes */
 } model_dtype;
 
 typedef struct model_tensor {

@@ -318,12 +318,14 @@ const model_tensor *model_weights_at(const model_weights *w, size_t i)
 const char *model_dtype_name(model_dtype t)
 {
     static const char *const names[] = {
-        [MODEL_DTYPE_F32] = "F32",   [MODEL_DTYPE_F16] = "F16",
-        [MODEL_DTYPE_BF16] = "BF16", [MODEL_DTYPE_Q8_0] = "Q8_0",
-        [MODEL_DTYPE_Q4_0] = "Q4_0", [MODEL_DTYPE_Q4_1] = "Q4_1",
-        [MODEL_DTYPE_Q4_K] = "Q4_K", [MODEL_DTYPE_Q5_K] = "Q5_K",
-        [MODEL_DTYPE_Q6_K] = "Q6_K", [MODEL_DTYPE_FP8_E4M3] = "FP8_E4M3",
-        [MODEL_DTYPE_Q5_0] = "Q5_0", [MODEL_DTYPE_Q5_1] = "Q5_1",
+        [MODEL_DTYPE_F32] = "F32",       [MODEL_DTYPE_F16] = "F16",
+        [MODEL_DTYPE_BF16] = "BF16",     [MODEL_DTYPE_Q8_0] = "Q8_0",
+        [MODEL_DTYPE_Q4_0] = "Q4_0",     [MODEL_DTYPE_Q4_1] = "Q4_1",
+        [MODEL_DTYPE_Q4_K] = "Q4_K",     [MODEL_DTYPE_Q5_K] = "Q5_K",
+        [MODEL_DTYPE_Q6_K] = "Q6_K",     [MODEL_DTYPE_FP8_E4M3] = "FP8_E4M3",
+        [MODEL_DTYPE_Q5_0] = "Q5_0",     [MODEL_DTYPE_Q5_1] = "Q5_1",
+        [MODEL_DTYPE_Q2_K] = "Q2_K",     [MODEL_DTYPE_Q3_K] = "Q3_K",
+        [MODEL_DTYPE_IQ4_NL] = "IQ4_NL", [MODEL_DTYPE_IQ4_XS] = "IQ4_XS",
     };
     return (unsigned)t < sizeof names / sizeof names[0] && names[t] ? names[t] : "?";
 }

@@ -18,9 +18,13 @@ static int dtype_of(uint32_t ggml_type, model_dtype *out)
     case 6: *out = MODEL_DTYPE_Q5_0; return 1;
     case 7: *out = MODEL_DTYPE_Q5_1; return 1;
     case 8: *out = MODEL_DTYPE_Q8_0; return 1;
+    case 10: *out = MODEL_DTYPE_Q2_K; return 1;
+    case 11: *out = MODEL_DTYPE_Q3_K; return 1;
     case 12: *out = MODEL_DTYPE_Q4_K; return 1;
     case 13: *out = MODEL_DTYPE_Q5_K; return 1;
     case 14: *out = MODEL_DTYPE_Q6_K; return 1;
+    case 20: *out = MODEL_DTYPE_IQ4_NL; return 1;
+    case 23: *out = MODEL_DTYPE_IQ4_XS; return 1;
     case 30: *out = MODEL_DTYPE_BF16; return 1;
     default: return 0;
     }

@@ -231,7 +231,7 @@ static int utf8_alts(gbuild *b, int32_t into, uint32_t lo, uint32_t hi)
                                                                                                 : 0;
         }
     }
-    uint8_t a[4], z[4];
+    uint8_t a[4] = {0}, z[4] = {0};
     int n = utf8_encode(lo, a);
     utf8_encode(hi, z);
     if (b->rules[into].n && vpush(b, &b->rules[into], GE_ALT, 0)) return -1;
@@ -597,7 +597,7 @@ static di_status finish(gbuild *b, grammar **out)
         n_alts += 1;
         for (int32_t j = 0; j < b->rules[i].n; j++) n_alts += b->rules[i].e[j].type == GE_ALT;
     }
-    g->elems = malloc((size_t)n_elems * sizeof *g->elems);
+    g->elems = calloc((size_t)n_elems, sizeof *g->elems); /* zero: GE_END */
     g->rule_alts = malloc((size_t)n_alts * sizeof *g->rule_alts);
     g->alt_off = malloc((size_t)(b->n_rules + 1) * sizeof *g->alt_off);
     g->sets = malloc((size_t)(b->n_sets ? b->n_sets : 1) * sizeof *g->sets);
@@ -946,7 +946,7 @@ static int expand(grammar_matcher *m, int32_t n, ivec *out)
 
 static int byteset_has(const byteset *s, uint8_t c)
 {
-    return (s->w[c >> 5] >> (c & 31)) & 1;
+    return (int)((s->w[c >> 5] >> (c & 31)) & 1u);
 }
 
 /* w += the stacks of w->v[from, to) after byte c (read by index: the pushes

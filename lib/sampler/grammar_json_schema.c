@@ -98,7 +98,8 @@ static void same_len(gtext *t, const char *x, const char *y, int n)
     memset(zeros, '0', (size_t)n);
     int lo_full = memcmp(x + 1, zeros, (size_t)n - 1) == 0,
         hi_full = memcmp(y + 1, nines, (size_t)n - 1) == 0;
-    char a = lo_full ? x[0] : (char)(x[0] + 1), b = hi_full ? y[0] : (char)(y[0] - 1);
+    /* decimal digits: x[0] + 1 and y[0] - 1 stay within '0'..'9' */
+    char a = (char)(lo_full ? x[0] : x[0] + 1), b = (char)(hi_full ? y[0] : y[0] - 1);
     gt_puts(t, "(");
     int any = 0;
     if (!lo_full) {
@@ -223,8 +224,9 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
         json_t *mnl = json_object_get(s, "minLength"), *mxl = json_object_get(s, "maxLength");
         if (fmt) {
             const char *f = json_string_value(fmt);
-            if (!f || (strcmp(f, "date") && strcmp(f, "time") && strcmp(f, "date-time") &&
-                       strcmp(f, "email") && strcmp(f, "uuid"))) {
+            if (!f ||
+                (strcmp(f, "date") != 0 && strcmp(f, "time") != 0 && strcmp(f, "date-time") != 0 &&
+                 strcmp(f, "email") != 0 && strcmp(f, "uuid") != 0)) {
                 jfail(c, path,
                       "format: unsupported format '%s' (date, time, date-time, email, "
                       "uuid are)",
@@ -329,7 +331,7 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
         /* p<r>-<i>: property i; rest<r>-<i>: props i.. after one was written;
          * first<r>-<i>: props i.. before any was */
         const char **keys = malloc(n * sizeof *keys);
-        json_t **vals = malloc(n * sizeof *vals);
+        json_t **vals = malloc(n * sizeof(void *));
         uint8_t *required = calloc(n, 1);
         if (!keys || !vals || !required) {
             free(keys);
@@ -351,6 +353,7 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
             }
             i++;
         }
+        n = i; /* what the iteration gave (json_object_size's count) */
         gt_printf(t, "(\"{\" ws first%d-0 ws \"}\")\n", r);
         for (i = 0; i < n; i++) {
             gt_printf(t, "p%d-%zu ::= ", r, i);

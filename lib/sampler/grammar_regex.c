@@ -60,7 +60,7 @@ static const char *shorthand(int c, int *negated)
 
 /* One code point (escapes decoded) written as a GBNF char; returns 0, or -1.
  * Sets *code to the code point for range checks. */
-static int rx_char(rx *r, int in_class, long *code)
+static int rx_char(rx *r, long *code)
 {
     int c = rpeek(r);
     if (c == '\\') {
@@ -107,9 +107,7 @@ static int rx_char(rx *r, int in_class, long *code)
     int n = u < 0x80 ? 1 : u >= 0xF0 ? 4 : u >= 0xE0 ? 3 : u >= 0xC0 ? 2 : 1;
     if (r->pos + (size_t)n > r->len) return rx_fail(r, "invalid UTF-8"), -1;
     *code = u < 0x80 ? u : 0x80;
-    if (n == 1 && !in_class)
-        gt_char(&r->out, u);
-    else if (n == 1)
+    if (n == 1)
         gt_char(&r->out, u);
     else
         gt_add(&r->out, r->s + r->pos, (size_t)n);
@@ -141,11 +139,11 @@ static int rx_class(rx *r)
             }
         }
         long lo, hi;
-        if (rx_char(r, 1, &lo)) return -1;
+        if (rx_char(r, &lo)) return -1;
         if (rpeek(r) == '-' && r->pos + 1 < r->len && r->s[r->pos + 1] != ']') {
             r->pos++;
             gt_puts(&r->out, "-");
-            if (rx_char(r, 1, &hi)) return -1;
+            if (rx_char(r, &hi)) return -1;
         }
     }
     r->pos++;
@@ -194,7 +192,7 @@ static int rx_atom(rx *r, int depth)
         return rx_fail(r, "a quantifier with nothing to repeat"), -1;
     long code;
     gt_puts(&r->out, "\"");
-    if (rx_char(r, 0, &code)) return -1;
+    if (rx_char(r, &code)) return -1;
     gt_puts(&r->out, "\"");
     return 0;
 }

@@ -69,10 +69,8 @@ static inline void gt_printf(gtext *t, const char *fmt, ...)
  * bytes of a UTF-8 character are copied as they are). */
 static inline void gt_char(gtext *t, unsigned char c)
 {
-    if (c >= 0x80) {
-        gt_add(t, (const char *)&c, 1);
-    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == ' ' || c == '_' || c == ',' || c == ':' || c == '@' || c == '.') {
+    if (c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+        c == ' ' || c == '_' || c == ',' || c == ':' || c == '@' || c == '.') {
         gt_add(t, (const char *)&c, 1);
     } else {
         gt_printf(t, "\\x%02X", c);

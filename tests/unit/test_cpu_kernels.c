@@ -39,6 +39,7 @@ static const model_dtype weight_types[] = {
     MODEL_DTYPE_F32,  MODEL_DTYPE_F16,  MODEL_DTYPE_BF16, MODEL_DTYPE_Q8_0,
     MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1,
     MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K, MODEL_DTYPE_FP8_E4M3,
+    MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K, MODEL_DTYPE_IQ4_NL, MODEL_DTYPE_IQ4_XS,
 };
 
 /* n elements of random weights of dtype: random bits with finite, small scales. */
@@ -67,6 +68,11 @@ static void *random_weights(model_dtype dt, int64_t rows, int64_t n)
             break;
         }
         case MODEL_DTYPE_Q6_K: memcpy(blk + 208, &s1, 2); break;
+        case MODEL_DTYPE_Q3_K: memcpy(blk + 108, &s1, 2); break;
+        case MODEL_DTYPE_Q2_K:
+            memcpy(blk + 80, &s1, 2);
+            memcpy(blk + 82, &s2, 2);
+            break;
         case MODEL_DTYPE_FP8_E4M3:
             if ((blk[0] & 0x7f) == 0x7f) blk[0] ^= 1; /* not NaN */
             break;

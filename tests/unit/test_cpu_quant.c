@@ -25,9 +25,13 @@ static int dtype_of_ggml(uint32_t t)
     case 6: return MODEL_DTYPE_Q5_0;
     case 7: return MODEL_DTYPE_Q5_1;
     case 8: return MODEL_DTYPE_Q8_0;
+    case 10: return MODEL_DTYPE_Q2_K;
+    case 11: return MODEL_DTYPE_Q3_K;
     case 12: return MODEL_DTYPE_Q4_K;
     case 13: return MODEL_DTYPE_Q5_K;
     case 14: return MODEL_DTYPE_Q6_K;
+    case 20: return MODEL_DTYPE_IQ4_NL;
+    case 23: return MODEL_DTYPE_IQ4_XS;
     case 30: return MODEL_DTYPE_BF16;
     default: return -1;
     }
@@ -66,7 +70,7 @@ static void test_dequantize_matches_gguf_py(void **state)
         n_records++;
     }
     fclose(f);
-    assert_int_equal(n_records, 10);
+    assert_int_equal(n_records, 14);
 }
 
 static void test_fp16_conversion_round_trips_every_value(void **state)

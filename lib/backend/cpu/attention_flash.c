@@ -19,6 +19,7 @@
  * Roofline per task: reads 2 n head_dim cache elements, 4 n head_dim
  * TILE_ROWS FLOPs. */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "backend/cpu/attention.h"
@@ -78,10 +79,11 @@ AVX2 static inline float hsum8(__m256 v)
 }
 
 /* dst[c * dst_stride + r] = src[r * src_stride + c] for an 8 x 8 block. */
-AVX2 static inline void transpose8(const float *src, int src_stride, float *dst, int dst_stride)
+AVX2 static inline void transpose8(const float *src, ptrdiff_t src_stride, float *dst,
+                                   ptrdiff_t dst_stride)
 {
     __m256 r[8], t[8];
-    UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * src_stride);
+    UNROLL for (ptrdiff_t i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * src_stride);
     UNROLL for (int i = 0; i < 8; i += 2)
     {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
@@ -99,7 +101,7 @@ AVX2 static inline void transpose8(const float *src, int src_stride, float *dst,
         t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
         t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
     }
-    UNROLL for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
+    UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
 }
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
@@ -112,14 +114,14 @@ static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const 
 }
 
 /* n floats of a cache row (f16 or f32) into dst. */
-AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, int n, float *dst)
+AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff_t n, float *dst)
 {
     if (c->dtype == MODEL_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
         return;
     }
     const uint16_t *h = (const uint16_t *)src;
-    for (int i = 0; i < n; i += 8)
+    for (ptrdiff_t i = 0; i < n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
 }
 
@@ -138,7 +140,7 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
     (void)thread;
     const flash_job *j = ctx;
     const cpu_kv_cache *c = j->c;
-    const int hd = c->head_dim;
+    const ptrdiff_t hd = c->head_dim;
     const int g = (int)(task % c->n_head_kv);
     const int64_t t0 = (task / c->n_head_kv) * j->tile_tokens;
     const int64_t t1 = t0 + j->tile_tokens < j->n_tokens ? t0 + j->tile_tokens : j->n_tokens;
@@ -170,16 +172,16 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
         }
         if (len < CHUNK) /* unused rows: finite, then masked */
             memset(kr + len * hd, 0, (size_t)(CHUNK - len) * (size_t)hd * sizeof *kr);
-        for (int i0 = 0; i0 < CHUNK; i0 += 8) /* K^T, 8 x 8 blocks */
-            for (int d = 0; d < hd; d += 8)
+        for (ptrdiff_t i0 = 0; i0 < CHUNK; i0 += 8) /* K^T, 8 x 8 blocks */
+            for (ptrdiff_t d = 0; d < hd; d += 8)
                 transpose8(kr + i0 * hd + d, hd, kt + d * CHUNK + i0, CHUNK);
         /* the scores of four rows at a time: eight independent sums, each
          * K^T load shared by the four */
-        for (int r0 = 0; r0 < rows; r0 += 4) {
-            int nr = rows - r0 < 4 ? rows - r0 : 4;
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+            int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
             __m256 a[4][2];
             UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
-            for (int d = 0; d < hd; d++) {
+            for (ptrdiff_t d = 0; d < hd; d++) {
                 __m256 k0 = _mm256_load_ps(kt + d * CHUNK), k1 = _mm256_load_ps(kt + d * CHUNK + 8);
                 UNROLL for (int k = 0; k < 4; k++)
                 {
@@ -188,13 +190,13 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
                     a[k][1] = _mm256_fmadd_ps(qd, k1, a[k][1]);
                 }
             }
-            UNROLL for (int k = 0; k < nr; k++)
+            UNROLL for (ptrdiff_t k = 0; k < nr; k++)
             {
                 _mm256_store_ps(sc + (r0 + k) * CHUNK, _mm256_mul_ps(a[k][0], scale));
                 _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
             }
         }
-        for (int r = 0; r < rows; r++) {
+        for (ptrdiff_t r = 0; r < rows; r++) {
             int valid = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
             if (valid <= 0) continue;
             __m256 s0 = _mm256_load_ps(sc + r * CHUNK), s1 = _mm256_load_ps(sc + r * CHUNK + 8);
@@ -218,19 +220,20 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
             /* O = O corr + P V, 64 dimensions (eight independent sums) at a time */
             float *orow = o + r * hd;
             __m256 cv = _mm256_set1_ps(corr);
-            for (int d0 = 0; d0 < hd; d0 += 64) {
-                int nv = hd - d0 < 64 ? (hd - d0) / 8 : 8;
+            for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
+                ptrdiff_t nv = hd - d0 < 64 ? (hd - d0) / 8 : 8;
                 __m256 acc[8];
-                UNROLL for (int k = 0; k < 8; k++) acc[k] =
+                UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
                     k < nv ? _mm256_mul_ps(_mm256_loadu_ps(orow + d0 + 8 * k), cv)
                            : _mm256_setzero_ps();
-                for (int i = 0; i < valid; i++) {
+                for (ptrdiff_t i = 0; i < valid; i++) {
                     __m256 pi = _mm256_set1_ps(p[i]);
                     const float *vr = v + i * hd + d0;
-                    UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[k] =
+                    UNROLL for (ptrdiff_t k = 0; k < 8; k++) if (k < nv) acc[k] =
                         _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr + 8 * k), acc[k]);
                 }
-                UNROLL for (int k = 0; k < nv; k++) _mm256_storeu_ps(orow + d0 + 8 * k, acc[k]);
+                UNROLL for (ptrdiff_t k = 0; k < nv; k++)
+                    _mm256_storeu_ps(orow + d0 + 8 * k, acc[k]);
             }
         }
     }

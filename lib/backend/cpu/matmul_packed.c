@@ -29,7 +29,7 @@ static size_t quants_bytes(model_dtype dtype)
     case MODEL_DTYPE_Q5_0:
     case MODEL_DTYPE_Q5_1: return 128 + 32;
     case MODEL_DTYPE_Q4_K: return 1024;
-    case MODEL_DTYPE_Q5_K: return 8 * (128 + 32);
+    case MODEL_DTYPE_Q5_K: return (size_t)8 * (128 + 32);
     case MODEL_DTYPE_Q6_K: return 1024 + 512;
     default: return 128;
     }
@@ -66,7 +66,7 @@ static int q4k_value(const block_q4_K *x, int e)
 static int q6k_value(const block_q6_K *x, int e)
 {
     int h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
-    const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+    const uint8_t *ql = x->ql + (ptrdiff_t)64 * h, *qh = x->qh + (ptrdiff_t)32 * h;
     int lo = quarter == 0   ? ql[l] & 0xf
              : quarter == 1 ? ql[l + 32] & 0xf
              : quarter == 2 ? ql[l] >> 4
@@ -86,8 +86,8 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
     for (int r = 0; r < CPU_PACK_ROWS; r++) {
         if (dt == MODEL_DTYPE_Q5_K) {
             const block_q5_K *x = (const block_q5_K *)blk[r];
-            memcpy(out + 2 * r, &x->d, 2);
-            memcpy(out + 16 + 2 * r, &x->dmin, 2);
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
+            memcpy(out + 16 + (ptrdiff_t)2 * r, &x->dmin, 2);
             uint8_t sc[8], m[8];
             cpu_k4_scales(x->scales, sc, m);
             for (int j = 0; j < 8; j++) {
@@ -95,7 +95,7 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
                 out[96 + j * 8 + r] = m[j];
             }
             for (int j = 0; j < 8; j++) { /* V_4j..V_4j+3, H_j: 160 bytes a sub-block */
-                uint8_t *sub = v + j * 160;
+                uint8_t *sub = v + (ptrdiff_t)j * 160;
                 for (int kk = 0; kk < 4; kk++)
                     for (int i = 0; i < 4; i++) {
                         int e = 32 * j + 8 * kk + i, l = e % 32;
@@ -116,8 +116,8 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
             }
         } else if (dt == MODEL_DTYPE_Q4_K) {
             const block_q4_K *x = (const block_q4_K *)blk[r];
-            memcpy(out + 2 * r, &x->d, 2);
-            memcpy(out + 16 + 2 * r, &x->dmin, 2);
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
+            memcpy(out + 16 + (ptrdiff_t)2 * r, &x->dmin, 2);
             uint8_t sc[8], m[8];
             cpu_k4_scales(x->scales, sc, m);
             for (int j = 0; j < 8; j++) {
@@ -130,16 +130,16 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
                         (uint8_t)(q4k_value(x, 8 * k + i) | q4k_value(x, 8 * k + 4 + i) << 4);
         } else {
             const block_q6_K *x = (const block_q6_K *)blk[r];
-            memcpy(out + 2 * r, &x->d, 2);
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
             for (int j = 0; j < 16; j++) out[16 + j * 8 + r] = (uint8_t)x->scales[j];
             for (int j = 0; j < 16; j++) { /* V_2j, V_2j+1, H_j: 96 bytes a sub-block */
-                uint8_t *sub = v + j * 96;
+                uint8_t *sub = v + (ptrdiff_t)j * 96;
                 for (int i = 0; i < 4; i++) {
                     int bits = 0;
                     for (int f = 0; f < 4; f++) {
                         int q = q6k_value(x, 16 * j + 4 * f + i);
                         bits |= (q >> 4) << (2 * f);
-                        uint8_t *nib = sub + (f / 2) * 32 + r * 4 + i;
+                        uint8_t *nib = sub + (ptrdiff_t)(f / 2) * 32 + (ptrdiff_t)r * 4 + i;
                         *nib = (uint8_t)(f % 2 ? (*nib & 0x0f) | (q & 0xf) << 4 : q & 0xf);
                     }
                     sub[64 + r * 4 + i] = (uint8_t)bits;
@@ -173,9 +173,9 @@ void cpu_pack(const model_tensor *w, void *dst)
             }
             for (int r = 0; r < CPU_PACK_ROWS; r++) {
                 const uint8_t *blk = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
-                memcpy(out + 2 * r, blk, 2); /* d */
+                memcpy(out + (ptrdiff_t)2 * r, blk, 2); /* d */
                 int has_min = dt == MODEL_DTYPE_Q4_1 || dt == MODEL_DTYPE_Q5_1;
-                if (has_min) memcpy(out + 16 + 2 * r, blk + 2, 2); /* m */
+                if (has_min) memcpy(out + 16 + (ptrdiff_t)2 * r, blk + 2, 2); /* m */
                 uint8_t *q = out + scales_bytes(dt);
                 if (dt == MODEL_DTYPE_Q8_0) {
                     for (int c = 0; c < 8; c++)
@@ -183,12 +183,14 @@ void cpu_pack(const model_tensor *w, void *dst)
                             q[c * 32 + r * 4 + e] = (uint8_t)(blk[2 + c * 4 + e] ^ 0x80);
                 } else if (dt == MODEL_DTYPE_Q4_0 || dt == MODEL_DTYPE_Q4_1) {
                     const uint8_t *qs = blk + (has_min ? 4 : 2);
-                    for (int k = 0; k < 4; k++) memcpy(q + k * 32 + r * 4, qs + k * 4, 4);
+                    for (int k = 0; k < 4; k++)
+                        memcpy(q + (ptrdiff_t)k * 32 + (ptrdiff_t)r * 4, qs + (ptrdiff_t)k * 4, 4);
                 } else { /* Q5_0, Q5_1: the nibbles as Q4_0's, then their fifth bits */
                     const uint8_t *qh = blk + (has_min ? 4 : 2), *qs = qh + 4;
                     uint32_t bits;
                     memcpy(&bits, qh, 4);
-                    for (int k = 0; k < 4; k++) memcpy(q + k * 32 + r * 4, qs + k * 4, 4);
+                    for (int k = 0; k < 4; k++)
+                        memcpy(q + (ptrdiff_t)k * 32 + (ptrdiff_t)r * 4, qs + (ptrdiff_t)k * 4, 4);
                     for (int i = 0; i < 4; i++) {
                         int h = 0;
                         for (int k = 0; k < 4; k++)

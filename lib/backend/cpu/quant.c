@@ -17,6 +17,13 @@ _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+const int8_t cpu_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
 
 int cpu_dtype_block_elems(int dtype)
 {
@@ -30,7 +37,11 @@ int cpu_dtype_block_elems(int dtype)
     case MODEL_DTYPE_Q4_1:
     case MODEL_DTYPE_Q5_0:
     case MODEL_DTYPE_Q5_1:
+    case MODEL_DTYPE_IQ4_NL:
     case CPU_DTYPE_Q8_1: return 32;
+    case MODEL_DTYPE_Q2_K:
+    case MODEL_DTYPE_Q3_K:
+    case MODEL_DTYPE_IQ4_XS:
     case MODEL_DTYPE_Q4_K:
     case MODEL_DTYPE_Q5_K:
     case MODEL_DTYPE_Q6_K:
@@ -56,6 +67,10 @@ size_t cpu_dtype_block_bytes(int dtype)
     case MODEL_DTYPE_Q5_K: return sizeof(block_q5_K);
     case MODEL_DTYPE_Q6_K: return sizeof(block_q6_K);
     case CPU_DTYPE_Q8_K: return sizeof(block_q8_K);
+    case MODEL_DTYPE_Q2_K: return sizeof(block_q2_K);
+    case MODEL_DTYPE_Q3_K: return sizeof(block_q3_K);
+    case MODEL_DTYPE_IQ4_NL: return sizeof(block_iq4_nl);
+    case MODEL_DTYPE_IQ4_XS: return sizeof(block_iq4_xs);
     default: return 0;
     }
 }
@@ -72,12 +87,16 @@ int cpu_vec_dot_type(model_dtype weight)
     switch (weight) {
     case MODEL_DTYPE_Q8_0:
     case MODEL_DTYPE_Q4_0:
-    case MODEL_DTYPE_Q5_0: return MODEL_DTYPE_Q8_0;
+    case MODEL_DTYPE_Q5_0:
+    case MODEL_DTYPE_IQ4_NL: return MODEL_DTYPE_Q8_0;
     case MODEL_DTYPE_Q4_1:
     case MODEL_DTYPE_Q5_1: return CPU_DTYPE_Q8_1;
     case MODEL_DTYPE_Q4_K:
     case MODEL_DTYPE_Q5_K:
-    case MODEL_DTYPE_Q6_K: return CPU_DTYPE_Q8_K;
+    case MODEL_DTYPE_Q6_K:
+    case MODEL_DTYPE_Q2_K:
+    case MODEL_DTYPE_Q3_K:
+    case MODEL_DTYPE_IQ4_XS: return CPU_DTYPE_Q8_K;
     case MODEL_DTYPE_F32:
     case MODEL_DTYPE_F16:  /* f32 activations: llama.cpp rounds them to f16/bf16, */
     case MODEL_DTYPE_BF16: /* transformers does not; f32 is closer to both */
@@ -302,6 +321,96 @@ static void dequant_q6_K(const block_q6_K *x, float *y, int64_t nb)
     }
 }
 
+static void dequant_q2_K(const block_q2_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d), dmin = cpu_fp16_to_f32(x[i].dmin);
+        const uint8_t *q = x[i].qs, *sc = x[i].scales;
+        for (int n = 0; n < QK_K; n += 128) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (ptrdiff_t half = 0; half < 2; half++) {
+                    uint8_t s = *sc++;
+                    float dl = d * (float)(s & 0xf), ml = dmin * (float)(s >> 4);
+                    for (ptrdiff_t l = 0; l < 16; l++)
+                        *y++ = dl * (float)((q[half * 16 + l] >> shift) & 3) - ml;
+                }
+            }
+            q += 32;
+        }
+    }
+}
+
+void cpu_k3_scales(const uint8_t q[12], int8_t sc[16])
+{
+    /* scales 0..7: the low nibbles of q[0..7]; 8..15: their high nibbles; the
+     * high 2 bits of scale j in q[8 + j % 4] at bit 2 * (j / 4) */
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? (q[j] & 0xf) : (q[j - 8] >> 4);
+        int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+static void dequant_q3_K(const block_q3_K *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d);
+        int8_t sc[16];
+        cpu_k3_scales(x[i].scales, sc);
+        const uint8_t *q = x[i].qs, *hm = x[i].hmask;
+        int is = 0;
+        unsigned m = 1;
+        for (int n = 0; n < QK_K; n += 128) {
+            for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+                for (int half = 0; half < 2; half++) {
+                    float dl = d * (float)sc[is++];
+                    for (int l = half * 16; l < half * 16 + 16; l++)
+                        *y++ = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+                }
+            }
+            q += 32;
+        }
+    }
+}
+
+static void dequant_iq4_nl(const block_iq4_nl *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = d * (float)cpu_iq4nl_values[x[i].qs[j] & 0xf];
+            y[i * 32 + j + 16] = d * (float)cpu_iq4nl_values[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+void cpu_iq4xs_scales(const block_iq4_xs *b, int8_t sc[8])
+{
+    for (int ib = 0; ib < 8; ib++) {
+        int lo = (b->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf;
+        int hi = (b->scales_h >> (2 * ib)) & 3;
+        sc[ib] = (int8_t)((lo | (hi << 4)) - 32);
+    }
+}
+
+static void dequant_iq4_xs(const block_iq4_xs *x, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = cpu_fp16_to_f32(x[i].d);
+        int8_t sc[8];
+        cpu_iq4xs_scales(&x[i], sc);
+        for (ptrdiff_t ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + ib * 16;
+            float dl = d * (float)sc[ib];
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)cpu_iq4nl_values[qs[j] & 0xf];
+                y[j + 16] = dl * (float)cpu_iq4nl_values[qs[j] >> 4];
+            }
+            y += 32;
+        }
+    }
+}
+
 void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n)
 {
     switch (dtype) {
@@ -323,6 +432,10 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n)
     case MODEL_DTYPE_Q4_K: dequant_q4_K(x, y, n / QK_K); break;
     case MODEL_DTYPE_Q5_K: dequant_q5_K(x, y, n / QK_K); break;
     case MODEL_DTYPE_Q6_K: dequant_q6_K(x, y, n / QK_K); break;
+    case MODEL_DTYPE_Q2_K: dequant_q2_K(x, y, n / QK_K); break;
+    case MODEL_DTYPE_Q3_K: dequant_q3_K(x, y, n / QK_K); break;
+    case MODEL_DTYPE_IQ4_NL: dequant_iq4_nl(x, y, n / QK4_NL); break;
+    case MODEL_DTYPE_IQ4_XS: dequant_iq4_xs(x, y, n / QK_K); break;
     case CPU_DTYPE_Q8_1: {
         const block_q8_1 *b = x;
         for (int64_t i = 0; i < n / 32; i++)

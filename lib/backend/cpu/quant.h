@@ -3,8 +3,8 @@
  *
  * Weights are used straight from their stored blocks; the matrix products
  * quantize the activations into the partner format llama.cpp pairs with each
- * weight type (cpu_vec_dot_type): Q8_1 for Q4_1/Q5_1, Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for the
- * K-quants — so the integer dot products, and the rounding, are those of
+ * weight type (cpu_vec_dot_type): Q8_1 for Q4_1/Q5_1, Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_K for the
+ * K-quants and IQ4_XS — so the integer dot products, and the rounding, are those of
  * llama.cpp — and f32 for F32, F16, BF16 and FP8 weights (llama.cpp rounds the
  * activations of F16/BF16 weights to those types; transformers does not, and
  * the products stay memory-bound either way).
@@ -27,6 +27,7 @@ enum {
     QK8_0 = 32,
     QK8_1 = 32,
     QK_K = 256,
+    QK4_NL = 32,
     K_SCALE_SIZE = 12
 };
 
@@ -97,6 +98,45 @@ typedef struct block_q6_K {
     uint16_t d; /* f16 */
 } block_q6_K;
 
+/* 256 elements in 16 sub-blocks of 16, 2-bit values: x = d * (sc & 15) * q -
+ * dmin * (sc >> 4), one byte sc per sub-block. Each 128 elements read 32 bytes
+ * of qs four times, shifting by 0, 2, 4, 6 (16 elements from qs[l], then 16 from
+ * qs[l + 16]). 84 bytes. */
+typedef struct block_q2_K {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    uint16_t d, dmin; /* f16 */
+} block_q2_K;
+
+/* 256 elements in 16 sub-blocks of 16: x = d * (sc - 32) * (q - 4 * !h), q the
+ * 2 low bits in qs (Q2_K's order), h the high bit in hmask (bit k of byte l for
+ * the k-th 32 elements' l-th), sc 6-bit scales packed in scales[12]. 110 bytes. */
+typedef struct block_q3_K {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d; /* f16 */
+} block_q3_K;
+
+/* x = d * cpu_iq4nl_values[q], q 4-bit indices in Q4_0's nibble order. 18 bytes. */
+typedef struct block_iq4_nl {
+    uint16_t d; /* f16 */
+    uint8_t qs[QK4_NL / 2];
+} block_iq4_nl;
+
+/* 256 elements in 8 sub-blocks of 32, IQ4_NL's codebook with a 6-bit scale per
+ * sub-block (low 4 bits in scales_l's nibbles, high 2 in scales_h): x = d * (ls -
+ * 32) * cpu_iq4nl_values[q]. 136 bytes. */
+typedef struct block_iq4_xs {
+    uint16_t d; /* f16 */
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+
+/* The 16 non-uniform levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
+extern const int8_t cpu_iq4nl_values[16];
+
 /* The activation partner of the K-quants: f32 scale, 256 int8, and the sums of
  * each 16 of them. 292 bytes. */
 typedef struct block_q8_K {
@@ -120,6 +160,10 @@ int cpu_vec_dot_type(model_dtype weight);
 /* The eight 6-bit sub-block scales and mins of a Q4_K/Q5_K block's scales[12]
  * (ggml's get_scale_min_k4), as bytes. */
 void cpu_k4_scales(const uint8_t scales[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]);
+/* The sixteen 6-bit sub-block scales of a Q3_K block's scales[12], minus 32. */
+void cpu_k3_scales(const uint8_t scales[12], int8_t sc[16]);
+/* The eight sub-block scales of an IQ4_XS block, minus 32. */
+void cpu_iq4xs_scales(const block_iq4_xs *b, int8_t sc[8]);
 
 float cpu_fp16_to_f32(uint16_t h);
 uint16_t cpu_f32_to_fp16(float f); /* round to nearest even, as F16C's vcvtps2ph */

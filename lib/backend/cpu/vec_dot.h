@@ -29,6 +29,8 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype);
 cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype);
 /* The AVX2 version, or NULL when the CPU or the build lacks it (for tests). */
 cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype);
+/* Its Q2_K, Q3_K, IQ4_NL and IQ4_XS part (vec_dot_avx2_lowbit.c), or NULL. */
+cpu_vec_dot_fn cpu_vec_dot_avx2_lowbit(model_dtype dtype);
 
 /* s[r] = dot(w, a_r) for four activation rows a_r = a + r * stride bytes:
  * the weight row's blocks are decoded once (prefill). Results are bit-identical

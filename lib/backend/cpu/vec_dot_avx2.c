@@ -12,7 +12,7 @@
 #    include <immintrin.h>
 #    include <string.h>
 
-#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+#    include "backend/cpu/vec_dot_avx2.h"
 
 static int detect_avx2(void)
 {
@@ -37,29 +37,6 @@ int cpu_has_avx2(void)
     return v == 2;
 }
 
-AVX2 static inline float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static inline float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-/* 16 bytes of nibbles -> 32 bytes: low nibbles first, then high ones. */
-AVX2 static inline __m256i unpack_nibbles(const uint8_t *qs)
-{
-    __m128i b = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0f);
-    __m128i lo = _mm_and_si128(b, m);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_set_m128i(hi, lo);
-}
-
 /* The 32 fifth bits of a Q5_0/Q5_1 block (bit j of qh, little-endian) as bytes:
  * 0x10 where the bit is set, 0 elsewhere. Byte j takes qh's byte j / 8, then
  * keeps bit j % 8. */
@@ -79,18 +56,6 @@ AVX2 static inline __m256i q5_high_bits(const uint8_t qh[4])
 AVX2 static inline __m256i unpack_q5(const uint8_t *qs, const uint8_t qh[4])
 {
     return _mm256_or_si256(unpack_nibbles(qs), q5_high_bits(qh));
-}
-
-/* Sum of products of unsigned bytes u (< 128) and signed bytes s, as 8 int32. */
-AVX2 static inline __m256i dot_u8s8(__m256i u, __m256i s)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* Signed x signed bytes (no -128 in x): |x| * (y with x's sign). */
-AVX2 static inline __m256i dot_s8s8(__m256i x, __m256i y)
-{
-    return dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
 }
 
 AVX2 static void dot_f32(int64_t n, float *s, const void *w, const void *a)
@@ -326,12 +291,6 @@ AVX2 static void dot_q5_K(int64_t n, float *s, const void *w, const void *a)
         accm += f16(x[i].dmin) * y[i].d * (float)summ;
     }
     *s = hsum_ps(acc) - accm;
-}
-
-/* Two int8 scales, each repeated over 8 int16 lanes (one 128-bit half each). */
-AVX2 static inline __m256i scale_pair(int8_t a, int8_t b)
-{
-    return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
 }
 
 AVX2 static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
@@ -666,7 +625,7 @@ cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q4_K: return dot_q4_K;
     case MODEL_DTYPE_Q5_K: return dot_q5_K;
     case MODEL_DTYPE_Q6_K: return dot_q6_K;
-    default: return NULL;
+    default: return cpu_vec_dot_avx2_lowbit(dtype);
     }
 }
 

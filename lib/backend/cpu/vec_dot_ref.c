@@ -203,6 +203,94 @@ static void dot_q6_K(int64_t n, float *s, const void *w, const void *a)
     *s = sum;
 }
 
+static void dot_q2_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q2_K *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const uint8_t *sc = x[i].scales;
+        int summs = 0, isum = 0;
+        for (ptrdiff_t j = 0; j < 16; j++) summs += y[i].bsums[j] * (sc[j] >> 4);
+        for (ptrdiff_t j = 0; j < 16; j++) {
+            /* sub-block j: 16 elements of qs[32 * (j / 8) + 16 * (j % 2) ...],
+             * shifted by 2 * ((j / 2) % 4) */
+            const uint8_t *q = x[i].qs + 32 * (j / 8) + 16 * (j % 2);
+            int shift = 2 * (int)((j / 2) % 4), d = 0;
+            for (ptrdiff_t l = 0; l < 16; l++) d += y[i].qs[j * 16 + l] * ((q[l] >> shift) & 3);
+            isum += (sc[j] & 0xf) * d;
+        }
+        float dall = y[i].d * cpu_fp16_to_f32(x[i].d);
+        float dmin = y[i].d * cpu_fp16_to_f32(x[i].dmin);
+        sum += dall * (float)isum - dmin * (float)summs;
+    }
+    *s = sum;
+}
+
+static void dot_q3_K(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_q3_K *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        cpu_k3_scales(x[i].scales, sc);
+        int isum = 0;
+        for (ptrdiff_t j = 0; j < 16; j++) {
+            const uint8_t *q = x[i].qs + 32 * (j / 8) + 16 * (j % 2);
+            const uint8_t *hm = x[i].hmask + 16 * (j % 2);
+            int shift = 2 * (int)((j / 2) % 4), bit = (int)(j / 2), d = 0;
+            for (ptrdiff_t l = 0; l < 16; l++) {
+                int v = ((q[l] >> shift) & 3) - (((hm[l] >> bit) & 1) ? 0 : 4);
+                d += y[i].qs[j * 16 + l] * v;
+            }
+            isum += sc[j] * d;
+        }
+        sum += cpu_fp16_to_f32(x[i].d) * y[i].d * (float)isum;
+    }
+    *s = sum;
+}
+
+static void dot_iq4_nl(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_iq4_nl *x = w;
+    const block_q8_0 *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK4_NL; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += cpu_iq4nl_values[x[i].qs[j] & 0xf] * y[i].qs[j];
+            sumi += cpu_iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        }
+        sum += (float)sumi * (cpu_fp16_to_f32(x[i].d) * cpu_fp16_to_f32(y[i].d));
+    }
+    *s = sum;
+}
+
+static void dot_iq4_xs(int64_t n, float *s, const void *w, const void *a)
+{
+    const block_iq4_xs *x = w;
+    const block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[8];
+        cpu_iq4xs_scales(&x[i], sc);
+        int isum = 0;
+        for (ptrdiff_t ib = 0; ib < 8; ib++) {
+            const uint8_t *qs = x[i].qs + ib * 16;
+            const int8_t *q8 = y[i].qs + ib * 32;
+            int d = 0;
+            for (ptrdiff_t j = 0; j < 16; j++) {
+                d += cpu_iq4nl_values[qs[j] & 0xf] * q8[j];
+                d += cpu_iq4nl_values[qs[j] >> 4] * q8[j + 16];
+            }
+            isum += sc[ib] * d;
+        }
+        sum += cpu_fp16_to_f32(x[i].d) * y[i].d * (float)isum;
+    }
+    *s = sum;
+}
+
 cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
 {
     switch (dtype) {
@@ -218,6 +306,10 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
     case MODEL_DTYPE_Q4_K: return dot_q4_K;
     case MODEL_DTYPE_Q5_K: return dot_q5_K;
     case MODEL_DTYPE_Q6_K: return dot_q6_K;
+    case MODEL_DTYPE_Q2_K: return dot_q2_K;
+    case MODEL_DTYPE_Q3_K: return dot_q3_K;
+    case MODEL_DTYPE_IQ4_NL: return dot_iq4_nl;
+    case MODEL_DTYPE_IQ4_XS: return dot_iq4_xs;
     default: return NULL;
     }
 }
