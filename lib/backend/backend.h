@@ -9,8 +9,8 @@
  * its attention-backend line, but eagerly and in plain C: each call runs one
  * operation now, in call order, on memory the backend owns.
  *   - Weights are resident in the backend's memory in their stored formats
- *     (backend_matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
- *     FP8-E4M3 with block scales); norms and biases as f32 vectors.
+ *     (backend_matrix: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+ *     Q6_K, IQ4_NL, IQ4_XS, FP8-E4M3 with block scales); norms and biases as f32 vectors.
  *   - Activations are f32 buffers from backend_alloc (device memory: an
  *     architecture never reads or writes them itself; it may offset them).
  *   - The KV cache is paged (vLLM's PagedAttention layout): the backend holds

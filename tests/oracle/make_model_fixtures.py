@@ -542,6 +542,12 @@ TINY_GGUF = {
     # falls back to Q5_0 (Q4_K) and Q8_0 (Q6_K) for it, as in real files whose
     # intermediate size is not a multiple of 256 (DeepSeek-V2-Lite's 1,408).
     "llama-q4_k_m-fallback": ("llama", "Q4_K_M", dict(intermediate_size=320)),
+    # The low-bit and codebook mixes: Q2_K (with Q3_K/Q4_K/Q6_K where llama.cpp
+    # keeps more bits), Q3_K_M, IQ4_NL and IQ4_XS (no importance matrix needed).
+    "llama-q2_k": ("llama", "Q2_K", dict()),
+    "qwen2-q3_k_m": ("qwen2", "Q3_K_M", dict()),
+    "llama-iq4_nl": ("llama", "IQ4_NL", dict(tie_word_embeddings=True)),
+    "qwen2-iq4_xs": ("qwen2", "IQ4_XS", dict()),
 }
 GGUF_BASE = dict(vocab_size=384, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=256, max_position_embeddings=256,
