@@ -210,7 +210,7 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \
     build/release/tests/grammar_driver "$smol" --schemas 60 --steps 60
   oracle grammar-e2e "$model_python" tests/parity/grammar_e2e.py build/release/tests/grammar_e2e \
-    "$smol" --schemas 8
+    "$smol" --schemas 8 --cli build/release/examples/deepinfer
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).

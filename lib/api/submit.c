@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/struct_size.h"
 #include "recipe/sampling.h"
+#include "recipe/stream.h"
 #include "sampler/grammar.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -132,6 +133,24 @@ static di_status engine_gvocab(di_engine *e, const grammar_vocab **out, di_error
     return DI_OK;
 }
 
+/* A compiled grammar (taken) as smp's constraint, applying after token
+ * `after` (-1: from the first output token). */
+static di_status attach_grammar(di_engine *e, grammar *g, int32_t after, sampler *smp,
+                                di_error **err)
+{
+    const grammar_vocab *v;
+    di_status st = engine_gvocab(e, &v, err);
+    if (st != DI_OK) {
+        grammar_free(g);
+        return st;
+    }
+    grammar_matcher *m;
+    if (grammar_matcher_create(g, v, e->eos, (size_t)e->n_eos, &m) != DI_OK ||
+        sampler_set_grammar_after(smp, m, after) != DI_OK)
+        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar");
+    return DI_OK;
+}
+
 /* Compile the request's constraint (grammar, json_schema or regex) into a
  * matcher on r's sampler; none set is DI_OK. */
 static di_status request_constraint(di_engine *e, const di_request *q, sampler *smp, di_error **err)
@@ -161,16 +180,56 @@ static di_status request_constraint(di_engine *e, const di_request *q, sampler *
         st = grammar_compile_regex(q->regex, strlen(q->regex), &g, msg, sizeof msg);
     if (st != DI_OK) /* (the messages begin with "grammar", "json_schema" or "regex") */
         return di_error_set(err, st, msg);
-    const grammar_vocab *v;
-    if ((st = engine_gvocab(e, &v, err)) != DI_OK) {
-        grammar_free(g);
-        return st;
+    return attach_grammar(e, g, -1, smp, err);
+}
+
+/* The output constraint of a protocol request's body (Chat response_format,
+ * Responses text.format) on r's sampler. When the reply starts in reasoning
+ * (a thinking model), the constraint starts after its </think> token: the
+ * answer is what must match, as vLLM's structured output with a reasoning
+ * parser does. */
+static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc_sampling *body,
+                                 sampler *smp, di_error **err)
+{
+    if (body->constraint_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    if (body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
+    const rc_reply *rp = rc_prompt_reply(prompt);
+    const char *field = body->constraint_field;
+    if (rp->starts_in_tool_calls)
+        return di_error_setf(err, DI_ERR_INVALID_REQUEST,
+                             "%s: cannot be used with tool_choice required or a named tool (the "
+                             "output starts inside a tool call)",
+                             field);
+    int32_t after = -1;
+    if (rp->stage == RC_STAGE_REASONING_START || rp->stage == RC_STAGE_REASONING_CONTINUATION) {
+        tok_ids ids = {0};
+        tok_error terr;
+        static const char end[] = "</think>";
+        di_status ts = tok_encode(e->tok, (const uint8_t *)end, sizeof end - 1,
+                                  DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &terr);
+        if (ts == DI_OK && ids.n == 1) after = ids.ids[0];
+        free(ids.ids);
+        if (after < 0)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: the answer follows the reasoning, and this tokenizer has no "
+                                 "single </think> token to start the constraint at",
+                                 field);
     }
-    grammar_matcher *m;
-    if (grammar_matcher_create(g, v, e->eos, (size_t)e->n_eos, &m) != DI_OK ||
-        sampler_set_grammar(smp, m) != DI_OK)
-        return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar");
-    return DI_OK;
+    char msg[512];
+    grammar *g = NULL;
+    const char *text = body->constraint_text;
+    di_status st = body->constraint == RC_CONSTRAINT_REGEX
+                       ? grammar_compile_regex(text, strlen(text), &g, msg, sizeof msg)
+                       : grammar_compile_json_schema(text, strlen(text), &g, msg, sizeof msg);
+    if (st != DI_OK) { /* the message names "json_schema…" or "regex…": name the body's field */
+        const char *rest = msg;
+        if (strncmp(rest, "json_schema", 11) == 0)
+            rest += 11;
+        else if (strncmp(rest, "regex", 5) == 0)
+            rest += 5;
+        return di_error_setf(err, st, "%s%s", field, rest);
+    }
+    return attach_grammar(e, g, after, smp, err);
 }
 
 DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id, di_error **err)
@@ -340,6 +399,7 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         goto fail;
     }
     if ((st = request_constraint(e, &q, r->smp, err)) != DI_OK) goto fail;
+    if (body && (st = body_constraint(e, prompt, body, r->smp, err)) != DI_OK) goto fail;
     r->n_prompt = (int64_t)n_ids;
     r->max_tokens = max_tokens;
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;

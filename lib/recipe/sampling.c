@@ -11,9 +11,12 @@ void rc_sampling_free(rc_sampling *s)
 {
     free(s->bias_ids);
     free(s->bias_values);
+    free(s->constraint_text);
     s->bias_ids = NULL;
     s->bias_values = NULL;
     s->n_bias = 0;
+    s->constraint_text = NULL;
+    s->constraint = RC_CONSTRAINT_NONE;
 }
 
 /* A number field in [lo, hi] into *out with `bit` set in s->set. */
@@ -284,11 +287,6 @@ static void check_chat(json_t *root, rc_sampling *s)
     if (json_is_true(json_object_get(root, "logprobs"))) refuse(s, "logprobs", no_logprobs);
     v = json_object_get(root, "top_logprobs");
     if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
-    v = json_object_get(json_object_get(root, "response_format"), "type");
-    if (json_is_string(v) &&
-        (rc_streq(json_string_value(v), "json_schema") || rc_streq(json_string_value(v), "regex")))
-        refuse(s, "response_format.type",
-               "this format needs constrained decoding, which this engine does not do yet");
     if (json_is_false(json_object_get(root, "parallel_tool_calls")))
         refuse(s, "parallel_tool_calls", one_call);
     v = json_object_get(root, "modalities");
@@ -319,11 +317,7 @@ static void check_responses(json_t *root, rc_sampling *s)
     need_strings(root, "include", s);
     json_t *t = json_object_get(root, "truncation");
     if (t && !json_is_null(t) && !rc_json_is_text(t)) wrong(s, "truncation", "a string");
-    json_t *v = json_object_get(json_object_get(json_object_get(root, "text"), "format"), "type");
-    if (json_is_string(v) && rc_streq(json_string_value(v), "json_schema"))
-        refuse(s, "text.format.type",
-               "json_schema needs constrained decoding, which this engine does not do yet");
-    v = json_object_get(root, "top_logprobs");
+    json_t *v = json_object_get(root, "top_logprobs");
     if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
     v = json_object_get(root, "include");
     for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
@@ -345,6 +339,42 @@ static void check_responses(json_t *root, rc_sampling *s)
     refuse_present(root, absent, sizeof absent / sizeof absent[0], s);
 }
 
+/* The constraint of an output format object (Chat's response_format,
+ * Responses' text.format): its JSON Schema (at `schema`, under `nest` when set)
+ * or regex. The body's conversion has checked the shapes. */
+static void take_constraint(json_t *format, const char *nest, const char *field_schema,
+                            const char *field_regex, rc_sampling *s)
+{
+    const char *type = json_string_value(json_object_get(format, "type"));
+    if (!type) return;
+    const char *text = NULL;
+    char *dumped = NULL;
+    if (rc_streq(type, "json_object")) {
+        text = "{\"type\":\"object\"}";
+        s->constraint = RC_CONSTRAINT_JSON_SCHEMA;
+        s->constraint_field = nest ? "response_format" : "text.format";
+    } else if (rc_streq(type, "json_schema")) {
+        json_t *holder = nest ? json_object_get(format, nest) : format;
+        json_t *schema = json_object_get(holder, "schema");
+        if (!schema) return;
+        dumped = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!dumped) {
+            s->constraint_oom = 1;
+            return;
+        }
+        s->constraint = RC_CONSTRAINT_JSON_SCHEMA;
+        s->constraint_field = field_schema;
+    } else if (field_regex && rc_streq(type, "regex")) {
+        text = json_string_value(json_object_get(format, "regex"));
+        if (!text) return;
+        s->constraint = RC_CONSTRAINT_REGEX;
+        s->constraint_field = field_regex;
+    } else
+        return;
+    s->constraint_text = dumped ? dumped : strdup(text);
+    if (!s->constraint_text) s->constraint_oom = 1;
+}
+
 void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoning, rc_sampling *s)
 {
     if (!json_is_object(root)) return;
@@ -356,4 +386,13 @@ void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoni
         check_responses(root, s);
     check_tools(root, protocol, s);
     check_reasoning(root, protocol, reasoning, s);
+    free(s->constraint_text);
+    s->constraint_text = NULL;
+    s->constraint = RC_CONSTRAINT_NONE;
+    if (protocol == DI_PROTOCOL_CHAT)
+        take_constraint(json_object_get(root, "response_format"), "json_schema",
+                        "response_format.json_schema.schema", "response_format.regex", s);
+    else if (protocol == DI_PROTOCOL_RESPONSES)
+        take_constraint(json_object_get(json_object_get(root, "text"), "format"), NULL,
+                        "text.format.schema", NULL, s);
 }

@@ -50,6 +50,16 @@ typedef struct rc_sampling {
      * none. di_submit refuses it with DI_ERR_INVALID_REQUEST, before any
      * unsupported field. */
     char invalid[120];
+    /* The output constraint the body asks for: Chat's response_format
+     * (json_schema, regex, json_object) or Responses' text.format (json_schema,
+     * json_object), as JSON Schema text (json_object: {"type":"object"}) or a
+     * regular expression (malloc'd; NULL when none or out of memory, then
+     * constraint_oom is set). constraint_field names the body field, for the
+     * errors of compiling it. */
+    enum { RC_CONSTRAINT_NONE, RC_CONSTRAINT_JSON_SCHEMA, RC_CONSTRAINT_REGEX } constraint;
+    char *constraint_text;
+    const char *constraint_field; /* static: "response_format.json_schema.schema", … */
+    int constraint_oom;
 } rc_sampling;
 
 /* The largest max_tokens a body may ask for (deepseek-recipe's bound). */
@@ -69,7 +79,9 @@ int rc_sampling_extra(rc_err *e, json_t *root, di_protocol protocol, rc_sampling
 
 /* Fill s->unsupported with the first field of `root` (a `protocol` body) the
  * engine does not honour, for an encoding that has a reasoning block
- * (`reasoning`: 0 for ChatML, which drops it). */
+ * (`reasoning`: 0 for ChatML, which drops it), and s->constraint with its
+ * output format's constraint (di_submit compiles it into the sampler's
+ * grammar). */
 void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoning, rc_sampling *s);
 
 void rc_sampling_free(rc_sampling *s);

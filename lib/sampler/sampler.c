@@ -23,6 +23,7 @@ struct sampler {
     int32_t n_seen, cap_seen;
     uint64_t rng[4];     /* xoshiro256** */
     grammar_matcher *gm; /* NULL: unconstrained */
+    int32_t gm_after;    /* the token the grammar waits for, or -1 once it applies */
     uint32_t *mask;      /* [(n_vocab + 31) / 32] the grammar's allowed tokens */
 };
 
@@ -141,7 +142,13 @@ void sampler_free(sampler *s)
 
 di_status sampler_set_grammar(sampler *s, grammar_matcher *m)
 {
+    return sampler_set_grammar_after(s, m, -1);
+}
+
+di_status sampler_set_grammar_after(sampler *s, grammar_matcher *m, int32_t after)
+{
     if (s->gm) return DI_ERR_INVALID_ARGUMENT;
+    s->gm_after = after;
     s->mask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask);
     if (!s->mask) {
         grammar_matcher_free(m);
@@ -186,7 +193,10 @@ int sampler_accept_prompt(sampler *s, int32_t token)
 int sampler_accept(sampler *s, int32_t token)
 {
     if (token < 0 || token >= s->n_vocab) return 0;
-    if (s->gm && grammar_matcher_accept(s->gm, token) != 0) return -1;
+    if (s->gm && s->gm_after >= 0) {
+        if (token == s->gm_after) s->gm_after = -1; /* from the next token on */
+    } else if (s->gm && grammar_matcher_accept(s->gm, token) != 0)
+        return -1;
     int32_t i = slot(s, token);
     if (i < 0) return -1;
     s->count[i]++;
@@ -231,7 +241,7 @@ int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
      * processor (bias and penalties keep -inf, temperature scales it, and its
      * weight exp(-inf) is 0, so it is never drawn). A mask that cannot be
      * computed (out of memory) leaves the row unconstrained. */
-    if (s->gm && grammar_matcher_fill_mask(s->gm, s->mask) > 0) {
+    if (s->gm && s->gm_after < 0 && grammar_matcher_fill_mask(s->gm, s->mask) > 0) {
         for (int32_t i = 0; i < V; i++)
             if (!((s->mask[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
     }

@@ -69,6 +69,10 @@ void sampler_free(sampler *s);
  * it. Errors: DI_ERR_INVALID_ARGUMENT (a matcher already set), or
  * DI_ERR_OUT_OF_MEMORY (m is freed). */
 di_status sampler_set_grammar(sampler *s, grammar_matcher *m);
+/* The same, but the grammar applies only after the output token `after` (a
+ * reasoning model's </think>: the answer is constrained, its reasoning is
+ * not); `after` itself is not fed to the matcher. */
+di_status sampler_set_grammar_after(sampler *s, grammar_matcher *m, int32_t after);
 
 /* Count a prompt token (repetition penalty only) or an output token (all
  * penalties, and the grammar's state). Returns 0, or -1 when memory ran out

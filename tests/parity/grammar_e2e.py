@@ -4,12 +4,19 @@ seeded generator: every output that finished (the end token) must validate
 with the `jsonschema` package; one cut by max_tokens must be a prefix the
 grammar allowed (not checked here beyond its status).
 
+With --cli, the same schemas also as protocol requests through `deepinfer run`:
+Chat response_format json_schema and Responses text.format json_schema (the
+answer's text validated the same way), Chat json_object (a JSON object), and
+Chat response_format regex (the answer matched with Python's re).
+
 usage: grammar_e2e.py <grammar_e2e> <SmolLM2 .gguf> [--schemas N] [--seed S]
+                      [--cli deepinfer]
 """
 import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,6 +33,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--schemas", type=int, default=8)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--cli", help="deepinfer: also the protocol requests")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     schemas = [gen_root(rng) for _ in range(a.schemas)]
@@ -62,7 +70,85 @@ def main():
             bad += 1
     print(f"grammar e2e: {valid} outputs valid, {cut} cut by max_tokens, {bad} bad, of "
           f"{len(schemas)}")
-    return 0 if bad == 0 and valid > 0 else 1
+    ok = bad == 0 and valid > 0
+    if a.cli:
+        ok = protocol_requests(a, schemas, d) and ok
+    return 0 if ok else 1
+
+
+def run_body(a, d, protocol, body, name):
+    p = os.path.join(d, name)
+    with open(p, "w") as f:
+        json.dump(body, f)
+    r = subprocess.run([a.cli, "run", "--model", a.model, "--protocol", protocol, p],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAILED {protocol} request ({r.stderr.strip()[-300:]}):", json.dumps(body)[:300])
+        return None
+    out = json.loads(r.stdout)
+    if protocol == "chat":
+        c = out["choices"][0]
+        return c["finish_reason"], c["message"]["content"]
+    text = "".join(part["text"] for item in out["output"] if item["type"] == "message"
+                   for part in item["content"] if part["type"] == "output_text")
+    return ("stop" if out["status"] == "completed" else "length"), text
+
+
+def protocol_requests(a, schemas, d):
+    """The schemas as Chat and Responses bodies, plus json_object and regex."""
+    ask = "Reply with a JSON value for this schema: "
+    cases = []
+    for i, s in enumerate(schemas):
+        msg = ask + json.dumps(s)[:400]
+        if i % 2 == 0:
+            body = {"model": "smollm2", "messages": [{"role": "user", "content": msg}],
+                    "response_format": {"type": "json_schema",
+                                        "json_schema": {"name": f"s{i}", "schema": s}},
+                    "max_tokens": 200, "temperature": 0.7, "seed": i}
+            cases.append(("chat", body, lambda t, s=s: jsonschema.validate(json.loads(t), s)))
+        else:
+            body = {"model": "smollm2", "input": msg, "max_output_tokens": 200,
+                    "temperature": 0.7,
+                    "text": {"format": {"type": "json_schema", "name": f"s{i}", "schema": s}}}
+            cases.append(("responses", body,
+                          lambda t, s=s: jsonschema.validate(json.loads(t), s)))
+
+    def is_object(t):
+        if not isinstance(json.loads(t), dict):
+            raise ValueError("not a JSON object")
+
+    cases.append(("chat", {"model": "smollm2", "max_tokens": 200, "seed": 1,
+                           "messages": [{"role": "user", "content": "Two colors, as json."}],
+                           "response_format": {"type": "json_object"}}, is_object))
+    pattern = r"(19|20)[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]"
+
+    def matches(t):
+        if not re.fullmatch(pattern, t):
+            raise ValueError(f"does not match {pattern}")
+
+    cases.append(("chat", {"model": "smollm2", "max_tokens": 30, "seed": 2,
+                           "messages": [{"role": "user", "content": "A date?"}],
+                           "response_format": {"type": "regex", "regex": pattern}}, matches))
+    valid = cut = bad = 0
+    for k, (protocol, body, check) in enumerate(cases):
+        got = run_body(a, d, protocol, body, f"body{k}.json")
+        if got is None:
+            bad += 1
+            continue
+        finish, text = got
+        if finish == "length":
+            cut += 1
+            continue
+        try:
+            check(text)
+            valid += 1
+        except Exception as ex:  # noqa: BLE001
+            print(f"INVALID {protocol}:", repr(text[:300]), "\n  body:", json.dumps(body)[:300],
+                  "\n ", ex)
+            bad += 1
+    print(f"grammar e2e, protocol requests: {valid} answers valid, {cut} cut by max_tokens, "
+          f"{bad} bad, of {len(cases)}")
+    return bad == 0 and valid >= len(cases) // 2
 
 
 if __name__ == "__main__":

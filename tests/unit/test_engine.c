@@ -1124,6 +1124,88 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     rmdir(dir);
 }
 
+/* Chat response_format on a reasoning model: the reasoning is free, the answer
+ * after </think> is constrained. logit_bias makes </think> the first token (a
+ * random model would reason for ever); then the regex must hold exactly, and
+ * its end forces the end token. Also the errors of a constraint at di_submit:
+ * the body's field named, and a tool call the prompt opens refused. */
+static void test_chat_response_format_constrains_the_answer(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/r1-distill-qwen-7b/model_part_0000.gguf";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char model_dir[600];
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    write_big_vocab_model(model_dir);
+    di_tokenizer *t = NULL;
+    assert_int_equal(di_tokenizer_load(tok, &t, NULL), DI_OK);
+    int32_t think_end;
+    assert_int_equal(di_tokenizer_token_id(t, "</think>", 8, &think_end), DI_OK);
+    di_tokenizer_free(t);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 2;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    g.e = e;
+    char body[1024];
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.on_event = on_event;
+    rec r[3];
+    memset(r, 0, sizeof r);
+    for (int k = 0; k < 3; k++) {
+        r[k].cancel_at = -1;
+        snprintf(body, sizeof body,
+                 "{\"model\":\"r1\",\"max_tokens\":40,\"temperature\":1,\"seed\":%d,"
+                 "\"logit_bias\":{\"%d\":100},\"messages\":[{\"role\":\"user\",\"content\":"
+                 "\"A number?\"}],\"response_format\":{\"type\":\"regex\",\"regex\":"
+                 "\"[0-9]{3}(-x)?\"}}",
+                 k, (int)think_end);
+        q.json = body;
+        q.json_len = strlen(body);
+        q.user_data = &r[k];
+        if (di_submit(e, &q, &r[k].id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    }
+    poll_until_idle(e);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(r[k].status, DI_OK);
+        assert_int_equal(r[k].toks[0], think_end);
+        assert_int_equal(r[k].finish, DI_FINISH_STOP);
+        r[k].text[r[k].text_len] = 0;
+        size_t digits = strspn(r[k].text, "0123456789");
+        if (!(digits == 3 && (r[k].text[3] == 0 || strcmp(r[k].text + 3, "-x") == 0)))
+            fail_msg("answer %d: \"%s\" does not match [0-9]{3}(-x)?", k, r[k].text);
+    }
+    /* a schema the compiler cannot take: the body's field and the keyword */
+    q.json = "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+             "\"schema\":{\"type\":\"string\",\"format\":\"hostname\"}}}}";
+    q.json_len = strlen(q.json);
+    uint64_t bad;
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "response_format.json_schema.schema"));
+    assert_non_null(strstr(di_error_message(err), "hostname"));
+    di_error_free(err);
+    err = NULL;
+    q.json = "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+             "\"response_format\":{\"type\":\"regex\",\"regex\":\"a(b\"}}";
+    q.json_len = strlen(q.json);
+    assert_int_equal(di_submit(e, &q, &bad, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "response_format.regex at offset"));
+    di_error_free(err);
+    assert_int_equal(di_engine_pending(e), 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
 /* An event loop sleeps on di_engine_event_fd instead of in di_poll: epoll
  * wakes exactly when events are queued (never with nothing to deliver), di_poll
  * (engine, 0) then delivers them, and when every request is done the descriptor
@@ -1510,6 +1592,7 @@ int main(void)
         cmocka_unit_test(test_destroy_delivers_every_terminal_event),
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
+        cmocka_unit_test(test_chat_response_format_constrains_the_answer),
         cmocka_unit_test(test_event_fd_wakes_an_epoll_loop),
         cmocka_unit_test(test_gguf_without_chat_tokens_serves_token_requests),
         cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
