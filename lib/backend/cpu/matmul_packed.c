@@ -18,6 +18,7 @@ static size_t scales_bytes(model_dtype dtype)
     case MODEL_DTYPE_Q4_K:
     case MODEL_DTYPE_Q5_K: return 32 + 64 + 64;
     case MODEL_DTYPE_Q6_K: return 16 + 128;
+    case MODEL_DTYPE_IQ4_XS: return 16 + 64;
     default: return 16;
     }
 }
@@ -28,7 +29,8 @@ static size_t quants_bytes(model_dtype dtype)
     case MODEL_DTYPE_Q8_0: return 256;
     case MODEL_DTYPE_Q5_0:
     case MODEL_DTYPE_Q5_1: return 128 + 32;
-    case MODEL_DTYPE_Q4_K: return 1024;
+    case MODEL_DTYPE_Q4_K:
+    case MODEL_DTYPE_IQ4_XS: return 1024;
     case MODEL_DTYPE_Q5_K: return (size_t)8 * (128 + 32);
     case MODEL_DTYPE_Q6_K: return 1024 + 512;
     default: return 128;
@@ -46,7 +48,8 @@ int cpu_pack_supported(const model_tensor *w)
     model_dtype dt = w->dtype;
     if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1 &&
         dt != MODEL_DTYPE_Q5_0 && dt != MODEL_DTYPE_Q5_1 && dt != MODEL_DTYPE_Q4_K &&
-        dt != MODEL_DTYPE_Q5_K && dt != MODEL_DTYPE_Q6_K)
+        dt != MODEL_DTYPE_Q5_K && dt != MODEL_DTYPE_Q6_K && dt != MODEL_DTYPE_IQ4_NL &&
+        dt != MODEL_DTYPE_IQ4_XS)
         return 0;
     int be = cpu_dtype_block_elems((int)dt);
     return w->ne[0] > 0 && w->ne[0] % be == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
@@ -59,6 +62,14 @@ static int q4k_value(const block_q4_K *x, int e)
     int j = e / 32, l = e % 32;
     uint8_t b = x->qs[(j / 2) * 32 + l];
     return (j & 1) ? b >> 4 : b & 0xf;
+}
+
+/* Element e (0..255) of an IQ4_XS block: its codebook index. */
+static int iq4xs_index(const block_iq4_xs *x, int e)
+{
+    int w = e % 32;
+    uint8_t b = x->qs[(e / 32) * 16 + w % 16];
+    return w < 16 ? b & 0xf : b >> 4;
 }
 
 /* Element e (0..255) of a Q6_K block as its unsigned 6 bits (q + 32), in the
@@ -114,6 +125,16 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
                     sub[128 + r * 4 + i] = (uint8_t)h;
                 }
             }
+        } else if (dt == MODEL_DTYPE_IQ4_XS) {
+            const block_iq4_xs *x = (const block_iq4_xs *)blk[r];
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
+            int8_t sc[8];
+            cpu_iq4xs_scales(x, sc);
+            for (int j = 0; j < 8; j++) out[16 + j * 8 + r] = (uint8_t)sc[j];
+            for (int k = 0; k < 32; k++)
+                for (int i = 0; i < 4; i++)
+                    v[k * 32 + r * 4 + i] =
+                        (uint8_t)(iq4xs_index(x, 8 * k + i) | iq4xs_index(x, 8 * k + 4 + i) << 4);
         } else if (dt == MODEL_DTYPE_Q4_K) {
             const block_q4_K *x = (const block_q4_K *)blk[r];
             memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
@@ -164,7 +185,8 @@ void cpu_pack(const model_tensor *w, void *dst)
         const char *rows = (const char *)w->data + (size_t)(g * CPU_PACK_ROWS) * row;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *out = (uint8_t *)dst + ((size_t)g * (size_t)nb + (size_t)b) * gb;
-            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q5_K || dt == MODEL_DTYPE_Q6_K) {
+            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q5_K || dt == MODEL_DTYPE_Q6_K ||
+                dt == MODEL_DTYPE_IQ4_XS) {
                 const uint8_t *blk[CPU_PACK_ROWS];
                 for (int r = 0; r < CPU_PACK_ROWS; r++)
                     blk[r] = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
@@ -181,7 +203,8 @@ void cpu_pack(const model_tensor *w, void *dst)
                     for (int c = 0; c < 8; c++)
                         for (int e = 0; e < 4; e++)
                             q[c * 32 + r * 4 + e] = (uint8_t)(blk[2 + c * 4 + e] ^ 0x80);
-                } else if (dt == MODEL_DTYPE_Q4_0 || dt == MODEL_DTYPE_Q4_1) {
+                } else if (dt == MODEL_DTYPE_Q4_0 || dt == MODEL_DTYPE_Q4_1 ||
+                           dt == MODEL_DTYPE_IQ4_NL) { /* IQ4_NL: codebook indices */
                     const uint8_t *qs = blk + (has_min ? 4 : 2);
                     for (int k = 0; k < 4; k++)
                         memcpy(q + (ptrdiff_t)k * 32 + (ptrdiff_t)r * 4, qs + (ptrdiff_t)k * 4, 4);
@@ -345,6 +368,8 @@ KERNEL_K(q5_K_vnni, pass_k_vnni, 2, VNNI_TARGET)
 KERNEL_K(q5_K_avx2, pass_k_avx2, 2, "avx2,fma,f16c")
 KERNEL_K(q4_K_avx2, pass_k_avx2, 0, "avx2,fma,f16c")
 KERNEL_K(q6_K_avx2, pass_k_avx2, 1, "avx2,fma,f16c")
+KERNEL_K(iq4_xs_vnni, pass_k_vnni, 3, VNNI_TARGET)
+KERNEL_K(iq4_xs_avx2, pass_k_avx2, 3, "avx2,fma,f16c")
 KERNEL(q8_0_vnni, pass_vnni, 0, VNNI_TARGET)
 KERNEL(q4_0_vnni, pass_vnni, 1, VNNI_TARGET)
 KERNEL(q4_1_vnni, pass_vnni, 2, VNNI_TARGET)
@@ -355,6 +380,8 @@ KERNEL(q4_0_avx2, pass_avx2, 1, "avx2,fma,f16c")
 KERNEL(q4_1_avx2, pass_avx2, 2, "avx2,fma,f16c")
 KERNEL(q5_0_avx2, pass_avx2, 3, "avx2,fma,f16c")
 KERNEL(q5_1_avx2, pass_avx2, 4, "avx2,fma,f16c")
+KERNEL(iq4_nl_vnni, pass_vnni, 5, VNNI_TARGET)
+KERNEL(iq4_nl_avx2, pass_avx2, 5, "avx2,fma,f16c")
 
 cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
 {
@@ -368,6 +395,8 @@ cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q4_K: return q4_K_avx2;
     case MODEL_DTYPE_Q5_K: return q5_K_avx2;
     case MODEL_DTYPE_Q6_K: return q6_K_avx2;
+    case MODEL_DTYPE_IQ4_NL: return iq4_nl_avx2;
+    case MODEL_DTYPE_IQ4_XS: return iq4_xs_avx2;
     default: return NULL;
     }
 }
@@ -384,6 +413,8 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q4_K: return q4_K_vnni;
     case MODEL_DTYPE_Q5_K: return q5_K_vnni;
     case MODEL_DTYPE_Q6_K: return q6_K_vnni;
+    case MODEL_DTYPE_IQ4_NL: return iq4_nl_vnni;
+    case MODEL_DTYPE_IQ4_XS: return iq4_xs_vnni;
     default: return NULL;
     }
 }
