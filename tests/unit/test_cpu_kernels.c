@@ -312,10 +312,10 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     (void)state;
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    const model_dtype types[] = {MODEL_DTYPE_Q8_0,  MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
-                                 MODEL_DTYPE_Q5_0,  MODEL_DTYPE_Q5_1, MODEL_DTYPE_Q4_K,
-                                 MODEL_DTYPE_Q5_K,  MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL,
-                                 MODEL_DTYPE_IQ4_XS};
+    const model_dtype types[] = {MODEL_DTYPE_Q8_0,   MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
+                                 MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1, MODEL_DTYPE_Q4_K,
+                                 MODEL_DTYPE_Q5_K,   MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL,
+                                 MODEL_DTYPE_IQ4_XS, MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K};
     const int64_t n_out = 48, max_tok = 41;
     int ran = 0;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {

@@ -19,6 +19,8 @@ static size_t scales_bytes(model_dtype dtype)
     case MODEL_DTYPE_Q5_K: return 32 + 64 + 64;
     case MODEL_DTYPE_Q6_K: return 16 + 128;
     case MODEL_DTYPE_IQ4_XS: return 16 + 64;
+    case MODEL_DTYPE_Q3_K: return 16 + 128;
+    case MODEL_DTYPE_Q2_K: return 32 + 128;
     default: return 16;
     }
 }
@@ -33,6 +35,8 @@ static size_t quants_bytes(model_dtype dtype)
     case MODEL_DTYPE_IQ4_XS: return 1024;
     case MODEL_DTYPE_Q5_K: return (size_t)8 * (128 + 32);
     case MODEL_DTYPE_Q6_K: return 1024 + 512;
+    case MODEL_DTYPE_Q3_K: return 768;
+    case MODEL_DTYPE_Q2_K: return 512;
     default: return 128;
     }
 }
@@ -49,7 +53,7 @@ int cpu_pack_supported(const model_tensor *w)
     if (dt != MODEL_DTYPE_Q8_0 && dt != MODEL_DTYPE_Q4_0 && dt != MODEL_DTYPE_Q4_1 &&
         dt != MODEL_DTYPE_Q5_0 && dt != MODEL_DTYPE_Q5_1 && dt != MODEL_DTYPE_Q4_K &&
         dt != MODEL_DTYPE_Q5_K && dt != MODEL_DTYPE_Q6_K && dt != MODEL_DTYPE_IQ4_NL &&
-        dt != MODEL_DTYPE_IQ4_XS)
+        dt != MODEL_DTYPE_IQ4_XS && dt != MODEL_DTYPE_Q2_K && dt != MODEL_DTYPE_Q3_K)
         return 0;
     int be = cpu_dtype_block_elems((int)dt);
     return w->ne[0] > 0 && w->ne[0] % be == 0 && w->ne[1] > 0 && w->ne[1] % CPU_PACK_ROWS == 0 &&
@@ -70,6 +74,48 @@ static int iq4xs_index(const block_iq4_xs *x, int e)
     int w = e % 32;
     uint8_t b = x->qs[(e / 32) * 16 + w % 16];
     return w < 16 ? b & 0xf : b >> 4;
+}
+
+/* Element e (0..255) of a Q2_K or Q3_K block (qs: their shared 2-bit
+ * layout): its low two bits; and a Q3_K element's high bit. */
+static int q2k_bits(const uint8_t *qs, int e)
+{
+    int j = e / 16, l = e % 16;
+    return (qs[32 * (j / 8) + 16 * (j % 2) + l] >> (2 * ((j / 2) % 4))) & 3;
+}
+
+static int q3k_high(const block_q3_K *x, int e)
+{
+    int j = e / 16, l = e % 16;
+    return (x->hmask[16 * (j % 2) + l] >> (j / 2)) & 1;
+}
+
+/* Q2_K / Q3_K: 16 vectors L_j of 2-bit values, row r's byte i of L_j holding
+ * elements 16j + 4f + i (f = 0..3) in bits 2f; Q3_K's high bits in 8 vectors
+ * H_p, element 16j + 4f + i of sub-blocks j = 2p, 2p + 1 in bit f + 4 (j % 2),
+ * each after its two L (one ascending stream, as Q6_K's). */
+static void pack_low_bits(model_dtype dt, const uint8_t *blk, int r, uint8_t *v)
+{
+    const uint8_t *qs =
+        dt == MODEL_DTYPE_Q2_K ? ((const block_q2_K *)blk)->qs : ((const block_q3_K *)blk)->qs;
+    for (int j = 0; j < 16; j++) {
+        uint8_t *l = dt == MODEL_DTYPE_Q2_K ? v + (ptrdiff_t)32 * j
+                                            : v + (ptrdiff_t)96 * (j / 2) + (ptrdiff_t)32 * (j % 2);
+        for (int i = 0; i < 4; i++) {
+            int bits = 0, high = 0;
+            for (int f = 0; f < 4; f++) {
+                int e = 16 * j + 4 * f + i;
+                bits |= q2k_bits(qs, e) << (2 * f);
+                if (dt == MODEL_DTYPE_Q3_K)
+                    high |= q3k_high((const block_q3_K *)blk, e) << (f + 4 * (j % 2));
+            }
+            l[r * 4 + i] = (uint8_t)bits;
+            if (dt == MODEL_DTYPE_Q3_K) {
+                uint8_t *h = v + (ptrdiff_t)96 * (j / 2) + 64 + (ptrdiff_t)r * 4 + i;
+                *h = (uint8_t)(j % 2 ? *h | high : high);
+            }
+        }
+    }
 }
 
 /* Element e (0..255) of a Q6_K block as its unsigned 6 bits (q + 32), in the
@@ -125,6 +171,19 @@ static void pack_k_block(model_dtype dt, const uint8_t *const blk[CPU_PACK_ROWS]
                     sub[128 + r * 4 + i] = (uint8_t)h;
                 }
             }
+        } else if (dt == MODEL_DTYPE_Q3_K) {
+            const block_q3_K *x = (const block_q3_K *)blk[r];
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
+            int8_t sc[16];
+            cpu_k3_scales(x->scales, sc);
+            for (int j = 0; j < 16; j++) out[16 + j * 8 + r] = (uint8_t)sc[j];
+            pack_low_bits(dt, blk[r], r, v);
+        } else if (dt == MODEL_DTYPE_Q2_K) {
+            const block_q2_K *x = (const block_q2_K *)blk[r];
+            memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
+            memcpy(out + 16 + (ptrdiff_t)2 * r, &x->dmin, 2);
+            for (int j = 0; j < 16; j++) out[32 + j * 8 + r] = x->scales[j]; /* scale | min << 4 */
+            pack_low_bits(dt, blk[r], r, v);
         } else if (dt == MODEL_DTYPE_IQ4_XS) {
             const block_iq4_xs *x = (const block_iq4_xs *)blk[r];
             memcpy(out + (ptrdiff_t)2 * r, &x->d, 2);
@@ -185,8 +244,7 @@ void cpu_pack(const model_tensor *w, void *dst)
         const char *rows = (const char *)w->data + (size_t)(g * CPU_PACK_ROWS) * row;
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *out = (uint8_t *)dst + ((size_t)g * (size_t)nb + (size_t)b) * gb;
-            if (dt == MODEL_DTYPE_Q4_K || dt == MODEL_DTYPE_Q5_K || dt == MODEL_DTYPE_Q6_K ||
-                dt == MODEL_DTYPE_IQ4_XS) {
+            if (cpu_dtype_block_elems((int)dt) == QK_K) { /* the K-quants and IQ4_XS */
                 const uint8_t *blk[CPU_PACK_ROWS];
                 for (int r = 0; r < CPU_PACK_ROWS; r++)
                     blk[r] = (const uint8_t *)(rows + (size_t)r * row + (size_t)b * bb);
@@ -370,6 +428,10 @@ KERNEL_K(q4_K_avx2, pass_k_avx2, 0, "avx2,fma,f16c")
 KERNEL_K(q6_K_avx2, pass_k_avx2, 1, "avx2,fma,f16c")
 KERNEL_K(iq4_xs_vnni, pass_k_vnni, 3, VNNI_TARGET)
 KERNEL_K(iq4_xs_avx2, pass_k_avx2, 3, "avx2,fma,f16c")
+KERNEL_K(q3_K_vnni, pass_k_vnni, 4, VNNI_TARGET)
+KERNEL_K(q3_K_avx2, pass_k_avx2, 4, "avx2,fma,f16c")
+KERNEL_K(q2_K_vnni, pass_k_vnni, 5, VNNI_TARGET)
+KERNEL_K(q2_K_avx2, pass_k_avx2, 5, "avx2,fma,f16c")
 KERNEL(q8_0_vnni, pass_vnni, 0, VNNI_TARGET)
 KERNEL(q4_0_vnni, pass_vnni, 1, VNNI_TARGET)
 KERNEL(q4_1_vnni, pass_vnni, 2, VNNI_TARGET)
@@ -397,6 +459,8 @@ cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
     case MODEL_DTYPE_Q6_K: return q6_K_avx2;
     case MODEL_DTYPE_IQ4_NL: return iq4_nl_avx2;
     case MODEL_DTYPE_IQ4_XS: return iq4_xs_avx2;
+    case MODEL_DTYPE_Q3_K: return q3_K_avx2;
+    case MODEL_DTYPE_Q2_K: return q2_K_avx2;
     default: return NULL;
     }
 }
@@ -415,6 +479,8 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q6_K: return q6_K_vnni;
     case MODEL_DTYPE_IQ4_NL: return iq4_nl_vnni;
     case MODEL_DTYPE_IQ4_XS: return iq4_xs_vnni;
+    case MODEL_DTYPE_Q3_K: return q3_K_vnni;
+    case MODEL_DTYPE_Q2_K: return q2_K_vnni;
     default: return NULL;
     }
 }
