@@ -8,13 +8,22 @@
  * same idea (ggml-cpu/repack.cpp); the layout here is ours.
  *
  * Layout of a group of rows [8g, 8g + 8) for each block b of 32 elements, in
- * block order (cpu_pack_bytes equals the stored bytes):
+ * block order (cpu_pack_bytes equals the stored bytes for these):
  *   Q8_0: d[8] (f16), then 8 chunks of 32 bytes: chunk c holds elements
  *         4c..4c+3 of rows 0..7 (4 bytes a row), each byte q ^ 0x80 (unsigned);
  *   Q4_0: d[8] (f16), then 4 chunks of 32 bytes: chunk k holds stored bytes
  *         qs[4k..4k+3] of rows 0..7 (low nibbles: elements 4k..4k+3, high:
  *         16+4k..16+4k+3);
- *   Q4_1: d[8], m[8] (f16), then the nibbles as Q4_0.
+ *   Q4_1: d[8], m[8] (f16), then the nibbles as Q4_0;
+ *   Q5_0/Q5_1: Q4_0's/Q4_1's, then 32 bytes of fifth bits;
+ *   IQ4_NL: Q4_0's, the nibbles indexing the codebook.
+ * and for each block of 256 (matmul_packed.c's pack_k_block): the scales of
+ * the 8 rows (f16 d, dmin) and their sub-block scales and mins unpacked to
+ * bytes, then the quants: Q4_K/Q5_K/IQ4_XS in 32 vectors of nibbles (Q5_K's
+ * fifth bits after each sub-block's), Q6_K in nibbles with the high two bits
+ * after each sub-block, Q2_K/Q3_K in 2-bit planes (Q3_K's high bits after each
+ * pair of sub-blocks): one ascending stream, a few per cent over the stored
+ * bytes where scales were unpacked.
  *
  * Arithmetic: each (row, token) sum is the scalar reference's
  * (cpu_vec_dot_ref): the exact integer sum of a block, times the product of
@@ -36,10 +45,11 @@
 
 enum { CPU_PACK_ROWS = 8 };
 
-/* 1 when w can be packed and this CPU runs a packed kernel for it: Q8_0, Q4_0
- * or Q4_1, n_out a multiple of CPU_PACK_ROWS, n_in of whole blocks, AVX2. */
+/* 1 when w can be packed and this CPU runs a packed kernel for it: Q8_0,
+ * Q4_0/1, Q5_0/1, Q2_K..Q6_K, IQ4_NL, IQ4_XS; n_out a multiple of
+ * CPU_PACK_ROWS, n_in of whole blocks, AVX2. */
 int cpu_pack_supported(const model_tensor *w);
-/* Bytes of the packed copy of w (equal to its stored rows' bytes). */
+/* Bytes of the packed copy of w. */
 size_t cpu_pack_bytes(const model_tensor *w);
 /* Write the packed copy of w (cpu_pack_supported) into dst[cpu_pack_bytes]. */
 void cpu_pack(const model_tensor *w, void *dst);

@@ -325,11 +325,12 @@ const char *cpu_kernels_name(void)
 {
     if (cpu_has_avx512_vnni())
         return "avx512-vnni (8-bit products; packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
                "(the "
                "rest)";
     if (cpu_has_avx2())
-        return "avx2+fma+f16c (packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS "
+        return "avx2+fma+f16c (packed 8-row "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS "
                "too; no "
                "avx512-vnni on this "
                "CPU)";
