@@ -227,6 +227,8 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
             rest += 11;
         else if (strncmp(rest, "regex", 5) == 0)
             rest += 5;
+        else /* the grammar the format became ("grammar 1:21: …") */
+            return di_error_setf(err, st, "%s: %s", field, msg);
         return di_error_setf(err, st, "%s%s", field, rest);
     }
     return attach_grammar(e, g, after, smp, err);

@@ -137,6 +137,20 @@ static int chat_types(rc_err *e, json_t *root)
     if (str && !rc_streq(str, "text") && !rc_streq(str, "json_object") &&
         !rc_streq(str, "json_schema") && !rc_streq(str, "regex"))
         return rc_fail(e, "response_format.type: unknown value \"%.40s\"", str);
+    /* the format's own fields, as the V4 conversion checks them (request_chat.c) */
+    if (str && rc_streq(str, "json_schema")) {
+        json_t *js = NULL, *schema;
+        if (rc_get_object(e, o, "json_schema", "response_format.", &js) < 0) return -1;
+        if (!js) return rc_fail(e, "response_format.json_schema: missing");
+        if (!(schema = json_object_get(js, "schema")) || json_is_null(schema))
+            return rc_fail(e, "response_format.json_schema.schema: missing");
+        if (rc_get_bool(e, js, "strict", "response_format.json_schema.", &flag) < 0) return -1;
+        if (rc_get_string(e, js, "name", "response_format.json_schema.", &str) < 0) return -1;
+    } else if (str && rc_streq(str, "regex")) {
+        const char *re = NULL;
+        if (rc_get_string(e, o, "regex", "response_format.", &re) < 0) return -1;
+        if (!re) return rc_fail(e, "response_format.regex: missing");
+    }
     o = NULL;
     if (rc_get_array(e, root, "modalities", "", &o) < 0) return -1;
     for (size_t i = 0; o && i < json_array_size(o); i++)
@@ -365,8 +379,15 @@ static void take_constraint(json_t *format, const char *nest, const char *field_
         s->constraint = RC_CONSTRAINT_JSON_SCHEMA;
         s->constraint_field = field_schema;
     } else if (field_regex && rc_streq(type, "regex")) {
-        text = json_string_value(json_object_get(format, "regex"));
+        json_t *re = json_object_get(format, "regex");
+        text = json_string_value(re);
         if (!text) return;
+        if (strlen(text) != json_string_length(re)) { /* a NUL: the C string would cut it */
+            if (!s->invalid[0])
+                snprintf(s->invalid, sizeof s->invalid,
+                         "%s: holds a NUL character (write \\x00 in the regex)", field_regex);
+            return;
+        }
         s->constraint = RC_CONSTRAINT_REGEX;
         s->constraint_field = field_regex;
     } else

@@ -40,6 +40,7 @@ struct grammar {
 
 typedef struct gbuild {
     char **names;
+    di_bytes_map ids; /* name -> rule id (a schema's grammar has 10^5 helper rules) */
     gvec *rules;
     uint8_t *defined;
     int32_t n_rules, cap_rules;
@@ -94,8 +95,19 @@ static int vpush(gbuild *b, gvec *v, int32_t type, int32_t value)
 /* The id of rule `name` (created undefined when new), or -1. */
 static int32_t rule_id(gbuild *b, const char *name, size_t n)
 {
-    for (int32_t i = 0; i < b->n_rules; i++)
-        if (strlen(b->names[i]) == n && memcmp(b->names[i], name, n) == 0) return i;
+    if (b->ids.capacity == 0 && di_bytes_map_init(&b->ids, 64) != 0)
+        return fail(b, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar"), -1;
+    int32_t known = di_bytes_map_get(&b->ids, name, n);
+    if (known >= 0) return known;
+    enum { MAX_RULES = 1 << 20 }; /* ~0.7 GB of grammar: a work limit, not a size anyone needs */
+    if (b->n_rules >= MAX_RULES)
+        return fail(b, DI_ERR_INVALID_REQUEST,
+                    "more than %d rules (bounded repetitions, up to 10000 each, nested into "
+                    "too many: lower maxItems, maxLength or the {m,n} counts)",
+                    (int)MAX_RULES),
+               -1;
+    if (di_bytes_map_put(&b->ids, name, n, b->n_rules) < 0)
+        return fail(b, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar"), -1;
     if (b->n_rules == b->cap_rules) {
         int32_t cap = b->cap_rules ? 2 * b->cap_rules : 32;
         char **names = realloc(b->names, (size_t)cap * sizeof *names);
@@ -552,6 +564,7 @@ static void build_free(gbuild *b)
     free(b->rules);
     free(b->defined);
     free(b->sets);
+    di_bytes_map_free(&b->ids);
 }
 
 /* Left recursion makes the stack expansion loop: rule r reaches itself

@@ -318,6 +318,16 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
                          "additionalProperties");
         if (props && !json_is_object(props))
             return jfail(c, path, "%s: expected an object", "properties");
+        if (req && !json_is_array(req)) return jfail(c, path, "%s: expected an array", "required");
+        for (size_t j = 0; props && j < json_array_size(req); j++) {
+            const char *rk = json_string_value(json_array_get(req, j));
+            if (!rk) return jfail(c, path, "%s: expected an array of strings", "required");
+            if (!json_object_get(props, rk)) /* only the listed properties are generated */
+                return jfail(c, path,
+                             "required: '%.100s' is not in properties (no other property is "
+                             "generated)",
+                             rk);
+        }
         if (!props && !add) {
             gt_puts(t, "basic-object");
             return 0;

@@ -5,7 +5,14 @@
  * classes), groups ( ) and (?: ), alternation |, quantifiers * + ? {m}
  * {m,} {m,n} (a lazy ? after one is accepted and changes nothing: a mask is
  * the same for both). ^ at the start and $ at the end are implied (the whole
- * output matches); elsewhere, lookarounds and backreferences are errors. */
+ * output matches); elsewhere, lookarounds and backreferences are errors.
+ *
+ * In json mode (a JSON Schema `pattern`, the text between a string's quotes)
+ * the pattern is matched by the decoded string, so what is generated must be
+ * its JSON form: a literal '"', '\' or control character is written as its
+ * escape (\" \\ \n \u001F …); classes, shorthands and `.` keep those
+ * characters out (they would need the escapes too: a subset of the
+ * pattern's strings, all of them valid JSON). */
 #include "sampler/grammar.h"
 #include "sampler/grammar_text.h"
 
@@ -40,10 +47,12 @@ static int rhex(int c)
     return -1;
 }
 
-/* A class shorthand's members (without brackets), or NULL. */
-static const char *shorthand(int c, int *negated)
+/* A class shorthand's members (without brackets), or NULL; \s is the space
+ * alone in json mode. */
+static const char *shorthand(int c, int json, int *negated)
 {
     *negated = c == 'D' || c == 'W' || c == 'S';
+    if (json && c == 's') return " ";
     switch (c) {
     case 'd':
     case 'D': return "0-9";
@@ -53,6 +62,30 @@ static const char *shorthand(int c, int *negated)
     case 'S': return " \\t\\n\\r\\x0C\\x0B";
     default: return NULL;
     }
+}
+
+/* A character a JSON string holds only escaped: '"', '\\', controls. */
+static int json_excluded(long code)
+{
+    return code >= 0 && (code < 0x20 || code == '"' || code == '\\');
+}
+
+/* The GBNF literal of a json_excluded character's JSON escape: a backslash
+ * (itself escaped in GBNF), then the escape's letters. */
+static void json_escape_literal(gtext *t, long code)
+{
+    const char *e = code == '"'    ? "\\\""
+                    : code == '\\' ? "\\\\"
+                    : code == '\n' ? "n"
+                    : code == '\t' ? "t"
+                    : code == '\r' ? "r"
+                    : code == '\b' ? "b"
+                    : code == '\f' ? "f"
+                                   : NULL;
+    if (e)
+        gt_printf(t, "\"\\\\%s\"", e);
+    else
+        gt_printf(t, "\"\\\\u%04lX\"", (unsigned long)code);
 }
 
 /* What json mode keeps out of negated classes and `.`. */
@@ -106,7 +139,9 @@ static int rx_char(rx *r, long *code)
     unsigned char u = (unsigned char)c;
     int n = u < 0x80 ? 1 : u >= 0xF0 ? 4 : u >= 0xE0 ? 3 : u >= 0xC0 ? 2 : 1;
     if (r->pos + (size_t)n > r->len) return rx_fail(r, "invalid UTF-8"), -1;
-    *code = u < 0x80 ? u : 0x80;
+    long cp = n == 1 ? u : n == 2 ? (u & 0x1F) : n == 3 ? (u & 0x0F) : (u & 0x07);
+    for (int k = 1; k < n; k++) cp = cp << 6 | ((unsigned char)r->s[r->pos + (size_t)k] & 0x3F);
+    *code = cp;
     if (n == 1)
         gt_char(&r->out, u);
     else
@@ -130,7 +165,7 @@ static int rx_class(rx *r)
         if (rpeek(r) < 0) return rx_fail(r, "unterminated class"), -1;
         if (rpeek(r) == '\\' && r->pos + 1 < r->len) {
             int sneg;
-            const char *sh = shorthand((unsigned char)r->s[r->pos + 1], &sneg);
+            const char *sh = shorthand((unsigned char)r->s[r->pos + 1], r->json, &sneg);
             if (sh) {
                 if (sneg) return rx_fail(r, "\\D, \\W or \\S inside a class"), -1;
                 gt_puts(&r->out, sh);
@@ -139,14 +174,39 @@ static int rx_class(rx *r)
             }
         }
         long lo, hi;
+        size_t item = r->out.n, at_lo = r->pos, hi_text = 0;
         if (rx_char(r, &lo)) return -1;
+        hi = lo;
         if (rpeek(r) == '-' && r->pos + 1 < r->len && r->s[r->pos + 1] != ']') {
             r->pos++;
             gt_puts(&r->out, "-");
+            hi_text = r->out.n;
             if (rx_char(r, &hi)) return -1;
+            if (hi < lo) {
+                r->pos = at_lo;
+                return rx_fail(r, "class range out of order"), -1;
+            }
+        }
+        if (r->json && !neg && lo < 0x80 &&
+            (lo < 0x20 || (lo <= '"' && hi >= '"') || (lo <= '\\' && hi >= '\\'))) {
+            /* keep json_excluded characters out: the range's other pieces */
+            char hi_s[16] = "";
+            if (hi >= 0x80 && r->out.n - hi_text < sizeof hi_s)
+                memcpy(hi_s, r->out.s + hi_text, r->out.n - hi_text);
+            r->out.n = item;
+            static const long cut[][2] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7F}};
+            for (size_t k = 0; k < 3; k++) {
+                long a = lo > cut[k][0] ? lo : cut[k][0], z = hi < cut[k][1] ? hi : cut[k][1];
+                if (a <= z) gt_printf(&r->out, "\\x%02lX-\\x%02lX", a, z);
+            }
+            if (hi >= 0x80) gt_printf(&r->out, "\\u0080-%s", hi_s);
         }
     }
     r->pos++;
+    if (r->out.s && r->out.s[r->out.n - 1] == '[') /* json mode left nothing */
+        return rx_fail(r, "a class of only characters a JSON string must escape ('\"', '\\', "
+                          "controls; json mode keeps them out of classes)"),
+               -1;
     gt_puts(&r->out, "]");
     return 0;
 }
@@ -177,7 +237,7 @@ static int rx_atom(rx *r, int depth)
     }
     if (c == '\\' && r->pos + 1 < r->len) {
         int neg;
-        const char *sh = shorthand((unsigned char)r->s[r->pos + 1], &neg);
+        const char *sh = shorthand((unsigned char)r->s[r->pos + 1], r->json, &neg);
         if (sh) {
             r->pos += 2;
             gt_printf(&r->out, "[%s%s%s]", neg ? "^" : "", neg && r->json ? JSON_EXCLUDED : "", sh);
@@ -191,9 +251,14 @@ static int rx_atom(rx *r, int depth)
     if (c == '*' || c == '+' || c == '?' || c == '{')
         return rx_fail(r, "a quantifier with nothing to repeat"), -1;
     long code;
+    size_t at = r->out.n;
     gt_puts(&r->out, "\"");
     if (rx_char(r, &code)) return -1;
     gt_puts(&r->out, "\"");
+    if (r->json && json_excluded(code)) { /* its JSON escape instead */
+        r->out.n = at;
+        json_escape_literal(&r->out, code);
+    }
     return 0;
 }
 
@@ -214,13 +279,26 @@ static int rx_seq(rx *r, int depth)
                 gt_add(&r->out, (const char *)&(char){(char)q}, 1);
             } else if (q == '{') {
                 size_t s = r->pos++;
-                while (rpeek(r) >= '0' && rpeek(r) <= '9') r->pos++;
+                long m = 0, x = -1;
+                while (rpeek(r) >= '0' && rpeek(r) <= '9')
+                    m = m > 100000 ? m : m * 10 + (rpeek(r) - '0'), r->pos++;
                 if (r->pos == s + 1) return rx_fail(r, "expected a number after '{'"), -1;
+                x = m;
                 if (rpeek(r) == ',') {
                     r->pos++;
-                    while (rpeek(r) >= '0' && rpeek(r) <= '9') r->pos++;
+                    x = rpeek(r) == '}' ? -1 : 0;
+                    while (rpeek(r) >= '0' && rpeek(r) <= '9')
+                        x = x > 100000 ? x : x * 10 + (rpeek(r) - '0'), r->pos++;
                 }
                 if (rpeek(r) != '}') return rx_fail(r, "expected '}'"), -1;
+                if (m > 10000 || x > 10000) {
+                    r->pos = s;
+                    return rx_fail(r, "repetition count above 10000"), -1;
+                }
+                if (x >= 0 && x < m) {
+                    r->pos = s;
+                    return rx_fail(r, "repetition {m,n}: n below m"), -1;
+                }
                 r->pos++;
                 gt_add(&r->out, r->s + s, r->pos - s);
             } else

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,41 @@ static void test_schema_and_regex_errors_name_the_keyword(void **state)
     expect_error(grammar_compile_regex, "(ab", DI_ERR_INVALID_REQUEST, "expected ')'");
     expect_error(grammar_compile_regex, "*a", DI_ERR_INVALID_REQUEST, "nothing to repeat");
     expect_error(grammar_compile_regex, "a\\1", DI_ERR_INVALID_REQUEST, "backreferences");
+    /* bounds and ranges at the pattern's own offset, not the GBNF it becomes */
+    expect_error(grammar_compile_regex, "xa{3,2}", DI_ERR_INVALID_REQUEST,
+                 "regex at offset 2: repetition {m,n}: n below m");
+    expect_error(grammar_compile_regex, "a{99999}", DI_ERR_INVALID_REQUEST,
+                 "offset 1: repetition count above 10000");
+    expect_error(grammar_compile_regex, "[z-a]", DI_ERR_INVALID_REQUEST,
+                 "offset 1: class range out of order");
+    expect_error(grammar_compile_regex, "[\\u00e9-\\u00e0]", DI_ERR_INVALID_REQUEST,
+                 "class range out of order");
+    /* a JSON string cannot hold these unescaped: a class of only them is refused */
+    expect_error(grammar_compile_json_schema,
+                 "{\"type\":\"string\",\"pattern\":\"[\\\\x00-\\\\x1f\\\"]\"}",
+                 DI_ERR_INVALID_REQUEST, "a class of only characters a JSON string must escape");
+    /* only the listed properties are generated: a required one must be listed */
+    expect_error(grammar_compile_json_schema,
+                 "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}",
+                 DI_ERR_INVALID_REQUEST, "required: 'b' is not in properties");
+    /* bounds of 10000 items nested (two arrays a level, 8 levels): a work
+     * limit's error, not minutes of compiling and gigabytes */
+    enum { DEEP = 65536 };
+    char *deep = malloc(DEEP), *next = malloc(DEEP);
+    assert_non_null(deep);
+    assert_non_null(next);
+    strcpy(deep, "{\"type\":\"integer\"}");
+    for (int i = 0; i < 8; i++) {
+        assert_true(snprintf(next, DEEP,
+                             "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\","
+                             "\"maxItems\":10000,\"items\":%s},\"b\":{\"type\":\"array\","
+                             "\"maxItems\":10000,\"items\":%s}}}",
+                             deep, deep) < DEEP);
+        memcpy(deep, next, DEEP);
+    }
+    expect_error(grammar_compile_json_schema, deep, DI_ERR_INVALID_REQUEST, "rules");
+    free(deep);
+    free(next);
 }
 
 /* A vocabulary of the given NUL-terminated strings (id = index); id n is the end token. */
@@ -158,6 +194,17 @@ static void test_regex_and_schema_languages(void **state)
         {0, "[a-z]+@(x|yz)\\.com", "ab@y.com", 0},
         {0, "\\d{2,3}-\\w?", "123-", 1},
         {0, "\\d{2,3}-\\w?", "1-a", 0},
+        {0, "(ab){2,}c{0,1}", "ababab", 1},
+        {0, "(ab){2,}c{0,1}", "abc", 0},
+        /* a pattern matches the decoded string: '"', '\\' and controls are
+         * generated as their escapes, and kept out of classes */
+        {1, "{\"type\":\"string\",\"pattern\":\"a\\\"b\\\\\\\\c\\\\n\"}", "\"a\\\"b\\\\c\\n\"", 1},
+        {1, "{\"type\":\"string\",\"pattern\":\"a\\\"b\\\\\\\\c\\\\n\"}", "\"a\"b\\c\n\"", 0},
+        {1, "{\"type\":\"string\",\"pattern\":\"[ -~]{3}\"}", "\"a b\"", 1},
+        {1, "{\"type\":\"string\",\"pattern\":\"[ -~]{3}\"}", "\"a\"b\"", 0},
+        {1, "{\"type\":\"string\",\"pattern\":\"[ -~]{3}\"}", "\"a\\b\"", 0},
+        {1, "{\"type\":\"string\",\"pattern\":\"x\\\\sy\"}", "\"x y\"", 1},
+        {1, "{\"type\":\"string\",\"pattern\":\"x\\\\sy\"}", "\"x\ty\"", 0},
         {1,
          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,"
          "\"maximum\":120},\"b\":{\"enum\":[\"x\",null]}},\"required\":[\"a\",\"b\"]}",
