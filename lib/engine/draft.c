@@ -69,30 +69,50 @@ double draft_profile_cost(const draft_profile *p, int64_t n_tokens)
     return p->ns[lo] + f * (p->ns[hi] - p->ns[lo]);
 }
 
+/* The next draft of the greedy order: the request whose next draft adds the
+ * most expected tokens (the first of equals), or -1; *gain gets it. */
+static int next_draft(int n, const int *avail, const double *accept, const int *k, double *gain)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (k[i] >= avail[i]) continue;
+        double g = pow(accept[i], k[i] + 1);
+        if (best < 0 || g > *gain) best = i, *gain = g;
+    }
+    return best;
+}
+
 int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *accept,
                        int64_t base_tokens, double base_work, int64_t budget, int *k)
 {
-    int64_t total = 0;
     for (int i = 0; i < n; i++) k[i] = 0;
     int measured = draft_profile_cost(p, 1) > 0;
-    double work = base_work;
+    /* Walk the whole greedy order (as the budget allows) and keep the prefix
+     * of highest expected tokens per unit of time: a step's cost is not
+     * convex in its tokens (one token takes the decode path, a few more share
+     * one pass over the weights), so stopping at the first draft that does not
+     * pay would miss the ones after it that do. */
+    int64_t total = 0, best_total = 0;
+    double work = base_work, best_rate = measured ? work / draft_profile_cost(p, base_tokens) : 0;
     for (;;) {
-        int best = -1;
         double gain = 0;
-        for (int i = 0; i < n; i++) {
-            if (k[i] >= avail[i]) continue;
-            double g = pow(accept[i], k[i] + 1);
-            if (best < 0 || g > gain) best = i, gain = g;
-        }
-        if (best < 0 || total + 1 > budget) break;
-        if (measured) {
-            double now = work / draft_profile_cost(p, base_tokens + total);
-            double next = (work + gain) / draft_profile_cost(p, base_tokens + total + 1);
-            if (!(next > now)) break;
-        }
-        k[best]++;
+        int i = next_draft(n, avail, accept, k, &gain);
+        if (i < 0 || total + 1 > budget) break;
+        k[i]++;
         total++;
         work += gain;
+        if (!measured) {
+            best_total = total;
+            continue;
+        }
+        double rate = work / draft_profile_cost(p, base_tokens + total);
+        if (rate > best_rate) best_rate = rate, best_total = total;
     }
-    return total;
+    /* replay the order up to the best prefix */
+    for (int i = 0; i < n; i++) k[i] = 0;
+    for (int64_t t = 0; t < best_total; t++) {
+        double gain = 0;
+        k[next_draft(n, avail, accept, k, &gain)]++;
+    }
+    return best_total;
 }

@@ -43,11 +43,12 @@ double draft_profile_cost(const draft_profile *p, int64_t n_tokens);
  * i has avail[i] drafts and accept[i], the probability that each next draft
  * is kept given the one before was (its running acceptance rate, or a prior
  * from its match length), so its j-th draft adds accept[i]^j expected
- * tokens. Starting from no drafts, the draft with the largest expected gain
- * is added while the step's expected tokens per unit of time (decoders'
- * tokens, base_work the other work of the step, plus the drafts' expected
- * gain, over the profile's cost of base_tokens plus the drafts) grows, and
- * the drafts fit `budget`. So a busy engine, whose steps cost more per
+ * tokens. The drafts are ordered by expected gain (largest first), and the
+ * prefix of that order within `budget` with the highest expected tokens per
+ * unit of time (decoders' tokens, base_work the other work of the step, plus
+ * the drafts' expected gain, over the profile's cost of base_tokens plus the
+ * drafts) is verified — the whole order is weighed, since step cost is not
+ * convex in tokens. So a busy engine, whose steps cost more per
  * token, verifies fewer speculative tokens, and an idle one more. An empty
  * profile allows every draft (its steps then measure it). k[i] gets the
  * counts; returns their sum. */

@@ -91,6 +91,20 @@ static void test_confidence_scheduled_allocation(void **state)
     draft_profile none = {0};
     n = draft_allocate(&none, 2, avail, accept, 2, 2.0, 5, k);
     assert_int_equal(n, 5);
+    /* a stair (the CPU's: one token takes the decode path, two to four share
+     * one pass over the weights): one draft does not pay, three do — the whole
+     * order is weighed, not stopped at the first draft that loses */
+    draft_profile stair = {0};
+    for (int rep = 0; rep < 3; rep++) {
+        draft_profile_add(&stair, 1, 1000);
+        draft_profile_add(&stair, 2, 2000);
+        draft_profile_add(&stair, 4, 2050);
+        draft_profile_add(&stair, 8, 4200);
+    }
+    const int avail1[1] = {8};
+    const double sure[1] = {0.95};
+    n = draft_allocate(&stair, 1, avail1, sure, 1, 1.0, 64, k);
+    assert_int_equal(n, 3); /* 4 tokens: (1 + .95 + .90 + .86) / 2050 beats 1 / 1000 */
 }
 
 typedef struct rec {
