@@ -1128,7 +1128,7 @@ static void test_chat_request_streams_protocol_chunks(void **state)
  * after </think> is constrained. logit_bias makes </think> the first token (a
  * random model would reason for ever); then the regex must hold exactly, and
  * its end forces the end token. Also the errors of a constraint at di_submit:
- * the body's field named, and a tool call the prompt opens refused. */
+ * the body's field named. */
 static void test_chat_response_format_constrains_the_answer(void **state)
 {
     (void)state;

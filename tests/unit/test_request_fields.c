@@ -343,6 +343,41 @@ static void assert_same_output(const rec *a, const rec *b)
     assert_int_equal(a->completion_tokens, b->completion_tokens);
 }
 
+/* An output format with a call the prompt opens (tool_choice required or a
+ * named tool): the answer could not follow the format, so di_submit refuses it;
+ * with tool_choice auto the format is served. */
+static void test_response_format_with_a_forced_call_is_refused(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 512, NULL);
+    static const char *const choices[] = {
+        "\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", "\"auto\""};
+    for (int k = 0; k < 3; k++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"json\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+                 "\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}],"
+                 "\"tool_choice\":%s,\"response_format\":{\"type\":\"json_object\"}}",
+                 choices[k]);
+        di_request base;
+        di_request_init(&base);
+        rec r;
+        di_error *err = NULL;
+        di_status st = run_chat(e, body, &base, &r, &err);
+        if (k < 2) {
+            assert_int_equal(st, DI_ERR_INVALID_REQUEST);
+            assert_non_null(strstr(di_error_message(err), "response_format: cannot be used with"));
+            di_error_free(err);
+        } else {
+            assert_int_equal(st, DI_OK);
+            assert_int_equal(r.status, DI_OK);
+        }
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_sampling_precedence(void **state)
 {
     (void)state;
@@ -780,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_template_prompts_report_the_body),
         cmocka_unit_test(test_chatml_json_object_drops_the_fence),
         cmocka_unit_test(test_unsupported_fields_are_refused),
+        cmocka_unit_test(test_response_format_with_a_forced_call_is_refused),
         cmocka_unit_test(test_sampling_precedence),
         cmocka_unit_test(test_usage_agrees_and_names_the_model),
         cmocka_unit_test(test_model_info_of_a_folder),

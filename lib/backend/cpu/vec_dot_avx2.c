@@ -219,12 +219,7 @@ AVX2 static inline int k4_min_sum(const uint8_t m[8], const int16_t *bsums)
  * -32 offset's weight); exact. */
 AVX2 static inline int q6_offset_sum(const int8_t *sc, const int16_t *bsums)
 {
-    __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-    __m256i prod = _mm256_madd_epi16(s16, _mm256_loadu_si256((const __m256i *)bsums));
-    __m128i p = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
+    return weighted_bsums(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)), bsums);
 }
 
 AVX2 static void dot_q4_K(int64_t n, float *s, const void *w, const void *a)

@@ -51,4 +51,15 @@ AVX2 static inline __m256i scale_pair(int8_t a, int8_t b)
     return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
 }
 
+/* sum_j w[j] * bsums[j] over a Q8_K block's sixteen 16-element sums, w the
+ * sub-blocks' int16 weights (scales, mins; |w| <= 255): exact. */
+AVX2 static inline int weighted_bsums(__m256i w16, const int16_t *bsums)
+{
+    __m256i prod = _mm256_madd_epi16(w16, _mm256_loadu_si256((const __m256i *)bsums));
+    __m128i p = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
 #endif

@@ -15,17 +15,6 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include "backend/cpu/vec_dot_avx2.h"
 
-/* sum_j w[j] * bsums[j] over sixteen sub-block weights in [-128, 255]
- * (int16 products, int32 sums): exact. */
-AVX2 static inline int weighted_bsums(__m256i w16, const int16_t *bsums)
-{
-    __m256i prod = _mm256_madd_epi16(w16, _mm256_loadu_si256((const __m256i *)bsums));
-    __m128i p = _mm_add_epi32(_mm256_castsi256_si128(prod), _mm256_extracti128_si256(prod, 1));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
-    return _mm_cvtsi128_si32(p);
-}
-
 AVX2 static void dot_q2_K(int64_t n, float *s, const void *w, const void *a)
 {
     const block_q2_K *x = w;
