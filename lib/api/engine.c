@@ -447,6 +447,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     mo.progress_user = c.progress_user;
     if ((st = model_load(c.model_path, &mo, &e->m, err)) != DI_OK) goto fail;
     const model_config *mc = model_get_config(e->m);
+    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4) {
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                           "%s: DeepSeek-V4 runs one sequence through di_model_* so far; the "
+                           "engine's batched, paged V4 sequences are not built yet "
+                           "(docs/deepseek-v4.md)",
+                           c.model_path);
+        goto fail;
+    }
     e->n_vocab = (int32_t)mc->n_vocab;
     e->n_ctx = model_n_ctx(e->m);
     /* The tokenizer: the configured one, the GGUF's, or the directory's. */

@@ -32,6 +32,7 @@ static const char *family_name(model_arch a)
     case MODEL_ARCH_QWEN2: return "qwen2";
     case MODEL_ARCH_DEEPSEEK_V3: return "deepseek_v3";
     case MODEL_ARCH_DEEPSEEK_V2: return "deepseek_v2";
+    case MODEL_ARCH_DEEPSEEK_V4: return "deepseek_v4";
     }
     return "?";
 }

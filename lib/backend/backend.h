@@ -99,15 +99,17 @@ typedef struct backend_ops {
     di_status (*rope_create)(backend *be, const backend_rope_params *p, const backend_rope **out,
                              di_error **err);
     /* n_expert experts of one layer, each gate and up [n_ff, n_embd] and down
-     * [n_embd, n_ff] (arrays copied; the matrices from matrix). */
+     * [n_embd, n_ff] (arrays copied; the matrices from matrix); swiglu_limit >
+     * 0 clips each expert's SwiGLU as silu_mul_clamp (DeepSeek-V4), 0 none. */
     di_status (*moe_create)(backend *be, int32_t n_expert, const backend_matrix *const *gate,
                             const backend_matrix *const *up, const backend_matrix *const *down,
-                            const backend_moe **out, di_error **err);
+                            float swiglu_limit, const backend_moe **out, di_error **err);
     /* --- operations --- */
     /* x[t * x_stride, +n_in) = row tokens[t] of the embedding table (n_in wide). */
     void (*embed)(backend *be, const backend_matrix *table, const int32_t *tokens, int64_t n,
                   float *x, int64_t x_stride);
-    /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n_rows rows of n (y may be x). */
+    /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w for n_rows rows of n (y may be x);
+     * w NULL: unweighted (DeepSeek-V4's UnweightedRMSNorm). */
     void (*rmsnorm)(backend *be, const float *x, int64_t x_stride, const float *w, float *y,
                     int64_t y_stride, int64_t n_rows, int64_t n, float eps);
     /* y[p] = x w[p]^T (+ bias[p]) for n_parts weights of the same n_in, x f32
@@ -158,7 +160,7 @@ typedef struct backend_ops {
     /* --- mixture of experts --- */
     /* Route n tokens from router logits f32 [n, n_expert] (bias: the
      * correction bias [n_expert] for NOAUX_TC, else NULL): sel and weight,
-     * host arrays [n, n_expert_used]. */
+     * host arrays [n, n_expert_used] (sel read, not written, for HASH). */
     void (*moe_route)(backend *be, const backend_route_params *p, const float *bias,
                       const float *logits, int64_t n, int32_t *sel, float *weight);
     /* The routed experts of a batch: out[t] (+)= sum_i weight[t, i] *
@@ -170,6 +172,60 @@ typedef struct backend_ops {
     void (*moe_experts)(backend *be, const backend_moe *moe, const float *x, int64_t n,
                         const int32_t *sel, const float *weight, int32_t k, float *out,
                         int accumulate);
+    /* --- DeepSeek-V4 (deepseek_v4.c; the math is spelled out in
+     * backend/cpu/deepseek_v4_ops.h) --- */
+    /* dst[t * dst_stride, +width) = src[t * src_stride, +width) for n rows
+     * (regions do not overlap). */
+    void (*copy_rows)(backend *be, float *dst, int64_t dst_stride, const float *src,
+                      int64_t src_stride, int64_t width, int64_t n);
+    /* The SwiGLU with DeepSeek-V4's clip: gate[i] = SiLU(min(gate[i], limit)) *
+     * clamp(up[i], -limit, limit) (limit <= 0: silu_mul). */
+    void (*silu_mul_clamp)(backend *be, float *gate, const float *up, int64_t n, float limit);
+    /* mHC's mappings from mix f32 [n, n_mix] (the streams' projection, fn ·
+     * RMSNorm(flatten(x))) and the collapse of x f32 [n, hc, n_embd]:
+     * pre = sigmoid(mix[:hc] * scale[0] + base[:hc]) + eps, collapsed[t] =
+     * sum_j pre_j x[t, j]; with post != NULL (n_mix = (2 + hc) hc) also post =
+     * 2 sigmoid(mix[hc:2hc] * scale[1] + base[hc:2hc]) [n, hc] and comb =
+     * Sinkhorn_iters(softmax_rows(mix[2hc:] * scale[2] + base[2hc:]) + eps)
+     * [n, hc, hc]; with post NULL (the final head, n_mix = hc) pre only. */
+    void (*hc_pre)(backend *be, const float *mix, const float *base, const float *scale, int hc,
+                   int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
+                   float *collapsed, float *post, float *comb);
+    /* mHC's expansion: out[t, k] = post[t, k] y[t] + sum_j comb[t, j, k] x[t, j]
+     * for x, out f32 [n, hc, n_embd] (out != x), y [n, n_embd]. */
+    void (*hc_post)(backend *be, const float *x, const float *y, const float *post,
+                    const float *comb, int hc, int64_t n_embd, int64_t n, float *out);
+    /* A compressor's entries e0 .. e0 + n - 1 (DeepSeek-V4 §2.3): entry e pools
+     * the projections of tokens [e rate, (e + 1) rate) held in the rings kv and
+     * gate (token p at row p % ring, row_stride floats apart): out[e, c] =
+     * sum_j softmax_j(gate[j, c] + bias[j, c]) kv[j, c] over c < width. overlap
+     * 1 (CSA): each row holds 2 width values; the slots are the previous
+     * window's first halves (bias rows' first halves) then this window's second
+     * halves, the previous window of entry 0 weighing nothing. out f32
+     * [n, width] (out_stride floats apart). */
+    void (*compress_pool)(backend *be, const float *kv, const float *gate, int64_t ring,
+                          int64_t row_stride, const float *bias, int rate, int64_t width,
+                          int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride);
+    /* The lightning indexer (DeepSeek-V4 §2.3.1): for query row t at position
+     * pos[t], score[s] = sum_h w[t, h] w_scale * ReLU(q[t, h] . keys[s]) * scale
+     * over the entries s < min(n_keys, (pos[t] + 1) / rate); sel[t * k, +k] (host)
+     * = the k best (the lower index first among equals), -1 where fewer. q f32
+     * [n, n_head, head_dim], w [n, n_head], keys [n_keys, head_dim]. */
+    void (*indexer_topk)(backend *be, const float *q, const float *w, int n_head, int64_t head_dim,
+                         int64_t n, const int64_t *pos, const float *keys, int64_t n_keys, int rate,
+                         float scale, float w_scale, int k, int32_t *sel);
+    /* Attention with one shared K = V head and a learned sink per head
+     * (DeepSeek-V4's, as gpt-oss's): query row t (position pos[t]) of q f32
+     * [n, n_head, head_dim] reads the window ring's rows of positions
+     * (pos - window, pos] (position p at win + (p % win_ring) head_dim) and
+     * compressed entries: with sel (host [n, k]) the listed ones (-1 skipped),
+     * else entries e < min(n_comp, (pos + 1) / rate) (none when comp is NULL);
+     * softmax over the scaled scores and sinks[h], the sink's share dropped.
+     * out f32 [n, n_head, head_dim]. */
+    void (*sink_attention)(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
+                           const int64_t *pos, const float *win, int64_t win_ring, int window,
+                           const float *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
+                           const float *sinks, float scale, float *out);
 } backend_ops;
 
 /* Every backend starts with this. */

@@ -27,6 +27,9 @@ typedef enum model_dtype {
     MODEL_DTYPE_Q3_K = 13,    /* 256 elements, 110 bytes */
     MODEL_DTYPE_IQ4_NL = 14,  /* 32 elements: f16 scale + 16 bytes of codebook indices */
     MODEL_DTYPE_IQ4_XS = 15,  /* 256 elements, 136 bytes */
+    /* integer tables read on the host, never a matrix (DeepSeek-V4's tid2eid) */
+    MODEL_DTYPE_I32 = 16,
+    MODEL_DTYPE_I64 = 17,
 } model_dtype;
 
 typedef struct model_tensor {
@@ -55,6 +58,8 @@ typedef enum model_rope_scaling {
 typedef enum model_expert_gating {
     MODEL_EXPERT_GATING_SOFTMAX = 0,
     MODEL_EXPERT_GATING_SIGMOID = 1,
+    /* sqrt(softplus(logit)) per expert (DeepSeek-V4's default scoring_func) */
+    MODEL_EXPERT_GATING_SQRTSOFTPLUS = 2,
 } model_expert_gating;
 
 /* How the top-k experts are chosen (config.json's topk_method): GREEDY, top-k of
@@ -66,6 +71,9 @@ typedef enum model_topk_method {
     MODEL_TOPK_GREEDY = 0,
     MODEL_TOPK_GROUP_LIMITED = 1,
     MODEL_TOPK_NOAUX_TC = 2,
+    /* the experts are given (DeepSeek-V4's hash layers: tid2eid[token]): sel
+     * is read, the weights are their scores divided by their sum + 1e-20 */
+    MODEL_TOPK_HASH = 3,
 } model_topk_method;
 
 /* What RoPE rotates by: the config fields transformers' modeling_rope_utils

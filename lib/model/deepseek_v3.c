@@ -162,7 +162,7 @@ static di_status load_layer(dsv3 *d, uint32_t i, di_error **err)
         }
     }
     if (st == DI_OK)
-        st = be->ops->moe_create(be, (int32_t)c->n_expert, gate, up, down, &L->experts, err);
+        st = be->ops->moe_create(be, (int32_t)c->n_expert, gate, up, down, 0.0f, &L->experts, err);
     free((void *)exps);
     return st;
 #undef MAT

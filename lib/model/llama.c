@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "model/deepseek_v3.h"
+#include "model/deepseek_v4.h"
 #include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model.h"
@@ -48,6 +49,7 @@ struct model {
     float *x, *h, *q, *k, *v, *attn, *gate, *up;
     int64_t *pos; /* host, [n_batch]: position of each row */
     dsv3 *ds;     /* a DeepSeek model: model_forward and the getters go there */
+    dsv4 *v4;     /* a DeepSeek-V4 model: its default sequence only (deepseek_v4.h) */
     /* model_kv_set_hooks'; hook_buf: one block's contents */
     model_kv_hook hook_evicted, hook_published;
     void *hook_user, *hook_buf;
@@ -120,7 +122,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if (m->opt.n_batch > m->opt.n_ctx) m->opt.n_batch = m->opt.n_ctx;
     if (m->opt.use_ref) m->opt.n_threads = 1;
     if (c->arch != MODEL_ARCH_LLAMA && c->arch != MODEL_ARCH_QWEN2 &&
-        c->arch != MODEL_ARCH_DEEPSEEK_V3 && c->arch != MODEL_ARCH_DEEPSEEK_V2) {
+        c->arch != MODEL_ARCH_DEEPSEEK_V3 && c->arch != MODEL_ARCH_DEEPSEEK_V2 &&
+        c->arch != MODEL_ARCH_DEEPSEEK_V4) {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: architecture %d is not supported", path,
                            (int)c->arch);
         goto fail;
@@ -129,6 +132,11 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if ((st = backend_create(&bo, &m->be, err)) != DI_OK) goto fail;
     if (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2) {
         if ((st = dsv3_load(m->w, &m->opt, m->be, &m->ds, err)) != DI_OK) goto fail;
+        *out = m;
+        return DI_OK;
+    }
+    if (c->arch == MODEL_ARCH_DEEPSEEK_V4) {
+        if ((st = dsv4_load(m->w, &m->opt, m->be, &m->v4, err)) != DI_OK) goto fail;
         *out = m;
         return DI_OK;
     }
@@ -187,6 +195,7 @@ void model_free(model *m)
     kv_pool_free(&m->pool);
     free(m->pos);
     dsv3_free(m->ds);
+    dsv4_free(m->v4);
     backend_free(m->be);
     model_weights_close(m->w);
     free(m);
@@ -220,12 +229,15 @@ int64_t model_n_ctx(const model *m)
 }
 int64_t model_n_past(const model *m)
 {
+    if (m->v4) return dsv4_n_past(m->v4);
     return m->ds ? dsv3_n_past(m->ds) : m->seq.kv.n_tokens;
 }
 void model_reset(model *m)
 {
     if (m->ds)
         dsv3_reset(m->ds);
+    else if (m->v4)
+        dsv4_reset(m->v4);
     else
         kv_pool_seq_reset(&m->pool, &m->seq.kv);
 }
@@ -255,11 +267,13 @@ di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, c
 }
 size_t model_kv_bytes_per_token(const model *m)
 {
+    if (m->v4) return dsv4_kv_bytes_per_token(m->v4);
     return m->ds ? dsv3_kv_bytes_per_token(m->ds) : m->be->ops->kv_bytes_per_token(m->kv);
 }
 
 di_status model_seq_create(model *m, model_seq **out)
 {
+    if (m->v4) return DI_ERR_UNSUPPORTED; /* one sequence so far (deepseek_v4.h) */
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
     if (kv_pool_seq_init(model_pool(m), &s->kv, m->opt.n_ctx) != DI_OK) {
@@ -453,6 +467,9 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
 {
     if (!m || !items || n_items <= 0)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
+    if (m->v4)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "DeepSeek-V4 runs one sequence so far (model_forward), not batches");
     int64_t total = 0;
     for (int i = 0; i < n_items; i++) {
         const model_batch_item *it = &items[i];
@@ -510,6 +527,7 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
                 "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
                 (long long)i, (int)tokens[i], m->cfg.n_vocab);
     if (m->ds) return dsv3_forward(m->ds, tokens, n_tokens, logits, all_logits, err);
+    if (m->v4) return dsv4_forward(m->v4, tokens, n_tokens, logits, all_logits, err);
     int64_t pos0 = m->seq.kv.n_tokens;
     if (n_tokens > m->opt.n_ctx - pos0)
         return di_error_setf(

@@ -25,6 +25,8 @@ typedef enum safetensors_dtype {
     SAFETENSORS_F16 = 1,
     SAFETENSORS_BF16 = 2,
     SAFETENSORS_F8_E4M3 = 3,
+    SAFETENSORS_I64 = 4, /* integer tables (DeepSeek-V4's tid2eid) */
+    SAFETENSORS_I32 = 5,
 } safetensors_dtype;
 
 enum { SAFETENSORS_MAX_DIMS = 4 };

@@ -46,7 +46,36 @@ typedef enum model_arch {
     MODEL_ARCH_QWEN2 = 1,
     MODEL_ARCH_DEEPSEEK_V3 = 2, /* MLA + DeepSeekMoE, sigmoid routing (deepseek_v3.c) */
     MODEL_ARCH_DEEPSEEK_V2 = 3, /* the same layers with softmax routing */
+    MODEL_ARCH_DEEPSEEK_V4 = 4, /* hybrid CSA/HCA attention, mHC, hash MoE (deepseek_v4.c) */
 } model_arch;
+
+/* DeepSeek-V4's attention per layer (transformers' layer_types): a sliding
+ * window only, or the window plus compressed sparse attention (CSA: entries
+ * of compress_rate_csa tokens, the lightning indexer's top-k of them) or
+ * heavily compressed attention (HCA: every entry of compress_rate_hca). */
+typedef enum model_v4_attention {
+    MODEL_V4_SLIDING = 0,
+    MODEL_V4_CSA = 1,
+    MODEL_V4_HCA = 2,
+} model_v4_attention;
+
+enum { MODEL_V4_MAX_LAYERS = 256 };
+
+/* DeepSeek-V4's own fields (config.json's names, transformers' DeepseekV4Config). */
+typedef struct model_config_v4 {
+    uint8_t attention[MODEL_V4_MAX_LAYERS]; /* model_v4_attention of each layer */
+    uint8_t hash_moe[MODEL_V4_MAX_LAYERS];  /* 1: the layer routes by tid2eid[token] */
+    uint32_t sliding_window;                /* keys (pos - sliding_window, pos] */
+    uint32_t compress_rate_csa, compress_rate_hca;
+    float compress_rope_theta;           /* the compressed branches' RoPE base (its scaling in
+                                            model_config's rope_* fields); the main one is
+                                            rope_theta, unscaled */
+    uint32_t hc_mult, hc_sinkhorn_iters; /* mHC streams and Sinkhorn rounds */
+    float hc_eps;
+    float swiglu_limit; /* the SwiGLU's clip (0: none) */
+    uint32_t o_groups, o_lora_rank;
+    uint32_t index_n_heads, index_head_dim, index_topk;
+} model_config_v4;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —
  * llama.cpp's LLAMA_ROPE_TYPE_NORM, used by Llama GGUFs, whose Q/K weights the
@@ -105,6 +134,10 @@ typedef struct model_config {
     int norm_topk_prob;           /* 1: top-k weights renormalised to sum 1 (V3 only) */
     model_expert_gating expert_gating;
     model_topk_method topk_method;
+    /* DeepSeek-V4 (MODEL_ARCH_DEEPSEEK_V4) only; also q_lora_rank,
+     * qk_rope_head_dim (the rotated tail of each head), head_dim, n_head_kv 1,
+     * and the MoE fields above (NOAUX_TC in one group; the hash layers HASH). */
+    model_config_v4 v4;
 } model_config;
 
 typedef struct model_weights model_weights;

@@ -12,17 +12,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/config_json.h"
 #include "model/weights_internal.h"
 #include "util/file.h"
 
-typedef struct cfg_ctx {
-    const char *file; /* "<dir>/config.json", for messages */
-    json_t *root;
-    di_error **err;
-} cfg_ctx;
-
 /* A required positive integer that fits uint32. */
-static di_status need_uint(cfg_ctx *c, const char *key, uint32_t *out)
+di_status cfg_need_uint(cfg_ctx *c, const char *key, uint32_t *out)
 {
     json_t *v = json_object_get(c->root, key);
     if (!v) return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is missing", c->file, key);
@@ -34,7 +29,7 @@ static di_status need_uint(cfg_ctx *c, const char *key, uint32_t *out)
 }
 
 /* An optional positive integer: absent or null leaves *out. */
-static di_status opt_uint(cfg_ctx *c, json_t *obj, const char *key, uint32_t *out)
+di_status cfg_opt_uint(cfg_ctx *c, json_t *obj, const char *key, uint32_t *out)
 {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return DI_OK;
@@ -46,7 +41,7 @@ static di_status opt_uint(cfg_ctx *c, json_t *obj, const char *key, uint32_t *ou
 }
 
 /* An optional number: absent or null leaves *out. */
-static di_status opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
+di_status cfg_opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
 {
     json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return DI_OK;
@@ -82,7 +77,7 @@ static float yarn_get_mscale(float scale, float mscale)
 static di_status read_rope(cfg_ctx *c, model_config *m)
 {
     di_status st;
-    if ((st = opt_float(c, c->root, "rope_theta", &m->rope_theta)) != DI_OK) return st;
+    if ((st = cfg_opt_float(c, c->root, "rope_theta", &m->rope_theta)) != DI_OK) return st;
     /* transformers 5 writes rope_parameters (with rope_theta inside); 4 wrote
      * rope_scaling. */
     const char *which = "rope_parameters";
@@ -92,7 +87,7 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
     if (!json_is_object(r))
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not an object", c->file,
                              which);
-    if ((st = opt_float(c, r, "rope_theta", &m->rope_theta)) != DI_OK) return st;
+    if ((st = cfg_opt_float(c, r, "rope_theta", &m->rope_theta)) != DI_OK) return st;
     json_t *t = json_object_get(r, "rope_type");
     if (!t) t = json_object_get(r, "type");
     const char *type = json_is_string(t) ? json_string_value(t) : NULL;
@@ -117,14 +112,14 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
     if (!json_object_get(r, "factor"))
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s.factor is missing", c->file,
                              which);
-    if ((st = opt_float(c, r, "factor", &m->rope_factor)) != DI_OK ||
-        (st = opt_uint(c, r, "original_max_position_embeddings", &m->rope_orig_ctx)) != DI_OK ||
-        (st = opt_float(c, r, "beta_fast", &m->yarn_beta_fast)) != DI_OK ||
-        (st = opt_float(c, r, "beta_slow", &m->yarn_beta_slow)) != DI_OK ||
-        (st = opt_float(c, r, "mscale", &m->yarn_mscale)) != DI_OK ||
-        (st = opt_float(c, r, "mscale_all_dim", &m->yarn_mscale_all_dim)) != DI_OK ||
-        (st = opt_float(c, r, "low_freq_factor", &m->llama3_low_freq_factor)) != DI_OK ||
-        (st = opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
+    if ((st = cfg_opt_float(c, r, "factor", &m->rope_factor)) != DI_OK ||
+        (st = cfg_opt_uint(c, r, "original_max_position_embeddings", &m->rope_orig_ctx)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "beta_fast", &m->yarn_beta_fast)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "beta_slow", &m->yarn_beta_slow)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "mscale", &m->yarn_mscale)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "mscale_all_dim", &m->yarn_mscale_all_dim)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "low_freq_factor", &m->llama3_low_freq_factor)) != DI_OK ||
+        (st = cfg_opt_float(c, r, "high_freq_factor", &m->llama3_high_freq_factor)) != DI_OK)
         return st;
     if (m->rope_scaling == MODEL_ROPE_SCALING_LLAMA3 && !m->rope_orig_ctx)
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
@@ -143,7 +138,7 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
      * of get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
      * both are given (and non-zero), else get_mscale(factor). */
     float given = 0.0f;
-    if ((st = opt_float(c, r, "attention_factor", &given)) != DI_OK) return st;
+    if ((st = cfg_opt_float(c, r, "attention_factor", &given)) != DI_OK) return st;
     json_t *ms = json_object_get(r, "mscale"), *msa = json_object_get(r, "mscale_all_dim");
     if (json_object_get(r, "attention_factor") &&
         !json_is_null(json_object_get(r, "attention_factor")))
@@ -158,7 +153,7 @@ static di_status read_rope(cfg_ctx *c, model_config *m)
 }
 
 /* An optional non-negative integer: absent or null leaves *out. */
-static di_status opt_count(cfg_ctx *c, const char *key, uint32_t *out)
+di_status cfg_opt_count(cfg_ctx *c, const char *key, uint32_t *out)
 {
     json_t *v = json_object_get(c->root, key);
     if (!v || json_is_null(v)) return DI_OK;
@@ -187,20 +182,21 @@ static di_status read_deepseek(cfg_ctx *c, model_config *m)
     m->routed_scaling_factor = 1.0f;
     m->norm_topk_prob = 0;
     m->n_ff_exp = 0;
-    if ((st = opt_count(c, "q_lora_rank", &m->q_lora_rank)) != DI_OK ||
-        (st = need_uint(c, "kv_lora_rank", &m->kv_lora_rank)) != DI_OK ||
-        (st = need_uint(c, "qk_nope_head_dim", &m->qk_nope_head_dim)) != DI_OK ||
-        (st = need_uint(c, "qk_rope_head_dim", &m->qk_rope_head_dim)) != DI_OK ||
-        (st = need_uint(c, "v_head_dim", &m->v_head_dim)) != DI_OK ||
-        (st = opt_count(c, "n_routed_experts", &m->n_expert)) != DI_OK ||
-        (st = opt_count(c, "n_shared_experts", &m->n_expert_shared)) != DI_OK ||
-        (st = opt_count(c, "num_experts_per_tok", &m->n_expert_used)) != DI_OK ||
-        (st = opt_count(c, "moe_intermediate_size", &m->n_ff_exp)) != DI_OK ||
-        (st = opt_count(c, "n_group", &m->n_group)) != DI_OK ||
-        (st = opt_count(c, "topk_group", &m->topk_group)) != DI_OK ||
-        (st = opt_count(c, "first_k_dense_replace", &m->n_layer_dense_lead)) != DI_OK ||
-        (st = opt_count(c, "num_nextn_predict_layers", &m->n_nextn_layer)) != DI_OK ||
-        (st = opt_float(c, c->root, "routed_scaling_factor", &m->routed_scaling_factor)) != DI_OK)
+    if ((st = cfg_opt_count(c, "q_lora_rank", &m->q_lora_rank)) != DI_OK ||
+        (st = cfg_need_uint(c, "kv_lora_rank", &m->kv_lora_rank)) != DI_OK ||
+        (st = cfg_need_uint(c, "qk_nope_head_dim", &m->qk_nope_head_dim)) != DI_OK ||
+        (st = cfg_need_uint(c, "qk_rope_head_dim", &m->qk_rope_head_dim)) != DI_OK ||
+        (st = cfg_need_uint(c, "v_head_dim", &m->v_head_dim)) != DI_OK ||
+        (st = cfg_opt_count(c, "n_routed_experts", &m->n_expert)) != DI_OK ||
+        (st = cfg_opt_count(c, "n_shared_experts", &m->n_expert_shared)) != DI_OK ||
+        (st = cfg_opt_count(c, "num_experts_per_tok", &m->n_expert_used)) != DI_OK ||
+        (st = cfg_opt_count(c, "moe_intermediate_size", &m->n_ff_exp)) != DI_OK ||
+        (st = cfg_opt_count(c, "n_group", &m->n_group)) != DI_OK ||
+        (st = cfg_opt_count(c, "topk_group", &m->topk_group)) != DI_OK ||
+        (st = cfg_opt_count(c, "first_k_dense_replace", &m->n_layer_dense_lead)) != DI_OK ||
+        (st = cfg_opt_count(c, "num_nextn_predict_layers", &m->n_nextn_layer)) != DI_OK ||
+        (st = cfg_opt_float(c, c->root, "routed_scaling_factor", &m->routed_scaling_factor)) !=
+            DI_OK)
         return st;
     /* transformers' DeepseekV2 router never renormalises the top-k weights. */
     if (json_is_true(json_object_get(c->root, "attention_bias")) ||
@@ -291,24 +287,28 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         m->arch = MODEL_ARCH_DEEPSEEK_V3;
     else if (strcmp(arch, "DeepseekV2ForCausalLM") == 0)
         m->arch = MODEL_ARCH_DEEPSEEK_V2;
+    else if (strcmp(arch, "DeepseekV4ForCausalLM") == 0)
+        m->arch = MODEL_ARCH_DEEPSEEK_V4;
     else {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                            "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM, "
-                           "Qwen2ForCausalLM, DeepseekV3ForCausalLM and DeepseekV2ForCausalLM are)",
+                           "Qwen2ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM and "
+                           "DeepseekV4ForCausalLM are)",
                            file, arch);
         goto done;
     }
+    const int v4 = m->arch == MODEL_ARCH_DEEPSEEK_V4;
     m->rope_style = MODEL_ROPE_NEOX; /* transformers' rotate_half, weights as trained */
     m->rms_norm_eps = 0.0f;
     m->n_ctx_train = 0;
-    if ((st = need_uint(&c, "vocab_size", &m->n_vocab)) != DI_OK ||
-        (st = need_uint(&c, "hidden_size", &m->n_embd)) != DI_OK ||
-        (st = need_uint(&c, "num_hidden_layers", &m->n_layer)) != DI_OK ||
-        (st = need_uint(&c, "num_attention_heads", &m->n_head)) != DI_OK ||
-        (st = need_uint(&c, "intermediate_size", &m->n_ff)) != DI_OK ||
-        (st = opt_uint(&c, root, "num_key_value_heads", &m->n_head_kv)) != DI_OK ||
-        (st = opt_uint(&c, root, "head_dim", &m->head_dim)) != DI_OK ||
-        (st = opt_uint(&c, root, "max_position_embeddings", &m->n_ctx_train)) != DI_OK ||
+    if ((st = cfg_need_uint(&c, "vocab_size", &m->n_vocab)) != DI_OK ||
+        (st = cfg_need_uint(&c, "hidden_size", &m->n_embd)) != DI_OK ||
+        (st = cfg_need_uint(&c, "num_hidden_layers", &m->n_layer)) != DI_OK ||
+        (st = cfg_need_uint(&c, "num_attention_heads", &m->n_head)) != DI_OK ||
+        (!v4 && (st = cfg_need_uint(&c, "intermediate_size", &m->n_ff)) != DI_OK) ||
+        (st = cfg_opt_uint(&c, root, "num_key_value_heads", &m->n_head_kv)) != DI_OK ||
+        (st = cfg_opt_uint(&c, root, "head_dim", &m->head_dim)) != DI_OK ||
+        (st = cfg_opt_uint(&c, root, "max_position_embeddings", &m->n_ctx_train)) != DI_OK ||
         (st = token_id(&c, "bos_token_id", &m->bos_token_id)) != DI_OK ||
         (st = token_id(&c, "eos_token_id", &m->eos_token_id)) != DI_OK)
         goto done;
@@ -316,9 +316,13 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps is missing", file);
         goto done;
     }
-    if ((st = opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
-        (st = read_rope(&c, m)) != DI_OK)
+    if ((st = cfg_opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
+        (!v4 && (st = read_rope(&c, m)) != DI_OK))
         goto done;
+    if (v4) {
+        if ((st = cfg_read_deepseek_v4(&c, m)) != DI_OK) goto done;
+        m->n_ff = m->n_ff_exp; /* the shared expert's width */
+    }
     if ((m->arch == MODEL_ARCH_DEEPSEEK_V3 || m->arch == MODEL_ARCH_DEEPSEEK_V2) &&
         (st = read_deepseek(&c, m)) != DI_OK)
         goto done;
@@ -438,6 +442,108 @@ static int gguf_name(const char *hf, char *out, size_t size)
     return 0;
 }
 
+/* DeepSeek-V4's names: transformers' module names (kept, but for the three
+ * GGUF names every model shares: token_embd, output_norm, output), or
+ * DeepSeek's release layout — which transformers' save_pretrained writes too,
+ * under "model." — renamed to transformers' as its conversion mapping does
+ * ("layers.N.attn.wq_a.weight" -> "model.layers.N.self_attn.q_a_proj.weight",
+ * ...; the per-expert w1/w2/w3 -> "model.layers.N.mlp.experts.E.{gate,down,
+ * up}_proj.weight"). Returns 0 for a name kept as it is. */
+static int dsv4_name(const char *hf, char *out, size_t size)
+{
+    static const struct {
+        const char *from, *to;
+    } top[] = {{"model.embed_tokens.weight", "token_embd.weight"},
+               {"model.embed.weight", "token_embd.weight"},
+               {"model.norm.weight", "output_norm.weight"},
+               {"lm_head.weight", "output.weight"},
+               {"embed.weight", "token_embd.weight"},
+               {"norm.weight", "output_norm.weight"},
+               {"head.weight", "output.weight"},
+               {"hc_head_fn", "model.hc_head.hc_fn"},
+               {"hc_head_base", "model.hc_head.hc_base"},
+               {"hc_head_scale", "model.hc_head.hc_scale"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (strcmp(hf, top[i].from) == 0) {
+            snprintf(out, size, "%s", top[i].to);
+            return 1;
+        }
+    if (strncmp(hf, "model.layers.", 13) == 0) hf += 6;
+    if (strncmp(hf, "layers.", 7) != 0) return 0;
+    /* the release layout: a module path renamed piece by piece (longest first) */
+    static const struct {
+        const char *from, *to;
+    } part[] = {
+        {".attn.indexer.compressor.", ".self_attn.compressor.indexer."},
+        {".attn.indexer.weights_proj.", ".self_attn.compressor.indexer.scorer.weights_proj."},
+        {".attn.indexer.wq_b.", ".self_attn.compressor.indexer.q_b_proj."},
+        {".attn.compressor.", ".self_attn.compressor."},
+        {".attn.wq_a.", ".self_attn.q_a_proj."},
+        {".attn.wq_b.", ".self_attn.q_b_proj."},
+        {".attn.q_norm.", ".self_attn.q_a_norm."},
+        {".attn.wkv.", ".self_attn.kv_proj."},
+        {".attn.kv_norm.", ".self_attn.kv_norm."},
+        {".attn.norm.", ".self_attn.kv_norm."},
+        {".attn.wo_a.", ".self_attn.o_a_proj."},
+        {".attn.wo_b.", ".self_attn.o_b_proj."},
+        {".attn.attn_sink", ".self_attn.sinks"},
+        {".attn_norm.", ".input_layernorm."},
+        {".ffn_norm.", ".post_attention_layernorm."},
+        {".hc_attn_fn", ".attn_hc.fn"},
+        {".hc_attn_base", ".attn_hc.base"},
+        {".hc_attn_scale", ".attn_hc.scale"},
+        {".hc_ffn_fn", ".ffn_hc.fn"},
+        {".hc_ffn_base", ".ffn_hc.base"},
+        {".hc_ffn_scale", ".ffn_hc.scale"},
+        {".ffn.gate.bias", ".mlp.gate.e_score_correction_bias"},
+        {".ffn.shared_experts.w1.", ".mlp.shared_experts.gate_proj."},
+        {".ffn.shared_experts.w2.", ".mlp.shared_experts.down_proj."},
+        {".ffn.shared_experts.w3.", ".mlp.shared_experts.up_proj."},
+        {".ffn.", ".mlp."}};
+    char buf[1100];
+    snprintf(buf, sizeof buf, "model.%s", hf);
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+        char *at = strstr(buf, part[i].from);
+        if (!at) continue;
+        char tail[1100];
+        snprintf(tail, sizeof tail, "%s", at + strlen(part[i].from));
+        snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", part[i].to, tail);
+    }
+    /* within the compressors: wkv, wgate, ape, norm */
+    static const struct {
+        const char *from, *to;
+    } leaf[] = {{".wkv.", ".kv_proj."},
+                {".wgate.", ".gate_proj."},
+                {".ape", ".position_bias"},
+                {".norm.", ".kv_norm."}};
+    char *comp = strstr(buf, ".compressor.");
+    for (size_t i = 0; comp && i < sizeof leaf / sizeof leaf[0]; i++) {
+        char *at = strstr(comp, leaf[i].from);
+        if (!at) continue;
+        char tail[1100];
+        snprintf(tail, sizeof tail, "%s", at + strlen(leaf[i].from));
+        snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", leaf[i].to, tail);
+    }
+    /* routed experts: .mlp.experts.E.w1/w2/w3 */
+    static const char *const w123[][2] = {{".w1.weight", ".gate_proj.weight"},
+                                          {".w2.weight", ".down_proj.weight"},
+                                          {".w3.weight", ".up_proj.weight"},
+                                          {".w1.weight_scale_inv", ".gate_proj.weight_scale_inv"},
+                                          {".w2.weight_scale_inv", ".down_proj.weight_scale_inv"},
+                                          {".w3.weight_scale_inv", ".up_proj.weight_scale_inv"}};
+    if (strstr(buf, ".mlp.experts."))
+        for (size_t i = 0; i < sizeof w123 / sizeof w123[0]; i++) {
+            size_t lb = strlen(buf), lf = strlen(w123[i][0]);
+            if (lb > lf && strcmp(buf + lb - lf, w123[i][0]) == 0) {
+                buf[lb - lf] = 0;
+                snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s", w123[i][1]);
+                break;
+            }
+        }
+    snprintf(out, size, "%s", buf);
+    return 1;
+}
+
 static di_status add_shard(model_weights *w, const char *path, int tie, di_error **err)
 {
     safetensors_file **shards = realloc(w->shards, (w->n_shards + 1) * sizeof(safetensors_file *));
@@ -462,12 +568,15 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
             return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                                  "%s: tensor name of %zu bytes is too long", path, strlen(t->name));
         char name[1100];
-        if (!gguf_name(t->name, name, sizeof name)) snprintf(name, sizeof name, "%s", t->name);
+        int mapped = w->config.arch == MODEL_ARCH_DEEPSEEK_V4
+                         ? dsv4_name(t->name, name, sizeof name)
+                         : gguf_name(t->name, name, sizeof name);
+        if (!mapped) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
-        static const model_dtype dtypes[] = {[SAFETENSORS_F32] = MODEL_DTYPE_F32,
-                                             [SAFETENSORS_F16] = MODEL_DTYPE_F16,
-                                             [SAFETENSORS_BF16] = MODEL_DTYPE_BF16,
-                                             [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3};
+        static const model_dtype dtypes[] = {
+            [SAFETENSORS_F32] = MODEL_DTYPE_F32,   [SAFETENSORS_F16] = MODEL_DTYPE_F16,
+            [SAFETENSORS_BF16] = MODEL_DTYPE_BF16, [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3,
+            [SAFETENSORS_I64] = MODEL_DTYPE_I64,   [SAFETENSORS_I32] = MODEL_DTYPE_I32};
         int64_t ne[4] = {1, 1, 1, 1};
         uint32_t n_dims = t->n_dims ? t->n_dims : 1;
         for (uint32_t d = 0; d < t->n_dims; d++) ne[d] = (int64_t)t->shape[t->n_dims - 1 - d];

@@ -800,10 +800,10 @@ static void test_hf_errors_name_the_file_and_field(void **state)
     dir = make_hf_dir("missing", cfg, hdr, n);
     expect_open_error(dir, DI_ERR_MODEL_FORMAT, "'blk.0.attn_v.weight' is missing", NULL, NULL);
 
-    n = tiny_header(hdr, sizeof hdr, NULL, "I64");
-    dir = make_hf_dir("i64", cfg, hdr, n * 2);
+    n = tiny_header(hdr, sizeof hdr, NULL, "F64");
+    dir = make_hf_dir("f64", cfg, hdr, n * 2);
     expect_open_error(dir, DI_ERR_UNSUPPORTED, "model.safetensors",
-                      "'model.layers.0.mlp.up_proj.weight'", "dtype I64");
+                      "'model.layers.0.mlp.up_proj.weight'", "dtype F64");
 
     n = tiny_header(hdr, sizeof hdr, NULL, "Q9");
     dir = make_hf_dir("unknown-dtype", cfg, hdr, n);

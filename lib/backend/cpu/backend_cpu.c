@@ -18,6 +18,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_mla.h"
+#include "backend/cpu/deepseek_v4_ops.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_packed.h"
@@ -50,6 +51,7 @@ struct backend_kv {
 struct backend_moe {
     int32_t n_expert;
     const model_tensor **gate, **up, **down;
+    float swiglu_limit; /* > 0: the clipped SwiGLU (DeepSeek-V4) */
 };
 
 /* A growable f32 or byte buffer, grown only while loading. */
@@ -75,6 +77,7 @@ typedef struct cpu_backend {
     grow_buf xe, ye;   /* MoE: f32 [max_rows, n_embd] */
     grow_buf gate, up; /* MoE: f32 [max_rows, n_ff] */
     cpu_route_scratch *rs;
+    float *index_scores; /* the lightning indexer: f32 [n_threads, max_ctx + 1] */
 } cpu_backend;
 
 static cpu_backend *cpu(backend *be)
@@ -120,6 +123,7 @@ static void be_free(backend *be)
                         &c->lat_rows, &c->xe,     &c->ye,     &c->gate, &c->up};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->p);
     free(c->rs);
+    free(c->index_scores);
     cpu_threadpool_free(c->pool);
     free(c);
 }
@@ -276,7 +280,7 @@ static di_status be_rope_create(backend *be, const backend_rope_params *p, const
 
 static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matrix *const *gate,
                                const backend_matrix *const *up, const backend_matrix *const *down,
-                               const backend_moe **out, di_error **err)
+                               float swiglu_limit, const backend_moe **out, di_error **err)
 {
     cpu_backend *c = cpu(be);
     struct backend_moe *m = own(c, calloc(1, sizeof *m));
@@ -286,6 +290,7 @@ static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matr
         return di_error_setf(err, n_expert <= 0 ? DI_ERR_INVALID_ARGUMENT : DI_ERR_OUT_OF_MEMORY,
                              "cannot hold %d experts", (int)n_expert);
     m->n_expert = n_expert;
+    m->swiglu_limit = swiglu_limit;
     m->gate = t;
     m->up = t + n_expert;
     m->down = t + 2 * (ptrdiff_t)n_expert;
@@ -516,7 +521,68 @@ static void be_moe_experts(backend *be, const backend_moe *moe, const float *x, 
     cpu_backend *c = cpu(be);
     cpu_moe_scratch s = {c->xe.p, c->ye.p, c->gate.p, c->up.p, c->act.p};
     cpu_moe_experts(c->pool, moe->n_expert, moe->gate, moe->up, moe->down, x, n, sel, weight, k,
-                    out, accumulate, &s, c->opt.use_ref);
+                    out, accumulate, &s, c->opt.use_ref, moe->swiglu_limit);
+}
+
+static void be_copy_rows(backend *be, float *dst, int64_t dst_stride, const float *src,
+                         int64_t src_stride, int64_t width, int64_t n)
+{
+    (void)be;
+    for (int64_t t = 0; t < n; t++)
+        memcpy(dst + t * dst_stride, src + t * src_stride, (size_t)width * sizeof *dst);
+}
+
+static void be_silu_mul_clamp(backend *be, float *gate, const float *up, int64_t n, float limit)
+{
+    (void)be;
+    if (limit > 0.0f)
+        cpu_silu_mul_clamp(gate, up, n, limit);
+    else
+        cpu_silu_mul(gate, up, n);
+}
+
+static void be_hc_pre(backend *be, const float *mix, const float *base, const float *scale, int hc,
+                      int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
+                      float *collapsed, float *post, float *comb)
+{
+    (void)be;
+    cpu_hc_pre(mix, base, scale, hc, sinkhorn_iters, eps, x, n_embd, n, collapsed, post, comb);
+}
+
+static void be_hc_post(backend *be, const float *x, const float *y, const float *post,
+                       const float *comb, int hc, int64_t n_embd, int64_t n, float *out)
+{
+    (void)be;
+    cpu_hc_post(x, y, post, comb, hc, n_embd, n, out);
+}
+
+static void be_compress_pool(backend *be, const float *kv, const float *gate, int64_t ring,
+                             int64_t row_stride, const float *bias, int rate, int64_t width,
+                             int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride)
+{
+    (void)be;
+    cpu_compress_pool(kv, gate, ring, row_stride, bias, rate, width, overlap, e0, n, out,
+                      out_stride);
+}
+
+static void be_indexer_topk(backend *be, const float *q, const float *w, int n_head,
+                            int64_t head_dim, int64_t n, const int64_t *pos, const float *keys,
+                            int64_t n_keys, int rate, float scale, float w_scale, int k,
+                            int32_t *sel)
+{
+    cpu_backend *c = cpu(be);
+    if (n_keys > c->opt.max_ctx) n_keys = c->opt.max_ctx; /* entries never outnumber tokens */
+    cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, n_keys, rate, scale, w_scale, k,
+                     sel, c->index_scores, c->opt.max_ctx + 1);
+}
+
+static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
+                              const int64_t *pos, const float *win, int64_t win_ring, int window,
+                              const float *comp, int64_t n_comp, int rate, const int32_t *sel,
+                              int k, const float *sinks, float scale, float *out)
+{
+    cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, win, win_ring, window, comp,
+                       n_comp, rate, sel, k, sinks, scale, out);
 }
 
 static const backend_ops cpu_ops = {
@@ -547,6 +613,13 @@ static const backend_ops cpu_ops = {
     .mla_attention = be_mla_attention,
     .moe_route = be_moe_route,
     .moe_experts = be_moe_experts,
+    .copy_rows = be_copy_rows,
+    .silu_mul_clamp = be_silu_mul_clamp,
+    .hc_pre = be_hc_pre,
+    .hc_post = be_hc_post,
+    .compress_pool = be_compress_pool,
+    .indexer_topk = be_indexer_topk,
+    .sink_attention = be_sink_attention,
 };
 
 di_status backend_cpu_create(const backend_options *opt, backend **out, di_error **err)
@@ -563,6 +636,12 @@ di_status backend_cpu_create(const backend_options *opt, backend **out, di_error
         int n = c->opt.n_threads;
         free(c);
         return di_error_setf(err, st, "cannot start %d threads", n);
+    }
+    c->index_scores =
+        malloc((size_t)cpu_threadpool_size(c->pool) * (size_t)(c->opt.max_ctx + 1) * sizeof(float));
+    if (!c->index_scores) {
+        be_free(&c->base);
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the CPU backend");
     }
     *out = &c->base;
     return DI_OK;

@@ -25,9 +25,22 @@ void cpu_moe_route(const backend_route_params *c, const float *bias, const float
     if (n <= 0 || n > 4096 || ng <= 0 || per <= 0 || k <= 0 || k > n) return; /* checked at load */
     if (c->gating == MODEL_EXPERT_GATING_SIGMOID) {
         for (int32_t e = 0; e < n; e++) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+    } else if (c->gating == MODEL_EXPERT_GATING_SQRTSOFTPLUS) {
+        /* torch's softplus: x itself above its threshold of 20 */
+        for (int32_t e = 0; e < n; e++)
+            scores[e] = sqrtf(logits[e] > 20.0f ? logits[e] : log1pf(expf(logits[e])));
     } else {
         memcpy(scores, logits, (size_t)n * sizeof *scores);
         cpu_softmax(scores, n);
+    }
+    if (c->topk_method == MODEL_TOPK_HASH) { /* the experts are given: weigh them */
+        double total = 0.0;
+        for (int32_t i = 0; i < k; i++) total += scores[sel[i] >= 0 && sel[i] < n ? sel[i] : 0];
+        for (int32_t i = 0; i < k; i++) {
+            float s = scores[sel[i] >= 0 && sel[i] < n ? sel[i] : 0];
+            w[i] = (float)(s / (total + 1e-20)) * c->routed_scaling_factor;
+        }
+        return;
     }
     for (int32_t e = 0; e < n; e++)
         choice[e] = scores[e] + (c->topk_method == MODEL_TOPK_NOAUX_TC && bias ? bias[e] : 0.0f);
@@ -75,7 +88,7 @@ void cpu_moe_route(const backend_route_params *c, const float *bias, const float
 
 void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *wu,
              const model_tensor *wd, const float *x, int64_t n, float *y, float *gate, float *up,
-             void *act, int use_ref)
+             void *act, int use_ref, float limit)
 {
     if (cpu_matmul_can_share(wg, wu)) {
         const model_tensor *w[2] = {wg, wu};
@@ -85,14 +98,17 @@ void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *w
         cpu_matmul(pool, wg, NULL, x, n, gate, act, use_ref);
         cpu_matmul(pool, wu, NULL, x, n, up, act, use_ref);
     }
-    cpu_silu_mul(gate, up, n * wg->ne[1]);
+    if (limit > 0.0f)
+        cpu_silu_mul_clamp(gate, up, n * wg->ne[1], limit);
+    else
+        cpu_silu_mul(gate, up, n * wg->ne[1]);
     cpu_matmul(pool, wd, NULL, gate, n, y, act, use_ref);
 }
 
 void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor *const *gate,
                      const model_tensor *const *up, const model_tensor *const *down, const float *x,
                      int64_t n, const int32_t *sel, const float *weight, int32_t k, float *out,
-                     int accumulate, const cpu_moe_scratch *s, int use_ref)
+                     int accumulate, const cpu_moe_scratch *s, int use_ref, float limit)
 {
     const int64_t E = gate[0]->ne[0];
     if (!accumulate) memset(out, 0, (size_t)(n * E) * sizeof *out);
@@ -103,7 +119,8 @@ void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor 
             for (int64_t i = 0; i < k; i++)
                 if (sel[t * k + i] == e) memcpy(s->xe + m++ * E, x + t * E, (size_t)E * sizeof *x);
         if (m == 0) continue;
-        cpu_mlp(pool, gate[e], up[e], down[e], s->xe, m, s->ye, s->gate, s->up, s->act, use_ref);
+        cpu_mlp(pool, gate[e], up[e], down[e], s->xe, m, s->ye, s->gate, s->up, s->act, use_ref,
+                limit);
         m = 0;
         for (int64_t t = 0; t < n; t++)
             for (int64_t i = 0; i < k; i++)

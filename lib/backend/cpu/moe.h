@@ -8,7 +8,10 @@
  * (divided by their sum + 1e-20 when norm_topk_prob) times
  * routed_scaling_factor. V2: s = softmax(logits), top-k of s (GREEDY) or of s
  * within the topk_group groups with the largest max (GROUP_LIMITED), weights
- * s[top-k] * routed_scaling_factor. Ties go to the lowest index, as
+ * s[top-k] * routed_scaling_factor. V4 (DeepSeek-V4's routers): s =
+ * sqrt(softplus(logits)) or sigmoid, top-k of s + bias in one group (NOAUX_TC)
+ * or the experts given by the hash table (HASH), weights s[sel] / (sum +
+ * 1e-20) * routed_scaling_factor. Ties go to the lowest index, as
  * torch.topk on these inputs. Roofline per token: O(n_expert * k) compares, no
  * weight reads.
  *
@@ -48,16 +51,18 @@ typedef struct cpu_moe_scratch {
 } cpu_moe_scratch;
 
 /* out[t] (+)= sum_i weight[t * k + i] * Expert_{sel[t * k + i]}(x[t]) for n
- * rows of n_embd (backend.h, moe_experts). gate, up, down: [n_expert]. */
+ * rows of n_embd (backend.h, moe_experts). gate, up, down: [n_expert]; limit
+ * as cpu_mlp's. */
 void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor *const *gate,
                      const model_tensor *const *up, const model_tensor *const *down, const float *x,
                      int64_t n, const int32_t *sel, const float *weight, int32_t k, float *out,
-                     int accumulate, const cpu_moe_scratch *s, int use_ref);
+                     int accumulate, const cpu_moe_scratch *s, int use_ref, float limit);
 
 /* y = (SiLU(x Wg) * (x Wu)) Wd over n rows, through gate/up [n, n_ff] scratch;
- * Wg and Wu share one quantization of x when their formats allow. */
+ * Wg and Wu share one quantization of x when their formats allow. limit > 0
+ * clips the SwiGLU as cpu_silu_mul_clamp (DeepSeek-V4's swiglu_limit). */
 void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *wu,
              const model_tensor *wd, const float *x, int64_t n, float *y, float *gate, float *up,
-             void *act, int use_ref);
+             void *act, int use_ref, float limit);
 
 #endif

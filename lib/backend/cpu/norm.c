@@ -11,6 +11,9 @@ void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n_tokens, int
         double sum = 0;
         for (int64_t i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]); /* as ggml */
         float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-        for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * w[i];
+        if (w)
+            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale * w[i];
+        else
+            for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * scale;
     }
 }

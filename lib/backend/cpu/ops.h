@@ -11,7 +11,7 @@
 #include "deepinfer/deepinfer.h"
 
 /* y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, for n_tokens rows of n floats
- * (y may equal x). The mean of squares is accumulated in double, as ggml's
+ * (y may equal x; w NULL: unweighted). The mean of squares is accumulated in double, as ggml's
  * rms_norm (squares in f32, summed in double). Roofline: 8n bytes read + 4n written per row, 4n
  * FLOPs. */
 void cpu_rmsnorm(const float *x, const float *w, float *y, int64_t n_tokens, int64_t n, float eps);
@@ -55,5 +55,10 @@ void cpu_softmax(float *x, int64_t n);
 /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.
  * Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
 void cpu_silu_mul(float *gate, const float *up, int64_t n);
+
+/* DeepSeek-V4's clipped SwiGLU (transformers' DeepseekV4MLP / Experts):
+ * gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit). Roofline
+ * as cpu_silu_mul's. */
+void cpu_silu_mul_clamp(float *gate, const float *up, int64_t n, float limit);
 
 #endif

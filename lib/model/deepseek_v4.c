@@ -1,0 +1,694 @@
+/* DeepSeek-V4 forward pass (deepseek_v4.h), on the device behind
+ * backend/backend.h, as transformers 5.24's DeepseekV4ForCausalLM computes it
+ * (the V4 paper's sections cited there).
+ *
+ * The residual is hc streams per token (mHC, §2.2): x [n, hc, n_embd], the
+ * embedding copied into each. Per layer, each of the two blocks:
+ *   mix = fn · RMSNorm(flatten(x))                 (unweighted norm, [n, (2 + hc) hc])
+ *   pre, post, comb = hc_pre(mix);  c = sum_j pre_j x_j
+ *   y = Block(RMSNorm(c) * norm_weight)            (attention, then the MoE)
+ *   x_k = post_k y + sum_j comb[j, k] x_j           (hc_post)
+ * then c = sum_j pre_j x_j with the head's pre only, logits = RMSNorm(c) ·
+ * output_norm · Woutput.
+ *
+ * Attention (§2.3), one K = V head shared by every query head:
+ *   qa = RMSNorm(h Wq_a) * q_a_norm;  q = UnweightedRMSNorm_per_head(qa Wq_b)
+ *   kv = RMSNorm(h Wkv) * kv_norm;  RoPE on the last qk_rope_head_dim of each
+ *   (adjacent pairs; the "main" table on sliding layers, the "compress" one,
+ *   compress_rope_theta with its YaRN, on CSA/HCA layers)
+ *   keys: the window's last sliding_window kv rows, plus the compressor's
+ *   entries (HCA: every finished one; CSA: the lightning indexer's top-k)
+ *   o = softmax([q·k / sqrt(head_dim), sink_h]) without the sink · keys
+ *   o's rope part rotated back by -pos; out = grouped(o) Wo_b, the heads in
+ *   o_groups groups each projected by its rows of Wo_a to o_lora_rank.
+ * Compressor (CSA rate 4 with two overlapping series, HCA rate 128): the
+ * window's rows h Wkv_c and h Wgate_c pooled by a softmax over the window
+ * (plus position_bias), RMSNorm'd, rotated at the window's first position. The
+ * indexer runs its own compressor at index_head_dim over the same windows and
+ * scores queries qa Wq_b_i with weights h Wweights (§2.3.1).
+ * MoE (§2.1): hash layers take tid2eid[token]'s experts, the others the top-k
+ * of sqrtsoftplus (or sigmoid) scores + the correction bias; weights the
+ * scores renormalised times routed_scaling_factor; routed experts and one
+ * shared expert, every SwiGLU clipped at swiglu_limit.
+ *
+ * The cache of the one sequence, per layer: a ring of window + n_batch kv
+ * rows, rings of 2 rate + n_batch compressor (and indexer) rows (the windows
+ * a chunk closes), and the emitted entries. */
+#include "model/deepseek_v4.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "model/load.h"
+#include "model/model_internal.h"
+#include "util/error.h"
+
+typedef struct v4_compressor {
+    const backend_matrix *kv, *gate; /* [cw, n_embd], cw = width (HCA) or 2 width (CSA) */
+    const float *bias;               /* position_bias [rate, cw] */
+    const float *norm;               /* [width] */
+    int64_t width, cw;
+    int rate, overlap;
+    float *kv_ring, *gate_ring; /* [ring, cw] */
+    float *entries;             /* [max_entries, width] */
+    int64_t n_entries;
+} v4_compressor;
+
+typedef struct v4_layer {
+    model_v4_attention kind;
+    int hash;
+    const float *attn_norm, *ffn_norm, *q_a_norm, *kv_norm, *sinks;
+    const backend_matrix *wq_a, *wq_b, *wkv, *wo_b;
+    const backend_matrix **wo_a; /* [o_groups]: rows g o_lora_rank .. of o_a_proj */
+    const backend_matrix *attn_fn, *ffn_fn;
+    const float *attn_base, *attn_scale, *ffn_base, *ffn_scale;
+    const backend_rope *rope; /* main (sliding) or compress */
+    v4_compressor comp, index;
+    const backend_matrix *iq_b, *iw; /* the indexer's query and weights projections */
+    const backend_matrix *gate_inp, *sh_gate, *sh_up, *sh_down;
+    const float *exp_probs_b;
+    int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
+    const backend_moe *experts;
+    float *win; /* ring [win_ring, head_dim] */
+} v4_layer;
+
+struct dsv4 {
+    const model_weights *w;
+    model_config cfg;
+    model_options opt;
+    backend *be;
+    v4_layer *layers;
+    model_tensor **views; /* row views of fused weights, owned (one array per layer) */
+    const backend_matrix *tok_embd, *output, *head_fn;
+    const float *output_norm, *head_base, *head_scale;
+    const backend_rope *rope_main, *rope_comp;
+    backend_route_params route, route_hash;
+    int64_t n_past, win_ring, comp_ring;
+    int hc, n_mix;
+    /* activations [n_batch, ...] */
+    float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
+        *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
+    /* host [n_batch, ...] */
+    int64_t *pos, *neg_pos, *entry_pos;
+    int32_t *index_sel, *sel;
+    float *sel_w;
+};
+
+/* A tensor of the layer: "model.layers.<i>.<suffix>". */
+static const model_tensor *layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
+                                        uint32_t n_dims, const int64_t *ne, di_error **err,
+                                        di_status *st)
+{
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%u.%s", i, suffix);
+    const model_tensor *t = NULL;
+    *st = model_weights_require(d->w, name, n_dims, ne, &t, err);
+    return t;
+}
+
+/* A 1-D f32 copy in the backend of any tensor of n elements (its shape checked
+ * by the caller), through a flattened view. */
+static di_status flat_vector(dsv4 *d, model_tensor *view, const model_tensor *t, const float **out,
+                             di_error **err)
+{
+    *view = *t;
+    view->n_dims = 1;
+    view->ne[0] = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    view->ne[1] = view->ne[2] = view->ne[3] = 1;
+    return d->be->ops->vector(d->be, view, out, err);
+}
+
+/* Rows [r0, r0 + n) of the 2-D weight (or of a stacked 3-D one, as rows of
+ * [ne[2] ne[1], ne[0]]) t, as a matrix; fp8 block scales follow when the rows
+ * stay within 128-row blocks as the whole weight has them. */
+static di_status row_view(dsv4 *d, model_tensor *view, model_tensor *scale_view,
+                          const model_tensor *t, const model_tensor *scale, int64_t r0, int64_t n,
+                          const backend_matrix **out, di_error **err)
+{
+    const int64_t cols = t->ne[0];
+    size_t row_bytes = t->n_bytes / (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+    *view = *t;
+    view->n_dims = 2;
+    view->ne[1] = n;
+    view->ne[2] = view->ne[3] = 1;
+    view->data = (const char *)t->data + (size_t)r0 * row_bytes;
+    view->n_bytes = (size_t)n * row_bytes;
+    view->scale = NULL;
+    if (t->dtype == MODEL_DTYPE_FP8_E4M3) {
+        if (!scale)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: fp8 without its block scales",
+                                 t->name);
+        /* per 2-D matrix (ne[1] rows), ceil(ne[1] / 128) scale rows */
+        const int64_t rows = t->ne[1], srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+        int64_t m = r0 / rows, local = r0 % rows; /* the stacked matrix and its row */
+        if ((local % 128 != 0 && local % 128 + n > 128) || local + n > rows)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: rows %lld..%lld cross its 128-row fp8 scale blocks", t->name,
+                                 (long long)r0, (long long)(r0 + n));
+        *scale_view = *scale;
+        scale_view->n_dims = 2;
+        scale_view->ne[0] = scols;
+        scale_view->ne[1] = (n + 127) / 128;
+        scale_view->ne[2] = scale_view->ne[3] = 1;
+        scale_view->data = (const float *)scale->data + (m * srows + local / 128) * scols;
+        scale_view->n_bytes = (size_t)(scale_view->ne[1] * scols) * sizeof(float);
+        view->scale = scale_view;
+    }
+    return d->be->ops->matrix(d->be, view, out, err);
+}
+
+/* The weight_scale_inv of a fused tensor (its name + "_scale_inv"), or NULL. */
+static const model_tensor *fused_scale(const dsv4 *d, const model_tensor *t)
+{
+    char name[200];
+    snprintf(name, sizeof name, "%s_scale_inv", t->name);
+    return model_weights_get(d->w, name);
+}
+
+static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_compressor *c,
+                                 int64_t width, int rate, int overlap, model_tensor *views,
+                                 di_error **err)
+{
+    const model_config *cf = &d->cfg;
+    const int64_t E = cf->n_embd, cw = overlap ? 2 * width : width;
+    char name[160];
+    di_status st;
+    c->width = width;
+    c->cw = cw;
+    c->rate = rate;
+    c->overlap = overlap;
+    snprintf(name, sizeof name, "model.layers.%u.%s.kv_proj.weight", i, prefix);
+    if ((st = model_matrix(d->w, d->be, name, E, cw, &c->kv, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "model.layers.%u.%s.gate_proj.weight", i, prefix);
+    if ((st = model_matrix(d->w, d->be, name, E, cw, &c->gate, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "model.layers.%u.%s.kv_norm.weight", i, prefix);
+    if ((st = model_vector(d->w, d->be, name, width, &c->norm, err)) != DI_OK) return st;
+    snprintf(name, sizeof name, "model.layers.%u.%s.position_bias", i, prefix);
+    const model_tensor *pb;
+    int64_t ne[2] = {cw, rate};
+    if ((st = model_weights_require(d->w, name, 2, ne, &pb, err)) != DI_OK) return st;
+    if ((st = flat_vector(d, &views[0], pb, &c->bias, err)) != DI_OK) return st;
+    const backend_ops *op = d->be->ops;
+    if (!(c->kv_ring = op->alloc(d->be, d->comp_ring * cw)) ||
+        !(c->gate_ring = op->alloc(d->be, d->comp_ring * cw)) ||
+        !(c->entries = op->alloc(d->be, (d->opt.n_ctx / rate + 1) * width)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for layer %u's cache", i);
+    return DI_OK;
+}
+
+/* The routed experts: transformers' fused experts.gate_up_proj [E, 2 I, n_embd]
+ * and experts.down_proj [E, n_embd, I], or one gate/up/down_proj per expert. */
+static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *views, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    const int64_t E = c->n_embd, I = c->n_ff_exp, X = c->n_expert;
+    const backend_matrix **m = calloc((size_t)(3 * X), sizeof *m);
+    if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
+    const backend_matrix **gate = m, **up = m + X, **down = m + 2 * X;
+    di_status st = DI_OK;
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%u.mlp.experts.gate_up_proj", i);
+    if (model_weights_get(d->w, name)) {
+        int64_t ne_gu[3] = {E, 2 * I, X}, ne_d[3] = {I, E, X};
+        const model_tensor *gu = layer_tensor(d, i, "mlp.experts.gate_up_proj", 3, ne_gu, err, &st);
+        const model_tensor *dn =
+            st == DI_OK ? layer_tensor(d, i, "mlp.experts.down_proj", 3, ne_d, err, &st) : NULL;
+        for (int64_t e = 0; e < X && st == DI_OK; e++) {
+            model_tensor *v = views + 6 * e;
+            if ((st = row_view(d, &v[0], &v[1], gu, fused_scale(d, gu), e * 2 * I, I, &gate[e],
+                               err)) != DI_OK ||
+                (st = row_view(d, &v[2], &v[3], gu, fused_scale(d, gu), e * 2 * I + I, I, &up[e],
+                               err)) != DI_OK)
+                break;
+            st = row_view(d, &v[4], &v[5], dn, fused_scale(d, dn), e * E, E, &down[e], err);
+        }
+    } else {
+        for (int64_t e = 0; e < X && st == DI_OK; e++) {
+            const char *kinds[3] = {"gate_proj", "up_proj", "down_proj"};
+            const backend_matrix **dst[3] = {&gate[e], &up[e], &down[e]};
+            for (int k = 0; k < 3 && st == DI_OK; k++) {
+                snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%lld.%s.weight", i,
+                         (long long)e, kinds[k]);
+                st = model_matrix(d->w, d->be, name, k < 2 ? E : I, k < 2 ? I : E, dst[k], err);
+            }
+        }
+    }
+    if (st == DI_OK)
+        st = d->be->ops->moe_create(d->be, (int32_t)X, gate, up, down, c->v4.swiglu_limit,
+                                    &L->experts, err);
+    free((void *)m);
+    return st;
+}
+
+/* tid2eid [n_vocab, k] (I64 or I32) into a host int32 copy, every entry an
+ * expert. */
+static di_status load_tid2eid(dsv4 *d, uint32_t i, v4_layer *L, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.%u.mlp.gate.tid2eid", i);
+    const model_tensor *t = model_weights_get(d->w, name);
+    if (!t)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing (a hash layer)",
+                             name);
+    if (t->n_dims != 2 || t->ne[0] != c->n_expert_used || t->ne[1] != c->n_vocab ||
+        (t->dtype != MODEL_DTYPE_I64 && t->dtype != MODEL_DTYPE_I32))
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "tensor '%s' is not an integer table [%u, %u] (vocabulary x "
+                             "num_experts_per_tok)",
+                             name, c->n_vocab, c->n_expert_used);
+    const size_t n = (size_t)c->n_vocab * c->n_expert_used;
+    if (!(L->tid2eid = malloc(n * sizeof *L->tid2eid)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
+    for (size_t j = 0; j < n; j++) {
+        int64_t e = t->dtype == MODEL_DTYPE_I64 ? ((const int64_t *)t->data)[j]
+                                                : ((const int32_t *)t->data)[j];
+        if (e < 0 || e >= c->n_expert)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: entry %zu (token %zu) is %lld, not one of the %u experts",
+                                 name, j, j / c->n_expert_used, (long long)e, c->n_expert);
+        L->tid2eid[j] = (int32_t)e;
+    }
+    return DI_OK;
+}
+
+static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    v4_layer *L = &d->layers[i];
+    backend *be = d->be;
+    const int64_t E = c->n_embd, H = c->n_head, hd = c->head_dim, QL = c->q_lora_rank,
+                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, hcE = d->hc * E;
+    const size_t n_views = (size_t)(6 * c->n_expert + 2 * G + 8);
+    model_tensor *views = calloc(n_views, sizeof *views);
+    if (!views)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
+    d->views[i] = views;
+    char name[160];
+    di_status st;
+#define MAT(field, suffix, nin, nout)                                                              \
+    snprintf(name, sizeof name, "model.layers.%u." suffix, i);                                     \
+    if ((st = model_matrix(d->w, be, name, nin, nout, &L->field, err)) != DI_OK) return st
+#define VEC(field, suffix, n)                                                                      \
+    snprintf(name, sizeof name, "model.layers.%u." suffix, i);                                     \
+    if ((st = model_vector(d->w, be, name, n, &L->field, err)) != DI_OK) return st
+    L->kind = (model_v4_attention)v->attention[i];
+    L->hash = v->hash_moe[i];
+    L->rope = L->kind == MODEL_V4_SLIDING ? d->rope_main : d->rope_comp;
+    VEC(attn_norm, "input_layernorm.weight", E);
+    VEC(ffn_norm, "post_attention_layernorm.weight", E);
+    VEC(q_a_norm, "self_attn.q_a_norm.weight", QL);
+    VEC(kv_norm, "self_attn.kv_norm.weight", hd);
+    VEC(sinks, "self_attn.sinks", H);
+    MAT(wq_a, "self_attn.q_a_proj.weight", E, QL);
+    MAT(wq_b, "self_attn.q_b_proj.weight", QL, H * hd);
+    MAT(wkv, "self_attn.kv_proj.weight", E, hd);
+    MAT(wo_b, "self_attn.o_b_proj.weight", G * RO, E);
+    MAT(attn_fn, "attn_hc.fn", hcE, d->n_mix);
+    MAT(ffn_fn, "ffn_hc.fn", hcE, d->n_mix);
+    VEC(attn_base, "attn_hc.base", d->n_mix);
+    VEC(attn_scale, "attn_hc.scale", 3);
+    VEC(ffn_base, "ffn_hc.base", d->n_mix);
+    VEC(ffn_scale, "ffn_hc.scale", 3);
+    /* the grouped output projection: o_groups row blocks of o_a_proj */
+    int64_t ne_oa[2] = {in_g, G * RO};
+    const model_tensor *oa = layer_tensor(d, i, "self_attn.o_a_proj.weight", 2, ne_oa, err, &st);
+    if (st != DI_OK) return st;
+    if (!(L->wo_a = calloc((size_t)G, sizeof *L->wo_a)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
+    model_tensor *gv = views + 6 * c->n_expert;
+    for (int64_t g = 0; g < G; g++)
+        if ((st = row_view(d, &gv[2 * g], &gv[2 * g + 1], oa, oa->scale, g * RO, RO, &L->wo_a[g],
+                           err)) != DI_OK)
+            return st;
+    model_tensor *mv = gv + 2 * G; /* 8 more */
+    if (L->kind != MODEL_V4_SLIDING) {
+        int csa = L->kind == MODEL_V4_CSA;
+        int rate = (int)(csa ? v->compress_rate_csa : v->compress_rate_hca);
+        if ((st = load_compressor(d, i, "self_attn.compressor", &L->comp, hd, rate, csa, &mv[0],
+                                  err)) != DI_OK)
+            return st;
+        if (csa) {
+            const int64_t ihd = v->index_head_dim, IH = v->index_n_heads;
+            if ((st = load_compressor(d, i, "self_attn.compressor.indexer", &L->index, ihd, rate, 1,
+                                      &mv[1], err)) != DI_OK)
+                return st;
+            MAT(iq_b, "self_attn.compressor.indexer.q_b_proj.weight", QL, IH * ihd);
+            MAT(iw, "self_attn.compressor.indexer.scorer.weights_proj.weight", E, IH);
+        }
+    }
+    MAT(gate_inp, "mlp.gate.weight", E, c->n_expert);
+    MAT(sh_gate, "mlp.shared_experts.gate_proj.weight", E, c->n_ff_exp);
+    MAT(sh_up, "mlp.shared_experts.up_proj.weight", E, c->n_ff_exp);
+    MAT(sh_down, "mlp.shared_experts.down_proj.weight", c->n_ff_exp, E);
+    if (L->hash) {
+        if ((st = load_tid2eid(d, i, L, err)) != DI_OK) return st;
+    } else {
+        VEC(exp_probs_b, "mlp.gate.e_score_correction_bias", c->n_expert);
+    }
+#undef MAT
+#undef VEC
+    if (!(L->win = be->ops->alloc(be, d->win_ring * hd)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for layer %u's cache", i);
+    return load_experts(d, i, L, views, err);
+}
+
+di_status dsv4_load(const model_weights *w, const model_options *opt, backend *be, dsv4 **out,
+                    di_error **err)
+{
+    dsv4 *d = calloc(1, sizeof *d);
+    if (!d) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the model");
+    d->w = w;
+    d->cfg = *model_weights_config(w);
+    d->opt = *opt;
+    d->be = be;
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    const backend_ops *op = be->ops;
+    di_status st;
+    const int64_t E = c->n_embd, H = c->n_head, hd = c->head_dim, B = d->opt.n_batch,
+                  rd = c->qk_rope_head_dim, G = v->o_groups, RO = v->o_lora_rank;
+    d->hc = (int)v->hc_mult;
+    d->n_mix = (2 + d->hc) * d->hc;
+    d->win_ring = v->sliding_window + B;
+    uint32_t max_rate =
+        v->compress_rate_csa > v->compress_rate_hca ? v->compress_rate_csa : v->compress_rate_hca;
+    d->comp_ring = 2 * (int64_t)max_rate + B;
+    if ((st = model_embedding(w, be, "token_embd.weight", E, c->n_vocab, &d->tok_embd, err)) !=
+            DI_OK ||
+        (st = model_matrix(w, be, c->tie_embeddings ? "token_embd.weight" : "output.weight", E,
+                           c->n_vocab, &d->output, err)) != DI_OK ||
+        (st = model_vector(w, be, "output_norm.weight", E, &d->output_norm, err)) != DI_OK ||
+        (st = model_matrix(w, be, "model.hc_head.hc_fn", d->hc * E, d->hc, &d->head_fn, err)) !=
+            DI_OK ||
+        (st = model_vector(w, be, "model.hc_head.hc_base", d->hc, &d->head_base, err)) != DI_OK ||
+        (st = model_vector(w, be, "model.hc_head.hc_scale", 1, &d->head_scale, err)) != DI_OK)
+        goto fail;
+    /* RoPE over the last qk_rope_head_dim of each head: the main table (rope_theta,
+     * unscaled) and the compressed branches' (compress_rope_theta, the config's
+     * scaling) */
+    backend_rope_params rp = model_rope_params(c, (uint32_t)rd, 0);
+    rp.rope_scaling = MODEL_ROPE_SCALING_NONE;
+    if ((st = op->rope_create(be, &rp, &d->rope_main, err)) != DI_OK) goto fail;
+    rp = model_rope_params(c, (uint32_t)rd, 0);
+    rp.rope_theta = v->compress_rope_theta;
+    if ((st = op->rope_create(be, &rp, &d->rope_comp, err)) != DI_OK) goto fail;
+    d->route = (backend_route_params){
+        (int32_t)c->n_expert, (int32_t)c->n_expert_used, 1, 1,
+        c->expert_gating,     MODEL_TOPK_NOAUX_TC,       1, c->routed_scaling_factor};
+    d->route_hash = d->route;
+    d->route_hash.topk_method = MODEL_TOPK_HASH;
+    d->layers = calloc(c->n_layer, sizeof *d->layers);
+    d->views = calloc(c->n_layer, sizeof *d->views);
+    if (!d->layers || !d->views) {
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < c->n_layer; i++) {
+        if ((st = load_layer(d, i, err)) != DI_OK) goto fail;
+        if (d->opt.progress &&
+            d->opt.progress(d->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0) {
+            st = di_error_setf(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
+            goto fail;
+        }
+    }
+    const int64_t hcE = d->hc * E, ihd = v->index_head_dim, IH = v->index_n_heads, F = c->n_ff_exp,
+                  k = c->n_expert_used;
+    d->x = op->alloc(be, B * hcE);
+    d->x2 = op->alloc(be, B * hcE);
+    d->xn = op->alloc(be, B * hcE);
+    d->mix = op->alloc(be, B * d->n_mix);
+    d->col = op->alloc(be, B * E);
+    d->h = op->alloc(be, B * E);
+    d->post = op->alloc(be, B * d->hc);
+    d->comb = op->alloc(be, B * d->hc * d->hc);
+    d->qa = op->alloc(be, B * c->q_lora_rank);
+    d->q = op->alloc(be, B * H * hd);
+    d->kv = op->alloc(be, B * hd);
+    d->attn = op->alloc(be, B * H * hd);
+    d->grp_in = op->alloc(be, B * H * hd / G);
+    d->grp_out = op->alloc(be, B * RO);
+    d->oa = op->alloc(be, B * G * RO);
+    d->out = op->alloc(be, B * E);
+    d->ckv = op->alloc(be, B * 2 * (hd > ihd ? hd : ihd));
+    d->cg = op->alloc(be, B * 2 * (hd > ihd ? hd : ihd));
+    d->iq = op->alloc(be, B * IH * ihd);
+    d->iw = op->alloc(be, B * IH);
+    d->router = op->alloc(be, B * c->n_expert);
+    d->gate = op->alloc(be, B * F);
+    d->up = op->alloc(be, B * F);
+    d->pos = malloc((size_t)B * sizeof *d->pos);
+    d->neg_pos = malloc((size_t)B * sizeof *d->neg_pos);
+    d->entry_pos = malloc((size_t)(B + 2) * sizeof *d->entry_pos);
+    d->index_sel = malloc((size_t)(B * v->index_topk) * sizeof *d->index_sel);
+    d->sel = malloc((size_t)(B * k) * sizeof *d->sel);
+    d->sel_w = malloc((size_t)(B * k) * sizeof *d->sel_w);
+    if (!d->x || !d->x2 || !d->xn || !d->mix || !d->col || !d->h || !d->post || !d->comb ||
+        !d->qa || !d->q || !d->kv || !d->attn || !d->grp_in || !d->grp_out || !d->oa || !d->out ||
+        !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pos ||
+        !d->neg_pos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w) {
+        st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
+        goto fail;
+    }
+    *out = d;
+    return DI_OK;
+fail:
+    dsv4_free(d);
+    return st;
+}
+
+void dsv4_free(dsv4 *d)
+{
+    if (!d) return;
+    for (uint32_t i = 0; d->layers && i < d->cfg.n_layer; i++) {
+        free(d->layers[i].tid2eid);
+        free((void *)d->layers[i].wo_a);
+    }
+    for (uint32_t i = 0; d->views && i < d->cfg.n_layer; i++) free(d->views[i]);
+    free(d->views);
+    free(d->layers);
+    free(d->pos);
+    free(d->neg_pos);
+    free(d->entry_pos);
+    free(d->index_sel);
+    free(d->sel);
+    free(d->sel_w);
+    free(d);
+}
+
+int64_t dsv4_n_past(const dsv4 *d)
+{
+    return d->n_past;
+}
+
+void dsv4_reset(dsv4 *d)
+{
+    d->n_past = 0;
+    for (uint32_t i = 0; i < d->cfg.n_layer; i++)
+        d->layers[i].comp.n_entries = d->layers[i].index.n_entries = 0;
+}
+
+size_t dsv4_kv_bytes_per_token(const dsv4 *d)
+{
+    const model_config *c = &d->cfg;
+    const double ctx = (double)d->opt.n_ctx;
+    double per = 0.0;
+    for (uint32_t i = 0; i < c->n_layer; i++) {
+        const v4_layer *L = &d->layers[i];
+        per += (double)d->win_ring * (double)c->head_dim / ctx; /* the window */
+        if (L->kind == MODEL_V4_SLIDING) continue;
+        per += (double)L->comp.width / L->comp.rate + 2.0 * (double)d->comp_ring * L->comp.cw / ctx;
+        if (L->kind == MODEL_V4_CSA)
+            per += (double)L->index.width / L->index.rate +
+                   2.0 * (double)d->comp_ring * L->index.cw / ctx;
+    }
+    return (size_t)ceil(per * sizeof(float));
+}
+
+/* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
+ * rows of positions pos0.. (row p % ring). */
+static void ring_store(backend *be, float *ring, int64_t ring_rows, int64_t width, const float *src,
+                       int64_t src_stride, int64_t pos0, int64_t n)
+{
+    int64_t done = 0;
+    while (done < n) {
+        int64_t r = (pos0 + done) % ring_rows, run = ring_rows - r;
+        if (run > n - done) run = n - done;
+        be->ops->copy_rows(be, ring + r * width, width, src + done * src_stride, src_stride, width,
+                           run);
+        done += run;
+    }
+}
+
+/* The compressor's projections of the n rows of d->h at positions pos0.. into
+ * its rings, and the entries the chunk completes (pooled, normalised, rotated
+ * at their windows' first positions). */
+static void compress(dsv4 *d, const v4_layer *L, v4_compressor *c, int64_t pos0, int64_t n)
+{
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const backend_matrix *w[2] = {c->kv, c->gate};
+    float *y[2] = {d->ckv, d->cg};
+    op->matmul(be, 2, w, NULL, d->h, n, y);
+    ring_store(be, c->kv_ring, d->comp_ring, c->cw, d->ckv, c->cw, pos0, n);
+    ring_store(be, c->gate_ring, d->comp_ring, c->cw, d->cg, c->cw, pos0, n);
+    const int64_t e0 = c->n_entries, e1 = (pos0 + n) / c->rate;
+    if (e1 <= e0) return;
+    float *dst = c->entries + e0 * c->width;
+    op->compress_pool(be, c->kv_ring, c->gate_ring, d->comp_ring, c->cw, c->bias, c->rate, c->width,
+                      c->overlap, e0, e1 - e0, dst, c->width);
+    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width, d->cfg.rms_norm_eps);
+    const int64_t rd = d->cfg.qk_rope_head_dim;
+    for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
+    op->rope(be, L->rope, dst + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
+    c->n_entries = e1;
+}
+
+/* Attention of layer L for the n rows of d->h (positions d->pos from pos0):
+ * the output projection's result in d->out. */
+static void attention(dsv4 *d, v4_layer *L, int64_t pos0, int64_t n)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank,
+                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G;
+    const float eps = c->rms_norm_eps;
+    op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
+    op->rmsnorm(be, d->qa, QL, L->q_a_norm, d->qa, QL, n, QL, eps);
+    op->matmul(be, 1, &L->wq_b, NULL, d->qa, n, &d->q);
+    op->rmsnorm(be, d->q, hd, NULL, d->q, hd, n * H, hd, eps);
+    op->rope(be, L->rope, d->q + hd - rd, n, H * hd, (int)H, hd, d->pos);
+    op->matmul(be, 1, &L->wkv, NULL, d->h, n, &d->kv);
+    op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, n, hd, eps);
+    op->rope(be, L->rope, d->kv + hd - rd, n, hd, 1, hd, d->pos);
+    ring_store(be, L->win, d->win_ring, hd, d->kv, hd, pos0, n);
+    const int32_t *sel = NULL;
+    if (L->kind != MODEL_V4_SLIDING) compress(d, L, &L->comp, pos0, n);
+    if (L->kind == MODEL_V4_CSA) {
+        const int64_t IH = v->index_n_heads, ihd = v->index_head_dim;
+        compress(d, L, &L->index, pos0, n);
+        op->matmul(be, 1, &L->iq_b, NULL, d->qa, n, &d->iq);
+        op->rope(be, L->rope, d->iq + ihd - rd, n, IH * ihd, (int)IH, ihd, d->pos);
+        op->matmul(be, 1, &L->iw, NULL, d->h, n, &d->iw);
+        op->indexer_topk(be, d->iq, d->iw, (int)IH, ihd, n, d->pos, L->index.entries,
+                         L->index.n_entries, L->index.rate, 1.0f / sqrtf((float)ihd),
+                         1.0f / sqrtf((float)IH), (int)v->index_topk, d->index_sel);
+        sel = d->index_sel;
+    }
+    op->sink_attention(be, d->q, (int)H, hd, n, d->pos, L->win, d->win_ring, (int)v->sliding_window,
+                       L->kind == MODEL_V4_SLIDING ? NULL : L->comp.entries, L->comp.n_entries,
+                       L->comp.rate ? L->comp.rate : 1, sel, (int)v->index_topk, L->sinks,
+                       1.0f / sqrtf((float)hd), d->attn);
+    /* K = V carried RoPE into the values: rotate the output's rope part back */
+    op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
+    for (int64_t g = 0; g < G; g++) {
+        op->copy_rows(be, d->grp_in, in_g, d->attn + g * in_g, H * hd, in_g, n);
+        op->matmul(be, 1, &L->wo_a[g], NULL, d->grp_in, n, &d->grp_out);
+        op->copy_rows(be, d->oa + g * RO, G * RO, d->grp_out, RO, RO, n);
+    }
+    op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
+}
+
+/* The MoE of layer L for the n rows of d->h (tokens: the rows' ids) into
+ * d->out: the shared expert, then the routed ones added. */
+static void moe(dsv4 *d, const v4_layer *L, const int32_t *tokens, int64_t n)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t k = c->n_expert_used;
+    op->matmul(be, 1, &L->gate_inp, NULL, d->h, n, &d->router);
+    if (L->hash) {
+        for (int64_t t = 0; t < n; t++)
+            memcpy(d->sel + t * k, L->tid2eid + (int64_t)tokens[t] * k, (size_t)k * sizeof *d->sel);
+        op->moe_route(be, &d->route_hash, NULL, d->router, n, d->sel, d->sel_w);
+    } else {
+        op->moe_route(be, &d->route, L->exp_probs_b, d->router, n, d->sel, d->sel_w);
+    }
+    const backend_matrix *w[2] = {L->sh_gate, L->sh_up};
+    float *y[2] = {d->gate, d->up};
+    op->matmul(be, 2, w, NULL, d->h, n, y);
+    op->silu_mul_clamp(be, d->gate, d->up, n * c->n_ff_exp, c->v4.swiglu_limit);
+    op->matmul(be, 1, &L->sh_down, NULL, d->gate, n, &d->out);
+    op->moe_experts(be, L->experts, d->h, n, d->sel, d->sel_w, (int32_t)k, d->out, 1);
+}
+
+/* One mHC-wrapped block: collapse the streams of d->x into d->h (normed by
+ * norm), run the block (attention, or the MoE when tokens), expand back. */
+static void hc_block(dsv4 *d, v4_layer *L, const backend_matrix *fn, const float *base,
+                     const float *scale, const float *norm, const int32_t *tokens, int64_t pos0,
+                     int64_t n)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hcE = d->hc * E;
+    op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+    op->matmul(be, 1, &fn, NULL, d->xn, n, &d->mix);
+    op->hc_pre(be, d->mix, base, scale, d->hc, (int)c->v4.hc_sinkhorn_iters, c->v4.hc_eps, d->x, E,
+               n, d->col, d->post, d->comb);
+    op->rmsnorm(be, d->col, E, norm, d->h, E, n, E, c->rms_norm_eps);
+    if (tokens)
+        moe(d, L, tokens, n);
+    else
+        attention(d, L, pos0, n);
+    op->hc_post(be, d->x, d->out, d->post, d->comb, d->hc, E, n, d->x2);
+    float *t = d->x;
+    d->x = d->x2;
+    d->x2 = t;
+}
+
+/* n <= n_batch tokens at positions n_past..: logits of every row (all) or
+ * the last (else) when logits is not NULL. */
+static void forward_chunk(dsv4 *d, const int32_t *tokens, int64_t n, float *logits, int all)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hcE = d->hc * E, pos0 = d->n_past;
+    for (int64_t t = 0; t < n; t++) {
+        d->pos[t] = pos0 + t;
+        d->neg_pos[t] = -(pos0 + t);
+    }
+    op->embed(be, d->tok_embd, tokens, n, d->h, E);
+    for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        v4_layer *L = &d->layers[l];
+        hc_block(d, L, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, pos0, n);
+        hc_block(d, L, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, tokens, pos0, n);
+    }
+    d->n_past += n;
+    if (!logits) return;
+    op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+    op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);
+    op->hc_pre(be, d->mix, d->head_base, d->head_scale, d->hc, 0, c->v4.hc_eps, d->x, E, n, d->col,
+               NULL, NULL);
+    model_batch_item it = {NULL, tokens, n, 1};
+    model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, &it, 1, n, logits,
+                 all);
+}
+
+di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
+                       int all_logits, di_error **err)
+{
+    if (n_tokens > d->opt.n_ctx - d->n_past)
+        return di_error_setf(
+            err, DI_ERR_CONTEXT_LENGTH,
+            "%lld tokens after %lld already in the sequence exceed the context of %lld",
+            (long long)n_tokens, (long long)d->n_past, (long long)d->opt.n_ctx);
+    for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
+        int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
+        int last = done + n == n_tokens;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + done * (int64_t)d->cfg.n_vocab;
+        if (logits && !all_logits && last) out = logits;
+        forward_chunk(d, tokens + done, n, out, all_logits);
+    }
+    return DI_OK;
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Make the DeepSeek-V4 parity fixtures (tests/fixtures/model/README.md says the format).
+
+    make_dsv4_fixtures.py [NAME ...]           tiny DeepSeek-V4 checkpoints into tests/fixtures/model/
+    make_dsv4_fixtures.py --check [NAME ...]   regenerate into a scratch folder and compare
+
+Each checkpoint is transformers 5.24's DeepseekV4ForCausalLM built from a fixed
+seed, saved by save_pretrained, with reference.json (prompt, argmax, greedy),
+logits.f32 (every prompt position) and sequence_logits.f32 (prompt + greedy in one
+pass). The configs are small enough that 48 tokens cross every branch: a sliding
+window of 8, CSA compressing every 4 tokens with a top-3 lightning indexer, HCA
+every 8, hash-routed MoE layers then scored ones, mHC with 4 streams.
+
+Run with the model oracle venv (scripts/oracle-venv.sh --model).
+"""
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import make_model_fixtures as mmf  # noqa: E402
+
+N_PROMPT = mmf.N_PROMPT
+N_GREEDY = mmf.N_GREEDY
+
+SW, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
+
+# name -> (config overrides, storage dtype, seed salt)
+DSV4 = {
+    # every layer type, two hash layers then scored (sqrtsoftplus) MoE, plain RoPE
+    "dsv4-sqrtsoftplus-f32": (dict(layer_types=[SW, CSA, HCA, CSA],
+                                   mlp_layer_types=["hash_moe", "hash_moe", "moe", "moe"]),
+                              "float32", 1),
+    # sigmoid scoring, YaRN on the compressed branches, bf16 storage
+    "dsv4-sigmoid-yarn-bf16": (dict(layer_types=[HCA, CSA, SW],
+                                    mlp_layer_types=["hash_moe", "moe", "moe"],
+                                    scoring_func="sigmoid",
+                                    rope_parameters=dict(rope_type="yarn", factor=4.0,
+                                                         original_max_position_embeddings=32,
+                                                         beta_fast=32, beta_slow=1)),
+                               "bfloat16", 0),
+    # DeepSeek's fp8-e4m3 projections with 128x128 block scales (the compressor
+    # and indexer projections stay bf16, as V4-Flash ships them)
+    "dsv4-fp8": (dict(layer_types=[CSA, HCA, SW], mlp_layer_types=["hash_moe", "moe", "moe"]),
+                 "fp8", 0),
+}
+
+BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
+            num_key_value_heads=1, head_dim=32, q_lora_rank=48, partial_rotary_factor=0.25,
+            num_experts_per_tok=2, n_routed_experts=8, n_shared_experts=1,
+            routed_scaling_factor=1.5, max_position_embeddings=256, rope_theta=10000.0,
+            compress_rates={CSA: 4, HCA: 8}, compress_rope_theta=160000.0, hc_mult=4,
+            hc_sinkhorn_iters=20, hc_eps=1e-6, swiglu_limit=0.6, sliding_window=8,
+            o_groups=2, o_lora_rank=16, index_n_heads=4, index_head_dim=16, index_topk=3,
+            num_nextn_predict_layers=0, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+            initializer_range=0.1, tie_word_embeddings=False)
+
+def randomize(model, config, torch):
+    """Weights that exercise every term: norms 1 + N(0, 0.2), learned sinks,
+    position biases, mHC bases and scales away from their neutral inits, a
+    correction bias, and a tid2eid table of distinct random experts per token."""
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith("sinks"):
+                p.copy_(torch.randn_like(p))
+            elif pname.endswith("position_bias"):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif pname.endswith(("attn_hc.base", "ffn_hc.base", "hc_head.hc_base")):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif pname.endswith(("attn_hc.scale", "ffn_hc.scale", "hc_head.hc_scale")):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith(("o_b_proj.weight", "down_proj")):
+                p.mul_(3.0)  # louder layer outputs: less repetitive greedy tokens
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
+            elif bname.endswith("tid2eid"):
+                k, e = config.num_experts_per_tok, config.n_routed_experts
+                rows = [torch.randperm(e)[:k] for _ in range(config.vocab_size)]
+                b.copy_(torch.stack(rows).to(b.dtype))
+
+
+def make_dsv4(name):
+    import numpy as np
+    import safetensors
+    import safetensors.torch
+    import torch
+    import transformers
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    overrides, dtype, salt = DSV4[name]
+    seed = sum(name.encode()) * 7919 + salt
+    torch.manual_seed(seed)
+    cfg_args = dict(BASE, **overrides)
+    cfg_args["num_hidden_layers"] = len(cfg_args["layer_types"])
+    config = DeepseekV4Config(**cfg_args)
+    config._attn_implementation = "eager"
+    model = DeepseekV4ForCausalLM(config).to(torch.float32).eval()
+    randomize(model, config, torch)
+    out = mmf.OUT / name
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.safetensors"):
+        old.unlink()
+    # save_pretrained writes DeepSeek's release names (layers.N.attn.wq_a,
+    # ffn.experts.E.w1, ...) under "model."; the reference is the model
+    # from_pretrained reads back, so it runs on exactly the stored weights.
+    if dtype == "fp8":
+        import tempfile
+        tmp = tempfile.TemporaryDirectory()
+        model.save_pretrained(tmp.name, safe_serialization=True)
+        saved = safetensors.torch.load_file(pathlib.Path(tmp.name) / "model.safetensors")
+        state, deq = {}, {}
+        for k, v in sorted(saved.items()):
+            if (v.dim() == 2 and k.endswith(".weight") and ".layers." in k and ".compressor." not in k
+                    and "weights_proj" not in k and ".gate.weight" not in k and "norm" not in k):
+                q, sc = mmf.fp8_block_quantize(v.to(torch.float32))
+                state[k] = q.contiguous()
+                state[k + "_scale_inv"] = sc.contiguous()
+                deq[k] = mmf.fp8_dequantize(q, sc).contiguous()
+            elif v.is_floating_point():
+                state[k] = v.to(torch.bfloat16).contiguous()
+                deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
+            else:
+                state[k] = deq[k] = v.contiguous()
+        safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+        safetensors.torch.save_file(deq, pathlib.Path(tmp.name) / "model.safetensors",
+                                    metadata={"format": "pt"})
+        ref_dir = tmp.name
+        cfg_json = json.loads((pathlib.Path(tmp.name) / "config.json").read_text())
+        cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                           "activation_scheme": "dynamic",
+                                           "weight_block_size": [128, 128]}
+        cfg_json["dtype"] = "bfloat16"
+        (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
+    else:
+        model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
+        ref_dir = out
+    (out / "generation_config.json").unlink(missing_ok=True)
+    model = DeepseekV4ForCausalLM.from_pretrained(ref_dir, dtype=torch.float32).eval()
+    model.config._attn_implementation = "eager"
+
+    g = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
+    ids = torch.tensor([prompt])
+    margins = []
+
+    def router_margin(mod, inp, outp):
+        # The gap at the top-k boundary of the scores a scored router ranks by
+        # (hash routers choose by table).
+        if not hasattr(mod, "e_score_correction_bias"):
+            return
+        sc = mod.score_fn(outp[0]) + mod.e_score_correction_bias
+        top = sc.topk(config.num_experts_per_tok + 1, dim=-1).values
+        margins.append(float((top[:, -2] - top[:, -1]).min()))
+
+    index_margins = []
+
+    def index_margin(mod, inp, outp):
+        # The lightning indexer's gap between its k-th and (k+1)-th choice for
+        # every query that sees more than k entries: a tie there (ReLU makes
+        # exact zeros common) is broken differently by any two top-k kernels.
+        scores, rate, k = outp[0], config.compress_rates[CSA], config.index_topk
+        pos = torch.arange(scores.shape[0]) + scores_offset[0]
+        for t in range(scores.shape[0]):
+            valid = int((pos[t] + 1) // rate)
+            valid = min(valid, scores.shape[1])
+            if valid > k:
+                top = scores[t, :valid].topk(k + 1).values
+                index_margins.append(float(top[-2] - top[-1]))
+
+    scores_offset = [0]
+    hooks = [layer.mlp.gate.register_forward_hook(router_margin) for layer in model.model.layers]
+    hooks += [layer.self_attn.compressor.indexer.scorer.register_forward_hook(index_margin)
+              for layer in model.model.layers
+              if layer.self_attn.compressor is not None and hasattr(layer.self_attn.compressor, "indexer")]
+    with torch.no_grad():
+        logits = model(ids, use_cache=False).logits[0].to(torch.float32).numpy()
+        gen = model.generate(ids, do_sample=False, max_new_tokens=N_GREEDY,
+                             min_new_tokens=N_GREEDY, pad_token_id=0, eos_token_id=None)
+        index_margins.clear()  # the one-pass run below covers every query
+        seq_logits = model(gen, use_cache=False).logits[0].to(torch.float32).numpy()
+    for h in hooks:
+        h.remove()
+    greedy = gen[0, N_PROMPT:].tolist()
+    logits.astype("<f4").tofile(out / "logits.f32")
+    seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
+    files = sorted(p.name for p in out.glob("*.safetensors"))
+    ref = {
+        "format": "deepinfer-model-fixture-1",
+        "name": name,
+        "architecture": type(model).__name__,
+        "storage_dtype": "float8_e4m3fn (128x128 block scales; norms, mHC, router, embeddings, "
+                         "compressor and indexer projections bf16)" if dtype == "fp8" else dtype,
+        "compute_dtype": "float32",
+        "seed": seed,
+        "files": files,
+        "config": json.loads((out / "config.json").read_text()),
+        "prompt": prompt,
+        "logits_file": "logits.f32",
+        "logits_shape": [N_PROMPT, config.vocab_size],
+        "argmax": np.argmax(logits, axis=1).tolist(),
+        "greedy": greedy,
+        "router_min_margin": round(min(margins), 6) if margins else None,
+        # Smallest gap between the indexer's k-th and (k+1)-th score over the
+        # whole sequence (CSA layers; none: null).
+        "index_min_margin": round(min(index_margins), 6) if index_margins else None,
+        "sequence_logits_file": "sequence_logits.f32",
+        "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
+        "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
+                   "safetensors": safetensors.__version__, "numpy": np.__version__,
+                   "attn_implementation": "eager"},
+    }
+    (out / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in out.iterdir())
+    print(f"{name}: {size} bytes, router margin {ref['router_min_margin']}, "
+          f"index margin {ref['index_min_margin']}, "
+          f"greedy {greedy[:8]}... argmax {ref['argmax'][:8]}")
+
+
+def main(argv):
+    check = None
+    if argv[:1] == ["--check"]:
+        import tempfile
+        check = tempfile.TemporaryDirectory()
+        mmf.OUT = pathlib.Path(check.name)
+        argv = argv[1:]
+    for name in argv or list(DSV4):
+        if name not in DSV4:
+            sys.exit(f"unknown fixture {name!r} (one of {', '.join(DSV4)})")
+        make_dsv4(name)
+    if check:
+        problems = mmf.compare(mmf.ROOT / "tests" / "fixtures" / "model", mmf.OUT)
+        for p in problems:
+            print("FAIL:", p)
+        if problems:
+            sys.exit(1)
+        print("ok: the live oracle reproduces the committed DeepSeek-V4 fixtures")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
