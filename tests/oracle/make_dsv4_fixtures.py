@@ -35,14 +35,15 @@ DSV4 = {
     "dsv4-sigmoid-yarn-bf16": (dict(layer_types=[HCA, CSA, SW],
                                     mlp_layer_types=["hash_moe", "moe", "moe"],
                                     scoring_func="sigmoid",
-                                    rope_parameters=dict(rope_type="yarn", factor=4.0,
+                                    rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=160000.0,
                                                          original_max_position_embeddings=32,
-                                                         beta_fast=32, beta_slow=1)),
-                               "bfloat16", 0),
+                                                         beta_fast=32, beta_slow=1),
+                                    max_position_embeddings=128),
+                               "bfloat16", 3),
     # DeepSeek's fp8-e4m3 projections with 128x128 block scales (the compressor
     # and indexer projections stay bf16, as V4-Flash ships them)
     "dsv4-fp8": (dict(layer_types=[CSA, HCA, SW], mlp_layer_types=["hash_moe", "moe", "moe"]),
-                 "fp8", 0),
+                 "fp8", 3),
 }
 
 BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
