@@ -195,6 +195,7 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
     # shellcheck disable=SC2086
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
+  oracle model-dsv4 "$model_python" tests/oracle/make_dsv4_fixtures.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
   folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
   # shellcheck disable=SC2086

@@ -447,11 +447,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     mo.progress_user = c.progress_user;
     if ((st = model_load(c.model_path, &mo, &e->m, err)) != DI_OK) goto fail;
     const model_config *mc = model_get_config(e->m);
-    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4) {
+    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4 &&
+        (c.kv_host_cache_bytes > 0 || c.kv_cache_dir)) {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED,
-                           "%s: DeepSeek-V4 runs one sequence through di_model_* so far; the "
-                           "engine's batched, paged V4 sequences are not built yet "
-                           "(docs/deepseek-v4.md)",
+                           "%s: kv_host_cache_bytes / kv_cache_dir: DeepSeek-V4's caches are "
+                           "per sequence, with no prefix cache tiers yet (docs/deepseek-v4.md)",
                            c.model_path);
         goto fail;
     }
@@ -522,8 +522,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
      * a step takes tokens: otherwise the newest would wait for the others. */
     int max_running = c.max_running ? c.max_running : 16;
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
-    sched_cache cache = {!c.disable_prefix_cache, c.kv_host_cache_bytes, c.kv_cache_dir,
-                         c.kv_disk_cache_bytes};
+    /* DeepSeek-V4: no prefix cache yet (its caches are per sequence) */
+    sched_cache cache = {!c.disable_prefix_cache && mc->arch != MODEL_ARCH_DEEPSEEK_V4,
+                         c.kv_host_cache_bytes, c.kv_cache_dir, c.kv_disk_cache_bytes};
     st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
                       &e->sched);
     if (st != DI_OK) {

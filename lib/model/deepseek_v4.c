@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model_internal.h"
 #include "util/error.h"
@@ -52,10 +53,27 @@ typedef struct v4_compressor {
     const float *norm;               /* [width] */
     int64_t width, cw;
     int rate, overlap;
-    float *kv_ring, *gate_ring; /* [ring, cw] */
-    float *entries;             /* [max_entries, width] */
-    int64_t n_entries;
 } v4_compressor;
+
+/* One compressor's cache in a sequence: its rows' rings [comp_ring, cw] and
+ * the entries [n_ctx / rate + 1, width]; the sequence's first n_past / rate
+ * entries are valid (so truncating the sequence drops the rest). */
+typedef struct v4_comp_cache {
+    float *kv_ring, *gate_ring, *entries;
+} v4_comp_cache;
+
+/* A sequence's cache, per layer: the window ring [win_ring, head_dim] (position
+ * p at row p % win_ring) and the compressors'. Kept for reuse when the
+ * sequence ends (dsv4_seq_release). */
+typedef struct v4_layer_cache {
+    float *win;
+    v4_comp_cache comp, index;
+} v4_layer_cache;
+
+struct dsv4_cache {
+    v4_layer_cache *layers;
+    struct dsv4_cache *next_free;
+};
 
 typedef struct v4_layer {
     model_v4_attention kind;
@@ -72,8 +90,13 @@ typedef struct v4_layer {
     const float *exp_probs_b;
     int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
     const backend_moe *experts;
-    float *win; /* ring [win_ring, head_dim] */
 } v4_layer;
+
+/* The rows of one sequence in a step: its cache, first position and count. */
+typedef struct v4_span {
+    dsv4_cache *cache;
+    int64_t pos0, n;
+} v4_span;
 
 struct dsv4 {
     const model_weights *w;
@@ -86,14 +109,20 @@ struct dsv4 {
     const float *output_norm, *head_base, *head_scale;
     const backend_rope *rope_main, *rope_comp;
     backend_route_params route, route_hash;
-    int64_t n_past, win_ring, comp_ring;
+    int64_t win_ring, comp_ring;
     int hc, n_mix;
+    kv_pool pool;          /* block accounting of the sequences (no prefix cache) */
+    model_seq seq;         /* the default sequence of dsv4_forward */
+    dsv4_cache *free_list; /* caches of ended sequences, for the next ones */
+    dsv4_cache **made;     /* [n_made] every cache, freed with the model */
+    size_t n_made;
     /* activations [n_batch, ...] */
     float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
         *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
     /* host [n_batch, ...] */
     int64_t *pos, *neg_pos, *entry_pos;
-    int32_t *index_sel, *sel;
+    v4_span *spans;
+    int32_t *index_sel, *sel, *tokens;
     float *sel_w;
 };
 
@@ -190,13 +219,7 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
     const model_tensor *pb;
     int64_t ne[2] = {cw, rate};
     if ((st = model_weights_require(d->w, name, 2, ne, &pb, err)) != DI_OK) return st;
-    if ((st = flat_vector(d, &views[0], pb, &c->bias, err)) != DI_OK) return st;
-    const backend_ops *op = d->be->ops;
-    if (!(c->kv_ring = op->alloc(d->be, d->comp_ring * cw)) ||
-        !(c->gate_ring = op->alloc(d->be, d->comp_ring * cw)) ||
-        !(c->entries = op->alloc(d->be, (d->opt.n_ctx / rate + 1) * width)))
-        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for layer %u's cache", i);
-    return DI_OK;
+    return flat_vector(d, &views[0], pb, &c->bias, err);
 }
 
 /* The routed experts: transformers' fused experts.gate_up_proj [E, 2 I, n_embd]
@@ -352,8 +375,6 @@ static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
     }
 #undef MAT
 #undef VEC
-    if (!(L->win = be->ops->alloc(be, d->win_ring * hd)))
-        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for layer %u's cache", i);
     return load_experts(d, i, L, views, err);
 }
 
@@ -447,11 +468,31 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->index_sel = malloc((size_t)(B * v->index_topk) * sizeof *d->index_sel);
     d->sel = malloc((size_t)(B * k) * sizeof *d->sel);
     d->sel_w = malloc((size_t)(B * k) * sizeof *d->sel_w);
+    d->spans = malloc((size_t)B * sizeof *d->spans);
+    d->tokens = malloc((size_t)B * sizeof *d->tokens);
     if (!d->x || !d->x2 || !d->xn || !d->mix || !d->col || !d->h || !d->post || !d->comb ||
         !d->qa || !d->q || !d->kv || !d->attn || !d->grp_in || !d->grp_out || !d->oa || !d->out ||
         !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pos ||
-        !d->neg_pos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w) {
+        !d->neg_pos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w || !d->spans ||
+        !d->tokens) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
+        goto fail;
+    }
+    /* The sequences' blocks count tokens against the budget (model_kv_block_count:
+     * a block is MODEL_KV_BLOCK tokens at the per-token cost of a full context);
+     * the caches themselves are each sequence's (dsv4_seq_init). */
+    int32_t n_blocks;
+    int64_t block_bytes = (int64_t)dsv4_kv_bytes_per_token(d) * MODEL_KV_BLOCK;
+    if ((st = model_kv_block_count(&d->opt, block_bytes > 0 ? block_bytes : 1, &n_blocks, err)) !=
+        DI_OK)
+        goto fail;
+    if ((st = kv_pool_init(&d->pool, n_blocks, model_kv_fingerprint(w, &d->opt))) != DI_OK) {
+        st = di_error_setf(err, st, "out of memory for the sequences' blocks");
+        goto fail;
+    }
+    if ((st = dsv4_seq_init(d, &d->seq)) != DI_OK) {
+        st = di_error_setf(err, st, "out of memory for the cache of %lld tokens",
+                           (long long)d->opt.n_ctx);
         goto fail;
     }
     *out = d;
@@ -461,9 +502,82 @@ fail:
     return st;
 }
 
+/* A cache for one sequence: every layer's window ring, and its compressors'
+ * rings and entries. NULL when out of memory (what was allocated stays with
+ * the backend until it is freed). */
+static dsv4_cache *cache_create(dsv4 *d)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    dsv4_cache **made = realloc(d->made, (d->n_made + 1) * sizeof *made);
+    if (!made) return NULL;
+    d->made = made;
+    dsv4_cache *k = calloc(1, sizeof *k);
+    if (!k || !(k->layers = calloc(c->n_layer, sizeof *k->layers))) {
+        free(k);
+        return NULL;
+    }
+    d->made[d->n_made++] = k;
+    for (uint32_t i = 0; i < c->n_layer; i++) {
+        const v4_layer *L = &d->layers[i];
+        v4_layer_cache *lc = &k->layers[i];
+        if (!(lc->win = be->ops->alloc(be, d->win_ring * c->head_dim))) return NULL;
+        const v4_compressor *cp[2] = {&L->comp, &L->index};
+        v4_comp_cache *cc[2] = {&lc->comp, &lc->index};
+        for (int j = 0; j < 2; j++) {
+            if (!cp[j]->rate) continue; /* no such compressor in this layer */
+            if (!(cc[j]->kv_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)) ||
+                !(cc[j]->gate_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)) ||
+                !(cc[j]->entries =
+                      be->ops->alloc(be, (d->opt.n_ctx / cp[j]->rate + 1) * cp[j]->width)))
+                return NULL;
+        }
+    }
+    return k;
+}
+
+di_status dsv4_seq_init(dsv4 *d, model_seq *s)
+{
+    dsv4_cache *k = d->free_list;
+    if (k)
+        d->free_list = k->next_free;
+    else if (!(k = cache_create(d)))
+        return DI_ERR_OUT_OF_MEMORY;
+    if (kv_pool_seq_init(&d->pool, &s->kv, d->opt.n_ctx) != DI_OK) {
+        k->next_free = d->free_list;
+        d->free_list = k;
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    s->v4 = k;
+    return DI_OK;
+}
+
+void dsv4_seq_release(dsv4 *d, model_seq *s)
+{
+    if (!s->v4) return;
+    kv_pool_seq_free(&d->pool, &s->kv);
+    s->v4->next_free = d->free_list;
+    d->free_list = s->v4;
+    s->v4 = NULL;
+}
+
+kv_pool *dsv4_pool(dsv4 *d)
+{
+    return &d->pool;
+}
+
 void dsv4_free(dsv4 *d)
 {
     if (!d) return;
+    dsv4_seq_release(d, &d->seq);
+    kv_pool_free(&d->pool);
+    for (size_t i = 0; i < d->n_made; i++) {
+        free(d->made[i]->layers);
+        free(d->made[i]);
+    }
+    free(d->made);
+    free(d->spans);
+    free(d->tokens);
     for (uint32_t i = 0; d->layers && i < d->cfg.n_layer; i++) {
         free(d->layers[i].tid2eid);
         free((void *)d->layers[i].wo_a);
@@ -482,14 +596,12 @@ void dsv4_free(dsv4 *d)
 
 int64_t dsv4_n_past(const dsv4 *d)
 {
-    return d->n_past;
+    return d->seq.kv.n_tokens;
 }
 
 void dsv4_reset(dsv4 *d)
 {
-    d->n_past = 0;
-    for (uint32_t i = 0; i < d->cfg.n_layer; i++)
-        d->layers[i].comp.n_entries = d->layers[i].index.n_entries = 0;
+    kv_pool_seq_reset(&d->pool, &d->seq.kv);
 }
 
 size_t dsv4_kv_bytes_per_token(const dsv4 *d)
@@ -524,40 +636,48 @@ static void ring_store(backend *be, float *ring, int64_t ring_rows, int64_t widt
     }
 }
 
-/* The compressor's projections of the n rows of d->h at positions pos0.. into
+/* The compressor's projections of the span's rows of d->h (from row r0) into
  * its rings, and the entries the chunk completes (pooled, normalised, rotated
  * at their windows' first positions). */
-static void compress(dsv4 *d, const v4_layer *L, v4_compressor *c, int64_t pos0, int64_t n)
+static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp_cache *cc,
+                     int64_t r0, const v4_span *sp)
 {
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    const backend_matrix *w[2] = {c->kv, c->gate};
-    float *y[2] = {d->ckv, d->cg};
-    op->matmul(be, 2, w, NULL, d->h, n, y);
-    ring_store(be, c->kv_ring, d->comp_ring, c->cw, d->ckv, c->cw, pos0, n);
-    ring_store(be, c->gate_ring, d->comp_ring, c->cw, d->cg, c->cw, pos0, n);
-    const int64_t e0 = c->n_entries, e1 = (pos0 + n) / c->rate;
+    ring_store(be, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw, sp->pos0, sp->n);
+    ring_store(be, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw, sp->pos0, sp->n);
+    const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
     if (e1 <= e0) return;
-    float *dst = c->entries + e0 * c->width;
-    op->compress_pool(be, c->kv_ring, c->gate_ring, d->comp_ring, c->cw, c->bias, c->rate, c->width,
-                      c->overlap, e0, e1 - e0, dst, c->width);
-    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width, d->cfg.rms_norm_eps);
+    float *dst = cc->entries + e0 * c->width;
+    op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, c->bias, c->rate,
+                      c->width, c->overlap, e0, e1 - e0, dst, c->width);
+    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width,
+                d->cfg.rms_norm_eps);
     const int64_t rd = d->cfg.qk_rope_head_dim;
     for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
     op->rope(be, L->rope, dst + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
-    c->n_entries = e1;
 }
 
-/* Attention of layer L for the n rows of d->h (positions d->pos from pos0):
- * the output projection's result in d->out. */
-static void attention(dsv4 *d, v4_layer *L, int64_t pos0, int64_t n)
+/* A compressor's projections of the n rows of d->h, into d->ckv and d->cg. */
+static void compress_project(dsv4 *d, const v4_compressor *c, int64_t n)
+{
+    const backend_matrix *w[2] = {c->kv, c->gate};
+    float *y[2] = {d->ckv, d->cg};
+    d->be->ops->matmul(d->be, 2, w, NULL, d->h, n, y);
+}
+
+/* Attention of layer l for the n rows of d->h (the spans' rows in order,
+ * positions d->pos): the output projection's result in d->out. */
+static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
 {
     const model_config *c = &d->cfg;
     const model_config_v4 *v = &c->v4;
+    const v4_layer *L = &d->layers[l];
     backend *be = d->be;
     const backend_ops *op = be->ops;
     const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank,
-                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G;
+                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, IH = v->index_n_heads,
+                  ihd = v->index_head_dim, K = v->index_topk;
     const float eps = c->rms_norm_eps;
     op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
     op->rmsnorm(be, d->qa, QL, L->q_a_norm, d->qa, QL, n, QL, eps);
@@ -567,24 +687,52 @@ static void attention(dsv4 *d, v4_layer *L, int64_t pos0, int64_t n)
     op->matmul(be, 1, &L->wkv, NULL, d->h, n, &d->kv);
     op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, n, hd, eps);
     op->rope(be, L->rope, d->kv + hd - rd, n, hd, 1, hd, d->pos);
-    ring_store(be, L->win, d->win_ring, hd, d->kv, hd, pos0, n);
-    const int32_t *sel = NULL;
-    if (L->kind != MODEL_V4_SLIDING) compress(d, L, &L->comp, pos0, n);
+    int64_t r0 = 0;
+    for (int i = 0; i < n_spans; i++) { /* the window's keys */
+        const v4_span *sp = &d->spans[i];
+        ring_store(be, sp->cache->layers[l].win, d->win_ring, hd, d->kv + r0 * hd, hd, sp->pos0,
+                   sp->n);
+        r0 += sp->n;
+    }
+    if (L->kind != MODEL_V4_SLIDING) {
+        compress_project(d, &L->comp, n);
+        r0 = 0;
+        for (int i = 0; i < n_spans; i++) {
+            compress(d, L, &L->comp, &d->spans[i].cache->layers[l].comp, r0, &d->spans[i]);
+            r0 += d->spans[i].n;
+        }
+    }
     if (L->kind == MODEL_V4_CSA) {
-        const int64_t IH = v->index_n_heads, ihd = v->index_head_dim;
-        compress(d, L, &L->index, pos0, n);
+        compress_project(d, &L->index, n);
+        r0 = 0;
+        for (int i = 0; i < n_spans; i++) {
+            compress(d, L, &L->index, &d->spans[i].cache->layers[l].index, r0, &d->spans[i]);
+            r0 += d->spans[i].n;
+        }
         op->matmul(be, 1, &L->iq_b, NULL, d->qa, n, &d->iq);
         op->rope(be, L->rope, d->iq + ihd - rd, n, IH * ihd, (int)IH, ihd, d->pos);
         op->matmul(be, 1, &L->iw, NULL, d->h, n, &d->iw);
-        op->indexer_topk(be, d->iq, d->iw, (int)IH, ihd, n, d->pos, L->index.entries,
-                         L->index.n_entries, L->index.rate, 1.0f / sqrtf((float)ihd),
-                         1.0f / sqrtf((float)IH), (int)v->index_topk, d->index_sel);
-        sel = d->index_sel;
     }
-    op->sink_attention(be, d->q, (int)H, hd, n, d->pos, L->win, d->win_ring, (int)v->sliding_window,
-                       L->kind == MODEL_V4_SLIDING ? NULL : L->comp.entries, L->comp.n_entries,
-                       L->comp.rate ? L->comp.rate : 1, sel, (int)v->index_topk, L->sinks,
-                       1.0f / sqrtf((float)hd), d->attn);
+    r0 = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const v4_span *sp = &d->spans[i];
+        const v4_layer_cache *lc = &sp->cache->layers[l];
+        const int64_t n_entries = L->comp.rate ? (sp->pos0 + sp->n) / L->comp.rate : 0;
+        const int32_t *sel = NULL;
+        if (L->kind == MODEL_V4_CSA) {
+            op->indexer_topk(be, d->iq + r0 * IH * ihd, d->iw + r0 * IH, (int)IH, ihd, sp->n,
+                             d->pos + r0, lc->index.entries, n_entries, L->index.rate,
+                             1.0f / sqrtf((float)ihd), 1.0f / sqrtf((float)IH), (int)K,
+                             d->index_sel + r0 * K);
+            sel = d->index_sel + r0 * K;
+        }
+        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->pos + r0, lc->win,
+                           d->win_ring, (int)v->sliding_window,
+                           L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
+                           L->comp.rate ? L->comp.rate : 1, sel, (int)K, L->sinks,
+                           1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
+        r0 += sp->n;
+    }
     /* K = V carried RoPE into the values: rotate the output's rope part back */
     op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
     for (int64_t g = 0; g < G; g++) {
@@ -619,11 +767,12 @@ static void moe(dsv4 *d, const v4_layer *L, const int32_t *tokens, int64_t n)
     op->moe_experts(be, L->experts, d->h, n, d->sel, d->sel_w, (int32_t)k, d->out, 1);
 }
 
-/* One mHC-wrapped block: collapse the streams of d->x into d->h (normed by
- * norm), run the block (attention, or the MoE when tokens), expand back. */
-static void hc_block(dsv4 *d, v4_layer *L, const backend_matrix *fn, const float *base,
-                     const float *scale, const float *norm, const int32_t *tokens, int64_t pos0,
-                     int64_t n)
+/* One mHC-wrapped block of layer l: collapse the streams of d->x into d->h
+ * (normed by norm), run the block (attention, or the MoE when tokens),
+ * expand back. */
+static void hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *base,
+                     const float *scale, const float *norm, const int32_t *tokens, int64_t n,
+                     int n_spans)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
@@ -635,60 +784,80 @@ static void hc_block(dsv4 *d, v4_layer *L, const backend_matrix *fn, const float
                n, d->col, d->post, d->comb);
     op->rmsnorm(be, d->col, E, norm, d->h, E, n, E, c->rms_norm_eps);
     if (tokens)
-        moe(d, L, tokens, n);
+        moe(d, &d->layers[l], tokens, n);
     else
-        attention(d, L, pos0, n);
+        attention(d, l, n, n_spans);
     op->hc_post(be, d->x, d->out, d->post, d->comb, d->hc, E, n, d->x2);
     float *t = d->x;
     d->x = d->x2;
     d->x2 = t;
 }
 
-/* n <= n_batch tokens at positions n_past..: logits of every row (all) or
- * the last (else) when logits is not NULL. */
-static void forward_chunk(dsv4 *d, const int32_t *tokens, int64_t n, float *logits, int all)
+/* One step: the items' tokens stacked as rows [0, n) (n <= n_batch), item i
+ * appended to its sequence. Logits: one row per item with want_logits, or
+ * with all_logits (a single item) every row. */
+static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, int64_t n,
+                         float *logits, int all_logits)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    const int64_t E = c->n_embd, hcE = d->hc * E, pos0 = d->n_past;
-    for (int64_t t = 0; t < n; t++) {
-        d->pos[t] = pos0 + t;
-        d->neg_pos[t] = -(pos0 + t);
+    const int64_t E = c->n_embd, hcE = d->hc * E;
+    int64_t row = 0;
+    for (int i = 0; i < n_items; i++) {
+        const int64_t pos0 = items[i].seq->kv.n_tokens;
+        op->embed(be, d->tok_embd, items[i].tokens, items[i].n_tokens, d->h + row * E, E);
+        memcpy(d->tokens + row, items[i].tokens, (size_t)items[i].n_tokens * sizeof *d->tokens);
+        for (int64_t t = 0; t < items[i].n_tokens; t++) {
+            d->pos[row + t] = pos0 + t;
+            d->neg_pos[row + t] = -(pos0 + t);
+        }
+        d->spans[i] = (v4_span){items[i].seq->v4, pos0, items[i].n_tokens};
+        row += items[i].n_tokens;
     }
-    op->embed(be, d->tok_embd, tokens, n, d->h, E);
     for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
     for (uint32_t l = 0; l < c->n_layer; l++) {
-        v4_layer *L = &d->layers[l];
-        hc_block(d, L, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, pos0, n);
-        hc_block(d, L, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, tokens, pos0, n);
+        const v4_layer *L = &d->layers[l];
+        hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n, n_items);
+        hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n, n_items);
     }
-    d->n_past += n;
+    for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
     if (!logits) return;
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);
     op->hc_pre(be, d->mix, d->head_base, d->head_scale, d->hc, 0, c->v4.hc_eps, d->x, E, n, d->col,
                NULL, NULL);
-    model_batch_item it = {NULL, tokens, n, 1};
-    model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, &it, 1, n, logits,
-                 all);
+    model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, items, n_items,
+                 n, logits, all_logits);
+}
+
+void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int64_t n_tokens,
+                        float *logits)
+{
+    forward_step(d, items, n_items, n_tokens, logits, 0);
 }
 
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err)
 {
-    if (n_tokens > d->opt.n_ctx - d->n_past)
+    int64_t pos0 = d->seq.kv.n_tokens;
+    if (n_tokens > d->opt.n_ctx - pos0)
         return di_error_setf(
             err, DI_ERR_CONTEXT_LENGTH,
             "%lld tokens after %lld already in the sequence exceed the context of %lld",
-            (long long)n_tokens, (long long)d->n_past, (long long)d->opt.n_ctx);
+            (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
+    if (kv_pool_seq_reserve(&d->pool, &d->seq.kv, pos0 + n_tokens) != DI_OK)
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the KV cache budget has no room for %lld more tokens",
+                             (long long)n_tokens);
     for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
         int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
         int last = done + n == n_tokens;
         float *out = NULL;
         if (logits && all_logits) out = logits + done * (int64_t)d->cfg.n_vocab;
         if (logits && !all_logits && last) out = logits;
-        forward_chunk(d, tokens + done, n, out, all_logits);
+        model_batch_item it = {&d->seq, tokens + done, n, out != NULL};
+        forward_step(d, &it, 1, n, out, all_logits);
     }
     return DI_OK;
 }

@@ -1,19 +1,23 @@
 /* The DeepSeek-V4 forward pass (deepseek_v4.c), behind model.h: model_load
- * hands a DeepSeek-V4 model_weights here and the model's default sequence
- * runs through it. Internal to lib/model/.
+ * hands a DeepSeek-V4 model_weights here and the model_* calls come through.
+ * Internal to lib/model/.
  *
- * So far one sequence: the cache of each layer (the sliding window's keys,
- * the compressors' pending rows and entries, the indexer's keys) lives in
- * buffers of the model for its default sequence; the engine's batched,
- * paged sequences (model_seq_*, model_forward_batch) are DI_ERR_UNSUPPORTED
- * for V4 (docs/deepseek-v4.md). */
+ * Each sequence has its own cache (dsv4_seq_init): per layer a ring of the
+ * sliding window's keys, the compressors' pending rows and their entries,
+ * sized for n_ctx tokens; its blocks in the model's pool (kv_pool.h) only
+ * count its tokens against the KV budget, and nothing is shared between
+ * sequences (no prefix cache for V4 yet). A sequence may be truncated by at
+ * most one step's tokens (a speculative step's rejected drafts): the rings
+ * hold a step's worth beyond the window. */
 #ifndef DI_MODEL_DEEPSEEK_V4_H
 #define DI_MODEL_DEEPSEEK_V4_H
 
 #include "backend/backend.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 
 typedef struct dsv4 dsv4;
+typedef struct dsv4_cache dsv4_cache;
 
 /* Prepare a DeepSeek-V4 model over w (borrowed: it must outlive the dsv4);
  * opt is already normalised by model_load. Errors: a tensor missing or of the
@@ -31,6 +35,17 @@ void dsv4_reset(dsv4 *d);
  * plus the fixed part (the sliding window's keys, the compressors' pending
  * rows) divided by n_ctx. */
 size_t dsv4_kv_bytes_per_token(const dsv4 *d);
+/* A sequence's cache (from the model's reuse list, or new) and its blocks'
+ * table: DI_ERR_OUT_OF_MEMORY. dsv4_seq_release gives both back (the cache
+ * to the reuse list). */
+di_status dsv4_seq_init(dsv4 *d, model_seq *s);
+void dsv4_seq_release(dsv4 *d, model_seq *s);
+/* The pool the sequences' blocks are counted in. */
+kv_pool *dsv4_pool(dsv4 *d);
+/* One step over several sequences (model_forward_batch, whose checks have
+ * passed): n_tokens rows in all, one logits row per item with want_logits. */
+void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int64_t n_tokens,
+                        float *logits);
 /* As model_forward (the arguments are already checked). */
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);

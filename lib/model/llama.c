@@ -208,10 +208,12 @@ static backend_kv *model_kv(const model *m)
 }
 static kv_pool *model_pool(model *m)
 {
+    if (m->v4) return dsv4_pool(m->v4);
     return m->ds ? dsv3_pool(m->ds) : &m->pool;
 }
 static const kv_pool *model_pool_c(const model *m)
 {
+    if (m->v4) return dsv4_pool(m->v4);
     return m->ds ? dsv3_pool(m->ds) : &m->pool;
 }
 
@@ -273,9 +275,17 @@ size_t model_kv_bytes_per_token(const model *m)
 
 di_status model_seq_create(model *m, model_seq **out)
 {
-    if (m->v4) return DI_ERR_UNSUPPORTED; /* one sequence so far (deepseek_v4.h) */
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
+    if (m->v4) {
+        di_status st = dsv4_seq_init(m->v4, s);
+        if (st != DI_OK) {
+            free(s);
+            return st;
+        }
+        *out = s;
+        return DI_OK;
+    }
     if (kv_pool_seq_init(model_pool(m), &s->kv, m->opt.n_ctx) != DI_OK) {
         free(s);
         return DI_ERR_OUT_OF_MEMORY;
@@ -287,7 +297,10 @@ di_status model_seq_create(model *m, model_seq **out)
 void model_seq_free(model *m, model_seq *s)
 {
     if (!s) return;
-    kv_pool_seq_free(model_pool(m), &s->kv);
+    if (m->v4)
+        dsv4_seq_release(m->v4, s);
+    else
+        kv_pool_seq_free(model_pool(m), &s->kv);
     free(s);
 }
 
@@ -322,6 +335,7 @@ int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, in
 }
 void model_seq_publish(model *m, model_seq *s, const int32_t *tokens)
 {
+    if (m->v4) return; /* a V4 cache is its sequence's own: nothing to match later */
     kv_pool_seq_publish(model_pool(m), &s->kv, tokens);
 }
 uint64_t model_kv_fingerprint_of(const model *m)
@@ -344,10 +358,11 @@ int model_prefix_has(const model *m, uint64_t key)
 }
 size_t model_kv_block_bytes(const model *m)
 {
-    return m->be->ops->kv_block_bytes(model_kv(m));
+    return m->v4 ? 0 : m->be->ops->kv_block_bytes(model_kv(m));
 }
 int model_kv_adopt(model *m, uint64_t key, const void *data)
 {
+    if (m->v4) return -1;
     int32_t b = kv_pool_adopt(model_pool(m), key);
     if (b < 0) return -1;
     m->be->ops->kv_block_write(m->be, model_kv(m), b, data);
@@ -374,6 +389,7 @@ di_status model_kv_set_hooks(model *m, model_kv_hook evicted, model_kv_hook publ
     m->hook_buf = NULL;
     p->on_evict = p->on_publish = NULL;
     if (!evicted && !published) return DI_OK;
+    if (m->v4) return DI_ERR_UNSUPPORTED; /* no blocks to move (deepseek_v4.h) */
     if (!(m->hook_buf = malloc(model_kv_block_bytes(m)))) return DI_ERR_OUT_OF_MEMORY;
     m->hook_evicted = evicted;
     m->hook_published = published;
@@ -394,6 +410,7 @@ int64_t model_kv_blocks_evicted(const model *m)
 
 int32_t model_kv_blocks_total(const model *m)
 {
+    if (m->v4) return dsv4_pool(m->v4)->n_blocks;
     return m->be->ops->kv_blocks_total(model_kv(m));
 }
 int32_t model_kv_blocks_free(const model *m)
@@ -467,9 +484,6 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
 {
     if (!m || !items || n_items <= 0)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
-    if (m->v4)
-        return di_error_setf(err, DI_ERR_UNSUPPORTED,
-                             "DeepSeek-V4 runs one sequence so far (model_forward), not batches");
     int64_t total = 0;
     for (int i = 0; i < n_items; i++) {
         const model_batch_item *it = &items[i];
@@ -509,6 +523,8 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
                              (long long)m->opt.n_batch);
     if (m->ds)
         dsv3_forward_batch(m->ds, items, n_items, total, logits);
+    else if (m->v4)
+        dsv4_forward_batch(m->v4, items, n_items, total, logits);
     else
         forward_step(m, items, n_items, total, logits, 0);
     return DI_OK;

@@ -22,7 +22,11 @@
  * whatever else is in the batch and however its prompt was chunked
  * (tests/unit/test_model_batch.c checks it).
  *
- * Architectures: dense Llama and Qwen2 (llama.c), DeepSeek-V3/V2. A model is used by one thread
+ * Architectures: dense Llama and Qwen2 (llama.c), DeepSeek-V3/V2, DeepSeek-V4
+ * (deepseek_v4.c: each sequence has its own window and compressed caches; its
+ * blocks only count tokens, and the prefix cache and its tiers are not
+ * available: model_seq_publish does nothing, model_kv_set_hooks is
+ * DI_ERR_UNSUPPORTED, model_kv_block_bytes 0). A model is used by one thread
  * at a time (the forward pass itself runs on the backend's threads); the weights
  * are shared read-only. */
 #ifndef DI_MODEL_MODEL_H

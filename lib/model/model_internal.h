@@ -6,9 +6,12 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
-/* One sequence: its block table in the model's paged cache (backend.h). */
+/* One sequence: its block table in the model's paged cache (backend.h); a
+ * DeepSeek-V4 model's sequences also have their layers' caches (deepseek_v4.h;
+ * NULL otherwise). */
 struct model_seq {
     backend_kv_seq kv;
+    struct dsv4_cache *v4;
 };
 
 /* The number of KV cache blocks the options ask for (model_options:

@@ -57,7 +57,10 @@ def expected(path):
     }
 
 
-ST_NAMES = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F8_E4M3": "FP8_E4M3"}
+# (I64 / I32: integer tables such as DeepSeek-V4's tid2eid, counted as stored)
+ST_NAMES = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F8_E4M3": "FP8_E4M3", "I64": "I64",
+            "I32": "I32"}
+ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "I64": 8, "I32": 4}
 
 
 def expected_folder(path):
@@ -76,7 +79,7 @@ def expected_folder(path):
                                          {"tensors": 0, "parameters": 0, "bytes": 0})
                 fmt["tensors"] += 1
                 fmt["parameters"] += n
-                fmt["bytes"] += n * {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1}[sl.get_dtype()]
+                fmt["bytes"] += n * ST_BYTES[sl.get_dtype()]
                 params += n
     with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)

@@ -1,8 +1,10 @@
 /* lib/model: several sequences in one forward step. The property: a
  * sequence's logits are bit-identical whatever else is in the step and
  * however its prompt is chunked (batch invariance, model.h), for a dense model
- * (GQA over the paged K/V cache) and for DeepSeek-V3 and V2 (MLA over the
- * latent paged cache, the step's tokens grouped by routed expert). */
+ * (GQA over the paged K/V cache), for DeepSeek-V3 and V2 (MLA over the
+ * latent paged cache, the step's tokens grouped by routed expert) and for
+ * DeepSeek-V4 (each sequence's window and compressed caches, the indexer per
+ * sequence, hash routing by each row's token). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +149,57 @@ static void test_deepseek_v2_logits_do_not_depend_on_the_batch(void **state)
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv2-softmax-yarn-bf16");
 }
 
+/* DeepSeek-V4: sliding, CSA and HCA layers, hash then scored MoE; prompts of
+ * 20 in chunks of 7 cross the compressors' windows (4 and 8 tokens) mid-chunk. */
+static void test_deepseek_v4_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32");
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-fp8");
+}
+
+/* A speculative step's rejected tokens are truncated away: the next step must
+ * see exactly the cache of a sequence that never had them (the windows they
+ * closed dropped, their ring rows overwritten). */
+static void test_deepseek_v4_truncation_forgets_the_dropped_tokens(void **state)
+{
+    (void)state;
+    model *m = load_dir(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32", 1);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
+    int32_t toks[N_PROMPT], wrong[6] = {5, 6, 7, 8, 9, 10}, next[2] = {11, 12};
+    prompt_of(1, toks, V);
+    float *a = malloc(2 * (size_t)V * sizeof(float)), *b = malloc(2 * (size_t)V * sizeof(float));
+    assert_non_null(a);
+    assert_non_null(b);
+    model_seq *s, *t;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    assert_int_equal(model_seq_create(m, &t), DI_OK);
+    /* s: the prompt (its end at 20: inside an HCA window), 6 tokens that close
+     * windows (24: CSA and HCA), dropped, then 2 more */
+    assert_int_equal(model_seq_reserve(m, s, N_PROMPT + 6), DI_OK);
+    model_batch_item it = {s, toks, N_PROMPT, 0};
+    assert_int_equal(model_forward_batch(m, &it, 1, NULL, NULL), DI_OK);
+    it = (model_batch_item){s, wrong, 6, 1};
+    assert_int_equal(model_forward_batch(m, &it, 1, a, NULL), DI_OK);
+    model_seq_truncate(m, s, N_PROMPT);
+    assert_int_equal(model_seq_n_past(s), N_PROMPT);
+    assert_int_equal(model_seq_reserve(m, s, N_PROMPT + 2), DI_OK);
+    it = (model_batch_item){s, next, 2, 2};
+    assert_int_equal(model_forward_batch(m, &it, 1, a, NULL), DI_OK);
+    /* t: the prompt, then the 2 */
+    assert_int_equal(model_seq_reserve(m, t, N_PROMPT + 2), DI_OK);
+    it = (model_batch_item){t, toks, N_PROMPT, 0};
+    assert_int_equal(model_forward_batch(m, &it, 1, NULL, NULL), DI_OK);
+    it = (model_batch_item){t, next, 2, 2};
+    assert_int_equal(model_forward_batch(m, &it, 1, b, NULL), DI_OK);
+    assert_memory_equal(a, b, 2 * (size_t)V * sizeof(float));
+    model_seq_free(m, s);
+    model_seq_free(m, t);
+    free(a);
+    free(b);
+    model_free(m);
+}
+
 static void test_blocks_are_shared_and_returned(void **state)
 {
     (void)state;
@@ -235,6 +288,7 @@ static void test_step_past_the_context_is_refused(void **state)
     (void)state;
     check_step_past_the_context_is_refused(MODEL_DIR);
     check_step_past_the_context_is_refused(DI_FIXTURE_DIR "/model/dsv3-mtp-f32");
+    check_step_past_the_context_is_refused(DI_FIXTURE_DIR "/model/dsv4-sigmoid-yarn-bf16");
 }
 
 int main(void)
@@ -243,6 +297,8 @@ int main(void)
         cmocka_unit_test(test_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_deepseek_v3_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_deepseek_v2_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_deepseek_v4_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_deepseek_v4_truncation_forgets_the_dropped_tokens),
         cmocka_unit_test(test_blocks_are_shared_and_returned),
         cmocka_unit_test(test_bad_steps_are_refused_with_the_item_named),
         cmocka_unit_test(test_step_past_the_context_is_refused),
