@@ -447,8 +447,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     mo.progress_user = c.progress_user;
     if ((st = model_load(c.model_path, &mo, &e->m, err)) != DI_OK) goto fail;
     const model_config *mc = model_get_config(e->m);
-    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4 &&
-        (c.kv_host_cache_bytes > 0 || c.kv_cache_dir)) {
+    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4 && (c.kv_host_cache_bytes > 0 || c.kv_cache_dir)) {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                            "%s: kv_host_cache_bytes / kv_cache_dir: DeepSeek-V4's caches are "
                            "per sequence, with no prefix cache tiers yet (docs/deepseek-v4.md)",
@@ -496,12 +495,15 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (enc == 0) enc = found;
     if (enc == 0 && e->tok) {
         /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama
-         * weights) use the R1 template, DeepSeek-V3 weights the V3 one. */
+         * weights) use the R1 template, DeepSeek-V3 weights the V3 one,
+         * DeepSeek-V4 weights deepseek-recipe's V4 encoding (and its DSML). */
         int32_t id;
         const char *assistant = "<\xef\xbd\x9c"
                                 "Assistant\xef\xbd\x9c>"; /* <｜Assistant｜> */
         if (di_tokenizer_token_id(e->tok, assistant, strlen(assistant), &id) == DI_OK)
-            enc = mc->arch == MODEL_ARCH_DEEPSEEK_V3 ? DI_ENCODING_DSV3 : DI_ENCODING_R1;
+            enc = mc->arch == MODEL_ARCH_DEEPSEEK_V3   ? DI_ENCODING_DSV3
+                  : mc->arch == MODEL_ARCH_DEEPSEEK_V4 ? DI_ENCODING_DSV4
+                                                       : DI_ENCODING_R1;
         /* ChatML's turn tokens: SmolLM2, the Qwen2 chat models */
         else if (di_tokenizer_token_id(e->tok, "<|im_start|>", 12, &id) == DI_OK &&
                  di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &id) == DI_OK)

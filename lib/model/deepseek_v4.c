@@ -651,8 +651,7 @@ static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp
     float *dst = cc->entries + e0 * c->width;
     op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, c->bias, c->rate,
                       c->width, c->overlap, e0, e1 - e0, dst, c->width);
-    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width,
-                d->cfg.rms_norm_eps);
+    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width, d->cfg.rms_norm_eps);
     const int64_t rd = d->cfg.qk_rope_head_dim;
     for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
     op->rope(be, L->rope, dst + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
@@ -827,8 +826,8 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
     op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);
     op->hc_pre(be, d->mix, d->head_base, d->head_scale, d->hc, 0, c->v4.hc_eps, d->x, E, n, d->col,
                NULL, NULL);
-    model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, items, n_items,
-                 n, logits, all_logits);
+    model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, items, n_items, n,
+                 logits, all_logits);
 }
 
 void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int64_t n_tokens,

@@ -25,6 +25,7 @@
 /* DeepSeek-V3 (MLA, q LoRA, sigmoid-routed MoE after a dense layer; vocab 512):
  * one latent KV cache block is 3 layers x (32 + 8) x 16 tokens x 2 bytes. */
 #define DSV3 DI_FIXTURE_DIR "/model/dsv3-qlora-bf16"
+#define DSV4 DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
 enum { DSV3_BLOCK_BYTES = 3 * 40 * 16 * 2 };
 
 enum { MAX_OUT = 256 };
@@ -300,6 +301,14 @@ static void test_deepseek_concurrent_requests_with_random_cancels_equal_alone(vo
     concurrent_run(DSV3, 16, 8, 0, 1, 0, NULL, NULL);
 }
 
+/* DeepSeek-V4: every sequence's window and compressed caches, the indexer and
+ * the hash layers per row, chunked prefill beside decodes. */
+static void test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone(void **state)
+{
+    (void)state;
+    concurrent_run(DSV4, 16, 8, 0, 1, 0, NULL, NULL);
+}
+
 /* Random cancels, three times: which requests are cancelled, and when — at once,
  * from their callback after a random number of tokens, or from another thread
  * after a random delay — is drawn from a seeded generator. Every request gets
@@ -397,6 +406,24 @@ static void test_deepseek_preempted_requests_give_the_same_tokens(void **state)
     (void)state;
     int n_pre = 0;
     concurrent_run(DSV3, 12, 8, 24 * DSV3_BLOCK_BYTES, 0, 80, count_preemptions, &n_pre);
+    assert_true(__atomic_load_n(&n_pre, __ATOMIC_RELAXED) > 0);
+}
+
+/* DeepSeek-V4 with a budget of 24 blocks (384 tokens) for 12 requests of up
+ * to 132 tokens, 8 at a time: pre-empted requests start their caches again
+ * and give the tokens they give alone. */
+static void test_deepseek_v4_preempted_requests_give_the_same_tokens(void **state)
+{
+    (void)state;
+    /* the per-token cost of this engine's caches (its n_batch sizes their rings) */
+    di_engine *e = make_engine(DSV4, 8, 0, NULL, NULL);
+    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
+    assert_non_null(at);
+    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
+    assert_true(per_token > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    int n_pre = 0;
+    concurrent_run(DSV4, 12, 8, 24 * 16 * per_token, 0, 80, count_preemptions, &n_pre);
     assert_true(__atomic_load_n(&n_pre, __ATOMIC_RELAXED) > 0);
 }
 
@@ -842,7 +869,7 @@ typedef struct hf_tensor {
  * tensors ts with seeded random weights and the given config. */
 static void write_hf_model(const char *dir, const hf_tensor *ts, int nt, const char *config)
 {
-    char header[8192];
+    char header[32768];
     size_t hl = 0;
     int64_t off = 0;
     hl += (size_t)snprintf(header + hl, sizeof header - hl, "{");
@@ -996,6 +1023,86 @@ static void write_dsv3_vocab_model(const char *dir)
              "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":0,"
              "\"eos_token_id\":1}",
              VOCAB, E, F, FE, H, H, QL, R, NOPE, ROPE, VD);
+    write_hf_model(dir, ts, (int)(sizeof ts / sizeof ts[0]), config);
+}
+
+/* A DeepSeek-V4-shaped model with the DeepSeek V4 vocabulary (129280) and
+ * random weights, in transformers' layout: a sliding-window layer, a CSA layer
+ * (rate 4, a 2-head indexer keeping 2 entries) and an HCA one (rate 8), mHC
+ * with 2 streams, scored MoE (4 experts, top-2, a shared expert). */
+static void write_dsv4_vocab_model(const char *dir)
+{
+    enum { VOCAB = 129280, E = 32, H = 2, HD = 16, QL = 24, G = 2, RO = 8, HC = 2, MIX = 8 };
+    enum { X = 4, FE = 16, IH = 2, IHD = 8 };
+#define L_(l, name) "model.layers." #l "." name
+#define COMMON(l)                                                                                  \
+    {L_(l, "input_layernorm.weight"), 1, E}, {L_(l, "post_attention_layernorm.weight"), 1, E},     \
+        {L_(l, "self_attn.q_a_proj.weight"), QL, E}, {L_(l, "self_attn.q_a_norm.weight"), 1, QL},  \
+        {L_(l, "self_attn.q_b_proj.weight"), H * HD, QL},                                          \
+        {L_(l, "self_attn.kv_proj.weight"), HD, E}, {L_(l, "self_attn.kv_norm.weight"), 1, HD},    \
+        {L_(l, "self_attn.o_a_proj.weight"), G * RO, H * HD / G},                                  \
+        {L_(l, "self_attn.o_b_proj.weight"), E, G * RO}, {L_(l, "self_attn.sinks"), 1, H},         \
+        {L_(l, "attn_hc.fn"), MIX, HC * E}, {L_(l, "attn_hc.base"), 1, MIX},                       \
+        {L_(l, "attn_hc.scale"), 1, 3}, {L_(l, "ffn_hc.fn"), MIX, HC * E},                         \
+        {L_(l, "ffn_hc.base"), 1, MIX}, {L_(l, "ffn_hc.scale"), 1, 3},                             \
+        {L_(l, "mlp.gate.weight"), X, E}, {L_(l, "mlp.gate.e_score_correction_bias"), 1, X},       \
+        {L_(l, "mlp.shared_experts.gate_proj.weight"), FE, E},                                     \
+        {L_(l, "mlp.shared_experts.up_proj.weight"), FE, E},                                       \
+        {L_(l, "mlp.shared_experts.down_proj.weight"), E, FE}, EXPERT(l, 0), EXPERT(l, 1),         \
+        EXPERT(l, 2), EXPERT(l, 3)
+#define EXPERT(l, e)                                                                               \
+    {L_(l, "mlp.experts." #e ".gate_proj.weight"), FE, E},                                         \
+        {L_(l, "mlp.experts." #e ".up_proj.weight"), FE, E},                                       \
+    {                                                                                              \
+        L_(l, "mlp.experts." #e ".down_proj.weight"), E, FE                                        \
+    }
+#define COMPRESSOR(l, prefix, rate, width)                                                         \
+    {L_(l, prefix ".kv_proj.weight"), width, E}, {L_(l, prefix ".gate_proj.weight"), width, E},    \
+        {L_(l, prefix ".position_bias"), rate, width},                                             \
+    {                                                                                              \
+        L_(l, prefix ".kv_norm.weight"), 1, HD                                                     \
+    }
+    const hf_tensor ts[] = {
+        {"model.embed_tokens.weight", VOCAB, E},
+        {"model.norm.weight", 1, E},
+        {"model.hc_head.hc_fn", HC, HC * E},
+        {"model.hc_head.hc_base", 1, HC},
+        {"model.hc_head.hc_scale", 1, 1},
+        COMMON(0),
+        COMMON(1),
+        COMPRESSOR(1, "self_attn.compressor", 4, 2 * HD),
+        {L_(1, "self_attn.compressor.indexer.kv_proj.weight"), 2 * IHD, E},
+        {L_(1, "self_attn.compressor.indexer.gate_proj.weight"), 2 * IHD, E},
+        {L_(1, "self_attn.compressor.indexer.position_bias"), 4, 2 * IHD},
+        {L_(1, "self_attn.compressor.indexer.kv_norm.weight"), 1, IHD},
+        {L_(1, "self_attn.compressor.indexer.q_b_proj.weight"), IH * IHD, QL},
+        {L_(1, "self_attn.compressor.indexer.scorer.weights_proj.weight"), IH, E},
+        COMMON(2),
+        COMPRESSOR(2, "self_attn.compressor", 8, HD),
+    };
+#undef L_
+#undef COMMON
+#undef EXPERT
+#undef COMPRESSOR
+    char config[2048];
+    snprintf(config, sizeof config,
+             "{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"model_type\":\"deepseek_v4\","
+             "\"vocab_size\":%d,\"hidden_size\":%d,\"moe_intermediate_size\":%d,"
+             "\"num_hidden_layers\":3,\"num_attention_heads\":%d,\"num_key_value_heads\":1,"
+             "\"head_dim\":%d,\"q_lora_rank\":%d,\"partial_rotary_factor\":0.5,"
+             "\"n_routed_experts\":%d,\"n_shared_experts\":1,\"num_experts_per_tok\":2,"
+             "\"routed_scaling_factor\":1.5,\"scoring_func\":\"sqrtsoftplus\","
+             "\"layer_types\":[\"sliding_attention\",\"compressed_sparse_attention\","
+             "\"heavily_compressed_attention\"],\"num_hash_layers\":0,"
+             "\"compress_rates\":{\"compressed_sparse_attention\":4,"
+             "\"heavily_compressed_attention\":8},\"hc_mult\":%d,\"hc_sinkhorn_iters\":20,"
+             "\"hc_eps\":1e-6,\"swiglu_limit\":10.0,\"sliding_window\":8,\"o_groups\":%d,"
+             "\"o_lora_rank\":%d,\"index_n_heads\":%d,\"index_head_dim\":%d,"
+             "\"index_topk\":2,\"max_position_embeddings\":512,\"rms_norm_eps\":1e-6,"
+             "\"rope_theta\":10000.0,\"compress_rope_theta\":160000.0,"
+             "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"bos_token_id\":0,"
+             "\"eos_token_id\":1}",
+             VOCAB, E, FE, H, HD, QL, X, HC, G, RO, IH, IHD);
     write_hf_model(dir, ts, (int)(sizeof ts / sizeof ts[0]), config);
 }
 
@@ -1443,6 +1550,92 @@ static void test_deepseek_v3_chat_requests_stream_beside_each_other(void **state
     rmdir(dir);
 }
 
+/* A DeepSeek-V4-shaped model with the real DeepSeek V4 tokenizer: the engine
+ * picks the V4 encoding and the DSML parser, and a Chat Completions, a
+ * Messages and a Responses request stream beside each other through its
+ * batched steps, each with the tokens it gives alone and exactly one DONE;
+ * the stream's first and last chunks are each protocol's. Thinking is off in
+ * each (thinking mode ignores temperature, as DeepSeek's API does, so greedy
+ * needs it off). */
+static void test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v4/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char model_dir[600];
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    write_dsv4_vocab_model(model_dir);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 2;
+    cfg.max_running = 4;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV4);
+    g.e = e;
+    static const struct {
+        di_protocol protocol;
+        const char *body, *first, *last;
+    } reqs[] = {
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
+         "\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\",\"content\":"
+         "\"Hello!\"}]}",
+         "\"role\":\"assistant\"", "data: [DONE]\n\n"},
+        {DI_PROTOCOL_MESSAGES,
+         "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"temperature\":0,\"max_tokens\":7,"
+         "\"thinking\":{\"type\":\"disabled\"},\"system\":\"You are "
+         "terse.\",\"messages\":[{\"role\":\"user\","
+         "\"content\":\"Name three primes.\"}]}",
+         "event: message_start", "event: message_stop"},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"temperature\":0,"
+         "\"max_output_tokens\":12,\"reasoning\":{\"effort\":\"none\"},\"input\":\"\u4f60\u597d\"}",
+         "event: response.created", "event: response.incomplete"}, /* cut by max_output_tokens */
+    };
+    enum { N = sizeof reqs / sizeof reqs[0] };
+    rec alone[N], got[N];
+    memset(alone, 0, sizeof alone);
+    memset(got, 0, sizeof got);
+    di_request q;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < N; i++) {
+            rec *r = pass == 0 ? &alone[i] : &got[i];
+            r->cancel_at = -1;
+            di_request_init(&q);
+            q.protocol = reqs[i].protocol;
+            q.json = reqs[i].body;
+            q.json_len = strlen(reqs[i].body);
+            q.on_event = on_event;
+            q.user_data = r;
+            if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            if (pass == 0) poll_until_idle(e); /* alone: one at a time */
+        }
+    poll_until_idle(e); /* together */
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(got[i].n_done, 1);
+        assert_int_equal(got[i].after_done, 0);
+        assert_int_equal(got[i].status, DI_OK);
+        assert_int_equal(alone[i].status, DI_OK);
+        assert_true(got[i].n_toks >= 1);
+        assert_int_equal(got[i].n_toks, alone[i].n_toks);
+        assert_memory_equal(got[i].toks, alone[i].toks, (size_t)got[i].n_toks * sizeof(int32_t));
+        if (!strstr(got[i].first_sse, reqs[i].first))
+            fail_msg("request %d's first chunk: %s", i, got[i].first_sse);
+        if (!strstr(got[i].last_sse, reqs[i].last))
+            fail_msg("request %d's last chunk: %s", i, got[i].last_sse);
+        assert_true(got[i].has_response);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
 /* ---- SmolLM2 (when the asset is fetched) ---- */
 
 #define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -1578,6 +1771,9 @@ int main(void)
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
+        cmocka_unit_test(test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone),
+        cmocka_unit_test(test_deepseek_v4_preempted_requests_give_the_same_tokens),
+        cmocka_unit_test(test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other),
         cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_random_cancels_many_requests),
