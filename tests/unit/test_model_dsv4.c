@@ -1,0 +1,282 @@
+/* lib/model: DeepSeek-V4's loading. The oracle for every load that succeeds is
+ * transformers' logits in the fixture (make_dsv4_fixtures.py); the rest are
+ * error paths, each message checked for the field or tensor it names.
+ *   - DeepSeek's release config keys (compress_ratios, num_hash_layers,
+ *     qk_rope_head_dim, a flat YaRN rope dict), which transformers folds into
+ *     its own, give the same model;
+ *   - a layer type, scoring function or shape this code cannot run is refused
+ *     at load, named;
+ *   - a tid2eid entry that is not an expert is refused, named;
+ *   - the prefix cache's tiers, which V4's caches cannot use yet, are refused. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "deepinfer/deepinfer.h"
+#include "model/model.h"
+#include "util/error.h"
+
+static char tmpdir[64];
+
+/* tmpdir/variant: config.json of `fixture` with `edit` merged over it (null
+ * deletes a key), and its model.safetensors linked (copied when copy_weights,
+ * to be edited). */
+static const char *variant(const char *fixture, const char *edit, int copy_weights)
+{
+    char src[512], path[700], dst[700];
+    snprintf(src, sizeof src, "%s/model/%s", DI_FIXTURE_DIR, fixture);
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_t *e = json_loads(edit, 0, NULL);
+    assert_true(cfg && e);
+    const char *key;
+    json_t *v;
+    json_object_foreach(e, key, v)
+    {
+        if (json_is_null(v))
+            json_object_del(cfg, key);
+        else
+            json_object_set(cfg, key, v);
+    }
+    static char dir[128];
+    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(json_dump_file(cfg, path, 0), 0);
+    json_decref(cfg);
+    json_decref(e);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    unlink(dst);
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    if (!copy_weights) {
+        assert_int_equal(symlink(path, dst), 0);
+        return dir;
+    }
+    FILE *in = fopen(path, "rb"), *out = fopen(dst, "wb");
+    assert_true(in && out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+    return dir;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/di_test_dsv4XXXXXX");
+    if (!mkdtemp(tmpdir)) return -1;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
+    return mkdir(dir, 0700);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char path[160];
+    snprintf(path, sizeof path, "%s/variant/config.json", tmpdir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/variant/model.safetensors", tmpdir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/variant", tmpdir);
+    rmdir(path);
+    rmdir(tmpdir);
+    return 0;
+}
+
+static model *load(const char *dir)
+{
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    model *m = NULL;
+    di_error *err = NULL;
+    di_status st = model_load(dir, &o, &m, &err);
+    if (st != DI_OK) fail_msg("%s: %s", dir, di_error_message(err));
+    return m;
+}
+
+static void expect_load_error(const char *dir, di_status status, const char *n1, const char *n2)
+{
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    model *m = NULL;
+    di_error *err = NULL;
+    assert_int_equal(model_load(dir, &o, &m, &err), status);
+    assert_null(m);
+    const char *msg = di_error_message(err);
+    if (!strstr(msg, n1) || (n2 && !strstr(msg, n2)))
+        fail_msg("message '%s' lacks '%s' / '%s'", msg, n1, n2 ? n2 : "");
+    di_error_free(err);
+}
+
+/* The prompt's logits of the model in dir against the fixture's (transformers):
+ * the largest difference over the logit range. */
+static double prompt_error(const char *fixture, const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/model/%s/reference.json", DI_FIXTURE_DIR, fixture);
+    json_t *ref = json_load_file(path, 0, NULL);
+    assert_non_null(ref);
+    json_t *p = json_object_get(ref, "prompt");
+    size_t n = json_array_size(p);
+    int32_t prompt[64];
+    assert_true(n > 0 && n <= 64);
+    for (size_t i = 0; i < n; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(p, i));
+    model *m = load(dir);
+    const size_t V = model_get_config(m)->n_vocab;
+    float *want = malloc(n * V * sizeof *want), *got = malloc(n * V * sizeof *got);
+    assert_true(want && got);
+    snprintf(path, sizeof path, "%s/model/%s/logits.f32", DI_FIXTURE_DIR, fixture);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(want, sizeof *want, n * V, f), n * V);
+    fclose(f);
+    assert_int_equal(model_forward(m, prompt, (int64_t)n, got, 1, NULL), DI_OK);
+    float lo = INFINITY, hi = -INFINITY;
+    double worst = 0;
+    for (size_t i = 0; i < n * V; i++) {
+        lo = fminf(lo, want[i]);
+        hi = fmaxf(hi, want[i]);
+        worst = fmax(worst, fabs((double)got[i] - want[i]));
+    }
+    free(want);
+    free(got);
+    model_free(m);
+    json_decref(ref);
+    return worst / (hi - lo);
+}
+
+static void test_release_config_keys_give_the_same_model(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-sigmoid-yarn-bf16"; /* HCA, CSA, sliding; hash_moe, moe, moe */
+    assert_true(prompt_error(F, variant(F, "{}", 0)) < 1e-5);
+    /* DeepSeek's keys: per-layer compress ratios, a hash-layer count, the rope
+     * head dim, and the compressed branches' YaRN as a flat dict (whose
+     * attention_factor V4 defaults to 1) */
+    const char *release =
+        "{\"layer_types\": null, \"compress_ratios\": [128, 4, 0],"
+        " \"mlp_layer_types\": null, \"num_hash_layers\": 1,"
+        " \"partial_rotary_factor\": null, \"qk_rope_head_dim\": 8,"
+        " \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0,"
+        " \"original_max_position_embeddings\": 32, \"beta_fast\": 32, \"beta_slow\": 1}}";
+    assert_true(prompt_error(F, variant(F, release, 0)) < 1e-5);
+}
+
+static void test_bad_configs_and_tensors_are_named(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8";
+    expect_load_error(variant(F,
+                              "{\"layer_types\": [\"compressed_sparse_attention\","
+                              " \"linear_attention\", \"sliding_attention\"]}",
+                              0),
+                      DI_ERR_UNSUPPORTED, "layer_types[1] 'linear_attention'", NULL);
+    expect_load_error(variant(F, "{\"layer_types\": null, \"compress_ratios\": [4, 16, 0]}", 0),
+                      DI_ERR_UNSUPPORTED, "compress_ratios[1]", NULL);
+    expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"dense\", \"moe\"]}", 0),
+                      DI_ERR_UNSUPPORTED, "mlp_layer_types[1] 'dense'", NULL);
+    expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}", 0), DI_ERR_UNSUPPORTED,
+                      "scoring_func 'softmax'", NULL);
+    expect_load_error(variant(F, "{\"num_key_value_heads\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                      "num_key_value_heads must be 1", NULL);
+    expect_load_error(variant(F, "{\"o_groups\": 3}", 0), DI_ERR_MODEL_FORMAT,
+                      "o_groups must divide", NULL);
+    expect_load_error(variant(F,
+                              "{\"rope_parameters\": {\"main\": {\"rope_type\": \"yarn\"},"
+                              " \"compress\": {\"rope_type\": \"default\"}}}",
+                              0),
+                      DI_ERR_UNSUPPORTED, "rope_parameters.main.rope_type 'yarn'", NULL);
+    expect_load_error(variant(F, "{\"rope_parameters\": {\"rope_type\": \"yarn\"}}", 0),
+                      DI_ERR_MODEL_FORMAT, "lack factor", NULL);
+    /* the config disagrees with the tensors: the tensor is named */
+    expect_load_error(variant(F, "{\"index_head_dim\": 32}", 0), DI_ERR_MODEL_FORMAT,
+                      "model.layers.0.self_attn.compressor.indexer.kv_proj.weight", NULL);
+    expect_load_error(variant(F, "{\"hc_mult\": 2}", 0), DI_ERR_MODEL_FORMAT, "model.hc_head.hc_fn",
+                      NULL);
+    /* a hash layer without its table */
+    expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"hash_moe\", \"moe\"]}", 0),
+                      DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
+}
+
+/* Overwrite element `index` of the I64 tensor `name` in the safetensors file. */
+static void poke_i64(const char *dir, const char *name, size_t index, int64_t value)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    uint64_t hl;
+    assert_int_equal(fread(&hl, 8, 1, f), 1);
+    char *hdr = calloc(1, hl + 1);
+    assert_non_null(hdr);
+    assert_int_equal(fread(hdr, 1, hl, f), hl);
+    json_t *h = json_loads(hdr, 0, NULL);
+    assert_non_null(h);
+    json_t *offs = json_object_get(json_object_get(h, name), "data_offsets");
+    assert_non_null(offs);
+    long at = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(offs, 0)) + 8 * index);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    assert_int_equal(fwrite(&value, 8, 1, f), 1);
+    fclose(f);
+    json_decref(h);
+    free(hdr);
+}
+
+static void test_bad_tid2eid_is_named(void **state)
+{
+    (void)state;
+    const char *dir = variant("dsv4-fp8", "{}", 1);
+    poke_i64(dir, "model.layers.0.ffn.gate.tid2eid", 7, 8); /* token 3's second expert: 8 of 8 */
+    expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.mlp.gate.tid2eid",
+                      "entry 7 (token 3) is 8, not one of the 8 experts");
+    dir = variant("dsv4-fp8", "{}", 1);
+    poke_i64(dir, "model.layers.0.ffn.gate.tid2eid", 0, -1);
+    expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
+}
+
+/* V4's caches are each sequence's own: no prefix cache tier can hold them. */
+static void test_engine_refuses_the_prefix_cache_tiers(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    char model_dir[300];
+    snprintf(model_dir, sizeof model_dir, "%s/model/dsv4-fp8", DI_FIXTURE_DIR);
+    cfg.model_path = model_dir;
+    cfg.n_threads = 1;
+    cfg.kv_cache_dir = tmpdir;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(di_error_message(err), "kv_cache_dir"));
+    di_error_free(err);
+    cfg.kv_cache_dir = NULL; /* without tiers it serves */
+    assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release_config_keys_give_the_same_model),
+        cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_bad_tid2eid_is_named),
+        cmocka_unit_test(test_engine_refuses_the_prefix_cache_tiers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
