@@ -176,7 +176,7 @@ static di_status row_view(dsv4 *d, model_tensor *view, model_tensor *scale_view,
         if ((local % 128 != 0 && local % 128 + n > 128) || local + n > rows)
             return di_error_setf(err, DI_ERR_UNSUPPORTED,
                                  "%s: rows %lld..%lld cross its 128-row fp8 scale blocks", t->name,
-                                 (long long)r0, (long long)(r0 + n));
+                                 (long long)r0, (long long)r0 + (long long)n);
         *scale_view = *scale;
         scale_view->n_dims = 2;
         scale_view->ne[0] = scols;
@@ -228,7 +228,7 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
 {
     const model_config *c = &d->cfg;
     const int64_t E = c->n_embd, I = c->n_ff_exp, X = c->n_expert;
-    const backend_matrix **m = calloc((size_t)(3 * X), sizeof *m);
+    const backend_matrix **m = calloc((size_t)(3 * X), sizeof(const backend_matrix *));
     if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
     const backend_matrix **gate = m, **up = m + X, **down = m + 2 * X;
     di_status st = DI_OK;
@@ -306,7 +306,7 @@ static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
     backend *be = d->be;
     const int64_t E = c->n_embd, H = c->n_head, hd = c->head_dim, QL = c->q_lora_rank,
                   G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, hcE = d->hc * E;
-    const size_t n_views = (size_t)(6 * c->n_expert + 2 * G + 8);
+    const size_t n_views = 6 * (size_t)c->n_expert + 2 * (size_t)G + 8;
     model_tensor *views = calloc(n_views, sizeof *views);
     if (!views)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
@@ -341,9 +341,9 @@ static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
     int64_t ne_oa[2] = {in_g, G * RO};
     const model_tensor *oa = layer_tensor(d, i, "self_attn.o_a_proj.weight", 2, ne_oa, err, &st);
     if (st != DI_OK) return st;
-    if (!(L->wo_a = calloc((size_t)G, sizeof *L->wo_a)))
+    if (!(L->wo_a = calloc((size_t)G, sizeof(const backend_matrix *))))
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
-    model_tensor *gv = views + 6 * c->n_expert;
+    model_tensor *gv = views + 6 * (size_t)c->n_expert;
     for (int64_t g = 0; g < G; g++)
         if ((st = row_view(d, &gv[2 * g], &gv[2 * g + 1], oa, oa->scale, g * RO, RO, &L->wo_a[g],
                            err)) != DI_OK)
@@ -424,7 +424,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->route_hash = d->route;
     d->route_hash.topk_method = MODEL_TOPK_HASH;
     d->layers = calloc(c->n_layer, sizeof *d->layers);
-    d->views = calloc(c->n_layer, sizeof *d->views);
+    d->views = calloc(c->n_layer, sizeof(model_tensor *));
     if (!d->layers || !d->views) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
@@ -509,7 +509,7 @@ static dsv4_cache *cache_create(dsv4 *d)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
-    dsv4_cache **made = realloc(d->made, (d->n_made + 1) * sizeof *made);
+    dsv4_cache **made = realloc(d->made, (d->n_made + 1) * sizeof(dsv4_cache *));
     if (!made) return NULL;
     d->made = made;
     dsv4_cache *k = calloc(1, sizeof *k);
@@ -613,10 +613,11 @@ size_t dsv4_kv_bytes_per_token(const dsv4 *d)
         const v4_layer *L = &d->layers[i];
         per += (double)d->win_ring * (double)c->head_dim / ctx; /* the window */
         if (L->kind == MODEL_V4_SLIDING) continue;
-        per += (double)L->comp.width / L->comp.rate + 2.0 * (double)d->comp_ring * L->comp.cw / ctx;
+        per += (double)L->comp.width / L->comp.rate +
+               2.0 * (double)d->comp_ring * (double)L->comp.cw / ctx;
         if (L->kind == MODEL_V4_CSA)
             per += (double)L->index.width / L->index.rate +
-                   2.0 * (double)d->comp_ring * L->index.cw / ctx;
+                   2.0 * (double)d->comp_ring * (double)L->index.cw / ctx;
     }
     return (size_t)ceil(per * sizeof(float));
 }

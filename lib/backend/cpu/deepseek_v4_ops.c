@@ -32,7 +32,7 @@ void cpu_hc_pre(const float *mix, const float *base, const float *scale, int hc,
         for (int j = 0; j < hc; j++) pt[j] = 2.0f * sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
         /* softmax over k of each row j, + eps */
         for (int j = 0; j < hc; j++) {
-            float *row = c + j * hc, mx = -INFINITY, sum = 0.0f;
+            float *row = c + (ptrdiff_t)j * hc, mx = -INFINITY, sum = 0.0f;
             for (int k = 0; k < hc; k++) {
                 row[k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
                 if (row[k] > mx) mx = row[k];
