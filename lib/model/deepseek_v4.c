@@ -837,27 +837,15 @@ void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int
     forward_step(d, items, n_items, n_tokens, logits, 0);
 }
 
+static void step_v4(void *arch, const model_batch_item *items, int n_items, int64_t n,
+                    float *logits, int all_logits)
+{
+    forward_step(arch, items, n_items, n, logits, all_logits);
+}
+
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err)
 {
-    int64_t pos0 = d->seq.kv.n_tokens;
-    if (n_tokens > d->opt.n_ctx - pos0)
-        return di_error_setf(
-            err, DI_ERR_CONTEXT_LENGTH,
-            "%lld tokens after %lld already in the sequence exceed the context of %lld",
-            (long long)n_tokens, (long long)pos0, (long long)d->opt.n_ctx);
-    if (kv_pool_seq_reserve(&d->pool, &d->seq.kv, pos0 + n_tokens) != DI_OK)
-        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
-                             "the KV cache budget has no room for %lld more tokens",
-                             (long long)n_tokens);
-    for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
-        int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
-        int last = done + n == n_tokens;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + done * (int64_t)d->cfg.n_vocab;
-        if (logits && !all_logits && last) out = logits;
-        model_batch_item it = {&d->seq, tokens + done, n, out != NULL};
-        forward_step(d, &it, 1, n, out, all_logits);
-    }
-    return DI_OK;
+    return model_forward_chunked(&d->pool, &d->seq, &d->opt, d->cfg.n_vocab, tokens, n_tokens,
+                                 logits, all_logits, step_v4, d, err);
 }

@@ -530,6 +530,12 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
     return DI_OK;
 }
 
+static void step_dense(void *arch, const model_batch_item *items, int n_items, int64_t n,
+                       float *logits, int all_logits)
+{
+    forward_step(arch, items, n_items, n, logits, all_logits);
+}
+
 di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float *logits,
                         int all_logits, di_error **err)
 {
@@ -544,23 +550,6 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
                 (long long)i, (int)tokens[i], m->cfg.n_vocab);
     if (m->ds) return dsv3_forward(m->ds, tokens, n_tokens, logits, all_logits, err);
     if (m->v4) return dsv4_forward(m->v4, tokens, n_tokens, logits, all_logits, err);
-    int64_t pos0 = m->seq.kv.n_tokens;
-    if (n_tokens > m->opt.n_ctx - pos0)
-        return di_error_setf(
-            err, DI_ERR_CONTEXT_LENGTH,
-            "%lld tokens after %lld already in the sequence exceed the context of %lld",
-            (long long)n_tokens, (long long)pos0, (long long)m->opt.n_ctx);
-    if (kv_pool_seq_reserve(&m->pool, &m->seq.kv, pos0 + n_tokens) != DI_OK)
-        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
-                             "the KV cache has no room for %lld more tokens", (long long)n_tokens);
-    for (int64_t done = 0; done < n_tokens; done += m->opt.n_batch) {
-        int64_t n = n_tokens - done < m->opt.n_batch ? n_tokens - done : m->opt.n_batch;
-        int last = done + n == n_tokens;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + done * (int64_t)m->cfg.n_vocab;
-        if (logits && !all_logits && last) out = logits;
-        model_batch_item it = {&m->seq, tokens + done, n, out != NULL};
-        forward_step(m, &it, 1, n, out, all_logits);
-    }
-    return DI_OK;
+    return model_forward_chunked(&m->pool, &m->seq, &m->opt, m->cfg.n_vocab, tokens, n_tokens,
+                                 logits, all_logits, step_dense, m, err);
 }

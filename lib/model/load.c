@@ -114,3 +114,29 @@ void model_logits(backend *be, const backend_matrix *output, const float *output
     }
     if (n_out) be->ops->matmul(be, 1, &output, NULL, h, n_out, &logits);
 }
+
+di_status model_forward_chunked(kv_pool *pool, model_seq *seq, const model_options *opt,
+                                uint32_t n_vocab, const int32_t *tokens, int64_t n_tokens,
+                                float *logits, int all_logits, model_step_fn step, void *arch,
+                                di_error **err)
+{
+    int64_t pos0 = seq->kv.n_tokens;
+    if (n_tokens > opt->n_ctx - pos0)
+        return di_error_setf(
+            err, DI_ERR_CONTEXT_LENGTH,
+            "%lld tokens after %lld already in the sequence exceed the context of %lld",
+            (long long)n_tokens, (long long)pos0, (long long)opt->n_ctx);
+    if (kv_pool_seq_reserve(pool, &seq->kv, pos0 + n_tokens) != DI_OK)
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the KV cache has no room for %lld more tokens", (long long)n_tokens);
+    for (int64_t done = 0; done < n_tokens; done += opt->n_batch) {
+        int64_t n = n_tokens - done < opt->n_batch ? n_tokens - done : opt->n_batch;
+        int last = done + n == n_tokens;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + done * (int64_t)n_vocab;
+        if (logits && !all_logits && last) out = logits;
+        model_batch_item it = {seq, tokens + done, n, out != NULL};
+        step(arch, &it, 1, n, out, all_logits);
+    }
+    return DI_OK;
+}

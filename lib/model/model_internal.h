@@ -4,6 +4,7 @@
 #define DI_MODEL_MODEL_INTERNAL_H
 
 #include "backend/backend.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 
 /* One sequence: its block table in the model's paged cache (backend.h); a
@@ -27,6 +28,19 @@ di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, in
  * (model_weights_digest), the configuration and the cache dtype, the
  * reference-kernel and MLA-form switches, the block size. */
 uint64_t model_kv_fingerprint(const model_weights *w, const model_options *opt);
+
+/* One step of an architecture over items (model_forward_batch's contract):
+ * n rows in all; logits as model_logits writes them. */
+typedef void (*model_step_fn)(void *arch, const model_batch_item *items, int n_items, int64_t n,
+                              float *logits, int all_logits);
+
+/* model_forward for an architecture: tokens appended to seq in chunks of at
+ * most opt->n_batch, each one step; logits as model_forward says. Errors (seq
+ * unchanged): DI_ERR_CONTEXT_LENGTH past opt->n_ctx or the pool's blocks. */
+di_status model_forward_chunked(kv_pool *pool, model_seq *seq, const model_options *opt,
+                                uint32_t n_vocab, const int32_t *tokens, int64_t n_tokens,
+                                float *logits, int all_logits, model_step_fn step, void *arch,
+                                di_error **err);
 
 /* The LM head of a step over items (n rows of x, n_embd wide, stacked in item
  * order): logits = RMSNorm(x) * output_norm  output^T, for every row when

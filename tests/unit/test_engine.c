@@ -1478,6 +1478,54 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     di_error_free(err);
 }
 
+/* A streamed request of some protocol, with what its first and last SSE
+ * chunks must hold. */
+typedef struct protocol_request {
+    di_protocol protocol;
+    const char *body, *first, *last;
+} protocol_request;
+
+/* Each request run alone (one after another), then all together: exactly
+ * one DONE each, the same tokens, the protocol's first and last chunks. */
+static void check_alone_and_together(di_engine *e, const protocol_request *reqs, int n)
+{
+    rec *alone = calloc((size_t)n, sizeof *alone), *got = calloc((size_t)n, sizeof *got);
+    assert_true(alone && got);
+    di_error *err = NULL;
+    di_request q;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            rec *r = pass == 0 ? &alone[i] : &got[i];
+            r->cancel_at = -1;
+            di_request_init(&q);
+            q.protocol = reqs[i].protocol;
+            q.json = reqs[i].body;
+            q.json_len = strlen(reqs[i].body);
+            q.on_event = on_event;
+            q.user_data = r;
+            if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            if (pass == 0) poll_until_idle(e); /* alone: one at a time */
+        }
+    poll_until_idle(e); /* together */
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(got[i].n_done, 1);
+        assert_int_equal(got[i].after_done, 0);
+        assert_int_equal(got[i].status, DI_OK);
+        assert_int_equal(alone[i].status, DI_OK);
+        assert_true(got[i].n_toks >= 1);
+        assert_int_equal(got[i].n_toks, alone[i].n_toks);
+        assert_memory_equal(got[i].toks, alone[i].toks, (size_t)got[i].n_toks * sizeof(int32_t));
+        if (!strstr(got[i].first_sse, reqs[i].first))
+            fail_msg("request %d's first chunk: %s", i, got[i].first_sse);
+        if (!strstr(got[i].last_sse, reqs[i].last))
+            fail_msg("request %d's last chunk: %s", i, got[i].last_sse);
+        assert_true(got[i].n_chunks >= 3);
+        assert_true(got[i].has_response);
+    }
+    free(alone);
+    free(got);
+}
+
 /* Chat Completions requests to a DeepSeek-V3-shaped model (MLA, MoE; the real
  * DeepSeek V3 tokenizer, so the engine picks the V3 encoding) stream through
  * the engine's batched step beside each other, each with the tokens it gives
@@ -1503,48 +1551,23 @@ static void test_deepseek_v3_chat_requests_stream_beside_each_other(void **state
     if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
     assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV3);
     g.e = e;
-    static const char *const bodies[] = {
-        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
-        "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}",
-        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":7,"
-        "\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},"
-        "{\"role\":\"user\",\"content\":\"Name three primes, please.\"}]}",
-        "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":12,"
-        "\"messages\":[{\"role\":\"user\",\"content\":\"\u4f60\u597d\"},"
-        "{\"role\":\"assistant\",\"content\":\"Hi.\"},{\"role\":\"user\",\"content\":\"Again\"}]}",
+    static const protocol_request reqs[] = {
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}",
+         "\"role\":\"assistant\"", "data: [DONE]\n\n"},
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":7,"
+         "\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},"
+         "{\"role\":\"user\",\"content\":\"Name three primes, please.\"}]}",
+         "\"role\":\"assistant\"", "data: [DONE]\n\n"},
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":12,"
+         "\"messages\":[{\"role\":\"user\",\"content\":\"\u4f60\u597d\"},"
+         "{\"role\":\"assistant\",\"content\":\"Hi.\"},{\"role\":\"user\",\"content\":\"Again\"}]}",
+         "\"role\":\"assistant\"", "data: [DONE]\n\n"},
     };
-    enum { N = sizeof bodies / sizeof bodies[0] };
-    rec alone[N], got[N];
-    memset(alone, 0, sizeof alone);
-    memset(got, 0, sizeof got);
-    di_request q;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < N; i++) {
-            rec *r = pass == 0 ? &alone[i] : &got[i];
-            r->cancel_at = -1;
-            di_request_init(&q);
-            q.protocol = DI_PROTOCOL_CHAT;
-            q.json = bodies[i];
-            q.json_len = strlen(bodies[i]);
-            q.on_event = on_event;
-            q.user_data = r;
-            if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-            if (pass == 0) poll_until_idle(e); /* alone: one at a time */
-        }
-    poll_until_idle(e); /* together */
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(got[i].n_done, 1);
-        assert_int_equal(got[i].after_done, 0);
-        assert_int_equal(got[i].status, DI_OK);
-        assert_int_equal(alone[i].status, DI_OK);
-        assert_true(got[i].n_toks >= 1);
-        assert_int_equal(got[i].n_toks, alone[i].n_toks);
-        assert_memory_equal(got[i].toks, alone[i].toks, (size_t)got[i].n_toks * sizeof(int32_t));
-        assert_non_null(strstr(got[i].first_sse, "\"role\":\"assistant\""));
-        assert_string_equal(got[i].last_sse, "data: [DONE]\n\n");
-        assert_true(got[i].n_chunks >= 3);
-        assert_true(got[i].has_response);
-    }
+    check_alone_and_together(e, reqs, (int)(sizeof reqs / sizeof reqs[0]));
     assert_int_equal(di_engine_destroy(e), DI_OK);
     remove_hf_model(model_dir);
     rmdir(dir);
@@ -1578,10 +1601,7 @@ static void test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other
     if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
     assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV4);
     g.e = e;
-    static const struct {
-        di_protocol protocol;
-        const char *body, *first, *last;
-    } reqs[] = {
+    static const protocol_request reqs[] = {
         {DI_PROTOCOL_CHAT,
          "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
          "\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\",\"content\":"
@@ -1598,39 +1618,7 @@ static void test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other
          "\"max_output_tokens\":12,\"reasoning\":{\"effort\":\"none\"},\"input\":\"\u4f60\u597d\"}",
          "event: response.created", "event: response.incomplete"}, /* cut by max_output_tokens */
     };
-    enum { N = sizeof reqs / sizeof reqs[0] };
-    rec alone[N], got[N];
-    memset(alone, 0, sizeof alone);
-    memset(got, 0, sizeof got);
-    di_request q;
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < N; i++) {
-            rec *r = pass == 0 ? &alone[i] : &got[i];
-            r->cancel_at = -1;
-            di_request_init(&q);
-            q.protocol = reqs[i].protocol;
-            q.json = reqs[i].body;
-            q.json_len = strlen(reqs[i].body);
-            q.on_event = on_event;
-            q.user_data = r;
-            if (di_submit(e, &q, &r->id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-            if (pass == 0) poll_until_idle(e); /* alone: one at a time */
-        }
-    poll_until_idle(e); /* together */
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(got[i].n_done, 1);
-        assert_int_equal(got[i].after_done, 0);
-        assert_int_equal(got[i].status, DI_OK);
-        assert_int_equal(alone[i].status, DI_OK);
-        assert_true(got[i].n_toks >= 1);
-        assert_int_equal(got[i].n_toks, alone[i].n_toks);
-        assert_memory_equal(got[i].toks, alone[i].toks, (size_t)got[i].n_toks * sizeof(int32_t));
-        if (!strstr(got[i].first_sse, reqs[i].first))
-            fail_msg("request %d's first chunk: %s", i, got[i].first_sse);
-        if (!strstr(got[i].last_sse, reqs[i].last))
-            fail_msg("request %d's last chunk: %s", i, got[i].last_sse);
-        assert_true(got[i].has_response);
-    }
+    check_alone_and_together(e, reqs, (int)(sizeof reqs / sizeof reqs[0]));
     assert_int_equal(di_engine_destroy(e), DI_OK);
     remove_hf_model(model_dir);
     rmdir(dir);

@@ -18,6 +18,7 @@
 
 #include "model/model.h"
 #include "model/weights.h"
+#include "model_variant.h"
 
 static const char *const FIXTURES[] = {
     "dsv3-qlora-bf16", "dsv3-noqlora-yarn-f32", "dsv3-group1-noninterleave-f32", "dsv3-dense-bf16",
@@ -340,28 +341,7 @@ static char tmpdir[64];
 
 static const char *variant(const char *fixture, const char *edit)
 {
-    char src[512], path[700];
-    snprintf(src, sizeof src, "%s/model/%s", DI_FIXTURE_DIR, fixture);
-    snprintf(path, sizeof path, "%s/config.json", src);
-    json_t *cfg = json_load_file(path, 0, NULL);
-    json_t *e = json_loads(edit, 0, NULL);
-    assert_true(cfg && e);
-    const char *key;
-    json_t *v;
-    json_object_foreach(e, key, v)
-    {
-        if (json_is_null(v))
-            json_object_del(cfg, key);
-        else
-            json_object_set(cfg, key, v);
-    }
-    static char dir[128];
-    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    assert_int_equal(json_dump_file(cfg, path, 0), 0);
-    json_decref(cfg);
-    json_decref(e);
-    return dir;
+    return model_variant_config(tmpdir, fixture, edit);
 }
 
 static int setup(void **state)

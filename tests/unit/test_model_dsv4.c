@@ -24,6 +24,7 @@
 
 #include "deepinfer/deepinfer.h"
 #include "model/model.h"
+#include "model_variant.h"
 #include "util/error.h"
 
 static char tmpdir[64];
@@ -33,27 +34,9 @@ static char tmpdir[64];
  * to be edited). */
 static const char *variant(const char *fixture, const char *edit, int copy_weights)
 {
+    const char *dir = model_variant_config(tmpdir, fixture, edit);
     char src[512], path[700], dst[700];
     snprintf(src, sizeof src, "%s/model/%s", DI_FIXTURE_DIR, fixture);
-    snprintf(path, sizeof path, "%s/config.json", src);
-    json_t *cfg = json_load_file(path, 0, NULL);
-    json_t *e = json_loads(edit, 0, NULL);
-    assert_true(cfg && e);
-    const char *key;
-    json_t *v;
-    json_object_foreach(e, key, v)
-    {
-        if (json_is_null(v))
-            json_object_del(cfg, key);
-        else
-            json_object_set(cfg, key, v);
-    }
-    static char dir[128];
-    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    assert_int_equal(json_dump_file(cfg, path, 0), 0);
-    json_decref(cfg);
-    json_decref(e);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
     unlink(dst);
     snprintf(path, sizeof path, "%s/model.safetensors", src);
