@@ -7,6 +7,26 @@
 
 enum { HC_MAX = 16, HEAD_MAX = 1024 };
 
+/* x86-64: an AVX2 clone (x86-64-v3) of the per-row tasks picked at load by
+ * the dynamic linker, as attention_mla.c does; both compute the same sums in
+ * the same order (explicit partial sums, no contraction under ISO C). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) &&       \
+    !defined(__SANITIZE_THREAD__)
+#    define V4_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#    define V4_CLONES
+#endif
+
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 static float sigmoidf(float x)
 {
     return 1.0f / (1.0f + expf(-x));
@@ -118,7 +138,7 @@ typedef struct indexer_ctx {
     float *scratch;
 } indexer_ctx;
 
-static void indexer_row(void *p, int64_t t, int thread)
+V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 {
     const indexer_ctx *c = p;
     float *score = c->scratch + thread * c->scratch_stride;
@@ -129,9 +149,7 @@ static void indexer_row(void *p, int64_t t, int thread)
         const float *ks = c->keys + s * c->head_dim;
         float total = 0.0f;
         for (int h = 0; h < c->n_head; h++) {
-            const float *qh = qt + h * c->head_dim;
-            float d = 0.0f;
-            for (int64_t i = 0; i < c->head_dim; i++) d += qh[i] * ks[i];
+            float d = dot(qt + h * c->head_dim, ks, c->head_dim);
             total += (d > 0.0f ? d * c->scale : 0.0f) * (wt[h] * c->w_scale);
         }
         score[s] = total;
@@ -166,58 +184,83 @@ typedef struct sink_ctx {
     float *out;
 } sink_ctx;
 
-/* One key into the online softmax: m the running max, l the sum, acc the
- * weighted values (rescaled when the max grows). */
-static void online_add(const float *qh, const float *key, int64_t d, float scale, float *m,
-                       float *l, float *acc)
+enum { KEY_TILE = 64 };
+
+/* The online softmax over tiles of keys (FlashAttention's recurrence): the
+ * tile's scores, its max, the running sums rescaled once per tile. */
+typedef struct sink_state {
+    float m, l;
+    float acc[HEAD_MAX];
+    const float *key[KEY_TILE];
+    int n;
+} sink_state;
+
+static inline __attribute__((always_inline)) void tile_flush(sink_state *st, const float *qh,
+                                                             int64_t d, float scale)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < d; i++) s += qh[i] * key[i];
-    s *= scale;
-    if (s > *m) {
-        float r = expf(*m - s);
-        for (int64_t i = 0; i < d; i++) acc[i] *= r;
-        *l *= r;
-        *m = s;
+    float s[KEY_TILE], mt = -INFINITY;
+    for (int j = 0; j < st->n; j++) {
+        s[j] = dot(qh, st->key[j], d) * scale;
+        if (s[j] > mt) mt = s[j];
     }
-    float p = expf(s - *m);
-    *l += p;
-    for (int64_t i = 0; i < d; i++) acc[i] += p * key[i];
+    if (mt > st->m) {
+        float r = expf(st->m - mt);
+        for (int64_t i = 0; i < d; i++) st->acc[i] *= r;
+        st->l *= r;
+        st->m = mt;
+    }
+    for (int j = 0; j < st->n; j++) {
+        float p = expf(s[j] - st->m);
+        const float *v = st->key[j];
+        st->l += p;
+        for (int64_t i = 0; i < d; i++) st->acc[i] += p * v[i];
+    }
+    st->n = 0;
 }
 
-static void sink_head(void *p, int64_t task, int thread)
+static inline __attribute__((always_inline)) void tile_add(sink_state *st, const float *key,
+                                                           const float *qh, int64_t d, float scale)
+{
+    st->key[st->n++] = key;
+    if (st->n == KEY_TILE) tile_flush(st, qh, d, scale);
+}
+
+V4_CLONES static void sink_head(void *p, int64_t task, int thread)
 {
     (void)thread;
     const sink_ctx *c = p;
     const int64_t t = task / c->n_head, h = task % c->n_head, d = c->head_dim, pos = c->pos[t];
     const float *qh = c->q + (t * c->n_head + h) * d;
-    float acc[HEAD_MAX], m = -INFINITY, l = 0.0f;
-    memset(acc, 0, (size_t)d * sizeof *acc);
+    sink_state st;
+    st.m = -INFINITY;
+    st.l = 0.0f;
+    st.n = 0;
+    memset(st.acc, 0, (size_t)d * sizeof *st.acc);
     int64_t first = pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
     for (int64_t kp = first; kp <= pos; kp++)
-        online_add(qh, c->win + (kp % c->win_ring) * d, d, c->scale, &m, &l, acc);
+        tile_add(&st, c->win + (kp % c->win_ring) * d, qh, d, c->scale);
     if (c->comp && c->sel) {
         for (int i = 0; i < c->k; i++) {
             int32_t e = c->sel[t * c->k + i];
-            if (e >= 0 && e < c->n_comp)
-                online_add(qh, c->comp + (int64_t)e * d, d, c->scale, &m, &l, acc);
+            if (e >= 0 && e < c->n_comp) tile_add(&st, c->comp + (int64_t)e * d, qh, d, c->scale);
         }
     } else if (c->comp) {
         int64_t lim = (pos + 1) / c->rate;
         if (lim > c->n_comp) lim = c->n_comp;
-        for (int64_t e = 0; e < lim; e++) online_add(qh, c->comp + e * d, d, c->scale, &m, &l, acc);
+        for (int64_t e = 0; e < lim; e++) tile_add(&st, c->comp + e * d, qh, d, c->scale);
     }
+    if (st.n) tile_flush(&st, qh, d, c->scale);
     /* the sink joins the softmax's denominator only */
     float sink = c->sinks[h];
-    if (sink > m) {
-        float r = expf(m - sink);
-        for (int64_t i = 0; i < d; i++) acc[i] *= r;
-        l *= r;
-        m = sink;
+    if (sink > st.m) {
+        float r = expf(st.m - sink);
+        for (int64_t i = 0; i < d; i++) st.acc[i] *= r;
+        st.l *= r;
+        st.m = sink;
     }
-    l += expf(sink - m);
+    st.l += expf(sink - st.m);
     float *o = c->out + (t * c->n_head + h) * d;
-    for (int64_t i = 0; i < d; i++) o[i] = acc[i] / l;
+    for (int64_t i = 0; i < d; i++) o[i] = st.acc[i] / st.l;
 }
 
 void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
