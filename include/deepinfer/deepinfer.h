@@ -768,7 +768,11 @@ DI_API void di_model_reset(di_model *model);
  * keep every KV head's key and value: 2 * layers * kv_heads * head_dim *
  * element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope
  * key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,
- * section 2.1.4). 0 for NULL. Thread-safe. */
+ * section 2.1.4). DeepSeek-V4 keeps, in f32, one compressed entry per compress
+ * rate tokens of its CSA and HCA layers (and the CSA indexer's keys) plus a
+ * fixed part per sequence (the sliding window, the compressors' pending rows),
+ * which this spreads over the context length (docs/deepseek-v4.md). 0 for
+ * NULL. Thread-safe. */
 DI_API int64_t di_model_kv_bytes_per_token(const di_model *model);
 
 /* Flags of di_model_eval. */

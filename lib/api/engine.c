@@ -447,13 +447,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     mo.progress_user = c.progress_user;
     if ((st = model_load(c.model_path, &mo, &e->m, err)) != DI_OK) goto fail;
     const model_config *mc = model_get_config(e->m);
-    if (mc->arch == MODEL_ARCH_DEEPSEEK_V4 && (c.kv_host_cache_bytes > 0 || c.kv_cache_dir)) {
-        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
-                           "%s: kv_host_cache_bytes / kv_cache_dir: DeepSeek-V4's caches are "
-                           "per sequence, with no prefix cache tiers yet (docs/deepseek-v4.md)",
-                           c.model_path);
-        goto fail;
-    }
+    /* DeepSeek-V4's caches are each sequence's own: no prefix cache, so no tiers
+     * (a warning, as for a tier directory that cannot be used) */
+    const int v4 = mc->arch == MODEL_ARCH_DEEPSEEK_V4;
+    if (v4 && (c.kv_host_cache_bytes > 0 || c.kv_cache_dir))
+        elog(e, DI_LOG_WARN,
+             "%s: kv_host_cache_bytes / kv_cache_dir ignored: DeepSeek-V4's caches are per "
+             "sequence, with no prefix cache or tiers yet (docs/deepseek-v4.md)",
+             c.model_path);
     e->n_vocab = (int32_t)mc->n_vocab;
     e->n_ctx = model_n_ctx(e->m);
     /* The tokenizer: the configured one, the GGUF's, or the directory's. */
@@ -509,6 +510,11 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                  di_tokenizer_token_id(e->tok, "<|im_end|>", 10, &id) == DI_OK)
             enc = DI_ENCODING_CHATML;
     }
+    if (e->tok && di_tokenizer_vocab_size(e->tok) > e->n_vocab)
+        elog(e, DI_LOG_WARN,
+             "the tokenizer has %d tokens but the model only %d: a request whose text encodes "
+             "to an id past %d will be refused; is this the model's tokenizer?",
+             (int)di_tokenizer_vocab_size(e->tok), (int)e->n_vocab, (int)e->n_vocab - 1);
     st = engine_set_encoding(e, enc, c.encoding != 0, pre, chat_template, err);
     if (st != DI_OK) {
         free(chat_template);
@@ -524,9 +530,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
      * a step takes tokens: otherwise the newest would wait for the others. */
     int max_running = c.max_running ? c.max_running : 16;
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
-    /* DeepSeek-V4: no prefix cache yet (its caches are per sequence) */
-    sched_cache cache = {!c.disable_prefix_cache && mc->arch != MODEL_ARCH_DEEPSEEK_V4,
-                         c.kv_host_cache_bytes, c.kv_cache_dir, c.kv_disk_cache_bytes};
+    sched_cache cache = {!c.disable_prefix_cache && !v4, v4 ? 0 : c.kv_host_cache_bytes,
+                         v4 ? NULL : c.kv_cache_dir, c.kv_disk_cache_bytes};
     st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
                       &e->sched);
     if (st != DI_OK) {

@@ -7,7 +7,8 @@
  *   - a layer type, scoring function or shape this code cannot run is refused
  *     at load, named;
  *   - a tid2eid entry that is not an expert is refused, named;
- *   - the prefix cache's tiers, which V4's caches cannot use yet, are refused. */
+ *   - the prefix cache's tiers, which V4's caches cannot use yet, are ignored
+ *     with a warning. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -231,25 +232,51 @@ static void test_bad_tid2eid_is_named(void **state)
     expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
 }
 
-/* V4's caches are each sequence's own: no prefix cache tier can hold them. */
-static void test_engine_refuses_the_prefix_cache_tiers(void **state)
+/* V4's caches are each sequence's own: no prefix cache tier can hold them, so
+ * asking for one is a warning naming the fields, and the engine serves. */
+static void keep_warnings(void *user, di_log_level level, const char *message)
+{
+    if (level == DI_LOG_WARN) snprintf(user, 512, "%s", message);
+}
+
+static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
     di_engine_config cfg;
     di_engine_config_init(&cfg);
-    char model_dir[300];
+    char model_dir[300], warning[512] = "";
     snprintf(model_dir, sizeof model_dir, "%s/model/dsv4-fp8", DI_FIXTURE_DIR);
     cfg.model_path = model_dir;
     cfg.n_threads = 1;
     cfg.kv_cache_dir = tmpdir;
+    cfg.log = keep_warnings;
+    cfg.log_user = warning;
     di_engine *e = NULL;
-    di_error *err = NULL;
-    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
-    assert_null(e);
-    assert_non_null(strstr(di_error_message(err), "kv_cache_dir"));
-    di_error_free(err);
-    cfg.kv_cache_dir = NULL; /* without tiers it serves */
     assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    assert_non_null(strstr(warning, "kv_cache_dir ignored"));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* A tokenizer larger than the model's vocabulary (here the real V4 one on a
+ * 512-token checkpoint) loads, with a warning saying what will fail. */
+static void test_a_tokenizer_larger_than_the_vocabulary_is_a_warning(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v4/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    char model_dir[300], warning[512] = "";
+    snprintf(model_dir, sizeof model_dir, "%s/model/dsv4-fp8", DI_FIXTURE_DIR);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 1;
+    cfg.log = keep_warnings;
+    cfg.log_user = warning;
+    di_engine *e = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+    if (!strstr(warning, "the tokenizer has 129280 tokens but the model only 512"))
+        fail_msg("warning: %s", warning);
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
@@ -259,7 +286,8 @@ int main(void)
         cmocka_unit_test(test_release_config_keys_give_the_same_model),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
         cmocka_unit_test(test_bad_tid2eid_is_named),
-        cmocka_unit_test(test_engine_refuses_the_prefix_cache_tiers),
+        cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
+        cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
