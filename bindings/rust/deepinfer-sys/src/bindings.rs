@@ -1135,7 +1135,11 @@ extern "C" {
     #[doc = " keep every KV head's key and value: 2 * layers * kv_heads * head_dim *"]
     #[doc = " element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope"]
     #[doc = " key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,"]
-    #[doc = " section 2.1.4). 0 for NULL. Thread-safe."]
+    #[doc = " section 2.1.4). DeepSeek-V4 keeps, in f32, one compressed entry per compress"]
+    #[doc = " rate tokens of its CSA and HCA layers (and the CSA indexer's keys) plus a"]
+    #[doc = " fixed part per sequence (the sliding window, the compressors' pending rows),"]
+    #[doc = " which this spreads over the context length (docs/deepseek-v4.md). 0 for"]
+    #[doc = " NULL. Thread-safe."]
     pub fn di_model_kv_bytes_per_token(model: *const di_model) -> i64;
 }
 #[doc = " Write the logits of every evaluated token, not only the last one's."]
