@@ -14,7 +14,7 @@ import time
 import pytest
 
 import deepinfer
-from deepinfer import Done, Status, Tokens
+from deepinfer import Done, Finish, Status, Tokens
 from conftest import TINY
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -335,7 +335,13 @@ def test_close_while_iterating_on_the_same_thread(tiny_ref, on_main):
     events = go() if on_main else run_with_timeout(go)
     dones = [ev for ev in events if isinstance(ev, Done)]
     assert len(dones) == 1 and events[-1] is dones[0]
-    assert dones[0].status == Status.CANCELLED and "destroyed" in dones[0].message
+    d = dones[0]
+    # The worker may finish the request (the tiny model decodes its 240 tokens in
+    # milliseconds) before close() reaches it: its Done, already queued, is then
+    # OK with every token (seen on a loaded machine). Otherwise close cancelled it.
+    finished_first = (d.status == Status.OK and d.finish_reason == Finish.LENGTH
+                      and d.prompt_tokens + d.completion_tokens == 256)
+    assert finished_first or (d.status == Status.CANCELLED and "destroyed" in d.message), d
 
 
 def test_close_inside_a_call_on_the_engine_raises_instead_of_deadlocking():
