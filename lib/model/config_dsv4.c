@@ -281,6 +281,10 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m)
              v->index_head_dim % 2 || v->index_head_dim < m->qk_rope_head_dim || !v->index_topk ||
              v->index_topk > 65536)
         why = "the indexer's fields (index_n_heads, index_head_dim, index_topk) are out of range";
+    else if (!(v->swiglu_limit > 0.0f))
+        why = "swiglu_limit must be positive (transformers clamps at it)";
+    else if (!(v->hc_eps >= 0.0f) || !(m->v4.compress_rope_theta > 0.0f))
+        why = "hc_eps must not be negative and compress_rope_theta must be positive";
     else if (!m->q_lora_rank || !m->n_expert || !m->n_ff_exp)
         why = "q_lora_rank, n_routed_experts and moe_intermediate_size must be positive";
     if (why) return bad(c, DI_ERR_MODEL_FORMAT, why);

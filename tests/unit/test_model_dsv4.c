@@ -186,6 +186,8 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_UNSUPPORTED, "rope_parameters.main.rope_type 'yarn'", NULL);
     expect_load_error(variant(F, "{\"rope_parameters\": {\"rope_type\": \"yarn\"}}", 0),
                       DI_ERR_MODEL_FORMAT, "lack factor", NULL);
+    expect_load_error(variant(F, "{\"swiglu_limit\": 0}", 0), DI_ERR_MODEL_FORMAT,
+                      "swiglu_limit must be positive", NULL);
     /* the config disagrees with the tensors: the tensor is named */
     expect_load_error(variant(F, "{\"index_head_dim\": 32}", 0), DI_ERR_MODEL_FORMAT,
                       "model.layers.0.self_attn.compressor.indexer.kv_proj.weight", NULL);
