@@ -30,6 +30,9 @@ typedef enum model_dtype {
     /* integer tables read on the host, never a matrix (DeepSeek-V4's tid2eid) */
     MODEL_DTYPE_I32 = 16,
     MODEL_DTYPE_I64 = 17,
+    /* a block scale 2^(e - 127) per byte (255, NaN, is refused), DeepSeek-V4's
+     * ue8m0; read on the host into f32 scales, never a matrix */
+    MODEL_DTYPE_E8M0 = 18,
 } model_dtype;
 
 typedef struct model_tensor {

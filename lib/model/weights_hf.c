@@ -502,6 +502,11 @@ static int dsv4_name(const char *hf, char *out, size_t size)
         {".ffn.", ".mlp."}};
     char buf[1100];
     snprintf(buf, sizeof buf, "model.%s", hf);
+    /* the release's block scales: "X.scale" beside "X.weight" (the mHC's
+     * "hc_attn_scale" and the like are parameters, renamed below) */
+    size_t len = strlen(buf);
+    if (len > 6 && strcmp(buf + len - 6, ".scale") == 0)
+        snprintf(buf + len - 6, sizeof buf - (len - 6), "%s", ".weight_scale_inv");
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
         char *at = strstr(buf, part[i].from);
         if (!at) continue;
@@ -574,9 +579,10 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
         if (!mapped) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
         static const model_dtype dtypes[] = {
-            [SAFETENSORS_F32] = MODEL_DTYPE_F32,   [SAFETENSORS_F16] = MODEL_DTYPE_F16,
-            [SAFETENSORS_BF16] = MODEL_DTYPE_BF16, [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3,
-            [SAFETENSORS_I64] = MODEL_DTYPE_I64,   [SAFETENSORS_I32] = MODEL_DTYPE_I32};
+            [SAFETENSORS_F32] = MODEL_DTYPE_F32,     [SAFETENSORS_F16] = MODEL_DTYPE_F16,
+            [SAFETENSORS_BF16] = MODEL_DTYPE_BF16,   [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3,
+            [SAFETENSORS_I64] = MODEL_DTYPE_I64,     [SAFETENSORS_I32] = MODEL_DTYPE_I32,
+            [SAFETENSORS_F8_E8M0] = MODEL_DTYPE_E8M0};
         int64_t ne[4] = {1, 1, 1, 1};
         uint32_t n_dims = t->n_dims ? t->n_dims : 1;
         for (uint32_t d = 0; d < t->n_dims; d++) ne[d] = (int64_t)t->shape[t->n_dims - 1 - d];
@@ -680,12 +686,32 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
             return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
                                  dir, s->name, base);
         int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
-        if (s->dtype != MODEL_DTYPE_F32 || t->n_dims != 2 || s->n_dims != 2 || s->ne[0] != b0 ||
-            s->ne[1] != b1)
-            return di_error_setf(
-                err, DI_ERR_MODEL_FORMAT,
-                "%s: '%s' must be F32 of shape {%lld, %lld} (128x128 blocks of '%s')", dir, s->name,
-                (long long)b0, (long long)b1, base);
+        if ((s->dtype != MODEL_DTYPE_F32 && s->dtype != MODEL_DTYPE_E8M0) || t->n_dims != 2 ||
+            s->n_dims != 2 || s->ne[0] != b0 || s->ne[1] != b1)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: '%s' must be F32 or F8_E8M0 of shape {%lld, %lld} (128x128 "
+                                 "blocks of '%s')",
+                                 dir, s->name, (long long)b0, (long long)b1, base);
+        if (s->dtype == MODEL_DTYPE_E8M0) { /* power-of-two scales, as f32 */
+            model_tensor *ms = (model_tensor *)s;
+            void **owned = realloc(w->owned, (w->n_owned + 1) * sizeof *owned);
+            if (owned) w->owned = owned;
+            float *f = owned ? malloc((size_t)(b0 * b1) * sizeof *f) : NULL;
+            if (!f)
+                return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", dir);
+            w->owned[w->n_owned++] = f;
+            const uint8_t *e = ms->data;
+            for (int64_t k = 0; k < b0 * b1; k++) {
+                if (e[k] == 255)
+                    return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                         "%s: '%s' block %lld is E8M0's NaN (255)", dir, s->name,
+                                         (long long)k);
+                f[k] = ldexpf(1.0f, (int)e[k] - 127);
+            }
+            ms->dtype = MODEL_DTYPE_F32;
+            ms->data = f;
+            ms->n_bytes = (size_t)(b0 * b1) * sizeof *f;
+        }
         t->scale = s;
     }
     return DI_OK;

@@ -68,8 +68,12 @@ def expected_folder(path):
     params = 0
     for shard in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
         with safe_open(shard, "np") as f:
+            names = set(f.keys())
             for name in f.keys():
-                if name.endswith("weight_scale_inv"):
+                # block scales are their weight's metadata: transformers'
+                # weight_scale_inv, or DeepSeek's release "X.scale" beside "X.weight"
+                if name.endswith("weight_scale_inv") or (
+                        name.endswith(".scale") and name[:-len("scale")] + "weight" in names):
                     continue
                 sl = f.get_slice(name)
                 n = 1

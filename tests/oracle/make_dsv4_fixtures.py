@@ -44,6 +44,13 @@ DSV4 = {
     # and indexer projections stay bf16, as V4-Flash ships them)
     "dsv4-fp8": (dict(layer_types=[CSA, HCA, SW], mlp_layer_types=["hash_moe", "moe", "moe"]),
                  "fp8", 3),
+    # DeepSeek's release layout exactly (embed, layers.N.attn.wq_a, ffn.experts.E.w1,
+    # hc_head_fn, head, norm; no "model." prefix) with its scales as "X.scale":
+    # power-of-two (ue8m0) F8_E8M0 block scales as V4-Flash stores them, and F32
+    # ones on the routed experts as V4-Flash-Base stores them
+    "dsv4-fp8-ue8m0-release": (dict(layer_types=[SW, CSA, HCA],
+                                    mlp_layer_types=["hash_moe", "moe", "moe"]),
+                               "fp8-ue8m0", 0),
 }
 
 BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
@@ -55,6 +62,37 @@ BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attent
             o_groups=2, o_lora_rank=16, index_n_heads=4, index_head_dim=16, index_topk=3,
             num_nextn_predict_layers=0, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
             initializer_range=0.1, tie_word_embeddings=False)
+
+def fp8_block_quantize_pow2(w):
+    """As make_model_fixtures.fp8_block_quantize, with each 128x128 block's scale
+    rounded up to a power of two (DeepSeek-V4's ue8m0 scale_fmt), so it is exact
+    as an E8M0 byte."""
+    import math
+    import torch
+    out_f, in_f = w.shape
+    bo, bi = -(-out_f // 128), -(-in_f // 128)
+    scale = torch.zeros(bo, bi, dtype=torch.float32)
+    q = torch.zeros(out_f, in_f, dtype=torch.float8_e4m3fn)
+    for i in range(bo):
+        for j in range(bi):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            amax = float(blk.abs().max().clamp(min=1e-12))
+            s = 2.0 ** math.ceil(math.log2(amax / 448.0))
+            scale[i, j] = s
+            q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = (blk / s).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def release_name(k):
+    """save_pretrained's name (DeepSeek's layout under "model.") as DeepSeek's
+    release stores it."""
+    top = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
+           "model.hc_head.hc_fn": "hc_head_fn", "model.hc_head.hc_base": "hc_head_base",
+           "model.hc_head.hc_scale": "hc_head_scale"}
+    if k in top:
+        return top[k]
+    return k[len("model."):] if k.startswith("model.layers.") else k
+
 
 def randomize(model, config, torch):
     """Weights that exercise every term: norms 1 + N(0, 0.2), learned sinks,
@@ -107,7 +145,7 @@ def make_dsv4(name):
     # save_pretrained writes DeepSeek's release names (layers.N.attn.wq_a,
     # ffn.experts.E.w1, ...) under "model."; the reference is the model
     # from_pretrained reads back, so it runs on exactly the stored weights.
-    if dtype == "fp8":
+    if dtype in ("fp8", "fp8-ue8m0"):
         import tempfile
         tmp = tempfile.TemporaryDirectory()
         model.save_pretrained(tmp.name, safe_serialization=True)
@@ -116,15 +154,24 @@ def make_dsv4(name):
         for k, v in sorted(saved.items()):
             if (v.dim() == 2 and k.endswith(".weight") and ".layers." in k and ".compressor." not in k
                     and "weights_proj" not in k and ".gate.weight" not in k and "norm" not in k):
-                q, sc = mmf.fp8_block_quantize(v.to(torch.float32))
+                ue8m0 = dtype == "fp8-ue8m0"
+                q, sc = fp8_block_quantize_pow2(v.to(torch.float32)) if ue8m0 else \
+                    mmf.fp8_block_quantize(v.to(torch.float32))
                 state[k] = q.contiguous()
-                state[k + "_scale_inv"] = sc.contiguous()
+                if not ue8m0:
+                    state[k + "_scale_inv"] = sc.contiguous()
+                elif ".experts." in k:
+                    state[k[:-len("weight")] + "scale"] = sc.contiguous()
+                else:
+                    state[k[:-len("weight")] + "scale"] = sc.to(torch.float8_e8m0fnu).contiguous()
                 deq[k] = mmf.fp8_dequantize(q, sc).contiguous()
             elif v.is_floating_point():
                 state[k] = v.to(torch.bfloat16).contiguous()
                 deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
             else:
                 state[k] = deq[k] = v.contiguous()
+        if dtype == "fp8-ue8m0":
+            state = {release_name(k): v for k, v in state.items()}
         safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
         safetensors.torch.save_file(deq, pathlib.Path(tmp.name) / "model.safetensors",
                                     metadata={"format": "pt"})
@@ -133,6 +180,8 @@ def make_dsv4(name):
         cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                            "activation_scheme": "dynamic",
                                            "weight_block_size": [128, 128]}
+        if dtype == "fp8-ue8m0":
+            cfg_json["quantization_config"]["scale_fmt"] = "ue8m0"
         cfg_json["dtype"] = "bfloat16"
         (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
     else:

@@ -198,8 +198,8 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
 }
 
-/* Overwrite element `index` of the I64 tensor `name` in the safetensors file. */
-static void poke_i64(const char *dir, const char *name, size_t index, int64_t value)
+/* Overwrite n bytes at byte `at` of tensor `name`'s data in the safetensors file. */
+static void poke(const char *dir, const char *name, size_t at, const void *bytes, size_t n)
 {
     char path[300];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -214,9 +214,9 @@ static void poke_i64(const char *dir, const char *name, size_t index, int64_t va
     assert_non_null(h);
     json_t *offs = json_object_get(json_object_get(h, name), "data_offsets");
     assert_non_null(offs);
-    long at = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(offs, 0)) + 8 * index);
-    assert_int_equal(fseek(f, at, SEEK_SET), 0);
-    assert_int_equal(fwrite(&value, 8, 1, f), 1);
+    long pos = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(offs, 0)) + at);
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
     fclose(f);
     json_decref(h);
     free(hdr);
@@ -226,12 +226,29 @@ static void test_bad_tid2eid_is_named(void **state)
 {
     (void)state;
     const char *dir = variant("dsv4-fp8", "{}", 1);
-    poke_i64(dir, "model.layers.0.ffn.gate.tid2eid", 7, 8); /* token 3's second expert: 8 of 8 */
+    int64_t v = 8; /* token 3's second expert: the ninth of 8 */
+    poke(dir, "model.layers.0.ffn.gate.tid2eid", 7 * sizeof v, &v, sizeof v);
     expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.mlp.gate.tid2eid",
                       "entry 7 (token 3) is 8, not one of the 8 experts");
     dir = variant("dsv4-fp8", "{}", 1);
-    poke_i64(dir, "model.layers.0.ffn.gate.tid2eid", 0, -1);
+    v = -1;
+    poke(dir, "model.layers.0.ffn.gate.tid2eid", 0, &v, sizeof v);
     expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
+}
+
+/* DeepSeek's release layout (no "model." prefix, "X.scale" block scales, E8M0
+ * ones) loads as transformers runs it (make_dsv4_fixtures.py's reference); an
+ * E8M0 scale of 255 (its NaN) is refused, named. */
+static void test_release_layout_scales(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8-ue8m0-release";
+    assert_true(prompt_error(F, variant(F, "{}", 0)) < 1e-5);
+    const char *dir = variant(F, "{}", 1);
+    const uint8_t nan = 255;
+    poke(dir, "layers.0.attn.wq_b.scale", 0, &nan, 1);
+    expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                      "'model.layers.0.self_attn.q_b_proj.weight_scale_inv' block 0", "E8M0's NaN");
 }
 
 /* V4's caches are each sequence's own: no prefix cache tier can hold them, so
@@ -288,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_release_config_keys_give_the_same_model),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
         cmocka_unit_test(test_bad_tid2eid_is_named),
+        cmocka_unit_test(test_release_layout_scales),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
     };
