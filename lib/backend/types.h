@@ -33,6 +33,12 @@ typedef enum model_dtype {
     /* a block scale 2^(e - 127) per byte (255, NaN, is refused), DeepSeek-V4's
      * ue8m0; read on the host into f32 scales, never a matrix */
     MODEL_DTYPE_E8M0 = 18,
+    /* 32 elements, 16 bytes: e2m1 codes (OCP MX FP4: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+     * their negatives), two a byte, the low nibble first; the per-row scales of
+     * each 32 (E8M0 in the file) as f32 [rows, n / 32] in model_tensor.scale —
+     * DeepSeek-V4's routed experts */
+    MODEL_DTYPE_MXFP4 = 19,
+    MODEL_DTYPE_I8 = 20, /* bytes, only as MXFP4's codes before their scales pair them */
 } model_dtype;
 
 typedef struct model_tensor {
@@ -42,8 +48,9 @@ typedef struct model_tensor {
     int64_t ne[4];    /* elements per dimension, ne[0] fastest; unused dims are 1 */
     const void *data; /* in the memory map (or an owned copy where a conversion was needed) */
     size_t n_bytes;
-    /* FP8_E4M3 only: the f32 inverse scales ("weight_scale_inv"), one per
-     * 128x128 block: ne = {ceil(ne[0]/128), ceil(ne[1]/128)}. NULL otherwise. */
+    /* FP8_E4M3: the f32 inverse scales ("weight_scale_inv"), one per 128x128
+     * block: ne = {ceil(ne[0]/128), ceil(ne[1]/128)}. MXFP4: one f32 scale per
+     * 32 values of each row, ne = {ne[0]/32, ne[1]}. NULL otherwise. */
     const struct model_tensor *scale;
 } model_tensor;
 

@@ -26,7 +26,8 @@ size_t safetensors_dtype_size(safetensors_dtype dt)
     case SAFETENSORS_F8_E4M3: return 1;
     case SAFETENSORS_I64: return 8;
     case SAFETENSORS_I32: return 4;
-    case SAFETENSORS_F8_E8M0: return 1;
+    case SAFETENSORS_F8_E8M0:
+    case SAFETENSORS_I8: return 1;
     }
     return 0;
 }
@@ -46,9 +47,9 @@ static di_status fail(char *msg, size_t msg_size, const char *name, di_status st
 }
 
 /* Known dtypes of the format that deepinfer does not load. */
-static const char *const other_dtypes[] = {"F64",     "U64", "U32",  "I16",     "U16",
-                                           "I8",      "U8",  "BOOL", "F8_E5M2", "F6_E2M3",
-                                           "F6_E3M2", "F4",  "C64",  "E8M0"};
+static const char *const other_dtypes[] = {"F64", "U64",  "U32",     "I16",     "U16",
+                                           "U8",  "BOOL", "F8_E5M2", "F6_E2M3", "F6_E3M2",
+                                           "F4",  "C64",  "E8M0"};
 
 static int cmp_begin(const void *a, const void *b)
 {
@@ -85,12 +86,14 @@ static di_status parse_tensor(safetensors_file *f, const char *name, const char 
         t->dtype = SAFETENSORS_I32;
     else if (strcmp(d, "F8_E8M0") == 0)
         t->dtype = SAFETENSORS_F8_E8M0;
+    else if (strcmp(d, "I8") == 0)
+        t->dtype = SAFETENSORS_I8;
     else {
         for (size_t i = 0; i < sizeof other_dtypes / sizeof other_dtypes[0]; i++)
             if (strcmp(d, other_dtypes[i]) == 0)
                 return fail(msg, msg_size, name, DI_ERR_UNSUPPORTED,
                             "tensor '%s': dtype %s is not supported (F32, F16, BF16, F8_E4M3, "
-                            "F8_E8M0, I64, I32 are)",
+                            "F8_E8M0, I64, I32, I8 are)",
                             key, d);
         return fail(msg, msg_size, name, DI_ERR_MODEL_FORMAT, "tensor '%s': unknown dtype '%.32s'",
                     key, d);

@@ -28,6 +28,7 @@ typedef enum safetensors_dtype {
     SAFETENSORS_I64 = 4, /* integer tables (DeepSeek-V4's tid2eid) */
     SAFETENSORS_I32 = 5,
     SAFETENSORS_F8_E8M0 = 6, /* power-of-two block scales (DeepSeek-V4's ue8m0) */
+    SAFETENSORS_I8 = 7,      /* DeepSeek-V4's MXFP4 experts: two e2m1 codes a byte */
 } safetensors_dtype;
 
 enum { SAFETENSORS_MAX_DIMS = 4 };

@@ -327,7 +327,8 @@ const char *model_dtype_name(model_dtype t)
         [MODEL_DTYPE_Q2_K] = "Q2_K",     [MODEL_DTYPE_Q3_K] = "Q3_K",
         [MODEL_DTYPE_IQ4_NL] = "IQ4_NL", [MODEL_DTYPE_IQ4_XS] = "IQ4_XS",
         [MODEL_DTYPE_I32] = "I32",       [MODEL_DTYPE_I64] = "I64",
-        [MODEL_DTYPE_E8M0] = "E8M0",
+        [MODEL_DTYPE_E8M0] = "E8M0",     [MODEL_DTYPE_MXFP4] = "MXFP4",
+        [MODEL_DTYPE_I8] = "I8",
     };
     return (unsigned)t < sizeof names / sizeof names[0] && names[t] ? names[t] : "?";
 }

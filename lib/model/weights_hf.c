@@ -579,10 +579,10 @@ static di_status add_shard(model_weights *w, const char *path, int tie, di_error
         if (!mapped) snprintf(name, sizeof name, "%s", t->name);
         if (tie && strcmp(name, "output.weight") == 0) continue; /* transformers ties it */
         static const model_dtype dtypes[] = {
-            [SAFETENSORS_F32] = MODEL_DTYPE_F32,     [SAFETENSORS_F16] = MODEL_DTYPE_F16,
-            [SAFETENSORS_BF16] = MODEL_DTYPE_BF16,   [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3,
-            [SAFETENSORS_I64] = MODEL_DTYPE_I64,     [SAFETENSORS_I32] = MODEL_DTYPE_I32,
-            [SAFETENSORS_F8_E8M0] = MODEL_DTYPE_E8M0};
+            [SAFETENSORS_F32] = MODEL_DTYPE_F32,      [SAFETENSORS_F16] = MODEL_DTYPE_F16,
+            [SAFETENSORS_BF16] = MODEL_DTYPE_BF16,    [SAFETENSORS_F8_E4M3] = MODEL_DTYPE_FP8_E4M3,
+            [SAFETENSORS_I64] = MODEL_DTYPE_I64,      [SAFETENSORS_I32] = MODEL_DTYPE_I32,
+            [SAFETENSORS_F8_E8M0] = MODEL_DTYPE_E8M0, [SAFETENSORS_I8] = MODEL_DTYPE_I8};
         int64_t ne[4] = {1, 1, 1, 1};
         uint32_t n_dims = t->n_dims ? t->n_dims : 1;
         for (uint32_t d = 0; d < t->n_dims; d++) ne[d] = (int64_t)t->shape[t->n_dims - 1 - d];
@@ -667,11 +667,40 @@ done:
 }
 
 /* Attach each "X.weight_scale_inv" to X.weight (fp8 block scales). */
+/* An E8M0 scale tensor (one 2^(e - 127) a byte) made f32 in place, its values
+ * in an owned copy; 255 (E8M0's NaN) is refused. */
+static di_status e8m0_to_f32(model_weights *w, const char *dir, model_tensor *s, di_error **err)
+{
+    const int64_t n = s->ne[0] * s->ne[1];
+    void **owned = realloc(w->owned, (w->n_owned + 1) * sizeof *owned);
+    if (owned) w->owned = owned;
+    float *f = owned ? malloc((size_t)n * sizeof *f) : NULL;
+    if (!f) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", dir);
+    w->owned[w->n_owned++] = f;
+    const uint8_t *e = s->data;
+    for (int64_t k = 0; k < n; k++) {
+        if (e[k] == 255)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: '%s' block %lld is E8M0's NaN (255)", dir, s->name,
+                                 (long long)k);
+        f[k] = ldexpf(1.0f, (int)e[k] - 127);
+    }
+    s->dtype = MODEL_DTYPE_F32;
+    s->data = f;
+    s->n_bytes = (size_t)n * sizeof *f;
+    return DI_OK;
+}
+
+/* Pair every "<X>.weight_scale_inv" with "<X>.weight": fp8 with f32 or E8M0
+ * scales per 128x128 block (DeepSeek's checkpoints), or DeepSeek-V4's MXFP4
+ * experts — I8 codes [rows, cols / 2] with E8M0 scales [rows, cols / 32],
+ * which become an MXFP4 weight of cols columns. */
 static di_status attach_scales(model_weights *w, const char *dir, di_error **err)
 {
     static const char suffix[] = ".weight_scale_inv";
+    di_status st;
     for (size_t i = 0; i < w->n_tensors; i++) {
-        const model_tensor *s = &w->tensors[i];
+        model_tensor *s = &w->tensors[i];
         size_t n = strlen(s->name);
         if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
             continue;
@@ -682,6 +711,20 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
             return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                                  "%s: '%s' scales a tensor that is missing (%s)", dir, s->name,
                                  base);
+        if (t->dtype == MODEL_DTYPE_I8) {
+            if (s->dtype != MODEL_DTYPE_E8M0 || t->n_dims != 2 || s->n_dims != 2 ||
+                s->ne[0] * 16 != t->ne[0] || s->ne[1] != t->ne[1])
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                     "%s: '%s' must be F8_E8M0 of shape {%lld, %lld} (one scale "
+                                     "per 32 MXFP4 values of '%s')",
+                                     dir, s->name, (long long)(t->ne[0] / 16), (long long)t->ne[1],
+                                     base);
+            if ((st = e8m0_to_f32(w, dir, s, err)) != DI_OK) return st;
+            t->dtype = MODEL_DTYPE_MXFP4;
+            t->ne[0] *= 2; /* two codes a byte */
+            t->scale = s;
+            continue;
+        }
         if (t->dtype != MODEL_DTYPE_FP8_E4M3)
             return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
                                  dir, s->name, base);
@@ -692,26 +735,7 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
                                  "%s: '%s' must be F32 or F8_E8M0 of shape {%lld, %lld} (128x128 "
                                  "blocks of '%s')",
                                  dir, s->name, (long long)b0, (long long)b1, base);
-        if (s->dtype == MODEL_DTYPE_E8M0) { /* power-of-two scales, as f32 */
-            model_tensor *ms = (model_tensor *)s;
-            void **owned = realloc(w->owned, (w->n_owned + 1) * sizeof *owned);
-            if (owned) w->owned = owned;
-            float *f = owned ? malloc((size_t)(b0 * b1) * sizeof *f) : NULL;
-            if (!f)
-                return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", dir);
-            w->owned[w->n_owned++] = f;
-            const uint8_t *e = ms->data;
-            for (int64_t k = 0; k < b0 * b1; k++) {
-                if (e[k] == 255)
-                    return di_error_setf(err, DI_ERR_MODEL_FORMAT,
-                                         "%s: '%s' block %lld is E8M0's NaN (255)", dir, s->name,
-                                         (long long)k);
-                f[k] = ldexpf(1.0f, (int)e[k] - 127);
-            }
-            ms->dtype = MODEL_DTYPE_F32;
-            ms->data = f;
-            ms->n_bytes = (size_t)(b0 * b1) * sizeof *f;
-        }
+        if (s->dtype == MODEL_DTYPE_E8M0 && (st = e8m0_to_f32(w, dir, s, err)) != DI_OK) return st;
         t->scale = s;
     }
     return DI_OK;

@@ -59,8 +59,8 @@ def expected(path):
 
 # (I64 / I32: integer tables such as DeepSeek-V4's tid2eid, counted as stored)
 ST_NAMES = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F8_E4M3": "FP8_E4M3", "I64": "I64",
-            "I32": "I32"}
-ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "I64": 8, "I32": 4}
+            "I32": "I32", "I8": "I8"}
+ST_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "I64": 8, "I32": 4, "I8": 1}
 
 
 def expected_folder(path):
@@ -79,11 +79,14 @@ def expected_folder(path):
                 n = 1
                 for d in sl.get_shape():
                     n *= d
-                fmt = formats.setdefault(ST_NAMES[sl.get_dtype()],
-                                         {"tensors": 0, "parameters": 0, "bytes": 0})
+                kind, nbytes = ST_NAMES[sl.get_dtype()], n * ST_BYTES[sl.get_dtype()]
+                if kind == "I8" and name.endswith(".weight"):
+                    # DeepSeek-V4's MXFP4 experts: two e2m1 codes a byte
+                    kind, n = "MXFP4", 2 * n
+                fmt = formats.setdefault(kind, {"tensors": 0, "parameters": 0, "bytes": 0})
                 fmt["tensors"] += 1
                 fmt["parameters"] += n
-                fmt["bytes"] += n * ST_BYTES[sl.get_dtype()]
+                fmt["bytes"] += nbytes
                 params += n
     with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)

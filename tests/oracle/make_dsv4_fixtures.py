@@ -51,6 +51,12 @@ DSV4 = {
     "dsv4-fp8-ue8m0-release": (dict(layer_types=[SW, CSA, HCA],
                                     mlp_layer_types=["hash_moe", "moe", "moe"]),
                                "fp8-ue8m0", 0),
+    # DeepSeek-V4-Flash's layout: the routed experts in MXFP4 (I8 codes, two a
+    # byte, the low nibble first; an F8_E8M0 scale per 32 values of a row), the
+    # other projections fp8 with E8M0 block scales
+    "dsv4-mxfp4-release": (dict(layer_types=[CSA, SW, HCA],
+                                mlp_layer_types=["hash_moe", "moe", "moe"]),
+                           "mxfp4", 5),
 }
 
 BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
@@ -81,6 +87,49 @@ def fp8_block_quantize_pow2(w):
             scale[i, j] = s
             q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = (blk / s).to(torch.float8_e4m3fn)
     return q, scale
+
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def mxfp4_quantize(w):
+    """float32 [rows, cols] -> (I8 codes [rows, cols/2], two e2m1 codes a byte with
+    the low nibble first; F8_E8M0 scales [rows, cols/32], the smallest power of
+    two putting each 32's largest magnitude within e2m1's 6; the dequantized
+    float32 [rows, cols]), the layout DeepSeek-V4-Flash ships its routed experts
+    in (and llama.cpp's converter reads: repack_mxfp4_blocks)."""
+    import torch
+    rows, cols = w.shape
+    table = torch.tensor(E2M1)
+    g = w.reshape(rows, cols // 32, 32)
+    e = torch.ceil(torch.log2(g.abs().amax(-1).clamp(min=2.0 ** -100) / 6.0))
+    scale = torch.exp2(e)
+    codes = ((g / scale[..., None])[..., None] - table).abs().argmin(-1).reshape(rows, cols)
+    deq = (table[codes].reshape(rows, cols // 32, 32) * scale[..., None]).reshape(rows, cols)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    e8 = (e + 127).to(torch.uint8).view(torch.float8_e8m0fnu)
+    return packed.view(torch.int8).contiguous(), e8.contiguous(), deq.contiguous()
+
+
+def check_mxfp4_against_gguf(codes, e8, deq):
+    """The codes as llama.cpp reads them: its converter's repack to GGML's
+    block_mxfp4 (repack_mxfp4_blocks in vendor/llama.cpp/conversion/base.py of
+    the pinned llama-cpp-python sdist), dequantized by gguf-py, must give deq
+    exactly: the nibble order and the scale's bias are llama.cpp's as well."""
+    import textwrap
+    import numpy as np
+    import torch
+    import gguf
+    text = (mmf.llama_cpp_source() / "conversion" / "base.py").read_text()
+    start = text.index("    def repack_mxfp4_blocks(")
+    body = textwrap.dedent(text[start:text.index("\n    def ", start + 10)])
+    ns = {"np": np, "torch": torch, "Tensor": torch.Tensor}
+    exec(body, ns)
+    blocks = ns["repack_mxfp4_blocks"](codes, e8)
+    got = gguf.quants.dequantize(np.asarray(blocks).reshape(codes.shape[0], -1),
+                                 gguf.GGMLQuantizationType.MXFP4)
+    if not np.array_equal(got.reshape(deq.shape), deq.numpy()):
+        raise SystemExit("MXFP4 packing differs from llama.cpp's reading of it")
 
 
 def release_name(k):
@@ -145,7 +194,7 @@ def make_dsv4(name):
     # save_pretrained writes DeepSeek's release names (layers.N.attn.wq_a,
     # ffn.experts.E.w1, ...) under "model."; the reference is the model
     # from_pretrained reads back, so it runs on exactly the stored weights.
-    if dtype in ("fp8", "fp8-ue8m0"):
+    if dtype in ("fp8", "fp8-ue8m0", "mxfp4"):
         import tempfile
         tmp = tempfile.TemporaryDirectory()
         model.save_pretrained(tmp.name, safe_serialization=True)
@@ -154,13 +203,20 @@ def make_dsv4(name):
         for k, v in sorted(saved.items()):
             if (v.dim() == 2 and k.endswith(".weight") and ".layers." in k and ".compressor." not in k
                     and "weights_proj" not in k and ".gate.weight" not in k and "norm" not in k):
-                ue8m0 = dtype == "fp8-ue8m0"
+                ue8m0 = dtype in ("fp8-ue8m0", "mxfp4")
+                if dtype == "mxfp4" and ".ffn.experts." in k:
+                    codes, e8, dq = mxfp4_quantize(v.to(torch.float32))
+                    check_mxfp4_against_gguf(codes, e8, dq)
+                    state[k] = codes
+                    state[k[:-len("weight")] + "scale"] = e8
+                    deq[k] = dq
+                    continue
                 q, sc = fp8_block_quantize_pow2(v.to(torch.float32)) if ue8m0 else \
                     mmf.fp8_block_quantize(v.to(torch.float32))
                 state[k] = q.contiguous()
                 if not ue8m0:
                     state[k + "_scale_inv"] = sc.contiguous()
-                elif ".experts." in k:
+                elif ".experts." in k and dtype == "fp8-ue8m0":
                     state[k[:-len("weight")] + "scale"] = sc.contiguous()
                 else:
                     state[k[:-len("weight")] + "scale"] = sc.to(torch.float8_e8m0fnu).contiguous()
@@ -170,7 +226,7 @@ def make_dsv4(name):
                 deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
             else:
                 state[k] = deq[k] = v.contiguous()
-        if dtype == "fp8-ue8m0":
+        if dtype in ("fp8-ue8m0", "mxfp4"):
             state = {release_name(k): v for k, v in state.items()}
         safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
         safetensors.torch.save_file(deq, pathlib.Path(tmp.name) / "model.safetensors",
@@ -180,7 +236,7 @@ def make_dsv4(name):
         cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                            "activation_scheme": "dynamic",
                                            "weight_block_size": [128, 128]}
-        if dtype == "fp8-ue8m0":
+        if dtype in ("fp8-ue8m0", "mxfp4"):
             cfg_json["quantization_config"]["scale_fmt"] = "ue8m0"
         cfg_json["dtype"] = "bfloat16"
         (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")

@@ -251,6 +251,22 @@ static void test_release_layout_scales(void **state)
                       "'model.layers.0.self_attn.q_b_proj.weight_scale_inv' block 0", "E8M0's NaN");
 }
 
+/* DeepSeek-V4-Flash's MXFP4 routed experts (I8 codes with an E8M0 scale per 32
+ * values; the fixture's packing checked against llama.cpp's converter) run as
+ * transformers runs their dequantized values; a NaN scale there is refused. */
+static void test_mxfp4_experts(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-mxfp4-release";
+    assert_true(prompt_error(F, variant(F, "{}", 0)) < 1e-5);
+    const char *dir = variant(F, "{}", 1);
+    const uint8_t nan = 255;
+    poke(dir, "layers.1.ffn.experts.3.w2.scale", 5, &nan, 1);
+    expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                      "'model.layers.1.mlp.experts.3.down_proj.weight_scale_inv' block 5",
+                      "E8M0's NaN");
+}
+
 /* V4's caches are each sequence's own: no prefix cache tier can hold them, so
  * asking for one is a warning naming the fields, and the engine serves. */
 static void keep_warnings(void *user, di_log_level level, const char *message)
@@ -306,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
         cmocka_unit_test(test_bad_tid2eid_is_named),
         cmocka_unit_test(test_release_layout_scales),
+        cmocka_unit_test(test_mxfp4_experts),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
     };

@@ -160,7 +160,7 @@ static di_status be_matrix(backend *be, const model_tensor *t, const backend_mat
 {
     cpu_backend *c = cpu(be);
     if (!cpu_matmul_supported(t->dtype, t->ne[0]) ||
-        (t->dtype == MODEL_DTYPE_FP8_E4M3 && !t->scale))
+        ((t->dtype == MODEL_DTYPE_FP8_E4M3 || t->dtype == MODEL_DTYPE_MXFP4) && !t->scale))
         return di_error_setf(err, DI_ERR_UNSUPPORTED,
                              "%s: the CPU backend has no matrix product for its dtype (%d) with "
                              "rows of %lld elements",
@@ -183,7 +183,8 @@ static di_status be_matrix(backend *be, const model_tensor *t, const backend_mat
 static di_status dequantizable(const model_tensor *t, di_error **err)
 {
     int block = cpu_dtype_block_elems((int)t->dtype);
-    if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->ne[0] % block != 0)
+    if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->dtype == MODEL_DTYPE_MXFP4 ||
+        t->ne[0] % block != 0)
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: unsupported dtype %d", t->name,
                              (int)t->dtype);
     return DI_OK;
@@ -212,6 +213,10 @@ static di_status be_matrix_f32(backend *be, const backend_matrix *w, const float
             const float *sc = (const float *)t->scale->data + (o / 128) * t->scale->ne[0];
             for (int64_t i = 0; i < n_in; i++)
                 yr[i] = cpu_fp8_e4m3_to_f32((uint8_t)src[i]) * sc[i / 128];
+        } else if (t->dtype == MODEL_DTYPE_MXFP4) { /* each 32 of a row times its scale */
+            const float *sc = (const float *)t->scale->data + o * t->scale->ne[0];
+            cpu_dequantize_row((int)t->dtype, src, yr, n_in);
+            for (int64_t i = 0; i < n_in; i++) yr[i] *= sc[i / 32];
         } else {
             cpu_dequantize_row((int)t->dtype, src, yr, n_in);
         }

@@ -69,18 +69,23 @@ static void quantize_task(void *ctx, int64_t t, int thread)
     if (j->info) cpu_pack_info(j->act_type, row, j->n_in, j->info + (size_t)t * j->info_row);
 }
 
-static float dot_fp8_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
-                         const char *arow)
+/* Row o of a block-scaled weight . f32 activations: each block's unscaled
+ * product times its scale — fp8's 128x128 blocks, MXFP4's 32 values of a row. */
+static float dot_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
+                            const char *arow)
 {
     const model_tensor *sc = pt->w->scale;
     const float *scales = sc->data;
     int64_t ns0 = sc->ne[0];
+    int mx = pt->w->dtype == MODEL_DTYPE_MXFP4;
+    const int64_t blk = mx ? 32 : FP8_BLOCK;
+    const float *row_scales = scales + (mx ? o : o / FP8_BLOCK) * ns0;
     float sum = 0;
-    for (int64_t i = 0; i < j->n_in; i += FP8_BLOCK) {
-        int64_t len = j->n_in - i < FP8_BLOCK ? j->n_in - i : FP8_BLOCK;
+    for (int64_t i = 0; i < j->n_in; i += blk) {
+        int64_t len = j->n_in - i < blk ? j->n_in - i : blk;
         float s;
-        pt->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
-        sum += s * scales[(o / FP8_BLOCK) * ns0 + i / FP8_BLOCK];
+        pt->dot(len, &s, wrow + (mx ? i / 2 : i), arow + i * (int64_t)sizeof(float));
+        sum += s * row_scales[i / blk];
     }
     return sum;
 }
@@ -112,7 +117,7 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         return;
     }
     const char *wdata = pt->w->data;
-    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
+    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3 || pt->w->dtype == MODEL_DTYPE_MXFP4;
     if (pt->dot2x4 && t1 - t0 >= 4) { /* prefill: 2 rows x 4 tokens, then what is left */
         int64_t o = o0;
         for (; o + 2 <= o1; o += 2) {
@@ -165,7 +170,7 @@ static void matmul_task(void *ctx, int64_t task, int thread)
             const char *arow = j->act + (size_t)t * j->act_row;
             float v;
             if (fp8)
-                v = dot_fp8_row(j, pt, o, wrow, arow);
+                v = dot_scaled_row(j, pt, o, wrow, arow);
             else
                 pt->dot(j->n_in, &v, wrow, arow);
             pt->y[t * pt->n_out + o] = v + b;

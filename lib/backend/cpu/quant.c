@@ -22,6 +22,9 @@ _Static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
 _Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
+const float cpu_e2m1_values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 const int8_t cpu_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -38,6 +41,7 @@ int cpu_dtype_block_elems(int dtype)
     case MODEL_DTYPE_Q5_0:
     case MODEL_DTYPE_Q5_1:
     case MODEL_DTYPE_IQ4_NL:
+    case MODEL_DTYPE_MXFP4:
     case CPU_DTYPE_Q8_1: return 32;
     case MODEL_DTYPE_Q2_K:
     case MODEL_DTYPE_Q3_K:
@@ -71,6 +75,7 @@ size_t cpu_dtype_block_bytes(int dtype)
     case MODEL_DTYPE_Q3_K: return sizeof(block_q3_K);
     case MODEL_DTYPE_IQ4_NL: return sizeof(block_iq4_nl);
     case MODEL_DTYPE_IQ4_XS: return sizeof(block_iq4_xs);
+    case MODEL_DTYPE_MXFP4: return 16;
     default: return 0;
     }
 }
@@ -423,6 +428,10 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n)
         break;
     case MODEL_DTYPE_FP8_E4M3:
         for (int64_t i = 0; i < n; i++) y[i] = cpu_fp8_e4m3_to_f32(((const uint8_t *)x)[i]);
+        break;
+    case MODEL_DTYPE_MXFP4:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = cpu_e2m1_values[(((const uint8_t *)x)[i / 2] >> (4 * (i & 1))) & 15];
         break;
     case MODEL_DTYPE_Q4_0: dequant_q4_0(x, y, n / 32); break;
     case MODEL_DTYPE_Q4_1: dequant_q4_1(x, y, n / 32); break;

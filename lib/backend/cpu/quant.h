@@ -170,9 +170,12 @@ uint16_t cpu_f32_to_fp16(float f); /* round to nearest even, as F16C's vcvtps2ph
 float cpu_bf16_to_f32(uint16_t h);
 uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (ggml's) */
 float cpu_fp8_e4m3_to_f32(uint8_t v);
+/* OCP MX FP4 (e2m1) by its 4-bit code: sign, 2 exponent bits, 1 mantissa bit. */
+extern const float cpu_e2m1_values[16];
 
 /* Dequantize n elements (a multiple of the block size) of a row stored as dtype
- * into y[n]. For FP8_E4M3 the block scale is not applied (the caller's job).
+ * into y[n]. For FP8_E4M3 and MXFP4 the block scales are not applied (the
+ * caller's job).
  * Roofline: reads cpu_row_bytes(dtype, n), writes 4n bytes, ~2n FLOPs. */
 void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
 

@@ -31,6 +31,17 @@ static void dot_bf16(int64_t n, float *s, const void *w, const void *a)
     *s = (float)sum;
 }
 
+/* MXFP4's codes (unscaled: the caller applies each 32's scale) . f32 */
+static void dot_mxfp4(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint8_t *x = w;
+    const float *y = a;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)cpu_e2m1_values[(x[i / 2] >> (4 * (i & 1))) & 15] * (double)y[i];
+    *s = (float)sum;
+}
+
 static void dot_fp8(int64_t n, float *s, const void *w, const void *a)
 {
     const uint8_t *x = w;
@@ -298,6 +309,7 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
     case MODEL_DTYPE_F16: return dot_f16;
     case MODEL_DTYPE_BF16: return dot_bf16;
     case MODEL_DTYPE_FP8_E4M3: return dot_fp8;
+    case MODEL_DTYPE_MXFP4: return dot_mxfp4;
     case MODEL_DTYPE_Q8_0: return dot_q8_0;
     case MODEL_DTYPE_Q4_0: return dot_q4_0;
     case MODEL_DTYPE_Q4_1: return dot_q4_1;
