@@ -134,7 +134,11 @@ def check_mxfp4_against_gguf(codes, e8, deq):
 
 def release_name(k):
     """save_pretrained's name (DeepSeek's layout under "model.") as DeepSeek's
-    release stores it."""
+    release stores it. save_pretrained reverses transformers' renaming of
+    "attn.kv_norm" to "self_attn.kv_norm" into "attn.norm" (its mapping renames
+    every ".norm." to ".kv_norm."): the release says "attn.kv_norm", as
+    llama.cpp's converter expects."""
+    k = k.replace(".attn.norm.", ".attn.kv_norm.")
     top = {"model.embed_tokens.weight": "embed.weight", "model.norm.weight": "norm.weight",
            "model.hc_head.hc_fn": "hc_head_fn", "model.hc_head.hc_base": "hc_head_base",
            "model.hc_head.hc_scale": "hc_head_scale"}
