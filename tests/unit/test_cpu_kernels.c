@@ -36,10 +36,11 @@ static float frand(void)
 }
 
 static const model_dtype weight_types[] = {
-    MODEL_DTYPE_F32,  MODEL_DTYPE_F16,  MODEL_DTYPE_BF16,   MODEL_DTYPE_Q8_0,
-    MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1,
-    MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K,   MODEL_DTYPE_FP8_E4M3,
-    MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K, MODEL_DTYPE_IQ4_NL, MODEL_DTYPE_IQ4_XS,
+    MODEL_DTYPE_F32,   MODEL_DTYPE_F16,  MODEL_DTYPE_BF16,   MODEL_DTYPE_Q8_0,
+    MODEL_DTYPE_Q4_0,  MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1,
+    MODEL_DTYPE_Q4_K,  MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K,   MODEL_DTYPE_FP8_E4M3,
+    MODEL_DTYPE_Q2_K,  MODEL_DTYPE_Q3_K, MODEL_DTYPE_IQ4_NL, MODEL_DTYPE_IQ4_XS,
+    MODEL_DTYPE_MXFP4,
 };
 
 /* n elements of random weights of dtype: random bits with finite, small scales. */
@@ -260,7 +261,8 @@ static void test_threaded_matmul_matches_reference(void **state)
     const int64_t toks[] = {1, 5, 40};
     for (size_t k = 0; k < sizeof weight_types / sizeof weight_types[0]; k++) {
         model_dtype dt = weight_types[k];
-        if (dt == MODEL_DTYPE_FP8_E4M3) continue; /* needs block scales: its own test */
+        if (dt == MODEL_DTYPE_FP8_E4M3 || dt == MODEL_DTYPE_MXFP4)
+            continue; /* needs block scales: its own test */
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
         w.data = random_weights(dt, n_out, n_in);
         float bias[70];
@@ -489,6 +491,50 @@ static void test_fp8_matmul_applies_block_scales(void **state)
         for (int i = 0; i < NI; i++)
             want += (double)cpu_fp8_e4m3_to_f32(wq[o * NI + i]) * scales[i / 128] * x[i];
         assert_true(fabs(y[o] - want) < 1e-3 * (1 + fabs(want)));
+    }
+    cpu_threadpool_free(pool);
+}
+
+/* MXFP4 by its definition (OCP MX: e2m1 codes, two a byte with the low nibble
+ * first, each 32 values of a row times its scale), through cpu_matmul with the
+ * reference and the SIMD kernels: every code of both nibbles, scales 2^-3..2^3. */
+static void test_mxfp4_matmul_applies_row_scales(void **state)
+{
+    (void)state;
+    static const float e2m1[16] = {0,     0.5f,  1,  1.5f,  2,  3,  4,  6,
+                                   -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    enum { NI = 128, NO = 3 };
+    uint8_t wq[NO * NI / 2];
+    float x[NI], y[NO], scales[NO * NI / 32];
+    for (int i = 0; i < NO * NI / 2; i++) wq[i] = (uint8_t)(i < 256 ? (uint32_t)i : rnd());
+    for (int i = 0; i < NO * NI / 32; i++) scales[i] = ldexpf(1.0f, (int)(rnd() % 7) - 3);
+    for (int i = 0; i < NI; i++) x[i] = frand();
+    model_tensor sc = {.name = "s",
+                       .dtype = MODEL_DTYPE_F32,
+                       .n_dims = 2,
+                       .ne = {NI / 32, NO, 1, 1},
+                       .data = scales};
+    model_tensor w = {.name = "w",
+                      .dtype = MODEL_DTYPE_MXFP4,
+                      .n_dims = 2,
+                      .ne = {NI, NO, 1, 1},
+                      .data = wq,
+                      .scale = &sc};
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    for (int use_ref = 0; use_ref < 2; use_ref++) {
+        cpu_matmul(pool, &w, NULL, x, 1, y, NULL, use_ref);
+        for (int o = 0; o < NO; o++) {
+            double want = 0;
+            for (int i = 0; i < NI; i++) {
+                uint8_t b = wq[(o * NI + i) / 2];
+                want +=
+                    (double)e2m1[(i & 1) ? b >> 4 : b & 15] * scales[o * (NI / 32) + i / 32] * x[i];
+            }
+            if (fabs(y[o] - want) > 1e-5 * (1 + fabs(want)))
+                fail_msg("row %d (%s): %g, definition %g", o, use_ref ? "reference" : "SIMD",
+                         (double)y[o], want);
+        }
     }
     cpu_threadpool_free(pool);
 }
@@ -813,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
+        cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),
         cmocka_unit_test(test_threadpool_runs_every_task_once),
         cmocka_unit_test(test_rmsnorm_gives_unit_rms),
         cmocka_unit_test(test_rope_neox_is_norm_on_permuted_dims),
