@@ -377,9 +377,9 @@ AVX2 static void dot_mxfp4(int64_t n, float *s, const void *w, const void *a)
         for (int k = 0; k < 4; k++) {
             __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[k]));
             if (k & 1)
-                acc1 = _mm256_fmadd_ps(f, _mm256_loadu_ps(y + i + 8 * k), acc1);
+                acc1 = _mm256_fmadd_ps(f, _mm256_loadu_ps(y + i + 8 * (int64_t)k), acc1);
             else
-                acc0 = _mm256_fmadd_ps(f, _mm256_loadu_ps(y + i + 8 * k), acc0);
+                acc0 = _mm256_fmadd_ps(f, _mm256_loadu_ps(y + i + 8 * (int64_t)k), acc0);
         }
     }
     float sum = 0.5f * hsum_ps(_mm256_add_ps(acc0, acc1));
