@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""DeepSeek-V4 prefill and decode: deepinfer vs transformers (torch, CPU) on one checkpoint.
+
+llama.cpp's `deepseek4` GGUFs do not load in deepinfer yet (docs/deepseek-v4.md), so
+the anchor is transformers' own DeepseekV4ForCausalLM on the same random checkpoint,
+in float32 with its cache (the reference implementation, not a tuned engine). Its
+eager attention builds a [prompt, prompt] mask per layer, so it runs only the short
+prompt; deepinfer runs a long one too, and the ratio of its long-prompt speeds to its
+short-prompt ones shows what the compressed attention costs as the context grows.
+--make writes the checkpoint (a fixed seed; bf16 safetensors), V4-Flash's shape
+scaled down:
+
+  hidden 1024, 6 layers (HCA, HCA, CSA, HCA, CSA, HCA; 2 hash layers), 16 heads of
+  128 (rope 32) on one K = V head, q_lora 256, o_groups 4 of 256, sliding window 128,
+  CSA rate 4 with an indexer of 16 heads of 64 keeping 128, HCA rate 128, mHC of 4
+  streams, 32 routed experts (top-4) of 256 + 1 shared, vocab 4096: ~184 M parameters.
+
+Usage (model oracle venv):
+  python bench/dsv4_bench.py --make /tmp/dsv4-bench
+  python bench/dsv4_bench.py --model /tmp/dsv4-bench --lib build/lib/libdeepinfer.so \\
+      [--threads 2] [--prompt 512] [--long 4000] [--gen 32] [--reps 2]
+Ratios (> 1: deepinfer faster, or the long prompt no slower) last.
+"""
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from model_bench import bench_deepinfer, load_deepinfer  # noqa: E402
+
+SW, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
+CONFIG = dict(vocab_size=4096, hidden_size=1024, moe_intermediate_size=256, num_hidden_layers=6,
+              num_attention_heads=16, num_key_value_heads=1, head_dim=128, q_lora_rank=256,
+              partial_rotary_factor=0.25, num_experts_per_tok=4, n_routed_experts=32,
+              n_shared_experts=1, routed_scaling_factor=1.5, max_position_embeddings=16384,
+              layer_types=[HCA, HCA, CSA, HCA, CSA, HCA],
+              mlp_layer_types=["hash_moe"] * 2 + ["moe"] * 4, compress_rates={CSA: 4, HCA: 128},
+              hc_mult=4, sliding_window=128, o_groups=4, o_lora_rank=256, index_n_heads=16,
+              index_head_dim=64, index_topk=128, num_nextn_predict_layers=0,
+              initializer_range=0.02, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
+
+
+def make(out):
+    import torch
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    torch.manual_seed(1234)
+    model = DeepseekV4ForCausalLM(DeepseekV4Config(**CONFIG)).to(torch.bfloat16)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("tid2eid"):
+                e, k = CONFIG["n_routed_experts"], CONFIG["num_experts_per_tok"]
+                b.copy_(torch.stack([torch.randperm(e)[:k] for _ in range(CONFIG["vocab_size"])]))
+    model.save_pretrained(out, safe_serialization=True)
+    print(f"wrote {out}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters")
+
+
+def bench_transformers(model_dir, threads, prompt, n_gen, reps):
+    import torch
+    from transformers import DeepseekV4ForCausalLM
+    torch.set_num_threads(threads)
+    model = DeepseekV4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+    best_pp = best_tg = float("inf")
+    tokens = []
+    with torch.no_grad():
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True)
+            best_pp = min(best_pp, time.perf_counter() - t0)
+            cache, logits = out.cache, out.logits[0, -1]
+            tokens = []
+            t0 = time.perf_counter()
+            for _ in range(n_gen):
+                nxt = int(torch.argmax(logits))
+                tokens.append(nxt)
+                out = model(torch.tensor([[nxt]]), cache=cache, use_cache=True)
+                cache, logits = out.cache, out.logits[0, -1]
+            best_tg = min(best_tg, time.perf_counter() - t0)
+    return best_pp, best_tg, tokens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--make")
+    ap.add_argument("--lib", default="build/lib/libdeepinfer.so")
+    ap.add_argument("--model")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--long", type=int, default=4000)
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=2)
+    a = ap.parse_args()
+    if a.make:
+        make(a.make)
+        return
+    if not a.model:
+        ap.error("--model or --make is required")
+    rng = np.random.default_rng(0)
+    short = [int(x) for x in rng.integers(2, CONFIG["vocab_size"], a.prompt)]
+    long = [int(x) for x in rng.integers(2, CONFIG["vocab_size"], a.long)]
+    lib, h = load_deepinfer(a.lib, a.model, a.threads, a.long + a.gen + 8)
+    di_pp, di_tg, di_tokens = bench_deepinfer(lib, h, short, a.gen, a.reps)
+    di_lpp, di_ltg, _ = bench_deepinfer(lib, h, long, a.gen, 1)
+    lib.di_model_free(h)
+    tf_pp, tf_tg, tf_tokens = bench_transformers(a.model, a.threads, short, a.gen, a.reps)
+    same = 0
+    while same < min(len(di_tokens), len(tf_tokens)) and di_tokens[same] == tf_tokens[same]:
+        same += 1
+    print(f"model {os.path.basename(a.model.rstrip('/'))}, {a.threads} threads, decode {a.gen}, "
+          f"best of {a.reps} (the long prompt once)")
+    print(f"greedy tokens identical for {same}/{a.gen} steps (prompt {a.prompt})")
+    print(f"prefill {a.prompt:5d}: deepinfer {a.prompt / di_pp:8.1f} tok/s   transformers "
+          f"{a.prompt / tf_pp:8.1f} tok/s")
+    print(f"decode after {a.prompt:5d}: deepinfer {a.gen / di_tg:8.1f} tok/s   transformers "
+          f"{a.gen / tf_tg:8.1f} tok/s")
+    print(f"prefill {a.long:5d}: deepinfer {a.long / di_lpp:8.1f} tok/s")
+    print(f"decode after {a.long:5d}: deepinfer {a.gen / di_ltg:8.1f} tok/s")
+    print(f"RATIO prefill deepinfer/transformers = {tf_pp / di_pp:.2f}")
+    print(f"RATIO decode deepinfer/transformers = {tf_tg / di_tg:.2f}")
+    print(f"RATIO deepinfer prefill {a.long}/{a.prompt} = {(a.long / di_lpp) / (a.prompt / di_pp):.2f}")
+    print(f"RATIO deepinfer decode after {a.long}/{a.prompt} = {di_tg / di_ltg:.2f}")
+
+
+if __name__ == "__main__":
+    main()
