@@ -37,6 +37,7 @@
 #include "model/deepseek_v4.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ struct dsv4 {
     const float *output_norm, *head_base, *head_scale;
     const backend_rope *rope_main, *rope_comp;
     backend_route_params route, route_hash;
+    int64_t window; /* sliding_window, or the context when it is shorter */
     int64_t win_ring, comp_ring;
     int hc, n_mix;
     kv_pool pool;          /* block accounting of the sequences (no prefix cache) */
@@ -395,7 +397,12 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
                   rd = c->qk_rope_head_dim, G = v->o_groups, RO = v->o_lora_rank;
     d->hc = (int)v->hc_mult;
     d->n_mix = (2 + d->hc) * d->hc;
-    d->win_ring = v->sliding_window + B;
+    /* A window past the context sees all of it: the ring need not be longer
+     * (sliding_window is the config's, up to 2^32 - 1 tokens). */
+    d->window =
+        (int64_t)v->sliding_window < d->opt.n_ctx ? (int64_t)v->sliding_window : d->opt.n_ctx;
+    if (d->window > INT32_MAX) d->window = INT32_MAX; /* sink_attention's int */
+    d->win_ring = d->window + B;
     uint32_t max_rate =
         v->compress_rate_csa > v->compress_rate_hca ? v->compress_rate_csa : v->compress_rate_hca;
     d->comp_ring = 2 * (int64_t)max_rate + B;
@@ -727,7 +734,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
             sel = d->index_sel + r0 * K;
         }
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->pos + r0, lc->win,
-                           d->win_ring, (int)v->sliding_window,
+                           d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
                            L->comp.rate ? L->comp.rate : 1, sel, (int)K, L->sinks,
                            1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);

@@ -212,6 +212,53 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
 }
 
+/* The logits of every row of a fixed 40-token prompt through the variant of
+ * `fixture` with `edit`, at a context of n_ctx (malloc'd [40, vocab]; NULL
+ * when the load fails, its status in *st). */
+static float *variant_logits(const char *fixture, const char *edit, int64_t n_ctx, di_status *st)
+{
+    const char *dir = variant(fixture, edit, 0);
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    o.n_ctx = n_ctx;
+    model *m = NULL;
+    di_error *err = NULL;
+    if ((*st = model_load(dir, &o, &m, &err)) != DI_OK) {
+        di_error_free(err);
+        return NULL;
+    }
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (i * 37 + 5) % 512;
+    const size_t V = model_get_config(m)->n_vocab;
+    float *lg = malloc(40 * V * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(model_forward(m, toks, 40, lg, 1, NULL), DI_OK);
+    model_free(m);
+    return lg;
+}
+
+/* A sliding window longer than the context covers all of it, as a window of
+ * exactly the context does: the same logits, and the window's ring is sized
+ * by the context (sliding_window 2^31 - 1 once asked for a 275 GB ring). */
+static void test_window_past_the_context_is_the_whole_context(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8";
+    di_status st;
+    float *want = variant_logits(F, "{\"sliding_window\": 64}", 64, &st);
+    assert_int_equal(st, DI_OK);
+    const char *edits[] = {"{\"sliding_window\": 65}", "{\"sliding_window\": 2147483647}",
+                           "{\"sliding_window\": 4294967295}"};
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        float *got = variant_logits(F, edits[i], 64, &st);
+        assert_int_equal(st, DI_OK);
+        assert_memory_equal(got, want, 40 * 512 * sizeof *got);
+        free(got);
+    }
+    free(want);
+}
+
 /* Overwrite element `index` of the I64 tensor `name` in the safetensors file. */
 static void poke_i64(const char *dir, const char *name, size_t index, int64_t value)
 {
@@ -275,6 +322,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release_config_keys_give_the_same_model),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_window_past_the_context_is_the_whole_context),
         cmocka_unit_test(test_bad_tid2eid_is_named),
         cmocka_unit_test(test_engine_refuses_the_prefix_cache_tiers),
     };
