@@ -4,6 +4,7 @@
  * Tensor names are mapped to GGUF names (llama.cpp's convert_hf_to_gguf.py
  * mapping of these architectures) and shapes reversed into ggml order; no weight
  * is permuted, so Llama keeps transformers' rotate_half RoPE (NEOX). */
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -47,7 +48,12 @@ di_status cfg_opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_number(v))
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a number", c->file, key);
-    *out = (float)json_number_value(v);
+    /* a double past float's range has no float (C17 6.3.1.5: undefined) */
+    double x = json_number_value(v);
+    if (!(fabs(x) <= FLT_MAX))
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s %g is out of a float's range",
+                             c->file, key, x);
+    *out = (float)x;
     return DI_OK;
 }
 

@@ -212,6 +212,26 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
 }
 
+/* Numbers out of their field's range are refused, named: a rotary factor
+ * outside (0, 1] (-0.5 once loaded with the rope dims taken from elsewhere;
+ * 1e30 times head_dim has no uint32_t), and a number past float's range
+ * (1e300 became an infinite rope_theta and loaded). */
+static void test_out_of_range_numbers_are_named(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8";
+    expect_load_error(variant(F, "{\"partial_rotary_factor\": -0.5}", 0), DI_ERR_MODEL_FORMAT,
+                      "partial_rotary_factor -0.5 is not in (0, 1]", NULL);
+    expect_load_error(variant(F, "{\"partial_rotary_factor\": 1e30}", 0), DI_ERR_MODEL_FORMAT,
+                      "partial_rotary_factor 1e+30 is not in (0, 1]", NULL);
+    expect_load_error(variant(F, "{\"rope_theta\": 1e300}", 0), DI_ERR_MODEL_FORMAT,
+                      "rope_theta 1e+300 is out of a float's range", NULL);
+    expect_load_error(variant(F, "{\"swiglu_limit\": -1e39}", 0), DI_ERR_MODEL_FORMAT,
+                      "swiglu_limit -1e+39 is out of a float's range", NULL);
+    /* a factor in range still loads (0.5: the rope part fits the indexer's 16 dims) */
+    model_free(load(variant(F, "{\"partial_rotary_factor\": 0.5}", 0)));
+}
+
 /* The logits of every row of a fixed 40-token prompt through the variant of
  * `fixture` with `edit`, at a context of n_ctx (malloc'd [40, vocab]; NULL
  * when the load fails, its status in *st). */
@@ -322,6 +342,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release_config_keys_give_the_same_model),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_out_of_range_numbers_are_named),
         cmocka_unit_test(test_window_past_the_context_is_the_whole_context),
         cmocka_unit_test(test_bad_tid2eid_is_named),
         cmocka_unit_test(test_engine_refuses_the_prefix_cache_tiers),
