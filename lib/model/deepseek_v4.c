@@ -191,14 +191,6 @@ static di_status row_view(dsv4 *d, model_tensor *view, model_tensor *scale_view,
     return d->be->ops->matrix(d->be, view, out, err);
 }
 
-/* The weight_scale_inv of a fused tensor (its name + "_scale_inv"), or NULL. */
-static const model_tensor *fused_scale(const dsv4 *d, const model_tensor *t)
-{
-    char name[200];
-    snprintf(name, sizeof name, "%s_scale_inv", t->name);
-    return model_weights_get(d->w, name);
-}
-
 static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_compressor *c,
                                  int64_t width, int rate, int overlap, model_tensor *views,
                                  di_error **err)
@@ -243,12 +235,12 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
             st == DI_OK ? layer_tensor(d, i, "mlp.experts.down_proj", 3, ne_d, err, &st) : NULL;
         for (int64_t e = 0; e < X && st == DI_OK; e++) {
             model_tensor *v = views + 6 * e;
-            if ((st = row_view(d, &v[0], &v[1], gu, fused_scale(d, gu), e * 2 * I, I, &gate[e],
-                               err)) != DI_OK ||
-                (st = row_view(d, &v[2], &v[3], gu, fused_scale(d, gu), e * 2 * I + I, I, &up[e],
-                               err)) != DI_OK)
+            if ((st = row_view(d, &v[0], &v[1], gu, gu->scale, e * 2 * I, I, &gate[e], err)) !=
+                    DI_OK ||
+                (st = row_view(d, &v[2], &v[3], gu, gu->scale, e * 2 * I + I, I, &up[e], err)) !=
+                    DI_OK)
                 break;
-            st = row_view(d, &v[4], &v[5], dn, fused_scale(d, dn), e * E, E, &down[e], err);
+            st = row_view(d, &v[4], &v[5], dn, dn->scale, e * E, E, &down[e], err);
         }
     } else {
         for (int64_t e = 0; e < X && st == DI_OK; e++) {

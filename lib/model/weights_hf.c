@@ -666,15 +666,48 @@ done:
     return st;
 }
 
-/* Attach each "X.weight_scale_inv" to X.weight (fp8 block scales). */
+/* Attach "X_scale_inv" to a stacked fp8 X [n, rows, cols] (transformers'
+ * fused experts, gate_up_proj / down_proj): F32 [n, ceil(rows / 128),
+ * ceil(cols / 128)], 128x128 blocks of each of the n matrices. A name whose
+ * X is missing is left alone. */
+static di_status attach_fused_scale(model_weights *w, const char *dir, const model_tensor *s,
+                                    di_error **err)
+{
+    static const char suffix[] = "_scale_inv";
+    size_t n = strlen(s->name);
+    if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
+        return DI_OK;
+    char base[1100];
+    snprintf(base, sizeof base, "%.*s", (int)(n - (sizeof suffix - 1)), s->name);
+    model_tensor *t = (model_tensor *)model_weights_get(w, base);
+    if (!t) return DI_OK;
+    if (t->dtype != MODEL_DTYPE_FP8_E4M3)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
+                             dir, s->name, base);
+    int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
+    if (s->dtype != MODEL_DTYPE_F32 || t->n_dims != 3 || s->n_dims != 3 || s->ne[0] != b0 ||
+        s->ne[1] != b1 || s->ne[2] != t->ne[2])
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: '%s' must be F32 of shape {%lld, %lld, %lld} (128x128 blocks "
+                             "of each matrix of the 3-D '%s')",
+                             dir, s->name, (long long)b0, (long long)b1, (long long)t->ne[2], base);
+    t->scale = s;
+    return DI_OK;
+}
+
+/* Attach each "X.weight_scale_inv" to X.weight (fp8 block scales), and each
+ * stacked X's "X_scale_inv". */
 static di_status attach_scales(model_weights *w, const char *dir, di_error **err)
 {
     static const char suffix[] = ".weight_scale_inv";
     for (size_t i = 0; i < w->n_tensors; i++) {
         const model_tensor *s = &w->tensors[i];
         size_t n = strlen(s->name);
-        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
+        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0) {
+            di_status st = attach_fused_scale(w, dir, s, err);
+            if (st != DI_OK) return st;
             continue;
+        }
         char base[1100];
         snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
         model_tensor *t = (model_tensor *)model_weights_get(w, base);
