@@ -717,11 +717,11 @@ DI_API void di_stream_free(di_stream *s);
 /* A loaded model with one token sequence: its weights (memory-mapped), a CPU
  * thread pool and a KV cache. The low-level way to run a model: append tokens,
  * read logits; sampling and scheduling belong to the engine (di_engine_*).
- * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills), and
- * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) from
- * Hugging Face directories in bf16, f16, f32 or fp8-e4m3 with block scales (the
- * engine runs Llama/Qwen2 only, for now). A di_model is used by one thread at a
- * time; calls on different models may run concurrently. */
+ * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills),
+ * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) and
+ * DeepSeek-V4 (docs/deepseek-v4.md) from Hugging Face directories in bf16,
+ * f16, f32 or fp8-e4m3 with block scales. A di_model is used by one thread at
+ * a time; calls on different models may run concurrently. */
 typedef struct di_model di_model;
 
 /* Options of di_model_load (a versioned input struct: see "Versioned input
@@ -768,7 +768,11 @@ DI_API void di_model_reset(di_model *model);
  * keep every KV head's key and value: 2 * layers * kv_heads * head_dim *
  * element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope
  * key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,
- * section 2.1.4). 0 for NULL. Thread-safe. */
+ * section 2.1.4). DeepSeek-V4 keeps f32 compressed entries (head_dim every
+ * compress rate tokens, and the CSA indexer's index_head_dim) plus a fixed
+ * part per sequence (the sliding window, the compressors' pending rows)
+ * spread over the context length (docs/deepseek-v4.md). 0 for NULL.
+ * Thread-safe. */
 DI_API int64_t di_model_kv_bytes_per_token(const di_model *model);
 
 /* Flags of di_model_eval. */
