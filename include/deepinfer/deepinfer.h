@@ -717,11 +717,11 @@ DI_API void di_stream_free(di_stream *s);
 /* A loaded model with one token sequence: its weights (memory-mapped), a CPU
  * thread pool and a KV cache. The low-level way to run a model: append tokens,
  * read logits; sampling and scheduling belong to the engine (di_engine_*).
- * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills), and
- * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) from
- * Hugging Face directories in bf16, f16, f32 or fp8-e4m3 with block scales (the
- * engine runs Llama/Qwen2 only, for now). A di_model is used by one thread at a
- * time; calls on different models may run concurrently. */
+ * Architectures: dense Llama and Qwen2 (the DeepSeek-R1 distills),
+ * DeepSeek-V3 / DeepSeek-V2 (Multi-head Latent Attention, DeepSeekMoE) and
+ * DeepSeek-V4 (docs/deepseek-v4.md) from Hugging Face directories in bf16,
+ * f16, f32 or fp8-e4m3 with block scales. A di_model is used by one thread at
+ * a time; calls on different models may run concurrently. */
 typedef struct di_model di_model;
 
 /* Options of di_model_load (a versioned input struct: see "Versioned input

@@ -242,7 +242,12 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m)
         (st = read_mlp_types(c, m)) != DI_OK || (st = read_compress_rope(c, m)) != DI_OK)
         return st;
     /* partial_rotary_factor (transformers), else qk_rope_head_dim / head_dim
-     * (DeepSeek's key), else 64 / 512 */
+     * (DeepSeek's key), else 64 / 512; a factor outside (0, 1] has no rotary
+     * part (and its product with head_dim may have no uint32_t) */
+    json_t *prf_json = json_object_get(c->root, "partial_rotary_factor");
+    if (json_is_number(prf_json) && !(prf > 0.0f && prf <= 1.0f))
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: partial_rotary_factor %g is not in (0, 1]", c->file, (double)prf);
     m->qk_rope_head_dim = prf > 0.0f ? (uint32_t)((float)m->head_dim * prf)
                           : rope_dim ? rope_dim
                                      : m->head_dim / 8;

@@ -37,6 +37,7 @@
 #include "model/deepseek_v4.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,7 @@ struct dsv4 {
     const float *output_norm, *head_base, *head_scale;
     const backend_rope *rope_main, *rope_comp;
     backend_route_params route, route_hash;
+    int64_t window; /* sliding_window, or the context when it is shorter */
     int64_t win_ring, comp_ring;
     int hc, n_mix;
     kv_pool pool;          /* block accounting of the sequences (no prefix cache) */
@@ -189,14 +191,6 @@ static di_status row_view(dsv4 *d, model_tensor *view, model_tensor *scale_view,
     return d->be->ops->matrix(d->be, view, out, err);
 }
 
-/* The weight_scale_inv of a fused tensor (its name + "_scale_inv"), or NULL. */
-static const model_tensor *fused_scale(const dsv4 *d, const model_tensor *t)
-{
-    char name[200];
-    snprintf(name, sizeof name, "%s_scale_inv", t->name);
-    return model_weights_get(d->w, name);
-}
-
 static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_compressor *c,
                                  int64_t width, int rate, int overlap, model_tensor *views,
                                  di_error **err)
@@ -241,12 +235,12 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
             st == DI_OK ? layer_tensor(d, i, "mlp.experts.down_proj", 3, ne_d, err, &st) : NULL;
         for (int64_t e = 0; e < X && st == DI_OK; e++) {
             model_tensor *v = views + 6 * e;
-            if ((st = row_view(d, &v[0], &v[1], gu, fused_scale(d, gu), e * 2 * I, I, &gate[e],
-                               err)) != DI_OK ||
-                (st = row_view(d, &v[2], &v[3], gu, fused_scale(d, gu), e * 2 * I + I, I, &up[e],
-                               err)) != DI_OK)
+            if ((st = row_view(d, &v[0], &v[1], gu, gu->scale, e * 2 * I, I, &gate[e], err)) !=
+                    DI_OK ||
+                (st = row_view(d, &v[2], &v[3], gu, gu->scale, e * 2 * I + I, I, &up[e], err)) !=
+                    DI_OK)
                 break;
-            st = row_view(d, &v[4], &v[5], dn, fused_scale(d, dn), e * E, E, &down[e], err);
+            st = row_view(d, &v[4], &v[5], dn, dn->scale, e * E, E, &down[e], err);
         }
     } else {
         for (int64_t e = 0; e < X && st == DI_OK; e++) {
@@ -395,7 +389,12 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
                   rd = c->qk_rope_head_dim, G = v->o_groups, RO = v->o_lora_rank;
     d->hc = (int)v->hc_mult;
     d->n_mix = (2 + d->hc) * d->hc;
-    d->win_ring = v->sliding_window + B;
+    /* A window past the context sees all of it: the ring need not be longer
+     * (sliding_window is the config's, up to 2^32 - 1 tokens). */
+    d->window =
+        (int64_t)v->sliding_window < d->opt.n_ctx ? (int64_t)v->sliding_window : d->opt.n_ctx;
+    if (d->window > INT32_MAX) d->window = INT32_MAX; /* sink_attention's int */
+    d->win_ring = d->window + B;
     uint32_t max_rate =
         v->compress_rate_csa > v->compress_rate_hca ? v->compress_rate_csa : v->compress_rate_hca;
     d->comp_ring = 2 * (int64_t)max_rate + B;
@@ -727,7 +726,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
             sel = d->index_sel + r0 * K;
         }
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->pos + r0, lc->win,
-                           d->win_ring, (int)v->sliding_window,
+                           d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
                            L->comp.rate ? L->comp.rate : 1, sel, (int)K, L->sinks,
                            1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);

@@ -4,6 +4,7 @@
  * Tensor names are mapped to GGUF names (llama.cpp's convert_hf_to_gguf.py
  * mapping of these architectures) and shapes reversed into ggml order; no weight
  * is permuted, so Llama keeps transformers' rotate_half RoPE (NEOX). */
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -47,7 +48,12 @@ di_status cfg_opt_float(cfg_ctx *c, json_t *obj, const char *key, float *out)
     if (!v || json_is_null(v)) return DI_OK;
     if (!json_is_number(v))
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s is not a number", c->file, key);
-    *out = (float)json_number_value(v);
+    /* a double past float's range has no float (C17 6.3.1.5: undefined) */
+    double x = json_number_value(v);
+    if (!(fabs(x) <= FLT_MAX))
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT, "%s: %s %g is out of a float's range",
+                             c->file, key, x);
+    *out = (float)x;
     return DI_OK;
 }
 
@@ -666,7 +672,35 @@ done:
     return st;
 }
 
-/* Attach each "X.weight_scale_inv" to X.weight (fp8 block scales). */
+/* Attach "X_scale_inv" to a stacked fp8 X [n, rows, cols] (transformers'
+ * fused experts, gate_up_proj / down_proj): F32 [n, ceil(rows / 128),
+ * ceil(cols / 128)], 128x128 blocks of each of the n matrices. A name whose
+ * X is missing is left alone. */
+static di_status attach_fused_scale(model_weights *w, const char *dir, const model_tensor *s,
+                                    di_error **err)
+{
+    static const char suffix[] = "_scale_inv";
+    size_t n = strlen(s->name);
+    if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
+        return DI_OK;
+    char base[1100];
+    snprintf(base, sizeof base, "%.*s", (int)(n - (sizeof suffix - 1)), s->name);
+    model_tensor *t = (model_tensor *)model_weights_get(w, base);
+    if (!t) return DI_OK;
+    if (t->dtype != MODEL_DTYPE_FP8_E4M3)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
+                             dir, s->name, base);
+    int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
+    if (s->dtype != MODEL_DTYPE_F32 || t->n_dims != 3 || s->n_dims != 3 || s->ne[0] != b0 ||
+        s->ne[1] != b1 || s->ne[2] != t->ne[2])
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: '%s' must be F32 of shape {%lld, %lld, %lld} (128x128 blocks "
+                             "of each matrix of the 3-D '%s')",
+                             dir, s->name, (long long)b0, (long long)b1, (long long)t->ne[2], base);
+    t->scale = s;
+    return DI_OK;
+}
+
 /* An E8M0 scale tensor (one 2^(e - 127) a byte) made f32 in place, its values
  * in an owned copy; 255 (E8M0's NaN) is refused. */
 static di_status e8m0_to_f32(model_weights *w, const char *dir, model_tensor *s, di_error **err)
@@ -694,7 +728,8 @@ static di_status e8m0_to_f32(model_weights *w, const char *dir, model_tensor *s,
 /* Pair every "<X>.weight_scale_inv" with "<X>.weight": fp8 with f32 or E8M0
  * scales per 128x128 block (DeepSeek's checkpoints), or DeepSeek-V4's MXFP4
  * experts — I8 codes [rows, cols / 2] with E8M0 scales [rows, cols / 32],
- * which become an MXFP4 weight of cols columns. */
+ * which become an MXFP4 weight of cols columns; and each stacked X's
+ * "X_scale_inv" (attach_fused_scale). */
 static di_status attach_scales(model_weights *w, const char *dir, di_error **err)
 {
     static const char suffix[] = ".weight_scale_inv";
@@ -702,8 +737,10 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
     for (size_t i = 0; i < w->n_tensors; i++) {
         model_tensor *s = &w->tensors[i];
         size_t n = strlen(s->name);
-        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0)
+        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0) {
+            if ((st = attach_fused_scale(w, dir, s, err)) != DI_OK) return st;
             continue;
+        }
         char base[1100];
         snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
         model_tensor *t = (model_tensor *)model_weights_get(w, base);

@@ -198,6 +198,73 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
 }
 
+/* Numbers out of their field's range are refused, named: a rotary factor
+ * outside (0, 1] (-0.5 once loaded with the rope dims taken from elsewhere;
+ * 1e30 times head_dim has no uint32_t), and a number past float's range
+ * (1e300 became an infinite rope_theta and loaded). */
+static void test_out_of_range_numbers_are_named(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8";
+    expect_load_error(variant(F, "{\"partial_rotary_factor\": -0.5}", 0), DI_ERR_MODEL_FORMAT,
+                      "partial_rotary_factor -0.5 is not in (0, 1]", NULL);
+    expect_load_error(variant(F, "{\"partial_rotary_factor\": 1e30}", 0), DI_ERR_MODEL_FORMAT,
+                      "partial_rotary_factor 1e+30 is not in (0, 1]", NULL);
+    expect_load_error(variant(F, "{\"rope_theta\": 1e300}", 0), DI_ERR_MODEL_FORMAT,
+                      "rope_theta 1e+300 is out of a float's range", NULL);
+    expect_load_error(variant(F, "{\"swiglu_limit\": -1e39}", 0), DI_ERR_MODEL_FORMAT,
+                      "swiglu_limit -1e+39 is out of a float's range", NULL);
+    /* a factor in range still loads (0.5: the rope part fits the indexer's 16 dims) */
+    model_free(load(variant(F, "{\"partial_rotary_factor\": 0.5}", 0)));
+}
+
+/* The logits of every row of a fixed 40-token prompt through the variant of
+ * `fixture` with `edit`, at a context of n_ctx (malloc'd [40, vocab]; NULL
+ * when the load fails, its status in *st). */
+static float *variant_logits(const char *fixture, const char *edit, int64_t n_ctx, di_status *st)
+{
+    const char *dir = variant(fixture, edit, 0);
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    o.n_ctx = n_ctx;
+    model *m = NULL;
+    di_error *err = NULL;
+    if ((*st = model_load(dir, &o, &m, &err)) != DI_OK) {
+        di_error_free(err);
+        return NULL;
+    }
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (i * 37 + 5) % 512;
+    const size_t V = model_get_config(m)->n_vocab;
+    float *lg = malloc(40 * V * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(model_forward(m, toks, 40, lg, 1, NULL), DI_OK);
+    model_free(m);
+    return lg;
+}
+
+/* A sliding window longer than the context covers all of it, as a window of
+ * exactly the context does: the same logits, and the window's ring is sized
+ * by the context (sliding_window 2^31 - 1 once asked for a 275 GB ring). */
+static void test_window_past_the_context_is_the_whole_context(void **state)
+{
+    (void)state;
+    const char *F = "dsv4-fp8";
+    di_status st;
+    float *want = variant_logits(F, "{\"sliding_window\": 64}", 64, &st);
+    assert_int_equal(st, DI_OK);
+    const char *edits[] = {"{\"sliding_window\": 65}", "{\"sliding_window\": 2147483647}",
+                           "{\"sliding_window\": 4294967295}"};
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        float *got = variant_logits(F, edits[i], 64, &st);
+        assert_int_equal(st, DI_OK);
+        assert_memory_equal(got, want, 40 * 512 * sizeof *got);
+        free(got);
+    }
+    free(want);
+}
+
 /* Overwrite n bytes at byte `at` of tensor `name`'s data in the safetensors file. */
 static void poke(const char *dir, const char *name, size_t at, const void *bytes, size_t n)
 {
@@ -267,13 +334,202 @@ static void test_mxfp4_experts(void **state)
                       "E8M0's NaN");
 }
 
-/* V4's caches are each sequence's own: no prefix cache tier can hold them, so
- * asking for one is a warning naming the fields, and the engine serves. */
+/* The engine's warnings, kept (the last one). */
 static void keep_warnings(void *user, di_log_level level, const char *message)
 {
     if (level == DI_LOG_WARN) snprintf(user, 512, "%s", message);
 }
 
+/* The bytes of model.safetensors in dir: *hdr its parsed header, *data (malloc'd) the byte
+ * buffer after it, *n_data its size. */
+static void read_safetensors(const char *dir, json_t **hdr, char **data, size_t *n_data)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint64_t hl;
+    assert_int_equal(fread(&hl, 8, 1, f), 1);
+    char *h = calloc(1, hl + 1);
+    assert_non_null(h);
+    assert_int_equal(fread(h, 1, hl, f), hl);
+    *hdr = json_loads(h, 0, NULL);
+    assert_non_null(*hdr);
+    free(h);
+    long at = ftell(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *n_data = (size_t)(ftell(f) - at);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    *data = malloc(*n_data + 1);
+    assert_non_null(*data);
+    assert_int_equal(fread(*data, 1, *n_data, f), *n_data);
+    fclose(f);
+}
+
+/* Write hdr's tensors (their bytes from data) packed one after another. */
+static void write_safetensors(const char *dir, json_t *hdr, const char *data, size_t n_data)
+{
+    char *packed = malloc(n_data + 1);
+    assert_non_null(packed);
+    size_t at = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(hdr, key, v)
+    {
+        json_t *offs = json_object_get(v, "data_offsets");
+        if (!offs) continue; /* __metadata__ */
+        size_t b = (size_t)json_integer_value(json_array_get(offs, 0)),
+               n = (size_t)json_integer_value(json_array_get(offs, 1)) - b;
+        memcpy(packed + at, data + b, n);
+        json_array_set_new(offs, 0, json_integer((json_int_t)at));
+        json_array_set_new(offs, 1, json_integer((json_int_t)(at + n)));
+        at += n;
+    }
+    data = packed;
+    n_data = at;
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    char *h = json_dumps(hdr, JSON_COMPACT);
+    assert_non_null(h);
+    uint64_t hl = strlen(h);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(&hl, 8, 1, f), 1);
+    assert_int_equal(fwrite(h, 1, hl, f), hl);
+    assert_int_equal(fwrite(data, 1, n_data, f), n_data);
+    fclose(f);
+    free(h);
+    free(packed);
+}
+
+/* The bytes of tensor `name` in the buffer. */
+static const char *tensor_bytes(json_t *hdr, const char *data, const char *name, size_t *n)
+{
+    json_t *offs = json_object_get(json_object_get(hdr, name), "data_offsets");
+    assert_non_null(offs);
+    size_t b = (size_t)json_integer_value(json_array_get(offs, 0));
+    *n = (size_t)json_integer_value(json_array_get(offs, 1)) - b;
+    return data + b;
+}
+
+/* Append a tensor to the header and buffer. */
+static void add_tensor(json_t *hdr, char **data, size_t *n_data, const char *name,
+                       const char *dtype, const int64_t *shape, int rank, const char *bytes,
+                       size_t n)
+{
+    *data = realloc(*data, *n_data + n);
+    assert_non_null(*data);
+    memcpy(*data + *n_data, bytes, n);
+    json_t *sh = json_array();
+    for (int i = 0; i < rank; i++) json_array_append_new(sh, json_integer(shape[i]));
+    json_object_set_new(hdr, name,
+                        json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype, "shape", sh,
+                                  "data_offsets", (json_int_t)*n_data, (json_int_t)(*n_data + n)));
+    *n_data += n;
+}
+
+/* dsv4-fp8 with each layer's experts E.w1 / w3 / w2 as transformers' fused
+ * fp8 mlp.experts.gate_up_proj [X, 2 I, n_embd] and down_proj [X, n_embd, I]
+ * with their _scale_inv [X, 1, 1] (w1's scale for the gate_up block, which
+ * holds w1 and w3: one 128-row block); or (fused 0) the per-expert layout with
+ * w3's scale set to w1's, the same weights. */
+static const char *fp8_experts_variant(int fused)
+{
+    const char *dir = variant("dsv4-fp8", "{}", 1);
+    json_t *hdr;
+    char *data;
+    size_t n_data, n;
+    read_safetensors(dir, &hdr, &data, &n_data);
+    enum { L = 3, X = 8, I = 32, E = 64 };
+    static char gu[X * 2 * I * E], dn[X * E * I];
+    float gs[X], ds[X];
+    char name[160];
+    for (int l = 0; l < L; l++) {
+        for (int e = 0; e < X; e++) {
+            const char *w[3] = {"w1", "w3", "w2"};
+            for (int k = 0; k < 3; k++) {
+                snprintf(name, sizeof name, "model.layers.%d.ffn.experts.%d.%s.weight", l, e, w[k]);
+                const char *b = tensor_bytes(hdr, data, name, &n);
+                assert_int_equal(n, I * E);
+                memcpy(k == 2 ? dn + (size_t)e * I * E : gu + ((size_t)e * 2 + k) * I * E, b, n);
+                snprintf(name, sizeof name, "model.layers.%d.ffn.experts.%d.%s.weight_scale_inv", l,
+                         e, w[k]);
+                b = tensor_bytes(hdr, data, name, &n);
+                assert_int_equal(n, 4);
+                if (k == 0) memcpy(&gs[e], b, 4);
+                if (k == 2) memcpy(&ds[e], b, 4);
+                if (k == 1 && !fused) memcpy((char *)b, &gs[e], 4); /* w3's scale := w1's */
+                if (fused) {
+                    json_object_del(hdr, name);
+                    name[strlen(name) - strlen("_scale_inv")] = 0;
+                    json_object_del(hdr, name);
+                }
+            }
+        }
+        if (!fused) continue;
+        const int64_t sgu[3] = {X, 2 * I, E}, sdn[3] = {X, E, I}, ss[3] = {X, 1, 1};
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        add_tensor(hdr, &data, &n_data, name, "F8_E4M3", sgu, 3, gu, sizeof gu);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj_scale_inv", l);
+        add_tensor(hdr, &data, &n_data, name, "F32", ss, 3, (const char *)gs, sizeof gs);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+        add_tensor(hdr, &data, &n_data, name, "F8_E4M3", sdn, 3, dn, sizeof dn);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj_scale_inv", l);
+        add_tensor(hdr, &data, &n_data, name, "F32", ss, 3, (const char *)ds, sizeof ds);
+    }
+    write_safetensors(dir, hdr, data, n_data);
+    json_decref(hdr);
+    free(data);
+    return dir;
+}
+
+/* The logits of the 40-token prompt of the model in dir (malloc'd [40, 512]). */
+static float *dir_logits(const char *dir)
+{
+    model *m = load(dir);
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (i * 37 + 5) % 512;
+    float *lg = malloc(40 * 512 * sizeof *lg);
+    assert_non_null(lg);
+    assert_int_equal(model_forward(m, toks, 40, lg, 1, NULL), DI_OK);
+    model_free(m);
+    return lg;
+}
+
+/* transformers' fused fp8 experts (gate_up_proj / down_proj with their
+ * _scale_inv, which docs/deepseek-v4.md lists) load, as the same weights per
+ * expert do: the same logits. They were refused ("fp8 tensor ... has no
+ * weight_scale_inv": only X.weight_scale_inv was attached). A fused scale of
+ * the wrong shape is refused, named, before any row view reads it. */
+static void test_fused_fp8_experts_equal_the_per_expert_layout(void **state)
+{
+    (void)state;
+    float *want = dir_logits(fp8_experts_variant(0));
+    float *got = dir_logits(fp8_experts_variant(1));
+    assert_memory_equal(got, want, 40 * 512 * sizeof *got);
+    free(want);
+    free(got);
+    /* a scale of [X, 1] for the 3-D weight */
+    const char *dir = fp8_experts_variant(1);
+    json_t *hdr;
+    char *data;
+    size_t n_data;
+    read_safetensors(dir, &hdr, &data, &n_data);
+    json_t *sh = json_object_get(
+        json_object_get(hdr, "model.layers.1.mlp.experts.down_proj_scale_inv"), "shape");
+    assert_int_equal(json_array_remove(sh, 2), 0);
+    write_safetensors(dir, hdr, data, n_data);
+    json_decref(hdr);
+    free(data);
+    expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                      "'model.layers.1.mlp.experts.down_proj_scale_inv' must be F32 of shape "
+                      "{1, 1, 8}",
+                      NULL);
+}
+
+/* V4's caches are each sequence's own: no prefix cache tier can hold them, so
+ * asking for one is a warning naming the fields, and the engine serves. */
 static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
@@ -320,11 +576,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release_config_keys_give_the_same_model),
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
+        cmocka_unit_test(test_out_of_range_numbers_are_named),
+        cmocka_unit_test(test_window_past_the_context_is_the_whole_context),
         cmocka_unit_test(test_bad_tid2eid_is_named),
         cmocka_unit_test(test_release_layout_scales),
         cmocka_unit_test(test_mxfp4_experts),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
+        cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

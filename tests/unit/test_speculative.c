@@ -23,6 +23,7 @@
 #include "engine/draft.h"
 
 #define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+#define DSV4 DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
 #define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
@@ -292,6 +293,25 @@ static void test_lossless_under_preemption(void **state)
     check_lossless(TINY, 40 / scale(), 8, 24 * 2048, 6, 1);
 }
 
+/* DeepSeek-V4: a rejected draft truncates the sequence's window and
+ * compressor rings and its compressed entries (deepseek_v4.h), up to 64
+ * drafts a step, one request at a time and under pre-emption (a budget of 24
+ * blocks of 16 tokens at this model's per-token cost). */
+static void test_lossless_deepseek_v4(void **state)
+{
+    (void)state;
+    check_lossless(DSV4, 40 / scale(), 8, 0, 4, 1);
+    check_lossless(DSV4, 40 / scale(), 8, 0, 4, 0);
+    check_lossless(DSV4, 16, 1, 0, 64, 1);
+    di_engine *e = make_engine(DSV4, 0, 0, 8, 0);
+    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
+    assert_non_null(at);
+    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
+    assert_true(per_token > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    check_lossless(DSV4, 16, 8, 24 * 16 * per_token, 64, 1);
+}
+
 static void test_lossless_smollm2(void **state)
 {
     (void)state;
@@ -331,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_confidence_scheduled_allocation),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
+        cmocka_unit_test(test_lossless_deepseek_v4),
         cmocka_unit_test(test_lossless_smollm2),
         cmocka_unit_test(test_config_errors),
     };
