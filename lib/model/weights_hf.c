@@ -508,11 +508,6 @@ static int dsv4_name(const char *hf, char *out, size_t size)
         {".ffn.", ".mlp."}};
     char buf[1100];
     snprintf(buf, sizeof buf, "model.%s", hf);
-    /* the release's block scales: "X.scale" beside "X.weight" (the mHC's
-     * "hc_attn_scale" and the like are parameters, renamed below) */
-    size_t len = strlen(buf);
-    if (len > 6 && strcmp(buf + len - 6, ".scale") == 0)
-        snprintf(buf + len - 6, sizeof buf - (len - 6), "%s", ".weight_scale_inv");
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
         char *at = strstr(buf, part[i].from);
         if (!at) continue;
@@ -539,6 +534,9 @@ static int dsv4_name(const char *hf, char *out, size_t size)
     static const char *const w123[][2] = {{".w1.weight", ".gate_proj.weight"},
                                           {".w2.weight", ".down_proj.weight"},
                                           {".w3.weight", ".up_proj.weight"},
+                                          {".w1.scale", ".gate_proj.scale"},
+                                          {".w2.scale", ".down_proj.scale"},
+                                          {".w3.scale", ".up_proj.scale"},
                                           {".w1.weight_scale_inv", ".gate_proj.weight_scale_inv"},
                                           {".w2.weight_scale_inv", ".down_proj.weight_scale_inv"},
                                           {".w3.weight_scale_inv", ".up_proj.weight_scale_inv"}};
@@ -725,26 +723,36 @@ static di_status e8m0_to_f32(model_weights *w, const char *dir, model_tensor *s,
     return DI_OK;
 }
 
-/* Pair every "<X>.weight_scale_inv" with "<X>.weight": fp8 with f32 or E8M0
+/* Pair every "<X>.weight_scale_inv" (or the release's "<X>.scale") with
+ * "<X>.weight": fp8 with f32 or E8M0
  * scales per 128x128 block (DeepSeek's checkpoints), or DeepSeek-V4's MXFP4
  * experts — I8 codes [rows, cols / 2] with E8M0 scales [rows, cols / 32],
  * which become an MXFP4 weight of cols columns; and each stacked X's
  * "X_scale_inv" (attach_fused_scale). */
 static di_status attach_scales(model_weights *w, const char *dir, di_error **err)
 {
-    static const char suffix[] = ".weight_scale_inv";
+    static const char suffix[] = ".weight_scale_inv", release[] = ".scale";
     di_status st;
     for (size_t i = 0; i < w->n_tensors; i++) {
         model_tensor *s = &w->tensors[i];
-        size_t n = strlen(s->name);
-        if (n <= sizeof suffix - 1 || strcmp(s->name + n - (sizeof suffix - 1), suffix) != 0) {
+        size_t n = strlen(s->name), cut;
+        char base[1100];
+        model_tensor *t;
+        if (n > sizeof suffix - 1 && strcmp(s->name + n - (sizeof suffix - 1), suffix) == 0) {
+            cut = sizeof suffix - 1;
+        } else if (n > sizeof release - 1 &&
+                   strcmp(s->name + n - (sizeof release - 1), release) == 0) {
+            /* DeepSeek's release names a block scale "X.scale" beside "X.weight";
+             * without one it is some other parameter (an mHC scale) */
+            snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof release - 1)), s->name);
+            if (!model_weights_get(w, base)) continue;
+            cut = sizeof release - 1;
+        } else {
             if ((st = attach_fused_scale(w, dir, s, err)) != DI_OK) return st;
             continue;
         }
-        char base[1100];
-        snprintf(base, sizeof base, "%.*s.weight", (int)(n - (sizeof suffix - 1)), s->name);
-        model_tensor *t = (model_tensor *)model_weights_get(w, base);
-        if (!t)
+        snprintf(base, sizeof base, "%.*s.weight", (int)(n - cut), s->name);
+        if (!(t = (model_tensor *)model_weights_get(w, base)))
             return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                                  "%s: '%s' scales a tensor that is missing (%s)", dir, s->name,
                                  base);
