@@ -1157,6 +1157,22 @@ typedef struct di_request {
     const char *grammar;
     const char *json_schema;
     const char *regex;
+    /* Log probabilities (token requests; appended in 0.x: zero, the default,
+     * is off). logprobs 1: each output token's log probability comes with its
+     * DI_EVENT_TOKENS event (di_event_logprobs), and top_logprobs, in
+     * [0, 20], the most likely tokens at that position with theirs
+     * (di_event_top_logprobs) — the fields and bound of OpenAI's Chat
+     * Completions. The values are the log-softmax of the model's raw logits
+     * (natural log), before logit_bias, penalties, temperature, the grammar
+     * mask and top-k/top-p/min-p, as OpenAI and vLLM (its default
+     * raw_logprobs mode) report them: they do not depend on the sampling
+     * settings, and a token the sampler could only pick because of them
+     * still gets the model's own probability. Errors (di_submit):
+     * DI_ERR_INVALID_ARGUMENT for logprobs other than 0 or 1, top_logprobs
+     * outside [0, 20] or set without logprobs, and either set on a protocol
+     * request (whose body decides). */
+    int32_t logprobs;
+    int32_t top_logprobs;
 } di_request;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -1321,6 +1337,24 @@ DI_API const char *di_event_delta(const di_event *ev, size_t *len);
 DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len);
 /* TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise. */
 DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
+/* The log probability of each token of a DI_EVENT_TOKENS event, in the order
+ * of di_event_tokens (*n gets their count when n is not NULL), for a token
+ * request submitted with di_request.logprobs 1: the log-softmax of the raw
+ * logits the token was sampled from (di_request.logprobs says which values);
+ * always <= 0, -infinity never (the model's logits are finite). NULL, and *n
+ * 0, for other events and requests. The array lives until the callback
+ * returns. Thread-safe as the event is. */
+DI_API const float *di_event_logprobs(const di_event *ev, size_t *n);
+/* The most likely tokens at the position of token i of a DI_EVENT_TOKENS
+ * event (i below di_event_tokens' count) for a request with
+ * di_request.top_logprobs k > 0: *ids and *logprobs (when not NULL) get k
+ * token ids and their log probabilities, most likely first (a tie goes to
+ * the lower id), as di_event_logprobs computes them; the sampled token is
+ * among them only when it is that likely. Returns k, or 0 (the pointers set
+ * to NULL) for other events and requests, and for i out of range. The arrays
+ * live until the callback returns. Thread-safe as the event is. */
+DI_API size_t di_event_top_logprobs(const di_event *ev, size_t i, const int32_t **ids,
+                                    const float **logprobs);
 /* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
  * id and its function name (owned by the event); -1 / NULL otherwise. */
 DI_API int32_t di_event_tool_call_index(const di_event *ev);

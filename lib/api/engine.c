@@ -30,7 +30,7 @@
 _Static_assert(sizeof(di_engine_config) ==
                    DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
-_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, regex),
+_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, top_logprobs),
                "di_request has no trailing padding");
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
@@ -104,6 +104,28 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
         if (ev->tokens) {
             memcpy(ev->tokens, ids, n * sizeof *ids);
             ev->n_tokens = n;
+        }
+        /* the scheduler hands one token at a time with its log probabilities */
+        if (ev->tokens && r->want_logprobs && n == 1) {
+            size_t k = (size_t)r->top_logprobs;
+            ev->logprobs = malloc(sizeof *ev->logprobs);
+            if (ev->logprobs) ev->logprobs[0] = r->lp;
+            if (k && ev->logprobs) {
+                ev->top_ids = malloc(k * sizeof *ev->top_ids);
+                ev->top_logprobs = malloc(k * sizeof *ev->top_logprobs);
+                if (ev->top_ids && ev->top_logprobs) {
+                    memcpy(ev->top_ids, r->lp_top_ids, k * sizeof *ev->top_ids);
+                    memcpy(ev->top_logprobs, r->lp_top, k * sizeof *ev->top_logprobs);
+                    ev->n_top = k;
+                } else {
+                    free(ev->top_ids);
+                    free(ev->top_logprobs);
+                    ev->top_ids = NULL;
+                    ev->top_logprobs = NULL;
+                    l.oom = 1;
+                }
+            }
+            if (!ev->logprobs) l.oom = 1;
         }
     }
     int end = 0;

@@ -268,6 +268,17 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "json: a token request's prompt is its tokens (set protocol for a "
                             "request body)");
+    if (q.logprobs != 0 && q.logprobs != 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "logprobs: expected 0 or 1");
+    if (q.top_logprobs < 0 || q.top_logprobs > SCHED_MAX_TOP)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "top_logprobs: must be in [0, %d]",
+                             SCHED_MAX_TOP);
+    if (q.top_logprobs && !q.logprobs)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "top_logprobs: requires logprobs 1");
+    if (q.protocol && q.logprobs)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "logprobs: token requests only (a protocol request's body asks for "
+                            "them: Chat logprobs / top_logprobs)");
     if (q.seed < -1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "seed: expected -1 (random) or >= 0");
     if (q.max_tokens < 0)
@@ -404,6 +415,8 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     if (body && (st = body_constraint(e, prompt, body, r->smp, err)) != DI_OK) goto fail;
     r->n_prompt = (int64_t)n_ids;
     r->max_tokens = max_tokens;
+    r->want_logprobs = q.logprobs;
+    r->top_logprobs = q.top_logprobs;
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
     size_t n_stop = (q.ignore_eos ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,219 @@ static void test_greedy_tokens_equal_transformers(void **state)
     assert_int_equal(r.n_toks, (int)ng);
     assert_memory_equal(r.toks, greedy, ng * sizeof *greedy);
     assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+static void expect_submit_error(di_engine *e, const di_request *q, di_status want, const char *msg);
+
+/* What a logprobs request's callback saw: each token, its log probability and
+ * its alternatives. */
+typedef struct lp_rec {
+    int32_t toks[64];
+    float lp[64];
+    int32_t top_ids[64][20];
+    float top[64][20];
+    size_t n_top[64];
+    int n, n_done, bad_shape;
+    uint32_t drafts;
+    di_status status;
+} lp_rec;
+
+static void on_lp_event(void *user, const di_event *ev)
+{
+    lp_rec *r = user;
+    if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->drafts = di_event_draft_tokens(ev);
+        return;
+    }
+    if (di_event_kind_of(ev) != DI_EVENT_TOKENS) {
+        /* no other event carries them */
+        r->bad_shape |=
+            di_event_logprobs(ev, NULL) != NULL || di_event_top_logprobs(ev, 0, NULL, NULL) != 0;
+        return;
+    }
+    size_t n, n_lp;
+    const int32_t *t = di_event_tokens(ev, &n);
+    const float *lp = di_event_logprobs(ev, &n_lp);
+    if (!lp || n_lp != n) {
+        r->bad_shape = 1;
+        return;
+    }
+    for (size_t i = 0; i < n && r->n < 64; i++, r->n++) {
+        const int32_t *ids;
+        const float *vals;
+        r->toks[r->n] = t[i];
+        r->lp[r->n] = lp[i];
+        r->n_top[r->n] = di_event_top_logprobs(ev, i, &ids, &vals);
+        if (r->n_top[r->n] > 20) r->bad_shape = 1;
+        for (size_t k = 0; k < r->n_top[r->n] && k < 20; k++) {
+            r->top_ids[r->n][k] = ids[k];
+            r->top[r->n][k] = vals[k];
+        }
+    }
+    const int32_t *ids = (const int32_t *)1;
+    r->bad_shape |= di_event_top_logprobs(ev, n, &ids, NULL) != 0 || ids != NULL;
+}
+
+/* log-softmax of row `row` of a [rows, n_vocab] float32 file, in double. */
+static void log_softmax_row(const float *logits, int n_vocab, int row, double *out)
+{
+    const float *x = logits + (size_t)row * (size_t)n_vocab;
+    double mx = x[0], sum = 0;
+    for (int v = 1; v < n_vocab; v++) mx = x[v] > mx ? x[v] : mx;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)x[v] - mx);
+    for (int v = 0; v < n_vocab; v++) out[v] = (double)x[v] - mx - log(sum);
+}
+
+/* The log probabilities a token request reports are the log-softmax of the
+ * model's raw logits: the oracle is transformers' logits of the whole greedy
+ * sequence (sequence_logits.f32), log-softmaxed here in double. Greedy with
+ * top_logprobs 20, with speculative decoding (rows verified in one pass), and
+ * a seeded draw that logit_bias forces onto an unlikely token — whose log
+ * probability stays the model's own. */
+static void test_token_logprobs_equal_transformers_log_softmax(void **state)
+{
+    (void)state;
+    json_error_t jerr;
+    json_t *ref = json_load_file(TINY "/reference.json", 0, &jerr);
+    assert_non_null(ref);
+    json_t *jp = json_object_get(ref, "prompt"), *jg = json_object_get(ref, "greedy");
+    int32_t prompt[64], greedy[64];
+    size_t np = json_array_size(jp), ng = json_array_size(jg);
+    for (size_t i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < ng; i++) greedy[i] = (int32_t)json_integer_value(json_array_get(jg, i));
+    int n_vocab =
+        (int)json_integer_value(json_array_get(json_object_get(ref, "sequence_logits_shape"), 1));
+    int rows =
+        (int)json_integer_value(json_array_get(json_object_get(ref, "sequence_logits_shape"), 0));
+    json_decref(ref);
+    assert_int_equal(rows, (int)(np + ng));
+    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof *logits);
+    double *want = malloc((size_t)n_vocab * sizeof *want);
+    assert_non_null(logits);
+    assert_non_null(want);
+    FILE *f = fopen(TINY "/sequence_logits.f32", "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(logits, sizeof *logits, (size_t)rows * (size_t)n_vocab, f),
+                     (size_t)rows * (size_t)n_vocab);
+    fclose(f);
+    double worst = 0;
+    for (int speculative = 0; speculative < 2; speculative++) {
+        di_engine_config cfg;
+        di_engine_config_init(&cfg);
+        cfg.model_path = TINY;
+        cfg.n_threads = 2;
+        cfg.speculative_tokens = speculative ? 4 : 0;
+        cfg.speculative_fixed = speculative;
+        di_engine *e = NULL;
+        assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+        lp_rec *r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request q;
+        di_request_init(&q);
+        q.tokens = prompt;
+        q.n_tokens = np;
+        q.temperature = 0.0f;
+        q.max_tokens = (int64_t)ng;
+        q.ignore_eos = 1;
+        q.logprobs = 1;
+        q.top_logprobs = 20;
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        uint64_t id;
+        assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+        poll_until_idle(e);
+        assert_int_equal(r->n_done, 1);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_int_equal(r->n, (int)ng);
+        assert_memory_equal(r->toks, greedy, ng * sizeof *greedy);
+        assert_true(speculative ? r->drafts > 0 : r->drafts == 0);
+        for (size_t k = 0; k < ng; k++) {
+            log_softmax_row(logits, n_vocab, (int)(np - 1 + k), want);
+            double d = fabs(r->lp[k] - want[greedy[k]]);
+            worst = d > worst ? d : worst;
+            assert_true(r->lp[k] <= 0.0f);
+            assert_int_equal(r->n_top[k], 20);
+            /* the alternatives: each the oracle's value, in order, and none
+             * left out that the oracle ranks above the last one listed */
+            for (size_t t = 0; t < 20; t++) {
+                d = fabs(r->top[k][t] - want[r->top_ids[k][t]]);
+                worst = d > worst ? d : worst;
+                if (t) assert_true(r->top[k][t] <= r->top[k][t - 1]);
+            }
+            int above = 0;
+            for (int v = 0; v < n_vocab; v++) above += want[v] > r->top[k][19] + 1e-3;
+            assert_true(above <= 19);
+            /* greedy: the token is the first alternative */
+            assert_int_equal(r->top_ids[k][0], greedy[k]);
+        }
+        free(r);
+        /* a draw forced by logit_bias onto an unlikely token keeps the
+         * model's probability; the sampling settings change nothing */
+        log_softmax_row(logits, n_vocab, (int)np - 1, want);
+        int32_t unlikely = 0;
+        for (int v = 0; v < n_vocab; v++) unlikely = want[v] < want[unlikely] ? v : unlikely;
+        float bias = 100.0f;
+        r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request_init(&q);
+        q.tokens = prompt;
+        q.n_tokens = np;
+        q.temperature = 0.7f;
+        q.top_k = 3;
+        q.seed = 7;
+        q.logit_bias_ids = &unlikely;
+        q.logit_bias_values = &bias;
+        q.n_logit_bias = 1;
+        q.max_tokens = 1;
+        q.logprobs = 1;
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+        poll_until_idle(e);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_int_equal(r->n, 1);
+        assert_int_equal(r->toks[0], unlikely);
+        assert_int_equal(r->n_top[0], 0);
+        double d = fabs(r->lp[0] - want[unlikely]);
+        worst = d > worst ? d : worst;
+        free(r);
+        /* errors name the field */
+        static const struct {
+            int32_t logprobs, top;
+            int protocol;
+            const char *msg;
+        } bad[] = {
+            {2, 0, 0, "logprobs: expected 0 or 1"},
+            {1, 21, 0, "top_logprobs: must be in [0, 20]"},
+            {1, -1, 0, "top_logprobs: must be in [0, 20]"},
+            {0, 3, 0, "top_logprobs: requires logprobs 1"},
+            {1, 0, 1, "logprobs: token requests only"},
+        };
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            di_request_init(&q);
+            q.on_event = on_lp_event;
+            if (bad[b].protocol) {
+                q.protocol = DI_PROTOCOL_CHAT;
+                q.json = "{}";
+                q.json_len = 2;
+            } else {
+                q.tokens = prompt;
+                q.n_tokens = np;
+            }
+            q.logprobs = bad[b].logprobs;
+            q.top_logprobs = bad[b].top;
+            expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, bad[b].msg);
+        }
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
+    print_message("token logprobs: max |deepinfer - transformers log-softmax| = %.3g\n", worst);
+    assert_true(worst < 2e-3);
+    free(logits);
+    free(want);
 }
 
 /* Cancels from another thread while the host polls. */
@@ -1576,6 +1790,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
+        cmocka_unit_test(test_token_logprobs_equal_transformers_log_softmax),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),

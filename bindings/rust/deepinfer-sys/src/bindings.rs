@@ -1918,12 +1918,28 @@ pub struct di_request {
     pub grammar: *const ::std::os::raw::c_char,
     pub json_schema: *const ::std::os::raw::c_char,
     pub regex: *const ::std::os::raw::c_char,
+    #[doc = " Log probabilities (token requests; appended in 0.x: zero, the default,"]
+    #[doc = " is off). logprobs 1: each output token's log probability comes with its"]
+    #[doc = " DI_EVENT_TOKENS event (di_event_logprobs), and top_logprobs, in"]
+    #[doc = " [0, 20], the most likely tokens at that position with theirs"]
+    #[doc = " (di_event_top_logprobs) — the fields and bound of OpenAI's Chat"]
+    #[doc = " Completions. The values are the log-softmax of the model's raw logits"]
+    #[doc = " (natural log), before logit_bias, penalties, temperature, the grammar"]
+    #[doc = " mask and top-k/top-p/min-p, as OpenAI and vLLM (its default"]
+    #[doc = " raw_logprobs mode) report them: they do not depend on the sampling"]
+    #[doc = " settings, and a token the sampler could only pick because of them"]
+    #[doc = " still gets the model's own probability. Errors (di_submit):"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT for logprobs other than 0 or 1, top_logprobs"]
+    #[doc = " outside [0, 20] or set without logprobs, and either set on a protocol"]
+    #[doc = " request (whose body decides)."]
+    pub logprobs: i32,
+    pub top_logprobs: i32,
 }
 #[test]
 fn bindgen_test_layout_di_request() {
     assert_eq!(
         ::std::mem::size_of::<di_request>(),
-        176usize,
+        184usize,
         concat!("Size of: ", stringify!(di_request))
     );
     assert_eq!(
@@ -2390,6 +2406,40 @@ fn bindgen_test_layout_di_request() {
         );
     }
     test_field_regex();
+    fn test_field_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).logprobs) as usize - ptr as usize
+            },
+            176usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(logprobs)
+            )
+        );
+    }
+    test_field_logprobs();
+    fn test_field_top_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).top_logprobs) as usize - ptr as usize
+            },
+            180usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(top_logprobs)
+            )
+        );
+    }
+    test_field_top_logprobs();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
@@ -2787,6 +2837,32 @@ extern "C" {
 extern "C" {
     #[doc = " TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise."]
     pub fn di_event_tokens(ev: *const di_event, n: *mut usize) -> *const i32;
+}
+extern "C" {
+    #[doc = " The log probability of each token of a DI_EVENT_TOKENS event, in the order"]
+    #[doc = " of di_event_tokens (*n gets their count when n is not NULL), for a token"]
+    #[doc = " request submitted with di_request.logprobs 1: the log-softmax of the raw"]
+    #[doc = " logits the token was sampled from (di_request.logprobs says which values);"]
+    #[doc = " always <= 0, -infinity never (the model's logits are finite). NULL, and *n"]
+    #[doc = " 0, for other events and requests. The array lives until the callback"]
+    #[doc = " returns. Thread-safe as the event is."]
+    pub fn di_event_logprobs(ev: *const di_event, n: *mut usize) -> *const f32;
+}
+extern "C" {
+    #[doc = " The most likely tokens at the position of token i of a DI_EVENT_TOKENS"]
+    #[doc = " event (i below di_event_tokens' count) for a request with"]
+    #[doc = " di_request.top_logprobs k > 0: *ids and *logprobs (when not NULL) get k"]
+    #[doc = " token ids and their log probabilities, most likely first (a tie goes to"]
+    #[doc = " the lower id), as di_event_logprobs computes them; the sampled token is"]
+    #[doc = " among them only when it is that likely. Returns k, or 0 (the pointers set"]
+    #[doc = " to NULL) for other events and requests, and for i out of range. The arrays"]
+    #[doc = " live until the callback returns. Thread-safe as the event is."]
+    pub fn di_event_top_logprobs(
+        ev: *const di_event,
+        i: usize,
+        ids: *mut *const i32,
+        logprobs: *mut *const f32,
+    ) -> usize;
 }
 extern "C" {
     #[doc = " TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its"]
