@@ -617,6 +617,27 @@ DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len,
  * DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary); none changes the stream. */
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err);
+/* As di_stream_push_tokens, with each token's log probability: logprobs[i]
+ * (n_logprobs of them, one per ID) is ids[i]'s, and top_ids / top_logprobs
+ * ([n_ids, n_top], row-major; NULL when n_top is 0) its n_top alternatives —
+ * what di_event_logprobs and di_event_top_logprobs give. The chunks carry them
+ * as the reference's StreamProcessor does with an InferenceChunk's
+ * log_probs: Chat Completions as the choice's `logprobs` ({"content": […]} or
+ * {"reasoning_content": […]}, each entry OpenAI's {token, logprob, bytes,
+ * top_logprobs}: the token's text, or its bytes as "\xNN" escapes when they are
+ * not UTF-8 on their own; logprob as float32), accumulated into the complete
+ * response; Responses as the output_text deltas' and the message's `logprobs`
+ * (reasoning carries none); Messages carry none. A push's entries go with the
+ * first reasoning or answer delta its text produces, and are dropped when it
+ * produces none (a marker, a tool call, stripped newlines). Errors: as
+ * di_stream_push_tokens, plus DI_ERR_INVALID_ARGUMENT for n_logprobs other
+ * than n_ids ("invalid log probabilities: N log probabilities for M token
+ * IDs", the reference's words), NULL arrays, n_top above 20 or an
+ * alternative's ID outside the vocabulary; none changes the stream. */
+DI_API di_status di_stream_push_tokens_logprobs(di_stream *s, const int32_t *ids, size_t n_ids,
+                                                const float *logprobs, size_t n_logprobs,
+                                                const int32_t *top_ids, const float *top_logprobs,
+                                                size_t n_top, di_error **err);
 
 /* The backend finished for `reason`: held text is released, open blocks are
  * closed, the final chunks (finish_reason and usage) are produced, and the
@@ -1187,9 +1208,9 @@ DI_API void di_request_init(di_request *req);
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
  * whose encoding does not take the protocol: the message says which; or a body
- * field the engine cannot honour yet — n > 1, logprobs, json_schema formats,
- * strict tools, parallel_tool_calls false, stored responses, reasoning
- * switches a chat template decides itself: the message names the field, and
+ * field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls
+ * false, stored responses, reasoning switches a chat template decides itself:
+ * the message names the field, and
  * docs/api.md, "Request fields", lists every field),
  * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the
  * context, does not fit the KV cache budget, or max_tokens asks for more than
@@ -1339,7 +1360,10 @@ DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len)
 DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
 /* The log probability of each token of a DI_EVENT_TOKENS event, in the order
  * of di_event_tokens (*n gets their count when n is not NULL), for a token
- * request submitted with di_request.logprobs 1: the log-softmax of the raw
+ * request submitted with di_request.logprobs 1, or a protocol request whose
+ * body asks for them (Chat logprobs; Responses top_logprobs > 0 or include
+ * "message.output_text.logprobs": its chunks carry them too, as
+ * di_stream_push_tokens_logprobs writes them): the log-softmax of the raw
  * logits the token was sampled from (di_request.logprobs says which values);
  * always <= 0, -infinity never (the model's logits are finite). NULL, and *n
  * 0, for other events and requests. The array lives until the callback

@@ -138,7 +138,12 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             (void)di_stream_push_text(a->stream, "", 0, (uint32_t)n, NULL);
         if (!is_stop) {
             di_error *err = NULL;
-            if (di_stream_push_tokens(a->stream, ids, n, &err) != DI_OK) {
+            di_status pst =
+                r->want_logprobs && n == 1
+                    ? di_stream_push_tokens_logprobs(a->stream, ids, n, &r->lp, 1, r->lp_top_ids,
+                                                     r->lp_top, (size_t)r->top_logprobs, &err)
+                    : di_stream_push_tokens(a->stream, ids, n, &err);
+            if (pst != DI_OK) {
                 elog(e, DI_LOG_WARN, "request %llu: %s", (unsigned long long)r->id,
                      di_error_message(err));
                 di_error_free(err);

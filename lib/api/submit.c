@@ -417,6 +417,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     r->max_tokens = max_tokens;
     r->want_logprobs = q.logprobs;
     r->top_logprobs = q.top_logprobs;
+    if (body && body->logprobs) { /* a protocol body's logprobs / top_logprobs */
+        r->want_logprobs = 1;
+        r->top_logprobs = body->top_logprobs;
+    }
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
     size_t n_stop = (q.ignore_eos ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;

@@ -1791,6 +1791,11 @@ int rc_parser_n_calls(const rc_parser *p)
     return p->n_calls;
 }
 
+uint32_t rc_parser_next_push(const rc_parser *p)
+{
+    return p->push + 1;
+}
+
 int rc_parser_reasoning_emitted(const rc_parser *p)
 {
     return p->reasoning_emitted;

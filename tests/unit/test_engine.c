@@ -227,6 +227,7 @@ typedef struct lp_rec {
     int n, n_done, bad_shape;
     uint32_t drafts;
     di_status status;
+    char *response; /* a protocol request's complete response (malloc'd) */
 } lp_rec;
 
 static void on_lp_event(void *user, const di_event *ev)
@@ -236,6 +237,8 @@ static void on_lp_event(void *user, const di_event *ev)
         r->n_done++;
         r->status = di_event_status(ev);
         r->drafts = di_event_draft_tokens(ev);
+        if (di_event_response_json(ev, NULL))
+            r->response = strdup(di_event_response_json(ev, NULL));
         return;
     }
     if (di_event_kind_of(ev) != DI_EVENT_TOKENS) {
@@ -1786,11 +1789,144 @@ static void test_smollm2_chatml_tool_call(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* The entries of a protocol response's logprobs array: each one's logprob is
+ * the log probability the engine computed for its token (di_event_logprobs),
+ * in the order of the tokens, and under greedy decoding its first alternative
+ * is the token itself; n_top alternatives each. */
+static void check_entries(const lp_rec *r, json_t *entries, size_t n_top)
+{
+    assert_true(json_is_array(entries));
+    size_t n = json_array_size(entries);
+    assert_true(n >= 1 && n <= (size_t)r->n);
+    /* where the entries start among the tokens (a stripped token gives none) */
+    int from = -1;
+    for (int k = 0; k + (int)n <= r->n && from < 0; k++) {
+        int all = 1;
+        for (size_t j = 0; j < n && all; j++) {
+            json_t *lp = json_object_get(json_array_get(entries, j), "logprob");
+            all = json_is_real(lp) && (float)json_real_value(lp) == r->lp[k + (int)j];
+        }
+        if (all) from = k;
+    }
+    if (from < 0) fail_msg("the entries' log probabilities are not the tokens'");
+    for (size_t j = 0; j < n; j++) {
+        json_t *e = json_array_get(entries, j), *top = json_object_get(e, "top_logprobs");
+        assert_int_equal(json_array_size(top), n_top);
+        if (n_top) {
+            json_t *first = json_array_get(top, 0);
+            assert_true(json_equal(json_object_get(first, "token"), json_object_get(e, "token")));
+            assert_true(json_equal(json_object_get(first, "bytes"), json_object_get(e, "bytes")));
+        }
+    }
+}
+
+/* Chat logprobs / top_logprobs and Responses' output text log probabilities
+ * through the engine (SmolLM2, greedy): the complete responses carry, in the
+ * protocol's place, the values the engine computed for the tokens (their
+ * agreement with transformers is test_token_logprobs_equal_transformers_log_softmax's). */
+static void test_protocol_requests_return_logprobs(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
+    static const struct {
+        int protocol;
+        const char *body;
+        size_t n_top;
+    } cases[] = {
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":8,\"logprobs\":true,"
+         "\"top_logprobs\":3,\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}",
+         3},
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":8,\"logprobs\":true,"
+         "\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}",
+         0},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"m\",\"temperature\":0,\"max_output_tokens\":16,\"top_logprobs\":2,"
+         "\"input\":\"Hi!\"}",
+         2},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"m\",\"temperature\":0,\"max_output_tokens\":16,\"include\":["
+         "\"message.output_text.logprobs\"],\"input\":\"Hi!\"}",
+         0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        lp_rec *r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = cases[c].protocol;
+        q.json = cases[c].body;
+        q.json_len = strlen(cases[c].body);
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        uint64_t id;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_true(r->n >= 1);
+        json_error_t jerr;
+        json_t *resp = json_loads(r->response, 0, &jerr);
+        assert_non_null(resp);
+        json_t *entries;
+        if (cases[c].protocol == DI_PROTOCOL_CHAT) {
+            entries = json_object_get(
+                json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "logprobs"),
+                "content");
+        } else {
+            json_t *out = json_object_get(resp, "output"), *msg = NULL;
+            for (size_t i = 0; i < json_array_size(out); i++)
+                if (json_is_string(json_object_get(json_array_get(out, i), "type")) &&
+                    strcmp(json_string_value(json_object_get(json_array_get(out, i), "type")),
+                           "message") == 0)
+                    msg = json_array_get(out, i);
+            assert_non_null(msg);
+            entries =
+                json_object_get(json_array_get(json_object_get(msg, "content"), 0), "logprobs");
+        }
+        check_entries(r, entries, cases[c].n_top);
+        json_decref(resp);
+        free(r->response);
+        free(r);
+    }
+    /* not asked: none (Chat's logprobs null; the tokens' events carry none) */
+    lp_rec *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    const char *plain = "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":4,\"messages\":[{"
+                        "\"role\":\"user\",\"content\":\"Hi!\"}]}";
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = plain;
+    q.json_len = strlen(plain);
+    q.on_event = on_lp_event;
+    q.user_data = r;
+    uint64_t id;
+    assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r->status, DI_OK);
+    assert_true(r->bad_shape); /* its TOKENS events have no log probabilities */
+    assert_non_null(strstr(r->response, "\"logprobs\":null"));
+    free(r->response);
+    free(r);
+    /* a body asking for more alternatives than OpenAI allows is refused, naming it */
+    const char *bad = "{\"model\":\"m\",\"logprobs\":true,\"top_logprobs\":21,\"messages\":[{"
+                      "\"role\":\"user\",\"content\":\"Hi!\"}]}";
+    q.json = bad;
+    q.json_len = strlen(bad);
+    expect_submit_error(e, &q, DI_ERR_INVALID_REQUEST, "top_logprobs");
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
         cmocka_unit_test(test_token_logprobs_equal_transformers_log_softmax),
+        cmocka_unit_test(test_protocol_requests_return_logprobs),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),

@@ -486,6 +486,58 @@ static void test_template_calls_nobody_asked_for_stay_text(void **state)
 #undef TOOL
 }
 
+/* di_stream_push_tokens_logprobs: every bad argument is refused with the field
+ * named, and leaves the stream as it was (the entries themselves are compared
+ * with deepseek-recipe's in tests/parity/stream_parity.py, tok-logprobs-*). */
+static void test_logprobs_push_errors_name_the_argument(void **state)
+{
+    (void)state;
+    di_tokenizer *tok = load_v4_tokenizer();
+    if (!tok) skip();
+    di_stream *s = open_stream(DI_PROTOCOL_CHAT, chat_tools, tok);
+    int32_t ids[2] = {84, 85}, top_ids[2] = {5, 1 << 30};
+    float lp[2] = {-0.5f, -0.25f}, top[2] = {-1.0f, -2.0f};
+    static const char *const want[] = {
+        "invalid log probabilities: 1 log probabilities for 2 token IDs",
+        "logprobs must not be NULL",
+        "n_top: at most 20",
+        "top_ids and top_logprobs must not be NULL when n_top > 0",
+        "top_ids[1] = 1073741824 is outside the vocabulary",
+    };
+    for (int k = 0; k < 5; k++) {
+        di_error *err = NULL;
+        di_status st =
+            k == 0   ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 1, NULL, NULL, 0, &err)
+            : k == 1 ? di_stream_push_tokens_logprobs(s, ids, 2, NULL, 2, NULL, NULL, 0, &err)
+            : k == 2 ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 21, &err)
+            : k == 3 ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, NULL, top, 1, &err)
+                     : di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 1, &err);
+        assert_int_equal(st, DI_ERR_INVALID_ARGUMENT);
+        if (!strstr(di_error_message(err), want[k]))
+            fail_msg("'%s' lacks '%s'", di_error_message(err), want[k]);
+        di_error_free(err);
+        assert_int_equal(di_stream_chunk_count(s), 0);
+        assert_false(di_stream_finished(s));
+    }
+    /* the stream goes on: a good push carries its entries */
+    top_ids[1] = 6;
+    assert_int_equal(di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 1, NULL),
+                     DI_OK);
+    int found = 0;
+    for (size_t c = 0; c < di_stream_chunk_count(s); c++)
+        found |= strstr(di_stream_chunk_json(s, c, NULL),
+                        "\"logprobs\":{\"reasoning_content\":[{") != NULL;
+    assert_true(found);
+    assert_int_equal(di_stream_finish(s, DI_FINISH_STOP, NULL), DI_OK);
+    di_stream_free(s);
+    /* without a tokenizer, token pushes cannot be decoded */
+    s = open_stream(DI_PROTOCOL_CHAT, chat_tools, NULL);
+    assert_int_equal(di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, NULL, NULL, 0, NULL),
+                     DI_ERR_INVALID_STATE);
+    di_stream_free(s);
+    di_tokenizer_free(tok);
+}
+
 static void test_options_from_prompt_start_the_override(void **state)
 {
     (void)state;
@@ -576,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_every_protocol_ends_once),
         cmocka_unit_test(test_template_tool_calls_round_trip),
         cmocka_unit_test(test_template_calls_nobody_asked_for_stay_text),
+        cmocka_unit_test(test_logprobs_push_errors_name_the_argument),
         cmocka_unit_test(test_options_from_prompt_start_the_override),
         cmocka_unit_test(test_a_failed_call_leaves_no_stale_chunks),
         cmocka_unit_test(test_an_endless_newline_run_is_released),

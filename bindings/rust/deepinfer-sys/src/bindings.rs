@@ -838,6 +838,36 @@ extern "C" {
     ) -> di_status;
 }
 extern "C" {
+    #[doc = " As di_stream_push_tokens, with each token's log probability: logprobs[i]"]
+    #[doc = " (n_logprobs of them, one per ID) is ids[i]'s, and top_ids / top_logprobs"]
+    #[doc = " ([n_ids, n_top], row-major; NULL when n_top is 0) its n_top alternatives —"]
+    #[doc = " what di_event_logprobs and di_event_top_logprobs give. The chunks carry them"]
+    #[doc = " as the reference's StreamProcessor does with an InferenceChunk's"]
+    #[doc = " log_probs: Chat Completions as the choice's `logprobs` ({\"content\": […]} or"]
+    #[doc = " {\"reasoning_content\": […]}, each entry OpenAI's {token, logprob, bytes,"]
+    #[doc = " top_logprobs}: the token's text, or its bytes as \"\\xNN\" escapes when they are"]
+    #[doc = " not UTF-8 on their own; logprob as float32), accumulated into the complete"]
+    #[doc = " response; Responses as the output_text deltas' and the message's `logprobs`"]
+    #[doc = " (reasoning carries none); Messages carry none. A push's entries go with the"]
+    #[doc = " first reasoning or answer delta its text produces, and are dropped when it"]
+    #[doc = " produces none (a marker, a tool call, stripped newlines). Errors: as"]
+    #[doc = " di_stream_push_tokens, plus DI_ERR_INVALID_ARGUMENT for n_logprobs other"]
+    #[doc = " than n_ids (\"invalid log probabilities: N log probabilities for M token"]
+    #[doc = " IDs\", the reference's words), NULL arrays, n_top above 20 or an"]
+    #[doc = " alternative's ID outside the vocabulary; none changes the stream."]
+    pub fn di_stream_push_tokens_logprobs(
+        s: *mut di_stream,
+        ids: *const i32,
+        n_ids: usize,
+        logprobs: *const f32,
+        n_logprobs: usize,
+        top_ids: *const i32,
+        top_logprobs: *const f32,
+        n_top: usize,
+        err: *mut *mut di_error,
+    ) -> di_status;
+}
+extern "C" {
     #[doc = " The backend finished for `reason`: held text is released, open blocks are"]
     #[doc = " closed, the final chunks (finish_reason and usage) are produced, and the"]
     #[doc = " complete response becomes available. A second call produces nothing and"]
@@ -2455,9 +2485,9 @@ extern "C" {
     #[doc = " di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),"]
     #[doc = " DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or"]
     #[doc = " whose encoding does not take the protocol: the message says which; or a body"]
-    #[doc = " field the engine cannot honour yet — n > 1, logprobs, json_schema formats,"]
-    #[doc = " strict tools, parallel_tool_calls false, stored responses, reasoning"]
-    #[doc = " switches a chat template decides itself: the message names the field, and"]
+    #[doc = " field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls"]
+    #[doc = " false, stored responses, reasoning switches a chat template decides itself:"]
+    #[doc = " the message names the field, and"]
     #[doc = " docs/api.md, \"Request fields\", lists every field),"]
     #[doc = " DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the"]
     #[doc = " context, does not fit the KV cache budget, or max_tokens asks for more than"]
@@ -2841,7 +2871,10 @@ extern "C" {
 extern "C" {
     #[doc = " The log probability of each token of a DI_EVENT_TOKENS event, in the order"]
     #[doc = " of di_event_tokens (*n gets their count when n is not NULL), for a token"]
-    #[doc = " request submitted with di_request.logprobs 1: the log-softmax of the raw"]
+    #[doc = " request submitted with di_request.logprobs 1, or a protocol request whose"]
+    #[doc = " body asks for them (Chat logprobs; Responses top_logprobs > 0 or include"]
+    #[doc = " \"message.output_text.logprobs\": its chunks carry them too, as"]
+    #[doc = " di_stream_push_tokens_logprobs writes them): the log-softmax of the raw"]
     #[doc = " logits the token was sampled from (di_request.logprobs says which values);"]
     #[doc = " always <= 0, -infinity never (the model's logits are finite). NULL, and *n"]
     #[doc = " 0, for other events and requests. The array lives until the callback"]
