@@ -1194,6 +1194,22 @@ typedef struct di_request {
      * request (whose body decides). */
     int32_t logprobs;
     int32_t top_logprobs;
+    /* Stop strings (token requests; appended in 0.x: none by default):
+     * n_stop_strings NUL-terminated UTF-8 strings (at most 16, each 1 to 256
+     * bytes), matched on the decoded output text — across token boundaries,
+     * as vLLM and llama.cpp match `stop` — so a string the tokenizer splits
+     * over several tokens still ends the output. The first one to appear ends
+     * the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just
+     * before it (the string and what the last token wrote after it are not
+     * text), while DI_EVENT_TOKENS still reports every generated token. Text
+     * that may be the start of a stop string is held back until the next
+     * tokens decide it, and released at the end when none completes. di_submit
+     * copies them. Errors (di_submit): DI_ERR_INVALID_ARGUMENT (on a protocol
+     * request — its body's `stop` — NULL array or entry, more than 16, an
+     * empty one, one over 256 bytes or not UTF-8: the message names its index),
+     * DI_ERR_UNSUPPORTED (an engine without a tokenizer: there is no text). */
+    const char *const *stop_strings;
+    size_t n_stop_strings;
 } di_request;
 
 /* Set struct_size and the defaults. NULL is a no-op. */

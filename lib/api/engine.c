@@ -30,7 +30,7 @@
 _Static_assert(sizeof(di_engine_config) ==
                    DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
-_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, top_logprobs),
+_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings),
                "di_request has no trailing padding");
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
@@ -152,11 +152,17 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             end = di_stream_finished(a->stream);
         }
     } else if (a->detok && !is_stop) {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !end; i++) {
             const char *t;
             size_t len;
-            if (di_detokenizer_push(a->detok, ids[i], &t, &len) == DI_OK && len)
+            if (di_detokenizer_push(a->detok, ids[i], &t, &len) != DI_OK || !len) continue;
+            if (!a->n_stops) {
                 event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+                continue;
+            }
+            int hit = api_stop_feed(a, r->id, &l, t, len, 0);
+            if (hit < 0) l.oom = 1;
+            end = hit == 1; /* a stop string: the request ends here (DI_FINISH_STOP) */
         }
     }
     if (l.oom) elog(e, DI_LOG_ERROR, "out of memory building events; some were dropped");
@@ -185,10 +191,15 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
         response = di_stream_response_json(a->stream, &response_len);
         di_stream_usage(a->stream, NULL, &reasoning);
     } else if (a->detok) {
-        const char *t;
-        size_t len;
-        if (di_detokenizer_flush(a->detok, &t, &len) == DI_OK && len)
-            event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+        const char *t = "";
+        size_t len = 0;
+        if (di_detokenizer_flush(a->detok, &t, &len) != DI_OK) len = 0;
+        if (!a->n_stops) {
+            if (len) event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+        } else if (!a->stop_hit) {
+            /* the held text, and the flushed tail, can no longer begin a stop string */
+            if (api_stop_feed(a, r->id, &l, t, len, 1) < 0) l.oom = 1;
+        }
     }
     /* The terminal event must exist whatever else failed: it is allocated with
      * a retry, and without its strings when memory is that short. */
@@ -214,6 +225,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     }
     di_stream_free(a->stream);
     di_detokenizer_free(a->detok);
+    api_request_free_stops(a);
     free(a->finish_text);
     free(a);
     r->owner = NULL;

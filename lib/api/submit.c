@@ -13,6 +13,7 @@
 #include "api/engine_internal.h"
 #include "util/error.h"
 #include "util/struct_size.h"
+#include "util/utf8.h"
 #include "recipe/sampling.h"
 #include "recipe/stream.h"
 #include "sampler/grammar.h"
@@ -279,6 +280,30 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "logprobs: token requests only (a protocol request's body asks for "
                             "them: Chat logprobs / top_logprobs)");
+    if (q.n_stop_strings && q.protocol)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "stop_strings: token requests only (a protocol request's body has "
+                            "its own stop sequences)");
+    if (q.n_stop_strings && !q.stop_strings)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stop_strings: must not be NULL");
+    if (q.n_stop_strings > 16)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings: %zu strings, at most 16",
+                             q.n_stop_strings);
+    for (size_t i = 0; i < q.n_stop_strings; i++) {
+        const char *t = q.stop_strings[i];
+        size_t n = t ? strlen(t) : 0;
+        if (!t) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings[%zu]: NULL", i);
+        if (n == 0 || n > 256)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "stop_strings[%zu]: %zu bytes, expected 1 to 256", i, n);
+        if (di_utf8_scan_bytes((const uint8_t *)t, n).state != DI_UTF8_VALID)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings[%zu]: not valid UTF-8",
+                                 i);
+    }
+    if (q.n_stop_strings && !e->tok)
+        return di_error_set(err, DI_ERR_UNSUPPORTED,
+                            "stop_strings: the engine has no tokenizer, so the output has no "
+                            "text to match");
     if (q.seed < -1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "seed: expected -1 (random) or >= 0");
     if (q.max_tokens < 0)
@@ -446,6 +471,18 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail;
         }
+        if (q.n_stop_strings && !(a->stops = calloc(q.n_stop_strings, sizeof *a->stops))) {
+            st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < q.n_stop_strings; i++) {
+            size_t n = strlen(q.stop_strings[i]);
+            if (!(a->stops[a->n_stops++] = strdup(q.stop_strings[i]))) {
+                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            if (n > a->max_stop) a->max_stop = n;
+        }
     }
     di_prompt_free(prompt);
     prompt = NULL;
@@ -467,6 +504,7 @@ fail:
     if (a) {
         di_stream_free(a->stream);
         di_detokenizer_free(a->detok);
+        api_request_free_stops(a);
         free(a);
     }
     sched_request_free(r);

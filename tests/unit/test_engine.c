@@ -1921,12 +1921,190 @@ static void test_protocol_requests_return_logprobs(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* What a token request with stop strings saw: its tokens, the text length when
+ * each token's event came (the text of the tokens before it), the text. */
+typedef struct stop_rec {
+    int32_t toks[64];
+    size_t text_at[64];
+    int n, n_done;
+    char text[4096];
+    size_t text_len;
+    di_finish finish;
+    di_status status;
+} stop_rec;
+
+static void on_stop_event(void *user, const di_event *ev)
+{
+    stop_rec *r = user;
+    size_t n;
+    const char *t;
+    switch (di_event_kind_of(ev)) {
+    case DI_EVENT_TOKENS: {
+        const int32_t *ids = di_event_tokens(ev, &n);
+        for (size_t i = 0; i < n && r->n < 64; i++, r->n++) {
+            r->toks[r->n] = ids[i];
+            r->text_at[r->n] = r->text_len;
+        }
+        break;
+    }
+    case DI_EVENT_TEXT:
+        t = di_event_text(ev, &n);
+        assert_true(r->text_len + n < sizeof r->text);
+        memcpy(r->text + r->text_len, t, n);
+        r->text_len += n;
+        r->text[r->text_len] = '\0';
+        break;
+    case DI_EVENT_DONE:
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->finish = di_event_finish_reason(ev);
+        break;
+    default: break;
+    }
+}
+
+static void run_stops(di_engine *e, const int32_t *prompt, size_t np, const char *const *stops,
+                      size_t n_stops, stop_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = np;
+    q.temperature = 0.0f;
+    q.max_tokens = 24;
+    q.ignore_eos = 1;
+    q.stop_strings = stops;
+    q.n_stop_strings = n_stops;
+    q.on_event = on_stop_event;
+    q.user_data = r;
+    uint64_t id;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->n_done, 1);
+    assert_int_equal(r->status, DI_OK);
+}
+
+/* Stop strings of token requests are matched on the decoded text across token
+ * boundaries. The oracle is the same greedy request without them: with a
+ * string cut from its text across two tokens' boundary, the output must be its
+ * text up to the string's first occurrence, its tokens up to the one that
+ * completes the string, finish DI_FINISH_STOP; the earliest of two strings
+ * wins; a string whose start is held at the end is released. */
+static void test_stop_strings_match_across_token_boundaries(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
+    const char *ptext = "Once upon a time, there";
+    int32_t *prompt;
+    size_t np;
+    assert_int_equal(
+        di_tokenizer_encode(di_engine_tokenizer(e), ptext, strlen(ptext), 0, &prompt, &np, NULL),
+        DI_OK);
+    stop_rec *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+    assert_non_null(ref);
+    assert_non_null(got);
+    run_stops(e, prompt, np, NULL, 0, ref);
+    assert_int_equal(ref->n, 24);
+    assert_int_equal(ref->finish, DI_FINISH_LENGTH);
+    /* a boundary with two ASCII bytes of text on each side */
+    int b = -1;
+    for (int i = 2; i < ref->n - 1 && b < 0; i++) {
+        size_t at = ref->text_at[i], after = ref->text_at[i + 1];
+        if (at >= 2 && after >= at + 2 && !(ref->text[at - 2] & 0x80) &&
+            !(ref->text[at - 1] & 0x80) && !(ref->text[at] & 0x80) && !(ref->text[at + 1] & 0x80))
+            b = i;
+    }
+    assert_true(b > 0);
+    char cut[8] = {0};
+    memcpy(cut, ref->text + ref->text_at[b] - 2, 4);
+    size_t pos = (size_t)(strstr(ref->text, cut) - ref->text);
+    int want_n = 0; /* the tokens up to the one whose text completes the string */
+    while (want_n < ref->n && ref->text_at[want_n] < pos + 4) want_n++;
+    print_message("stop string \"%s\" across tokens %d|%d: text cut at byte %zu, %d tokens\n", cut,
+                  b - 1, b, pos, want_n);
+    const char *one[] = {cut};
+    run_stops(e, prompt, np, one, 1, got);
+    assert_int_equal(got->finish, DI_FINISH_STOP);
+    assert_int_equal(got->text_len, pos);
+    assert_memory_equal(got->text, ref->text, pos);
+    assert_int_equal(got->n, want_n);
+    assert_memory_equal(got->toks, ref->toks, (size_t)want_n * sizeof *got->toks);
+    /* two strings: the one that appears first wins, whatever their order */
+    char last[8] = {0};
+    memcpy(last, ref->text + ref->text_len - 3, 3);
+    if (strstr(ref->text, last) > ref->text + pos) {
+        const char *two[] = {last, cut};
+        run_stops(e, prompt, np, two, 2, got);
+        assert_int_equal(got->finish, DI_FINISH_STOP);
+        assert_int_equal(got->text_len, pos);
+    }
+    /* a string that never completes, whose start ends the text: held, then
+     * released at the end (the text is whole) */
+    char tail[16];
+    snprintf(tail, sizeof tail, "%c%c#@!", ref->text[ref->text_len - 2],
+             ref->text[ref->text_len - 1]);
+    assert_null(strstr(ref->text, tail));
+    const char *never[] = {tail};
+    run_stops(e, prompt, np, never, 1, got);
+    assert_int_equal(got->finish, DI_FINISH_LENGTH);
+    assert_int_equal(got->n, ref->n);
+    assert_int_equal(got->text_len, ref->text_len);
+    assert_memory_equal(got->text, ref->text, ref->text_len);
+    /* errors name the field */
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = np;
+    q.on_event = on_stop_event;
+    const char *empty[] = {""}, *nul[] = {NULL}, *bad_utf8[] = {"a\xff"};
+    char big[300];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    const char *too_long[] = {big};
+    const char *many[17];
+    for (int i = 0; i < 17; i++) many[i] = "x";
+    static const struct {
+        int which;
+        size_t n;
+        const char *msg;
+    } bad[] = {
+        {0, 1, "stop_strings[0]: 0 bytes"},
+        {1, 1, "stop_strings[0]: NULL"},
+        {2, 1, "stop_strings[0]: not valid UTF-8"},
+        {3, 1, "stop_strings[0]: 299 bytes"},
+        {4, 17, "at most 16"},
+        {5, 1, "stop_strings: must not be NULL"},
+    };
+    const char *const *arrays[] = {empty, nul, bad_utf8, too_long, many, NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        q.stop_strings = arrays[bad[i].which];
+        q.n_stop_strings = bad[i].n;
+        expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, bad[i].msg);
+    }
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = "{}";
+    q.json_len = 2;
+    q.on_event = on_stop_event;
+    q.stop_strings = one;
+    q.n_stop_strings = 1;
+    expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, "stop_strings: token requests only");
+    di_tokens_free(prompt);
+    free(ref);
+    free(got);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
         cmocka_unit_test(test_token_logprobs_equal_transformers_log_softmax),
         cmocka_unit_test(test_protocol_requests_return_logprobs),
+        cmocka_unit_test(test_stop_strings_match_across_token_boundaries),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),

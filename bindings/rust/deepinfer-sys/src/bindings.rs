@@ -1964,12 +1964,28 @@ pub struct di_request {
     #[doc = " request (whose body decides)."]
     pub logprobs: i32,
     pub top_logprobs: i32,
+    #[doc = " Stop strings (token requests; appended in 0.x: none by default):"]
+    #[doc = " n_stop_strings NUL-terminated UTF-8 strings (at most 16, each 1 to 256"]
+    #[doc = " bytes), matched on the decoded output text — across token boundaries,"]
+    #[doc = " as vLLM and llama.cpp match `stop` — so a string the tokenizer splits"]
+    #[doc = " over several tokens still ends the output. The first one to appear ends"]
+    #[doc = " the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just"]
+    #[doc = " before it (the string and what the last token wrote after it are not"]
+    #[doc = " text), while DI_EVENT_TOKENS still reports every generated token. Text"]
+    #[doc = " that may be the start of a stop string is held back until the next"]
+    #[doc = " tokens decide it, and released at the end when none completes. di_submit"]
+    #[doc = " copies them. Errors (di_submit): DI_ERR_INVALID_ARGUMENT (on a protocol"]
+    #[doc = " request — its body's `stop` — NULL array or entry, more than 16, an"]
+    #[doc = " empty one, one over 256 bytes or not UTF-8: the message names its index),"]
+    #[doc = " DI_ERR_UNSUPPORTED (an engine without a tokenizer: there is no text)."]
+    pub stop_strings: *const *const ::std::os::raw::c_char,
+    pub n_stop_strings: usize,
 }
 #[test]
 fn bindgen_test_layout_di_request() {
     assert_eq!(
         ::std::mem::size_of::<di_request>(),
-        184usize,
+        200usize,
         concat!("Size of: ", stringify!(di_request))
     );
     assert_eq!(
@@ -2470,6 +2486,40 @@ fn bindgen_test_layout_di_request() {
         );
     }
     test_field_top_logprobs();
+    fn test_field_stop_strings() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stop_strings) as usize - ptr as usize
+            },
+            184usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(stop_strings)
+            )
+        );
+    }
+    test_field_stop_strings();
+    fn test_field_n_stop_strings() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_stop_strings) as usize - ptr as usize
+            },
+            192usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(n_stop_strings)
+            )
+        );
+    }
+    test_field_n_stop_strings();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
