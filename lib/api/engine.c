@@ -138,11 +138,24 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             (void)di_stream_push_text(a->stream, "", 0, (uint32_t)n, NULL);
         if (!is_stop) {
             di_error *err = NULL;
-            di_status pst =
-                r->want_logprobs && n == 1
-                    ? di_stream_push_tokens_logprobs(a->stream, ids, n, &r->lp, 1, r->lp_top_ids,
-                                                     r->lp_top, (size_t)r->top_logprobs, &err)
-                    : di_stream_push_tokens(a->stream, ids, n, &err);
+            di_status pst;
+            if (r->want_logprobs && n == 1) {
+                /* alternatives the tokenizer has no text for (a model's vocabulary
+                 * padded beyond its tokenizer's) are left out */
+                int32_t top_ids[SCHED_MAX_TOP];
+                float top[SCHED_MAX_TOP];
+                size_t k = 0;
+                int32_t vocab = di_tokenizer_vocab_size(e->tok);
+                for (int t = 0; t < r->top_logprobs; t++)
+                    if (r->lp_top_ids[t] < vocab) {
+                        top_ids[k] = r->lp_top_ids[t];
+                        top[k++] = r->lp_top[t];
+                    }
+                pst = di_stream_push_tokens_logprobs(a->stream, ids, n, &r->lp, 1, top_ids, top, k,
+                                                     &err);
+            } else {
+                pst = di_stream_push_tokens(a->stream, ids, n, &err);
+            }
             if (pst != DI_OK) {
                 elog(e, DI_LOG_WARN, "request %llu: %s", (unsigned long long)r->id,
                      di_error_message(err));

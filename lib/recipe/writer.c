@@ -258,6 +258,8 @@ int rc_write_pieces(rc_writer *w, const rc_pieces *pieces, rc_chunks *out)
         w->piece_lp = NULL;
         if (w->n_lp && (pc->cls == RC_PIECE_REASONING || pc->cls == RC_PIECE_CONTENT))
             w->piece_lp = take_logprobs(w, pc->push);
+        else if (w->n_lp && pc->push > 1) /* a call's pieces: earlier pushes are done */
+            (void)take_logprobs(w, pc->push - 1);
         int r;
         switch (w->reply->protocol) {
         case DI_PROTOCOL_CHAT: r = rc_chat_piece(w, pc, out); break;
