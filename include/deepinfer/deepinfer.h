@@ -1198,8 +1198,9 @@ typedef struct di_request {
      * n_stop_strings NUL-terminated UTF-8 strings (at most 16, each 1 to 256
      * bytes), matched on the decoded output text — across token boundaries,
      * as vLLM and llama.cpp match `stop` — so a string the tokenizer splits
-     * over several tokens still ends the output. The first one to appear ends
-     * the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just
+     * over several tokens still ends the output. The one that completes first
+     * (at the earliest byte of the text; of those ending there, the longest)
+     * ends the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just
      * before it (the string and what the last token wrote after it are not
      * text), while DI_EVENT_TOKENS still reports every generated token. Text
      * that may be the start of a stop string is held back until the next

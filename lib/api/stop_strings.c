@@ -5,6 +5,7 @@
  * or after it: everything released was checked to begin no stop string with
  * the text that followed it, so each byte is searched against a bounded window
  * (held < the longest stop string) and the cost per token is O(window x stops). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,11 +49,16 @@ int api_stop_feed(api_request *a, uint64_t id, event_list *l, const char *t, siz
     a->held = p;
     memcpy(p + a->held_len, t, n);
     size_t len = a->held_len + n;
-    /* the earliest stop string in the window; at a tie, the first listed */
-    size_t at = len;
+    /* the stop string that completes first, as if the text came a byte at a
+     * time (so the pieces' boundaries change nothing); of those completing at
+     * the same byte, the longest */
+    size_t at = len, end = SIZE_MAX;
     for (size_t i = 0; i < a->n_stops; i++) {
-        size_t x = find(p, len, a->stops[i], strlen(a->stops[i]));
-        if (x < at) at = x;
+        size_t m = strlen(a->stops[i]), x = find(p, len, a->stops[i], m);
+        if (x < len && (x + m < end || (x + m == end && x < at))) {
+            at = x;
+            end = x + m;
+        }
     }
     int hit = at < len;
     size_t out = hit ? at : flush ? len : len - held_suffix(a, p, len);
