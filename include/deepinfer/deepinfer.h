@@ -617,6 +617,27 @@ DI_API di_status di_stream_push_text(di_stream *s, const char *text, size_t len,
  * DI_ERR_INVALID_ARGUMENT (an ID outside the vocabulary); none changes the stream. */
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err);
+/* As di_stream_push_tokens, with each token's log probability: logprobs[i]
+ * (n_logprobs of them, one per ID) is ids[i]'s, and top_ids / top_logprobs
+ * ([n_ids, n_top], row-major; NULL when n_top is 0) its n_top alternatives —
+ * what di_event_logprobs and di_event_top_logprobs give. The chunks carry them
+ * as the reference's StreamProcessor does with an InferenceChunk's
+ * log_probs: Chat Completions as the choice's `logprobs` ({"content": […]} or
+ * {"reasoning_content": […]}, each entry OpenAI's {token, logprob, bytes,
+ * top_logprobs}: the token's text, or its bytes as "\xNN" escapes when they are
+ * not UTF-8 on their own; logprob as float32), accumulated into the complete
+ * response; Responses as the output_text deltas' and the message's `logprobs`
+ * (reasoning carries none); Messages carry none. A push's entries go with the
+ * first reasoning or answer delta its text produces, and are dropped when it
+ * produces none (a marker, a tool call, stripped newlines). Errors: as
+ * di_stream_push_tokens, plus DI_ERR_INVALID_ARGUMENT for n_logprobs other
+ * than n_ids ("invalid log probabilities: N log probabilities for M token
+ * IDs", the reference's words), NULL arrays, n_top above 20 or an
+ * alternative's ID outside the vocabulary; none changes the stream. */
+DI_API di_status di_stream_push_tokens_logprobs(di_stream *s, const int32_t *ids, size_t n_ids,
+                                                const float *logprobs, size_t n_logprobs,
+                                                const int32_t *top_ids, const float *top_logprobs,
+                                                size_t n_top, di_error **err);
 
 /* The backend finished for `reason`: held text is released, open blocks are
  * closed, the final chunks (finish_reason and usage) are produced, and the
@@ -1161,6 +1182,39 @@ typedef struct di_request {
     const char *grammar;
     const char *json_schema;
     const char *regex;
+    /* Log probabilities (token requests; appended in 0.x: zero, the default,
+     * is off). logprobs 1: each output token's log probability comes with its
+     * DI_EVENT_TOKENS event (di_event_logprobs), and top_logprobs, in
+     * [0, 20], the most likely tokens at that position with theirs
+     * (di_event_top_logprobs) — the fields and bound of OpenAI's Chat
+     * Completions. The values are the log-softmax of the model's raw logits
+     * (natural log), before logit_bias, penalties, temperature, the grammar
+     * mask and top-k/top-p/min-p, as OpenAI and vLLM (its default
+     * raw_logprobs mode) report them: they do not depend on the sampling
+     * settings, and a token the sampler could only pick because of them
+     * still gets the model's own probability. Errors (di_submit):
+     * DI_ERR_INVALID_ARGUMENT for logprobs other than 0 or 1, top_logprobs
+     * outside [0, 20] or set without logprobs, and either set on a protocol
+     * request (whose body decides). */
+    int32_t logprobs;
+    int32_t top_logprobs;
+    /* Stop strings (token requests; appended in 0.x: none by default):
+     * n_stop_strings NUL-terminated UTF-8 strings (at most 16, each 1 to 256
+     * bytes), matched on the decoded output text — across token boundaries,
+     * as vLLM and llama.cpp match `stop` — so a string the tokenizer splits
+     * over several tokens still ends the output. The one that completes first
+     * (at the earliest byte of the text; of those ending there, the longest)
+     * ends the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just
+     * before it (the string and what the last token wrote after it are not
+     * text), while DI_EVENT_TOKENS still reports every generated token. Text
+     * that may be the start of a stop string is held back until the next
+     * tokens decide it, and released at the end when none completes. di_submit
+     * copies them. Errors (di_submit): DI_ERR_INVALID_ARGUMENT (on a protocol
+     * request — its body's `stop` — NULL array or entry, more than 16, an
+     * empty one, one over 256 bytes or not UTF-8: the message names its index),
+     * DI_ERR_UNSUPPORTED (an engine without a tokenizer: there is no text). */
+    const char *const *stop_strings;
+    size_t n_stop_strings;
 } di_request;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
@@ -1175,9 +1229,9 @@ DI_API void di_request_init(di_request *req);
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
  * whose encoding does not take the protocol: the message says which; or a body
- * field the engine cannot honour yet — n > 1, logprobs, json_schema formats,
- * strict tools, parallel_tool_calls false, stored responses, reasoning
- * switches a chat template decides itself: the message names the field, and
+ * field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls
+ * false, stored responses, reasoning switches a chat template decides itself:
+ * the message names the field, and
  * docs/api.md, "Request fields", lists every field),
  * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the
  * context, does not fit the KV cache budget, or max_tokens asks for more than
@@ -1325,6 +1379,27 @@ DI_API const char *di_event_delta(const di_event *ev, size_t *len);
 DI_API const char *di_event_tool_call_arguments(const di_event *ev, size_t *len);
 /* TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise. */
 DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n);
+/* The log probability of each token of a DI_EVENT_TOKENS event, in the order
+ * of di_event_tokens (*n gets their count when n is not NULL), for a token
+ * request submitted with di_request.logprobs 1, or a protocol request whose
+ * body asks for them (Chat logprobs; Responses top_logprobs > 0 or include
+ * "message.output_text.logprobs": its chunks carry them too, as
+ * di_stream_push_tokens_logprobs writes them): the log-softmax of the raw
+ * logits the token was sampled from (di_request.logprobs says which values);
+ * always <= 0, -infinity never (the model's logits are finite). NULL, and *n
+ * 0, for other events and requests. The array lives until the callback
+ * returns. Thread-safe as the event is. */
+DI_API const float *di_event_logprobs(const di_event *ev, size_t *n);
+/* The most likely tokens at the position of token i of a DI_EVENT_TOKENS
+ * event (i below di_event_tokens' count) for a request with
+ * di_request.top_logprobs k > 0: *ids and *logprobs (when not NULL) get k
+ * token ids and their log probabilities, most likely first (a tie goes to
+ * the lower id), as di_event_logprobs computes them; the sampled token is
+ * among them only when it is that likely. Returns k, or 0 (the pointers set
+ * to NULL) for other events and requests, and for i out of range. The arrays
+ * live until the callback returns. Thread-safe as the event is. */
+DI_API size_t di_event_top_logprobs(const di_event *ev, size_t i, const int32_t **ids,
+                                    const float **logprobs);
 /* TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its
  * id and its function name (owned by the event); -1 / NULL otherwise. */
 DI_API int32_t di_event_tool_call_index(const di_event *ev);

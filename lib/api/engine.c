@@ -30,7 +30,7 @@
 _Static_assert(sizeof(di_engine_config) ==
                    DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
                "di_engine_config has no trailing padding");
-_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, regex),
+_Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings),
                "di_request has no trailing padding");
 
 static void elog(di_engine *e, di_log_level level, const char *fmt, ...)
@@ -105,6 +105,28 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             memcpy(ev->tokens, ids, n * sizeof *ids);
             ev->n_tokens = n;
         }
+        /* the scheduler hands one token at a time with its log probabilities */
+        if (ev->tokens && r->want_logprobs && n == 1) {
+            size_t k = (size_t)r->top_logprobs;
+            ev->logprobs = malloc(sizeof *ev->logprobs);
+            if (ev->logprobs) ev->logprobs[0] = r->lp;
+            if (k && ev->logprobs) {
+                ev->top_ids = malloc(k * sizeof *ev->top_ids);
+                ev->top_logprobs = malloc(k * sizeof *ev->top_logprobs);
+                if (ev->top_ids && ev->top_logprobs) {
+                    memcpy(ev->top_ids, r->lp_top_ids, k * sizeof *ev->top_ids);
+                    memcpy(ev->top_logprobs, r->lp_top, k * sizeof *ev->top_logprobs);
+                    ev->n_top = k;
+                } else {
+                    free(ev->top_ids);
+                    free(ev->top_logprobs);
+                    ev->top_ids = NULL;
+                    ev->top_logprobs = NULL;
+                    l.oom = 1;
+                }
+            }
+            if (!ev->logprobs) l.oom = 1;
+        }
     }
     int end = 0;
     if (a->stream) {
@@ -116,7 +138,25 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             (void)di_stream_push_text(a->stream, "", 0, (uint32_t)n, NULL);
         if (!is_stop) {
             di_error *err = NULL;
-            if (di_stream_push_tokens(a->stream, ids, n, &err) != DI_OK) {
+            di_status pst;
+            if (r->want_logprobs && n == 1) {
+                /* alternatives the tokenizer has no text for (a model's vocabulary
+                 * padded beyond its tokenizer's) are left out */
+                int32_t top_ids[SCHED_MAX_TOP];
+                float top[SCHED_MAX_TOP];
+                size_t k = 0;
+                int32_t vocab = di_tokenizer_vocab_size(e->tok);
+                for (int t = 0; t < r->top_logprobs; t++)
+                    if (r->lp_top_ids[t] < vocab) {
+                        top_ids[k] = r->lp_top_ids[t];
+                        top[k++] = r->lp_top[t];
+                    }
+                pst = di_stream_push_tokens_logprobs(a->stream, ids, n, &r->lp, 1, top_ids, top, k,
+                                                     &err);
+            } else {
+                pst = di_stream_push_tokens(a->stream, ids, n, &err);
+            }
+            if (pst != DI_OK) {
                 elog(e, DI_LOG_WARN, "request %llu: %s", (unsigned long long)r->id,
                      di_error_message(err));
                 di_error_free(err);
@@ -125,11 +165,17 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
             end = di_stream_finished(a->stream);
         }
     } else if (a->detok && !is_stop) {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && !end; i++) {
             const char *t;
             size_t len;
-            if (di_detokenizer_push(a->detok, ids[i], &t, &len) == DI_OK && len)
+            if (di_detokenizer_push(a->detok, ids[i], &t, &len) != DI_OK || !len) continue;
+            if (!a->n_stops) {
                 event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+                continue;
+            }
+            int hit = api_stop_feed(a, r->id, &l, t, len, 0);
+            if (hit < 0) l.oom = 1;
+            end = hit == 1; /* a stop string: the request ends here (DI_FINISH_STOP) */
         }
     }
     if (l.oom) elog(e, DI_LOG_ERROR, "out of memory building events; some were dropped");
@@ -158,10 +204,15 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
         response = di_stream_response_json(a->stream, &response_len);
         di_stream_usage(a->stream, NULL, &reasoning);
     } else if (a->detok) {
-        const char *t;
-        size_t len;
-        if (di_detokenizer_flush(a->detok, &t, &len) == DI_OK && len)
-            event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+        const char *t = "";
+        size_t len = 0;
+        if (di_detokenizer_flush(a->detok, &t, &len) != DI_OK) len = 0;
+        if (!a->n_stops) {
+            if (len) event_text(&l, r->id, a->fn, a->user, DI_EVENT_TEXT, t, len);
+        } else if (!a->stop_hit) {
+            /* the held text, and the flushed tail, can no longer begin a stop string */
+            if (api_stop_feed(a, r->id, &l, t, len, 1) < 0) l.oom = 1;
+        }
     }
     /* The terminal event must exist whatever else failed: it is allocated with
      * a retry, and without its strings when memory is that short. */
@@ -187,6 +238,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     }
     di_stream_free(a->stream);
     di_detokenizer_free(a->detok);
+    api_request_free_stops(a);
     free(a->finish_text);
     free(a);
     r->owner = NULL;

@@ -24,7 +24,22 @@ typedef struct api_request {
     uint32_t n_prompt;
     char *finish_text; /* the protocol's finish reason, when the stream ended inside a
                           push (a stop sequence, the end of Hermes calls) */
+    /* token requests' stop strings (owned copies) and the decoded text held
+     * back because it may begin one (held_len bytes) */
+    char **stops;
+    size_t n_stops, max_stop;
+    char *held;
+    size_t held_len;
+    int stop_hit; /* a stop string ended the output */
 } api_request;
+
+/* Free an api_request's stop strings and held text (not the request itself). */
+void api_request_free_stops(api_request *a);
+/* Feed decoded text of a token request with stop strings: the text that can no
+ * longer be part of a stop string becomes DI_EVENT_TEXT on l; returns 1 when a
+ * stop string appeared (the text before it is out, the rest dropped), 0 when
+ * not, -1 when out of memory. At the end (flush), the held text is released. */
+int api_stop_feed(api_request *a, uint64_t id, event_list *l, const char *t, size_t n, int flush);
 
 struct di_engine {
     model *m;

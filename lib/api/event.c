@@ -12,6 +12,9 @@ void event_free(di_event *ev)
     free(ev->sse);
     free(ev->name);
     free(ev->tokens);
+    free(ev->logprobs);
+    free(ev->top_ids);
+    free(ev->top_logprobs);
     free(ev->call_id);
     free(ev->call_name);
     free(ev->message);
@@ -140,6 +143,20 @@ DI_API const int32_t *di_event_tokens(const di_event *ev, size_t *n)
 {
     if (n) *n = ev && ev->kind == DI_EVENT_TOKENS ? ev->n_tokens : 0;
     return ev && ev->kind == DI_EVENT_TOKENS ? ev->tokens : NULL;
+}
+DI_API const float *di_event_logprobs(const di_event *ev, size_t *n)
+{
+    int has = ev && ev->kind == DI_EVENT_TOKENS && ev->logprobs;
+    if (n) *n = has ? ev->n_tokens : 0;
+    return has ? ev->logprobs : NULL;
+}
+DI_API size_t di_event_top_logprobs(const di_event *ev, size_t i, const int32_t **ids,
+                                    const float **logprobs)
+{
+    int has = ev && ev->kind == DI_EVENT_TOKENS && ev->top_ids && i < ev->n_tokens;
+    if (ids) *ids = has ? ev->top_ids + i * ev->n_top : NULL;
+    if (logprobs) *logprobs = has ? ev->top_logprobs + i * ev->n_top : NULL;
+    return has ? ev->n_top : 0;
 }
 DI_API int32_t di_event_tool_call_index(const di_event *ev)
 {

@@ -21,6 +21,12 @@ struct di_event {
     size_t sse_len;
     int32_t *tokens;
     size_t n_tokens;
+    /* TOKENS of a request with logprobs: [n_tokens] log probabilities, and
+     * [n_tokens, n_top] alternatives (ids and log probabilities); NULL, 0 else */
+    float *logprobs;
+    int32_t *top_ids;
+    float *top_logprobs;
+    size_t n_top;
     int32_t call_index;
     char *call_id, *call_name;
     di_status status;

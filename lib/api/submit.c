@@ -13,6 +13,7 @@
 #include "api/engine_internal.h"
 #include "util/error.h"
 #include "util/struct_size.h"
+#include "util/utf8.h"
 #include "recipe/sampling.h"
 #include "recipe/stream.h"
 #include "sampler/grammar.h"
@@ -268,6 +269,41 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "json: a token request's prompt is its tokens (set protocol for a "
                             "request body)");
+    if (q.logprobs != 0 && q.logprobs != 1)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "logprobs: expected 0 or 1");
+    if (q.top_logprobs < 0 || q.top_logprobs > SCHED_MAX_TOP)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "top_logprobs: must be in [0, %d]",
+                             SCHED_MAX_TOP);
+    if (q.top_logprobs && !q.logprobs)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "top_logprobs: requires logprobs 1");
+    if (q.protocol && q.logprobs)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "logprobs: token requests only (a protocol request's body asks for "
+                            "them: Chat logprobs / top_logprobs)");
+    if (q.n_stop_strings && q.protocol)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "stop_strings: token requests only (a protocol request's body has "
+                            "its own stop sequences)");
+    if (q.n_stop_strings && !q.stop_strings)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stop_strings: must not be NULL");
+    if (q.n_stop_strings > 16)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings: %zu strings, at most 16",
+                             q.n_stop_strings);
+    for (size_t i = 0; i < q.n_stop_strings; i++) {
+        const char *t = q.stop_strings[i];
+        size_t n = t ? strlen(t) : 0;
+        if (!t) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings[%zu]: NULL", i);
+        if (n == 0 || n > 256)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "stop_strings[%zu]: %zu bytes, expected 1 to 256", i, n);
+        if (di_utf8_scan_bytes((const uint8_t *)t, n).state != DI_UTF8_VALID)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "stop_strings[%zu]: not valid UTF-8",
+                                 i);
+    }
+    if (q.n_stop_strings && !e->tok)
+        return di_error_set(err, DI_ERR_UNSUPPORTED,
+                            "stop_strings: the engine has no tokenizer, so the output has no "
+                            "text to match");
     if (q.seed < -1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "seed: expected -1 (random) or >= 0");
     if (q.max_tokens < 0)
@@ -404,6 +440,12 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     if (body && (st = body_constraint(e, prompt, body, r->smp, err)) != DI_OK) goto fail;
     r->n_prompt = (int64_t)n_ids;
     r->max_tokens = max_tokens;
+    r->want_logprobs = q.logprobs;
+    r->top_logprobs = q.top_logprobs;
+    if (body && body->logprobs) { /* a protocol body's logprobs / top_logprobs */
+        r->want_logprobs = 1;
+        r->top_logprobs = body->top_logprobs;
+    }
     r->cap = (int64_t)n_ids + 16 < e->n_ctx ? (int64_t)n_ids + 16 : e->n_ctx;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
     size_t n_stop = (q.ignore_eos ? 0 : (size_t)e->n_eos) + q.n_stop_tokens;
@@ -429,6 +471,18 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail;
         }
+        if (q.n_stop_strings && !(a->stops = calloc(q.n_stop_strings, sizeof *a->stops))) {
+            st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < q.n_stop_strings; i++) {
+            size_t n = strlen(q.stop_strings[i]);
+            if (!(a->stops[a->n_stops++] = strdup(q.stop_strings[i]))) {
+                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            if (n > a->max_stop) a->max_stop = n;
+        }
     }
     di_prompt_free(prompt);
     prompt = NULL;
@@ -450,6 +504,7 @@ fail:
     if (a) {
         di_stream_free(a->stream);
         di_detokenizer_free(a->detok);
+        api_request_free_stops(a);
         free(a);
     }
     sched_request_free(r);

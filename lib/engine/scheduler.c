@@ -52,7 +52,12 @@ struct sched {
     uint64_t n_steps;
     int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
     double *accept;
-    int32_t *emit;      /* [max_running, 1 + n_draft] */
+    int32_t *emit; /* [max_running, 1 + n_draft] */
+    /* the emitted tokens' log probabilities, for requests that want them:
+     * [max_running, 1 + n_draft] (+ SCHED_MAX_TOP alternatives each), and a
+     * copy of the raw logits row being sampled ([n_vocab]) */
+    float *emit_lp, *emit_top, *raw_row;
+    int32_t *emit_top_ids;
     int *n_emit;        /* [max_running] */
     di_status *item_st; /* [max_running]: DI_OK, or why the item's request fails */
 };
@@ -436,6 +441,34 @@ static int64_t decoders_left(sched *s, int n_items, int from)
     return n;
 }
 
+/* The log-sum-exp of a raw logits row and its k most likely tokens (ids and
+ * raw logits, most likely first; a tie goes to the lower id), for the log
+ * probabilities OpenAI and vLLM report: log-softmax of the model's raw logits,
+ * before logit_bias, penalties, temperature, the grammar mask and truncation.
+ * Sums run in double. O(n_vocab * k). */
+static double raw_lse_top(const float *logits, int32_t n_vocab, int k, int32_t *top_ids, float *top)
+{
+    float mx = logits[0];
+    for (int32_t v = 1; v < n_vocab; v++)
+        if (logits[v] > mx) mx = logits[v];
+    double sum = 0.0;
+    for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)logits[v] - (double)mx);
+    int n = 0;
+    for (int32_t v = 0; v < n_vocab && k > 0; v++) {
+        float x = logits[v];
+        if (n == k && !(x > top[n - 1])) continue;
+        int at = n < k ? n++ : k - 1;
+        while (at > 0 && x > top[at - 1]) {
+            top[at] = top[at - 1];
+            top_ids[at] = top_ids[at - 1];
+            at--;
+        }
+        top[at] = x;
+        top_ids[at] = v;
+    }
+    return (double)mx + log(sum);
+}
+
 static void step(sched *s)
 {
     model *m = s->m;
@@ -595,7 +628,21 @@ static void step(sched *s)
                 s->item_st[i] = DI_ERR_MODEL_FORMAT;
                 break;
             }
+            size_t slot = (size_t)i * (size_t)(1 + s->n_draft) + (size_t)s->n_emit[i];
+            double lse = 0.0;
+            if (r->want_logprobs) { /* from the raw row: the sampler rewrites it */
+                memcpy(s->raw_row, logits, (size_t)s->n_vocab * sizeof *logits);
+                lse = raw_lse_top(logits, s->n_vocab, r->top_logprobs,
+                                  s->emit_top_ids + slot * SCHED_MAX_TOP,
+                                  s->emit_top + slot * SCHED_MAX_TOP);
+            }
             int32_t tok = sampler_sample(r->smp, logits, s->scratch);
+            if (r->want_logprobs) {
+                s->emit_lp[slot] = (float)((double)s->raw_row[tok] - lse);
+                for (int t = 0; t < r->top_logprobs; t++)
+                    s->emit_top[slot * SCHED_MAX_TOP + (size_t)t] =
+                        (float)((double)s->emit_top[slot * SCHED_MAX_TOP + (size_t)t] - lse);
+            }
             if (sampler_accept(r->smp, tok) != 0) {
                 s->item_st[i] = DI_ERR_OUT_OF_MEMORY;
                 break;
@@ -653,6 +700,14 @@ static void step(sched *s)
             }
             int32_t tok = out[j];
             r->tokens[r->n_all++] = tok;
+            if (r->want_logprobs) {
+                size_t slot = (size_t)i * (size_t)(1 + s->n_draft) + (size_t)j;
+                r->lp = s->emit_lp[slot];
+                memcpy(r->lp_top_ids, s->emit_top_ids + slot * SCHED_MAX_TOP,
+                       (size_t)r->top_logprobs * sizeof *r->lp_top_ids);
+                memcpy(r->lp_top, s->emit_top + slot * SCHED_MAX_TOP,
+                       (size_t)r->top_logprobs * sizeof *r->lp_top);
+            }
             int stop = is_stop(r, tok);
             int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
             if (stop || ended) {
@@ -785,13 +840,18 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
     s->logits = malloc(rows * (size_t)s->n_vocab * sizeof *s->logits);
     s->scratch = malloc(sampler_scratch_count(s->n_vocab) * sizeof *s->scratch);
     s->emit = malloc(rows * sizeof *s->emit);
+    s->emit_lp = malloc(rows * sizeof *s->emit_lp);
+    s->emit_top = malloc(rows * SCHED_MAX_TOP * sizeof *s->emit_top);
+    s->emit_top_ids = malloc(rows * SCHED_MAX_TOP * sizeof *s->emit_top_ids);
+    s->raw_row = malloc((size_t)s->n_vocab * sizeof *s->raw_row);
     s->avail = calloc((size_t)max_running, sizeof *s->avail);
     s->k_plan = calloc((size_t)max_running, sizeof *s->k_plan);
     s->accept = calloc((size_t)max_running, sizeof *s->accept);
     s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
     s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||
-        !s->n_emit || !s->item_st || !s->avail || !s->k_plan || !s->accept) {
+        !s->emit_lp || !s->emit_top || !s->emit_top_ids || !s->raw_row || !s->n_emit ||
+        !s->item_st || !s->avail || !s->k_plan || !s->accept) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -840,6 +900,10 @@ void sched_destroy(sched *s)
     free(s->items);
     free(s->item_req);
     free(s->logits);
+    free(s->emit_lp);
+    free(s->emit_top);
+    free(s->emit_top_ids);
+    free(s->raw_row);
     free(s->emit);
     free(s->avail);
     free(s->k_plan);

@@ -42,6 +42,9 @@
 /* A request as the scheduler runs it. The submitter fills the public part;
  * after sched_submit the scheduler owns it and frees it (sched_request_free)
  * after on_done. */
+/* The most alternatives a token's log probabilities list (OpenAI's top_logprobs bound). */
+#define SCHED_MAX_TOP 20
+
 typedef struct sched_request {
     /* filled by the submitter */
     int32_t *tokens;    /* prompt, then output: [cap] allocated, n_all used; owned */
@@ -51,6 +54,16 @@ typedef struct sched_request {
     int32_t *stop_ids;  /* tokens that end the output; owned */
     size_t n_stop;
     void *owner; /* the submitter's state, handed to the sink */
+    /* log probabilities (token requests): 1 to compute them for each output
+     * token, and the most likely alternatives to list (0..SCHED_MAX_TOP) */
+    int want_logprobs;
+    int top_logprobs;
+    /* the token on_tokens is handed: its log probability and the top_logprobs
+     * most likely tokens with theirs, most likely first (set when
+     * want_logprobs, valid during the call) */
+    float lp;
+    int32_t lp_top_ids[SCHED_MAX_TOP];
+    float lp_top[SCHED_MAX_TOP];
     /* the scheduler's */
     uint64_t id;
     int64_t n_all, cap;

@@ -370,12 +370,14 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
             return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
         }
         int r1 = codec->encoding == DI_ENCODING_R1, chatml = codec->encoding == DI_ENCODING_CHATML;
-        int parse_tools = 1, required = 0;
+        int parse_tools = 0, required = 0;
         rc_buf prefix = {0};
         di_status st = chatml ? rc_render_chatml(root, codec->default_system, &p->p, &parse_tools,
                                                  &required, &prefix, msg, sizeof msg)
                               : rc_render_template(root, r1 ? RC_TEMPLATE_R1 : RC_TEMPLATE_V3,
                                                    &p->p, msg, sizeof msg);
+        if (st == DI_OK && !chatml)
+            st = rc_template_parse_tools(root, &parse_tools, msg, sizeof msg);
         if (st == DI_OK) {
             rc_template_kind kind = chatml ? RC_KIND_CHATML : r1 ? RC_KIND_R1 : RC_KIND_V3;
             if (rc_reply_from_template(&p->reply, kind, parse_tools, required, prefix.s, root) !=

@@ -66,6 +66,18 @@ typedef enum rc_template { RC_TEMPLATE_R1, RC_TEMPLATE_V3 } rc_template;
 di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char *msg,
                              size_t msg_size);
 
+/* Whether the output of a chat-template prompt is parsed for tool calls: 1 in
+ * *parse_tools when the request declares tools (a non-empty `tools` array) and
+ * `tool_choice` is not "none" — otherwise the tool-call tokens the model may
+ * still write stay answer text, as deepseek-recipe keeps DSML as text when a
+ * request declares no tools. `tool_choice` must be absent, null, "none",
+ * "auto", "required" or {"type": "function", "function": {"name": STRING}};
+ * "required" or a named function without tools, or a name that is not a
+ * declared tool, is DI_ERR_INVALID_REQUEST with a message naming the field in
+ * msg (the templates render neither tools nor tool_choice, so the call itself
+ * is not forced). */
+di_status rc_template_parse_tools(json_t *root, int *parse_tools, char *msg, size_t msg_size);
+
 /* ChatML (encoding_chatml.c): a Chat Completions request's messages, tools and
  * tool_choice rendered as docs/codec.md ("ChatML") describes, with
  * `default_system` (NULL: none) as the system turn of a conversation that opens

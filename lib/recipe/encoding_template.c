@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "recipe/encoding.h"
+#include "recipe/request_common.h"
 
 typedef struct tstate {
     rc_prompt *out;
@@ -195,5 +196,52 @@ di_status rc_render_template(json_t *root, rc_template tpl, rc_prompt *out, char
         snprintf(msg, msg_size, "out of memory rendering the prompt");
         return DI_ERR_OUT_OF_MEMORY;
     }
+    return DI_OK;
+}
+
+di_status rc_template_parse_tools(json_t *root, int *parse_tools, char *msg, size_t msg_size)
+{
+    *parse_tools = 0;
+    json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
+    /* a `tools` of the wrong type is reported by the sampling fields' check */
+    size_t n_tools = json_is_array(tools) ? json_array_size(tools) : 0;
+    int none = 0, forced = 0;
+    if (rc_json_is_text(tc)) {
+        const char *s = json_string_value(tc);
+        none = rc_streq(s, "none");
+        forced = rc_streq(s, "required");
+        if (!none && !forced && !rc_streq(s, "auto")) {
+            snprintf(msg, msg_size,
+                     "tool_choice: \"%.60s\" is not one of \"none\", \"auto\", \"required\"", s);
+            return DI_ERR_INVALID_REQUEST;
+        }
+    } else if (tc && !json_is_null(tc)) {
+        json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+        json_t *type = json_object_get(tc, "type");
+        if (!json_is_object(tc) || !rc_json_is_text(type) ||
+            !rc_streq(json_string_value(type), "function") || !rc_json_is_text(name)) {
+            snprintf(msg, msg_size,
+                     "tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": "
+                     "\"function\", \"function\": {\"name\": …}}");
+            return DI_ERR_INVALID_REQUEST;
+        }
+        int declared = 0;
+        for (size_t k = 0; k < n_tools && !declared; k++)
+            declared = json_equal(
+                json_object_get(json_object_get(json_array_get(tools, k), "function"), "name"),
+                name);
+        if (!declared) {
+            snprintf(msg, msg_size,
+                     "tool_choice.function.name: \"%.60s\" is not one of the declared tools",
+                     json_string_value(name));
+            return DI_ERR_INVALID_REQUEST;
+        }
+        forced = 1;
+    }
+    if (forced && n_tools == 0) {
+        snprintf(msg, msg_size, "tool_choice: a call is required but no tools are declared");
+        return DI_ERR_INVALID_REQUEST;
+    }
+    *parse_tools = n_tools > 0 && !none;
     return DI_OK;
 }

@@ -280,7 +280,6 @@ static void need_strings(json_t *root, const char *key, rc_sampling *s)
 }
 
 static const char not_yet[] = "not supported by this engine yet";
-static const char no_logprobs[] = "log probabilities are not returned yet";
 static const char one_call[] = "cannot be enforced (the model may call several tools at once)";
 
 /* Fields that are refused whatever their value (not absent, not null). */
@@ -298,9 +297,14 @@ static void check_chat(json_t *root, rc_sampling *s)
     json_t *v = json_object_get(root, "n");
     if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
         refuse(s, "n", "only n = 1 is supported (one choice per request)");
-    if (json_is_true(json_object_get(root, "logprobs"))) refuse(s, "logprobs", no_logprobs);
+    /* honoured: the engine reports the raw logits' log probabilities (the
+     * conversion has checked top_logprobs' range and that it needs logprobs) */
+    s->logprobs = json_is_true(json_object_get(root, "logprobs"));
     v = json_object_get(root, "top_logprobs");
-    if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
+    s->top_logprobs = s->logprobs && json_is_integer(v) && json_integer_value(v) > 0 &&
+                              json_integer_value(v) <= 20
+                          ? (int32_t)json_integer_value(v)
+                          : 0;
     if (json_is_false(json_object_get(root, "parallel_tool_calls")))
         refuse(s, "parallel_tool_calls", one_call);
     v = json_object_get(root, "modalities");
@@ -331,13 +335,19 @@ static void check_responses(json_t *root, rc_sampling *s)
     need_strings(root, "include", s);
     json_t *t = json_object_get(root, "truncation");
     if (t && !json_is_null(t) && !rc_json_is_text(t)) wrong(s, "truncation", "a string");
+    /* honoured: top_logprobs > 0, or include "message.output_text.logprobs",
+     * asks for the output text's log probabilities (the conversion has checked
+     * top_logprobs' range) */
     json_t *v = json_object_get(root, "top_logprobs");
-    if (json_is_integer(v) && json_integer_value(v) > 0) refuse(s, "top_logprobs", no_logprobs);
+    if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= 20) {
+        s->logprobs = 1;
+        s->top_logprobs = (int32_t)json_integer_value(v);
+    }
     v = json_object_get(root, "include");
     for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
         json_t *m = json_array_get(v, i);
-        if (json_is_string(m) && strstr(json_string_value(m), "logprobs"))
-            refuse(s, "include", no_logprobs);
+        if (json_is_string(m) && rc_streq(json_string_value(m), "message.output_text.logprobs"))
+            s->logprobs = 1;
     }
     if (json_is_false(json_object_get(root, "parallel_tool_calls")))
         refuse(s, "parallel_tool_calls", one_call);

@@ -60,6 +60,11 @@ typedef struct rc_sampling {
     char *constraint_text;
     const char *constraint_field; /* static: "response_format.json_schema.schema", … */
     int constraint_oom;
+    /* Log probabilities the body asks for: Chat logprobs (top_logprobs, 0-20,
+     * the alternatives), Responses top_logprobs > 0 or include
+     * "message.output_text.logprobs" */
+    int logprobs;
+    int32_t top_logprobs;
 } rc_sampling;
 
 /* The largest max_tokens a body may ask for (deepseek-recipe's bound). */

@@ -27,7 +27,8 @@ struct di_stream {
      * incomplete), and which ids are added tokens (decoded on their own) */
     int32_t *group;
     size_t n_group, cap_group;
-    uint8_t *added; /* bitmap over the vocabulary, built on the first token push */
+    uint8_t *added;  /* bitmap over the vocabulary, built on the first token push */
+    rc_buf group_lp; /* the held group's log-probability entries (comma-separated JSON) */
     rc_pieces pieces;
     rc_chunks chunks;
     stream_event *events;
@@ -211,6 +212,7 @@ static di_status push_text(di_stream *s, const char *text, size_t len, uint32_t 
 {
     begin_call(s);
     s->n_group = 0; /* a text push discards token ids held for an incomplete character */
+    s->group_lp.len = 0;
     s->w.completion_tokens += n_tokens;
     if (rc_parser_push(s->parser, text, len, &s->pieces) != 0) return fail_oom(s, err);
     /* a stop sequence ends the stream in the push that completes it */
@@ -244,11 +246,16 @@ static int decode_ids(const di_stream *s, const int32_t *ids, size_t n, char **t
 }
 
 /* Push decoded token text as its own piece, counting its ids; an added token's
- * text is atomic (stop sequences do not match into it). */
-static di_status push_decoded(di_stream *s, const int32_t *ids, size_t n, int added, di_error **err)
+ * text is atomic (stop sequences do not match into it). lp: the ids'
+ * log-probability entries (NULL: none), recorded for the push. */
+static di_status push_decoded(di_stream *s, const int32_t *ids, size_t n, int added,
+                              const rc_buf *lp, di_error **err)
 {
     char *text;
     size_t len;
+    if (lp && lp->len &&
+        rc_writer_add_logprobs(&s->w, rc_parser_next_push(s->parser), lp->s, lp->len) != 0)
+        return fail_oom(s, err);
     if (decode_ids(s, ids, n, &text, &len) != 0) return fail_oom(s, err);
     s->w.completion_tokens += (uint32_t)n;
     int r = added ? rc_parser_push_atomic(s->parser, text, len, &s->pieces)
@@ -270,8 +277,107 @@ static int build_added(di_stream *s)
     return 0;
 }
 
+/* The log probabilities of a token push (di_stream_push_tokens_logprobs). */
+typedef struct push_lp {
+    const float *lp;
+    const int32_t *top_ids;
+    const float *top;
+    size_t n_top;
+} push_lp;
+
+/* A token's text for a log-probability entry: its bytes when they are UTF-8,
+ * else every byte as a "\xNN" escape, as the reference writes them. */
+static void lp_token(rc_buf *b, const uint8_t *bytes, size_t n)
+{
+    di_utf8_scan scan = di_utf8_scan_bytes(bytes, n);
+    if (scan.state == DI_UTF8_VALID) {
+        rc_json_string(b, (const char *)bytes, n);
+        return;
+    }
+    rc_buf esc = {0};
+    for (size_t i = 0; i < n; i++) {
+        char t[8];
+        snprintf(t, sizeof t, "\\x%02x", bytes[i]);
+        rc_buf_adds(&esc, t);
+    }
+    if (esc.oom) b->oom = 1;
+    rc_json_string(b, esc.s ? esc.s : "", esc.len);
+    free(esc.s);
+}
+
+/* `"token":…,"logprob":…,"bytes":[…]` of token id with log probability lp. */
+static void lp_fields(const di_stream *s, rc_buf *b, int32_t id, float lp)
+{
+    const uint8_t *bytes = NULL;
+    size_t n = 0;
+    tok_error terr;
+    if (tok_token_bytes((const di_tokenizer_impl *)s->tok, id, &bytes, &n, &terr) != DI_OK) n = 0;
+    rc_buf_adds(b, "\"token\":");
+    lp_token(b, bytes, n);
+    rc_buf_adds(b, ",\"logprob\":");
+    rc_json_f32(b, lp);
+    rc_buf_adds(b, ",\"bytes\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) rc_buf_adds(b, ",");
+        rc_json_u64(b, bytes[i]);
+    }
+    rc_buf_adds(b, "]");
+}
+
+/* Append the entry of token i of the push to b (comma-separated). */
+static void lp_entry(const di_stream *s, rc_buf *b, const int32_t *ids, size_t i, const push_lp *l)
+{
+    if (b->len) rc_buf_adds(b, ",");
+    rc_buf_adds(b, "{");
+    lp_fields(s, b, ids[i], l->lp[i]);
+    rc_buf_adds(b, ",\"top_logprobs\":[");
+    for (size_t k = 0; k < l->n_top; k++) {
+        if (k) rc_buf_adds(b, ",");
+        rc_buf_adds(b, "{");
+        lp_fields(s, b, l->top_ids[i * l->n_top + k], l->top[i * l->n_top + k]);
+        rc_buf_adds(b, "}");
+    }
+    rc_buf_adds(b, "]}");
+}
+
+static di_status push_tokens(di_stream *s, const int32_t *ids, size_t n_ids, const push_lp *l,
+                             di_error **err);
+
 DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t n_ids,
                                        di_error **err)
+{
+    return push_tokens(s, ids, n_ids, NULL, err);
+}
+
+DI_API di_status di_stream_push_tokens_logprobs(di_stream *s, const int32_t *ids, size_t n_ids,
+                                                const float *logprobs, size_t n_logprobs,
+                                                const int32_t *top_ids, const float *top_logprobs,
+                                                size_t n_top, di_error **err)
+{
+    if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
+    begin_call(s);
+    if (n_logprobs != n_ids)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "invalid log probabilities: %zu log probabilities for %zu token IDs",
+                             n_logprobs, n_ids);
+    if (!logprobs && n_logprobs)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "logprobs must not be NULL");
+    if (n_top > 20) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "n_top: at most 20");
+    if (n_top && n_ids && (!top_ids || !top_logprobs))
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "top_ids and top_logprobs must not be NULL when n_top > 0");
+    int32_t vocab = s->tok ? di_tokenizer_vocab_size(s->tok) : 0;
+    for (size_t i = 0; s->tok && i < n_ids * n_top; i++)
+        if (top_ids[i] < 0 || top_ids[i] >= vocab)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "top_ids[%zu] = %d is outside the vocabulary [0, %d)", i,
+                                 (int)top_ids[i], (int)vocab);
+    push_lp l = {logprobs, top_ids, top_logprobs, n_top};
+    return push_tokens(s, ids, n_ids, &l, err);
+}
+
+static di_status push_tokens(di_stream *s, const int32_t *ids, size_t n_ids, const push_lp *l,
+                             di_error **err)
 {
     if (!s) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "stream must not be NULL");
     begin_call(s);
@@ -307,16 +413,26 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
         if (s->added[id >> 3] & (1u << (id & 7))) {
             di_status st;
             if (s->n_group) {
-                st = push_decoded(s, s->group, s->n_group, 0, err);
+                st = push_decoded(s, s->group, s->n_group, 0, &s->group_lp, err);
                 s->n_group = 0;
+                s->group_lp.len = 0;
                 if (st != DI_OK) return st;
                 if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
             }
-            st = push_decoded(s, &id, 1, 1, err);
+            rc_buf one = {0};
+            if (l) lp_entry(s, &one, ids, i, l);
+            if (one.oom) {
+                free(one.s);
+                return fail_oom(s, err);
+            }
+            st = push_decoded(s, &id, 1, 1, l ? &one : NULL, err);
+            free(one.s);
             if (st != DI_OK) return st;
             if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
         } else {
             s->group[s->n_group++] = id;
+            if (l) lp_entry(s, &s->group_lp, ids, i, l);
+            if (s->group_lp.oom) return fail_oom(s, err);
         }
     }
     if (s->n_group) {
@@ -326,8 +442,9 @@ DI_API di_status di_stream_push_tokens(di_stream *s, const int32_t *ids, size_t 
         int incomplete = len >= 3 && memcmp(text + len - 3, "\xEF\xBF\xBD", 3) == 0;
         di_text_free(text);
         if (!incomplete) {
-            di_status st = push_decoded(s, s->group, s->n_group, 0, err);
+            di_status st = push_decoded(s, s->group, s->n_group, 0, &s->group_lp, err);
             s->n_group = 0;
+            s->group_lp.len = 0;
             if (st != DI_OK) return st;
             if (rc_parser_stopped(s->parser)) return finish_now(s, DI_FINISH_STOP, err);
         }
@@ -366,6 +483,7 @@ DI_API di_status di_stream_finish(di_stream *s, di_finish reason, di_error **err
 static di_status finish_now(di_stream *s, di_finish reason, di_error **err)
 {
     s->n_group = 0; /* ids held for an incomplete character are dropped, as the reference does */
+    s->group_lp.len = 0;
     if (rc_parser_finish(s->parser, &s->pieces) != 0) return fail_oom(s, err);
     if (rc_write_pieces(&s->w, &s->pieces, &s->chunks) != 0) return fail_oom(s, err);
     s->w.stop_sequence = rc_parser_stop_sequence(s->parser);
@@ -514,6 +632,7 @@ DI_API void di_stream_free(di_stream *s)
     rc_pieces_free(&s->pieces);
     rc_parser_free(s->parser);
     free(s->group);
+    free(s->group_lp.s);
     free(s->added);
     rc_writer_free(&s->w);
     rc_reply_free(&s->reply);

@@ -123,6 +123,8 @@ const char *rc_parser_stop_sequence(const rc_parser *p);
 int rc_parser_reasoning_emitted(const rc_parser *p);
 /* Tool calls begun so far. */
 int rc_parser_n_calls(const rc_parser *p);
+/* The number the next push will have (rc_piece.push of its pieces). */
+uint32_t rc_parser_next_push(const rc_parser *p);
 
 /* ---- writers ----------------------------------------------------------- */
 
@@ -183,6 +185,20 @@ typedef struct rc_writer {
     int custom_mode;  /* Responses: apply_patch input state */
     rc_buf custom_key, custom_pending;
     uint64_t rng;
+    /* log probabilities of token pushes (di_stream_push_tokens_logprobs): per
+     * parser push, its tokens' entries (OpenAI's token / logprob / bytes /
+     * top_logprobs objects, comma-separated), taken by the first reasoning or
+     * content piece written from that push, as the reference attaches them */
+    struct rc_lp_push {
+        uint32_t push;
+        rc_buf entries;
+    } * lp;
+    size_t n_lp, cap_lp;
+    rc_buf lp_cur;                   /* the entries taken by the piece being written */
+    const rc_buf *piece_lp;          /* &lp_cur while a piece with entries is written */
+    rc_buf lp_content, lp_reasoning; /* Chat: every entry written, per class */
+    int lp_content_set, lp_reasoning_set;
+    rc_buf item_lp;            /* Responses: the open message item's entries */
     const char *finish_reason; /* the protocol's word */
     const char *stop_sequence;
     char *response; /* the complete response JSON after finish */
@@ -193,6 +209,9 @@ typedef struct rc_writer {
 int rc_write_start(rc_writer *w, rc_chunks *out);
 int rc_write_pieces(rc_writer *w, const rc_pieces *pieces, rc_chunks *out);
 int rc_write_finish(rc_writer *w, rc_finish reason, rc_chunks *out);
+/* Record the log-probability entries of parser push `push` (entries: len bytes
+ * of comma-separated JSON objects). Returns 0, or -1 when out of memory. */
+int rc_writer_add_logprobs(rc_writer *w, uint32_t push, const char *entries, size_t len);
 void rc_writer_free(rc_writer *w);
 
 #endif

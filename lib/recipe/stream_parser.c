@@ -1540,9 +1540,95 @@ static json_t *hermes_parse(const char *s, size_t n, json_t **name, json_t **arg
     return NULL;
 }
 
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
+    return i;
+}
+
+/* The head of a call block that is not whole JSON: `{"name": NAME` with NAME a
+ * complete JSON string, then optionally `, "arguments": ` (or "parameters").
+ * Returns NAME (a new reference), with *args_at the offset where the arguments
+ * begin (n when the head ends before them); NULL when the text does not open
+ * with a complete name. */
+static json_t *hermes_head(const char *s, size_t n, size_t *args_at)
+{
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{') return NULL;
+    i = skip_ws(s, i + 1, n);
+    if (n - i < 6 || memcmp(s + i, "\"name\"", 6) != 0) return NULL;
+    i = skip_ws(s, i + 6, n);
+    if (i >= n || s[i] != ':') return NULL;
+    i = skip_ws(s, i + 1, n);
+    if (i >= n || s[i] != '"') return NULL;
+    size_t end = i + 1;
+    while (end < n && s[end] != '"') end += s[end] == '\\' ? 2 : 1;
+    if (end >= n) return NULL; /* the name is cut short */
+    char msg[8];
+    json_t *name = rc_json_parse(s + i, end + 1 - i, 2, msg, sizeof msg);
+    if (!rc_json_is_text(name)) {
+        json_decref(name);
+        return NULL;
+    }
+    *args_at = n;
+    i = skip_ws(s, end + 1, n);
+    if (i < n && s[i] == ',') {
+        i = skip_ws(s, i + 1, n);
+        static const char *const keys[] = {"\"arguments\"", "\"parameters\""};
+        for (size_t k = 0; k < 2; k++) {
+            size_t m = strlen(keys[k]);
+            if (n - i < m || memcmp(s + i, keys[k], m) != 0) continue;
+            size_t j = skip_ws(s, i + m, n);
+            if (j < n && s[j] == ':') *args_at = skip_ws(s, j + 1, n);
+        }
+    }
+    return name;
+}
+
+/* A call block that is no whole call but opens with its name: a call with the
+ * arguments as written, as the reference returns a DSML call the output ended
+ * inside — the name and the arguments so far, no markup; such a call is not
+ * ended (the writers close it at the finish). `closed`: the block ended with
+ * </tool_call> (the prompt wrote its head): the arguments are trimmed and,
+ * when they are JSON only without it, the object's closing brace left out. Returns 0 when the block
+ * has no name (it is dropped, as the reference drops a DSML invoke cut before its name). */
+static int hermes_partial_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, int closed)
+{
+    size_t at;
+    json_t *name = hermes_head(s, n, &at);
+    if (!name) return 0;
+    p->n_calls++;
+    add_piece(p, out, RC_PIECE_CALL_BEGIN, p->push, p->n_calls - 1, json_string_value(name),
+              json_string_length(name));
+    json_decref(name);
+    size_t len = n - at;
+    const char *a = s + at;
+    if (closed) {
+        while (len && (a[len - 1] == ' ' || a[len - 1] == '\n' || a[len - 1] == '\t' ||
+                       a[len - 1] == '\r'))
+            len--;
+        char msg[8];
+        json_t *v = rc_json_parse(a, len, 64, msg, sizeof msg);
+        if (!v && len && a[len - 1] == '}' &&
+            (v = rc_json_parse(a, len - 1, 64, msg, sizeof msg)) != NULL)
+            len--;
+        json_decref(v);
+    }
+    if (len) add_piece(p, out, RC_PIECE_ARGS_VALUE, p->push, p->n_calls - 1, a, len);
+    if (closed) add_piece(p, out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
+    return 1;
+}
+
 static void hermes_call(rc_parser *p, rc_pieces *out, const char *s, size_t n, int closed)
 {
     json_t *name, *args, *root = hermes_parse(s, n, &name, &args);
+    /* the output ended inside the block (a call cut short), or the block the
+     * prompt opened with a named function's head is no whole call: never
+     * markup or prompt text in the answer */
+    if (!root && (!closed || (p->h_prompt_open && p->reply->call_prefix))) {
+        hermes_partial_call(p, out, s, n, closed);
+        return;
+    }
     if (!root) {
         /* not a call: the block is answer text */
         rc_buf raw = {0};
@@ -1703,6 +1789,11 @@ const char *rc_parser_stop_sequence(const rc_parser *p)
 int rc_parser_n_calls(const rc_parser *p)
 {
     return p->n_calls;
+}
+
+uint32_t rc_parser_next_push(const rc_parser *p)
+{
+    return p->push + 1;
 }
 
 int rc_parser_reasoning_emitted(const rc_parser *p)

@@ -189,6 +189,12 @@ void rc_writer_free(rc_writer *w)
     free(w->items.s);
     free(w->custom_key.s);
     free(w->custom_pending.s);
+    for (size_t i = 0; i < w->n_lp; i++) free(w->lp[i].entries.s);
+    free(w->lp);
+    free(w->lp_cur.s);
+    free(w->lp_content.s);
+    free(w->lp_reasoning.s);
+    free(w->item_lp.s);
     memset(w, 0, sizeof *w);
 }
 
@@ -203,18 +209,64 @@ int rc_write_start(rc_writer *w, rc_chunks *out)
     }
 }
 
+int rc_writer_add_logprobs(rc_writer *w, uint32_t push, const char *entries, size_t len)
+{
+    if (w->n_lp == w->cap_lp) {
+        size_t cap = w->cap_lp ? w->cap_lp * 2 : 8;
+        struct rc_lp_push *v = realloc(w->lp, cap * sizeof *v);
+        if (!v) return -1;
+        w->lp = v;
+        w->cap_lp = cap;
+    }
+    struct rc_lp_push *e = &w->lp[w->n_lp];
+    memset(e, 0, sizeof *e);
+    e->push = push;
+    rc_buf_add(&e->entries, entries, len);
+    if (e->entries.oom) {
+        free(e->entries.s);
+        return -1;
+    }
+    w->n_lp++;
+    return 0;
+}
+
+/* The entries of `push` for the text piece about to be written (NULL: none, or
+ * an earlier piece of that push took them). Pieces come in the order of their
+ * text, so the entries of earlier pushes that no piece took never will be:
+ * they are dropped, as the reference drops those of text it strips. */
+static const rc_buf *take_logprobs(rc_writer *w, uint32_t push)
+{
+    size_t k = 0;
+    while (k < w->n_lp && w->lp[k].push < push) free(w->lp[k++].entries.s);
+    int hit = k < w->n_lp && w->lp[k].push == push;
+    if (hit) {
+        free(w->lp_cur.s);
+        w->lp_cur = w->lp[k].entries;
+        k++;
+    }
+    memmove(w->lp, w->lp + k, (w->n_lp - k) * sizeof *w->lp);
+    w->n_lp -= k;
+    return hit ? &w->lp_cur : NULL;
+}
+
 int rc_write_pieces(rc_writer *w, const rc_pieces *pieces, rc_chunks *out)
 {
     if (rc_write_start(w, out) != 0) return -1;
     for (size_t i = 0; i < pieces->n; i++) {
         const rc_piece *pc = &pieces->v[i];
         if (track_piece(w, pc) != 0) return -1;
+        w->piece_lp = NULL;
+        if (w->n_lp && (pc->cls == RC_PIECE_REASONING || pc->cls == RC_PIECE_CONTENT))
+            w->piece_lp = take_logprobs(w, pc->push);
+        else if (w->n_lp && pc->push > 1) /* a call's pieces: earlier pushes are done */
+            (void)take_logprobs(w, pc->push - 1);
         int r;
         switch (w->reply->protocol) {
         case DI_PROTOCOL_CHAT: r = rc_chat_piece(w, pc, out); break;
         case DI_PROTOCOL_MESSAGES: r = rc_messages_piece(w, pc, out); break;
         default: r = rc_responses_piece(w, pc, out); break;
         }
+        w->piece_lp = NULL;
         if (r != 0) return -1;
     }
     return out->oom ? -1 : 0;

@@ -36,6 +36,28 @@ static void chunk_tail(const rc_writer *w, rc_buf *b, const char *finish_reason)
     if (!finish_reason && usage_null(w)) rc_buf_adds(b, ",\"usage\":null");
 }
 
+/* A text delta's tail: its push's log probabilities under the delta's key
+ * ({"content": […]} or {"reasoning_content": […]}), kept for the complete
+ * response too; null when the piece has none. */
+static void text_tail(rc_writer *w, rc_buf *b, int reasoning)
+{
+    const rc_buf *lp = w->piece_lp;
+    if (!lp) {
+        chunk_tail(w, b, NULL);
+        return;
+    }
+    rc_buf_adds(b, reasoning ? ",\"logprobs\":{\"reasoning_content\":["
+                             : ",\"logprobs\":{\"content\":[");
+    rc_buf_add(b, lp->s ? lp->s : "", lp->len);
+    rc_buf_adds(b, "]},\"finish_reason\":null}]");
+    if (usage_null(w)) rc_buf_adds(b, ",\"usage\":null");
+    rc_buf *acc = reasoning ? &w->lp_reasoning : &w->lp_content;
+    if (acc->len && lp->len) rc_buf_adds(acc, ",");
+    rc_buf_add(acc, lp->s ? lp->s : "", lp->len);
+    if (acc->oom) b->oom = 1;
+    *(reasoning ? &w->lp_reasoning_set : &w->lp_content_set) = 1;
+}
+
 static void usage(const rc_writer *w, rc_buf *b)
 {
     rc_buf_adds(b, "{\"prompt_tokens\":");
@@ -78,7 +100,7 @@ static void text_delta(rc_writer *w, rc_chunks *out, const char *content, size_t
             rc_buf_adds(&b, "null");
     }
     rc_buf_adds(&b, "}");
-    chunk_tail(w, &b, NULL);
+    text_tail(w, &b, reasoning != NULL);
     rc_buf_adds(&b, "}");
     rc_emit(out, NULL, &b);
 }
@@ -187,7 +209,25 @@ int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
         }
         rc_buf_adds(&r, "]");
     }
-    rc_buf_adds(&r, "},\"logprobs\":null,\"finish_reason\":");
+    rc_buf_adds(&r, "},\"logprobs\":");
+    if (!w->lp_content_set && !w->lp_reasoning_set) {
+        rc_buf_adds(&r, "null");
+    } else { /* as the reference's accumulator writes them: content first */
+        rc_buf_adds(&r, "{");
+        if (w->lp_content_set) {
+            rc_buf_adds(&r, "\"content\":[");
+            rc_buf_add(&r, w->lp_content.s ? w->lp_content.s : "", w->lp_content.len);
+            rc_buf_adds(&r, "]");
+        }
+        if (w->lp_reasoning_set) {
+            rc_buf_adds(&r,
+                        w->lp_content_set ? ",\"reasoning_content\":[" : "\"reasoning_content\":[");
+            rc_buf_add(&r, w->lp_reasoning.s ? w->lp_reasoning.s : "", w->lp_reasoning.len);
+            rc_buf_adds(&r, "]");
+        }
+        rc_buf_adds(&r, "}");
+    }
+    rc_buf_adds(&r, ",\"finish_reason\":");
     rc_json_str0(&r, w->finish_reason);
     rc_buf_adds(&r, "}],\"usage\":");
     usage(w, &r);

@@ -355,8 +355,9 @@ static void item_json(rc_writer *w, rc_buf *b, int done, const char *status, int
         rc_buf_adds(b, call_follows ? "commentary" : "final_answer");
         rc_buf_adds(b, "\",\"content\":[");
         if (done) {
-            rc_buf_adds(b,
-                        "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":");
+            rc_buf_adds(b, "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[");
+            rc_buf_add(b, w->item_lp.s ? w->item_lp.s : "", w->item_lp.len);
+            rc_buf_adds(b, "],\"text\":");
             rc_json_string(b, text, len);
             rc_buf_adds(b, "}");
         }
@@ -400,6 +401,7 @@ static void open_item(rc_writer *w, rc_chunks *out, int kind)
     w->item_text.len = 0;
     w->custom_mode = CUSTOM_UNDECIDED;
     w->custom_key.len = w->custom_pending.len = 0;
+    w->item_lp.len = 0;
     rc_buf b = {0};
     event_head(&b, "response.output_item.added");
     rc_buf_adds(&b, ",\"item\":");
@@ -435,7 +437,9 @@ static void close_item(rc_writer *w, rc_chunks *out, const char *status, int cal
         } else {
             rc_buf_adds(&b, ",\"item_id\":");
             item_id(w, &b, w->item, w->n_blocks - 1);
-            rc_buf_adds(&b, ",\"logprobs\":[],\"output_index\":");
+            rc_buf_adds(&b, ",\"logprobs\":[");
+            rc_buf_add(&b, w->item_lp.s ? w->item_lp.s : "", w->item_lp.len);
+            rc_buf_adds(&b, "],\"output_index\":");
             rc_json_u64(&b, (uint64_t)(w->n_blocks - 1));
         }
         rc_buf_adds(&b, ",\"sequence_number\":");
@@ -448,9 +452,14 @@ static void close_item(rc_writer *w, rc_chunks *out, const char *status, int cal
         event_head(&p, "response.content_part.done");
         rc_buf_adds(&p, ",\"content_index\":0");
         item_ref(w, &p);
-        rc_buf_adds(&p, r ? ",\"part\":{\"type\":\"reasoning_text\",\"text\":"
-                          : ",\"part\":{\"type\":\"output_text\",\"annotations\":[],"
-                            "\"logprobs\":[],\"text\":");
+        if (r) {
+            rc_buf_adds(&p, ",\"part\":{\"type\":\"reasoning_text\",\"text\":");
+        } else {
+            rc_buf_adds(&p,
+                        ",\"part\":{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[");
+            rc_buf_add(&p, w->item_lp.s ? w->item_lp.s : "", w->item_lp.len);
+            rc_buf_adds(&p, "],\"text\":");
+        }
         rc_json_string(&p, text, w->item_text.len);
         rc_buf_adds(&p, "}");
         emit_event(w, out, "response.content_part.done", &p);
@@ -510,7 +519,16 @@ static void delta_event(rc_writer *w, rc_chunks *out, const char *type, const ch
     if (w->item == ITEM_MESSAGE) {
         rc_buf_adds(&b, ",\"item_id\":");
         item_id(w, &b, w->item, w->n_blocks - 1);
-        rc_buf_adds(&b, ",\"logprobs\":[],\"output_index\":");
+        /* the push's log probabilities (reasoning deltas carry none) */
+        const rc_buf *lp = w->piece_lp;
+        rc_buf_adds(&b, ",\"logprobs\":[");
+        if (lp) {
+            rc_buf_add(&b, lp->s ? lp->s : "", lp->len);
+            if (w->item_lp.len && lp->len) rc_buf_adds(&w->item_lp, ",");
+            rc_buf_add(&w->item_lp, lp->s ? lp->s : "", lp->len);
+            if (w->item_lp.oom) b.oom = 1;
+        }
+        rc_buf_adds(&b, "],\"output_index\":");
         rc_json_u64(&b, (uint64_t)(w->n_blocks - 1));
     } else {
         item_ref(w, &b);

@@ -642,6 +642,21 @@ def build_cases(proto, tok):
     dids = tk("r</think>x\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n</｜DSML｜invoke>")
     add("tok-logprobs-dsml", [{"op": "tokens", "token_ids": dids, "logprobs": [[-0.5, []] for _ in dids]}], b=lb)
     add("tok-logprobs-emoji", [{"op": "tokens", "token_ids": tk("r</think>") + emo, "logprobs": [[-0.1, []] for _ in tk("r</think>") + emo]}], b=lb)
+    # which delta a push's log probabilities go with: text held across pushes (newlines
+    # that may open DSML), held to the end, stripped, cut by a stop sequence; entries
+    # whose bytes are not UTF-8 on their own; float32 digits; reasoning only
+    def LP(ids, v, top=()):
+        return {"op": "tokens", "token_ids": ids, "logprobs": [[v, [list(t) for t in top]] for _ in ids]}
+    r_ = tk("r") + [128822]
+    add("tok-logprobs-held", [LP(r_, -0.2), LP(tk("x"), -0.5), LP(tk("\n\n"), -0.7), LP(tk("y"), -0.9)], b=lb)
+    add("tok-logprobs-held-group", [LP(r_, -0.2), LP(tk("x\n\n"), -0.3), LP(tk("y"), -0.4)], b=lb)
+    add("tok-logprobs-held-to-end", [LP(r_, -0.2), LP(tk("x"), -0.5), LP(tk("\n\n"), -0.7)], b=lb)
+    add("tok-logprobs-stripped", [LP(r_, -0.2), LP(tk("\n\n"), -0.7), LP(tk("y"), -0.9)], b=lb)
+    add("tok-logprobs-stop", [LP(r_, -0.2), LP(tk("x y z"), -0.5)],
+        b=body(proto, tools=True, stop="y", extra={"logprobs": True, "top_logprobs": 2}) if proto == "chat" else None,
+        po=None if proto == "chat" else PO(parse_tool_calls=True, stop=["y"]))
+    add("tok-logprobs-escape", [LP(r_, -0.2), LP([90, 663, 90], -0.1234567891234, [(332, -1e-9), (128822, -123456.789)])], b=lb)
+    add("tok-logprobs-reasoning-only", [LP(tk("r"), -0.5)], b=lb)
     for i, s in enumerate(["Let me think", "Hello world, this is a long reasoning text.", "\n\nabc", "日本語のテキスト", "a\n\nb"]):
         add("usage-reasoning-%d" % i, texts([s, "</think>", "x"], [2, 3, 5]))
     add("usage-reasoning-chunked", texts(["Hel", "lo wor", "ld", "</think>x"], [1, 2, 3, 4]))

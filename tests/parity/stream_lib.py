@@ -40,6 +40,10 @@ def load(path):
                                         ctypes.POINTER(c_p)]
     lib.di_stream_push_tokens.argtypes = [c_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
                                           ctypes.POINTER(c_p)]
+    lib.di_stream_push_tokens_logprobs.argtypes = [
+        c_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_float),
+        ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float),
+        ctypes.c_size_t, ctypes.POINTER(c_p)]
     lib.di_stream_finish.argtypes = [c_p, ctypes.c_int, ctypes.POINTER(c_p)]
     lib.di_stream_chunk_count.argtypes = [c_p]
     lib.di_stream_chunk_count.restype = ctypes.c_size_t

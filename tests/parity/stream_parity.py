@@ -10,8 +10,8 @@ replayed on a di_stream: every call must produce the identical chunks (SSE event
 name and JSON, after the fixture's normalisation of random call ids and clock
 times), fail where the oracle raised, and end with the identical accumulated
 response. Steps the C API has no counterpart for are mapped as docs/stream.md
-says (finish_chunk + finish = di_stream_finish; close = di_stream_free); cases
-that push log probabilities are skipped (the C API takes none) and counted.
+says (finish_chunk + finish = di_stream_finish; close = di_stream_free); token
+pushes with log probabilities go through di_stream_push_tokens_logprobs.
 Standard library only. Prints one summary line; exits 1 on any mismatch.
 """
 import ctypes
@@ -27,6 +27,9 @@ DELIBERATE = {
     "tok-invalid-id": "an ID outside the vocabulary is DI_ERR_INVALID_ARGUMENT; the reference "
                       "decodes it to nothing",
     "tok-no-tokenizer": "a failed call leaves the stream usable; the reference closes its processor",
+    "tok-logprobs-mismatch": "a failed call (1 log probability for 4 IDs: DI_ERR_INVALID_ARGUMENT "
+                             "with the reference's message) leaves the stream usable; the "
+                             "reference closes its processor",
 }
 STAGES = {None: 0, "ReasoningStart": 1, "ReasoningContinuation": 2, "ContentContinuation": 3}
 ID_RE = re.compile(r"call_([0-9]{2,})_(ET_)?[0-9A-Za-z]{20}[0-9]{4}")
@@ -100,6 +103,21 @@ def replay(lib, tok, codec, protocol, case):
             elif op == "text":
                 t = step["content"].encode()
                 st = lib.di_stream_push_text(s, t, len(t), step["token_count"], ctypes.byref(e))
+            elif op == "tokens" and step.get("logprobs") is not None:
+                # [[logprob, [[id, logprob], ...]], ...]: one row of alternatives per
+                # token, all of one length (the fixtures' are)
+                ids, lps = step["token_ids"], step["logprobs"]
+                n_top = len(lps[0][1]) if lps else 0
+                if any(len(x[1]) != n_top for x in lps):
+                    return f"step {i}: alternatives of different lengths (the C API takes one)"
+                arr = (ctypes.c_int32 * max(1, len(ids)))(*ids)
+                lp = (ctypes.c_float * max(1, len(lps)))(*[x[0] for x in lps])
+                tids = [t[0] for x in lps for t in x[1]]
+                tlps = [t[1] for x in lps for t in x[1]]
+                ti = (ctypes.c_int32 * max(1, len(tids)))(*tids)
+                tl = (ctypes.c_float * max(1, len(tlps)))(*tlps)
+                st = lib.di_stream_push_tokens_logprobs(s, arr, len(ids), lp, len(lps), ti, tl,
+                                                        n_top, ctypes.byref(e))
             elif op == "tokens":
                 ids = step["token_ids"]
                 arr = (ctypes.c_int32 * max(1, len(ids)))(*ids)
@@ -162,12 +180,9 @@ def main():
     fixture = json.load(open(sys.argv[3], encoding="utf-8"))
     verbose = "-v" in sys.argv[4:]
     protocol = fixture["protocol"]
-    ok = skipped = deliberate = 0
+    ok = deliberate = 0
     failed = []
     for case in fixture["cases"]:
-        if any(step.get("logprobs") for step in case["steps"]):
-            skipped += 1
-            continue
         why = replay(lib, tok, codec, protocol, case)
         if why is None:
             ok += 1
@@ -179,8 +194,9 @@ def main():
             failed.append((case["name"], why))
     for name, why in failed[: (len(failed) if verbose else 10)]:
         print(f"FAIL {name}: {why}")
+    with_lp = sum(1 for c in fixture["cases"] if any(st.get("logprobs") for st in c["steps"]))
     print(f"stream parity {protocol}: {ok}/{ok + len(failed)} cases identical "
-          f"({skipped} skipped: log probabilities; {deliberate} deliberate differences)")
+          f"({with_lp} with log probabilities; {deliberate} deliberate differences)")
     sys.exit(1 if failed else 0)
 
 

@@ -166,7 +166,7 @@ static void test_what_is_not_a_call_stays_text(void **state)
         free(r);
     }
     /* a block that never closes (the breaker's 1.6 MB took 209 s when every push
-     * searched all of it): pushed 4 bytes at a time, it ends as text */
+     * searched all of it): pushed 4 bytes at a time, it ends as the call cut short */
     size_t big = 400000;
     char *huge = malloc(big + 64);
     assert_non_null(huge);
@@ -182,13 +182,10 @@ static void test_what_is_not_a_call_stays_text(void **state)
     size_t rlen;
     const char *resp = di_stream_response_json(st, &rlen);
     assert_true(rlen > big);
-    assert_null(strstr(resp, "tool_calls\":["));
+    assert_non_null(strstr(resp, "\"name\":\"a\",\"arguments\":\"{\\\"x\\\": \\\"yyyy"));
+    assert_null(strstr(resp, "<tool_call>"));
     di_stream_free(st);
     free(huge);
-    const char *open_bad = "<tool_call>\n{\"name\": \"get_ti";
-    r = respond(p, open_bad, strlen(open_bad), 5, DI_FINISH_LENGTH);
-    assert_non_null(strstr(r, "\"content\":\"<tool_call>\\n{\\\"name\\\": \\\"get_ti\""));
-    free(r);
     /* without tools, <tool_call> is plain text */
     const char *call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
     r = respond(q, call, strlen(call), 4, DI_FINISH_STOP);
@@ -204,6 +201,102 @@ static void test_what_is_not_a_call_stays_text(void **state)
     free(r);
     di_prompt_free(p);
     di_prompt_free(q);
+    di_codec_free(c);
+}
+
+/* The Chat response's message and finish_reason (call ids blanked): from
+ * `"message":` to `"usage"`. */
+static char *message_of(const di_prompt *p, const char *out, di_finish fin)
+{
+    di_stream *s = NULL;
+    assert_int_equal(di_stream_create(p, NULL, NULL, &s, NULL), DI_OK);
+    assert_int_equal(di_stream_push_text(s, out, strlen(out), 1, NULL), DI_OK);
+    assert_int_equal(di_stream_finish(s, fin, NULL), DI_OK);
+    char *r = strdup(di_stream_response_json(s, NULL));
+    di_stream_free(s);
+    blank_call_ids(r);
+    char *from = strstr(r, "\"message\":"), *to = from ? strstr(from, "\"usage\"") : NULL;
+    assert_non_null(to);
+    *to = 0;
+    memmove(r, from, strlen(from) + 1);
+    return r;
+}
+
+/* A Hermes call the output ends inside (max_tokens) comes back as the reference
+ * returns a DSML call cut at the same place: a call with its name and the
+ * arguments written so far once the name is whole, nothing before that, no
+ * markup and no prompt text in content. The oracle is the V4 encoding's
+ * response to the DSML output (tests/parity/stream_parity.py holds it to
+ * deepseek-recipe's), compared message for message. */
+static void test_a_cut_call_is_returned_as_the_reference_returns_a_cut_dsml_call(void **state)
+{
+    (void)state;
+    di_codec *c = chatml(), *v4 = NULL;
+    assert_int_equal(di_codec_create(NULL, DI_ENCODING_DSV4, &v4, NULL), DI_OK);
+#define BODY(extra)                                                                                \
+    "{\"model\":\"DeepSeek-V4-Pro\",\"reasoning_effort\":\"none\"," TOOLS extra                    \
+    ",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+#define DSML_INVOKE "<｜DSML｜invoke name=\"get_weather\">\n"
+#define DSML_CITY   "<｜DSML｜parameter name=\"city\" string=\"true\">Par"
+    static const char *const cases[][4] = {
+        /* body, Hermes output, the V4 body, the DSML output */
+        {BODY(""), "a<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+         BODY(""), "a\n\n<｜DSML｜tool_calls>\n" DSML_INVOKE DSML_CITY},
+        {BODY(""), "a<tool_call>\n{\"name\": \"get_weather\", \"argu", BODY(""),
+         "a\n\n<｜DSML｜tool_calls>\n" DSML_INVOKE},
+        {BODY(""), "a<tool_call>\n{\"name\": \"get_w", BODY(""),
+         "a\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_w"},
+        {BODY(""), "a<tool_call>\nnot js", BODY(""), "a\n\n<｜DSML｜tool_calls>\nnot js"},
+        /* the prompt opened the block */
+        {BODY(",\"tool_choice\":\"required\""),
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+         BODY(",\"tool_choice\":\"required\""), DSML_INVOKE DSML_CITY},
+        {BODY(",\"tool_choice\":\"required\""), "{\"name\": \"get_w",
+         BODY(",\"tool_choice\":\"required\""), "<｜DSML｜invoke name=\"get_w"},
+        /* a named function: the prompt wrote the name, the output is the arguments */
+        {BODY(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"),
+         "{\"city\": \"Par", BODY(",\"tool_choice\":\"required\""), DSML_INVOKE DSML_CITY},
+        {BODY(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"),
+         "", BODY(",\"tool_choice\":\"required\""), DSML_INVOKE},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        di_prompt *hp = render_ok(c, cases[k][0]), *dp = NULL;
+        assert_int_equal(
+            di_codec_render(v4, DI_PROTOCOL_CHAT, cases[k][2], strlen(cases[k][2]), &dp, NULL),
+            DI_OK);
+        char *got = message_of(hp, cases[k][1], DI_FINISH_LENGTH);
+        char *want = message_of(dp, cases[k][3], DI_FINISH_LENGTH);
+        if (strcmp(got, want) != 0) fail_msg("case %zu:\n got %s\nwant %s", k, got, want);
+        /* the cases with a whole name are calls; none shows markup */
+        assert_int_equal(strstr(want, "\"tool_calls\":[") != NULL, k != 2 && k != 3 && k != 5);
+        assert_null(strstr(got, "DSML"));
+        assert_null(strstr(got, "tool_call>"));
+        free(got);
+        free(want);
+        di_prompt_free(hp);
+        di_prompt_free(dp);
+    }
+    /* a block the prompt opened for a named function that closes without being
+     * whole JSON: the call, never the prompt's text as content */
+    di_prompt *hp = render_ok(
+        c,
+        BODY(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"));
+    static const char *const closed[][2] = {
+        {"{\"city\": \"Rome\"}\n</tool_call>", "\"arguments\":\"{\\\"city\\\": \\\"Rome\\\"}\""},
+        {"{\"city\": Rome}}\n</tool_call>", "\"arguments\":\"{\\\"city\\\": Rome}}\""},
+    };
+    for (size_t k = 0; k < 2; k++) {
+        char *r = message_of(hp, closed[k][0], DI_FINISH_STOP);
+        if (!strstr(r, "\"name\":\"get_weather\"") || !strstr(r, closed[k][1]) ||
+            strstr(r, "\"content\":\"\\n{") || strstr(r, "tool_call>"))
+            fail_msg("closed %zu: %s", k, r);
+        free(r);
+    }
+    di_prompt_free(hp);
+#undef BODY
+#undef DSML_INVOKE
+#undef DSML_CITY
+    di_codec_free(v4);
     di_codec_free(c);
 }
 
@@ -463,6 +556,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rendered_calls_parse_back_at_every_split),
         cmocka_unit_test(test_what_is_not_a_call_stays_text),
+        cmocka_unit_test(test_a_cut_call_is_returned_as_the_reference_returns_a_cut_dsml_call),
         cmocka_unit_test(test_tool_choice_opens_the_call),
         cmocka_unit_test(test_tool_results_share_a_user_turn),
         cmocka_unit_test(test_render_errors_name_the_field),

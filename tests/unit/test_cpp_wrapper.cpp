@@ -108,7 +108,7 @@ struct Seen {
 
 // The header's macros compile clean under -Wold-style-cast -pedantic too.
 static_assert(DI_CODEC_MAX_REQUEST_BYTES == (size_t{256} << 20), "256 MiB");
-static_assert(DI_STRUCT_SIZE_UNTIL(di_request, regex) == sizeof(di_request), "no padding");
+static_assert(DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings) == sizeof(di_request), "no padding");
 
 void drain(deepinfer::engine &e)
 {

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,222 @@ static void test_greedy_tokens_equal_transformers(void **state)
     assert_int_equal(r.n_toks, (int)ng);
     assert_memory_equal(r.toks, greedy, ng * sizeof *greedy);
     assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+static void expect_submit_error(di_engine *e, const di_request *q, di_status want, const char *msg);
+
+/* What a logprobs request's callback saw: each token, its log probability and
+ * its alternatives. */
+typedef struct lp_rec {
+    int32_t toks[64];
+    float lp[64];
+    int32_t top_ids[64][20];
+    float top[64][20];
+    size_t n_top[64];
+    int n, n_done, bad_shape;
+    uint32_t drafts;
+    di_status status;
+    char *response; /* a protocol request's complete response (malloc'd) */
+} lp_rec;
+
+static void on_lp_event(void *user, const di_event *ev)
+{
+    lp_rec *r = user;
+    if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->drafts = di_event_draft_tokens(ev);
+        if (di_event_response_json(ev, NULL))
+            r->response = strdup(di_event_response_json(ev, NULL));
+        return;
+    }
+    if (di_event_kind_of(ev) != DI_EVENT_TOKENS) {
+        /* no other event carries them */
+        r->bad_shape |=
+            di_event_logprobs(ev, NULL) != NULL || di_event_top_logprobs(ev, 0, NULL, NULL) != 0;
+        return;
+    }
+    size_t n, n_lp;
+    const int32_t *t = di_event_tokens(ev, &n);
+    const float *lp = di_event_logprobs(ev, &n_lp);
+    if (!lp || n_lp != n) {
+        r->bad_shape = 1;
+        return;
+    }
+    for (size_t i = 0; i < n && r->n < 64; i++, r->n++) {
+        const int32_t *ids;
+        const float *vals;
+        r->toks[r->n] = t[i];
+        r->lp[r->n] = lp[i];
+        r->n_top[r->n] = di_event_top_logprobs(ev, i, &ids, &vals);
+        if (r->n_top[r->n] > 20) r->bad_shape = 1;
+        for (size_t k = 0; k < r->n_top[r->n] && k < 20; k++) {
+            r->top_ids[r->n][k] = ids[k];
+            r->top[r->n][k] = vals[k];
+        }
+    }
+    const int32_t *ids = (const int32_t *)1;
+    r->bad_shape |= di_event_top_logprobs(ev, n, &ids, NULL) != 0 || ids != NULL;
+}
+
+/* log-softmax of row `row` of a [rows, n_vocab] float32 file, in double. */
+static void log_softmax_row(const float *logits, int n_vocab, int row, double *out)
+{
+    const float *x = logits + (size_t)row * (size_t)n_vocab;
+    double mx = x[0], sum = 0;
+    for (int v = 1; v < n_vocab; v++) mx = x[v] > mx ? x[v] : mx;
+    for (int v = 0; v < n_vocab; v++) sum += exp((double)x[v] - mx);
+    for (int v = 0; v < n_vocab; v++) out[v] = (double)x[v] - mx - log(sum);
+}
+
+/* The log probabilities a token request reports are the log-softmax of the
+ * model's raw logits: the oracle is transformers' logits of the whole greedy
+ * sequence (sequence_logits.f32), log-softmaxed here in double. Greedy with
+ * top_logprobs 20, with speculative decoding (rows verified in one pass), and
+ * a seeded draw that logit_bias forces onto an unlikely token — whose log
+ * probability stays the model's own. */
+static void test_token_logprobs_equal_transformers_log_softmax(void **state)
+{
+    (void)state;
+    json_error_t jerr;
+    json_t *ref = json_load_file(TINY "/reference.json", 0, &jerr);
+    assert_non_null(ref);
+    json_t *jp = json_object_get(ref, "prompt"), *jg = json_object_get(ref, "greedy");
+    int32_t prompt[64], greedy[64];
+    size_t np = json_array_size(jp), ng = json_array_size(jg);
+    for (size_t i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < ng; i++) greedy[i] = (int32_t)json_integer_value(json_array_get(jg, i));
+    int n_vocab =
+        (int)json_integer_value(json_array_get(json_object_get(ref, "sequence_logits_shape"), 1));
+    int rows =
+        (int)json_integer_value(json_array_get(json_object_get(ref, "sequence_logits_shape"), 0));
+    json_decref(ref);
+    assert_int_equal(rows, (int)(np + ng));
+    float *logits = malloc((size_t)rows * (size_t)n_vocab * sizeof *logits);
+    double *want = malloc((size_t)n_vocab * sizeof *want);
+    assert_non_null(logits);
+    assert_non_null(want);
+    FILE *f = fopen(TINY "/sequence_logits.f32", "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(logits, sizeof *logits, (size_t)rows * (size_t)n_vocab, f),
+                     (size_t)rows * (size_t)n_vocab);
+    fclose(f);
+    double worst = 0;
+    for (int speculative = 0; speculative < 2; speculative++) {
+        di_engine_config cfg;
+        di_engine_config_init(&cfg);
+        cfg.model_path = TINY;
+        cfg.n_threads = 2;
+        cfg.speculative_tokens = speculative ? 4 : 0;
+        cfg.speculative_fixed = speculative;
+        di_engine *e = NULL;
+        assert_int_equal(di_engine_create(&cfg, &e, NULL), DI_OK);
+        lp_rec *r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request q;
+        di_request_init(&q);
+        q.tokens = prompt;
+        q.n_tokens = np;
+        q.temperature = 0.0f;
+        q.max_tokens = (int64_t)ng;
+        q.ignore_eos = 1;
+        q.logprobs = 1;
+        q.top_logprobs = 20;
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        uint64_t id;
+        assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+        poll_until_idle(e);
+        assert_int_equal(r->n_done, 1);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_int_equal(r->n, (int)ng);
+        assert_memory_equal(r->toks, greedy, ng * sizeof *greedy);
+        assert_true(speculative ? r->drafts > 0 : r->drafts == 0);
+        for (size_t k = 0; k < ng; k++) {
+            log_softmax_row(logits, n_vocab, (int)(np - 1 + k), want);
+            double d = fabs(r->lp[k] - want[greedy[k]]);
+            worst = d > worst ? d : worst;
+            assert_true(r->lp[k] <= 0.0f);
+            assert_int_equal(r->n_top[k], 20);
+            /* the alternatives: each the oracle's value, in order, and none
+             * left out that the oracle ranks above the last one listed */
+            for (size_t t = 0; t < 20; t++) {
+                d = fabs(r->top[k][t] - want[r->top_ids[k][t]]);
+                worst = d > worst ? d : worst;
+                if (t) assert_true(r->top[k][t] <= r->top[k][t - 1]);
+            }
+            int above = 0;
+            for (int v = 0; v < n_vocab; v++) above += want[v] > r->top[k][19] + 1e-3;
+            assert_true(above <= 19);
+            /* greedy: the token is the first alternative */
+            assert_int_equal(r->top_ids[k][0], greedy[k]);
+        }
+        free(r);
+        /* a draw forced by logit_bias onto an unlikely token keeps the
+         * model's probability; the sampling settings change nothing */
+        log_softmax_row(logits, n_vocab, (int)np - 1, want);
+        int32_t unlikely = 0;
+        for (int v = 0; v < n_vocab; v++) unlikely = want[v] < want[unlikely] ? v : unlikely;
+        float bias = 100.0f;
+        r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request_init(&q);
+        q.tokens = prompt;
+        q.n_tokens = np;
+        q.temperature = 0.7f;
+        q.top_k = 3;
+        q.seed = 7;
+        q.logit_bias_ids = &unlikely;
+        q.logit_bias_values = &bias;
+        q.n_logit_bias = 1;
+        q.max_tokens = 1;
+        q.logprobs = 1;
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+        poll_until_idle(e);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_int_equal(r->n, 1);
+        assert_int_equal(r->toks[0], unlikely);
+        assert_int_equal(r->n_top[0], 0);
+        double d = fabs(r->lp[0] - want[unlikely]);
+        worst = d > worst ? d : worst;
+        free(r);
+        /* errors name the field */
+        static const struct {
+            int32_t logprobs, top;
+            int protocol;
+            const char *msg;
+        } bad[] = {
+            {2, 0, 0, "logprobs: expected 0 or 1"},
+            {1, 21, 0, "top_logprobs: must be in [0, 20]"},
+            {1, -1, 0, "top_logprobs: must be in [0, 20]"},
+            {0, 3, 0, "top_logprobs: requires logprobs 1"},
+            {1, 0, 1, "logprobs: token requests only"},
+        };
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            di_request_init(&q);
+            q.on_event = on_lp_event;
+            if (bad[b].protocol) {
+                q.protocol = DI_PROTOCOL_CHAT;
+                q.json = "{}";
+                q.json_len = 2;
+            } else {
+                q.tokens = prompt;
+                q.n_tokens = np;
+            }
+            q.logprobs = bad[b].logprobs;
+            q.top_logprobs = bad[b].top;
+            expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, bad[b].msg);
+        }
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
+    print_message("token logprobs: max |deepinfer - transformers log-softmax| = %.3g\n", worst);
+    assert_true(worst < 2e-3);
+    free(logits);
+    free(want);
 }
 
 /* Cancels from another thread while the host polls. */
@@ -1753,10 +1970,322 @@ static void test_smollm2_chatml_tool_call(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* The entries of a protocol response's logprobs array: each one's logprob is
+ * the log probability the engine computed for its token (di_event_logprobs),
+ * in the order of the tokens, and under greedy decoding its first alternative
+ * is the token itself; n_top alternatives each. */
+static void check_entries(const lp_rec *r, json_t *entries, size_t n_top)
+{
+    assert_true(json_is_array(entries));
+    size_t n = json_array_size(entries);
+    assert_true(n >= 1 && n <= (size_t)r->n);
+    /* where the entries start among the tokens (a stripped token gives none) */
+    int from = -1;
+    for (int k = 0; k + (int)n <= r->n && from < 0; k++) {
+        int all = 1;
+        for (size_t j = 0; j < n && all; j++) {
+            json_t *lp = json_object_get(json_array_get(entries, j), "logprob");
+            all = json_is_real(lp) && (float)json_real_value(lp) == r->lp[k + (int)j];
+        }
+        if (all) from = k;
+    }
+    if (from < 0) fail_msg("the entries' log probabilities are not the tokens'");
+    for (size_t j = 0; j < n; j++) {
+        json_t *e = json_array_get(entries, j), *top = json_object_get(e, "top_logprobs");
+        assert_int_equal(json_array_size(top), n_top);
+        if (n_top) {
+            json_t *first = json_array_get(top, 0);
+            assert_true(json_equal(json_object_get(first, "token"), json_object_get(e, "token")));
+            assert_true(json_equal(json_object_get(first, "bytes"), json_object_get(e, "bytes")));
+        }
+    }
+}
+
+/* Chat logprobs / top_logprobs and Responses' output text log probabilities
+ * through the engine (SmolLM2, greedy): the complete responses carry, in the
+ * protocol's place, the values the engine computed for the tokens (their
+ * agreement with transformers is test_token_logprobs_equal_transformers_log_softmax's). */
+static void test_protocol_requests_return_logprobs(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
+    static const struct {
+        int protocol;
+        const char *body;
+        size_t n_top;
+    } cases[] = {
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":8,\"logprobs\":true,"
+         "\"top_logprobs\":3,\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}",
+         3},
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":8,\"logprobs\":true,"
+         "\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}",
+         0},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"m\",\"temperature\":0,\"max_output_tokens\":16,\"top_logprobs\":2,"
+         "\"input\":\"Hi!\"}",
+         2},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"m\",\"temperature\":0,\"max_output_tokens\":16,\"include\":["
+         "\"message.output_text.logprobs\"],\"input\":\"Hi!\"}",
+         0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        lp_rec *r = calloc(1, sizeof *r);
+        assert_non_null(r);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = cases[c].protocol;
+        q.json = cases[c].body;
+        q.json_len = strlen(cases[c].body);
+        q.on_event = on_lp_event;
+        q.user_data = r;
+        uint64_t id;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r->status, DI_OK);
+        assert_false(r->bad_shape);
+        assert_true(r->n >= 1);
+        json_error_t jerr;
+        json_t *resp = json_loads(r->response, 0, &jerr);
+        assert_non_null(resp);
+        json_t *entries;
+        if (cases[c].protocol == DI_PROTOCOL_CHAT) {
+            entries = json_object_get(
+                json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "logprobs"),
+                "content");
+        } else {
+            json_t *out = json_object_get(resp, "output"), *msg = NULL;
+            for (size_t i = 0; i < json_array_size(out); i++)
+                if (json_is_string(json_object_get(json_array_get(out, i), "type")) &&
+                    strcmp(json_string_value(json_object_get(json_array_get(out, i), "type")),
+                           "message") == 0)
+                    msg = json_array_get(out, i);
+            assert_non_null(msg);
+            entries =
+                json_object_get(json_array_get(json_object_get(msg, "content"), 0), "logprobs");
+        }
+        check_entries(r, entries, cases[c].n_top);
+        json_decref(resp);
+        free(r->response);
+        free(r);
+    }
+    /* not asked: none (Chat's logprobs null; the tokens' events carry none) */
+    lp_rec *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    const char *plain = "{\"model\":\"m\",\"temperature\":0,\"max_tokens\":4,\"messages\":[{"
+                        "\"role\":\"user\",\"content\":\"Hi!\"}]}";
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = plain;
+    q.json_len = strlen(plain);
+    q.on_event = on_lp_event;
+    q.user_data = r;
+    uint64_t id;
+    assert_int_equal(di_submit(e, &q, &id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r->status, DI_OK);
+    assert_true(r->bad_shape); /* its TOKENS events have no log probabilities */
+    assert_non_null(strstr(r->response, "\"logprobs\":null"));
+    free(r->response);
+    free(r);
+    /* a body asking for more alternatives than OpenAI allows is refused, naming it */
+    const char *bad = "{\"model\":\"m\",\"logprobs\":true,\"top_logprobs\":21,\"messages\":[{"
+                      "\"role\":\"user\",\"content\":\"Hi!\"}]}";
+    q.json = bad;
+    q.json_len = strlen(bad);
+    expect_submit_error(e, &q, DI_ERR_INVALID_REQUEST, "top_logprobs");
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* What a token request with stop strings saw: its tokens, the text length when
+ * each token's event came (the text of the tokens before it), the text. */
+typedef struct stop_rec {
+    int32_t toks[64];
+    size_t text_at[64];
+    int n, n_done;
+    char text[4096];
+    size_t text_len;
+    di_finish finish;
+    di_status status;
+} stop_rec;
+
+static void on_stop_event(void *user, const di_event *ev)
+{
+    stop_rec *r = user;
+    size_t n;
+    const char *t;
+    switch (di_event_kind_of(ev)) {
+    case DI_EVENT_TOKENS: {
+        const int32_t *ids = di_event_tokens(ev, &n);
+        for (size_t i = 0; i < n && r->n < 64; i++, r->n++) {
+            r->toks[r->n] = ids[i];
+            r->text_at[r->n] = r->text_len;
+        }
+        break;
+    }
+    case DI_EVENT_TEXT:
+        t = di_event_text(ev, &n);
+        assert_true(r->text_len + n < sizeof r->text);
+        memcpy(r->text + r->text_len, t, n);
+        r->text_len += n;
+        r->text[r->text_len] = '\0';
+        break;
+    case DI_EVENT_DONE:
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->finish = di_event_finish_reason(ev);
+        break;
+    default: break;
+    }
+}
+
+static void run_stops(di_engine *e, const int32_t *prompt, size_t np, const char *const *stops,
+                      size_t n_stops, stop_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = np;
+    q.temperature = 0.0f;
+    q.max_tokens = 24;
+    q.ignore_eos = 1;
+    q.stop_strings = stops;
+    q.n_stop_strings = n_stops;
+    q.on_event = on_stop_event;
+    q.user_data = r;
+    uint64_t id;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->n_done, 1);
+    assert_int_equal(r->status, DI_OK);
+}
+
+/* Stop strings of token requests are matched on the decoded text across token
+ * boundaries. The oracle is the same greedy request without them: with a
+ * string cut from its text across two tokens' boundary, the output must be its
+ * text up to the string's first occurrence, its tokens up to the one that
+ * completes the string, finish DI_FINISH_STOP; the earliest of two strings
+ * wins; a string whose start is held at the end is released. */
+static void test_stop_strings_match_across_token_boundaries(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 4, 0, NULL, NULL);
+    const char *ptext = "Once upon a time, there";
+    int32_t *prompt;
+    size_t np;
+    assert_int_equal(
+        di_tokenizer_encode(di_engine_tokenizer(e), ptext, strlen(ptext), 0, &prompt, &np, NULL),
+        DI_OK);
+    stop_rec *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+    assert_non_null(ref);
+    assert_non_null(got);
+    run_stops(e, prompt, np, NULL, 0, ref);
+    assert_int_equal(ref->n, 24);
+    assert_int_equal(ref->finish, DI_FINISH_LENGTH);
+    /* a boundary with two ASCII bytes of text on each side */
+    int b = -1;
+    for (int i = 2; i < ref->n - 1 && b < 0; i++) {
+        size_t at = ref->text_at[i], after = ref->text_at[i + 1];
+        if (at >= 2 && after >= at + 2 && !(ref->text[at - 2] & 0x80) &&
+            !(ref->text[at - 1] & 0x80) && !(ref->text[at] & 0x80) && !(ref->text[at + 1] & 0x80))
+            b = i;
+    }
+    assert_true(b > 0);
+    char cut[8] = {0};
+    memcpy(cut, ref->text + ref->text_at[b] - 2, 4);
+    size_t pos = (size_t)(strstr(ref->text, cut) - ref->text);
+    int want_n = 0; /* the tokens up to the one whose text completes the string */
+    while (want_n < ref->n && ref->text_at[want_n] < pos + 4) want_n++;
+    print_message("stop string \"%s\" across tokens %d|%d: text cut at byte %zu, %d tokens\n", cut,
+                  b - 1, b, pos, want_n);
+    const char *one[] = {cut};
+    run_stops(e, prompt, np, one, 1, got);
+    assert_int_equal(got->finish, DI_FINISH_STOP);
+    assert_int_equal(got->text_len, pos);
+    assert_memory_equal(got->text, ref->text, pos);
+    assert_int_equal(got->n, want_n);
+    assert_memory_equal(got->toks, ref->toks, (size_t)want_n * sizeof *got->toks);
+    /* two strings: the one that appears first wins, whatever their order */
+    char last[8] = {0};
+    memcpy(last, ref->text + ref->text_len - 3, 3);
+    if (strstr(ref->text, last) > ref->text + pos) {
+        const char *two[] = {last, cut};
+        run_stops(e, prompt, np, two, 2, got);
+        assert_int_equal(got->finish, DI_FINISH_STOP);
+        assert_int_equal(got->text_len, pos);
+    }
+    /* a string that never completes, whose start ends the text: held, then
+     * released at the end (the text is whole) */
+    char tail[16];
+    snprintf(tail, sizeof tail, "%c%c#@!", ref->text[ref->text_len - 2],
+             ref->text[ref->text_len - 1]);
+    assert_null(strstr(ref->text, tail));
+    const char *never[] = {tail};
+    run_stops(e, prompt, np, never, 1, got);
+    assert_int_equal(got->finish, DI_FINISH_LENGTH);
+    assert_int_equal(got->n, ref->n);
+    assert_int_equal(got->text_len, ref->text_len);
+    assert_memory_equal(got->text, ref->text, ref->text_len);
+    /* errors name the field */
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = np;
+    q.on_event = on_stop_event;
+    const char *empty[] = {""}, *nul[] = {NULL}, *bad_utf8[] = {"a\xff"};
+    char big[300];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    const char *too_long[] = {big};
+    const char *many[17];
+    for (int i = 0; i < 17; i++) many[i] = "x";
+    static const struct {
+        int which;
+        size_t n;
+        const char *msg;
+    } bad[] = {
+        {0, 1, "stop_strings[0]: 0 bytes"},
+        {1, 1, "stop_strings[0]: NULL"},
+        {2, 1, "stop_strings[0]: not valid UTF-8"},
+        {3, 1, "stop_strings[0]: 299 bytes"},
+        {4, 17, "at most 16"},
+        {5, 1, "stop_strings: must not be NULL"},
+    };
+    const char *const *arrays[] = {empty, nul, bad_utf8, too_long, many, NULL};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        q.stop_strings = arrays[bad[i].which];
+        q.n_stop_strings = bad[i].n;
+        expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, bad[i].msg);
+    }
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = "{}";
+    q.json_len = 2;
+    q.on_event = on_stop_event;
+    q.stop_strings = one;
+    q.n_stop_strings = 1;
+    expect_submit_error(e, &q, DI_ERR_INVALID_ARGUMENT, "stop_strings: token requests only");
+    di_tokens_free(prompt);
+    free(ref);
+    free(got);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_tokens_equal_transformers),
+        cmocka_unit_test(test_token_logprobs_equal_transformers_log_softmax),
+        cmocka_unit_test(test_protocol_requests_return_logprobs),
+        cmocka_unit_test(test_stop_strings_match_across_token_boundaries),
         cmocka_unit_test(test_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone),

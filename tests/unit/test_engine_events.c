@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "api/engine_internal.h"
 #include "api/event.h"
 
 static const char *const chat_tools =
@@ -141,11 +142,82 @@ static void test_getters_are_safe_on_null_and_other_kinds(void **state)
     event_free(ev);
 }
 
+/* Token requests' stop strings (lib/api/stop_strings.c) against a naive oracle:
+ * random texts over {a, b} pushed in random pieces with random stop strings
+ * (overlapping prefixes such as "aab" in "aaab" included) must give exactly the
+ * whole text's prefix before the occurrence that completes first (strstr on
+ * the whole text; the longest of those ending at the same byte), or the whole
+ * text — whatever the pieces, as streaming a byte at a time would. */
+static void test_stop_strings_equal_a_search_of_the_whole_text(void **state)
+{
+    (void)state;
+    uint64_t x = 88172645463325252ull;
+#define RND() (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x)
+    for (int round = 0; round < 3000; round++) {
+        char text[64], stops[3][6];
+        size_t n = 1 + RND() % 40, n_stops = 1 + RND() % 3;
+        for (size_t i = 0; i < n; i++) text[i] = RND() % 2 ? 'a' : 'b';
+        text[n] = '\0';
+        api_request a;
+        memset(&a, 0, sizeof a);
+        char *ptrs[3];
+        for (size_t k = 0; k < n_stops; k++) {
+            size_t m = 1 + RND() % 5;
+            for (size_t i = 0; i < m; i++) stops[k][i] = RND() % 2 ? 'a' : 'b';
+            stops[k][m] = '\0';
+            ptrs[k] = stops[k];
+            if (m > a.max_stop) a.max_stop = m;
+        }
+        a.stops = ptrs;
+        a.n_stops = n_stops;
+        /* the oracle: the occurrence that completes first (the longest at a tie) */
+        size_t want = n, end = n + 1;
+        for (size_t k = 0; k < n_stops; k++) {
+            const char *f = strstr(text, stops[k]);
+            size_t at = f ? (size_t)(f - text) : n, e = at + strlen(stops[k]);
+            if (f && (e < end || (e == end && at < want))) {
+                want = at;
+                end = e;
+            }
+        }
+        event_list l = {0};
+        int hit = 0;
+        size_t i = 0;
+        while (i < n && !hit) {
+            size_t len = 1 + RND() % 6;
+            if (len > n - i) len = n - i;
+            hit = api_stop_feed(&a, 1, &l, text + i, len, 0);
+            assert_true(hit >= 0);
+            i += len;
+        }
+        if (!hit) assert_int_equal(api_stop_feed(&a, 1, &l, "", 0, 1), 0);
+        assert_int_equal(hit, want < n);
+        char got[64];
+        size_t got_len = 0;
+        for (di_event *ev = l.head; ev; ev = ev->next) {
+            assert_true(got_len + ev->text_len <= n);
+            memcpy(got + got_len, ev->text, ev->text_len);
+            got_len += ev->text_len;
+        }
+        if (got_len != want || memcmp(got, text, want) != 0)
+            fail_msg("text %s, stops %s %s %s: got %.*s", text, stops[0],
+                     n_stops > 1 ? stops[1] : "", n_stops > 2 ? stops[2] : "", (int)got_len, got);
+        while (l.head) {
+            di_event *next = l.head->next;
+            event_free(l.head);
+            l.head = next;
+        }
+        free(a.held);
+    }
+#undef RND
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_output_becomes_text_tool_call_and_chunk_events),
         cmocka_unit_test(test_getters_are_safe_on_null_and_other_kinds),
+        cmocka_unit_test(test_stop_strings_equal_a_search_of_the_whole_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,8 +252,6 @@ static void test_unsupported_fields_are_refused(void **state)
         const char *fields, *named;
     } cases[] = {
         {DI_PROTOCOL_CHAT, "\"n\":2", "n:"},
-        {DI_PROTOCOL_CHAT, "\"logprobs\":true", "logprobs"},
-        {DI_PROTOCOL_CHAT, "\"logprobs\":true,\"top_logprobs\":2", "logprobs"},
         {DI_PROTOCOL_CHAT, "\"parallel_tool_calls\":false", "parallel_tool_calls"},
         {DI_PROTOCOL_CHAT,
          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
@@ -273,7 +271,6 @@ static void test_unsupported_fields_are_refused(void **state)
          "disable_parallel_tool_use"},
         {DI_PROTOCOL_RESPONSES, "\"store\":true", "store"},
         {DI_PROTOCOL_RESPONSES, "\"previous_response_id\":\"resp_1\"", "previous_response_id"},
-        {DI_PROTOCOL_RESPONSES, "\"top_logprobs\":3", "top_logprobs"},
         {DI_PROTOCOL_RESPONSES, "\"background\":true", "background"},
         {DI_PROTOCOL_RESPONSES, "\"reasoning\":{\"effort\":\"high\"}", "reasoning.effort"},
     };

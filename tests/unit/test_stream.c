@@ -360,7 +360,9 @@ static void test_template_tool_calls_round_trip(void **state)
         "\"content\":null,\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":{"
         "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris 🎉\\\"}\"}},{\"id\":"
         "\"b\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"
-        "\"{}\"}}]},{\"role\":\"user\",\"content\":\"again\"}]}";
+        "\"{}\"}}]},{\"role\":\"user\",\"content\":\"again\"}],\"tools\":[{\"type\":"
+        "\"function\",\"function\":{\"name\":\"get_weather\"}},{\"type\":\"function\","
+        "\"function\":{\"name\":\"get_time\"}}]}";
     for (int enc = DI_ENCODING_DSV3; enc <= DI_ENCODING_R1; enc++) {
         di_codec *codec = NULL;
         di_prompt *p = NULL;
@@ -398,6 +400,142 @@ static void test_template_tool_calls_round_trip(void **state)
         di_prompt_free(p);
         di_codec_free(codec);
     }
+}
+
+/* A tool-call block the model writes when the request declares no tools, an
+ * empty list, or tool_choice "none" is answer text with the V3/R1 templates, as
+ * deepseek-recipe keeps DSML as text then: the oracle is the V4 encoding's
+ * parsing options for the same body (compared with deepseek-recipe's in
+ * tests/parity/stream_parity.py), and the output is the markup unchanged. */
+static void test_template_calls_nobody_asked_for_stay_text(void **state)
+{
+    (void)state;
+#define MSGS "\"model\":\"DeepSeek-V4-Pro\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define TOOL "[{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]"
+    static const char *const bodies[] = {
+        "{" MSGS "}",
+        "{" MSGS ",\"tools\":[]}",
+        "{" MSGS ",\"tools\":" TOOL ",\"tool_choice\":\"none\"}",
+        "{" MSGS ",\"tools\":" TOOL "}",
+        "{" MSGS ",\"tools\":" TOOL ",\"tool_choice\":\"auto\"}",
+    };
+    static const char call[] = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+                               "get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
+        di_prompt *v4 = render(DI_PROTOCOL_CHAT, bodies[b]);
+        di_stream_options want;
+        di_stream_options_init(&want);
+        assert_int_equal(di_stream_options_from_prompt(v4, &want), DI_OK);
+        di_prompt_free(v4);
+        assert_int_equal(want.parse_tool_calls, b >= 3);
+        for (int enc = DI_ENCODING_DSV3; enc <= DI_ENCODING_R1; enc++) {
+            di_codec *codec = NULL;
+            di_prompt *p = NULL;
+            assert_int_equal(di_codec_create(NULL, (di_encoding)enc, &codec, NULL), DI_OK);
+            assert_int_equal(
+                di_codec_render(codec, DI_PROTOCOL_CHAT, bodies[b], strlen(bodies[b]), &p, NULL),
+                DI_OK);
+            di_stream_options o;
+            di_stream_options_init(&o);
+            assert_int_equal(di_stream_options_from_prompt(p, &o), DI_OK);
+            assert_int_equal(o.parse_tool_calls, want.parse_tool_calls);
+            di_stream *s = NULL;
+            assert_int_equal(di_stream_create(p, NULL, NULL, &s, NULL), DI_OK);
+            if (enc == DI_ENCODING_R1)
+                assert_int_equal(di_stream_push_text(s, "</think>", 8, 1, NULL), DI_OK);
+            assert_int_equal(di_stream_push_text(s, call, strlen(call), 1, NULL), DI_OK);
+            assert_int_equal(di_stream_finish(s, DI_FINISH_STOP, NULL), DI_OK);
+            const char *r = di_stream_response_json(s, NULL);
+            if (want.parse_tool_calls) {
+                assert_non_null(strstr(r, "\"name\":\"get_time\""));
+                assert_non_null(strstr(r, "\"finish_reason\":\"tool_calls\""));
+            } else {
+                assert_non_null(strstr(r, "\"content\":\"<｜tool▁calls▁begin｜>"));
+                assert_null(strstr(r, "\"tool_calls\":["));
+                assert_non_null(strstr(r, "\"finish_reason\":\"stop\""));
+            }
+            di_stream_free(s);
+            di_prompt_free(p);
+            di_codec_free(codec);
+        }
+    }
+    /* a tool_choice the templates cannot honour is an error naming the field */
+    static const char *const bad[][2] = {
+        {"{" MSGS ",\"tool_choice\":\"any\"}", "tool_choice: \"any\" is not one of"},
+        {"{" MSGS ",\"tool_choice\":3}", "tool_choice: expected \"none\""},
+        {"{" MSGS ",\"tool_choice\":\"required\"}", "no tools are declared"},
+        {"{" MSGS ",\"tools\":" TOOL ",\"tool_choice\":{\"type\":\"function\",\"function\":{"
+         "\"name\":\"nope\"}}}",
+         "tool_choice.function.name: \"nope\" is not one of the declared tools"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        di_codec *codec = NULL;
+        di_prompt *p = NULL;
+        di_error *err = NULL;
+        assert_int_equal(di_codec_create(NULL, DI_ENCODING_DSV3, &codec, NULL), DI_OK);
+        assert_int_equal(
+            di_codec_render(codec, DI_PROTOCOL_CHAT, bad[b][0], strlen(bad[b][0]), &p, &err),
+            DI_ERR_INVALID_REQUEST);
+        assert_null(p);
+        if (!strstr(di_error_message(err), bad[b][1]))
+            fail_msg("'%s' does not say '%s'", di_error_message(err), bad[b][1]);
+        di_error_free(err);
+        di_codec_free(codec);
+    }
+#undef MSGS
+#undef TOOL
+}
+
+/* di_stream_push_tokens_logprobs: every bad argument is refused with the field
+ * named, and leaves the stream as it was (the entries themselves are compared
+ * with deepseek-recipe's in tests/parity/stream_parity.py, tok-logprobs-*). */
+static void test_logprobs_push_errors_name_the_argument(void **state)
+{
+    (void)state;
+    di_tokenizer *tok = load_v4_tokenizer();
+    if (!tok) skip();
+    di_stream *s = open_stream(DI_PROTOCOL_CHAT, chat_tools, tok);
+    int32_t ids[2] = {84, 85}, top_ids[2] = {5, 1 << 30};
+    float lp[2] = {-0.5f, -0.25f}, top[2] = {-1.0f, -2.0f};
+    static const char *const want[] = {
+        "invalid log probabilities: 1 log probabilities for 2 token IDs",
+        "logprobs must not be NULL",
+        "n_top: at most 20",
+        "top_ids and top_logprobs must not be NULL when n_top > 0",
+        "top_ids[1] = 1073741824 is outside the vocabulary",
+    };
+    for (int k = 0; k < 5; k++) {
+        di_error *err = NULL;
+        di_status st =
+            k == 0   ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 1, NULL, NULL, 0, &err)
+            : k == 1 ? di_stream_push_tokens_logprobs(s, ids, 2, NULL, 2, NULL, NULL, 0, &err)
+            : k == 2 ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 21, &err)
+            : k == 3 ? di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, NULL, top, 1, &err)
+                     : di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 1, &err);
+        assert_int_equal(st, DI_ERR_INVALID_ARGUMENT);
+        if (!strstr(di_error_message(err), want[k]))
+            fail_msg("'%s' lacks '%s'", di_error_message(err), want[k]);
+        di_error_free(err);
+        assert_int_equal(di_stream_chunk_count(s), 0);
+        assert_false(di_stream_finished(s));
+    }
+    /* the stream goes on: a good push carries its entries */
+    top_ids[1] = 6;
+    assert_int_equal(di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, top_ids, top, 1, NULL),
+                     DI_OK);
+    int found = 0;
+    for (size_t c = 0; c < di_stream_chunk_count(s); c++)
+        found |= strstr(di_stream_chunk_json(s, c, NULL),
+                        "\"logprobs\":{\"reasoning_content\":[{") != NULL;
+    assert_true(found);
+    assert_int_equal(di_stream_finish(s, DI_FINISH_STOP, NULL), DI_OK);
+    di_stream_free(s);
+    /* without a tokenizer, token pushes cannot be decoded */
+    s = open_stream(DI_PROTOCOL_CHAT, chat_tools, NULL);
+    assert_int_equal(di_stream_push_tokens_logprobs(s, ids, 2, lp, 2, NULL, NULL, 0, NULL),
+                     DI_ERR_INVALID_STATE);
+    di_stream_free(s);
+    di_tokenizer_free(tok);
 }
 
 static void test_options_from_prompt_start_the_override(void **state)
@@ -489,6 +627,8 @@ int main(void)
         cmocka_unit_test(test_token_pushes_never_split_a_character),
         cmocka_unit_test(test_every_protocol_ends_once),
         cmocka_unit_test(test_template_tool_calls_round_trip),
+        cmocka_unit_test(test_template_calls_nobody_asked_for_stay_text),
+        cmocka_unit_test(test_logprobs_push_errors_name_the_argument),
         cmocka_unit_test(test_options_from_prompt_start_the_override),
         cmocka_unit_test(test_a_failed_call_leaves_no_stale_chunks),
         cmocka_unit_test(test_an_endless_newline_run_is_released),

@@ -838,6 +838,36 @@ extern "C" {
     ) -> di_status;
 }
 extern "C" {
+    #[doc = " As di_stream_push_tokens, with each token's log probability: logprobs[i]"]
+    #[doc = " (n_logprobs of them, one per ID) is ids[i]'s, and top_ids / top_logprobs"]
+    #[doc = " ([n_ids, n_top], row-major; NULL when n_top is 0) its n_top alternatives —"]
+    #[doc = " what di_event_logprobs and di_event_top_logprobs give. The chunks carry them"]
+    #[doc = " as the reference's StreamProcessor does with an InferenceChunk's"]
+    #[doc = " log_probs: Chat Completions as the choice's `logprobs` ({\"content\": […]} or"]
+    #[doc = " {\"reasoning_content\": […]}, each entry OpenAI's {token, logprob, bytes,"]
+    #[doc = " top_logprobs}: the token's text, or its bytes as \"\\xNN\" escapes when they are"]
+    #[doc = " not UTF-8 on their own; logprob as float32), accumulated into the complete"]
+    #[doc = " response; Responses as the output_text deltas' and the message's `logprobs`"]
+    #[doc = " (reasoning carries none); Messages carry none. A push's entries go with the"]
+    #[doc = " first reasoning or answer delta its text produces, and are dropped when it"]
+    #[doc = " produces none (a marker, a tool call, stripped newlines). Errors: as"]
+    #[doc = " di_stream_push_tokens, plus DI_ERR_INVALID_ARGUMENT for n_logprobs other"]
+    #[doc = " than n_ids (\"invalid log probabilities: N log probabilities for M token"]
+    #[doc = " IDs\", the reference's words), NULL arrays, n_top above 20 or an"]
+    #[doc = " alternative's ID outside the vocabulary; none changes the stream."]
+    pub fn di_stream_push_tokens_logprobs(
+        s: *mut di_stream,
+        ids: *const i32,
+        n_ids: usize,
+        logprobs: *const f32,
+        n_logprobs: usize,
+        top_ids: *const i32,
+        top_logprobs: *const f32,
+        n_top: usize,
+        err: *mut *mut di_error,
+    ) -> di_status;
+}
+extern "C" {
     #[doc = " The backend finished for `reason`: held text is released, open blocks are"]
     #[doc = " closed, the final chunks (finish_reason and usage) are produced, and the"]
     #[doc = " complete response becomes available. A second call produces nothing and"]
@@ -1922,12 +1952,45 @@ pub struct di_request {
     pub grammar: *const ::std::os::raw::c_char,
     pub json_schema: *const ::std::os::raw::c_char,
     pub regex: *const ::std::os::raw::c_char,
+    #[doc = " Log probabilities (token requests; appended in 0.x: zero, the default,"]
+    #[doc = " is off). logprobs 1: each output token's log probability comes with its"]
+    #[doc = " DI_EVENT_TOKENS event (di_event_logprobs), and top_logprobs, in"]
+    #[doc = " [0, 20], the most likely tokens at that position with theirs"]
+    #[doc = " (di_event_top_logprobs) — the fields and bound of OpenAI's Chat"]
+    #[doc = " Completions. The values are the log-softmax of the model's raw logits"]
+    #[doc = " (natural log), before logit_bias, penalties, temperature, the grammar"]
+    #[doc = " mask and top-k/top-p/min-p, as OpenAI and vLLM (its default"]
+    #[doc = " raw_logprobs mode) report them: they do not depend on the sampling"]
+    #[doc = " settings, and a token the sampler could only pick because of them"]
+    #[doc = " still gets the model's own probability. Errors (di_submit):"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT for logprobs other than 0 or 1, top_logprobs"]
+    #[doc = " outside [0, 20] or set without logprobs, and either set on a protocol"]
+    #[doc = " request (whose body decides)."]
+    pub logprobs: i32,
+    pub top_logprobs: i32,
+    #[doc = " Stop strings (token requests; appended in 0.x: none by default):"]
+    #[doc = " n_stop_strings NUL-terminated UTF-8 strings (at most 16, each 1 to 256"]
+    #[doc = " bytes), matched on the decoded output text — across token boundaries,"]
+    #[doc = " as vLLM and llama.cpp match `stop` — so a string the tokenizer splits"]
+    #[doc = " over several tokens still ends the output. The one that completes first"]
+    #[doc = " (at the earliest byte of the text; of those ending there, the longest)"]
+    #[doc = " ends the request with DI_FINISH_STOP; the DI_EVENT_TEXT deltas stop just"]
+    #[doc = " before it (the string and what the last token wrote after it are not"]
+    #[doc = " text), while DI_EVENT_TOKENS still reports every generated token. Text"]
+    #[doc = " that may be the start of a stop string is held back until the next"]
+    #[doc = " tokens decide it, and released at the end when none completes. di_submit"]
+    #[doc = " copies them. Errors (di_submit): DI_ERR_INVALID_ARGUMENT (on a protocol"]
+    #[doc = " request — its body's `stop` — NULL array or entry, more than 16, an"]
+    #[doc = " empty one, one over 256 bytes or not UTF-8: the message names its index),"]
+    #[doc = " DI_ERR_UNSUPPORTED (an engine without a tokenizer: there is no text)."]
+    pub stop_strings: *const *const ::std::os::raw::c_char,
+    pub n_stop_strings: usize,
 }
 #[test]
 fn bindgen_test_layout_di_request() {
     assert_eq!(
         ::std::mem::size_of::<di_request>(),
-        176usize,
+        200usize,
         concat!("Size of: ", stringify!(di_request))
     );
     assert_eq!(
@@ -2394,6 +2457,74 @@ fn bindgen_test_layout_di_request() {
         );
     }
     test_field_regex();
+    fn test_field_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).logprobs) as usize - ptr as usize
+            },
+            176usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(logprobs)
+            )
+        );
+    }
+    test_field_logprobs();
+    fn test_field_top_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).top_logprobs) as usize - ptr as usize
+            },
+            180usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(top_logprobs)
+            )
+        );
+    }
+    test_field_top_logprobs();
+    fn test_field_stop_strings() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stop_strings) as usize - ptr as usize
+            },
+            184usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(stop_strings)
+            )
+        );
+    }
+    test_field_stop_strings();
+    fn test_field_n_stop_strings() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_request>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_stop_strings) as usize - ptr as usize
+            },
+            192usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_request),
+                "::",
+                stringify!(n_stop_strings)
+            )
+        );
+    }
+    test_field_n_stop_strings();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
@@ -2409,9 +2540,9 @@ extern "C" {
     #[doc = " di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),"]
     #[doc = " DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or"]
     #[doc = " whose encoding does not take the protocol: the message says which; or a body"]
-    #[doc = " field the engine cannot honour yet — n > 1, logprobs, json_schema formats,"]
-    #[doc = " strict tools, parallel_tool_calls false, stored responses, reasoning"]
-    #[doc = " switches a chat template decides itself: the message names the field, and"]
+    #[doc = " field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls"]
+    #[doc = " false, stored responses, reasoning switches a chat template decides itself:"]
+    #[doc = " the message names the field, and"]
     #[doc = " docs/api.md, \"Request fields\", lists every field),"]
     #[doc = " DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the"]
     #[doc = " context, does not fit the KV cache budget, or max_tokens asks for more than"]
@@ -2791,6 +2922,35 @@ extern "C" {
 extern "C" {
     #[doc = " TOKENS: the token ids (*n of them), owned by the event; NULL and 0 otherwise."]
     pub fn di_event_tokens(ev: *const di_event, n: *mut usize) -> *const i32;
+}
+extern "C" {
+    #[doc = " The log probability of each token of a DI_EVENT_TOKENS event, in the order"]
+    #[doc = " of di_event_tokens (*n gets their count when n is not NULL), for a token"]
+    #[doc = " request submitted with di_request.logprobs 1, or a protocol request whose"]
+    #[doc = " body asks for them (Chat logprobs; Responses top_logprobs > 0 or include"]
+    #[doc = " \"message.output_text.logprobs\": its chunks carry them too, as"]
+    #[doc = " di_stream_push_tokens_logprobs writes them): the log-softmax of the raw"]
+    #[doc = " logits the token was sampled from (di_request.logprobs says which values);"]
+    #[doc = " always <= 0, -infinity never (the model's logits are finite). NULL, and *n"]
+    #[doc = " 0, for other events and requests. The array lives until the callback"]
+    #[doc = " returns. Thread-safe as the event is."]
+    pub fn di_event_logprobs(ev: *const di_event, n: *mut usize) -> *const f32;
+}
+extern "C" {
+    #[doc = " The most likely tokens at the position of token i of a DI_EVENT_TOKENS"]
+    #[doc = " event (i below di_event_tokens' count) for a request with"]
+    #[doc = " di_request.top_logprobs k > 0: *ids and *logprobs (when not NULL) get k"]
+    #[doc = " token ids and their log probabilities, most likely first (a tie goes to"]
+    #[doc = " the lower id), as di_event_logprobs computes them; the sampled token is"]
+    #[doc = " among them only when it is that likely. Returns k, or 0 (the pointers set"]
+    #[doc = " to NULL) for other events and requests, and for i out of range. The arrays"]
+    #[doc = " live until the callback returns. Thread-safe as the event is."]
+    pub fn di_event_top_logprobs(
+        ev: *const di_event,
+        i: usize,
+        ids: *mut *const i32,
+        logprobs: *mut *const f32,
+    ) -> usize;
 }
 extern "C" {
     #[doc = " TOOL_CALL and TOOL_CALL_DELTA: the call's 0-based index in the response, its"]
