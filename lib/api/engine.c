@@ -516,8 +516,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
     sched_cache cache = {!c.disable_prefix_cache, c.kv_host_cache_bytes, c.kv_cache_dir,
                          c.kv_disk_cache_bytes};
-    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
-                      &e->sched);
+    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, NULL, &cache,
+                      &sink, &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

@@ -55,6 +55,45 @@ static void test_prompt_lookup(void **state)
     assert_int_equal(draft_prompt_lookup(t1, 1, 1, 3, out, 4, &g), 0);
 }
 
+/* The prompt-lookup drafter behind the drafter interface: the drafts of
+ * draft_prompt_lookup, each with the confidence of its match length, no
+ * distributions, and nothing proposed where nothing matches. */
+static void test_prompt_lookup_drafter(void **state)
+{
+    (void)state;
+    drafter *d = drafter_prompt_lookup_create();
+    assert_non_null(d);
+    assert_string_equal(d->ops->name, "prompt-lookup");
+    assert_int_equal(d->gives_q, 0);
+    const int32_t t1[] = {1, 2, 3, 4, 5, 9, 1, 2}, t4[] = {1, 2, 3};
+    int32_t out[2][4];
+    float conf[2][4];
+    void *st[2] = {NULL, NULL};
+    draft_request r[2] = {
+        {.tokens = t1, .n_tokens = 8, .max = 3, .state = &st[0], .out = out[0], .conf = conf[0]},
+        {.tokens = t4, .n_tokens = 3, .max = 4, .state = &st[1], .out = out[1], .conf = conf[1]},
+    };
+    d->ops->propose(d, r, 2);
+    assert_int_equal(r[0].n, 3);
+    assert_int_equal(out[0][0], 3);
+    assert_int_equal(out[0][2], 5);
+    for (int j = 0; j < 3; j++) assert_true(conf[0][j] == 0.5f); /* a 2-token match */
+    assert_int_equal(r[0].has_q, 0);
+    assert_int_equal(r[1].n, 0);
+    drafter_destroy(d);
+    drafter_destroy(NULL);
+}
+
+/* Gains of drafts kept each with probability a[i] given the one before:
+ * a[i]^(j+1) for request i's (j+1)-th, rows of stride 8. */
+static void gains_of(const double *a, int n, double *gain)
+{
+    for (int i = 0; i < n; i++) {
+        double g = 1.0;
+        for (int j = 0; j < 8; j++) gain[i * 8 + j] = g *= a[i];
+    }
+}
+
 /* The step-time profile interpolates and extrapolates; the allocation gives
  * an idle engine (steps cost nearly the same at 1 and 16 tokens, as a
  * memory-bound decode does) long drafts, a busy one (cost in proportion to
@@ -79,17 +118,19 @@ static void test_confidence_scheduled_allocation(void **state)
     const int avail[2] = {8, 8};
     const double accept[2] = {0.9, 0.3};
     int k[2];
+    double gain[16];
+    gains_of(accept, 2, gain);
     /* idle: drafts pay while their expected gain beats the small extra cost */
-    int64_t n = draft_allocate(&flat, 2, avail, accept, 2, 2.0, 64, k);
+    int64_t n = draft_allocate(&flat, 2, avail, gain, 8, 2, 2.0, 64, k);
     assert_true(k[0] >= 6);
     assert_true(k[0] > k[1]);
     assert_int_equal(n, k[0] + k[1]);
     /* busy: a token more costs as much as it can give: none */
-    n = draft_allocate(&linear, 2, avail, accept, 2, 2.0, 64, k);
+    n = draft_allocate(&linear, 2, avail, gain, 8, 2, 2.0, 64, k);
     assert_int_equal(n, 0);
     /* the budget bounds it; an empty profile allows all (to measure it) */
     draft_profile none = {0};
-    n = draft_allocate(&none, 2, avail, accept, 2, 2.0, 5, k);
+    n = draft_allocate(&none, 2, avail, gain, 8, 2, 2.0, 5, k);
     assert_int_equal(n, 5);
     /* a stair (the CPU's: one token takes the decode path, two to four share
      * one pass over the weights): one draft does not pay, three do — the whole
@@ -103,7 +144,8 @@ static void test_confidence_scheduled_allocation(void **state)
     }
     const int avail1[1] = {8};
     const double sure[1] = {0.95};
-    n = draft_allocate(&stair, 1, avail1, sure, 1, 1.0, 64, k);
+    gains_of(sure, 1, gain);
+    n = draft_allocate(&stair, 1, avail1, gain, 8, 1, 1.0, 64, k);
     assert_int_equal(n, 3); /* 4 tokens: (1 + .95 + .90 + .86) / 2050 beats 1 / 1000 */
 }
 
@@ -328,6 +370,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_lookup),
+        cmocka_unit_test(test_prompt_lookup_drafter),
         cmocka_unit_test(test_confidence_scheduled_allocation),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
