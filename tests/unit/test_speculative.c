@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 #include "deepinfer/deepinfer.h"
 #include "engine/draft.h"
@@ -147,6 +148,251 @@ static void test_confidence_scheduled_allocation(void **state)
     gains_of(sure, 1, gain);
     n = draft_allocate(&stair, 1, avail1, gain, 8, 1, 1.0, 64, k);
     assert_int_equal(n, 3); /* 4 tokens: (1 + .95 + .90 + .86) / 2050 beats 1 / 1000 */
+}
+
+/* --- speculative sampling, checked statistically ---------------------------
+ * The target distribution is computed here from the model's logits (written
+ * by transformers: the fixtures' sequence_logits.f32) and the sampling
+ * parameters, independently of the sampler; the drafts are drawn here from a
+ * distribution q of another model's logits. A chi-square test compares what
+ * sampler_verify emits with the target. */
+
+static void read_logits_row(const char *name, int row, float *out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model/%s/sequence_logits.f32", DI_FIXTURE_DIR, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)row * 512 * (long)sizeof(float), SEEK_SET), 0);
+    assert_int_equal(fread(out, sizeof(float), 512, f), 512);
+    fclose(f);
+}
+
+/* softmax(logits / t) over the top_k largest (ties: lower id first), then
+ * min_p (tokens below min_p times the largest probability dropped),
+ * renormalised: the distribution sampler.h's processors define. */
+static void target_distribution(const float *logits, double t, int top_k, double min_p, double *p)
+{
+    int idx[512];
+    for (int i = 0; i < 512; i++) idx[i] = i;
+    for (int i = 1; i < 512; i++) /* insertion sort, descending logit */
+        for (int j = i; j > 0 && (logits[idx[j]] > logits[idx[j - 1]] ||
+                                  (logits[idx[j]] == logits[idx[j - 1]] && idx[j] < idx[j - 1]));
+             j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int k = top_k > 0 ? top_k : 512;
+    double sum = 0;
+    for (int i = 0; i < 512; i++) p[i] = 0;
+    for (int i = 0; i < k; i++) {
+        p[idx[i]] = exp(((double)logits[idx[i]] - (double)logits[idx[0]]) / t);
+        if (p[idx[i]] < min_p) p[idx[i]] = 0; /* the largest weight is 1 */
+        sum += p[idx[i]];
+    }
+    for (int i = 0; i < 512; i++) p[i] /= sum;
+}
+
+static uint64_t test_rng(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A token drawn from q (inverse CDF in id order). */
+static int32_t draw_q(const double *q, uint64_t *x)
+{
+    double u = (double)(test_rng(x) >> 11) * 0x1.0p-53, acc = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < 512; i++) {
+        if (q[i] <= 0) continue;
+        acc += q[i];
+        last = i;
+        if (u < acc) return i;
+    }
+    return last;
+}
+
+/* Pearson's chi-square of counts[512] (n samples) against p: bins of
+ * expected count below 5 are pooled; a count where p is 0 is infinite.
+ * *dof gets the degrees of freedom. */
+static double chi_square(const uint32_t *counts, const double *p, uint32_t n, int *dof)
+{
+    double stat = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    *dof = 1;
+    for (int i = 0; i < 512; i++) {
+        double e = p[i] * n;
+        if (p[i] <= 0) {
+            if (counts[i]) return INFINITY;
+            continue;
+        }
+        if (e < 5) {
+            pool_e += e;
+            pool_o += counts[i];
+            continue;
+        }
+        stat += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pool_e > 0) {
+        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    *dof = bins - 1;
+    return stat;
+}
+
+/* The chi-square distribution's 1 - 1e-5 quantile (Wilson-Hilferty): a
+ * correct sampler exceeds it once in 100,000 seeds; the seeds are fixed. */
+static double chi_square_critical(int dof)
+{
+    double z = 4.265, h = 2.0 / (9.0 * dof), c = 1 - h + z * sqrt(h);
+    return dof * c * c * c;
+}
+
+/* Target p: tiny Qwen2's logits at temperature 0.7, top-k 12, min-p 0.05;
+ * drafts from q: those logits plus another model's (the untied Qwen2) at
+ * temperature 1.3, top-k 24, a drafter near the target — supports that overlap only in part, so
+ * drafts are kept, rejected for a p of 0, and corrected from the residual. The emitted token's
+ * distribution is p (chi-square), the kept fraction is sum min(p, q) (the rule's acceptance,
+ * within 4.5 standard deviations), and after a kept draft the next verified token is distributed as
+ * its own target. The test has power: the drafts themselves (a rule that always accepts) fail it,
+ * and so does the right acceptance with corrections drawn from p instead of the residual. Greedy
+ * keeps a draft exactly when it is the argmax. */
+static void test_speculative_sampling_matches_target(void **state)
+{
+    (void)state;
+    float lp[2][512], lq[2][512], row[512];
+    double p[2][512], q[2][512];
+    for (int r = 0; r < 2; r++) {
+        read_logits_row("qwen2-tied-f16", 20 + r, lp[r]);
+        read_logits_row("qwen2-untied-f32-sharded", 30 + r, lq[r]);
+        target_distribution(lp[r], 0.7, 12, 0.05, p[r]);
+        for (int i = 0; i < 512; i++) lq[r][i] += lp[r][i]; /* a drafter close to the target */
+        target_distribution(lq[r], 1.3, 24, 0.0, q[r]);
+    }
+    sampler_params sp = {.temperature = 0.7f,
+                         .top_k = 12,
+                         .top_p = 1.0f,
+                         .min_p = 0.05f,
+                         .repetition_penalty = 1.0f,
+                         .seed = 424242};
+    sampler *smp = NULL;
+    assert_int_equal(sampler_create(&sp, 512, &smp, NULL, 0), DI_OK);
+    sampler_candidate *scratch = malloc(sampler_scratch_count(512) * sizeof *scratch);
+    float qf[2][512];
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 512; i++) qf[r][i] = (float)q[r][i];
+    enum { N = 40000 };
+    static uint32_t first[512], drafts[512], second[512];
+    memset(first, 0, sizeof first);
+    memset(drafts, 0, sizeof drafts);
+    memset(second, 0, sizeof second);
+    uint32_t kept = 0, n_second = 0;
+    uint64_t x = 77;
+    for (int t = 0; t < N; t++) {
+        int32_t d = draw_q(q[0], &x);
+        drafts[d]++;
+        int ok = -1;
+        memcpy(row, lp[0], sizeof row);
+        int32_t tok = sampler_verify(smp, row, scratch, d, qf[0], &ok);
+        assert_true(ok == 0 || ok == 1);
+        assert_true(ok == (tok == d) || !ok);
+        first[tok]++;
+        if (!ok) continue;
+        kept++;
+        int32_t d2 = draw_q(q[1], &x);
+        memcpy(row, lp[1], sizeof row);
+        second[sampler_verify(smp, row, scratch, d2, qf[1], &ok)]++;
+        n_second++;
+    }
+    int dof = 0;
+    double stat = chi_square(first, p[0], N, &dof);
+    printf("first token: chi-square %.1f, %d degrees of freedom (critical %.1f)\n", stat, dof,
+           chi_square_critical(dof));
+    assert_true(dof >= 3);
+    assert_true(stat < chi_square_critical(dof));
+    double stat2 = chi_square(second, p[1], n_second, &dof);
+    printf("after a kept draft (%u): chi-square %.1f, %d degrees of freedom (critical %.1f)\n",
+           n_second, stat2, dof, chi_square_critical(dof));
+    assert_true(n_second > 1000);
+    assert_true(stat2 < chi_square_critical(dof));
+    /* the acceptance the rule promises: sum min(p, q) */
+    double overlap = 0;
+    for (int i = 0; i < 512; i++) overlap += p[0][i] < q[0][i] ? p[0][i] : q[0][i];
+    double sd = sqrt(N * overlap * (1 - overlap));
+    printf("kept %u of %d drafts, expected %.1f\n", kept, N, N * overlap);
+    assert_true(overlap > 0.05 && overlap < 0.95);
+    assert_true(fabs(kept - N * overlap) < 4.5 * sd);
+    /* power: always accepting emits the drafts, which fail the test */
+    double wrong = chi_square(drafts, p[0], N, &dof);
+    printf("always accepting: chi-square %.1f\n", wrong);
+    assert_true(wrong > chi_square_critical(dof));
+    /* and so does the right acceptance with the correction drawn from p
+     * instead of the residual (simulated here) */
+    static uint32_t from_p[512];
+    memset(from_p, 0, sizeof from_p);
+    for (int t = 0; t < N; t++) {
+        int32_t d = draw_q(q[0], &x);
+        double u = (double)(test_rng(&x) >> 11) * 0x1.0p-53;
+        from_p[u < p[0][d] / q[0][d] ? d : draw_q(p[0], &x)]++;
+    }
+    wrong = chi_square(from_p, p[0], N, &dof);
+    printf("correcting from p: chi-square %.1f\n", wrong);
+    assert_true(wrong > chi_square_critical(dof));
+    /* greedy: kept exactly when it is the argmax, which is emitted */
+    sampler *g = NULL;
+    sampler_params gp = sp;
+    gp.temperature = 0;
+    assert_int_equal(sampler_create(&gp, 512, &g, NULL, 0), DI_OK);
+    int32_t best = 0;
+    for (int i = 1; i < 512; i++)
+        if (lp[0][i] > lp[0][best]) best = i;
+    for (int32_t d = 0; d < 512; d += 37) {
+        int ok = -1;
+        memcpy(row, lp[0], sizeof row);
+        assert_int_equal(sampler_verify(g, row, scratch, d, qf[0], &ok), best);
+        assert_int_equal(ok, d == best);
+    }
+    memcpy(row, lp[0], sizeof row);
+    int ok = 0;
+    assert_int_equal(sampler_verify(g, row, scratch, best, NULL, &ok), best);
+    assert_int_equal(ok, 1);
+    sampler_free(g);
+    sampler_free(smp);
+    free(scratch);
+}
+
+/* A point-mass draft (q NULL: prompt lookup) is the plain draw, kept when it
+ * equals it: the same tokens and random stream as sampler_sample, so the
+ * output equals decoding without speculation. */
+static void test_point_mass_draft_is_the_plain_draw(void **state)
+{
+    (void)state;
+    float l[512], row[512];
+    read_logits_row("qwen2-tied-f16", 25, l);
+    sampler_params sp = {
+        .temperature = 0.9f, .top_p = 0.95f, .repetition_penalty = 1.0f, .seed = 99};
+    sampler *a = NULL, *b = NULL;
+    assert_int_equal(sampler_create(&sp, 512, &a, NULL, 0), DI_OK);
+    assert_int_equal(sampler_create(&sp, 512, &b, NULL, 0), DI_OK);
+    sampler_candidate *scratch = malloc(sampler_scratch_count(512) * sizeof *scratch);
+    for (int t = 0; t < 500; t++) {
+        memcpy(row, l, sizeof row);
+        int32_t plain = sampler_sample(a, row, scratch);
+        memcpy(row, l, sizeof row);
+        int ok = -1;
+        int32_t d = (int32_t)(t * 31 % 512);
+        assert_int_equal(sampler_verify(b, row, scratch, d, NULL, &ok), plain);
+        assert_int_equal(ok, plain == d);
+    }
+    sampler_free(a);
+    sampler_free(b);
+    free(scratch);
 }
 
 typedef struct rec {
@@ -372,6 +618,8 @@ int main(void)
         cmocka_unit_test(test_prompt_lookup),
         cmocka_unit_test(test_prompt_lookup_drafter),
         cmocka_unit_test(test_confidence_scheduled_allocation),
+        cmocka_unit_test(test_speculative_sampling_matches_target),
+        cmocka_unit_test(test_point_mass_draft_is_the_plain_draw),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
         cmocka_unit_test(test_lossless_smollm2),
