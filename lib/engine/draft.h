@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "model/model.h"
 #include "sampler/sampler.h"
 
 /* Prompt lookup: the longest suffix of tokens[0, n) of length in [min_ngram,
@@ -70,6 +71,14 @@ struct drafter {
  * tokens). Every draft's confidence is a prior from the match length: 0.3,
  * 0.5, 0.65 for 1-, 2-, 3-token matches. NULL when out of memory. */
 drafter *drafter_prompt_lookup_create(void);
+
+/* The draft-model drafter (draft_model.c) over model m (taken: freed with
+ * the drafter, or here on failure), for up to max_running requests at once.
+ * Its drafts are its greedy choice at temperature 0 (a point-mass draft,
+ * confidence its probability) and a sample of its distribution after the
+ * request's temperature, top-k, top-p and min-p otherwise (q handed to the
+ * verifier). Errors: DI_ERR_OUT_OF_MEMORY. */
+di_status drafter_model_create(model *m, int max_running, drafter **out);
 
 /* A drafter's destroy; NULL is a no-op. */
 void drafter_destroy(drafter *d);

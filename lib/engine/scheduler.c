@@ -262,6 +262,7 @@ static void preempt(sched *s, sched_request *r)
     model_seq_free(s->m, r->seq);
     r->seq = NULL;
     r->running = 0;
+    r->recomputing = 1;
     release_draft(s, r);
     /* The waiting array has room: it never holds more than every live request,
      * and a failed push would lose r, so grow it first. */
@@ -370,6 +371,15 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
     if (k > left) k = left;
     if (k > s->n_ctx - r->n_all - 1) k = s->n_ctx - r->n_all - 1;
     if (k <= 0) return -1;
+    /* Sampled drafts change which random draw a position gets (a different
+     * draw of the same distribution): they are proposed only at a request's
+     * own decode steps — not for a prompt's last token (whether it is computed
+     * alone depends on how the batch chunked the prompt) nor while a
+     * pre-empted request is recomputed — so a seed gives the same tokens
+     * whatever the batch. */
+    if (s->drafter->gives_q && sampler_get_params(r->smp)->temperature > 0.0f &&
+        (r->n_all == r->n_prompt || r->recomputing))
+        return -1;
     if (r->n_all + k > r->cap) {
         int64_t cap = r->cap * 2 > r->n_all + k ? r->cap * 2 : r->n_all + k;
         if (cap > s->n_ctx) cap = s->n_ctx;
@@ -714,6 +724,7 @@ static void step(sched *s)
             }
             int32_t tok = out[j];
             r->tokens[r->n_all++] = tok;
+            r->recomputing = 0;
             int stop = is_stop(r, tok);
             int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
             if (stop || ended) {

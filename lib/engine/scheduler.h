@@ -63,6 +63,7 @@ typedef struct sched_request {
     int64_t n_tested;       /* drafts compared with the target's sample (kept or the first not) */
     int n_proposed, k_step; /* this step's proposals, and those verified */
     int has_q;              /* 1: this step's drafts were sampled, q holds their distributions */
+    int recomputing;        /* 1: pre-empted, and no token emitted since */
     float *q;               /* [n_draft, n_vocab] (a drafter that samples), or NULL; owned */
     void *draft_state;      /* the drafter's (draft.h), released when the request stops running */
     uint64_t *keys;         /* the prompt's block keys, for the tiers (computed once); owned */

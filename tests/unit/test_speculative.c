@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 /* Speculative decoding (di_engine_config.speculative_tokens, lib/engine/draft.c,
  * scheduler.c): prompt lookup proposes the right tokens; and the oracle of
  * losslessness is the engine without speculation — hundreds of randomized
@@ -587,6 +588,195 @@ static void test_lossless_smollm2(void **state)
     check_lossless(SMOL, 16 / scale(), 8, 0, 5, 1);
 }
 
+static di_engine *make_draft_engine(const char *path, const char *draft_path, int n_draft,
+                                    int fixed, int max_running)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = path;
+    cfg.n_threads = 2;
+    cfg.max_running = max_running;
+    cfg.n_batch = 64;
+    cfg.speculative_tokens = n_draft;
+    cfg.speculative_fixed = fixed;
+    cfg.draft = DI_DRAFT_MODEL;
+    cfg.draft_model_path = draft_path;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    return e;
+}
+
+/* A draft model: greedy requests (with penalties on some when `penalties`,
+ * stop tokens, budgets) give token for token the plain engine's output,
+ * batched; a model drafting for itself without penalties has its drafts kept
+ * (its logits are the model's whatever the batch; the draft ignores
+ * penalties, so they reject some), another model's are rejected often and the
+ * output is still the same. Returns the kept fraction. */
+static double check_draft_model_greedy(const char *path, const char *draft_path, int n, int fixed,
+                                       int penalties)
+{
+    di_engine *plain = make_engine(path, 0, 0, 8, 0);
+    di_engine *spec_e = make_draft_engine(path, draft_path, 4, fixed, 8);
+    uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        make_spec(&specs[i], i, vocab);
+        specs[i].req.temperature = 0;
+        if (!penalties) {
+            specs[i].req.repetition_penalty = 1;
+            specs[i].req.frequency_penalty = 0;
+        }
+    }
+    run_all(plain, specs, a, n);
+    run_all(spec_e, specs, b, n);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(b[i].n_done, 1);
+        assert_int_equal(b[i].status, DI_OK);
+        if (a[i].n_toks != b[i].n_toks || memcmp(a[i].toks, b[i].toks, sizeof a[i].toks) != 0)
+            fail_msg("%s drafted by %s, request %d: %d tokens without speculation, %d with "
+                     "(first difference at %d)",
+                     path, draft_path, i, a[i].n_toks, b[i].n_toks, first_difference(&a[i], &b[i]));
+        assert_int_equal(a[i].finish, b[i].finish);
+        assert_true(b[i].accepted <= b[i].drafted);
+        drafted += b[i].drafted;
+        accepted += b[i].accepted;
+    }
+    printf("%s drafted by %s (%s): %d greedy requests, %llu draft tokens verified, %llu kept\n",
+           path, draft_path, fixed ? "every proposal" : "confidence-scheduled", n,
+           (unsigned long long)drafted, (unsigned long long)accepted);
+    free(specs);
+    free(a);
+    free(b);
+    assert_int_equal(di_engine_destroy(plain), DI_OK);
+    assert_int_equal(di_engine_destroy(spec_e), DI_OK);
+    if (fixed) assert_true(drafted > 0);
+    return drafted ? (double)accepted / (double)drafted : 0;
+}
+
+static void test_draft_model_greedy_tiny(void **state)
+{
+    (void)state;
+    double self = check_draft_model_greedy(TINY, TINY, 60 / scale(), 1, 0);
+    assert_true(self > 0.9);
+    check_draft_model_greedy(TINY, TINY, 30 / scale(), 1, 1);
+    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/qwen2-untied-f32-sharded", 60 / scale(),
+                             1, 1);
+    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/llama-gqa-f16", 30 / scale(), 0, 1);
+}
+
+static void test_draft_model_greedy_smollm2(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    double self = check_draft_model_greedy(SMOL, SMOL, 12 / scale(), 1, 0);
+    assert_true(self > 0.9);
+}
+
+/* The target distribution of the second output token of `prompt` (its
+ * marginal over the first): sum over a of p0(a) p1(. | a), each from the
+ * model's logits (di_model_eval) and the sampling parameters. */
+static void second_token_target(const char *path, const int32_t *prompt, size_t n_prompt, double t,
+                                int top_k, double *p1)
+{
+    di_model *m = NULL;
+    di_error *err = NULL;
+    if (di_model_load(path, NULL, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    float logits[512];
+    double p0[512], pa[512];
+    assert_int_equal(di_model_eval(m, prompt, n_prompt, logits, 0, NULL), DI_OK);
+    logits[2] -= 100; /* the requests' logit_bias: the end-of-sequence token out */
+    target_distribution(logits, t, top_k, 0, p0);
+    for (int i = 0; i < 512; i++) p1[i] = 0;
+    for (int32_t a = 0; a < 512; a++) {
+        if (p0[a] <= 0) continue;
+        di_model_reset(m);
+        assert_int_equal(di_model_eval(m, prompt, n_prompt, NULL, 0, NULL), DI_OK);
+        assert_int_equal(di_model_eval(m, &a, 1, logits, 0, NULL), DI_OK);
+        logits[2] -= 100;
+        target_distribution(logits, t, top_k, 0, pa);
+        for (int i = 0; i < 512; i++) p1[i] += p0[a] * pa[i];
+    }
+    di_model_free(m);
+}
+
+/* Sampling with a draft model (another tiny model: q differs from p) through
+ * the engine: the second output token — the first verified against a
+ * sampled draft — is distributed as the target computed from the model's
+ * logits (chi-square), drafts are kept and rejected, and a request's tokens
+ * are the same run alone as batched with 15 others (its seed fixes them). */
+static void test_draft_model_sampling_matches_target(void **state)
+{
+    (void)state;
+    const int32_t prompt[] = {17, 301, 45, 99, 7, 260, 388, 12};
+    const double t = 1.0;
+    const int top_k = 0;
+    static const int32_t eos = 2; /* the tiny models' end of sequence */
+    static const float ban = -100;
+    double p1[512];
+    second_token_target(TINY, prompt, 8, t, top_k, p1);
+    di_engine *e =
+        make_draft_engine(TINY, DI_FIXTURE_DIR "/model/qwen2-untied-f32-sharded", 2, 0, 16);
+    const int n = 3000 / scale();
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *r = calloc((size_t)n, sizeof *r);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        memcpy(specs[i].prompt, prompt, sizeof prompt);
+        di_request_init(&specs[i].req);
+        specs[i].req.tokens = specs[i].prompt;
+        specs[i].req.n_tokens = 8;
+        specs[i].req.max_tokens = 3;
+        specs[i].req.temperature = (float)t;
+        specs[i].req.top_k = top_k;
+        specs[i].req.seed = 5000 + (uint64_t)i;
+        specs[i].req.logit_bias_ids = &eos;
+        specs[i].req.logit_bias_values = &ban;
+        specs[i].req.n_logit_bias = 1;
+        specs[i].req.on_event = on_event;
+    }
+    run_all(e, specs, r, n);
+    static uint32_t second[512];
+    memset(second, 0, sizeof second);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(r[i].status, DI_OK);
+        assert_int_equal(r[i].n_toks, 3);
+        second[r[i].toks[1]]++;
+        drafted += r[i].drafted;
+        accepted += r[i].accepted;
+    }
+    int dof = 0;
+    double stat = chi_square(second, p1, (uint32_t)n, &dof);
+    printf("draft model, second token: chi-square %.1f, %d degrees of freedom (critical %.1f); "
+           "%llu drafts, %llu kept\n",
+           stat, dof, chi_square_critical(dof), (unsigned long long)drafted,
+           (unsigned long long)accepted);
+    assert_true(dof >= 5);
+    assert_true(stat < chi_square_critical(dof));
+    assert_true(drafted >= (uint64_t)n); /* each request's second token was drafted */
+    assert_true(accepted > 0 && accepted < drafted);
+    /* the same seeds alone, or batched with other neighbours, give the same
+     * tokens */
+    for (int i = 0; i < 8; i++) {
+        rec alone;
+        run_all(e, &specs[i], &alone, 1);
+        assert_int_equal(alone.n_toks, r[i].n_toks);
+        assert_memory_equal(alone.toks, r[i].toks, sizeof alone.toks[0] * 3);
+    }
+    rec *again = calloc(200, sizeof *again);
+    run_all(e, specs + 101, again, 200 / scale());
+    for (int i = 0; i < 200 / scale(); i++)
+        assert_memory_equal(again[i].toks, r[101 + i].toks, sizeof again[i].toks[0] * 3);
+    free(again);
+    free(specs);
+    free(r);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -612,6 +802,115 @@ static void test_config_errors(void **state)
     assert_int_equal(di_event_accepted_draft_tokens(NULL), 0);
 }
 
+static void expect_config_error(const di_engine_config *cfg, di_status want, const char *text)
+{
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    di_status st = di_engine_create(cfg, &e, &err);
+    if (st != want) fail_msg("expected status %d (\"%s\"), got %d", (int)want, text, (int)st);
+    if (!strstr(di_error_message(err), text))
+        fail_msg("expected \"%s\" in \"%s\"", text, di_error_message(err));
+    assert_null(e);
+    di_error_free(err);
+}
+
+/* The drafter's fields: each bad value or combination is refused, naming
+ * the field; a draft model of another vocabulary or tokenizer too. */
+static void test_draft_config_errors(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = TINY;
+    cfg.speculative_tokens = 4;
+    cfg.draft = 3;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter 3");
+    cfg.draft = -1;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter -1");
+    cfg.draft = DI_DRAFT_AUTO;
+    cfg.reserved_draft = 1;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
+    cfg.reserved_draft = 0;
+    cfg.draft_model_path = "";
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft_model_path: expected a model");
+    cfg.draft_model_path = NULL;
+    cfg.draft = DI_DRAFT_MODEL;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft: DI_DRAFT_MODEL needs draft_model_path");
+    cfg.draft = DI_DRAFT_PROMPT_LOOKUP;
+    cfg.draft_model_path = TINY;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but draft is DI_DRAFT_PROMPT_LOOKUP");
+    cfg.draft = DI_DRAFT_AUTO;
+    cfg.speculative_tokens = 0;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but speculative_tokens is 0");
+    cfg.speculative_tokens = 4;
+    cfg.draft_model_path = DI_FIXTURE_DIR "/model/no-such-model";
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_not_equal(di_engine_create(&cfg, &e, &err), DI_OK);
+    assert_non_null(strstr(di_error_message(err), "draft_model_path: "));
+    di_error_free(err);
+    /* DI_DRAFT_AUTO with a draft model: it drafts */
+    cfg.draft_model_path = TINY;
+    err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_OK);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    if (access(SMOL, R_OK) != 0) return;
+    /* another vocabulary */
+    cfg.draft_model_path = SMOL;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: the draft model's vocabulary has 49152 tokens, the "
+                        "model's 512");
+    /* the same size, another token: SmolLM2 with <|im_start|> spelled
+     * <|im_stArt|> (an added token: no merge makes it) */
+    FILE *f = fopen(SMOL, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    rewind(f);
+    unsigned char *buf = malloc((size_t)size);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    const char tok[] = "\x0c\0\0\0\0\0\0\0<|im_start|>";
+    unsigned char *at = memmem(buf, (size_t)size, tok, sizeof tok - 1);
+    assert_non_null(at);
+    at[8 + 7] = 'A';
+    char path[] = "/tmp/di_draft_tokXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, (size_t)size), size);
+    close(fd);
+    free(buf);
+    cfg.model_path = SMOL;
+    cfg.draft_model_path = path;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: token 1 is \"<|im_stArt|>\" in the draft model's "
+                        "tokenizer and \"<|im_start|>\" in the model's");
+    /* a vocabulary that does not load is an error, not skipped: a merge
+     * whose token is missing (" Paris" spelled " PARIS") */
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    const unsigned char paris[] = {7, 0, 0, 0, 0, 0, 0, 0, 0xc4, 0xa0, 'P', 'a', 'r', 'i', 's'};
+    buf = malloc((size_t)size);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    at = memmem(buf, (size_t)size, paris, sizeof paris);
+    assert_non_null(at);
+    at[11] = 'A'; /* "ĠPAris" */
+    at = memmem(buf, (size_t)size, "<|im_stArt|>", 12);
+    assert_non_null(at);
+    at[7] = 'a'; /* the added token back */
+    rewind(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    free(buf);
+    expect_config_error(&cfg, DI_ERR_MODEL_FORMAT, "draft_model_path: its tokenizer: ");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,7 +922,11 @@ int main(void)
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
         cmocka_unit_test(test_lossless_smollm2),
+        cmocka_unit_test(test_draft_model_greedy_tiny),
+        cmocka_unit_test(test_draft_model_greedy_smollm2),
+        cmocka_unit_test(test_draft_model_sampling_matches_target),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_draft_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
