@@ -307,7 +307,7 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
     int run = strcmp(cmd, "run") == 0, has_protocol = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *v = i + 1 < argc ? argv[i + 1] : ""; /* "" only when missing */
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             printf("usage: %s\n(docs/cli.md)\n", usage_line(cmd));
             return EXIT_HELP;
@@ -319,7 +319,7 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
                     strcmp(o, "--speculative") == 0 || strcmp(o, "--draft") == 0 ||
                     strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0;
-        if (takes && !v) {
+        if (takes && i + 1 >= argc) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
             return usage(cmd, why);

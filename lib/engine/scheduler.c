@@ -874,7 +874,7 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, 
     s->gain = calloc(n_plan, sizeof *s->gain);
     s->conf = calloc(n_plan, sizeof *s->conf);
     s->dreq = calloc((size_t)max_running, sizeof *s->dreq);
-    s->dreq_r = calloc((size_t)max_running, sizeof *s->dreq_r);
+    s->dreq_r = calloc((size_t)max_running, sizeof(sched_request *));
     s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
     s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||

@@ -379,7 +379,7 @@ int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, in
     }
     double u = uniform(s);
     double qx = q && draft >= 0 && draft < s->n_vocab ? (double)q[draft] : 0.0;
-    if (!(qx > 0.0)) { /* a point-mass draft: the plain draw, kept when it is the draft */
+    if (!q || !(qx > 0.0)) { /* a point-mass draft: the plain draw, kept when it is the draft */
         int32_t tok = draw(c, n, u, sum);
         *accepted = tok == draft;
         return tok;
