@@ -388,7 +388,7 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
         r->tokens = p;
         r->cap = cap;
     }
-    if (s->drafter->gives_q && !r->q) {
+    if (s->drafter->gives_q && !r->q && sampler_get_params(r->smp)->temperature > 0.0f) {
         r->q = malloc((size_t)s->n_draft * (size_t)s->n_vocab * sizeof *r->q);
         if (!r->q) return -1;
     }

@@ -755,7 +755,7 @@ static void test_draft_model_sampling_matches_target(void **state)
            "%llu drafts, %llu kept\n",
            stat, dof, chi_square_critical(dof), (unsigned long long)drafted,
            (unsigned long long)accepted);
-    assert_true(dof >= 5);
+    assert_true(dof >= 3);
     assert_true(stat < chi_square_critical(dof));
     assert_true(drafted >= (uint64_t)n); /* each request's second token was drafted */
     assert_true(accepted > 0 && accepted < drafted);
