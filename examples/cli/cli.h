@@ -5,6 +5,7 @@
 
 #include <deepinfer/deepinfer.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
@@ -24,6 +25,28 @@ double cli_now(void);
 
 /* The protocol named chat, messages or responses; returns -1 for another name. */
 int cli_protocol(const char *name, di_protocol *out);
+
+/* Speculative decoding's options (draft_options.c; docs/cli.md): --draft
+ * off|auto|prompt-lookup|draft-model, --draft-max N (0 to 64; --speculative N
+ * is its older name), --draft-model PATH. Initialise with {0, 0, -1, NULL}. */
+typedef struct cli_draft {
+    int named;         /* --draft was given */
+    int32_t draft;     /* a di_draft, or -1: off */
+    long max;          /* --draft-max; -1: not given */
+    const char *model; /* --draft-model, or NULL */
+} cli_draft;
+#define CLI_DRAFT_INIT                                                                             \
+    {                                                                                              \
+        0, 0, -1, NULL                                                                             \
+    }
+/* When option o (with its value v) is one of them: records it and returns 1,
+ * *why getting NULL or the usage message of a bad value; 0 otherwise. */
+int cli_draft_option(const char *o, const char *v, cli_draft *d, const char **why);
+/* The engine's speculative_tokens, draft and draft_model_path from them: off
+ * unless one is given; a drafter without --draft-max verifies up to 8 drafts
+ * a step. Returns NULL, or the usage message of a combination that does not
+ * fit (draft-model without a path, a path with prompt-lookup or off, ...). */
+const char *cli_draft_apply(const cli_draft *d, di_engine_config *cfg);
 
 int cli_tokenize(int argc, char **argv);
 int cli_render(int argc, char **argv);

@@ -1,5 +1,6 @@
 /* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--kv-f32]
- *                    [--verbose]
+ *                    [--draft off|auto|prompt-lookup|draft-model] [--draft-max N]
+ *                    [--draft-model PATH] [--verbose]
  * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--kv-f32]
  *
  * generate: greedy decoding (the highest logit; the lowest id on ties) of N
@@ -7,6 +8,10 @@
  * one line. It does not stop at end-of-sequence tokens: exactly N are made.
  * --verbose: also prints to stderr the KV cache bytes per token
  * (di_model_kv_bytes_per_token) and the prefill and decode speeds.
+ * --draft / --draft-max / --draft-model (--speculative N: --draft-max N) run it
+ * through the engine with speculative decoding (di_engine_create, a token
+ * request with ignore_eos, di_poll): the same tokens, sooner where drafts are
+ * kept; --verbose then prints the drafted and kept counts.
  * logits: runs the prompt once and writes the logits of every position to FILE
  * as little-endian f32, row-major [n_tokens, vocab].
  * PATH is a .gguf file or a Hugging Face model directory. Built only on the
@@ -25,6 +30,7 @@ typedef struct gen_args {
     const char *model, *tokens, *out;
     long max_tokens, threads;
     int kv_f32, verbose;
+    cli_draft draft;
 } gen_args;
 
 static int usage(const char *cmd, const char *why)
@@ -32,7 +38,9 @@ static int usage(const char *cmd, const char *why)
     if (strcmp(cmd, "generate") == 0)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
-                "ID,ID,... --max-tokens N [--threads T] [--kv-f32] [--verbose])\n",
+                "ID,ID,... --max-tokens N [--threads T] [--kv-f32] [--draft "
+                "off|auto|prompt-lookup|draft-model] [--draft-max N] [--draft-model PATH] "
+                "[--verbose])\n",
                 why);
     else
         fprintf(stderr,
@@ -70,6 +78,7 @@ static int parse_tokens(const char *s, int32_t **ids, size_t *n)
 static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->draft = (cli_draft)CLI_DRAFT_INIT;
     a->max_tokens = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -84,7 +93,10 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         if (o[0] != '-') return usage(cmd, "unexpected argument (options only: see docs/cli.md)");
         if (i + 1 >= argc) return usage(cmd, "missing value after an option");
         const char *v = argv[++i];
-        if (strcmp(o, "--model") == 0) {
+        const char *bad = NULL;
+        if (strcmp(cmd, "generate") == 0 && cli_draft_option(o, v, &a->draft, &bad)) {
+            if (bad) return usage(cmd, bad);
+        } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--tokens") == 0) {
             a->tokens = v;
@@ -107,6 +119,13 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
     if (strcmp(cmd, "generate") == 0 && a->max_tokens < 0)
         return usage(cmd, "--max-tokens is required");
     if (strcmp(cmd, "logits") == 0 && !a->out) return usage(cmd, "--out is required");
+    di_engine_config probe;
+    di_engine_config_init(&probe);
+    const char *why = cli_draft_apply(&a->draft, &probe);
+    if (why) return usage(cmd, why);
+    if (probe.speculative_tokens > 0 && a->kv_f32)
+        return usage(cmd, "--kv-f32 cannot be used with speculative decoding (the engine's KV "
+                          "cache is f16)");
     return EXIT_OK;
 }
 
@@ -128,6 +147,110 @@ static int load(const char *cmd, const gen_args *a, di_model **m)
     return EXIT_OK;
 }
 
+typedef struct spec_run {
+    int32_t *out;
+    long n_out, max;
+    int done;
+    di_status status;
+    char message[300];
+    uint32_t drafted, accepted;
+    double t_first;
+} spec_run;
+
+static void on_spec_event(void *user, const di_event *ev)
+{
+    spec_run *r = user;
+    if (di_event_kind_of(ev) == DI_EVENT_TOKENS) {
+        size_t n = 0;
+        const int32_t *t = di_event_tokens(ev, &n);
+        if (r->n_out == 0 && n > 0) r->t_first = cli_now();
+        for (size_t i = 0; i < n && r->n_out < r->max; i++) r->out[r->n_out++] = t[i];
+    } else if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        r->done = 1;
+        r->status = di_event_status(ev);
+        snprintf(r->message, sizeof r->message, "%s", di_event_message(ev));
+        r->drafted = di_event_draft_tokens(ev);
+        r->accepted = di_event_accepted_draft_tokens(ev);
+    }
+}
+
+/* generate through the engine with speculative decoding: greedy, exactly
+ * max_tokens tokens (ignore_eos), printed as run() prints them. */
+static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = a->model;
+    cfg.n_threads = (int32_t)a->threads;
+    cfg.max_running = 1;
+    cfg.disable_prefix_cache = 1;
+    (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) return fail_error("generate", err);
+    int rc = EXIT_OK;
+    spec_run r = {0};
+    r.max = a->max_tokens;
+    r.out = malloc((size_t)(a->max_tokens > 0 ? a->max_tokens : 1) * sizeof *r.out);
+    if (!r.out) {
+        fprintf(stderr, "deepinfer generate: out of memory\n");
+        rc = EXIT_FAILED;
+        goto done;
+    }
+    if ((int64_t)n + a->max_tokens > di_engine_context_length(e)) {
+        fprintf(stderr,
+                "deepinfer generate: %zu prompt tokens and %ld new ones exceed the context of "
+                "%lld tokens\n",
+                n, a->max_tokens, (long long)di_engine_context_length(e));
+        rc = EXIT_FAILED;
+        goto done;
+    }
+    if (a->max_tokens > 0) {
+        di_request req;
+        di_request_init(&req);
+        req.tokens = ids;
+        req.n_tokens = n;
+        req.max_tokens = a->max_tokens;
+        req.temperature = 0;
+        req.ignore_eos = 1;
+        req.on_event = on_spec_event;
+        req.user_data = &r;
+        uint64_t id = 0;
+        double t0 = cli_now();
+        if (di_submit(e, &req, &id, &err) != DI_OK) {
+            rc = fail_error("generate", err);
+            goto done;
+        }
+        while (!r.done)
+            if (di_poll(e, 100) < 0) break;
+        if (r.status != DI_OK || r.n_out != a->max_tokens) {
+            fprintf(stderr, "deepinfer generate: %s\n",
+                    r.status != DI_OK ? r.message : "the engine stopped before max-tokens");
+            rc = EXIT_FAILED;
+            goto done;
+        }
+        if (a->verbose && a->max_tokens > 1) {
+            double t2 = cli_now();
+            fprintf(stderr,
+                    "deepinfer generate: prefill %zu tokens %.1f tokens/s, decode %ld tokens "
+                    "%.1f tokens/s\n",
+                    n, (double)n / (r.t_first - t0), a->max_tokens - 1,
+                    (double)(a->max_tokens - 1) / (t2 - r.t_first));
+        }
+    }
+    putchar('[');
+    for (long i = 0; i < r.n_out; i++) printf(i ? ",%d" : "%d", (int)r.out[i]);
+    printf("]\n");
+    if (a->verbose)
+        fprintf(stderr,
+                "deepinfer generate: speculative decoding: %u draft tokens verified, %u kept\n",
+                r.drafted, r.accepted);
+done:
+    free(r.out);
+    di_engine_destroy(e);
+    return rc;
+}
+
 static int32_t argmax(const float *x, int32_t n)
 {
     int32_t best = 0;
@@ -146,6 +269,16 @@ static int run(const char *cmd, int argc, char **argv)
     if (parse_tokens(a.tokens, &ids, &n)) {
         free(ids);
         return usage(cmd, "--tokens: expected comma-separated token IDs, e.g. 1,2,3");
+    }
+    if (strcmp(cmd, "generate") == 0) {
+        di_engine_config probe;
+        di_engine_config_init(&probe);
+        (void)cli_draft_apply(&a.draft, &probe);
+        if (probe.speculative_tokens > 0) {
+            rc = generate_speculative(&a, ids, n);
+            free(ids);
+            return rc;
+        }
     }
     di_model *m = NULL;
     float *logits = NULL;

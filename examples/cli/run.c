@@ -10,8 +10,9 @@
  * Options: --threads T, --ctx N (context tokens), --max-tokens N, --temperature X,
  * --seed S, --encoding E (override the model's prompt encoding), --cache-dir DIR
  * (the prefix cache's disk tier: prompts computed once are found again in later
- * runs), --no-prefix-cache, --speculative N (prompt-lookup speculative decoding,
- * up to N draft tokens a step), --verbose (time to first token, decode speed and
+ * runs), --no-prefix-cache, --draft off|auto|prompt-lookup|draft-model,
+ * --draft-max N (speculative decoding: up to N draft tokens a step; --speculative N
+ * is its older name), --draft-model PATH, --verbose (time to first token, decode speed and
  * the prompt tokens taken from the prefix cache on stderr). The model loads with a progress
  * bar on stderr. Built only on the public API (di_engine_*, di_submit, di_poll,
  * di_cancel). docs/cli.md documents both. */
@@ -32,7 +33,9 @@ typedef struct run_args {
     di_protocol protocol;
     di_encoding encoding;
     int stream, verbose, no_prefix_cache;
-    long threads, ctx, max_tokens, seed, speculative;
+    long threads, ctx, max_tokens, seed;
+    cli_draft draft;    /* --draft, --draft-max (--speculative), --draft-model */
+    int speculative;    /* 1: the engine drafts */
     double temperature; /* < 0: the body's or the default */
 } run_args;
 
@@ -98,7 +101,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.max_running = 1;
     cfg.kv_cache_dir = a->cache_dir;
     cfg.disable_prefix_cache = a->no_prefix_cache;
-    cfg.speculative_tokens = (int32_t)a->speculative;
+    (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     cfg.log = on_log;
     cfg.progress = on_progress;
     cfg.progress_user = &p;
@@ -275,11 +278,13 @@ static const char *usage_line(const char *cmd)
     return strcmp(cmd, "run") == 0
                ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
-                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--speculative N] "
-                 "[--verbose] REQUEST.json|-"
+                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] "
+                 "[--draft off|auto|prompt-lookup|draft-model] [--draft-max N] "
+                 "[--draft-model PATH] [--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
                  "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
-                 "[--no-prefix-cache] [--speculative N] [--verbose]";
+                 "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model] "
+                 "[--draft-max N] [--draft-model PATH] [--verbose]";
 }
 
 static int usage(const char *cmd, const char *why)
@@ -295,13 +300,14 @@ enum { EXIT_HELP = -1, EXIT_INTERRUPTED = 130 /* 128 + SIGINT, as shells report 
 static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->draft = (cli_draft)CLI_DRAFT_INIT;
     a->seed = -1;
     a->temperature = -1;
     a->protocol = DI_PROTOCOL_CHAT;
     int run = strcmp(cmd, "run") == 0, has_protocol = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *v = i + 1 < argc ? argv[i + 1] : ""; /* "" only when missing */
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             printf("usage: %s\n(docs/cli.md)\n", usage_line(cmd));
             return EXIT_HELP;
@@ -311,14 +317,18 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--max-tokens") == 0 || strcmp(o, "--temperature") == 0 ||
                     strcmp(o, "--seed") == 0 || strcmp(o, "--encoding") == 0 ||
                     strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
-                    strcmp(o, "--speculative") == 0;
-        if (takes && !v) {
+                    strcmp(o, "--speculative") == 0 || strcmp(o, "--draft") == 0 ||
+                    strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0;
+        if (takes && i + 1 >= argc) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
             return usage(cmd, why);
         }
         char *end;
-        if (strcmp(o, "--model") == 0) {
+        const char *bad = NULL;
+        if (takes && cli_draft_option(o, v, &a->draft, &bad)) {
+            if (bad) return usage(cmd, bad);
+        } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--protocol") == 0 && run) {
             if (cli_protocol(v, &a->protocol) != 0)
@@ -354,9 +364,6 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
         } else if (strcmp(o, "--no-prefix-cache") == 0) {
             a->no_prefix_cache = 1;
             continue;
-        } else if (strcmp(o, "--speculative") == 0) {
-            if (cli_parse_long(v, 0, 64, &a->speculative) != 0)
-                return usage(cmd, "--speculative must be 0 (off) to 64 draft tokens");
         } else if (strcmp(o, "--verbose") == 0) {
             a->verbose = 1;
             continue;
@@ -371,6 +378,11 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
         i++;
     }
     if (!a->model) return usage(cmd, "--model is required");
+    di_engine_config probe;
+    di_engine_config_init(&probe);
+    const char *why = cli_draft_apply(&a->draft, &probe);
+    if (why) return usage(cmd, why);
+    a->speculative = probe.speculative_tokens > 0;
     if (run && !has_protocol) return usage(cmd, "--protocol is required");
     if (run && !a->input) return usage(cmd, "a REQUEST.json file (or - for stdin) is required");
     return EXIT_OK;

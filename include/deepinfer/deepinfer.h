@@ -988,7 +988,42 @@ typedef struct di_engine_config {
      * proposal, up to speculative_tokens (fixed-length drafting, as
      * llama.cpp's lookup decoding does). The output is the same either way. */
     int32_t speculative_fixed;
+    /* The drafter of speculative decoding (di_draft; used when
+     * speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP
+     * or DI_DRAFT_MODEL (draft_model_path). An unknown value is
+     * DI_ERR_INVALID_ARGUMENT (docs/speculative.md). */
+    int32_t draft;
+    int32_t reserved_draft; /* must be 0 */
+    /* A draft model for speculative decoding: a .gguf file or Hugging Face
+     * folder of a smaller model sharing the model's tokenizer, loaded with
+     * the engine's threads, context and batch size and a KV cache of its own
+     * (room for 4 sequences of n_ctx tokens). It runs ahead of each decoding
+     * request: greedy requests get its argmax (kept when it is the model's, so
+     * the output is the greedy output), sampling requests a sample of its
+     * distribution after their temperature, top-k, top-p and min-p, kept with
+     * probability min(1, p/q) and corrected from the residual (speculative
+     * sampling: the output is distributed as without speculation).
+     * Copied. NULL (default): none. Set, it needs speculative_tokens > 0 and
+     * draft DI_DRAFT_AUTO or DI_DRAFT_MODEL; its vocabulary must have the
+     * model's size and, when both files carry a tokenizer, the same token
+     * strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that
+     * differs. Its load errors are di_model_load's, the message prefixed with
+     * "draft_model_path: ". */
+    const char *draft_model_path;
 } di_engine_config;
+
+/* Drafters of speculative decoding (di_engine_config.draft). Values are
+ * never renumbered; new drafters are appended. */
+typedef enum di_draft {
+    /* A draft model when draft_model_path is set, prompt lookup otherwise. */
+    DI_DRAFT_AUTO = 0,
+    /* Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the
+     * request's prompt and output that occurred before, and what followed it
+     * (llama.cpp's lookup decoding, vLLM's ngram speculation). */
+    DI_DRAFT_PROMPT_LOOKUP = 1,
+    /* A separate draft model sharing the tokenizer (draft_model_path). */
+    DI_DRAFT_MODEL = 2
+} di_draft;
 
 /* Set struct_size and the defaults. NULL is a no-op. */
 DI_API void di_engine_config_init(di_engine_config *cfg);

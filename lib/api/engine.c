@@ -27,8 +27,7 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(sizeof(di_engine_config) ==
-                   DI_STRUCT_SIZE_UNTIL(di_engine_config, speculative_fixed),
+_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, draft_model_path),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings),
                "di_request has no trailing padding");
@@ -411,6 +410,73 @@ static void engine_free(di_engine *e)
     free(e);
 }
 
+/* The draft model of c.draft_model_path, checked against the engine's model
+ * (the vocabulary's size; its token strings when both have a tokenizer),
+ * as a drafter for max_running requests (draft.h). */
+static di_status load_draft_model(di_engine *e, const di_engine_config *c, const model_options *mo,
+                                  int max_running, drafter **out, di_error **err)
+{
+    model *dm = NULL;
+    di_error *lerr = NULL;
+    model_options o = *mo;
+    o.n_ctx = e->n_ctx;
+    o.kv_bytes = 0;
+    o.progress = NULL;
+    di_status st = model_load(c->draft_model_path, &o, &dm, &lerr);
+    if (st != DI_OK) {
+        st = di_error_setf(err, st, "draft_model_path: %s", di_error_message(lerr));
+        di_error_free(lerr);
+        return st;
+    }
+    int32_t dv = (int32_t)model_get_config(dm)->n_vocab;
+    if (dv != e->n_vocab) {
+        model_free(dm);
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "draft_model_path: the draft model's vocabulary has %d tokens, the "
+                             "model's %d: a draft model must share the model's tokenizer",
+                             (int)dv, (int)e->n_vocab);
+    }
+    /* The token strings, when both files carry a vocabulary (a GGUF draft
+     * model's; a folder's tokenizer.json is not compared) */
+    di_tokenizer *dt = NULL;
+    char pre[64];
+    int no_vocab = 1;
+    if (e->tok && !is_dir(c->draft_model_path))
+        (void)gguf_encoding(c->draft_model_path, pre, sizeof pre, NULL, &no_vocab);
+    if (!no_vocab && (st = di_tokenizer_load(c->draft_model_path, &dt, &lerr)) != DI_OK) {
+        model_free(dm);
+        st = di_error_setf(err, st, "draft_model_path: its tokenizer: %s", di_error_message(lerr));
+        di_error_free(lerr);
+        return st;
+    }
+    if (dt) {
+        int32_t n = di_tokenizer_vocab_size(dt);
+        for (int32_t id = 0; st == DI_OK && id < n && id < di_tokenizer_vocab_size(e->tok); id++) {
+            char *a = NULL, *b = NULL;
+            size_t la = 0, lb = 0;
+            if (di_tokenizer_decode(dt, &id, 1, 0, &a, &la, NULL) == DI_OK &&
+                di_tokenizer_decode(e->tok, &id, 1, 0, &b, &lb, NULL) == DI_OK &&
+                (la != lb || memcmp(a, b, la) != 0))
+                st = di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                   "draft_model_path: token %d is \"%.40s\" in the draft model's "
+                                   "tokenizer and \"%.40s\" in the model's: a draft model must "
+                                   "share the model's tokenizer",
+                                   (int)id, a, b);
+            di_text_free(a);
+            di_text_free(b);
+        }
+        di_tokenizer_free(dt);
+        if (st != DI_OK) {
+            model_free(dm);
+            return st;
+        }
+    }
+    if ((st = drafter_model_create(dm, max_running, out)) != DI_OK)
+        return di_error_set(err, st, "out of memory for the draft model's drafter");
+    elog(e, DI_LOG_INFO, "speculative decoding: draft model %s", c->draft_model_path);
+    return DI_OK;
+}
+
 DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, di_error **err)
 {
     if (!cfg || !out)
@@ -460,6 +526,25 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                             "speculative_tokens: expected 0 (off) to 64 draft tokens per step");
     if (c.speculative_fixed != 0 && c.speculative_fixed != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "speculative_fixed: expected 0 or 1");
+    if (c.draft < DI_DRAFT_AUTO || c.draft > DI_DRAFT_MODEL)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "draft: unknown drafter %d (expected DI_DRAFT_AUTO, "
+                             "DI_DRAFT_PROMPT_LOOKUP or DI_DRAFT_MODEL)",
+                             (int)c.draft);
+    if (c.reserved_draft != 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
+    if (c.draft_model_path && !c.draft_model_path[0])
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "draft_model_path: expected a model file or folder, or NULL for none");
+    if (c.draft == DI_DRAFT_MODEL && !c.draft_model_path)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "draft: DI_DRAFT_MODEL needs draft_model_path");
+    if (c.draft_model_path && c.draft == DI_DRAFT_PROMPT_LOOKUP)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "draft_model_path: set, but draft is DI_DRAFT_PROMPT_LOOKUP");
+    if (c.draft_model_path && c.speculative_tokens == 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "draft_model_path: set, but speculative_tokens is 0 (speculation off)");
     if (c.kv_host_cache_bytes < 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_host_cache_bytes: expected 0 (no host tier) or more");
@@ -584,8 +669,12 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (max_running > model_n_batch(e->m)) max_running = (int)model_n_batch(e->m);
     sched_cache cache = {!c.disable_prefix_cache && !v4, v4 ? 0 : c.kv_host_cache_bytes,
                          v4 ? NULL : c.kv_cache_dir, c.kv_disk_cache_bytes};
-    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, &cache, &sink,
-                      &e->sched);
+    drafter *d = NULL;
+    if (c.draft_model_path && c.speculative_tokens > 0 &&
+        (st = load_draft_model(e, &c, &mo, max_running, &d, err)) != DI_OK)
+        goto fail;
+    st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, d, &cache,
+                      &sink, &e->sched);
     if (st != DI_OK) {
         st = di_error_set(err, st, "cannot start the engine's worker thread");
         goto fail;

@@ -1,5 +1,6 @@
-/* Prompt-lookup drafting (draft.h). */
-#include <math.h>
+/* Prompt-lookup drafting, the drafter interface and the verification
+ * schedule (draft.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/draft.h"
@@ -25,6 +26,45 @@ int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max
         }
     }
     return 0;
+}
+
+static void lookup_propose(drafter *d, draft_request *reqs, int n)
+{
+    (void)d;
+    static const float prior[4] = {0, 0.3f, 0.5f, 0.65f};
+    for (int i = 0; i < n; i++) {
+        draft_request *r = &reqs[i];
+        int g = 0;
+        r->has_q = 0;
+        r->n = draft_prompt_lookup(r->tokens, r->n_tokens, 1, 3, r->out, r->max, &g);
+        for (int j = 0; j < r->n; j++) r->conf[j] = prior[g < 4 ? g : 3];
+    }
+}
+
+static void lookup_release(drafter *d, void *state)
+{
+    (void)d;
+    (void)state; /* stateless */
+}
+
+static void lookup_destroy(drafter *d)
+{
+    free(d);
+}
+
+static const drafter_ops lookup_ops = {"prompt-lookup", lookup_propose, lookup_release,
+                                       lookup_destroy};
+
+drafter *drafter_prompt_lookup_create(void)
+{
+    drafter *d = calloc(1, sizeof *d);
+    if (d) d->ops = &lookup_ops;
+    return d;
+}
+
+void drafter_destroy(drafter *d)
+{
+    if (d) d->ops->destroy(d);
 }
 
 static int bucket_of(int64_t n)
@@ -71,19 +111,20 @@ double draft_profile_cost(const draft_profile *p, int64_t n_tokens)
 
 /* The next draft of the greedy order: the request whose next draft adds the
  * most expected tokens (the first of equals), or -1; *gain gets it. */
-static int next_draft(int n, const int *avail, const double *accept, const int *k, double *gain)
+static int next_draft(int n, const int *avail, const double *gains, int stride, const int *k,
+                      double *gain)
 {
     int best = -1;
     for (int i = 0; i < n; i++) {
         if (k[i] >= avail[i]) continue;
-        double g = pow(accept[i], k[i] + 1);
+        double g = gains[(size_t)i * (size_t)stride + (size_t)k[i]];
         if (best < 0 || g > *gain) best = i, *gain = g;
     }
     return best;
 }
 
-int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *accept,
-                       int64_t base_tokens, double base_work, int64_t budget, int *k)
+int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *gains,
+                       int stride, int64_t base_tokens, double base_work, int64_t budget, int *k)
 {
     for (int i = 0; i < n; i++) k[i] = 0;
     int measured = draft_profile_cost(p, 1) > 0;
@@ -96,7 +137,7 @@ int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const do
     double work = base_work, best_rate = measured ? work / draft_profile_cost(p, base_tokens) : 0;
     for (;;) {
         double gain = 0;
-        int i = next_draft(n, avail, accept, k, &gain);
+        int i = next_draft(n, avail, gains, stride, k, &gain);
         if (i < 0 || total + 1 > budget) break;
         k[i]++;
         total++;
@@ -112,7 +153,7 @@ int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const do
     for (int i = 0; i < n; i++) k[i] = 0;
     for (int64_t t = 0; t < best_total; t++) {
         double gain = 0;
-        k[next_draft(n, avail, accept, k, &gain)]++;
+        k[next_draft(n, avail, gains, stride, k, &gain)]++;
     }
     return best_total;
 }

@@ -1,17 +1,24 @@
 /* Drafters for speculative decoding (scheduler.c verifies what they propose).
  *
  * A drafter guesses the tokens that follow a request's tokens; the target
- * model then computes all of them in one step and keeps the longest prefix it
- * would have produced itself. Today's drafter is prompt lookup (n-gram
- * matching over the request's own prompt and output, for any model: what
- * llama.cpp calls lookup decoding and vLLM "ngram" speculation): agents and
- * editors copy long spans of their context into their output, which is where
- * it pays. The interface takes the request's tokens only, so a model drafter
- * (DeepSeek-V3's MTP module, a small same-tokenizer model) fits behind it. */
+ * model then computes all of them in one step and keeps what the
+ * speculative-sampling rule keeps (sampler_verify). The drafters behind the
+ * one interface below:
+ *   - prompt lookup (n-gram matching over the request's own prompt and
+ *     output, for any model: what llama.cpp calls lookup decoding and vLLM
+ *     "ngram" speculation): agents and editors copy long spans of their
+ *     context into their output, which is where it pays;
+ *   - a draft model sharing the tokenizer (draft_model.c): a small model run
+ *     ahead, greedily or sampling with the request's temperature and top-k /
+ *     top-p / min-p, which hands the verifier its distribution q.
+ * DeepSeek-V3's MTP module is the next to fit behind it. */
 #ifndef DI_ENGINE_DRAFT_H
 #define DI_ENGINE_DRAFT_H
 
 #include <stdint.h>
+
+#include "model/model.h"
+#include "sampler/sampler.h"
 
 /* Prompt lookup: the longest suffix of tokens[0, n) of length in [min_ngram,
  * max_ngram] that also occurs earlier in tokens (its most recent earlier
@@ -21,6 +28,60 @@
  * max_ngram) per call. */
 int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max_ngram,
                         int32_t *out, int max, int *ngram);
+
+/* One decoding request, as the scheduler hands it to a drafter each step. */
+typedef struct draft_request {
+    /* in */
+    const int32_t *tokens; /* the request's prompt and output so far, [n_tokens] */
+    int64_t n_tokens;
+    int max;            /* drafts wanted at most (>= 1) */
+    const sampler *smp; /* the request's sampler: its parameters (temperature...) */
+    void **state;       /* the drafter's state for this request; NULL the first time */
+    /* out */
+    int32_t *out; /* [max] the drafts, in order */
+    float *conf;  /* [max] each draft's confidence: the drafter's probability that
+                     it is kept given the drafts before it were */
+    float *q;     /* [max, n_vocab], or NULL when the drafter gives no
+                     distributions: row j the distribution out[j] was drawn from */
+    int has_q;    /* set to 1 when the rows of q were written (a sampled draft) */
+    int n;        /* drafts proposed, in [0, max] */
+} draft_request;
+
+typedef struct drafter drafter;
+
+/* A drafter's operations. propose fills each of reqs[0, n) (n_tokens >= 1)
+ * with its drafts: deterministic for the same tokens and state, and never
+ * failing (a drafter that cannot draft, out of memory or of KV room, proposes
+ * none). release frees a request's state (the request ended or was
+ * pre-empted). destroy frees the drafter. Run on the scheduler's worker
+ * thread only. */
+typedef struct drafter_ops {
+    const char *name; /* "prompt-lookup", "draft-model" */
+    void (*propose)(drafter *d, draft_request *reqs, int n);
+    void (*release)(drafter *d, void *state);
+    void (*destroy)(drafter *d);
+} drafter_ops;
+
+struct drafter {
+    const drafter_ops *ops;
+    int gives_q; /* 1: may hand distributions (the scheduler then allocates q rows) */
+};
+
+/* The prompt-lookup drafter (draft_prompt_lookup with n-grams of 3 down to 1
+ * tokens). Every draft's confidence is a prior from the match length: 0.3,
+ * 0.5, 0.65 for 1-, 2-, 3-token matches. NULL when out of memory. */
+drafter *drafter_prompt_lookup_create(void);
+
+/* The draft-model drafter (draft_model.c) over model m (taken: freed with
+ * the drafter, or here on failure), for up to max_running requests at once.
+ * Its drafts are its greedy choice at temperature 0 (a point-mass draft,
+ * confidence its probability) and a sample of its distribution after the
+ * request's temperature, top-k, top-p and min-p otherwise (q handed to the
+ * verifier). Errors: DI_ERR_OUT_OF_MEMORY. */
+di_status drafter_model_create(model *m, int max_running, drafter **out);
+
+/* A drafter's destroy; NULL is a no-op. */
+void drafter_destroy(drafter *d);
 
 /* A step's cost as the engine measures it: wall time against the tokens a
  * step computes, kept current by every step (an exponential moving average
@@ -40,19 +101,19 @@ double draft_profile_cost(const draft_profile *p, int64_t n_tokens);
 
 /* Confidence-scheduled verification (the idea of DeepSeek's DSpark): how
  * many of its proposed drafts each of n requests verifies this step. Request
- * i has avail[i] drafts and accept[i], the probability that each next draft
- * is kept given the one before was (its running acceptance rate, or a prior
- * from its match length), so its j-th draft adds accept[i]^j expected
- * tokens. The drafts are ordered by expected gain (largest first), and the
- * prefix of that order within `budget` with the highest expected tokens per
- * unit of time (decoders' tokens, base_work the other work of the step, plus
+ * i has avail[i] drafts; gain[i * stride + j] is the expected tokens its
+ * (j+1)-th draft adds — the probability that it and every draft before it
+ * are kept (the product of per-draft confidences, each the drafter's blended
+ * with the request's running acceptance rate), non-increasing in j. The drafts are ordered by
+ * expected gain (largest first), and the prefix of that order within `budget` with the highest
+ * expected tokens per unit of time (decoders' tokens, base_work the other work of the step, plus
  * the drafts' expected gain, over the profile's cost of base_tokens plus the
  * drafts) is verified — the whole order is weighed, since step cost is not
  * convex in tokens. So a busy engine, whose steps cost more per
  * token, verifies fewer speculative tokens, and an idle one more. An empty
  * profile allows every draft (its steps then measure it). k[i] gets the
  * counts; returns their sum. */
-int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *accept,
-                       int64_t base_tokens, double base_work, int64_t budget, int *k);
+int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const double *gain,
+                       int stride, int64_t base_tokens, double base_work, int64_t budget, int *k);
 
 #endif

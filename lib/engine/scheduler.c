@@ -48,10 +48,14 @@ struct sched {
     /* speculative decoding: draft tokens verified per request and step at most
      * (0: off), and each item's verified output of the step */
     int n_draft, draft_fixed;
+    drafter *drafter;      /* owned; NULL when off */
     draft_profile profile; /* step time against tokens per step (draft_allocate) */
     uint64_t n_steps;
     int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
-    double *accept;
+    double *gain;        /* [max_running, n_draft] */
+    float *conf;         /* [max_running, n_draft]: the drafter's confidences */
+    draft_request *dreq; /* [max_running]: this step's decoding requests */
+    sched_request **dreq_r;
     int32_t *emit; /* [max_running, 1 + n_draft] */
     /* the emitted tokens' log probabilities, for requests that want them:
      * [max_running, 1 + n_draft] (+ SCHED_MAX_TOP alternatives each), and a
@@ -68,6 +72,7 @@ void sched_request_free(sched_request *r)
     free(r->tokens);
     free(r->stop_ids);
     free(r->keys);
+    free(r->q);
     sampler_free(r->smp);
     free(r);
 }
@@ -97,8 +102,16 @@ static void unlink_live(sched *s, sched_request *r)
     r->next = r->prev = NULL;
 }
 
+/* Free r's drafter state (its draft KV, for a draft model). */
+static void release_draft(sched *s, sched_request *r)
+{
+    if (r->draft_state && s->drafter) s->drafter->ops->release(s->drafter, r->draft_state);
+    r->draft_state = NULL;
+}
+
 static void remove_worker_lists(sched *s, sched_request *r)
 {
+    release_draft(s, r);
     for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == r) {
             memmove(&s->running[i], &s->running[i + 1],
@@ -254,6 +267,8 @@ static void preempt(sched *s, sched_request *r)
     model_seq_free(s->m, r->seq);
     r->seq = NULL;
     r->running = 0;
+    r->recomputing = 1;
+    release_draft(s, r);
     /* The waiting array has room: it never holds more than every live request,
      * and a failed push would lose r, so grow it first. */
     if (push_waiting(s, r, 1) != 0) {
@@ -347,29 +362,50 @@ static int restore(sched *s, sched_request *r)
     return 1;
 }
 
-/* Propose draft tokens for decoding request r (prompt lookup), written after
- * its tokens (r->tokens[n_all, n_all + k)) without counting them: at most
- * n_draft, and never past its max_tokens or the context (the step's last
- * token must be one the request may still emit). Sets r->n_proposed and
- * r->ngram. */
-static void propose(sched *s, sched_request *r)
+/* Prepare decoding request r's drafter call: at most n_draft drafts, and
+ * never past its max_tokens or the context (the step's last token must be one
+ * the request may still emit), written after its tokens (r->tokens[n_all,
+ * n_all + k)) without counting them. Returns 0 when it may draft (dr filled;
+ * conf is the caller's), -1 when not. */
+static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *conf)
 {
-    r->n_proposed = r->ngram = r->k_step = 0;
+    r->n_proposed = r->k_step = 0;
+    r->has_q = 0;
     int64_t k = s->n_draft;
     int64_t left = r->max_tokens - (r->n_all - r->n_prompt) - 1;
     if (k > left) k = left;
     if (k > s->n_ctx - r->n_all - 1) k = s->n_ctx - r->n_all - 1;
-    if (k <= 0) return;
+    if (k <= 0) return -1;
+    /* Sampled drafts change which random draw a position gets (a different
+     * draw of the same distribution): they are proposed only at a request's
+     * own decode steps — not for a prompt's last token (whether it is computed
+     * alone depends on how the batch chunked the prompt) nor while a
+     * pre-empted request is recomputed — so a seed gives the same tokens
+     * whatever the batch. */
+    if (s->drafter->gives_q && sampler_get_params(r->smp)->temperature > 0.0f &&
+        (r->n_all == r->n_prompt || r->recomputing))
+        return -1;
     if (r->n_all + k > r->cap) {
         int64_t cap = r->cap * 2 > r->n_all + k ? r->cap * 2 : r->n_all + k;
         if (cap > s->n_ctx) cap = s->n_ctx;
         int32_t *p = realloc(r->tokens, (size_t)cap * sizeof *p);
-        if (!p) return; /* no drafts: the step goes on without them */
+        if (!p) return -1; /* no drafts: the step goes on without them */
         r->tokens = p;
         r->cap = cap;
     }
-    r->n_proposed =
-        draft_prompt_lookup(r->tokens, r->n_all, 1, 3, r->tokens + r->n_all, (int)k, &r->ngram);
+    if (s->drafter->gives_q && !r->q && sampler_get_params(r->smp)->temperature > 0.0f) {
+        r->q = malloc((size_t)s->n_draft * (size_t)s->n_vocab * sizeof *r->q);
+        if (!r->q) return -1;
+    }
+    *dr = (draft_request){.tokens = r->tokens,
+                          .n_tokens = r->n_all,
+                          .max = (int)k,
+                          .smp = r->smp,
+                          .state = &r->draft_state,
+                          .out = r->tokens + r->n_all,
+                          .conf = conf,
+                          .q = r->q};
+    return 0;
 }
 
 /* This step's drafts: every decoding request's proposals, and how many each
@@ -382,23 +418,44 @@ static void plan_drafts(sched *s, int64_t budget)
 {
     int n = 0;
     int64_t n_dec = 0, prefill = 0;
+    const int stride = s->n_draft;
     for (int i = 0; i < s->n_running; i++) {
         sched_request *r = s->running[i];
         int64_t need = r->n_all - model_seq_n_past(r->seq);
         r->k_step = 0;
+        r->n_proposed = 0;
+        r->has_q = 0;
         if (need != 1) {
             prefill += need;
             continue;
         }
         n_dec++;
-        propose(s, r);
-        static const double prior[4] = {0, 0.3, 0.5, 0.65};
-        s->avail[n] = r->n_proposed;
-        s->accept[n] = ((double)r->n_accepted + 2 * prior[r->ngram < 4 ? r->ngram : 3]) /
-                       ((double)r->n_tested + 2);
-        n++;
+        if (prepare_draft(s, r, &s->dreq[n], s->conf + (size_t)n * (size_t)stride) != 0) continue;
+        s->dreq_r[n++] = r;
     }
-    if (n == 0) return;
+    if (n > 0) s->drafter->ops->propose(s->drafter, s->dreq, n);
+    /* Each draft's gain: the probability that it and all before it are kept,
+     * a per-draft rate blending the request's acceptance so far with the
+     * drafter's confidence (two pseudo-counts of it). Sampled drafts (with q)
+     * are all verified, as the budget allows: the draft model paid for them,
+     * and a fixed plan keeps a seeded request's output independent of the
+     * batch. */
+    int n_sched = 0;
+    for (int i = 0; i < n; i++) {
+        sched_request *r = s->dreq_r[i];
+        draft_request *dr = &s->dreq[i];
+        r->n_proposed = dr->n;
+        r->has_q = dr->has_q && dr->n > 0;
+        s->avail[i] = r->has_q ? 0 : dr->n;
+        double g = 1.0;
+        for (int j = 0; j < dr->n; j++) {
+            double a =
+                ((double)r->n_accepted + 2 * (double)dr->conf[j]) / ((double)r->n_tested + 2);
+            g *= a;
+            s->gain[(size_t)i * (size_t)stride + (size_t)j] = g;
+        }
+        n_sched += s->avail[i] > 0;
+    }
     int64_t base = n_dec + (prefill < budget - n_dec ? prefill : budget - n_dec);
     int64_t total = 0;
     if (s->draft_fixed) { /* every proposal, as the budget allows */
@@ -406,27 +463,34 @@ static void plan_drafts(sched *s, int64_t budget)
             s->k_plan[i] = total + s->avail[i] <= budget - n_dec ? s->avail[i] : 0;
             total += s->k_plan[i];
         }
-    } else {
-        total = draft_allocate(&s->profile, n, s->avail, s->accept, base, (double)base,
+    } else if (n_sched > 0) {
+        total = draft_allocate(&s->profile, n, s->avail, s->gain, stride, base, (double)base,
                                budget - n_dec, s->k_plan);
+    } else {
+        for (int i = 0; i < n; i++) s->k_plan[i] = 0;
     }
-    if (s->draft_fixed) {
+    if (s->draft_fixed || n_sched == 0) {
         /* the plan is the proposals */
     } else if (s->n_steps % 16 == 0 && total < budget - n_dec) {
         /* measure one step longer than the plan: the most confident request
          * verifies one draft more */
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (s->k_plan[i] < s->avail[i] && (best < 0 || s->accept[i] > s->accept[best]))
+            if (s->k_plan[i] < s->avail[i] &&
+                (best < 0 || s->gain[(size_t)i * (size_t)stride + (size_t)s->k_plan[i]] >
+                                 s->gain[(size_t)best * (size_t)stride + (size_t)s->k_plan[best]]))
                 best = i;
         if (best >= 0) s->k_plan[best]++;
     } else if (s->n_steps % 16 == 8 && total > 0) {
         for (int i = 0; i < n; i++) s->k_plan[i] = 0; /* and the plain one */
     }
-    n = 0;
-    for (int i = 0; i < s->n_running; i++) {
-        sched_request *r = s->running[i];
-        if (r->n_all - model_seq_n_past(r->seq) == 1) r->k_step = s->k_plan[n++];
+    for (int i = 0; i < n; i++) {
+        sched_request *r = s->dreq_r[i];
+        if (r->has_q) { /* sampled drafts: all of them, as the budget allows */
+            s->k_plan[i] = total + r->n_proposed <= budget - n_dec ? r->n_proposed : 0;
+            total += s->k_plan[i];
+        }
+        r->k_step = s->k_plan[i];
     }
 }
 
@@ -477,7 +541,7 @@ static void step(sched *s)
     int64_t budget = model_n_batch(m);
     int n_items = 0;
     char msg[256];
-    if (s->n_draft > 0) plan_drafts(s, budget);
+    if (s->drafter) plan_drafts(s, budget);
     for (int pass = 0; pass < 2; pass++) {
     restart:
         for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -489,7 +553,7 @@ static void step(sched *s)
             /* Speculative decoding: a decoding request's draft tokens ride in
              * the same item, from the budget the other decoders leave. */
             int n_drafts = 0;
-            if (pass == 0 && s->n_draft > 0) {
+            if (pass == 0 && s->drafter) {
                 int64_t room = budget - decoders_left(s, n_items, i + 1) - 1;
                 n_drafts = r->k_step < room ? r->k_step : (int)(room > 0 ? room : 0);
                 if (n_drafts > 0 && model_seq_reserve(m, r->seq, past + 1 + n_drafts) != DI_OK)
@@ -595,7 +659,7 @@ static void step(sched *s)
     for (int i = 0; i < n_items; i++) step_tokens += s->items[i].n_tokens;
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     s->n_building = 0; /* computed: the sequences count their own tokens */
-    if (st == DI_OK && s->n_draft > 0) {
+    if (st == DI_OK && s->drafter) {
         draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
         s->n_steps++;
     }
@@ -636,7 +700,14 @@ static void step(sched *s)
                                   s->emit_top_ids + slot * SCHED_MAX_TOP,
                                   s->emit_top + slot * SCHED_MAX_TOP);
             }
-            int32_t tok = sampler_sample(r->smp, logits, s->scratch);
+            /* rows before the last verify draft j (speculative sampling:
+             * sampler_verify); the last is a plain sample */
+            int kept = 0;
+            int32_t tok =
+                j + 1 < rows
+                    ? sampler_verify(r->smp, logits, s->scratch, drafts[j],
+                                     r->has_q ? r->q + (size_t)j * (size_t)s->n_vocab : NULL, &kept)
+                    : sampler_sample(r->smp, logits, s->scratch);
             if (r->want_logprobs) {
                 s->emit_lp[slot] = (float)((double)s->raw_row[tok] - lse);
                 for (int t = 0; t < r->top_logprobs; t++)
@@ -653,7 +724,7 @@ static void step(sched *s)
                 break;
             if (j + 1 < rows) {
                 r->n_tested++;
-                if (tok != drafts[j]) break; /* rejected: tok is the correction */
+                if (!kept) break; /* rejected: tok is the correction */
                 accepted++;
             }
         }
@@ -708,6 +779,7 @@ static void step(sched *s)
                 memcpy(r->lp_top, s->emit_top + slot * SCHED_MAX_TOP,
                        (size_t)r->top_logprobs * sizeof *r->lp_top);
             }
+            r->recomputing = 0;
             int stop = is_stop(r, tok);
             int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
             if (stop || ended) {
@@ -818,15 +890,26 @@ static di_status start_tiers(sched *s, const sched_cache *c)
                               s->tiers);
 }
 
-di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, drafter *d,
                        const sched_cache *cache, const sched_sink *sink, sched **out)
 {
     sched *s = calloc(1, sizeof *s);
-    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    if (!s) {
+        drafter_destroy(d);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
     s->m = m;
     s->max_running = max_running;
     s->n_draft = n_draft < 0 ? 0 : n_draft;
     s->draft_fixed = draft_fixed != 0;
+    s->drafter = d;
+    if (s->n_draft == 0) {
+        drafter_destroy(s->drafter);
+        s->drafter = NULL;
+    } else if (!s->drafter && !(s->drafter = drafter_prompt_lookup_create())) {
+        sched_destroy(s);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
     s->sink = *sink;
     s->prefix_cache = cache->prefix_cache != 0;
 
@@ -846,12 +929,16 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
     s->raw_row = malloc((size_t)s->n_vocab * sizeof *s->raw_row);
     s->avail = calloc((size_t)max_running, sizeof *s->avail);
     s->k_plan = calloc((size_t)max_running, sizeof *s->k_plan);
-    s->accept = calloc((size_t)max_running, sizeof *s->accept);
+    size_t n_plan = (size_t)max_running * (size_t)(s->n_draft ? s->n_draft : 1);
+    s->gain = calloc(n_plan, sizeof *s->gain);
+    s->conf = calloc(n_plan, sizeof *s->conf);
+    s->dreq = calloc((size_t)max_running, sizeof *s->dreq);
+    s->dreq_r = calloc((size_t)max_running, sizeof(sched_request *));
     s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
     s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||
         !s->emit_lp || !s->emit_top || !s->emit_top_ids || !s->raw_row || !s->n_emit ||
-        !s->item_st || !s->avail || !s->k_plan || !s->accept) {
+        !s->item_st || !s->avail || !s->k_plan || !s->gain || !s->conf || !s->dreq || !s->dreq_r) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -907,7 +994,10 @@ void sched_destroy(sched *s)
     free(s->emit);
     free(s->avail);
     free(s->k_plan);
-    free(s->accept);
+    free(s->gain);
+    free(s->conf);
+    free(s->dreq);
+    free(s->dreq_r);
     free(s->n_emit);
     free(s->item_st);
     free(s->scratch);
@@ -916,5 +1006,6 @@ void sched_destroy(sched *s)
         kv_tiers_destroy(s->tiers);
     }
     free(s->block_buf);
+    drafter_destroy(s->drafter); /* after close: the requests released their drafter state */
     free(s);
 }

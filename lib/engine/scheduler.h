@@ -22,10 +22,10 @@
  * logits: vLLM's recompute pre-emption). A request that cannot fit even alone
  * ends with DI_ERR_CONTEXT_LENGTH. No request is ever dropped: every one
  * submitted ends in exactly one sink->on_done call. With speculative decoding
- * (n_draft > 0) a decoding request's item also carries the draft tokens
- * draft_allocate chose for it; each is kept only while it equals the token the
- * request samples there, and the rejected ones' KV is cut off
- * (model_seq_truncate) before the step's blocks are published.
+ * (n_draft > 0) a decoding request's item also carries the draft tokens its
+ * drafter proposed and draft_allocate chose; each is kept while
+ * sampler_verify keeps it (speculative sampling), and the rejected ones' KV is
+ * cut off (model_seq_truncate) before the step's blocks are published.
  *
  * Thread-safety: sched_submit, sched_cancel and sched_pending may be called
  * from any thread; the sink's functions run on the worker thread. */
@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "deepinfer/deepinfer.h"
+#include "engine/draft.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
 
@@ -68,13 +69,17 @@ typedef struct sched_request {
     uint64_t id;
     int64_t n_all, cap;
     model_seq *seq;
-    uint64_t admit_order; /* 0 until first admitted */
-    int64_t n_cached;     /* prompt tokens the prefix cache held at first admission */
-    int64_t n_drafted;    /* draft tokens verified (speculative decoding) */
-    int64_t n_accepted;   /* of them, those kept */
-    int64_t n_tested;     /* drafts compared with the target's sample (kept or the first not) */
-    int n_proposed, ngram, k_step; /* this step's proposals, their match length, those verified */
-    uint64_t *keys; /* the prompt's block keys, for the tiers (computed once); owned */
+    uint64_t admit_order;   /* 0 until first admitted */
+    int64_t n_cached;       /* prompt tokens the prefix cache held at first admission */
+    int64_t n_drafted;      /* draft tokens verified (speculative decoding) */
+    int64_t n_accepted;     /* of them, those kept */
+    int64_t n_tested;       /* drafts compared with the target's sample (kept or the first not) */
+    int n_proposed, k_step; /* this step's proposals, and those verified */
+    int has_q;              /* 1: this step's drafts were sampled, q holds their distributions */
+    int recomputing;        /* 1: pre-empted, and no token emitted since */
+    float *q;               /* [n_draft, n_vocab] (a drafter that samples), or NULL; owned */
+    void *draft_state;      /* the drafter's (draft.h), released when the request stops running */
+    uint64_t *keys;         /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
     int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
     int cancel;                        /* set under the lock by sched_cancel */
@@ -110,13 +115,15 @@ typedef struct sched_cache {
 
 /* Start the worker over model m (owned by the caller, used only by the worker
  * from now until sched_destroy). n_draft > 0 turns on speculative decoding:
- * each decoding request verifies up to n_draft prompt-lookup draft tokens
- * per step (draft.h), from the step's budget the other decoders leave; 0: off.
- * draft_fixed 1 verifies every proposal; 0 lets draft_allocate choose. With tiers, a
- * request admitted whose next prompt blocks the tiers hold waits at the front of the queue (as long
- * as the restores take, at most 2 s) and then takes them as computed. Errors: DI_ERR_OUT_OF_MEMORY,
- * DI_ERR_BACKEND. */
-di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed,
+ * each decoding request verifies up to n_draft draft tokens per step, from
+ * the step's budget the other decoders leave, proposed by drafter d (taken,
+ * freed by sched_destroy or on failure; NULL: prompt lookup); 0: off (d is
+ * freed). draft_fixed 1 verifies every proposal; 0 lets draft_allocate choose
+ * (a drafter's sampled drafts are always all verified). With tiers, a request
+ * admitted whose next prompt blocks the tiers hold waits at the front of the
+ * queue (as long as the restores take, at most 2 s) and then takes them as
+ * computed. Errors: DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND. */
+di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, drafter *d,
                        const sched_cache *cache, const sched_sink *sink, sched **out);
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */

@@ -233,7 +233,13 @@ static candidate heap_pop(candidate *h, int32_t *n)
     return top;
 }
 
-int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
+/* The processors of sampler_sample (steps 0 to 8), on logits in place.
+ * Greedy: returns the chosen id. Otherwise returns -1 with *cand the kept
+ * candidates (in scratch), *n_kept their count, each one's weight
+ * exp(logit - max) in its `logit` field (in descending probability order)
+ * and *sum their sum. */
+static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, candidate **cand,
+                       int32_t *n_kept, double *sum_out)
 {
     const sampler_params *p = &s->p;
     const int32_t V = s->n_vocab;
@@ -315,11 +321,103 @@ int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
         sum = 0.0;
         for (int32_t i = 0; i < n; i++) sum += c[i].logit;
     }
-    double u = (double)(rng_next(s->rng) >> 11) * 0x1.0p-53 * sum;
-    double acc = 0.0;
+    *cand = c;
+    *n_kept = n;
+    *sum_out = sum;
+    return -1;
+}
+
+/* One uniform double in [0, 1) from the request's RNG. */
+static double uniform(sampler *s)
+{
+    return (double)(rng_next(s->rng) >> 11) * 0x1.0p-53;
+}
+
+/* Inverse CDF over c[0, n) (weights in `logit`) at u * sum. */
+static int32_t draw(const candidate *c, int32_t n, double u, double sum)
+{
+    double target = u * sum, acc = 0.0;
     for (int32_t i = 0; i < n; i++) {
         acc += c[i].logit;
-        if (u < acc) return c[i].id;
+        if (target < acc) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+int32_t sampler_sample_dist(sampler *s, float *logits, sampler_candidate *scratch, float *probs)
+{
+    candidate *c = NULL;
+    int32_t n = 0;
+    double sum = 0;
+    int32_t best = process(s, logits, scratch, &c, &n, &sum);
+    if (probs) {
+        memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+        if (best >= 0)
+            probs[best] = 1.0f;
+        else
+            for (int32_t i = 0; i < n; i++) probs[c[i].id] = (float)((double)c[i].logit / sum);
+    }
+    if (best >= 0) return best;
+    return draw(c, n, uniform(s), sum);
+}
+
+int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch)
+{
+    return sampler_sample_dist(s, logits, scratch, NULL);
+}
+
+int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, int32_t draft,
+                       const float *q, int *accepted)
+{
+    candidate *c = NULL;
+    int32_t n = 0;
+    double sum = 0;
+    int32_t best = process(s, logits, scratch, &c, &n, &sum);
+    if (best >= 0) { /* p is a point mass: p(x)/q(x) >= 1 at best, 0 elsewhere */
+        *accepted = best == draft;
+        return best;
+    }
+    double u = uniform(s);
+    double qx = q && draft >= 0 && draft < s->n_vocab ? (double)q[draft] : 0.0;
+    if (!q || !(qx > 0.0)) { /* a point-mass draft: the plain draw, kept when it is the draft */
+        int32_t tok = draw(c, n, u, sum);
+        *accepted = tok == draft;
+        return tok;
+    }
+    double px = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].id == draft) {
+            px = (double)c[i].logit / sum;
+            break;
+        }
+    double a = px / qx;
+    if (u < a) { /* accepted with probability min(1, p(x)/q(x)) */
+        *accepted = 1;
+        return draft;
+    }
+    *accepted = 0;
+    /* Rejected: u is uniform on [a, 1), so (u - a) / (1 - a) is a fresh
+     * uniform for the residual max(0, p - q), normalised. Outside the kept
+     * candidates p is 0, so the residual lives on them. */
+    double v = (u - a) / (1.0 - a), rsum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        double r = (double)c[i].logit / sum - (double)q[c[i].id];
+        rsum += r > 0 ? r : 0;
+    }
+    if (!(rsum > 0)) return draw(c, n, v, sum); /* p == q up to rounding: p itself */
+    double target = v * rsum, acc = 0.0;
+    int32_t last = c[0].id;
+    for (int32_t i = 0; i < n; i++) {
+        double r = (double)c[i].logit / sum - (double)q[c[i].id];
+        if (!(r > 0)) continue;
+        acc += r;
+        last = c[i].id;
+        if (target < acc) return c[i].id;
+    }
+    return last;
+}
+
+const sampler_params *sampler_get_params(const sampler *s)
+{
+    return &s->p;
 }

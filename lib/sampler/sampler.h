@@ -85,4 +85,36 @@ int sampler_accept(sampler *s, int32_t token);
  * sampler_accept with what it keeps. */
 int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch);
 
+/* sampler_sample, and when probs is not NULL the distribution it drew from,
+ * probs[n_vocab]: the kept tokens' probabilities after every processor (0 for
+ * the rest; greedy: 1 on the chosen token). The same token and random draw as
+ * sampler_sample. A drafter that samples uses it to hand the verifier q. */
+int32_t sampler_sample_dist(sampler *s, float *logits, sampler_candidate *scratch, float *probs);
+
+/* Speculative sampling (Leviathan et al. 2023, "Fast Inference from
+ * Transformers via Speculative Decoding", algorithm 1; Chen et al. 2023):
+ * verify the draft token `draft` against the target distribution p that
+ * sampler_sample would draw from these logits (modified in place), and return
+ * the token to emit; *accepted gets 1 when it is the draft. q is the
+ * drafter's distribution over the vocabulary [n_vocab] that `draft` was drawn
+ * from (q[draft] > 0), or NULL for a point-mass draft (a deterministic
+ * drafter: prompt lookup, greedy drafting).
+ *   - q given: the draft is kept with probability min(1, p(x)/q(x)); on
+ *     rejection the token is drawn from the residual max(0, p - q),
+ *     normalised. The emitted token is distributed as p whatever q is.
+ *   - NULL: the plain draw of sampler_sample (the same random number), kept
+ *     when it equals the draft — with q a point mass the rule above accepts
+ *     with probability p(x) and its residual is p without x, which is what
+ *     this draws; and the output equals decoding without speculation.
+ *   - greedy: p is a point mass on the chosen token: kept when it is the draft.
+ * Each call takes exactly one random number from the request's RNG (none when
+ * greedy), like sampler_sample: the rejected case reuses it, rescaled, for the
+ * residual draw — so the seeded stream advances one number per emitted token,
+ * drafted or not. Does not accept the token (sampler_accept). */
+int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, int32_t draft,
+                       const float *q, int *accepted);
+
+/* The parameters the sampler was created with (bias arrays owned by it). */
+const sampler_params *sampler_get_params(const sampler *s);
+
 #endif

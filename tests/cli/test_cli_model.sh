@@ -55,4 +55,28 @@ err=$("$cli" generate --model "$dir" --tokens 3 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "missing --max-tokens exited $rc, want 2"
 err=$("$cli" logits --model "$dir" --tokens 3 --max-tokens 3 --out x 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "logits --max-tokens exited $rc, want 2"
+
+# Speculative decoding through the engine (--draft, --draft-max, --speculative,
+# --draft-model): the same greedy tokens as plain generate (the oracle here),
+# whichever drafter; --verbose counts the drafts; a draft model that does not
+# load is one line naming draft_model_path.
+plain=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 24 --threads 2) ||
+  fail "generate exited $?"
+for flags in "--draft auto" "--draft prompt-lookup --draft-max 5" "--draft-max 3" \
+             "--speculative 2" "--draft draft-model --draft-model $dir --draft-max 4" \
+             "--draft-model $dir" "--draft off"; do
+  # shellcheck disable=SC2086
+  out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 24 --threads 2 $flags \
+        2> "$tmp/err") || fail "generate $flags exited $?: $(cat "$tmp/err")"
+  [ "$out" = "$plain" ] || fail "generate $flags printed $out, without speculation $plain"
+done
+err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 8 --draft draft-model \
+      --draft-model "$dir" --verbose 2>&1 >/dev/null) || fail "generate --draft --verbose exited $?"
+[[ "$err" == *"speculative decoding: "*" draft tokens verified, "*" kept"* ]] ||
+  fail "--verbose did not count the drafts: $err"
+err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --draft-model "$tmp/none" \
+      2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "a missing draft model exited $rc, want 1"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "a missing draft model printed: $err"
+[[ "$err" == *"draft_model_path: "* ]] || fail "the message does not name draft_model_path: $err"
 echo ok

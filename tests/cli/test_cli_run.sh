@@ -150,6 +150,20 @@ assert u["prompt_cache_hit_tokens"] > 0 and u["prompt_cache_hit_tokens"] % 16 ==
 assert u["prompt_tokens_details"]["cached_tokens"] == u["prompt_cache_hit_tokens"], u
 assert b["usage"]["prompt_cache_hit_tokens"] == 0, b["usage"]
 PY
+# speculative decoding (--draft, --draft-max, --draft-model): the same greedy
+# answer, and --verbose counts the drafts verified and kept
+for flags in "--draft prompt-lookup --draft-max 4" "--draft draft-model --draft-model $model --draft-max 3"; do
+  # shellcheck disable=SC2086
+  "$cli" run --model "$model" --protocol chat --threads 2 $flags --verbose "$tmp/req.json" \
+    > "$tmp/s.json" 2> "$tmp/err" || fail "run $flags exited $?: $(cat "$tmp/err")"
+  grep -Eq "speculative decoding: [0-9]+ draft tokens verified, [0-9]+ kept" "$tmp/err" ||
+    fail "run $flags --verbose did not count the drafts: $(cat "$tmp/err")"
+  "$python" - "$tmp/full.json" "$tmp/s.json" <<'PY' || fail "run $flags answered differently"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["choices"] == b["choices"], (a["choices"], b["choices"])
+PY
+done
 : > "$tmp/file"
 "$cli" run --model "$model" --protocol chat --threads 2 --cache-dir "$tmp/file/kv" \
   "$tmp/req.json" > "$tmp/c3.json" 2> "$tmp/err" || fail "unusable --cache-dir exited $?"
@@ -182,4 +196,4 @@ PY
 [ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "info on a missing file exited $rc"
 "$cli" info > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "info without --model exited $rc, want 2"
-echo "ok: run (JSON and SSE agree, named tool call, --cache-dir, --max-tokens, refused fields), chat, info, and their errors"
+echo "ok: run (JSON and SSE agree, named tool call, --cache-dir, --draft, --max-tokens, refused fields), chat, info, and their errors"

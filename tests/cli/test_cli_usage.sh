@@ -61,4 +61,31 @@ out=$("$cli" parse --protocol chat --request "$tmp/req.json" --stream --id x --c
 out=$("$cli" parse --protocol messages --request <(printf '%s' '{"model":"DeepSeek-V4-Pro","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}') "$tmp/chunks.json") ||
   fail "parse (messages) exited $?"
 [[ "$out" == *'"stop_reason":"max_tokens"'* ]] || fail "parse (messages) response: $out"
+# speculative decoding's options: a bad value or combination is a usage error
+# (exit 2, one line naming it) for generate and run, before any model loads
+expect_usage() { # WANT-IN-MESSAGE ARGS...
+  local want=$1; shift
+  err=$("$cli" "$@" 2>&1 >/dev/null </dev/null); rc=$?
+  [ "$rc" -eq 2 ] || fail "$* exited $rc, want 2"
+  [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "$* printed more than one line: $err"
+  [[ "$err" == *"$want"* ]] || fail "$*: the message does not say '$want': $err"
+}
+gen=(generate --model /nonexistent --tokens 1,2 --max-tokens 2)
+run=(run --model /nonexistent --protocol chat -)
+for cmd in gen run; do
+  declare -n base=$cmd
+  expect_usage "--draft must be off, auto, prompt-lookup or draft-model" "${base[@]}" --draft bogus
+  expect_usage "--draft mtp: DeepSeek-V3's MTP drafter is not written yet" "${base[@]}" --draft mtp
+  expect_usage "--draft-max must be 0 (off) to 64" "${base[@]}" --draft-max 65
+  expect_usage "--draft-max must be 0 (off) to 64" "${base[@]}" --draft-max -1
+  expect_usage "--speculative must be 0 (off) to 64" "${base[@]}" --speculative x
+  expect_usage "--draft draft-model needs --draft-model PATH" "${base[@]}" --draft draft-model
+  expect_usage "not prompt-lookup" "${base[@]}" --draft prompt-lookup --draft-model /m.gguf
+  expect_usage "--draft-max cannot be used with --draft off" "${base[@]}" --draft off --draft-max 3
+  expect_usage "--draft-model cannot be used with --draft off" "${base[@]}" --draft off --draft-model /m
+  expect_usage "--draft-model cannot be used with --draft-max 0" "${base[@]}" --draft-max 0 --draft-model /m
+  expect_usage "--draft-model needs a model file" "${base[@]}" --draft-model ""
+done
+expect_usage "needs a value" run --model /m --protocol chat - --draft
+expect_usage "--kv-f32 cannot be used with speculative decoding" "${gen[@]}" --kv-f32 --draft auto
 echo "ok: cli usage"

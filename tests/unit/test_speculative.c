@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 /* Speculative decoding (di_engine_config.speculative_tokens, lib/engine/draft.c,
  * scheduler.c): prompt lookup proposes the right tokens; and the oracle of
  * losslessness is the engine without speculation — hundreds of randomized
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 #include "deepinfer/deepinfer.h"
 #include "engine/draft.h"
@@ -56,6 +58,45 @@ static void test_prompt_lookup(void **state)
     assert_int_equal(draft_prompt_lookup(t1, 1, 1, 3, out, 4, &g), 0);
 }
 
+/* The prompt-lookup drafter behind the drafter interface: the drafts of
+ * draft_prompt_lookup, each with the confidence of its match length, no
+ * distributions, and nothing proposed where nothing matches. */
+static void test_prompt_lookup_drafter(void **state)
+{
+    (void)state;
+    drafter *d = drafter_prompt_lookup_create();
+    assert_non_null(d);
+    assert_string_equal(d->ops->name, "prompt-lookup");
+    assert_int_equal(d->gives_q, 0);
+    const int32_t t1[] = {1, 2, 3, 4, 5, 9, 1, 2}, t4[] = {1, 2, 3};
+    int32_t out[2][4];
+    float conf[2][4];
+    void *st[2] = {NULL, NULL};
+    draft_request r[2] = {
+        {.tokens = t1, .n_tokens = 8, .max = 3, .state = &st[0], .out = out[0], .conf = conf[0]},
+        {.tokens = t4, .n_tokens = 3, .max = 4, .state = &st[1], .out = out[1], .conf = conf[1]},
+    };
+    d->ops->propose(d, r, 2);
+    assert_int_equal(r[0].n, 3);
+    assert_int_equal(out[0][0], 3);
+    assert_int_equal(out[0][2], 5);
+    for (int j = 0; j < 3; j++) assert_true(conf[0][j] == 0.5f); /* a 2-token match */
+    assert_int_equal(r[0].has_q, 0);
+    assert_int_equal(r[1].n, 0);
+    drafter_destroy(d);
+    drafter_destroy(NULL);
+}
+
+/* Gains of drafts kept each with probability a[i] given the one before:
+ * a[i]^(j+1) for request i's (j+1)-th, rows of stride 8. */
+static void gains_of(const double *a, int n, double *gain)
+{
+    for (int i = 0; i < n; i++) {
+        double g = 1.0;
+        for (int j = 0; j < 8; j++) gain[i * 8 + j] = g *= a[i];
+    }
+}
+
 /* The step-time profile interpolates and extrapolates; the allocation gives
  * an idle engine (steps cost nearly the same at 1 and 16 tokens, as a
  * memory-bound decode does) long drafts, a busy one (cost in proportion to
@@ -80,17 +121,19 @@ static void test_confidence_scheduled_allocation(void **state)
     const int avail[2] = {8, 8};
     const double accept[2] = {0.9, 0.3};
     int k[2];
+    double gain[16];
+    gains_of(accept, 2, gain);
     /* idle: drafts pay while their expected gain beats the small extra cost */
-    int64_t n = draft_allocate(&flat, 2, avail, accept, 2, 2.0, 64, k);
+    int64_t n = draft_allocate(&flat, 2, avail, gain, 8, 2, 2.0, 64, k);
     assert_true(k[0] >= 6);
     assert_true(k[0] > k[1]);
     assert_int_equal(n, k[0] + k[1]);
     /* busy: a token more costs as much as it can give: none */
-    n = draft_allocate(&linear, 2, avail, accept, 2, 2.0, 64, k);
+    n = draft_allocate(&linear, 2, avail, gain, 8, 2, 2.0, 64, k);
     assert_int_equal(n, 0);
     /* the budget bounds it; an empty profile allows all (to measure it) */
     draft_profile none = {0};
-    n = draft_allocate(&none, 2, avail, accept, 2, 2.0, 5, k);
+    n = draft_allocate(&none, 2, avail, gain, 8, 2, 2.0, 5, k);
     assert_int_equal(n, 5);
     /* a stair (the CPU's: one token takes the decode path, two to four share
      * one pass over the weights): one draft does not pay, three do — the whole
@@ -104,8 +147,254 @@ static void test_confidence_scheduled_allocation(void **state)
     }
     const int avail1[1] = {8};
     const double sure[1] = {0.95};
-    n = draft_allocate(&stair, 1, avail1, sure, 1, 1.0, 64, k);
+    gains_of(sure, 1, gain);
+    n = draft_allocate(&stair, 1, avail1, gain, 8, 1, 1.0, 64, k);
     assert_int_equal(n, 3); /* 4 tokens: (1 + .95 + .90 + .86) / 2050 beats 1 / 1000 */
+}
+
+/* --- speculative sampling, checked statistically ---------------------------
+ * The target distribution is computed here from the model's logits (written
+ * by transformers: the fixtures' sequence_logits.f32) and the sampling
+ * parameters, independently of the sampler; the drafts are drawn here from a
+ * distribution q of another model's logits. A chi-square test compares what
+ * sampler_verify emits with the target. */
+
+static void read_logits_row(const char *name, int row, float *out)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model/%s/sequence_logits.f32", DI_FIXTURE_DIR, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)row * 512 * (long)sizeof(float), SEEK_SET), 0);
+    assert_int_equal(fread(out, sizeof(float), 512, f), 512);
+    fclose(f);
+}
+
+/* softmax(logits / t) over the top_k largest (ties: lower id first), then
+ * min_p (tokens below min_p times the largest probability dropped),
+ * renormalised: the distribution sampler.h's processors define. */
+static void target_distribution(const float *logits, double t, int top_k, double min_p, double *p)
+{
+    int idx[512];
+    for (int i = 0; i < 512; i++) idx[i] = i;
+    for (int i = 1; i < 512; i++) /* insertion sort, descending logit */
+        for (int j = i; j > 0 && (logits[idx[j]] > logits[idx[j - 1]] ||
+                                  (logits[idx[j]] == logits[idx[j - 1]] && idx[j] < idx[j - 1]));
+             j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int k = top_k > 0 ? top_k : 512;
+    double sum = 0;
+    for (int i = 0; i < 512; i++) p[i] = 0;
+    for (int i = 0; i < k; i++) {
+        p[idx[i]] = exp(((double)logits[idx[i]] - (double)logits[idx[0]]) / t);
+        if (p[idx[i]] < min_p) p[idx[i]] = 0; /* the largest weight is 1 */
+        sum += p[idx[i]];
+    }
+    for (int i = 0; i < 512; i++) p[i] /= sum;
+}
+
+static uint64_t test_rng(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A token drawn from q (inverse CDF in id order). */
+static int32_t draw_q(const double *q, uint64_t *x)
+{
+    double u = (double)(test_rng(x) >> 11) * 0x1.0p-53, acc = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < 512; i++) {
+        if (q[i] <= 0) continue;
+        acc += q[i];
+        last = i;
+        if (u < acc) return i;
+    }
+    return last;
+}
+
+/* Pearson's chi-square of counts[512] (n samples) against p: bins of
+ * expected count below 5 are pooled; a count where p is 0 is infinite.
+ * *dof gets the degrees of freedom. */
+static double chi_square(const uint32_t *counts, const double *p, uint32_t n, int *dof)
+{
+    double stat = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    *dof = 1;
+    for (int i = 0; i < 512; i++) {
+        double e = p[i] * n;
+        if (p[i] <= 0) {
+            if (counts[i]) return INFINITY;
+            continue;
+        }
+        if (e < 5) {
+            pool_e += e;
+            pool_o += counts[i];
+            continue;
+        }
+        stat += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pool_e > 0) {
+        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    *dof = bins - 1;
+    return stat;
+}
+
+/* The chi-square distribution's 1 - 1e-5 quantile (Wilson-Hilferty): a
+ * correct sampler exceeds it once in 100,000 seeds; the seeds are fixed. */
+static double chi_square_critical(int dof)
+{
+    double z = 4.265, h = 2.0 / (9.0 * dof), c = 1 - h + z * sqrt(h);
+    return dof * c * c * c;
+}
+
+/* Target p: tiny Qwen2's logits at temperature 0.7, top-k 12, min-p 0.05;
+ * drafts from q: those logits plus another model's (the untied Qwen2) at
+ * temperature 1.3, top-k 24, a drafter near the target — supports that overlap only in part, so
+ * drafts are kept, rejected for a p of 0, and corrected from the residual. The emitted token's
+ * distribution is p (chi-square), the kept fraction is sum min(p, q) (the rule's acceptance,
+ * within 4.5 standard deviations), and after a kept draft the next verified token is distributed as
+ * its own target. The test has power: the drafts themselves (a rule that always accepts) fail it,
+ * and so does the right acceptance with corrections drawn from p instead of the residual. Greedy
+ * keeps a draft exactly when it is the argmax. */
+static void test_speculative_sampling_matches_target(void **state)
+{
+    (void)state;
+    float lp[2][512], lq[2][512], row[512];
+    double p[2][512], q[2][512];
+    for (int r = 0; r < 2; r++) {
+        read_logits_row("qwen2-tied-f16", 20 + r, lp[r]);
+        read_logits_row("qwen2-untied-f32-sharded", 30 + r, lq[r]);
+        target_distribution(lp[r], 0.7, 12, 0.05, p[r]);
+        for (int i = 0; i < 512; i++) lq[r][i] += lp[r][i]; /* a drafter close to the target */
+        target_distribution(lq[r], 1.3, 24, 0.0, q[r]);
+    }
+    sampler_params sp = {.temperature = 0.7f,
+                         .top_k = 12,
+                         .top_p = 1.0f,
+                         .min_p = 0.05f,
+                         .repetition_penalty = 1.0f,
+                         .seed = 424242};
+    sampler *smp = NULL;
+    assert_int_equal(sampler_create(&sp, 512, &smp, NULL, 0), DI_OK);
+    sampler_candidate *scratch = malloc(sampler_scratch_count(512) * sizeof *scratch);
+    float qf[2][512];
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 512; i++) qf[r][i] = (float)q[r][i];
+    enum { N = 40000 };
+    static uint32_t first[512], drafts[512], second[512];
+    memset(first, 0, sizeof first);
+    memset(drafts, 0, sizeof drafts);
+    memset(second, 0, sizeof second);
+    uint32_t kept = 0, n_second = 0;
+    uint64_t x = 77;
+    for (int t = 0; t < N; t++) {
+        int32_t d = draw_q(q[0], &x);
+        drafts[d]++;
+        int ok = -1;
+        memcpy(row, lp[0], sizeof row);
+        int32_t tok = sampler_verify(smp, row, scratch, d, qf[0], &ok);
+        assert_true(ok == 0 || ok == 1);
+        assert_true(ok == (tok == d) || !ok);
+        first[tok]++;
+        if (!ok) continue;
+        kept++;
+        int32_t d2 = draw_q(q[1], &x);
+        memcpy(row, lp[1], sizeof row);
+        second[sampler_verify(smp, row, scratch, d2, qf[1], &ok)]++;
+        n_second++;
+    }
+    int dof = 0;
+    double stat = chi_square(first, p[0], N, &dof);
+    printf("first token: chi-square %.1f, %d degrees of freedom (critical %.1f)\n", stat, dof,
+           chi_square_critical(dof));
+    assert_true(dof >= 3);
+    assert_true(stat < chi_square_critical(dof));
+    double stat2 = chi_square(second, p[1], n_second, &dof);
+    printf("after a kept draft (%u): chi-square %.1f, %d degrees of freedom (critical %.1f)\n",
+           n_second, stat2, dof, chi_square_critical(dof));
+    assert_true(n_second > 1000);
+    assert_true(stat2 < chi_square_critical(dof));
+    /* the acceptance the rule promises: sum min(p, q) */
+    double overlap = 0;
+    for (int i = 0; i < 512; i++) overlap += p[0][i] < q[0][i] ? p[0][i] : q[0][i];
+    double sd = sqrt(N * overlap * (1 - overlap));
+    printf("kept %u of %d drafts, expected %.1f\n", kept, N, N * overlap);
+    assert_true(overlap > 0.05 && overlap < 0.95);
+    assert_true(fabs(kept - N * overlap) < 4.5 * sd);
+    /* power: always accepting emits the drafts, which fail the test */
+    double wrong = chi_square(drafts, p[0], N, &dof);
+    printf("always accepting: chi-square %.1f\n", wrong);
+    assert_true(wrong > chi_square_critical(dof));
+    /* and so does the right acceptance with the correction drawn from p
+     * instead of the residual (simulated here) */
+    static uint32_t from_p[512];
+    memset(from_p, 0, sizeof from_p);
+    for (int t = 0; t < N; t++) {
+        int32_t d = draw_q(q[0], &x);
+        double u = (double)(test_rng(&x) >> 11) * 0x1.0p-53;
+        from_p[u < p[0][d] / q[0][d] ? d : draw_q(p[0], &x)]++;
+    }
+    wrong = chi_square(from_p, p[0], N, &dof);
+    printf("correcting from p: chi-square %.1f\n", wrong);
+    assert_true(wrong > chi_square_critical(dof));
+    /* greedy: kept exactly when it is the argmax, which is emitted */
+    sampler *g = NULL;
+    sampler_params gp = sp;
+    gp.temperature = 0;
+    assert_int_equal(sampler_create(&gp, 512, &g, NULL, 0), DI_OK);
+    int32_t best = 0;
+    for (int i = 1; i < 512; i++)
+        if (lp[0][i] > lp[0][best]) best = i;
+    for (int32_t d = 0; d < 512; d += 37) {
+        int ok = -1;
+        memcpy(row, lp[0], sizeof row);
+        assert_int_equal(sampler_verify(g, row, scratch, d, qf[0], &ok), best);
+        assert_int_equal(ok, d == best);
+    }
+    memcpy(row, lp[0], sizeof row);
+    int ok = 0;
+    assert_int_equal(sampler_verify(g, row, scratch, best, NULL, &ok), best);
+    assert_int_equal(ok, 1);
+    sampler_free(g);
+    sampler_free(smp);
+    free(scratch);
+}
+
+/* A point-mass draft (q NULL: prompt lookup) is the plain draw, kept when it
+ * equals it: the same tokens and random stream as sampler_sample, so the
+ * output equals decoding without speculation. */
+static void test_point_mass_draft_is_the_plain_draw(void **state)
+{
+    (void)state;
+    float l[512], row[512];
+    read_logits_row("qwen2-tied-f16", 25, l);
+    sampler_params sp = {
+        .temperature = 0.9f, .top_p = 0.95f, .repetition_penalty = 1.0f, .seed = 99};
+    sampler *a = NULL, *b = NULL;
+    assert_int_equal(sampler_create(&sp, 512, &a, NULL, 0), DI_OK);
+    assert_int_equal(sampler_create(&sp, 512, &b, NULL, 0), DI_OK);
+    sampler_candidate *scratch = malloc(sampler_scratch_count(512) * sizeof *scratch);
+    for (int t = 0; t < 500; t++) {
+        memcpy(row, l, sizeof row);
+        int32_t plain = sampler_sample(a, row, scratch);
+        memcpy(row, l, sizeof row);
+        int ok = -1;
+        int32_t d = (int32_t)(t * 31 % 512);
+        assert_int_equal(sampler_verify(b, row, scratch, d, NULL, &ok), plain);
+        assert_int_equal(ok, plain == d);
+    }
+    sampler_free(a);
+    sampler_free(b);
+    free(scratch);
 }
 
 typedef struct rec {
@@ -319,6 +608,200 @@ static void test_lossless_smollm2(void **state)
     check_lossless(SMOL, 16 / scale(), 8, 0, 5, 1);
 }
 
+static di_engine *make_draft_engine(const char *path, const char *draft_path, int n_draft,
+                                    int fixed, int max_running)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = path;
+    cfg.n_threads = 2;
+    cfg.max_running = max_running;
+    cfg.n_batch = 64;
+    cfg.speculative_tokens = n_draft;
+    cfg.speculative_fixed = fixed;
+    cfg.draft = DI_DRAFT_MODEL;
+    cfg.draft_model_path = draft_path;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    return e;
+}
+
+/* A draft model: greedy requests (with penalties on some when `penalties`,
+ * stop tokens, budgets) give token for token the plain engine's output,
+ * batched; a model drafting for itself without penalties has its drafts kept
+ * (its logits are the model's whatever the batch; the draft ignores
+ * penalties, so they reject some), another model's are rejected often and the
+ * output is still the same. Returns the kept fraction. */
+static double check_draft_model_greedy(const char *path, const char *draft_path, int n, int fixed,
+                                       int penalties)
+{
+    di_engine *plain = make_engine(path, 0, 0, 8, 0);
+    di_engine *spec_e = make_draft_engine(path, draft_path, 4, fixed, 8);
+    uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        make_spec(&specs[i], i, vocab);
+        specs[i].req.temperature = 0;
+        if (!penalties) {
+            specs[i].req.repetition_penalty = 1;
+            specs[i].req.frequency_penalty = 0;
+        }
+    }
+    run_all(plain, specs, a, n);
+    run_all(spec_e, specs, b, n);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(b[i].n_done, 1);
+        assert_int_equal(b[i].status, DI_OK);
+        if (a[i].n_toks != b[i].n_toks || memcmp(a[i].toks, b[i].toks, sizeof a[i].toks) != 0)
+            fail_msg("%s drafted by %s, request %d: %d tokens without speculation, %d with "
+                     "(first difference at %d)",
+                     path, draft_path, i, a[i].n_toks, b[i].n_toks, first_difference(&a[i], &b[i]));
+        assert_int_equal(a[i].finish, b[i].finish);
+        assert_true(b[i].accepted <= b[i].drafted);
+        drafted += b[i].drafted;
+        accepted += b[i].accepted;
+    }
+    printf("%s drafted by %s (%s): %d greedy requests, %llu draft tokens verified, %llu kept\n",
+           path, draft_path, fixed ? "every proposal" : "confidence-scheduled", n,
+           (unsigned long long)drafted, (unsigned long long)accepted);
+    free(specs);
+    free(a);
+    free(b);
+    assert_int_equal(di_engine_destroy(plain), DI_OK);
+    assert_int_equal(di_engine_destroy(spec_e), DI_OK);
+    if (fixed) assert_true(drafted > 0);
+    return drafted ? (double)accepted / (double)drafted : 0;
+}
+
+static void test_draft_model_greedy_tiny(void **state)
+{
+    (void)state;
+    double self = check_draft_model_greedy(TINY, TINY, 60 / scale(), 1, 0);
+    assert_true(self > 0.9);
+    check_draft_model_greedy(TINY, TINY, 30 / scale(), 1, 1);
+    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/qwen2-untied-f32-sharded", 60 / scale(),
+                             1, 1);
+    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/llama-gqa-f16", 30 / scale(), 0, 1);
+}
+
+static void test_draft_model_greedy_smollm2(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_THREAD__) /* minutes there; the tiny models cover the threads */
+    skip();
+#endif
+    if (access(SMOL, R_OK) != 0) skip();
+    double self = check_draft_model_greedy(SMOL, SMOL, 12 / scale(), 1, 0);
+    assert_true(self > 0.9);
+}
+
+/* The target distribution of the second output token of `prompt` (its
+ * marginal over the first): sum over a of p0(a) p1(. | a), each from the
+ * model's logits (di_model_eval) and the sampling parameters. */
+static void second_token_target(const char *path, const int32_t *prompt, size_t n_prompt, double t,
+                                int top_k, double *p1)
+{
+    di_model *m = NULL;
+    di_error *err = NULL;
+    if (di_model_load(path, NULL, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    float logits[512];
+    double p0[512], pa[512];
+    assert_int_equal(di_model_eval(m, prompt, n_prompt, logits, 0, NULL), DI_OK);
+    logits[2] -= 100; /* the requests' logit_bias: the end-of-sequence token out */
+    target_distribution(logits, t, top_k, 0, p0);
+    for (int i = 0; i < 512; i++) p1[i] = 0;
+    for (int32_t a = 0; a < 512; a++) {
+        if (p0[a] <= 0) continue;
+        int32_t seq[64];
+        memcpy(seq, prompt, n_prompt * sizeof *seq);
+        seq[n_prompt] = a;
+        di_model_reset(m);
+        assert_int_equal(di_model_eval(m, seq, n_prompt + 1, logits, 0, NULL), DI_OK);
+        logits[2] -= 100;
+        target_distribution(logits, t, top_k, 0, pa);
+        for (int i = 0; i < 512; i++) p1[i] += p0[a] * pa[i];
+    }
+    di_model_free(m);
+}
+
+/* Sampling with a draft model (another tiny model: q differs from p) through
+ * the engine: the second output token — the first verified against a
+ * sampled draft — is distributed as the target computed from the model's
+ * logits (chi-square), drafts are kept and rejected, and a request's tokens
+ * are the same run alone as batched with 15 others (its seed fixes them). */
+static void test_draft_model_sampling_matches_target(void **state)
+{
+    (void)state;
+    const int32_t prompt[] = {17, 301, 45, 99, 7, 260, 388, 12};
+    const double t = 1.0;
+    const int top_k = 0;          /* the whole vocabulary: about half the drafts kept */
+    static const int32_t eos = 2; /* the tiny models' end of sequence */
+    static const float ban = -100;
+    double p1[512];
+    second_token_target(TINY, prompt, 8, t, top_k, p1);
+    di_engine *e =
+        make_draft_engine(TINY, DI_FIXTURE_DIR "/model/qwen2-untied-f32-sharded", 2, 0, 16);
+    const int n = 3000 / scale();
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *r = calloc((size_t)n, sizeof *r);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        memcpy(specs[i].prompt, prompt, sizeof prompt);
+        di_request_init(&specs[i].req);
+        specs[i].req.tokens = specs[i].prompt;
+        specs[i].req.n_tokens = 8;
+        specs[i].req.max_tokens = 3;
+        specs[i].req.temperature = (float)t;
+        specs[i].req.top_k = top_k;
+        specs[i].req.seed = 5000 + (uint64_t)i;
+        specs[i].req.logit_bias_ids = &eos;
+        specs[i].req.logit_bias_values = &ban;
+        specs[i].req.n_logit_bias = 1;
+        specs[i].req.on_event = on_event;
+    }
+    run_all(e, specs, r, n);
+    static uint32_t second[512];
+    memset(second, 0, sizeof second);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(r[i].status, DI_OK);
+        assert_int_equal(r[i].n_toks, 3);
+        second[r[i].toks[1]]++;
+        drafted += r[i].drafted;
+        accepted += r[i].accepted;
+    }
+    int dof = 0;
+    double stat = chi_square(second, p1, (uint32_t)n, &dof);
+    printf("draft model, second token: chi-square %.1f, %d degrees of freedom (critical %.1f); "
+           "%llu drafts, %llu kept\n",
+           stat, dof, chi_square_critical(dof), (unsigned long long)drafted,
+           (unsigned long long)accepted);
+    assert_true(dof >= 3);
+    assert_true(stat < chi_square_critical(dof));
+    assert_true(drafted >= (uint64_t)n); /* each request's second token was drafted */
+    assert_true(accepted > 0 && accepted < drafted);
+    /* the same seeds alone, or batched with other neighbours, give the same
+     * tokens */
+    for (int i = 0; i < 8; i++) {
+        rec alone;
+        run_all(e, &specs[i], &alone, 1);
+        assert_int_equal(alone.n_toks, r[i].n_toks);
+        assert_memory_equal(alone.toks, r[i].toks, sizeof alone.toks[0] * 3);
+    }
+    rec *again = calloc(200, sizeof *again);
+    run_all(e, specs + 101, again, 200 / scale());
+    for (int i = 0; i < 200 / scale(); i++)
+        assert_memory_equal(again[i].toks, r[101 + i].toks, sizeof again[i].toks[0] * 3);
+    free(again);
+    free(specs);
+    free(r);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -344,16 +827,132 @@ static void test_config_errors(void **state)
     assert_int_equal(di_event_accepted_draft_tokens(NULL), 0);
 }
 
+static void expect_config_error(const di_engine_config *cfg, di_status want, const char *text)
+{
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    di_status st = di_engine_create(cfg, &e, &err);
+    if (st != want) fail_msg("expected status %d (\"%s\"), got %d", (int)want, text, (int)st);
+    if (!strstr(di_error_message(err), text))
+        fail_msg("expected \"%s\" in \"%s\"", text, di_error_message(err));
+    assert_null(e);
+    di_error_free(err);
+}
+
+/* The drafter's fields: each bad value or combination is refused, naming
+ * the field; a draft model of another vocabulary or tokenizer too. */
+static void test_draft_config_errors(void **state)
+{
+    (void)state;
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = TINY;
+    cfg.speculative_tokens = 4;
+    cfg.draft = 3;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter 3");
+    cfg.draft = -1;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter -1");
+    cfg.draft = DI_DRAFT_AUTO;
+    cfg.reserved_draft = 1;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
+    cfg.reserved_draft = 0;
+    cfg.draft_model_path = "";
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft_model_path: expected a model");
+    cfg.draft_model_path = NULL;
+    cfg.draft = DI_DRAFT_MODEL;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft: DI_DRAFT_MODEL needs draft_model_path");
+    cfg.draft = DI_DRAFT_PROMPT_LOOKUP;
+    cfg.draft_model_path = TINY;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but draft is DI_DRAFT_PROMPT_LOOKUP");
+    cfg.draft = DI_DRAFT_AUTO;
+    cfg.speculative_tokens = 0;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but speculative_tokens is 0");
+    cfg.speculative_tokens = 4;
+    cfg.draft_model_path = DI_FIXTURE_DIR "/model/no-such-model";
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    assert_int_not_equal(di_engine_create(&cfg, &e, &err), DI_OK);
+    assert_non_null(strstr(di_error_message(err), "draft_model_path: "));
+    di_error_free(err);
+    /* DI_DRAFT_AUTO with a draft model: it drafts */
+    cfg.draft_model_path = TINY;
+    err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_OK);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    if (access(SMOL, R_OK) != 0) return;
+    /* another vocabulary */
+    cfg.draft_model_path = SMOL;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: the draft model's vocabulary has 49152 tokens, the "
+                        "model's 512");
+    /* the same size, another token: SmolLM2 with <|im_start|> spelled
+     * <|im_stArt|> (an added token: no merge makes it) */
+    FILE *f = fopen(SMOL, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    rewind(f);
+    unsigned char *buf = malloc((size_t)size);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    const char tok[] = "\x0c\0\0\0\0\0\0\0<|im_start|>";
+    unsigned char *at = memmem(buf, (size_t)size, tok, sizeof tok - 1);
+    assert_non_null(at);
+    at[8 + 7] = 'A';
+    char path[] = "/tmp/di_draft_tokXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, (size_t)size), size);
+    close(fd);
+    free(buf);
+    cfg.model_path = SMOL;
+    cfg.draft_model_path = path;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: token 1 is \"<|im_stArt|>\" in the draft model's "
+                        "tokenizer and \"<|im_start|>\" in the model's");
+    /* a vocabulary that does not load is an error, not skipped: a merge
+     * whose token is missing (" Paris" spelled " PARIS") */
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    const unsigned char paris[] = {7, 0, 0, 0, 0, 0, 0, 0, 0xc4, 0xa0, 'P', 'a', 'r', 'i', 's'};
+    buf = malloc((size_t)size);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
+    at = memmem(buf, (size_t)size, paris, sizeof paris);
+    assert_non_null(at);
+    at[11] = 'A'; /* "ĠPAris" */
+    at = memmem(buf, (size_t)size, "<|im_stArt|>", 12);
+    assert_non_null(at);
+    at[7] = 'a'; /* the added token back */
+    rewind(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    free(buf);
+    expect_config_error(&cfg, DI_ERR_MODEL_FORMAT, "draft_model_path: its tokenizer: ");
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_lookup),
+        cmocka_unit_test(test_prompt_lookup_drafter),
         cmocka_unit_test(test_confidence_scheduled_allocation),
+        cmocka_unit_test(test_speculative_sampling_matches_target),
+        cmocka_unit_test(test_point_mass_draft_is_the_plain_draw),
         cmocka_unit_test(test_lossless_tiny),
         cmocka_unit_test(test_lossless_under_preemption),
         cmocka_unit_test(test_lossless_deepseek_v4),
         cmocka_unit_test(test_lossless_smollm2),
+        cmocka_unit_test(test_draft_model_greedy_tiny),
+        cmocka_unit_test(test_draft_model_greedy_smollm2),
+        cmocka_unit_test(test_draft_model_sampling_matches_target),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_draft_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,6 +329,13 @@ class Engine:
         speculative_fixed: False (default): how many drafts a step verifies is
             confidence-scheduled (acceptance rate against the measured step
             time); True: every proposal (fixed-length, as llama.cpp's).
+        draft: the drafter, "auto" (default: the draft model when
+            draft_model_path is given, prompt lookup otherwise), "prompt-lookup"
+            or "draft-model" (docs/speculative.md).
+        draft_model_path: a smaller model sharing the model's tokenizer that
+            drafts for it (None: none); needs speculative_tokens > 0. Greedy
+            output stays token for token the same; sampled drafts are kept by
+            the min(1, p/q) rule.
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -370,6 +377,8 @@ class Engine:
         served_model_name: Optional[str] = None,
         speculative_tokens: int = 0,
         speculative_fixed: bool = False,
+        draft: str = "auto",
+        draft_model_path=None,
     ):
         self._handle = None
         lib = self._lib = _lib.load()
@@ -398,6 +407,15 @@ class Engine:
             cfg.served_model_name = served_model_name.encode("utf-8")
         cfg.speculative_tokens = speculative_tokens
         cfg.speculative_fixed = 1 if speculative_fixed else 0
+        drafters = {"auto": 0, "prompt-lookup": 1, "draft-model": 2}
+        if draft not in drafters:
+            raise error_for(
+                1,
+                f"draft: unknown drafter {draft!r} (expected auto, prompt-lookup or draft-model)",
+            )
+        cfg.draft = drafters[draft]
+        if draft_model_path is not None:
+            cfg.draft_model_path = os.fsencode(draft_model_path)
         raised = []
         if progress is not None:
 

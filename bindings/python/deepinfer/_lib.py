@@ -82,6 +82,9 @@ class EngineConfig(Structure):
         ("served_model_name", c_char_p),
         ("speculative_tokens", c_int32),
         ("speculative_fixed", c_int32),
+        ("draft", c_int32),
+        ("reserved_draft", c_int32),
+        ("draft_model_path", c_char_p),
     ]
 
 

@@ -28,3 +28,27 @@ def test_speculative_tokens_out_of_range_is_refused():
 
     with pytest.raises(deepinfer.InvalidArgumentError, match="speculative_tokens"):
         deepinfer.Engine(TINY, speculative_tokens=65)
+
+
+def test_draft_model_drafting_for_itself_is_lossless():
+    """A draft model (the tiny model drafting for itself): the same greedy
+    tokens as without speculation, and its drafts kept. (Sampling requests
+    get the same distribution, not the same draw: docs/speculative.md.)"""
+    prompt = [5, 17, 300, 41, 9]
+    with deepinfer.Engine(TINY, n_threads=2) as e:
+        plain = e.generate(prompt, max_tokens=24, temperature=0.0, ignore_eos=True).tokens
+    with deepinfer.Engine(TINY, n_threads=2, speculative_tokens=4, speculative_fixed=True,
+                          draft="draft-model", draft_model_path=TINY) as e:
+        res = e.generate(prompt, max_tokens=24, temperature=0.0, ignore_eos=True)
+    assert res.tokens == plain
+    assert res.done.draft_tokens > 0
+    assert res.done.accepted_draft_tokens == res.done.draft_tokens
+
+
+def test_bad_drafter_is_refused():
+    import pytest
+
+    with pytest.raises(deepinfer.InvalidArgumentError, match="draft: unknown drafter 'mtp'"):
+        deepinfer.Engine(TINY, speculative_tokens=4, draft="mtp")
+    with pytest.raises(deepinfer.InvalidArgumentError, match="draft: DI_DRAFT_MODEL needs"):
+        deepinfer.Engine(TINY, speculative_tokens=4, draft="draft-model")

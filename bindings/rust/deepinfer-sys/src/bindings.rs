@@ -1350,12 +1350,35 @@ pub struct di_engine_config {
     #[doc = " proposal, up to speculative_tokens (fixed-length drafting, as"]
     #[doc = " llama.cpp's lookup decoding does). The output is the same either way."]
     pub speculative_fixed: i32,
+    #[doc = " The drafter of speculative decoding (di_draft; used when"]
+    #[doc = " speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP"]
+    #[doc = " or DI_DRAFT_MODEL (draft_model_path). An unknown value is"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT (docs/speculative.md)."]
+    pub draft: i32,
+    #[doc = " must be 0"]
+    pub reserved_draft: i32,
+    #[doc = " A draft model for speculative decoding: a .gguf file or Hugging Face"]
+    #[doc = " folder of a smaller model sharing the model's tokenizer, loaded with"]
+    #[doc = " the engine's threads, context and batch size and a KV cache of its own"]
+    #[doc = " (room for 4 sequences of n_ctx tokens). It runs ahead of each decoding"]
+    #[doc = " request: greedy requests get its argmax (kept when it is the model's, so"]
+    #[doc = " the output is the greedy output), sampling requests a sample of its"]
+    #[doc = " distribution after their temperature, top-k, top-p and min-p, kept with"]
+    #[doc = " probability min(1, p/q) and corrected from the residual (speculative"]
+    #[doc = " sampling: the output is distributed as without speculation)."]
+    #[doc = " Copied. NULL (default): none. Set, it needs speculative_tokens > 0 and"]
+    #[doc = " draft DI_DRAFT_AUTO or DI_DRAFT_MODEL; its vocabulary must have the"]
+    #[doc = " model's size and, when both files carry a tokenizer, the same token"]
+    #[doc = " strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that"]
+    #[doc = " differs. Its load errors are di_model_load's, the message prefixed with"]
+    #[doc = " \"draft_model_path: \"."]
+    pub draft_model_path: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
     assert_eq!(
         ::std::mem::size_of::<di_engine_config>(),
-        144usize,
+        160usize,
         concat!("Size of: ", stringify!(di_engine_config))
     );
     assert_eq!(
@@ -1737,7 +1760,69 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_speculative_fixed();
+    fn test_field_draft() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).draft) as usize - ptr as usize
+            },
+            144usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(draft)
+            )
+        );
+    }
+    test_field_draft();
+    fn test_field_reserved_draft() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved_draft) as usize - ptr as usize
+            },
+            148usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(reserved_draft)
+            )
+        );
+    }
+    test_field_reserved_draft();
+    fn test_field_draft_model_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).draft_model_path) as usize - ptr as usize
+            },
+            152usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(draft_model_path)
+            )
+        );
+    }
+    test_field_draft_model_path();
 }
+#[doc = " A draft model when draft_model_path is set, prompt lookup otherwise."]
+pub const DI_DRAFT_AUTO: di_draft = 0;
+#[doc = " Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the"]
+#[doc = " request's prompt and output that occurred before, and what followed it"]
+#[doc = " (llama.cpp's lookup decoding, vLLM's ngram speculation)."]
+pub const DI_DRAFT_PROMPT_LOOKUP: di_draft = 1;
+#[doc = " A separate draft model sharing the tokenizer (draft_model_path)."]
+pub const DI_DRAFT_MODEL: di_draft = 2;
+#[doc = " Drafters of speculative decoding (di_engine_config.draft). Values are"]
+#[doc = " never renumbered; new drafters are appended."]
+pub type di_draft = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " Set struct_size and the defaults. NULL is a no-op."]
     pub fn di_engine_config_init(cfg: *mut di_engine_config);
