@@ -25,12 +25,11 @@ import argparse
 import os
 import pathlib
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from model_bench import bench_deepinfer, load_deepinfer  # noqa: E402
+from model_bench import bench_deepinfer, bench_transformers_cached, load_deepinfer  # noqa: E402
 
 SW, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
 CONFIG = dict(vocab_size=4096, hidden_size=1024, moe_intermediate_size=256, num_hidden_layers=6,
@@ -59,28 +58,8 @@ def make(out):
 
 
 def bench_transformers(model_dir, threads, prompt, n_gen, reps):
-    import torch
     from transformers import DeepseekV4ForCausalLM
-    torch.set_num_threads(threads)
-    model = DeepseekV4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ids = torch.tensor([prompt])
-    best_pp = best_tg = float("inf")
-    tokens = []
-    with torch.no_grad():
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            out = model(ids, use_cache=True)
-            best_pp = min(best_pp, time.perf_counter() - t0)
-            cache, logits = out.cache, out.logits[0, -1]
-            tokens = []
-            t0 = time.perf_counter()
-            for _ in range(n_gen):
-                nxt = int(torch.argmax(logits))
-                tokens.append(nxt)
-                out = model(torch.tensor([[nxt]]), cache=cache, use_cache=True)
-                cache, logits = out.cache, out.logits[0, -1]
-            best_tg = min(best_tg, time.perf_counter() - t0)
-    return best_pp, best_tg, tokens
+    return bench_transformers_cached(DeepseekV4ForCausalLM, model_dir, threads, prompt, n_gen, reps)
 
 
 def main():

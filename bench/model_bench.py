@@ -119,6 +119,32 @@ def bytes_per_token(model):
     return total
 
 
+def bench_transformers_cached(model_cls, model_dir, threads, prompt, n_gen, reps):
+    """Best-of-reps prefill and greedy decode times of a transformers model class
+    (float32, its own cache) on model_dir, and the decoded tokens."""
+    import torch
+    torch.set_num_threads(threads)
+    model = model_cls.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompt])
+    best_pp = best_tg = float("inf")
+    tokens = []
+    with torch.no_grad():
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = model(ids, use_cache=True)
+            best_pp = min(best_pp, time.perf_counter() - t0)
+            cache, logits = out.cache, out.logits[0, -1]
+            tokens = []
+            t0 = time.perf_counter()
+            for _ in range(n_gen):
+                nxt = int(torch.argmax(logits))
+                tokens.append(nxt)
+                out = model(torch.tensor([[nxt]]), cache=cache, use_cache=True)
+                cache, logits = out.cache, out.logits[0, -1]
+            best_tg = min(best_tg, time.perf_counter() - t0)
+    return best_pp, best_tg, tokens
+
+
 def bandwidth():
     a = np.ones(512 << 20, dtype=np.uint8)
     b = np.empty_like(a)
