@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <unistd.h>
 
 /* Write <tmpdir>/variant/config.json: tests/fixtures/model/<fixture>/config.json
  * with the JSON object `edit` merged over it (a null value deletes the key).
@@ -32,6 +33,20 @@ static const char *model_variant_config(const char *tmpdir, const char *fixture,
     json_decref(cfg);
     json_decref(e);
     return dir;
+}
+
+/* Remove what model_variant_config and the caller put in tmpdir (config.json
+ * and model.safetensors in variant/), then tmpdir itself. */
+static void model_variant_remove(const char *tmpdir)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/variant/config.json", tmpdir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/variant/model.safetensors", tmpdir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/variant", tmpdir);
+    rmdir(path);
+    rmdir(tmpdir);
 }
 
 #endif

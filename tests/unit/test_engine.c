@@ -1695,6 +1695,28 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     di_error_free(err);
 }
 
+/* An engine over a model that writer puts in a new folder under dir (a
+ * mkdtemp template; the model in model_dir) with the tokenizer tok: 2 threads,
+ * 4 running. The test removes the model (remove_hf_model) and dir. */
+static di_engine *vocab_model_engine(void (*writer)(const char *), const char *tok, char *dir,
+                                     char *model_dir, size_t size)
+{
+    assert_non_null(mkdtemp(dir));
+    snprintf(model_dir, size, "%s/model", dir);
+    writer(model_dir);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 2;
+    cfg.max_running = 4;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    g.e = e;
+    return e;
+}
+
 /* A streamed request of some protocol, with what its first and last SSE
  * chunks must hold. */
 typedef struct protocol_request {
@@ -1752,22 +1774,10 @@ static void test_deepseek_v3_chat_requests_stream_beside_each_other(void **state
     (void)state;
     const char *tok = DI_ASSET_DIR "/deepseek-v3/tokenizer.json";
     if (access(tok, R_OK) != 0) skip();
-    char dir[] = "/tmp/di_test_engine_XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char model_dir[600];
-    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
-    write_dsv3_vocab_model(model_dir);
-    di_engine_config cfg;
-    di_engine_config_init(&cfg);
-    cfg.model_path = model_dir;
-    cfg.tokenizer_path = tok;
-    cfg.n_threads = 2;
-    cfg.max_running = 4;
-    di_engine *e = NULL;
-    di_error *err = NULL;
-    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    char dir[] = "/tmp/di_test_engine_XXXXXX", model_dir[600];
+    di_engine *e =
+        vocab_model_engine(write_dsv3_vocab_model, tok, dir, model_dir, sizeof model_dir);
     assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV3);
-    g.e = e;
     static const protocol_request reqs[] = {
         {DI_PROTOCOL_CHAT,
          "{\"model\":\"deepseek-v3\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"
@@ -1802,22 +1812,10 @@ static void test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other
     (void)state;
     const char *tok = DI_ASSET_DIR "/deepseek-v4/tokenizer.json";
     if (access(tok, R_OK) != 0) skip();
-    char dir[] = "/tmp/di_test_engine_XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char model_dir[600];
-    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
-    write_dsv4_vocab_model(model_dir);
-    di_engine_config cfg;
-    di_engine_config_init(&cfg);
-    cfg.model_path = model_dir;
-    cfg.tokenizer_path = tok;
-    cfg.n_threads = 2;
-    cfg.max_running = 4;
-    di_engine *e = NULL;
-    di_error *err = NULL;
-    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    char dir[] = "/tmp/di_test_engine_XXXXXX", model_dir[600];
+    di_engine *e =
+        vocab_model_engine(write_dsv4_vocab_model, tok, dir, model_dir, sizeof model_dir);
     assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV4);
-    g.e = e;
     static const protocol_request reqs[] = {
         {DI_PROTOCOL_CHAT,
          "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"temperature\":0,\"max_tokens\":10,"

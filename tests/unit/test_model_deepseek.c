@@ -360,14 +360,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char path[160];
-    snprintf(path, sizeof path, "%s/variant/config.json", tmpdir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/variant/model.safetensors", tmpdir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/variant", tmpdir);
-    rmdir(path);
-    rmdir(tmpdir);
+    model_variant_remove(tmpdir);
     return 0;
 }
 
