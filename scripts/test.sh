@@ -191,7 +191,7 @@ echo "ok: live oracles reproduce every committed tokenizer, codec and stream fix
 if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   step "oracles: model fixtures re-run live (transformers, llama.cpp)"
   model_python=$(scripts/oracle-venv.sh --model | tail -n 1)
-  for what in tiny dsv3 tiny-gguf dsv3-gguf "gguf $assets"; do
+  for what in tiny dsv3 tiny-gguf dsv3-gguf dsv4-gguf "gguf $assets"; do
     # shellcheck disable=SC2086
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
@@ -201,7 +201,8 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # shellcheck disable=SC2086
   oracle model-info "$model_python" tests/oracle/check_model_info.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf $folders
+    tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf \
+    tests/fixtures/model/gguf-dsv4/*.gguf $folders
   # SmolLM2's logits against transformers in f32 on its dequantized weights, no
   # further from them than llama.cpp's (the CPU-kernel issue's fidelity bar)
   oracle model-fidelity "$model_python" tests/oracle/check_fidelity.py \

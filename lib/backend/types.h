@@ -39,6 +39,10 @@ typedef enum model_dtype {
      * DeepSeek-V4's routed experts */
     MODEL_DTYPE_MXFP4 = 19,
     MODEL_DTYPE_I8 = 20, /* bytes, only as MXFP4's codes before their scales pair them */
+    /* ggml's block_mxfp4 as a GGUF stores it (an E8M0 byte, then 16 bytes: low
+     * nibbles values 0..15, high 16..31): a file's tensor only, repacked into
+     * MXFP4 at load (weights_gguf_dsv4.c), never a matrix */
+    MODEL_DTYPE_MXFP4_GGML = 21,
 } model_dtype;
 
 typedef struct model_tensor {

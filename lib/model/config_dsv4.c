@@ -269,6 +269,12 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m)
     if (json_is_true(json_object_get(c->root, "attention_bias")) ||
         json_is_true(json_object_get(c->root, "mlp_bias")))
         return bad(c, DI_ERR_UNSUPPORTED, "attention_bias or mlp_bias true is not supported");
+    return mw_check_v4(m, c->file, c->err);
+}
+
+di_status mw_check_v4(model_config *m, const char *file, di_error **err)
+{
+    const model_config_v4 *v = &m->v4;
     const char *why = NULL;
     if (m->n_head_kv != 1)
         why = "num_key_value_heads must be 1 (V4 shares one key/value head)";
@@ -292,6 +298,6 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m)
         why = "hc_eps must not be negative and compress_rope_theta must be positive";
     else if (!m->q_lora_rank || !m->n_expert || !m->n_ff_exp)
         why = "q_lora_rank, n_routed_experts and moe_intermediate_size must be positive";
-    if (why) return bad(c, DI_ERR_MODEL_FORMAT, why);
-    return mw_check_moe(m, c->file, c->err);
+    if (why) return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: %s", file, why);
+    return mw_check_moe(m, file, err);
 }

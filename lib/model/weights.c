@@ -328,7 +328,7 @@ const char *model_dtype_name(model_dtype t)
         [MODEL_DTYPE_IQ4_NL] = "IQ4_NL", [MODEL_DTYPE_IQ4_XS] = "IQ4_XS",
         [MODEL_DTYPE_I32] = "I32",       [MODEL_DTYPE_I64] = "I64",
         [MODEL_DTYPE_E8M0] = "E8M0",     [MODEL_DTYPE_MXFP4] = "MXFP4",
-        [MODEL_DTYPE_I8] = "I8",
+        [MODEL_DTYPE_I8] = "I8",         [MODEL_DTYPE_MXFP4_GGML] = "MXFP4",
     };
     return (unsigned)t < sizeof names / sizeof names[0] && names[t] ? names[t] : "?";
 }

@@ -25,7 +25,9 @@ static int dtype_of(uint32_t ggml_type, model_dtype *out)
     case 14: *out = MODEL_DTYPE_Q6_K; return 1;
     case 20: *out = MODEL_DTYPE_IQ4_NL; return 1;
     case 23: *out = MODEL_DTYPE_IQ4_XS; return 1;
+    case 26: *out = MODEL_DTYPE_I32; return 1; /* integer tables (deepseek4's tid2eid) */
     case 30: *out = MODEL_DTYPE_BF16; return 1;
+    case 39: *out = MODEL_DTYPE_MXFP4_GGML; return 1; /* repacked for deepseek4 */
     default: return 0;
     }
 }
@@ -162,10 +164,12 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     } else if (str_is(a, alen, "deepseek2")) {
         c->arch = MODEL_ARCH_DEEPSEEK_V3; /* or V2: read_deepseek2 decides by the gating */
         c->rope_style = MODEL_ROPE_NORM;  /* LLM_ARCH_DEEPSEEK2 is NORM there */
+    } else if (str_is(a, alen, "deepseek4")) {
+        c->arch = MODEL_ARCH_DEEPSEEK_V4;
     } else {
         return di_error_setf(err, DI_ERR_UNSUPPORTED,
-                             "%s: general.architecture '%.*s' is not supported (llama, qwen2 and "
-                             "deepseek2 are)",
+                             "%s: general.architecture '%.*s' is not supported (llama, qwen2, "
+                             "deepseek2 and deepseek4 are)",
                              path, (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
@@ -175,13 +179,18 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     if (gguf_get_string(f, "general.name", &name, &nlen))
         mw_copy_name(w->name, sizeof w->name, name, nlen);
     di_status st;
+    const int v4 = c->arch == MODEL_ARCH_DEEPSEEK_V4; /* no dense MLP: no feed_forward_length */
     if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
         (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
         (st = need_u32(f, path, arch, "block_count", &c->n_layer, err)) != DI_OK ||
-        (st = need_u32(f, path, arch, "feed_forward_length", &c->n_ff, err)) != DI_OK ||
+        (!v4 && (st = need_u32(f, path, arch, "feed_forward_length", &c->n_ff, err)) != DI_OK) ||
         (st = need_u32(f, path, arch, "attention.head_count", &c->n_head, err)) != DI_OK)
         return st;
     c->n_head_kv = c->n_head;
+    if (v4) {
+        if ((st = mw_gguf_read_deepseek4(w, f, path, err)) != DI_OK) return st;
+        return read_common(w, f, path, arch, err);
+    }
     if (c->arch == MODEL_ARCH_DEEPSEEK_V3) {
         if ((st = read_deepseek2(w, f, path, arch, c, err)) != DI_OK) return st;
         return read_common(w, f, path, arch, err);
@@ -244,8 +253,14 @@ static di_status read_common(model_weights *w, const gguf_file *f, const char *p
     opt_u32(f, arch, "rope.scaling.original_context_length", &c->rope_orig_ctx);
     opt_f32(f, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast);
     opt_f32(f, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow);
-    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN &&
-        (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2)) {
+    if (c->rope_scaling == MODEL_ROPE_SCALING_YARN && c->arch == MODEL_ARCH_DEEPSEEK_V4) {
+        /* deepseek4's graph divides ggml's YaRN magnitude back out of cos and
+         * sin (dsv4_rope_attn_factor), as transformers' V4 leaves them
+         * unscaled; the scaling applies to the compressed branches only */
+        c->yarn_attn_factor = 1.0f;
+        c->yarn_truncate = 1;
+    } else if (c->rope_scaling == MODEL_ROPE_SCALING_YARN &&
+               (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2)) {
         /* llama.cpp's deepseek2 graph cancels YaRN's scaling of cos and sin and
          * puts (1 + yarn_log_multiplier ln factor)^2 into the softmax scale:
          * transformers' DeepSeek YaRN with mscale == mscale_all_dim =
@@ -320,10 +335,14 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     di_status st = gguf_open(path, 0, &w->gguf, msg, sizeof msg);
     if (st != DI_OK) return di_error_setf(err, st, "%s", msg);
     const gguf_file *f = w->gguf;
+    const char *a;
+    size_t alen;
+    const int v4 = gguf_get_string(f, "general.architecture", &a, &alen) &&
+                   str_is(a, alen, "deepseek4"); /* its own tensor names (weights_gguf_dsv4.c) */
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor_info *ti = &f->tensors[i];
         model_dtype dt;
-        if (!dtype_of(ti->type, &dt)) {
+        if (!dtype_of(ti->type, &dt) || (!v4 && (ti->type == 26 || ti->type == 39))) {
             const char *tn = gguf_tensor_type_name(ti->type);
             return di_error_setf(
                 err, DI_ERR_UNSUPPORTED,
@@ -332,7 +351,14 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
         }
         int64_t ne[4];
         for (int d = 0; d < 4; d++) ne[d] = (int64_t)ti->dims[d];
-        st = mw_add_tensor(w, path, ti->name, ti->name_len, dt, ti->n_dims, ne,
+        char renamed[192];
+        const char *name = ti->name;
+        size_t name_len = ti->name_len;
+        if (v4 && mw_gguf_dsv4_name(ti->name, ti->name_len, renamed, sizeof renamed)) {
+            name = renamed;
+            name_len = strlen(renamed);
+        }
+        st = mw_add_tensor(w, path, name, name_len, dt, ti->n_dims, ne,
                            f->data + f->data_offset + ti->offset, (size_t)ti->n_bytes, err);
         if (st != DI_OK) return st;
     }
@@ -341,6 +367,8 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {
         if ((st = split_experts(w, path, err)) != DI_OK) return st;
+    } else if (arch == MODEL_ARCH_DEEPSEEK_V4) {
+        if ((st = mw_gguf_dsv4_experts(w, path, err)) != DI_OK) return st;
     }
     return DI_OK;
 }

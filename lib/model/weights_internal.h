@@ -47,6 +47,23 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err);
  * without routed experts gets every layer dense. */
 di_status mw_check_moe(model_config *m, const char *file, di_error **err);
 di_status mw_open_gguf(model_weights *w, const char *path, di_error **err);
+
+/* DeepSeek-V4's fields checked alike for both loaders (head layout, mHC,
+ * compression, indexer and MoE ranges; DI_ERR_MODEL_FORMAT naming `file`),
+ * then mw_check_moe. */
+di_status mw_check_v4(model_config *m, const char *file, di_error **err);
+
+/* llama.cpp's deepseek4 GGUFs (weights_gguf_dsv4.c). mw_gguf_dsv4_name: the
+ * name deepseek_v4.c reads for the GGUF tensor name gguf[0, n) into out
+ * (1), or 0 when the name is not renamed. mw_gguf_read_deepseek4: the
+ * deepseek4.* metadata into w's config (n_embd, n_layer, n_head, n_ctx_train
+ * read before). mw_gguf_dsv4_experts: the stacked routed experts split into
+ * one matrix per expert, ggml's MXFP4 blocks (MODEL_DTYPE_MXFP4_GGML)
+ * repacked into MODEL_DTYPE_MXFP4 with f32 scales. */
+int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size);
+di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const char *path,
+                                 di_error **err);
+di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err);
 di_status mw_open_hf(model_weights *w, const char *dir, di_error **err);
 
 /* The config defaults before a loader reads the file: no RoPE scaling, factor 1,

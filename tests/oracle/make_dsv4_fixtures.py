@@ -57,7 +57,29 @@ DSV4 = {
     "dsv4-mxfp4-release": (dict(layer_types=[CSA, SW, HCA],
                                 mlp_layer_types=["hash_moe", "moe", "moe"]),
                            "mxfp4", 5),
+    # What llama.cpp's converter and its deepseek4 graph accept (compression
+    # rates 4 and 128 only, sqrtsoftplus, an indexer key of a multiple of 64
+    # for its Hadamard rotation): the release layout with MXFP4 experts and
+    # every other weight bf16 (the converter keeps those, so the GGUF holds
+    # exactly these weights), HCA at 128 and a prompt long enough (144 tokens)
+    # for HCA's first compressed entry; 16 indexer heads keep the indexer's
+    # scores free of ties at zero. The source of the deepseek4 GGUF fixtures
+    # (make_model_fixtures.py dsv4-gguf)
+    "dsv4-gguf-release": (dict(layer_types=[CSA, SW, HCA, CSA],
+                               mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
+                               compress_rates={CSA: 4, HCA: 128}, max_position_embeddings=512,
+                               index_n_heads=16, index_head_dim=64, n_prompt=144),
+                          "mxfp4-bf16", 5),
 }
+
+# The config keys DeepSeek's release config.json has beside transformers'
+# (llama.cpp's converter reads them): the per-layer compression ratio (0 for
+# sliding-window layers) and the number of leading hash-routed layers.
+def release_config_keys(cfg):
+    rate = {SW: 0, CSA: cfg["compress_rates"][CSA], HCA: cfg["compress_rates"][HCA]}
+    return {"compress_ratios": [rate[t] for t in cfg["layer_types"]],
+            "num_hash_layers": sum(t == "hash_moe" for t in cfg["mlp_layer_types"])}
+
 
 BASE = dict(vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
             num_key_value_heads=1, head_dim=32, q_lora_rank=48, partial_rotary_factor=0.25,
@@ -186,6 +208,7 @@ def make_dsv4(name):
     seed = sum(name.encode()) * 7919 + salt
     torch.manual_seed(seed)
     cfg_args = dict(BASE, **overrides)
+    n_prompt = cfg_args.pop("n_prompt", N_PROMPT)
     cfg_args["num_hidden_layers"] = len(cfg_args["layer_types"])
     config = DeepseekV4Config(**cfg_args)
     config._attn_implementation = "eager"
@@ -198,7 +221,7 @@ def make_dsv4(name):
     # save_pretrained writes DeepSeek's release names (layers.N.attn.wq_a,
     # ffn.experts.E.w1, ...) under "model."; the reference is the model
     # from_pretrained reads back, so it runs on exactly the stored weights.
-    if dtype in ("fp8", "fp8-ue8m0", "mxfp4"):
+    if dtype in ("fp8", "fp8-ue8m0", "mxfp4", "mxfp4-bf16"):
         import tempfile
         tmp = tempfile.TemporaryDirectory()
         model.save_pretrained(tmp.name, safe_serialization=True)
@@ -206,9 +229,10 @@ def make_dsv4(name):
         state, deq = {}, {}
         for k, v in sorted(saved.items()):
             if (v.dim() == 2 and k.endswith(".weight") and ".layers." in k and ".compressor." not in k
-                    and "weights_proj" not in k and ".gate.weight" not in k and "norm" not in k):
+                    and "weights_proj" not in k and ".gate.weight" not in k and "norm" not in k
+                    and (dtype != "mxfp4-bf16" or ".ffn.experts." in k)):
                 ue8m0 = dtype in ("fp8-ue8m0", "mxfp4")
-                if dtype == "mxfp4" and ".ffn.experts." in k:
+                if dtype in ("mxfp4", "mxfp4-bf16") and ".ffn.experts." in k:
                     codes, e8, dq = mxfp4_quantize(v.to(torch.float32))
                     check_mxfp4_against_gguf(codes, e8, dq)
                     state[k] = codes
@@ -230,7 +254,7 @@ def make_dsv4(name):
                 deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
             else:
                 state[k] = deq[k] = v.contiguous()
-        if dtype in ("fp8-ue8m0", "mxfp4"):
+        if dtype in ("fp8-ue8m0", "mxfp4", "mxfp4-bf16"):
             state = {release_name(k): v for k, v in state.items()}
         safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
         safetensors.torch.save_file(deq, pathlib.Path(tmp.name) / "model.safetensors",
@@ -240,8 +264,9 @@ def make_dsv4(name):
         cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                            "activation_scheme": "dynamic",
                                            "weight_block_size": [128, 128]}
-        if dtype in ("fp8-ue8m0", "mxfp4"):
+        if dtype in ("fp8-ue8m0", "mxfp4", "mxfp4-bf16"):
             cfg_json["quantization_config"]["scale_fmt"] = "ue8m0"
+            cfg_json.update(release_config_keys(cfg_json))
         cfg_json["dtype"] = "bfloat16"
         (out / "config.json").write_text(json.dumps(cfg_json, indent=2, sort_keys=True) + "\n")
     else:
@@ -252,7 +277,7 @@ def make_dsv4(name):
     model.config._attn_implementation = "eager"
 
     g = torch.Generator().manual_seed(seed + 1)
-    prompt = torch.randint(3, config.vocab_size, (N_PROMPT,), generator=g).tolist()
+    prompt = torch.randint(3, config.vocab_size, (n_prompt,), generator=g).tolist()
     ids = torch.tensor([prompt])
     margins = []
 
@@ -293,7 +318,7 @@ def make_dsv4(name):
         seq_logits = model(gen, use_cache=False).logits[0].to(torch.float32).numpy()
     for h in hooks:
         h.remove()
-    greedy = gen[0, N_PROMPT:].tolist()
+    greedy = gen[0, n_prompt:].tolist()
     logits.astype("<f4").tofile(out / "logits.f32")
     seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
     files = sorted(p.name for p in out.glob("*.safetensors"))
@@ -309,7 +334,7 @@ def make_dsv4(name):
         "config": json.loads((out / "config.json").read_text()),
         "prompt": prompt,
         "logits_file": "logits.f32",
-        "logits_shape": [N_PROMPT, config.vocab_size],
+        "logits_shape": [n_prompt, config.vocab_size],
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
         "router_min_margin": round(min(margins), 6) if margins else None,
@@ -317,7 +342,7 @@ def make_dsv4(name):
         # whole sequence (CSA layers; none: null).
         "index_min_margin": round(min(index_margins), 6) if index_margins else None,
         "sequence_logits_file": "sequence_logits.f32",
-        "sequence_logits_shape": [N_PROMPT + N_GREEDY, config.vocab_size],
+        "sequence_logits_shape": [n_prompt + N_GREEDY, config.vocab_size],
         "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
                    "safetensors": safetensors.__version__, "numpy": np.__version__,
                    "attn_implementation": "eager"},

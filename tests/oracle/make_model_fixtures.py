@@ -7,7 +7,9 @@
     make_model_fixtures.py gguf ASSET_DIR [NAME ...]   real GGUFs (llama-cpp-python)
     make_model_fixtures.py dsv3-gguf [NAME ...]   tiny DeepSeek-V3 checkpoints converted to
         deepseek2 GGUFs by llama.cpp's own convert_hf_to_gguf.py, run by llama.cpp
-    make_model_fixtures.py --check tiny|dsv3|tiny-gguf|dsv3-gguf|gguf ...   regenerate into a scratch
+    make_model_fixtures.py dsv4-gguf [NAME ...]   the tiny DeepSeek-V4 release checkpoint converted
+        to deepseek4 GGUFs by the same converter, run by llama.cpp
+    make_model_fixtures.py --check tiny|dsv3|tiny-gguf|dsv3-gguf|dsv4-gguf|gguf ...   regenerate into a scratch
         folder and compare with the committed fixtures (weights byte for byte,
         tokens exactly, logits within 1e-4 (torch) or 2e-2 (llama.cpp))
 
@@ -633,6 +635,9 @@ def llama_quantize(src, dst, ftype, name):
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
     params.nthread = 1
+    # deepseek4's converter writes the routed experts in MXFP4 already, which
+    # llama.cpp requantizes only when allowed (llama-quantize --allow-requantize)
+    params.allow_requantize = True
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     if rc != 0:
         sys.exit(f"{name}: llama_model_quantize failed ({rc})")
@@ -761,6 +766,17 @@ DSV3_GGUF = {
     "dsv3-qlora-q4_k_m": ("dsv3-qlora-bf16", "bf16", "Q4_K_M"),
 }
 DSV3_GGUF_NO_LLAMA_CPP = {"dsv3-noqlora-yarn-f32"}
+# DeepSeek-V4 as llama.cpp users get it, in the same form: llama.cpp's
+# deepseek4 layout (routed experts stacked, in ggml's MXFP4 blocks; tid2eid as
+# I32; DeepSeek's release names in, llama.cpp's out). The converter reads only
+# the release layout (make_dsv4_fixtures.py dsv4-gguf-release, whose
+# non-expert weights are bf16 so the GGUF holds exactly the checkpoint's).
+DSV4_GGUF = {
+    "dsv4-gguf-bf16": ("dsv4-gguf-release", "bf16"),
+    "dsv4-gguf-q8_0": ("dsv4-gguf-release", "bf16", "Q8_0"),
+    # rows of 64 and 32: every K-quant of the mix falls back (Q5_0, Q8_0, F16)
+    "dsv4-gguf-q4_k_m": ("dsv4-gguf-release", "bf16", "Q4_K_M"),
+}
 LLAMA_CPP_PYTHON = "0.3.36"
 
 
@@ -787,13 +803,20 @@ def llama_cpp_source():
 
 
 def convert_dsv3(src, path, outtype):
-    """llama.cpp's convert_hf_to_gguf.py on the checkpoint src. A converter
-    needs a tokenizer: a byte-level BPE of the checkpoint's vocabulary size (one
-    merge) stands in, named "deepseek-v3" (the hash the converter would look up
-    is the real tokenizer's). scoring_func and topk_method are added as
-    DeepSeek's own config.json has them: transformers' DeepseekV3Config drops
-    them, and without scoring_func the converter writes no expert_gating_func,
-    which llama.cpp then reads as softmax (docs/deepseek-v3.md)."""
+    """llama.cpp's convert_hf_to_gguf.py on the DeepSeek-V3 checkpoint src.
+    scoring_func and topk_method are added as DeepSeek's own config.json has
+    them: transformers' DeepseekV3Config drops them, and without scoring_func
+    the converter writes no expert_gating_func, which llama.cpp then reads as
+    softmax (docs/deepseek-v3.md)."""
+    convert_checkpoint(src, path, outtype, dict(scoring_func="sigmoid", topk_method="noaux_tc"))
+
+
+def convert_checkpoint(src, path, outtype, config_update=None):
+    """llama.cpp's convert_hf_to_gguf.py on the checkpoint src (its config.json
+    updated with config_update). A converter needs a tokenizer: a byte-level
+    BPE of the checkpoint's vocabulary size (one merge) stands in, named
+    "deepseek-v3" (the hash the converter would look up is the real
+    tokenizer's)."""
     import shutil
     import subprocess
     import tempfile
@@ -804,7 +827,7 @@ def convert_dsv3(src, path, outtype):
         d = pathlib.Path(tmp) / src.name  # the converter names the model after its folder
         d.mkdir()
         cfg = json.loads((src / "config.json").read_text())
-        cfg.update(scoring_func="sigmoid", topk_method="noaux_tc")
+        cfg.update(config_update or {})
         (d / "config.json").write_text(json.dumps(cfg))
         shutil.copy(src / "model.safetensors", d / "model.safetensors")
         vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
@@ -835,6 +858,100 @@ def make_dsv3_gguf(name):
     """gguf-dsv3/<name>.gguf and llama.cpp's logits on it, in the gguf-tiny
     fixture format: the checkpoint's reference prompt (one batch), then its
     greedy tokens one at a time (tests/fixtures/model/README.md)."""
+    make_deepseek_gguf(name, DSV3_GGUF, "gguf-dsv3", "deepseek2", convert_dsv3)
+
+
+def make_dsv4_gguf(name):
+    """gguf-dsv4/<name>.gguf and llama.cpp's logits on it, as make_dsv3_gguf."""
+    make_deepseek_gguf(name, DSV4_GGUF, "gguf-dsv4", "deepseek4", convert_checkpoint)
+
+
+# llama.cpp's deepseek4 tensor names back to the names transformers'
+# save_pretrained writes ("model.layers.N." + DeepSeek's release suffix; the
+# inverse of the converter's DeepseekV4Model._map_dsv4_tensor_name)
+DSV4_GGUF_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "head.weight",
+                 "output_norm.weight": "model.norm.weight",
+                 "output_hc_fn.weight": "model.hc_head.hc_fn",
+                 "output_hc_base.weight": "model.hc_head.hc_base",
+                 "output_hc_scale.weight": "model.hc_head.hc_scale"}
+DSV4_GGUF_LAYER = {
+    "attn_sinks.weight": "attn.attn_sink", "attn_q_a.weight": "attn.wq_a.weight",
+    "attn_q_b.weight": "attn.wq_b.weight", "attn_q_a_norm.weight": "attn.q_norm.weight",
+    "attn_kv.weight": "attn.wkv.weight", "attn_kv_a_norm.weight": "attn.norm.weight",
+    "attn_output_a.weight": "attn.wo_a.weight", "attn_output_b.weight": "attn.wo_b.weight",
+    "attn_compressor_ape.weight": "attn.compressor.ape",
+    "attn_compressor_kv.weight": "attn.compressor.wkv.weight",
+    "attn_compressor_gate.weight": "attn.compressor.wgate.weight",
+    "attn_compressor_norm.weight": "attn.compressor.norm.weight",
+    "indexer.attn_q_b.weight": "attn.indexer.wq_b.weight",
+    "indexer.proj.weight": "attn.indexer.weights_proj.weight",
+    "indexer_compressor_ape.weight": "attn.indexer.compressor.ape",
+    "indexer_compressor_kv.weight": "attn.indexer.compressor.wkv.weight",
+    "indexer_compressor_gate.weight": "attn.indexer.compressor.wgate.weight",
+    "indexer_compressor_norm.weight": "attn.indexer.compressor.norm.weight",
+    "attn_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
+    "hc_attn_fn.weight": "hc_attn_fn", "hc_attn_base.weight": "hc_attn_base",
+    "hc_attn_scale.weight": "hc_attn_scale", "hc_ffn_fn.weight": "hc_ffn_fn",
+    "hc_ffn_base.weight": "hc_ffn_base", "hc_ffn_scale.weight": "hc_ffn_scale",
+    "ffn_gate_inp.weight": "ffn.gate.weight", "exp_probs_b.bias": "ffn.gate.bias",
+    "ffn_gate_tid2eid.weight": "ffn.gate.tid2eid",
+    "ffn_gate_shexp.weight": "ffn.shared_experts.w1.weight",
+    "ffn_down_shexp.weight": "ffn.shared_experts.w2.weight",
+    "ffn_up_shexp.weight": "ffn.shared_experts.w3.weight",
+}
+DSV4_GGUF_EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_down_exps.weight": "w2",
+                     "ffn_up_exps.weight": "w3"}
+
+
+def dsv4_dequantized_reference(src, reader, tokens):
+    """transformers' DeepseekV4ForCausalLM in float32 on the deepseek4 GGUF's
+    weights dequantized by the gguf package (the checkpoint src's config):
+    logits [len(tokens), vocab] of tokens in one pass."""
+    import tempfile
+
+    import gguf
+    import numpy as np
+    import safetensors.torch
+    import torch
+    from transformers import DeepseekV4ForCausalLM
+    state = {}
+    for t in reader.tensors:
+        if t.tensor_type == gguf.GGMLQuantizationType.I32:
+            state[DSV4_GGUF_LAYER_NAME(t.name)] = torch.from_numpy(
+                np.array(t.data, dtype=np.int64))
+            continue
+        a = torch.from_numpy(np.ascontiguousarray(
+            gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+        if t.name in DSV4_GGUF_TOP:
+            state[DSV4_GGUF_TOP[t.name]] = a
+            continue
+        layer, rest = t.name[len("blk."):].split(".", 1)
+        if rest in DSV4_GGUF_EXPERTS:
+            for e in range(a.shape[0]):
+                state[f"model.layers.{layer}.ffn.experts.{e}.{DSV4_GGUF_EXPERTS[rest]}.weight"] = \
+                    a[e].contiguous()
+        else:
+            state[f"model.layers.{layer}.{DSV4_GGUF_LAYER[rest]}"] = a
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = json.loads((src / "config.json").read_text())
+        cfg.pop("quantization_config", None)
+        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        safetensors.torch.save_file(state, pathlib.Path(tmp) / "model.safetensors",
+                                    metadata={"format": "pt"})
+        model = DeepseekV4ForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        model.config._attn_implementation = "eager"
+        with torch.no_grad():
+            return model(torch.tensor([tokens]), use_cache=False).logits[0].numpy()
+
+
+def DSV4_GGUF_LAYER_NAME(gguf_name):
+    layer, rest = gguf_name[len("blk."):].split(".", 1)
+    return f"model.layers.{layer}.{DSV4_GGUF_LAYER[rest]}"
+
+
+def make_deepseek_gguf(name, table, folder, architecture, convert):
+    """<folder>/<name>.gguf, converted from table[name]'s checkpoint by convert
+    (then quantized when the entry says), and llama.cpp's logits on it."""
     import hashlib
     import logging
 
@@ -843,18 +960,18 @@ def make_dsv3_gguf(name):
     import numpy as np
     logging.disable(logging.INFO)
     import tempfile
-    src_name, outtype, *quantize = DSV3_GGUF[name]
+    src_name, outtype, *quantize = table[name]
     src = ROOT / "tests" / "fixtures" / "model" / src_name
-    out = OUT / "gguf-dsv3"
+    out = OUT / folder
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.gguf"
     if quantize:
         with tempfile.TemporaryDirectory() as tmp:
             converted = pathlib.Path(tmp) / "converted.gguf"
-            convert_dsv3(src, converted, outtype)
+            convert(src, converted, outtype)
             llama_quantize(converted, path, quantize[0], name)
     else:
-        convert_dsv3(src, path, outtype)
+        convert(src, path, outtype)
     if name in DSV3_GGUF_NO_LLAMA_CPP:
         print(f"{name}: {path.stat().st_size} bytes (llama.cpp cannot load it)")
         return
@@ -868,12 +985,22 @@ def make_dsv3_gguf(name):
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
     same = next((i for i, (a, b) in enumerate(zip(greedy, ref["greedy"])) if a != b),
                 len(greedy))
+    dequant = {}
+    if architecture == "deepseek4":
+        # transformers in float32 on the GGUF's weights dequantized: the
+        # reference without llama.cpp's quantization of activations (rows as
+        # in logits_file), as the gguf-tiny fixtures have it
+        f32_logits = dsv4_dequantized_reference(src, reader, prompt + greedy)
+        f32_logits.astype("<f4").tofile(out / f"{name}.dequant_f32_logits.f32")
+        dequant = {"dequant_f32_logits_file": f"{name}.dequant_f32_logits.f32",
+                   "dequant_f32_argmax": np.argmax(f32_logits, axis=1).tolist(),
+                   "dequant_f32_max_abs_diff": float(np.abs(f32_logits - logits).max())}
     fixture = {
         "format": "deepinfer-gguf-tiny-fixture-1",
         "name": name,
         "file": f"{name}.gguf",
         "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "architecture": "deepseek2",
+        "architecture": architecture,
         "checkpoint": src_name,
         "outtype": outtype,
         "tensor_types": types,
@@ -885,6 +1012,7 @@ def make_dsv3_gguf(name):
         "argmax": np.argmax(logits, axis=1).tolist(),
         "greedy": greedy,
         "greedy_same_as_transformers": same,
+        **dequant,
         "oracle": {**llama_cpp_versions(),
                    "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
                    "settings": {k: v for k, v in settings.items() if k != "verbose"},
@@ -980,6 +1108,9 @@ def main(argv):
     elif argv[:1] == ["dsv3-gguf"]:
         for name in argv[1:] or list(DSV3_GGUF):
             make_dsv3_gguf(name)
+    elif argv[:1] == ["dsv4-gguf"]:
+        for name in argv[1:] or list(DSV4_GGUF):
+            make_dsv4_gguf(name)
     elif argv[:1] == ["tiny-gguf"]:
         for name in argv[1:] or list(TINY_GGUF):
             make_tiny_gguf(name)

@@ -4,7 +4,10 @@
 #define DI_TESTS_MODEL_VARIANT_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Write <tmpdir>/variant/config.json: tests/fixtures/model/<fixture>/config.json
@@ -47,6 +50,41 @@ static void model_variant_remove(const char *tmpdir)
     snprintf(path, sizeof path, "%s/variant", tmpdir);
     rmdir(path);
     rmdir(tmpdir);
+}
+
+/* Write to dst a copy of the GGUF src with the bytes `from` (a metadata key
+ * or tensor name, found once) replaced by `to` of the same length, or, when
+ * value_after is >= 0, the u32 value stored after the key `from` set to it.
+ * Returns dst. */
+static const char *model_variant_gguf(const char *src, const char *dst, const char *from,
+                                      const char *to, long value_after)
+{
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    size_t len = strlen(from);
+    char *at = NULL;
+    for (long i = 0; i + (long)len <= n && !at; i++)
+        if (memcmp(b + i, from, len) == 0) at = b + i;
+    assert_non_null(at);
+    if (value_after >= 0) {
+        uint32_t v = (uint32_t)value_after; /* after the key: a u32 type tag, then the value */
+        memcpy(at + len + 4, &v, 4);
+    } else {
+        memcpy(at, to, len);
+    }
+    f = fopen(dst, "wb");
+    assert_non_null(f);
+    fwrite(b, 1, (size_t)n, f);
+    fclose(f);
+    free(b);
+    return dst;
 }
 
 #endif

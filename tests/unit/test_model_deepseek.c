@@ -410,42 +410,15 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       "past the 2 layers", "blk.2.");
 }
 
-/* A copy of gguf-dsv3/<name>.gguf with the bytes `from` (a metadata key or
- * tensor name, found once) replaced by `to` of the same length, or, when
- * value_after is >= 0, the u32 value stored after the key `from` set to it. */
+/* A copy of gguf-dsv3/<name>.gguf edited as model_variant_gguf says. */
 static const char *gguf_variant(const char *name, const char *from, const char *to,
                                 long value_after)
 {
     static char path[512];
     char src[512];
     snprintf(src, sizeof src, DI_FIXTURE_DIR "/model/gguf-dsv3/%s.gguf", name);
-    FILE *f = fopen(src, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    size_t len = strlen(from);
-    char *at = NULL;
-    for (long i = 0; i + (long)len <= n && !at; i++)
-        if (memcmp(b + i, from, len) == 0) at = b + i;
-    assert_non_null(at);
-    if (value_after >= 0) {
-        uint32_t v = (uint32_t)value_after; /* after the key: a u32 type tag, then the value */
-        memcpy(at + len + 4, &v, 4);
-    } else {
-        memcpy(at, to, len);
-    }
     snprintf(path, sizeof path, "/tmp/di_test_dsv3_gguf_%d.gguf", (int)getpid());
-    f = fopen(path, "wb");
-    assert_non_null(f);
-    fwrite(b, 1, (size_t)n, f);
-    fclose(f);
-    free(b);
-    return path;
+    return model_variant_gguf(src, path, from, to, value_after);
 }
 
 /* Malformed or mismatched deepseek2 GGUFs: an error naming the key or tensor. */

@@ -522,6 +522,46 @@ static void test_fused_fp8_experts_equal_the_per_expert_layout(void **state)
 
 /* V4's caches are each sequence's own: no prefix cache tier can hold them, so
  * asking for one is a warning naming the fields, and the engine serves. */
+/* llama.cpp's deepseek4 GGUF (gguf-dsv4/dsv4-gguf-bf16.gguf, its converter's
+ * output): its metadata read into the same model as the checkpoint's
+ * config.json (the parity test holds its logits to transformers'), and a key
+ * or tensor that is missing, lies or cannot run refused, named. */
+static void test_deepseek4_gguf_config_and_bad_files(void **state)
+{
+    (void)state;
+    const char *src = DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-bf16.gguf";
+    char dst[600];
+    snprintf(dst, sizeof dst, "%s/variant.gguf", tmpdir);
+    model *g = load(src);
+    model *h = load(DI_FIXTURE_DIR "/model/dsv4-gguf-release");
+    const model_config *a = model_weights_config(model_get_weights(g)),
+                       *b = model_weights_config(model_get_weights(h));
+    assert_int_equal(a->arch, MODEL_ARCH_DEEPSEEK_V4);
+    assert_memory_equal(&a->v4, &b->v4, sizeof a->v4);
+    assert_int_equal(a->head_dim, b->head_dim);
+    assert_int_equal(a->qk_rope_head_dim, b->qk_rope_head_dim);
+    assert_int_equal(a->n_ff_exp, b->n_ff_exp);
+    assert_int_equal(a->expert_gating, b->expert_gating);
+    assert_float_equal(a->routed_scaling_factor, b->routed_scaling_factor, 0);
+    assert_float_equal(a->rope_theta, b->rope_theta, 0);
+    model_free(g);
+    model_free(h);
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.hash_layer_count",
+                                         "deepseek4.hash_layer_cXunt", -1),
+                      DI_ERR_MODEL_FORMAT, "deepseek4.hash_layer_count", "missing");
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_gating_func", NULL, 1),
+                      DI_ERR_UNSUPPORTED, "expert_gating_func 1", NULL);
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_count", NULL, 16),
+                      DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
+                      DI_ERR_MODEL_FORMAT, "hc_head", NULL);
+    /* a tensor missing: named as deepseek_v4.c reads it */
+    expect_load_error(model_variant_gguf(src, dst, "blk.1.attn_sinks.weight",
+                                         "blk.1.attn_sinkX.weight", -1),
+                      DI_ERR_MODEL_FORMAT, "model.layers.1.self_attn.sinks", NULL);
+    unlink(dst);
+}
+
 static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
@@ -573,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_bad_tid2eid_is_named),
         cmocka_unit_test(test_release_layout_scales),
         cmocka_unit_test(test_mxfp4_experts),
+        cmocka_unit_test(test_deepseek4_gguf_config_and_bad_files),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
         cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),

@@ -135,8 +135,15 @@ static float *be_alloc(backend *be, int64_t n)
 
 static di_status be_vector(backend *be, const model_tensor *t, const float **out, di_error **err)
 {
-    if (t->dtype != MODEL_DTYPE_F32 && t->dtype != MODEL_DTYPE_F16 && t->dtype != MODEL_DTYPE_BF16)
-        return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: a norm or bias must be f32, f16 or bf16",
+    /* f32, f16, bf16, or a ggml block type whole blocks of it (a quantizer may
+     * turn a 2-D bias table such as DeepSeek-V4's compressor position bias
+     * into Q8_0); scaled formats (fp8, MXFP4) need their scales */
+    int block = cpu_dtype_block_elems((int)t->dtype);
+    if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->dtype == MODEL_DTYPE_MXFP4 ||
+        t->ne[0] % block != 0)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: a norm or bias must be f32, f16, bf16 or whole blocks of a "
+                             "ggml quantized type",
                              t->name);
     float *v = be_alloc(be, t->ne[0]);
     if (!v) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);

@@ -1,0 +1,388 @@
+/* llama.cpp's deepseek4 GGUFs (convert_hf_to_gguf.py's DeepseekV4Model, the
+ * llama.cpp vendored by llama-cpp-python 0.3.36): the "deepseek4.*" metadata
+ * as llama_model_deepseek4::load_arch_hparams reads it, the tensors renamed to
+ * the names deepseek_v4.c reads (transformers' module paths), and the routed
+ * experts — stacked ffn_{gate,up,down}_exps, ne = {n_in, n_out, n_expert} —
+ * split into one matrix per expert. The converter writes them in ggml's MXFP4
+ * (block_mxfp4: an E8M0 byte, then 16 bytes whose low nibbles are values
+ * 0..15 and high nibbles 16..31); they are repacked here into
+ * MODEL_DTYPE_MXFP4 (codes two a byte in order, f32 scales beside), the layout
+ * DeepSeek's release safetensors load into, so both files run the same
+ * kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/weights_internal.h"
+
+/* GGUF name -> deepseek_v4.c's name (the suffix after "blk.N." or a whole
+ * top-level name). */
+static const struct {
+    const char *gguf, *name;
+} top_names[] = {
+    {"output_hc_fn.weight", "model.hc_head.hc_fn"},
+    {"output_hc_base.weight", "model.hc_head.hc_base"},
+    {"output_hc_scale.weight", "model.hc_head.hc_scale"},
+};
+
+static const struct {
+    const char *gguf, *name;
+} layer_names[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_sinks.weight", "self_attn.sinks"},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_norm.weight"},
+    {"attn_kv.weight", "self_attn.kv_proj.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_norm.weight"},
+    {"attn_output_a.weight", "self_attn.o_a_proj.weight"},
+    {"attn_output_b.weight", "self_attn.o_b_proj.weight"},
+    {"attn_compressor_ape.weight", "self_attn.compressor.position_bias"},
+    {"attn_compressor_kv.weight", "self_attn.compressor.kv_proj.weight"},
+    {"attn_compressor_gate.weight", "self_attn.compressor.gate_proj.weight"},
+    {"attn_compressor_norm.weight", "self_attn.compressor.kv_norm.weight"},
+    {"indexer.attn_q_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"},
+    {"indexer.proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+    {"indexer_compressor_ape.weight", "self_attn.compressor.indexer.position_bias"},
+    {"indexer_compressor_kv.weight", "self_attn.compressor.indexer.kv_proj.weight"},
+    {"indexer_compressor_gate.weight", "self_attn.compressor.indexer.gate_proj.weight"},
+    {"indexer_compressor_norm.weight", "self_attn.compressor.indexer.kv_norm.weight"},
+    {"hc_attn_fn.weight", "attn_hc.fn"},
+    {"hc_attn_base.weight", "attn_hc.base"},
+    {"hc_attn_scale.weight", "attn_hc.scale"},
+    {"hc_ffn_fn.weight", "ffn_hc.fn"},
+    {"hc_ffn_base.weight", "ffn_hc.base"},
+    {"hc_ffn_scale.weight", "ffn_hc.scale"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn_gate_tid2eid.weight", "mlp.gate.tid2eid"},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+};
+
+int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size)
+{
+    for (size_t i = 0; i < sizeof top_names / sizeof top_names[0]; i++)
+        if (n == strlen(top_names[i].gguf) && memcmp(gguf, top_names[i].gguf, n) == 0) {
+            snprintf(out, size, "%s", top_names[i].name);
+            return 1;
+        }
+    unsigned layer;
+    int used = 0;
+    char buf[160];
+    if (n >= sizeof buf) return 0;
+    memcpy(buf, gguf, n);
+    buf[n] = '\0';
+    if (sscanf(buf, "blk.%u.%n", &layer, &used) != 1 || used == 0) return 0;
+    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
+        if (strcmp(buf + used, layer_names[i].gguf) == 0) {
+            snprintf(out, size, "model.layers.%u.%s", layer, layer_names[i].name);
+            return 1;
+        }
+    return 0;
+}
+
+/* An unsigned "deepseek4.<key>" (DI_ERR_MODEL_FORMAT when missing). */
+static di_status need(const gguf_file *f, const char *path, const char *key, uint32_t *out,
+                      di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "deepseek4.%s", key);
+    if (gguf_get_u32(f, full, out)) return DI_OK;
+    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                         gguf_find(f, full) ? "not an unsigned integer" : "missing");
+}
+
+static di_status need_f32(const gguf_file *f, const char *path, const char *key, float *out,
+                          di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "deepseek4.%s", key);
+    if (gguf_get_f32(f, full, out)) return DI_OK;
+    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                         gguf_find(f, full) ? "not a float" : "missing");
+}
+
+/* Element i of the array "deepseek4.<key>" of n_want numbers (u32, i32 or
+ * f32, as the converter writes them) as a double. */
+static di_status array_at(const gguf_file *f, const char *path, const char *key, uint64_t n_want,
+                          uint64_t i, double *out, di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "deepseek4.%s", key);
+    const gguf_kv *kv = gguf_find(f, full);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->count < n_want ||
+        (kv->elem_type != GGUF_TYPE_UINT32 && kv->elem_type != GGUF_TYPE_INT32 &&
+         kv->elem_type != GGUF_TYPE_FLOAT32))
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: metadata key %s is %s (an array of %llu numbers)", path, full,
+                             kv ? "not" : "missing", (unsigned long long)n_want);
+    const unsigned char *p = kv->value + 4 * i;
+    if (kv->elem_type == GGUF_TYPE_FLOAT32) {
+        float v;
+        memcpy(&v, p, 4);
+        *out = v;
+    } else if (kv->elem_type == GGUF_TYPE_INT32) {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+    } else {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+    }
+    return DI_OK;
+}
+
+/* "deepseek4.<key>": one number, or an array with one value for every layer
+ * (llama.cpp's get_key_or_arr); a per-layer array whose values differ is
+ * DI_ERR_UNSUPPORTED (deepseek_v4.c has one value for the model). */
+static di_status same_for_every_layer(const gguf_file *f, const char *path, const char *key,
+                                      uint32_t n_layer, double *out, di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "deepseek4.%s", key);
+    const gguf_kv *kv = gguf_find(f, full);
+    uint32_t u;
+    float x;
+    if (gguf_get_u32(f, full, &u)) {
+        *out = u;
+        return DI_OK;
+    }
+    if (gguf_get_f32(f, full, &x)) {
+        *out = x;
+        return DI_OK;
+    }
+    if (!kv || kv->type != GGUF_TYPE_ARRAY)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                             kv ? "not a number or an array" : "missing");
+    di_status st;
+    for (uint32_t i = 0; i < n_layer; i++) {
+        double v;
+        if ((st = array_at(f, path, key, n_layer, i, &v, err)) != DI_OK) return st;
+        if (i && v != *out)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: %s differs between layers (%g at layer 0, %g at layer %u); "
+                                 "deepinfer runs one value for every layer",
+                                 path, full, *out, v, i);
+        *out = v;
+    }
+    return DI_OK;
+}
+
+di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const char *path,
+                                 di_error **err)
+{
+    model_config *c = &w->config;
+    model_config_v4 *v = &c->v4;
+    di_status st;
+    uint32_t key_len = 0, val_len = 0, nextn = 0, gating = 0, n_hash = 0;
+    float hc_eps = 0.0f;
+    double ff_exp, clamp, clamp_sh;
+    c->arch = MODEL_ARCH_DEEPSEEK_V4;
+    c->rope_style = MODEL_ROPE_NORM; /* V4's interleaved RoPE: adjacent pairs */
+    c->n_head_kv = 1;
+    c->n_group = c->topk_group = 1;
+    c->topk_method = MODEL_TOPK_NOAUX_TC;
+    if ((st = need(f, path, "attention.head_count_kv", &c->n_head_kv, err)) != DI_OK ||
+        (st = need(f, path, "attention.key_length", &key_len, err)) != DI_OK ||
+        (st = need(f, path, "attention.value_length", &val_len, err)) != DI_OK ||
+        (st = need(f, path, "rope.dimension_count", &c->qk_rope_head_dim, err)) != DI_OK ||
+        (st = need(f, path, "attention.q_lora_rank", &c->q_lora_rank, err)) != DI_OK ||
+        (st = need(f, path, "attention.sliding_window", &v->sliding_window, err)) != DI_OK ||
+        (st = need(f, path, "expert_count", &c->n_expert, err)) != DI_OK ||
+        (st = need(f, path, "expert_used_count", &c->n_expert_used, err)) != DI_OK ||
+        (st = need(f, path, "expert_shared_count", &c->n_expert_shared, err)) != DI_OK ||
+        (st = need_f32(f, path, "expert_weights_scale", &c->routed_scaling_factor, err)) != DI_OK ||
+        (st = need(f, path, "expert_gating_func", &gating, err)) != DI_OK ||
+        (st = need(f, path, "attention.indexer.head_count", &v->index_n_heads, err)) != DI_OK ||
+        (st = need(f, path, "attention.indexer.key_length", &v->index_head_dim, err)) != DI_OK ||
+        (st = need(f, path, "attention.indexer.top_k", &v->index_topk, err)) != DI_OK ||
+        (st = need(f, path, "attention.output_group_count", &v->o_groups, err)) != DI_OK ||
+        (st = need(f, path, "attention.output_lora_rank", &v->o_lora_rank, err)) != DI_OK ||
+        (st = need_f32(f, path, "attention.compress_rope_freq_base", &v->compress_rope_theta,
+                       err)) != DI_OK ||
+        (st = need(f, path, "hyper_connection.count", &v->hc_mult, err)) != DI_OK ||
+        (st = need(f, path, "hyper_connection.sinkhorn_iterations", &v->hc_sinkhorn_iters,
+                   err)) != DI_OK ||
+        (st = need_f32(f, path, "hyper_connection.epsilon", &hc_eps, err)) != DI_OK ||
+        (st = need(f, path, "hash_layer_count", &n_hash, err)) != DI_OK)
+        return st;
+    v->hc_eps = hc_eps;
+    /* An MTP export counts its NextN layers in block_count (stored after the
+     * main ones); they are not loaded, as with the release's mtp.* tensors. */
+    char key[128];
+    snprintf(key, sizeof key, "deepseek4.nextn_predict_layers");
+    gguf_get_u32(f, key, &nextn);
+    if (nextn >= c->n_layer)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: deepseek4.nextn_predict_layers %u leaves no layers of the %u",
+                             path, nextn, c->n_layer);
+    c->n_layer -= nextn;
+    if (c->n_layer > MODEL_V4_MAX_LAYERS)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: %u layers are more than %d", path,
+                             c->n_layer, MODEL_V4_MAX_LAYERS);
+    if (key_len != val_len)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: deepseek4.attention.key_length %u differs from value_length %u "
+                             "(V4's one key/value head)",
+                             path, key_len, val_len);
+    c->head_dim = key_len;
+    if ((st = same_for_every_layer(f, path, "expert_feed_forward_length", c->n_layer, &ff_exp,
+                                   err)) != DI_OK ||
+        (st = same_for_every_layer(f, path, "swiglu_clamp_exp", c->n_layer, &clamp, err)) != DI_OK)
+        return st;
+    c->n_ff_exp = c->n_ff = (uint32_t)ff_exp;
+    v->swiglu_limit = (float)clamp;
+    snprintf(key, sizeof key, "deepseek4.swiglu_clamp_shexp");
+    if (gguf_find(f, key)) {
+        if ((st = same_for_every_layer(f, path, "swiglu_clamp_shexp", c->n_layer, &clamp_sh,
+                                       err)) != DI_OK)
+            return st;
+        if (clamp_sh != clamp)
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: deepseek4.swiglu_clamp_shexp %g differs from "
+                                 "swiglu_clamp_exp %g (one clip for every expert is supported)",
+                                 path, clamp_sh, clamp);
+    }
+    c->norm_topk_prob = 1;
+    snprintf(key, sizeof key, "deepseek4.expert_weights_norm");
+    gguf_get_bool(f, key, &c->norm_topk_prob);
+    /* llama.cpp's llama_expert_gating_func_type: 2 sigmoid, 4 sqrt(softplus) */
+    if (gating == 4)
+        c->expert_gating = MODEL_EXPERT_GATING_SQRTSOFTPLUS;
+    else if (gating == 2)
+        c->expert_gating = MODEL_EXPERT_GATING_SIGMOID;
+    else
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: deepseek4.expert_gating_func %u is not supported (2 sigmoid, "
+                             "4 sqrtsoftplus are)",
+                             path, gating);
+    /* compress_ratios per layer: 0 the sliding window alone, 4 CSA (llama.cpp's
+     * fixed CSA ratio), any other one rate of HCA */
+    v->compress_rate_csa = 4;
+    v->compress_rate_hca = 0;
+    for (uint32_t i = 0; i < c->n_layer; i++) {
+        double r;
+        if ((st = array_at(f, path, "attention.compress_ratios", c->n_layer, i, &r, err)) != DI_OK)
+            return st;
+        if (r == 0) {
+            v->attention[i] = MODEL_V4_SLIDING;
+        } else if (r == 4) {
+            v->attention[i] = MODEL_V4_CSA;
+        } else if (r >= 1 && r <= 4096 && (v->compress_rate_hca == 0 || v->compress_rate_hca == r)) {
+            v->attention[i] = MODEL_V4_HCA;
+            v->compress_rate_hca = (uint32_t)r;
+        } else {
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: deepseek4.attention.compress_ratios[%u] is %g (0, 4 and one "
+                                 "HCA rate up to 4096 are supported)",
+                                 path, i, r);
+        }
+        v->hash_moe[i] = i < n_hash;
+    }
+    if (v->compress_rate_hca == 0) v->compress_rate_hca = 128;
+    return mw_check_v4(c, path, err);
+}
+
+/* ggml's block_mxfp4 rows [n_blocks] into MXFP4 codes (two a byte, in order)
+ * and f32 scales, both owned by w. */
+static di_status repack_mxfp4(model_weights *w, const char *path, const char *name,
+                              const uint8_t *src, size_t n_blocks, uint8_t **codes, float **scales,
+                              di_error **err)
+{
+    void **owned = realloc(w->owned, (w->n_owned + 2) * sizeof *owned);
+    if (owned) w->owned = owned;
+    *codes = owned ? malloc(n_blocks * 16) : NULL;
+    if (*codes) w->owned[w->n_owned++] = *codes;
+    *scales = *codes ? malloc(n_blocks * sizeof **scales) : NULL;
+    if (*scales) w->owned[w->n_owned++] = *scales;
+    if (!*scales) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+    for (size_t b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = src + b * 17, *qs = blk + 1;
+        if (blk[0] == 255)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: tensor '%s' block %zu has E8M0's NaN (255) as its scale",
+                                 path, name, b);
+        (*scales)[b] = ldexpf(1.0f, (int)blk[0] - 127);
+        uint8_t *out = *codes + b * 16;
+        for (int k = 0; k < 16; k++) {
+            int i0 = 2 * k, i1 = 2 * k + 1;
+            uint8_t c0 = i0 < 16 ? qs[i0] & 15 : qs[i0 - 16] >> 4;
+            uint8_t c1 = i1 < 16 ? qs[i1] & 15 : qs[i1 - 16] >> 4;
+            out[k] = (uint8_t)(c0 | c1 << 4);
+        }
+    }
+    return DI_OK;
+}
+
+di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err)
+{
+    const model_config *c = &w->config;
+    static const char *const kinds[][2] = {{"ffn_gate_exps", "gate_proj"},
+                                           {"ffn_up_exps", "up_proj"},
+                                           {"ffn_down_exps", "down_proj"}};
+    char name[192], scale_name[208];
+    di_status st;
+    for (uint32_t l = 0; l < c->n_layer; l++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k][0]);
+            const model_tensor *t = model_weights_get(w, name);
+            if (!t)
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%s' is missing", path,
+                                     name);
+            const model_tensor stacked = *t; /* mw_add_tensor may move the table */
+            int64_t X = stacked.ne[2], per_elems = stacked.ne[0] * stacked.ne[1];
+            int mx = stacked.dtype == MODEL_DTYPE_MXFP4_GGML;
+            if (stacked.n_dims != 3 || X != (int64_t)c->n_expert ||
+                stacked.n_bytes % (size_t)X != 0 || (mx && stacked.ne[0] % 32 != 0))
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                     "%s: tensor %s should be 3-D with %u experts (ne[2])", path,
+                                     name, c->n_expert);
+            uint8_t *codes = NULL;
+            float *scales = NULL;
+            if (mx && (st = repack_mxfp4(w, path, name, stacked.data,
+                                         (size_t)(per_elems / 32 * X), &codes, &scales, err)) !=
+                          DI_OK)
+                return st;
+            size_t per = mx ? (size_t)per_elems / 2 : stacked.n_bytes / (size_t)X;
+            int64_t ne[4] = {stacked.ne[0], stacked.ne[1], 1, 1};
+            int64_t ne_s[4] = {stacked.ne[0] / 32, stacked.ne[1], 1, 1};
+            for (int64_t e = 0; e < X; e++) {
+                int n = snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%lld.%s.weight", l,
+                                 (long long)e, kinds[k][1]);
+                const void *data = mx ? (const void *)(codes + (size_t)e * per)
+                                      : (const char *)stacked.data + (size_t)e * per;
+                if ((st = mw_add_tensor(w, path, name, (size_t)n,
+                                        mx ? MODEL_DTYPE_MXFP4 : stacked.dtype, 2, ne, data, per,
+                                        err)) != DI_OK)
+                    return st;
+                if (!mx) continue;
+                n = snprintf(scale_name, sizeof scale_name, "%s.scale", name);
+                if ((st = mw_add_tensor(w, path, scale_name, (size_t)n, MODEL_DTYPE_F32, 2, ne_s,
+                                        scales + (size_t)e * (size_t)(per_elems / 32),
+                                        (size_t)(per_elems / 32) * sizeof(float), err)) != DI_OK)
+                    return st;
+            }
+        }
+    /* the scales paired once the table stops moving */
+    for (size_t i = w->n_file_tensors; i < w->n_tensors; i++) {
+        model_tensor *t = &w->tensors[i];
+        if (t->dtype != MODEL_DTYPE_MXFP4) continue;
+        snprintf(scale_name, sizeof scale_name, "%s.scale", t->name);
+        t->scale = model_weights_get(w, scale_name);
+    }
+    /* any other MXFP4 tensor: deepseek_v4.c runs MXFP4 routed experts only */
+    for (size_t i = 0; i < w->n_file_tensors; i++) {
+        const model_tensor *t = &w->tensors[i];
+        if (t->dtype == MODEL_DTYPE_MXFP4_GGML && !strstr(t->name, "_exps.weight"))
+            return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                                 "%s: tensor '%s' is MXFP4, which deepinfer runs for the routed "
+                                 "experts only",
+                                 path, t->name);
+    }
+    return DI_OK;
+}
