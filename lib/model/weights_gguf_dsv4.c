@@ -70,16 +70,16 @@ int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size)
             snprintf(out, size, "%s", top_names[i].name);
             return 1;
         }
-    unsigned layer;
-    int used = 0;
-    char buf[160];
-    if (n >= sizeof buf) return 0;
+    char buf[160], *end;
+    if (n >= sizeof buf || n < 6 || memcmp(gguf, "blk.", 4) != 0) return 0;
     memcpy(buf, gguf, n);
     buf[n] = '\0';
-    if (sscanf(buf, "blk.%u.%n", &layer, &used) != 1 || used == 0) return 0;
+    if (buf[4] < '0' || buf[4] > '9') return 0;
+    unsigned long layer = strtoul(buf + 4, &end, 10);
+    if (*end != '.' || layer >= MODEL_V4_MAX_LAYERS) return 0;
     for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-        if (strcmp(buf + used, layer_names[i].gguf) == 0) {
-            snprintf(out, size, "model.layers.%u.%s", layer, layer_names[i].name);
+        if (strcmp(end + 1, layer_names[i].gguf) == 0) {
+            snprintf(out, size, "model.layers.%lu.%s", layer, layer_names[i].name);
             return 1;
         }
     return 0;
@@ -114,6 +114,7 @@ static di_status array_at(const gguf_file *f, const char *path, const char *key,
     char full[128];
     snprintf(full, sizeof full, "deepseek4.%s", key);
     const gguf_kv *kv = gguf_find(f, full);
+    *out = 0;
     if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->count < n_want ||
         (kv->elem_type != GGUF_TYPE_UINT32 && kv->elem_type != GGUF_TYPE_INT32 &&
          kv->elem_type != GGUF_TYPE_FLOAT32))
@@ -148,6 +149,7 @@ static di_status same_for_every_layer(const gguf_file *f, const char *path, cons
     const gguf_kv *kv = gguf_find(f, full);
     uint32_t u;
     float x;
+    *out = 0;
     if (gguf_get_u32(f, full, &u)) {
         *out = u;
         return DI_OK;
@@ -161,7 +163,7 @@ static di_status same_for_every_layer(const gguf_file *f, const char *path, cons
                              kv ? "not a number or an array" : "missing");
     di_status st;
     for (uint32_t i = 0; i < n_layer; i++) {
-        double v;
+        double v = 0;
         if ((st = array_at(f, path, key, n_layer, i, &v, err)) != DI_OK) return st;
         if (i && v != *out)
             return di_error_setf(err, DI_ERR_UNSUPPORTED,
@@ -181,7 +183,7 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
     di_status st;
     uint32_t key_len = 0, val_len = 0, nextn = 0, gating = 0, n_hash = 0;
     float hc_eps = 0.0f;
-    double ff_exp, clamp, clamp_sh;
+    double ff_exp = 0, clamp = 0, clamp_sh = 0;
     c->arch = MODEL_ARCH_DEEPSEEK_V4;
     c->rope_style = MODEL_ROPE_NORM; /* V4's interleaved RoPE: adjacent pairs */
     c->n_head_kv = 1;
@@ -266,7 +268,7 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
     v->compress_rate_csa = 4;
     v->compress_rate_hca = 0;
     for (uint32_t i = 0; i < c->n_layer; i++) {
-        double r;
+        double r = 0;
         if ((st = array_at(f, path, "attention.compress_ratios", c->n_layer, i, &r, err)) != DI_OK)
             return st;
         if (r == 0) {
