@@ -15,10 +15,19 @@ scaled down:
   CSA rate 4 with an indexer of 16 heads of 64 keeping 128, HCA rate 128, mHC of 4
   streams, 32 routed experts (top-4) of 256 + 1 shared, vocab 4096: ~184 M parameters.
 
+--make-gguf writes the same model as llama.cpp users get it: DeepSeek's release
+layout with the routed experts in MXFP4 (bf16 elsewhere; llama.cpp's converter
+reads no other), converted to a deepseek4 GGUF by the converter of the pinned
+llama-cpp-python source distribution (PyPI); --gguf then times deepinfer and
+llama.cpp on that one file, same threads, at --prompt and --long tokens.
+
 Usage (model oracle venv):
   python bench/dsv4_bench.py --make /tmp/dsv4-bench
   python bench/dsv4_bench.py --model /tmp/dsv4-bench --lib build/lib/libdeepinfer.so \\
       [--threads 2] [--prompt 512] [--long 4000] [--gen 32] [--reps 2]
+  python bench/dsv4_bench.py --make-gguf /tmp/dsv4-bench-gguf
+  python bench/dsv4_bench.py --gguf /tmp/dsv4-bench-gguf/dsv4-bench.gguf \\
+      --lib build/lib/libdeepinfer.so [--threads 2] [--prompt 512] [--long 8192]
 Ratios (> 1: deepinfer faster, or the long prompt no slower) last.
 """
 import argparse
@@ -29,7 +38,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from model_bench import bench_deepinfer, bench_transformers_cached, load_deepinfer  # noqa: E402
+from model_bench import (bench_deepinfer, bench_llama, bench_transformers_cached,  # noqa: E402
+                         load_deepinfer)
 
 SW, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
 CONFIG = dict(vocab_size=4096, hidden_size=1024, moe_intermediate_size=256, num_hidden_layers=6,
@@ -57,6 +67,69 @@ def make(out):
     print(f"wrote {out}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters")
 
 
+def make_gguf(out):
+    """The --make model in DeepSeek's release layout (MXFP4 routed experts, the
+    rest bf16, release config keys), then llama.cpp's converter on it."""
+    import json
+    import tempfile
+
+    import safetensors.torch
+    import torch
+    oracle = pathlib.Path(__file__).resolve().parent.parent / "tests" / "oracle"
+    sys.path.insert(0, str(oracle))
+    import make_dsv4_fixtures as m4
+    import make_model_fixtures as mmf
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / "dsv4-bench"
+        make(str(src))
+        state = {}
+        for k, v in safetensors.torch.load_file(src / "model.safetensors").items():
+            if ".ffn.experts." in k and k.endswith(".weight"):
+                codes, e8, _ = m4.mxfp4_quantize(v.to(torch.float32))
+                state[k] = codes
+                state[k[:-len("weight")] + "scale"] = e8
+            else:
+                state[k] = v.contiguous()
+        state = {m4.release_name(k): v for k, v in state.items()}
+        rel = pathlib.Path(tmp) / "release" / "dsv4-bench"
+        rel.mkdir(parents=True)
+        safetensors.torch.save_file(state, rel / "model.safetensors", metadata={"format": "pt"})
+        cfg = json.loads((src / "config.json").read_text())
+        cfg.update(m4.release_config_keys(cfg))
+        (rel / "config.json").write_text(json.dumps(cfg))
+        mmf.convert_checkpoint(rel, out / "dsv4-bench.gguf", "bf16")
+    print(f"wrote {out / 'dsv4-bench.gguf'}")
+
+
+def bench_gguf(a):
+    """deepinfer and llama.cpp on one deepseek4 GGUF, interleaved per prompt length."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in (a.prompt, a.long):
+        prompt = [int(x) for x in rng.integers(2, CONFIG["vocab_size"], n)]
+        reps = a.reps if n == a.prompt else 1
+        lib, h = load_deepinfer(a.lib, a.gguf, a.threads, n + a.gen + 8)
+        di_pp, di_tg, di_tokens = bench_deepinfer(lib, h, prompt, a.gen, reps)
+        lib.di_model_free(h)
+        ll_pp, ll_tg, ll_tokens, version = bench_llama(a.gguf, a.threads, prompt, a.gen, reps,
+                                                       n + a.gen + 8)
+        same = 0
+        while same < min(len(di_tokens), len(ll_tokens)) and di_tokens[same] == ll_tokens[same]:
+            same += 1
+        rows.append((n, di_pp, di_tg, ll_pp, ll_tg, same))
+    print(f"model {os.path.basename(a.gguf)}, {a.threads} threads, decode {a.gen}, best of "
+          f"{a.reps} (the long prompt once); llama.cpp = llama-cpp-python {version}")
+    for n, di_pp, di_tg, ll_pp, ll_tg, same in rows:
+        print(f"prefill {n:5d}: deepinfer {n / di_pp:8.1f} tok/s   llama.cpp {n / ll_pp:8.1f} tok/s")
+        print(f"decode after {n:5d}: deepinfer {a.gen / di_tg:8.1f} tok/s   llama.cpp "
+              f"{a.gen / ll_tg:8.1f} tok/s   (greedy identical for {same}/{a.gen})")
+    for n, di_pp, di_tg, ll_pp, ll_tg, _ in rows:
+        print(f"RATIO prefill {n} deepinfer/llama.cpp = {ll_pp / di_pp:.2f}")
+        print(f"RATIO decode after {n} deepinfer/llama.cpp = {ll_tg / di_tg:.2f}")
+
+
 def bench_transformers(model_dir, threads, prompt, n_gen, reps):
     from transformers import DeepseekV4ForCausalLM
     return bench_transformers_cached(DeepseekV4ForCausalLM, model_dir, threads, prompt, n_gen, reps)
@@ -72,9 +145,17 @@ def main():
     ap.add_argument("--long", type=int, default=4000)
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--make-gguf")
+    ap.add_argument("--gguf")
     a = ap.parse_args()
     if a.make:
         make(a.make)
+        return
+    if a.make_gguf:
+        make_gguf(a.make_gguf)
+        return
+    if a.gguf:
+        bench_gguf(a)
         return
     if not a.model:
         ap.error("--model or --make is required")
