@@ -1,7 +1,7 @@
-/* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--kv-f32]
+/* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--ctx N] [--kv-f32]
  *                    [--draft off|auto|prompt-lookup|draft-model] [--draft-max N]
  *                    [--draft-model PATH] [--verbose]
- * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--kv-f32]
+ * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--ctx N] [--kv-f32]
  *
  * generate: greedy decoding (the highest logit; the lowest id on ties) of N
  * tokens after the prompt; prints the generated token IDs as a JSON array on
@@ -28,24 +28,27 @@
 
 typedef struct gen_args {
     const char *model, *tokens, *out;
-    long max_tokens, threads;
+    long max_tokens, threads, ctx;
     int kv_f32, verbose;
     cli_draft draft;
 } gen_args;
+
+/* parse_args' status for --help: the usage was printed, the command succeeds. */
+enum { EXIT_HELP = -1 };
 
 static int usage(const char *cmd, const char *why)
 {
     if (strcmp(cmd, "generate") == 0)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
-                "ID,ID,... --max-tokens N [--threads T] [--kv-f32] [--draft "
+                "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32] [--draft "
                 "off|auto|prompt-lookup|draft-model] [--draft-max N] [--draft-model PATH] "
                 "[--verbose])\n",
                 why);
     else
         fprintf(stderr,
                 "deepinfer logits: %s (usage: deepinfer logits --model PATH --tokens ID,ID,... "
-                "--out FILE [--threads T] [--kv-f32])\n",
+                "--out FILE [--threads T] [--ctx N] [--kv-f32])\n",
                 why);
     return EXIT_USAGE;
 }
@@ -82,6 +85,16 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
     a->max_tokens = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            printf("usage: deepinfer %s --model PATH --tokens ID,ID,... %s[--threads T] [--ctx N] "
+                   "[--kv-f32]%s\n(docs/cli.md)\n",
+                   cmd, strcmp(cmd, "generate") == 0 ? "--max-tokens N " : "--out FILE ",
+                   strcmp(cmd, "generate") == 0
+                       ? " [--draft off|auto|prompt-lookup|draft-model] [--draft-max N] "
+                         "[--draft-model PATH] [--verbose]"
+                       : "");
+            return EXIT_HELP;
+        }
         if (strcmp(o, "--kv-f32") == 0) {
             a->kv_f32 = 1;
             continue;
@@ -108,6 +121,9 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         } else if (strcmp(o, "--threads") == 0) {
             if (cli_parse_long(v, 1, 1024, &a->threads))
                 return usage(cmd, "--threads: expected an integer from 1 to 1024");
+        } else if (strcmp(o, "--ctx") == 0) {
+            if (cli_parse_long(v, 1, 1L << 30, &a->ctx))
+                return usage(cmd, "--ctx: expected an integer from 1 (tokens)");
         } else {
             char why[300];
             snprintf(why, sizeof why, "unknown option '%s'", o);
@@ -142,6 +158,7 @@ static int load(const char *cmd, const gen_args *a, di_model **m)
     di_model_options_init(&o);
     o.n_threads = (int32_t)a->threads;
     o.kv_cache_f32 = a->kv_f32;
+    o.n_ctx = a->ctx;
     di_error *err = NULL;
     if (di_model_load(a->model, &o, m, &err) != DI_OK) return fail_error(cmd, err);
     return EXIT_OK;
@@ -182,6 +199,7 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
     di_engine_config_init(&cfg);
     cfg.model_path = a->model;
     cfg.n_threads = (int32_t)a->threads;
+    cfg.n_ctx = a->ctx;
     cfg.max_running = 1;
     cfg.disable_prefix_cache = 1;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
@@ -263,7 +281,7 @@ static int run(const char *cmd, int argc, char **argv)
 {
     gen_args a;
     int rc = parse_args(cmd, argc, argv, &a);
-    if (rc != EXIT_OK) return rc;
+    if (rc != EXIT_OK) return rc == EXIT_HELP ? EXIT_OK : rc;
     int32_t *ids = NULL;
     size_t n = 0;
     if (parse_tokens(a.tokens, &ids, &n)) {

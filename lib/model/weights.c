@@ -226,6 +226,32 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
     return DI_OK;
 }
 
+/* 1 (with the error set) when path is a file of a Hugging Face folder —
+ * config.json or a safetensors shard or index beside a config.json — which a
+ * user may name instead of the folder the model is. */
+static int hf_folder_file(const char *path, di_error **err)
+{
+    size_t n = strlen(path);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    static const char *const ends[] = {".safetensors", ".safetensors.index.json"};
+    int hf = strcmp(base, "config.json") == 0;
+    for (size_t i = 0; i < 2 && !hf; i++)
+        hf = n > strlen(ends[i]) && strcmp(path + n - strlen(ends[i]), ends[i]) == 0;
+    if (!hf) return 0;
+    size_t dir_len = (size_t)(base - path);
+    char config[4096];
+    struct stat sb;
+    if (snprintf(config, sizeof config, "%.*sconfig.json", (int)dir_len, path) >=
+            (int)sizeof config ||
+        stat(config, &sb) != 0)
+        return 0;
+    di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                  "%s is a file of a Hugging Face folder: name the folder (%.*s) as the model",
+                  path, dir_len ? (int)dir_len - 1 : 1, dir_len ? path : ".");
+    return 1;
+}
+
 di_status model_weights_open(const char *path, model_weights **out, di_error **err)
 {
     if (out) *out = NULL;
@@ -241,7 +267,9 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
     }
     mw_config_defaults(&w->config);
-    di_status st = S_ISDIR(sb.st_mode) ? mw_open_hf(w, path, err) : mw_open_gguf(w, path, err);
+    di_status st = S_ISDIR(sb.st_mode)       ? mw_open_hf(w, path, err)
+                   : hf_folder_file(path, err) ? DI_ERR_INVALID_ARGUMENT
+                                               : mw_open_gguf(w, path, err);
     if (st == DI_OK) st = mw_validate(w, path, err);
     if (st != DI_OK) {
         model_weights_close(w);

@@ -53,6 +53,21 @@ err=$("$cli" generate --model "$dir/nope" --tokens 3 --max-tokens 1 2>&1 >/dev/n
 [ "$rc" -eq 1 ] || fail "a missing model exited $rc, want 1"
 err=$("$cli" generate --model "$dir" --tokens 3 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "missing --max-tokens exited $rc, want 2"
+# --help prints the usage and succeeds; --ctx sets the context (a context of 2
+# is exceeded by 3 tokens)
+out=$("$cli" generate --help) || fail "generate --help exited $?"
+[[ "$out" == *"--max-tokens N"*"--ctx N"* ]] || fail "generate --help printed: $out"
+out=$("$cli" logits -h) || fail "logits -h exited $?"
+[[ "$out" == *"--out FILE"* ]] || fail "logits -h printed: $out"
+err=$("$cli" logits --model "$dir" --tokens 3,4,5 --ctx 2 --out "$tmp/x" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "3 tokens with --ctx 2 exited $rc, want 1"
+[[ "$err" == *"exceed the context of 2"* ]] || fail "--ctx 2 did not say the context: $err"
+err=$("$cli" logits --model "$dir" --tokens 3 --ctx x --out "$tmp/x" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "--ctx x exited $rc, want 2"
+# a file of the folder named as the model: the folder is named in the error
+err=$("$cli" logits --model "$dir/config.json" --tokens 3 --out "$tmp/x" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "config.json as the model exited $rc, want 1"
+[[ "$err" == *"is a file of a Hugging Face folder"*"$dir"* ]] || fail "config.json as the model: $err"
 err=$("$cli" logits --model "$dir" --tokens 3 --max-tokens 3 --out x 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "logits --max-tokens exited $rc, want 2"
 
