@@ -75,6 +75,10 @@ typedef struct backend_ops {
     /* --- memory --- */
     /* n f32 of activation memory, uninitialised; NULL when out of memory. */
     float *(*alloc)(backend *be, int64_t n);
+    /* p (NULL, or memory of this backend's alloc / realloc) resized to n f32,
+     * its first min(old, n) kept; NULL when out of memory or p is not the
+     * backend's, p then untouched. For caches that grow with their sequence. */
+    float *(*realloc)(backend *be, float *p, int64_t n);
     /* A 1-D f32/f16/bf16 tensor (a norm, a bias, a router bias) as f32. */
     di_status (*vector)(backend *be, const model_tensor *t, const float **out, di_error **err);
     /* A 2-D weight; DI_ERR_UNSUPPORTED when the backend has no product for its

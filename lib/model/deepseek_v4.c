@@ -57,10 +57,12 @@ typedef struct v4_compressor {
 } v4_compressor;
 
 /* One compressor's cache in a sequence: its rows' rings [comp_ring, cw] and
- * the entries [n_ctx / rate + 1, width]; the sequence's first n_past / rate
- * entries are valid (so truncating the sequence drops the rest). */
+ * the entries [cap, width], grown with the sequence (dsv4_seq_reserve) up to
+ * n_ctx / rate + 1; the sequence's first n_past / rate entries are valid (so
+ * truncating the sequence drops the rest). */
 typedef struct v4_comp_cache {
     float *kv_ring, *gate_ring, *entries;
+    int64_t cap; /* rows of entries */
 } v4_comp_cache;
 
 /* A sequence's cache, per layer: the window ring [win_ring, head_dim] (position
@@ -526,10 +528,8 @@ static dsv4_cache *cache_create(dsv4 *d)
         for (int j = 0; j < 2; j++) {
             if (!cp[j]->rate) continue; /* no such compressor in this layer */
             if (!(cc[j]->kv_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)) ||
-                !(cc[j]->gate_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)) ||
-                !(cc[j]->entries =
-                      be->ops->alloc(be, (d->opt.n_ctx / cp[j]->rate + 1) * cp[j]->width)))
-                return NULL;
+                !(cc[j]->gate_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)))
+                return NULL; /* the entries come with the tokens (dsv4_seq_reserve) */
         }
     }
     return k;
@@ -549,6 +549,36 @@ di_status dsv4_seq_init(dsv4 *d, model_seq *s)
     }
     s->v4 = k;
     return DI_OK;
+}
+
+/* Room in k's entries for a sequence of n_tokens (at most n_ctx): each
+ * compressor's grown to twice what it had, or what is needed, or n_ctx's. */
+static di_status cache_reserve(dsv4 *d, dsv4_cache *k, int64_t n_tokens)
+{
+    if (n_tokens > d->opt.n_ctx) n_tokens = d->opt.n_ctx;
+    for (uint32_t i = 0; i < d->cfg.n_layer; i++) {
+        const v4_layer *L = &d->layers[i];
+        const v4_compressor *cp[2] = {&L->comp, &L->index};
+        v4_comp_cache *cc[2] = {&k->layers[i].comp, &k->layers[i].index};
+        for (int j = 0; j < 2; j++) {
+            if (!cp[j]->rate) continue;
+            const int64_t need = n_tokens / cp[j]->rate + 1, most = d->opt.n_ctx / cp[j]->rate + 1;
+            if (cc[j]->cap >= need) continue;
+            int64_t cap = cc[j]->cap * 2 > need ? cc[j]->cap * 2 : need;
+            if (cap < 16) cap = 16;
+            if (cap > most) cap = most;
+            float *p = d->be->ops->realloc(d->be, cc[j]->entries, cap * cp[j]->width);
+            if (!p) return DI_ERR_OUT_OF_MEMORY;
+            cc[j]->entries = p;
+            cc[j]->cap = cap;
+        }
+    }
+    return DI_OK;
+}
+
+di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens)
+{
+    return s->v4 ? cache_reserve(d, s->v4, n_tokens) : DI_OK;
 }
 
 void dsv4_seq_release(dsv4 *d, model_seq *s)
@@ -845,6 +875,11 @@ static void step_v4(void *arch, const model_batch_item *items, int n_items, int6
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err)
 {
+    const int64_t total = d->seq.kv.n_tokens + n_tokens;
+    if (cache_reserve(d, d->seq.v4, total) != DI_OK)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
+                             "out of memory growing the compressed KV cache to %lld tokens",
+                             (long long)total);
     return model_forward_chunked(&d->pool, &d->seq, &d->opt, d->cfg.n_vocab, tokens, n_tokens,
                                  logits, all_logits, step_v4, d, err);
 }

@@ -4,7 +4,8 @@
  *
  * Each sequence has its own cache (dsv4_seq_init): per layer a ring of the
  * sliding window's keys, the compressors' pending rows and their entries,
- * sized for n_ctx tokens; its blocks in the model's pool (kv_pool.h) only
+ * which grow with the sequence (dsv4_seq_reserve) up to n_ctx tokens' worth;
+ * its blocks in the model's pool (kv_pool.h) only
  * count its tokens against the KV budget, and nothing is shared between
  * sequences (no prefix cache for V4 yet). A sequence may be truncated by at
  * most one step's tokens (a speculative step's rejected drafts): the rings
@@ -40,6 +41,10 @@ size_t dsv4_kv_bytes_per_token(const dsv4 *d);
  * to the reuse list). */
 di_status dsv4_seq_init(dsv4 *d, model_seq *s);
 void dsv4_seq_release(dsv4 *d, model_seq *s);
+/* Room in s's compressed entries for n_tokens (clamped to n_ctx), before a
+ * step appends to it: DI_ERR_OUT_OF_MEMORY, the cache then unchanged. The
+ * room is kept when the sequence ends (the cache is reused). */
+di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens);
 /* The pool the sequences' blocks are counted in. */
 kv_pool *dsv4_pool(dsv4 *d);
 /* One step over several sequences (model_forward_batch, whose checks have

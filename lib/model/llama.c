@@ -317,6 +317,10 @@ void model_seq_reset(model *m, model_seq *s)
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
+    if (m->v4) {
+        di_status st = dsv4_seq_reserve(m->v4, s, n_tokens);
+        if (st != DI_OK) return st;
+    }
     return kv_pool_seq_reserve(model_pool(m), &s->kv, n_tokens);
 }
 void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens)

@@ -9,6 +9,7 @@
  *   - a tid2eid entry that is not an expert is refused, named;
  *   - the prefix cache's tiers, which V4's caches cannot use yet, are ignored
  *     with a warning. */
+#include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -562,6 +563,61 @@ static void test_deepseek4_gguf_config_and_bad_files(void **state)
     unlink(dst);
 }
 
+/* The compressed entries grow with the sequence, not with the context: a
+ * context of 4 Mi tokens (before: 1 Mi CSA entries and their indexer keys per
+ * CSA layer and 512 Ki HCA ones, about 450 MB of heap at load) costs a
+ * 16-token prompt 34 MB, the pool's block accounting for that context (about
+ * 8 bytes a token, as for every model), and its logits are still
+ * transformers'. (mallinfo2 counts glibc's heap; under a sanitizer's
+ * allocator it reads 0 and only the logits count.) */
+static void test_compressed_cache_grows_with_the_sequence(void **state)
+{
+    (void)state;
+    const char *dir = variant("dsv4-sqrtsoftplus-f32", "{\"max_position_embeddings\": 4194304}", 0);
+    struct mallinfo2 a = mallinfo2();
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    o.n_ctx = 4194304;
+    o.kv_n_ctx_multiple = 1; /* the pool's block accounting for one context, not four */
+    model *m = NULL;
+    di_error *err = NULL;
+    if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    char path[600];
+    snprintf(path, sizeof path, "%s/model/dsv4-sqrtsoftplus-f32/reference.json", DI_FIXTURE_DIR);
+    json_t *ref = json_load_file(path, 0, NULL);
+    assert_non_null(ref);
+    json_t *p = json_object_get(ref, "prompt");
+    int32_t tokens[64];
+    size_t n = json_array_size(p);
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++) tokens[i] = (int32_t)json_integer_value(json_array_get(p, i));
+    float *logits = malloc(n * 512 * sizeof *logits), *want = malloc(n * 512 * sizeof *want);
+    assert_non_null(logits);
+    assert_non_null(want);
+    assert_int_equal(model_forward(m, tokens, (int64_t)n, logits, 1, &err), DI_OK);
+    struct mallinfo2 b = mallinfo2();
+    size_t grew = (b.hblkhd + b.uordblks) - (a.hblkhd + a.uordblks);
+    print_message("heap grew by %zu bytes for a 4 Mi-token context and %zu tokens\n", grew, n);
+    assert_true(grew < (size_t)96 << 20);
+    snprintf(path, sizeof path, "%s/model/dsv4-sqrtsoftplus-f32/logits.f32", DI_FIXTURE_DIR);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(want, sizeof *want, n * 512, f), n * 512);
+    fclose(f);
+    float lo = INFINITY, hi = -INFINITY, worst = 0;
+    for (size_t i = 0; i < n * 512; i++) {
+        lo = fminf(lo, want[i]);
+        hi = fmaxf(hi, want[i]);
+        worst = fmaxf(worst, fabsf(want[i] - logits[i]));
+    }
+    assert_true(worst / (hi - lo) < 1e-4f);
+    free(logits);
+    free(want);
+    json_decref(ref);
+    model_free(m);
+}
+
 static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
@@ -614,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_release_layout_scales),
         cmocka_unit_test(test_mxfp4_experts),
         cmocka_unit_test(test_deepseek4_gguf_config_and_bad_files),
+        cmocka_unit_test(test_compressed_cache_grows_with_the_sequence),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
         cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),

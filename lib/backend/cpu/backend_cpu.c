@@ -133,6 +133,19 @@ static float *be_alloc(backend *be, int64_t n)
     return own(cpu(be), malloc((size_t)(n > 0 ? n : 1) * sizeof(float)));
 }
 
+static float *be_realloc(backend *be, float *p, int64_t n)
+{
+    cpu_backend *c = cpu(be);
+    if (!p) return be_alloc(be, n);
+    for (size_t i = c->n_owned; i-- > 0;)
+        if (c->owned[i] == p) {
+            float *q = realloc(p, (size_t)(n > 0 ? n : 1) * sizeof *q);
+            if (q) c->owned[i] = q;
+            return q;
+        }
+    return NULL;
+}
+
 static di_status be_vector(backend *be, const model_tensor *t, const float **out, di_error **err)
 {
     /* f32, f16, bf16, or a ggml block type whole blocks of it (a quantizer may
@@ -601,6 +614,7 @@ static const backend_ops cpu_ops = {
     .name = "cpu",
     .free = be_free,
     .alloc = be_alloc,
+    .realloc = be_realloc,
     .vector = be_vector,
     .matrix = be_matrix,
     .embedding = be_embedding,
