@@ -630,6 +630,9 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     }
     if (!found && c.tokenizer_path && !is_dir(c.tokenizer_path))
         found = gguf_encoding(c.tokenizer_path, pre, sizeof pre, &chat_template, NULL);
+    /* llama.cpp's converter names DeepSeek-V4's pre-tokenizer as V3's
+     * ("deepseek-v3": the same hash): with V4 weights it means V4's encoding */
+    if (found == DI_ENCODING_DSV3 && mc->arch == MODEL_ARCH_DEEPSEEK_V4) found = DI_ENCODING_DSV4;
     if (enc == 0) enc = found;
     if (enc == 0 && e->tok) {
         /* A tokenizer with DeepSeek's chat tokens: the R1 distills (Qwen2, Llama

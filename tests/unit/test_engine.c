@@ -1684,6 +1684,24 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     assert_int_equal(r.n_toks, 16);
     assert_int_equal(di_engine_destroy(e), DI_OK);
 
+    /* llama.cpp's deepseek4 file: its pre-tokenizer "deepseek-v3" (what the
+     * converter names V4's too) declares V4's encoding with V4 weights */
+    e = make_engine(DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-bf16.gguf", 4, 0, NULL, NULL);
+    assert_int_equal(di_engine_encoding(e), 0);
+    err = NULL;
+    assert_int_equal(di_submit(e, &p, &id, &err), DI_ERR_UNSUPPORTED);
+    msg = di_error_message(err);
+    if (!strstr(msg, "declares encoding dsv4") || !strstr(msg, "deepseek-v3"))
+        fail_msg("%s", msg);
+    di_error_free(err);
+    memset(&r, 0, sizeof r);
+    r.cancel_at = -1;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    poll_until_idle(e);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(r.n_toks, 16);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = ds;
