@@ -1,5 +1,5 @@
 /* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--kv-f32]
- *                    [--draft off|auto|prompt-lookup|draft-model] [--draft-max N]
+ *                    [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N]
  *                    [--draft-model PATH] [--verbose]
  * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--kv-f32]
  *
@@ -39,7 +39,7 @@ static int usage(const char *cmd, const char *why)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
                 "ID,ID,... --max-tokens N [--threads T] [--kv-f32] [--draft "
-                "off|auto|prompt-lookup|draft-model] [--draft-max N] [--draft-model PATH] "
+                "off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] [--draft-model PATH] "
                 "[--verbose])\n",
                 why);
     else
