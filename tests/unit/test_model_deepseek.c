@@ -266,8 +266,9 @@ static float *read_f32(const char *dir, const char *file, size_t n)
  * the drafter's observe as the scheduler shows them, propose at temperature
  * 0: each first draft is the argmax of mtp_logits row P - 1 (hidden state at
  * P - 1, token P), its confidence that row's softmax probability. A second
- * round of drafting after a chained propose (whose pairs observe must cut
- * off) gives the same. */
+ * round of drafting after a chained propose gives the same, and so do decode
+ * steps that keep some drafts and reject others (observe then cuts the
+ * chained pairs off and appends the kept rows'). */
 static void test_mtp_drafter_first_draft_matches_transformers(void **state)
 {
     (void)state;
@@ -349,6 +350,46 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
             assert_float_equal(conf[r][0], 1.0 / sum, 1e-4);
             for (int j = 0; j < dr[r].n; j++) assert_true(outs[r][j] >= 0 && outs[r][j] < V);
         }
+    }
+    /* Decode steps of request 4 (P = 37, past the prompt: the tokens are the
+     * model's greedy ones), verified as the scheduler does: drafts equal to
+     * the greedy tokens are kept, the first that differs is corrected, the
+     * rejected rows' KV is cut off. Step 1 verifies [x37, x38, x39, wrong]
+     * (two drafts kept, x40 the correction), step 2 [x41, wrong] (x42 the
+     * correction). After each, the first draft is transformers' again. */
+    const int r4 = 4;
+    int64_t n_tok = P[r4] + 1;
+    for (int stp = 0; stp < 2; stp++) {
+        int k = stp == 0 ? 3 : 1; /* drafts in the item */
+        int32_t item_tok[4];
+        memcpy(item_tok, seq + n_tok - 1, (size_t)k * sizeof *item_tok);
+        item_tok[k] = (seq[n_tok - 1 + k] + 1) % V; /* a draft the model rejects */
+        assert_int_equal(model_seq_reserve(m, seqs[r4], n_tok + k), DI_OK);
+        model_batch_item it = {seqs[r4], item_tok, k + 1, k + 1};
+        assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
+        /* greedy verification: row j gives token n_tok + j; draft j + 1 is
+         * kept while it equals it */
+        int32_t emitted[4];
+        int n_emit = 0;
+        for (int j = 0; j <= k; j++) {
+            emitted[n_emit++] = argmax(logits + (size_t)j * V, V);
+            assert_int_equal(emitted[j], seq[n_tok + j]); /* the greedy sequence */
+            if (j == k || item_tok[j + 1] != emitted[j]) break;
+        }
+        assert_int_equal(n_emit, k); /* k - 1 kept, the wrong one corrected */
+        model_seq_truncate(m, seqs[r4], n_tok - 1 + n_emit);
+        hidden = model_last_hidden(m, &n_rows);
+        assert_int_equal(n_rows, k + 1);
+        draft_observation ob = {&states[r4], smp, n_tok - 1, 0, n_emit, emitted};
+        d->ops->observe(d, &ob, 1, hidden);
+        n_tok += n_emit;
+        int32_t out4[4];
+        float conf4[4];
+        draft_request dr = {.tokens = seq, .n_tokens = n_tok, .max = 3, .smp = smp,
+                            .state = &states[r4], .out = out4, .conf = conf4};
+        d->ops->propose(d, &dr, 1);
+        assert_int_equal(dr.n, 3);
+        assert_int_equal(out4[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
     }
     for (int r = 0; r < R; r++) {
         d->ops->release(d, states[r]);
