@@ -23,7 +23,6 @@
  *     confidence.
  * A request whose draft sequence cannot get KV room (the draft cache is
  * full) drafts nothing that step and gives its draft blocks back. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
