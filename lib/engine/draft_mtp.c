@@ -223,13 +223,12 @@ static void mtp_propose(drafter *d, draft_request *reqs, int n)
         for (int k = 0; k < n_items; k++) {
             int i = md->item_of[k];
             draft_request *r = &reqs[i];
-            if (!md->active[i] || r->n != j || j >= r->max) continue;
+            /* (a pass takes n_batch pairs at most: past them a request's
+             * chain stops here) */
+            if (!md->active[i] || r->n != j || j >= r->max || n_next >= md->n_batch) continue;
             mtp_state *st = *r->state;
-            if (k != n_next) memmove(md->hidden + (size_t)n_next * E, md->out + (size_t)k * E,
-                                     E * sizeof *md->hidden);
-            else
-                memcpy(md->hidden + (size_t)n_next * E, md->out + (size_t)k * E,
-                       E * sizeof *md->hidden);
+            memcpy(md->hidden + (size_t)n_next * E, md->out + (size_t)k * E,
+                   E * sizeof *md->hidden);
             /* the pair (output for token n_tokens + j - 2, draft j - 1) at
              * position n_tokens + j - 1 drafts token n_tokens + j */
             md->items[n_next] =
