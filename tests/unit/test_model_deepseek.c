@@ -265,7 +265,9 @@ static float *read_f32(const char *dir, const char *file, size_t n)
  * the token sampled after them), several prefilled in one batched step and shown to
  * the drafter's observe as the scheduler shows them, propose at temperature
  * 0: each first draft is the argmax of mtp_logits row P - 1 (hidden state at
- * P - 1, token P), its confidence that row's softmax probability. A second
+ * P - 1, token P), its confidence that row's softmax probability, and the
+ * three chained drafts after it are transformers' module run on its own
+ * output (mtp_chain.json, tests/oracle/make_mtp_chain_fixture.py). A second
  * round of drafting after a chained propose gives the same, and so do decode
  * steps that keep some drafts and reject others (observe then cuts the
  * chained pairs off and appends the kept rows'). */
@@ -291,6 +293,10 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
     assert_int_equal(model_load(dir, &o, &m, NULL), DI_OK);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     float *want = read_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
+    char chain_path[600];
+    snprintf(chain_path, sizeof chain_path, "%s/mtp_chain.json", dir);
+    json_t *chain = json_load_file(chain_path, 0, NULL);
+    assert_non_null(chain);
     enum { R = 6 };
     const int64_t P[R] = {3, 8, 16, 25, 37, 46}; /* 135 rows: one step */
     drafter *d = NULL;
@@ -348,7 +354,13 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
             assert_int_equal(dr[r].has_q, 0);
             assert_int_equal(outs[r][0], top);
             assert_float_equal(conf[r][0], 1.0 / sum, 1e-4);
-            for (int j = 0; j < dr[r].n; j++) assert_true(outs[r][j] >= 0 && outs[r][j] < V);
+            /* the chained drafts: transformers' module run on its own output */
+            json_t *jd = json_array_get(json_object_get(chain, "drafts"), (size_t)r);
+            assert_int_equal(json_integer_value(json_array_get(json_object_get(chain, "prefixes"),
+                                                               (size_t)r)),
+                             P[r]);
+            for (int j = 0; j < dr[r].n; j++)
+                assert_int_equal(outs[r][j], json_integer_value(json_array_get(jd, (size_t)j)));
         }
     }
     /* Decode steps of request 4 (P = 37, past the prompt: the tokens are the
@@ -405,6 +417,7 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
     free(logits);
     free(want);
     model_free(m);
+    json_decref(chain);
     json_decref(ref);
 }
 
