@@ -555,8 +555,12 @@ static void observe_step(sched *s, int n_items)
         for (int64_t t = 0; t < n_plain; t++) next[t] = it->tokens[t + 1];
         memcpy(next + n_plain, s->emit + (size_t)i * (size_t)(1 + s->n_draft),
                (size_t)(kept - n_plain) * sizeof *next);
-        s->obs[n++] = (draft_observation){&r->draft_state, r->smp, it->tokens - r->tokens,
-                                          row,                kept,   next};
+        s->obs[n++] = (draft_observation){.state = &r->draft_state,
+                                          .smp = r->smp,
+                                          .pos0 = it->tokens - r->tokens,
+                                          .row0 = row,
+                                          .n_kept = kept,
+                                          .next = next};
         row += it->n_tokens;
     }
     if (row != n_rows) return; /* cannot happen: the rows are the step's */
