@@ -198,8 +198,7 @@ static void mtp_propose(drafter *d, draft_request *reqs, int n)
         if (r->max > MTP_MAX) r->max = MTP_MAX;
         mtp_state *st = *r->state;
         /* g must be the output of the pair of the last token */
-        if (!st || !st->has_g || st->start + st->n_pairs != r->n_tokens - 1 || r->max < 1)
-            continue;
+        if (!st || !st->has_g || st->start + st->n_pairs != r->n_tokens - 1 || r->max < 1) continue;
         if (st->smp && !r->q) continue; /* no room for q: no sampled drafts */
         model_mtp_seq_truncate(md->m, st->seq, st->n_pairs);
         /* room for the chained pairs of drafts 1 .. max - 1 (none: one draft) */

@@ -573,8 +573,7 @@ void dsv3_mtp_forward_batch(dsv3 *d, const model_mtp_item *items, int n_items, i
     for (int i = 0; i < n_items; i++) {
         items[i].seq->kv.n_tokens += items[i].n_tokens;
         row += items[i].n_tokens;
-        if (items[i].want)
-            memcpy(d->ffn + k++ * E, d->x + (row - 1) * E, (size_t)E * sizeof *d->x);
+        if (items[i].want) memcpy(d->ffn + k++ * E, d->x + (row - 1) * E, (size_t)E * sizeof *d->x);
     }
     if (hidden_out) memcpy(hidden_out, d->ffn, (size_t)(k * E) * sizeof *d->ffn);
     if (logits && k > 0) dsv3_mtp_logits(d, d->ffn, k, logits);

@@ -333,8 +333,7 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
     dsv3_mtp_forward_batch(m->ds, items, n_items, n, hidden, logits, hidden_out);
     return DI_OK;
 }
-di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits,
-                           di_error **err)
+di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err)
 {
     if (!m->ds || !dsv3_mtp_layers(m->ds))
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");

@@ -240,7 +240,6 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
                                   di_error **err);
 /* shared_head over n rows of MTP outputs (model_mtp_forward_batch's
  * hidden_out): logits [n, n_vocab]. DI_ERR_UNSUPPORTED without MTP. */
-di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits,
-                           di_error **err);
+di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err);
 
 #endif

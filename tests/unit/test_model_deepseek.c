@@ -356,9 +356,9 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
             assert_float_equal(conf[r][0], 1.0 / sum, 1e-4);
             /* the chained drafts: transformers' module run on its own output */
             json_t *jd = json_array_get(json_object_get(chain, "drafts"), (size_t)r);
-            assert_int_equal(json_integer_value(json_array_get(json_object_get(chain, "prefixes"),
-                                                               (size_t)r)),
-                             P[r]);
+            assert_int_equal(
+                json_integer_value(json_array_get(json_object_get(chain, "prefixes"), (size_t)r)),
+                P[r]);
             for (int j = 0; j < dr[r].n; j++)
                 assert_int_equal(outs[r][j], json_integer_value(json_array_get(jd, (size_t)j)));
         }
@@ -397,8 +397,13 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
         n_tok += n_emit;
         int32_t out4[4];
         float conf4[4];
-        draft_request dr = {.tokens = seq, .n_tokens = n_tok, .max = 3, .smp = smp,
-                            .state = &states[r4], .out = out4, .conf = conf4};
+        draft_request dr = {.tokens = seq,
+                            .n_tokens = n_tok,
+                            .max = 3,
+                            .smp = smp,
+                            .state = &states[r4],
+                            .out = out4,
+                            .conf = conf4};
         d->ops->propose(d, &dr, 1);
         assert_int_equal(dr.n, 3);
         assert_int_equal(out4[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));

@@ -1043,7 +1043,8 @@ static void test_draft_config_errors(void **state)
     cfg.speculative_tokens = 4;
     cfg.model_path = DSV3_MTP;
     cfg.draft_model_path = DSV3_MTP;
-    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft_model_path: set, but draft is DI_DRAFT_MTP");
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but draft is DI_DRAFT_MTP");
     cfg.draft_model_path = NULL;
     cfg.model_path = TINY;
     cfg.draft = -1;
