@@ -970,10 +970,11 @@ typedef struct di_engine_config {
      * deepseek-recipe echoes it. */
     const char *served_model_name;
     /* Speculative decoding: draft tokens each decoding request verifies per
-     * step at most, drafted by prompt lookup (the longest recent n-gram of the
-     * request's prompt and output, 1 to 3 tokens, that occurred before, and
-     * what followed it: llama.cpp's lookup decoding, vLLM's ngram
-     * speculation). The drafts are computed in the same batched step as
+     * step at most, drafted by the drafter `draft` chooses — by default prompt
+     * lookup (the longest recent n-gram of the request's prompt and output, 1
+     * to 3 tokens, that occurred before, and what followed it: llama.cpp's
+     * lookup decoding, vLLM's ngram speculation), or a draft model, or the
+     * model's own MTP module when it has one. The drafts are computed in the same batched step as
      * everyone else's work and a draft is kept only while it equals the token
      * the request would have sampled there, so the output is token for token
      * the same as without speculation — greedy or seeded — only sooner when
