@@ -924,10 +924,10 @@ static void test_mtp_lossless_greedy(void **state)
     (void)state;
     uint64_t kept = 0;
     /* every proposal verified: up to 4 chained drafts a step */
-    uint64_t drafted = check_mtp_greedy(DI_DRAFT_MTP, 200 / scale(), 8, 0, 4, 1, 5, &kept);
+    uint64_t drafted = check_mtp_greedy(DI_DRAFT_MTP, 120 / scale(), 8, 0, 4, 1, 5, &kept);
     assert_true(drafted > 0);
     /* auto picks the MTP module for a model that has one; confidence-scheduled */
-    check_mtp_greedy(DI_DRAFT_AUTO, 60 / scale(), 8, 0, 4, 0, 0, NULL);
+    check_mtp_greedy(DI_DRAFT_AUTO, 40 / scale(), 8, 0, 4, 0, 0, NULL);
     /* pre-emption: 24 blocks of 16 tokens for 8 requests of up to ~140 */
     di_engine *e = make_engine(DSV3_MTP, 0, 0, 8, 0);
     const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
@@ -935,7 +935,7 @@ static void test_mtp_lossless_greedy(void **state)
     int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
     assert_true(per_token > 0);
     assert_int_equal(di_engine_destroy(e), DI_OK);
-    drafted = check_mtp_greedy(DI_DRAFT_MTP, 60 / scale(), 8, 24 * 16 * per_token, 6, 1, 7, NULL);
+    drafted = check_mtp_greedy(DI_DRAFT_MTP, 40 / scale(), 8, 24 * 16 * per_token, 6, 1, 7, NULL);
     assert_true(drafted > 0);
 }
 
@@ -945,7 +945,7 @@ static void test_mtp_lossless_greedy(void **state)
 static void test_mtp_sampling_is_deterministic(void **state)
 {
     (void)state;
-    const int n = 48 / scale();
+    const int n = 32 / scale();
     log_rec log = {0};
     di_engine *batched = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 8, 0, &log);
     di_engine *alone = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 1, 0, &log);
