@@ -27,7 +27,7 @@ double cli_now(void);
 int cli_protocol(const char *name, di_protocol *out);
 
 /* Speculative decoding's options (draft_options.c; docs/cli.md): --draft
- * off|auto|prompt-lookup|draft-model, --draft-max N (0 to 64; --speculative N
+ * off|auto|prompt-lookup|draft-model|mtp, --draft-max N (0 to 64; --speculative N
  * is its older name), --draft-model PATH. Initialise with {0, 0, -1, NULL}. */
 typedef struct cli_draft {
     int named;         /* --draft was given */
@@ -45,7 +45,7 @@ int cli_draft_option(const char *o, const char *v, cli_draft *d, const char **wh
 /* The engine's speculative_tokens, draft and draft_model_path from them: off
  * unless one is given; a drafter without --draft-max verifies up to 8 drafts
  * a step. Returns NULL, or the usage message of a combination that does not
- * fit (draft-model without a path, a path with prompt-lookup or off, ...). */
+ * fit (draft-model without a path, a path with prompt-lookup, mtp or off, ...). */
 const char *cli_draft_apply(const cli_draft *d, di_engine_config *cfg);
 
 int cli_tokenize(int argc, char **argv);

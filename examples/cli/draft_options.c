@@ -20,10 +20,9 @@ int cli_draft_option(const char *o, const char *v, cli_draft *d, const char **wh
         else if (strcmp(v, "draft-model") == 0)
             d->draft = DI_DRAFT_MODEL;
         else if (strcmp(v, "mtp") == 0)
-            *why = "--draft mtp: DeepSeek-V3's MTP drafter is not written yet (use auto, "
-                   "prompt-lookup or draft-model)";
+            d->draft = DI_DRAFT_MTP;
         else
-            *why = "--draft must be off, auto, prompt-lookup or draft-model";
+            *why = "--draft must be off, auto, prompt-lookup, draft-model or mtp";
         return 1;
     }
     if (strcmp(o, "--draft-max") == 0 || strcmp(o, "--speculative") == 0) {
@@ -56,6 +55,8 @@ const char *cli_draft_apply(const cli_draft *d, di_engine_config *cfg)
         return "--draft draft-model needs --draft-model PATH";
     if (d->named && d->draft == DI_DRAFT_PROMPT_LOOKUP && d->model)
         return "--draft-model needs --draft draft-model or auto, not prompt-lookup";
+    if (d->named && d->draft == DI_DRAFT_MTP && d->model)
+        return "--draft-model needs --draft draft-model or auto, not mtp";
     if (d->max == 0)
         return d->model ? "--draft-model cannot be used with --draft-max 0 (off)" : NULL;
     cfg->speculative_tokens = (int32_t)(d->max > 0 ? d->max : DEFAULT_DRAFT_MAX);

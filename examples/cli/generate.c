@@ -1,5 +1,5 @@
 /* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--ctx N] [--kv-f32]
- *                    [--draft off|auto|prompt-lookup|draft-model] [--draft-max N]
+ *                    [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N]
  *                    [--draft-model PATH] [--verbose]
  * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--ctx N] [--kv-f32]
  *
@@ -42,7 +42,7 @@ static int usage(const char *cmd, const char *why)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
                 "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32] [--draft "
-                "off|auto|prompt-lookup|draft-model] [--draft-max N] [--draft-model PATH] "
+                "off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] [--draft-model PATH] "
                 "[--verbose])\n",
                 why);
     else
@@ -90,7 +90,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
                    "[--kv-f32]%s\n(docs/cli.md)\n",
                    cmd, strcmp(cmd, "generate") == 0 ? "--max-tokens N " : "--out FILE ",
                    strcmp(cmd, "generate") == 0
-                       ? " [--draft off|auto|prompt-lookup|draft-model] [--draft-max N] "
+                       ? " [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
                          "[--draft-model PATH] [--verbose]"
                        : "");
             return EXIT_HELP;

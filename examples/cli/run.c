@@ -10,7 +10,7 @@
  * Options: --threads T, --ctx N (context tokens), --max-tokens N, --temperature X,
  * --seed S, --encoding E (override the model's prompt encoding), --cache-dir DIR
  * (the prefix cache's disk tier: prompts computed once are found again in later
- * runs), --no-prefix-cache, --draft off|auto|prompt-lookup|draft-model,
+ * runs), --no-prefix-cache, --draft off|auto|prompt-lookup|draft-model|mtp,
  * --draft-max N (speculative decoding: up to N draft tokens a step; --speculative N
  * is its older name), --draft-model PATH, --verbose (time to first token, decode speed and
  * the prompt tokens taken from the prefix cache on stderr). The model loads with a progress
@@ -279,11 +279,11 @@ static const char *usage_line(const char *cmd)
                ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
                  "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] "
-                 "[--draft off|auto|prompt-lookup|draft-model] [--draft-max N] "
+                 "[--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
                  "[--draft-model PATH] [--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
                  "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
-                 "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model] "
+                 "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model|mtp] "
                  "[--draft-max N] [--draft-model PATH] [--verbose]";
 }
 

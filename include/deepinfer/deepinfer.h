@@ -970,10 +970,11 @@ typedef struct di_engine_config {
      * deepseek-recipe echoes it. */
     const char *served_model_name;
     /* Speculative decoding: draft tokens each decoding request verifies per
-     * step at most, drafted by prompt lookup (the longest recent n-gram of the
-     * request's prompt and output, 1 to 3 tokens, that occurred before, and
-     * what followed it: llama.cpp's lookup decoding, vLLM's ngram
-     * speculation). The drafts are computed in the same batched step as
+     * step at most, drafted by the drafter `draft` chooses — by default prompt
+     * lookup (the longest recent n-gram of the request's prompt and output, 1
+     * to 3 tokens, that occurred before, and what followed it: llama.cpp's
+     * lookup decoding, vLLM's ngram speculation), or a draft model, or the
+     * model's own MTP module when it has one. The drafts are computed in the same batched step as
      * everyone else's work and a draft is kept only while it equals the token
      * the request would have sampled there, so the output is token for token
      * the same as without speculation — greedy or seeded — only sooner when
@@ -989,9 +990,10 @@ typedef struct di_engine_config {
      * llama.cpp's lookup decoding does). The output is the same either way. */
     int32_t speculative_fixed;
     /* The drafter of speculative decoding (di_draft; used when
-     * speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP
-     * or DI_DRAFT_MODEL (draft_model_path). An unknown value is
-     * DI_ERR_INVALID_ARGUMENT (docs/speculative.md). */
+     * speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP,
+     * DI_DRAFT_MODEL (draft_model_path) or DI_DRAFT_MTP (the model's own MTP
+     * module). An unknown value is DI_ERR_INVALID_ARGUMENT; DI_DRAFT_MTP for a
+     * model without an MTP layer is DI_ERR_UNSUPPORTED (docs/speculative.md). */
     int32_t draft;
     int32_t reserved_draft; /* must be 0 */
     /* A draft model for speculative decoding: a .gguf file or Hugging Face
@@ -1015,14 +1017,24 @@ typedef struct di_engine_config {
 /* Drafters of speculative decoding (di_engine_config.draft). Values are
  * never renumbered; new drafters are appended. */
 typedef enum di_draft {
-    /* A draft model when draft_model_path is set, prompt lookup otherwise. */
+    /* A draft model when draft_model_path is set, else the model's MTP
+     * module when it has one (DI_DRAFT_MTP), else prompt lookup. */
     DI_DRAFT_AUTO = 0,
     /* Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the
      * request's prompt and output that occurred before, and what followed it
      * (llama.cpp's lookup decoding, vLLM's ngram speculation). */
     DI_DRAFT_PROMPT_LOOKUP = 1,
     /* A separate draft model sharing the tokenizer (draft_model_path). */
-    DI_DRAFT_MODEL = 2
+    DI_DRAFT_MODEL = 2,
+    /* DeepSeek-V3's multi-token prediction (NextN) module, the model's own
+     * extra layer (DeepSeek-V3 §2.2): it drafts from the model's hidden
+     * states, one draft and then as many as speculative_tokens by chaining
+     * its own output (as vLLM's and llama.cpp's MTP drafting). Greedy
+     * requests get its argmax, sampling requests a sample of its
+     * distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at
+     * di_engine_create for a model without an MTP layer (a DeepSeek-V3
+     * checkpoint with num_nextn_predict_layers and its tensors). */
+    DI_DRAFT_MTP = 3
 } di_draft;
 
 /* Set struct_size and the defaults. NULL is a no-op. */

@@ -526,10 +526,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                             "speculative_tokens: expected 0 (off) to 64 draft tokens per step");
     if (c.speculative_fixed != 0 && c.speculative_fixed != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "speculative_fixed: expected 0 or 1");
-    if (c.draft < DI_DRAFT_AUTO || c.draft > DI_DRAFT_MODEL)
+    if (c.draft < DI_DRAFT_AUTO || c.draft > DI_DRAFT_MTP)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "draft: unknown drafter %d (expected DI_DRAFT_AUTO, "
-                             "DI_DRAFT_PROMPT_LOOKUP or DI_DRAFT_MODEL)",
+                             "DI_DRAFT_PROMPT_LOOKUP, DI_DRAFT_MODEL or DI_DRAFT_MTP)",
                              (int)c.draft);
     if (c.reserved_draft != 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
@@ -542,6 +542,10 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.draft_model_path && c.draft == DI_DRAFT_PROMPT_LOOKUP)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "draft_model_path: set, but draft is DI_DRAFT_PROMPT_LOOKUP");
+    if (c.draft_model_path && c.draft == DI_DRAFT_MTP)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "draft_model_path: set, but draft is DI_DRAFT_MTP (the model's own "
+                            "MTP module drafts)");
     if (c.draft_model_path && c.speculative_tokens == 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "draft_model_path: set, but speculative_tokens is 0 (speculation off)");
@@ -673,9 +677,26 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     sched_cache cache = {!c.disable_prefix_cache && !v4, v4 ? 0 : c.kv_host_cache_bytes,
                          v4 ? NULL : c.kv_cache_dir, c.kv_disk_cache_bytes};
     drafter *d = NULL;
+    if (c.draft == DI_DRAFT_MTP && model_mtp_layers(e->m) < 1) {
+        st = di_error_set(err, DI_ERR_UNSUPPORTED,
+                          "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer (a "
+                          "DeepSeek-V3 checkpoint with num_nextn_predict_layers and its tensors "
+                          "has one)");
+        goto fail;
+    }
     if (c.draft_model_path && c.speculative_tokens > 0 &&
         (st = load_draft_model(e, &c, &mo, max_running, &d, err)) != DI_OK)
         goto fail;
+    /* The model's own MTP module: asked for, or chosen by auto when the model
+     * has one and no draft model is given. */
+    if (!d && c.speculative_tokens > 0 &&
+        (c.draft == DI_DRAFT_MTP || (c.draft == DI_DRAFT_AUTO && model_mtp_layers(e->m) > 0))) {
+        if ((st = drafter_mtp_create(e->m, max_running, &d)) != DI_OK) {
+            st = di_error_set(err, st, "out of memory for the MTP drafter");
+            goto fail;
+        }
+        elog(e, DI_LOG_INFO, "speculative decoding: the model's MTP module drafts");
+    }
     st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, d, &cache,
                       &sink, &e->sched);
     if (st != DI_OK) {

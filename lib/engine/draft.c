@@ -1,5 +1,6 @@
 /* Prompt-lookup drafting, the drafter interface and the verification
  * schedule (draft.h). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,7 +53,7 @@ static void lookup_destroy(drafter *d)
     free(d);
 }
 
-static const drafter_ops lookup_ops = {"prompt-lookup", lookup_propose, lookup_release,
+static const drafter_ops lookup_ops = {"prompt-lookup", lookup_propose, NULL, lookup_release,
                                        lookup_destroy};
 
 drafter *drafter_prompt_lookup_create(void)
@@ -65,6 +66,23 @@ drafter *drafter_prompt_lookup_create(void)
 void drafter_destroy(drafter *d)
 {
     if (d) d->ops->destroy(d);
+}
+
+int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate *scratch, float *q,
+                   float *conf)
+{
+    if (smp) {
+        int32_t x = sampler_sample_dist(smp, row, scratch, q);
+        *conf = q[x];
+        return x;
+    }
+    int32_t x = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (row[i] > row[x]) x = i;
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)(row[i] - row[x]));
+    *conf = (float)(1.0 / sum);
+    return x;
 }
 
 static int bucket_of(int64_t n)

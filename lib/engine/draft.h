@@ -10,8 +10,10 @@
  *     context into their output, which is where it pays;
  *   - a draft model sharing the tokenizer (draft_model.c): a small model run
  *     ahead, greedily or sampling with the request's temperature and top-k /
- *     top-p / min-p, which hands the verifier its distribution q.
- * DeepSeek-V3's MTP module is the next to fit behind it. */
+ *     top-p / min-p, which hands the verifier its distribution q;
+ *   - DeepSeek-V3's MTP (NextN) module (draft_mtp.c): the target's own
+ *     extra layer, drafting from the target's hidden states, which it sees
+ *     after every step (observe). */
 #ifndef DI_ENGINE_DRAFT_H
 #define DI_ENGINE_DRAFT_H
 
@@ -49,15 +51,36 @@ typedef struct draft_request {
 
 typedef struct drafter drafter;
 
+/* One item of a target step, as the scheduler shows it to a drafter that
+ * drafts from the target's hidden states (observe): the item's rows are
+ * rows [row0, row0 + n_kept) of the step's final normed hidden states
+ * (model_last_hidden), the target's positions pos0, pos0 + 1, ... (its
+ * sequence's n_past before the step); only the rows the request kept (a
+ * prompt chunk's, and a verified item's up to its last accepted draft) are
+ * shown, and next[t] is the request's token after row t (the prompt's next
+ * token, a kept draft, or the token sampled from the row). */
+typedef struct draft_observation {
+    void **state; /* the request's drafter state, as in draft_request */
+    const sampler *smp;
+    int64_t pos0;
+    int64_t row0;
+    int64_t n_kept;
+    const int32_t *next; /* [n_kept] */
+} draft_observation;
+
 /* A drafter's operations. propose fills each of reqs[0, n) (n_tokens >= 1)
  * with its drafts: deterministic for the same tokens and state, and never
  * failing (a drafter that cannot draft, out of memory or of KV room, proposes
- * none). release frees a request's state (the request ended or was
- * pre-empted). destroy frees the drafter. Run on the scheduler's worker
- * thread only. */
+ * none). observe (NULL for drafters that do not need it) is called after
+ * every target step that computed rows, before any of its requests is
+ * released, with the step's hidden states [n_rows, n_embd] and one
+ * observation per item that kept rows. release frees a request's state (the
+ * request ended or was pre-empted). destroy frees the drafter. Run on the
+ * scheduler's worker thread only. */
 typedef struct drafter_ops {
-    const char *name; /* "prompt-lookup", "draft-model" */
+    const char *name; /* "prompt-lookup", "draft-model", "mtp" */
     void (*propose)(drafter *d, draft_request *reqs, int n);
+    void (*observe)(drafter *d, const draft_observation *obs, int n, const float *hidden);
     void (*release)(drafter *d, void *state);
     void (*destroy)(drafter *d);
 } drafter_ops;
@@ -79,6 +102,24 @@ drafter *drafter_prompt_lookup_create(void);
  * request's temperature, top-k, top-p and min-p otherwise (q handed to the
  * verifier). Errors: DI_ERR_OUT_OF_MEMORY. */
 di_status drafter_model_create(model *m, int max_running, drafter **out);
+
+/* The MTP drafter (draft_mtp.c) over the target model m itself (borrowed: it
+ * must outlive the drafter; it is run on the same thread as the target's
+ * steps), for up to max_running requests at once. Each request has an MTP
+ * sequence that observe keeps caught up with the target's kept tokens; its
+ * first draft is the MTP module's prediction from the target's hidden state
+ * of the token before the last and the last token, the next ones chain the
+ * module's own output. Drafts at temperature 0 are its argmax (confidence
+ * its probability), otherwise samples of q as the draft model's.
+ * Errors: DI_ERR_UNSUPPORTED (m has no MTP layer), DI_ERR_OUT_OF_MEMORY. */
+di_status drafter_mtp_create(model *m, int max_running, drafter **out);
+
+/* Request r's draft from its logits row (modified): at temperature 0 (smp
+ * NULL) the argmax, its confidence its softmax probability; otherwise a
+ * sample of smp's distribution, written to q [n_vocab], confidence q[x].
+ * scratch: sampler_scratch_count(n_vocab) candidates. */
+int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate *scratch, float *q,
+                   float *conf);
 
 /* A drafter's destroy; NULL is a no-op. */
 void drafter_destroy(drafter *d);

@@ -23,7 +23,6 @@
  *     confidence.
  * A request whose draft sequence cannot get KV room (the draft cache is
  * full) drafts nothing that step and gives its draft blocks back. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,21 +91,10 @@ static dm_state *state_of(dm_drafter *dm, draft_request *r)
 /* Draw request r's draft j from its logits row (modified). */
 static void draw_draft(dm_drafter *dm, draft_request *r, dm_state *st, int j, float *row)
 {
-    int32_t x;
     float conf;
-    if (st->smp) {
-        float *q = r->q + (size_t)j * (size_t)dm->n_vocab;
-        x = sampler_sample_dist(st->smp, row, dm->scratch, q);
-        conf = q[x];
-        r->has_q = 1;
-    } else {
-        x = 0;
-        for (int32_t i = 1; i < dm->n_vocab; i++)
-            if (row[i] > row[x]) x = i;
-        double sum = 0;
-        for (int32_t i = 0; i < dm->n_vocab; i++) sum += exp((double)(row[i] - row[x]));
-        conf = (float)(1.0 / sum);
-    }
+    int32_t x = draft_pick(row, dm->n_vocab, st->smp, dm->scratch,
+                           st->smp ? r->q + (size_t)j * (size_t)dm->n_vocab : NULL, &conf);
+    if (st->smp) r->has_q = 1;
     r->out[j] = x;
     r->conf[j] = conf;
     st->drafts[j] = x;
@@ -221,7 +209,7 @@ static void dm_destroy(drafter *d)
     free(dm);
 }
 
-static const drafter_ops dm_ops = {"draft-model", dm_propose, dm_release, dm_destroy};
+static const drafter_ops dm_ops = {"draft-model", dm_propose, NULL, dm_release, dm_destroy};
 
 di_status drafter_model_create(model *m, int max_running, drafter **out)
 {

@@ -56,6 +56,8 @@ struct sched {
     float *conf;         /* [max_running, n_draft]: the drafter's confidences */
     draft_request *dreq; /* [max_running]: this step's decoding requests */
     sched_request **dreq_r;
+    draft_observation *obs; /* [max_running]: the step's items, for drafter observe */
+    int32_t *obs_next;      /* [n_batch]: the token after each kept row */
     int32_t *emit; /* [max_running, 1 + n_draft] */
     /* the emitted tokens' log probabilities, for requests that want them:
      * [max_running, 1 + n_draft] (+ SCHED_MAX_TOP alternatives each), and a
@@ -533,6 +535,38 @@ static double raw_lse_top(const float *logits, int32_t n_vocab, int k, int32_t *
     return (double)mx + log(sum);
 }
 
+/* Show a drafter that drafts from the target's hidden states (MTP) the
+ * step's kept rows: an item's prompt rows (the next token of each is the
+ * item's next), then its sampled rows up to the last emitted token (each
+ * followed by the token emitted from it: a kept draft or the correction);
+ * rejected drafts' rows are not shown. */
+static void observe_step(sched *s, int n_items)
+{
+    int64_t n_rows = 0, row = 0;
+    const float *hidden = model_last_hidden(s->m, &n_rows);
+    if (!hidden) return;
+    int n = 0;
+    for (int i = 0; i < n_items; i++) {
+        const model_batch_item *it = &s->items[i];
+        sched_request *r = s->item_req[i];
+        int64_t n_plain = it->n_tokens - it->want_logits;
+        int64_t kept = n_plain + (it->want_logits > 0 ? s->n_emit[i] : 0);
+        int32_t *next = s->obs_next + row;
+        for (int64_t t = 0; t < n_plain; t++) next[t] = it->tokens[t + 1];
+        memcpy(next + n_plain, s->emit + (size_t)i * (size_t)(1 + s->n_draft),
+               (size_t)(kept - n_plain) * sizeof *next);
+        s->obs[n++] = (draft_observation){.state = &r->draft_state,
+                                          .smp = r->smp,
+                                          .pos0 = it->tokens - r->tokens,
+                                          .row0 = row,
+                                          .n_kept = kept,
+                                          .next = next};
+        row += it->n_tokens;
+    }
+    if (row != n_rows) return; /* cannot happen: the rows are the step's */
+    s->drafter->ops->observe(s->drafter, s->obs, n, hidden);
+}
+
 static void step(sched *s)
 {
     model *m = s->m;
@@ -737,6 +771,7 @@ static void step(sched *s)
             model_seq_truncate(m, r->seq, r->n_all - 1 + s->n_emit[i]);
         }
     }
+    if (s->drafter && s->drafter->ops->observe) observe_step(s, n_items);
     /* The blocks this step filled can serve later requests (before any of
      * these requests ends and gives its blocks back). */
     if (s->prefix_cache) /* (the KV kept ends at accepted drafts, which are in r->tokens) */
@@ -934,11 +969,14 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, 
     s->conf = calloc(n_plan, sizeof *s->conf);
     s->dreq = calloc((size_t)max_running, sizeof *s->dreq);
     s->dreq_r = calloc((size_t)max_running, sizeof(sched_request *));
+    s->obs = calloc((size_t)max_running, sizeof *s->obs);
+    s->obs_next = calloc((size_t)model_n_batch(m), sizeof *s->obs_next);
     s->n_emit = calloc((size_t)max_running, sizeof *s->n_emit);
     s->item_st = calloc((size_t)max_running, sizeof *s->item_st);
     if (!s->running || !s->items || !s->item_req || !s->logits || !s->scratch || !s->emit ||
         !s->emit_lp || !s->emit_top || !s->emit_top_ids || !s->raw_row || !s->n_emit ||
-        !s->item_st || !s->avail || !s->k_plan || !s->gain || !s->conf || !s->dreq || !s->dreq_r) {
+        !s->item_st || !s->avail || !s->k_plan || !s->gain || !s->conf || !s->dreq || !s->dreq_r ||
+        !s->obs || !s->obs_next) {
         sched_destroy(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -998,6 +1036,8 @@ void sched_destroy(sched *s)
     free(s->conf);
     free(s->dreq);
     free(s->dreq_r);
+    free(s->obs);
+    free(s->obs_next);
     free(s->n_emit);
     free(s->item_st);
     free(s->scratch);

@@ -260,12 +260,15 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
     const backend_mla_shape shape = {(int)H, (int)c->qk_nope_head_dim, (int)rope,
                                      (int)c->v_head_dim, (int)R};
     enum { BLOCK = MODEL_KV_BLOCK };
-    /* the MTP layer's cache serves the one sequence of dsv3_mtp_forward */
-    const int32_t mtp_blocks = (int32_t)((ctx + BLOCK - 1) / BLOCK);
     int32_t n_blocks;
     int64_t block_bytes =
         (int64_t)c->n_layer * (R + rope) * BLOCK * (d->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
     if ((st = model_kv_block_count(&d->opt, block_bytes, &n_blocks, err)) != DI_OK) goto fail;
+    /* The MTP layer's cache serves the one sequence of dsv3_mtp_forward and the
+     * MTP drafter's sequences (one per request, holding at most the tokens the
+     * main cache holds, and a few drafts each): as many blocks as the main
+     * cache plus one context. One layer of n_layer + 1: a small share. */
+    const int32_t mtp_blocks = n_blocks + (int32_t)((ctx + BLOCK - 1) / BLOCK);
     if ((st = op->kv_create(be, d->opt.kv_dtype, (int)c->n_layer, 1, (int)(R + rope), BLOCK,
                             n_blocks, &shape, d->opt.mla_naive, &d->kv, err)) != DI_OK)
         goto fail;
@@ -360,6 +363,11 @@ void dsv3_reset(dsv3 *d)
 int dsv3_mtp_layers(const dsv3 *d)
 {
     return d->has_mtp;
+}
+
+kv_pool *dsv3_mtp_pool(dsv3 *d)
+{
+    return d->has_mtp ? &d->mtp_pool : NULL;
 }
 
 const float *dsv3_last_hidden(const dsv3 *d, int64_t *n_rows)
@@ -535,4 +543,51 @@ di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, con
         d->mtp_seq.n_tokens = k0 + done + n;
     }
     return DI_OK;
+}
+
+void dsv3_mtp_forward_batch(dsv3 *d, const model_mtp_item *items, int n_items, int64_t n,
+                            const float *hidden, float *logits, float *hidden_out)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd;
+    const float eps = c->rms_norm_eps;
+    int64_t row = 0;
+    for (int i = 0; i < n_items; i++) {
+        const backend_kv_seq *seq = &items[i].seq->kv;
+        op->embed(be, d->tok_embd, items[i].tokens, items[i].n_tokens, d->cat + row * 2 * E, 2 * E);
+        for (int64_t t = 0; t < items[i].n_tokens; t++) d->pos[row + t] = items[i].pos0 + t;
+        d->spans[i] = (span){seq, seq->n_tokens, items[i].n_tokens};
+        row += items[i].n_tokens;
+    }
+    /* x = eh_proj [enorm(embedding), hnorm(hidden)] */
+    op->rmsnorm(be, d->cat, 2 * E, d->mtp_enorm, d->cat, 2 * E, n, E, eps);
+    op->rmsnorm(be, hidden, E, d->mtp_hnorm, d->cat + E, 2 * E, n, E, eps);
+    op->matmul(be, 1, &d->mtp_eh, NULL, d->cat, n, &d->x);
+    decoder_layer(d, &d->layers[c->n_layer], d->mtp_kv, 0, n, n_items);
+    /* Each wanted item's last row, gathered: its output (the hidden input of
+     * a chained step) and the logits of shared_head. */
+    row = 0;
+    int64_t k = 0;
+    for (int i = 0; i < n_items; i++) {
+        items[i].seq->kv.n_tokens += items[i].n_tokens;
+        row += items[i].n_tokens;
+        if (items[i].want) memcpy(d->ffn + k++ * E, d->x + (row - 1) * E, (size_t)E * sizeof *d->x);
+    }
+    if (hidden_out) memcpy(hidden_out, d->ffn, (size_t)(k * E) * sizeof *d->ffn);
+    if (logits && k > 0) dsv3_mtp_logits(d, d->ffn, k, logits);
+}
+
+void dsv3_mtp_logits(dsv3 *d, const float *hidden, int64_t n, float *logits)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const int64_t E = c->n_embd;
+    for (int64_t done = 0; done < n; done += d->opt.n_batch) {
+        int64_t m = n - done < d->opt.n_batch ? n - done : d->opt.n_batch;
+        be->ops->rmsnorm(be, hidden + done * E, E, d->mtp_norm, d->h, E, m, E, c->rms_norm_eps);
+        float *out = logits + done * (int64_t)c->n_vocab;
+        be->ops->matmul(be, 1, &d->mtp_head, NULL, d->h, m, &out);
+    }
 }

@@ -51,4 +51,15 @@ const float *dsv3_last_hidden(const dsv3 *d, int64_t *n_rows);
 di_status dsv3_mtp_forward(dsv3 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
                            float *logits, di_error **err);
 
+/* The MTP layer's paged cache, where the MTP drafter's sequences live
+ * (model_mtp_seq_create); NULL without MTP. */
+kv_pool *dsv3_mtp_pool(dsv3 *d);
+/* model_mtp_forward_batch, its checks passed: n rows in all (<= n_batch),
+ * hidden [n, n_embd] stacked in item order. */
+void dsv3_mtp_forward_batch(dsv3 *d, const model_mtp_item *items, int n_items, int64_t n,
+                            const float *hidden, float *logits, float *hidden_out);
+/* shared_head over n rows of MTP outputs: logits [n, n_vocab] =
+ * RMSNorm(hidden) * shared_head.norm  shared_head.head^T. */
+void dsv3_mtp_logits(dsv3 *d, const float *hidden, int64_t n, float *logits);
+
 #endif

@@ -267,6 +267,81 @@ di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, c
                 (long long)i, (int)tokens[i], m->cfg.n_vocab);
     return dsv3_mtp_forward(m->ds, tokens, n_tokens, hidden, logits, err);
 }
+di_status model_mtp_seq_create(model *m, model_seq **out)
+{
+    *out = NULL;
+    kv_pool *pool = m->ds ? dsv3_mtp_pool(m->ds) : NULL;
+    if (!pool) return DI_ERR_UNSUPPORTED;
+    model_seq *s = calloc(1, sizeof *s);
+    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    if (kv_pool_seq_init(pool, &s->kv, m->opt.n_ctx) != DI_OK) {
+        free(s);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    *out = s;
+    return DI_OK;
+}
+void model_mtp_seq_free(model *m, model_seq *s)
+{
+    if (!s) return;
+    kv_pool_seq_free(dsv3_mtp_pool(m->ds), &s->kv);
+    free(s);
+}
+void model_mtp_seq_reset(model *m, model_seq *s)
+{
+    kv_pool_seq_reset(dsv3_mtp_pool(m->ds), &s->kv);
+}
+di_status model_mtp_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
+{
+    if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
+    return kv_pool_seq_reserve(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
+}
+void model_mtp_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
+{
+    kv_pool_seq_truncate(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
+}
+di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_items,
+                                  const float *hidden, float *logits, float *hidden_out,
+                                  di_error **err)
+{
+    if (!m->ds || !dsv3_mtp_layers(m->ds))
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    if (n_items < 1 || !items || !hidden)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "model_mtp_forward_batch: no items or hidden rows");
+    int64_t n = 0;
+    for (int i = 0; i < n_items; i++) {
+        const model_mtp_item *it = &items[i];
+        if (!it->seq || !it->tokens || it->n_tokens < 1 || it->pos0 < 1)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: an empty item or a position before 1", i);
+        if (it->seq->kv.n_tokens + it->n_tokens > (int64_t)it->seq->kv.n_blocks * MODEL_KV_BLOCK)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: %lld pairs after %lld exceed its reserved room", i,
+                                 (long long)it->n_tokens, (long long)it->seq->kv.n_tokens);
+        for (int64_t t = 0; t < it->n_tokens; t++)
+            if (it->tokens[t] < 0 || (uint32_t)it->tokens[t] >= m->cfg.n_vocab)
+                return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                     "items[%d].tokens[%lld] = %d is not a token id of this model",
+                                     i, (long long)t, (int)it->tokens[t]);
+        n += it->n_tokens;
+    }
+    if (n > m->opt.n_batch)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "%lld MTP pairs in one step exceed n_batch %lld", (long long)n,
+                             (long long)m->opt.n_batch);
+    dsv3_mtp_forward_batch(m->ds, items, n_items, n, hidden, logits, hidden_out);
+    return DI_OK;
+}
+di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err)
+{
+    if (!m->ds || !dsv3_mtp_layers(m->ds))
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    if (!hidden || !logits || n < 1)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_mtp_logits: no rows");
+    dsv3_mtp_logits(m->ds, hidden, n, logits);
+    return DI_OK;
+}
 size_t model_kv_bytes_per_token(const model *m)
 {
     if (m->v4) return dsv4_kv_bytes_per_token(m->v4);

@@ -198,4 +198,48 @@ typedef struct model_batch_item {
 di_status model_forward_batch(model *m, const model_batch_item *items, int n_items, float *logits,
                               di_error **err);
 
+/* The MTP module over many sequences at once (the MTP drafter,
+ * lib/engine/draft_mtp.c). An MTP sequence is a model_seq in the MTP layer's
+ * own paged latent cache (model_mtp_seq_create; the model_seq_n_past of one
+ * counts its entries); entry k of it is the module's step over one
+ * (hidden, token) pair: the main model's (or a chained step's) hidden state
+ * of token i and the embedding of token i + 1, at RoPE position i + 1, whose
+ * logits draft token i + 2 (DeepSeek-V3 §2.2). Rollback is block-table
+ * truncation (model_mtp_seq_truncate). Errors: DI_ERR_UNSUPPORTED (no MTP
+ * layer), DI_ERR_OUT_OF_MEMORY; reserve as model_seq_reserve. */
+di_status model_mtp_seq_create(model *m, model_seq **out);
+void model_mtp_seq_free(model *m, model_seq *s);
+void model_mtp_seq_reset(model *m, model_seq *s);
+di_status model_mtp_seq_reserve(model *m, model_seq *s, int64_t n_tokens);
+void model_mtp_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
+
+/* One MTP sequence's part of model_mtp_forward_batch: n_tokens pairs
+ * appended at its n_past, tokens[t] the token of pair t at RoPE position
+ * pos0 + t (> 0); want 1: the last pair's logits and output are written. */
+typedef struct model_mtp_item {
+    model_seq *seq;
+    const int32_t *tokens;
+    int64_t n_tokens;
+    int64_t pos0;
+    int want;
+} model_mtp_item;
+
+/* Run the MTP module over n_items MTP sequences at once, hidden the pairs'
+ * hidden states, f32 [n_tokens in all, n_embd], stacked in item order (the
+ * main model's final normed rows, model_last_hidden, or a chained step's
+ * output). For each item with want, in item order: logits (may be NULL) gets
+ * its last pair's row [n_vocab] and hidden_out (may be NULL) its last pair's
+ * output [n_embd] (the decoder layer's, before shared_head's norm: the hidden
+ * input of the next chained step, as vLLM's DeepSeekMTP and llama.cpp's
+ * NextN drafting chain). The total of n_tokens must be in [1, n_batch], and
+ * every sequence must have reserved room. Errors (nothing changed):
+ * DI_ERR_UNSUPPORTED (no MTP), DI_ERR_INVALID_ARGUMENT (bad token ids,
+ * positions, sizes or reservations; the message names the item). */
+di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_items,
+                                  const float *hidden, float *logits, float *hidden_out,
+                                  di_error **err);
+/* shared_head over n rows of MTP outputs (model_mtp_forward_batch's
+ * hidden_out): logits [n, n_vocab]. DI_ERR_UNSUPPORTED without MTP. */
+di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err);
+
 #endif

@@ -94,4 +94,21 @@ err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --draft-m
 [ "$rc" -eq 1 ] || fail "a missing draft model exited $rc, want 1"
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "a missing draft model printed: $err"
 [[ "$err" == *"draft_model_path: "* ]] || fail "the message does not name draft_model_path: $err"
+# DeepSeek-V3's MTP module drafting (the tiny checkpoint with one): the same
+# tokens, named or chosen by auto; a model without one is one line saying so.
+err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --draft mtp 2>&1 >/dev/null)
+rc=$?
+[ "$rc" -eq 1 ] || fail "--draft mtp without an MTP layer exited $rc, want 1"
+[[ "$err" == *"no MTP (NextN) layer"* ]] || fail "--draft mtp without MTP printed: $err"
+mtp=$(dirname "$dir")/dsv3-mtp-f32
+plain=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2) ||
+  fail "generate (MTP checkpoint) exited $?"
+for flags in "--draft mtp --draft-max 3" "--draft auto" "--draft mtp --draft-max 1"; do
+  # shellcheck disable=SC2086
+  out=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2 $flags \
+        --verbose 2> "$tmp/err") || fail "generate $flags (MTP) exited $?: $(cat "$tmp/err")"
+  [ "$out" = "$plain" ] || fail "generate $flags (MTP) printed $out, without speculation $plain"
+  grep -q "speculative decoding: .* draft tokens verified, .* kept" "$tmp/err" ||
+    fail "--verbose did not count the MTP drafts: $(cat "$tmp/err")"
+done
 echo ok

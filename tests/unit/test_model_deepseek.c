@@ -16,8 +16,10 @@
 
 #include <cmocka.h>
 
+#include "engine/draft.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "sampler/sampler.h"
 #include "model_variant.h"
 
 static const char *const FIXTURES[] = {
@@ -257,6 +259,173 @@ static float *read_f32(const char *dir, const char *file, size_t n)
     return v;
 }
 
+/* The MTP drafter (lib/engine/draft_mtp.c) against transformers' MtpLayer:
+ * requests whose tokens are the first P + 1 tokens of the fixture's prompt +
+ * greedy sequence (the scheduler's state after a prefill of P tokens and
+ * the token sampled after them), several prefilled in one batched step and shown to
+ * the drafter's observe as the scheduler shows them, propose at temperature
+ * 0: each first draft is the argmax of mtp_logits row P - 1 (hidden state at
+ * P - 1, token P), its confidence that row's softmax probability, and the
+ * three chained drafts after it are transformers' module run on its own
+ * output (mtp_chain.json, tests/oracle/make_mtp_chain_fixture.py). A second
+ * round of drafting after a chained propose gives the same, and so do decode
+ * steps that keep some drafts and reject others (observe then cuts the
+ * chained pairs off and appends the kept rows'). */
+static void test_mtp_drafter_first_draft_matches_transformers(void **state)
+{
+    (void)state;
+    char dir[512];
+    json_t *ref = reference("dsv3-mtp-f32", dir, sizeof dir);
+    json_t *jp = json_object_get(ref, "prompt"), *jg = json_object_get(ref, "greedy");
+    int32_t seq[64];
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(jp); i++)
+        seq[n++] = (int32_t)json_integer_value(json_array_get(jp, i));
+    for (size_t i = 0; i < json_array_size(jg); i++)
+        seq[n++] = (int32_t)json_integer_value(json_array_get(jg, i));
+    model_options o = {0};
+    o.n_threads = 2;
+    o.n_ctx = 256;
+    o.n_batch = 256;
+    o.kv_n_ctx_multiple = 2;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    model *m = NULL;
+    assert_int_equal(model_load(dir, &o, &m, NULL), DI_OK);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
+    float *want = read_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
+    char chain_path[600];
+    snprintf(chain_path, sizeof chain_path, "%s/mtp_chain.json", dir);
+    json_t *chain = json_load_file(chain_path, 0, NULL);
+    assert_non_null(chain);
+    enum { R = 6 };
+    const int64_t P[R] = {3, 8, 16, 25, 37, 46}; /* 135 rows: one step */
+    drafter *d = NULL;
+    assert_int_equal(drafter_mtp_create(m, R, &d), DI_OK);
+    assert_string_equal(d->ops->name, "mtp");
+    sampler_params sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    sampler *smp = NULL;
+    assert_int_equal(sampler_create(&sp, V, &smp, NULL, 0), DI_OK);
+    model_seq *seqs[R];
+    model_batch_item items[R];
+    draft_observation obs[R];
+    void *states[R] = {0};
+    int32_t next[256], outs[R][4];
+    float conf[R][4], *logits = malloc((size_t)R * (size_t)V * sizeof *logits);
+    assert_non_null(logits);
+    int64_t row = 0;
+    for (int r = 0; r < R; r++) {
+        assert_int_equal(model_seq_create(m, &seqs[r]), DI_OK);
+        assert_int_equal(model_seq_reserve(m, seqs[r], P[r]), DI_OK);
+        items[r] = (model_batch_item){seqs[r], seq, P[r], 1};
+        /* the token after each row: the sequence's next (the last one stands
+         * for the token the request sampled; past the prompt it is the
+         * model's greedy token: checked below) */
+        memcpy(next + row, seq + 1, (size_t)P[r] * sizeof *next);
+        obs[r] = (draft_observation){&states[r], smp, 0, row, P[r], next + row};
+        row += P[r];
+    }
+    di_error *err = NULL;
+    if (model_forward_batch(m, items, R, logits, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    for (int r = 0; r < R; r++) /* past the prompt, seq is the model's greedy output */
+        if ((size_t)P[r] >= json_array_size(jp))
+            assert_int_equal(argmax(logits + (size_t)r * V, V), seq[P[r]]);
+    int64_t n_rows = 0;
+    const float *hidden = model_last_hidden(m, &n_rows);
+    assert_int_equal(n_rows, row);
+    d->ops->observe(d, obs, R, hidden);
+    for (int round = 0; round < 2; round++) {
+        draft_request dr[R];
+        for (int r = 0; r < R; r++)
+            dr[r] = (draft_request){.tokens = seq,
+                                    .n_tokens = P[r] + 1,
+                                    .max = round == 0 ? 4 : 1,
+                                    .smp = smp,
+                                    .state = &states[r],
+                                    .out = outs[r],
+                                    .conf = conf[r]};
+        d->ops->propose(d, dr, R);
+        for (int r = 0; r < R; r++) {
+            const float *w = want + (size_t)(P[r] - 1) * (size_t)V;
+            int32_t top = argmax(w, V);
+            double sum = 0;
+            for (int32_t v = 0; v < V; v++) sum += exp((double)(w[v] - w[top]));
+            assert_int_equal(dr[r].n, round == 0 ? 4 : 1);
+            assert_int_equal(dr[r].has_q, 0);
+            assert_int_equal(outs[r][0], top);
+            assert_float_equal(conf[r][0], 1.0 / sum, 1e-4);
+            /* the chained drafts: transformers' module run on its own output */
+            json_t *jd = json_array_get(json_object_get(chain, "drafts"), (size_t)r);
+            assert_int_equal(
+                json_integer_value(json_array_get(json_object_get(chain, "prefixes"), (size_t)r)),
+                P[r]);
+            for (int j = 0; j < dr[r].n; j++)
+                assert_int_equal(outs[r][j], json_integer_value(json_array_get(jd, (size_t)j)));
+        }
+    }
+    /* Decode steps of request 4 (P = 37, past the prompt: the tokens are the
+     * model's greedy ones), verified as the scheduler does: drafts equal to
+     * the greedy tokens are kept, the first that differs is corrected, the
+     * rejected rows' KV is cut off. Step 1 verifies [x37, x38, x39, wrong]
+     * (two drafts kept, x40 the correction), step 2 [x41, wrong] (x42 the
+     * correction). After each, the first draft is transformers' again. */
+    const int r4 = 4;
+    int64_t n_tok = P[r4] + 1;
+    for (int stp = 0; stp < 2; stp++) {
+        int k = stp == 0 ? 3 : 1; /* drafts in the item */
+        int32_t item_tok[4];
+        memcpy(item_tok, seq + n_tok - 1, (size_t)k * sizeof *item_tok);
+        item_tok[k] = (seq[n_tok - 1 + k] + 1) % V; /* a draft the model rejects */
+        assert_int_equal(model_seq_reserve(m, seqs[r4], n_tok + k), DI_OK);
+        model_batch_item it = {seqs[r4], item_tok, k + 1, k + 1};
+        assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
+        /* greedy verification: row j gives token n_tok + j; draft j + 1 is
+         * kept while it equals it */
+        int32_t emitted[4];
+        int n_emit = 0;
+        for (int j = 0; j <= k; j++) {
+            emitted[n_emit++] = argmax(logits + (size_t)j * V, V);
+            assert_int_equal(emitted[j], seq[n_tok + j]); /* the greedy sequence */
+            if (j == k || item_tok[j + 1] != emitted[j]) break;
+        }
+        assert_int_equal(n_emit, k); /* k - 1 kept, the wrong one corrected */
+        model_seq_truncate(m, seqs[r4], n_tok - 1 + n_emit);
+        hidden = model_last_hidden(m, &n_rows);
+        assert_int_equal(n_rows, k + 1);
+        draft_observation ob = {&states[r4], smp, n_tok - 1, 0, n_emit, emitted};
+        d->ops->observe(d, &ob, 1, hidden);
+        n_tok += n_emit;
+        int32_t out4[4];
+        float conf4[4];
+        draft_request dr = {.tokens = seq,
+                            .n_tokens = n_tok,
+                            .max = 3,
+                            .smp = smp,
+                            .state = &states[r4],
+                            .out = out4,
+                            .conf = conf4};
+        d->ops->propose(d, &dr, 1);
+        assert_int_equal(dr.n, 3);
+        assert_int_equal(out4[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
+    }
+    for (int r = 0; r < R; r++) {
+        d->ops->release(d, states[r]);
+        model_seq_free(m, seqs[r]);
+    }
+    drafter_destroy(d);
+    /* a model without MTP has no MTP drafter */
+    model *plain = load(DI_FIXTURE_DIR "/model/dsv3-fp8", 0, MODEL_DTYPE_F32);
+    assert_int_equal(drafter_mtp_create(plain, 4, &d), DI_ERR_UNSUPPORTED);
+    assert_null(d);
+    model_free(plain);
+    sampler_free(smp);
+    free(logits);
+    free(want);
+    model_free(m);
+    json_decref(chain);
+    json_decref(ref);
+}
+
 /* The MTP module against transformers' MtpLayer (mtp_logits.f32: row i drafts
  * token i + 2 from the main model's normed hidden state at i and token i + 1),
  * over the 48-token prompt + greedy sequence: once in one pass, once token by
@@ -456,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs_and_tensors_are_named),
         cmocka_unit_test(test_bad_deepseek2_ggufs_are_named),
         cmocka_unit_test(test_mtp_layer_matches_transformers),
+        cmocka_unit_test(test_mtp_drafter_first_draft_matches_transformers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

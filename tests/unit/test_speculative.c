@@ -26,6 +26,7 @@
 
 #define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
 #define DSV4 DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
+#define DSV3_MTP DI_FIXTURE_DIR "/model/dsv3-mtp-f32"
 #define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
@@ -802,6 +803,187 @@ static void test_draft_model_sampling_matches_target(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* --- DeepSeek-V3's MTP module as the drafter (lib/engine/draft_mtp.c) --- */
+
+typedef struct log_rec {
+    int mtp; /* the engine said the MTP module drafts */
+} log_rec;
+
+static void on_log(void *user, di_log_level level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "MTP module drafts")) ((log_rec *)user)->mtp = 1;
+}
+
+static di_engine *make_mtp_engine(int32_t draft, int n_draft, int fixed, int max_running,
+                                  int64_t kv_bytes, log_rec *log)
+{
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = DSV3_MTP;
+    cfg.n_threads = 2;
+    cfg.max_running = max_running;
+    cfg.n_batch = 64;
+    cfg.kv_cache_bytes = kv_bytes;
+    cfg.speculative_tokens = n_draft;
+    cfg.speculative_fixed = fixed;
+    cfg.draft = draft;
+    cfg.log = on_log;
+    cfg.log_user = log;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    return e;
+}
+
+/* Submit every spec, cancelling request i (when cancel_every > 0 and i %
+ * cancel_every == 1) after a few polls, then run them all to their end. */
+static void run_with_cancels(di_engine *e, spec *specs, rec *recs, int n, int cancel_every)
+{
+    for (int i = 0; i < n; i++) {
+        memset(&recs[i], 0, sizeof recs[i]);
+        specs[i].req.user_data = &recs[i];
+        di_error *err = NULL;
+        if (di_submit(e, &specs[i].req, &recs[i].id, &err) != DI_OK)
+            fail_msg("submit %d: %s", i, di_error_message(err));
+    }
+    for (int k = 0; k < 200000 && di_engine_pending_count(e) > 0; k++) {
+        assert_true(di_poll(e, 50) >= 0);
+        if (cancel_every > 0 && k == 3)
+            for (int i = 1; i < n; i += cancel_every) (void)di_cancel(e, recs[i].id, NULL);
+    }
+    assert_int_equal(di_engine_pending_count(e), 0);
+}
+
+/* Greedy requests (penalties, stop tokens and budgets mixed in) with the MTP
+ * module drafting give token for token the engine's output without
+ * speculation, batched and pre-empted; requests cancelled mid-way end with a
+ * prefix of it. Returns the drafts verified (and their kept count). */
+static uint64_t check_mtp_greedy(int32_t draft, int n, int max_running, int64_t kv_bytes,
+                                 int n_draft, int fixed, int cancel_every, uint64_t *kept)
+{
+    log_rec log = {0};
+    di_engine *plain = make_engine(DSV3_MTP, 0, 0, max_running, kv_bytes);
+    di_engine *spec_e = make_mtp_engine(draft, n_draft, fixed, max_running, kv_bytes, &log);
+    assert_int_equal(log.mtp, 1);
+    uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        make_spec(&specs[i], i, vocab);
+        specs[i].req.temperature = 0;
+    }
+    run_all(plain, specs, a, n);
+    run_with_cancels(spec_e, specs, b, n, cancel_every);
+    uint64_t drafted = 0, accepted = 0;
+    int cancelled = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(b[i].n_done, 1);
+        assert_true(b[i].accepted <= b[i].drafted);
+        drafted += b[i].drafted;
+        accepted += b[i].accepted;
+        if (b[i].status == DI_ERR_CANCELLED) {
+            cancelled++;
+            assert_true(b[i].n_toks <= a[i].n_toks);
+            assert_memory_equal(a[i].toks, b[i].toks, (size_t)b[i].n_toks * sizeof *b[i].toks);
+            continue;
+        }
+        assert_int_equal(b[i].status, DI_OK);
+        if (a[i].n_toks != b[i].n_toks || memcmp(a[i].toks, b[i].toks, sizeof a[i].toks) != 0)
+            fail_msg("MTP drafting, request %d: %d tokens without speculation, %d with (first "
+                     "difference at %d)",
+                     i, a[i].n_toks, b[i].n_toks, first_difference(&a[i], &b[i]));
+        assert_int_equal(a[i].finish, b[i].finish);
+        assert_int_equal(a[i].completion, b[i].completion);
+    }
+    printf("%s, MTP drafting (%s, %d running, KV budget %lld bytes): %d greedy requests (%d "
+           "cancelled), %llu draft tokens verified, %llu kept\n",
+           DSV3_MTP, fixed ? "every proposal" : "confidence-scheduled", max_running,
+           (long long)kv_bytes, n, cancelled, (unsigned long long)drafted,
+           (unsigned long long)accepted);
+    /* a second round on prefix-cache hits (the MTP sequences then start
+     * where the target computes) agrees too */
+    run_all(spec_e, specs, b, n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(b[i].status, DI_OK);
+        assert_int_equal(a[i].n_toks, b[i].n_toks);
+        assert_memory_equal(a[i].toks, b[i].toks, sizeof a[i].toks);
+    }
+    free(specs);
+    free(a);
+    free(b);
+    assert_int_equal(di_engine_destroy(plain), DI_OK);
+    assert_int_equal(di_engine_destroy(spec_e), DI_OK);
+    if (kept) *kept = accepted;
+    return drafted;
+}
+
+static void test_mtp_lossless_greedy(void **state)
+{
+    (void)state;
+    uint64_t kept = 0;
+    /* every proposal verified: up to 4 chained drafts a step */
+    uint64_t drafted = check_mtp_greedy(DI_DRAFT_MTP, 120 / scale(), 8, 0, 4, 1, 5, &kept);
+    assert_true(drafted > 0);
+    /* auto picks the MTP module for a model that has one; confidence-scheduled */
+    check_mtp_greedy(DI_DRAFT_AUTO, 40 / scale(), 8, 0, 4, 0, 0, NULL);
+    /* pre-emption: 24 blocks of 16 tokens for 8 requests of up to ~140 */
+    di_engine *e = make_engine(DSV3_MTP, 0, 0, 8, 0);
+    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
+    assert_non_null(at);
+    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
+    assert_true(per_token > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    drafted = check_mtp_greedy(DI_DRAFT_MTP, 40 / scale(), 8, 24 * 16 * per_token, 6, 1, 7, NULL);
+    assert_true(drafted > 0);
+}
+
+/* Sampling requests with the MTP module's sampled drafts (q handed to the
+ * verifier): every request gets drafts verified, and the same seeds give the
+ * same tokens batched 8 at a time and run one at a time. */
+static void test_mtp_sampling_is_deterministic(void **state)
+{
+    (void)state;
+    const int n = 32 / scale();
+    log_rec log = {0};
+    di_engine *batched = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 8, 0, &log);
+    di_engine *alone = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 1, 0, &log);
+    uint32_t vocab = (uint32_t)di_engine_vocab_size(batched);
+    spec *specs = calloc((size_t)n, sizeof *specs);
+    rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+    assert_non_null(specs);
+    for (int i = 0; i < n; i++) {
+        make_spec(&specs[i], i, vocab);
+        specs[i].req.temperature = 0.6f + 0.1f * (float)(i % 5);
+    }
+    run_all(batched, specs, a, n);
+    run_all(alone, specs, b, n);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a[i].status, DI_OK);
+        assert_int_equal(b[i].status, DI_OK);
+        if (a[i].n_toks != b[i].n_toks || memcmp(a[i].toks, b[i].toks, sizeof a[i].toks) != 0)
+            fail_msg("seed %llu: %d tokens batched, %d alone (first difference at %d)",
+                     (unsigned long long)specs[i].req.seed, a[i].n_toks, b[i].n_toks,
+                     first_difference(&a[i], &b[i]));
+        assert_int_equal(a[i].drafted, b[i].drafted);
+        assert_int_equal(a[i].accepted, b[i].accepted);
+        assert_true(a[i].accepted <= a[i].drafted);
+        if (a[i].completion > 1) assert_true(a[i].drafted > 0);
+        drafted += a[i].drafted;
+        accepted += a[i].accepted;
+    }
+    printf("%s, MTP sampled drafts: %d requests, the same batched and alone, %llu draft tokens "
+           "verified, %llu kept\n",
+           DSV3_MTP, n, (unsigned long long)drafted, (unsigned long long)accepted);
+    free(specs);
+    free(a);
+    free(b);
+    assert_int_equal(di_engine_destroy(batched), DI_OK);
+    assert_int_equal(di_engine_destroy(alone), DI_OK);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -848,8 +1030,23 @@ static void test_draft_config_errors(void **state)
     di_engine_config_init(&cfg);
     cfg.model_path = TINY;
     cfg.speculative_tokens = 4;
-    cfg.draft = 3;
-    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter 3");
+    cfg.draft = 4;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter 4");
+    /* the MTP drafter: the model must have an MTP layer, and it takes no
+     * draft model */
+    cfg.draft = DI_DRAFT_MTP;
+    expect_config_error(&cfg, DI_ERR_UNSUPPORTED, "draft: DI_DRAFT_MTP, but the model has no MTP");
+    cfg.model_path = DI_FIXTURE_DIR "/model/dsv3-fp8"; /* DeepSeek-V3 without MTP */
+    expect_config_error(&cfg, DI_ERR_UNSUPPORTED, "no MTP (NextN) layer");
+    cfg.speculative_tokens = 0; /* asked for, even with speculation off */
+    expect_config_error(&cfg, DI_ERR_UNSUPPORTED, "no MTP (NextN) layer");
+    cfg.speculative_tokens = 4;
+    cfg.model_path = DSV3_MTP;
+    cfg.draft_model_path = DSV3_MTP;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "draft_model_path: set, but draft is DI_DRAFT_MTP");
+    cfg.draft_model_path = NULL;
+    cfg.model_path = TINY;
     cfg.draft = -1;
     expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter -1");
     cfg.draft = DI_DRAFT_AUTO;
@@ -951,6 +1148,8 @@ int main(void)
         cmocka_unit_test(test_draft_model_greedy_tiny),
         cmocka_unit_test(test_draft_model_greedy_smollm2),
         cmocka_unit_test(test_draft_model_sampling_matches_target),
+        cmocka_unit_test(test_mtp_lossless_greedy),
+        cmocka_unit_test(test_mtp_sampling_is_deterministic),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_draft_config_errors),
     };

@@ -330,8 +330,10 @@ class Engine:
             confidence-scheduled (acceptance rate against the measured step
             time); True: every proposal (fixed-length, as llama.cpp's).
         draft: the drafter, "auto" (default: the draft model when
-            draft_model_path is given, prompt lookup otherwise), "prompt-lookup"
-            or "draft-model" (docs/speculative.md).
+            draft_model_path is given, else the model's MTP module when it has
+            one, else prompt lookup), "prompt-lookup", "draft-model" or "mtp"
+            (DeepSeek-V3's MTP module; UnsupportedError for a model without
+            one) (docs/speculative.md).
         draft_model_path: a smaller model sharing the model's tokenizer that
             drafts for it (None: none); needs speculative_tokens > 0. Greedy
             output stays token for token the same; sampled drafts are kept by
@@ -407,11 +409,12 @@ class Engine:
             cfg.served_model_name = served_model_name.encode("utf-8")
         cfg.speculative_tokens = speculative_tokens
         cfg.speculative_fixed = 1 if speculative_fixed else 0
-        drafters = {"auto": 0, "prompt-lookup": 1, "draft-model": 2}
+        drafters = {"auto": 0, "prompt-lookup": 1, "draft-model": 2, "mtp": 3}
         if draft not in drafters:
             raise error_for(
                 1,
-                f"draft: unknown drafter {draft!r} (expected auto, prompt-lookup or draft-model)",
+                f"draft: unknown drafter {draft!r} "
+                "(expected auto, prompt-lookup, draft-model or mtp)",
             )
         cfg.draft = drafters[draft]
         if draft_model_path is not None:

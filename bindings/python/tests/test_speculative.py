@@ -48,7 +48,25 @@ def test_draft_model_drafting_for_itself_is_lossless():
 def test_bad_drafter_is_refused():
     import pytest
 
-    with pytest.raises(deepinfer.InvalidArgumentError, match="draft: unknown drafter 'mtp'"):
+    with pytest.raises(deepinfer.InvalidArgumentError, match="draft: unknown drafter 'eagle'"):
+        deepinfer.Engine(TINY, speculative_tokens=4, draft="eagle")
+    # DeepSeek-V3's MTP module: a model without one is refused
+    with pytest.raises(deepinfer.UnsupportedError, match="no MTP"):
         deepinfer.Engine(TINY, speculative_tokens=4, draft="mtp")
     with pytest.raises(deepinfer.InvalidArgumentError, match="draft: DI_DRAFT_MODEL needs"):
         deepinfer.Engine(TINY, speculative_tokens=4, draft="draft-model")
+
+
+def test_mtp_drafting_is_lossless():
+    from conftest import FIXTURES
+
+    mtp = FIXTURES / "model" / "dsv3-mtp-f32"
+    prompt = [5, 9, 200, 31, 77, 5, 9, 200, 31]
+    with deepinfer.Engine(mtp, n_threads=2) as e:
+        plain = e.generate(prompt, max_tokens=20, temperature=0.0, ignore_eos=True).tokens
+    with deepinfer.Engine(mtp, n_threads=2, speculative_tokens=3, speculative_fixed=True,
+                          draft="mtp") as e:
+        res = e.generate(prompt, max_tokens=20, temperature=0.0, ignore_eos=True)
+    assert res.tokens == plain
+    assert res.done.draft_tokens > 0
+    assert res.done.accepted_draft_tokens <= res.done.draft_tokens

@@ -1332,10 +1332,11 @@ pub struct di_engine_config {
     #[doc = " deepseek-recipe echoes it."]
     pub served_model_name: *const ::std::os::raw::c_char,
     #[doc = " Speculative decoding: draft tokens each decoding request verifies per"]
-    #[doc = " step at most, drafted by prompt lookup (the longest recent n-gram of the"]
-    #[doc = " request's prompt and output, 1 to 3 tokens, that occurred before, and"]
-    #[doc = " what followed it: llama.cpp's lookup decoding, vLLM's ngram"]
-    #[doc = " speculation). The drafts are computed in the same batched step as"]
+    #[doc = " step at most, drafted by the drafter `draft` chooses — by default prompt"]
+    #[doc = " lookup (the longest recent n-gram of the request's prompt and output, 1"]
+    #[doc = " to 3 tokens, that occurred before, and what followed it: llama.cpp's"]
+    #[doc = " lookup decoding, vLLM's ngram speculation), or a draft model, or the"]
+    #[doc = " model's own MTP module when it has one. The drafts are computed in the same batched step as"]
     #[doc = " everyone else's work and a draft is kept only while it equals the token"]
     #[doc = " the request would have sampled there, so the output is token for token"]
     #[doc = " the same as without speculation — greedy or seeded — only sooner when"]
@@ -1351,9 +1352,10 @@ pub struct di_engine_config {
     #[doc = " llama.cpp's lookup decoding does). The output is the same either way."]
     pub speculative_fixed: i32,
     #[doc = " The drafter of speculative decoding (di_draft; used when"]
-    #[doc = " speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP"]
-    #[doc = " or DI_DRAFT_MODEL (draft_model_path). An unknown value is"]
-    #[doc = " DI_ERR_INVALID_ARGUMENT (docs/speculative.md)."]
+    #[doc = " speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP,"]
+    #[doc = " DI_DRAFT_MODEL (draft_model_path) or DI_DRAFT_MTP (the model's own MTP"]
+    #[doc = " module). An unknown value is DI_ERR_INVALID_ARGUMENT; DI_DRAFT_MTP for a"]
+    #[doc = " model without an MTP layer is DI_ERR_UNSUPPORTED (docs/speculative.md)."]
     pub draft: i32,
     #[doc = " must be 0"]
     pub reserved_draft: i32,
@@ -1812,7 +1814,8 @@ fn bindgen_test_layout_di_engine_config() {
     }
     test_field_draft_model_path();
 }
-#[doc = " A draft model when draft_model_path is set, prompt lookup otherwise."]
+#[doc = " A draft model when draft_model_path is set, else the model's MTP"]
+#[doc = " module when it has one (DI_DRAFT_MTP), else prompt lookup."]
 pub const DI_DRAFT_AUTO: di_draft = 0;
 #[doc = " Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the"]
 #[doc = " request's prompt and output that occurred before, and what followed it"]
@@ -1820,6 +1823,15 @@ pub const DI_DRAFT_AUTO: di_draft = 0;
 pub const DI_DRAFT_PROMPT_LOOKUP: di_draft = 1;
 #[doc = " A separate draft model sharing the tokenizer (draft_model_path)."]
 pub const DI_DRAFT_MODEL: di_draft = 2;
+#[doc = " DeepSeek-V3's multi-token prediction (NextN) module, the model's own"]
+#[doc = " extra layer (DeepSeek-V3 §2.2): it drafts from the model's hidden"]
+#[doc = " states, one draft and then as many as speculative_tokens by chaining"]
+#[doc = " its own output (as vLLM's and llama.cpp's MTP drafting). Greedy"]
+#[doc = " requests get its argmax, sampling requests a sample of its"]
+#[doc = " distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at"]
+#[doc = " di_engine_create for a model without an MTP layer (a DeepSeek-V3"]
+#[doc = " checkpoint with num_nextn_predict_layers and its tensors)."]
+pub const DI_DRAFT_MTP: di_draft = 3;
 #[doc = " Drafters of speculative decoding (di_engine_config.draft). Values are"]
 #[doc = " never renumbered; new drafters are appended."]
 pub type di_draft = ::std::os::raw::c_uint;

@@ -69,6 +69,28 @@ pub enum Device {
     Cuda,
 }
 
+/// The drafter of speculative decoding (`di_draft`; docs/speculative.md).
+///
+/// ```
+/// assert_eq!(deepinfer::Draft::default(), deepinfer::Draft::Auto);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Draft {
+    /// A draft model when [`EngineBuilder::draft_model_path`] is set, else the
+    /// model's MTP module when it has one, else prompt lookup.
+    #[default]
+    Auto,
+    /// Prompt lookup: the longest recent n-gram of the request's tokens that
+    /// occurred before, and what followed it.
+    PromptLookup,
+    /// A separate draft model sharing the tokenizer
+    /// ([`EngineBuilder::draft_model_path`]).
+    DraftModel,
+    /// DeepSeek-V3's MTP (NextN) module, the model's own extra layer;
+    /// `Unsupported` at build for a model without one.
+    Mtp,
+}
+
 /// The severity of a log message (`di_log_level`).
 ///
 /// ```
@@ -123,6 +145,8 @@ pub struct EngineBuilder<'p> {
     served_model_name: Option<String>,
     speculative_tokens: u32,
     speculative_fixed: bool,
+    draft: Draft,
+    draft_model_path: Option<PathBuf>,
     log: Option<Box<LogFn>>,
     progress: Option<Box<ProgressFn<'p>>>,
 }
@@ -146,6 +170,8 @@ impl std::fmt::Debug for EngineBuilder<'_> {
             .field("served_model_name", &self.served_model_name)
             .field("speculative_tokens", &self.speculative_tokens)
             .field("speculative_fixed", &self.speculative_fixed)
+            .field("draft", &self.draft)
+            .field("draft_model_path", &self.draft_model_path)
             .field("log", &self.log.is_some())
             .field("progress", &self.progress.is_some())
             .finish()
@@ -320,6 +346,33 @@ impl<'p> EngineBuilder<'p> {
         self
     }
 
+    /// The drafter of speculative decoding (default [`Draft::Auto`]); used when
+    /// [`speculative_tokens`](Self::speculative_tokens) is above 0.
+    /// [`Draft::Mtp`] for a model without an MTP layer is `Unsupported` at
+    /// [`build`](Self::build); [`Draft::DraftModel`] needs
+    /// [`draft_model_path`](Self::draft_model_path) (`InvalidArgument`).
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m").speculative_tokens(4).draft(deepinfer::Draft::Mtp);
+    /// ```
+    pub fn draft(mut self, draft: Draft) -> Self {
+        self.draft = draft;
+        self
+    }
+
+    /// A draft model sharing the model's tokenizer (a .gguf file or Hugging
+    /// Face folder), for [`Draft::Auto`] or [`Draft::DraftModel`]; needs
+    /// [`speculative_tokens`](Self::speculative_tokens) above 0. Its load
+    /// errors name `draft_model_path`.
+    ///
+    /// ```
+    /// let b = deepinfer::Engine::builder("m.gguf").speculative_tokens(4).draft_model_path("d.gguf");
+    /// ```
+    pub fn draft_model_path(mut self, path: impl AsRef<Path>) -> Self {
+        self.draft_model_path = Some(path.as_ref().to_path_buf());
+        self
+    }
+
     /// The disk tier's budget in bytes (default 0: 4 GiB); over it the oldest
     /// files go.
     ///
@@ -386,6 +439,10 @@ impl<'p> EngineBuilder<'p> {
             Some(s) => Some(cstring(s, "served_model_name")?),
             None => None,
         };
+        let draft_model = match &self.draft_model_path {
+            Some(p) => Some(path_cstring(p, "draft_model_path")?),
+            None => None,
+        };
         let mut cfg = std::mem::MaybeUninit::<sys::di_engine_config>::zeroed();
         // SAFETY: di_engine_config_init sets struct_size and every default; a
         // zeroed struct (integers, NULL pointers, no callbacks) is valid before.
@@ -412,6 +469,13 @@ impl<'p> EngineBuilder<'p> {
         cfg.served_model_name = served.as_ref().map_or(ptr::null(), |c| c.as_ptr());
         cfg.speculative_tokens = clamp_i32(self.speculative_tokens);
         cfg.speculative_fixed = i32::from(self.speculative_fixed);
+        cfg.draft = match self.draft {
+            Draft::Auto => sys::DI_DRAFT_AUTO,
+            Draft::PromptLookup => sys::DI_DRAFT_PROMPT_LOOKUP,
+            Draft::DraftModel => sys::DI_DRAFT_MODEL,
+            Draft::Mtp => sys::DI_DRAFT_MTP,
+        } as i32;
+        cfg.draft_model_path = draft_model.as_ref().map_or(ptr::null(), |c| c.as_ptr());
 
         // The log sink lives in the engine (a thin pointer to the boxed closure)
         // until after di_engine_destroy.
@@ -780,6 +844,8 @@ impl Engine {
             served_model_name: None,
             speculative_tokens: 0,
             speculative_fixed: false,
+            draft: Draft::Auto,
+            draft_model_path: None,
             log: None,
             progress: None,
         }

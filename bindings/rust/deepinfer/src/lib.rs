@@ -56,7 +56,8 @@ mod util;
 
 pub use codec::{Codec, Encoding, Prompt, Protocol};
 pub use engine::{
-    Canceller, Completion, Device, Engine, EngineBuilder, KvCacheStats, LogLevel, RequestHandle,
+    Canceller, Completion, Device, Draft, Engine, EngineBuilder, KvCacheStats, LogLevel,
+    RequestHandle,
 };
 pub use error::{Error, Result, Status};
 pub use event::{Chunk, Done, Event, ToolCall, ToolCallDelta, Usage};

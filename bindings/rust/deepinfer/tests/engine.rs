@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use common::json;
-use deepinfer::{Encoding, Engine, Event, FinishReason, Request, Status};
+use deepinfer::{Draft, Encoding, Engine, Event, FinishReason, Request, Status};
 
 fn smol() -> Option<(PathBuf, Engine)> {
     let path = common::asset(common::SMOL)?;
@@ -693,6 +693,47 @@ fn speculation_is_lossless_and_counted() {
         assert!(a1 <= d1);
     }
     assert!(runs[1].iter().map(|r| r.1).sum::<u32>() > 0);
+}
+
+/// DeepSeek-V3's MTP module drafting (the tiny checkpoint with one): the same
+/// greedy tokens as without speculation, drafts counted; a model without an
+/// MTP layer is refused as `Unsupported`.
+#[test]
+fn mtp_drafting_is_lossless() {
+    let mtp = common::repo_root().join("tests/fixtures/model/dsv3-mtp-f32");
+    let prompt = [5, 9, 200, 31, 77, 5, 9, 200];
+    let mut runs = Vec::new();
+    for n in [0u32, 3] {
+        let engine = Engine::builder(&mtp)
+            .n_threads(2)
+            .speculative_tokens(n)
+            .speculative_fixed(true)
+            .draft(if n > 0 { Draft::Mtp } else { Draft::Auto })
+            .build()
+            .expect("the tiny MTP model loads");
+        let req = Request::tokens(&prompt)
+            .max_tokens(20)
+            .temperature(0.0)
+            .ignore_eos(true);
+        let events: Vec<_> = engine.submit(&req).unwrap().collect();
+        let done = one_done_last(&events);
+        runs.push((
+            tokens_of(&events),
+            done.usage.draft_tokens,
+            done.usage.accepted_draft_tokens,
+        ));
+    }
+    assert_eq!(runs[0].0, runs[1].0);
+    assert_eq!((runs[0].1, runs[0].2), (0, 0));
+    assert!(runs[1].1 > 0 && runs[1].2 <= runs[1].1);
+    let tiny = common::repo_root().join("tests/fixtures/model/qwen2-tied-f16");
+    let err = Engine::builder(&tiny)
+        .speculative_tokens(3)
+        .draft(Draft::Mtp)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.status(), deepinfer::Status::Unsupported);
+    assert!(err.message().contains("no MTP"), "{}", err.message());
 }
 
 /// `Engine::kv_cache_stats` against block arithmetic: a request of n tokens
