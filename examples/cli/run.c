@@ -415,8 +415,7 @@ int cli_run(int argc, char **argv)
     /* Chat `n`: its choices decode together (a value out of range is the
      * engine's to refuse) */
     json_t *nv = json_object_get(root, "n");
-    a.n_choices = json_is_integer(nv) && json_integer_value(nv) > 1 &&
-                          json_integer_value(nv) <= 128
+    a.n_choices = json_is_integer(nv) && json_integer_value(nv) > 1 && json_integer_value(nv) <= 128
                       ? (int)json_integer_value(nv)
                       : 1;
     int edited = 0;

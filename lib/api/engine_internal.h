@@ -31,8 +31,8 @@ typedef struct api_choices {
 
 /* What the API keeps per request (the scheduler's owner pointer). */
 typedef struct api_request {
-    uint32_t choice;     /* Chat `n`: this choice's index (0 otherwise) */
-    api_choices *group;  /* Chat `n` > 1: the request's choices; NULL otherwise */
+    uint32_t choice;    /* Chat `n`: this choice's index (0 otherwise) */
+    api_choices *group; /* Chat `n` > 1: the request's choices; NULL otherwise */
     di_event_fn fn;
     void *user;
     di_stream *stream;     /* protocol requests */

@@ -762,10 +762,8 @@ static void step(sched *s)
     for (int i = 0; i < n_items; i++) {
         step_tokens += s->items[i].n_tokens;
         int64_t past = model_seq_n_past(s->items[i].seq), n_prompt = s->item_req[i]->n_prompt;
-        if (past < n_prompt) /* the prompt tokens among the item's */
-            s->prefill_tokens += (past + s->items[i].n_tokens < n_prompt ? past + s->items[i].n_tokens
-                                                                          : n_prompt) -
-                                 past;
+        int64_t end = past + s->items[i].n_tokens;
+        if (past < n_prompt) s->prefill_tokens += (end < n_prompt ? end : n_prompt) - past;
     }
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     s->n_building = 0; /* computed: the sequences count their own tokens */

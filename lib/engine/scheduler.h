@@ -81,7 +81,7 @@ typedef struct sched_request {
     void *draft_state;      /* the drafter's (draft.h), released when the request stops running */
     uint64_t *keys;         /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
-    int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
+    int64_t restore_since_ns; /* 0, or when it began waiting on restores */
     /* Chat `n` (sched_submit_group): the choices of one request share its id;
      * choice is this sequence's index. The leader (choice 0) prefills the
      * prompt; each follower waits (fork_of: its leader; in no queue) until the
@@ -149,7 +149,8 @@ di_status sched_submit(sched *s, sched_request *r, uint64_t *id);
  * them). */
 di_status sched_submit_group(sched *s, sched_request **rs, int n, uint64_t *id);
 /* Cancel every choice of request id: DI_OK (cancel requested, or already
- * requested), DI_ERR_NOT_FOUND (never issued), DI_ERR_INVALID_STATE (already ended, or the scheduler closing). */
+ * requested), DI_ERR_NOT_FOUND (never issued), DI_ERR_INVALID_STATE (already ended, or the
+ * scheduler closing). */
 di_status sched_cancel(sched *s, uint64_t id);
 /* The KV cache's counts as the worker last published them (di_kv_cache_stats'
  * fields, the same meanings): the worker writes them under the scheduler's

@@ -166,7 +166,8 @@ static const char *finish_word(const rc_writer *w, rc_finish reason)
     return w->n_calls && reason == RC_FINISH_STOP ? "tool_calls" : "stop";
 }
 
-/* The choice object of the complete response: {"index":…,"message":…,"logprobs":…,"finish_reason":…}. */
+/* The choice object of the complete response:
+ * {"index":…,"message":…,"logprobs":…,"finish_reason":…}. */
 static void chat_choice(const rc_writer *w, rc_buf *r)
 {
     rc_buf_adds(r, "{\"index\":");

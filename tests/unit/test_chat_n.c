@@ -116,8 +116,8 @@ static void on_event(void *user, const di_event *ev)
             /* each choice's chunks carry its index */
             json_t *ch = json_object_get(v, "choices");
             if (json_array_size(ch))
-                assert_int_equal(json_integer_value(json_object_get(json_array_get(ch, 0), "index")),
-                                 c);
+                assert_int_equal(
+                    json_integer_value(json_object_get(json_array_get(ch, 0), "index")), c);
         } else {
             assert_int_equal(c, 0);
         }
@@ -350,7 +350,8 @@ static void test_stream_chunks_protocol_valid(void **state)
         for (size_t k = 0; k < json_array_size(r.chunks); k++) {
             json_t *c0 = json_array_get(json_object_get(json_array_get(r.chunks, k), "choices"), 0);
             if (!c0 || json_integer_value(json_object_get(c0, "index")) != i) continue;
-            const char *d = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+            const char *d =
+                json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
             if (d) strncat(text, d, sizeof text - strlen(text) - 1);
         }
         assert_string_equal(text, choice_content(resp, (size_t)i));
