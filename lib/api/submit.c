@@ -510,9 +510,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     sp.n_bias = n_bias;
     st = choice_sampler(e, &q, prompt, body, sp, seed0, ids, n_ids, &r->smp, err);
     if (st == DI_OK && n_choices > 1 &&
-        (!(choices = calloc(n_choices, sizeof *choices)) ||
-         !(smps = calloc(n_choices, sizeof *smps)) || !(group = calloc(1, sizeof *group)) ||
-         !(group->streams = calloc(n_choices, sizeof *group->streams))))
+        (!(choices = calloc(n_choices, sizeof(sched_request *))) ||
+         !(smps = calloc(n_choices, sizeof(sampler *))) || !(group = calloc(1, sizeof *group)) ||
+         !(group->streams = calloc(n_choices, sizeof(di_stream *)))))
         st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 1; st == DI_OK && i < n_choices; i++)
         st = choice_sampler(e, &q, prompt, body, sp, q.seed >= 0 ? seed0 + i : clock_seed(&smps[i]),

@@ -181,7 +181,7 @@ static void detach_choices(sched *s, sched_request *r)
         for (int i = 0; i < lead->n_followers; i++)
             if (lead->followers[i] == r) {
                 memmove(&lead->followers[i], &lead->followers[i + 1],
-                        (size_t)(lead->n_followers - i - 1) * sizeof *lead->followers);
+                        (size_t)(lead->n_followers - i - 1) * sizeof(sched_request *));
                 lead->n_followers--;
                 break;
             }
@@ -256,7 +256,7 @@ di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
 di_status sched_submit_group(sched *s, sched_request **rs, int n, uint64_t *id)
 {
     sched_request *lead = rs[0];
-    if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers)))
+    if (!(lead->followers = malloc((size_t)(n - 1) * sizeof(sched_request *))))
         return DI_ERR_OUT_OF_MEMORY;
     /* one lock: the worker never sees the leader without its followers */
     pthread_mutex_lock(&s->mu);
