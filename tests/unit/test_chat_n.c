@@ -31,6 +31,14 @@
 
 enum { B = MODEL_KV_BLOCK, MAX_N = 8, MAX_OUT = 128 };
 
+/* Under the sanitizers (ten times slower) the pre-emption run is half as long
+ * (still past the cache's room). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+enum { PREEMPT_TOKENS = 30 };
+#else
+enum { PREEMPT_TOKENS = 60 };
+#endif
+
 /* ---- the block manager's fork ---- */
 
 static void test_pool_fork_shares_full_blocks_only(void **state)
@@ -165,6 +173,22 @@ static di_engine *make_engine(int max_running, int64_t kv_bytes, int no_prefix_c
     return e;
 }
 
+/* The engine most cases share (8 running, prefix cache on), loaded once:
+ * a load is most of a case's time under the sanitizers. */
+static di_engine *shared_engine;
+static di_engine *shared(void)
+{
+    if (!shared_engine) shared_engine = make_engine(8, 0, 0);
+    return shared_engine;
+}
+static int teardown_shared(void **state)
+{
+    (void)state;
+    if (shared_engine) assert_int_equal(di_engine_destroy(shared_engine), DI_OK);
+    shared_engine = NULL;
+    return 0;
+}
+
 static void poll_until_idle(di_engine *e)
 {
     for (int i = 0; i < 1000000 && di_engine_pending(e) > 0; i++) assert_true(di_poll(e, 50) >= 0);
@@ -213,7 +237,7 @@ static void test_seeded_choices_equal_single_requests(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    di_engine *e = make_engine(8, 0, 0);
+    di_engine *e = shared();
     enum { N = 3 };
     rec all = {0}, one = {0};
     assert_int_equal(
@@ -256,7 +280,6 @@ static void test_seeded_choices_equal_single_requests(void **state)
     }
     rec_clear(&all);
     rec_clear(&one);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
 static int64_t prefilled(di_engine *e)
@@ -334,7 +357,7 @@ static void test_stream_chunks_protocol_valid(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    di_engine *e = make_engine(8, 0, 0);
+    di_engine *e = shared();
     rec r = {0};
     assert_int_equal(run_chat(e,
                               "\"n\":3,\"seed\":3,\"max_tokens\":9,\"stream\":true,"
@@ -364,14 +387,13 @@ static void test_stream_chunks_protocol_valid(void **state)
                      DI_OK);
     check_stream(&r, 2);
     rec_clear(&r);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
 static void test_cancel_mid_stream_ends_all_choices(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    di_engine *e = make_engine(8, 0, 0);
+    di_engine *e = shared();
     rec r = {0};
     r.cancel_at = 5; /* after a few tokens, some choices under way */
     assert_int_equal(run_chat(e, "\"n\":4,\"seed\":5,\"max_tokens\":100,\"stream\":true", &r, NULL),
@@ -389,20 +411,20 @@ static void test_cancel_mid_stream_ends_all_choices(void **state)
     assert_int_equal(run_chat(e, "\"n\":2,\"max_tokens\":3", &r, NULL), DI_OK);
     assert_int_equal(r.status, DI_OK);
     rec_clear(&r);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
 static void test_preempted_choices_recompute_the_same_tokens(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    const char *f = "\"n\":4,\"seed\":11,\"temperature\":0.9,\"max_tokens\":60,\"stop\":[\"zzzz\"]";
-    di_engine *big = make_engine(8, 0, 0);
+    char f[128];
+    snprintf(f, sizeof f,
+             "\"n\":4,\"seed\":11,\"temperature\":0.9,\"max_tokens\":%d,\"stop\":[\"zzzz\"]",
+             PREEMPT_TOKENS);
     rec want = {0}, got = {0};
-    assert_int_equal(run_chat(big, f, &want, NULL), DI_OK);
-    assert_int_equal(di_engine_destroy(big), DI_OK);
+    assert_int_equal(run_chat(shared(), f, &want, NULL), DI_OK);
     /* a cache of 10 blocks (SmolLM2: 23,040 bytes a token): four choices of
-     * ~100 tokens each need more */
+     * the ~35-token prompt and 30 to 60 tokens each need more */
     di_engine *small = make_engine(8, 10 * B * 23040, 0);
     __atomic_store_n(&n_preempted, 0, __ATOMIC_RELAXED);
     assert_int_equal(run_chat(small, f, &got, NULL), DI_OK);
@@ -421,7 +443,7 @@ static void test_n_errors(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
-    di_engine *e = make_engine(4, 0, 0);
+    di_engine *e = shared();
     static const struct {
         const char *fields;
         di_status st;
@@ -433,7 +455,7 @@ static void test_n_errors(void **state)
         {"\"n\":\"2\"", DI_ERR_INVALID_REQUEST, "n"},
         {"\"n\":1.5", DI_ERR_INVALID_REQUEST, "n"},
         {"\"n\":-1", DI_ERR_INVALID_REQUEST, "n"},
-        {"\"n\":5", DI_ERR_UNSUPPORTED, "n: 5 choices, but this engine decodes at most 4"},
+        {"\"n\":9", DI_ERR_UNSUPPORTED, "n: 9 choices, but this engine decodes at most 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rec r = {0};
@@ -453,7 +475,6 @@ static void test_n_errors(void **state)
     assert_int_equal(json_array_size(json_object_get(resp, "choices")), 1);
     json_decref(resp);
     rec_clear(&r);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
 int main(void)
@@ -467,5 +488,5 @@ int main(void)
         cmocka_unit_test(test_preempted_choices_recompute_the_same_tokens),
         cmocka_unit_test(test_n_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, teardown_shared);
 }
