@@ -439,6 +439,65 @@ static void test_preempted_choices_recompute_the_same_tokens(void **state)
     assert_int_equal(di_engine_destroy(small), DI_OK);
 }
 
+/* Tool calls, stop sequences and log probabilities apply to each choice on
+ * its own: a named tool_choice gives every choice its call (greedy: the call
+ * of the n = 1 request), a stop sequence
+ * ends every choice before it, and each choice has its own log probabilities. */
+static void test_tools_stops_and_logprobs_per_choice(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = shared();
+    static const char tools[] =
+        "\"temperature\":0,\"max_tokens\":64,\"tools\":[{\"type\":\"function\",\"function\":{"
+        "\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{"
+        "\"type\":\"string\"}}}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\"}}";
+    rec r = {0}, one = {0};
+    char f[512];
+    snprintf(f, sizeof f, "\"n\":2,%s", tools);
+    assert_int_equal(run_chat(e, f, &r, NULL), DI_OK);
+    assert_int_equal(run_chat(e, tools, &one, NULL), DI_OK); /* the oracle: n = 1 */
+    json_t *resp = parse(r.response), *want = parse(one.response);
+    json_t *w = json_array_get(json_object_get(want, "choices"), 0);
+    json_t *wcall = json_array_get(json_object_get(json_object_get(w, "message"), "tool_calls"), 0);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *c = json_array_get(json_object_get(resp, "choices"), i);
+        json_t *call =
+            json_array_get(json_object_get(json_object_get(c, "message"), "tool_calls"), 0);
+        json_t *fn = json_object_get(call, "function");
+        assert_string_equal(json_string_value(json_object_get(fn, "name")), "get_weather");
+        assert_string_equal(
+            json_string_value(json_object_get(fn, "arguments")),
+            json_string_value(json_object_get(json_object_get(wcall, "function"), "arguments")));
+        assert_string_equal(json_string_value(json_object_get(c, "finish_reason")),
+                            json_string_value(json_object_get(w, "finish_reason")));
+    }
+    json_decref(want);
+    rec_clear(&one);
+    json_decref(resp);
+    rec_clear(&r);
+    assert_int_equal(run_chat(e,
+                              "\"n\":3,\"seed\":4,\"max_tokens\":32,\"stop\":[\" \"],\"logprobs\":"
+                              "true,\"top_logprobs\":2",
+                              &r, NULL),
+                     DI_OK);
+    resp = parse(r.response);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(json_object_get(resp, "choices"), i);
+        const char *text = choice_content(resp, i);
+        assert_null(strchr(text, ' '));
+        assert_true(r.n_toks[i] < 32);
+        assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+        json_t *lp = json_object_get(json_object_get(c, "logprobs"), "content");
+        assert_true(json_array_size(lp) >= 1);
+        assert_int_equal(json_array_size(json_object_get(json_array_get(lp, 0), "top_logprobs")),
+                         2);
+    }
+    json_decref(resp);
+    rec_clear(&r);
+}
+
 static void test_n_errors(void **state)
 {
     (void)state;
@@ -486,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_stream_chunks_protocol_valid),
         cmocka_unit_test(test_cancel_mid_stream_ends_all_choices),
         cmocka_unit_test(test_preempted_choices_recompute_the_same_tokens),
+        cmocka_unit_test(test_tools_stops_and_logprobs_per_choice),
         cmocka_unit_test(test_n_errors),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_shared);
