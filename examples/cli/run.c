@@ -37,6 +37,7 @@ typedef struct run_args {
     cli_draft draft;    /* --draft, --draft-max (--speculative), --draft-model */
     int speculative;    /* 1: the engine drafts */
     double temperature; /* < 0: the body's or the default */
+    int n_choices;      /* a Chat body's `n`: the engine decodes that many at once */
 } run_args;
 
 static volatile sig_atomic_t interrupted;
@@ -98,7 +99,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.n_threads = (int32_t)a->threads;
     cfg.n_ctx = a->ctx;
     cfg.encoding = (int32_t)a->encoding;
-    cfg.max_running = 1;
+    cfg.max_running = a->n_choices > 1 ? a->n_choices : 1;
     cfg.kv_cache_dir = a->cache_dir;
     cfg.disable_prefix_cache = a->no_prefix_cache;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
@@ -411,6 +412,12 @@ int cli_run(int argc, char **argv)
         return EXIT_FAILED;
     }
     int sse = a.stream || json_is_true(json_object_get(root, "stream"));
+    /* Chat `n`: its choices decode together (a value out of range is the
+     * engine's to refuse) */
+    json_t *nv = json_object_get(root, "n");
+    a.n_choices = json_is_integer(nv) && json_integer_value(nv) > 1 && json_integer_value(nv) <= 128
+                      ? (int)json_integer_value(nv)
+                      : 1;
     int edited = 0;
     if (a.stream && !json_is_true(json_object_get(root, "stream"))) {
         json_object_set_new(root, "stream", json_true());

@@ -1382,6 +1382,14 @@ typedef struct di_kv_cache_stats {
     /* Cached blocks whose room was taken by a request (evictions; the host
      * tier, when on, keeps their contents). Cumulative. */
     int64_t blocks_evicted_total;
+    /* Prompt tokens the forward pass computed (prefill), in tokens: those taken
+     * from the prefix cache are not computed, nor those the choices of a Chat
+     * request with `n` > 1 share (its prompt is prefilled once; each further
+     * choice computes only the tokens after the prompt's last full block of 16);
+     * a pre-empted request's prompt computed again counts again. Cumulative.
+     * (Appended in 0.1: a caller whose struct_size ends before it does not get
+     * it.) */
+    int64_t prefill_tokens_total;
 } di_kv_cache_stats;
 
 /* Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op. */
@@ -1510,6 +1518,15 @@ DI_API uint32_t di_event_reasoning_tokens(const di_event *ev);
 /* DONE of a protocol request that finished: the complete response JSON (what a
  * non-streaming request returns, di_stream_response_json); NULL otherwise. */
 DI_API const char *di_event_response_json(const di_event *ev, size_t *len);
+
+/* The choice an event belongs to: a Chat Completions request with `n` > 1
+ * produces n choices (the OpenAI API's `choices[i].index`), each with its own
+ * TOKENS, TEXT, REASONING, TOOL_CALL_DELTA, TOOL_CALL and CHUNK events (its
+ * chunks carry the same index), interleaved in the order they are generated;
+ * the request's one DONE event, its last chunk (usage, `choices` []) and its
+ * [DONE] give 0. 0 for every event of any other request, and for NULL.
+ * Thread-safe (reads the event). */
+DI_API uint32_t di_event_choice_index(const di_event *ev);
 
 #ifdef __cplusplus
 } /* extern "C" */

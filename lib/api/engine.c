@@ -24,6 +24,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "recipe/encoding.h"
+#include "recipe/stream.h"
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -90,6 +91,12 @@ static void stream_ready(event_list *l, const sched_request *r, api_request *a)
     a->ready = 1;
     if (di_stream_ready(a->stream, a->n_prompt, (uint32_t)r->n_cached, NULL, NULL) == DI_OK)
         collect_stream(l, r->id, a->fn, a->user, a->stream, NULL);
+}
+
+/* Chat `n`: the events of l belong to a's choice. */
+static void tag_choice(event_list *l, const api_request *a)
+{
+    for (di_event *ev = l->head; ev; ev = ev->next) ev->choice = a->choice;
 }
 
 static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n, int is_stop)
@@ -178,8 +185,103 @@ static int sink_tokens(void *ctx, sched_request *r, const int32_t *ids, size_t n
         }
     }
     if (l.oom) elog(e, DI_LOG_ERROR, "out of memory building events; some were dropped");
+    tag_choice(&l, a);
     enqueue(e, &l);
     return end;
+}
+
+/* The terminal event, allocated with a retry: it must exist whatever else
+ * failed (when memory stays short, without its strings). */
+static di_event *done_event(event_list *l, uint64_t id, const api_request *a)
+{
+    di_event *ev = NULL;
+    for (int tries = 0; !ev; tries++) {
+        ev = event_new(l, id, a->fn, a->user, DI_EVENT_DONE);
+        if (!ev && tries > 1000) abort(); /* memory never came back: nothing sound is left */
+        if (!ev) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return ev;
+}
+
+/* The end of one choice of a Chat request with n > 1: its finish chunk (its
+ * index); the last choice to end joins them all into the request's last chunk
+ * (the usage summed over the choices), [DONE], the whole response and the one
+ * DONE event. A choice that failed makes the request's DONE that error (the
+ * first one), without a response. */
+static void choice_done(di_engine *e, sched_request *r, di_finish finish, di_status status,
+                        const char *message)
+{
+    api_request *a = r->owner;
+    api_choices *g = a->group;
+    event_list l = {0};
+    if (status == DI_OK) {
+        char *finish_text = NULL;
+        stream_ready(&l, r, a);
+        if (di_stream_finish(a->stream, finish, NULL) == DI_OK)
+            collect_stream(&l, r->id, a->fn, a->user, a->stream, &finish_text);
+        if (!finish_text) {
+            finish_text = a->finish_text;
+            a->finish_text = NULL;
+        }
+        if (a->choice == 0) {
+            g->finish = finish;
+            g->finish_text = finish_text;
+        } else {
+            free(finish_text);
+        }
+    } else if (g->status == DI_OK) {
+        g->status = status;
+        g->message = event_strdup(message);
+    }
+    tag_choice(&l, a);
+    g->completion_tokens += (uint64_t)(r->n_all - r->n_prompt);
+    g->drafted += (uint64_t)r->n_drafted;
+    g->accepted += (uint64_t)r->n_accepted;
+    g->streams[a->choice] = a->stream; /* kept for the join */
+    a->stream = NULL;
+    int last = ++g->n_done == g->n;
+    if (last) {
+        uint32_t reasoning = 0;
+        const char *response = NULL;
+        size_t response_len = 0;
+        if (g->status == DI_OK && rc_stream_join(g->streams, g->n) == 0) {
+            collect_stream(&l, r->id, a->fn, a->user, g->streams[0], NULL);
+            response = di_stream_response_json(g->streams[0], &response_len);
+            for (uint32_t i = 0; i < g->n; i++) {
+                uint32_t k = 0;
+                di_stream_usage(g->streams[i], NULL, &k);
+                reasoning += k;
+            }
+        } else if (g->status == DI_OK) {
+            g->status = DI_ERR_OUT_OF_MEMORY;
+            g->message = event_strdup("out of memory joining the choices");
+        }
+        di_event *ev = done_event(&l, r->id, a);
+        ev->status = g->status;
+        ev->message = g->message ? g->message : event_strdup("");
+        g->message = NULL;
+        ev->finish = g->status == DI_OK ? g->finish : (di_finish)0;
+        ev->finish_text = g->status == DI_OK ? g->finish_text : NULL;
+        if (g->status != DI_OK) free(g->finish_text);
+        g->finish_text = NULL;
+        ev->prompt_tokens = (uint32_t)r->n_prompt;
+        ev->prompt_cache_hit_tokens = (uint32_t)r->n_cached;
+        ev->draft_tokens = (uint32_t)g->drafted;
+        ev->accepted_draft_tokens = (uint32_t)g->accepted;
+        ev->completion_tokens = (uint32_t)g->completion_tokens;
+        ev->reasoning_tokens = reasoning;
+        if (response) {
+            ev->response = event_strndup(response, response_len);
+            ev->response_len = response_len;
+        }
+        for (uint32_t i = 0; i < g->n; i++) di_stream_free(g->streams[i]);
+        free(g->streams);
+        free(g);
+    }
+    free(a->finish_text);
+    free(a);
+    r->owner = NULL;
+    enqueue(e, &l);
 }
 
 static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status status,
@@ -187,6 +289,10 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
 {
     di_engine *e = ctx;
     api_request *a = r->owner;
+    if (a->group) {
+        choice_done(e, r, finish, status, message);
+        return;
+    }
     event_list l = {0};
     char *finish_text = NULL;
     uint32_t reasoning = 0;
@@ -215,12 +321,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
     }
     /* The terminal event must exist whatever else failed: it is allocated with
      * a retry, and without its strings when memory is that short. */
-    di_event *ev = NULL;
-    for (int tries = 0; !ev; tries++) {
-        ev = event_new(&l, r->id, a->fn, a->user, DI_EVENT_DONE);
-        if (!ev && tries > 1000) abort(); /* memory never came back: nothing sound is left */
-        if (!ev) nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
+    di_event *ev = done_event(&l, r->id, a);
     ev->status = status;
     ev->message = event_strdup(message);
     ev->finish = status == DI_OK ? finish : (di_finish)0;
@@ -697,6 +798,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         }
         elog(e, DI_LOG_INFO, "speculative decoding: the model's MTP module drafts");
     }
+    e->max_running = max_running;
     st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, d, &cache,
                       &sink, &e->sched);
     if (st != DI_OK) {

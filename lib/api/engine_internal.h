@@ -14,8 +14,25 @@
 #include "model/model.h"
 #include "sampler/grammar.h"
 
+/* A Chat request's n > 1 choices (api_request.group), shared by their
+ * api_requests and freed with the last: each choice's stream is kept until
+ * every choice has ended, then they are joined (rc_stream_join) into the
+ * request's last chunk and whole response, and its one DONE event. Used only
+ * on the worker thread (the sink). */
+typedef struct api_choices {
+    uint32_t n, n_done;
+    di_stream **streams; /* [n], owned */
+    uint64_t completion_tokens, drafted, accepted;
+    di_finish finish; /* choice 0's */
+    char *finish_text;
+    di_status status; /* the first choice's error, or DI_OK */
+    char *message;
+} api_choices;
+
 /* What the API keeps per request (the scheduler's owner pointer). */
 typedef struct api_request {
+    uint32_t choice;    /* Chat `n`: this choice's index (0 otherwise) */
+    api_choices *group; /* Chat `n` > 1: the request's choices; NULL otherwise */
     di_event_fn fn;
     void *user;
     di_stream *stream;     /* protocol requests */
@@ -72,6 +89,7 @@ struct di_engine {
     /* The vocabulary's token strings for grammar masks (grammar.h), built by
      * the first di_submit with a constraint (under mu); NULL until then. */
     grammar_vocab *gvocab;
+    int max_running; /* sequences decoded at once (Chat `n` is at most this) */
 };
 
 /* Build e->info_json and e->served_name once the model, tokenizer and codec

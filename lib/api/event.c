@@ -120,6 +120,10 @@ DI_API di_event_kind di_event_kind_of(const di_event *ev)
 {
     return ev ? ev->kind : (di_event_kind)0;
 }
+DI_API uint32_t di_event_choice_index(const di_event *ev)
+{
+    return ev ? ev->choice : 0;
+}
 DI_API uint64_t di_event_request_id(const di_event *ev)
 {
     return ev ? ev->id : 0;

@@ -37,6 +37,7 @@ struct di_event {
     uint32_t draft_tokens, accepted_draft_tokens;
     char *response;
     size_t response_len;
+    uint32_t choice; /* Chat `n`: the choice the event belongs to */
 };
 
 /* A list of events being built, appended to the engine's queue at once. oom is

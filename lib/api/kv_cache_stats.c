@@ -7,7 +7,7 @@
 #include "util/error.h"
 
 _Static_assert(sizeof(di_kv_cache_stats) ==
-                   DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, blocks_evicted_total),
+                   DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, prefill_tokens_total),
                "di_kv_cache_stats has no trailing padding");
 
 /* The struct's first release ends at blocks_evicted_total. */
@@ -44,6 +44,7 @@ DI_API di_status di_engine_kv_cache_stats(const di_engine *engine, di_kv_cache_s
     v.prefix_cache_queries_total = k.prefix_queries;
     v.prefix_cache_hits_total = k.prefix_hits;
     v.blocks_evicted_total = k.blocks_evicted;
+    v.prefill_tokens_total = k.prefill_tokens;
     /* A newer caller's fields past ours keep what it set; an older caller's
      * struct gets only the fields it has (struct_size itself stays). */
     size_t n = stats->struct_size < sizeof v ? stats->struct_size : sizeof v;

@@ -235,6 +235,74 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
     return attach_grammar(e, g, after, smp, err);
 }
 
+/* One choice's sampler: sp's settings with `seed`, the request's or body's
+ * constraint, and the prompt's tokens accepted (penalties count them). */
+static di_status choice_sampler(di_engine *e, const di_request *q, const di_prompt *prompt,
+                                const rc_sampling *body, sampler_params sp, uint64_t seed,
+                                const int32_t *ids, size_t n_ids, sampler **out, di_error **err)
+{
+    char smsg[256];
+    sp.seed = seed;
+    di_status st = sampler_create(&sp, e->n_vocab, out, smsg, sizeof smsg);
+    if (st != DI_OK) return di_error_set(err, st, smsg);
+    if ((st = request_constraint(e, q, *out, err)) != DI_OK) return st;
+    if (body && (st = body_constraint(e, prompt, body, *out, err)) != DI_OK) return st;
+    for (size_t i = 0; i < n_ids; i++)
+        if (sampler_accept_prompt(*out, ids[i]) != 0)
+            return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    return DI_OK;
+}
+
+/* Choice `index` of a Chat request with n > 1: a copy of choice 0's request
+ * (its prompt, limits and stop tokens) with sampler smp (taken, also on
+ * failure) and its own api_request sharing group g. NULL when out of memory. */
+static sched_request *choice_request(const sched_request *r0, const api_request *a0, sampler *smp,
+                                     uint32_t index, api_choices *g)
+{
+    sched_request *r = calloc(1, sizeof *r);
+    api_request *a = calloc(1, sizeof *a);
+    if (!r || !a) {
+        free(a);
+        free(r);
+        sampler_free(smp);
+        return NULL;
+    }
+    r->smp = smp;
+    r->owner = a;
+    r->n_prompt = r0->n_prompt;
+    r->max_tokens = r0->max_tokens;
+    r->want_logprobs = r0->want_logprobs;
+    r->top_logprobs = r0->top_logprobs;
+    r->cap = r0->cap;
+    r->n_stop = r0->n_stop;
+    r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
+    r->stop_ids = malloc((r->n_stop ? r->n_stop : 1) * sizeof *r->stop_ids);
+    a->fn = a0->fn;
+    a->user = a0->user;
+    a->n_prompt = a0->n_prompt;
+    a->choice = index;
+    a->group = g;
+    if (!r->tokens || !r->stop_ids) {
+        free(a);
+        r->owner = NULL;
+        sched_request_free(r);
+        return NULL;
+    }
+    memcpy(r->tokens, r0->tokens, (size_t)r->n_prompt * sizeof *r->tokens);
+    memcpy(r->stop_ids, r0->stop_ids, r->n_stop * sizeof *r->stop_ids);
+    return r;
+}
+
+/* Free what a choice's api_request owns, and it. */
+static void api_request_free(api_request *a)
+{
+    if (!a) return;
+    di_stream_free(a->stream);
+    di_detokenizer_free(a->detok);
+    api_request_free_stops(a);
+    free(a);
+}
+
 DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id, di_error **err)
 {
     if (id) *id = 0;
@@ -318,6 +386,10 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
 
     di_status st = DI_OK;
     di_prompt *prompt = NULL;
+    sched_request **choices = NULL; /* Chat `n` > 1: [n_choices] */
+    sampler **smps = NULL;          /* [n_choices]: choice i's sampler until its request takes it */
+    uint32_t n_choices = 1;
+    api_choices *group = NULL;
     sched_request *r = calloc(1, sizeof *r);
     api_request *a = calloc(1, sizeof *a);
     if (!r || !a) {
@@ -360,8 +432,8 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             st = di_error_set(err, DI_ERR_INVALID_ARGUMENT, "json: must not be NULL");
             goto fail;
         }
-        if ((st = di_codec_render(e->codec, (di_protocol)q.protocol, q.json, q.json_len, &prompt,
-                                  err)) != DI_OK)
+        if ((st = rc_codec_render_engine(e->codec, (di_protocol)q.protocol, q.json, q.json_len,
+                                         &prompt, err)) != DI_OK)
             goto fail;
         if ((st = di_prompt_tokens(prompt, &ids, &n_ids, err)) != DI_OK) goto fail;
         body = rc_prompt_sampling(prompt);
@@ -420,24 +492,36 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         goto fail;
     }
     if (max_tokens == 0) max_tokens = room;
-    sp.seed = q.seed >= 0 ? (uint64_t)q.seed : clock_seed(r);
+    n_choices = body && body->n > 1 ? body->n : 1;
+    if ((int)n_choices > e->max_running) {
+        st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                           "n: %u choices, but this engine decodes at most %d sequences at once "
+                           "(di_engine_config.max_running)",
+                           n_choices, e->max_running);
+        goto fail;
+    }
+    /* Chat `n`: choice i samples with seed + i, as vLLM's parallel sampling
+     * seeds its child requests (no seed: each choice its own clock seed) */
+    uint64_t seed0 = q.seed >= 0 ? (uint64_t)q.seed : clock_seed(r);
     if ((st = merge_bias(&q, body, e->n_vocab, &bias_ids, &bias_values, &n_bias, err)) != DI_OK)
         goto fail;
     sp.bias_ids = bias_ids;
     sp.bias_values = bias_values;
     sp.n_bias = n_bias;
-    char smsg[256];
-    st = sampler_create(&sp, e->n_vocab, &r->smp, smsg, sizeof smsg);
+    st = choice_sampler(e, &q, prompt, body, sp, seed0, ids, n_ids, &r->smp, err);
+    if (st == DI_OK && n_choices > 1 &&
+        (!(choices = calloc(n_choices, sizeof(sched_request *))) ||
+         !(smps = calloc(n_choices, sizeof(sampler *))) || !(group = calloc(1, sizeof *group)) ||
+         !(group->streams = calloc(n_choices, sizeof(di_stream *)))))
+        st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t i = 1; st == DI_OK && i < n_choices; i++)
+        st = choice_sampler(e, &q, prompt, body, sp, q.seed >= 0 ? seed0 + i : clock_seed(&smps[i]),
+                            ids, n_ids, &smps[i], err);
     free(bias_ids);
     free(bias_values);
     bias_ids = NULL;
     bias_values = NULL;
-    if (st != DI_OK) {
-        st = di_error_set(err, st, smsg);
-        goto fail;
-    }
-    if ((st = request_constraint(e, &q, r->smp, err)) != DI_OK) goto fail;
-    if (body && (st = body_constraint(e, prompt, body, r->smp, err)) != DI_OK) goto fail;
+    if (st != DI_OK) goto fail;
     r->n_prompt = (int64_t)n_ids;
     r->max_tokens = max_tokens;
     r->want_logprobs = q.logprobs;
@@ -455,17 +539,36 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
         goto fail;
     }
     memcpy(r->tokens, ids, n_ids * sizeof *ids);
-    for (size_t i = 0; i < n_ids; i++)
-        if (sampler_accept_prompt(r->smp, ids[i]) != 0) {
-            st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
-            goto fail;
-        }
     if (!q.ignore_eos)
         for (int i = 0; i < e->n_eos; i++) r->stop_ids[r->n_stop++] = e->eos[i];
     for (size_t i = 0; i < q.n_stop_tokens; i++) r->stop_ids[r->n_stop++] = q.stop_tokens[i];
     a->n_prompt = (uint32_t)n_ids;
     if (q.protocol) {
         if ((st = di_stream_create(prompt, e->tok, NULL, &a->stream, err)) != DI_OK) goto fail;
+        if (group) {
+            group->n = n_choices;
+            a->group = group;
+            choices[0] = r;
+            if (rc_stream_set_choice(a->stream, 0, NULL) != 0) {
+                st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            for (uint32_t i = 1; i < n_choices; i++) {
+                choices[i] = choice_request(r, a, smps[i], i, group);
+                smps[i] = NULL; /* taken */
+                if (!choices[i]) {
+                    st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                    goto fail;
+                }
+                api_request *ai = choices[i]->owner;
+                if ((st = di_stream_create(prompt, e->tok, NULL, &ai->stream, err)) != DI_OK)
+                    goto fail;
+                if (rc_stream_set_choice(ai->stream, i, a->stream) != 0) {
+                    st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
+                    goto fail;
+                }
+            }
+        }
     } else if (e->tok) {
         if (di_detokenizer_create(e->tok, 0, &a->detok) != DI_OK) {
             st = di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
@@ -489,7 +592,8 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     pthread_mutex_lock(&e->mu);
     e->pending++;
     pthread_mutex_unlock(&e->mu);
-    if ((st = sched_submit(e->sched, r, id)) != DI_OK) {
+    if ((st = group ? sched_submit_group(e->sched, choices, (int)n_choices, id)
+                    : sched_submit(e->sched, r, id)) != DI_OK) {
         pthread_mutex_lock(&e->mu);
         e->pending--;
         pthread_mutex_unlock(&e->mu);
@@ -498,15 +602,23 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
                                                      : "out of memory");
         goto fail;
     }
+    free(choices);
+    free(smps);
     return DI_OK;
 fail:
     di_prompt_free(prompt);
-    if (a) {
-        di_stream_free(a->stream);
-        di_detokenizer_free(a->detok);
-        api_request_free_stops(a);
-        free(a);
+    for (uint32_t i = 1; i < n_choices; i++) {
+        if (smps) sampler_free(smps[i]);
+        if (choices && choices[i]) {
+            api_request_free(choices[i]->owner);
+            sched_request_free(choices[i]);
+        }
     }
+    free(choices);
+    free(smps);
+    if (group) free(group->streams);
+    free(group);
+    api_request_free(a);
     sched_request_free(r);
     return st;
 }

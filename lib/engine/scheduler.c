@@ -40,6 +40,7 @@ struct sched {
     int n_running;
     uint64_t admit_counter;
     int64_t prefix_queries, prefix_hits; /* tokens looked up in the prefix cache, found */
+    int64_t prefill_tokens;              /* prompt tokens computed */
     model_batch_item *items;             /* [max_running] */
     int n_building;                      /* items of the step being built (0 once computed) */
     sched_request **item_req;
@@ -75,6 +76,7 @@ void sched_request_free(sched_request *r)
     free(r->stop_ids);
     free(r->keys);
     free(r->q);
+    free(r->followers);
     sampler_free(r->smp);
     free(r);
 }
@@ -153,6 +155,7 @@ static void publish_stats(sched *s)
     k.prefix_queries = s->prefix_queries;
     k.prefix_hits = s->prefix_hits;
     k.blocks_evicted = model_kv_blocks_evicted(m);
+    k.prefill_tokens = s->prefill_tokens;
     pthread_mutex_lock(&s->mu);
     s->stats = k;
     pthread_mutex_unlock(&s->mu);
@@ -163,6 +166,37 @@ void sched_kv_stats_get(sched *s, sched_kv_stats *out)
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
     pthread_mutex_unlock(&s->mu);
+}
+
+static int push_waiting(sched *s, sched_request *r, int front);
+static void retire(sched *s, sched_request *r, di_finish finish, di_status st, const char *msg,
+                   int unlinked);
+
+/* A choice of a Chat `n` request ending: a follower not yet forked leaves its
+ * leader's list; a leader ending before its prompt was computed (cancelled,
+ * failed) leaves its followers to go on alone — queued like any request,
+ * each computing its prompt itself (or ending at once, when cancelled too). */
+static void detach_choices(sched *s, sched_request *r)
+{
+    sched_request *lead = r->fork_of;
+    if (lead) {
+        for (int i = 0; i < lead->n_followers; i++)
+            if (lead->followers[i] == r) {
+                memmove(&lead->followers[i], &lead->followers[i + 1],
+                        (size_t)(lead->n_followers - i - 1) * sizeof(sched_request *));
+                lead->n_followers--;
+                break;
+            }
+        r->fork_of = NULL;
+    }
+    int n = r->n_followers;
+    r->n_followers = 0;
+    for (int i = 0; i < n; i++) {
+        sched_request *f = r->followers[i];
+        f->fork_of = NULL;
+        if (push_waiting(s, f, 0) != 0)
+            retire(s, f, 0, DI_ERR_OUT_OF_MEMORY, "out of memory queueing a choice", 0);
+    }
 }
 
 /* End r (already unlinked from the live list when `unlinked`). */
@@ -181,6 +215,7 @@ static void retire(sched *s, sched_request *r, di_finish finish, di_status st, c
         pthread_mutex_unlock(&s->mu);
     }
     remove_worker_lists(s, r);
+    detach_choices(s, r);
     publish_stats(s);                    /* before the host can see r's end */
     if (r->restore_since_ns && s->tiers) /* it ended while waiting on restores */
         kv_tiers_forget(s->tiers, r->keys, (size_t)r->n_keys);
@@ -188,20 +223,15 @@ static void retire(sched *s, sched_request *r, di_finish finish, di_status st, c
     sched_request_free(r);
 }
 
-di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
+/* Queue r under s->mu: DI_OK, or DI_ERR_INVALID_STATE / DI_ERR_OUT_OF_MEMORY
+ * (r not taken). */
+static di_status submit_locked(sched *s, sched_request *r)
 {
-    pthread_mutex_lock(&s->mu);
-    if (s->closing) {
-        pthread_mutex_unlock(&s->mu);
-        return DI_ERR_INVALID_STATE;
-    }
+    if (s->closing) return DI_ERR_INVALID_STATE;
     if (s->n_incoming == s->cap_incoming) {
         size_t cap = s->cap_incoming ? 2 * s->cap_incoming : 16;
         sched_request **p = realloc(s->incoming, cap * sizeof(sched_request *));
-        if (!p) {
-            pthread_mutex_unlock(&s->mu);
-            return DI_ERR_OUT_OF_MEMORY;
-        }
+        if (!p) return DI_ERR_OUT_OF_MEMORY;
         s->incoming = p;
         s->cap_incoming = cap;
     }
@@ -212,8 +242,46 @@ di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
     if (s->live) s->live->prev = r;
     s->live = r;
     s->incoming[s->n_incoming++] = r;
-    *id = r->id;
     pthread_cond_signal(&s->cv);
+    return DI_OK;
+}
+
+di_status sched_submit(sched *s, sched_request *r, uint64_t *id)
+{
+    pthread_mutex_lock(&s->mu);
+    di_status st = submit_locked(s, r);
+    if (st == DI_OK) *id = r->id;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+di_status sched_submit_group(sched *s, sched_request **rs, int n, uint64_t *id)
+{
+    sched_request *lead = rs[0];
+    if (!(lead->followers = malloc((size_t)(n - 1) * sizeof(sched_request *))))
+        return DI_ERR_OUT_OF_MEMORY;
+    /* one lock: the worker never sees the leader without its followers */
+    pthread_mutex_lock(&s->mu);
+    di_status st = submit_locked(s, lead);
+    if (st != DI_OK) {
+        pthread_mutex_unlock(&s->mu);
+        free(lead->followers);
+        lead->followers = NULL;
+        return st;
+    }
+    for (int i = 1; i < n; i++) {
+        sched_request *f = rs[i];
+        f->id = lead->id;
+        f->choice = i;
+        f->n_all = f->n_prompt;
+        f->fork_of = lead;
+        lead->followers[lead->n_followers++] = f;
+        f->next = s->live;
+        f->prev = NULL;
+        s->live->prev = f;
+        s->live = f;
+    }
+    *id = lead->id;
     pthread_mutex_unlock(&s->mu);
     return DI_OK;
 }
@@ -227,10 +295,9 @@ di_status sched_cancel(sched *s, uint64_t id)
     } else if (!s->closing) {
         for (sched_request *r = s->live; r; r = r->next)
             if (r->id == id) {
-                r->cancel = 1;
+                r->cancel = 1; /* every choice of the request */
                 st = DI_OK;
                 pthread_cond_signal(&s->cv);
-                break;
             }
     }
     pthread_mutex_unlock(&s->mu);
@@ -567,6 +634,39 @@ static void observe_step(sched *s, int n_items)
     s->drafter->ops->observe(s->drafter, s->obs, n, hidden);
 }
 
+/* Running slots kept for the followers of running leaders (sched_request.fork_of). */
+static int reserved_slots(const sched *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_running; i++) n += s->running[i]->n_followers;
+    return n;
+}
+
+/* Leader r's prompt is computed: each follower forks its full prompt blocks
+ * and joins the running set (into the slot kept for it), to compute the
+ * prompt tokens after those blocks in the next step and sample from there —
+ * the same logits as r's last prompt token (batch invariance), its own
+ * sampler. */
+static void fork_choices(sched *s, sched_request *r)
+{
+    int n = r->n_followers;
+    r->n_followers = 0;
+    for (int i = 0; i < n; i++) {
+        sched_request *f = r->followers[i];
+        f->fork_of = NULL;
+        if (model_seq_create(s->m, &f->seq) != DI_OK) {
+            retire(s, f, 0, DI_ERR_OUT_OF_MEMORY, "out of memory for a sequence", 0);
+            continue;
+        }
+        /* at least the last prompt token is computed: its logits are the first sample's */
+        (void)model_seq_fork(s->m, f->seq, r->seq, f->n_all - 1);
+        f->n_cached = r->n_cached;
+        f->running = 1;
+        f->admit_order = ++s->admit_counter;
+        s->running[s->n_running++] = f;
+    }
+}
+
 static void step(sched *s)
 {
     model *m = s->m;
@@ -637,8 +737,11 @@ static void step(sched *s)
     /* Admission, in arrival order. The prompt's leading blocks the prefix cache
      * holds are taken as computed; at least the last token is computed (its
      * logits are the next token's). */
-    while (s->n_waiting > 0 && s->n_running < s->max_running && budget > 0) {
+    while (s->n_waiting > 0 && budget > 0) {
         sched_request *r = s->waiting[0];
+        /* a Chat `n` leader takes its followers' slots too, kept in reserve
+         * until they fork */
+        if (s->n_running + reserved_slots(s) + 1 + r->n_followers > s->max_running) break;
         int32_t need_blocks = model_kv_blocks_for(r->n_all + 1);
         if (need_blocks > model_kv_blocks_total(m)) {
             snprintf(msg, sizeof msg,
@@ -690,7 +793,12 @@ static void step(sched *s)
     publish_stats(s); /* the step's blocks are reserved */
     di_error *err = NULL;
     int64_t t0 = now_ns(), step_tokens = 0;
-    for (int i = 0; i < n_items; i++) step_tokens += s->items[i].n_tokens;
+    for (int i = 0; i < n_items; i++) {
+        step_tokens += s->items[i].n_tokens;
+        int64_t past = model_seq_n_past(s->items[i].seq), n_prompt = s->item_req[i]->n_prompt;
+        int64_t end = past + s->items[i].n_tokens;
+        if (past < n_prompt) s->prefill_tokens += (end < n_prompt ? end : n_prompt) - past;
+    }
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     s->n_building = 0; /* computed: the sequences count their own tokens */
     if (st == DI_OK && s->drafter) {
@@ -777,6 +885,12 @@ static void step(sched *s)
     if (s->prefix_cache) /* (the KV kept ends at accepted drafts, which are in r->tokens) */
         for (int i = 0; i < n_items; i++)
             model_seq_publish(m, s->items[i].seq, s->item_req[i]->tokens);
+    /* Chat `n`: a leader whose prompt is computed forks its choices now, before
+     * it can end (its blocks stay theirs whatever it does next). */
+    for (int i = 0; i < n_items; i++) {
+        sched_request *r = s->item_req[i];
+        if (r->n_followers && model_seq_n_past(r->seq) >= r->n_prompt) fork_choices(s, r);
+    }
     for (int i = 0; i < n_items; i++) {
         if (s->items[i].want_logits == 0) continue;
         sched_request *r = s->item_req[i];

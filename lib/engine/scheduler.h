@@ -81,7 +81,20 @@ typedef struct sched_request {
     void *draft_state;      /* the drafter's (draft.h), released when the request stops running */
     uint64_t *keys;         /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
-    int64_t restore_since_ns;          /* 0, or when it began waiting on restores */
+    int64_t restore_since_ns; /* 0, or when it began waiting on restores */
+    /* Chat `n` (sched_submit_group): the choices of one request share its id;
+     * choice is this sequence's index. The leader (choice 0) prefills the
+     * prompt; each follower waits (fork_of: its leader; in no queue) until the
+     * leader's prompt is computed, then, in that step, forks the leader's full
+     * prompt blocks (model_seq_fork) and joins the running set, computing only
+     * the prompt tokens after them (less than a block; their logits are the
+     * leader's, model.h's batch invariance). followers: the leader's not yet
+     * forked ([n_followers], owned), each holding a running slot in reserve
+     * while the leader runs. */
+    int choice;
+    struct sched_request *fork_of;
+    struct sched_request **followers;
+    int n_followers;
     int cancel;                        /* set under the lock by sched_cancel */
     int running;                       /* 1: admitted, holds a sequence */
     struct sched_request *next, *prev; /* the live list */
@@ -128,8 +141,16 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, 
 /* Queue r; *id gets its id. DI_ERR_INVALID_STATE once sched_close was called
  * (r is not taken: the caller frees it). */
 di_status sched_submit(sched *s, sched_request *r, uint64_t *id);
-/* DI_OK (cancel requested, or already requested), DI_ERR_NOT_FOUND (never
- * issued), DI_ERR_INVALID_STATE (already ended, or the scheduler closing). */
+/* Queue the n >= 2 choices of one request (rs[0] the leader, rs[1..n) its
+ * followers: sched_request.fork_of), all under one id (*id): the prompt is
+ * prefilled once and forked. Each choice ends with its own on_done. The caller
+ * keeps n <= the scheduler's max_running. DI_ERR_INVALID_STATE once
+ * sched_close was called, DI_ERR_OUT_OF_MEMORY (none taken: the caller frees
+ * them). */
+di_status sched_submit_group(sched *s, sched_request **rs, int n, uint64_t *id);
+/* Cancel every choice of request id: DI_OK (cancel requested, or already
+ * requested), DI_ERR_NOT_FOUND (never issued), DI_ERR_INVALID_STATE (already ended, or the
+ * scheduler closing). */
 di_status sched_cancel(sched *s, uint64_t id);
 /* The KV cache's counts as the worker last published them (di_kv_cache_stats'
  * fields, the same meanings): the worker writes them under the scheduler's
@@ -139,6 +160,7 @@ typedef struct sched_kv_stats {
     int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
     int64_t tokens_used, running_requests;
     int64_t prefix_queries, prefix_hits, blocks_evicted;
+    int64_t prefill_tokens; /* prompt tokens the forward pass computed, cumulative */
 } sched_kv_stats;
 /* A copy of the last published counts. Thread-safe. */
 void sched_kv_stats_get(sched *s, sched_kv_stats *out);

@@ -249,6 +249,23 @@ int64_t kv_pool_seq_match(kv_pool *p, backend_kv_seq *s, const int32_t *tokens, 
     return n;
 }
 
+int64_t kv_pool_seq_fork(kv_pool *p, backend_kv_seq *dst, const backend_kv_seq *src,
+                         int64_t n_tokens)
+{
+    if (dst->n_blocks != 0 || n_tokens <= 0) return 0;
+    int64_t k = n_tokens / BLOCK;
+    if (k > src->n_tokens / BLOCK) k = src->n_tokens / BLOCK;
+    if (k > dst->n_blocks_max) k = dst->n_blocks_max;
+    for (int64_t i = 0; i < k; i++) {
+        int32_t b = src->block_table[i];
+        p->ref[b]++; /* held by src: never on the cached list */
+        dst->block_table[dst->n_blocks++] = b;
+    }
+    dst->n_tokens = k * BLOCK;
+    dst->n_keyed = (int32_t)k;
+    return k * BLOCK;
+}
+
 void kv_pool_seq_publish(kv_pool *p, backend_kv_seq *s, const int32_t *tokens)
 {
     int32_t full = (int32_t)(s->n_tokens / BLOCK);

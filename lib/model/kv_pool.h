@@ -85,6 +85,15 @@ di_status kv_pool_seq_reserve(kv_pool *p, backend_kv_seq *s, int64_t n_tokens);
  * never a copy. */
 void kv_pool_seq_truncate(kv_pool *p, backend_kv_seq *s, int64_t n_tokens);
 
+/* Fork: the empty sequence dst takes the leading full blocks of src that lie
+ * within its first n_tokens tokens (each block's ref + 1, nothing copied) and
+ * counts their tokens as stored; returns those tokens (a multiple of
+ * MODEL_KV_BLOCK). The blocks count as dst's keyed ones (never rewritten or
+ * truncated into), as a prefix match's are. src's partial last block is not
+ * shared: dst computes the tokens after the shared blocks itself (Chat `n`:
+ * one prefill, then each choice recomputes at most one block of its prompt). */
+int64_t kv_pool_seq_fork(kv_pool *p, backend_kv_seq *dst, const backend_kv_seq *src,
+                         int64_t n_tokens);
 /* The leading full blocks of tokens[0, n_tokens) the pool holds computed:
  * returns their tokens (a multiple of MODEL_KV_BLOCK); *n_cached_blocks (may
  * be NULL) gets how many of them are cached rather than held (taking those

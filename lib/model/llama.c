@@ -412,6 +412,11 @@ int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, in
 {
     return kv_pool_seq_match(model_pool(m), &s->kv, tokens, n_tokens);
 }
+int64_t model_seq_fork(model *m, model_seq *dst, const model_seq *src, int64_t n_tokens)
+{
+    if (m->v4) return 0;
+    return kv_pool_seq_fork(model_pool(m), &dst->kv, &src->kv, n_tokens);
+}
 void model_seq_publish(model *m, model_seq *s, const int32_t *tokens)
 {
     if (m->v4) return; /* a V4 cache is its sequence's own: nothing to match later */

@@ -138,6 +138,11 @@ void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
 int64_t model_prefix_probe(const model *m, const int32_t *tokens, int64_t n_tokens,
                            int32_t *n_cached_blocks);
 int64_t model_seq_match_prefix(model *m, model_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* Fork: the empty sequence dst shares src's full blocks within its first
+ * n_tokens tokens (kv_pool_seq_fork: refcounted, nothing copied or computed)
+ * and holds their tokens as computed; returns them. 0 for DeepSeek-V4, whose
+ * caches are each sequence's own (dst then computes its tokens itself). */
+int64_t model_seq_fork(model *m, model_seq *dst, const model_seq *src, int64_t n_tokens);
 void model_seq_publish(model *m, model_seq *s, const int32_t *tokens);
 /* The prefix cache's host and disk tiers (lib/engine/kv_tiers.h) move whole
  * blocks: model_kv_fingerprint_of the seed of the model's block keys (the

@@ -333,8 +333,23 @@ static void finish_prompt(const di_codec *codec, di_prompt *p)
     if (codec->tok) make_tokens(codec, p);
 }
 
+static di_status render(const di_codec *codec, di_protocol protocol, const char *json, size_t len,
+                        int allow_n, di_prompt **out, di_error **err);
+
 DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, const char *json,
                                  size_t len, di_prompt **out, di_error **err)
+{
+    return render(codec, protocol, json, len, 0, out, err);
+}
+
+di_status rc_codec_render_engine(const di_codec *codec, di_protocol protocol, const char *json,
+                                 size_t len, di_prompt **out, di_error **err)
+{
+    return render(codec, protocol, json, len, 1, out, err);
+}
+
+static di_status render(const di_codec *codec, di_protocol protocol, const char *json, size_t len,
+                        int allow_n, di_prompt **out, di_error **err)
 {
     if (!codec || !json || !out)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "codec, json and out must not be NULL");
@@ -394,6 +409,7 @@ DI_API di_status di_codec_render(const di_codec *codec, di_protocol protocol, co
     }
     rc_conversation conv;
     memset(&conv, 0, sizeof conv);
+    conv.allow_n = allow_n;
     di_status st = protocol == DI_PROTOCOL_CHAT ? rc_convert_chat(root, &conv, msg, sizeof msg)
                    : protocol == DI_PROTOCOL_MESSAGES
                        ? rc_convert_messages(root, &conv, msg, sizeof msg)

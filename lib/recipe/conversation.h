@@ -76,6 +76,10 @@ typedef struct rc_conversation {
     size_t n_stops;
     char **images; /* image sources (URLs or data URLs), in the order of their <｜image｜> tokens */
     size_t n_images;
+    /* Set by the caller before rc_convert_chat: 1 lets Chat `n` be any value
+     * of its type (the engine serves n choices, rc_sampling.n); 0 keeps
+     * deepseek-recipe's rule that n is 1. */
+    int allow_n;
 } rc_conversation;
 
 /* Append a stop sequence / image source (copied); -1 when out of memory. */

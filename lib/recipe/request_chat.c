@@ -319,7 +319,7 @@ di_status rc_convert_chat(json_t *root, rc_conversation *conv, char *msg, size_t
         }
     }
     if ((r = rc_get_uint(&e, root, "n", "", 255, &u)) < 0) goto done;
-    if (r > 0 && u != 1) {
+    if (r > 0 && u != 1 && !conv->allow_n) {
         rc_fail(&e, "n: only n = 1 is supported");
         goto done;
     }

@@ -294,9 +294,20 @@ static void refuse_present(json_t *root, const char *const *names, size_t n, rc_
 static void check_chat(json_t *root, rc_sampling *s)
 {
     need_strings(root, "modalities", s);
+    /* honoured: n choices from one prefill (the conversion checked that n is
+     * an integer in [0, 255]) */
     json_t *v = json_object_get(root, "n");
-    if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1.0))
-        refuse(s, "n", "only n = 1 is supported (one choice per request)");
+    s->n = 1;
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        if (n < 1 || n > (json_int_t)RC_MAX_N) {
+            if (!s->invalid[0])
+                snprintf(s->invalid, sizeof s->invalid, "n: %lld choices, expected 1 to %u",
+                         (long long)n, RC_MAX_N);
+        } else {
+            s->n = (uint32_t)n;
+        }
+    }
     /* honoured: the engine reports the raw logits' log probabilities (the
      * conversion has checked top_logprobs' range and that it needs logprobs) */
     s->logprobs = json_is_true(json_object_get(root, "logprobs"));

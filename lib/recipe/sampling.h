@@ -65,7 +65,12 @@ typedef struct rc_sampling {
      * "message.output_text.logprobs" */
     int logprobs;
     int32_t top_logprobs;
+    /* Chat `n`: the choices to generate (1..RC_MAX_N; 1 when absent) */
+    uint32_t n;
 } rc_sampling;
+
+/* The most choices a Chat request may ask for (`n`), OpenAI's bound. */
+#define RC_MAX_N 128u
 
 /* The largest max_tokens a body may ask for (deepseek-recipe's bound). */
 #define RC_MAX_TOKENS_LIMIT 393216u
@@ -99,5 +104,12 @@ const rc_sampling *rc_prompt_sampling(const di_prompt *p);
  * the template family's name. Not thread-safe: set it before rendering. 0, or
  * -1 when out of memory (the codec keeps its previous name). */
 int rc_codec_set_served_name(di_codec *codec, const char *name);
+
+/* di_codec_render for the engine: as di_codec_render, except that a Chat
+ * body's `n` may be any integer of its type for every encoding (the engine
+ * serves n choices, rc_sampling.n; its range is judged there), where
+ * deepseek-recipe's V4 conversion requires 1. */
+di_status rc_codec_render_engine(const di_codec *codec, di_protocol protocol, const char *json,
+                                 size_t len, di_prompt **out, di_error **err);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "util/error.h"
 #include "util/struct_size.h"
+#include "recipe/sampling.h"
 #include "recipe/stream.h"
 #include "recipe/writer.h"
 #include "tokenizer/tokenizer.h"
@@ -494,6 +495,32 @@ static di_status finish_now(di_stream *s, di_finish reason, di_error **err)
     if (add_event(s, DI_STREAM_FINISH, -1, s->w.finish_reason, strlen(s->w.finish_reason)) != 0)
         return fail_oom(s, err);
     return DI_OK;
+}
+
+int rc_stream_set_choice(di_stream *s, uint32_t index, const di_stream *first)
+{
+    s->w.choice = index;
+    s->w.multi = 1;
+    if (!first) return 0;
+    char *id = strdup(first->w.id ? first->w.id : "");
+    if (!id) return -1;
+    free(s->w.id);
+    s->w.id = id;
+    s->w.t_created = first->w.t_created;
+    return 0;
+}
+
+int rc_stream_join(di_stream *const *s, size_t n)
+{
+    rc_writer *ws[RC_MAX_N];
+    if (n == 0 || n > RC_MAX_N) return -1;
+    for (size_t i = 0; i < n; i++) ws[i] = &s[i]->w;
+    begin_call(s[0]);
+    char *response;
+    int r = rc_chat_join(ws, n, &s[0]->chunks, &response);
+    free(s[0]->w.response);
+    s[0]->w.response = response;
+    return r;
 }
 
 DI_API const char *di_stream_stop_sequence(const di_stream *s)

@@ -202,6 +202,12 @@ typedef struct rc_writer {
     const char *finish_reason; /* the protocol's word */
     const char *stop_sequence;
     char *response; /* the complete response JSON after finish */
+    /* Chat `n` (rc_stream_set_choice): this writer's choice, and 1 when the
+     * request has several — its finish chunk then carries no usage and no
+     * [DONE], and `response` is its choice object; rc_chat_join writes the
+     * request's last chunk and whole response */
+    uint32_t choice;
+    int multi;
 } rc_writer;
 
 /* Write the chunks of one batch of pieces (a push), then — when `finish` is
@@ -213,5 +219,22 @@ int rc_write_finish(rc_writer *w, rc_finish reason, rc_chunks *out);
  * of comma-separated JSON objects). Returns 0, or -1 when out of memory. */
 int rc_writer_add_logprobs(rc_writer *w, uint32_t push, const char *entries, size_t len);
 void rc_writer_free(rc_writer *w);
+
+/* The n choices of one Chat request (their writers finished, multi set):
+ * appends to out the request's last chunk — choices [] and the usage, the
+ * completion and reasoning tokens summed over the choices (OpenAI's usage for
+ * n > 1) — and [DONE]; *response gets the complete chat.completion with every
+ * choice object in index order (malloc'd). 0, or -1 when out of memory. */
+int rc_chat_join(rc_writer *const *ws, size_t n, rc_chunks *out, char **response);
+/* Make stream s choice `index` of a Chat request with several (before
+ * di_stream_ready): its chunks carry that index, and it takes the response id
+ * and creation time of `first` (choice 0's stream; NULL for choice 0 itself).
+ * 0, or -1 when out of memory. */
+int rc_stream_set_choice(di_stream *s, uint32_t index, const di_stream *first);
+/* The end of a Chat request with several choices, every stream finished:
+ * s[0]'s chunks become the request's last chunk and [DONE] (its events are
+ * cleared), and its response the whole chat.completion (rc_chat_join). 0, or
+ * -1 when out of memory. */
+int rc_stream_join(di_stream *const *s, size_t n);
 
 #endif

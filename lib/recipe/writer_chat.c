@@ -16,7 +16,9 @@ static void chunk_head(const rc_writer *w, rc_buf *b)
     rc_json_str0(b, w->model);
     rc_buf_adds(b, ",\"system_fingerprint\":");
     rc_json_str0(b, w->fingerprint);
-    rc_buf_adds(b, ",\"choices\":[{\"index\":0,\"delta\":");
+    rc_buf_adds(b, ",\"choices\":[{\"index\":");
+    rc_json_u64(b, w->choice);
+    rc_buf_adds(b, ",\"delta\":");
 }
 
 /* Non-final chunks carry "usage":null when the request streams with
@@ -164,6 +166,80 @@ static const char *finish_word(const rc_writer *w, rc_finish reason)
     return w->n_calls && reason == RC_FINISH_STOP ? "tool_calls" : "stop";
 }
 
+/* The choice object of the complete response:
+ * {"index":…,"message":…,"logprobs":…,"finish_reason":…}. */
+static void chat_choice(const rc_writer *w, rc_buf *r)
+{
+    rc_buf_adds(r, "{\"index\":");
+    rc_json_u64(r, w->choice);
+    rc_buf_adds(r, ",\"message\":{\"role\":\"assistant\",\"content\":");
+    rc_json_string(r, w->content.s ? w->content.s : "", w->content.len);
+    if (w->reply->thinking && !w->reply->prefix_content) {
+        rc_buf_adds(r, ",\"reasoning_content\":");
+        rc_json_string(r, w->reasoning.s ? w->reasoning.s : "", w->reasoning.len);
+    }
+    if (w->n_calls) {
+        rc_buf_adds(r, ",\"tool_calls\":[");
+        for (size_t i = 0; i < w->n_calls; i++) {
+            if (i) rc_buf_adds(r, ",");
+            rc_buf_adds(r, "{\"index\":");
+            rc_json_u64(r, i);
+            rc_buf_adds(r, ",\"id\":");
+            rc_json_str0(r, w->calls[i].id);
+            rc_buf_adds(r, ",\"type\":\"function\",\"function\":{\"name\":");
+            rc_json_string(r, w->calls[i].name, w->calls[i].name_len);
+            rc_buf_adds(r, ",\"arguments\":");
+            rc_json_string(r, w->calls[i].arguments.s ? w->calls[i].arguments.s : "",
+                           w->calls[i].arguments.len);
+            rc_buf_adds(r, "}}");
+        }
+        rc_buf_adds(r, "]");
+    }
+    rc_buf_adds(r, "},\"logprobs\":");
+    if (!w->lp_content_set && !w->lp_reasoning_set) {
+        rc_buf_adds(r, "null");
+    } else { /* as the reference's accumulator writes them: content first */
+        rc_buf_adds(r, "{");
+        if (w->lp_content_set) {
+            rc_buf_adds(r, "\"content\":[");
+            rc_buf_add(r, w->lp_content.s ? w->lp_content.s : "", w->lp_content.len);
+            rc_buf_adds(r, "]");
+        }
+        if (w->lp_reasoning_set) {
+            rc_buf_adds(r,
+                        w->lp_content_set ? ",\"reasoning_content\":[" : "\"reasoning_content\":[");
+            rc_buf_add(r, w->lp_reasoning.s ? w->lp_reasoning.s : "", w->lp_reasoning.len);
+            rc_buf_adds(r, "]");
+        }
+        rc_buf_adds(r, "}");
+    }
+    rc_buf_adds(r, ",\"finish_reason\":");
+    rc_json_str0(r, w->finish_reason);
+    rc_buf_adds(r, "}");
+}
+
+/* {"id":…,"object":"chat.completion","created":…,"model":…,"choices":[ */
+static void response_head(const rc_writer *w, rc_buf *r)
+{
+    rc_buf_adds(r, "{\"id\":");
+    rc_json_str0(r, w->id);
+    rc_buf_adds(r, ",\"object\":\"chat.completion\",\"created\":");
+    rc_json_i64(r, w->t_created);
+    rc_buf_adds(r, ",\"model\":");
+    rc_json_str0(r, w->model);
+    rc_buf_adds(r, ",\"choices\":[");
+}
+
+/* ],"usage":…,"system_fingerprint":…} */
+static void response_tail(const rc_writer *w, rc_buf *r)
+{
+    rc_buf_adds(r, "],\"usage\":");
+    usage(w, r);
+    rc_buf_adds(r, ",\"system_fingerprint\":");
+    rc_json_str0(r, w->fingerprint);
+    rc_buf_adds(r, "}");
+}
+
 int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
 {
     w->finish_reason = finish_word(w, reason);
@@ -172,6 +248,15 @@ int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
     rc_buf_adds(&b, w->reply->thinking ? "{\"content\":\"\",\"reasoning_content\":null}"
                                        : "{\"content\":\"\"}");
     chunk_tail(w, &b, w->finish_reason);
+    rc_buf r = {0};
+    if (w->multi) { /* one choice of several: the usage comes in rc_chat_join's chunk */
+        if (usage_null(w)) rc_buf_adds(&b, ",\"usage\":null");
+        rc_buf_adds(&b, "}");
+        rc_emit(out, NULL, &b);
+        chat_choice(w, &r);
+        w->response = rc_buf_take(&r);
+        return out->oom || !w->response ? -1 : 0;
+    }
     rc_buf_adds(&b, ",\"usage\":");
     usage(w, &b);
     rc_buf_adds(&b, "}");
@@ -179,61 +264,44 @@ int rc_chat_finish(rc_writer *w, rc_finish reason, rc_chunks *out)
     rc_emit(out, NULL, NULL);
 
     /* the complete response */
-    rc_buf r = {0};
-    rc_buf_adds(&r, "{\"id\":");
-    rc_json_str0(&r, w->id);
-    rc_buf_adds(&r, ",\"object\":\"chat.completion\",\"created\":");
-    rc_json_i64(&r, w->t_created);
-    rc_buf_adds(&r, ",\"model\":");
-    rc_json_str0(&r, w->model);
-    rc_buf_adds(&r, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    rc_json_string(&r, w->content.s ? w->content.s : "", w->content.len);
-    if (w->reply->thinking && !w->reply->prefix_content) {
-        rc_buf_adds(&r, ",\"reasoning_content\":");
-        rc_json_string(&r, w->reasoning.s ? w->reasoning.s : "", w->reasoning.len);
-    }
-    if (w->n_calls) {
-        rc_buf_adds(&r, ",\"tool_calls\":[");
-        for (size_t i = 0; i < w->n_calls; i++) {
-            if (i) rc_buf_adds(&r, ",");
-            rc_buf_adds(&r, "{\"index\":");
-            rc_json_u64(&r, i);
-            rc_buf_adds(&r, ",\"id\":");
-            rc_json_str0(&r, w->calls[i].id);
-            rc_buf_adds(&r, ",\"type\":\"function\",\"function\":{\"name\":");
-            rc_json_string(&r, w->calls[i].name, w->calls[i].name_len);
-            rc_buf_adds(&r, ",\"arguments\":");
-            rc_json_string(&r, w->calls[i].arguments.s ? w->calls[i].arguments.s : "",
-                           w->calls[i].arguments.len);
-            rc_buf_adds(&r, "}}");
-        }
-        rc_buf_adds(&r, "]");
-    }
-    rc_buf_adds(&r, "},\"logprobs\":");
-    if (!w->lp_content_set && !w->lp_reasoning_set) {
-        rc_buf_adds(&r, "null");
-    } else { /* as the reference's accumulator writes them: content first */
-        rc_buf_adds(&r, "{");
-        if (w->lp_content_set) {
-            rc_buf_adds(&r, "\"content\":[");
-            rc_buf_add(&r, w->lp_content.s ? w->lp_content.s : "", w->lp_content.len);
-            rc_buf_adds(&r, "]");
-        }
-        if (w->lp_reasoning_set) {
-            rc_buf_adds(&r,
-                        w->lp_content_set ? ",\"reasoning_content\":[" : "\"reasoning_content\":[");
-            rc_buf_add(&r, w->lp_reasoning.s ? w->lp_reasoning.s : "", w->lp_reasoning.len);
-            rc_buf_adds(&r, "]");
-        }
-        rc_buf_adds(&r, "}");
-    }
-    rc_buf_adds(&r, ",\"finish_reason\":");
-    rc_json_str0(&r, w->finish_reason);
-    rc_buf_adds(&r, "}],\"usage\":");
-    usage(w, &r);
-    rc_buf_adds(&r, ",\"system_fingerprint\":");
-    rc_json_str0(&r, w->fingerprint);
-    rc_buf_adds(&r, "}");
+    response_head(w, &r);
+    chat_choice(w, &r);
+    response_tail(w, &r);
     w->response = rc_buf_take(&r);
     return out->oom || !w->response ? -1 : 0;
+}
+
+int rc_chat_join(rc_writer *const *ws, size_t n, rc_chunks *out, char **response)
+{
+    *response = NULL;
+    rc_writer u = *ws[0]; /* choice 0's facts, with the choices' tokens summed */
+    u.completion_tokens = 0;
+    u.reasoning_tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        u.completion_tokens += ws[i]->completion_tokens;
+        u.reasoning_tokens += ws[i]->reasoning_tokens;
+    }
+    rc_buf b = {0};
+    rc_buf_adds(&b, "{\"id\":");
+    rc_json_str0(&b, u.id);
+    rc_buf_adds(&b, ",\"object\":\"chat.completion.chunk\",\"created\":");
+    rc_json_i64(&b, u.t_created);
+    rc_buf_adds(&b, ",\"model\":");
+    rc_json_str0(&b, u.model);
+    rc_buf_adds(&b, ",\"system_fingerprint\":");
+    rc_json_str0(&b, u.fingerprint);
+    rc_buf_adds(&b, ",\"choices\":[],\"usage\":");
+    usage(&u, &b);
+    rc_buf_adds(&b, "}");
+    rc_emit(out, NULL, &b);
+    rc_emit(out, NULL, NULL);
+    rc_buf r = {0};
+    response_head(&u, &r);
+    for (size_t i = 0; i < n; i++) {
+        if (i) rc_buf_adds(&r, ",");
+        rc_buf_adds(&r, ws[i]->response ? ws[i]->response : "null");
+    }
+    response_tail(&u, &r);
+    *response = rc_buf_take(&r);
+    return out->oom || !*response ? -1 : 0;
 }

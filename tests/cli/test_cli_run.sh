@@ -180,9 +180,19 @@ assert r["usage"]["completion_tokens"] == 3 and r["choices"][0]["finish_reason"]
 assert r["model"] == "SmolLM2-135M-Instruct.Q4_1", r["model"]
 PY
 # a field the engine cannot honour: one line naming it, exit 1
-echo '{"n": 2, "messages": [{"role": "user", "content": "hi"}]}' |
+echo '{"n": 0, "messages": [{"role": "user", "content": "hi"}]}' |
   "$cli" run --model "$model" --protocol chat - > /dev/null 2> "$tmp/err"; rc=$?
-[ "$rc" -eq 1 ] && grep -q "n: only n = 1" "$tmp/err" || fail "n=2 exited $rc: $(cat "$tmp/err")"
+[ "$rc" -eq 1 ] && grep -q "n: 0 choices" "$tmp/err" || fail "n=0 exited $rc: $(cat "$tmp/err")"
+# Chat n: two indexed choices, the usage summing them
+echo '{"n": 2, "max_tokens": 3, "seed": 1, "messages": [{"role": "user", "content": "hi"}]}' |
+  "$cli" run --model "$model" --protocol chat --threads 2 - > "$tmp/n2.json" 2> "$tmp/err" ||
+  fail "n=2 exited $?: $(cat "$tmp/err")"
+"$python" - "$tmp/n2.json" <<'PY' || fail "n=2: $(cat "$tmp/n2.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [c["index"] for c in r["choices"]] == [0, 1], r
+assert r["usage"]["completion_tokens"] == 6, r["usage"]
+PY
 
 # info: the model as JSON; a missing model is one line and exit 1, no --model exit 2
 "$cli" info --model "$model" > "$tmp/info.json" 2> "$tmp/err" || fail "info exited $?: $(cat "$tmp/err")"

@@ -92,6 +92,23 @@ def test_chat_stream_joins_to_the_response(openai_client):
     assert full.usage.prompt_tokens > 0 and full.usage.completion_tokens > 0
 
 
+def test_chat_n_choices_streamed_and_not(openai_client):
+    """Chat n: indexed choices; each choice's deltas make its message and it
+    finishes once; the last chunk has no choices and the usage of them all."""
+    kw = dict(model="smollm2", temperature=0.9, seed=3, n=2, max_tokens=8,
+              messages=[{"role": "user", "content": "Say hello to the world."}])
+    full = openai_client.chat.completions.create(**kw)
+    assert [c.index for c in full.choices] == [0, 1]
+    chunks = list(openai_client.chat.completions.create(
+        stream=True, stream_options={"include_usage": True}, **kw))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(d.delta.content or "" for d in mine) == full.choices[i].message.content
+        assert [d.finish_reason for d in mine if d.finish_reason] == [full.choices[i].finish_reason]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+
+
 def test_chat_tool_call_round_trip(openai_client):
     messages = [{"role": "user", "content": QUESTION}]
     first = openai_client.chat.completions.create(

@@ -1857,6 +1857,89 @@ static void test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other
     rmdir(dir);
 }
 
+/* Chat `n` through the V4 encoding on a DeepSeek-V4-shaped model (its caches
+ * are each sequence's own: every choice computes the prompt itself): greedy
+ * choices each equal the n = 1 answer, seeded choice i equals the request
+ * with seed + i, and the stream ends with one [DONE]. */
+typedef struct choices_rec {
+    int32_t toks[3][MAX_OUT];
+    int n[3], n_done, n_done_sse;
+    di_status status;
+    uint32_t completion_tokens;
+} choices_rec;
+
+static void on_choice_event(void *user, const di_event *ev)
+{
+    choices_rec *r = user;
+    uint32_t c = di_event_choice_index(ev);
+    size_t n;
+    if (di_event_kind_of(ev) == DI_EVENT_TOKENS) {
+        assert_true(c < 3);
+        const int32_t *t = di_event_tokens(ev, &n);
+        for (size_t i = 0; i < n && r->n[c] < MAX_OUT; i++) r->toks[c][r->n[c]++] = t[i];
+    } else if (di_event_kind_of(ev) == DI_EVENT_CHUNK) {
+        const char *sse = di_event_chunk_sse(ev, &n);
+        r->n_done_sse += sse && strcmp(sse, "data: [DONE]\n\n") == 0;
+    } else if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+        r->n_done++;
+        r->status = di_event_status(ev);
+        r->completion_tokens = di_event_completion_tokens(ev);
+    }
+}
+
+static void run_choices(di_engine *e, const char *fields, choices_rec *r)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\":\"DeepSeek-V4-Pro\",\"stream\":true,\"max_tokens\":8,\"thinking\":{"
+             "\"type\":\"disabled\"},%s,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+             fields);
+    memset(r, 0, sizeof *r);
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = body;
+    q.json_len = strlen(body);
+    q.on_event = on_choice_event;
+    q.user_data = r;
+    uint64_t id;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->n_done, 1);
+    assert_int_equal(r->n_done_sse, 1);
+    assert_int_equal(r->status, DI_OK);
+}
+
+static void test_deepseek_v4_chat_n_choices(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v4/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX", model_dir[600];
+    di_engine *e =
+        vocab_model_engine(write_dsv4_vocab_model, tok, dir, model_dir, sizeof model_dir);
+    choices_rec all, one;
+    run_choices(e, "\"n\":3,\"temperature\":0", &all);
+    run_choices(e, "\"temperature\":0", &one);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(all.n[i], one.n[0]);
+        assert_memory_equal(all.toks[i], one.toks[0], (size_t)one.n[0] * sizeof(int32_t));
+    }
+    assert_int_equal(all.completion_tokens, 3 * one.completion_tokens);
+    run_choices(e, "\"n\":2,\"seed\":40,\"temperature\":1", &all);
+    for (int i = 0; i < 2; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "\"seed\":%d,\"temperature\":1", 40 + i);
+        run_choices(e, f, &one);
+        assert_int_equal(all.n[i], one.n[0]);
+        assert_memory_equal(all.toks[i], one.toks[0], (size_t)one.n[0] * sizeof(int32_t));
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
 /* ---- SmolLM2 (when the asset is fetched) ---- */
 
 #define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -2307,6 +2390,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone),
         cmocka_unit_test(test_deepseek_v4_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_deepseek_v4_requests_of_every_protocol_stream_beside_each_other),
+        cmocka_unit_test(test_deepseek_v4_chat_n_choices),
         cmocka_unit_test(test_deepseek_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_preempted_requests_give_the_same_tokens),
         cmocka_unit_test(test_random_cancels_many_requests),

@@ -251,7 +251,6 @@ static void test_unsupported_fields_are_refused(void **state)
         di_protocol protocol;
         const char *fields, *named;
     } cases[] = {
-        {DI_PROTOCOL_CHAT, "\"n\":2", "n:"},
         {DI_PROTOCOL_CHAT, "\"parallel_tool_calls\":false", "parallel_tool_calls"},
         {DI_PROTOCOL_CHAT,
          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"

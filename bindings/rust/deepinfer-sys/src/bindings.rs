@@ -2755,12 +2755,20 @@ pub struct di_kv_cache_stats {
     #[doc = " Cached blocks whose room was taken by a request (evictions; the host"]
     #[doc = " tier, when on, keeps their contents). Cumulative."]
     pub blocks_evicted_total: i64,
+    #[doc = " Prompt tokens the forward pass computed (prefill), in tokens: those taken"]
+    #[doc = " from the prefix cache are not computed, nor those the choices of a Chat"]
+    #[doc = " request with `n` > 1 share (its prompt is prefilled once; each further"]
+    #[doc = " choice computes only the tokens after the prompt's last full block of 16);"]
+    #[doc = " a pre-empted request's prompt computed again counts again. Cumulative."]
+    #[doc = " (Appended in 0.1: a caller whose struct_size ends before it does not get"]
+    #[doc = " it.)"]
+    pub prefill_tokens_total: i64,
 }
 #[test]
 fn bindgen_test_layout_di_kv_cache_stats() {
     assert_eq!(
         ::std::mem::size_of::<di_kv_cache_stats>(),
-        88usize,
+        96usize,
         concat!("Size of: ", stringify!(di_kv_cache_stats))
     );
     assert_eq!(
@@ -2955,6 +2963,23 @@ fn bindgen_test_layout_di_kv_cache_stats() {
         );
     }
     test_field_blocks_evicted_total();
+    fn test_field_prefill_tokens_total() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_kv_cache_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_tokens_total) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_kv_cache_stats),
+                "::",
+                stringify!(prefill_tokens_total)
+            )
+        );
+    }
+    test_field_prefill_tokens_total();
 }
 extern "C" {
     #[doc = " Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op."]
@@ -3156,4 +3181,14 @@ extern "C" {
         ev: *const di_event,
         len: *mut usize,
     ) -> *const ::std::os::raw::c_char;
+}
+extern "C" {
+    #[doc = " The choice an event belongs to: a Chat Completions request with `n` > 1"]
+    #[doc = " produces n choices (the OpenAI API's `choices[i].index`), each with its own"]
+    #[doc = " TOKENS, TEXT, REASONING, TOOL_CALL_DELTA, TOOL_CALL and CHUNK events (its"]
+    #[doc = " chunks carry the same index), interleaved in the order they are generated;"]
+    #[doc = " the request's one DONE event, its last chunk (usage, `choices` []) and its"]
+    #[doc = " [DONE] give 0. 0 for every event of any other request, and for NULL."]
+    #[doc = " Thread-safe (reads the event)."]
+    pub fn di_event_choice_index(ev: *const di_event) -> u32;
 }
