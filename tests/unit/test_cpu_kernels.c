@@ -156,7 +156,7 @@ static void test_four_row_dot_is_bit_identical(void **state)
         free(w);
         free(a);
     }
-    assert_int_equal(n_checked, 9); /* F32, F16, BF16, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K */
+    assert_int_equal(n_checked, 10); /* F32, F16, BF16, MXFP4, Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K */
 }
 
 static void test_vnni_dot_is_bit_identical_to_avx2(void **state)
@@ -535,6 +535,19 @@ static void test_mxfp4_matmul_applies_row_scales(void **state)
                 fail_msg("row %d (%s): %g, definition %g", o, use_ref ? "reference" : "SIMD",
                          (double)y[o], want);
         }
+    }
+    /* Nine tokens at once (the four-token kernel, then the rest): each token's
+     * outputs bit-identical to that token alone (batch invariance) */
+    enum { NT = 9 };
+    float xs[NT * NI], ys[NT * NO], y1[NO];
+    for (int i = 0; i < NT * NI; i++) xs[i] = frand();
+    cpu_matmul(pool, &w, NULL, xs, NT, ys, NULL, 0);
+    for (int t = 0; t < NT; t++) {
+        cpu_matmul(pool, &w, NULL, xs + t * NI, 1, y1, NULL, 0);
+        for (int o = 0; o < NO; o++)
+            if (memcmp(&ys[t * NO + o], &y1[o], sizeof(float)) != 0)
+                fail_msg("token %d row %d: %a in a batch of %d, %a alone", t, o,
+                         (double)ys[t * NO + o], NT, (double)y1[o]);
     }
     cpu_threadpool_free(pool);
 }

@@ -90,6 +90,24 @@ static float dot_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t 
     return sum;
 }
 
+/* dot_scaled_row of four activation rows (act, rows act_row apart) for an
+ * MXFP4 weight, each block's four products from one dot4 call (bit-identical
+ * to dot's), summed and scaled in the same order: y[r * n_out] = row r's + b. */
+static void dot4_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o,
+                            const char *wrow, const char *act, float *y, float b)
+{
+    const model_tensor *sc = pt->w->scale;
+    const float *row_scales = (const float *)sc->data + o * sc->ne[0];
+    float sum[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < j->n_in; i += 32) {
+        int64_t len = j->n_in - i < 32 ? j->n_in - i : 32;
+        float s4[4];
+        pt->dot4(len, s4, wrow + i / 2, act + i * (int64_t)sizeof(float), j->act_row);
+        for (int r = 0; r < 4; r++) sum[r] += s4[r] * row_scales[i / 32];
+    }
+    for (int r = 0; r < 4; r++) y[r * pt->n_out] = sum[r] + b;
+}
+
 static void matmul_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
@@ -148,6 +166,10 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         const char *wrow = wdata + (size_t)o * pt->w_row;
         float b = pt->bias ? pt->bias[o] : 0.0f;
         int64_t t = t0;
+        if (pt->dot4 && pt->w->dtype == MODEL_DTYPE_MXFP4)
+            for (; t + 4 <= t1; t += 4) /* dot_scaled_row for four tokens at once */
+                dot4_scaled_row(j, pt, o, wrow, j->act + (size_t)t * j->act_row,
+                                pt->y + t * pt->n_out + o, b);
         if (pt->dot4 && !fp8) {
             for (; t + 4 <= t1; t += 4) {
                 float s4[4];

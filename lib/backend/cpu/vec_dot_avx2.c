@@ -613,6 +613,43 @@ static inline float same_f32(float v)
     return v;
 }
 
+/* MXFP4's codes (unscaled) . four f32 activation rows: each 32 codes decoded
+ * once; every row keeps dot_mxfp4's two accumulators, order and final halving,
+ * so results are bit-identical to it (the caller scales each block: one call a
+ * block in matmul.c, as with dot_mxfp4). */
+AVX2 static void dot4_mxfp4(int64_t n, float *s, const void *w, const void *a, size_t stride)
+{
+    const uint8_t *x = w;
+    const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    __m256 acc0[4], acc1[4];
+    for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(x + i / 2));
+        __m128i lo = _mm_and_si128(b, lo4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), lo4);
+        __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+        __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+        __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)))};
+        for (int r = 0; r < 4; r++) {
+            const float *y = ROW(r, float);
+            acc0[r] = _mm256_fmadd_ps(f[0], _mm256_loadu_ps(y + i), acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(f[1], _mm256_loadu_ps(y + i + 8), acc1[r]);
+            acc0[r] = _mm256_fmadd_ps(f[2], _mm256_loadu_ps(y + i + 16), acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(f[3], _mm256_loadu_ps(y + i + 24), acc1[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        const float *y = ROW(r, float);
+        float sum = 0.5f * hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));
+        for (int64_t k = i; k < n; k++) sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * y[k];
+        s[r] = sum;
+    }
+}
+
 DOT4_FLOAT(dot4_f32, float, load8_f32, same_f32)
 DOT4_FLOAT(dot4_f16, uint16_t, load8_f16, f16)
 DOT4_FLOAT(dot4_bf16, uint16_t, bf16x8, cpu_bf16_to_f32)
@@ -624,6 +661,7 @@ cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
     case MODEL_DTYPE_F32: return dot4_f32;
     case MODEL_DTYPE_F16: return dot4_f16;
     case MODEL_DTYPE_BF16: return dot4_bf16;
+    case MODEL_DTYPE_MXFP4: return dot4_mxfp4; /* per 32-value block (matmul.c scales) */
     case MODEL_DTYPE_Q8_0: return dot4_q8_0;
     case MODEL_DTYPE_Q4_1: return dot4_q4_1;
     case MODEL_DTYPE_Q5_0: return dot4_q5_0;
