@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "api/engine_internal.h"
+#include "api/tool_constraint.h"
 #include "util/error.h"
 #include "util/struct_size.h"
 #include "util/utf8.h"
@@ -193,10 +194,13 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
                                  sampler *smp, di_error **err)
 {
     if (body->constraint_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
-    if (body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
     const rc_reply *rp = rc_prompt_reply(prompt);
-    const char *field = body->constraint_field;
-    if (rp->starts_in_tool_calls)
+    grammar *calls = NULL; /* strict tools, a forced call: the calls' grammar */
+    di_status cs = tool_call_grammar(rp, body, &calls, err);
+    if (cs != DI_OK) return cs;
+    if (!calls && body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
+    const char *field = calls ? "tools" : body->constraint_field;
+    if (!calls && rp->starts_in_tool_calls)
         return di_error_setf(err, DI_ERR_INVALID_REQUEST,
                              "%s: cannot be used with tool_choice required or a named tool (the "
                              "output starts inside a tool call)",
@@ -210,12 +214,15 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
                                   DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &terr);
         if (ts == DI_OK && ids.n == 1) after = ids.ids[0];
         free(ids.ids);
-        if (after < 0)
+        if (after < 0) {
+            grammar_free(calls);
             return di_error_setf(err, DI_ERR_UNSUPPORTED,
                                  "%s: the answer follows the reasoning, and this tokenizer has no "
                                  "single </think> token to start the constraint at",
                                  field);
+        }
     }
+    if (calls) return attach_grammar(e, calls, after, smp, err);
     char msg[512];
     grammar *g = NULL;
     const char *text = body->constraint_text;

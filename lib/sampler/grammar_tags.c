@@ -1,0 +1,203 @@
+/* Tool calls in a model's call syntax as one GBNF grammar (grammar.h,
+ * grammar_tags): free text that cannot spell the trigger, then the call
+ * region whose tags hold their JSON schemas' arguments — xgrammar's structural
+ * tags with a trigger, written for our GBNF automaton.
+ *
+ * Free text that avoids the trigger is the complement of "contains trigger", a
+ * regular language: the Knuth–Morris–Pratt automaton of the trigger over code
+ * points, one rule per state (tc-text<i>: i code points of the trigger
+ * matched), each character leading to the state KMP gives; the character that
+ * completes the trigger leads into the region instead. Every state may end
+ * (the reply is free text), so the end token is allowed anywhere in it. */
+#include "sampler/grammar.h"
+#include "sampler/grammar_text.h"
+
+#include <stdint.h>
+
+/* Decode s as UTF-8 code points into cps (at most max); the count, or -1. */
+static int code_points(const char *s, uint32_t *cps, int max)
+{
+    int n = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p;
+        int k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!k || n == max) return -1;
+        uint32_t v = k == 1 ? c : c & (0x7Fu >> k);
+        for (int i = 1; i < k; i++) {
+            if ((p[i] & 0xC0) != 0x80) return -1;
+            v = (v << 6) | (p[i] & 0x3Fu);
+        }
+        cps[n++] = v;
+        p += k;
+    }
+    return n;
+}
+
+/* The text rules: tc-text0 … tc-text<m-1> over the trigger's code points t[m];
+ * completing the trigger continues with rule `region`. */
+static void text_rules(gtext *o, const uint32_t *t, int m, const char *region)
+{
+    int fail[64];
+    fail[0] = 0;
+    for (int i = 1, k = 0; i < m; i++) {
+        while (k && t[i] != t[k]) k = fail[k - 1];
+        if (t[i] == t[k]) k++;
+        fail[i] = k;
+    }
+    for (int i = 0; i < m; i++) {
+        gt_printf(o, "tc-text%d ::= \"\" | [^", i);
+        for (int j = 0; j < m; j++) {
+            int seen = 0;
+            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
+            if (!seen) gt_printf(o, "\\U%08X", (unsigned)t[j]);
+        }
+        gt_puts(o, "] tc-text0");
+        for (int j = 0; j < m; j++) {
+            int seen = 0;
+            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
+            if (seen) continue;
+            int k = i; /* KMP: the state after reading t[j] in state i */
+            while (k && t[k] != t[j]) k = fail[k - 1];
+            if (t[k] == t[j]) k++;
+            if (k == m)
+                gt_printf(o, " | \"\\U%08X\" %s", (unsigned)t[j], region);
+            else
+                gt_printf(o, " | \"\\U%08X\" tc-text%d", (unsigned)t[j], k);
+        }
+        gt_puts(o, "\n");
+    }
+}
+
+/* A literal as a GBNF string, every character escaped. */
+static void literal(gtext *o, const uint32_t *t, int m)
+{
+    gt_puts(o, "\"");
+    for (int i = 0; i < m; i++) gt_printf(o, "\\U%08X", (unsigned)t[i]);
+    gt_puts(o, "\"");
+}
+
+/* msg from a converter ("json_schema…", "regex…") with `field` in its place. */
+static void rename_error(char *msg, size_t msg_size, const char *field)
+{
+    if (!msg || !msg_size || !field) return;
+    char tmp[512];
+    const char *rest = msg;
+    if (strncmp(rest, "json_schema", 11) == 0)
+        rest += 11;
+    else if (strncmp(rest, "regex", 5) == 0)
+        rest += 5;
+    else
+        return;
+    snprintf(tmp, sizeof tmp, "%s%s", field, rest);
+    snprintf(msg, msg_size, "%s", tmp);
+}
+
+char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
+{
+    gtext o = {0};
+    uint32_t t[64];
+    int m = spec->trigger ? code_points(spec->trigger, t, 64) : 0;
+    if (m < 0 || (m == 0 && spec->start == GRAMMAR_TAGS_TEXT_OR_CALLS)) {
+        snprintf(msg, msg_size, "tool calls: the trigger is empty, longer than 64 characters "
+                                "or not UTF-8");
+        return NULL;
+    }
+    if (!spec->n_tags || (spec->start == GRAMMAR_TAGS_IN_ARGS && spec->n_tags != 1)) {
+        snprintf(msg, msg_size, "tool calls: no tool to call");
+        return NULL;
+    }
+    int n_rules = 0;
+    for (size_t i = 0; i < spec->n_tags; i++) {
+        const grammar_tag *g = &spec->tags[i];
+        char name[32];
+        snprintf(name, sizeof name, "tc-args%zu", i);
+        if (g->schema) {
+            char *r = grammar_json_schema_rules(g->schema, g->schema_len, name, &n_rules, i == 0,
+                                                msg, msg_size);
+            if (!r) {
+                rename_error(msg, msg_size, g->field);
+                free(o.s);
+                return NULL;
+            }
+            gt_puts(&o, r);
+            free(r);
+        } else {
+            if (i == 0) { /* the basic rules, from the schema of any object */
+                static const char obj[] = "{\"type\":\"object\"}";
+                char *r = grammar_json_schema_rules(obj, sizeof obj - 1, "tc-any-object",
+                                                    &n_rules, 1, msg, msg_size);
+                if (!r) {
+                    free(o.s);
+                    return NULL;
+                }
+                gt_puts(&o, r);
+                free(r);
+            }
+            gt_printf(&o, "%s ::= basic-object\n", name);
+        }
+        gt_printf(&o, "tc-call%zu ::= %s tc-args%zu %s\n", i, g->begin, i, g->end);
+    }
+    gt_puts(&o, "tc-call ::= ");
+    for (size_t i = 0; i < spec->n_tags; i++) gt_printf(&o, "%stc-call%zu", i ? " | " : "", i);
+    gt_puts(&o, "\n");
+    /* the calls after the first; then what closes the region */
+    if (spec->separator)
+        gt_printf(&o, "tc-more ::= (%s tc-call)*\n", spec->separator);
+    else
+        gt_puts(&o, "tc-more ::= \"\"\n");
+    gt_printf(&o, "tc-after-trigger ::= tc-call tc-more %s ws\n", spec->close ? spec->close : "");
+    switch (spec->start) {
+    case GRAMMAR_TAGS_TEXT_OR_CALLS:
+        if (spec->answer) {
+            char *r = spec->answer_is_regex
+                          ? grammar_regex_to_gbnf(spec->answer, spec->answer_len, "tc-answer", 0,
+                                                  msg, msg_size)
+                          : grammar_json_schema_rules(spec->answer, spec->answer_len, "tc-answer",
+                                                      &n_rules, 0, msg, msg_size);
+            if (!r) {
+                rename_error(msg, msg_size, spec->answer_field);
+                free(o.s);
+                return NULL;
+            }
+            gt_puts(&o, r);
+            free(r);
+            gt_puts(&o, "\nroot ::= tc-answer | ws ");
+            literal(&o, t, m);
+            gt_puts(&o, " tc-after-trigger\n");
+        } else {
+            gt_puts(&o, "root ::= tc-text0\n");
+            text_rules(&o, t, m, "tc-after-trigger");
+        }
+        break;
+    case GRAMMAR_TAGS_CALLS:
+        gt_puts(&o, "root ::= ws ");
+        literal(&o, t, m);
+        gt_puts(&o, " tc-after-trigger\n");
+        break;
+    case GRAMMAR_TAGS_AFTER_TRIGGER: gt_puts(&o, "root ::= tc-after-trigger\n"); break;
+    case GRAMMAR_TAGS_IN_ARGS:
+        gt_printf(&o, "root ::= tc-args0 %s tc-more %s ws\n", spec->tags[0].end,
+                  spec->close ? spec->close : "");
+        break;
+    }
+    if (o.oom) {
+        free(o.s);
+        snprintf(msg, msg_size, "out of memory for the tool-call grammar");
+        return NULL;
+    }
+    return o.s;
+}
+
+di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg,
+                               size_t msg_size)
+{
+    *out = NULL;
+    char *text = grammar_tags_to_gbnf(spec, msg, msg_size);
+    if (!text)
+        return strncmp(msg, "out of memory", 13) == 0 ? DI_ERR_OUT_OF_MEMORY
+                                                      : DI_ERR_INVALID_REQUEST;
+    di_status st = grammar_compile_gbnf(text, strlen(text), out, msg, msg_size);
+    free(text);
+    return st;
+}
