@@ -34,7 +34,7 @@ static char *call_begin(int hermes, const char *name)
     if (hermes) {
         rc_buf q = {0};
         rc_json_string(&q, name, strlen(name));
-        rc_buf_adds(&b, "ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
+        rc_buf_adds(&b, "tc-blank \"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
         if (q.s) gbnf_literal(&b, q.s, q.len);
         b.oom |= q.oom;
         free(q.s);
@@ -69,11 +69,14 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, grammar
     int hermes = rp->tool_format == RC_TOOLS_HERMES;
     grammar_tags spec = {0};
     spec.trigger = hermes ? "<tool_call>" : "<｜tool▁calls▁begin｜>";
-    spec.separator = hermes ? "ws \"<tool_call>\"" : "\"\\n\"?";
+    spec.separator = hermes ? "tc-blank \"<tool_call>\"" : "\"\\n\"?";
     spec.close = hermes ? "" : "\"<｜tool▁calls▁end｜>\"";
-    const char *end = hermes ? "ws \"}\" ws \"</tool_call>\"" : "\"\\n```<｜tool▁call▁end｜>\"";
+    const char *end = hermes ? "ws \"}\" tc-blank \"</tool_call>\"" : "\"\\n```<｜tool▁call▁end｜>\"";
     size_t first = 0, n = body->n_call_tools;
-    if (body->call_forced && body->call_named >= 0) first = (size_t)body->call_named, n = 1;
+    if (body->call_forced && body->call_named >= 0) { /* one call, of that tool */
+        first = (size_t)body->call_named, n = 1;
+        spec.separator = NULL;
+    }
     if (!body->call_forced) {
         spec.start = GRAMMAR_TAGS_TEXT_OR_CALLS;
         if (body->constraint != RC_CONSTRAINT_NONE) {

@@ -146,7 +146,11 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
         gt_printf(&o, "tc-more ::= (%s tc-call)*\n", spec->separator);
     else
         gt_puts(&o, "tc-more ::= \"\"\n");
-    gt_printf(&o, "tc-after-trigger ::= tc-call tc-more %s ws\n", spec->close ? spec->close : "");
+    /* at most two spaces or newlines around the region: a run of whitespace
+     * would let a model that wants to go on writing put off the end forever */
+    gt_puts(&o, "tc-blank ::= [ \\n]? [ \\n]?\n");
+    gt_printf(&o, "tc-after-trigger ::= tc-call tc-more %s tc-blank\n",
+              spec->close ? spec->close : "");
     switch (spec->start) {
     case GRAMMAR_TAGS_TEXT_OR_CALLS:
         if (spec->answer) {
@@ -162,7 +166,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             }
             gt_puts(&o, r);
             free(r);
-            gt_puts(&o, "\nroot ::= tc-answer | ws ");
+            gt_puts(&o, "\nroot ::= tc-answer | tc-blank ");
             literal(&o, t, m);
             gt_puts(&o, " tc-after-trigger\n");
         } else {
@@ -170,14 +174,14 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             text_rules(&o, t, m, "tc-after-trigger");
         }
         break;
-    case GRAMMAR_TAGS_CALLS:
-        gt_puts(&o, "root ::= ws ");
+    case GRAMMAR_TAGS_CALLS: /* (a blank line at most before: not a run of whitespace) */
+        gt_puts(&o, "root ::= tc-blank ");
         literal(&o, t, m);
         gt_puts(&o, " tc-after-trigger\n");
         break;
     case GRAMMAR_TAGS_AFTER_TRIGGER: gt_puts(&o, "root ::= tc-after-trigger\n"); break;
     case GRAMMAR_TAGS_IN_ARGS:
-        gt_printf(&o, "root ::= tc-args0 %s tc-more %s ws\n", spec->tags[0].end,
+        gt_printf(&o, "root ::= tc-args0 %s tc-more %s tc-blank\n", spec->tags[0].end,
                   spec->close ? spec->close : "");
         break;
     }
