@@ -196,7 +196,7 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
     if (body->constraint_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     const rc_reply *rp = rc_prompt_reply(prompt);
     grammar *calls = NULL; /* strict tools, a forced call: the calls' grammar */
-    di_status cs = tool_call_grammar(rp, body, &calls, err);
+    di_status cs = tool_call_grammar(rp, body, e->encoding == DI_ENCODING_DSV41, &calls, err);
     if (cs != DI_OK) return cs;
     if (!calls && body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
     const char *field = calls ? "tools" : body->constraint_field;
@@ -206,7 +206,9 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
                              "output starts inside a tool call)",
                              field);
     int32_t after = -1;
-    if (rp->stage == RC_STAGE_REASONING_START || rp->stage == RC_STAGE_REASONING_CONTINUATION) {
+    /* (a call the prompt opened starts the output, reasoning or not) */
+    if ((rp->stage == RC_STAGE_REASONING_START || rp->stage == RC_STAGE_REASONING_CONTINUATION) &&
+        !(calls && rp->starts_in_tool_calls)) {
         tok_ids ids = {0};
         tok_error terr;
         static const char end[] = "</think>";

@@ -27,11 +27,13 @@ static void gbnf_literal(rc_buf *b, const char *s, size_t n)
 
 /* The begin sequence of tool `name`'s call, in the reply's syntax:
  *   Hermes: <tool_call> ws {"name": NAME, "arguments": ARGS} ws </tool_call>
- *   V3/R1:  <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜> */
-static char *call_begin(int hermes, const char *name)
+ *   V3/R1:  <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+ *   DSML:   <｜DSML｜invoke name="NAME">\n PARAMETERS </｜DSML｜invoke>\n
+ *           (V4.1: " invoke"), as encoding_dsv4.c writes a call */
+static char *call_begin(int format, const char *invoke, const char *name)
 {
     rc_buf b = {0};
-    if (hermes) {
+    if (format == RC_TOOLS_HERMES) {
         rc_buf q = {0};
         rc_json_string(&q, name, strlen(name));
         rc_buf_adds(&b, "tc-blank \"{\" ws \"\\\"name\\\"\" ws \":\" ws ");
@@ -39,39 +41,58 @@ static char *call_begin(int hermes, const char *name)
         b.oom |= q.oom;
         free(q.s);
         rc_buf_adds(&b, " ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws");
-    } else {
+    } else if (format == RC_TOOLS_V3) {
         gbnf_literal(&b, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
                      strlen("<｜tool▁call▁begin｜>function<｜tool▁sep｜>"));
         rc_buf_adds(&b, " ");
         gbnf_literal(&b, name, strlen(name));
         rc_buf_adds(&b, " \"\\n```json\\n\"");
+    } else {
+        rc_buf_adds(&b, "\"<｜DSML｜\" ");
+        gbnf_literal(&b, invoke, strlen(invoke));
+        rc_buf_adds(&b, " \" name=\\\"\" ");
+        gbnf_literal(&b, name, strlen(name));
+        rc_buf_adds(&b, " \"\\\">\\n\"");
     }
     return rc_buf_take(&b);
 }
 
-di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, grammar **out,
-                            di_error **err)
+di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsml_v41,
+                            grammar **out, di_error **err)
 {
     *out = NULL;
     if (body->call_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     if (!rp->parse_tool_calls || !body->n_call_tools) return DI_OK;
     if (!body->call_strict && !body->call_forced && body->constraint == RC_CONSTRAINT_NONE)
         return DI_OK;
-    if (rp->tool_format == RC_TOOLS_DSML) {
-        for (size_t i = 0; i < body->n_call_tools; i++)
-            if (body->call_tools[i].schema)
-                return di_error_setf(err, DI_ERR_UNSUPPORTED,
-                                     "%s: strict tools are not constrained in DeepSeek V4's DSML "
-                                     "tool calls yet",
-                                     body->call_tools[i].field);
-        return DI_OK; /* as before: a forced call is the prompt's, the format the answer's */
-    }
-    int hermes = rp->tool_format == RC_TOOLS_HERMES;
+    int format = (int)rp->tool_format;
+    /* the DSML tag words: V4's, or V4.1's with a leading space */
+    const char *calls_word = dsml_v41 ? " calls" : "tool_calls";
+    const char *invoke = dsml_v41 ? " invoke" : "invoke";
     grammar_tags spec = {0};
-    spec.trigger = hermes ? "<tool_call>" : "<｜tool▁calls▁begin｜>";
-    spec.separator = hermes ? "tc-blank \"<tool_call>\"" : "\"\\n\"?";
-    spec.close = hermes ? "" : "\"<｜tool▁calls▁end｜>\"";
-    const char *end = hermes ? "ws \"}\" tc-blank \"</tool_call>\"" : "\"\\n```<｜tool▁call▁end｜>\"";
+    char open[32], close[64], end_dsml[64];
+    const char *end;
+    if (format == RC_TOOLS_HERMES) {
+        spec.trigger = "<tool_call>";
+        spec.separator = "tc-blank \"<tool_call>\"";
+        spec.close = "";
+        end = "ws \"}\" tc-blank \"</tool_call>\"";
+    } else if (format == RC_TOOLS_V3) {
+        spec.trigger = "<｜tool▁calls▁begin｜>";
+        spec.separator = "\"\\n\"?";
+        spec.close = "\"<｜tool▁calls▁end｜>\"";
+        end = "\"\\n```<｜tool▁call▁end｜>\"";
+    } else {
+        spec.trigger = "<｜DSML｜";
+        snprintf(open, sizeof open, "\"%s>\\n\"", calls_word);
+        snprintf(close, sizeof close, "\"</｜DSML｜%s>\"", calls_word);
+        snprintf(end_dsml, sizeof end_dsml, "\"</｜DSML｜%s>\\n\"", invoke);
+        spec.open = open;
+        spec.separator = "\"\"";
+        spec.close = close;
+        spec.dsml = dsml_v41 ? " parameter" : "parameter";
+        end = end_dsml;
+    }
     size_t first = 0, n = body->n_call_tools;
     if (body->call_forced && body->call_named >= 0) { /* one call, of that tool */
         first = (size_t)body->call_named, n = 1;
@@ -85,7 +106,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, grammar
             spec.answer_is_regex = body->constraint == RC_CONSTRAINT_REGEX;
             spec.answer_field = body->constraint_field;
         }
-    } else if (rp->starts_in_tool_calls) /* Hermes: the prompt opened <tool_call> */
+    } else if (rp->starts_in_tool_calls) /* the prompt opened the block (Hermes, DSML) */
         spec.start = rp->call_prefix ? GRAMMAR_TAGS_IN_ARGS : GRAMMAR_TAGS_AFTER_TRIGGER;
     else
         spec.start = GRAMMAR_TAGS_CALLS;
@@ -99,7 +120,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, grammar
     }
     for (size_t i = 0; i < n && st == DI_OK; i++) {
         const struct rc_call_tool *ct = &body->call_tools[first + i];
-        tags[i].begin = begins[i] = call_begin(hermes, ct->name);
+        tags[i].begin = begins[i] = call_begin(format, invoke, ct->name);
         tags[i].end = end;
         tags[i].schema = ct->schema;
         tags[i].schema_len = ct->schema ? strlen(ct->schema) : 0;

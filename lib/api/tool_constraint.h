@@ -1,8 +1,9 @@
 /* The grammar of a protocol request's tool calls (tool_constraint.c): strict
  * tools' arguments constrained to their schemas and tool_choice's forced call,
  * in the call syntax of the request's encoding — Hermes <tool_call> blocks
- * (ChatML) and the V3 / R1 tool-call tokens — so that the stream parser reads
- * the calls back unchanged. docs/grammar.md, "Strict tools". */
+ * (ChatML), the V3 / R1 tool-call tokens and DeepSeek V4's DSML — so that the
+ * stream parser reads the calls back unchanged. docs/grammar.md, "Strict
+ * tools". */
 #ifndef DI_API_TOOL_CONSTRAINT_H
 #define DI_API_TOOL_CONSTRAINT_H
 
@@ -17,12 +18,12 @@
  * format (the reply is then the format's answer or calls). *out gets the
  * compiled grammar (the caller owns it), or NULL when no call constraint
  * applies (no tools parsed, tool_choice "none", or nothing to constrain) —
- * the caller then applies the body's format alone, if any.
+ * the caller then applies the body's format alone, if any. dsml_v41: the
+ * DSML tag words are V4.1's (" calls", " invoke", " parameter").
  * Errors: DI_ERR_INVALID_REQUEST naming the schema's field
  * (`tools[2].function.parameters.properties.x: format: …`) or the format's;
- * DI_ERR_UNSUPPORTED for a strict tool in DeepSeek V4's DSML calls, which are
- * not constrained yet; DI_ERR_OUT_OF_MEMORY. Thread-safe. */
-di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, grammar **out,
-                            di_error **err);
+ * DI_ERR_OUT_OF_MEMORY. Thread-safe. */
+di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsml_v41,
+                            grammar **out, di_error **err);
 
 #endif

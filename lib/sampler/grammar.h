@@ -67,11 +67,17 @@ char *grammar_json_schema_rules(const char *json, size_t len, const char *root_n
  * trigger text, then tags of begin, JSON-schema content and end), written as
  * GBNF so that one automaton holds the free text and the calls.
  *
- * The call region is `trigger call (separator call)* close`, where a call is
- * one of the tags: `begin args end`, args the tag's schema (NULL: any JSON
- * object). begin, end, separator and close are GBNF sequences (they may use
- * the rule `ws`, [ \n\r\t]*); trigger is literal UTF-8 text. After the
- * region only whitespace may follow (then the end token). */
+ * The call region is `trigger open call (separator call)* close`, where a
+ * call is one of the tags: `begin args end`, args the tag's schema (NULL: any
+ * JSON object) — or, with `dsml` set, DeepSeek V4's DSML parameters: each of
+ * the schema's properties (in schema order, the required ones present) as
+ * `<｜DSML｜{dsml} name="K" string="true">RAW</｜DSML｜{dsml}>\n` when it is a
+ * plain string (RAW: any text without "</｜DSML｜"), else with
+ * `string="false"` and the property's JSON value (NULL schema: any names and
+ * values). open, begin, end, separator and close are GBNF sequences (they may
+ * use the rules `ws`, [ \n\r\t]*, and `tc-blank`, at most two spaces or
+ * newlines); trigger is literal UTF-8 text. After the region at most two
+ * spaces or newlines may follow (then the end token). */
 typedef struct grammar_tag {
     const char *begin;  /* GBNF sequence before the arguments */
     const char *schema; /* the arguments' JSON Schema (schema_len bytes), or NULL */
@@ -88,7 +94,7 @@ typedef enum grammar_tags_start {
     /* the region, trigger included, after at most two spaces or newlines: a
      * call is required */
     GRAMMAR_TAGS_CALLS = 1,
-    /* the region after its trigger (the prompt wrote the trigger) */
+    /* the region after its trigger and open (the prompt wrote them) */
     GRAMMAR_TAGS_AFTER_TRIGGER = 2,
     /* inside the first tag's arguments (the prompt wrote the trigger and
      * that tag's begin: a named tool_choice) */
@@ -97,6 +103,9 @@ typedef enum grammar_tags_start {
 
 typedef struct grammar_tags {
     const char *trigger;
+    const char *open; /* GBNF after the trigger, before the first call; NULL: none */
+    const char *dsml; /* the DSML parameter tag word ("parameter", V4.1 " parameter"),
+                         or NULL: the arguments are JSON */
     const grammar_tag *tags;
     size_t n_tags;
     const char *separator; /* GBNF between calls; NULL: one call only */

@@ -475,6 +475,70 @@ static void test_tags_errors_name_the_field(void **state)
     assert_string_equal(msg, "tool calls: no tool to call");
 }
 
+/* DeepSeek V4's DSML parameters: each property in schema order as a
+ * parameter element (a plain string raw with string="true", anything else as
+ * JSON with string="false"), the required ones present; a raw value ends at
+ * the first "</｜DSML｜" (it may hold "</" and "<｜DSML｜" otherwise); a schema
+ * without properties takes any parameters. */
+static void test_tags_dsml_parameters(void **state)
+{
+    (void)state;
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"note\":{\"type\":"
+        "\"string\"},\"opt\":{\"type\":\"boolean\"}},\"required\":[\"n\",\"note\"]}";
+    grammar_tag tags[2] = {
+        {"\"<｜DSML｜invoke name=\\\"f\\\">\\n\"", schema, sizeof schema - 1,
+         "\"</｜DSML｜invoke>\\n\"", "tools[0].function.parameters"},
+        {"\"<｜DSML｜invoke name=\\\"g\\\">\\n\"", NULL, 0, "\"</｜DSML｜invoke>\\n\"",
+         "tools[1].function.parameters"},
+    };
+    grammar_tags spec = {.trigger = "<｜DSML｜",
+                         .open = "\"tool_calls>\\n\"",
+                         .dsml = "parameter",
+                         .tags = tags,
+                         .n_tags = 2,
+                         .separator = "\"\"",
+                         .close = "\"</｜DSML｜tool_calls>\"",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+#define P(name, str, v) "<｜DSML｜parameter name=\"" name "\" string=\"" str "\">" v "</｜DSML｜parameter>\n"
+#define CALL(name, params)                                                                     \
+    "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" name "\">\n" params "</｜DSML｜invoke>\n"      \
+    "</｜DSML｜tool_calls>"
+    static const char *const good[] = {
+        "Sure.\n\n" CALL("f", P("n", "false", "3") P("note", "true", "a </b> <｜DSML｜ \" {")),
+        CALL("f", P("n", "false", "-1") P("note", "true", "") P("opt", "false", "true")),
+        CALL("g", P("anything", "true", "x") P("k", "false", "[1, {\"a\": null}]")),
+        CALL("g", ""),
+        "text with ｜DSML｜ but no opening",
+    };
+    static const char *const bad[] = {
+        CALL("f", P("note", "true", "a") P("n", "false", "3")),       /* order */
+        CALL("f", P("n", "false", "3")),                              /* required note */
+        CALL("f", P("n", "true", "3") P("note", "true", "a")),        /* n is not raw */
+        CALL("f", P("n", "false", "\"3\"") P("note", "true", "a")),   /* n is an integer */
+        CALL("f", P("n", "false", "3") P("note", "true", "a") P("x", "false", "1")),
+        CALL("h", ""),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" P("n", "false", "3")
+            "<｜DSML｜parameter name=\"note\" string=\"true\">a</｜DSML｜invoke>",
+    };
+#undef P
+#undef CALL
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!tags_accept(&spec, good[i])) fail_msg("rejected: %s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (tags_accept(&spec, bad[i])) fail_msg("accepted: %s", bad[i]);
+    /* a property's schema error names its path in the whole schema */
+    grammar_tag t = tags[0];
+    t.schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
+    t.schema_len = strlen(t.schema);
+    spec.tags = &t;
+    spec.n_tags = 1;
+    grammar *g = NULL;
+    char msg[512];
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "tools[0].function.parameters.properties.a: format: unsupported"));
+}
+
 /* With an output format, the reply is the format's answer or calls. */
 static void test_tags_answer_or_calls(void **state)
 {
@@ -506,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_tags_forced_calls),
         cmocka_unit_test(test_tags_errors_name_the_field),
         cmocka_unit_test(test_tags_answer_or_calls),
+        cmocka_unit_test(test_tags_dsml_parameters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
