@@ -91,8 +91,8 @@ typedef enum grammar_tags_start {
     /* free text that does not contain the trigger; then, optionally, the
      * region (its trigger included): a reply that may call tools */
     GRAMMAR_TAGS_TEXT_OR_CALLS = 0,
-    /* the region, trigger included, after at most two spaces or newlines: a
-     * call is required */
+    /* the region, trigger included, after at most two newlines: a call is
+     * required */
     GRAMMAR_TAGS_CALLS = 1,
     /* the region after its trigger and open (the prompt wrote them) */
     GRAMMAR_TAGS_AFTER_TRIGGER = 2,

@@ -308,8 +308,9 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             text_rules(&o, "tc-text", t, m, "tc-after-trigger", 1);
         }
         break;
-    case GRAMMAR_TAGS_CALLS: /* (a blank line at most before: not a run of whitespace) */
-        gt_puts(&o, "root ::= tc-blank ");
+    case GRAMMAR_TAGS_CALLS: /* (two newlines at most before, which the parsers drop after
+                                 </think>: no run of whitespace, no answer text) */
+        gt_puts(&o, "root ::= \"\\n\"? \"\\n\"? ");
         literal(&o, t, m);
         gt_puts(&o, " tc-after-trigger\n");
         break;

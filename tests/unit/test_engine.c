@@ -1449,7 +1449,7 @@ static void test_chat_request_streams_protocol_chunks(void **state)
 }
 
 /* Chat response_format on a reasoning model: the reasoning is free, the answer
- * after </think> is constrained. logit_bias makes </think> the first token (a
+ * after </think> is constrained (and so is a forced call of a strict tool). logit_bias makes </think> the first token (a
  * random model would reason for ever); then the regex must hold exactly, and
  * its end forces the end token. Also the errors of a constraint at di_submit:
  * the body's field named. */
@@ -1506,6 +1506,41 @@ static void test_chat_response_format_constrains_the_answer(void **state)
         size_t digits = strspn(r[k].text, "0123456789");
         if (!(digits == 3 && (r[k].text[3] == 0 || strcmp(r[k].text + 3, "-x") == 0)))
             fail_msg("answer %d: \"%s\" does not match [0-9]{3}(-x)?", k, r[k].text);
+    }
+    /* a strict tool with tool_choice required: after the free reasoning the
+     * output is the call, in the R1 template's tool-call tokens */
+    {
+        snprintf(body, sizeof body,
+                 "{\"model\":\"r1\",\"max_tokens\":24,\"temperature\":1,\"seed\":5,"
+                 "\"logit_bias\":{\"%d\":100},\"messages\":[{\"role\":\"user\",\"content\":"
+                 "\"Pick.\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"pick\","
+                 "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":{"
+                 "\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}}}],"
+                 "\"tool_choice\":\"required\"}",
+                 (int)think_end);
+        rec rt;
+        memset(&rt, 0, sizeof rt);
+        rt.cancel_at = -1;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.user_data = &rt;
+        if (di_submit(e, &q, &rt.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(rt.status, DI_OK);
+        assert_int_equal(rt.toks[0], think_end);
+        /* (this vocabulary spells the marker in pieces) */
+        char *out = NULL;
+        size_t out_len = 0;
+        assert_int_equal(di_tokenizer_decode(di_engine_tokenizer(e), rt.toks + 1,
+                                             (size_t)rt.n_toks - 1, 0, &out, &out_len, NULL),
+                         DI_OK);
+        static const char marker[] = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function";
+        size_t blanks = strspn(out, "\n"), rest = strlen(out + blanks);
+        if (blanks > 2 || rest < 4 ||
+            strncmp(out + blanks, marker, rest < sizeof marker - 1 ? rest : sizeof marker - 1) != 0)
+            fail_msg("not a call after </think>: \"%s\"", out);
+        di_text_free(out);
+        if (rt.text_len) fail_msg("answer text \"%.*s\"", (int)rt.text_len, rt.text);
     }
     /* a schema the compiler cannot take: the body's field and the keyword */
     q.json = "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"

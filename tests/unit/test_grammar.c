@@ -426,7 +426,8 @@ static void test_tags_forced_calls(void **state)
                          .separator = "ws \"<tool_call>\"",
                          .close = "",
                          .start = GRAMMAR_TAGS_CALLS};
-    assert_true(tags_accept(&spec, " <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_true(tags_accept(&spec, "\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(tags_accept(&spec, " <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
     assert_false(tags_accept(&spec, ""));
     assert_false(tags_accept(&spec, "Sure. <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
     spec.start = GRAMMAR_TAGS_AFTER_TRIGGER;
