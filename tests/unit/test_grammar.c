@@ -476,6 +476,62 @@ static void test_tags_errors_name_the_field(void **state)
     assert_string_equal(msg, "tool calls: no tool to call");
 }
 
+/* The matcher's mask cache gives the mask a fresh matcher computes: along
+ * a random token sequence through free text, a trigger and a call (states
+ * that come back, and rollbacks), each step's mask equals that of a new
+ * matcher advanced by the same tokens (whose first mask is never cached). */
+static void test_mask_cache_equals_a_fresh_walk(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "<", "tool", "_call", ">", "{\"name\": \"g\", ",
+                                       "\"arguments\": ", "{}", "}", "</tool_call>", " ", "<t",
+                                       "ool_call>", "b<", "{", "\"x\": 1"};
+    int32_t n = (int32_t)(sizeof toks / sizeof toks[0]);
+    grammar_vocab *v = vocab_of(toks, n);
+    grammar_tags spec = {.trigger = "<tool_call>",
+                         .tags = hermes_tags,
+                         .n_tags = 2,
+                         .separator = "ws \"<tool_call>\"",
+                         .close = "",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+    char msg[512];
+    grammar *g;
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_OK);
+    int32_t eos = n;
+    grammar_matcher *m;
+    assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+    int32_t seq[64];
+    int n_seq = 0;
+    uint64_t x = 12345;
+    uint32_t a[1], b[1];
+    for (int step = 0; step < 60; step++) {
+        int32_t ca = grammar_matcher_fill_mask(m, a);
+        grammar_matcher *f;
+        assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_OK);
+        assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &f), DI_OK);
+        for (int i = 0; i < n_seq; i++) assert_int_equal(grammar_matcher_accept(f, seq[i]), 0);
+        int32_t cb = grammar_matcher_fill_mask(f, b);
+        grammar_matcher_free(f);
+        assert_int_equal(ca, cb);
+        assert_int_equal(a[0], b[0]);
+        if (ca == 0 || grammar_matcher_is_terminated(m)) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (n_seq > 2 && x % 7 == 0) { /* a rollback now and then */
+            assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+            n_seq--;
+            continue;
+        }
+        int32_t pick = -1;
+        for (int32_t k = 0, r = (int32_t)(x % (uint64_t)ca); k <= n; k++)
+            if ((a[0] >> k) & 1 && r-- == 0) pick = k;
+        if (pick == eos || n_seq == 64) break;
+        assert_int_equal(grammar_matcher_accept(m, pick), 0);
+        seq[n_seq++] = pick;
+    }
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+}
+
 /* DeepSeek V4's DSML parameters: each property in schema order as a
  * parameter element (a plain string raw with string="true", anything else as
  * JSON with string="false"), the required ones present; a raw value ends at
@@ -572,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_tags_errors_name_the_field),
         cmocka_unit_test(test_tags_answer_or_calls),
         cmocka_unit_test(test_tags_dsml_parameters),
+        cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
