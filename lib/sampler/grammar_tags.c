@@ -236,7 +236,15 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
         char *r = grammar_json_schema_rules(obj, sizeof obj - 1, "tc-any-object", &n_rules, 1, msg,
                                             msg_size);
         if (!r) return NULL;
-        gt_puts(&o, r);
+        /* whitespace between JSON tokens: a little, or one line break and an
+         * indentation — not xgrammar's any run, in which a model can put off
+         * the end of a call for ever (SmolLM2 does: blank lines to max_tokens) */
+        static const char any_ws[] = "ws ::= [ \\n\\r\\t]*\n";
+        if (strncmp(r, any_ws, sizeof any_ws - 1) == 0) {
+            gt_puts(&o, "ws ::= [ \\t]{0,2} | \"\\n\" [ \\t]{0,16}\n");
+            gt_puts(&o, r + sizeof any_ws - 1);
+        } else
+            gt_puts(&o, r);
         free(r);
     }
     if (spec->dsml) { /* a raw value: text up to "</｜DSML｜", then the word and '>' */

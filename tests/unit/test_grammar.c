@@ -373,6 +373,7 @@ static void test_tags_free_text_then_calls(void **state)
         "Hello, world.",
         "a <tool b </tool_call> <tool_cal",
         "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 3}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\n    \"x\":\t 3\n}}</tool_call>",
         "I will call.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": -12}}\n</tool_call>\n",
         "<<tool_call>{\"name\":\"g\",\"arguments\":{\"q\":[1,\"s\"]}}</tool_call><tool_call>"
         "{\"name\": \"f\", \"arguments\": {\"x\": 0}}</tool_call>",
@@ -382,6 +383,9 @@ static void test_tags_free_text_then_calls(void **state)
         "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": \"3\"}}</tool_call>",
         "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
         "<tool_call>{\"name\": \"g\", \"arguments\": [1]}</tool_call>",
+        /* a run of whitespace: blank lines, or more than two spaces */
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\":\n\n 3}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\":   3}}</tool_call>",
         "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 3}}</tool_call> and text",
         "text <tool_call> more text",
         "<tool_call>",
