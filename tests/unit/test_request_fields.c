@@ -437,7 +437,7 @@ static void test_strict_tools_constrain_hermes_calls(void **state)
         for (int seed = 1; seed <= 1; seed++) {
             char body[4096];
             snprintf(body, sizeof body,
-                     "{\"model\":\"m\",\"max_tokens\":80,\"temperature\":1.5,\"seed\":%d,"
+                     "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1.5,\"seed\":%d,"
                      "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],"
                      "\"tools\":%s,\"tool_choice\":%s}",
                      seed, tools_chat, choices[k]);
@@ -478,13 +478,13 @@ static void test_strict_tools_constrain_hermes_calls(void **state)
         char body[4096];
         if (k == 0)
             snprintf(body, sizeof body,
-                     "{\"model\":\"m\",\"max_tokens\":80,\"temperature\":1.5,\"messages\":[{"
+                     "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1.5,\"messages\":[{"
                      "\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":%s,\"tool_choice\":"
                      "{\"type\":\"any\"}}",
                      tools_msg);
         else
             snprintf(body, sizeof body,
-                     "{\"model\":\"m\",\"max_output_tokens\":80,\"temperature\":1.5,\"input\":"
+                     "{\"model\":\"m\",\"max_output_tokens\":64,\"temperature\":1.5,\"input\":"
                      "\"Weather?\",\"tools\":%s,\"tool_choice\":\"required\"}",
                      tools_resp);
         di_request q;
@@ -605,7 +605,7 @@ static void test_response_format_with_a_forced_call_is_a_call(void **state)
     for (int k = 0; k < 3; k++) {
         char body[1024];
         snprintf(body, sizeof body,
-                 "{\"model\":\"m\",\"max_tokens\":40,\"temperature\":0,\"messages\":[{\"role\":"
+                 "{\"model\":\"m\",\"max_tokens\":24,\"temperature\":0,\"messages\":[{\"role\":"
                  "\"user\",\"content\":\"json\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
                  "\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}],"
                  "\"tool_choice\":%s,\"response_format\":{\"type\":\"json_object\"}}",
