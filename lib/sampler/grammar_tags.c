@@ -192,9 +192,16 @@ static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name,
             char *r = text ? grammar_json_schema_rules(text, strlen(text), vname, n_rules, 0, msg,
                                                        msg_size)
                            : NULL;
+            int no_text = text == NULL;
             free(text);
             if (!r) {
-                if (!text) snprintf(msg, msg_size, "out of memory for the tool-call grammar");
+                if (no_text)
+                    snprintf(msg, msg_size, "out of memory for the tool-call grammar");
+                else { /* (the whole schema compiled: a property alone may not, "$ref": "#") */
+                    char field[256];
+                    snprintf(field, sizeof field, "%s.properties.%s", g->field, key);
+                    rename_error(msg, msg_size, field);
+                }
                 free(seq.s);
                 goto done;
             }
