@@ -75,9 +75,12 @@ char *grammar_json_schema_rules(const char *json, size_t len, const char *root_n
  * plain string (RAW: any text without "</｜DSML｜"), else with
  * `string="false"` and the property's JSON value (NULL schema: any names and
  * values). open, begin, end, separator and close are GBNF sequences (they may
- * use the rules `ws`, [ \n\r\t]*, and `tc-blank`, at most two spaces or
- * newlines); trigger is literal UTF-8 text. After the region at most two
- * spaces or newlines may follow (then the end token). */
+ * use the rules `ws` — whitespace between JSON tokens, here at most two
+ * spaces or tabs, or a line break and up to 16 (an indentation) — and
+ * `tc-blank`, at most two spaces or newlines); trigger is literal UTF-8 text
+ * of at most 64 characters. After the region at most two spaces or newlines
+ * may follow (then the end token).
+ * Thread-safety: pure functions of their arguments. */
 typedef struct grammar_tag {
     const char *begin;  /* GBNF sequence before the arguments */
     const char *schema; /* the arguments' JSON Schema (schema_len bytes), or NULL */
