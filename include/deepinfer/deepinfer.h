@@ -1276,7 +1276,7 @@ DI_API void di_request_init(di_request *req);
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
  * whose encoding does not take the protocol: the message says which; or a body
- * field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls
+ * field the engine cannot honour yet — n > 1, parallel_tool_calls
  * false, stored responses, reasoning switches a chat template decides itself:
  * the message names the field, and
  * docs/api.md, "Request fields", lists every field),

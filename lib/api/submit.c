@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "api/engine_internal.h"
+#include "api/tool_constraint.h"
 #include "util/error.h"
 #include "util/struct_size.h"
 #include "util/utf8.h"
@@ -193,16 +194,21 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
                                  sampler *smp, di_error **err)
 {
     if (body->constraint_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
-    if (body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
     const rc_reply *rp = rc_prompt_reply(prompt);
-    const char *field = body->constraint_field;
-    if (rp->starts_in_tool_calls)
+    grammar *calls = NULL; /* strict tools, a forced call: the calls' grammar */
+    di_status cs = tool_call_grammar(rp, body, e->encoding == DI_ENCODING_DSV41, &calls, err);
+    if (cs != DI_OK) return cs;
+    if (!calls && body->constraint == RC_CONSTRAINT_NONE) return DI_OK;
+    const char *field = calls ? "tools" : body->constraint_field;
+    if (!calls && rp->starts_in_tool_calls)
         return di_error_setf(err, DI_ERR_INVALID_REQUEST,
                              "%s: cannot be used with tool_choice required or a named tool (the "
                              "output starts inside a tool call)",
                              field);
     int32_t after = -1;
-    if (rp->stage == RC_STAGE_REASONING_START || rp->stage == RC_STAGE_REASONING_CONTINUATION) {
+    /* (a call the prompt opened starts the output, reasoning or not) */
+    if ((rp->stage == RC_STAGE_REASONING_START || rp->stage == RC_STAGE_REASONING_CONTINUATION) &&
+        !(calls && rp->starts_in_tool_calls)) {
         tok_ids ids = {0};
         tok_error terr;
         static const char end[] = "</think>";
@@ -210,12 +216,15 @@ static di_status body_constraint(di_engine *e, const di_prompt *prompt, const rc
                                   DI_TOKENIZE_SPECIAL | DI_TOKENIZE_ADDED, &ids, &terr);
         if (ts == DI_OK && ids.n == 1) after = ids.ids[0];
         free(ids.ids);
-        if (after < 0)
+        if (after < 0) {
+            grammar_free(calls);
             return di_error_setf(err, DI_ERR_UNSUPPORTED,
                                  "%s: the answer follows the reasoning, and this tokenizer has no "
                                  "single </think> token to start the constraint at",
                                  field);
+        }
     }
+    if (calls) return attach_grammar(e, calls, after, smp, err);
     char msg[512];
     grammar *g = NULL;
     const char *text = body->constraint_text;

@@ -17,6 +17,13 @@ void rc_sampling_free(rc_sampling *s)
     s->n_bias = 0;
     s->constraint_text = NULL;
     s->constraint = RC_CONSTRAINT_NONE;
+    for (size_t i = 0; i < s->n_call_tools; i++) {
+        free(s->call_tools[i].name);
+        free(s->call_tools[i].schema);
+    }
+    free(s->call_tools);
+    s->call_tools = NULL;
+    s->n_call_tools = 0;
 }
 
 /* A number field in [lo, hi] into *out with `bit` set in s->set. */
@@ -214,20 +221,69 @@ static void refuse(rc_sampling *s, const char *field, const char *why)
     if (!s->unsupported[0]) snprintf(s->unsupported, sizeof s->unsupported, "%s: %s", field, why);
 }
 
-/* Tools whose schema is strict: constrained decoding (the structured-output
- * work) is what would honour them. Chat nests it in `function`. */
-static void check_tools(json_t *root, di_protocol protocol, rc_sampling *s)
+/* The body's function tools and tool_choice, for constraining the calls
+ * (sampling.h, call_tools). Chat nests a tool in `function`; Responses'
+ * function tools are {"type": "function", name, parameters, strict}; a
+ * Messages tool is {name, input_schema, strict} (Anthropic's strict tools,
+ * structured outputs). The body's conversion has checked the shapes. */
+static void take_tools(json_t *root, di_protocol protocol, rc_sampling *s)
 {
     json_t *tools = json_object_get(root, "tools");
-    if (!json_is_array(tools)) return;
-    for (size_t i = 0; i < json_array_size(tools) && !s->unsupported[0]; i++) {
-        json_t *t = json_array_get(tools, i);
-        if (protocol == DI_PROTOCOL_CHAT) t = json_object_get(t, "function");
-        if (json_is_true(json_object_get(t, "strict"))) {
-            snprintf(s->unsupported, sizeof s->unsupported,
-                     "tools[%zu]%s.strict: strict tool schemas need constrained decoding, which "
-                     "this engine does not do yet",
-                     i, protocol == DI_PROTOCOL_CHAT ? ".function" : "");
+    json_t *tc = json_object_get(root, "tool_choice");
+    const char *choice = json_string_value(tc);
+    const char *kind = json_string_value(json_object_get(tc, "type"));
+    if (!json_is_array(tools) || (choice && rc_streq(choice, "none")) ||
+        (kind && rc_streq(kind, "none")))
+        return;
+    const char *named = NULL;
+    if (choice && rc_streq(choice, "required")) s->call_forced = 1;
+    if (kind && rc_streq(kind, "any")) s->call_forced = 1; /* Messages */
+    if (kind && (rc_streq(kind, "function") || rc_streq(kind, "tool"))) {
+        json_t *fn = json_object_get(tc, "function"); /* Chat nests the name */
+        named = json_string_value(json_object_get(fn ? fn : tc, "name"));
+        s->call_forced = named != NULL;
+    }
+    s->call_named = -1;
+    size_t n = json_array_size(tools);
+    s->call_tools = calloc(n ? n : 1, sizeof *s->call_tools);
+    if (!s->call_tools) {
+        s->call_oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(tools, i), *f = t;
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *key = "parameters";
+        if (protocol == DI_PROTOCOL_CHAT) {
+            f = json_object_get(t, "function");
+            if (!json_is_object(f)) continue;
+        } else if (protocol == DI_PROTOCOL_RESPONSES) {
+            if (!type || !rc_streq(type, "function")) continue; /* built-in and namespace tools */
+        } else {
+            if (type && !rc_streq(type, "custom")) continue; /* Anthropic's server tools */
+            key = "input_schema";
+        }
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name) continue;
+        struct rc_call_tool *ct = &s->call_tools[s->n_call_tools];
+        snprintf(ct->field, sizeof ct->field, "tools[%u]%s.%s", (unsigned)(i % 100000000u),
+                 protocol == DI_PROTOCOL_CHAT ? ".function" : "", key);
+        if (!(ct->name = strdup(name))) {
+            s->call_oom = 1;
+            return;
+        }
+        s->n_call_tools++;
+        if (named && rc_streq(named, name)) s->call_named = (int)(s->n_call_tools - 1);
+        if (!json_is_true(json_object_get(f, "strict"))) continue;
+        s->call_strict = 1;
+        json_t *params = json_object_get(f, key);
+        /* no parameters: a call without arguments, the empty object */
+        ct->schema = params ? json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY)
+                            : strdup("{\"type\":\"object\",\"properties\":{},"
+                                     "\"additionalProperties\":false}");
+        if (!ct->schema) {
+            s->call_oom = 1;
+            return;
         }
     }
 }
@@ -426,7 +482,6 @@ void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoni
         check_messages(root, s);
     else
         check_responses(root, s);
-    check_tools(root, protocol, s);
     check_reasoning(root, protocol, reasoning, s);
     free(s->constraint_text);
     s->constraint_text = NULL;
@@ -437,4 +492,14 @@ void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoni
     else if (protocol == DI_PROTOCOL_RESPONSES)
         take_constraint(json_object_get(json_object_get(root, "text"), "format"), NULL,
                         "text.format.schema", NULL, s);
+    for (size_t i = 0; i < s->n_call_tools; i++) {
+        free(s->call_tools[i].name);
+        free(s->call_tools[i].schema);
+    }
+    free(s->call_tools);
+    s->call_tools = NULL;
+    s->n_call_tools = 0;
+    s->call_strict = s->call_forced = s->call_oom = 0;
+    s->call_named = -1;
+    take_tools(root, protocol, s);
 }

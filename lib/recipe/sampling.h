@@ -60,6 +60,22 @@ typedef struct rc_sampling {
     char *constraint_text;
     const char *constraint_field; /* static: "response_format.json_schema.schema", … */
     int constraint_oom;
+    /* The body's function tools, for constraining their calls (di_submit
+     * builds the grammar of the calls in the encoding's call syntax): each
+     * tool's name, its parameters' JSON Schema as compact JSON (NULL: the tool
+     * is not strict, its arguments are any JSON object), and the schema's field
+     * for errors ("tools[2].function.parameters"). call_strict: some tool is
+     * strict (Chat `function.strict`, Responses and Messages `strict`);
+     * call_forced: tool_choice requires a call (Chat/Responses "required",
+     * Messages "any", or a named tool: then call_named is its index, else -1).
+     * call_oom: out of memory taking them. Empty when tool_choice is "none". */
+    struct rc_call_tool {
+        char *name;
+        char *schema;
+        char field[64];
+    } *call_tools;
+    size_t n_call_tools;
+    int call_strict, call_forced, call_named, call_oom;
     /* Log probabilities the body asks for: Chat logprobs (top_logprobs, 0-20,
      * the alternatives), Responses top_logprobs > 0 or include
      * "message.output_text.logprobs" */

@@ -874,6 +874,8 @@ typedef struct ivec {
     size_t n, cap;
 } ivec;
 
+#define MASK_CACHE 16
+
 struct grammar_matcher {
     grammar *g;
     const grammar_vocab *voc;
@@ -890,6 +892,16 @@ struct grammar_matcher {
     ivec work;        /* the mask's per-depth sets */
     int terminated;
     int oom;
+    /* masks of recent states, keyed by the state's sorted node ids (a state
+     * that comes back — free text before a tool call's trigger, a string's
+     * characters — costs a copy, not a walk of the vocabulary) */
+    struct mask_entry {
+        int32_t *key;
+        size_t n_key;
+        uint32_t *mask;
+        int32_t count;
+    } cache[MASK_CACHE];
+    size_t n_cache, next_cache;
 };
 
 static int ivec_push(ivec *a, int32_t x)
@@ -1027,6 +1039,10 @@ void grammar_matcher_free(grammar_matcher *m)
     free(m->state.v);
     free(m->hist.v);
     free(m->work.v);
+    for (size_t i = 0; i < m->n_cache; i++) {
+        free(m->cache[i].key);
+        free(m->cache[i].mask);
+    }
     free(m);
 }
 
@@ -1049,7 +1065,51 @@ int grammar_matcher_is_terminated(const grammar_matcher *m)
     return m->terminated;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t compute_mask(grammar_matcher *m, uint32_t *mask);
+
 int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
+{
+    size_t words = ((size_t)m->voc->n_vocab + 31) / 32, n = m->state.n;
+    if (m->terminated || n == 0 || n > 256) return compute_mask(m, mask);
+    int32_t key_stack[256];
+    memcpy(key_stack, m->state.v, n * sizeof *key_stack);
+    qsort(key_stack, n, sizeof *key_stack, cmp_i32);
+    for (size_t i = 0; i < m->n_cache; i++)
+        if (m->cache[i].n_key == n && memcmp(m->cache[i].key, key_stack, n * sizeof *key_stack) == 0) {
+            memcpy(mask, m->cache[i].mask, words * sizeof *mask);
+            return m->cache[i].count;
+        }
+    int32_t count = compute_mask(m, mask);
+    if (count < 0) return count;
+    int32_t *key = malloc(n * sizeof *key);
+    uint32_t *copy = malloc(words * sizeof *copy);
+    if (!key || !copy) { /* not cached: the mask is still right */
+        free(key);
+        free(copy);
+        return count;
+    }
+    memcpy(key, key_stack, n * sizeof *key);
+    memcpy(copy, mask, words * sizeof *copy);
+    size_t slot;
+    if (m->n_cache < MASK_CACHE)
+        slot = m->n_cache++;
+    else { /* full: replace round-robin */
+        slot = m->next_cache;
+        m->next_cache = (m->next_cache + 1) % MASK_CACHE;
+        free(m->cache[slot].key);
+        free(m->cache[slot].mask);
+    }
+    m->cache[slot] = (struct mask_entry){key, n, copy, count};
+    return count;
+}
+
+static int32_t compute_mask(grammar_matcher *m, uint32_t *mask)
 {
     const grammar_vocab *v = m->voc;
     memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);

@@ -56,6 +56,84 @@ char *grammar_regex_to_gbnf(const char *pattern, size_t len, const char *prefix,
  * (grammar_json_schema.c). */
 char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_t msg_size);
 
+/* The schema's rules for a grammar that holds several (grammar_tags.c):
+ * the start rule named root_name, rule numbers continuing from *n_rules
+ * (updated), the shared basic rules (ws, basic-any, basic-object, …) first
+ * when with_base. malloc'd, or NULL with msg set. */
+char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name,
+                                int *n_rules, int with_base, char *msg, size_t msg_size);
+
+/* Tool calls in a model's own call syntax: xgrammar's "structural tags" (a
+ * trigger text, then tags of begin, JSON-schema content and end), written as
+ * GBNF so that one automaton holds the free text and the calls.
+ *
+ * The call region is `trigger open call (separator call)* close`, where a
+ * call is one of the tags: `begin args end`, args the tag's schema (NULL: any
+ * JSON object) — or, with `dsml` set, DeepSeek V4's DSML parameters: each of
+ * the schema's properties (in schema order, the required ones present) as
+ * `<｜DSML｜{dsml} name="K" string="true">RAW</｜DSML｜{dsml}>\n` when it is a
+ * plain string (RAW: any text without "</｜DSML｜"), else with
+ * `string="false"` and the property's JSON value (NULL schema: any names and
+ * values). open, begin, end, separator and close are GBNF sequences (they may
+ * use the rules `ws` — whitespace between JSON tokens, here at most two
+ * spaces or tabs, or a line break and up to 16 (an indentation) — and
+ * `tc-blank`, at most two spaces or newlines); trigger is literal UTF-8 text
+ * of at most 64 characters. After the region at most two spaces or newlines
+ * may follow (then the end token).
+ * Thread-safety: pure functions of their arguments. */
+typedef struct grammar_tag {
+    const char *begin;  /* GBNF sequence before the arguments */
+    const char *schema; /* the arguments' JSON Schema (schema_len bytes), or NULL */
+    size_t schema_len;
+    const char *end;   /* GBNF sequence after the arguments */
+    const char *field; /* the request field of the schema, for errors
+                          ("tools[2].function.parameters") */
+} grammar_tag;
+
+typedef enum grammar_tags_start {
+    /* free text that does not contain the trigger; then, optionally, the
+     * region (its trigger included): a reply that may call tools */
+    GRAMMAR_TAGS_TEXT_OR_CALLS = 0,
+    /* the region, trigger included, after at most two newlines: a call is
+     * required */
+    GRAMMAR_TAGS_CALLS = 1,
+    /* the region after its trigger and open (the prompt wrote them) */
+    GRAMMAR_TAGS_AFTER_TRIGGER = 2,
+    /* inside the first tag's arguments (the prompt wrote the trigger and
+     * that tag's begin: a named tool_choice) */
+    GRAMMAR_TAGS_IN_ARGS = 3,
+} grammar_tags_start;
+
+typedef struct grammar_tags {
+    const char *trigger;
+    const char *open; /* GBNF after the trigger, before the first call; NULL: none */
+    const char *dsml; /* the DSML parameter tag word ("parameter", V4.1 " parameter"),
+                         or NULL: the arguments are JSON */
+    const grammar_tag *tags;
+    size_t n_tags;
+    const char *separator; /* GBNF between calls; NULL: one call only */
+    const char *close;     /* GBNF after the last call ("" for none) */
+    grammar_tags_start start;
+    /* GRAMMAR_TAGS_TEXT_OR_CALLS: what a reply that is not a call must match
+     * instead of free text (a response_format): a JSON Schema (answer_len
+     * bytes) or, with answer_is_regex, a regular expression; NULL: free text.
+     * answer_field names it in errors ("response_format.json_schema.schema"). */
+    const char *answer;
+    size_t answer_len;
+    int answer_is_regex;
+    const char *answer_field;
+} grammar_tags;
+
+/* The grammar of spec as GBNF text (malloc'd), or NULL with msg set: a
+ * schema error names the tag's field in place of "json_schema"
+ * (`tools[0].function.parameters.properties.x: format: …`). */
+char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size);
+/* Compile spec (grammar_tags_to_gbnf, then grammar_compile_gbnf). Errors:
+ * DI_ERR_INVALID_REQUEST (a schema, msg as above; an empty trigger with free
+ * text; no tags), DI_ERR_OUT_OF_MEMORY. */
+di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg,
+                               size_t msg_size);
+
 /* The vocabulary as a sorted token list: n_vocab token byte strings
  * (bytes[i], lens[i]; copied). A token with excluded[i] set (special tokens,
  * may be NULL) or no bytes is never allowed by a mask, except the end tokens

@@ -494,9 +494,13 @@ static int conv(jctx *c, json_t *s, const char *path, int depth)
     return 0;
 }
 
-char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_t msg_size)
+/* The schema's rules, its start rule named root_name, rule numbers continuing
+ * from *n_rules (so several schemas' rules can share one grammar), BASE first
+ * when with_base. */
+static char *schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
+                          int with_base, char *msg, size_t msg_size)
 {
-    jctx c = {.msg = msg, .msg_size = msg_size};
+    jctx c = {.msg = msg, .msg_size = msg_size, .n_rules = n_rules ? *n_rules : 0};
     json_error_t je;
     if (!json) {
         jfail(&c, "", "%s", "NULL");
@@ -508,11 +512,12 @@ char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_
             snprintf(msg, msg_size, "json_schema: not JSON (line %d: %s)", je.line, je.text);
         return NULL;
     }
-    gt_puts(&c.out, BASE);
-    gt_puts(&c.out, "root ::= ");
+    if (with_base) gt_puts(&c.out, BASE);
+    gt_printf(&c.out, "%s ::= ", root_name);
     conv(&c, c.root, "", 0);
     gt_puts(&c.out, "\n");
     json_decref(c.root);
+    if (n_rules) *n_rules = c.n_rules;
     if (c.out.oom && !c.err) {
         c.err = 1;
         if (msg && msg_size) snprintf(msg, msg_size, "out of memory for the JSON schema");
@@ -522,4 +527,15 @@ char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_
         return NULL;
     }
     return c.out.s;
+}
+
+char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_t msg_size)
+{
+    return schema_rules(json, len, "root", NULL, 1, msg, msg_size);
+}
+
+char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name,
+                                int *n_rules, int with_base, char *msg, size_t msg_size)
+{
+    return schema_rules(json, len, root_name, n_rules, with_base, msg, msg_size);
 }

@@ -7,7 +7,11 @@ grammar allowed (not checked here beyond its status).
 With --cli, the same schemas also as protocol requests through `deepinfer run`:
 Chat response_format json_schema and Responses text.format json_schema (the
 answer's text validated the same way), Chat json_object (a JSON object), and
-Chat response_format regex (the answer matched with Python's re).
+Chat response_format regex (the answer matched with Python's re); and strict
+tools: each schema as the one property of a strict function tool's parameters,
+called through Chat (tool_choice required, a named tool, or auto with a request
+to call) and Messages (strict input_schema, tool_choice any): every complete
+call's arguments validated with `jsonschema` against the tool's parameters.
 
 usage: grammar_e2e.py <grammar_e2e> <SmolLM2 .gguf> [--schemas N] [--seed S]
                       [--cli deepinfer]
@@ -73,6 +77,7 @@ def main():
     ok = bad == 0 and valid > 0
     if a.cli:
         ok = protocol_requests(a, schemas, d) and ok
+        ok = tool_requests(a, schemas, d) and ok
     return 0 if ok else 1
 
 
@@ -149,6 +154,82 @@ def protocol_requests(a, schemas, d):
     print(f"grammar e2e, protocol requests: {valid} answers valid, {cut} cut by max_tokens, "
           f"{bad} bad, of {len(cases)}")
     return bad == 0 and valid >= len(cases) // 2
+
+
+def tool_requests(a, schemas, d):
+    """Strict tools: the generator's schemas as tool parameters, the calls'
+    arguments validated with jsonschema."""
+    valid = cut = bad = no_call = 0
+    schemas = schemas[:6]  # (the suite's time: about 4 s a request on 2 cores)
+    for i, s in enumerate(schemas):
+        s = dict(s)
+        defs = s.pop("$defs", None)  # $ref resolves in the root: the parameters'
+        params = {"type": "object", "properties": {"value": s}, "required": ["value"],
+                  "additionalProperties": False}
+        if defs is not None:
+            params["$defs"] = defs
+        ask = "Call save with a value for this schema: " + json.dumps(s)[:300]
+        other = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 12}},
+                 "required": ["q"], "additionalProperties": False}
+        if i % 4 == 3:  # Messages: strict input_schema, a call of any tool
+            protocol = "messages"
+            body = {"model": "smollm2", "max_tokens": 100, "temperature": 0.7,
+                    "messages": [{"role": "user", "content": ask}],
+                    "tools": [{"name": "save", "strict": True, "input_schema": params},
+                              {"name": "look", "strict": True, "input_schema": other}],
+                    "tool_choice": {"type": "any"}}
+        else:
+            choice = ["required", {"type": "function", "function": {"name": "save"}},
+                      "auto"][i % 4]
+            protocol = "chat"
+            body = {"model": "smollm2", "max_tokens": 100, "temperature": 0.7, "seed": i,
+                    "messages": [{"role": "user", "content": ask}],
+                    "tools": [{"type": "function", "function": {
+                        "name": "save", "strict": True, "parameters": params}},
+                        {"type": "function", "function": {"name": "look", "strict": True,
+                                                          "parameters": other}}],
+                    "tool_choice": choice}
+        p = os.path.join(d, f"tool{i}.json")
+        with open(p, "w") as f:
+            json.dump(body, f)
+        r = subprocess.run([a.cli, "run", "--model", a.model, "--protocol", protocol, p],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"FAILED tool request ({r.stderr.strip()[-300:]}):", json.dumps(body)[:300])
+            bad += 1
+            continue
+        out = json.loads(r.stdout)
+        if protocol == "chat":
+            c = out["choices"][0]
+            finished = c["finish_reason"] != "length"
+            calls = [(t["function"]["name"], t["function"]["arguments"])
+                     for t in c["message"].get("tool_calls") or []]
+        else:
+            finished = out["stop_reason"] != "max_tokens"
+            calls = [(b["name"], json.dumps(b["input"])) for b in out["content"]
+                     if b["type"] == "tool_use"]
+        if not finished:  # the last call may be cut
+            cut += 1
+            calls = calls[:-1]
+        if not calls:
+            no_call += finished
+            if finished and i % 4 != 2:
+                print("NO CALL for a forced call:", r.stdout[:300])
+                bad += 1
+            continue
+        for name, args in calls:
+            try:
+                if name not in ("save", "look"):
+                    raise ValueError(f"undeclared tool {name}")
+                jsonschema.validate(json.loads(args), params if name == "save" else other)
+                valid += 1
+            except Exception as ex:  # noqa: BLE001
+                print(f"INVALID {protocol} call {name}:", repr(args[:300]), "\n  schema:",
+                      json.dumps(params)[:300], "\n ", ex)
+                bad += 1
+    print(f"grammar e2e, strict tools: {valid} calls valid, {cut} requests cut by max_tokens, "
+          f"{no_call} answered without a call (auto), {bad} bad, of {len(schemas)} requests")
+    return bad == 0 and valid >= len(schemas) // 2
 
 
 if __name__ == "__main__":

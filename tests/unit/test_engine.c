@@ -1449,7 +1449,7 @@ static void test_chat_request_streams_protocol_chunks(void **state)
 }
 
 /* Chat response_format on a reasoning model: the reasoning is free, the answer
- * after </think> is constrained. logit_bias makes </think> the first token (a
+ * after </think> is constrained (and so is a forced call of a strict tool). logit_bias makes </think> the first token (a
  * random model would reason for ever); then the regex must hold exactly, and
  * its end forces the end token. Also the errors of a constraint at di_submit:
  * the body's field named. */
@@ -1506,6 +1506,41 @@ static void test_chat_response_format_constrains_the_answer(void **state)
         size_t digits = strspn(r[k].text, "0123456789");
         if (!(digits == 3 && (r[k].text[3] == 0 || strcmp(r[k].text + 3, "-x") == 0)))
             fail_msg("answer %d: \"%s\" does not match [0-9]{3}(-x)?", k, r[k].text);
+    }
+    /* a strict tool with tool_choice required: after the free reasoning the
+     * output is the call, in the R1 template's tool-call tokens */
+    {
+        snprintf(body, sizeof body,
+                 "{\"model\":\"r1\",\"max_tokens\":24,\"temperature\":1,\"seed\":5,"
+                 "\"logit_bias\":{\"%d\":100},\"messages\":[{\"role\":\"user\",\"content\":"
+                 "\"Pick.\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"pick\","
+                 "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":{"
+                 "\"type\":\"integer\"}},\"required\":[\"n\"],\"additionalProperties\":false}}}],"
+                 "\"tool_choice\":\"required\"}",
+                 (int)think_end);
+        rec rt;
+        memset(&rt, 0, sizeof rt);
+        rt.cancel_at = -1;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.user_data = &rt;
+        if (di_submit(e, &q, &rt.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(rt.status, DI_OK);
+        assert_int_equal(rt.toks[0], think_end);
+        /* (this vocabulary spells the marker in pieces) */
+        char *out = NULL;
+        size_t out_len = 0;
+        assert_int_equal(di_tokenizer_decode(di_engine_tokenizer(e), rt.toks + 1,
+                                             (size_t)rt.n_toks - 1, 0, &out, &out_len, NULL),
+                         DI_OK);
+        static const char marker[] = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function";
+        size_t blanks = strspn(out, "\n"), rest = strlen(out + blanks);
+        if (blanks > 2 || rest < 4 ||
+            strncmp(out + blanks, marker, rest < sizeof marker - 1 ? rest : sizeof marker - 1) != 0)
+            fail_msg("not a call after </think>: \"%s\"", out);
+        di_text_free(out);
+        if (rt.text_len) fail_msg("answer text \"%.*s\"", (int)rt.text_len, rt.text);
     }
     /* a schema the compiler cannot take: the body's field and the keyword */
     q.json = "{\"model\":\"r1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -1813,6 +1848,278 @@ static void test_deepseek_v3_chat_requests_stream_beside_each_other(void **state
          "\"role\":\"assistant\"", "data: [DONE]\n\n"},
     };
     check_alone_and_together(e, reqs, (int)(sizeof reqs / sizeof reqs[0]));
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
+/* The complete response of a request (malloc'd), its status and finish. */
+typedef struct resp_rec {
+    char *response;
+    int32_t toks[256];
+    size_t n_toks;
+    di_status status;
+    di_finish finish;
+    int n_done;
+} resp_rec;
+
+static void on_resp_event(void *user, const di_event *ev)
+{
+    resp_rec *r = user;
+    if (di_event_kind_of(ev) == DI_EVENT_TOKENS) {
+        size_t n;
+        const int32_t *t = di_event_tokens(ev, &n);
+        for (size_t i = 0; i < n && r->n_toks < 256; i++) r->toks[r->n_toks++] = t[i];
+    }
+    if (di_event_kind_of(ev) != DI_EVENT_DONE) return;
+    r->n_done++;
+    r->status = di_event_status(ev);
+    r->finish = di_event_finish_reason(ev);
+    size_t len = 0;
+    const char *j = di_event_response_json(ev, &len);
+    free(r->response);
+    r->response = j ? strndup(j, len) : NULL;
+}
+
+/* Append logit_bias -100 for every token of the vocabulary [n_vocab] that
+ * is all whitespace (ids/values have room for n_vocab); the new count. */
+static size_t whitespace_bias(const di_tokenizer *tk, int32_t n_vocab, int32_t *ids,
+                              float *values, size_t nb)
+{
+    for (int32_t t = 0; t < n_vocab && nb < (size_t)n_vocab; t++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (di_tokenizer_decode(tk, &t, 1, 0, &text, &len, NULL) != DI_OK) continue;
+        size_t w = 0;
+        while (w < len && text[w] && strchr(" \t\r\n", text[w])) w++;
+        if (len && w == len) ids[nb] = t, values[nb++] = -100.0f;
+        di_text_free(text);
+    }
+    return nb;
+}
+
+/* The arguments schema of the V3 test's strict tool, checked by hand:
+ * {"n": integer in [0, 9], "s": "x" | "y"}, both required, nothing else. */
+static void assert_v3_args(const char *args, const char *response)
+{
+    json_t *a = json_loads(args, 0, NULL);
+    json_t *n = json_object_get(a, "n");
+    const char *sv = json_string_value(json_object_get(a, "s"));
+    if (!json_is_object(a) || json_object_size(a) != 2 || !json_is_integer(n) ||
+        json_integer_value(n) < 0 || json_integer_value(n) > 9 || !sv ||
+        (strcmp(sv, "x") != 0 && strcmp(sv, "y") != 0))
+        fail_msg("arguments do not match the schema: %s", response);
+    json_decref(a);
+}
+
+/* Strict tools in the V3 tool-call tokens: a DeepSeek-V3-shaped model with
+ * random weights and the real V3 vocabulary (the call markers are added
+ * tokens), sampled at temperature 1 with logit_bias toward tokens that would
+ * break the call (`}`, the end-of-call token, a quote). tool_choice required
+ * and named force a call from the first token; auto, with logit_bias toward
+ * <｜tool▁calls▁begin｜>, opens one. Each complete call is parsed back by the
+ * V3 stream parser with the arguments the schema allows. */
+static void test_strict_tools_constrain_v3_calls(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v3/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX", model_dir[600];
+    di_engine *e =
+        vocab_model_engine(write_dsv3_vocab_model, tok, dir, model_dir, sizeof model_dir);
+    const di_tokenizer *tk = di_engine_tokenizer(e);
+    /* the markers biased up: a model that writes them anywhere breaks an
+     * unconstrained call, and with random weights they are the tokens a
+     * grammar that also allows them spelled out in pieces needs taken */
+    static const char *const breakers[] = {"}", "\"", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+                                           "<｜tool▁call▁begin｜>", "<｜tool▁calls▁end｜>",
+                                           "<｜tool▁calls▁begin｜>"};
+    int32_t n_vocab = 129280, *ids = malloc((size_t)n_vocab * sizeof *ids);
+    float *values = malloc((size_t)n_vocab * sizeof *values);
+    assert_non_null(ids);
+    assert_non_null(values);
+    static const float up[7] = {6.0f, 6.0f, 8.0f, 8.0f, 8.0f, 8.0f, 0.0f};
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(di_tokenizer_token_id(tk, breakers[i], strlen(breakers[i]), &ids[i]),
+                         DI_OK);
+        values[i] = up[i];
+    }
+    /* and the whitespace tokens down: JSON may hold any run of whitespace
+     * (xgrammar's layout), where random weights would stay */
+    size_t nb = whitespace_bias(tk, n_vocab, ids, values, 7);
+    static const char *const choices[] = {
+        "\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"pick\"}}", "\"auto\""};
+    int n_calls = 0;
+    for (int k = 0; k < 3; k++) {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"deepseek-v3\",\"max_tokens\":64,\"temperature\":1,\"seed\":%d,"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"Pick.\"}],\"tools\":["
+                 "{\"type\":\"function\",\"function\":{\"name\":\"other\",\"parameters\":{}}},"
+                 "{\"type\":\"function\",\"function\":{\"name\":\"pick\",\"strict\":true,"
+                 "\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
+                 "\"minimum\":0,\"maximum\":9},\"s\":{\"enum\":[\"x\",\"y\"]}},\"required\":[\"n\","
+                 "\"s\"],\"additionalProperties\":false}}}],\"tool_choice\":%s}",
+                 k + 1, choices[k]);
+        values[6] = k == 2 ? 100.0f : 0.0f;
+        di_request q;
+        di_request_init(&q);
+        q.protocol = DI_PROTOCOL_CHAT;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.logit_bias_ids = ids;
+        q.logit_bias_values = values;
+        q.n_logit_bias = nb;
+        q.on_event = on_resp_event;
+        resp_rec r = {0};
+        q.user_data = &r;
+        uint64_t id;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r.status, DI_OK);
+        assert_non_null(r.response);
+        json_t *resp = json_loads(r.response, 0, NULL);
+        json_t *msg = json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        if (k < 2 && !json_array_size(calls)) {
+            char *text = NULL;
+            size_t len = 0;
+            di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
+            for (size_t i = 0; i < r.n_toks; i++) print_message("%d ", (int)r.toks[i]);
+            fail_msg("no call: %s\noutput: %s", r.response, text ? text : "?");
+        }
+        size_t last = json_array_size(calls); /* every call but one cut by max_tokens */
+        if (last && r.finish == DI_FINISH_LENGTH) last--;
+        if (getenv("DI_TEST_DEBUG")) {
+            char *text = NULL;
+            size_t len = 0;
+            di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
+            print_message("k=%d output: %s\n", k, text ? text : "?");
+            di_text_free(text);
+        }
+        for (size_t i = 0; i < last; i++) {
+            json_t *fn = json_object_get(json_array_get(calls, i), "function");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            const char *args = json_string_value(json_object_get(fn, "arguments"));
+            assert_non_null(name);
+            assert_non_null(args);
+            if (k == 1 || strcmp(name, "pick") == 0) {
+                assert_string_equal(name, "pick");
+                assert_v3_args(args, r.response);
+            } else {
+                assert_string_equal(name, "other");
+                json_t *a = json_loads(args, 0, NULL);
+                if (!json_is_object(a)) fail_msg("not an object: %s", r.response);
+                json_decref(a);
+            }
+            n_calls++;
+        }
+        json_decref(resp);
+        free(r.response);
+    }
+    assert_true(n_calls >= 2);
+    free(ids);
+    free(values);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
+/* Strict tools in DeepSeek V4's DSML: a DeepSeek-V4-shaped model with random
+ * weights and the real V4 vocabulary, at temperature 1 with logit_bias toward
+ * the DSML marker and the tokens that would close a value early. tool_choice
+ * required (the prompt opens the block) and named, and auto with the marker
+ * pushed: each complete call is parsed back by the DSML parser with
+ * {"n": integer in [0, 9] (string="false"), "s": "x" | "y", "note": a raw
+ * string (string="true")}, nothing else (V4 strict: every property required). */
+static void test_strict_tools_constrain_dsml_calls(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/deepseek-v4/tokenizer.json";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX", model_dir[600];
+    di_engine *e =
+        vocab_model_engine(write_dsv4_vocab_model, tok, dir, model_dir, sizeof model_dir);
+    assert_int_equal(di_engine_encoding(e), DI_ENCODING_DSV4);
+    const di_tokenizer *tk = di_engine_tokenizer(e);
+    int32_t n_vocab = di_engine_vocab_size(e), *ids = malloc((size_t)n_vocab * sizeof *ids);
+    float *values = malloc((size_t)n_vocab * sizeof *values);
+    assert_non_null(ids);
+    assert_non_null(values);
+    static const char *const up[] = {"｜DSML｜", "</", ">", "\"", "<"};
+    static const float upv[] = {15.0f, 15.0f, 6.0f, 6.0f, 0.0f};
+    size_t nu = sizeof up / sizeof up[0];
+    for (size_t i = 0; i < nu; i++) {
+        assert_int_equal(di_tokenizer_token_id(tk, up[i], strlen(up[i]), &ids[i]), DI_OK);
+        values[i] = upv[i];
+    }
+    size_t nb = whitespace_bias(tk, n_vocab, ids, values, nu);
+    static const char *const choices[] = {
+        "\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"pick\"}}", "\"auto\""};
+    int n_calls = 0;
+    for (int k = 0; k < 3; k++) {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"DeepSeek-V4-Pro\",\"max_tokens\":140,\"temperature\":1,\"seed\":%d,"
+                 "\"thinking\":{\"type\":\"disabled\"},"
+                 "\"messages\":[{\"role\":\"user\",\"content\":\"Pick.\"}],\"tools\":["
+                 "{\"type\":\"function\",\"function\":{\"name\":\"pick\",\"strict\":true,"
+                 "\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\","
+                 "\"minimum\":0,\"maximum\":9},\"s\":{\"type\":\"string\",\"enum\":[\"x\",\"y\"]},"
+                 "\"note\":{\"type\":\"string\"}},\"required\":[\"n\",\"s\",\"note\"],"
+                 "\"additionalProperties\":false}}}],\"tool_choice\":%s}",
+                 k + 1, choices[k]);
+        values[4] = k == 2 ? 14.0f : 0.0f; /* auto: "<" and the marker may open a call */
+        di_request q;
+        di_request_init(&q);
+        q.protocol = DI_PROTOCOL_CHAT;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.logit_bias_ids = ids;
+        q.logit_bias_values = values;
+        q.n_logit_bias = nb;
+        q.on_event = on_resp_event;
+        resp_rec r = {0};
+        q.user_data = &r;
+        uint64_t id;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r.status, DI_OK);
+        assert_non_null(r.response);
+        if (getenv("DI_TEST_DEBUG")) {
+            char *text = NULL;
+            size_t len = 0;
+            di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
+            print_message("k=%d output: %s\n%s\n", k, text ? text : "?", r.response);
+            di_text_free(text);
+        }
+        json_t *resp = json_loads(r.response, 0, NULL);
+        json_t *msg = json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        size_t last = json_array_size(calls); /* every call but one cut by max_tokens */
+        if (last && r.finish == DI_FINISH_LENGTH) last--;
+        for (size_t i = 0; i < last; i++) {
+            json_t *fn = json_object_get(json_array_get(calls, i), "function");
+            assert_string_equal(json_string_value(json_object_get(fn, "name")), "pick");
+            json_t *a = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+            json_t *n = json_object_get(a, "n"), *note = json_object_get(a, "note");
+            const char *sv = json_string_value(json_object_get(a, "s"));
+            if (!json_is_object(a) || json_object_size(a) != 3 ||
+                !json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 9 ||
+                !sv || (strcmp(sv, "x") != 0 && strcmp(sv, "y") != 0) ||
+                !json_is_string(note))
+                fail_msg("arguments do not match the schema: %s", r.response);
+            json_decref(a);
+            n_calls++;
+        }
+        json_decref(resp);
+        free(r.response);
+    }
+    assert_true(n_calls >= 2);
+    free(ids);
+    free(values);
     assert_int_equal(di_engine_destroy(e), DI_OK);
     remove_hf_model(model_dir);
     rmdir(dir);
@@ -2409,6 +2716,8 @@ int main(void)
         cmocka_unit_test(test_event_fd_wakes_an_epoll_loop),
         cmocka_unit_test(test_gguf_without_chat_tokens_serves_token_requests),
         cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
+        cmocka_unit_test(test_strict_tools_constrain_v3_calls),
+        cmocka_unit_test(test_strict_tools_constrain_dsml_calls),
         cmocka_unit_test(test_smollm2_text_and_batch_invariance),
         cmocka_unit_test(test_smollm2_chatml_tool_call),
     };

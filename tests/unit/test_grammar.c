@@ -326,6 +326,297 @@ static void test_sampler_never_draws_a_masked_token(void **state)
     grammar_vocab_free(v);
 }
 
+/* ---- tool calls as grammar tags (grammar_tags.c) ----------------------------- */
+
+static int tags_accept(const grammar_tags *spec, const char *s)
+{
+    grammar *g;
+    char msg[512];
+    if (grammar_compile_tags(spec, &g, msg, sizeof msg) != DI_OK) fail_msg("%s", msg);
+    static const char *const one[] = {"x"};
+    grammar_vocab *v = vocab_of(one, 1);
+    int32_t eos = 1;
+    grammar_matcher *m;
+    assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+    int ok = grammar_matcher_accept_bytes(m, (const uint8_t *)s, strlen(s)) == 0 &&
+             grammar_matcher_is_complete(m);
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+    return ok;
+}
+
+static const grammar_tag hermes_tags[] = {
+    {"ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"f\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws "
+     "\":\" ws",
+     "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}",
+     72, "ws \"}\" ws \"</tool_call>\"", "tools[0].function.parameters"},
+    {"ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"g\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws "
+     "\":\" ws",
+     NULL, 0, "ws \"}\" ws \"</tool_call>\"", "tools[1].function.parameters"},
+};
+
+/* Hermes calls after free text: the text may be anything that does not spell
+ * the trigger; a call's name is a declared one and its arguments match that
+ * tool's schema (any object for a tool without one); only whitespace follows. */
+static void test_tags_free_text_then_calls(void **state)
+{
+    (void)state;
+    grammar_tags spec = {.trigger = "<tool_call>",
+                         .tags = hermes_tags,
+                         .n_tags = 2,
+                         .separator = "ws \"<tool_call>\"",
+                         .close = "",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+    assert_int_equal((int)strlen(hermes_tags[0].schema), (int)hermes_tags[0].schema_len);
+    static const char *const good[] = {
+        "",
+        "Hello, world.",
+        "a <tool b </tool_call> <tool_cal",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 3}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\n    \"x\":\t 3\n}}</tool_call>",
+        "I will call.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": -12}}\n</tool_call>\n",
+        "<<tool_call>{\"name\":\"g\",\"arguments\":{\"q\":[1,\"s\"]}}</tool_call><tool_call>"
+        "{\"name\": \"f\", \"arguments\": {\"x\": 0}}</tool_call>",
+    };
+    static const char *const bad[] = {
+        "<tool_call>{\"name\": \"h\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": \"3\"}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"g\", \"arguments\": [1]}</tool_call>",
+        /* a run of whitespace: blank lines, or more than two spaces */
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\":\n\n 3}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\":   3}}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 3}}</tool_call> and text",
+        "text <tool_call> more text",
+        "<tool_call>",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!tags_accept(&spec, good[i])) fail_msg("rejected: %s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (tags_accept(&spec, bad[i])) fail_msg("accepted: %s", bad[i]);
+}
+
+/* Free text avoids a self-overlapping trigger exactly: over random strings of
+ * {a, b, c}, a string is accepted as text exactly when it does not contain
+ * "abab" (the region after it needs a call, which these never spell). */
+static void test_tags_free_text_is_the_trigger_complement(void **state)
+{
+    (void)state;
+    grammar_tags spec = {.trigger = "abab",
+                         .tags = hermes_tags,
+                         .n_tags = 1,
+                         .close = "",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < 300; k++) {
+        char s[16];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int n = (int)(x % 12);
+        for (int i = 0; i < n; i++) s[i] = "abc"[(x >> (8 + 2 * i)) % 3];
+        s[n] = 0;
+        int want = strstr(s, "abab") == NULL;
+        if (tags_accept(&spec, s) != want) fail_msg("'%s': expected %d", s, want);
+    }
+}
+
+/* A call required from the start (leading whitespace allowed), and a named
+ * call whose prompt wrote everything up to the arguments. */
+static void test_tags_forced_calls(void **state)
+{
+    (void)state;
+    grammar_tags spec = {.trigger = "<tool_call>",
+                         .tags = hermes_tags,
+                         .n_tags = 2,
+                         .separator = "ws \"<tool_call>\"",
+                         .close = "",
+                         .start = GRAMMAR_TAGS_CALLS};
+    assert_true(tags_accept(&spec, "\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(tags_accept(&spec, " <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(tags_accept(&spec, ""));
+    assert_false(tags_accept(&spec, "Sure. <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    spec.start = GRAMMAR_TAGS_AFTER_TRIGGER;
+    assert_true(tags_accept(&spec, "\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>"));
+    assert_false(tags_accept(&spec, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>"));
+    spec.start = GRAMMAR_TAGS_IN_ARGS;
+    spec.n_tags = 1;
+    assert_true(tags_accept(&spec, "{\"x\": 7}}\n</tool_call>"));
+    assert_false(tags_accept(&spec, "{\"y\": 7}}\n</tool_call>"));
+    assert_false(tags_accept(&spec, "{\"x\": 7}"));
+}
+
+/* A tag's schema that does not compile names the tag's field; a format's
+ * error names the format's field. */
+static void test_tags_errors_name_the_field(void **state)
+{
+    (void)state;
+    grammar_tag bad = hermes_tags[0];
+    bad.schema = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
+    bad.schema_len = strlen(bad.schema);
+    bad.field = "tools[2].function.parameters";
+    grammar_tags spec = {.trigger = "<tool_call>", .tags = &bad, .n_tags = 1, .close = ""};
+    grammar *g = NULL;
+    char msg[512];
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_null(g);
+    assert_non_null(strstr(msg, "tools[2].function.parameters.properties.x: format: unsupported "
+                                "format 'ipv9'"));
+    bad.schema = "{\"type\":";
+    bad.schema_len = strlen(bad.schema);
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "tools[2].function.parameters: not JSON"));
+    spec.tags = hermes_tags;
+    spec.answer = "[a-";
+    spec.answer_len = 3;
+    spec.answer_is_regex = 1;
+    spec.answer_field = "response_format.regex";
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "response_format.regex at offset"));
+    spec.answer = NULL;
+    spec.trigger = "";
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    spec.trigger = "<tool_call>";
+    spec.n_tags = 0;
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_string_equal(msg, "tool calls: no tool to call");
+}
+
+/* The matcher's mask cache gives the mask a fresh matcher computes: along
+ * a random token sequence through free text, a trigger and a call (states
+ * that come back, and rollbacks), each step's mask equals that of a new
+ * matcher advanced by the same tokens (whose first mask is never cached). */
+static void test_mask_cache_equals_a_fresh_walk(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "<", "tool", "_call", ">", "{\"name\": \"g\", ",
+                                       "\"arguments\": ", "{}", "}", "</tool_call>", " ", "<t",
+                                       "ool_call>", "b<", "{", "\"x\": 1"};
+    int32_t n = (int32_t)(sizeof toks / sizeof toks[0]);
+    grammar_vocab *v = vocab_of(toks, n);
+    grammar_tags spec = {.trigger = "<tool_call>",
+                         .tags = hermes_tags,
+                         .n_tags = 2,
+                         .separator = "ws \"<tool_call>\"",
+                         .close = "",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+    char msg[512];
+    grammar *g;
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_OK);
+    int32_t eos = n;
+    grammar_matcher *m;
+    assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+    int32_t seq[64];
+    int n_seq = 0;
+    uint64_t x = 12345;
+    uint32_t a[1], b[1];
+    for (int step = 0; step < 60; step++) {
+        int32_t ca = grammar_matcher_fill_mask(m, a);
+        grammar_matcher *f;
+        assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_OK);
+        assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &f), DI_OK);
+        for (int i = 0; i < n_seq; i++) assert_int_equal(grammar_matcher_accept(f, seq[i]), 0);
+        int32_t cb = grammar_matcher_fill_mask(f, b);
+        grammar_matcher_free(f);
+        assert_int_equal(ca, cb);
+        assert_int_equal(a[0], b[0]);
+        if (ca == 0 || grammar_matcher_is_terminated(m)) break;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (n_seq > 2 && x % 7 == 0) { /* a rollback now and then */
+            assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+            n_seq--;
+            continue;
+        }
+        int32_t pick = -1;
+        for (int32_t k = 0, r = (int32_t)(x % (uint64_t)ca); k <= n; k++)
+            if ((a[0] >> k) & 1 && r-- == 0) pick = k;
+        if (pick == eos || n_seq == 64) break;
+        assert_int_equal(grammar_matcher_accept(m, pick), 0);
+        seq[n_seq++] = pick;
+    }
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+}
+
+/* DeepSeek V4's DSML parameters: each property in schema order as a
+ * parameter element (a plain string raw with string="true", anything else as
+ * JSON with string="false"), the required ones present; a raw value ends at
+ * the first "</｜DSML｜" (it may hold "</" and "<｜DSML｜" otherwise); a schema
+ * without properties takes any parameters. */
+static void test_tags_dsml_parameters(void **state)
+{
+    (void)state;
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"note\":{\"type\":"
+        "\"string\"},\"opt\":{\"type\":\"boolean\"}},\"required\":[\"n\",\"note\"]}";
+    grammar_tag tags[2] = {
+        {"\"<｜DSML｜invoke name=\\\"f\\\">\\n\"", schema, sizeof schema - 1,
+         "\"</｜DSML｜invoke>\\n\"", "tools[0].function.parameters"},
+        {"\"<｜DSML｜invoke name=\\\"g\\\">\\n\"", NULL, 0, "\"</｜DSML｜invoke>\\n\"",
+         "tools[1].function.parameters"},
+    };
+    grammar_tags spec = {.trigger = "<｜DSML｜",
+                         .open = "\"tool_calls>\\n\"",
+                         .dsml = "parameter",
+                         .tags = tags,
+                         .n_tags = 2,
+                         .separator = "\"\"",
+                         .close = "\"</｜DSML｜tool_calls>\"",
+                         .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
+#define P(name, str, v) "<｜DSML｜parameter name=\"" name "\" string=\"" str "\">" v "</｜DSML｜parameter>\n"
+#define CALL(name, params)                                                                     \
+    "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" name "\">\n" params "</｜DSML｜invoke>\n"      \
+    "</｜DSML｜tool_calls>"
+    static const char *const good[] = {
+        "Sure.\n\n" CALL("f", P("n", "false", "3") P("note", "true", "a </b> <｜DSML｜ \" {")),
+        CALL("f", P("n", "false", "-1") P("note", "true", "") P("opt", "false", "true")),
+        CALL("g", P("anything", "true", "x") P("k", "false", "[1, {\"a\": null}]")),
+        CALL("g", ""),
+        "text with ｜DSML｜ but no opening",
+    };
+    static const char *const bad[] = {
+        CALL("f", P("note", "true", "a") P("n", "false", "3")),       /* order */
+        CALL("f", P("n", "false", "3")),                              /* required note */
+        CALL("f", P("n", "true", "3") P("note", "true", "a")),        /* n is not raw */
+        CALL("f", P("n", "false", "\"3\"") P("note", "true", "a")),   /* n is an integer */
+        CALL("f", P("n", "false", "3") P("note", "true", "a") P("x", "false", "1")),
+        CALL("h", ""),
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" P("n", "false", "3")
+            "<｜DSML｜parameter name=\"note\" string=\"true\">a</｜DSML｜invoke>",
+    };
+#undef P
+#undef CALL
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (!tags_accept(&spec, good[i])) fail_msg("rejected: %s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (tags_accept(&spec, bad[i])) fail_msg("accepted: %s", bad[i]);
+    /* a property's schema error names its path in the whole schema */
+    grammar_tag t = tags[0];
+    t.schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
+    t.schema_len = strlen(t.schema);
+    spec.tags = &t;
+    spec.n_tags = 1;
+    grammar *g = NULL;
+    char msg[512];
+    assert_int_equal(grammar_compile_tags(&spec, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "tools[0].function.parameters.properties.a: format: unsupported"));
+}
+
+/* With an output format, the reply is the format's answer or calls. */
+static void test_tags_answer_or_calls(void **state)
+{
+    (void)state;
+    grammar_tags spec = {.trigger = "<tool_call>",
+                         .tags = hermes_tags,
+                         .n_tags = 2,
+                         .close = "",
+                         .answer = "[0-9]{3}",
+                         .answer_len = 8,
+                         .answer_is_regex = 1};
+    assert_true(tags_accept(&spec, "123"));
+    assert_false(tags_accept(&spec, "12a"));
+    assert_true(tags_accept(&spec, "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(tags_accept(&spec, "123<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +626,13 @@ int main(void)
         cmocka_unit_test(test_regex_and_schema_languages),
         cmocka_unit_test(test_mask_end_token_and_rollback),
         cmocka_unit_test(test_sampler_never_draws_a_masked_token),
+        cmocka_unit_test(test_tags_free_text_then_calls),
+        cmocka_unit_test(test_tags_free_text_is_the_trigger_complement),
+        cmocka_unit_test(test_tags_forced_calls),
+        cmocka_unit_test(test_tags_errors_name_the_field),
+        cmocka_unit_test(test_tags_answer_or_calls),
+        cmocka_unit_test(test_tags_dsml_parameters),
+        cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "deepinfer/deepinfer.h"
 
@@ -252,18 +253,11 @@ static void test_unsupported_fields_are_refused(void **state)
         const char *fields, *named;
     } cases[] = {
         {DI_PROTOCOL_CHAT, "\"parallel_tool_calls\":false", "parallel_tool_calls"},
-        {DI_PROTOCOL_CHAT,
-         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,"
-         "\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]",
-         "tools[0].function.strict"},
         {DI_PROTOCOL_CHAT, "\"reasoning_effort\":\"high\"", "reasoning_effort"},
         {DI_PROTOCOL_CHAT, "\"audio\":{\"voice\":\"x\"}", "audio"},
         {DI_PROTOCOL_CHAT, "\"modalities\":[\"text\",\"audio\"]", "modalities"},
         {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}",
          "thinking"},
-        {DI_PROTOCOL_MESSAGES,
-         "\"tools\":[{\"name\":\"f\",\"strict\":true,\"input_schema\":{\"type\":\"object\"}}]",
-         "tools[0].strict"},
         {DI_PROTOCOL_MESSAGES,
          "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
          "\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":true}",
@@ -339,10 +333,268 @@ static void assert_same_output(const rec *a, const rec *b)
     assert_int_equal(a->completion_tokens, b->completion_tokens);
 }
 
-/* An output format with a call the prompt opens (tool_choice required or a
- * named tool): the answer could not follow the format, so di_submit refuses it;
- * with tool_choice auto the format is served. */
-static void test_response_format_with_a_forced_call_is_refused(void **state)
+/* The complete tool calls of a Chat response: a new array of {"name": …,
+ * "arguments": parsed}. A call whose arguments are not JSON must be the last
+ * and cut by max_tokens (left out). */
+static json_t *complete_calls(const char *response, di_finish finish)
+{
+    json_t *root = json_loads(response, 0, NULL);
+    if (!root) fail_msg("not JSON: %s", response);
+    json_t *calls = json_object_get(
+        json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"),
+        "tool_calls");
+    size_t n = json_array_size(calls);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        const char *a = json_string_value(json_object_get(fn, "arguments"));
+        json_t *args = a ? json_loads(a, 0, NULL) : NULL;
+        if (!args && i + 1 == n && finish == DI_FINISH_LENGTH) break;
+        if (!args) {
+            json_decref(out);
+            json_decref(root);
+            fail_msg("arguments are not JSON: %s", response);
+        }
+        json_array_append_new(out, json_pack("{s:O,s:o}", "name", json_object_get(fn, "name"),
+                                             "arguments", args));
+    }
+    json_decref(root);
+    return out;
+}
+
+/* The weather tool's schema, checked by hand: {"city": string of 1-12
+ * characters, "days": integer in [1, 7], "unit": "c" | "f"}, all required, no
+ * other property. */
+static const char weather_schema[] =
+    "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"minLength\":1,"
+    "\"maxLength\":12},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7},"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"days\",\"unit\"],"
+    "\"additionalProperties\":false}";
+
+static int weather_args_ok(json_t *a)
+{
+    json_t *city = json_object_get(a, "city"), *days = json_object_get(a, "days");
+    const char *unit = json_string_value(json_object_get(a, "unit"));
+    size_t n_chars = 0;
+    for (const char *c = json_string_value(city); c && *c; c++) n_chars += ((*c & 0xC0) != 0x80);
+    return json_is_object(a) && json_object_size(a) == 3 && json_is_string(city) && n_chars >= 1 &&
+           n_chars <= 12 && json_is_integer(days) && json_integer_value(days) >= 1 &&
+           json_integer_value(days) <= 7 && unit &&
+           (strcmp(unit, "c") == 0 || strcmp(unit, "f") == 0);
+}
+
+static void assert_weather_args(json_t *a, const char *response)
+{
+    if (!weather_args_ok(a)) fail_msg("arguments do not match the schema: %s", response);
+}
+
+/* The ids of text's tokens in e's vocabulary, each biased by `bias` into
+ * q's logit_bias (arrays of at most 32). */
+static size_t bias_text(di_engine *e, const char *text, float bias, int32_t *ids, float *values,
+                        size_t n)
+{
+    int32_t *t = NULL;
+    size_t nt = 0;
+    assert_int_equal(di_tokenizer_encode(di_engine_tokenizer(e), text, strlen(text), 0, &t, &nt,
+                                         NULL),
+                     DI_OK);
+    for (size_t i = 0; i < nt && n < 32; i++) ids[n] = t[i], values[n++] = bias;
+    di_tokens_free(t);
+    return n;
+}
+
+/* Strict tools on SmolLM2 (Hermes calls): a required call, a named call, a
+ * call in auto mode pushed by logit_bias toward <tool_call>, through Chat,
+ * Messages (input_schema with strict) and Responses — sampled with
+ * temperature 1.5 and logit_bias toward tokens that break the JSON; every
+ * call is parsed back by the stream parser and its arguments match the
+ * schema. */
+static void test_strict_tools_constrain_hermes_calls(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 1024, NULL);
+    char tools_chat[1024], tools_msg[1024], tools_resp[1024];
+    snprintf(tools_chat, sizeof tools_chat,
+             "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,"
+             "\"parameters\":%s}},{\"type\":\"function\",\"function\":{\"name\":\"noop\","
+             "\"parameters\":{\"type\":\"object\"}}}]",
+             weather_schema);
+    snprintf(tools_msg, sizeof tools_msg,
+             "[{\"name\":\"get_weather\",\"strict\":true,\"input_schema\":%s}]", weather_schema);
+    snprintf(tools_resp, sizeof tools_resp,
+             "[{\"type\":\"function\",\"name\":\"get_weather\",\"strict\":true,\"parameters\":%s}]",
+             weather_schema);
+    int32_t ids[32];
+    float values[32];
+    size_t nb = bias_text(e, "}\"]} hello 99 <tool_call></tool_call>", 4.0f, ids, values, 0);
+    static const char *const choices[] = {
+        "\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
+        "\"auto\""};
+    int n_calls = 0;
+    for (int k = 0; k < 3; k++)
+        for (int seed = 1; seed <= 1; seed++) {
+            char body[4096];
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1.5,\"seed\":%d,"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],"
+                     "\"tools\":%s,\"tool_choice\":%s}",
+                     seed, tools_chat, choices[k]);
+            di_request q;
+            di_request_init(&q);
+            q.logit_bias_ids = ids;
+            q.logit_bias_values = values;
+            q.n_logit_bias = nb;
+            int32_t auto_ids[32];
+            float auto_values[32];
+            if (k == 2) { /* auto: push the model into a call */
+                size_t na = bias_text(e, "<tool_call>", 30.0f, auto_ids, auto_values, 0);
+                q.logit_bias_ids = auto_ids;
+                q.logit_bias_values = auto_values;
+                q.n_logit_bias = na;
+            }
+            rec r;
+            di_error *err = NULL;
+            if (run_chat(e, body, &q, &r, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            assert_int_equal(r.status, DI_OK);
+            json_t *calls = complete_calls(r.response, r.finish);
+            for (size_t c = 0; c < json_array_size(calls); c++) {
+                json_t *call = json_array_get(calls, c), *a = json_object_get(call, "arguments");
+                const char *name = json_string_value(json_object_get(call, "name"));
+                n_calls++;
+                if (k == 2 && strcmp(name, "noop") == 0) {
+                    assert_true(json_is_object(a)); /* not strict: any object */
+                } else {
+                    assert_string_equal(name, "get_weather");
+                    assert_weather_args(a, r.response);
+                }
+            }
+            json_decref(calls);
+        }
+    assert_true(n_calls >= 2);
+    /* Messages (tool_choice any) and Responses (required) */
+    for (int k = 0; k < 2; k++) {
+        char body[4096];
+        if (k == 0)
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1.5,\"messages\":[{"
+                     "\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":%s,\"tool_choice\":"
+                     "{\"type\":\"any\"}}",
+                     tools_msg);
+        else
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_output_tokens\":64,\"temperature\":1.5,\"input\":"
+                     "\"Weather?\",\"tools\":%s,\"tool_choice\":\"required\"}",
+                     tools_resp);
+        di_request q;
+        di_request_init(&q);
+        q.protocol = k == 0 ? DI_PROTOCOL_MESSAGES : DI_PROTOCOL_RESPONSES;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.seed = 3;
+        q.on_event = on_event;
+        rec r = {0};
+        q.user_data = &r;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r.status, DI_OK);
+        json_t *root = json_loads(r.response, 0, NULL);
+        assert_non_null(root);
+        json_t *content = json_object_get(root, k == 0 ? "content" : "output");
+        int n = 0;
+        size_t last = json_array_size(content);
+        for (size_t i = 0; i < last; i++) {
+            json_t *b = json_array_get(content, i), *args = NULL;
+            const char *type = json_string_value(json_object_get(b, "type"));
+            if (k == 0 && type && strcmp(type, "tool_use") == 0)
+                args = json_incref(json_object_get(b, "input"));
+            if (k == 1 && type && strcmp(type, "function_call") == 0)
+                args = json_loads(json_string_value(json_object_get(b, "arguments")), 0, NULL);
+            /* (only the last may be cut by max_tokens: Messages then gives its
+             * input as {}, Responses its arguments unfinished) */
+            if (i + 1 == last && r.finish == DI_FINISH_LENGTH && !weather_args_ok(args)) {
+                json_decref(args);
+                break;
+            }
+            if (!args) fail_msg("not a call: %s", r.response);
+            assert_weather_args(args, r.response);
+            json_decref(args);
+            n++;
+        }
+        if (!n) fail_msg("no call: %s", r.response);
+        json_decref(root);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* A strict tool whose schema does not compile: DI_ERR_INVALID_REQUEST at
+ * di_submit naming the schema's field and keyword, for each protocol's field;
+ * the engine serves the next request. */
+static void test_strict_tool_schema_errors_name_the_field(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 512, NULL);
+    static const char bad[] =
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"hostname\"}}}";
+    static const struct {
+        di_protocol protocol;
+        const char *fmt, *named;
+    } cases[] = {
+        {DI_PROTOCOL_CHAT,
+         "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{}}},"
+         "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{}}},"
+         "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":%s}}]}",
+         "tools[2].function.parameters.properties.x: format: unsupported format 'hostname'"},
+        {DI_PROTOCOL_MESSAGES,
+         "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+         "\"tools\":[{\"name\":\"f\",\"strict\":true,\"input_schema\":%s}]}",
+         "tools[0].input_schema.properties.x: format: unsupported format 'hostname'"},
+        {DI_PROTOCOL_RESPONSES,
+         "{\"model\":\"m\",\"max_output_tokens\":2,\"input\":\"hi\",\"tools\":[{\"type\":"
+         "\"function\",\"name\":\"f\",\"strict\":true,\"parameters\":%s}]}",
+         "tools[0].parameters.properties.x: format: unsupported format 'hostname'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[2048];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+        snprintf(body, sizeof body, cases[i].fmt, bad);
+#pragma GCC diagnostic pop
+        di_request q;
+        di_request_init(&q);
+        q.protocol = cases[i].protocol;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.on_event = on_event;
+        rec r = {0};
+        q.user_data = &r;
+        di_error *err = NULL;
+        uint64_t id;
+        di_status st = di_submit(e, &q, &id, &err);
+        if (st != DI_ERR_INVALID_REQUEST || !strstr(di_error_message(err), cases[i].named))
+            fail_msg("case %zu: status %d, \"%s\"", i, (int)st, di_error_message(err));
+        di_error_free(err);
+    }
+    di_request base;
+    di_request_init(&base);
+    rec r;
+    assert_int_equal(run_chat(e,
+                              "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\","
+                              "\"content\":\"hi\"}]}",
+                              &base, &r, NULL),
+                     DI_OK);
+    assert_int_equal(r.status, DI_OK);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* An output format with a forced call (tool_choice required or a named tool):
+ * the output is the call (its arguments any JSON object, the tool not being
+ * strict) and the format, which would apply to an answer, does not; with
+ * tool_choice auto the reply is the format's answer or a call. */
+static void test_response_format_with_a_forced_call_is_a_call(void **state)
 {
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
@@ -352,8 +604,8 @@ static void test_response_format_with_a_forced_call_is_refused(void **state)
     for (int k = 0; k < 3; k++) {
         char body[1024];
         snprintf(body, sizeof body,
-                 "{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\","
-                 "\"content\":\"json\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+                 "{\"model\":\"m\",\"max_tokens\":24,\"temperature\":0,\"messages\":[{\"role\":"
+                 "\"user\",\"content\":\"json\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
                  "\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}],"
                  "\"tool_choice\":%s,\"response_format\":{\"type\":\"json_object\"}}",
                  choices[k]);
@@ -361,15 +613,16 @@ static void test_response_format_with_a_forced_call_is_refused(void **state)
         di_request_init(&base);
         rec r;
         di_error *err = NULL;
-        di_status st = run_chat(e, body, &base, &r, &err);
+        if (run_chat(e, body, &base, &r, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        assert_int_equal(r.status, DI_OK);
+        json_t *calls = complete_calls(r.response, r.finish);
         if (k < 2) {
-            assert_int_equal(st, DI_ERR_INVALID_REQUEST);
-            assert_non_null(strstr(di_error_message(err), "response_format: cannot be used with"));
-            di_error_free(err);
-        } else {
-            assert_int_equal(st, DI_OK);
-            assert_int_equal(r.status, DI_OK);
+            if (!json_array_size(calls)) fail_msg("no call: %s", r.response);
+            assert_string_equal(json_string_value(json_object_get(json_array_get(calls, 0), "name")),
+                                "f");
+            assert_true(json_is_object(json_object_get(json_array_get(calls, 0), "arguments")));
         }
+        json_decref(calls);
     }
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
@@ -811,7 +1064,9 @@ int main(void)
         cmocka_unit_test(test_template_prompts_report_the_body),
         cmocka_unit_test(test_chatml_json_object_drops_the_fence),
         cmocka_unit_test(test_unsupported_fields_are_refused),
-        cmocka_unit_test(test_response_format_with_a_forced_call_is_refused),
+        cmocka_unit_test(test_response_format_with_a_forced_call_is_a_call),
+        cmocka_unit_test(test_strict_tools_constrain_hermes_calls),
+        cmocka_unit_test(test_strict_tool_schema_errors_name_the_field),
         cmocka_unit_test(test_sampling_precedence),
         cmocka_unit_test(test_usage_agrees_and_names_the_model),
         cmocka_unit_test(test_model_info_of_a_folder),

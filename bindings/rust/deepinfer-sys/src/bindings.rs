@@ -2637,7 +2637,7 @@ extern "C" {
     #[doc = " di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),"]
     #[doc = " DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or"]
     #[doc = " whose encoding does not take the protocol: the message says which; or a body"]
-    #[doc = " field the engine cannot honour yet — n > 1, strict tools, parallel_tool_calls"]
+    #[doc = " field the engine cannot honour yet — n > 1, parallel_tool_calls"]
     #[doc = " false, stored responses, reasoning switches a chat template decides itself:"]
     #[doc = " the message names the field, and"]
     #[doc = " docs/api.md, \"Request fields\", lists every field),"]
