@@ -85,25 +85,30 @@ int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size)
     return 0;
 }
 
-/* An unsigned "deepseek4.<key>" (DI_ERR_MODEL_FORMAT when missing). */
-static di_status need(const gguf_file *f, const char *path, const char *key, uint32_t *out,
-                      di_error **err)
+/* "deepseek4.<key>" as an unsigned integer (u) or a float (x, when u is
+ * NULL): DI_ERR_MODEL_FORMAT when missing or of another type. */
+static di_status need_key(const gguf_file *f, const char *path, const char *key, uint32_t *u,
+                          float *x, di_error **err)
 {
     char full[128];
     snprintf(full, sizeof full, "deepseek4.%s", key);
-    if (gguf_get_u32(f, full, out)) return DI_OK;
+    if (u ? gguf_get_u32(f, full, u) : gguf_get_f32(f, full, x)) return DI_OK;
     return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
-                         gguf_find(f, full) ? "not an unsigned integer" : "missing");
+                         !gguf_find(f, full) ? "missing"
+                         : u                 ? "not an unsigned integer"
+                                             : "not a float");
+}
+
+static di_status need(const gguf_file *f, const char *path, const char *key, uint32_t *out,
+                      di_error **err)
+{
+    return need_key(f, path, key, out, NULL, err);
 }
 
 static di_status need_f32(const gguf_file *f, const char *path, const char *key, float *out,
                           di_error **err)
 {
-    char full[128];
-    snprintf(full, sizeof full, "deepseek4.%s", key);
-    if (gguf_get_f32(f, full, out)) return DI_OK;
-    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
-                         gguf_find(f, full) ? "not a float" : "missing");
+    return need_key(f, path, key, NULL, out, err);
 }
 
 /* Element i of the array "deepseek4.<key>" of n_want numbers (u32, i32 or
@@ -208,8 +213,8 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
         (st = need_f32(f, path, "attention.compress_rope_freq_base", &v->compress_rope_theta,
                        err)) != DI_OK ||
         (st = need(f, path, "hyper_connection.count", &v->hc_mult, err)) != DI_OK ||
-        (st = need(f, path, "hyper_connection.sinkhorn_iterations", &v->hc_sinkhorn_iters,
-                   err)) != DI_OK ||
+        (st = need(f, path, "hyper_connection.sinkhorn_iterations", &v->hc_sinkhorn_iters, err)) !=
+            DI_OK ||
         (st = need_f32(f, path, "hyper_connection.epsilon", &hc_eps, err)) != DI_OK ||
         (st = need(f, path, "hash_layer_count", &n_hash, err)) != DI_OK)
         return st;
@@ -275,7 +280,8 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
             v->attention[i] = MODEL_V4_SLIDING;
         } else if (r == 4) {
             v->attention[i] = MODEL_V4_CSA;
-        } else if (r >= 1 && r <= 4096 && (v->compress_rate_hca == 0 || v->compress_rate_hca == r)) {
+        } else if (r >= 1 && r <= 4096 &&
+                   (v->compress_rate_hca == 0 || v->compress_rate_hca == r)) {
             v->attention[i] = MODEL_V4_HCA;
             v->compress_rate_hca = (uint32_t)r;
         } else {
@@ -324,9 +330,8 @@ static di_status repack_mxfp4(model_weights *w, const char *path, const char *na
 di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err)
 {
     const model_config *c = &w->config;
-    static const char *const kinds[][2] = {{"ffn_gate_exps", "gate_proj"},
-                                           {"ffn_up_exps", "up_proj"},
-                                           {"ffn_down_exps", "down_proj"}};
+    static const char *const kinds[][2] = {
+        {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
     char name[192], scale_name[208];
     di_status st;
     for (uint32_t l = 0; l < c->n_layer; l++)
@@ -346,9 +351,8 @@ di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **er
                                      name, c->n_expert);
             uint8_t *codes = NULL;
             float *scales = NULL;
-            if (mx && (st = repack_mxfp4(w, path, name, stacked.data,
-                                         (size_t)(per_elems / 32 * X), &codes, &scales, err)) !=
-                          DI_OK)
+            if (mx && (st = repack_mxfp4(w, path, name, stacked.data, (size_t)(per_elems / 32 * X),
+                                         &codes, &scales, err)) != DI_OK)
                 return st;
             size_t per = mx ? (size_t)per_elems / 2 : stacked.n_bytes / (size_t)X;
             int64_t ne[4] = {stacked.ne[0], stacked.ne[1], 1, 1};
