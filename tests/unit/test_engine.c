@@ -1912,6 +1912,45 @@ static void assert_v3_args(const char *args, const char *response)
     json_decref(a);
 }
 
+/* Submit the Chat body with the logit bias (ids, values: nb of them), wait,
+ * and return its response parsed (the caller frees it and r->response): *calls
+ * its message's tool_calls, *n_complete how many of them are whole (a last one
+ * cut by max_tokens left out). DI_TEST_DEBUG prints the output (request k). */
+static json_t *submit_biased_chat(di_engine *e, const di_tokenizer *tk, int k, const char *body,
+                                  const int32_t *ids, const float *values, size_t nb, resp_rec *r,
+                                  json_t **calls, size_t *n_complete)
+{
+    di_request q;
+    di_request_init(&q);
+    q.protocol = DI_PROTOCOL_CHAT;
+    q.json = body;
+    q.json_len = strlen(body);
+    q.logit_bias_ids = ids;
+    q.logit_bias_values = values;
+    q.n_logit_bias = nb;
+    q.on_event = on_resp_event;
+    q.user_data = r;
+    uint64_t id;
+    di_error *err = NULL;
+    if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r->status, DI_OK);
+    assert_non_null(r->response);
+    if (getenv("DI_TEST_DEBUG")) {
+        char *text = NULL;
+        size_t len = 0;
+        di_tokenizer_decode(tk, r->toks, r->n_toks, 0, &text, &len, NULL);
+        print_message("k=%d output: %s\n%s\n", k, text ? text : "?", r->response);
+        di_text_free(text);
+    }
+    json_t *resp = json_loads(r->response, 0, NULL);
+    json_t *msg = json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
+    *calls = json_object_get(msg, "tool_calls");
+    *n_complete = json_array_size(*calls);
+    if (*n_complete && r->finish == DI_FINISH_LENGTH) (*n_complete)--;
+    return resp;
+}
+
 /* Strict tools in the V3 tool-call tokens: a DeepSeek-V3-shaped model with
  * random weights and the real V3 vocabulary (the call markers are added
  * tokens), sampled at temperature 1 with logit_bias toward tokens that would
@@ -1962,41 +2001,16 @@ static void test_strict_tools_constrain_v3_calls(void **state)
                  "\"s\"],\"additionalProperties\":false}}}],\"tool_choice\":%s}",
                  k + 1, choices[k]);
         values[6] = k == 2 ? 100.0f : 0.0f;
-        di_request q;
-        di_request_init(&q);
-        q.protocol = DI_PROTOCOL_CHAT;
-        q.json = body;
-        q.json_len = strlen(body);
-        q.logit_bias_ids = ids;
-        q.logit_bias_values = values;
-        q.n_logit_bias = nb;
-        q.on_event = on_resp_event;
         resp_rec r = {0};
-        q.user_data = &r;
-        uint64_t id;
-        di_error *err = NULL;
-        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-        poll_until_idle(e);
-        assert_int_equal(r.status, DI_OK);
-        assert_non_null(r.response);
-        json_t *resp = json_loads(r.response, 0, NULL);
-        json_t *msg = json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
-        json_t *calls = json_object_get(msg, "tool_calls");
+        json_t *calls;
+        size_t last;
+        json_t *resp = submit_biased_chat(e, tk, k, body, ids, values, nb, &r, &calls, &last);
         if (k < 2 && !json_array_size(calls)) {
             char *text = NULL;
             size_t len = 0;
             di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
             for (size_t i = 0; i < r.n_toks; i++) print_message("%d ", (int)r.toks[i]);
             fail_msg("no call: %s\noutput: %s", r.response, text ? text : "?");
-        }
-        size_t last = json_array_size(calls); /* every call but one cut by max_tokens */
-        if (last && r.finish == DI_FINISH_LENGTH) last--;
-        if (getenv("DI_TEST_DEBUG")) {
-            char *text = NULL;
-            size_t len = 0;
-            di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
-            print_message("k=%d output: %s\n", k, text ? text : "?");
-            di_text_free(text);
         }
         for (size_t i = 0; i < last; i++) {
             json_t *fn = json_object_get(json_array_get(calls, i), "function");
@@ -2071,35 +2085,10 @@ static void test_strict_tools_constrain_dsml_calls(void **state)
                  "\"additionalProperties\":false}}}],\"tool_choice\":%s}",
                  k + 1, choices[k]);
         values[4] = k == 2 ? 14.0f : 0.0f; /* auto: "<" and the marker may open a call */
-        di_request q;
-        di_request_init(&q);
-        q.protocol = DI_PROTOCOL_CHAT;
-        q.json = body;
-        q.json_len = strlen(body);
-        q.logit_bias_ids = ids;
-        q.logit_bias_values = values;
-        q.n_logit_bias = nb;
-        q.on_event = on_resp_event;
         resp_rec r = {0};
-        q.user_data = &r;
-        uint64_t id;
-        di_error *err = NULL;
-        if (di_submit(e, &q, &id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-        poll_until_idle(e);
-        assert_int_equal(r.status, DI_OK);
-        assert_non_null(r.response);
-        if (getenv("DI_TEST_DEBUG")) {
-            char *text = NULL;
-            size_t len = 0;
-            di_tokenizer_decode(tk, r.toks, r.n_toks, 0, &text, &len, NULL);
-            print_message("k=%d output: %s\n%s\n", k, text ? text : "?", r.response);
-            di_text_free(text);
-        }
-        json_t *resp = json_loads(r.response, 0, NULL);
-        json_t *msg = json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
-        json_t *calls = json_object_get(msg, "tool_calls");
-        size_t last = json_array_size(calls); /* every call but one cut by max_tokens */
-        if (last && r.finish == DI_FINISH_LENGTH) last--;
+        json_t *calls;
+        size_t last;
+        json_t *resp = submit_biased_chat(e, tk, k, body, ids, values, nb, &r, &calls, &last);
         for (size_t i = 0; i < last; i++) {
             json_t *fn = json_object_get(json_array_get(calls, i), "function");
             assert_string_equal(json_string_value(json_object_get(fn, "name")), "pick");
