@@ -59,7 +59,7 @@ struct sched {
     sched_request **dreq_r;
     draft_observation *obs; /* [max_running]: the step's items, for drafter observe */
     int32_t *obs_next;      /* [n_batch]: the token after each kept row */
-    int32_t *emit; /* [max_running, 1 + n_draft] */
+    int32_t *emit;          /* [max_running, 1 + n_draft] */
     /* the emitted tokens' log probabilities, for requests that want them:
      * [max_running, 1 + n_draft] (+ SCHED_MAX_TOP alternatives each), and a
      * copy of the raw logits row being sampled ([n_vocab]) */

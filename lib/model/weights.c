@@ -267,7 +267,7 @@ di_status model_weights_open(const char *path, model_weights **out, di_error **e
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
     }
     mw_config_defaults(&w->config);
-    di_status st = S_ISDIR(sb.st_mode)       ? mw_open_hf(w, path, err)
+    di_status st = S_ISDIR(sb.st_mode)         ? mw_open_hf(w, path, err)
                    : hf_folder_file(path, err) ? DI_ERR_INVALID_ARGUMENT
                                                : mw_open_gguf(w, path, err);
     if (st == DI_OK) st = mw_validate(w, path, err);

@@ -73,7 +73,7 @@ typedef struct rc_sampling {
         char *name;
         char *schema;
         char field[64];
-    } *call_tools;
+    } * call_tools;
     size_t n_call_tools;
     int call_strict, call_forced, call_named, call_oom;
     /* Log probabilities the body asks for: Chat logprobs (top_logprobs, 0-20,

@@ -1081,7 +1081,8 @@ int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
     memcpy(key_stack, m->state.v, n * sizeof *key_stack);
     qsort(key_stack, n, sizeof *key_stack, cmp_i32);
     for (size_t i = 0; i < m->n_cache; i++)
-        if (m->cache[i].n_key == n && memcmp(m->cache[i].key, key_stack, n * sizeof *key_stack) == 0) {
+        if (m->cache[i].n_key == n &&
+            memcmp(m->cache[i].key, key_stack, n * sizeof *key_stack) == 0) {
             memcpy(mask, m->cache[i].mask, words * sizeof *mask);
             return m->cache[i].count;
         }

@@ -60,8 +60,8 @@ char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_
  * the start rule named root_name, rule numbers continuing from *n_rules
  * (updated), the shared basic rules (ws, basic-any, basic-object, …) first
  * when with_base. malloc'd, or NULL with msg set. */
-char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name,
-                                int *n_rules, int with_base, char *msg, size_t msg_size);
+char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
+                                int with_base, char *msg, size_t msg_size);
 
 /* Tool calls in a model's own call syntax: xgrammar's "structural tags" (a
  * trigger text, then tags of begin, JSON-schema content and end), written as
@@ -131,8 +131,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
 /* Compile spec (grammar_tags_to_gbnf, then grammar_compile_gbnf). Errors:
  * DI_ERR_INVALID_REQUEST (a schema, msg as above; an empty trigger with free
  * text; no tags), DI_ERR_OUT_OF_MEMORY. */
-di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg,
-                               size_t msg_size);
+di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg, size_t msg_size);
 
 /* The vocabulary as a sorted token list: n_vocab token byte strings
  * (bytes[i], lens[i]; copied). A token with excluded[i] set (special tokens,

@@ -534,8 +534,8 @@ char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_
     return schema_rules(json, len, "root", NULL, 1, msg, msg_size);
 }
 
-char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name,
-                                int *n_rules, int with_base, char *msg, size_t msg_size)
+char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
+                                int with_base, char *msg, size_t msg_size)
 {
     return schema_rules(json, len, root_name, n_rules, with_base, msg, msg_size);
 }

@@ -22,7 +22,11 @@ static int code_points(const char *s, uint32_t *cps, int max)
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
         unsigned c = *p;
-        int k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        int k = c < 0x80             ? 1
+                : (c & 0xE0) == 0xC0 ? 2
+                : (c & 0xF0) == 0xE0 ? 3
+                : (c & 0xF8) == 0xF0 ? 4
+                                     : 0;
         if (!k || n == max) return -1;
         uint32_t v = k == 1 ? c : c & (0x7Fu >> k);
         for (int i = 1; i < k; i++) {
@@ -113,7 +117,7 @@ static int raw_string(json_t *ps)
 {
     const char *type = json_string_value(json_object_get(ps, "type"));
     static const char *const bounds[] = {"pattern", "format", "minLength", "maxLength", "enum",
-                                         "const", "$ref", "anyOf", "oneOf"};
+                                         "const",   "$ref",   "anyOf",     "oneOf"};
     if (!type || strcmp(type, "string") != 0) return 0;
     for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
         if (json_object_get(ps, bounds[i])) return 0;
@@ -151,10 +155,12 @@ static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name,
             goto done;
         }
         /* any names and values */
-        gt_printf(o, "%s ::= %s-p*\n%s-p ::= %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"true\\\">\" "
-                     "tc-raw0 \"\\n\" | %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"false\\\">\" "
-                     "basic-any %s \"\\n\"\n",
-                  name, name, name, open.s, open.s, close.s);
+        gt_printf(
+            o,
+            "%s ::= %s-p*\n%s-p ::= %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"true\\\">\" "
+            "tc-raw0 \"\\n\" | %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"false\\\">\" "
+            "basic-any %s \"\\n\"\n",
+            name, name, name, open.s, open.s, close.s);
         rc = 0;
         goto done;
     }
@@ -229,8 +235,9 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
     uint32_t t[64];
     int m = spec->trigger ? code_points(spec->trigger, t, 64) : 0;
     if (m < 0 || (m == 0 && spec->start == GRAMMAR_TAGS_TEXT_OR_CALLS)) {
-        snprintf(msg, msg_size, "tool calls: the trigger is empty, longer than 64 characters "
-                                "or not UTF-8");
+        snprintf(msg, msg_size,
+                 "tool calls: the trigger is empty, longer than 64 characters "
+                 "or not UTF-8");
         return NULL;
     }
     if (!spec->n_tags || (spec->start == GRAMMAR_TAGS_IN_ARGS && spec->n_tags != 1)) {
@@ -343,8 +350,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
     return o.s;
 }
 
-di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg,
-                               size_t msg_size)
+di_status grammar_compile_tags(const grammar_tags *spec, grammar **out, char *msg, size_t msg_size)
 {
     *out = NULL;
     char *text = grammar_tags_to_gbnf(spec, msg, msg_size);

@@ -1449,10 +1449,10 @@ static void test_chat_request_streams_protocol_chunks(void **state)
 }
 
 /* Chat response_format on a reasoning model: the reasoning is free, the answer
- * after </think> is constrained (and so is a forced call of a strict tool). logit_bias makes </think> the first token (a
- * random model would reason for ever); then the regex must hold exactly, and
- * its end forces the end token. Also the errors of a constraint at di_submit:
- * the body's field named. */
+ * after </think> is constrained (and so is a forced call of a strict tool). logit_bias makes
+ * </think> the first token (a random model would reason for ever); then the regex must hold
+ * exactly, and its end forces the end token. Also the errors of a constraint at di_submit: the
+ * body's field named. */
 static void test_chat_response_format_constrains_the_answer(void **state)
 {
     (void)state;
@@ -1726,8 +1726,7 @@ static void test_gguf_without_chat_tokens_serves_token_requests(void **state)
     err = NULL;
     assert_int_equal(di_submit(e, &p, &id, &err), DI_ERR_UNSUPPORTED);
     msg = di_error_message(err);
-    if (!strstr(msg, "declares encoding dsv4") || !strstr(msg, "deepseek-v3"))
-        fail_msg("%s", msg);
+    if (!strstr(msg, "declares encoding dsv4") || !strstr(msg, "deepseek-v3")) fail_msg("%s", msg);
     di_error_free(err);
     memset(&r, 0, sizeof r);
     r.cancel_at = -1;
@@ -1883,8 +1882,8 @@ static void on_resp_event(void *user, const di_event *ev)
 
 /* Append logit_bias -100 for every token of the vocabulary [n_vocab] that
  * is all whitespace (ids/values have room for n_vocab); the new count. */
-static size_t whitespace_bias(const di_tokenizer *tk, int32_t n_vocab, int32_t *ids,
-                              float *values, size_t nb)
+static size_t whitespace_bias(const di_tokenizer *tk, int32_t n_vocab, int32_t *ids, float *values,
+                              size_t nb)
 {
     for (int32_t t = 0; t < n_vocab && nb < (size_t)n_vocab; t++) {
         char *text = NULL;
@@ -1970,8 +1969,12 @@ static void test_strict_tools_constrain_v3_calls(void **state)
     /* the markers biased up: a model that writes them anywhere breaks an
      * unconstrained call, and with random weights they are the tokens a
      * grammar that also allows them spelled out in pieces needs taken */
-    static const char *const breakers[] = {"}", "\"", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
-                                           "<｜tool▁call▁begin｜>", "<｜tool▁calls▁end｜>",
+    static const char *const breakers[] = {"}",
+                                           "\"",
+                                           "<｜tool▁call▁end｜>",
+                                           "<｜tool▁sep｜>",
+                                           "<｜tool▁call▁begin｜>",
+                                           "<｜tool▁calls▁end｜>",
                                            "<｜tool▁calls▁begin｜>"};
     int32_t n_vocab = 129280, *ids = malloc((size_t)n_vocab * sizeof *ids);
     float *values = malloc((size_t)n_vocab * sizeof *values);
@@ -2095,10 +2098,9 @@ static void test_strict_tools_constrain_dsml_calls(void **state)
             json_t *a = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
             json_t *n = json_object_get(a, "n"), *note = json_object_get(a, "note");
             const char *sv = json_string_value(json_object_get(a, "s"));
-            if (!json_is_object(a) || json_object_size(a) != 3 ||
-                !json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > 9 ||
-                !sv || (strcmp(sv, "x") != 0 && strcmp(sv, "y") != 0) ||
-                !json_is_string(note))
+            if (!json_is_object(a) || json_object_size(a) != 3 || !json_is_integer(n) ||
+                json_integer_value(n) < 0 || json_integer_value(n) > 9 || !sv ||
+                (strcmp(sv, "x") != 0 && strcmp(sv, "y") != 0) || !json_is_string(note))
                 fail_msg("arguments do not match the schema: %s", r.response);
             json_decref(a);
             n_calls++;

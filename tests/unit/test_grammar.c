@@ -348,8 +348,8 @@ static int tags_accept(const grammar_tags *spec, const char *s)
 static const grammar_tag hermes_tags[] = {
     {"ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"f\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws "
      "\":\" ws",
-     "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}",
-     72, "ws \"}\" ws \"</tool_call>\"", "tools[0].function.parameters"},
+     "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}", 72,
+     "ws \"}\" ws \"</tool_call>\"", "tools[0].function.parameters"},
     {"ws \"{\" ws \"\\\"name\\\"\" ws \":\" ws \"\\\"g\\\"\" ws \",\" ws \"\\\"arguments\\\"\" ws "
      "\":\" ws",
      NULL, 0, "ws \"}\" ws \"</tool_call>\"", "tools[1].function.parameters"},
@@ -430,13 +430,17 @@ static void test_tags_forced_calls(void **state)
                          .separator = "ws \"<tool_call>\"",
                          .close = "",
                          .start = GRAMMAR_TAGS_CALLS};
-    assert_true(tags_accept(&spec, "\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
-    assert_false(tags_accept(&spec, " <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_true(
+        tags_accept(&spec, "\n<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(
+        tags_accept(&spec, " <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
     assert_false(tags_accept(&spec, ""));
-    assert_false(tags_accept(&spec, "Sure. <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(
+        tags_accept(&spec, "Sure. <tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
     spec.start = GRAMMAR_TAGS_AFTER_TRIGGER;
     assert_true(tags_accept(&spec, "\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>"));
-    assert_false(tags_accept(&spec, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>"));
+    assert_false(
+        tags_accept(&spec, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": 1}}</tool_call>"));
     spec.start = GRAMMAR_TAGS_IN_ARGS;
     spec.n_tags = 1;
     assert_true(tags_accept(&spec, "{\"x\": 7}}\n</tool_call>"));
@@ -450,7 +454,8 @@ static void test_tags_errors_name_the_field(void **state)
 {
     (void)state;
     grammar_tag bad = hermes_tags[0];
-    bad.schema = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
+    bad.schema =
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
     bad.schema_len = strlen(bad.schema);
     bad.field = "tools[2].function.parameters";
     grammar_tags spec = {.trigger = "<tool_call>", .tags = &bad, .n_tags = 1, .close = ""};
@@ -487,9 +492,10 @@ static void test_tags_errors_name_the_field(void **state)
 static void test_mask_cache_equals_a_fresh_walk(void **state)
 {
     (void)state;
-    static const char *const toks[] = {"a", "<", "tool", "_call", ">", "{\"name\": \"g\", ",
-                                       "\"arguments\": ", "{}", "}", "</tool_call>", " ", "<t",
-                                       "ool_call>", "b<", "{", "\"x\": 1"};
+    static const char *const toks[] = {
+        "a",  "<",       "tool",         "_call", ">",  "{\"name\": \"g\", ", "\"arguments\": ",
+        "{}", "}",       "</tool_call>", " ",     "<t", "ool_call>",          "b<",
+        "{",  "\"x\": 1"};
     int32_t n = (int32_t)(sizeof toks / sizeof toks[0]);
     grammar_vocab *v = vocab_of(toks, n);
     grammar_tags spec = {.trigger = "<tool_call>",
@@ -561,9 +567,10 @@ static void test_tags_dsml_parameters(void **state)
                          .separator = "\"\"",
                          .close = "\"</｜DSML｜tool_calls>\"",
                          .start = GRAMMAR_TAGS_TEXT_OR_CALLS};
-#define P(name, str, v) "<｜DSML｜parameter name=\"" name "\" string=\"" str "\">" v "</｜DSML｜parameter>\n"
-#define CALL(name, params)                                                                     \
-    "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" name "\">\n" params "</｜DSML｜invoke>\n"      \
+#define P(name, str, v)                                                                            \
+    "<｜DSML｜parameter name=\"" name "\" string=\"" str "\">" v "</｜DSML｜parameter>\n"
+#define CALL(name, params)                                                                         \
+    "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" name "\">\n" params "</｜DSML｜invoke>\n"    \
     "</｜DSML｜tool_calls>"
     static const char *const good[] = {
         "Sure.\n\n" CALL("f", P("n", "false", "3") P("note", "true", "a </b> <｜DSML｜ \" {")),
@@ -573,14 +580,15 @@ static void test_tags_dsml_parameters(void **state)
         "text with ｜DSML｜ but no opening",
     };
     static const char *const bad[] = {
-        CALL("f", P("note", "true", "a") P("n", "false", "3")),       /* order */
-        CALL("f", P("n", "false", "3")),                              /* required note */
-        CALL("f", P("n", "true", "3") P("note", "true", "a")),        /* n is not raw */
-        CALL("f", P("n", "false", "\"3\"") P("note", "true", "a")),   /* n is an integer */
+        CALL("f", P("note", "true", "a") P("n", "false", "3")),     /* order */
+        CALL("f", P("n", "false", "3")),                            /* required note */
+        CALL("f", P("n", "true", "3") P("note", "true", "a")),      /* n is not raw */
+        CALL("f", P("n", "false", "\"3\"") P("note", "true", "a")), /* n is an integer */
         CALL("f", P("n", "false", "3") P("note", "true", "a") P("x", "false", "1")),
         CALL("h", ""),
-        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" P("n", "false", "3")
-            "<｜DSML｜parameter name=\"note\" string=\"true\">a</｜DSML｜invoke>",
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" P(
+            "n", "false",
+            "3") "<｜DSML｜parameter name=\"note\" string=\"true\">a</｜DSML｜invoke>",
     };
 #undef P
 #undef CALL
@@ -590,7 +598,8 @@ static void test_tags_dsml_parameters(void **state)
         if (tags_accept(&spec, bad[i])) fail_msg("accepted: %s", bad[i]);
     /* a property's schema error names its path in the whole schema */
     grammar_tag t = tags[0];
-    t.schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
+    t.schema =
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"ipv9\"}}}";
     t.schema_len = strlen(t.schema);
     spec.tags = &t;
     spec.n_tags = 1;
@@ -614,7 +623,8 @@ static void test_tags_answer_or_calls(void **state)
     assert_true(tags_accept(&spec, "123"));
     assert_false(tags_accept(&spec, "12a"));
     assert_true(tags_accept(&spec, "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
-    assert_false(tags_accept(&spec, "123<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
+    assert_false(
+        tags_accept(&spec, "123<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"));
 }
 
 int main(void)

@@ -557,9 +557,9 @@ static void test_deepseek4_gguf_config_and_bad_files(void **state)
     expect_load_error(model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
                       DI_ERR_MODEL_FORMAT, "hc_head", NULL);
     /* a tensor missing: named as deepseek_v4.c reads it */
-    expect_load_error(model_variant_gguf(src, dst, "blk.1.attn_sinks.weight",
-                                         "blk.1.attn_sinkX.weight", -1),
-                      DI_ERR_MODEL_FORMAT, "model.layers.1.self_attn.sinks", NULL);
+    expect_load_error(
+        model_variant_gguf(src, dst, "blk.1.attn_sinks.weight", "blk.1.attn_sinkX.weight", -1),
+        DI_ERR_MODEL_FORMAT, "model.layers.1.self_attn.sinks", NULL);
     unlink(dst);
 }
 

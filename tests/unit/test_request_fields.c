@@ -355,8 +355,8 @@ static json_t *complete_calls(const char *response, di_finish finish)
             json_decref(root);
             fail_msg("arguments are not JSON: %s", response);
         }
-        json_array_append_new(out, json_pack("{s:O,s:o}", "name", json_object_get(fn, "name"),
-                                             "arguments", args));
+        json_array_append_new(
+            out, json_pack("{s:O,s:o}", "name", json_object_get(fn, "name"), "arguments", args));
     }
     json_decref(root);
     return out;
@@ -368,7 +368,8 @@ static json_t *complete_calls(const char *response, di_finish finish)
 static const char weather_schema[] =
     "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"minLength\":1,"
     "\"maxLength\":12},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7},"
-    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"days\",\"unit\"],"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"days\","
+    "\"unit\"],"
     "\"additionalProperties\":false}";
 
 static int weather_args_ok(json_t *a)
@@ -395,9 +396,8 @@ static size_t bias_text(di_engine *e, const char *text, float bias, int32_t *ids
 {
     int32_t *t = NULL;
     size_t nt = 0;
-    assert_int_equal(di_tokenizer_encode(di_engine_tokenizer(e), text, strlen(text), 0, &t, &nt,
-                                         NULL),
-                     DI_OK);
+    assert_int_equal(
+        di_tokenizer_encode(di_engine_tokenizer(e), text, strlen(text), 0, &t, &nt, NULL), DI_OK);
     for (size_t i = 0; i < nt && n < 32; i++) ids[n] = t[i], values[n++] = bias;
     di_tokens_free(t);
     return n;
@@ -536,8 +536,8 @@ static void test_strict_tool_schema_errors_name_the_field(void **state)
     (void)state;
     if (access(SMOL, R_OK) != 0) skip();
     di_engine *e = make_engine(SMOL, 512, NULL);
-    static const char bad[] =
-        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"hostname\"}}}";
+    static const char bad[] = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\","
+                              "\"format\":\"hostname\"}}}";
     static const struct {
         di_protocol protocol;
         const char *fmt, *named;
@@ -546,7 +546,8 @@ static void test_strict_tool_schema_errors_name_the_field(void **state)
          "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{}}},"
          "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{}}},"
-         "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":%s}}]}",
+         "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true,\"parameters\":%s}}]"
+         "}",
          "tools[2].function.parameters.properties.x: format: unsupported format 'hostname'"},
         {DI_PROTOCOL_MESSAGES,
          "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
@@ -618,8 +619,8 @@ static void test_response_format_with_a_forced_call_is_a_call(void **state)
         json_t *calls = complete_calls(r.response, r.finish);
         if (k < 2) {
             if (!json_array_size(calls)) fail_msg("no call: %s", r.response);
-            assert_string_equal(json_string_value(json_object_get(json_array_get(calls, 0), "name")),
-                                "f");
+            assert_string_equal(
+                json_string_value(json_object_get(json_array_get(calls, 0), "name")), "f");
             assert_true(json_is_object(json_object_get(json_array_get(calls, 0), "arguments")));
         }
         json_decref(calls);

@@ -24,10 +24,10 @@
 #include "deepinfer/deepinfer.h"
 #include "engine/draft.h"
 
-#define TINY DI_FIXTURE_DIR "/model/qwen2-tied-f16"
-#define DSV4 DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
+#define TINY     DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+#define DSV4     DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
 #define DSV3_MTP DI_FIXTURE_DIR "/model/dsv3-mtp-f32"
-#define SMOL DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL     DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
 {

@@ -93,8 +93,8 @@ static float dot_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t 
 /* dot_scaled_row of four activation rows (act, rows act_row apart) for an
  * MXFP4 weight, each block's four products from one dot4 call (bit-identical
  * to dot's), summed and scaled in the same order: y[r * n_out] = row r's + b. */
-static void dot4_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o,
-                            const char *wrow, const char *act, float *y, float b)
+static void dot4_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
+                            const char *act, float *y, float b)
 {
     const model_tensor *sc = pt->w->scale;
     const float *row_scales = (const float *)sc->data + o * sc->ne[0];

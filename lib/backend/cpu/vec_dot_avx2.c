@@ -645,7 +645,8 @@ AVX2 static void dot4_mxfp4(int64_t n, float *s, const void *w, const void *a, s
     for (int r = 0; r < 4; r++) {
         const float *y = ROW(r, float);
         float sum = 0.5f * hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t k = i; k < n; k++) sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * y[k];
+        for (int64_t k = i; k < n; k++)
+            sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * y[k];
         s[r] = sum;
     }
 }
