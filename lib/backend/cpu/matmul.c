@@ -38,9 +38,10 @@ typedef struct matmul_part {
     int64_t n_out;
     size_t w_row;
     cpu_vec_dot_fn dot;
-    cpu_vec_dot4_fn dot4;     /* NULL: one token at a time */
-    cpu_vec_dot2x4_fn dot2x4; /* NULL: one weight row at a time */
-    const char *packed;       /* interleaved rows (matmul_packed.h), or NULL */
+    cpu_vec_dot4_fn dot4;           /* NULL: one token at a time */
+    cpu_vec_dot2x4_fn dot2x4;       /* NULL: one weight row at a time */
+    cpu_vec_dot_mxfp4_fn dot_mxfp4; /* MXFP4 weights: rows with their scales, else NULL */
+    const char *packed;             /* interleaved rows (matmul_packed.h), or NULL */
     cpu_packed_fn packed_fn;
     size_t group_bytes;
     int64_t first_task, n_row_tiles, rows_per_tile;
@@ -69,43 +70,40 @@ static void quantize_task(void *ctx, int64_t t, int thread)
     if (j->info) cpu_pack_info(j->act_type, row, j->n_in, j->info + (size_t)t * j->info_row);
 }
 
-/* Row o of a block-scaled weight . f32 activations: each block's unscaled
- * product times its scale — fp8's 128x128 blocks, MXFP4's 32 values of a row. */
+/* Row o of an fp8 weight . f32 activations: each 128x128 block's unscaled
+ * product times its scale. */
 static float dot_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
                             const char *arow)
 {
     const model_tensor *sc = pt->w->scale;
-    const float *scales = sc->data;
-    int64_t ns0 = sc->ne[0];
-    int mx = pt->w->dtype == MODEL_DTYPE_MXFP4;
-    const int64_t blk = mx ? 32 : FP8_BLOCK;
-    const float *row_scales = scales + (mx ? o : o / FP8_BLOCK) * ns0;
+    const float *row_scales = (const float *)sc->data + o / FP8_BLOCK * sc->ne[0];
     float sum = 0;
-    for (int64_t i = 0; i < j->n_in; i += blk) {
-        int64_t len = j->n_in - i < blk ? j->n_in - i : blk;
+    for (int64_t i = 0; i < j->n_in; i += FP8_BLOCK) {
+        int64_t len = j->n_in - i < FP8_BLOCK ? j->n_in - i : FP8_BLOCK;
         float s;
-        pt->dot(len, &s, wrow + (mx ? i / 2 : i), arow + i * (int64_t)sizeof(float));
-        sum += s * row_scales[i / blk];
+        pt->dot(len, &s, wrow + i, arow + i * (int64_t)sizeof(float));
+        sum += s * row_scales[i / FP8_BLOCK];
     }
     return sum;
 }
 
-/* dot_scaled_row of four activation rows (act, rows act_row apart) for an
- * MXFP4 weight, each block's four products from one dot4 call (bit-identical
- * to dot's), summed and scaled in the same order: y[r * n_out] = row r's + b. */
-static void dot4_scaled_row(const matmul_job *j, const matmul_part *pt, int64_t o, const char *wrow,
-                            const char *act, float *y, float b)
+/* An MXFP4 weight's row o times tokens [t0, t1): four at a time, then one
+ * at a time, through the one scaled kernel (batch-invariant). */
+static void mxfp4_rows(const matmul_job *j, const matmul_part *pt, int64_t o, int64_t t0,
+                       int64_t t1)
 {
     const model_tensor *sc = pt->w->scale;
     const float *row_scales = (const float *)sc->data + o * sc->ne[0];
-    float sum[4] = {0, 0, 0, 0};
-    for (int64_t i = 0; i < j->n_in; i += 32) {
-        int64_t len = j->n_in - i < 32 ? j->n_in - i : 32;
+    const char *wrow = (const char *)pt->w->data + (size_t)o * pt->w_row;
+    float b = pt->bias ? pt->bias[o] : 0.0f;
+    for (int64_t t = t0; t < t1;) {
+        int n = t1 - t >= 4 ? 4 : 1;
         float s4[4];
-        pt->dot4(len, s4, wrow + i / 2, act + i * (int64_t)sizeof(float), j->act_row);
-        for (int r = 0; r < 4; r++) sum[r] += s4[r] * row_scales[i / 32];
+        pt->dot_mxfp4(j->n_in, s4, wrow, row_scales, j->act + (size_t)t * j->act_row, j->act_row,
+                      n);
+        for (int r = 0; r < n; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
+        t += n;
     }
-    for (int r = 0; r < 4; r++) y[r * pt->n_out] = sum[r] + b;
 }
 
 static void matmul_task(void *ctx, int64_t task, int thread)
@@ -135,7 +133,7 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         return;
     }
     const char *wdata = pt->w->data;
-    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3 || pt->w->dtype == MODEL_DTYPE_MXFP4;
+    int fp8 = pt->w->dtype == MODEL_DTYPE_FP8_E4M3;
     if (pt->dot2x4 && t1 - t0 >= 4) { /* prefill: 2 rows x 4 tokens, then what is left */
         int64_t o = o0;
         for (; o + 2 <= o1; o += 2) {
@@ -162,14 +160,14 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         }
         o0 = o;
     }
+    if (pt->dot_mxfp4) {
+        for (int64_t o = o0; o < o1; o++) mxfp4_rows(j, pt, o, t0, t1);
+        return;
+    }
     for (int64_t o = o0; o < o1; o++) {
         const char *wrow = wdata + (size_t)o * pt->w_row;
         float b = pt->bias ? pt->bias[o] : 0.0f;
         int64_t t = t0;
-        if (pt->dot4 && pt->w->dtype == MODEL_DTYPE_MXFP4)
-            for (; t + 4 <= t1; t += 4) /* dot_scaled_row for four tokens at once */
-                dot4_scaled_row(j, pt, o, wrow, j->act + (size_t)t * j->act_row,
-                                pt->y + t * pt->n_out + o, b);
         if (pt->dot4 && !fp8) {
             for (; t + 4 <= t1; t += 4) {
                 float s4[4];
@@ -226,6 +224,9 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
         pt->dot2x4 = use_ref ? NULL : cpu_vec_dot2x4_vnni(w[p]->dtype);
+        pt->dot_mxfp4 = w[p]->dtype != MODEL_DTYPE_MXFP4 ? NULL
+                        : use_ref                        ? cpu_vec_dot_mxfp4_ref()
+                                                         : cpu_vec_dot_mxfp4();
         pt->packed = packed && !use_ref ? packed[p] : NULL;
         if (pt->packed) {
             pt->packed_fn = cpu_packed_kernel(w[p]->dtype);

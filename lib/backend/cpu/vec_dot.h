@@ -47,6 +47,19 @@ typedef void (*cpu_vec_dot2x4_fn)(int64_t n, float *s, const void *w, size_t w_s
                                   const void *a, size_t stride);
 cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
 
+/* MXFP4 rows with their scales: s[r] = sum over the row's 32-value blocks b
+ * of scales[b] * (codes of b . a_r's values of b), for n_rows (1 to 4)
+ * activation rows a_r = a + r * stride bytes (f32). One code path for every
+ * n_rows, so a token's result does not depend on how many are computed with
+ * it (batch invariance); each block's products are summed in f32 and scaled
+ * into a running f32 sum. cpu_vec_dot_mxfp4: the AVX2 version when the CPU
+ * runs it, else the reference (which sums in another order). */
+typedef void (*cpu_vec_dot_mxfp4_fn)(int64_t n, float *s, const void *w, const float *scales,
+                                     const void *a, size_t stride, int n_rows);
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4(void);
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_ref(void);
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_avx2(void);
+
 /* The AVX512-VNNI versions (Q8_0, Q4_0, Q4_1; four-row: Q8_0, Q4_1),
  * bit-identical to the AVX2 ones, or NULL. (Q5_0/Q5_1 measured within a few
  * per cent of AVX2: their unpacking, not the products, is the cost.) */

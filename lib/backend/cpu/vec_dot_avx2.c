@@ -613,42 +613,51 @@ static inline float same_f32(float v)
     return v;
 }
 
-/* MXFP4's codes (unscaled) . four f32 activation rows: each 32 codes decoded
- * once; every row keeps dot_mxfp4's two accumulators, order and final halving,
- * so results are bit-identical to it (the caller scales each block: one call a
- * block in matmul.c, as with dot_mxfp4). */
-AVX2 static void dot4_mxfp4(int64_t n, float *s, const void *w, const void *a, size_t stride)
+/* MXFP4 rows with their scales (cpu_vec_dot_mxfp4_fn), n_rows of 1 to 4:
+ * each block's codes decoded once (twice their e2m1 value in int8, exact),
+ * its products summed in two accumulators per row, and the block's sum times
+ * half its scale (exact) added into the row's running vector; one horizontal
+ * sum at the end. Every row takes the same operations whatever n_rows is. */
+AVX2 static void dot_mxfp4_scaled(int64_t n, float *s, const void *w, const float *scales,
+                                  const void *a, size_t stride, int n_rows)
 {
     const uint8_t *x = w;
     const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     const __m128i lo4 = _mm_set1_epi8(0x0f);
-    __m256 acc0[4], acc1[4];
-    for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m128i b = _mm_loadu_si128((const __m128i *)(x + i / 2));
         __m128i lo = _mm_and_si128(b, lo4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), lo4);
         __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
         __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
-        __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)),
-                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))),
-                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
-                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)))};
-        for (int r = 0; r < 4; r++) {
+        __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)),
+               f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))),
+               f2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
+               f3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)));
+        __m256 half_scale = _mm256_set1_ps(0.5f * scales[i / 32]);
+        for (int r = 0; r < n_rows; r++) {
             const float *y = ROW(r, float);
-            acc0[r] = _mm256_fmadd_ps(f[0], _mm256_loadu_ps(y + i), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(f[1], _mm256_loadu_ps(y + i + 8), acc1[r]);
-            acc0[r] = _mm256_fmadd_ps(f[2], _mm256_loadu_ps(y + i + 16), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(f[3], _mm256_loadu_ps(y + i + 24), acc1[r]);
+            __m256 b0 = _mm256_mul_ps(f0, _mm256_loadu_ps(y + i));
+            __m256 b1 = _mm256_mul_ps(f1, _mm256_loadu_ps(y + i + 8));
+            b0 = _mm256_fmadd_ps(f2, _mm256_loadu_ps(y + i + 16), b0);
+            b1 = _mm256_fmadd_ps(f3, _mm256_loadu_ps(y + i + 24), b1);
+            acc[r] = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), half_scale, acc[r]);
         }
     }
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < n_rows; r++) {
         const float *y = ROW(r, float);
-        float sum = 0.5f * hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));
+        float sum = hsum_ps(acc[r]);
         for (int64_t k = i; k < n; k++)
-            sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * y[k];
+            sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * scales[k / 32] * y[k];
         s[r] = sum;
     }
+}
+
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_avx2(void)
+{
+    return cpu_has_avx2() ? dot_mxfp4_scaled : NULL;
 }
 
 DOT4_FLOAT(dot4_f32, float, load8_f32, same_f32)
@@ -662,7 +671,6 @@ cpu_vec_dot4_fn cpu_vec_dot4_avx2(model_dtype dtype)
     case MODEL_DTYPE_F32: return dot4_f32;
     case MODEL_DTYPE_F16: return dot4_f16;
     case MODEL_DTYPE_BF16: return dot4_bf16;
-    case MODEL_DTYPE_MXFP4: return dot4_mxfp4; /* per 32-value block (matmul.c scales) */
     case MODEL_DTYPE_Q8_0: return dot4_q8_0;
     case MODEL_DTYPE_Q4_1: return dot4_q4_1;
     case MODEL_DTYPE_Q5_0: return dot4_q5_0;
@@ -703,6 +711,10 @@ int cpu_has_avx2(void)
 cpu_vec_dot_fn cpu_vec_dot_avx2(model_dtype dtype)
 {
     (void)dtype;
+    return NULL;
+}
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_avx2(void)
+{
     return NULL;
 }
 

@@ -349,6 +349,34 @@ const char *cpu_kernels_name(void)
     return "scalar reference (no avx2 on this CPU)";
 }
 
+static void dot_mxfp4_scaled_ref(int64_t n, float *s, const void *w, const float *scales,
+                                 const void *a, size_t stride, int n_rows)
+{
+    const uint8_t *x = w;
+    for (int r = 0; r < n_rows; r++) {
+        const float *y = (const float *)((const char *)a + (size_t)r * stride);
+        float sum = 0;
+        for (int64_t i = 0; i < n; i += 32) {
+            float blk = 0;
+            for (int64_t k = i; k < n && k < i + 32; k++)
+                blk += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * y[k];
+            sum += blk * scales[i / 32];
+        }
+        s[r] = sum;
+    }
+}
+
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_ref(void)
+{
+    return dot_mxfp4_scaled_ref;
+}
+
+cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4(void)
+{
+    cpu_vec_dot_mxfp4_fn f = cpu_vec_dot_mxfp4_avx2();
+    return f ? f : dot_mxfp4_scaled_ref;
+}
+
 cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
 {
     cpu_vec_dot4_fn f = cpu_vec_dot4_vnni(dtype);
