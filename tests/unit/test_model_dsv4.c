@@ -165,6 +165,8 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_UNSUPPORTED, "layer_types[1] 'linear_attention'", NULL);
     expect_load_error(variant(F, "{\"layer_types\": null, \"compress_ratios\": [4, 16, 0]}", 0),
                       DI_ERR_UNSUPPORTED, "compress_ratios[1]", NULL);
+    expect_load_error(variant(F, "{\"n_shared_experts\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                      "n_shared_experts must be 1", NULL);
     expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"dense\", \"moe\"]}", 0),
                       DI_ERR_UNSUPPORTED, "mlp_layer_types[1] 'dense'", NULL);
     expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}", 0), DI_ERR_UNSUPPORTED,
@@ -556,6 +558,11 @@ static void test_deepseek4_gguf_config_and_bad_files(void **state)
                       DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
     expect_load_error(model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
                       DI_ERR_MODEL_FORMAT, "hc_head", NULL);
+    /* a shared-expert count V4 does not have: refused, not run as one */
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 0),
+                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 2),
+                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
     /* a tensor missing: named as deepseek_v4.c reads it */
     expect_load_error(model_variant_gguf(src, dst, "blk.1.attn_sinks.weight",
                                          "blk.1.attn_sinkX.weight", -1),
