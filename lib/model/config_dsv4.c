@@ -298,6 +298,8 @@ di_status mw_check_v4(model_config *m, const char *file, di_error **err)
         why = "hc_eps must not be negative and compress_rope_theta must be positive";
     else if (!m->q_lora_rank || !m->n_expert || !m->n_ff_exp)
         why = "q_lora_rank, n_routed_experts and moe_intermediate_size must be positive";
+    else if (m->n_expert_shared != 1)
+        why = "n_shared_experts must be 1 (deepseek_v4.c runs one shared expert)";
     if (why) return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: %s", file, why);
     return mw_check_moe(m, file, err);
 }

@@ -75,6 +75,11 @@ typedef struct v4_layer_cache {
 
 struct dsv4_cache {
     v4_layer_cache *layers;
+    /* Positions [0, n_written) were computed into the rings since the sequence
+     * last began at position 0 (a cut sequence keeps the most it reached): a
+     * row is still in its ring when at most n_batch positions past it were
+     * written (dsv4_seq_truncate). */
+    int64_t n_written;
     struct dsv4_cache *next_free;
 };
 
@@ -581,6 +586,14 @@ di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens)
     return s->v4 ? cache_reserve(d, s->v4, n_tokens) : DI_OK;
 }
 
+void dsv4_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
+{
+    /* win_ring = window + n_batch and comp_ring = 2 max_rate + n_batch rows:
+     * past a deeper cut, the rows the next step reads were overwritten */
+    if (s->v4 && s->v4->n_written - n_tokens > d->opt.n_batch) n_tokens = 0;
+    kv_pool_seq_truncate(&d->pool, &s->kv, n_tokens);
+}
+
 void dsv4_seq_release(dsv4 *d, model_seq *s)
 {
     if (!s->v4) return;
@@ -850,7 +863,12 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
         hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n, n_items);
         hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n, n_items);
     }
-    for (int i = 0; i < n_items; i++) items[i].seq->kv.n_tokens += items[i].n_tokens;
+    for (int i = 0; i < n_items; i++) {
+        model_seq *s = items[i].seq;
+        if (s->kv.n_tokens == 0) s->v4->n_written = 0; /* a new sequence, perhaps a reused cache */
+        s->kv.n_tokens += items[i].n_tokens;
+        if (s->v4->n_written < s->kv.n_tokens) s->v4->n_written = s->kv.n_tokens;
+    }
     if (!logits) return;
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);

@@ -45,6 +45,11 @@ void dsv4_seq_release(dsv4 *d, model_seq *s);
  * step appends to it: DI_ERR_OUT_OF_MEMORY, the cache then unchanged. The
  * room is kept when the sequence ends (the cache is reused). */
 di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens);
+/* Keep s's first n_tokens (model_seq_truncate). The window and compressor
+ * rings hold the rows of the last n_batch positions beyond what the next step
+ * reads, so a cut more than n_batch tokens below the most the sequence
+ * reached drops the whole sequence (n_past 0): the caller computes it again. */
+void dsv4_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens);
 /* The pool the sequences' blocks are counted in. */
 kv_pool *dsv4_pool(dsv4 *d);
 /* One step over several sequences (model_forward_batch, whose checks have

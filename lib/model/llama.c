@@ -400,6 +400,10 @@ di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 }
 void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
 {
+    if (m->v4) {
+        dsv4_seq_truncate(m->v4, s, n_tokens);
+        return;
+    }
     kv_pool_seq_truncate(model_pool(m), &s->kv, n_tokens);
 }
 

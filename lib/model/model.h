@@ -125,7 +125,9 @@ void model_seq_reset(model *m, model_seq *s);
 di_status model_seq_reserve(model *m, model_seq *s, int64_t n_tokens);
 /* Forget the sequence's tokens past its first n_tokens (kv_pool_seq_truncate:
  * the rejected draft tokens of a speculative step). Blocks already published
- * to the prefix cache are never cut into. */
+ * to the prefix cache are never cut into. A DeepSeek-V4 sequence cut more than
+ * model_n_batch tokens below the most it held is dropped whole (its rings no
+ * longer hold the rows; model_seq_n_past then reads 0). */
 void model_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
 /* The prefix cache (model/kv_pool.h). model_prefix_probe: tokens of the
  * longest run of leading full blocks of tokens[0, n_tokens) whose keys and

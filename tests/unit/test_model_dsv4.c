@@ -165,6 +165,8 @@ static void test_bad_configs_and_tensors_are_named(void **state)
                       DI_ERR_UNSUPPORTED, "layer_types[1] 'linear_attention'", NULL);
     expect_load_error(variant(F, "{\"layer_types\": null, \"compress_ratios\": [4, 16, 0]}", 0),
                       DI_ERR_UNSUPPORTED, "compress_ratios[1]", NULL);
+    expect_load_error(variant(F, "{\"n_shared_experts\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                      "n_shared_experts must be 1", NULL);
     expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"dense\", \"moe\"]}", 0),
                       DI_ERR_UNSUPPORTED, "mlp_layer_types[1] 'dense'", NULL);
     expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}", 0), DI_ERR_UNSUPPORTED,
@@ -523,6 +525,68 @@ static void test_fused_fp8_experts_equal_the_per_expert_layout(void **state)
 
 /* V4's caches are each sequence's own: no prefix cache tier can hold them, so
  * asking for one is a warning naming the fields, and the engine serves. */
+static void forward_chunks(model *m, model_seq *s, const int32_t *tokens, int64_t to, float *logits)
+{
+    di_error *err = NULL;
+    for (int64_t p = model_seq_n_past(s); p < to;) {
+        int64_t n = to - p < 16 ? to - p : 16; /* the model's n_batch */
+        assert_int_equal(model_seq_reserve(m, s, p + n), DI_OK);
+        model_batch_item it = {s, tokens + p, n, (int)n};
+        if (model_forward_batch(m, &it, 1, logits ? logits + p * 512 : NULL, &err) != DI_OK)
+            fail_msg("%s", di_error_message(err));
+        p += n;
+    }
+}
+
+/* A sequence cut back (rejected drafts) and computed again gives the logits
+ * of one never cut: within n_batch tokens of the most it held its rings
+ * still hold the rows; cut deeper (a draft model's sequence behind by more
+ * than a step), it was computed from rows other tokens overwrote (logits
+ * off by about 3) and is now dropped whole, to be computed again. The
+ * context (250) is no multiple of the compress rates (4, 8). */
+static void test_truncated_sequence_recomputes_the_same_logits(void **state)
+{
+    (void)state;
+    enum { N = 120 };
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    o.n_ctx = 250;
+    o.n_batch = 16;
+    o.kv_n_ctx_multiple = 2;
+    model *m = NULL;
+    di_error *err = NULL;
+    if (model_load(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32", &o, &m, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    int32_t tokens[N], junk[N];
+    for (int i = 0; i < N; i++) tokens[i] = (int32_t)((i * 37 + 11) % 500);
+    float *want = malloc((size_t)N * 512 * sizeof *want),
+          *got = malloc((size_t)N * 512 * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    model_seq *s;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    forward_chunks(m, s, tokens, N, want);
+    static const int64_t cut[][2] = {{100, 84}, {100, 60}, {120, 20}};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < N; i++) junk[i] = i < cut[k][1] ? tokens[i] : 3; /* rejected drafts */
+        model_seq_reset(m, s);
+        forward_chunks(m, s, junk, cut[k][0], NULL);
+        model_seq_truncate(m, s, cut[k][1]);
+        int64_t kept = model_seq_n_past(s);
+        assert_true(kept == cut[k][1] || (kept == 0 && cut[k][0] - cut[k][1] > 16));
+        forward_chunks(m, s, tokens, N, got);
+        for (int64_t i = cut[k][1] * 512; i < N * 512; i++)
+            if (got[i] != want[i])
+                fail_msg("cut %lld -> %lld: logit %lld is %g, want %g", (long long)cut[k][0],
+                         (long long)cut[k][1], (long long)i, got[i], want[i]);
+    }
+    model_seq_free(m, s);
+    free(want);
+    free(got);
+    model_free(m);
+}
+
 /* llama.cpp's deepseek4 GGUF (gguf-dsv4/dsv4-gguf-bf16.gguf, its converter's
  * output): its metadata read into the same model as the checkpoint's
  * config.json (the parity test holds its logits to transformers'), and a key
@@ -556,6 +620,11 @@ static void test_deepseek4_gguf_config_and_bad_files(void **state)
                       DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
     expect_load_error(model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
                       DI_ERR_MODEL_FORMAT, "hc_head", NULL);
+    /* a shared-expert count V4 does not have: refused, not run as one */
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 0),
+                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
+    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 2),
+                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
     /* a tensor missing: named as deepseek_v4.c reads it */
     expect_load_error(
         model_variant_gguf(src, dst, "blk.1.attn_sinks.weight", "blk.1.attn_sinkX.weight", -1),
@@ -671,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_mxfp4_experts),
         cmocka_unit_test(test_deepseek4_gguf_config_and_bad_files),
         cmocka_unit_test(test_compressed_cache_grows_with_the_sequence),
+        cmocka_unit_test(test_truncated_sequence_recomputes_the_same_logits),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
         cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),
