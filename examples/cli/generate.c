@@ -123,7 +123,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
                 return usage(cmd, "--threads: expected an integer from 1 to 1024");
         } else if (strcmp(o, "--ctx") == 0) {
             if (cli_parse_long(v, 1, 1L << 30, &a->ctx))
-                return usage(cmd, "--ctx: expected an integer from 1 (tokens)");
+                return usage(cmd, "--ctx: expected an integer from 1 to 1073741824 (tokens)");
         } else {
             char why[300];
             snprintf(why, sizeof why, "unknown option '%s'", o);

@@ -242,6 +242,11 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
                                    err)) != DI_OK ||
         (st = same_for_every_layer(f, path, "swiglu_clamp_exp", c->n_layer, &clamp, err)) != DI_OK)
         return st;
+    if (!(ff_exp >= 1 && ff_exp <= 1 << 20 && ff_exp == floor(ff_exp)))
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: deepseek4.expert_feed_forward_length %g is not a whole number "
+                             "from 1 to 2^20",
+                             path, ff_exp);
     c->n_ff_exp = c->n_ff = (uint32_t)ff_exp;
     v->swiglu_limit = (float)clamp;
     snprintf(key, sizeof key, "deepseek4.swiglu_clamp_shexp");
@@ -280,14 +285,14 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
             v->attention[i] = MODEL_V4_SLIDING;
         } else if (r == 4) {
             v->attention[i] = MODEL_V4_CSA;
-        } else if (r >= 1 && r <= 4096 &&
+        } else if (r >= 1 && r <= 4096 && r == floor(r) &&
                    (v->compress_rate_hca == 0 || v->compress_rate_hca == r)) {
             v->attention[i] = MODEL_V4_HCA;
             v->compress_rate_hca = (uint32_t)r;
         } else {
             return di_error_setf(err, DI_ERR_UNSUPPORTED,
                                  "%s: deepseek4.attention.compress_ratios[%u] is %g (0, 4 and one "
-                                 "HCA rate up to 4096 are supported)",
+                                 "whole HCA rate up to 4096 are supported)",
                                  path, i, r);
         }
         v->hash_moe[i] = i < n_hash;
