@@ -32,14 +32,24 @@ static int dtype_of(uint32_t ggml_type, model_dtype *out)
     }
 }
 
-static di_status need_u32(const gguf_file *f, const char *path, const char *arch, const char *key,
-                          uint32_t *out, di_error **err)
+di_status mw_gguf_need_u32(const gguf_file *f, const char *path, const char *arch, const char *key,
+                           uint32_t *out, di_error **err)
 {
     char full[128];
     snprintf(full, sizeof full, "%s.%s", arch, key);
     if (gguf_get_u32(f, full, out)) return DI_OK;
     return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
                          gguf_find(f, full) ? "not an unsigned integer" : "missing");
+}
+
+di_status mw_gguf_need_f32(const gguf_file *f, const char *path, const char *arch, const char *key,
+                           float *out, di_error **err)
+{
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    if (gguf_get_f32(f, full, out)) return DI_OK;
+    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
+                         gguf_find(f, full) ? "not a float" : "missing");
 }
 
 static void opt_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out)
@@ -76,11 +86,12 @@ static di_status read_deepseek2(const model_weights *w, const gguf_file *f, cons
 {
     di_status st;
     uint32_t key_len = 0, val_len = 0, key_mla = 0, val_mla = 0, gating = 0, lead = 0;
-    if ((st = need_u32(f, path, arch, "attention.kv_lora_rank", &c->kv_lora_rank, err)) != DI_OK ||
-        (st = need_u32(f, path, arch, "rope.dimension_count", &c->qk_rope_head_dim, err)) !=
+    if ((st = mw_gguf_need_u32(f, path, arch, "attention.kv_lora_rank", &c->kv_lora_rank, err)) !=
             DI_OK ||
-        (st = need_u32(f, path, arch, "attention.key_length", &key_len, err)) != DI_OK ||
-        (st = need_u32(f, path, arch, "attention.value_length", &val_len, err)) != DI_OK)
+        (st = mw_gguf_need_u32(f, path, arch, "rope.dimension_count", &c->qk_rope_head_dim, err)) !=
+            DI_OK ||
+        (st = mw_gguf_need_u32(f, path, arch, "attention.key_length", &key_len, err)) != DI_OK ||
+        (st = mw_gguf_need_u32(f, path, arch, "attention.value_length", &val_len, err)) != DI_OK)
         return st;
     opt_u32(f, arch, "attention.q_lora_rank", &c->q_lora_rank);
     opt_u32(f, arch, "attention.key_length_mla", &key_mla);
@@ -180,11 +191,12 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
         mw_copy_name(w->name, sizeof w->name, name, nlen);
     di_status st;
     const int v4 = c->arch == MODEL_ARCH_DEEPSEEK_V4; /* no dense MLP: no feed_forward_length */
-    if ((st = need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
-        (st = need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
-        (st = need_u32(f, path, arch, "block_count", &c->n_layer, err)) != DI_OK ||
-        (!v4 && (st = need_u32(f, path, arch, "feed_forward_length", &c->n_ff, err)) != DI_OK) ||
-        (st = need_u32(f, path, arch, "attention.head_count", &c->n_head, err)) != DI_OK)
+    if ((st = mw_gguf_need_u32(f, path, arch, "context_length", &c->n_ctx_train, err)) != DI_OK ||
+        (st = mw_gguf_need_u32(f, path, arch, "embedding_length", &c->n_embd, err)) != DI_OK ||
+        (st = mw_gguf_need_u32(f, path, arch, "block_count", &c->n_layer, err)) != DI_OK ||
+        (!v4 &&
+         (st = mw_gguf_need_u32(f, path, arch, "feed_forward_length", &c->n_ff, err)) != DI_OK) ||
+        (st = mw_gguf_need_u32(f, path, arch, "attention.head_count", &c->n_head, err)) != DI_OK)
         return st;
     c->n_head_kv = c->n_head;
     if (v4) {

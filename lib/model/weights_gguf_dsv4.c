@@ -85,30 +85,16 @@ int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size)
     return 0;
 }
 
-/* "deepseek4.<key>" as an unsigned integer (u) or a float (x, when u is
- * NULL): DI_ERR_MODEL_FORMAT when missing or of another type. */
-static di_status need_key(const gguf_file *f, const char *path, const char *key, uint32_t *u,
-                          float *x, di_error **err)
-{
-    char full[128];
-    snprintf(full, sizeof full, "deepseek4.%s", key);
-    if (u ? gguf_get_u32(f, full, u) : gguf_get_f32(f, full, x)) return DI_OK;
-    return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: metadata key %s is %s", path, full,
-                         !gguf_find(f, full) ? "missing"
-                         : u                 ? "not an unsigned integer"
-                                             : "not a float");
-}
-
 static di_status need(const gguf_file *f, const char *path, const char *key, uint32_t *out,
                       di_error **err)
 {
-    return need_key(f, path, key, out, NULL, err);
+    return mw_gguf_need_u32(f, path, "deepseek4", key, out, err);
 }
 
 static di_status need_f32(const gguf_file *f, const char *path, const char *key, float *out,
                           di_error **err)
 {
-    return need_key(f, path, key, NULL, out, err);
+    return mw_gguf_need_f32(f, path, "deepseek4", key, out, err);
 }
 
 /* Element i of the array "deepseek4.<key>" of n_want numbers (u32, i32 or

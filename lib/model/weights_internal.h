@@ -48,6 +48,14 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err);
 di_status mw_check_moe(model_config *m, const char *file, di_error **err);
 di_status mw_open_gguf(model_weights *w, const char *path, di_error **err);
 
+/* The GGUF metadata key "<arch>.<key>" as an unsigned integer or a float:
+ * DI_ERR_MODEL_FORMAT naming the key (and `path`) when it is missing or of
+ * another type. */
+di_status mw_gguf_need_u32(const gguf_file *f, const char *path, const char *arch, const char *key,
+                           uint32_t *out, di_error **err);
+di_status mw_gguf_need_f32(const gguf_file *f, const char *path, const char *arch, const char *key,
+                           float *out, di_error **err);
+
 /* DeepSeek-V4's fields checked alike for both loaders (head layout, mHC,
  * compression, indexer and MoE ranges; DI_ERR_MODEL_FORMAT naming `file`),
  * then mw_check_moe. */
