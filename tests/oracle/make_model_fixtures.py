@@ -916,12 +916,11 @@ def dsv4_dequantized_reference(src, reader, tokens):
     from transformers import DeepseekV4ForCausalLM
     state = {}
     for t in reader.tensors:
-        if t.tensor_type == gguf.GGMLQuantizationType.I32:
-            state[DSV4_GGUF_LAYER_NAME(t.name)] = torch.from_numpy(
-                np.array(t.data, dtype=np.int64))
-            continue
-        a = torch.from_numpy(np.ascontiguousarray(
-            gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+        if t.tensor_type == gguf.GGMLQuantizationType.I32:  # tid2eid
+            a = torch.from_numpy(np.array(t.data, dtype=np.int64))
+        else:
+            a = torch.from_numpy(np.ascontiguousarray(
+                gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
         if t.name in DSV4_GGUF_TOP:
             state[DSV4_GGUF_TOP[t.name]] = a
             continue
@@ -942,11 +941,6 @@ def dsv4_dequantized_reference(src, reader, tokens):
         model.config._attn_implementation = "eager"
         with torch.no_grad():
             return model(torch.tensor([tokens]), use_cache=False).logits[0].numpy()
-
-
-def DSV4_GGUF_LAYER_NAME(gguf_name):
-    layer, rest = gguf_name[len("blk."):].split(".", 1)
-    return f"model.layers.{layer}.{DSV4_GGUF_LAYER[rest]}"
 
 
 def make_deepseek_gguf(name, table, folder, architecture, convert):
