@@ -3,6 +3,7 @@
  * llama.cpp's llama_model_loader reads them (llama-arch.cpp's LLM_KV names). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/weights_internal.h"
@@ -307,38 +308,102 @@ static di_status read_common(model_weights *w, const gguf_file *f, const char *p
     return DI_OK;
 }
 
-/* llama.cpp's deepseek2 files hold each layer's routed experts stacked
- * (ffn_{gate,up,down}_exps, ne = {n_in, n_out, n_expert}): expert e becomes its
- * own 2-D tensor "blk.N.ffn_gate_exps.e.weight", a view of its rows, as the
- * Hugging Face loader names them. */
-static di_status split_experts(model_weights *w, const char *path, di_error **err)
+/* ggml's block_mxfp4 rows [n_blocks] (an E8M0 byte, then 16 bytes whose low
+ * nibbles are values 0..15 and high nibbles 16..31) into MODEL_DTYPE_MXFP4's
+ * codes (two a byte, in order) and f32 scales, both owned by w. */
+static di_status repack_mxfp4(model_weights *w, const char *path, const char *name,
+                              const uint8_t *src, size_t n_blocks, uint8_t **codes, float **scales,
+                              di_error **err)
+{
+    void **owned = realloc(w->owned, (w->n_owned + 2) * sizeof *owned);
+    if (owned) w->owned = owned;
+    *codes = owned ? malloc(n_blocks * 16) : NULL;
+    if (*codes) w->owned[w->n_owned++] = *codes;
+    *scales = *codes ? malloc(n_blocks * sizeof **scales) : NULL;
+    if (*scales) w->owned[w->n_owned++] = *scales;
+    if (!*scales) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
+    for (size_t b = 0; b < n_blocks; b++) {
+        const uint8_t *blk = src + b * 17, *qs = blk + 1;
+        if (blk[0] == 255)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: tensor '%s' block %zu has E8M0's NaN (255) as its scale",
+                                 path, name, b);
+        (*scales)[b] = ldexpf(1.0f, (int)blk[0] - 127);
+        uint8_t *out = *codes + b * 16;
+        for (int k = 0; k < 16; k++) {
+            int i0 = 2 * k, i1 = 2 * k + 1;
+            uint8_t c0 = i0 < 16 ? qs[i0] & 15 : qs[i0 - 16] >> 4;
+            uint8_t c1 = i1 < 16 ? qs[i1] & 15 : qs[i1 - 16] >> 4;
+            out[k] = (uint8_t)(c0 | c1 << 4);
+        }
+    }
+    return DI_OK;
+}
+
+di_status mw_gguf_split_experts(model_weights *w, const char *path, uint32_t n_layers, int required,
+                                mw_expert_name_fn expert_name, di_error **err)
 {
     const model_config *c = &w->config;
     static const char *const kinds[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    char name[128];
-    for (uint32_t l = 0; l < c->n_layer + c->n_nextn_layer; l++)
+    char name[192], scale_name[208];
+    di_status st;
+    for (uint32_t l = 0; l < n_layers; l++)
         for (int k = 0; k < 3; k++) {
             snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k]);
             const model_tensor *t = model_weights_get(w, name);
-            if (!t) continue;                /* a dense layer; deepseek_v3.c names what it misses */
+            if (!t && !required) continue; /* a dense layer; the model names what it misses */
+            if (!t)
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%s' is missing", path,
+                                     name);
             const model_tensor stacked = *t; /* mw_add_tensor may move the table */
-            if (stacked.n_dims != 3 || stacked.ne[2] != (int64_t)c->n_expert ||
-                stacked.n_bytes % (size_t)stacked.ne[2] != 0)
+            const int64_t X = stacked.ne[2], per_elems = stacked.ne[0] * stacked.ne[1];
+            const int mx = stacked.dtype == MODEL_DTYPE_MXFP4_GGML;
+            if (stacked.n_dims != 3 || X != (int64_t)c->n_expert ||
+                stacked.n_bytes % (size_t)X != 0 || (mx && stacked.ne[0] % 32 != 0))
                 return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                                      "%s: tensor %s should be 3-D with %u experts (ne[2])", path,
                                      name, c->n_expert);
-            size_t per = stacked.n_bytes / (size_t)stacked.ne[2];
+            uint8_t *codes = NULL;
+            float *scales = NULL;
+            if (mx && (st = repack_mxfp4(w, path, name, stacked.data, (size_t)(per_elems / 32 * X),
+                                         &codes, &scales, err)) != DI_OK)
+                return st;
+            const size_t per = mx ? (size_t)per_elems / 2 : stacked.n_bytes / (size_t)X,
+                         per_scales = (size_t)(per_elems / 32);
             int64_t ne[4] = {stacked.ne[0], stacked.ne[1], 1, 1};
-            for (int64_t e = 0; e < stacked.ne[2]; e++) {
-                int n =
-                    snprintf(name, sizeof name, "blk.%u.%s.%lld.weight", l, kinds[k], (long long)e);
-                di_status st =
-                    mw_add_tensor(w, path, name, (size_t)n, stacked.dtype, 2, ne,
-                                  (const char *)stacked.data + (size_t)e * per, per, err);
-                if (st != DI_OK) return st;
+            int64_t ne_s[4] = {stacked.ne[0] / 32, stacked.ne[1], 1, 1};
+            for (int64_t e = 0; e < X; e++) {
+                expert_name(name, sizeof name, l, k, e);
+                const void *data = mx ? (const void *)(codes + (size_t)e * per)
+                                      : (const char *)stacked.data + (size_t)e * per;
+                if ((st = mw_add_tensor(w, path, name, strlen(name),
+                                        mx ? MODEL_DTYPE_MXFP4 : stacked.dtype, 2, ne, data, per,
+                                        err)) != DI_OK)
+                    return st;
+                if (!mx) continue;
+                int n = snprintf(scale_name, sizeof scale_name, "%s.scale", name);
+                if ((st = mw_add_tensor(w, path, scale_name, (size_t)n, MODEL_DTYPE_F32, 2, ne_s,
+                                        scales + (size_t)e * per_scales, per_scales * sizeof(float),
+                                        err)) != DI_OK)
+                    return st;
             }
         }
+    /* MXFP4 experts paired with their scales once the table stops moving */
+    for (size_t i = w->n_file_tensors; i < w->n_tensors; i++) {
+        model_tensor *t = &w->tensors[i];
+        if (t->dtype != MODEL_DTYPE_MXFP4) continue;
+        snprintf(scale_name, sizeof scale_name, "%s.scale", t->name);
+        t->scale = model_weights_get(w, scale_name);
+    }
     return DI_OK;
+}
+
+/* llama.cpp's deepseek2 names: expert e of "blk.N.ffn_gate_exps.weight" is
+ * "blk.N.ffn_gate_exps.e.weight", as the Hugging Face loader names it. */
+static void deepseek2_expert_name(char *out, size_t size, uint32_t l, int k, int64_t e)
+{
+    static const char *const kinds[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    snprintf(out, size, "blk.%u.%s.%lld.weight", l, kinds[k], (long long)e);
 }
 
 di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
@@ -378,7 +443,9 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     if ((st = read_config(w, f, path, err)) != DI_OK) return st;
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {
-        if ((st = split_experts(w, path, err)) != DI_OK) return st;
+        if ((st = mw_gguf_split_experts(w, path, w->config.n_layer + w->config.n_nextn_layer, 0,
+                                        deepseek2_expert_name, err)) != DI_OK)
+            return st;
     } else if (arch == MODEL_ARCH_DEEPSEEK_V4) {
         if ((st = mw_gguf_dsv4_experts(w, path, err)) != DI_OK) return st;
     }

@@ -3,9 +3,8 @@
  * as llama_model_deepseek4::load_arch_hparams reads it, the tensors renamed to
  * the names deepseek_v4.c reads (transformers' module paths), and the routed
  * experts — stacked ffn_{gate,up,down}_exps, ne = {n_in, n_out, n_expert} —
- * split into one matrix per expert. The converter writes them in ggml's MXFP4
- * (block_mxfp4: an E8M0 byte, then 16 bytes whose low nibbles are values
- * 0..15 and high nibbles 16..31); they are repacked here into
+ * split into one matrix per expert by weights_gguf.c's mw_gguf_split_experts.
+ * The converter writes them in ggml's MXFP4, which that repacks into
  * MODEL_DTYPE_MXFP4 (codes two a byte in order, f32 scales beside), the layout
  * DeepSeek's release safetensors load into, so both files run the same
  * kernels. */
@@ -287,91 +286,17 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
     return mw_check_v4(c, path, err);
 }
 
-/* ggml's block_mxfp4 rows [n_blocks] into MXFP4 codes (two a byte, in order)
- * and f32 scales, both owned by w. */
-static di_status repack_mxfp4(model_weights *w, const char *path, const char *name,
-                              const uint8_t *src, size_t n_blocks, uint8_t **codes, float **scales,
-                              di_error **err)
+/* deepseek_v4.c's names: expert e of layer l's gate, up or down projection. */
+static void dsv4_expert_name(char *out, size_t size, uint32_t l, int k, int64_t e)
 {
-    void **owned = realloc(w->owned, (w->n_owned + 2) * sizeof *owned);
-    if (owned) w->owned = owned;
-    *codes = owned ? malloc(n_blocks * 16) : NULL;
-    if (*codes) w->owned[w->n_owned++] = *codes;
-    *scales = *codes ? malloc(n_blocks * sizeof **scales) : NULL;
-    if (*scales) w->owned[w->n_owned++] = *scales;
-    if (!*scales) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
-    for (size_t b = 0; b < n_blocks; b++) {
-        const uint8_t *blk = src + b * 17, *qs = blk + 1;
-        if (blk[0] == 255)
-            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
-                                 "%s: tensor '%s' block %zu has E8M0's NaN (255) as its scale",
-                                 path, name, b);
-        (*scales)[b] = ldexpf(1.0f, (int)blk[0] - 127);
-        uint8_t *out = *codes + b * 16;
-        for (int k = 0; k < 16; k++) {
-            int i0 = 2 * k, i1 = 2 * k + 1;
-            uint8_t c0 = i0 < 16 ? qs[i0] & 15 : qs[i0 - 16] >> 4;
-            uint8_t c1 = i1 < 16 ? qs[i1] & 15 : qs[i1 - 16] >> 4;
-            out[k] = (uint8_t)(c0 | c1 << 4);
-        }
-    }
-    return DI_OK;
+    static const char *const kinds[] = {"gate_proj", "up_proj", "down_proj"};
+    snprintf(out, size, "model.layers.%u.mlp.experts.%lld.%s.weight", l, (long long)e, kinds[k]);
 }
 
 di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err)
 {
-    const model_config *c = &w->config;
-    static const char *const kinds[][2] = {
-        {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
-    char name[192], scale_name[208];
-    di_status st;
-    for (uint32_t l = 0; l < c->n_layer; l++)
-        for (int k = 0; k < 3; k++) {
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k][0]);
-            const model_tensor *t = model_weights_get(w, name);
-            if (!t)
-                return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: tensor '%s' is missing", path,
-                                     name);
-            const model_tensor stacked = *t; /* mw_add_tensor may move the table */
-            int64_t X = stacked.ne[2], per_elems = stacked.ne[0] * stacked.ne[1];
-            int mx = stacked.dtype == MODEL_DTYPE_MXFP4_GGML;
-            if (stacked.n_dims != 3 || X != (int64_t)c->n_expert ||
-                stacked.n_bytes % (size_t)X != 0 || (mx && stacked.ne[0] % 32 != 0))
-                return di_error_setf(err, DI_ERR_MODEL_FORMAT,
-                                     "%s: tensor %s should be 3-D with %u experts (ne[2])", path,
-                                     name, c->n_expert);
-            uint8_t *codes = NULL;
-            float *scales = NULL;
-            if (mx && (st = repack_mxfp4(w, path, name, stacked.data, (size_t)(per_elems / 32 * X),
-                                         &codes, &scales, err)) != DI_OK)
-                return st;
-            size_t per = mx ? (size_t)per_elems / 2 : stacked.n_bytes / (size_t)X;
-            int64_t ne[4] = {stacked.ne[0], stacked.ne[1], 1, 1};
-            int64_t ne_s[4] = {stacked.ne[0] / 32, stacked.ne[1], 1, 1};
-            for (int64_t e = 0; e < X; e++) {
-                int n = snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%lld.%s.weight", l,
-                                 (long long)e, kinds[k][1]);
-                const void *data = mx ? (const void *)(codes + (size_t)e * per)
-                                      : (const char *)stacked.data + (size_t)e * per;
-                if ((st = mw_add_tensor(w, path, name, (size_t)n,
-                                        mx ? MODEL_DTYPE_MXFP4 : stacked.dtype, 2, ne, data, per,
-                                        err)) != DI_OK)
-                    return st;
-                if (!mx) continue;
-                n = snprintf(scale_name, sizeof scale_name, "%s.scale", name);
-                if ((st = mw_add_tensor(w, path, scale_name, (size_t)n, MODEL_DTYPE_F32, 2, ne_s,
-                                        scales + (size_t)e * (size_t)(per_elems / 32),
-                                        (size_t)(per_elems / 32) * sizeof(float), err)) != DI_OK)
-                    return st;
-            }
-        }
-    /* the scales paired once the table stops moving */
-    for (size_t i = w->n_file_tensors; i < w->n_tensors; i++) {
-        model_tensor *t = &w->tensors[i];
-        if (t->dtype != MODEL_DTYPE_MXFP4) continue;
-        snprintf(scale_name, sizeof scale_name, "%s.scale", t->name);
-        t->scale = model_weights_get(w, scale_name);
-    }
+    di_status st = mw_gguf_split_experts(w, path, w->config.n_layer, 1, dsv4_expert_name, err);
+    if (st != DI_OK) return st;
     /* any other MXFP4 tensor: deepseek_v4.c runs MXFP4 routed experts only */
     for (size_t i = 0; i < w->n_file_tensors; i++) {
         const model_tensor *t = &w->tensors[i];
