@@ -54,8 +54,10 @@ static void model_variant_remove(const char *tmpdir)
 
 /* Write to dst a copy of the GGUF src with the bytes `from` (a metadata key
  * or tensor name, found once) replaced by `to` of the same length, or, when
- * value_after is >= 0, the u32 value stored after the key `from` set to it.
- * Returns dst. */
+ * value_after is >= 0, the u32 value stored after the key `from` set to it,
+ * or, when it is MODEL_VARIANT_AS_F32, that key's 4-byte value made the f32
+ * at `to`. Returns dst. */
+enum { MODEL_VARIANT_AS_F32 = -2 };
 static const char *model_variant_gguf(const char *src, const char *dst, const char *from,
                                       const char *to, long value_after)
 {
@@ -76,6 +78,10 @@ static const char *model_variant_gguf(const char *src, const char *dst, const ch
     if (value_after >= 0) {
         uint32_t v = (uint32_t)value_after; /* after the key: a u32 type tag, then the value */
         memcpy(at + len + 4, &v, 4);
+    } else if (value_after == MODEL_VARIANT_AS_F32) {
+        uint32_t tag = 6; /* GGUF_TYPE_FLOAT32: the 4 value bytes, `to`, read as an f32 */
+        memcpy(at + len, &tag, 4);
+        memcpy(at + len + 4, to, 4);
     } else {
         memcpy(at, to, len);
     }
