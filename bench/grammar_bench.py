@@ -33,17 +33,25 @@ def main():
     ap.add_argument("--schemas", type=int, default=20)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--eos", type=int, default=-1,
+                    help="the end token's id (a tokenizer.json without a config names none)")
     a = ap.parse_args()
-    eos, special, toks = vocab(a.driver, a.tokenizer)
+    eos, special, toks = vocab(a.driver, a.tokenizer, a.eos)
+    if eos < 0:
+        sys.exit(f"{a.tokenizer}: no end token known; pass --eos ID")
     ti = xg.TokenizerInfo(toks, vocab_type=xg.VocabType.RAW, stop_token_ids=[eos])
     compiler = xg.GrammarCompiler(ti)
     rng = random.Random(a.seed)
     ours, theirs = [], []
+    compile_ours, compile_theirs = [], []
     bm = xg.allocate_token_bitmask(1, ti.vocab_size)
     for _ in range(a.schemas):
         text = json.dumps(gen_root(rng))
+        t0 = time.perf_counter()
         m = xg.GrammarMatcher(compiler.compile_json_schema(text))
+        compile_theirs.append((time.perf_counter() - t0) * 1e9)
         d = Driver(a.driver, a.tokenizer, "json", text, eos)
+        compile_ours.append(int(d.cmd("k")))
         for _step in range(a.steps):
             line = d.cmd("m")
             ours.append(int(d.cmd("t")))
@@ -63,11 +71,18 @@ def main():
     o, x = np.array(ours), np.array(theirs)
     p = {q: (np.percentile(o, q) / 1e3, np.percentile(x, q) / 1e3) for q in (50, 99)}
     print(f"mask per token over {len(o)} steps ({a.schemas} JSON schemas, "
-          f"SmolLM2 vocabulary of {len(toks)}):")
-    print(f"  deepinfer  p50 {p[50][0]:9.1f} us   p99 {p[99][0]:9.1f} us")
-    print(f"  xgrammar   p50 {p[50][1]:9.1f} us   p99 {p[99][1]:9.1f} us")
-    print(f"ratio deepinfer/xgrammar: p50 {p[50][0] / p[50][1]:.2f}x  p99 "
-          f"{p[99][0] / p[99][1]:.2f}x")
+          f"vocabulary of {len(toks)}):")
+    print(f"  deepinfer  p50 {p[50][0]:9.1f} us   p99 {p[99][0]:9.1f} us   "
+          f"mean {o.mean() / 1e3:9.1f} us")
+    print(f"  xgrammar   p50 {p[50][1]:9.1f} us   p99 {p[99][1]:9.1f} us   "
+          f"mean {x.mean() / 1e3:9.1f} us")
+    co, cx = np.array(compile_ours) / 1e6, np.array(compile_theirs) / 1e6
+    print(f"compile per schema (ours: grammar, matcher and its precomputed adaptive entries; "
+          f"xgrammar: compile_json_schema and GrammarMatcher):")
+    print(f"  deepinfer  p50 {np.median(co):9.2f} ms  max {co.max():9.2f} ms")
+    print(f"  xgrammar   p50 {np.median(cx):9.2f} ms  max {cx.max():9.2f} ms")
+    print(f"ratio deepinfer/xgrammar: mask p50 {p[50][0] / p[50][1]:.2f}x  p99 "
+          f"{p[99][0] / p[99][1]:.2f}x  compile p50 {np.median(co) / np.median(cx):.2f}x")
 
 
 if __name__ == "__main__":

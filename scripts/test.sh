@@ -212,6 +212,9 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   smol=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
   oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \
     build/release/tests/grammar_driver "$smol" --schemas 60 --steps 60
+  oracle grammar-parity-v4 "$model_python" tests/parity/grammar_parity.py \
+    build/release/tests/grammar_driver "$assets/deepseek-v4/tokenizer.json" --schemas 20 \
+    --steps 40 --eos 1
   oracle grammar-e2e "$model_python" tests/parity/grammar_e2e.py build/release/tests/grammar_e2e \
     "$smol" --schemas 8 --cli build/release/examples/deepinfer
 fi

@@ -153,6 +153,10 @@ void grammar_matcher_free(grammar_matcher *m);
  * (mask has (n_vocab + 31) / 32 words). After an end token, only end tokens.
  * Returns the number of allowed tokens, or -1 when out of memory. */
 int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask);
+/* The same mask from a walk of the whole vocabulary, without the matcher's
+ * caches (the reference the fast path is tested against; the benchmark's
+ * baseline). Returns as grammar_matcher_fill_mask. */
+int32_t grammar_matcher_fill_mask_exact(grammar_matcher *m, uint32_t *mask);
 /* Advance by token: 0, or -1 when the grammar does not allow it (the state is
  * unchanged) or memory ran out. Each accept is one step of history. */
 int grammar_matcher_accept(grammar_matcher *m, int32_t token);

@@ -17,6 +17,8 @@ struct grammar_vocab {
     int32_t *slot; /* [n_vocab] the token's index in ids, or -1 */
     uint32_t *off; /* [n + 1] into bytes */
     uint16_t *lcp; /* [n] bytes shared with the token before */
+    int32_t *skip; /* [n] the first index after k whose lcp is below lcp[k] (n: none):
+                      the tokens from k to skip[k] all share more than lcp[k] - 1 bytes */
     uint8_t *bytes;
     int32_t max_len;
 };
@@ -83,6 +85,12 @@ di_status grammar_vocab_create(int32_t n_vocab, const uint8_t *const *bytes, con
         v->lcp[k] = (uint16_t)c;
     }
     v->off[n] = (uint32_t)o;
+    if (!(v->skip = malloc(((size_t)n ? (size_t)n : 1) * sizeof *v->skip))) goto oom;
+    for (int32_t k = n - 1; k >= 0; k--) { /* the tokens up to skip[j] have lcp >= lcp[j] */
+        int32_t j = k + 1;
+        while (j < n && v->lcp[j] >= v->lcp[k]) j = v->skip[j];
+        v->skip[k] = j;
+    }
     if (!(v->slot = malloc((size_t)n_vocab * sizeof *v->slot))) goto oom;
     for (int32_t i = 0; i < n_vocab; i++) v->slot[i] = -1;
     for (int32_t k = 0; k < n; k++) v->slot[v->ids[k]] = k;
@@ -105,6 +113,7 @@ void grammar_vocab_free(grammar_vocab *v)
     free(v->slot);
     free(v->off);
     free(v->lcp);
+    free(v->skip);
     free(v->bytes);
     free(v);
 }
@@ -118,8 +127,11 @@ int32_t grammar_vocab_size(const grammar_vocab *v)
 
 /* A stack node: the element to match next (a byte set or a rule reference
  * not yet expanded) and the node below it (-1: the bottom). A state is a set
- * of top nodes; ACCEPT stands for the empty stack (the grammar complete). */
+ * of top nodes; ACCEPT stands for the empty stack (the grammar complete).
+ * FRAME stands for "whatever lies below": the bottom of the stacks an
+ * adaptive mask entry is computed from (below). */
 #define ACCEPT (-1)
+#define FRAME  (-2)
 
 typedef struct gnode {
     int32_t pos, parent;
@@ -131,6 +143,34 @@ typedef struct ivec {
 } ivec;
 
 #define MASK_CACHE 16
+/* at most this many bytes of adaptive entries per matcher; past it a state
+ * whose tops have none is walked whole */
+#define ADAPTIVE_BYTES ((size_t)32 << 20)
+
+/* xgrammar's adaptive token mask, per stack top: walked from the top with
+ * only its first few nodes kept and FRAME below them, a token is accepted (it
+ * ends before or as the walk reaches FRAME), rejected (it dies before FRAME)
+ * or uncertain (it reaches FRAME with bytes left: what follows depends on the
+ * stack below). Accepted and rejected hold whatever lies below, so a state's
+ * mask is the union of its tops' accepted sets plus its uncertain tokens
+ * walked whole. xgrammar keeps one entry per rule position; here repetitions
+ * are small right-recursive rules (a string's character is a rule of its
+ * own), so an entry keeps as many nodes as it takes to leave few tokens
+ * uncertain: ADAPTIVE_LEVELS kept, then the next count when more than
+ * n / ADAPTIVE_UNCERTAIN of the n tokens were uncertain. Entries are keyed
+ * by the truncated top's node (hash-consed, so equal truncations are one). */
+static const int ADAPTIVE_LEVELS[] = {1, 3, 7, 15};
+#define CTX_UNKNOWN         INT32_MIN
+#define ADAPTIVE_PRECOMPUTE 4096 /* elements whose entries a new matcher computes */
+#define ADAPTIVE_UNCERTAIN  64
+
+typedef struct adaptive_entry {
+    uint32_t *accepted; /* [words] a bitmap by token id, or NULL: see ids */
+    int32_t *ids;       /* [n_ids] the accepted token ids when they are few */
+    int32_t *uncertain; /* [n_uncertain] sorted-list indices, ascending */
+    int32_t n_ids, n_uncertain;
+    int deeper; /* too many uncertain: look up the top with more nodes kept */
+} adaptive_entry;
 
 struct grammar_matcher {
     grammar *g;
@@ -139,13 +179,20 @@ struct grammar_matcher {
     size_t n_eos;
     gnode *nodes;
     uint32_t *stamp; /* [nodes] the advance that last added the node */
+    /* [nodes] a byte-set top's successors, computed on first use: the stacks
+     * after its byte, expanded (succ.v[succ_off[t]..][0, succ_n[t])), so an
+     * advance costs no node lookups once a top has been stepped through;
+     * succ_off -1: not yet */
+    int32_t *succ_off, *succ_n;
+    ivec succ;
     size_t n_nodes, cap_nodes;
     di_u64_map intern; /* (pos, parent) -> node */
     uint32_t gen;
-    int accept_stamp; /* gen when ACCEPT was added */
-    ivec state;       /* the current stack set */
-    ivec hist;        /* earlier states, each followed by its length */
-    ivec work;        /* the mask's per-depth sets */
+    uint32_t accept_stamp; /* gen when ACCEPT was added */
+    uint32_t frame_stamp;  /* gen when FRAME was added */
+    ivec state;            /* the current stack set */
+    ivec hist;             /* earlier states, each followed by its length */
+    ivec work;             /* the mask's per-depth sets */
     int terminated;
     int oom;
     /* masks of recent states, keyed by the state's sorted node ids (a state
@@ -158,6 +205,19 @@ struct grammar_matcher {
         int32_t count;
     } cache[MASK_CACHE];
     size_t n_cache, next_cache;
+    di_u64_map adaptive_of; /* truncated top node -> index in adaptive */
+    /* [n_elems] per byte-set element, the index of its entry in adaptive
+     * (-1: not computed, -2: not to be had): the stack kept up to the first
+     * rule with more than one calling context (adaptive_key) */
+    int32_t *entry_at;
+    /* [n_rules] per rule: its one calling place (element position of the
+     * reference, -1 the start for root) or -2 when it has several; the
+     * context's node, computed on first use (CTX_UNKNOWN: not yet) */
+    int32_t *caller, *caller_rule, *context;
+    int32_t *rule_of; /* [n_elems] the rule an element belongs to */
+    adaptive_entry *adaptive;
+    size_t n_adaptive, cap_adaptive, adaptive_bytes;
+    ivec sel; /* the uncertain tokens a mask walks */
 };
 
 static int ivec_push(ivec *a, int32_t x)
@@ -183,12 +243,18 @@ static int32_t node(grammar_matcher *m, int32_t pos, int32_t parent)
         if (n) m->nodes = n;
         uint32_t *s = realloc(m->stamp, cap * sizeof *s);
         if (s) m->stamp = s;
-        if (!n || !s) return m->oom = 1, ACCEPT;
+        int32_t *so = realloc(m->succ_off, cap * sizeof *so);
+        if (so) m->succ_off = so;
+        int32_t *sn = realloc(m->succ_n, cap * sizeof *sn);
+        if (sn) m->succ_n = sn;
+        if (!n || !s || !so || !sn) return m->oom = 1, ACCEPT;
         m->cap_nodes = cap;
     }
     int32_t id = (int32_t)m->n_nodes++;
     m->nodes[id] = (gnode){pos, parent};
     m->stamp[id] = 0;
+    m->succ_off[id] = -1;
+    m->succ_n[id] = 0;
     if (di_u64_map_put(&m->intern, key, (uint64_t)id) < 0) m->oom = 1;
     return id;
 }
@@ -206,9 +272,14 @@ static int32_t after(grammar_matcher *m, int32_t pos, int32_t parent)
 static int expand(grammar_matcher *m, int32_t n, ivec *out)
 {
     if (n == ACCEPT) {
-        if (m->accept_stamp == (int)m->gen) return 0;
-        m->accept_stamp = (int)m->gen;
+        if (m->accept_stamp == m->gen) return 0;
+        m->accept_stamp = m->gen;
         return ivec_push(out, ACCEPT);
+    }
+    if (n == FRAME) {
+        if (m->frame_stamp == m->gen) return 0;
+        m->frame_stamp = m->gen;
+        return ivec_push(out, FRAME);
     }
     if (m->stamp[n] == m->gen) return 0;
     m->stamp[n] = m->gen;
@@ -230,25 +301,102 @@ static int byteset_has(const byteset *s, uint8_t c)
     return (int)((s->w[c >> 5] >> (c & 31)) & 1u);
 }
 
-/* w += the stacks of w->v[from, to) after byte c (read by index: the pushes
- * may move w->v). */
-static int advance(grammar_matcher *m, ivec *w, size_t from, size_t to, uint8_t c)
+/* A new generation of stamps: every node unmarked. */
+static void next_gen(grammar_matcher *m)
 {
-    m->gen++;
-    if (m->gen == 0) { /* wrapped: clear the stamps */
+    if (++m->gen == 0) { /* wrapped: clear the stamps */
         memset(m->stamp, 0, m->n_nodes * sizeof *m->stamp);
+        m->accept_stamp = m->frame_stamp = 0;
         m->gen = 1;
     }
+}
+
+/* Compute byte-set top t's successors (the stacks after its byte, expanded). */
+static int compute_succ(grammar_matcher *m, int32_t t)
+{
+    next_gen(m);
+    size_t at = m->succ.n;
+    int32_t next = after(m, m->nodes[t].pos, m->nodes[t].parent);
+    if (m->oom || expand(m, next, &m->succ)) return -1;
+    m->succ_off[t] = (int32_t)at;
+    m->succ_n[t] = (int32_t)(m->succ.n - at);
+    return m->succ.n > INT32_MAX ? -1 : 0;
+}
+
+/* w += the stacks of w->v[from, to) after byte c, each once (read by index:
+ * the pushes may move w->v). */
+static int advance(grammar_matcher *m, ivec *w, size_t from, size_t to, uint8_t c)
+{
     const grammar *g = m->g;
+    for (size_t i = from; i < to; i++) { /* successors first: they take generations */
+        int32_t t = w->v[i];
+        if (t >= 0 && m->succ_off[t] < 0 &&
+            byteset_has(&g->sets[g->elems[m->nodes[t].pos].value], c) && compute_succ(m, t))
+            return -1;
+    }
+    next_gen(m);
     for (size_t i = from; i < to; i++) {
         int32_t t = w->v[i];
-        if (t == ACCEPT) continue;
-        gnode nd = m->nodes[t];
-        if (!byteset_has(&g->sets[g->elems[nd.pos].value], c)) continue;
-        int32_t next = after(m, nd.pos, nd.parent);
-        if (m->oom || expand(m, next, w)) return -1;
+        if (t < 0) continue; /* ACCEPT, FRAME: no byte follows */
+        if (!byteset_has(&g->sets[g->elems[m->nodes[t].pos].value], c)) continue;
+        for (int32_t k = 0; k < m->succ_n[t]; k++) {
+            int32_t x = m->succ.v[m->succ_off[t] + k];
+            uint32_t *mark = x == ACCEPT  ? &m->accept_stamp
+                             : x == FRAME ? &m->frame_stamp
+                                          : &m->stamp[x];
+            if (*mark == m->gen) continue;
+            *mark = m->gen;
+            if (ivec_push(w, x)) return -1;
+        }
     }
-    return m->oom ? -1 : 0;
+    return 0;
+}
+
+static const adaptive_entry *position_entry(grammar_matcher *m, int32_t p);
+
+/* The tables the adaptive entries need: each element's rule, each rule's
+ * one caller (or none, -2). -1 when out of memory. */
+static int adaptive_init(grammar_matcher *m)
+{
+    const grammar *g = m->g;
+    size_t ne = (size_t)g->n_elems, nr = (size_t)g->n_rules;
+    m->entry_at = malloc(ne * sizeof *m->entry_at);
+    m->rule_of = malloc(ne * sizeof *m->rule_of);
+    m->caller = malloc(nr * sizeof *m->caller);
+    m->caller_rule = malloc(nr * sizeof *m->caller_rule);
+    m->context = malloc(nr * sizeof *m->context);
+    if (!m->entry_at || !m->rule_of || !m->caller || !m->caller_rule || !m->context) return -1;
+    for (size_t i = 0; i < ne; i++) m->entry_at[i] = -1, m->rule_of[i] = -1;
+    for (size_t r = 0; r < nr; r++)
+        m->caller[r] = -3, m->context[r] = CTX_UNKNOWN; /* -3: none yet */
+    m->caller[g->root] = -1;                            /* called at the start */
+    for (int32_t r = 0; r < g->n_rules; r++)
+        for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++)
+            for (int32_t p = g->rule_alts[a]; g->elems[p].type > GE_ALT; p++) {
+                m->rule_of[p] = r;
+                if (g->elems[p].type != GE_REF) continue;
+                int32_t callee = g->elems[p].value;
+                if (callee == r && g->elems[p + 1].type <= GE_ALT) continue; /* self, tail */
+                m->caller[callee] = m->caller[callee] == -3 ? p : -2;
+                m->caller_rule[callee] = r;
+            }
+    for (size_t r = 0; r < nr; r++)
+        if (m->caller[r] == -3) m->caller[r] = -2; /* never called: no context known */
+    return 0;
+}
+
+/* Compute the entries of the first ADAPTIVE_PRECOMPUTE byte-set elements now
+ * (at di_submit, as xgrammar does at compile time), so that the masks of a
+ * generation do not pay for them; the rest come on first use. */
+static void adaptive_precompute(grammar_matcher *m)
+{
+    const grammar *g = m->g;
+    int32_t n = 0;
+    for (int32_t p = 0; p < g->n_elems && n < ADAPTIVE_PRECOMPUTE; p++)
+        if (g->elems[p].type == GE_BYTES && m->rule_of[p] >= 0) {
+            position_entry(m, p);
+            n++;
+        }
 }
 
 di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32_t *eos,
@@ -262,14 +410,15 @@ di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32
     }
     m->g = g;
     m->voc = v;
-    m->accept_stamp = -1;
-    if (di_u64_map_init(&m->intern, 1024) != 0) goto oom;
+    if (di_u64_map_init(&m->intern, 1024) != 0 || di_u64_map_init(&m->adaptive_of, 64) != 0)
+        goto oom;
     if (n_eos) {
         if (!(m->eos = malloc(n_eos * sizeof *m->eos))) goto oom;
         memcpy(m->eos, eos, n_eos * sizeof *eos);
         m->n_eos = n_eos;
     }
     m->gen = 1;
+    if (adaptive_init(m)) goto oom;
     /* the start: root's alternatives over the empty stack */
     const grammar *gr = m->g;
     for (int32_t a = gr->alt_off[gr->root]; a < gr->alt_off[gr->root + 1]; a++) {
@@ -277,6 +426,7 @@ di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32
         int32_t t = gr->elems[start].type <= GE_ALT ? ACCEPT : node(m, start, ACCEPT);
         if (m->oom || expand(m, t, &m->state)) goto oom;
     }
+    adaptive_precompute(m);
     *out = m;
     return DI_OK;
 oom:
@@ -291,6 +441,9 @@ void grammar_matcher_free(grammar_matcher *m)
     free(m->eos);
     free(m->nodes);
     free(m->stamp);
+    free(m->succ_off);
+    free(m->succ_n);
+    free(m->succ.v);
     di_u64_map_free(&m->intern);
     free(m->state.v);
     free(m->hist.v);
@@ -299,6 +452,19 @@ void grammar_matcher_free(grammar_matcher *m)
         free(m->cache[i].key);
         free(m->cache[i].mask);
     }
+    for (size_t i = 0; i < m->n_adaptive; i++) {
+        free(m->adaptive[i].accepted);
+        free(m->adaptive[i].ids);
+        free(m->adaptive[i].uncertain);
+    }
+    free(m->adaptive);
+    di_u64_map_free(&m->adaptive_of);
+    free(m->entry_at);
+    free(m->caller);
+    free(m->caller_rule);
+    free(m->rule_of);
+    free(m->context);
+    free(m->sel.v);
     free(m);
 }
 
@@ -366,36 +532,56 @@ int32_t grammar_matcher_fill_mask(grammar_matcher *m, uint32_t *mask)
     return count;
 }
 
-static int32_t compute_mask(grammar_matcher *m, uint32_t *mask)
+static int has_bit(const uint32_t *mask, int32_t id)
 {
+    return (int)((mask[id >> 5] >> (id & 31)) & 1u);
+}
+
+/* Bytes two tokens of the sorted list share at their start. */
+static int32_t common_prefix(const grammar_vocab *v, int32_t a, int32_t b)
+{
+    const uint8_t *x = v->bytes + v->off[a], *y = v->bytes + v->off[b];
+    uint32_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b];
+    int32_t c = 0;
+    while ((uint32_t)c < la && (uint32_t)c < lb && x[c] == y[c]) c++;
+    return c;
+}
+
+/* Walk tokens from the stack set init: sel[0, n_sel) (sorted-list indices,
+ * ascending), or every token when sel is NULL. Sets the bit of each token a
+ * stack accepts in bits; with uncertain, pushes the index of each token no
+ * stack accepts whose walk reached FRAME with bytes left, and stops (returns
+ * 1) when there are more than max_uncertain of them. A token reuses the
+ * sets of the prefix it shares with the token before it; when a prefix dies,
+ * the tokens under it are skipped (pushed to uncertain alike when FRAME came
+ * first: their walks are the same). */
+static int walk(grammar_matcher *m, const int32_t *init, size_t n_init, const int32_t *sel,
+                int32_t n_sel, uint32_t *bits, ivec *uncertain, size_t max_uncertain)
+{
+    int rc = 0;
     const grammar_vocab *v = m->voc;
-    memset(mask, 0, ((size_t)v->n_vocab + 31) / 32 * sizeof *mask);
-    int32_t count = 0;
-    int complete = grammar_matcher_is_complete(m);
-    for (size_t i = 0; i < m->n_eos; i++)
-        if ((complete || m->terminated) && m->eos[i] >= 0 && m->eos[i] < v->n_vocab &&
-            !((mask[m->eos[i] >> 5] >> (m->eos[i] & 31)) & 1)) {
-            mask[m->eos[i] >> 5] |= 1u << (m->eos[i] & 31);
-            count++;
-        }
-    if (m->terminated) return count;
-    /* depth_off[d]: where the set after d bytes starts in work; the set at
-     * depth 0 is the state */
-    size_t depth_off_stack[257];
+    /* depth_off[d]: where the set after d bytes starts in work; framed[d]:
+     * FRAME was in a set after 1..d bytes */
+    size_t depth_off_stack[258];
+    uint8_t framed_stack[258];
     size_t *depth_off = depth_off_stack;
+    uint8_t *framed = framed_stack;
     if (v->max_len > 255) {
         depth_off = malloc(((size_t)v->max_len + 2) * sizeof *depth_off);
-        if (!depth_off) return -1;
+        framed = malloc((size_t)v->max_len + 2);
+        if (!depth_off || !framed) goto oom;
     }
     ivec *w = &m->work;
     w->n = 0;
-    for (size_t i = 0; i < m->state.n; i++)
-        if (ivec_push(w, m->state.v[i])) goto oom;
+    for (size_t i = 0; i < n_init; i++)
+        if (ivec_push(w, init[i])) goto oom;
     depth_off[0] = 0;
     depth_off[1] = w->n;
-    int32_t valid = 0; /* depths with a computed set: 0..valid */
-    for (int32_t k = 0; k < v->n;) {
-        int32_t lcp = v->lcp[k];
+    framed[0] = 0;
+    int32_t n = sel ? n_sel : v->n, valid = 0, prev = -1; /* depths 0..valid computed */
+    for (int32_t i = 0; i < n;) {
+        int32_t k = sel ? sel[i] : i;
+        int32_t lcp = sel ? (prev < 0 ? 0 : common_prefix(v, prev, k)) : v->lcp[k];
         if (valid > lcp) valid = lcp;
         const uint8_t *tb = v->bytes + v->off[k];
         int32_t len = (int32_t)(v->off[k + 1] - v->off[k]);
@@ -405,34 +591,241 @@ static int32_t compute_mask(grammar_matcher *m, uint32_t *mask)
             if (advance(m, w, depth_off[d], depth_off[d + 1], tb[d])) goto oom;
             depth_off[d + 2] = w->n;
             if (w->n == depth_off[d + 1]) break; /* dead after d + 1 bytes */
+            uint8_t f = framed[d];
+            for (size_t j = depth_off[d + 1]; j < w->n && !f; j++) f = w->v[j] == FRAME;
+            framed[d + 1] = f;
         }
+        prev = k;
+        i++;
         if (d == len) {
             valid = len;
             int32_t id = v->ids[k];
-            if (!((mask[id >> 5] >> (id & 31)) & 1)) {
-                mask[id >> 5] |= 1u << (id & 31);
-                count++;
-            }
-            k++;
-        } else {
-            valid = d; /* sets 0..d are good; skip the tokens under the dead prefix */
-            k++;
-            while (k < v->n && v->lcp[k] > d) k++;
+            bits[id >> 5] |= 1u << (id & 31);
+            continue;
+        }
+        valid = d; /* sets 0..d are good; the tokens under the dead prefix die alike */
+        int unsure = uncertain && framed[d];
+        if (unsure && ivec_push(uncertain, k)) goto oom;
+        if (!sel && !unsure) { /* jump over them */
+            while (i < n && v->lcp[i] > d) i = v->skip[i];
+            prev = i - 1;
+            continue;
+        }
+        while (i < n) {
+            int32_t next = sel ? sel[i] : i;
+            if ((sel ? common_prefix(v, prev, next) : v->lcp[next]) <= d) break;
+            if (unsure && ivec_push(uncertain, next)) goto oom;
+            prev = next;
+            i++;
+        }
+        if (unsure && uncertain->n > max_uncertain) {
+            rc = 1;
+            break;
         }
     }
     if (depth_off != depth_off_stack) free(depth_off);
-    if (count == 0) /* no token continues (the vocabulary cannot spell what must come):
-                       the end tokens, so the output ends rather than breaks the grammar */
-        for (size_t i = 0; i < m->n_eos; i++)
-            if (m->eos[i] >= 0 && m->eos[i] < v->n_vocab &&
-                !((mask[m->eos[i] >> 5] >> (m->eos[i] & 31)) & 1)) {
-                mask[m->eos[i] >> 5] |= 1u << (m->eos[i] & 31);
-                count++;
-            }
-    return count;
+    if (framed != framed_stack) free(framed);
+    return rc;
 oom:
     if (depth_off != depth_off_stack) free(depth_off);
+    if (framed != framed_stack) free(framed);
     return -1;
+}
+
+/* The count of set bits, after the end tokens' rule: allowed when the
+ * output is complete (or ended), and when no token continues (the
+ * vocabulary cannot spell what must come) so the output ends rather than
+ * breaks the grammar. */
+static int32_t finish_mask(grammar_matcher *m, uint32_t *mask)
+{
+    size_t words = ((size_t)m->voc->n_vocab + 31) / 32;
+    int32_t count = 0;
+    for (size_t i = 0; i < words; i++) count += __builtin_popcount(mask[i]);
+    int complete = m->terminated || grammar_matcher_is_complete(m);
+    for (size_t i = 0; i < m->n_eos; i++) {
+        int32_t e = m->eos[i];
+        if ((complete || count == 0) && e >= 0 && e < m->voc->n_vocab && !has_bit(mask, e)) {
+            mask[e >> 5] |= 1u << (e & 31);
+            count++;
+        }
+    }
+    return count;
+}
+
+int32_t grammar_matcher_fill_mask_exact(grammar_matcher *m, uint32_t *mask)
+{
+    memset(mask, 0, ((size_t)m->voc->n_vocab + 31) / 32 * sizeof *mask);
+    if (!m->terminated && walk(m, m->state.v, m->state.n, NULL, 0, mask, NULL, 0)) return -1;
+    return finish_mask(m, mask);
+}
+
+/* Top t with only its first `kept` nodes, FRAME below them; t itself when
+ * its stack is no deeper (*whole set). -1 when out of memory. */
+static int32_t truncated(grammar_matcher *m, int32_t t, int kept, int *whole)
+{
+    int32_t chain[16];
+    int n = 0;
+    int32_t x = t;
+    while (x >= 0 && n < kept) {
+        chain[n++] = x;
+        x = m->nodes[x].parent;
+    }
+    *whole = x < 0;
+    if (*whole) return t;
+    int32_t b = FRAME;
+    for (int i = n - 1; i >= 0; i--) {
+        b = node(m, m->nodes[chain[i]].pos, b);
+        if (m->oom) return -1;
+    }
+    return b;
+}
+
+/* The adaptive entry of the truncated top key (computed on first use), or
+ * NULL when out of memory or past ADAPTIVE_BYTES. */
+static const adaptive_entry *entry_of(grammar_matcher *m, int32_t key, int whole)
+{
+    uint64_t at;
+    if (di_u64_map_get(&m->adaptive_of, (uint64_t)(uint32_t)key, &at)) return &m->adaptive[at];
+    const grammar_vocab *v = m->voc;
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    if (m->adaptive_bytes + words * sizeof(uint32_t) > ADAPTIVE_BYTES) return NULL;
+    if (m->n_adaptive == m->cap_adaptive) {
+        size_t cap = m->cap_adaptive ? 2 * m->cap_adaptive : 16;
+        adaptive_entry *a = realloc(m->adaptive, cap * sizeof *a);
+        if (!a) return NULL;
+        m->adaptive = a;
+        m->cap_adaptive = cap;
+    }
+    adaptive_entry e = {0};
+    ivec unc = {0};
+    e.accepted = calloc(words, sizeof *e.accepted);
+    int rc = e.accepted ? walk(m, &key, 1, NULL, 0, e.accepted, &unc,
+                               whole ? SIZE_MAX : (size_t)v->n / ADAPTIVE_UNCERTAIN)
+                        : -1;
+    if (rc < 0) goto oom;
+    if (rc) { /* too many uncertain: keep more of the stack */
+        free(e.accepted);
+        free(unc.v);
+        e = (adaptive_entry){.deeper = 1};
+        unc = (ivec){0};
+    } else {
+        int32_t n_acc = 0;
+        for (size_t i = 0; i < words; i++) n_acc += __builtin_popcount(e.accepted[i]);
+        if ((size_t)n_acc < words) { /* few: a list is smaller and faster to add */
+            if (n_acc && !(e.ids = malloc((size_t)n_acc * sizeof *e.ids))) goto oom;
+            for (size_t i = 0; i < words; i++)
+                for (uint32_t b = e.accepted[i]; b; b &= b - 1)
+                    e.ids[e.n_ids++] = (int32_t)(i * 32 + (size_t)__builtin_ctz(b));
+            free(e.accepted);
+            e.accepted = NULL;
+        }
+        e.uncertain = unc.v;
+        e.n_uncertain = (int32_t)unc.n;
+    }
+    if (di_u64_map_put(&m->adaptive_of, (uint64_t)(uint32_t)key, m->n_adaptive) < 0) goto oom;
+    m->adaptive_bytes += sizeof e + (e.accepted ? words : (size_t)e.n_ids) * sizeof(uint32_t) +
+                         unc.n * sizeof(int32_t);
+    m->adaptive[m->n_adaptive] = e;
+    return &m->adaptive[m->n_adaptive++];
+oom:
+    free(e.accepted);
+    free(e.ids);
+    free(unc.v);
+    return NULL;
+}
+
+/* The stack below rule r's nodes as far as it is known from the grammar
+ * alone: while a rule is called from one place only (self-calls in tail
+ * position add no context), its caller's continuation; FRAME where a rule
+ * has several callers, ACCEPT (the real bottom) under root called only at the
+ * start. Truncating anywhere is sound, so depth is bounded. */
+static int32_t rule_context(grammar_matcher *m, int32_t r, int depth)
+{
+    if (m->context[r] != CTX_UNKNOWN) return m->context[r];
+    int32_t c = FRAME, site = m->caller[r];
+    if (site == -1)
+        c = ACCEPT;
+    else if (site >= 0 && depth < 32) {
+        int32_t below = rule_context(m, m->caller_rule[r], depth + 1);
+        c = m->g->elems[site + 1].type <= GE_ALT ? below : node(m, site + 1, below);
+        if (m->oom) return ACCEPT;
+    }
+    m->context[r] = c;
+    return c;
+}
+
+/* The entry of byte-set element p (computed on first use), keyed by p's node
+ * over its rule's known context: xgrammar's per-position entry, with the
+ * small rules a repetition or a class compiles to seen through. NULL when it
+ * cannot be had; an entry marked deeper when too many tokens stay uncertain. */
+static const adaptive_entry *position_entry(grammar_matcher *m, int32_t p)
+{
+    if (m->entry_at[p] >= 0) return &m->adaptive[m->entry_at[p]];
+    if (m->entry_at[p] == -2) return NULL;
+    int32_t below = rule_context(m, m->rule_of[p], 0);
+    int whole = 1;
+    for (int32_t x = below; x >= 0; x = m->nodes[x].parent)
+        if (m->nodes[x].parent == FRAME) whole = 0;
+    if (below == FRAME) whole = 0;
+    int32_t key = m->oom ? -1 : node(m, p, below);
+    const adaptive_entry *e = key >= 0 && !m->oom ? entry_of(m, key, whole) : NULL;
+    m->entry_at[p] = e ? (int32_t)(e - m->adaptive) : -2;
+    return e;
+}
+
+/* The adaptive entry for top t: the shallowest truncation (ADAPTIVE_LEVELS)
+ * that leaves few tokens uncertain, else the whole stack's. */
+static const adaptive_entry *adaptive_entry_of(grammar_matcher *m, int32_t t)
+{
+    size_t n_levels = sizeof ADAPTIVE_LEVELS / sizeof ADAPTIVE_LEVELS[0];
+    for (size_t l = 0; l <= n_levels; l++) {
+        int whole = 1;
+        int32_t key = l < n_levels ? truncated(m, t, ADAPTIVE_LEVELS[l], &whole) : t;
+        if (key == -1) return NULL;
+        const adaptive_entry *e = entry_of(m, key, whole);
+        if (!e || !e->deeper) return e;
+    }
+    return NULL; /* (the whole stack's entry is never deeper) */
+}
+
+/* The state's mask from its tops' adaptive entries: their accepted sets,
+ * then the uncertain tokens not among them walked from the whole state.
+ * Falls back to the exact walk when an entry cannot be had. */
+static int32_t compute_mask(grammar_matcher *m, uint32_t *mask)
+{
+    if (m->terminated) return grammar_matcher_fill_mask_exact(m, mask);
+    size_t words = ((size_t)m->voc->n_vocab + 31) / 32;
+    memset(mask, 0, words * sizeof *mask);
+    ivec *sel = &m->sel;
+    sel->n = 0;
+    int sources = 0;
+    for (size_t i = 0; i < m->state.n; i++) {
+        int32_t t = m->state.v[i];
+        if (t < 0) continue;
+        const adaptive_entry *e = position_entry(m, m->nodes[t].pos);
+        if (e && e->deeper) e = adaptive_entry_of(m, t);
+        if (!e) return grammar_matcher_fill_mask_exact(m, mask);
+        if (e->accepted)
+            for (size_t j = 0; j < words; j++) mask[j] |= e->accepted[j];
+        else
+            for (int32_t j = 0; j < e->n_ids; j++) mask[e->ids[j] >> 5] |= 1u << (e->ids[j] & 31);
+        if (e->n_uncertain) sources++;
+        for (int32_t j = 0; j < e->n_uncertain; j++)
+            if (ivec_push(sel, e->uncertain[j])) return -1;
+    }
+    if (sources > 1) { /* several lists: sorted, once each */
+        qsort(sel->v, sel->n, sizeof *sel->v, cmp_i32);
+        size_t u = 0;
+        for (size_t i = 0; i < sel->n; i++)
+            if (!u || sel->v[u - 1] != sel->v[i]) sel->v[u++] = sel->v[i];
+        sel->n = u;
+    }
+    size_t kept = 0; /* those another top accepts already need no walk */
+    for (size_t i = 0; i < sel->n; i++)
+        if (!has_bit(mask, m->voc->ids[sel->v[i]])) sel->v[kept++] = sel->v[i];
+    sel->n = kept;
+    if (kept && walk(m, m->state.v, m->state.n, sel->v, (int32_t)kept, mask, NULL, 0)) return -1;
+    return finish_mask(m, mask);
 }
 
 static int advance_state(grammar_matcher *m, const uint8_t *bytes, size_t len)

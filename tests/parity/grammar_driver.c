@@ -6,6 +6,8 @@
  *   a <id>     accept a token: "ok" or "rej"
  *   b <hex>    accept raw bytes: "ok" or "rej"
  *   t          the last mask's time in nanoseconds (grammar_matcher_fill_mask)
+ *   k          the compile time in nanoseconds: the grammar, then the matcher
+ *              with its precomputed adaptive mask entries
  *   c          "1" when the output is complete, else "0"
  * Usage: grammar_driver <tokenizer> <gbnf|json|regex> <grammar file> <eos id>
  * A grammar that does not compile prints "ERR <message>" and exits 2. */
@@ -60,8 +62,12 @@ int main(int argc, char **argv)
     size_t len;
     char *text = slurp(argv[3], &len);
     if (!text) return 1;
+    grammar_vocab *v;
+    if (grammar_vocab_create(n, bytes, lens, excl, &v) != DI_OK) return 1;
     char msg[512];
     grammar *g = NULL;
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_MONOTONIC, &c0);
     if (strcmp(argv[2], "gbnf") == 0)
         st = grammar_compile_gbnf(text, len, &g, msg, sizeof msg);
     else if (strcmp(argv[2], "json") == 0)
@@ -77,11 +83,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s", gb ? gb : msg);
         free(gb);
     }
-    grammar_vocab *v;
-    if (grammar_vocab_create(n, bytes, lens, excl, &v) != DI_OK) return 1;
     int32_t eos = atoi(argv[4]) >= 0 ? atoi(argv[4]) : tok->eos_id;
     grammar_matcher *m;
     if (grammar_matcher_create(g, v, &eos, 1, &m) != DI_OK) return 1;
+    clock_gettime(CLOCK_MONOTONIC, &c1);
+    long long compile_ns = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
     uint32_t *mask = calloc(((size_t)n + 31) / 32, sizeof *mask);
     char line[256];
     long long last_ns = 0;
@@ -118,6 +124,8 @@ int main(int argc, char **argv)
             printf(grammar_matcher_accept_bytes(m, raw, nb) == 0 ? "ok\n" : "rej\n");
         } else if (line[0] == 't') {
             printf("%lld\n", last_ns);
+        } else if (line[0] == 'k') {
+            printf("%lld\n", compile_ns);
         } else if (line[0] == 'c') {
             printf("%d\n", grammar_matcher_is_complete(m));
         }

@@ -42,8 +42,8 @@ class Driver:
         self.p.wait()
 
 
-def vocab(exe, tok):
-    d = Driver(exe, tok, "gbnf", 'root ::= "x"\n')
+def vocab(exe, tok, eos=-1):
+    d = Driver(exe, tok, "gbnf", 'root ::= "x"\n', eos)
     d.p.stdin.write("v\n")
     d.p.stdin.flush()
     eos = int(d.first_line().split()[1])
@@ -212,8 +212,13 @@ def main():
     ap.add_argument("--schemas", type=int, default=40)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=20)
+    ap.add_argument("--eos", type=int, default=-1,
+                    help="the end token's id (default: the tokenizer's own; a tokenizer.json "
+                         "without a config names none)")
     a = ap.parse_args()
-    eos, special, toks = vocab(a.driver, a.tokenizer)
+    eos, special, toks = vocab(a.driver, a.tokenizer, a.eos)
+    if eos < 0:
+        sys.exit(f"{a.tokenizer}: no end token known; pass --eos ID")
     ti = xg.TokenizerInfo(toks, vocab_type=xg.VocabType.RAW, stop_token_ids=[eos])
     compiler = xg.GrammarCompiler(ti)
     rng = random.Random(a.seed)

@@ -542,6 +542,96 @@ static void test_mask_cache_equals_a_fresh_walk(void **state)
     grammar_vocab_free(v);
 }
 
+/* The adaptive mask (entries per truncated stack top, uncertain tokens
+ * walked whole) equals the exact walk of the whole vocabulary at every step
+ * of random walks through JSON schemas and a recursive GBNF grammar, over a
+ * vocabulary of random multi-character tokens that cross rule ends (`1,`,
+ * `"}`, `a"]`): each step's mask and count are compared on the same matcher. */
+static void test_adaptive_mask_equals_the_exact_walk(void **state)
+{
+    (void)state;
+    static const char alphabet[] = "{}[]\":, 0123456789abcdxyz-.\\\ne";
+    /* tokens that leave a frame and, on another branch of it, go on before
+     * they die: "ab" may end `item` (the context then reads "cx") or go on
+     * as "bcd" */
+    static const char *const fixed[] = {"abcx", "abcdcx", "bcx", "abc"};
+    enum { N_TOK = 3000 };
+    char *toks[N_TOK];
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int32_t i = 0; i < N_TOK; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (i >= N_TOK - 4) {
+            size_t fl = strlen(fixed[i - (N_TOK - 4)]);
+            toks[i] = malloc(fl + 1);
+            memcpy(toks[i], fixed[i - (N_TOK - 4)], fl + 1);
+            continue;
+        }
+        size_t len = i < (int32_t)sizeof alphabet - 1 ? 1 : 2 + (size_t)(x % 5);
+        toks[i] = malloc(len + 1);
+        for (size_t j = 0; j < len; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            toks[i][j] = len == 1 ? alphabet[i] : alphabet[x % (sizeof alphabet - 1)];
+        }
+        toks[i][len] = 0;
+    }
+    grammar_vocab *v = vocab_of((const char *const *)toks, N_TOK);
+    static const char *const schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"
+        "\"array\",\"items\":{\"type\":\"integer\"}},\"c\":{\"anyOf\":[{\"type\":\"number\"},"
+        "{\"type\":\"null\"}]}},\"required\":[\"a\",\"b\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":3},\"minItems\":1}",
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"object\",\"properties\":{\"y\":"
+        "{\"enum\":[\"ab\",\"abc\",12]}},\"required\":[\"y\"]}},\"required\":[\"x\"]}"};
+    static const char *const gbnfs[] = {"root ::= \"[\" list \"]\"\n"
+                                        "list ::= item (\",\" item)*\n"
+                                        "item ::= [a-c]+ | [0-9]+ \".\"? [0-9]* | root\n",
+                                        "root ::= (item \"cx\")+ \"]\"\n"
+                                        "item ::= \"a\" (\"b\" | \"bcd\")\n"};
+    size_t words = (N_TOK + 1 + 31) / 32;
+    uint32_t *a = malloc(words * sizeof *a), *b = malloc(words * sizeof *b);
+    int steps = 0;
+    for (int gi = 0; gi < 5; gi++)
+        for (int run = 0; run < 3; run++) {
+            grammar *g;
+            char msg[256];
+            if (gi < 3)
+                assert_int_equal(grammar_compile_json_schema(schemas[gi], strlen(schemas[gi]), &g,
+                                                             msg, sizeof msg),
+                                 DI_OK);
+            else
+                assert_int_equal(
+                    grammar_compile_gbnf(gbnfs[gi - 3], strlen(gbnfs[gi - 3]), &g, msg, sizeof msg),
+                    DI_OK);
+            int32_t eos = N_TOK;
+            grammar_matcher *m;
+            assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK);
+            for (int step = 0; step < 80; step++, steps++) {
+                int32_t ca = grammar_matcher_fill_mask(m, a);
+                int32_t cb = grammar_matcher_fill_mask_exact(m, b);
+                assert_int_equal(ca, cb);
+                assert_memory_equal(a, b, words * sizeof *a);
+                if (ca == 0) break;
+                /* a random allowed token, a long one when there is one */
+                int32_t pick = -1, best = -1;
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                for (int32_t k = 0, r = (int32_t)(x % (uint64_t)ca); k <= N_TOK; k++)
+                    if ((a[k >> 5] >> (k & 31)) & 1) {
+                        if (r-- == 0) pick = k;
+                        if (k < N_TOK && strlen(toks[k]) > 2 && best < 0 && r < ca / 2) best = k;
+                    }
+                if (best >= 0 && x % 3) pick = best;
+                if (pick == eos) break;
+                assert_int_equal(grammar_matcher_accept(m, pick), 0);
+            }
+            grammar_matcher_free(m);
+        }
+    assert_true(steps > 100);
+    free(a);
+    free(b);
+    grammar_vocab_free(v);
+    for (int32_t i = 0; i < N_TOK; i++) free(toks[i]);
+}
+
 /* DeepSeek V4's DSML parameters: each property in schema order as a
  * parameter element (a plain string raw with string="true", anything else as
  * JSON with string="false"), the required ones present; a raw value ends at
@@ -643,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_tags_answer_or_calls),
         cmocka_unit_test(test_tags_dsml_parameters),
         cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
+        cmocka_unit_test(test_adaptive_mask_equals_the_exact_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
