@@ -145,7 +145,7 @@ typedef struct ivec {
 #define MASK_CACHE 16
 /* at most this many bytes of adaptive entries per matcher; past it a state
  * whose tops have none is walked whole */
-#define ADAPTIVE_BYTES ((size_t)32 << 20)
+#define ADAPTIVE_BYTES ((size_t)16 << 20)
 
 /* xgrammar's adaptive token mask, per stack top: walked from the top with
  * only its first few nodes kept and FRAME below them, a token is accepted (it
@@ -160,8 +160,13 @@ typedef struct ivec {
  * n / ADAPTIVE_UNCERTAIN of the n tokens were uncertain. Entries are keyed
  * by the truncated top's node (hash-consed, so equal truncations are one). */
 static const int ADAPTIVE_LEVELS[] = {1, 3, 7, 15};
-#define CTX_UNKNOWN         INT32_MIN
-#define ADAPTIVE_PRECOMPUTE 4096 /* elements whose entries a new matcher computes */
+#define CTX_UNKNOWN INT32_MIN
+#define DFA_UNKNOWN (-1)
+#define DFA_DEAD    (-2)
+#define DFA_STATES  4096 /* about 4 MiB of subset states per matcher */
+/* a new matcher computes entries until its walks have taken this many steps
+ * per token of the vocabulary */
+#define ADAPTIVE_PRECOMPUTE 32
 #define ADAPTIVE_UNCERTAIN  64
 
 typedef struct adaptive_entry {
@@ -218,6 +223,19 @@ struct grammar_matcher {
     adaptive_entry *adaptive;
     size_t n_adaptive, cap_adaptive, adaptive_bytes;
     ivec sel; /* the uncertain tokens a mask walks */
+    /* stack sets met in walks, determinized as they come (subset states):
+     * each set once (keyed by its node ids in order), with its transitions
+     * by byte filled on first use, so a walk through a set it has met costs
+     * a table lookup per byte; cleared past DFA_STATES between walks */
+    struct dfa_state {
+        int32_t off, n;    /* its nodes: dfa_nodes.v[off, off + n) */
+        int32_t framed;    /* FRAME is among them */
+        int32_t next[256]; /* DFA_UNKNOWN, DFA_DEAD or a state */
+    } * dfa;
+    size_t n_dfa, cap_dfa;
+    di_bytes_map dfa_of;
+    ivec dfa_nodes, dfa_tmp;
+    uint64_t steps; /* bytes walked through the subset states, in all */
 };
 
 static int ivec_push(ivec *a, int32_t x)
@@ -385,18 +403,16 @@ static int adaptive_init(grammar_matcher *m)
     return 0;
 }
 
-/* Compute the entries of the first ADAPTIVE_PRECOMPUTE byte-set elements now
- * (at di_submit, as xgrammar does at compile time), so that the masks of a
- * generation do not pay for them; the rest come on first use. */
+/* Compute byte-set elements' entries now (at di_submit, as xgrammar does at
+ * compile time), so that the masks of a generation do not pay for them, until
+ * the walks have taken ADAPTIVE_PRECOMPUTE steps per token (a grammar of many
+ * elements, such as a long bounded repetition, gets the rest on first use). */
 static void adaptive_precompute(grammar_matcher *m)
 {
     const grammar *g = m->g;
-    int32_t n = 0;
-    for (int32_t p = 0; p < g->n_elems && n < ADAPTIVE_PRECOMPUTE; p++)
-        if (g->elems[p].type == GE_BYTES && m->rule_of[p] >= 0) {
-            position_entry(m, p);
-            n++;
-        }
+    uint64_t budget = (uint64_t)ADAPTIVE_PRECOMPUTE * (uint64_t)m->voc->n;
+    for (int32_t p = 0; p < g->n_elems && m->steps < budget; p++)
+        if (g->elems[p].type == GE_BYTES && m->rule_of[p] >= 0) position_entry(m, p);
 }
 
 di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32_t *eos,
@@ -410,7 +426,8 @@ di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32
     }
     m->g = g;
     m->voc = v;
-    if (di_u64_map_init(&m->intern, 1024) != 0 || di_u64_map_init(&m->adaptive_of, 64) != 0)
+    if (di_u64_map_init(&m->intern, 1024) != 0 || di_u64_map_init(&m->adaptive_of, 64) != 0 ||
+        di_bytes_map_init(&m->dfa_of, 256) != 0)
         goto oom;
     if (n_eos) {
         if (!(m->eos = malloc(n_eos * sizeof *m->eos))) goto oom;
@@ -460,6 +477,10 @@ void grammar_matcher_free(grammar_matcher *m)
     free(m->adaptive);
     di_u64_map_free(&m->adaptive_of);
     free(m->entry_at);
+    free(m->dfa);
+    di_bytes_map_free(&m->dfa_of);
+    free(m->dfa_nodes.v);
+    free(m->dfa_tmp.v);
     free(m->caller);
     free(m->caller_rule);
     free(m->rule_of);
@@ -547,37 +568,88 @@ static int32_t common_prefix(const grammar_vocab *v, int32_t a, int32_t b)
     return c;
 }
 
+/* The subset state of the stack set nodes[0, n) (n > 0), added when new;
+ * -1 when out of memory. */
+static int32_t dfa_state(grammar_matcher *m, const int32_t *nodes, size_t n)
+{
+    if (n > INT32_MAX / sizeof *nodes) return -1;
+    int32_t id = di_bytes_map_get(&m->dfa_of, nodes, n * sizeof *nodes);
+    if (id >= 0) return id;
+    if (m->n_dfa == m->cap_dfa) {
+        size_t cap = m->cap_dfa ? 2 * m->cap_dfa : 64;
+        struct dfa_state *d = realloc(m->dfa, cap * sizeof *d);
+        if (!d) return -1;
+        m->dfa = d;
+        m->cap_dfa = cap;
+    }
+    struct dfa_state *d = &m->dfa[m->n_dfa];
+    d->off = (int32_t)m->dfa_nodes.n;
+    d->n = (int32_t)n;
+    d->framed = 0;
+    for (size_t i = 0; i < n; i++) {
+        d->framed |= nodes[i] == FRAME;
+        if (ivec_push(&m->dfa_nodes, nodes[i])) return -1;
+    }
+    for (int c = 0; c < 256; c++) d->next[c] = DFA_UNKNOWN;
+    if (m->dfa_nodes.n > INT32_MAX ||
+        di_bytes_map_put(&m->dfa_of, nodes, n * sizeof *nodes, (int32_t)m->n_dfa) < 0)
+        return -1;
+    return (int32_t)m->n_dfa++;
+}
+
+/* The subset state after byte c from state s (DFA_DEAD: no stack takes it);
+ * DFA_UNKNOWN when out of memory. */
+static int32_t dfa_step(grammar_matcher *m, int32_t s, uint8_t c)
+{
+    int32_t next = m->dfa[s].next[c];
+    if (next != DFA_UNKNOWN) return next;
+    ivec *t = &m->dfa_tmp;
+    t->n = 0;
+    for (int32_t i = 0; i < m->dfa[s].n; i++)
+        if (ivec_push(t, m->dfa_nodes.v[m->dfa[s].off + i])) return DFA_UNKNOWN;
+    size_t n = t->n;
+    if (advance(m, t, 0, n, c)) return DFA_UNKNOWN;
+    next = t->n == n ? DFA_DEAD : dfa_state(m, t->v + n, t->n - n);
+    if (next == -1) return DFA_UNKNOWN;
+    m->dfa[s].next[c] = next;
+    return next;
+}
+
 /* Walk tokens from the stack set init: sel[0, n_sel) (sorted-list indices,
  * ascending), or every token when sel is NULL. Sets the bit of each token a
  * stack accepts in bits; with uncertain, pushes the index of each token no
  * stack accepts whose walk reached FRAME with bytes left, and stops (returns
  * 1) when there are more than max_uncertain of them. A token reuses the
- * sets of the prefix it shares with the token before it; when a prefix dies,
- * the tokens under it are skipped (pushed to uncertain alike when FRAME came
- * first: their walks are the same). */
+ * states of the prefix it shares with the token before it; when a prefix
+ * dies, the tokens under it are skipped (pushed to uncertain alike when FRAME
+ * came first: their walks are the same). Returns 0, 1, or -1 when out of
+ * memory. */
 static int walk(grammar_matcher *m, const int32_t *init, size_t n_init, const int32_t *sel,
                 int32_t n_sel, uint32_t *bits, ivec *uncertain, size_t max_uncertain)
 {
-    int rc = 0;
     const grammar_vocab *v = m->voc;
-    /* depth_off[d]: where the set after d bytes starts in work; framed[d]:
-     * FRAME was in a set after 1..d bytes */
-    size_t depth_off_stack[258];
-    uint8_t framed_stack[258];
-    size_t *depth_off = depth_off_stack;
-    uint8_t *framed = framed_stack;
-    if (v->max_len > 255) {
-        depth_off = malloc(((size_t)v->max_len + 2) * sizeof *depth_off);
-        framed = malloc((size_t)v->max_len + 2);
-        if (!depth_off || !framed) goto oom;
+    if (n_init == 0) return 0;
+    if (m->n_dfa > DFA_STATES) { /* start the subset states afresh */
+        di_bytes_map_free(&m->dfa_of);
+        if (di_bytes_map_init(&m->dfa_of, 256) != 0) return -1;
+        m->n_dfa = 0;
+        m->dfa_nodes.n = 0;
     }
-    ivec *w = &m->work;
-    w->n = 0;
-    for (size_t i = 0; i < n_init; i++)
-        if (ivec_push(w, init[i])) goto oom;
-    depth_off[0] = 0;
-    depth_off[1] = w->n;
+    /* at[d]: the state after d bytes; framed[d]: FRAME was in a state after
+     * 1..d bytes */
+    int32_t at_stack[258];
+    uint8_t framed_stack[258];
+    int32_t *at = at_stack;
+    uint8_t *framed = framed_stack;
+    int rc = -1;
+    if (v->max_len > 255) {
+        at = malloc(((size_t)v->max_len + 2) * sizeof *at);
+        framed = malloc((size_t)v->max_len + 2);
+        if (!at || !framed) goto done;
+    }
+    if ((at[0] = dfa_state(m, init, n_init)) < 0) goto done;
     framed[0] = 0;
+    rc = 0;
     int32_t n = sel ? n_sel : v->n, valid = 0, prev = -1; /* depths 0..valid computed */
     for (int32_t i = 0; i < n;) {
         int32_t k = sel ? sel[i] : i;
@@ -586,14 +658,13 @@ static int walk(grammar_matcher *m, const int32_t *init, size_t n_init, const in
         const uint8_t *tb = v->bytes + v->off[k];
         int32_t len = (int32_t)(v->off[k + 1] - v->off[k]);
         int32_t d = valid;
-        for (; d < len; d++) { /* the set after d + 1 bytes */
-            w->n = depth_off[d + 1];
-            if (advance(m, w, depth_off[d], depth_off[d + 1], tb[d])) goto oom;
-            depth_off[d + 2] = w->n;
-            if (w->n == depth_off[d + 1]) break; /* dead after d + 1 bytes */
-            uint8_t f = framed[d];
-            for (size_t j = depth_off[d + 1]; j < w->n && !f; j++) f = w->v[j] == FRAME;
-            framed[d + 1] = f;
+        for (; d < len; d++) { /* the state after d + 1 bytes */
+            int32_t next = dfa_step(m, at[d], tb[d]);
+            m->steps++;
+            if (next == DFA_UNKNOWN) goto oom;
+            if (next == DFA_DEAD) break;
+            at[d + 1] = next;
+            framed[d + 1] = (uint8_t)(framed[d] | m->dfa[next].framed);
         }
         prev = k;
         i++;
@@ -603,7 +674,7 @@ static int walk(grammar_matcher *m, const int32_t *init, size_t n_init, const in
             bits[id >> 5] |= 1u << (id & 31);
             continue;
         }
-        valid = d; /* sets 0..d are good; the tokens under the dead prefix die alike */
+        valid = d; /* states 0..d are good; the tokens under the dead prefix die alike */
         int unsure = uncertain && framed[d];
         if (unsure && ivec_push(uncertain, k)) goto oom;
         if (!sel && !unsure) { /* jump over them */
@@ -623,13 +694,13 @@ static int walk(grammar_matcher *m, const int32_t *init, size_t n_init, const in
             break;
         }
     }
-    if (depth_off != depth_off_stack) free(depth_off);
+    goto done;
+oom:
+    rc = -1;
+done:
+    if (at != at_stack) free(at);
     if (framed != framed_stack) free(framed);
     return rc;
-oom:
-    if (depth_off != depth_off_stack) free(depth_off);
-    if (framed != framed_stack) free(framed);
-    return -1;
 }
 
 /* The count of set bits, after the end tokens' rule: allowed when the
@@ -712,10 +783,12 @@ static const adaptive_entry *entry_of(grammar_matcher *m, int32_t key, int whole
         int32_t n_acc = 0;
         for (size_t i = 0; i < words; i++) n_acc += __builtin_popcount(e.accepted[i]);
         if ((size_t)n_acc < words) { /* few: a list is smaller and faster to add */
-            if (n_acc && !(e.ids = malloc((size_t)n_acc * sizeof *e.ids))) goto oom;
-            for (size_t i = 0; i < words; i++)
-                for (uint32_t b = e.accepted[i]; b; b &= b - 1)
-                    e.ids[e.n_ids++] = (int32_t)(i * 32 + (size_t)__builtin_ctz(b));
+            if (n_acc) {
+                if (!(e.ids = malloc((size_t)n_acc * sizeof *e.ids))) goto oom;
+                for (size_t i = 0; i < words; i++)
+                    for (uint32_t b = e.accepted[i]; b && e.n_ids < n_acc; b &= b - 1)
+                        e.ids[e.n_ids++] = (int32_t)(i * 32 + (size_t)__builtin_ctz(b));
+            }
             free(e.accepted);
             e.accepted = NULL;
         }
