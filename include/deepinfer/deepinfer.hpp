@@ -148,6 +148,35 @@ class token_span
     size_t size_ = 0;
 };
 
+/* A borrowed array of log probabilities (an event's): valid as long as what
+ * it was read from. */
+class logprob_span
+{
+  public:
+    logprob_span() noexcept = default;
+    logprob_span(const float *data, size_t size) noexcept : data_(data), size_(size) {}
+    const float *data() const noexcept { return data_; }
+    size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    const float *begin() const noexcept { return data_; }
+    const float *end() const noexcept { return data_ + size_; }
+    float operator[](size_t i) const noexcept { return data_[i]; }
+    std::vector<float> to_vector() const { return std::vector<float>(begin(), end()); }
+
+  private:
+    const float *data_ = nullptr;
+    size_t size_ = 0;
+};
+
+/* The most likely tokens at one output position (event::top_logprobs): ids[j]
+ * and logprobs[j], most likely first; both borrowed from the event. */
+struct top_logprobs {
+    token_span ids;
+    logprob_span logprobs;
+    size_t size() const noexcept { return ids.size(); }
+    bool empty() const noexcept { return ids.empty(); }
+};
+
 /* ------------------------------------------------------------------------- */
 /* Tokenizer                                                                  */
 /* ------------------------------------------------------------------------- */
@@ -596,6 +625,30 @@ class event
         const int32_t *t = di_event_tokens(ev_, &n);
         return token_span(t, t != nullptr ? n : 0);
     }
+    /* TOKENS of a request that asked for log probabilities (request::logprobs,
+     * or a protocol body's Chat logprobs / Responses top_logprobs): one per
+     * id, natural log, the log-softmax of the model's raw logits whatever the
+     * sampling settings (di_event_logprobs); empty otherwise. */
+    logprob_span logprobs() const noexcept
+    {
+        size_t n = 0;
+        const float *p = di_event_logprobs(ev_, &n);
+        return logprob_span(p, p != nullptr ? n : 0);
+    }
+    /* TOKENS with request::top_logprobs k > 0: the k most likely tokens at the
+     * position of token i, most likely first, a tie to the lower id
+     * (di_event_top_logprobs); empty for other events and i out of range. */
+    deepinfer::top_logprobs top_logprobs(size_t i) const noexcept
+    {
+        const int32_t *ids = nullptr;
+        const float *lps = nullptr;
+        size_t k = di_event_top_logprobs(ev_, i, &ids, &lps);
+        return deepinfer::top_logprobs{token_span(ids, k), logprob_span(lps, k)};
+    }
+    /* The Chat choice (n > 1) the event belongs to, the OpenAI API's
+     * choices[i].index; 0 for DONE, the usage chunk, [DONE] and every event of
+     * other requests (di_event_choice_index). */
+    uint32_t choice_index() const noexcept { return di_event_choice_index(ev_); }
     int32_t tool_call_index() const noexcept { return di_event_tool_call_index(ev_); }
     std::string_view tool_call_id() const noexcept
     {
@@ -732,6 +785,43 @@ class request
         stop_.push_back(id);
         return *this;
     }
+    /* Token requests: report each output token's log probability
+     * (event::logprobs) and, k in [0, 20], the k most likely tokens at each
+     * position (event::top_logprobs); di_request.logprobs / .top_logprobs.
+     * Refused at submit (deepinfer::error, DI_ERR_INVALID_ARGUMENT) on a
+     * protocol request, for k outside [0, 20], and k > 0 without logprobs. */
+    request &logprobs(bool v = true) noexcept
+    {
+        r_.logprobs = v ? 1 : 0;
+        return *this;
+    }
+    request &top_logprobs(int32_t k) noexcept
+    {
+        r_.top_logprobs = k;
+        return *this;
+    }
+    /* Token requests: constrain the output (docs/grammar.md) to one JSON text a
+     * JSON Schema accepts, a GBNF grammar (start rule `root`) or a regular
+     * expression — at most one; di_request.json_schema / .grammar / .regex.
+     * One that does not compile is DI_ERR_INVALID_REQUEST at submit, the
+     * message naming the schema path, rule or offset. The text is copied; one
+     * holding a NUL byte throws deepinfer::error (DI_ERR_INVALID_ARGUMENT)
+     * here, naming the setter. */
+    request &json_schema(std::string_view schema)
+    {
+        set_constraint(0, "json_schema", schema, json_schema_);
+        return *this;
+    }
+    request &grammar(std::string_view gbnf)
+    {
+        set_constraint(1, "grammar", gbnf, grammar_);
+        return *this;
+    }
+    request &regex(std::string_view re)
+    {
+        set_constraint(2, "regex", re, regex_);
+        return *this;
+    }
 
     /* The C struct as submit will send it (pointers into this request, valid
      * while it lives unchanged); on_event/user_data are set by submit. */
@@ -755,12 +845,27 @@ class request
             r.stop_tokens = stop_.data();
             r.n_stop_tokens = stop_.size();
         }
+        if (has_constraint_[0]) r.json_schema = json_schema_.c_str();
+        if (has_constraint_[1]) r.grammar = grammar_.c_str();
+        if (has_constraint_[2]) r.regex = regex_.c_str();
         return r;
     }
 
   private:
+    void set_constraint(int which, const char *name, std::string_view text, std::string &out)
+    {
+        size_t nul = text.find('\0');
+        if (nul != std::string_view::npos)
+            throw error(DI_ERR_INVALID_ARGUMENT, std::string(name) +
+                                                     ": contains a NUL byte at offset " +
+                                                     std::to_string(nul));
+        out.assign(text.data(), text.size());
+        has_constraint_[which] = true;
+    }
+
     di_request r_{};
-    std::string json_;
+    std::string json_, json_schema_, grammar_, regex_;
+    bool has_constraint_[3] = {false, false, false};
     std::vector<int32_t> tokens_, bias_ids_, stop_;
     std::vector<float> bias_values_;
 };

@@ -5,9 +5,13 @@
 // serving; cancellation; C errors mapped to deepinfer::error with their status
 // and the library's message; the progress and log callbacks; the event fd; the
 // tokenizer against HF's ids (tests/fixtures/tokenizer/smollm2.json) and a
-// streamed chat on SmolLM2 when the asset is fetched. Built with -Wall -Wextra
+// streamed chat on SmolLM2 when the asset is fetched; token log probabilities
+// against the log-softmax of transformers' logits (sequence_logits.f32), and a
+// Chat n = 3 whose events' choice_index and text agree with the chunks' JSON and
+// the response the library wrote. Built with -Wall -Wextra
 // -pedantic -Wold-style-cast -Werror (tests/CMakeLists.txt).
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -483,6 +487,164 @@ void test_tokenizer_and_chat_on_smollm2()
     std::printf("ok: tokenizer (%zu HF cases), detokenizer, a streamed chat on SmolLM2\n", n_cases);
 }
 
+// The log probabilities of a greedy token request with top_logprobs 20 are the
+// log-softmax (in double) of transformers' logits at each position.
+void test_token_logprobs_equal_transformers_log_softmax(const Reference &ref)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file((tiny_path + "/reference.json").c_str(), 0, &jerr);
+    CHECK(root != nullptr);
+    json_t *shape = json_object_get(root, "sequence_logits_shape");
+    const size_t rows = static_cast<size_t>(json_integer_value(json_array_get(shape, 0)));
+    const size_t vocab = static_cast<size_t>(json_integer_value(json_array_get(shape, 1)));
+    json_decref(root);
+    std::vector<float> logits(rows * vocab);
+    std::ifstream f(tiny_path + "/sequence_logits.f32", std::ios::binary);
+    f.read(reinterpret_cast<char *>(logits.data()),
+           static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    CHECK(f.good());
+    auto log_softmax = [&](size_t row) {
+        const float *x = logits.data() + row * vocab;
+        double mx = x[0], sum = 0;
+        for (size_t v = 1; v < vocab; v++) mx = x[v] > mx ? x[v] : mx;
+        for (size_t v = 0; v < vocab; v++) sum += std::exp(double{x[v]} - mx);
+        std::vector<double> out(vocab);
+        for (size_t v = 0; v < vocab; v++) out[v] = double{x[v]} - mx - std::log(sum);
+        return out;
+    };
+    deepinfer::engine e = tiny_engine();
+    const size_t n = 8;
+    std::vector<int32_t> toks;
+    std::vector<float> lps;
+    std::vector<std::vector<std::pair<int32_t, float>>> tops;
+    int bad = 0;
+    e.submit(greedy(ref.prompt, n).logprobs().top_logprobs(20), [&](const deepinfer::event &ev) {
+        if (ev.kind() != DI_EVENT_TOKENS) {
+            bad += !ev.logprobs().empty() || !ev.top_logprobs(0).empty();
+            return;
+        }
+        deepinfer::token_span t = ev.tokens();
+        deepinfer::logprob_span lp = ev.logprobs();
+        bad += lp.size() != t.size() || ev.choice_index() != 0;
+        for (size_t i = 0; i < t.size(); i++) {
+            toks.push_back(t[i]);
+            lps.push_back(lp[i]);
+            deepinfer::top_logprobs top = ev.top_logprobs(i);
+            std::vector<std::pair<int32_t, float>> row;
+            for (size_t k = 0; k < top.size(); k++) row.emplace_back(top.ids[k], top.logprobs[k]);
+            tops.push_back(row);
+        }
+        bad += !ev.top_logprobs(t.size()).empty();
+    });
+    drain(e);
+    CHECK(bad == 0);
+    CHECK(toks == std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + n));
+    double worst = 0;
+    for (size_t k = 0; k < n; k++) {
+        std::vector<double> want = log_softmax(ref.prompt.size() - 1 + k);
+        worst = std::fmax(worst, std::fabs(lps[k] - want[static_cast<size_t>(toks[k])]));
+        CHECK(tops[k].size() == 20 && tops[k][0].first == toks[k]);
+        for (size_t j = 0; j < 20; j++) {
+            worst = std::fmax(
+                worst, std::fabs(tops[k][j].second - want[static_cast<size_t>(tops[k][j].first)]));
+            if (j) CHECK(tops[k][j].second <= tops[k][j - 1].second);
+        }
+        size_t above = 0;
+        for (double w : want) above += w > tops[k][19].second + 1e-3;
+        CHECK(above <= 19);
+    }
+    CHECK(worst < 2e-3);
+    // the library's checks, and the wrapper's own for a NUL byte
+    bool refused = false;
+    try {
+        e.submit(greedy(ref.prompt, 2).top_logprobs(3), [](const deepinfer::event &) {});
+    } catch (const deepinfer::error &x) {
+        refused = x.status() == DI_ERR_INVALID_ARGUMENT &&
+                  std::string(x.what()).find("top_logprobs") != std::string::npos;
+    }
+    CHECK(refused);
+    refused = false;
+    try {
+        deepinfer::request::tokens(ref.prompt).json_schema(std::string_view("{\"a\"\0}", 6));
+    } catch (const deepinfer::error &x) {
+        refused = x.status() == DI_ERR_INVALID_ARGUMENT &&
+                  std::string(x.what()) == "json_schema: contains a NUL byte at offset 4";
+    }
+    CHECK(refused);
+    std::printf("ok: token logprobs, max |deepinfer - transformers| = %.3g\n", worst);
+}
+
+// Chat n = 3 on SmolLM2: each event's choice_index is the index its chunk's
+// JSON names, and each choice's text deltas joined are the response's
+// choices[i].message.content; a regex-constrained token request matches.
+void test_chat_choices_on_smollm2()
+{
+    std::string path = asset("smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (path.empty()) {
+        std::printf("skip: SmolLM2 not fetched (scripts/fetch_assets.py)\n");
+        return;
+    }
+    deepinfer::engine_config cfg(path);
+    cfg.c.n_threads = 2;
+    deepinfer::engine e(cfg);
+    std::vector<std::string> texts(3);
+    std::string response;
+    int bad = 0, chunks = 0;
+    e.submit(deepinfer::request::chat(R"({"model":"m","n":3,"seed":11,"temperature":1.2,)"
+                                      R"("max_tokens":10,"stream":true,"messages":)"
+                                      R"([{"role":"user","content":"Name a fruit."}]})"),
+             [&](const deepinfer::event &ev) {
+                 if (ev.kind() == DI_EVENT_TEXT) {
+                     if (ev.choice_index() >= 3)
+                         bad++;
+                     else
+                         texts[ev.choice_index()] += ev.delta();
+                 }
+                 if (ev.kind() == DI_EVENT_CHUNK && ev.text().data() != nullptr) {
+                     json_error_t jerr;
+                     json_t *c = json_loadb(ev.text().data(), ev.text().size(), 0, &jerr);
+                     json_t *choices = json_object_get(c, "choices");
+                     if (json_array_size(choices) == 0)
+                         bad += ev.choice_index() != 0;
+                     else {
+                         chunks++;
+                         json_int_t idx = json_integer_value(
+                             json_object_get(json_array_get(choices, 0), "index"));
+                         bad += idx != static_cast<json_int_t>(ev.choice_index());
+                     }
+                     json_decref(c);
+                 }
+                 if (ev.kind() == DI_EVENT_DONE) {
+                     bad += !ev.ok() || ev.choice_index() != 0;
+                     response = std::string(ev.response_json());
+                 }
+             });
+    drain(e);
+    CHECK(bad == 0 && chunks > 3);
+    json_error_t jerr;
+    json_t *r = json_loads(response.c_str(), 0, &jerr);
+    CHECK(r != nullptr && json_array_size(json_object_get(r, "choices")) == 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *ch = json_array_get(json_object_get(r, "choices"), i);
+        CHECK(json_integer_value(json_object_get(ch, "index")) == static_cast<json_int_t>(i));
+        const char *content =
+            json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+        CHECK(content != nullptr && texts[i] == content);
+    }
+    json_decref(r);
+    std::string digits;
+    e.submit(deepinfer::request::tokens(e.tokenizer().encode("Three digits:"))
+                 .regex("[0-9]{3}")
+                 .max_tokens(8)
+                 .temperature(0),
+             [&](const deepinfer::event &ev) {
+                 if (ev.kind() == DI_EVENT_TEXT) digits += ev.delta();
+             });
+    drain(e);
+    CHECK(digits.size() == 3 && digits.find_first_not_of("0123456789") == std::string::npos);
+    std::printf("ok: Chat n = 3 choice indices and texts, a regex request on SmolLM2\n");
+}
+
 } // namespace
 
 int main()
@@ -495,5 +657,7 @@ int main()
     test_errors_map_to_deepinfer_error(ref);
     test_move_log_and_event_fd(ref);
     test_tokenizer_and_chat_on_smollm2();
+    test_token_logprobs_equal_transformers_log_softmax(ref);
+    test_chat_choices_on_smollm2();
     return 0;
 }

@@ -36,7 +36,7 @@ import threading
 from collections import deque
 from ctypes import POINTER, byref, c_float, c_int32, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from ._errors import CancelledError, Status, error_for
@@ -78,13 +78,21 @@ def _main_ident() -> int:
 
 @dataclass
 class Result:
-    """What Request.result() collected: the request's output joined."""
+    """What Request.result() collected: the request's output joined. A Chat
+    request with ``n`` > 1 has one Result per choice in ``choices`` (index i is
+    choice_index i, each with the shared Done); the fields here are choice 0's."""
 
     text: str = ""  #: the answer (Text events joined)
     reasoning: str = ""  #: reasoning_content (Reasoning events joined)
     tokens: List[int] = field(default_factory=list)  #: every generated token id
     tool_calls: List[ToolCall] = field(default_factory=list)  #: complete tool calls
     done: Optional[Done] = None  #: the terminal event
+    #: each token's log probability (Tokens.logprobs joined), None when not asked for
+    logprobs: Optional[List[float]] = None
+    #: each token's most likely alternatives (Tokens.top_logprobs joined), or None
+    top_logprobs: Optional[List[List[Tuple[int, float]]]] = None
+    #: one Result per choice (Chat n > 1), choices[0] is this one; [self] otherwise
+    choices: List["Result"] = field(default_factory=list, repr=False, compare=False)
 
     def response(self):
         """The complete protocol response (Done.response_json parsed), or None."""
@@ -111,36 +119,56 @@ class KvCacheStats:
 
 
 class _ResultBuilder:
-    """Joins a request's events into a Result (Request.result and the asyncio
-    AsyncRequest.result)."""
+    """Joins a request's events into a Result, one per choice (Request.result and
+    the asyncio AsyncRequest.result)."""
 
-    __slots__ = ("res", "text", "reasoning")
+    __slots__ = ("parts", "done")
 
     def __init__(self):
-        self.res = Result()
-        self.text, self.reasoning = [], []
+        self.parts = {}  # choice index -> (Result, text pieces, reasoning pieces)
+        self.done = None
+
+    def _part(self, i):
+        p = self.parts.get(i)
+        if p is None:
+            p = self.parts[i] = (Result(), [], [])
+        return p
 
     def add(self, ev) -> None:
         c = ev.__class__
+        if c is Done:
+            self.done = ev
+            return
+        if c is Chunk:
+            return
+        res, text, reasoning = self._part(ev.choice_index)
         if c is Text:
-            self.text.append(ev.text)
+            text.append(ev.text)
         elif c is Tokens:
-            self.res.tokens += ev.ids
+            res.tokens += ev.ids
+            if ev.logprobs is not None:
+                res.logprobs = (res.logprobs or []) + ev.logprobs
+            if ev.top_logprobs is not None:
+                res.top_logprobs = (res.top_logprobs or []) + ev.top_logprobs
         elif c is Reasoning:
-            self.reasoning.append(ev.text)
+            reasoning.append(ev.text)
         elif c is ToolCall:
-            self.res.tool_calls.append(ev)
-        elif c is Done:
-            self.res.done = ev
+            res.tool_calls.append(ev)
 
     def finish(self, done) -> Result:
         """The Result; raises the Done's status (the Result as exc.result)."""
-        res = self.res
-        if res.done is None:
-            res.done = done
-        res.text = "".join(self.text)
-        res.reasoning = "".join(self.reasoning)
-        d = res.done
+        d = self.done if self.done is not None else done
+        self._part(0)
+        choices = []
+        for i in range(max(self.parts) + 1):
+            r, text, reasoning = self._part(i)
+            r.text = "".join(text)
+            r.reasoning = "".join(reasoning)
+            r.done = d
+            choices.append(r)
+        for r in choices:
+            r.choices = choices
+        res = choices[0]
         if d is not None and d.status != Status.OK:
             e = error_for(d.status, d.message)
             e.result = res
@@ -169,12 +197,35 @@ def _make_callback(engine: "Engine"):
         p = ev_text(ev, pn)
         return string_at(p, n.value).decode("utf-8", "replace") if p else None
 
+    ev_choice = lib.di_event_choice_index
+    ev_logprobs = lib.di_event_logprobs
+    ev_top = lib.di_event_top_logprobs
+    top_ids = POINTER(c_int32)()
+    top_vals = POINTER(c_float)()
+    p_top_ids, p_top_vals = byref(top_ids), byref(top_vals)
+
+    def tokens_of(ev):
+        p = ev_tokens(ev, pn)
+        count = n.value
+        ids = p[:count]
+        lp = ev_logprobs(ev, pn)
+        if not lp:
+            return Tokens(ids, ev_choice(ev))
+        logprobs = lp[: n.value]
+        tops = None
+        if count and ev_top(ev, 0, None, None):
+            tops = []
+            for i in range(count):
+                k = ev_top(ev, i, p_top_ids, p_top_vals)
+                tops.append(list(zip(top_ids[:k], top_vals[:k])))
+        return Tokens(ids, ev_choice(ev), logprobs, tops)
+
     def copy(kind, ev, req):
         if kind == _TOKENS:
-            p = ev_tokens(ev, pn)
-            return Tokens(p[: n.value])
+            return tokens_of(ev)
         if kind == _TEXT:
-            return Text(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+            return Text(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"),
+                        ev_choice(ev))
         if kind == _CHUNK:
             if not req._chunks:
                 return None
@@ -182,9 +233,11 @@ def _make_callback(engine: "Engine"):
             p = lib.di_event_chunk_sse(ev, pn)
             sse = string_at(p, n.value).decode("utf-8", "replace")
             name = lib.di_event_chunk_name(ev)
-            return Chunk(j, sse, name.decode("utf-8", "replace") if name is not None else None)
+            return Chunk(j, sse, name.decode("utf-8", "replace") if name is not None else None,
+                         ev_choice(ev))
         if kind == _REASONING:
-            return Reasoning(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"))
+            return Reasoning(string_at(ev_text(ev, pn), n.value).decode("utf-8", "replace"),
+                             ev_choice(ev))
         if kind == _TOOL_DELTA or kind == _TOOL:
             args = text_of(ev) or ""
             cid = lib.di_event_tool_call_id(ev)
@@ -195,6 +248,7 @@ def _make_callback(engine: "Engine"):
                 cid.decode("utf-8", "replace") if cid is not None else None,
                 name.decode("utf-8", "replace") if name is not None else None,
                 args,
+                ev_choice(ev),
             )
         if kind == _DONE:
             st = lib.di_event_status(ev)
@@ -597,6 +651,11 @@ class Engine:
         stop_tokens: Optional[Sequence[int]] = None,
         ignore_eos: bool = False,
         chunks: bool = True,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        json_schema=None,
+        grammar: Optional[str] = None,
+        regex: Optional[str] = None,
     ) -> "Request":
         """Submit a request; it is checked (and a protocol body rendered and
         tokenized) now, on this thread, and then computed by the engine's worker.
@@ -621,6 +680,22 @@ class Engine:
         sampling fields (max_tokens too) win over these, which give what the body
         leaves open (docs/api.md, "Sampling precedence"). chunks=False drops
         Chunk events (saves their copies when only text and tool calls are used).
+
+        Log probabilities (token requests; a protocol body asks with its own
+        fields): logprobs=True gives each Tokens event its tokens' log
+        probabilities (Tokens.logprobs), and top_logprobs in [0, 20] the most
+        likely tokens at each position (Tokens.top_logprobs): the log-softmax of
+        the model's raw logits, whatever the sampling settings (di_request's
+        logprobs / top_logprobs). top_logprobs > 0 without logprobs is
+        InvalidArgumentError.
+
+        Constrained decoding (token requests; at most one of the three):
+        json_schema (a dict, or a str of JSON) makes the output one JSON text the
+        schema accepts; grammar a GBNF grammar (llama.cpp's format, start rule
+        `root`); regex a regular expression the whole output matches
+        (docs/grammar.md lists the formats). One that does not compile is
+        InvalidRequestError naming the rule, schema path or offset; an engine
+        without a tokenizer raises UnsupportedError.
 
         Returns a Request; iterate it for events. Raises, with nothing queued:
         InvalidArgumentError (a bad field, a token id outside the vocabulary —
@@ -681,6 +756,18 @@ class Engine:
             keep.append(st)
             req.stop_tokens = st
             req.n_stop_tokens = len(stop_tokens)
+        req.logprobs = 1 if logprobs else 0
+        req.top_logprobs = top_logprobs
+        if json_schema is not None:
+            if isinstance(json_schema, Mapping):
+                json_schema = _json.dumps(json_schema, ensure_ascii=False)
+            if isinstance(json_schema, str):
+                json_schema = json_schema.encode("utf-8")
+            req.json_schema = bytes(json_schema)
+        if grammar is not None:
+            req.grammar = grammar.encode("utf-8")
+        if regex is not None:
+            req.regex = regex.encode("utf-8")
         req.on_event = self._callback
         key = next(self._keys)
         req.user_data = key

@@ -89,7 +89,8 @@ class EngineConfig(Structure):
 
 
 class Request(Structure):
-    """di_request (deepinfer.h), release 0.1."""
+    """di_request (deepinfer.h), release 0.1 and the fields appended in 0.x
+    (constrained decoding, log probabilities, stop strings)."""
 
     _fields_ = [
         ("struct_size", c_size_t),
@@ -116,6 +117,13 @@ class Request(Structure):
         ("n_stop_tokens", c_size_t),
         ("on_event", EVENT_FN),
         ("user_data", c_void_p),
+        ("grammar", c_char_p),
+        ("json_schema", c_char_p),
+        ("regex", c_char_p),
+        ("logprobs", c_int32),
+        ("top_logprobs", c_int32),
+        ("stop_strings", POINTER(c_char_p)),
+        ("n_stop_strings", c_size_t),
     ]
 
 
@@ -201,6 +209,13 @@ _SIGNATURES = [
     ("di_event_request_id", c_uint64, [c_void_p]),
     ("di_event_text", c_void_p, [c_void_p, POINTER(c_size_t)]),
     ("di_event_tokens", POINTER(c_int32), [c_void_p, POINTER(c_size_t)]),
+    ("di_event_logprobs", POINTER(c_float), [c_void_p, POINTER(c_size_t)]),
+    (
+        "di_event_top_logprobs",
+        c_size_t,
+        [c_void_p, c_size_t, POINTER(POINTER(c_int32)), POINTER(POINTER(c_float))],
+    ),
+    ("di_event_choice_index", c_uint32, [c_void_p]),
     ("di_event_tool_call_index", c_int32, [c_void_p]),
     ("di_event_tool_call_id", c_char_p, [c_void_p]),
     ("di_event_tool_call_name", c_char_p, [c_void_p]),

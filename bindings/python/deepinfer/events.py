@@ -4,6 +4,11 @@ Every field is a copy made inside the library's callback (the C event and the
 pointers read from it die when the callback returns), so an event object may be
 kept, shared between threads and read at any time. Strings are ``str`` decoded
 from the library's UTF-8; token ids are ``int``.
+
+Every event but Done carries ``choice_index``: the choice it belongs to when a
+Chat Completions request asks for ``n`` > 1 choices (the OpenAI API's
+``choices[i].index``; di_event_choice_index), 0 for every other request. The
+choices' events are interleaved in the order they are generated.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import enum
 import json as _json
 from dataclasses import dataclass
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 from ._errors import Status
 
@@ -46,10 +51,23 @@ class Protocol(enum.IntEnum):
 @dataclass
 class Tokens:
     """DI_EVENT_TOKENS: the token ids one step generated, in order (every output
-    token, the end-of-sequence and stop tokens included)."""
+    token, the end-of-sequence and stop tokens included).
 
-    __slots__ = ("ids",)
+    With log probabilities asked for (submit(logprobs=True), or a protocol body's
+    Chat ``logprobs`` / Responses ``top_logprobs``), ``logprobs[i]`` is
+    ``ids[i]``'s natural-log probability: the log-softmax of the model's raw
+    logits at that position, before logit_bias, penalties, temperature, the
+    grammar mask and top-k/top-p/min-p (di_event_logprobs; always <= 0). With
+    ``top_logprobs`` k > 0, ``top_logprobs[i]`` lists the k most likely tokens at
+    ids[i]'s position as (token id, log probability) pairs, most likely first, a
+    tie to the lower id (di_event_top_logprobs); the sampled token is among them
+    only when it is that likely. None when not asked for."""
+
     ids: List[int]
+    choice_index: int = 0  #: the Chat choice (n > 1) these tokens belong to
+    logprobs: Optional[List[float]] = None  #: one per id, or None
+    #: one list of k (id, logprob) pairs per id, or None
+    top_logprobs: Optional[List[List[Tuple[int, float]]]] = None
 
 
 @dataclass
@@ -58,8 +76,8 @@ class Text:
     safe (a character split across tokens arrives whole). Protocol requests: the
     answer content as the stream parser separates it."""
 
-    __slots__ = ("text",)
     text: str
+    choice_index: int = 0  #: the Chat choice (n > 1) this delta belongs to
 
 
 @dataclass
@@ -67,8 +85,8 @@ class Reasoning:
     """DI_EVENT_REASONING: a reasoning text delta (reasoning_content) of a protocol
     request in thinking mode."""
 
-    __slots__ = ("text",)
     text: str
+    choice_index: int = 0  #: the Chat choice (n > 1) this delta belongs to
 
 
 @dataclass
@@ -76,22 +94,22 @@ class ToolCallDelta:
     """DI_EVENT_TOOL_CALL_DELTA: a piece of tool call `index`'s arguments JSON
     while it streams."""
 
-    __slots__ = ("index", "id", "name", "arguments_delta")
-    index: int  #: 0-based position of the call in the response
+    index: int  #: 0-based position of the call in the response (its choice's)
     id: Optional[str]  #: the call id ("call_…"), as the protocol chunks carry it
     name: Optional[str]  #: the function name the model wrote
     arguments_delta: str
+    choice_index: int = 0  #: the Chat choice (n > 1) the call belongs to
 
 
 @dataclass
 class ToolCall:
     """DI_EVENT_TOOL_CALL: a complete tool call."""
 
-    __slots__ = ("index", "id", "name", "arguments")
     index: int
     id: Optional[str]
     name: Optional[str]
     arguments: str  #: the whole arguments JSON text, as the model wrote it
+    choice_index: int = 0  #: the Chat choice (n > 1) the call belongs to
 
     def json(self):
         """The arguments parsed (json.loads). Raises json.JSONDecodeError when the
@@ -103,10 +121,12 @@ class ToolCall:
 class Chunk:
     """DI_EVENT_CHUNK: a protocol chunk ready to send to a client."""
 
-    __slots__ = ("json", "sse", "name")
     json: Optional[str]  #: the chunk's JSON; None for Chat's closing "[DONE]"
     sse: str  #: the whole SSE message ("event: NAME\\n" when named, "data: …\\n\\n")
     name: Optional[str]  #: the SSE event name; None for Chat's unnamed events
+    #: the Chat choice (n > 1) whose delta the chunk carries; 0 for the usage
+    #: chunk and [DONE]
+    choice_index: int = 0
 
 
 @dataclass

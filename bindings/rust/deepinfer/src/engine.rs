@@ -1087,6 +1087,7 @@ impl Engine {
         callback: Option<Callback>,
     ) -> Result<RequestHandle> {
         let is_callback = callback.is_some();
+        let parts = request.raw_parts()?;
         let key = {
             let mut st = lock(&self.inner.state);
             st.next_key += 1;
@@ -1107,8 +1108,7 @@ impl Engine {
             inner: Arc::as_ptr(&self.inner),
             key,
         }));
-        let bias = request.split_bias();
-        let mut raw = request.to_raw(&bias);
+        let mut raw = request.to_raw(&parts);
         raw.on_event = Some(event_trampoline);
         raw.user_data = ctx as *mut c_void;
         let mut id = 0u64;
@@ -1301,12 +1301,14 @@ impl RequestHandle {
     /// # Ok::<(), deepinfer::Error>(())
     /// ```
     pub fn wait(mut self) -> Completion {
+        let mut choices: Vec<Choice> = vec![Choice::default()];
         let mut c = Completion {
             tokens: Vec::new(),
             text: String::new(),
             reasoning: String::new(),
             tool_calls: Vec::new(),
             chunks: Vec::new(),
+            choices: Vec::new(),
             done: Done {
                 status: Status::InvalidState,
                 message: "the engine ended without a terminal event".into(),
@@ -1316,17 +1318,47 @@ impl RequestHandle {
                 response_json: None,
             },
         };
+        fn choice(choices: &mut Vec<Choice>, i: u32) -> &mut Choice {
+            let i = i as usize;
+            while choices.len() <= i {
+                let index = choices.len() as u32;
+                choices.push(Choice {
+                    index,
+                    ..Choice::default()
+                });
+            }
+            &mut choices[i]
+        }
         for ev in &mut self {
             match ev {
-                Event::Tokens(t) => c.tokens.extend_from_slice(&t),
-                Event::Text(t) => c.text.push_str(&t),
-                Event::Reasoning(t) => c.reasoning.push_str(&t),
-                Event::ToolCall(call) => c.tool_calls.push(call),
+                Event::Tokens(t) => {
+                    let ch = choice(&mut choices, t.choice_index);
+                    ch.tokens.extend_from_slice(&t);
+                    if let Some(lp) = &t.logprobs {
+                        ch.logprobs
+                            .get_or_insert_with(Vec::new)
+                            .extend_from_slice(lp);
+                    }
+                    if let Some(top) = t.top_logprobs {
+                        ch.top_logprobs.get_or_insert_with(Vec::new).extend(top);
+                    }
+                }
+                Event::Text(t) => choice(&mut choices, t.choice_index).text.push_str(&t),
+                Event::Reasoning(t) => choice(&mut choices, t.choice_index).reasoning.push_str(&t),
+                Event::ToolCall(call) => choice(&mut choices, call.choice_index)
+                    .tool_calls
+                    .push(call),
                 Event::Chunk(ch) => c.chunks.push(ch),
                 Event::Done(d) => c.done = d,
                 Event::ToolCallDelta(_) => {}
             }
         }
+        let first = &choices[0];
+        c.tokens = first.tokens.clone();
+        c.text = first.text.clone();
+        c.reasoning = first.reasoning.clone();
+        c.tool_calls = first.tool_calls.clone();
+        c.choices = choices;
         c
     }
 }
@@ -1408,7 +1440,8 @@ impl Canceller {
     }
 }
 
-/// A finished request's output, gathered by [`RequestHandle::wait`].
+/// A finished request's output, gathered by [`RequestHandle::wait`]: choice
+/// 0's (a Chat request with `n` > 1 has every choice in `choices`).
 ///
 /// ```no_run
 /// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
@@ -1430,9 +1463,47 @@ pub struct Completion {
     pub tool_calls: Vec<ToolCall<'static>>,
     /// The protocol chunks.
     pub chunks: Vec<Chunk<'static>>,
+    /// Every choice's output, `choices[i].index == i`: one for every request
+    /// but a Chat request with `n` > 1 (`choices[0]` is what the fields above
+    /// hold), with the log probabilities when asked for.
+    pub choices: Vec<Choice>,
     /// The terminal event.
     pub done: Done<'static>,
 }
+
+/// One choice of a [`Completion`]: a Chat request with `n` > 1 has `n`
+/// (`di_event_choice_index`), every other request one.
+///
+/// ```no_run
+/// # let engine = deepinfer::Engine::new("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+/// let body = r#"{"model": "m", "n": 2, "seed": 1, "messages": [{"role": "user", "content": "Hi"}]}"#;
+/// for choice in engine.submit(&deepinfer::Request::chat(body))?.wait().into_result()?.choices {
+///     println!("{}: {}", choice.index, choice.text);
+/// }
+/// # Ok::<(), deepinfer::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Choice {
+    /// The choice's index (the OpenAI API's `choices[i].index`).
+    pub index: u32,
+    /// Its generated token ids.
+    pub tokens: Vec<i32>,
+    /// Its answer text.
+    pub text: String,
+    /// Its reasoning text.
+    pub reasoning: String,
+    /// Its complete tool calls.
+    pub tool_calls: Vec<ToolCall<'static>>,
+    /// Each token's log probability ([`Tokens::logprobs`](crate::Tokens::logprobs)
+    /// joined), or `None` when not asked for.
+    pub logprobs: Option<Vec<f32>>,
+    /// Each token's most likely alternatives, or `None`.
+    pub top_logprobs: Option<Vec<Vec<(i32, f32)>>>,
+}
+
+// Log probabilities are never NaN (the library's logits are finite).
+impl Eq for Choice {}
 
 impl Completion {
     /// `Ok(self)` when the request ran to its end, else its status and message.

@@ -56,11 +56,11 @@ mod util;
 
 pub use codec::{Codec, Encoding, Prompt, Protocol};
 pub use engine::{
-    Canceller, Completion, Device, Draft, Engine, EngineBuilder, KvCacheStats, LogLevel,
+    Canceller, Choice, Completion, Device, Draft, Engine, EngineBuilder, KvCacheStats, LogLevel,
     RequestHandle,
 };
 pub use error::{Error, Result, Status};
-pub use event::{Chunk, Done, Event, ToolCall, ToolCallDelta, Usage};
+pub use event::{Chunk, Done, Event, TextDelta, Tokens, ToolCall, ToolCallDelta, Usage};
 pub use request::Request;
 pub use stream::{
     Chunks, FinishReason, Parsing, ResponseStream, StreamEvent, StreamEvents, StreamOptions,

@@ -1,11 +1,13 @@
 //! `Request`: what to submit to an engine (`di_request`).
 
+use std::ffi::CString;
 use std::mem::MaybeUninit;
 use std::os::raw::c_char;
 
 use deepinfer_sys as sys;
 
 use crate::codec::Protocol;
+use crate::error::{Error, Result, Status};
 
 /// A request to submit ([`Engine::submit`](crate::Engine::submit)): a token
 /// prompt, or a Chat Completions / Messages / Responses body, with sampling
@@ -23,6 +25,8 @@ use crate::codec::Protocol;
 /// let chat = Request::chat(r#"{"model": "m", "messages": [{"role": "user", "content": "Hi"}]}"#).seed(42);
 /// let bias = [(50256, -100.0)];
 /// let sampled = Request::tokens(&[1, 2, 3]).top_k(40).top_p(0.9).logit_bias(&bias).stop_tokens(&[2]);
+/// let scored = Request::tokens(&[1, 2, 3]).logprobs(true).top_logprobs(5);
+/// let json = Request::tokens(&[1, 2, 3]).json_schema(r#"{"type": "object"}"#);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request<'a> {
@@ -41,6 +45,36 @@ pub struct Request<'a> {
     logit_bias: &'a [(i32, f32)],
     stop_tokens: &'a [i32],
     ignore_eos: bool,
+    logprobs: bool,
+    top_logprobs: u32,
+    grammar: Option<&'a str>,
+    json_schema: Option<&'a str>,
+    regex: Option<&'a str>,
+}
+
+/// What a `di_request` points into besides the `Request`: the split
+/// logit_bias and the NUL-terminated constraint strings.
+pub(crate) struct RawParts {
+    bias: (Vec<i32>, Vec<f32>),
+    grammar: Option<CString>,
+    json_schema: Option<CString>,
+    regex: Option<CString>,
+}
+
+fn c_string(field: &str, s: Option<&str>) -> Result<Option<CString>> {
+    s.map(|s| {
+        CString::new(s).map_err(|e| {
+            Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "{}: contains a NUL byte at offset {}",
+                    field,
+                    e.nul_position()
+                ),
+            )
+        })
+    })
+    .transpose()
 }
 
 impl<'a> Request<'a> {
@@ -61,6 +95,11 @@ impl<'a> Request<'a> {
             logit_bias: &[],
             stop_tokens: &[],
             ignore_eos: false,
+            logprobs: false,
+            top_logprobs: 0,
+            grammar: None,
+            json_schema: None,
+            regex: None,
         }
     }
 
@@ -237,9 +276,83 @@ impl<'a> Request<'a> {
         self
     }
 
-    /// The C struct, pointing into `self` and `bias` (the split logit_bias),
-    /// without the callback.
-    pub(crate) fn to_raw(&self, bias: &(Vec<i32>, Vec<f32>)) -> sys::di_request {
+    /// Token requests: `true` reports each output token's log probability
+    /// ([`Tokens::logprobs`](crate::Tokens::logprobs)): the log-softmax of the
+    /// model's raw logits, whatever the sampling settings (`di_request.logprobs`).
+    /// A protocol request sets it in its body (Chat `logprobs`); set here it is
+    /// `InvalidArgument` at submit.
+    ///
+    /// ```
+    /// let r = deepinfer::Request::tokens(&[1]).logprobs(true);
+    /// ```
+    pub fn logprobs(mut self, on: bool) -> Request<'a> {
+        self.logprobs = on;
+        self
+    }
+
+    /// Token requests: the `k` (0 to 20) most likely tokens at each output
+    /// position with their log probabilities
+    /// ([`Tokens::top_logprobs`](crate::Tokens::top_logprobs)); needs
+    /// [`Request::logprobs`] (else `InvalidArgument` at submit, as for k > 20).
+    ///
+    /// ```
+    /// let r = deepinfer::Request::tokens(&[1]).logprobs(true).top_logprobs(3);
+    /// ```
+    pub fn top_logprobs(mut self, k: u32) -> Request<'a> {
+        self.top_logprobs = k;
+        self
+    }
+
+    /// Token requests: constrain the output to one JSON text that the JSON
+    /// Schema `schema` accepts (`di_request.json_schema`; docs/grammar.md lists
+    /// the keywords). A schema that does not compile is `InvalidRequest` at
+    /// submit, naming the schema path and keyword. At most one of
+    /// `json_schema`, `grammar` and `regex`.
+    ///
+    /// ```
+    /// let r = deepinfer::Request::tokens(&[1]).json_schema(r#"{"type": "integer"}"#);
+    /// ```
+    pub fn json_schema(mut self, schema: &'a str) -> Request<'a> {
+        self.json_schema = Some(schema);
+        self
+    }
+
+    /// Token requests: constrain the output to a GBNF grammar (llama.cpp's
+    /// format, start rule `root`; `di_request.grammar`).
+    ///
+    /// ```
+    /// let r = deepinfer::Request::tokens(&[1]).grammar(r#"root ::= "yes" | "no""#);
+    /// ```
+    pub fn grammar(mut self, gbnf: &'a str) -> Request<'a> {
+        self.grammar = Some(gbnf);
+        self
+    }
+
+    /// Token requests: constrain the whole output to match a regular
+    /// expression (`di_request.regex`).
+    ///
+    /// ```
+    /// let r = deepinfer::Request::tokens(&[1]).regex("[0-9]{3}");
+    /// ```
+    pub fn regex(mut self, re: &'a str) -> Request<'a> {
+        self.regex = Some(re);
+        self
+    }
+
+    /// The owned parts the C struct points into; `InvalidArgument` for a
+    /// constraint string holding a NUL byte.
+    pub(crate) fn raw_parts(&self) -> Result<RawParts> {
+        Ok(RawParts {
+            bias: self.logit_bias.iter().cloned().unzip(),
+            grammar: c_string("grammar", self.grammar)?,
+            json_schema: c_string("json_schema", self.json_schema)?,
+            regex: c_string("regex", self.regex)?,
+        })
+    }
+
+    /// The C struct, pointing into `self` and `parts`, without the callback.
+    pub(crate) fn to_raw(&self, parts: &RawParts) -> sys::di_request {
+        let bias = &parts.bias;
         let mut r = MaybeUninit::<sys::di_request>::zeroed();
         // SAFETY: di_request_init sets struct_size and every default; zeroed
         // (integers, floats, NULL pointers, no callback) is valid before.
@@ -294,11 +407,13 @@ impl<'a> Request<'a> {
             r.stop_tokens = self.stop_tokens.as_ptr();
             r.n_stop_tokens = self.stop_tokens.len();
         }
+        r.logprobs = self.logprobs as i32;
+        // Beyond i32 the library's range check reports it.
+        r.top_logprobs = i32::try_from(self.top_logprobs).unwrap_or(-1);
+        let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        r.grammar = ptr(&parts.grammar);
+        r.json_schema = ptr(&parts.json_schema);
+        r.regex = ptr(&parts.regex);
         r
-    }
-
-    /// logit_bias as the two arrays di_request takes.
-    pub(crate) fn split_bias(&self) -> (Vec<i32>, Vec<f32>) {
-        self.logit_bias.iter().cloned().unzip()
     }
 }

@@ -135,9 +135,13 @@ fn callback_events_equal_iterated_events() {
             assert!(
                 matches!(
                     ev,
-                    Event::Text(Cow::Borrowed(_))
-                        | Event::Tokens(Cow::Borrowed(_))
-                        | Event::Done(_)
+                    Event::Text(deepinfer::TextDelta {
+                        text: Cow::Borrowed(_),
+                        ..
+                    }) | Event::Tokens(deepinfer::Tokens {
+                        ids: Cow::Borrowed(_),
+                        ..
+                    }) | Event::Done(_)
                 ),
                 "a callback event that is not borrowed: {:?}",
                 ev
