@@ -67,7 +67,7 @@ t=$(date +%s)
 if run cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_WERROR=ON -DDI_CUDA=ON \
        -DDI_BUILD_EXAMPLES=OFF -DDI_BUILD_BENCH=OFF &&
    run cmake --build $b -j "${DI_JOBS:-$(nproc)}" --target deepinfer deepinfer_cuda test_cuda_module \
-       test_cuda_dequant test_cuda_parity bench_cuda_decode; then
+       test_cuda_dequant test_cuda_parity test_cuda_engine bench_cuda_decode; then
   say "build: ok ($(($(date +%s) - t)) s)"
 else
   say "FAIL: build (log.txt)"
@@ -88,8 +88,8 @@ gpu_rc=$?
 cat "$out/gpu-tests.txt" >>"$log"
 grep -E '^[0-9]+: (prefill|decode|batch invariance|SKIP|FAIL|ok:)' "$out/gpu-tests.txt" |
   sed 's/^/  /' >>"$summary"
-n_pass=$(grep -c 'Passed' "$out/gpu-tests.txt" || true)
-n_skip=$(grep -c 'Skipped' "$out/gpu-tests.txt" || true)
+n_pass=$(grep -cE 'Test +#[0-9]+: .*Passed' "$out/gpu-tests.txt" || true)
+n_skip=$(grep -cE 'Test +#[0-9]+: .*Skipped' "$out/gpu-tests.txt" || true)
 say "gpu tests (ctest -L cuda-gpu): $n_pass passed, $n_skip skipped, rc $gpu_rc ($(($(date +%s) - t)) s)"
 if [ $gpu_rc -ne 0 ]; then fail=1; say "FAIL: gpu tests"; fi
 if grep -qE 'SKIP: .*(no NVIDIA driver|cudaGetDeviceCount|no CUDA device|compute capability|module not found|cuInit)' \
