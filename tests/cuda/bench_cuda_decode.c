@@ -56,7 +56,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const int cuda = argc < 3 || strcmp(argv[2], "cpu") != 0;
-    const int steps = argc > 3 ? atoi(argv[3]) : 64;
+    const int steps = argc > 3 ? (int)strtol(argv[3], NULL, 10) : 64;
     double copy = 0;
     if (cuda) {
         if (!copy_bandwidth(&copy)) {

@@ -119,11 +119,11 @@ int main(int argc, char **argv)
         for (int k = 0; k < 24; k++) prompts[i][k] = prompt[(size_t)(k * 5 + i) % np];
         di_request_init(&q[i]);
         q[i].tokens = prompts[i];
-        q[i].n_tokens = (size_t)(4 + 3 * i);
+        q[i].n_tokens = 4 + 3 * (size_t)i;
         q[i].temperature = 0.8f;
         q[i].top_k = 20;
         q[i].top_p = 0.9f;
-        q[i].seed = 100 + (uint64_t)i;
+        q[i].seed = 100 + i;
         q[i].max_tokens = 16;
         q[i].ignore_eos = 1;
     }
