@@ -225,33 +225,32 @@ static float *be_realloc(backend *be, float *p, int64_t n)
 }
 
 /* A host copy of t's n elements as f32 (f32, f16, bf16 or whole blocks of a
- * ggml type the CPU dequantizes), or NULL with *err set. */
-static float *host_f32(cuda_backend *c, const model_tensor *t, int64_t n, di_error **err)
+ * ggml type the CPU dequantizes) in *out (the caller frees it). */
+static di_status host_f32(cuda_backend *c, const model_tensor *t, int64_t n, float **out,
+                          di_error **err)
 {
     int block = cpu_dtype_block_elems((int)t->dtype);
     if (block == 0 || t->dtype == MODEL_DTYPE_FP8_E4M3 || t->dtype == MODEL_DTYPE_MXFP4 ||
-        n % block != 0) {
-        cuda_errorf(c->host, err, DI_ERR_UNSUPPORTED,
-                    "%s: a norm or bias must be f32, f16, bf16 or whole blocks of a ggml "
-                    "quantized type",
-                    t->name);
-        return NULL;
-    }
+        n % block != 0)
+        return cuda_errorf(c->host, err, DI_ERR_UNSUPPORTED,
+                           "%s: a norm or bias must be f32, f16, bf16 or whole blocks of a ggml "
+                           "quantized type",
+                           t->name);
     float *v = malloc((size_t)n * sizeof *v);
-    if (!v) {
-        cuda_errorf(c->host, err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
-        return NULL;
-    }
+    if (!v)
+        return cuda_errorf(c->host, err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", t->name);
     cpu_dequantize_row((int)t->dtype, t->data, v, n);
-    return v;
+    *out = v;
+    return DI_OK;
 }
 
 static di_status be_vector(backend *be, const model_tensor *t, const float **out, di_error **err)
 {
     cuda_backend *c = cb(be);
     set_device(c);
-    float *h = host_f32(c, t, t->ne[0], err);
-    if (!h) return DI_ERR_UNSUPPORTED; /* *err set */
+    float *h = NULL;
+    di_status st = host_f32(c, t, t->ne[0], &h, err);
+    if (st != DI_OK) return st;
     cudaError_t e;
     float *d = dev_alloc(c, (size_t)t->ne[0] * sizeof(float), &e);
     if (d) e = cudaMemcpy(d, h, (size_t)t->ne[0] * sizeof(float), cudaMemcpyHostToDevice);
