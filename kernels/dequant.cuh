@@ -55,9 +55,17 @@ DI_HD float dq_bf16(uint16_t h)
     return f;
 }
 
+/* A little-endian f16 field of a block: every one sits at an even offset of
+ * an even-sized block, so 2-byte loads are aligned. */
 DI_HD uint16_t dq_u16(const uint8_t *p)
 {
-    return (uint16_t)(p[0] | (p[1] << 8));
+#ifdef __CUDA_ARCH__
+    return *(const uint16_t *)p; /* one aligned load on the device */
+#else
+    uint16_t v; /* host (tests): no aliasing of the byte buffer */
+    memcpy(&v, p, 2);
+    return v;
+#endif
 }
 
 /* ggml's get_scale_min_k4: sub-block j's 6-bit scale and min. */
@@ -115,7 +123,7 @@ DI_HD int dq_group(int dtype, const uint8_t *row, int64_t n_in, int64_t g, float
         for (int i = 0; i < cnt; i++) y[i] = p[i];
         break;
     }
-    case DI_CUDA_F16: {
+    case DI_CUDA_F16: { /* rows are 2-byte aligned (even row_bytes, aligned bases) */
         const uint8_t *p = row + i0 * 2;
         for (int i = 0; i < cnt; i++) y[i] = dq_f16(dq_u16(p + 2 * i));
         break;
