@@ -9,8 +9,9 @@
  *   Q6_K 210 bytes / 256: ql[128], qh[64], int8 scales[16], f16 d
  * (low nibbles are elements 0..15 of a 32-block, high 16..31; the K-quants'
  * sub-block order is ggml's dequantize_row_q4_K / _q6_K). Host and device
- * code alike, so tests/cuda/test_cuda_dequant.cu checks every format against
- * the CPU backend's cpu_dequantize_row on a machine without a GPU. */
+ * code alike, so tests/cuda/test_cuda_dequant.cpp (plain C++) checks every
+ * format against the CPU backend's cpu_dequantize_row on any machine, with or
+ * without nvcc or a GPU. */
 #ifndef DI_KERNELS_DEQUANT_CUH
 #define DI_KERNELS_DEQUANT_CUH
 
@@ -19,7 +20,11 @@
 
 #include "kernels.h"
 
-#define DI_HD __host__ __device__ __forceinline__
+#ifdef __CUDACC__
+#    define DI_HD __host__ __device__ __forceinline__
+#else /* plain C++ (tests/cuda/test_cuda_dequant.cpp): host code only */
+#    define DI_HD static inline
+#endif
 
 DI_HD float dq_f16(uint16_t h)
 {

@@ -1,8 +1,8 @@
 /* The CUDA kernels' dequantization (kernels/dequant.cuh, dq_group: the code
  * every matrix product and embedding lookup runs on the GPU) against the CPU
  * backend's cpu_dequantize_row, the oracle, for every storage type the CUDA
- * backend takes. dq_group is host code too, so this runs on any host where the
- * module builds, GPU or not. Random bytes exercise every quant code and sub-
+ * backend takes. dq_group is host code too: this is plain C++, built and run on
+ * every host, with or without nvcc or a GPU. Random bytes exercise every quant code and sub-
  * block scale; the f16 fields (d, dmin, m) are random finite halves, and the
  * f16/bf16 rows random bit patterns (subnormals, infinities, NaNs). Each
  * group of each row must equal the oracle bit for bit (NaN matching NaN): the
