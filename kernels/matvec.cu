@@ -17,6 +17,7 @@
  * 7B shapes; prefill-sized batches want a tensor-core GEMM instead. */
 #include "dequant.cuh"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace
@@ -45,6 +46,70 @@ __global__ void matvec_kernel(int dtype, const uint8_t *__restrict__ w, size_t r
             const float *xr = x + (r0 + r) * n_in + g * 32;
             float a = acc[r];
             for (int i = 0; i < cnt; i++) a = fmaf(wv[i], xr[i], a);
+            acc[r] = a;
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        float a = acc[r];
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        acc[r] = a;
+    }
+    if (lane == 0)
+        for (int r = 0; r < nr; r++) y[(r0 + r) * n_out + o] = bias ? acc[r] + bias[o] : acc[r];
+}
+
+/* The float formats (f32, f16, bf16) with 16-byte loads: lane l reads the
+ * 16-byte chunks l, l + 32, ... of W[o] (a warp reads 512 contiguous bytes per
+ * step: coalesced) and the matching 16 or 32 bytes of each x row (float4).
+ * Same shape and invariance as matvec_kernel: a row's sum is its lanes'
+ * strided sums, then the butterfly, whatever the batch. Needs n_in a multiple
+ * of the chunk (8 halves, 4 floats) and 16-byte aligned x rows; the launcher
+ * checks both and otherwise takes matvec_kernel (the choice depends on the
+ * weight and the x buffer only, never on the number of rows). Roofline: as
+ * matvec_kernel's, the weights streamed once per tile of ROWS rows. */
+template <int DT>
+__global__ void matvec_float_kernel(const uint4 *__restrict__ w, int64_t n_in, int64_t n_out,
+                                    const float *__restrict__ x, int64_t n_rows,
+                                    const float *__restrict__ bias, float *__restrict__ y)
+{
+    constexpr int EPC = DT == DI_CUDA_F32 ? 4 : 8; /* elements per 16-byte chunk */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * WARPS + warp;
+    const int64_t r0 = (int64_t)blockIdx.y * ROWS;
+    if (o >= n_out) return;
+    const int nr = n_rows - r0 < ROWS ? (int)(n_rows - r0) : ROWS;
+    const int64_t n_chunks = n_in / EPC;
+    const uint4 *row = w + o * n_chunks;
+    float acc[ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t c = lane; c < n_chunks; c += 32) {
+        const uint4 q = __ldg(row + c);
+        float wv[8];
+        const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+        if (DT == DI_CUDA_F32) {
+            for (int k = 0; k < 4; k++) wv[k] = __uint_as_float(u[k]);
+        } else {
+            for (int k = 0; k < 4; k++) { /* little-endian: the low half first */
+                const uint16_t lo = (uint16_t)(u[k] & 0xffffu), hi = (uint16_t)(u[k] >> 16);
+                if (DT == DI_CUDA_BF16) {
+                    wv[2 * k] = __uint_as_float((uint32_t)lo << 16);
+                    wv[2 * k + 1] = __uint_as_float((uint32_t)hi << 16);
+                } else {
+                    wv[2 * k] = __half2float(__ushort_as_half(lo));
+                    wv[2 * k + 1] = __half2float(__ushort_as_half(hi));
+                }
+            }
+        }
+        for (int r = 0; r < ROWS; r++) {
+            if (r >= nr) break;
+            const float4 *xr = (const float4 *)(x + (r0 + r) * n_in + c * EPC);
+            float a = acc[r];
+            for (int v = 0; v < EPC / 4; v++) {
+                const float4 xv = xr[v];
+                a = fmaf(wv[4 * v + 0], xv.x, a);
+                a = fmaf(wv[4 * v + 1], xv.y, a);
+                a = fmaf(wv[4 * v + 2], xv.z, a);
+                a = fmaf(wv[4 * v + 3], xv.w, a);
+            }
             acc[r] = a;
         }
     }
@@ -96,8 +161,21 @@ extern "C" int di_cuda_matvec(di_cuda_stream stream, int dtype, const void *w, s
     const int64_t gy = (n_rows + ROWS - 1) / ROWS;
     if (gy > 65535) return (int)cudaErrorInvalidConfiguration;
     dim3 grid((unsigned)((n_out + WARPS - 1) / WARPS), (unsigned)gy);
-    matvec_kernel<<<grid, WARPS * 32, 0, stream>>>(dtype, (const uint8_t *)w, row_bytes, n_in,
-                                                   n_out, x, n_rows, bias, y);
+    const int epc = dtype == DI_CUDA_F32 ? 4 : 8;
+    const int vec = (dtype == DI_CUDA_F32 || dtype == DI_CUDA_F16 || dtype == DI_CUDA_BF16) &&
+                    n_in % epc == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    if (vec && dtype == DI_CUDA_F32)
+        matvec_float_kernel<DI_CUDA_F32>
+            <<<grid, WARPS * 32, 0, stream>>>((const uint4 *)w, n_in, n_out, x, n_rows, bias, y);
+    else if (vec && dtype == DI_CUDA_F16)
+        matvec_float_kernel<DI_CUDA_F16>
+            <<<grid, WARPS * 32, 0, stream>>>((const uint4 *)w, n_in, n_out, x, n_rows, bias, y);
+    else if (vec)
+        matvec_float_kernel<DI_CUDA_BF16>
+            <<<grid, WARPS * 32, 0, stream>>>((const uint4 *)w, n_in, n_out, x, n_rows, bias, y);
+    else
+        matvec_kernel<<<grid, WARPS * 32, 0, stream>>>(dtype, (const uint8_t *)w, row_bytes, n_in,
+                                                       n_out, x, n_rows, bias, y);
     return (int)cudaGetLastError();
 }
 
