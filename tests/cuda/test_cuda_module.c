@@ -12,7 +12,11 @@
  *                      CUDA_ERROR_STUB_LIBRARY (34) by design
  *   device_rules       cuda_device_usable's refusals (no device, below 9.0)
  *   this_host          the real module and driver: DI_OK where a Hopper GPU
- *                      is, else DI_ERR_UNSUPPORTED starting "cuda backend: " */
+ *                      is, else DI_ERR_UNSUPPORTED starting "cuda backend: "
+ *   default_path PATH built|absent
+ *                      no DI_CUDA_MODULE: the module is looked for at PATH
+ *                      (next to libdeepinfer.so); absent: "module not found at
+ *                      PATH"; built: found (no module error) */
 #include <deepinfer/deepinfer.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +105,18 @@ int main(int argc, char **argv)
               "8.9 refused");
         check(cuda_device_usable(1, "NVIDIA H200", 9, 0, msg, sizeof msg), "9.0 usable");
         check(cuda_device_usable(1, "NVIDIA B200", 10, 0, msg, sizeof msg), "10.0 usable");
+    } else if (strcmp(s, "default_path") == 0 && argc > 3) {
+        unsetenv("DI_CUDA_MODULE");
+        if (strcmp(argv[3], "absent") == 0) {
+            snprintf(want, sizeof want, "cuda backend: module not found at %s (", argv[2]);
+            expect(want);
+        } else {
+            di_status st = create_cuda(msg, sizeof msg);
+            check(st == DI_OK || (st == DI_ERR_UNSUPPORTED &&
+                                  strncmp(msg, "cuda backend: module not found", 30) != 0 &&
+                                  strncmp(msg, "cuda backend: cannot load module", 32) != 0),
+                  "the module next to libdeepinfer is found and loaded");
+        }
     } else if (strcmp(s, "this_host") == 0 && argc > 2) {
         setenv("DI_CUDA_MODULE", argv[2], 1);
         di_status st = create_cuda(msg, sizeof msg);
