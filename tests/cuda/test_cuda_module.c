@@ -13,6 +13,10 @@
  *   device_rules       cuda_device_usable's refusals (no device, below 9.0)
  *   this_host          the real module and driver: DI_OK where a Hopper GPU
  *                      is, else DI_ERR_UNSUPPORTED starting "cuda backend: "
+ *   refuses MODULE MODEL OP
+ *                      on a GPU: MODEL (a DeepSeek fixture) is refused at load
+ *                      with "cuda backend: OP not implemented yet"; exits 77
+ *                      where this host cannot run the module at all
  *   default_path PATH built|absent
  *                      no DI_CUDA_MODULE: the module is looked for at PATH
  *                      (next to libdeepinfer.so); absent: "module not found at
@@ -34,13 +38,13 @@ static void check(int ok, const char *what)
     }
 }
 
-/* di_engine_create on the tiny fixture with DI_DEVICE_CUDA; its status, and
- * its message copied to msg. */
-static di_status create_cuda(char *msg, size_t cap)
+/* di_engine_create on model (NULL: the tiny Llama fixture) with
+ * DI_DEVICE_CUDA; its status, and its message copied to msg. */
+static di_status create_cuda_model(const char *model, char *msg, size_t cap)
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
-    cfg.model_path = DI_FIXTURE_DIR "/model/llama-gqa-f16";
+    cfg.model_path = model ? model : DI_FIXTURE_DIR "/model/llama-gqa-f16";
     cfg.device = DI_DEVICE_CUDA;
     cfg.n_threads = 1;
     di_engine *e = NULL;
@@ -51,6 +55,11 @@ static di_status create_cuda(char *msg, size_t cap)
     di_error_free(err);
     di_engine_destroy(e);
     return st;
+}
+
+static di_status create_cuda(char *msg, size_t cap)
+{
+    return create_cuda_model(NULL, msg, cap);
 }
 
 static void expect(const char *want_prefix)
@@ -105,6 +114,17 @@ int main(int argc, char **argv)
               "8.9 refused");
         check(cuda_device_usable(1, "NVIDIA H200", 9, 0, msg, sizeof msg), "9.0 usable");
         check(cuda_device_usable(1, "NVIDIA B200", 10, 0, msg, sizeof msg), "10.0 usable");
+    } else if (strcmp(s, "refuses") == 0 && argc > 4) {
+        setenv("DI_CUDA_MODULE", argv[2], 1);
+        char m[2048];
+        di_status st = create_cuda_model(argv[3], m, sizeof m);
+        if (st == DI_ERR_UNSUPPORTED && !strstr(m, "not implemented yet")) {
+            printf("SKIP: this host cannot run the CUDA backend\n");
+            return 77;
+        }
+        snprintf(want, sizeof want, "cuda backend: %s not implemented yet", argv[4]);
+        check(st == DI_ERR_UNSUPPORTED && strstr(m, want) != NULL,
+              "refused at load, naming the operation");
     } else if (strcmp(s, "default_path") == 0 && argc > 3) {
         unsetenv("DI_CUDA_MODULE");
         if (strcmp(argv[3], "absent") == 0) {
