@@ -12,7 +12,8 @@
 # 3. compute-sanitizer memcheck over a short run (one fixture, f16 KV cache);
 # 4. the batch-1 decode benchmark: the device-to-device copy bandwidth, then
 #    decode bytes/s of a 7B-shaped Llama (4 layers, random weights) in bf16 and
-#    Q4_K, and their fraction of the copy bandwidth.
+#    Q4_K, and their fraction of the copy bandwidth (and a 64-token prefill's
+#    tokens/s and TFLOP/s).
 # Writes summary.txt and log.txt under $OUT when set (else build/device-check/).
 # Needs cmake, ninja, nvcc (PATH or /usr/local/cuda/bin), python3 with numpy,
 # and the C libraries of the build (jansson, oniguruma, utf8proc, xxhash,

@@ -6,9 +6,10 @@
  * streams (every matrix of every layer and the output, as stored; one
  * embedding row aside), and STEPS (default 64) greedy-free decode steps after
  * a 16-token prompt: bytes/s = weight bytes x steps / seconds, and its
- * fraction of the copy bandwidth. One line of key=value per measurement, so
- * scripts/device-check.sh can collect them. cpu runs the same on the CPU
- * backend (tests this program on hosts without a GPU). */
+ * fraction of the copy bandwidth. Also a 64-token prefill (one step): tokens/s
+ * and TFLOP/s counting 2 FLOPs per weight and token (attention aside). One line of key=value per
+ * measurement, so scripts/device-check.sh can collect them. cpu runs the same on the CPU backend
+ * (tests this program on hosts without a GPU). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,23 +84,35 @@ int main(int argc, char **argv)
     const model_weights *w = model_get_weights(m);
     static const char *kinds[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                   "ffn_gate", "ffn_up", "ffn_down"};
-    double weight_bytes = 0;
+    double weight_bytes = 0, weight_params = 0;
     char name[96];
     for (uint32_t l = 0; l < c->n_layer; l++)
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
             snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k]);
             const model_tensor *t = model_weights_get(w, name);
-            if (t) weight_bytes += (double)t->n_bytes;
+            if (t) {
+                weight_bytes += (double)t->n_bytes;
+                weight_params += (double)t->ne[0] * (double)t->ne[1];
+            }
         }
     const model_tensor *out = model_weights_get(w, "output.weight");
     if (!out) out = model_weights_get(w, "token_embd.weight");
     weight_bytes += (double)out->n_bytes;
+    weight_params += (double)out->ne[0] * (double)out->ne[1];
     printf("weight_bytes_per_token=%.0f\n", weight_bytes);
     const int64_t V = c->n_vocab;
     float *logits = malloc(sizeof(float) * (size_t)V);
-    int32_t prompt[16];
-    for (int i = 0; i < 16; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
-    if (!logits || model_forward(m, prompt, 16, logits, 0, &err) != DI_OK) return 1;
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    if (!logits || model_forward(m, prompt, 64, logits, 0, &err) != DI_OK) return 1; /* warm */
+    model_reset(m);
+    t0 = now();
+    if (model_forward(m, prompt, 64, logits, 0, &err) != DI_OK) return 1;
+    const double tp = now() - t0;
+    printf("prefill_64_tokens_per_s=%.1f\nprefill_tflops=%.2f\n", 64 / tp,
+           2.0 * weight_params * 64 / tp / 1e12);
+    model_reset(m);
+    if (model_forward(m, prompt, 16, logits, 0, &err) != DI_OK) return 1;
     int32_t tok = 1;
     for (int i = 0; i < 4; i++) /* warm-up */
         if (model_forward(m, &tok, 1, logits, 0, &err) != DI_OK) return 1;
