@@ -78,16 +78,17 @@ fi
 
 # 2. tests
 t=$(date +%s)
-if run ctest --test-dir $b -L '^cuda$' --output-on-failure; then
+if run ctest --test-dir $b -L '^cuda$' --output-on-failure --timeout 60; then
   say "seam tests (ctest -L cuda): ok"
 else
   say "FAIL: seam tests (ctest -L cuda)"
   fail=1
 fi
-ctest --test-dir $b -L '^cuda-gpu$' --output-on-failure -V >"$out/gpu-tests.txt" 2>&1
+ctest --test-dir $b -L '^cuda-gpu$' --output-on-failure -V -j 8 --timeout 120 >"$out/gpu-tests.txt" 2>&1
 gpu_rc=$?
 cat "$out/gpu-tests.txt" >>"$log"
-grep -E '^[0-9]+: (prefill|decode|batch invariance|SKIP|FAIL|ok:)' "$out/gpu-tests.txt" |
+grep -E '^[0-9]+: ([^ ]+: (prefill|decode|batch invariance)|SKIP|FAIL|ok:|greedy|seeded)' \
+     "$out/gpu-tests.txt" |
   sed 's/^/  /' >>"$summary"
 n_pass=$(grep -cE 'Test +#[0-9]+: .*Passed' "$out/gpu-tests.txt" || true)
 n_skip=$(grep -cE 'Test +#[0-9]+: .*Skipped' "$out/gpu-tests.txt" || true)

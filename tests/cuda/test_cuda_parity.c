@@ -157,8 +157,9 @@ int main(int argc, char **argv)
         double d = rel_diff(lg + t * V, lc + t * V, V);
         worst = d > worst ? d : worst;
     }
-    printf("prefill: %d positions, max |cuda - cpu| / range %.3g (tolerance %.3g)\n", N_PROMPT,
-           worst, tol);
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    printf("%s: prefill: %d positions, max |cuda - cpu| / range %.3g (tolerance %.3g)\n", name,
+           N_PROMPT, worst, tol);
     check(worst <= tol, "prefill logits within tolerance");
 
     /* 3. determinism */
@@ -199,7 +200,8 @@ int main(int argc, char **argv)
         double d = rel_diff(g1, c1, V);
         worst = d > worst ? d : worst;
     }
-    printf("decode: %d greedy tokens identical, max |cuda - cpu| / range %.3g\n", same, worst);
+    printf("%s: decode: %d greedy tokens identical, max |cuda - cpu| / range %.3g\n", name, same,
+           worst);
     check(worst <= tol, "decode logits within tolerance");
 
     /* 4. batch invariance */
@@ -214,7 +216,7 @@ int main(int argc, char **argv)
     batch_steps(gpu, ps, lens, 0, ba, V);
     batch_steps(gpu, ps, lens, 1, bt, V);
     const int inv = memcmp(ba, bt, sizeof(float) * (size_t)(6 * V)) == 0;
-    printf("batch invariance: 3 prompts and a decode step, together vs alone: %s\n",
+    printf("%s: batch invariance: 3 prompts and a decode step, together vs alone: %s\n", name,
            inv ? "identical bits" : "DIFFERENT");
     check(inv, "logits do not depend on the rest of the batch");
 
