@@ -119,7 +119,7 @@ int main(int argc, char **argv)
         char m[2048];
         di_status st = create_cuda_model(argv[3], m, sizeof m);
         if (st == DI_ERR_UNSUPPORTED && !strstr(m, "not implemented yet")) {
-            printf("SKIP: this host cannot run the CUDA backend\n");
+            printf("SKIP: this host cannot run the CUDA backend: %s\n", m);
             return 77;
         }
         snprintf(want, sizeof want, "cuda backend: %s not implemented yet", argv[4]);
