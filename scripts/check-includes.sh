@@ -17,7 +17,8 @@ allowed() {
     model) echo "backend/backend.h backend/types.h util/" ;;
     sampler) echo "util/" ;;
     backend) echo "backend/cpu/backend_cpu.h backend/cuda/backend_cuda.h util/" ;;
-    backend/cpu | backend/cuda) echo "backend/backend.h backend/types.h util/" ;;
+    backend/cpu) echo "backend/backend.h backend/types.h util/" ;;
+    backend/cuda) echo "backend/backend.h backend/types.h backend/module.h backend/cpu/ops.h backend/cpu/quant.h kernels.h util/" ;;
     util) echo "" ;;
     *) echo "UNKNOWN" ;;
   esac

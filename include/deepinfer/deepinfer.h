@@ -851,7 +851,14 @@ typedef struct di_engine di_engine;
 /* Compute devices. */
 typedef enum di_device {
     DI_DEVICE_CPU = 1, /* the CPU backend (lib/backend/cpu) */
-    DI_DEVICE_CUDA = 2 /* an NVIDIA GPU: not built yet (DI_ERR_UNSUPPORTED) */
+    /* An NVIDIA GPU (compute capability 9.0+: Hopper) through the module
+     * libdeepinfer-cuda.so, loaded by di_engine_create from libdeepinfer's
+     * directory or from the path in the environment variable DI_CUDA_MODULE.
+     * Dense Llama/Qwen2 models only so far (docs/cuda.md). Where it cannot run,
+     * di_engine_create fails with DI_ERR_UNSUPPORTED naming why: the module
+     * not found, the driver missing or failing (its error string), no device,
+     * a device below 9.0, or an operation the model needs not implemented. */
+    DI_DEVICE_CUDA = 2
 } di_device;
 
 /* Severities of log messages. */

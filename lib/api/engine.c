@@ -599,10 +599,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                 err, DI_ERR_INVALID_ARGUMENT,
                 "served_model_name: not UTF-8 (an ill-formed sequence at byte %zu)", u.valid);
     }
-    if (c.device == DI_DEVICE_CUDA)
-        return di_error_set(err, DI_ERR_UNSUPPORTED,
-                            "device: the CUDA backend is not built yet; use DI_DEVICE_CPU");
-    if (c.device != DI_DEVICE_CPU)
+    if (c.device != DI_DEVICE_CPU && c.device != DI_DEVICE_CUDA)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "device: unknown device %d",
                              (int)c.device);
     if (c.encoding < 0 || c.encoding > DI_ENCODING_CHATML)
@@ -682,6 +679,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     }
     mo.n_ctx = c.n_ctx;
     mo.n_batch = c.n_batch;
+    mo.device = c.device;
     mo.kv_dtype = MODEL_DTYPE_F16;
     mo.kv_bytes = c.kv_cache_bytes;
     mo.kv_n_ctx_multiple = 4;

@@ -60,6 +60,7 @@ typedef struct backend_options {
     int use_ref;      /* 1: the scalar reference kernels (tests) */
     int64_t max_rows; /* most activation rows one operation takes (n_batch) */
     int64_t max_ctx;  /* most tokens one attention reads (n_ctx) */
+    int device;       /* a di_device; 0 counts as DI_DEVICE_CPU */
 } backend_options;
 
 /* The shape of Multi-head Latent Attention (attention_mla.h has the math). */
@@ -237,8 +238,11 @@ struct backend {
     const backend_ops *ops;
 };
 
-/* The backend for these options: the CPU today. Errors: DI_ERR_INVALID_ARGUMENT,
- * DI_ERR_OUT_OF_MEMORY, DI_ERR_BACKEND (threads). */
+/* The backend for these options: the CPU (built in), or CUDA (the module
+ * libdeepinfer-cuda.so, loaded on first use: backend/module.h). Errors:
+ * DI_ERR_INVALID_ARGUMENT (an unknown device), DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_BACKEND (threads; a CUDA call failing), DI_ERR_UNSUPPORTED (CUDA asked
+ * for where it cannot run: the message names why). */
 di_status backend_create(const backend_options *opt, backend **out, di_error **err);
 
 static inline void backend_free(backend *be)

@@ -128,7 +128,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                            (int)c->arch);
         goto fail;
     }
-    backend_options bo = {m->opt.n_threads, m->opt.use_ref, m->opt.n_batch, m->opt.n_ctx};
+    backend_options bo = {m->opt.n_threads, m->opt.use_ref, m->opt.n_batch, m->opt.n_ctx,
+                          m->opt.device};
     if ((st = backend_create(&bo, &m->be, err)) != DI_OK) goto fail;
     if (c->arch == MODEL_ARCH_DEEPSEEK_V3 || c->arch == MODEL_ARCH_DEEPSEEK_V2) {
         if ((st = dsv3_load(m->w, &m->opt, m->be, &m->ds, err)) != DI_OK) goto fail;

@@ -46,6 +46,7 @@ typedef struct model_options {
     int64_t n_batch;      /* tokens per prefill chunk; 0: 256 */
     model_dtype kv_dtype; /* MODEL_DTYPE_F16 (llama.cpp's default) or MODEL_DTYPE_F32 */
     int use_ref;          /* 1: scalar reference kernels, single thread (tests) */
+    int device;           /* a di_device the backend runs on; 0: DI_DEVICE_CPU */
     /* KV cache blocks (of MODEL_KV_BLOCK tokens) shared by all sequences; 0: as
      * many as kv_bytes holds when it is > 0, else kv_n_ctx_multiple (0 counts as
      * 1) sequences of n_ctx tokens. Fewer than one block is DI_ERR_INVALID_ARGUMENT. */

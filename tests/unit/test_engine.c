@@ -986,8 +986,11 @@ static void test_engine_config_errors_name_the_field(void **state)
     di_error_free(err);
     err = NULL;
     cfg.model_path = TINY;
-    cfg.device = DI_DEVICE_CUDA;
+    cfg.device = DI_DEVICE_CUDA; /* without its module (tests/cuda covers the rest) */
+    setenv("DI_CUDA_MODULE", "/nonexistent/libdeepinfer-cuda.so", 1);
     assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "module not found at /nonexistent/"));
+    unsetenv("DI_CUDA_MODULE");
     di_error_free(err);
     err = NULL;
     cfg.device = DI_DEVICE_CPU;

@@ -1206,7 +1206,13 @@ pub struct di_engine {
 }
 #[doc = " the CPU backend (lib/backend/cpu)"]
 pub const DI_DEVICE_CPU: di_device = 1;
-#[doc = " an NVIDIA GPU: not built yet (DI_ERR_UNSUPPORTED)"]
+#[doc = " An NVIDIA GPU (compute capability 9.0+: Hopper) through the module"]
+#[doc = " libdeepinfer-cuda.so, loaded by di_engine_create from libdeepinfer's"]
+#[doc = " directory or from the path in the environment variable DI_CUDA_MODULE."]
+#[doc = " Dense Llama/Qwen2 models only so far (docs/cuda.md). Where it cannot run,"]
+#[doc = " di_engine_create fails with DI_ERR_UNSUPPORTED naming why: the module"]
+#[doc = " not found, the driver missing or failing (its error string), no device,"]
+#[doc = " a device below 9.0, or an operation the model needs not implemented."]
 pub const DI_DEVICE_CUDA: di_device = 2;
 #[doc = " Compute devices."]
 pub type di_device = ::std::os::raw::c_uint;

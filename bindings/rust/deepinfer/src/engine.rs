@@ -65,7 +65,9 @@ pub enum Device {
     /// The CPU backend.
     #[default]
     Cpu,
-    /// An NVIDIA GPU: not built yet (`Unsupported`).
+    /// An NVIDIA GPU (Hopper or newer) through the module libdeepinfer-cuda.so: dense
+    /// Llama/Qwen2 models only, not yet run on a GPU; `Unsupported` naming why where
+    /// it cannot run (docs/cuda.md).
     Cuda,
 }
 
