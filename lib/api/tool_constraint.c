@@ -1,5 +1,5 @@
 /* Tool calls as grammar tags (tool_constraint.h): each syntax's call written
- * as the stream parser reads it (lib/recipe/stream_parser.c) and as the
+ * as the stream parser reads it (lib/recipe/stream_parser_*.c) and as the
  * encodings write a call in the conversation history. */
 #include <stdio.h>
 #include <stdlib.h>
