@@ -76,11 +76,14 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         spec.trigger = "<tool_call>";
         spec.separator = "tc-blank \"<tool_call>\"";
         spec.close = "";
+        spec.forbid = "</tool_call>";
         end = "ws \"}\" tc-blank \"</tool_call>\"";
     } else if (format == RC_TOOLS_V3) {
         spec.trigger = "<｜tool▁calls▁begin｜>";
         spec.separator = "\"\\n\"?";
         spec.close = "\"<｜tool▁calls▁end｜>\"";
+        /* (the fenced arguments also end at "\n```", which no JSON string holds) */
+        spec.forbid = "<｜tool▁call▁end｜>";
         end = "\"\\n```<｜tool▁call▁end｜>\"";
     } else {
         spec.trigger = "<｜DSML｜";
@@ -91,6 +94,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         spec.separator = "\"\"";
         spec.close = close;
         spec.dsml = dsml_v41 ? " parameter" : "parameter";
+        spec.forbid = "</｜DSML｜"; /* a value ends there */
         end = end_dsml;
     }
     size_t first = 0, n = body->n_call_tools;

@@ -528,6 +528,61 @@ static void test_strict_tools_constrain_hermes_calls(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
+/* A strict tool's string argument cannot spell the call's closing
+ * </tool_call> (the stream parser would end the call inside the string and
+ * return the rest as answer text): SmolLM2 at temperature 1, pushed by
+ * logit_bias toward the tag's tokens, writes "</tool_call" in its argument
+ * but never the whole tag, and the reply stays one call (required and named
+ * tool_choice), its text empty. */
+static void test_strict_string_cannot_close_the_call(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 1024, NULL);
+    int32_t ids[32];
+    float values[32];
+    size_t nb = bias_text(e, "</tool_call>", 6.0f, ids, values, 0);
+    for (int named = 0; named < 2; named++) {
+        int hint = 0; /* "</tool_call" written: the bias took hold */
+        for (int seed = 1; seed <= 4 && !hint; seed++) {
+            char body[2048];
+            snprintf(
+                body, sizeof body,
+                "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1,\"seed\":%d,\"messages\":[{"
+                "\"role\":\"user\",\"content\":\"Write a note.\"}],\"tools\":[{\"type\":"
+                "\"function\",\"function\":{\"name\":\"note\",\"strict\":true,\"parameters\":{"
+                "\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},"
+                "\"required\":[\"text\"],\"additionalProperties\":false}}}],\"tool_choice\":%s}",
+                seed,
+                named ? "{\"type\":\"function\",\"function\":{\"name\":\"note\"}}"
+                      : "\"required\"");
+            di_request q;
+            di_request_init(&q);
+            q.logit_bias_ids = ids;
+            q.logit_bias_values = values;
+            q.n_logit_bias = nb;
+            rec r;
+            di_error *err = NULL;
+            if (run_chat(e, body, &q, &r, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            assert_int_equal(r.status, DI_OK);
+            json_t *root = json_loads(r.response, 0, NULL);
+            json_t *msg =
+                json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message");
+            json_t *calls = json_object_get(msg, "tool_calls");
+            const char *content = json_string_value(json_object_get(msg, "content"));
+            const char *args = json_string_value(json_object_get(
+                json_object_get(json_array_get(calls, 0), "function"), "arguments"));
+            if (json_array_size(calls) != 1 || !args || (content && content[0]) ||
+                strstr(args, "</tool_call>"))
+                fail_msg("%s", r.response);
+            hint = strstr(args, "</tool_call") != NULL;
+            json_decref(root);
+        }
+        if (!hint) fail_msg("named %d: no argument spelled \"</tool_call\"", named);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
 /* A strict tool whose schema does not compile: DI_ERR_INVALID_REQUEST at
  * di_submit naming the schema's field and keyword, for each protocol's field;
  * the engine serves the next request. */
@@ -1067,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_fields_are_refused),
         cmocka_unit_test(test_response_format_with_a_forced_call_is_a_call),
         cmocka_unit_test(test_strict_tools_constrain_hermes_calls),
+        cmocka_unit_test(test_strict_string_cannot_close_the_call),
         cmocka_unit_test(test_strict_tool_schema_errors_name_the_field),
         cmocka_unit_test(test_sampling_precedence),
         cmocka_unit_test(test_usage_agrees_and_names_the_model),
