@@ -63,7 +63,8 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
     *out = NULL;
     if (body->call_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     if (!rp->parse_tool_calls || !body->n_call_tools) return DI_OK;
-    if (!body->call_strict && !body->call_forced && body->constraint == RC_CONSTRAINT_NONE)
+    if (!body->call_strict && !body->call_forced && !body->call_single &&
+        body->constraint == RC_CONSTRAINT_NONE)
         return DI_OK;
     int format = (int)rp->tool_format;
     /* the DSML tag words: V4's, or V4.1's with a leading space */
@@ -102,6 +103,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         first = (size_t)body->call_named, n = 1;
         spec.separator = NULL;
     }
+    if (body->call_single) spec.separator = NULL; /* at most one call */
     if (!body->call_forced) {
         spec.start = GRAMMAR_TAGS_TEXT_OR_CALLS;
         if (body->constraint != RC_CONSTRAINT_NONE) {
