@@ -41,11 +41,13 @@ static int code_points(const char *s, uint32_t *cps, int max)
 
 /* Text that does not contain the literal t[m] (code points), as rules
  * <name>0 … <name><m-1> (<name><i>: i code points of t matched): each
- * character leads to the state KMP gives. `end`: an alternative that ends the
- * text (NULL: none); `excluded`: class ranges that are no character of the
- * text ("" for none); `escape`: an alternative that leads back to state 0
- * (NULL: none); the character that completes t continues with `then` (NULL:
- * it is not allowed). */
+ * character leads to the state KMP gives — one class for all that lead back
+ * to state 0, an alternative for each of the few that do not (so a state has
+ * few alternatives, which the mask walk tries at every byte). `end`: an
+ * alternative that ends the text (NULL: none); `excluded`: class ranges that
+ * are no character of the text ("" for none); `escape`: an alternative that
+ * leads back to state 0 (NULL: none); the character that completes t
+ * continues with `then` (NULL: it is not allowed). */
 static void kmp_rules(gtext *o, const char *name, const uint32_t *t, int m, const char *end,
                       const char *excluded, const char *escape, const char *then)
 {
@@ -57,28 +59,28 @@ static void kmp_rules(gtext *o, const char *name, const uint32_t *t, int m, cons
         fail[i] = k;
     }
     for (int i = 0; i < m; i++) {
+        int next[64]; /* the state after t[j] in state i; -1 for a repeated character */
+        for (int j = 0; j < m; j++) {
+            int seen = 0;
+            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
+            int k = i; /* KMP */
+            while (k && t[k] != t[j]) k = fail[k - 1];
+            if (t[k] == t[j]) k++;
+            next[j] = seen ? -1 : k;
+        }
         if (end)
             gt_printf(o, "%s%d ::= %s | [^%s", name, i, end, excluded);
         else
             gt_printf(o, "%s%d ::= [^%s", name, i, excluded);
-        for (int j = 0; j < m; j++) {
-            int seen = 0;
-            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
-            if (!seen) gt_printf(o, "\\U%08X", (unsigned)t[j]);
-        }
+        for (int j = 0; j < m; j++)
+            if (next[j] > 0) gt_printf(o, "\\U%08X", (unsigned)t[j]);
         gt_printf(o, "] %s0", name);
         if (escape) gt_printf(o, " | %s %s0", escape, name);
         for (int j = 0; j < m; j++) {
-            int seen = 0;
-            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
-            if (seen) continue;
-            int k = i; /* KMP: the state after reading t[j] in state i */
-            while (k && t[k] != t[j]) k = fail[k - 1];
-            if (t[k] == t[j]) k++;
-            if (k == m && then)
+            if (next[j] == m && then)
                 gt_printf(o, " | \"\\U%08X\" %s", (unsigned)t[j], then);
-            else if (k < m)
-                gt_printf(o, " | \"\\U%08X\" %s%d", (unsigned)t[j], name, k);
+            else if (next[j] > 0 && next[j] < m)
+                gt_printf(o, " | \"\\U%08X\" %s%d", (unsigned)t[j], name, next[j]);
         }
         gt_puts(o, "\n");
     }
