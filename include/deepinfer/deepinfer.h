@@ -1283,8 +1283,8 @@ DI_API void di_request_init(di_request *req);
  * di_codec_render (DI_ERR_INVALID_REQUEST naming the field, …),
  * DI_ERR_UNSUPPORTED (a protocol request to an engine without an encoding, or
  * whose encoding does not take the protocol: the message says which; or a body
- * field the engine cannot honour yet — n > 1, parallel_tool_calls
- * false, stored responses, reasoning switches a chat template decides itself:
+ * field the engine cannot honour yet — more Chat choices (n) than it decodes
+ * at once, stored responses, reasoning switches a chat template decides itself:
  * the message names the field, and
  * docs/api.md, "Request fields", lists every field),
  * DI_ERR_CONTEXT_LENGTH (the prompt leaves no room for an output token in the

@@ -1,5 +1,5 @@
 /* Tool calls as grammar tags (tool_constraint.h): each syntax's call written
- * as the stream parser reads it (lib/recipe/stream_parser.c) and as the
+ * as the stream parser reads it (lib/recipe/stream_parser_*.c) and as the
  * encodings write a call in the conversation history. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +63,8 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
     *out = NULL;
     if (body->call_oom) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     if (!rp->parse_tool_calls || !body->n_call_tools) return DI_OK;
-    if (!body->call_strict && !body->call_forced && body->constraint == RC_CONSTRAINT_NONE)
+    if (!body->call_strict && !body->call_forced && !body->call_single &&
+        body->constraint == RC_CONSTRAINT_NONE)
         return DI_OK;
     int format = (int)rp->tool_format;
     /* the DSML tag words: V4's, or V4.1's with a leading space */
@@ -76,11 +77,14 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         spec.trigger = "<tool_call>";
         spec.separator = "tc-blank \"<tool_call>\"";
         spec.close = "";
+        spec.forbid = "</tool_call>";
         end = "ws \"}\" tc-blank \"</tool_call>\"";
     } else if (format == RC_TOOLS_V3) {
         spec.trigger = "<｜tool▁calls▁begin｜>";
         spec.separator = "\"\\n\"?";
         spec.close = "\"<｜tool▁calls▁end｜>\"";
+        /* (the fenced arguments also end at "\n```", which no JSON string holds) */
+        spec.forbid = "<｜tool▁call▁end｜>";
         end = "\"\\n```<｜tool▁call▁end｜>\"";
     } else {
         spec.trigger = "<｜DSML｜";
@@ -91,6 +95,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         spec.separator = "\"\"";
         spec.close = close;
         spec.dsml = dsml_v41 ? " parameter" : "parameter";
+        spec.forbid = "</｜DSML｜"; /* a value ends there */
         end = end_dsml;
     }
     size_t first = 0, n = body->n_call_tools;
@@ -98,6 +103,7 @@ di_status tool_call_grammar(const rc_reply *rp, const rc_sampling *body, int dsm
         first = (size_t)body->call_named, n = 1;
         spec.separator = NULL;
     }
+    if (body->call_single) spec.separator = NULL; /* at most one call */
     if (!body->call_forced) {
         spec.start = GRAMMAR_TAGS_TEXT_OR_CALLS;
         if (body->constraint != RC_CONSTRAINT_NONE) {

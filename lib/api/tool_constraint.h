@@ -14,8 +14,11 @@
 #include "util/error.h"
 
 /* The grammar of the reply's output when its tool calls are constrained:
- * some tool is strict, tool_choice forces a call, or the body has an output
- * format (the reply is then the format's answer or calls). *out gets the
+ * some tool is strict, tool_choice forces a call, the body allows one call
+ * only (Chat and Responses `parallel_tool_calls: false`, Messages
+ * `disable_parallel_tool_use`: the grammar then ends after the first call), or
+ * the body has an output format (the reply is then the format's answer or
+ * calls). *out gets the
  * compiled grammar (the caller owns it), or NULL when no call constraint
  * applies (no tools parsed, tool_choice "none", or nothing to constrain) —
  * the caller then applies the body's format alone, if any. dsml_v41: the

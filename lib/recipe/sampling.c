@@ -336,7 +336,6 @@ static void need_strings(json_t *root, const char *key, rc_sampling *s)
 }
 
 static const char not_yet[] = "not supported by this engine yet";
-static const char one_call[] = "cannot be enforced (the model may call several tools at once)";
 
 /* Fields that are refused whatever their value (not absent, not null). */
 static void refuse_present(json_t *root, const char *const *names, size_t n, rc_sampling *s)
@@ -372,8 +371,8 @@ static void check_chat(json_t *root, rc_sampling *s)
                               json_integer_value(v) <= 20
                           ? (int32_t)json_integer_value(v)
                           : 0;
-    if (json_is_false(json_object_get(root, "parallel_tool_calls")))
-        refuse(s, "parallel_tool_calls", one_call);
+    /* honoured: the grammar of the calls allows one (tool_constraint.c) */
+    s->call_single = json_is_false(json_object_get(root, "parallel_tool_calls"));
     v = json_object_get(root, "modalities");
     for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
         json_t *m = json_array_get(v, i);
@@ -387,9 +386,9 @@ static void check_chat(json_t *root, rc_sampling *s)
 
 static void check_messages(json_t *root, rc_sampling *s)
 {
-    if (json_is_true(
-            json_object_get(json_object_get(root, "tool_choice"), "disable_parallel_tool_use")))
-        refuse(s, "tool_choice.disable_parallel_tool_use", one_call);
+    /* honoured: the grammar of the calls allows one (tool_constraint.c) */
+    s->call_single = json_is_true(
+        json_object_get(json_object_get(root, "tool_choice"), "disable_parallel_tool_use"));
     static const char *const absent[] = {"mcp_servers", "container"};
     refuse_present(root, absent, sizeof absent / sizeof absent[0], s);
 }
@@ -416,8 +415,8 @@ static void check_responses(json_t *root, rc_sampling *s)
         if (json_is_string(m) && rc_streq(json_string_value(m), "message.output_text.logprobs"))
             s->logprobs = 1;
     }
-    if (json_is_false(json_object_get(root, "parallel_tool_calls")))
-        refuse(s, "parallel_tool_calls", one_call);
+    /* honoured: the grammar of the calls allows one (tool_constraint.c) */
+    s->call_single = json_is_false(json_object_get(root, "parallel_tool_calls"));
     if (json_is_true(json_object_get(root, "store")))
         refuse(s, "store", "true: responses are not stored");
     if (json_is_true(json_object_get(root, "background")))
@@ -499,7 +498,7 @@ void rc_sampling_check_supported(json_t *root, di_protocol protocol, int reasoni
     free(s->call_tools);
     s->call_tools = NULL;
     s->n_call_tools = 0;
-    s->call_strict = s->call_forced = s->call_oom = 0;
+    s->call_strict = s->call_forced = s->call_oom = 0; /* (call_single: check_*) */
     s->call_named = -1;
     take_tools(root, protocol, s);
 }

@@ -68,14 +68,17 @@ typedef struct rc_sampling {
      * strict (Chat `function.strict`, Responses and Messages `strict`);
      * call_forced: tool_choice requires a call (Chat/Responses "required",
      * Messages "any", or a named tool: then call_named is its index, else -1).
-     * call_oom: out of memory taking them. Empty when tool_choice is "none". */
+     * call_oom: out of memory taking them. Empty when tool_choice is "none".
+     * call_single: at most one call (Chat and Responses `parallel_tool_calls:
+     * false`, Messages `tool_choice.disable_parallel_tool_use: true`), which
+     * the grammar of the calls enforces. */
     struct rc_call_tool {
         char *name;
         char *schema;
         char field[64];
     } * call_tools;
     size_t n_call_tools;
-    int call_strict, call_forced, call_named, call_oom;
+    int call_strict, call_forced, call_named, call_oom, call_single;
     /* Log probabilities the body asks for: Chat logprobs (top_logprobs, 0-20,
      * the alternatives), Responses top_logprobs > 0 or include
      * "message.output_text.logprobs" */

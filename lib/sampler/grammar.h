@@ -59,9 +59,17 @@ char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_
 /* The schema's rules for a grammar that holds several (grammar_tags.c):
  * the start rule named root_name, rule numbers continuing from *n_rules
  * (updated), the shared basic rules (ws, basic-any, basic-object, …) first
- * when with_base. malloc'd, or NULL with msg set. */
+ * when with_base. Strings without length bounds, pattern or format, and
+ * values of any type, are the rules `basic`-string, `basic`-any and
+ * `basic`-object (basic NULL: "basic", the shared ones; another prefix: the
+ * caller defines P-string and takes P-array, P-object and P-any from
+ * grammar_json_value_rules). malloc'd, or NULL with msg set. */
 char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
-                                int with_base, char *msg, size_t msg_size);
+                                int with_base, const char *basic, char *msg, size_t msg_size);
+/* The rules P-array, P-object and P-any (any JSON value) over the strings of
+ * a rule P-string the caller defines, P = prefix (as the basic rules are
+ * over basic-string); malloc'd GBNF text, NULL when memory runs out. */
+char *grammar_json_value_rules(const char *prefix);
 
 /* Tool calls in a model's own call syntax: xgrammar's "structural tags" (a
  * trigger text, then tags of begin, JSON-schema content and end), written as
@@ -122,6 +130,17 @@ typedef struct grammar_tags {
     size_t answer_len;
     int answer_is_regex;
     const char *answer_field;
+    /* Text that no JSON string inside a call may contain (UTF-8, at most 64
+     * characters; NULL: none): the call's closing marker the stream parser
+     * looks for in the raw text (Hermes "</tool_call>", V3
+     * "<｜tool▁call▁end｜>", DSML "</｜DSML｜"), which a string value would
+     * otherwise be able to spell. It applies to the arguments' strings
+     * without length bounds, pattern or format (and to the keys and strings
+     * of untyped values), written raw: an escaped character (`\/`) breaks
+     * it. It must not hold '"', '\\' or control characters, nor begin with
+     * an escape's character. The answer of a response format is left as
+     * it is. */
+    const char *forbid;
 } grammar_tags;
 
 /* The grammar of spec as GBNF text (malloc'd), or NULL with msg set: a

@@ -20,6 +20,7 @@ typedef struct jctx {
     const char *refs[64];
     int ref_rule[64];
     int n_refs;
+    const char *basic; /* the prefix of the string, array, object and any rules */
 } jctx;
 
 static int jfail(jctx *c, const char *path, const char *fmt, const char *arg)
@@ -45,12 +46,26 @@ static const char *const BASE =
     "basic-integer ::= \"0\" | \"-\"? [1-9] [0-9]*\n"
     "basic-number ::= \"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?\n"
     "basic-boolean ::= \"true\" | \"false\"\n"
-    "basic-null ::= \"null\"\n"
-    "basic-array ::= \"[\" ws basic-any (ws \",\" ws basic-any)* ws \"]\" | \"[\" ws \"]\"\n"
-    "basic-object ::= \"{\" ws basic-string ws \":\" ws basic-any (ws \",\" ws basic-string ws "
-    "\":\" ws basic-any)* ws \"}\" | \"{\" ws \"}\"\n"
-    "basic-any ::= basic-number | basic-string | basic-boolean | basic-null | basic-array | "
-    "basic-object\n"
+    "basic-null ::= \"null\"\n";
+
+/* The JSON values over the strings of rule P-string: P-array, P-object,
+ * P-any (P: the prefix, "basic" in BASE); 1 when memory ran out. */
+static int value_rules(gtext *t, const char *p)
+{
+    gt_printf(t, "%s-array ::= \"[\" ws %s-any (ws \",\" ws %s-any)* ws \"]\" | \"[\" ws \"]\"\n",
+              p, p, p);
+    gt_printf(t,
+              "%s-object ::= \"{\" ws %s-string ws \":\" ws %s-any (ws \",\" ws %s-string ws "
+              "\":\" ws %s-any)* ws \"}\" | \"{\" ws \"}\"\n",
+              p, p, p, p, p);
+    gt_printf(t,
+              "%s-any ::= basic-number | %s-string | basic-boolean | basic-null | %s-array | "
+              "%s-object\n",
+              p, p, p, p);
+    return t->oom;
+}
+
+static const char *const BASE_FORMATS =
     "fmt-date ::= [0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | "
     "\"3\" [01])\n"
     "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") "
@@ -260,13 +275,13 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
                 return jfail(c, path, "%s: bounds out of order or above 10000",
                              "minLength/maxLength");
             if (lo == 0 && !mxl) /* no bound at all: a plain JSON string (xgrammar) */
-                gt_puts(t, "basic-string");
+                gt_printf(t, "%s-string", c->basic);
             else if (hi >= 0)
                 gt_printf(t, "(\"\\x22\" [^\\x22\\x5C\\r\\n]{%lld,%lld} \"\\x22\")", lo, hi);
             else
                 gt_printf(t, "(\"\\x22\" [^\\x22\\x5C\\r\\n]{%lld,} \"\\x22\")", lo);
         } else
-            gt_puts(t, "basic-string");
+            gt_printf(t, "%s-string", c->basic);
     } else if (strcmp(type, "integer") == 0) {
         if (json_object_get(s, "minimum") || json_object_get(s, "maximum"))
             integer_range(c, s, path);
@@ -308,7 +323,7 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
         if (items)
             conv(c, items, sub, depth + 1);
         else
-            gt_puts(t, "basic-any");
+            gt_printf(t, "%s-any", c->basic);
         gt_printf(t, "\ndummy%d ::= \"\" ", new_rule(c));
     } else if (strcmp(type, "object") == 0) {
         json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
@@ -329,7 +344,7 @@ static int conv_type(jctx *c, json_t *s, const char *type, const char *path, int
                              rk);
         }
         if (!props && !add) {
-            gt_puts(t, "basic-object");
+            gt_printf(t, "%s-object", c->basic);
             return 0;
         }
         size_t n = props ? json_object_size(props) : 0;
@@ -397,7 +412,7 @@ static int conv(jctx *c, json_t *s, const char *path, int depth)
     char sub[512];
     if (c->err) return 0;
     if (depth > 64) return jfail(c, path, "%s: schema nested deeper than 64", "depth");
-    if (json_is_true(s)) return gt_puts(t, "basic-any"), 0;
+    if (json_is_true(s)) return gt_printf(t, "%s-any", c->basic), 0;
     if (!json_is_object(s)) return jfail(c, path, "%s: expected an object or true", "schema");
     const char *k;
     json_t *v;
@@ -490,17 +505,21 @@ static int conv(jctx *c, json_t *s, const char *path, int depth)
     }
     if (json_object_get(s, "properties")) return conv_type(c, s, "object", path, depth);
     if (json_object_get(s, "items")) return conv_type(c, s, "array", path, depth);
-    gt_puts(t, "basic-any");
+    gt_printf(t, "%s-any", c->basic);
     return 0;
 }
 
 /* The schema's rules, its start rule named root_name, rule numbers continuing
- * from *n_rules (so several schemas' rules can share one grammar), BASE first
- * when with_base. */
+ * from *n_rules (so several schemas' rules can share one grammar), the basic
+ * rules first when with_base; unbounded strings and untyped values are the
+ * rules `basic`-string, -any, -object. */
 static char *schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
-                          int with_base, char *msg, size_t msg_size)
+                          int with_base, const char *basic, char *msg, size_t msg_size)
 {
-    jctx c = {.msg = msg, .msg_size = msg_size, .n_rules = n_rules ? *n_rules : 0};
+    jctx c = {.msg = msg,
+              .msg_size = msg_size,
+              .n_rules = n_rules ? *n_rules : 0,
+              .basic = basic ? basic : "basic"};
     json_error_t je;
     if (!json) {
         jfail(&c, "", "%s", "NULL");
@@ -512,7 +531,11 @@ static char *schema_rules(const char *json, size_t len, const char *root_name, i
             snprintf(msg, msg_size, "json_schema: not JSON (line %d: %s)", je.line, je.text);
         return NULL;
     }
-    if (with_base) gt_puts(&c.out, BASE);
+    if (with_base) {
+        gt_puts(&c.out, BASE);
+        value_rules(&c.out, "basic");
+        gt_puts(&c.out, BASE_FORMATS);
+    }
     gt_printf(&c.out, "%s ::= ", root_name);
     conv(&c, c.root, "", 0);
     gt_puts(&c.out, "\n");
@@ -531,11 +554,21 @@ static char *schema_rules(const char *json, size_t len, const char *root_name, i
 
 char *grammar_json_schema_to_gbnf(const char *json, size_t len, char *msg, size_t msg_size)
 {
-    return schema_rules(json, len, "root", NULL, 1, msg, msg_size);
+    return schema_rules(json, len, "root", NULL, 1, NULL, msg, msg_size);
 }
 
 char *grammar_json_schema_rules(const char *json, size_t len, const char *root_name, int *n_rules,
-                                int with_base, char *msg, size_t msg_size)
+                                int with_base, const char *basic, char *msg, size_t msg_size)
 {
-    return schema_rules(json, len, root_name, n_rules, with_base, msg, msg_size);
+    return schema_rules(json, len, root_name, n_rules, with_base, basic, msg, msg_size);
+}
+
+char *grammar_json_value_rules(const char *prefix)
+{
+    gtext t = {0};
+    if (value_rules(&t, prefix)) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
 }

@@ -40,11 +40,16 @@ static int code_points(const char *s, uint32_t *cps, int max)
 }
 
 /* Text that does not contain the literal t[m] (code points), as rules
- * <name>0 … <name><m-1> (<name><i>: i code points of t matched); the
- * character that completes t continues with `then`. allow_end: the text may
- * end before t (otherwise it ends only with t and `then`). */
-static void text_rules(gtext *o, const char *name, const uint32_t *t, int m, const char *then,
-                       int allow_end)
+ * <name>0 … <name><m-1> (<name><i>: i code points of t matched): each
+ * character leads to the state KMP gives — one class for all that lead back
+ * to state 0, an alternative for each of the few that do not (so a state has
+ * few alternatives, which the mask walk tries at every byte). `end`: an
+ * alternative that ends the text (NULL: none); `excluded`: class ranges that
+ * are no character of the text ("" for none); `escape`: an alternative that
+ * leads back to state 0 (NULL: none); the character that completes t
+ * continues with `then` (NULL: it is not allowed). */
+static void kmp_rules(gtext *o, const char *name, const uint32_t *t, int m, const char *end,
+                      const char *excluded, const char *escape, const char *then)
 {
     int fail[64];
     fail[0] = 0;
@@ -54,24 +59,28 @@ static void text_rules(gtext *o, const char *name, const uint32_t *t, int m, con
         fail[i] = k;
     }
     for (int i = 0; i < m; i++) {
-        gt_printf(o, "%s%d ::= %s[^", name, i, allow_end ? "\"\" | " : "");
+        int next[64]; /* the state after t[j] in state i; -1 for a repeated character */
         for (int j = 0; j < m; j++) {
             int seen = 0;
             for (int q = 0; q < j; q++) seen |= t[q] == t[j];
-            if (!seen) gt_printf(o, "\\U%08X", (unsigned)t[j]);
-        }
-        gt_printf(o, "] %s0", name);
-        for (int j = 0; j < m; j++) {
-            int seen = 0;
-            for (int q = 0; q < j; q++) seen |= t[q] == t[j];
-            if (seen) continue;
-            int k = i; /* KMP: the state after reading t[j] in state i */
+            int k = i; /* KMP */
             while (k && t[k] != t[j]) k = fail[k - 1];
             if (t[k] == t[j]) k++;
-            if (k == m)
+            next[j] = seen ? -1 : k;
+        }
+        if (end)
+            gt_printf(o, "%s%d ::= %s | [^%s", name, i, end, excluded);
+        else
+            gt_printf(o, "%s%d ::= [^%s", name, i, excluded);
+        for (int j = 0; j < m; j++)
+            if (next[j] > 0) gt_printf(o, "\\U%08X", (unsigned)t[j]);
+        gt_printf(o, "] %s0", name);
+        if (escape) gt_printf(o, " | %s %s0", escape, name);
+        for (int j = 0; j < m; j++) {
+            if (next[j] == m && then)
                 gt_printf(o, " | \"\\U%08X\" %s", (unsigned)t[j], then);
-            else
-                gt_printf(o, " | \"\\U%08X\" %s%d", (unsigned)t[j], name, k);
+            else if (next[j] > 0 && next[j] < m)
+                gt_printf(o, " | \"\\U%08X\" %s%d", (unsigned)t[j], name, next[j]);
         }
         gt_puts(o, "\n");
     }
@@ -111,6 +120,33 @@ static int literal_of(gtext *o, const char *s)
     return 0;
 }
 
+/* The rules tc-string (a JSON string whose raw text does not contain
+ * `forbid`: the KMP automaton of forbid over its characters, an escape
+ * sequence leading back to state 0), tc-array, tc-object and tc-any over it.
+ * 0, or -1 with msg when forbid cannot be written so. */
+static int forbid_rules(gtext *o, const char *forbid, char *msg, size_t msg_size)
+{
+    uint32_t t[64];
+    int m = code_points(forbid, t, 64);
+    /* after '\\' and an escape's characters the automaton must be in state 0 */
+    int ok = m > 0 && (t[0] >= 0x80 || !strchr("\"\\/bfnrtu0123456789abcdefABCDEF", (int)t[0]));
+    for (int i = 0; ok && i < m; i++) ok = t[i] >= 0x20 && t[i] != '"' && t[i] != '\\';
+    if (!ok) {
+        snprintf(msg, msg_size,
+                 "tool calls: a text with '\"', '\\' or a control character, or that begins "
+                 "with a character of an escape, cannot be kept out of JSON strings");
+        return -1;
+    }
+    gt_puts(o, "tc-string ::= \"\\\"\" tc-str0\n");
+    kmp_rules(o, "tc-str", t, m, "\"\\\"\"", "\\x00-\\x1F\\x22\\x5C", "\"\\\\\" basic-escape",
+              NULL);
+    char *v = grammar_json_value_rules("tc");
+    if (!v) o->oom = 1;
+    if (v) gt_puts(o, v);
+    free(v);
+    return 0;
+}
+
 /* A property whose value is written raw (string="true"): a plain string,
  * without the keywords that constrain its text (which a JSON value keeps). */
 static int raw_string(json_t *ps)
@@ -127,7 +163,7 @@ static int raw_string(json_t *ps)
 /* The DSML parameters of tag i (rule `name`): see grammar.h. The whole schema
  * is compiled first, so its errors name their full path. 0, or -1 with msg. */
 static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name, const char *word,
-                     int *n_rules, char *msg, size_t msg_size)
+                     const char *basic, int *n_rules, char *msg, size_t msg_size)
 {
     gtext open = {0}, close = {0};
     gt_puts(&open, "\"<｜DSML｜\" ");
@@ -139,7 +175,7 @@ static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name,
     int rc = -1;
     if (g->schema) {
         char *check = grammar_json_schema_rules(g->schema, g->schema_len, "tc-check", n_rules, 0,
-                                                msg, msg_size);
+                                                NULL, msg, msg_size);
         if (!check) {
             rename_error(msg, msg_size, g->field);
             goto done;
@@ -159,8 +195,8 @@ static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name,
             o,
             "%s ::= %s-p*\n%s-p ::= %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"true\\\">\" "
             "tc-raw0 \"\\n\" | %s \" name=\\\"\" [^\"\\n]+ \"\\\" string=\\\"false\\\">\" "
-            "basic-any %s \"\\n\"\n",
-            name, name, name, open.s, open.s, close.s);
+            "%s-any %s \"\\n\"\n",
+            name, name, name, open.s, open.s, basic, close.s);
         rc = 0;
         goto done;
     }
@@ -195,8 +231,8 @@ static int dsml_args(gtext *o, const grammar_tag *g, size_t i, const char *name,
             json_decref(w);
             char vname[64];
             snprintf(vname, sizeof vname, "tc-v%zu-%zu", i, k);
-            char *r = text ? grammar_json_schema_rules(text, strlen(text), vname, n_rules, 0, msg,
-                                                       msg_size)
+            char *r = text ? grammar_json_schema_rules(text, strlen(text), vname, n_rules, 0, basic,
+                                                       msg, msg_size)
                            : NULL;
             int no_text = text == NULL;
             free(text);
@@ -247,8 +283,8 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
     int n_rules = 0;
     { /* the basic rules (ws, basic-any, …), once */
         static const char obj[] = "{\"type\":\"object\"}";
-        char *r = grammar_json_schema_rules(obj, sizeof obj - 1, "tc-any-object", &n_rules, 1, msg,
-                                            msg_size);
+        char *r = grammar_json_schema_rules(obj, sizeof obj - 1, "tc-any-object", &n_rules, 1, NULL,
+                                            msg, msg_size);
         if (!r) return NULL;
         /* whitespace between JSON tokens: a little, or one line break and an
          * indentation — not xgrammar's any run, in which a model can put off
@@ -261,13 +297,20 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             gt_puts(&o, r);
         free(r);
     }
+    /* the strings inside calls: without spec->forbid (tc-string, …), or the
+     * shared basic rules */
+    const char *basic = spec->forbid ? "tc" : "basic";
+    if (spec->forbid && forbid_rules(&o, spec->forbid, msg, msg_size) < 0) {
+        free(o.s);
+        return NULL;
+    }
     if (spec->dsml) { /* a raw value: text up to "</｜DSML｜", then the word and '>' */
         uint32_t ct[16];
         int cm = code_points("</｜DSML｜", ct, 16);
         gtext then = {0};
         literal_of(&then, spec->dsml);
         gt_puts(&then, " \">\"");
-        text_rules(&o, "tc-raw", ct, cm, then.s ? then.s : "\"\"", 0);
+        kmp_rules(&o, "tc-raw", ct, cm, NULL, "", NULL, then.s ? then.s : "\"\"");
         o.oom |= then.oom;
         free(then.s);
     }
@@ -276,13 +319,13 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
         char name[32];
         snprintf(name, sizeof name, "tc-args%zu", i);
         if (spec->dsml) {
-            if (dsml_args(&o, g, i, name, spec->dsml, &n_rules, msg, msg_size) < 0) {
+            if (dsml_args(&o, g, i, name, spec->dsml, basic, &n_rules, msg, msg_size) < 0) {
                 free(o.s);
                 return NULL;
             }
         } else if (g->schema) {
-            char *r = grammar_json_schema_rules(g->schema, g->schema_len, name, &n_rules, 0, msg,
-                                                msg_size);
+            char *r = grammar_json_schema_rules(g->schema, g->schema_len, name, &n_rules, 0, basic,
+                                                msg, msg_size);
             if (!r) {
                 rename_error(msg, msg_size, g->field);
                 free(o.s);
@@ -291,7 +334,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             gt_puts(&o, r);
             free(r);
         } else
-            gt_printf(&o, "%s ::= basic-object\n", name);
+            gt_printf(&o, "%s ::= %s-object\n", name, basic);
         gt_printf(&o, "tc-call%zu ::= %s tc-args%zu %s\n", i, g->begin, i, g->end);
     }
     gt_puts(&o, "tc-call ::= ");
@@ -314,7 +357,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
                           ? grammar_regex_to_gbnf(spec->answer, spec->answer_len, "tc-answer", 0,
                                                   msg, msg_size)
                           : grammar_json_schema_rules(spec->answer, spec->answer_len, "tc-answer",
-                                                      &n_rules, 0, msg, msg_size);
+                                                      &n_rules, 0, NULL, msg, msg_size);
             if (!r) {
                 rename_error(msg, msg_size, spec->answer_field);
                 free(o.s);
@@ -327,7 +370,7 @@ char *grammar_tags_to_gbnf(const grammar_tags *spec, char *msg, size_t msg_size)
             gt_puts(&o, " tc-after-trigger\n");
         } else {
             gt_puts(&o, "root ::= tc-text0\n");
-            text_rules(&o, "tc-text", t, m, "tc-after-trigger", 1);
+            kmp_rules(&o, "tc-text", t, m, "\"\"", "", NULL, "tc-after-trigger");
         }
         break;
     case GRAMMAR_TAGS_CALLS: /* (two newlines at most before, which the parsers drop after

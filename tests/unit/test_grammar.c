@@ -699,6 +699,115 @@ static void test_tags_dsml_parameters(void **state)
     assert_non_null(strstr(msg, "tools[0].function.parameters.properties.a: format: unsupported"));
 }
 
+/* One syntax's call around a JSON string argument, for
+ * test_tags_strings_keep_out_the_closing_marker: the text before and after
+ * the string, the marker the stream parser ends the call at, and pieces that
+ * spell it, its prefixes and near misses (escapes included). */
+typedef struct marker_case {
+    grammar_tags spec;
+    const char *before, *mid, *after, *marker;
+    const char *pieces[12];
+} marker_case;
+
+/* Does spec accept before + s + mid + s + after (s as a string of the schema,
+ * then as a key of an untyped value)? */
+static int string_accepted(const marker_case *mc, const char *s)
+{
+    char text[512];
+    snprintf(text, sizeof text, "%s%s%s%s%s", mc->before, s, mc->mid, s, mc->after);
+    return tags_accept(&mc->spec, text);
+}
+
+/* Inside a call, a JSON string may not spell the call's closing marker (the
+ * stream parser would end the call there): over random strings built from the
+ * marker's pieces, a string is accepted exactly when its raw text does not
+ * contain the marker (strstr), for Hermes, V3 and a DSML JSON value, in a
+ * schema's string and in an untyped value's keys and strings; without
+ * `forbid` every one of them is accepted (they are all valid JSON). */
+static void test_tags_strings_keep_out_the_closing_marker(void **state)
+{
+    (void)state;
+    static const char str_schema[] =
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"u\":{}},"
+        "\"required\":[\"s\",\"u\"]}";
+    static const char dsml_schema[] =
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"array\",\"items\":{\"type\":"
+        "\"string\"}},\"u\":{\"type\":\"object\"}},\"required\":[\"s\",\"u\"]}";
+    grammar_tag hermes = {"\"\"", str_schema, sizeof str_schema - 1, "ws \"}\" ws \"</tool_call>\"",
+                          "tools[0].function.parameters"};
+    grammar_tag v3 = {"\"\"", str_schema, sizeof str_schema - 1, "\"\\n```<｜tool▁call▁end｜>\"",
+                      "tools[0].function.parameters"};
+    grammar_tag dsml = {"\"\"", dsml_schema, sizeof dsml_schema - 1, "\"</｜DSML｜invoke>\\n\"",
+                        "tools[0].function.parameters"};
+    marker_case cases[] = {
+        {{.trigger = "<tool_call>",
+          .tags = &hermes,
+          .n_tags = 1,
+          .close = "",
+          .start = GRAMMAR_TAGS_IN_ARGS,
+          .forbid = "</tool_call>"},
+         "{\"s\": \"",
+         "\", \"u\": {\"",
+         "\": [1]}}}</tool_call>",
+         "</tool_call>",
+         {"<", "/", "</", "tool_call", "tool_cal", ">", "</tool_call>", "<\\/tool_call>", "\\\\",
+          "\\u003c", "a", "<tool_call>"}},
+        {{.trigger = "<｜tool▁calls▁begin｜>",
+          .tags = &v3,
+          .n_tags = 1,
+          .close = "\"<｜tool▁calls▁end｜>\"",
+          .start = GRAMMAR_TAGS_IN_ARGS,
+          .forbid = "<｜tool▁call▁end｜>"},
+         "{\"s\": \"",
+         "\", \"u\": {\"",
+         "\": \"x\"}}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+         "<｜tool▁call▁end｜>",
+         {"<", "｜", "<｜", "tool▁call▁end", "tool▁call", "｜>", "▁", "<｜tool▁call▁end｜>",
+          "<｜tool▁call▁end", "\\\"", "end", "<｜tool▁calls▁end｜>"}},
+        {{.trigger = "<｜DSML｜",
+          .open = "\"tool_calls>\\n\"",
+          .dsml = "parameter",
+          .tags = &dsml,
+          .n_tags = 1,
+          .close = "\"</｜DSML｜tool_calls>\"",
+          .start = GRAMMAR_TAGS_IN_ARGS,
+          .forbid = "</｜DSML｜"},
+         "<｜DSML｜parameter name=\"s\" string=\"false\">[\"",
+         "\"]</｜DSML｜parameter>\n<｜DSML｜parameter name=\"u\" string=\"false\">{\"",
+         "\": 1}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+         "</｜DSML｜",
+         {"<", "/", "</", "｜", "DSML", "｜DSML｜", "</｜DSML", "</｜DSML｜", "<\\/｜DSML｜",
+          "<｜DSML｜", "x", "parameter>"}},
+    };
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        marker_case *mc = &cases[c];
+        int n_marker = 0, n_clean = 0;
+        for (int k = 0; k < 150; k++) {
+            char s[160] = "";
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int n = (int)(x % 6);
+            for (int i = 0; i < n; i++) strcat(s, mc->pieces[(x >> (8 + 4 * i)) % 12]);
+            int want = strstr(s, mc->marker) == NULL;
+            n_marker += !want;
+            n_clean += want;
+            if (string_accepted(mc, s) != want) fail_msg("case %zu: '%s': expected %d", c, s, want);
+            const char *forbid = mc->spec.forbid;
+            mc->spec.forbid = NULL;
+            if (!string_accepted(mc, s)) fail_msg("case %zu without forbid: '%s' rejected", c, s);
+            mc->spec.forbid = forbid;
+        }
+        assert_true(n_marker >= 10 && n_clean >= 10);
+    }
+    /* a text the automaton cannot keep out of strings is refused */
+    grammar_tags bad = cases[0].spec;
+    bad.forbid = "b\"";
+    grammar *g = NULL;
+    char msg[512];
+    assert_int_equal(grammar_compile_tags(&bad, &g, msg, sizeof msg), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "cannot be kept out of JSON strings"));
+}
+
 /* With an output format, the reply is the format's answer or calls. */
 static void test_tags_answer_or_calls(void **state)
 {
@@ -732,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_tags_errors_name_the_field),
         cmocka_unit_test(test_tags_answer_or_calls),
         cmocka_unit_test(test_tags_dsml_parameters),
+        cmocka_unit_test(test_tags_strings_keep_out_the_closing_marker),
         cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
         cmocka_unit_test(test_adaptive_mask_equals_the_exact_walk),
     };

@@ -252,16 +252,11 @@ static void test_unsupported_fields_are_refused(void **state)
         di_protocol protocol;
         const char *fields, *named;
     } cases[] = {
-        {DI_PROTOCOL_CHAT, "\"parallel_tool_calls\":false", "parallel_tool_calls"},
         {DI_PROTOCOL_CHAT, "\"reasoning_effort\":\"high\"", "reasoning_effort"},
         {DI_PROTOCOL_CHAT, "\"audio\":{\"voice\":\"x\"}", "audio"},
         {DI_PROTOCOL_CHAT, "\"modalities\":[\"text\",\"audio\"]", "modalities"},
         {DI_PROTOCOL_MESSAGES, "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}",
          "thinking"},
-        {DI_PROTOCOL_MESSAGES,
-         "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
-         "\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":true}",
-         "disable_parallel_tool_use"},
         {DI_PROTOCOL_RESPONSES, "\"store\":true", "store"},
         {DI_PROTOCOL_RESPONSES, "\"previous_response_id\":\"resp_1\"", "previous_response_id"},
         {DI_PROTOCOL_RESPONSES, "\"background\":true", "background"},
@@ -524,6 +519,160 @@ static void test_strict_tools_constrain_hermes_calls(void **state)
         }
         if (!n) fail_msg("no call: %s", r.response);
         json_decref(root);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* The number of tool calls in a response of `protocol` (Chat tool_calls,
+ * Messages tool_use blocks, Responses function_call items). */
+static size_t count_calls(di_protocol protocol, const char *response)
+{
+    json_t *root = json_loads(response, 0, NULL);
+    if (!root) fail_msg("not JSON: %s", response);
+    size_t n = 0;
+    if (protocol == DI_PROTOCOL_CHAT) {
+        n = json_array_size(json_object_get(
+            json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"),
+            "tool_calls"));
+    } else {
+        json_t *items =
+            json_object_get(root, protocol == DI_PROTOCOL_MESSAGES ? "content" : "output");
+        const char *kind = protocol == DI_PROTOCOL_MESSAGES ? "tool_use" : "function_call";
+        for (size_t i = 0; i < json_array_size(items); i++) {
+            const char *type = json_string_value(json_object_get(json_array_get(items, i), "type"));
+            n += type && strcmp(type, kind) == 0;
+        }
+    }
+    json_decref(root);
+    return n;
+}
+
+/* parallel_tool_calls: false (Chat, Responses) and Messages'
+ * disable_parallel_tool_use: true allow one call per turn: SmolLM2 at
+ * temperature 0 repeats its call until max_tokens when it may (several
+ * calls), and with the flag stops after exactly one, which ends the turn
+ * (the end token, not max_tokens); in auto mode, pushed toward <tool_call>,
+ * at most one. */
+static void test_parallel_tool_calls_false_gives_one_call(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 1024, NULL);
+    static const char tool_chat[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"ping\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"host\":{\"type\":\"string\"}}}}}]";
+    static const char tool_resp[] =
+        "[{\"type\":\"function\",\"name\":\"ping\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"host\":{\"type\":\"string\"}}}}]";
+    static const char tool_msg[] =
+        "[{\"name\":\"ping\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"host\":{"
+        "\"type\":\"string\"}}}}]";
+    int32_t ids[32];
+    float values[32];
+    size_t nb = bias_text(e, "<tool_call>", 30.0f, ids, values, 0);
+    for (int k = 0; k < 8; k++) {
+        if (k == 2) continue; /* auto: only with the flag (then at most one call) */
+        int single = k % 2,
+            mode = k / 2; /* 0 Chat required, 1 Chat auto, 2 Responses, 3 Messages */
+        di_protocol protocol = mode == 2   ? DI_PROTOCOL_RESPONSES
+                               : mode == 3 ? DI_PROTOCOL_MESSAGES
+                                           : DI_PROTOCOL_CHAT;
+        char body[2048];
+        if (protocol == DI_PROTOCOL_CHAT)
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_tokens\":160,\"temperature\":0,\"messages\":[{"
+                     "\"role\":\"user\",\"content\":\"Ping example.com, then ping it again.\"}],"
+                     "\"tools\":%s,\"tool_choice\":\"%s\"%s}",
+                     tool_chat, mode == 0 ? "required" : "auto",
+                     single ? ",\"parallel_tool_calls\":false" : "");
+        else if (protocol == DI_PROTOCOL_RESPONSES)
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_output_tokens\":160,\"temperature\":0,\"input\":"
+                     "\"Ping example.com, then ping it again.\",\"tools\":%s,\"tool_choice\":"
+                     "\"required\"%s}",
+                     tool_resp, single ? ",\"parallel_tool_calls\":false" : "");
+        else
+            snprintf(body, sizeof body,
+                     "{\"model\":\"m\",\"max_tokens\":160,\"temperature\":0,\"messages\":[{"
+                     "\"role\":\"user\",\"content\":\"Ping example.com, then ping it again.\"}],"
+                     "\"tools\":%s,\"tool_choice\":{\"type\":\"any\"%s}}",
+                     tool_msg, single ? ",\"disable_parallel_tool_use\":true" : "");
+        di_request q;
+        di_request_init(&q);
+        q.protocol = protocol;
+        q.json = body;
+        q.json_len = strlen(body);
+        q.on_event = on_event;
+        if (mode == 1) {
+            q.logit_bias_ids = ids;
+            q.logit_bias_values = values;
+            q.n_logit_bias = nb;
+        }
+        rec r = {0};
+        q.user_data = &r;
+        di_error *err = NULL;
+        if (di_submit(e, &q, &r.id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        poll_until_idle(e);
+        assert_int_equal(r.status, DI_OK);
+        size_t n = count_calls(protocol, r.response);
+        if (mode == 1 ? n > 1 : single && (n != 1 || r.finish != DI_FINISH_STOP))
+            fail_msg("%s: %zu calls, finish %d: %s", body, n, (int)r.finish, r.response);
+        if (!single && n < 2) fail_msg("%s: %zu calls: %s", body, n, r.response);
+    }
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+}
+
+/* A strict tool's string argument cannot spell the call's closing
+ * </tool_call> (the stream parser would end the call inside the string and
+ * return the rest as answer text): SmolLM2 at temperature 1, pushed by
+ * logit_bias toward the tag's tokens, writes "</tool_call" in its argument
+ * but never the whole tag, and the reply stays one call (required and named
+ * tool_choice), its text empty. */
+static void test_strict_string_cannot_close_the_call(void **state)
+{
+    (void)state;
+    if (access(SMOL, R_OK) != 0) skip();
+    di_engine *e = make_engine(SMOL, 1024, NULL);
+    int32_t ids[32];
+    float values[32];
+    size_t nb = bias_text(e, "</tool_call>", 6.0f, ids, values, 0);
+    for (int named = 0; named < 2; named++) {
+        int hint = 0; /* "</tool_call" written: the bias took hold */
+        for (int seed = 1; seed <= 4 && !hint; seed++) {
+            char body[2048];
+            snprintf(
+                body, sizeof body,
+                "{\"model\":\"m\",\"max_tokens\":64,\"temperature\":1,\"seed\":%d,\"messages\":[{"
+                "\"role\":\"user\",\"content\":\"Write a note.\"}],\"tools\":[{\"type\":"
+                "\"function\",\"function\":{\"name\":\"note\",\"strict\":true,\"parameters\":{"
+                "\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\"}},"
+                "\"required\":[\"text\"],\"additionalProperties\":false}}}],\"tool_choice\":%s}",
+                seed,
+                named ? "{\"type\":\"function\",\"function\":{\"name\":\"note\"}}"
+                      : "\"required\"");
+            di_request q;
+            di_request_init(&q);
+            q.logit_bias_ids = ids;
+            q.logit_bias_values = values;
+            q.n_logit_bias = nb;
+            rec r;
+            di_error *err = NULL;
+            if (run_chat(e, body, &q, &r, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+            assert_int_equal(r.status, DI_OK);
+            json_t *root = json_loads(r.response, 0, NULL);
+            json_t *msg =
+                json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message");
+            json_t *calls = json_object_get(msg, "tool_calls");
+            const char *content = json_string_value(json_object_get(msg, "content"));
+            const char *args = json_string_value(json_object_get(
+                json_object_get(json_array_get(calls, 0), "function"), "arguments"));
+            if (json_array_size(calls) != 1 || !args || (content && content[0]) ||
+                strstr(args, "</tool_call>"))
+                fail_msg("%s", r.response);
+            hint = strstr(args, "</tool_call") != NULL;
+            json_decref(root);
+        }
+        if (!hint) fail_msg("named %d: no argument spelled \"</tool_call\"", named);
     }
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
@@ -1067,6 +1216,8 @@ int main(void)
         cmocka_unit_test(test_unsupported_fields_are_refused),
         cmocka_unit_test(test_response_format_with_a_forced_call_is_a_call),
         cmocka_unit_test(test_strict_tools_constrain_hermes_calls),
+        cmocka_unit_test(test_parallel_tool_calls_false_gives_one_call),
+        cmocka_unit_test(test_strict_string_cannot_close_the_call),
         cmocka_unit_test(test_strict_tool_schema_errors_name_the_field),
         cmocka_unit_test(test_sampling_precedence),
         cmocka_unit_test(test_usage_agrees_and_names_the_model),
