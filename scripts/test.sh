@@ -221,6 +221,9 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   oracle grammar-parity-v4 "$model_python" tests/parity/grammar_parity.py \
     build/release/tests/grammar_driver "$assets/deepseek-v4/tokenizer.json" --schemas 20 \
     --steps 40 --eos 1
+  # llama.cpp's own grammars/ folder against llama.cpp's grammar sampler and llguidance
+  oracle grammar-llama "$model_python" tests/parity/grammar_llama.py \
+    build/release/tests/grammar_driver "$smol"
   oracle grammar-e2e "$model_python" tests/parity/grammar_e2e.py build/release/tests/grammar_e2e \
     "$smol" --schemas 8 --cli build/release/examples/deepinfer
 fi
