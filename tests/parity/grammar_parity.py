@@ -12,7 +12,6 @@ usage: grammar_parity.py <grammar_driver> <tokenizer.json|.gguf> [--schemas N]
 """
 import argparse
 import json
-import pathlib
 import random
 import subprocess
 import sys
@@ -213,9 +212,6 @@ def main():
     ap.add_argument("--schemas", type=int, default=40)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=20)
-    ap.add_argument("--llama-grammars", metavar="DIR",
-                    help="also every *.gbnf of llama.cpp's grammars/ folder (vendor/llama.cpp/"
-                         "grammars of the llama-cpp-python source distribution)")
     ap.add_argument("--eos", type=int, default=-1,
                     help="the end token's id (default: the tokenizer's own; a tokenizer.json "
                          "without a config names none)")
@@ -229,11 +225,6 @@ def main():
     cases = [("json", json.dumps(gen_root(rng)), f"schema#{i}") for i in range(a.schemas)]
     cases += [("gbnf", g, f"gbnf#{i}") for i, g in enumerate(GBNF)]
     cases += [("regex", r, f"regex#{i}") for i, r in enumerate(REGEX)]
-    if a.llama_grammars:
-        files = sorted(pathlib.Path(a.llama_grammars).glob("*.gbnf"))
-        if not files:
-            sys.exit(f"{a.llama_grammars}: no *.gbnf files")
-        cases += [("gbnf", f.read_text(), f"llama.cpp grammars/{f.name}") for f in files]
     ok = bad = steps = 0
     for kind, text, label in cases:
         r = run_one(a.driver, a.tokenizer, kind, text, ti, compiler, special, eos, a.steps, rng,
