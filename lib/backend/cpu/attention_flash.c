@@ -20,6 +20,7 @@
  * TILE_ROWS FLOPs. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/attention.h"
@@ -30,7 +31,10 @@
 #    include <immintrin.h>
 #    define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-enum { CHUNK = 16, TILE_ROWS = 16 };
+/* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
+ * and each segment's softmax state folded into the row's in order, in every
+ * mode, so a row's result depends on its own context length alone. */
+enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
 
 /* Loops over register arrays unrolled, so the arrays stay in registers. */
 #    define UNROLL _Pragma("GCC unroll 8")
@@ -130,27 +134,31 @@ typedef struct flash_job {
     const cpu_kv_seq *s;
     int layer, n_head, group, tile_tokens;
     const float *q;
-    int64_t pos0, n_tokens, n_tiles;
+    int64_t pos0, n_tokens, n_tiles, n_seg;
     float scale;
     float *out;
+    float *part; /* split mode: per (KV head, tile, segment, row) m, l and O[hd] */
 } flash_job;
 
-AVX2 static void flash_task(void *ctx, int64_t task, int thread)
+/* A tile's rows: the first token, the token past the last, the row count. */
+static int tile_rows(const flash_job *j, int64_t tile, int64_t *t0, int64_t *t1)
 {
-    (void)thread;
-    const flash_job *j = ctx;
+    *t0 = tile * j->tile_tokens;
+    *t1 = *t0 + j->tile_tokens < j->n_tokens ? *t0 + j->tile_tokens : j->n_tokens;
+    return (int)(*t1 - *t0) * j->group;
+}
+
+/* One segment of keys [k0, k1) for the rows of KV head g's tile starting at
+ * token t0: the online softmax from m = -inf, l = 0, O = 0 into m, l, o. */
+AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, int64_t k0,
+                               int64_t k1, float *m, float *l, float *o)
+{
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    const int g = (int)(task % c->n_head_kv);
-    const int64_t t0 = (task / c->n_head_kv) * j->tile_tokens;
-    const int64_t t1 = t0 + j->tile_tokens < j->n_tokens ? t0 + j->tile_tokens : j->n_tokens;
-    const int rows = (int)(t1 - t0) * j->group;
     _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
     _Alignas(32) float v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];  /* [CHUNK][hd] */
-    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
     _Alignas(32) float kr[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM]; /* K as stored: [CHUNK][hd] */
     _Alignas(32) float p[CHUNK], sc[TILE_ROWS * CHUNK];
-    float m[TILE_ROWS], l[TILE_ROWS];
     const float *q[TILE_ROWS];
     int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
     for (int r = 0; r < rows; r++) {
@@ -162,10 +170,9 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
         l[r] = 0;
     }
     memset(o, 0, (size_t)rows * (size_t)hd * sizeof *o);
-    const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
     const __m256 scale = _mm256_set1_ps(j->scale);
-    for (int64_t p0 = 0; p0 < n; p0 += CHUNK) {
-        int len = n - p0 < CHUNK ? (int)(n - p0) : CHUNK;
+    for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
+        int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
         for (int i = 0; i < len; i++) {
             load_row(c, kv_row(c, c->k, j->s, j->layer, g, p0 + i), hd, kr + i * hd);
             load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + i * hd);
@@ -182,12 +189,13 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
             __m256 a[4][2];
             UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
             for (ptrdiff_t d = 0; d < hd; d++) {
-                __m256 k0 = _mm256_load_ps(kt + d * CHUNK), k1 = _mm256_load_ps(kt + d * CHUNK + 8);
+                __m256 kk0 = _mm256_load_ps(kt + d * CHUNK),
+                       kk1 = _mm256_load_ps(kt + d * CHUNK + 8);
                 UNROLL for (int k = 0; k < 4; k++)
                 {
                     __m256 qd = _mm256_set1_ps(q[r0 + (k < nr ? k : 0)][d]);
-                    a[k][0] = _mm256_fmadd_ps(qd, k0, a[k][0]);
-                    a[k][1] = _mm256_fmadd_ps(qd, k1, a[k][1]);
+                    a[k][0] = _mm256_fmadd_ps(qd, kk0, a[k][0]);
+                    a[k][1] = _mm256_fmadd_ps(qd, kk1, a[k][1]);
                 }
             }
             UNROLL for (ptrdiff_t k = 0; k < nr; k++)
@@ -237,13 +245,123 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
             }
         }
     }
+}
+
+/* Fold one segment's (m, l, o) into a row's running (*M, *L, O), in segment
+ * order: M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike. */
+AVX2 static void merge_segment(ptrdiff_t hd, float *M, float *L, float *O, float m, float l,
+                               const float *o)
+{
+    if (m == -INFINITY) return; /* no key of the row in the segment */
+    if (*M == -INFINITY) {
+        *M = m, *L = l;
+        memcpy(O, o, (size_t)hd * sizeof *O);
+        return;
+    }
+    float mx = *M > m ? *M : m, a = expf(*M - mx), b = expf(m - mx);
+    *L = *L * a + l * b;
+    *M = mx;
+    __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    for (ptrdiff_t d = 0; d < hd; d += 8)
+        _mm256_storeu_ps(O + d, _mm256_fmadd_ps(_mm256_loadu_ps(o + d), bv,
+                                                _mm256_mul_ps(_mm256_loadu_ps(O + d), av)));
+}
+
+/* The tile's rows' output, O / L. */
+static void write_rows(const flash_job *j, int g, int64_t t0, int rows, const float *L,
+                       const float *O)
+{
+    const ptrdiff_t hd = j->c->head_dim;
     for (int r = 0; r < rows; r++) {
         int64_t t = t0 + r / j->group;
         int h = g * j->group + r % j->group;
         float *dst = j->out + (t * j->n_head + h) * hd;
-        float inv = 1.0f / l[r];
-        for (int d = 0; d < hd; d++) dst[d] = o[r * hd + d] * inv;
+        float inv = 1.0f / L[r];
+        for (ptrdiff_t d = 0; d < hd; d++) dst[d] = O[r * hd + d] * inv;
     }
+}
+
+/* Keys [k0, k1) of segment seg for a tile whose last token sees n keys. */
+static void segment_keys(const flash_job *j, int64_t seg, int64_t n, int64_t *k0, int64_t *k1)
+{
+    *k0 = seg * FLASH_SEGMENT;
+    *k1 = *k0 + FLASH_SEGMENT < n ? *k0 + FLASH_SEGMENT : n;
+    (void)j;
+}
+
+/* A task: one KV head and a tile, every segment in turn, folded as they end. */
+AVX2 static void flash_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const flash_job *j = ctx;
+    const ptrdiff_t hd = j->c->head_dim;
+    const int g = (int)(task % j->c->n_head_kv);
+    int64_t t0, t1;
+    const int rows = tile_rows(j, task / j->c->n_head_kv, &t0, &t1);
+    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    float m[TILE_ROWS], l[TILE_ROWS], M[TILE_ROWS], L[TILE_ROWS];
+    for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
+    const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
+    for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
+        int64_t k0, k1;
+        segment_keys(j, seg, n, &k0, &k1);
+        flash_segment(j, g, t0, rows, k0, k1, m, l, o);
+        for (int r = 0; r < rows; r++)
+            merge_segment(hd, &M[r], &L[r], O + r * hd, m[r], l[r], o + r * hd);
+    }
+    write_rows(j, g, t0, rows, L, O);
+}
+
+/* Split mode (flash-decoding): a task is one KV head, tile and segment; its
+ * rows' (m, l, O) go to j->part for flash_merge_task. */
+AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const flash_job *j = ctx;
+    const ptrdiff_t hd = j->c->head_dim, stride = hd + 2;
+    const int64_t seg = task % j->n_seg, gt = task / j->n_seg;
+    const int g = (int)(gt % j->c->n_head_kv);
+    int64_t t0, t1;
+    const int rows = tile_rows(j, gt / j->c->n_head_kv, &t0, &t1);
+    float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
+    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    float m[TILE_ROWS], l[TILE_ROWS];
+    const int64_t n = j->pos0 + t1;
+    if (seg * FLASH_SEGMENT >= n) { /* past this tile's keys: nothing */
+        for (int r = 0; r < rows; r++) part[r * stride] = -INFINITY;
+        return;
+    }
+    int64_t k0, k1;
+    segment_keys(j, seg, n, &k0, &k1);
+    flash_segment(j, g, t0, rows, k0, k1, m, l, o);
+    for (int r = 0; r < rows; r++) {
+        part[r * stride] = m[r];
+        part[r * stride + 1] = l[r];
+        memcpy(part + r * stride + 2, o + r * hd, (size_t)hd * sizeof *o);
+    }
+}
+
+/* Split mode's second pass: a KV head and tile, its segments folded in order
+ * (the same folds as flash_task, so the results are bit-identical). */
+AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
+{
+    (void)thread;
+    const flash_job *j = ctx;
+    const ptrdiff_t hd = j->c->head_dim, stride = hd + 2;
+    const int g = (int)(gt % j->c->n_head_kv);
+    int64_t t0, t1;
+    const int rows = tile_rows(j, gt / j->c->n_head_kv, &t0, &t1);
+    _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    float M[TILE_ROWS], L[TILE_ROWS];
+    for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
+    for (int64_t seg = 0; seg < j->n_seg; seg++) {
+        const float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
+        for (int r = 0; r < rows; r++)
+            merge_segment(hd, &M[r], &L[r], O + r * hd, part[r * stride], part[r * stride + 1],
+                          part + r * stride + 2);
+    }
+    write_rows(j, g, t0, rows, L, O);
 }
 
 int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
@@ -266,7 +384,22 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         .out = out,
     };
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
-    cpu_threadpool_run(pool, j.n_tiles * c->n_head_kv, flash_task, &j);
+    j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
+    int64_t tasks = j.n_tiles * c->n_head_kv;
+    int threads = pool ? cpu_threadpool_size(pool) : 1;
+    /* few tasks for the threads and several segments: split the keys too */
+    if (j.n_seg > 1 && tasks < 2 * (int64_t)threads) {
+        size_t bytes =
+            (size_t)(tasks * j.n_seg) * TILE_ROWS * (size_t)(c->head_dim + 2) * sizeof(float);
+        j.part = malloc(bytes);
+    }
+    if (j.part) {
+        cpu_threadpool_run(pool, tasks * j.n_seg, flash_split_task, &j);
+        cpu_threadpool_run(pool, tasks, flash_merge_task, &j);
+        free(j.part);
+    } else { /* (without memory for the parts: the same folds in one pass) */
+        cpu_threadpool_run(pool, tasks, flash_task, &j);
+    }
     return 1;
 }
 
