@@ -20,7 +20,9 @@ Runs, interleaved, best of --reps, each on the same GGUF and threads:
 For each: decode tokens/s (after the first token), and for deepinfer the
 drafts verified and kept. Every run's greedy tokens are checked equal to its
 own non-speculative run (lossless). Ratios last: di-spec / di,
-llama-pl / llama, and di-spec / llama-pl (> 1: deepinfer faster).
+llama-pl / llama, and di-spec / llama-pl (> 1: deepinfer faster); di-spec / di
+and di-fixed / di are the median over the reps of each rep's ratio to the di
+run just before it (the same moment of a shared machine's load).
 
 With --concurrent N (16 by default; 0: not), the three deepinfer runs again
 with N copies of each request at once (engines of max_running N): their
@@ -33,6 +35,7 @@ Needs the deepinfer Python package (bindings/python) and, for the anchor,
 llama-cpp-python (the model-oracle venv: scripts/oracle-venv.sh --model).
 """
 import argparse
+from statistics import median
 import os
 import subprocess
 import sys
@@ -178,13 +181,16 @@ def main():
         for _ in range(args.reps):
             ref, r, *_ = run_di(di, toks, args.gen)
             best["di"] = max(best.get("di", 0), r)
+            plain = r
             out, r, drafted, kept, _ = run_di(di_spec, toks, args.gen)
+            best.setdefault("pairs-spec", []).append(r / plain)
             assert out == ref, f"{name}: speculation changed the output"
             best["di-spec"] = max(best.get("di-spec", 0), r)
             best["drafts"] = (drafted, kept)
             out, r, drafted, kept, _ = run_di(di_fixed, toks, args.gen)
             assert out == ref, f"{name}: fixed-length speculation changed the output"
             best["di-fixed"] = max(best.get("di-fixed", 0), r)
+            best.setdefault("pairs-fixed", []).append(r / plain)
             best["fixed-drafts"] = (drafted, kept)
             if anchor:
                 lref, r = run_llama(llama, toks, args.gen)
@@ -196,14 +202,18 @@ def main():
                 outs, r, *_ = run_di_many(conc["di"], toks, args.gen, n_conc)
                 assert all(o == ref for o in outs), f"{name}: batched output differs"
                 best["c-di"] = max(best.get("c-di", 0), r)
+                plain = r
                 for key in ("di-spec", "di-fixed"):
                     outs, r, drafted, kept = run_di_many(conc[key], toks, args.gen, n_conc)
                     assert all(o == ref for o in outs), f"{name}: {key} x{n_conc} changed it"
                     best["c-" + key] = max(best.get("c-" + key, 0), r)
+                    best.setdefault("c-pairs-" + key, []).append(r / plain)
                     best["c-" + key + "-drafts"] = (drafted, kept)
         rows.append((name, len(toks), best))
     print(f"model {os.path.basename(model)}, threads {args.threads}, {args.gen} tokens, "
-          f"draft {args.draft}, best of {args.reps}; decode tokens/s")
+          f"draft {args.draft}, best of {args.reps}; decode tokens/s; di-spec/di and "
+          f"di-fixed/di: the median over the reps of each rep's ratio to the di run just "
+          f"before it; load average {os.getloadavg()[0]:.1f}")
     print("| workload | prompt | di | di-spec (kept/verified) | di-fixed (kept/verified) | "
           "llama | llama-pl | di-spec/di | di-fixed/di | llama-pl/llama | di-spec/llama-pl |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -214,7 +224,7 @@ def main():
         cells = [name, str(n), f"{b['di']:.1f}", f"{b['di-spec']:.1f} ({k}/{d})",
                  f"{b['di-fixed']:.1f} ({fk}/{fd})",
                  f"{la:.1f}" if la else "-", f"{lp:.1f}" if lp else "-",
-                 f"{b['di-spec'] / b['di']:.2f}", f"{b['di-fixed'] / b['di']:.2f}",
+                 f"{median(b['pairs-spec']):.2f}", f"{median(b['pairs-fixed']):.2f}",
                  f"{lp / la:.2f}" if la else "-",
                  f"{b['di-spec'] / lp:.2f}" if lp else "-"]
         print("| " + " | ".join(cells) + " |")
@@ -230,8 +240,8 @@ def main():
             d, k = b["c-di-spec-drafts"]
             fd, fk = b["c-di-fixed-drafts"]
             print(f"| {name} | {b['c-di']:.1f} | {b['c-di-spec']:.1f} ({k}/{d}) | "
-                  f"{b['c-di-fixed']:.1f} ({fk}/{fd}) | {b['c-di-spec'] / b['c-di']:.2f} | "
-                  f"{b['c-di-fixed'] / b['c-di']:.2f} |")
+                  f"{b['c-di-fixed']:.1f} ({fk}/{fd}) | {median(b['c-pairs-di-spec']):.2f} | "
+                  f"{median(b['c-pairs-di-fixed']):.2f} |")
         for e in conc.values():
             e.close()
     di.close()

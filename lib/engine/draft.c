@@ -87,8 +87,9 @@ int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate 
 
 static int bucket_of(int64_t n)
 {
-    int b = 0;
-    while (b + 1 < DRAFT_PROFILE_BUCKETS && ((int64_t)1 << b) < n) b++;
+    if (n <= DRAFT_PROFILE_EXACT) return (int)n - 1;
+    int b = DRAFT_PROFILE_EXACT; /* (32, 64], (64, 128], ... */
+    while (b + 1 < DRAFT_PROFILE_BUCKETS && ((int64_t)DRAFT_PROFILE_EXACT << (b - 31)) < n) b++;
     return b;
 }
 

@@ -126,10 +126,12 @@ void drafter_destroy(drafter *d);
 
 /* A step's cost as the engine measures it: wall time against the tokens a
  * step computes, kept current by every step (an exponential moving average
- * per power-of-two bucket of the token count), interpolated between the
+ * per bucket of the token count: one per count up to DRAFT_PROFILE_EXACT,
+ * where a step's cost is a stair of kernel passes a bucket average would
+ * smooth away, then one per power of two), interpolated between the
  * buckets measured and extrapolated in proportion to the tokens outside
  * them. */
-enum { DRAFT_PROFILE_BUCKETS = 18 };
+enum { DRAFT_PROFILE_EXACT = 32, DRAFT_PROFILE_BUCKETS = DRAFT_PROFILE_EXACT + 13 };
 typedef struct draft_profile {
     double ns[DRAFT_PROFILE_BUCKETS], tokens[DRAFT_PROFILE_BUCKETS]; /* averages */
     int seen[DRAFT_PROFILE_BUCKETS];

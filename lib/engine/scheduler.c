@@ -841,10 +841,6 @@ static void step(sched *s)
     }
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     s->n_building = 0; /* computed: the sequences count their own tokens */
-    if (st == DI_OK && s->drafter) {
-        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
-        s->n_steps++;
-    }
     if (st != DI_OK) {
         snprintf(msg, sizeof msg, "the forward pass failed: %s", di_error_message(err));
         di_error_free(err);
@@ -918,7 +914,13 @@ static void step(sched *s)
             model_seq_truncate(m, r->seq, r->n_all - 1 + s->n_emit[i]);
         }
     }
-    if (s->drafter) measure_drafts(s, n_items);
+    if (s->drafter) {
+        /* the step's time: its forward pass and the sampling and verification
+         * of its rows (each draft adds a row to both) */
+        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
+        s->n_steps++;
+        measure_drafts(s, n_items);
+    }
     if (s->drafter && s->drafter->ops->observe) observe_step(s, n_items);
     /* The blocks this step filled can serve later requests (before any of
      * these requests ends and gives its blocks back). */
