@@ -20,16 +20,26 @@ Runs, interleaved, best of --reps, each on the same GGUF and threads:
 For each: decode tokens/s (after the first token), and for deepinfer the
 drafts verified and kept. Every run's greedy tokens are checked equal to its
 own non-speculative run (lossless). Ratios last: di-spec / di,
-llama-pl / llama, and di-spec / llama-pl (> 1: deepinfer faster).
+llama-pl / llama, and di-spec / llama-pl (> 1: deepinfer faster); di-spec / di
+and di-fixed / di are the median over the reps of each rep's ratio to the di
+run just before it (the same moment of a shared machine's load).
+
+With --concurrent N (16 by default; 0: not), the three deepinfer runs again
+with N copies of each request at once (engines of max_running N): their
+decode throughput together, every copy's tokens checked equal to the plain
+output. llama-cpp-python decodes one sequence: it has no such run.
 
     bench/speculative_bench.py [--model GGUF] [--threads 2] [--gen 128] [--draft 8]
+                               [--reps 2] [--concurrent 16]
 Needs the deepinfer Python package (bindings/python) and, for the anchor,
 llama-cpp-python (the model-oracle venv: scripts/oracle-venv.sh --model).
 """
 import argparse
+from statistics import median
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import deepinfer
@@ -84,6 +94,37 @@ def run_di(engine, tokens, gen):
     return out, rate, done.draft_tokens, done.accepted_draft_tokens, t1 - t0
 
 
+def run_di_many(engine, tokens, gen, n):
+    """n copies of the request at once: the decode throughput (generated
+    tokens/s after every request has its first token, until the last ends),
+    each request's tokens, and drafts verified and kept over all."""
+    reqs = [engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=True)
+            for _ in range(n)]
+    outs = [[] for _ in range(n)]
+    times = [[] for _ in range(n)]
+    dones = [None] * n
+
+    def drain(i):
+        for ev in reqs[i]:
+            if isinstance(ev, deepinfer.Tokens):
+                times[i].append((time.perf_counter(), len(ev.ids)))
+                outs[i] += ev.ids
+            elif isinstance(ev, deepinfer.Done):
+                dones[i] = ev
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    start = max(ts[0][0] for ts in times)
+    end = max(ts[-1][0] for ts in times)
+    count = sum(c for ts in times for (t, c) in ts if t > start)
+    rate = count / (end - start) if end > start else 0.0
+    return (outs, rate, sum(d.draft_tokens for d in dones),
+            sum(d.accepted_draft_tokens for d in dones))
+
+
 def run_llama(llm, tokens, gen):
     llm.reset()
     out = []
@@ -106,6 +147,8 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--draft", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--concurrent", type=int, default=16,
+                    help="also run this many copies of each request at once (0: not)")
     args = ap.parse_args()
     model = args.model or asset_path()
     di = deepinfer.Engine(model, n_threads=args.threads, max_running=1)
@@ -113,6 +156,12 @@ def main():
                                speculative_tokens=args.draft)
     di_fixed = deepinfer.Engine(model, n_threads=args.threads, max_running=1,
                                 speculative_tokens=args.draft, speculative_fixed=True)
+    n_conc = args.concurrent
+    if n_conc > 0:
+        conc = {name: deepinfer.Engine(model, n_threads=args.threads, max_running=n_conc,
+                                       speculative_tokens=k, speculative_fixed=fixed)
+                for name, k, fixed in [("di", 0, False), ("di-spec", args.draft, False),
+                                       ("di-fixed", args.draft, True)]}
     try:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -132,13 +181,16 @@ def main():
         for _ in range(args.reps):
             ref, r, *_ = run_di(di, toks, args.gen)
             best["di"] = max(best.get("di", 0), r)
+            plain = r
             out, r, drafted, kept, _ = run_di(di_spec, toks, args.gen)
+            best.setdefault("pairs-spec", []).append(r / plain)
             assert out == ref, f"{name}: speculation changed the output"
             best["di-spec"] = max(best.get("di-spec", 0), r)
             best["drafts"] = (drafted, kept)
             out, r, drafted, kept, _ = run_di(di_fixed, toks, args.gen)
             assert out == ref, f"{name}: fixed-length speculation changed the output"
             best["di-fixed"] = max(best.get("di-fixed", 0), r)
+            best.setdefault("pairs-fixed", []).append(r / plain)
             best["fixed-drafts"] = (drafted, kept)
             if anchor:
                 lref, r = run_llama(llama, toks, args.gen)
@@ -146,9 +198,22 @@ def main():
                 lout, r = run_llama(llama_pl, toks, args.gen)
                 best["llama-pl"] = max(best.get("llama-pl", 0), r)
                 best["llama-same"] = lout == lref
+            if n_conc > 0:  # n at once: every request's tokens are the plain one's
+                outs, r, *_ = run_di_many(conc["di"], toks, args.gen, n_conc)
+                assert all(o == ref for o in outs), f"{name}: batched output differs"
+                best["c-di"] = max(best.get("c-di", 0), r)
+                plain = r
+                for key in ("di-spec", "di-fixed"):
+                    outs, r, drafted, kept = run_di_many(conc[key], toks, args.gen, n_conc)
+                    assert all(o == ref for o in outs), f"{name}: {key} x{n_conc} changed it"
+                    best["c-" + key] = max(best.get("c-" + key, 0), r)
+                    best.setdefault("c-pairs-" + key, []).append(r / plain)
+                    best["c-" + key + "-drafts"] = (drafted, kept)
         rows.append((name, len(toks), best))
     print(f"model {os.path.basename(model)}, threads {args.threads}, {args.gen} tokens, "
-          f"draft {args.draft}, best of {args.reps}; decode tokens/s")
+          f"draft {args.draft}, best of {args.reps}; decode tokens/s; di-spec/di and "
+          f"di-fixed/di: the median over the reps of each rep's ratio to the di run just "
+          f"before it; load average {os.getloadavg()[0]:.1f}")
     print("| workload | prompt | di | di-spec (kept/verified) | di-fixed (kept/verified) | "
           "llama | llama-pl | di-spec/di | di-fixed/di | llama-pl/llama | di-spec/llama-pl |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -159,12 +224,26 @@ def main():
         cells = [name, str(n), f"{b['di']:.1f}", f"{b['di-spec']:.1f} ({k}/{d})",
                  f"{b['di-fixed']:.1f} ({fk}/{fd})",
                  f"{la:.1f}" if la else "-", f"{lp:.1f}" if lp else "-",
-                 f"{b['di-spec'] / b['di']:.2f}", f"{b['di-fixed'] / b['di']:.2f}",
+                 f"{median(b['pairs-spec']):.2f}", f"{median(b['pairs-fixed']):.2f}",
                  f"{lp / la:.2f}" if la else "-",
                  f"{b['di-spec'] / lp:.2f}" if lp else "-"]
         print("| " + " | ".join(cells) + " |")
         if la and not b.get("llama-same"):
             print(f"  note: llama-pl's tokens differ from llama's on {name}")
+    if n_conc > 0:
+        print(f"\n{n_conc} concurrent copies of each request (max_running {n_conc}); decode "
+              "tokens/s of all of them together (after the last first token)")
+        print("| workload | di | di-spec (kept/verified) | di-fixed (kept/verified) | "
+              "di-spec/di | di-fixed/di |")
+        print("|---|---|---|---|---|---|")
+        for name, n, b in rows:
+            d, k = b["c-di-spec-drafts"]
+            fd, fk = b["c-di-fixed-drafts"]
+            print(f"| {name} | {b['c-di']:.1f} | {b['c-di-spec']:.1f} ({k}/{d}) | "
+                  f"{b['c-di-fixed']:.1f} ({fk}/{fd}) | {median(b['c-pairs-di-spec']):.2f} | "
+                  f"{median(b['c-pairs-di-fixed']):.2f} |")
+        for e in conc.values():
+            e.close()
     di.close()
     di_spec.close()
     di_fixed.close()

@@ -87,8 +87,9 @@ int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate 
 
 static int bucket_of(int64_t n)
 {
-    int b = 0;
-    while (b + 1 < DRAFT_PROFILE_BUCKETS && ((int64_t)1 << b) < n) b++;
+    if (n <= DRAFT_PROFILE_EXACT) return (int)n - 1;
+    int b = DRAFT_PROFILE_EXACT; /* (32, 64], (64, 128], ... */
+    while (b + 1 < DRAFT_PROFILE_BUCKETS && ((int64_t)DRAFT_PROFILE_EXACT << (b - 31)) < n) b++;
     return b;
 }
 
@@ -174,4 +175,56 @@ int64_t draft_allocate(const draft_profile *p, int n, const int *avail, const do
         k[next_draft(n, avail, gains, stride, k, &gain)]++;
     }
     return best_total;
+}
+
+int draft_class(float conf)
+{
+    if (!(conf > 0)) return 0; /* NaN too */
+    int c = (int)(conf * DRAFT_CLASSES);
+    return c < DRAFT_CLASSES ? c : DRAFT_CLASSES - 1;
+}
+
+void draft_accept_add(draft_accept *a, int cls, int64_t run, int kept)
+{
+    if (cls < 0 || cls >= DRAFT_CLASSES || run < 0) return;
+    int t = run < DRAFT_RUNS ? (int)run : DRAFT_RUNS - 1;
+    a->kept[cls][t] += kept ? 1.0f : 0.0f;
+    a->tested[cls][t] += 1.0f;
+    if (a->tested[cls][t] >= DRAFT_ACCEPT_WINDOW) {
+        a->kept[cls][t] *= 0.5f;
+        a->tested[cls][t] *= 0.5f;
+    }
+}
+
+/* a's estimate of cell (cls, t): its counts plus DRAFT_ACCEPT_PRIOR
+ * pseudo-counts of p; p where a is NULL. */
+static double posterior(const draft_accept *a, int cls, int t, double p)
+{
+    if (!a) return p;
+    return ((double)a->kept[cls][t] + DRAFT_ACCEPT_PRIOR * p) /
+           ((double)a->tested[cls][t] + DRAFT_ACCEPT_PRIOR);
+}
+
+void draft_gains(const draft_accept *engine, const draft_accept *req, const float *conf, int n,
+                 int64_t run, double *gain)
+{
+    double g = 1.0;
+    if (run < 0) run = 0;
+    for (int j = 0; j < n; j++) {
+        int c = draft_class(conf[j]);
+        double p = conf[j] > 0 ? (conf[j] < 1 ? (double)conf[j] : 1.0) : 0.0;
+        int64_t at = run + j;
+        int last = at < DRAFT_RUNS ? (int)at : DRAFT_RUNS - 1;
+        /* walk the runs up to this draft's, each estimate the prior of the
+         * next; past DRAFT_RUNS - 1 the last cell */
+        double e = 0, r = 0;
+        for (int t = 0; t <= last; t++) {
+            double e_prev = e;
+            e = posterior(engine, c, t, t == 0 ? p : e);
+            double prior = t == 0 ? e : (e_prev > 0 ? r * e / e_prev : e);
+            r = posterior(req, c, t, prior < 1 ? prior : 1.0);
+        }
+        g *= r;
+        gain[j] = g;
+    }
 }

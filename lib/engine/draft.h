@@ -126,10 +126,12 @@ void drafter_destroy(drafter *d);
 
 /* A step's cost as the engine measures it: wall time against the tokens a
  * step computes, kept current by every step (an exponential moving average
- * per power-of-two bucket of the token count), interpolated between the
+ * per bucket of the token count: one per count up to DRAFT_PROFILE_EXACT,
+ * where a step's cost is a stair of kernel passes a bucket average would
+ * smooth away, then one per power of two), interpolated between the
  * buckets measured and extrapolated in proportion to the tokens outside
  * them. */
-enum { DRAFT_PROFILE_BUCKETS = 18 };
+enum { DRAFT_PROFILE_EXACT = 32, DRAFT_PROFILE_BUCKETS = DRAFT_PROFILE_EXACT + 13 };
 typedef struct draft_profile {
     double ns[DRAFT_PROFILE_BUCKETS], tokens[DRAFT_PROFILE_BUCKETS]; /* averages */
     int seen[DRAFT_PROFILE_BUCKETS];
@@ -140,12 +142,48 @@ void draft_profile_add(draft_profile *p, int64_t n_tokens, double ns);
  * measured yet. */
 double draft_profile_cost(const draft_profile *p, int64_t n_tokens);
 
+/* Acceptance statistics of draft tokens, measured online, per confidence
+ * class (the drafter's confidence in fifths: prompt lookup's 1-, 2- and
+ * 3-token matches fall in classes 1, 2 and 3) and per run: how many tokens
+ * in a row the drafter had predicted right before the draft (its match has
+ * been copying for that long). For each (class, run) cell: how many drafts
+ * were compared with the token the request emitted there, and how many
+ * equalled it — the conditional acceptance at that run length, a hazard
+ * curve rather than one rate for every draft: a copy that has been right for
+ * twenty tokens is likelier to go on than a fresh match. Runs from
+ * DRAFT_RUNS - 1 up share the last cell. A cell that reaches
+ * DRAFT_ACCEPT_WINDOW comparisons halves both counts, so the statistics
+ * follow the workload. */
+enum { DRAFT_CLASSES = 5, DRAFT_RUNS = 32, DRAFT_ACCEPT_WINDOW = 256, DRAFT_ACCEPT_PRIOR = 2 };
+typedef struct draft_accept {
+    float kept[DRAFT_CLASSES][DRAFT_RUNS], tested[DRAFT_CLASSES][DRAFT_RUNS];
+} draft_accept;
+
+/* The confidence class of a draft of confidence conf in [0, 1]. */
+int draft_class(float conf);
+/* Record that a draft of class cls after a run of `run` right predictions
+ * was compared: kept 1 or 0. */
+void draft_accept_add(draft_accept *a, int cls, int64_t run, int kept);
+/* The expected tokens each of a request's n drafts adds (gain[j]: the
+ * probability that drafts 0..j are all kept) when the drafter has been right
+ * `run` tokens in a row before draft 0 (draft j then follows a run of
+ * run + j), from the drafts' confidences conf[j] and the measured
+ * statistics: the engine's (all requests) and the request's own (NULL:
+ * none). The conditional acceptance of class c after a run of t is
+ * estimated level by level, each with DRAFT_ACCEPT_PRIOR pseudo-counts of
+ * the level above: the engine's from the drafter's confidence at t = 0 and
+ * from its own estimate at t - 1 beyond it; the request's from the engine's
+ * at t = 0, and beyond it from its own at t - 1 times the engine's ratio of
+ * t to t - 1 (the request's level, the engine's shape). Deterministic: no
+ * timing. */
+void draft_gains(const draft_accept *engine, const draft_accept *req, const float *conf, int n,
+                 int64_t run, double *gain);
+
 /* Confidence-scheduled verification (the idea of DeepSeek's DSpark): how
  * many of its proposed drafts each of n requests verifies this step. Request
  * i has avail[i] drafts; gain[i * stride + j] is the expected tokens its
  * (j+1)-th draft adds — the probability that it and every draft before it
- * are kept (the product of per-draft confidences, each the drafter's blended
- * with the request's running acceptance rate), non-increasing in j. The drafts are ordered by
+ * are kept (draft_gains), non-increasing in j. The drafts are ordered by
  * expected gain (largest first), and the prefix of that order within `budget` with the highest
  * expected tokens per unit of time (decoders' tokens, base_work the other work of the step, plus
  * the drafts' expected gain, over the profile's cost of base_tokens plus the

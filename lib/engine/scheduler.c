@@ -51,6 +51,7 @@ struct sched {
     int n_draft, draft_fixed;
     drafter *drafter;      /* owned; NULL when off */
     draft_profile profile; /* step time against tokens per step (draft_allocate) */
+    draft_accept accept;   /* every request's drafts' acceptance (draft_gains) */
     uint64_t n_steps;
     int *avail, *k_plan; /* [max_running]: draft_allocate's arguments */
     double *gain;        /* [max_running, n_draft] */
@@ -76,6 +77,8 @@ void sched_request_free(sched_request *r)
     free(r->stop_ids);
     free(r->keys);
     free(r->q);
+    free(r->draft_tok);
+    free(r->draft_cls);
     free(r->followers);
     sampler_free(r->smp);
     free(r);
@@ -462,6 +465,17 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
         r->tokens = p;
         r->cap = cap;
     }
+    if (!r->draft_tok) {
+        r->draft_tok = malloc((size_t)s->n_draft * sizeof *r->draft_tok);
+        r->draft_cls = malloc((size_t)s->n_draft);
+        if (!r->draft_tok || !r->draft_cls) {
+            free(r->draft_tok);
+            free(r->draft_cls);
+            r->draft_tok = NULL;
+            r->draft_cls = NULL;
+            return -1;
+        }
+    }
     if (s->drafter->gives_q && !r->q && sampler_get_params(r->smp)->temperature > 0.0f) {
         r->q = malloc((size_t)s->n_draft * (size_t)s->n_vocab * sizeof *r->q);
         if (!r->q) return -1;
@@ -478,8 +492,8 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
 }
 
 /* This step's drafts: every decoding request's proposals, and how many each
- * verifies (draft_allocate: its acceptance rate so far — two pseudo-counts of
- * a prior from its match length — against the step-time profile). Every
+ * verifies (draft_allocate: the expected tokens of draft_gains, from the
+ * acceptance measure_drafts measured, against the step-time profile). Every
  * 16th step verifies one draft more than the plan, and every 16th after the
  * 8th none when the plan has some, so the profile keeps measuring the steps
  * next to the ones the plan chooses. */
@@ -503,9 +517,10 @@ static void plan_drafts(sched *s, int64_t budget)
         s->dreq_r[n++] = r;
     }
     if (n > 0) s->drafter->ops->propose(s->drafter, s->dreq, n);
-    /* Each draft's gain: the probability that it and all before it are kept,
-     * a per-draft rate blending the request's acceptance so far with the
-     * drafter's confidence (two pseudo-counts of it). Sampled drafts (with q)
+    /* Each draft's gain: the probability that it and all before it are kept
+     * (draft_gains: by its confidence class and how long the drafter has
+     * been right, from the engine's and the request's measured acceptance,
+     * the drafter's confidence before any). Sampled drafts (with q)
      * are all verified, as the budget allows: the draft model paid for them,
      * and a fixed plan keeps a seeded request's output independent of the
      * batch. */
@@ -516,12 +531,12 @@ static void plan_drafts(sched *s, int64_t budget)
         r->n_proposed = dr->n;
         r->has_q = dr->has_q && dr->n > 0;
         s->avail[i] = r->has_q ? 0 : dr->n;
-        double g = 1.0;
+        if (dr->n == 0) r->draft_run = 0; /* no match: a new one starts afresh */
+        draft_gains(&s->accept, &r->accept, dr->conf, dr->n, r->draft_run,
+                    s->gain + (size_t)i * (size_t)stride);
         for (int j = 0; j < dr->n; j++) {
-            double a =
-                ((double)r->n_accepted + 2 * (double)dr->conf[j]) / ((double)r->n_tested + 2);
-            g *= a;
-            s->gain[(size_t)i * (size_t)stride + (size_t)j] = g;
+            r->draft_tok[j] = dr->out[j];
+            r->draft_cls[j] = (unsigned char)draft_class(dr->conf[j]);
         }
         n_sched += s->avail[i] > 0;
     }
@@ -560,6 +575,31 @@ static void plan_drafts(sched *s, int64_t budget)
             total += s->k_plan[i];
         }
         r->k_step = s->k_plan[i];
+    }
+}
+
+/* Measure the drafts of the step's decoding requests (draft_gains'
+ * statistics): each emitted token against the proposal at its place, while
+ * they agree. A point-mass draft (prompt lookup, greedy drafting) is kept
+ * exactly when it equals the token the request emits there, so its proposals
+ * that were not verified are measured too — against the token after the
+ * last kept draft, a plain sample — and the statistics do not depend on how
+ * many the plan verified: speculation the plan did not choose is still
+ * observed. Sampled drafts are measured where verified. */
+static void measure_drafts(sched *s, int n_items)
+{
+    for (int i = 0; i < n_items; i++) {
+        sched_request *r = s->item_req[i];
+        if (s->items[i].want_logits == 0 || r->n_proposed <= 0 || s->item_st[i] != DI_OK) continue;
+        const int32_t *out = s->emit + (size_t)i * (size_t)(1 + s->n_draft);
+        int n = r->has_q ? s->items[i].want_logits - 1 : r->n_proposed;
+        for (int j = 0; j < n && j < s->n_emit[i]; j++) {
+            int kept = out[j] == r->draft_tok[j];
+            draft_accept_add(&s->accept, r->draft_cls[j], r->draft_run, kept);
+            draft_accept_add(&r->accept, r->draft_cls[j], r->draft_run, kept);
+            r->draft_run = kept ? r->draft_run + 1 : 0;
+            if (!kept) break;
+        }
     }
 }
 
@@ -801,10 +841,6 @@ static void step(sched *s)
     }
     di_status st = model_forward_batch(m, s->items, n_items, s->logits, &err);
     s->n_building = 0; /* computed: the sequences count their own tokens */
-    if (st == DI_OK && s->drafter) {
-        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
-        s->n_steps++;
-    }
     if (st != DI_OK) {
         snprintf(msg, sizeof msg, "the forward pass failed: %s", di_error_message(err));
         di_error_free(err);
@@ -865,7 +901,6 @@ static void step(sched *s)
             if (is_stop(r, tok) || n_out >= r->max_tokens || r->n_all + s->n_emit[i] >= s->n_ctx)
                 break;
             if (j + 1 < rows) {
-                r->n_tested++;
                 if (!kept) break; /* rejected: tok is the correction */
                 accepted++;
             }
@@ -878,6 +913,13 @@ static void step(sched *s)
              * the tokens before the last one emitted */
             model_seq_truncate(m, r->seq, r->n_all - 1 + s->n_emit[i]);
         }
+    }
+    if (s->drafter) {
+        /* the step's time: its forward pass and the sampling and verification
+         * of its rows (each draft adds a row to both) */
+        draft_profile_add(&s->profile, step_tokens, (double)(now_ns() - t0));
+        s->n_steps++;
+        measure_drafts(s, n_items);
     }
     if (s->drafter && s->drafter->ops->observe) observe_step(s, n_items);
     /* The blocks this step filled can serve later requests (before any of

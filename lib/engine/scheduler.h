@@ -73,13 +73,16 @@ typedef struct sched_request {
     int64_t n_cached;       /* prompt tokens the prefix cache held at first admission */
     int64_t n_drafted;      /* draft tokens verified (speculative decoding) */
     int64_t n_accepted;     /* of them, those kept */
-    int64_t n_tested;       /* drafts compared with the target's sample (kept or the first not) */
     int n_proposed, k_step; /* this step's proposals, and those verified */
     int has_q;              /* 1: this step's drafts were sampled, q holds their distributions */
     int recomputing;        /* 1: pre-empted, and no token emitted since */
     float *q;               /* [n_draft, n_vocab] (a drafter that samples), or NULL; owned */
-    void *draft_state;      /* the drafter's (draft.h), released when the request stops running */
-    uint64_t *keys;         /* the prompt's block keys, for the tiers (computed once); owned */
+    draft_accept accept;    /* its drafts' acceptance by confidence class and run */
+    int64_t draft_run;      /* tokens in a row its drafter predicted right */
+    int32_t *draft_tok; /* [n_draft]: this step's proposals (emitted tokens overwrite r->tokens') */
+    unsigned char *draft_cls; /* [n_draft]: their confidence classes; owned with draft_tok */
+    void *draft_state;        /* the drafter's (draft.h), released when the request stops running */
+    uint64_t *keys;           /* the prompt's block keys, for the tiers (computed once); owned */
     int64_t n_keys;
     int64_t restore_since_ns; /* 0, or when it began waiting on restores */
     /* Chat `n` (sched_submit_group): the choices of one request share its id;

@@ -153,6 +153,67 @@ static void test_confidence_scheduled_allocation(void **state)
     assert_int_equal(n, 3); /* 4 tokens: (1 + .95 + .90 + .86) / 2050 beats 1 / 1000 */
 }
 
+/* The expected gains follow the measured acceptance by run length and
+ * confidence class (the oracle: the process that generated the
+ * observations, whose survival curve is known exactly). A copy whose drafter
+ * is right for 7 tokens and then wrong (a line number it cannot know), over
+ * and over: after a run of t right predictions the next is kept exactly when
+ * t < 7, so a request at run 0 keeps drafts 0..6 (gain 1) and never draft 7,
+ * and one at run 5 keeps two. One rate for every draft (the pooled 7/8, as
+ * the rule before it) would give 0.875^7 = 0.39 for draft 6 and 0.34 for
+ * draft 7: this fails it. */
+static void test_draft_gains_follow_measured_acceptance(void **state)
+{
+    (void)state;
+    draft_accept engine = {0}, req = {0};
+    const float conf3[8] = {0.65f, 0.65f, 0.65f, 0.65f, 0.65f, 0.65f, 0.65f, 0.65f};
+    const int c3 = draft_class(0.65f), c1 = draft_class(0.3f);
+    assert_true(c3 == 3 && c1 == 1 && draft_class(1.0f) == DRAFT_CLASSES - 1);
+    assert_int_equal(draft_class(0.0f), 0);
+    for (int tok = 0; tok < 2000; tok++) { /* the stream, as measure_drafts sees it */
+        int t = tok % 8;
+        draft_accept_add(&engine, c3, t, t < 7);
+        draft_accept_add(&req, c3, t, t < 7);
+    }
+    double gain[8];
+    draft_gains(&engine, &req, conf3, 8, 0, gain);
+    for (int j = 0; j < 7; j++) assert_true(gain[j] > 0.95);
+    assert_true(gain[7] < 0.05);
+    draft_gains(&engine, &req, conf3, 8, 5, gain); /* drafts 0, 1 at runs 5, 6 */
+    assert_true(gain[1] > 0.95 && gain[2] < 0.05);
+    draft_gains(&engine, NULL, conf3, 8, 0, gain); /* a new request: the engine's */
+    assert_true(gain[6] > 0.95 && gain[7] < 0.05);
+    /* no statistics: the drafter's confidence, draft after draft */
+    draft_accept none = {0};
+    draft_gains(&none, NULL, conf3, 3, 0, gain);
+    assert_true(fabs(gain[2] - 0.65 * 0.65 * 0.65) < 1e-6);
+    /* the class counts: 1-token matches (0.3) never kept, 3-token ones always,
+     * in the same request */
+    draft_accept mixed = {0};
+    for (int i = 0; i < 200; i++) {
+        draft_accept_add(&mixed, c1, 0, 0);
+        draft_accept_add(&mixed, c3, 0, 1);
+    }
+    const float one[1] = {0.3f}, three[1] = {0.65f};
+    double g1, g3;
+    draft_gains(&mixed, &mixed, one, 1, 0, &g1);
+    draft_gains(&mixed, &mixed, three, 1, 0, &g3);
+    assert_true(g1 < 0.05 && g3 > 0.95);
+    /* the request's own level wins over the engine's: a request whose drafts
+     * are never kept (free chat) in an engine that copies */
+    draft_accept free_chat = {0};
+    for (int i = 0; i < 20; i++) draft_accept_add(&free_chat, c3, 0, 0);
+    draft_gains(&engine, &free_chat, conf3, 2, 0, gain);
+    assert_true(gain[0] < 0.15 && gain[1] < gain[0]);
+    /* the window: old counts fade, so the estimate follows a new workload */
+    draft_accept w = {0};
+    for (int i = 0; i < 4 * DRAFT_ACCEPT_WINDOW; i++) draft_accept_add(&w, c3, 0, 1);
+    for (int i = 0; i < DRAFT_ACCEPT_WINDOW; i++) draft_accept_add(&w, c3, 0, 0);
+    assert_true(w.tested[c3][0] < DRAFT_ACCEPT_WINDOW);
+    draft_gains(&w, NULL, three, 1, 0, &g3);
+    assert_true(g3 < 0.5);
+}
+
 /* --- speculative sampling, checked statistically ---------------------------
  * The target distribution is computed here from the model's logits (written
  * by transformers: the fixtures' sequence_logits.f32) and the sampling
@@ -1139,6 +1200,7 @@ int main(void)
         cmocka_unit_test(test_prompt_lookup),
         cmocka_unit_test(test_prompt_lookup_drafter),
         cmocka_unit_test(test_confidence_scheduled_allocation),
+        cmocka_unit_test(test_draft_gains_follow_measured_acceptance),
         cmocka_unit_test(test_speculative_sampling_matches_target),
         cmocka_unit_test(test_point_mass_draft_is_the_plain_draw),
         cmocka_unit_test(test_lossless_tiny),
