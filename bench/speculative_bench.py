@@ -3,11 +3,15 @@
 (docs/speculative.md).
 
 Workloads (SmolLM2-135M-Instruct's ChatML prompts, tokenized once by deepinfer
-and fed as the same token IDs to everyone), greedy, --gen tokens each:
-  copy  "Repeat this code exactly" over a 40-line Python file (the output
-        copies its context: where drafting pays)
-  edit  a JSON object to return with one field changed
-  free  a question whose answer copies nothing (drafting's overhead)
+and fed as the same token IDs to everyone), greedy, --gen tokens each; the
+issue's three are rewrite, quote and free:
+  rewrite  an agent's edit: a 300-line Python module to return whole with one
+           function renamed everywhere (the issue's (a))
+  quote    a 30-paragraph document and a request to quote one paragraph word
+           for word (the issue's (b))
+  free     a question whose answer copies nothing (drafting's overhead, (c))
+  copy     "Repeat this code exactly" over a 40-line Python file
+  edit     a JSON object to return with one field changed
 
 Runs, interleaved, best of --reps, each on the same GGUF and threads:
   di        deepinfer, speculative_tokens 0
@@ -54,10 +58,66 @@ JSON = ('{"id": 4182, "name": "Ada Lovelace", "email": "ada@example.com", "roles
         '"projects": [{"id": 1, "title": "Analytical Engine", "status": "active"}, {"id": 2, '
         '"title": "Notes", "status": "archived"}]}')
 
+
+def module_source():
+    """A 300-line Python module (deterministic): an inventory service whose
+    helpers call compute_total, the function the rewrite renames."""
+    goods = ["bolts", "nuts", "gears", "belts", "valves", "pumps", "hoses", "seals", "cables",
+             "fuses", "relays", "motors", "sensors", "panels", "frames", "wheels", "chains",
+             "springs", "filters", "brackets", "clamps", "pipes", "washers", "rivets"]
+    lines = ['"""Inventory helpers for the warehouse service."""', "import json", "import math",
+             "", "", "def compute_total(items, rate):",
+             '    """The price of items at rate, rounded to cents."""',
+             "    return round(sum(q * p for q, p in items) * rate, 2)", "", ""]
+    for i, g in enumerate(goods):
+        lines += [f"def price_{g}(stock, discount={i % 5}):",
+                  f'    """What the {g} in stock cost after a {i % 5} % discount."""',
+                  f'    items = [(row["count"], row["unit_{i}"]) for row in stock["{g}"]]',
+                  "    if not items:",
+                  f'        return {{"kind": "{g}", "total": 0.0, "bulk": False}}',
+                  f"    # {g} are priced per unit; the discount applies to the whole order",
+                  f"    total = compute_total(items, 1 - discount / 100)",
+                  f"    if total > {100 * (i + 1)}:",
+                  f'        return {{"kind": "{g}", "total": total, "bulk": True}}',
+                  f'    return {{"kind": "{g}", "total": total, "bulk": False}}', "", ""]
+    lines += ["def report(stock):", '    """Every kind\'s price, as JSON."""',
+              "    rows = [f(stock) for f in PRICERS]", "    return json.dumps(rows, indent=2)",
+              "", "", "PRICERS = [" + ", ".join(f"price_{g}" for g in goods) + "]"]
+    return "\n".join(lines) + "\n"
+
+
+def document():
+    """30 paragraphs of plain prose (deterministic); the 17th is about the
+    lighthouse keeper."""
+    places = ["harbour", "market", "bridge", "mill", "school", "library", "station", "chapel",
+              "orchard", "quarry", "bakery", "forge", "ferry", "granary", "tannery"]
+    verbs = ["opened", "closed", "moved", "grew", "changed", "burned", "flooded", "reopened"]
+    paras = []
+    for i in range(30):
+        a, b = places[i % len(places)], places[(i * 7 + 3) % len(places)]
+        v = verbs[i % len(verbs)]
+        y = 1820 + 3 * i
+        if i == 16:
+            paras.append("The lighthouse keeper, Marta Quell, kept a log of every ship that "
+                         f"passed between {y} and {y + 11}. Her entries note the weather, the "
+                         "colour of each hull and the hour it cleared the point, and they are "
+                         "the only record of the storm that took the old pier.")
+            continue
+        paras.append(f"In {y} the {a} {v} for the first time since the {b} was built. The town "
+                     f"council met {i % 4 + 2} times that year to decide what the {a} should "
+                     f"become, and the minutes record {i % 9 + 3} proposals, none of which was "
+                     f"adopted before the winter of {y + 1}.")
+    return "\n\n".join(paras)
+
+
 WORKLOADS = {
+    "rewrite": "Rename the function compute_total to total_price everywhere in this file and "
+               "return the whole file, with nothing before or after it:\n\n" + module_source(),
+    "quote": document() + "\n\nQuote, word for word, the paragraph about the lighthouse "
+             "keeper.",
+    "free": "Write a short poem about the sea at night.",
     "copy": f"Repeat this code exactly, with nothing before or after it:\n\n{CODE}",
     "edit": f"Return this JSON object unchanged except that theme is light:\n\n{JSON}",
-    "free": "Write a short poem about the sea at night.",
 }
 
 
@@ -147,25 +207,30 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--draft", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--concurrent", type=int, default=16,
                     help="also run this many copies of each request at once (0: not)")
     args = ap.parse_args()
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        ap.error(f"--workloads: unknown {', '.join(sorted(unknown))}")
     model = args.model or asset_path()
-    di = deepinfer.Engine(model, n_threads=args.threads, max_running=1)
-    di_spec = deepinfer.Engine(model, n_threads=args.threads, max_running=1,
+    di = deepinfer.Engine(model, n_threads=args.threads, max_running=1, n_ctx=8192)
+    di_spec = deepinfer.Engine(model, n_threads=args.threads, max_running=1, n_ctx=8192,
                                speculative_tokens=args.draft)
-    di_fixed = deepinfer.Engine(model, n_threads=args.threads, max_running=1,
+    di_fixed = deepinfer.Engine(model, n_threads=args.threads, max_running=1, n_ctx=8192,
                                 speculative_tokens=args.draft, speculative_fixed=True)
     n_conc = args.concurrent
     if n_conc > 0:
-        conc = {name: deepinfer.Engine(model, n_threads=args.threads, max_running=n_conc,
+        conc = {name: deepinfer.Engine(model, n_threads=args.threads, max_running=n_conc, n_ctx=8192,
                                        speculative_tokens=k, speculative_fixed=fixed)
                 for name, k, fixed in [("di", 0, False), ("di-spec", args.draft, False),
                                        ("di-fixed", args.draft, True)]}
     try:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-        kw = dict(model_path=model, n_threads=args.threads, n_ctx=4096, verbose=False)
+        kw = dict(model_path=model, n_threads=args.threads, n_ctx=8192, verbose=False)
         llama = llama_cpp.Llama(**kw)
         # a draft model needs every row's logits (llama-cpp-python's requirement)
         llama_pl = llama_cpp.Llama(**kw, logits_all=True, draft_model=LlamaPromptLookupDecoding(
@@ -175,8 +240,8 @@ def main():
         print("llama-cpp-python is not installed: the anchor runs are skipped")
         anchor = False
     rows = []
-    for name, text in WORKLOADS.items():
-        toks = prompt_tokens(di, text)
+    for name in args.workloads.split(","):
+        toks = prompt_tokens(di, WORKLOADS[name])
         best = {}
         for _ in range(args.reps):
             ref, r, *_ = run_di(di, toks, args.gen)
