@@ -6,7 +6,8 @@ Workloads (SmolLM2-135M-Instruct's ChatML prompts, tokenized once by deepinfer
 and fed as the same token IDs to everyone), greedy, --gen tokens each; the
 issue's three are rewrite, quote and free:
   rewrite  an agent's edit: a 300-line Python module to return whole with one
-           function renamed everywhere (the issue's (a))
+           function renamed everywhere (the issue's (a); the instruction after the
+           file, where SmolLM2-135M follows it)
   quote    a 30-paragraph document and a request to quote one paragraph word
            for word (the issue's (b))
   free     a question whose answer copies nothing (drafting's overhead, (c))
@@ -111,8 +112,8 @@ def document():
 
 
 WORKLOADS = {
-    "rewrite": "Rename the function compute_total to total_price everywhere in this file and "
-               "return the whole file, with nothing before or after it:\n\n" + module_source(),
+    "rewrite": "```python\n" + module_source() + "```\n\nRename the function compute_total to "
+               "total_price everywhere in the file above. Return the whole updated file.",
     "quote": document() + "\n\nQuote, word for word, the paragraph about the lighthouse "
              "keeper.",
     "free": "Write a short poem about the sea at night.",

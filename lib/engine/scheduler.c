@@ -898,7 +898,8 @@ static void step(sched *s)
             }
             out[s->n_emit[i]++] = tok;
             int64_t n_out = r->n_all - r->n_prompt + s->n_emit[i];
-            if (is_stop(r, tok) || n_out >= r->max_tokens || r->n_all + s->n_emit[i] >= s->n_ctx)
+            if (is_stop(r, tok) || sampler_grammar_ended(r->smp) || n_out >= r->max_tokens ||
+                r->n_all + s->n_emit[i] >= s->n_ctx)
                 break;
             if (j + 1 < rows) {
                 if (!kept) break; /* rejected: tok is the correction */
@@ -944,7 +945,13 @@ static void step(sched *s)
             continue;
         }
         if (s->item_st[i] == DI_ERR_OUT_OF_MEMORY) {
-            retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens", 0);
+            const char *why;
+            di_status gst = sampler_grammar_error(r->smp, &why);
+            if (gst != DI_OK)
+                retire(s, r, 0, gst, why, 0);
+            else
+                retire(s, r, 0, DI_ERR_OUT_OF_MEMORY, "out of memory counting the output tokens",
+                       0);
             continue;
         }
         const int32_t *out = s->emit + (size_t)i * (size_t)(1 + s->n_draft);
@@ -971,7 +978,8 @@ static void step(sched *s)
                        (size_t)r->top_logprobs * sizeof *r->lp_top);
             }
             r->recomputing = 0;
-            int stop = is_stop(r, tok);
+            /* (the grammar ends at the last token emitted: the step stopped there) */
+            int stop = is_stop(r, tok) || (j + 1 == s->n_emit[i] && sampler_grammar_ended(r->smp));
             int ended = s->sink.on_tokens(s->sink.ctx, r, &tok, 1, stop);
             if (stop || ended) {
                 retire(s, r, DI_FINISH_STOP, DI_OK, "", 0);

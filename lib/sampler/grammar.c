@@ -32,6 +32,14 @@ typedef struct gbuild {
     char *msg;
     size_t msg_size;
     di_status err;
+    /* repetitions of a rule into many copies ({m,n} with n > 64, {m,} with
+     * m > 64): refused in finish when the rule can match nothing */
+    struct repetition {
+        int32_t rule;
+        int64_t min, max;
+        size_t pos; /* the quantifier, for the error */
+    } * reps;
+    size_t n_reps, cap_reps;
 } gbuild;
 
 static void fail(gbuild *b, di_status st, const char *fmt, ...)
@@ -356,6 +364,23 @@ static int64_t parse_char(gbuild *b)
 
 static int parse_alternates(gbuild *b, int32_t rule, int nested, int depth);
 
+/* Keep a repetition of rule x into more than REPEAT_NULLABLE_MAX copies for
+ * finish's check. */
+enum { REPEAT_NULLABLE_MAX = 64 };
+static int note_repetition(gbuild *b, gelem x, int64_t min, int64_t max, size_t at)
+{
+    if (x.type != GE_REF || (max < 0 ? min : max) <= REPEAT_NULLABLE_MAX) return 0;
+    if (b->n_reps == b->cap_reps) {
+        size_t cap = b->cap_reps ? 2 * b->cap_reps : 16;
+        struct repetition *r = realloc(b->reps, cap * sizeof *r);
+        if (!r) return fail(b, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar"), -1;
+        b->reps = r;
+        b->cap_reps = cap;
+    }
+    b->reps[b->n_reps++] = (struct repetition){x.value, min, max, at};
+    return 0;
+}
+
 /* Move v->e[start, n) into a rule of its own unless it is one element: the
  * element that stands for it is returned in *x. */
 static int subsequence(gbuild *b, gvec *v, int32_t start, int32_t parent, gelem *x)
@@ -488,6 +513,7 @@ static int parse_sequence(gbuild *b, int32_t rule, int nested, int depth)
             skip_space(b, nested);
             c = peek(b);
             int64_t min, max;
+            size_t at = b->pos;
             if (c == '*')
                 min = 0, max = -1, b->pos++;
             else if (c == '+')
@@ -516,7 +542,8 @@ static int parse_sequence(gbuild *b, int32_t rule, int nested, int depth)
             } else
                 break;
             gelem x;
-            if (subsequence(b, &b->rules[rule], start, rule, &x) || repeat(b, rule, x, min, max))
+            if (subsequence(b, &b->rules[rule], start, rule, &x) || repeat(b, rule, x, min, max) ||
+                note_repetition(b, x, min, max, at))
                 return -1;
         }
     }
@@ -545,6 +572,7 @@ static void build_free(gbuild *b)
     free(b->rules);
     free(b->defined);
     free(b->sets);
+    free(b->reps);
     di_bytes_map_free(&b->ids);
 }
 
@@ -625,6 +653,29 @@ static di_status finish(gbuild *b, grammar **out)
             }
         }
     }
+    /* Many copies of something that can match nothing: every split of the
+     * output between the copies is a parse of its own, so the matcher's
+     * stacks multiply ((a{0,1000}){0,1000} has about a million after a
+     * thousand a's) — refused, as left recursion is; a few copies ("a"?){3}
+     * are harmless. */
+    for (size_t i = 0; i < b->n_reps; i++)
+        if (nullable[b->reps[i].rule]) {
+            const struct repetition *q = &b->reps[i];
+            b->pos = q->pos;
+            char bound[64];
+            if (q->max < 0)
+                snprintf(bound, sizeof bound, "{%lld,}", (long long)q->min);
+            else
+                snprintf(bound, sizeof bound, "{%lld,%lld}", (long long)q->min, (long long)q->max);
+            fail(b, DI_ERR_INVALID_REQUEST,
+                 "repetition %s of something that can match nothing: each way of sharing the "
+                 "text between the copies is a separate parse (repeat something that cannot "
+                 "match nothing, e.g. (x{0,9}){0,9} as x{0,81})",
+                 bound);
+            grammar_free(g);
+            g = NULL;
+            goto done;
+        }
     for (int32_t r = 0; r < g->n_rules; r++)
         if (left_recursive(g, nullable, r, mark)) {
             b->pos = b->len;

@@ -143,6 +143,10 @@ typedef struct ivec {
 } ivec;
 
 #define MASK_CACHE 16
+/* at most this many stacks in one set: a grammar that allows more parses at
+ * once (an ambiguous one) stops the matcher with an error instead of taking
+ * seconds and gigabytes per token */
+#define MAX_STACKS 4096
 /* at most this many bytes of adaptive entries per matcher; past it a state
  * whose tops have none is walked whole */
 #define ADAPTIVE_BYTES ((size_t)16 << 20)
@@ -200,6 +204,8 @@ struct grammar_matcher {
     ivec work;             /* the mask's per-depth sets */
     int terminated;
     int oom;
+    int ambiguous;   /* a set passed MAX_STACKS */
+    size_t set_from; /* where the set being built starts in the vector expand fills */
     /* masks of recent states, keyed by the state's sorted node ids (a state
      * that comes back — free text before a tool call's trigger, a string's
      * characters — costs a copy, not a walk of the vocabulary) */
@@ -304,7 +310,10 @@ static int expand(grammar_matcher *m, int32_t n, ivec *out)
     const grammar *g = m->g;
     gnode nd = m->nodes[n];
     const gelem *e = &g->elems[nd.pos];
-    if (e->type == GE_BYTES) return ivec_push(out, n);
+    if (e->type == GE_BYTES) {
+        if (out->n - m->set_from >= MAX_STACKS) return m->ambiguous = 1, -1;
+        return ivec_push(out, n);
+    }
     int32_t cont = after(m, nd.pos, nd.parent);
     for (int32_t a = g->alt_off[e->value]; a < g->alt_off[e->value + 1]; a++) {
         int32_t start = g->rule_alts[a];
@@ -334,6 +343,7 @@ static int compute_succ(grammar_matcher *m, int32_t t)
 {
     next_gen(m);
     size_t at = m->succ.n;
+    m->set_from = at;
     int32_t next = after(m, m->nodes[t].pos, m->nodes[t].parent);
     if (m->oom || expand(m, next, &m->succ)) return -1;
     m->succ_off[t] = (int32_t)at;
@@ -364,6 +374,7 @@ static int advance(grammar_matcher *m, ivec *w, size_t from, size_t to, uint8_t 
                                           : &m->stamp[x];
             if (*mark == m->gen) continue;
             *mark = m->gen;
+            if (w->n - to >= MAX_STACKS) return m->ambiguous = 1, -1;
             if (ivec_push(w, x)) return -1;
         }
     }
@@ -441,7 +452,11 @@ di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32
     for (int32_t a = gr->alt_off[gr->root]; a < gr->alt_off[gr->root + 1]; a++) {
         int32_t start = gr->rule_alts[a];
         int32_t t = gr->elems[start].type <= GE_ALT ? ACCEPT : node(m, start, ACCEPT);
-        if (m->oom || expand(m, t, &m->state)) goto oom;
+        if (m->oom || expand(m, t, &m->state)) {
+            di_status st = m->ambiguous ? DI_ERR_INVALID_REQUEST : DI_ERR_OUT_OF_MEMORY;
+            grammar_matcher_free(m);
+            return st;
+        }
     }
     adaptive_precompute(m);
     *out = m;
@@ -506,6 +521,14 @@ int grammar_matcher_is_complete(const grammar_matcher *m)
 int grammar_matcher_is_terminated(const grammar_matcher *m)
 {
     return m->terminated;
+}
+
+const char *grammar_matcher_error(const grammar_matcher *m)
+{
+    if (m->ambiguous)
+        return "the grammar allows more than 4096 parses of the output at once (an ambiguous "
+               "grammar, such as a repetition of something that can match nothing)";
+    return m->oom ? "out of memory for the grammar's matcher" : NULL;
 }
 
 static int cmp_i32(const void *a, const void *b)

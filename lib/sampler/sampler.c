@@ -25,6 +25,7 @@ struct sampler {
     grammar_matcher *gm; /* NULL: unconstrained */
     int32_t gm_after;    /* the token the grammar waits for, or -1 once it applies */
     uint32_t *mask;      /* [(n_vocab + 31) / 32] the grammar's allowed tokens */
+    int gm_failed;       /* a mask could not be computed: the request must end */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -190,13 +191,33 @@ int sampler_accept_prompt(sampler *s, int32_t token)
     return slot(s, token) < 0 ? -1 : 0;
 }
 
+di_status sampler_grammar_error(const sampler *s, const char **why)
+{
+    *why = NULL;
+    if (!s->gm || !s->gm_failed) return DI_OK;
+    const char *e = grammar_matcher_error(s->gm);
+    if (e && strncmp(e, "out of memory", 13) != 0) {
+        *why = e;
+        return DI_ERR_INVALID_REQUEST;
+    }
+    *why = e ? e : "the grammar does not allow the sampled token";
+    return DI_ERR_OUT_OF_MEMORY;
+}
+
+int sampler_grammar_ended(const sampler *s)
+{
+    return s->gm && s->gm_after < 0 && grammar_matcher_is_terminated(s->gm);
+}
+
 int sampler_accept(sampler *s, int32_t token)
 {
     if (token < 0 || token >= s->n_vocab) return 0;
     if (s->gm && s->gm_after >= 0) {
         if (token == s->gm_after) s->gm_after = -1; /* from the next token on */
-    } else if (s->gm && grammar_matcher_accept(s->gm, token) != 0)
+    } else if (s->gm && (s->gm_failed || grammar_matcher_accept(s->gm, token) != 0)) {
+        s->gm_failed = 1;
         return -1;
+    }
     int32_t i = slot(s, token);
     if (i < 0) return -1;
     s->count[i]++;
@@ -246,10 +267,14 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
     /* The grammar first: a token it does not allow stays at -inf through every
      * processor (bias and penalties keep -inf, temperature scales it, and its
      * weight exp(-inf) is 0, so it is never drawn). A mask that cannot be
-     * computed (out of memory) leaves the row unconstrained. */
-    if (s->gm && s->gm_after < 0 && grammar_matcher_fill_mask(s->gm, s->mask) > 0) {
-        for (int32_t i = 0; i < V; i++)
-            if (!((s->mask[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
+     * computed (out of memory, an ambiguous grammar) fails the next
+     * sampler_accept: the request ends with sampler_grammar_error's reason. */
+    if (s->gm && s->gm_after < 0) {
+        int32_t allowed = grammar_matcher_fill_mask(s->gm, s->mask);
+        if (allowed < 0) s->gm_failed = 1;
+        if (allowed > 0)
+            for (int32_t i = 0; i < V; i++)
+                if (!((s->mask[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
     }
     for (size_t i = 0; i < p->n_bias; i++) logits[p->bias_ids[i]] += p->bias_values[i];
     for (int32_t i = 0; i < s->n_seen; i++) {

@@ -79,6 +79,14 @@ di_status sampler_set_grammar_after(sampler *s, grammar_matcher *m, int32_t afte
  * or the grammar does not allow the token (the count is not taken). */
 int sampler_accept_prompt(sampler *s, int32_t token);
 int sampler_accept(sampler *s, int32_t token);
+/* After sampler_accept failed: DI_ERR_INVALID_REQUEST with *why the grammar's
+ * reason (an ambiguous grammar: more than 4096 parses at once), or
+ * DI_ERR_OUT_OF_MEMORY; DI_OK (*why NULL) when the grammar did not fail.
+ * *why is static text. */
+di_status sampler_grammar_error(const sampler *s, const char **why);
+/* 1 once the request's grammar accepted its end token: nothing may follow,
+ * so the request stops even when end tokens do not stop it (ignore_eos). */
+int sampler_grammar_ended(const sampler *s);
 
 /* Choose the next token from logits [n_vocab] (modified in place), with
  * `scratch` as sampler_scratch_count says. Does not accept it: the caller calls

@@ -1451,6 +1451,90 @@ static void test_chat_request_streams_protocol_chunks(void **state)
     rmdir(dir);
 }
 
+/* A token request's grammar, where it must end the request: with ignore_eos
+ * the regex's end still ends it (finish stop, the text exactly the regex's);
+ * a grammar that allows more than 4096 parses at once (60 copies of a
+ * repetition that can match nothing, with logit_bias pushing "a") ends its
+ * request with DI_ERR_INVALID_REQUEST naming the ambiguity, while a request
+ * beside it finishes. */
+static void test_token_request_grammar_ends(void **state)
+{
+    (void)state;
+    const char *tok = DI_ASSET_DIR "/r1-distill-qwen-7b/model_part_0000.gguf";
+    if (access(tok, R_OK) != 0) skip();
+    char dir[] = "/tmp/di_test_engine_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char model_dir[600];
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    write_big_vocab_model(model_dir);
+    di_engine_config cfg;
+    di_engine_config_init(&cfg);
+    cfg.model_path = model_dir;
+    cfg.tokenizer_path = tok;
+    cfg.n_threads = 2;
+    di_engine *e = NULL;
+    di_error *err = NULL;
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    g.e = e;
+    int32_t a;
+    assert_int_equal(di_tokenizer_token_id(di_engine_tokenizer(e), "a", 1, &a), DI_OK);
+    static const int32_t prompt[] = {1, 2, 3};
+    float bias = 100.0f;
+    rec r[3];
+    memset(r, 0, sizeof r);
+    di_request q[3];
+    for (int k = 0; k < 3; k++) {
+        di_request_init(&q[k]);
+        q[k].tokens = prompt;
+        q[k].n_tokens = 3;
+        q[k].temperature = 0;
+        q[k].on_event = on_event;
+        q[k].user_data = &r[k];
+        r[k].cancel_at = -1;
+    }
+    q[0].regex = "abc";
+    q[0].ignore_eos = 1;
+    q[0].max_tokens = 20;
+    q[1].grammar = "root ::= (\"a\"{0,1000}){0,60}\n";
+    q[1].logit_bias_ids = &a;
+    q[1].logit_bias_values = &bias;
+    q[1].n_logit_bias = 1;
+    q[1].max_tokens = 400;
+    q[2].max_tokens = 30;
+    for (int k = 0; k < 3; k++)
+        if (di_submit(e, &q[k], &r[k].id, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    poll_until_idle(e);
+    assert_int_equal(r[0].status, DI_OK);
+    assert_int_equal(r[0].finish, DI_FINISH_STOP);
+    char *out = NULL;
+    size_t out_len = 0;
+    assert_int_equal(di_tokenizer_decode(di_engine_tokenizer(e), r[0].toks, (size_t)r[0].n_toks - 1,
+                                         0, &out, &out_len, NULL),
+                     DI_OK);
+    assert_string_equal(out, "abc");
+    di_text_free(out);
+    assert_int_equal(r[1].status, DI_ERR_INVALID_REQUEST);
+    assert_true(r[1].n_toks > 60 && r[1].n_toks < 400);
+    assert_int_equal(r[2].status, DI_OK);
+    assert_int_equal(r[2].n_toks, 30);
+    /* a grammar refused when compiled: 1000 copies of a repetition that can
+     * match nothing */
+    di_request bad;
+    di_request_init(&bad);
+    bad.tokens = prompt;
+    bad.n_tokens = 3;
+    bad.on_event = on_event;
+    bad.grammar = "root ::= (\"a\"{0,1000}){0,1000}\n";
+    uint64_t id;
+    assert_int_equal(di_submit(e, &bad, &id, &err), DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(di_error_message(err), "repetition {0,1000} of something that can "
+                                                  "match nothing"));
+    di_error_free(err);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    remove_hf_model(model_dir);
+    rmdir(dir);
+}
+
 /* Chat response_format on a reasoning model: the reasoning is free, the answer
  * after </think> is constrained (and so is a forced call of a strict tool). logit_bias makes
  * </think> the first token (a random model would reason for ever); then the regex must hold
@@ -2707,6 +2791,7 @@ int main(void)
         cmocka_unit_test(test_a_waiting_poller_excludes_destroy_and_other_pollers),
         cmocka_unit_test(test_chat_request_streams_protocol_chunks),
         cmocka_unit_test(test_chat_response_format_constrains_the_answer),
+        cmocka_unit_test(test_token_request_grammar_ends),
         cmocka_unit_test(test_event_fd_wakes_an_epoll_loop),
         cmocka_unit_test(test_gguf_without_chat_tokens_serves_token_requests),
         cmocka_unit_test(test_deepseek_v3_chat_requests_stream_beside_each_other),
