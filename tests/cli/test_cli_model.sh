@@ -53,6 +53,15 @@ err=$("$cli" generate --model "$dir/nope" --tokens 3 --max-tokens 1 2>&1 >/dev/n
 [ "$rc" -eq 1 ] || fail "a missing model exited $rc, want 1"
 err=$("$cli" generate --model "$dir" --tokens 3 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "missing --max-tokens exited $rc, want 2"
+# a constraint needs the model's tokenizer (these checkpoints have none): exit
+# 1 naming why; two constraints are a usage error
+err=$("$cli" generate --model "$dir" --tokens 3,4 --max-tokens 2 --regex 'a+' 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "--regex without a tokenizer exited $rc, want 1"
+[[ "$err" == *"no tokenizer"* ]] || fail "message does not say the tokenizer is missing: $err"
+err=$("$cli" generate --model "$dir" --tokens 3 --max-tokens 2 --regex a --json-schema '{}' 2>&1 \
+      >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "--regex with --json-schema exited $rc, want 2"
+[[ "$err" == *"mutually exclusive"* ]] || fail "two constraints: $err"
 # --help prints the usage and succeeds; --ctx sets the context (a context of 2
 # is exceeded by 3 tokens)
 out=$("$cli" generate --help) || fail "generate --help exited $?"
