@@ -35,6 +35,7 @@ typedef struct gen_args {
      * --grammar (a GBNF file), --regex (the pattern): at most one; the values
      * as given on the command line, read by load_constraint */
     const char *json_schema, *grammar, *regex;
+    int32_t device; /* --device: a di_device, 0: the default (the CPU) */
 } gen_args;
 
 /* parse_args' status for --help: the usage was printed, the command succeeds. */
@@ -47,6 +48,7 @@ static int usage(const char *cmd, const char *why)
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
                 "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32] [--draft "
                 "off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] [--draft-model PATH] "
+                "[--json-schema FILE|JSON | --grammar FILE | --regex PATTERN] [--device cpu|cuda] "
                 "[--verbose])\n",
                 why);
     else
@@ -96,7 +98,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
                    strcmp(cmd, "generate") == 0
                        ? " [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
                          "[--draft-model PATH] [--json-schema FILE|JSON | --grammar FILE | "
-                         "--regex PATTERN] [--verbose]"
+                         "--regex PATTERN] [--device cpu|cuda] [--verbose]"
                        : "");
             return EXIT_HELP;
         }
@@ -120,6 +122,8 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
             a->grammar = v;
         } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--regex") == 0) {
             a->regex = v;
+        } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--device") == 0) {
+            if (cli_device(v, &a->device) != 0) return usage(cmd, "--device must be cpu or cuda");
         } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--tokens") == 0) {
@@ -209,6 +213,13 @@ static int constrained(const gen_args *a)
     return a->json_schema || a->grammar || a->regex;
 }
 
+/* the engine path (not di_model_*): a drafter, a constraint or a device other
+ * than the CPU */
+static int needs_engine(const gen_args *a)
+{
+    return constrained(a) || a->device == DI_DEVICE_CUDA;
+}
+
 /* The text of --json-schema (inline JSON when it starts with '{', else a
  * file) or --grammar (a file) in *out, owned by the caller; NULL when the
  * option is absent. Returns EXIT_OK, or EXIT_FAILED with the reason printed
@@ -246,6 +257,7 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
     cfg.n_ctx = a->ctx;
     cfg.max_running = 1;
     cfg.disable_prefix_cache = 1;
+    if (a->device) cfg.device = a->device;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     di_engine *e = NULL;
     di_error *err = NULL;
@@ -346,7 +358,7 @@ static int run(const char *cmd, int argc, char **argv)
         di_engine_config probe;
         di_engine_config_init(&probe);
         (void)cli_draft_apply(&a.draft, &probe);
-        if (probe.speculative_tokens > 0 || constrained(&a)) {
+        if (probe.speculative_tokens > 0 || needs_engine(&a)) {
             rc = generate_speculative(&a, ids, n);
             free(ids);
             return rc;

@@ -62,6 +62,17 @@ err=$("$cli" generate --model "$dir" --tokens 3 --max-tokens 2 --regex a --json-
       >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "--regex with --json-schema exited $rc, want 2"
 [[ "$err" == *"mutually exclusive"* ]] || fail "two constraints: $err"
+# --device cuda where CUDA cannot run (this machine, or no module): exit 1 with
+# the library's reason; the CPU path is --device cpu
+if ! command -v nvidia-smi > /dev/null; then
+  err=$("$cli" generate --model "$dir" --tokens 3,4 --max-tokens 2 --device cuda 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 1 ] || fail "--device cuda without a GPU exited $rc, want 1"
+  [[ "$err" == *"cuda"* ]] || fail "--device cuda: the message does not say why: $err"
+fi
+out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --device cpu) ||
+  fail "--device cpu exited $?"
+[ "$out" = "$(echo "$greedy" | sed 's/^\[\([0-9]*,[0-9]*,[0-9]*,[0-9]*\).*/[\1]/')" ] ||
+  fail "--device cpu printed $out, the first 4 of $greedy"
 # --help prints the usage and succeeds; --ctx sets the context (a context of 2
 # is exceeded by 3 tokens)
 out=$("$cli" generate --help) || fail "generate --help exited $?"
