@@ -32,8 +32,11 @@ same vocabulary (its grammar plus its adaptive token-mask cache), median of the
 same count. Ratios last: decode constrained/unconstrained (goal >= 0.95) and
 compile deepinfer/xgrammar (< 1: we are faster).
 
-usage (a Python with xgrammar: the model oracle venv):
-  python bench/constrained_bench.py [BUILD_DIR] [MODEL.gguf] [--schemas N] [--repeats N]
+usage (a Python with xgrammar: the model oracle venv, made by
+scripts/oracle-venv.sh --model as .venv-model/; the binaries:
+ninja -C build/release grammar_driver deepinfer; the model:
+python3 scripts/fetch_assets.py smollm2-135m-instruct):
+  .venv-model/bin/python bench/constrained_bench.py [BUILD_DIR] [MODEL.gguf] [--schemas N] [--repeats N]
 BUILD_DIR (default build/release) gives BUILD_DIR/lib/libdeepinfer.so (unless
 $DEEPINFER_LIBRARY is set) and BUILD_DIR/tests/grammar_driver (the vocabulary
 xgrammar gets); MODEL defaults to SmolLM2 in the asset folder ($DI_ASSET_DIR, else

@@ -17,6 +17,10 @@ char *cli_read_input(const char *command, const char *path, size_t *len);
 /* The encoding named dsv4, dsv41, dsv3, r1 or chatml; returns -1 for another name. */
 int cli_encoding(const char *name, di_encoding *out);
 
+/* --device: "cpu" or "cuda" into *out (a di_device). Returns 0, or -1 for any
+ * other name (the caller prints the usage error). */
+int cli_device(const char *name, int32_t *out);
+
 /* A decimal integer in [lo, hi] (the whole string) into *out; -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 

@@ -31,6 +31,11 @@ typedef struct gen_args {
     long max_tokens, threads, ctx;
     int kv_f32, verbose;
     cli_draft draft;
+    /* --json-schema (a file, or the JSON itself when it starts with '{'),
+     * --grammar (a GBNF file), --regex (the pattern): at most one; the values
+     * as given on the command line, read by load_constraint */
+    const char *json_schema, *grammar, *regex;
+    int32_t device; /* --device: a di_device, 0: the default (the CPU) */
 } gen_args;
 
 /* parse_args' status for --help: the usage was printed, the command succeeds. */
@@ -43,6 +48,7 @@ static int usage(const char *cmd, const char *why)
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
                 "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32] [--draft "
                 "off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] [--draft-model PATH] "
+                "[--json-schema FILE|JSON | --grammar FILE | --regex PATTERN] [--device cpu|cuda] "
                 "[--verbose])\n",
                 why);
     else
@@ -91,7 +97,8 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
                    cmd, strcmp(cmd, "generate") == 0 ? "--max-tokens N " : "--out FILE ",
                    strcmp(cmd, "generate") == 0
                        ? " [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
-                         "[--draft-model PATH] [--verbose]"
+                         "[--draft-model PATH] [--json-schema FILE|JSON | --grammar FILE | "
+                         "--regex PATTERN] [--device cpu|cuda] [--verbose]"
                        : "");
             return EXIT_HELP;
         }
@@ -109,6 +116,14 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         const char *bad = NULL;
         if (strcmp(cmd, "generate") == 0 && cli_draft_option(o, v, &a->draft, &bad)) {
             if (bad) return usage(cmd, bad);
+        } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--json-schema") == 0) {
+            a->json_schema = v;
+        } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--grammar") == 0) {
+            a->grammar = v;
+        } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--regex") == 0) {
+            a->regex = v;
+        } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--device") == 0) {
+            if (cli_device(v, &a->device) != 0) return usage(cmd, "--device must be cpu or cuda");
         } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--tokens") == 0) {
@@ -135,6 +150,8 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
     if (strcmp(cmd, "generate") == 0 && a->max_tokens < 0)
         return usage(cmd, "--max-tokens is required");
     if (strcmp(cmd, "logits") == 0 && !a->out) return usage(cmd, "--out is required");
+    if ((a->json_schema != NULL) + (a->grammar != NULL) + (a->regex != NULL) > 1)
+        return usage(cmd, "--json-schema, --grammar and --regex are mutually exclusive");
     di_engine_config probe;
     di_engine_config_init(&probe);
     const char *why = cli_draft_apply(&a->draft, &probe);
@@ -191,10 +208,48 @@ static void on_spec_event(void *user, const di_event *ev)
     }
 }
 
-/* generate through the engine with speculative decoding: greedy, exactly
- * max_tokens tokens (ignore_eos), printed as run() prints them. */
+static int constrained(const gen_args *a)
+{
+    return a->json_schema || a->grammar || a->regex;
+}
+
+/* the engine path (not di_model_*): a drafter, a constraint or a device other
+ * than the CPU */
+static int needs_engine(const gen_args *a)
+{
+    return constrained(a) || a->device == DI_DEVICE_CUDA;
+}
+
+/* The text of --json-schema (inline JSON when it starts with '{', else a
+ * file) or --grammar (a file) in *out, owned by the caller; NULL when the
+ * option is absent. Returns EXIT_OK, or EXIT_FAILED with the reason printed
+ * (a file that cannot be read). */
+static int load_constraint(const char *value, int is_schema, char **out)
+{
+    *out = NULL;
+    if (!value) return EXIT_OK;
+    if (is_schema && value[0] == '{') {
+        *out = strdup(value);
+        if (*out) return EXIT_OK;
+        fprintf(stderr, "deepinfer generate: out of memory\n");
+        return EXIT_FAILED;
+    }
+    size_t len = 0;
+    *out = cli_read_input("generate", value, &len);
+    return *out ? EXIT_OK : EXIT_FAILED;
+}
+
+/* generate through the engine (speculative decoding or a constraint): greedy,
+ * exactly max_tokens tokens (ignore_eos) or, constrained, until the output is
+ * complete, printed as run() prints them. */
 static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
 {
+    char *schema = NULL, *grammar = NULL;
+    if (load_constraint(a->json_schema, 1, &schema) != EXIT_OK ||
+        load_constraint(a->grammar, 0, &grammar) != EXIT_OK) {
+        free(schema);
+        return EXIT_FAILED;
+    }
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = a->model;
@@ -202,12 +257,16 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
     cfg.n_ctx = a->ctx;
     cfg.max_running = 1;
     cfg.disable_prefix_cache = 1;
+    if (a->device) cfg.device = a->device;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     di_engine *e = NULL;
     di_error *err = NULL;
-    if (di_engine_create(&cfg, &e, &err) != DI_OK) return fail_error("generate", err);
     int rc = EXIT_OK;
     spec_run r = {0};
+    if (di_engine_create(&cfg, &e, &err) != DI_OK) {
+        rc = fail_error("generate", err);
+        goto done;
+    }
     r.max = a->max_tokens;
     r.out = malloc((size_t)(a->max_tokens > 0 ? a->max_tokens : 1) * sizeof *r.out);
     if (!r.out) {
@@ -230,7 +289,12 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
         req.n_tokens = n;
         req.max_tokens = a->max_tokens;
         req.temperature = 0;
-        req.ignore_eos = 1;
+        /* a constrained output ends when it is complete (the model's end of
+         * sequence is allowed only then); unconstrained, exactly max_tokens */
+        req.ignore_eos = !constrained(a);
+        req.json_schema = schema;
+        req.grammar = grammar;
+        req.regex = a->regex;
         req.on_event = on_spec_event;
         req.user_data = &r;
         uint64_t id = 0;
@@ -241,7 +305,7 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
         }
         while (!r.done)
             if (di_poll(e, 100) < 0) break;
-        if (r.status != DI_OK || r.n_out != a->max_tokens) {
+        if (r.status != DI_OK || (r.n_out != a->max_tokens && !constrained(a))) {
             fprintf(stderr, "deepinfer generate: %s\n",
                     r.status != DI_OK ? r.message : "the engine stopped before max-tokens");
             rc = EXIT_FAILED;
@@ -265,6 +329,8 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
                 r.drafted, r.accepted);
 done:
     free(r.out);
+    free(schema);
+    free(grammar);
     di_engine_destroy(e);
     return rc;
 }
@@ -292,7 +358,7 @@ static int run(const char *cmd, int argc, char **argv)
         di_engine_config probe;
         di_engine_config_init(&probe);
         (void)cli_draft_apply(&a.draft, &probe);
-        if (probe.speculative_tokens > 0) {
+        if (probe.speculative_tokens > 0 || needs_engine(&a)) {
             rc = generate_speculative(&a, ids, n);
             free(ids);
             return rc;

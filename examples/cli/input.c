@@ -61,6 +61,17 @@ int cli_protocol(const char *name, di_protocol *out)
     return 0;
 }
 
+int cli_device(const char *name, int32_t *out)
+{
+    if (strcmp(name, "cpu") == 0)
+        *out = DI_DEVICE_CPU;
+    else if (strcmp(name, "cuda") == 0)
+        *out = DI_DEVICE_CUDA;
+    else
+        return -1;
+    return 0;
+}
+
 int cli_encoding(const char *name, di_encoding *out)
 {
     static const struct {

@@ -38,6 +38,7 @@ typedef struct run_args {
     int speculative;    /* 1: the engine drafts */
     double temperature; /* < 0: the body's or the default */
     int n_choices;      /* a Chat body's `n`: the engine decodes that many at once */
+    int32_t device;     /* --device: a di_device, 0: the default (the CPU) */
 } run_args;
 
 static volatile sig_atomic_t interrupted;
@@ -102,6 +103,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.max_running = a->n_choices > 1 ? a->n_choices : 1;
     cfg.kv_cache_dir = a->cache_dir;
     cfg.disable_prefix_cache = a->no_prefix_cache;
+    if (a->device) cfg.device = a->device;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     cfg.log = on_log;
     cfg.progress = on_progress;
@@ -281,11 +283,11 @@ static const char *usage_line(const char *cmd)
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
                  "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] "
                  "[--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
-                 "[--draft-model PATH] [--verbose] REQUEST.json|-"
+                 "[--draft-model PATH] [--device cpu|cuda] [--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
                  "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
                  "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model|mtp] "
-                 "[--draft-max N] [--draft-model PATH] [--verbose]";
+                 "[--draft-max N] [--draft-model PATH] [--device cpu|cuda] [--verbose]";
 }
 
 static int usage(const char *cmd, const char *why)
@@ -319,7 +321,8 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--seed") == 0 || strcmp(o, "--encoding") == 0 ||
                     strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
                     strcmp(o, "--speculative") == 0 || strcmp(o, "--draft") == 0 ||
-                    strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0;
+                    strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0 ||
+                    strcmp(o, "--device") == 0;
         if (takes && i + 1 >= argc) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
@@ -354,6 +357,8 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
             a->temperature = strtod(v, &end);
             if (end == v || *end || errno || !(a->temperature >= 0 && a->temperature <= 100))
                 return usage(cmd, "--temperature must be a number from 0 to 100");
+        } else if (strcmp(o, "--device") == 0) {
+            if (cli_device(v, &a->device) != 0) return usage(cmd, "--device must be cpu or cuda");
         } else if (strcmp(o, "--encoding") == 0) {
             if (cli_encoding(v, &a->encoding) != 0)
                 return usage(cmd, "--encoding must be dsv4, dsv41, dsv3, r1 or chatml");

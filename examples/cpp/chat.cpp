@@ -1,7 +1,8 @@
 // chat: the C++17 wrapper (deepinfer/deepinfer.hpp) in one program — three Chat
 // Completions requests on one engine at once, their events handled by lambdas:
 //   1. a question whose answer streams to stdout;
-//   2. a tool call ("tool_choice": "required"): the complete call is printed;
+//   2. a tool call ("tool_choice": "required", "parallel_tool_calls": false: one
+//      call only): the complete call is printed;
 //   3. a long story, cancelled from its own callback after a few deltas.
 // With --logprobs, request 1 also asks for log probabilities (the body's
 // "logprobs"/"top_logprobs") and each answer token is printed with its own and
@@ -29,7 +30,8 @@ const char *const QUESTION_LOGPROBS = R"({"max_tokens": 64, "logprobs": true,
   "top_logprobs": 2, "messages": [
     {"role": "user", "content": "Name three primary colors."}]})";
 
-const char *const TOOL_TURN = R"({"max_tokens": 96, "tool_choice": "required",
+const char *const TOOL_TURN =
+    R"({"max_tokens": 96, "tool_choice": "required", "parallel_tool_calls": false,
   "tools": [{"type": "function", "function": {"name": "get_weather",
     "description": "Get the current weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

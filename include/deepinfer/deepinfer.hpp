@@ -226,6 +226,12 @@ class tokenizer_view
     {
         return decode(ids.data(), ids.size(), flags);
     }
+    /* An event's ids as they come (event::tokens()), without a copy; the span
+     * must stay valid for the call (within the callback, for an event's). */
+    std::string decode(token_span ids, unsigned flags = 0) const
+    {
+        return decode(ids.data(), ids.size(), flags);
+    }
 
     /* The id of the token spelled exactly `text`, or -1 when none is
      * (di_tokenizer_token_id's DI_ERR_NOT_FOUND). */

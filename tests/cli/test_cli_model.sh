@@ -53,6 +53,26 @@ err=$("$cli" generate --model "$dir/nope" --tokens 3 --max-tokens 1 2>&1 >/dev/n
 [ "$rc" -eq 1 ] || fail "a missing model exited $rc, want 1"
 err=$("$cli" generate --model "$dir" --tokens 3 2>&1 >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "missing --max-tokens exited $rc, want 2"
+# a constraint needs the model's tokenizer (these checkpoints have none): exit
+# 1 naming why; two constraints are a usage error
+err=$("$cli" generate --model "$dir" --tokens 3,4 --max-tokens 2 --regex 'a+' 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "--regex without a tokenizer exited $rc, want 1"
+[[ "$err" == *"no tokenizer"* ]] || fail "message does not say the tokenizer is missing: $err"
+err=$("$cli" generate --model "$dir" --tokens 3 --max-tokens 2 --regex a --json-schema '{}' 2>&1 \
+      >/dev/null); rc=$?
+[ "$rc" -eq 2 ] || fail "--regex with --json-schema exited $rc, want 2"
+[[ "$err" == *"mutually exclusive"* ]] || fail "two constraints: $err"
+# --device cuda where CUDA cannot run (this machine, or no module): exit 1 with
+# the library's reason; the CPU path is --device cpu
+if ! command -v nvidia-smi > /dev/null; then
+  err=$("$cli" generate --model "$dir" --tokens 3,4 --max-tokens 2 --device cuda 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 1 ] || fail "--device cuda without a GPU exited $rc, want 1"
+  [[ "$err" == *"cuda"* ]] || fail "--device cuda: the message does not say why: $err"
+fi
+out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --device cpu) ||
+  fail "--device cpu exited $?"
+[ "$out" = "$(echo "$greedy" | sed 's/^\[\([0-9]*,[0-9]*,[0-9]*,[0-9]*\).*/[\1]/')" ] ||
+  fail "--device cpu printed $out, the first 4 of $greedy"
 # --help prints the usage and succeeds; --ctx sets the context (a context of 2
 # is exceeded by 3 tokens)
 out=$("$cli" generate --help) || fail "generate --help exited $?"

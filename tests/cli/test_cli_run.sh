@@ -206,4 +206,34 @@ PY
 [ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "info on a missing file exited $rc"
 "$cli" info > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 2 ] || fail "info without --model exited $rc, want 2"
-echo "ok: run (JSON and SSE agree, named tool call, --cache-dir, --draft, --max-tokens, refused fields), chat, info, and their errors"
+# generate with a constraint (docs/cli.md): the decoded output matches the
+# regex whole, a schema's output is a JSON object with the required key, and
+# the errors name the problem (a compile error exits 1 with the library's
+# message; two constraints are a usage error, exit 2).
+prompt=$(printf 'The year is' | "$cli" tokenize --tokenizer "$model" -) || fail "tokenize exited $?"
+prompt=$(printf '%s' "$prompt" | tr -d '[] \n')
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 16 --threads 2 \
+  --regex '[0-9]{4}' > "$tmp/ids" 2> "$tmp/err" || fail "generate --regex exited $?: $(cat "$tmp/err")"
+text=$("$cli" tokenize --tokenizer "$model" --decode "$tmp/ids") || fail "decode exited $?"
+text=${text%<|im_end|>}; text=${text%<|endoftext|>} # the end token, allowed once complete
+[[ "$text" =~ ^[0-9]{4}$ ]] || fail "generate --regex '[0-9]{4}' wrote '$text'"
+printf '%s' '{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}' \
+  > "$tmp/schema.json"
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 48 --threads 2 \
+  --json-schema "$tmp/schema.json" > "$tmp/ids" 2> "$tmp/err" ||
+  fail "generate --json-schema exited $?: $(cat "$tmp/err")"
+text=$("$cli" tokenize --tokenizer "$model" --decode "$tmp/ids" | tr -d ' \n\t') || fail "decode exited $?"
+text=${text%<|im_end|>}; text=${text%<|endoftext|>}
+[[ "$text" =~ ^\{\"n\":-?[0-9]+\}$ ]] || fail "generate --json-schema wrote '$text'"
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 4 --regex '[0-9' > /dev/null \
+  2> "$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] || fail "a bad regex exited $rc: $(cat "$tmp/err")"
+grep -q "regex" "$tmp/err" || fail "the regex error does not name the regex: $(cat "$tmp/err")"
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 4 --regex a --grammar "$tmp/g" \
+  > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || fail "--regex with --grammar exited $rc, want 2"
+grep -q "mutually exclusive" "$tmp/err" || fail "two constraints: $(cat "$tmp/err")"
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 4 --grammar "$tmp/none.gbnf" \
+  > /dev/null 2> "$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "none.gbnf" "$tmp/err" || fail "a missing grammar file exited $rc"
+echo "ok: run (generate with a constraint, JSON and SSE agree, named tool call, --cache-dir, --draft, --max-tokens, refused fields), chat, info, and their errors"

@@ -85,7 +85,10 @@ for cmd in gen run; do
   expect_usage "--draft-model cannot be used with --draft off" "${base[@]}" --draft off --draft-model /m
   expect_usage "--draft-model cannot be used with --draft-max 0" "${base[@]}" --draft-max 0 --draft-model /m
   expect_usage "--draft-model needs a model file" "${base[@]}" --draft-model ""
+  expect_usage "--device must be cpu or cuda" "${base[@]}" --device gpu
 done
+expect_usage "--device must be cpu or cuda" chat --model /m --device tpu
+expect_usage "mutually exclusive" "${gen[@]}" --regex a --grammar /g
 expect_usage "needs a value" run --model /m --protocol chat - --draft
 expect_usage "--kv-f32 cannot be used with speculative decoding" "${gen[@]}" --kv-f32 --draft auto
 echo "ok: cli usage"

@@ -436,6 +436,11 @@ void test_tokenizer_and_chat_on_smollm2()
     json_decref(root);
     std::vector<int32_t> ids = tok.encode("hello world");
     CHECK(tok.decode(ids) == "hello world");
+    /* the token_span overload (an event's tokens()) decodes the same ids,
+     * a prefix of them as that prefix, and an empty span as "" */
+    CHECK(tok.decode(deepinfer::token_span(ids.data(), ids.size())) == "hello world");
+    CHECK(tok.decode(deepinfer::token_span(ids.data(), 1)) == tok.decode(ids.data(), 1));
+    CHECK(tok.decode(deepinfer::token_span()).empty());
     CHECK(tok.token_id("<|im_start|>") >= 0 && tok.token_id("no such token here") == -1);
     bool utf8 = false;
     try {

@@ -263,6 +263,9 @@ def _make_callback(engine: "Engine"):
                 fin = Finish(fin) if fin else None
             except ValueError:
                 pass
+            if ftext is None and isinstance(fin, Finish):
+                # token requests: the reason's name ("stop", "length", …)
+                ftext = str(fin).encode("utf-8")
             return Done(
                 st,
                 (lib.di_event_message(ev) or b"").decode("utf-8", "replace"),
@@ -435,10 +438,15 @@ class Engine:
         speculative_fixed: bool = False,
         draft: str = "auto",
         draft_model_path=None,
+        device: str = "cpu",
     ):
         self._handle = None
+        devices = {"cpu": 1, "cuda": 2}  # di_device
+        if device not in devices:
+            raise error_for(1, f"device: unknown device {device!r} (expected cpu or cuda)")
         lib = self._lib = _lib.load()
         cfg = _lib.new_engine_config(lib)
+        cfg.device = devices[device]
         cfg.model_path = os.fsencode(model_path)
         if tokenizer_path is not None:
             cfg.tokenizer_path = os.fsencode(tokenizer_path)
@@ -756,6 +764,9 @@ class Engine:
             keep.append(st)
             req.stop_tokens = st
             req.n_stop_tokens = len(stop_tokens)
+        if top_logprobs and not logprobs:
+            # the library's "requires logprobs 1" in this API's words
+            raise error_for(1, "top_logprobs: requires logprobs=True")
         req.logprobs = 1 if logprobs else 0
         req.top_logprobs = top_logprobs
         if json_schema is not None:

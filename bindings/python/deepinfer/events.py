@@ -29,6 +29,19 @@ class Finish(enum.IntEnum):
     CONTENT_FILTER = 3
     UNKNOWN = 4
 
+    def __str__(self) -> str:
+        """The lower-case name, as Chat's finish_reason spells it ("stop",
+        "length", "content_filter", "unknown"); repr() keeps Finish.STOP."""
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    @property
+    def c_name(self) -> str:
+        """The C enumerator, e.g. "DI_FINISH_STOP"."""
+        return "DI_FINISH_" + self.name
+
 
 class Encoding(enum.IntEnum):
     """di_encoding: the prompt encoding of protocol requests."""
@@ -139,7 +152,9 @@ class Done:
     status: Union[Status, int]  #: Status.OK when the request ran to its end
     message: str  #: why it ended ("" when it finished normally)
     finish_reason: Optional[Finish]  #: None when it did not finish (cancelled, failed)
-    finish_text: Optional[str]  #: protocol requests: "stop", "length", "tool_calls", …
+    #: protocol requests: the protocol's reason ("stop", "length", "tool_calls", …);
+    #: token requests: str(finish_reason) ("stop", "length"); None when unfinished
+    finish_text: Optional[str]
     prompt_tokens: int  #: tokens of the prompt prefilled (after rendering)
     completion_tokens: int  #: tokens generated, end-of-sequence included
     reasoning_tokens: int  #: of those, inside the reasoning block (protocol requests)

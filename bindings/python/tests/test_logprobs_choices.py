@@ -66,7 +66,7 @@ def test_logprobs_absent_unless_asked_and_errors(tiny, tiny_ref):
     assert all(ev.choice_index == 0 for ev in evs)
     with pytest.raises(InvalidArgumentError, match="top_logprobs: must be in"):
         tiny.submit(tiny_ref["prompt"], logprobs=True, top_logprobs=21)
-    with pytest.raises(InvalidArgumentError, match="top_logprobs: requires logprobs 1"):
+    with pytest.raises(InvalidArgumentError, match="top_logprobs: requires logprobs=True"):
         tiny.submit(tiny_ref["prompt"], top_logprobs=3)
 
 
