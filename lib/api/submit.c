@@ -150,7 +150,7 @@ static di_status attach_grammar(di_engine *e, grammar *g, int32_t after, sampler
     st = grammar_matcher_create(g, v, e->eos, (size_t)e->n_eos, &m);
     if (st == DI_ERR_INVALID_REQUEST)
         return di_error_set(err, st,
-                            "the grammar allows more than 4096 parses at its start (an ambiguous "
+                            "the grammar allows more than 32768 parses at its start (an ambiguous "
                             "grammar, such as a repetition of something that can match nothing)");
     if (st != DI_OK || sampler_set_grammar_after(smp, m, after) != DI_OK)
         return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar");

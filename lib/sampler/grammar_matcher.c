@@ -143,10 +143,11 @@ typedef struct ivec {
 } ivec;
 
 #define MASK_CACHE 16
-/* at most this many stacks in one set: a grammar that allows more parses at
- * once (an ambiguous one) stops the matcher with an error instead of taking
- * seconds and gigabytes per token */
-#define MAX_STACKS 4096
+/* at most this many stacks in one set (by default): a grammar that allows
+ * more parses at once (an ambiguous one) stops the matcher with an error
+ * instead of taking ever more seconds and gigabytes per token; an enum of
+ * 20,000 values starts with 20,000 stacks */
+#define MAX_STACKS 32768
 /* at most this many bytes of adaptive entries per matcher; past it a state
  * whose tops have none is walked whole */
 #define ADAPTIVE_BYTES ((size_t)16 << 20)
@@ -204,8 +205,9 @@ struct grammar_matcher {
     ivec work;             /* the mask's per-depth sets */
     int terminated;
     int oom;
-    int ambiguous;   /* a set passed MAX_STACKS */
-    size_t set_from; /* where the set being built starts in the vector expand fills */
+    int ambiguous;     /* a set passed max_stacks */
+    size_t max_stacks; /* MAX_STACKS unless a test sets it */
+    size_t set_from;   /* where the set being built starts in the vector expand fills */
     /* masks of recent states, keyed by the state's sorted node ids (a state
      * that comes back — free text before a tool call's trigger, a string's
      * characters — costs a copy, not a walk of the vocabulary) */
@@ -311,7 +313,7 @@ static int expand(grammar_matcher *m, int32_t n, ivec *out)
     gnode nd = m->nodes[n];
     const gelem *e = &g->elems[nd.pos];
     if (e->type == GE_BYTES) {
-        if (out->n - m->set_from >= MAX_STACKS) return m->ambiguous = 1, -1;
+        if (out->n - m->set_from >= m->max_stacks) return m->ambiguous = 1, -1;
         return ivec_push(out, n);
     }
     int32_t cont = after(m, nd.pos, nd.parent);
@@ -374,7 +376,7 @@ static int advance(grammar_matcher *m, ivec *w, size_t from, size_t to, uint8_t 
                                           : &m->stamp[x];
             if (*mark == m->gen) continue;
             *mark = m->gen;
-            if (w->n - to >= MAX_STACKS) return m->ambiguous = 1, -1;
+            if (w->n - to >= m->max_stacks) return m->ambiguous = 1, -1;
             if (ivec_push(w, x)) return -1;
         }
     }
@@ -437,6 +439,7 @@ di_status grammar_matcher_create(grammar *g, const grammar_vocab *v, const int32
     }
     m->g = g;
     m->voc = v;
+    m->max_stacks = MAX_STACKS;
     if (di_u64_map_init(&m->intern, 1024) != 0 || di_u64_map_init(&m->adaptive_of, 64) != 0 ||
         di_bytes_map_init(&m->dfa_of, 256) != 0)
         goto oom;
@@ -523,10 +526,15 @@ int grammar_matcher_is_terminated(const grammar_matcher *m)
     return m->terminated;
 }
 
+void grammar_matcher_set_max_stacks(grammar_matcher *m, size_t n)
+{
+    m->max_stacks = n;
+}
+
 const char *grammar_matcher_error(const grammar_matcher *m)
 {
     if (m->ambiguous)
-        return "the grammar allows more than 4096 parses of the output at once (an ambiguous "
+        return "the grammar allows more than 32768 parses of the output at once (an ambiguous "
                "grammar, such as a repetition of something that can match nothing)";
     return m->oom ? "out of memory for the grammar's matcher" : NULL;
 }

@@ -632,6 +632,49 @@ static void test_adaptive_mask_equals_the_exact_walk(void **state)
     for (int32_t i = 0; i < N_TOK; i++) free(toks[i]);
 }
 
+/* An ambiguous grammar stops the matcher: 60 copies of a repetition that can
+ * match nothing (fewer than the 64 the compiler refuses) multiply the stacks
+ * as "a"s come; past the limit (lowered here to 512) a mask or an accept fails and the
+ * error names the ambiguity; a grammar whose start already passes it is
+ * DI_ERR_INVALID_REQUEST at grammar_matcher_create. Many copies are refused
+ * at compile time, naming the repetition. */
+static void test_ambiguous_grammar_stops_the_matcher(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "b"};
+    grammar_vocab *v = vocab_of(toks, 2);
+    int32_t eos = 2;
+    grammar_matcher *m = matcher("root ::= (\"a\"{0,1000}){0,60}\n", v, eos);
+    grammar_matcher_set_max_stacks(m, 512);
+    uint32_t mask[1];
+    int k = 0;
+    for (; k < 200; k++) {
+        if (grammar_matcher_fill_mask(m, mask) < 0) break;
+        if (grammar_matcher_accept(m, 0) != 0) break;
+    }
+    assert_true(k > 0 && k < 200);
+    assert_non_null(grammar_matcher_error(m));
+    assert_non_null(strstr(grammar_matcher_error(m), "parses of the output at once"));
+    grammar_matcher_free(m);
+    /* the start alone: 100 alternatives */
+    char text[1024] = "root ::= \"x0\"";
+    for (int i = 1; i < 100; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text), " | \"x%d\"", i);
+    grammar *g;
+    char msg[256];
+    assert_int_equal(grammar_compile_gbnf(text, strlen(text), &g, msg, sizeof msg), DI_OK);
+    assert_int_equal(grammar_matcher_create(g, v, &eos, 1, &m), DI_OK); /* 100 < 32768 */
+    grammar_matcher_free(m);
+    static const char many[] = "root ::= (\"a\"{0,1000}){0,1000}\n";
+    assert_int_equal(grammar_compile_gbnf(many, strlen(many), &g, msg, sizeof msg),
+                     DI_ERR_INVALID_REQUEST);
+    assert_non_null(strstr(msg, "1:23: repetition {0,1000} of something that can match nothing"));
+    static const char few[] = "root ::= (\"a\"?){3} \"b\"\n";
+    assert_int_equal(grammar_compile_gbnf(few, strlen(few), &g, msg, sizeof msg), DI_OK);
+    grammar_free(g);
+    grammar_vocab_free(v);
+}
+
 /* DeepSeek V4's DSML parameters: each property in schema order as a
  * parameter element (a plain string raw with string="true", anything else as
  * JSON with string="false"), the required ones present; a raw value ends at
@@ -844,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_tags_strings_keep_out_the_closing_marker),
         cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
         cmocka_unit_test(test_adaptive_mask_equals_the_exact_walk),
+        cmocka_unit_test(test_ambiguous_grammar_stops_the_matcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
