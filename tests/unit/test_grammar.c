@@ -542,6 +542,28 @@ static void test_mask_cache_equals_a_fresh_walk(void **state)
     grammar_vocab_free(v);
 }
 
+/* A grammar with no byte sets at all (only empty strings) compiles, and its
+ * mask holds the end token alone: the language is the empty sentence (found
+ * by UBSan: the compiler copied its sets from a null pointer). */
+static void test_grammar_of_empty_strings_allows_only_the_end(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "ab"};
+    grammar_vocab *v = vocab_of(toks, 2);
+    static const char *const gbnfs[] = {"root ::= \"\"\n", "root ::= x x | \"\"\nx ::= \"\"\n"};
+    for (int i = 0; i < 2; i++) {
+        grammar_matcher *m = matcher(gbnfs[i], v, 2);
+        uint32_t mask[1];
+        assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+        assert_int_equal(mask[0], 1u << 2);
+        assert_int_equal(grammar_matcher_fill_mask_exact(m, mask), 1);
+        assert_int_equal(mask[0], 1u << 2);
+        assert_true(grammar_matcher_is_complete(m));
+        grammar_matcher_free(m);
+    }
+    grammar_vocab_free(v);
+}
+
 /* The adaptive mask (entries per truncated stack top, uncertain tokens
  * walked whole) equals the exact walk of the whole vocabulary at every step
  * of random walks through JSON schemas and a recursive GBNF grammar, over a
@@ -844,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_tags_strings_keep_out_the_closing_marker),
         cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
         cmocka_unit_test(test_adaptive_mask_equals_the_exact_walk),
+        cmocka_unit_test(test_grammar_of_empty_strings_allows_only_the_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
