@@ -1,6 +1,7 @@
 /* Loading a device backend's shared module (backend/module.h). */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +46,17 @@ static const backend_module_host g_host = {
 static di_status load_module(backend_module_create_fn *out, di_error **err)
 {
     char path[4096];
+    const char *env = getenv("DI_CUDA_MODULE");
+    if (env && strlen(env) >= sizeof path) /* cut, it would name another file */
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "cuda backend: DI_CUDA_MODULE is %zu bytes, longer than a path "
+                             "(at most %zu)",
+                             strlen(env), sizeof path - 1);
     backend_cuda_module_path(path, sizeof path);
     struct stat sb;
+    if (strchr(path, '/') && stat(path, &sb) != 0 && errno != ENOENT)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "cuda backend: cannot load module %s: %s",
+                             path, strerror(errno)); /* a symlink loop, a file in no folder */
     if (strchr(path, '/') && stat(path, &sb) != 0)
         return di_error_setf(err, DI_ERR_UNSUPPORTED,
                              "cuda backend: module not found at %s (build with -DDI_CUDA=ON, "

@@ -53,7 +53,9 @@ void backend_cuda_module_path(char *path, size_t cap);
 /* backend_create for DI_DEVICE_CUDA: loads the module (once per process; it is
  * never unloaded) and calls its entry. Errors: DI_ERR_UNSUPPORTED "cuda
  * backend: module not found at PATH" (or dlopen's own message when the file
- * exists but cannot be loaded, e.g. a missing libcublasLt.so.13), and the
+ * exists but cannot be loaded, e.g. a missing libcublasLt.so.13; strerror
+ * when it cannot be reached, e.g. a symlink loop; "DI_CUDA_MODULE is N bytes"
+ * for a path too long to open whole), and the
  * module's own errors. Thread-safe. */
 di_status backend_cuda_create(const backend_options *opt, backend **out, di_error **err);
 

@@ -626,7 +626,8 @@ static di_status finish(gbuild *b, grammar **out)
     nullable = calloc((size_t)b->n_rules, 1);
     mark = calloc((size_t)b->n_rules, 1);
     if (!g->elems || !g->rule_alts || !g->alt_off || !g->sets || !nullable || !mark) goto oom;
-    memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
+    if (b->n_sets) /* (a grammar of empty strings has no sets: b->sets is NULL) */
+        memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
     g->n_sets = b->n_sets;
     g->n_rules = b->n_rules;
     g->root = root;

@@ -966,12 +966,24 @@ int grammar_matcher_accept_bytes(grammar_matcher *m, const uint8_t *bytes, size_
     return advance_state(m, bytes, len); /* (the state changes only on success) */
 }
 
+/* 1 when no token of the vocabulary continues the output (the mask holds
+ * the end tokens alone); 0 when one does or memory ran out. */
+static int nothing_continues(grammar_matcher *m)
+{
+    size_t words = ((size_t)m->voc->n_vocab + 31) / 32;
+    uint32_t *mask = calloc(words, sizeof *mask);
+    int none = mask && walk(m, m->state.v, m->state.n, NULL, 0, mask, NULL, 0) == 0;
+    for (size_t i = 0; none && i < words; i++) none = mask[i] == 0;
+    free(mask);
+    return none;
+}
+
 int grammar_matcher_accept(grammar_matcher *m, int32_t token)
 {
     const grammar_vocab *v = m->voc;
     if (token < 0 || token >= v->n_vocab || m->terminated) return -1;
-    if (is_eos(m, token)) {
-        if (!grammar_matcher_is_complete(m)) return -1;
+    if (is_eos(m, token)) { /* allowed when complete, or when no token continues (finish_mask) */
+        if (!grammar_matcher_is_complete(m) && !nothing_continues(m)) return -1;
         if (push_history(m)) return -1;
         m->terminated = 1;
         return 0;

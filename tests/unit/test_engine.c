@@ -990,6 +990,34 @@ static void test_engine_config_errors_name_the_field(void **state)
     setenv("DI_CUDA_MODULE", "/nonexistent/libdeepinfer-cuda.so", 1);
     assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
     assert_non_null(strstr(di_error_message(err), "module not found at /nonexistent/"));
+    /* a path past PATH_MAX was cut to its first 4095 bytes, which named
+     * another file (here the folder "/"): refused whole, naming the variable */
+    char *long_path = malloc(4200);
+    assert_non_null(long_path);
+    memset(long_path, '/', 4150);
+    strcpy(long_path + 4150, "usr/lib/libdeepinfer-cuda.so");
+    setenv("DI_CUDA_MODULE", long_path, 1);
+    free(long_path);
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "DI_CUDA_MODULE is 4178 bytes, longer than"));
+    /* a symlink loop is not "not found": the reason is named */
+    char dir[] = "/tmp/di_cuda_loopXXXXXX", a[64], b[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a.so", dir);
+    snprintf(b, sizeof b, "%s/b.so", dir);
+    assert_int_equal(symlink(b, a), 0);
+    assert_int_equal(symlink(a, b), 0);
+    setenv("DI_CUDA_MODULE", a, 1);
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(di_engine_create(&cfg, &e, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "cannot load module"));
+    assert_non_null(strstr(di_error_message(err), "symbolic links"));
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
     unsetenv("DI_CUDA_MODULE");
     di_error_free(err);
     err = NULL;

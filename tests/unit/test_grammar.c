@@ -542,6 +542,53 @@ static void test_mask_cache_equals_a_fresh_walk(void **state)
     grammar_vocab_free(v);
 }
 
+/* A grammar with no byte sets at all (only empty strings) compiles, and its
+ * mask holds the end token alone: the language is the empty sentence (found
+ * by UBSan: the compiler copied its sets from a null pointer). */
+static void test_grammar_of_empty_strings_allows_only_the_end(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "ab"};
+    grammar_vocab *v = vocab_of(toks, 2);
+    static const char *const gbnfs[] = {"root ::= \"\"\n", "root ::= x x | \"\"\nx ::= \"\"\n"};
+    for (int i = 0; i < 2; i++) {
+        grammar_matcher *m = matcher(gbnfs[i], v, 2);
+        uint32_t mask[1];
+        assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+        assert_int_equal(mask[0], 1u << 2);
+        assert_int_equal(grammar_matcher_fill_mask_exact(m, mask), 1);
+        assert_int_equal(mask[0], 1u << 2);
+        assert_true(grammar_matcher_is_complete(m));
+        grammar_matcher_free(m);
+    }
+    grammar_vocab_free(v);
+}
+
+/* When no token of the vocabulary continues the output, the mask allows the
+ * end token (the output ends rather than breaks the grammar), and accepting
+ * it ends the matcher as a complete output's would (it was refused, so the
+ * engine failed the request as out of memory). */
+static void test_end_token_allowed_when_nothing_continues_is_accepted(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {"a", "ab"};
+    grammar_vocab *v = vocab_of(toks, 2);
+    grammar_matcher *m = matcher("root ::= \"a\" \"x\"\n", v, 2);
+    uint32_t mask[1];
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+    assert_int_equal(mask[0], 1u << 0);
+    assert_int_equal(grammar_matcher_accept(m, 2), -1); /* "a" continues: not yet */
+    assert_int_equal(grammar_matcher_accept(m, 0), 0);
+    assert_int_equal(grammar_matcher_fill_mask(m, mask), 1);
+    assert_int_equal(mask[0], 1u << 2); /* "x": no token spells it */
+    assert_int_equal(grammar_matcher_accept(m, 2), 0);
+    assert_true(grammar_matcher_is_terminated(m));
+    assert_int_equal(grammar_matcher_rollback(m, 1), 0);
+    assert_false(grammar_matcher_is_terminated(m));
+    grammar_matcher_free(m);
+    grammar_vocab_free(v);
+}
+
 /* The adaptive mask (entries per truncated stack top, uncertain tokens
  * walked whole) equals the exact walk of the whole vocabulary at every step
  * of random walks through JSON schemas and a recursive GBNF grammar, over a
@@ -673,6 +720,128 @@ static void test_ambiguous_grammar_stops_the_matcher(void **state)
     assert_int_equal(grammar_compile_gbnf(few, strlen(few), &g, msg, sizeof msg), DI_OK);
     grammar_free(g);
     grammar_vocab_free(v);
+}
+
+/* Random GBNF grammars over the alphabet "abc" (literals, classes, groups
+ * with * + ? {m,n}, several rules; references go to later rules, or back to
+ * the own rule in tail position: nested self-references make ambiguous
+ * grammars whose stack sets grow exponentially, see docs/grammar.md) against
+ * the exact walk at every step of random walks with rollbacks interleaved,
+ * over a vocabulary of every string up to 3 bytes, longer random ones (some
+ * with bytes no grammar has, so that sometimes no token continues) and one
+ * of 300 bytes (past the walk's 255-byte stack arrays). */
+static uint64_t rg_x;
+static uint32_t rg_rand(uint32_t n)
+{
+    rg_x ^= rg_x << 13, rg_x ^= rg_x >> 7, rg_x ^= rg_x << 17;
+    return (uint32_t)(rg_x % n);
+}
+
+static void rg_item(char *g, int rule, int n_rules, int depth)
+{
+    static const char *const cls[] = {"[a-c]", "[ab]", "[^a]", "[c]", "[^b-c]"};
+    static const char *const ops[] = {"", "*", "+", "?", "{2}", "{0,3}", "{1,2}", "{2,}"};
+    char buf[32];
+    uint32_t k = rg_rand(depth > 1 ? 3 : 5);
+    if (k == 0) {
+        strcat(g, "\"");
+        for (uint32_t i = 0, l = 1 + rg_rand(3); i < l; i++) strncat(g, &"abc"[rg_rand(3)], 1);
+        strcat(g, "\"");
+    } else if (k == 1 || (k == 2 && rule + 1 == n_rules))
+        strcat(g, cls[rg_rand(5)]);
+    else if (k == 2) {
+        snprintf(buf, sizeof buf, "r%d", rule + 1 + (int)rg_rand((uint32_t)(n_rules - rule - 1)));
+        strcat(g, buf);
+    } else {
+        strcat(g, "(");
+        for (uint32_t a = 0, na = 1 + rg_rand(3); a < na; a++) {
+            if (a) strcat(g, " | ");
+            uint32_t n = rg_rand(4);
+            if (!n) strcat(g, "\"\"");
+            for (uint32_t i = 0; i < n; i++, strcat(g, " ")) rg_item(g, rule, n_rules, depth + 1);
+        }
+        strcat(g, ")");
+        strcat(g, ops[rg_rand(8)]);
+    }
+}
+
+static void test_random_grammars_mask_equals_the_exact_walk(void **state)
+{
+    (void)state;
+    enum { N_TOK = 39 + 40 + 1 };
+    char *toks[N_TOK];
+    int32_t nt = 0;
+    rg_x = 0x2545f4914f6cdd1du;
+    for (int len = 1, cnt = 3; len <= 3; len++, cnt *= 3)
+        for (int c = 0; c < cnt; c++, nt++) {
+            toks[nt] = calloc(4, 1);
+            for (int i = 0, v = c; i < len; i++, v /= 3) toks[nt][i] = "abc"[v % 3];
+        }
+    for (int i = 0; i < 40; i++, nt++) {
+        uint32_t len = 4 + rg_rand(9);
+        toks[nt] = calloc(len + 1, 1);
+        for (uint32_t j = 0; j < len; j++) toks[nt][j] = "abcxy"[rg_rand(5)];
+    }
+    toks[nt] = calloc(301, 1);
+    for (int j = 0; j < 300; j++) toks[nt][j] = j < 280 ? 'c' : "ab"[j % 2];
+    nt++;
+    grammar_vocab *v = vocab_of((const char *const *)toks, N_TOK);
+    uint32_t a[(N_TOK + 1 + 31) / 32], b[(N_TOK + 1 + 31) / 32];
+    int compiled = 0, steps = 0;
+    for (int it = 0; it < 800; it++) {
+        char g[8192] = "";
+        int n_rules = 1 + (int)rg_rand(4);
+        for (int r = 0; r < n_rules; r++) {
+            char head[16];
+            snprintf(head, sizeof head, r ? "r%d ::= " : "root ::= ", r);
+            strcat(g, head);
+            for (uint32_t al = 0, na = 1 + rg_rand(3); al < na; al++) {
+                if (al) strcat(g, " | ");
+                uint32_t n = rg_rand(4);
+                if (!n) strcat(g, "\"\"");
+                for (uint32_t i = 0; i < n; i++, strcat(g, " ")) rg_item(g, r, n_rules, 0);
+                if (n && rg_rand(4) == 0) strcat(g, r ? "r" : "root"); /* tail self-call */
+                if (n && r && g[strlen(g) - 1] == 'r') {
+                    snprintf(head, sizeof head, "%d", r);
+                    strcat(g, head);
+                }
+            }
+            strcat(g, "\n");
+        }
+        grammar *gr;
+        char msg[256];
+        if (grammar_compile_gbnf(g, strlen(g), &gr, msg, sizeof msg) != DI_OK) continue;
+        compiled++;
+        int32_t eos = N_TOK;
+        grammar_matcher *m;
+        assert_int_equal(grammar_matcher_create(gr, v, &eos, 1, &m), DI_OK);
+        int depth = 0;
+        for (int step = 0; step < 24; step++, steps++) {
+            int32_t ca = grammar_matcher_fill_mask(m, a),
+                    cb = grammar_matcher_fill_mask_exact(m, b);
+            if (ca != cb || memcmp(a, b, sizeof a) != 0)
+                fail_msg("step %d: fast %d, exact %d, in\n%s", step, ca, cb, g);
+            if (ca <= 0) break;
+            if (depth && rg_rand(5) == 0) {
+                int32_t n = 1 + (int32_t)rg_rand((uint32_t)depth);
+                assert_int_equal(grammar_matcher_rollback(m, n), 0);
+                depth -= n;
+                continue;
+            }
+            int32_t pick = -1;
+            for (int32_t k = 0, r = (int32_t)rg_rand((uint32_t)ca); k <= N_TOK && pick < 0; k++)
+                if (((a[k >> 5] >> (k & 31)) & 1) && r-- == 0) pick = k;
+            if (grammar_matcher_accept(m, pick) != 0)
+                fail_msg("step %d: token %d (%.20s) allowed, refused by accept in\n%s", step, pick,
+                         pick < N_TOK ? toks[pick] : "<end>", g);
+            depth++;
+            if (pick == eos) break;
+        }
+        grammar_matcher_free(m);
+    }
+    if (compiled < 250 || steps < 2000) fail_msg("compiled %d, steps %d", compiled, steps);
+    grammar_vocab_free(v);
+    for (int32_t i = 0; i < N_TOK; i++) free(toks[i]);
 }
 
 /* DeepSeek V4's DSML parameters: each property in schema order as a
@@ -888,6 +1057,9 @@ int main(void)
         cmocka_unit_test(test_mask_cache_equals_a_fresh_walk),
         cmocka_unit_test(test_adaptive_mask_equals_the_exact_walk),
         cmocka_unit_test(test_ambiguous_grammar_stops_the_matcher),
+        cmocka_unit_test(test_grammar_of_empty_strings_allows_only_the_end),
+        cmocka_unit_test(test_random_grammars_mask_equals_the_exact_walk),
+        cmocka_unit_test(test_end_token_allowed_when_nothing_continues_is_accepted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -354,6 +354,26 @@ def _body_bytes(body) -> bytes:
     raise TypeError(f"body: expected a dict, str or bytes, got {type(body).__name__}")
 
 
+
+def _c_text(field: str, data: bytes) -> bytes:
+    """data for a NUL-terminated di_request field; InvalidArgumentError naming
+    the field when it holds a NUL byte (ctypes would pass the text cut there,
+    so a grammar after the NUL would silently not apply), as the C++ wrapper
+    and the Rust crate refuse it."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise error_for(1, f"{field}: contains a NUL byte at offset {nul}")
+    return data
+
+
+def _int32(field: str, value: int) -> int:
+    """value for an int32_t di_request field; InvalidArgumentError naming the
+    field when it does not fit (ctypes would keep its low 32 bits, so
+    2**32 + 5 would pass as 5)."""
+    if not -(2**31) <= value < 2**31:
+        raise error_for(1, f"{field}: {value} does not fit in int32")
+    return value
+
 class Engine:
     """A loaded model and its worker thread (di_engine).
 
@@ -768,17 +788,17 @@ class Engine:
             # the library's "requires logprobs 1" in this API's words
             raise error_for(1, "top_logprobs: requires logprobs=True")
         req.logprobs = 1 if logprobs else 0
-        req.top_logprobs = top_logprobs
+        req.top_logprobs = _int32("top_logprobs", top_logprobs)
         if json_schema is not None:
             if isinstance(json_schema, Mapping):
                 json_schema = _json.dumps(json_schema, ensure_ascii=False)
             if isinstance(json_schema, str):
                 json_schema = json_schema.encode("utf-8")
-            req.json_schema = bytes(json_schema)
+            req.json_schema = _c_text("json_schema", bytes(json_schema))
         if grammar is not None:
-            req.grammar = grammar.encode("utf-8")
+            req.grammar = _c_text("grammar", grammar.encode("utf-8"))
         if regex is not None:
-            req.regex = regex.encode("utf-8")
+            req.regex = _c_text("regex", regex.encode("utf-8"))
         req.on_event = self._callback
         key = next(self._keys)
         req.user_data = key

@@ -147,3 +147,17 @@ def test_json_schema_token_request(smol):
         smol.submit(prompt, json_schema={"type": "integer", "minimum": "x"})
     with pytest.raises(InvalidArgumentError):
         smol.submit(prompt, json_schema=schema, regex="a")
+
+
+def test_constraint_with_a_nul_byte_or_an_int32_overflow_is_refused(tiny, tiny_ref):
+    """ctypes passes bytes to a char * cut at the first NUL and keeps an int's low
+    32 bits: a grammar `root ::= "a" \\0 ...` would apply as its first part and
+    top_logprobs 2**32 + 5 as 5. Each is refused, naming the field, with nothing
+    queued (as the C++ wrapper and the Rust crate do)."""
+    prompt = tiny_ref["prompt"]
+    for field, value in (("grammar", 'root ::= "a"\0 | "b"'), ("regex", "a\0b"),
+                         ("json_schema", '{"type":"string"}\0')):
+        with pytest.raises(InvalidArgumentError, match=f"{field}: contains a NUL byte at offset"):
+            tiny.submit(prompt, **{field: value})
+    with pytest.raises(InvalidArgumentError, match="top_logprobs: 4294967301 does not fit"):
+        tiny.submit(prompt, logprobs=True, top_logprobs=2**32 + 5)
