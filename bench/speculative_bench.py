@@ -3,7 +3,8 @@
 (docs/speculative.md).
 
 Workloads (SmolLM2-135M-Instruct's ChatML prompts, tokenized once by deepinfer
-and fed as the same token IDs to everyone), greedy, --gen tokens each; the
+and fed as the same token IDs to everyone), greedy, up to --gen tokens each (to
+the model's end token unless --ignore-eos); the
 issue's three are rewrite, quote and free:
   rewrite  an agent's edit: a 300-line Python module to return whole with one
            function renamed everywhere (the issue's (a); the instruction after the
@@ -138,12 +139,15 @@ def prompt_tokens(engine, text):
     return engine.tokenizer.encode(prompt, special=True)
 
 
+IGNORE_EOS = False  # --ignore-eos: every run decodes --gen tokens past the answer
+
+
 def run_di(engine, tokens, gen):
     t0 = time.perf_counter()
     first = None
     out = []
     done = None
-    for ev in engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=True):
+    for ev in engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=IGNORE_EOS):
         if isinstance(ev, deepinfer.Tokens):
             if first is None:
                 first = time.perf_counter()
@@ -159,7 +163,7 @@ def run_di_many(engine, tokens, gen, n):
     """n copies of the request at once: the decode throughput (generated
     tokens/s after every request has its first token, until the last ends),
     each request's tokens, and drafts verified and kept over all."""
-    reqs = [engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=True)
+    reqs = [engine.submit(tokens, max_tokens=gen, temperature=0, ignore_eos=IGNORE_EOS)
             for _ in range(n)]
     outs = [[] for _ in range(n)]
     times = [[] for _ in range(n)]
@@ -194,7 +198,7 @@ def run_llama(llm, tokens, gen):
         if first is None:
             first = time.perf_counter()
         out.append(tok)
-        if len(out) == gen:
+        if len(out) == gen or (tok == llm.token_eos() and not IGNORE_EOS):
             break
     t1 = time.perf_counter()
     rate = (len(out) - 1) / (t1 - first) if len(out) > 1 else 0.0
@@ -208,11 +212,16 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--draft", type=int, default=8)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="decode --gen tokens whatever the model ends (default: stop at its "
+                         "end token, so a quote's speed is the quote's)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--concurrent", type=int, default=16,
                     help="also run this many copies of each request at once (0: not)")
     args = ap.parse_args()
+    global IGNORE_EOS
+    IGNORE_EOS = args.ignore_eos
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         ap.error(f"--workloads: unknown {', '.join(sorted(unknown))}")
