@@ -19,7 +19,9 @@
  * That is the reference path (use_ref, and CPUs without AVX2). The fast path,
  * cpu_attention_flash (attention_flash.c), is tiled with an online softmax: a
  * KV head's K/V rows are read once for all its query heads and a tile of
- * tokens, in f32, agreeing with the reference to float rounding.
+ * tokens, in f32, agreeing with the reference to float rounding; the keys are
+ * split in segments of 256 folded in order, shared among the threads when a
+ * step has few rows (flash-decoding).
  *
  * scratch: f32 [n_threads, ctx] (ctx >= pos0 + n_tokens) for the scores of the
  * reference path, owned by the caller. Tasks are spread over the pool. */

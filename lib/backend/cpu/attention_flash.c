@@ -12,6 +12,15 @@
  * Nothing of size n (the context) is kept, and a K/V row is read from memory
  * once per tile instead of once per query head and token.
  *
+ * Segments (flash-decoding): a row's keys are split at multiples of
+ * FLASH_SEGMENT and each segment's (m, l, O) folded into the row's in order,
+ *   M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike,
+ * in every mode, so a row's result depends on its context length alone. With
+ * more tasks than threads (prefill) one task walks a tile's segments in turn;
+ * with few (decode: one tile a KV head) each segment is a task of its own and
+ * a second pass folds them — the same folds, bit-identical — so a long
+ * context's keys are shared among the threads.
+ *
  * Arithmetic: f32 throughout, the f16 cache's values converted exactly; the
  * exponentials by exp_ps (a polynomial within 2 ulp of expf on the softmax's
  * range). It is not llama.cpp's order (the reference path in attention.c is):
