@@ -507,3 +507,28 @@ def test_slow_client_is_cut_off_at_the_request_timeout():
     finally:
         assert s.stop() == 0
         s.close()
+
+
+def test_draft_counts_in_metrics_and_changes_nothing(server):
+    """`serve --draft prompt-lookup`: the drafted and kept tokens reach /metrics
+    (summed from each request's DONE), and the answer equals the plain
+    server's token for token (greedy, lossless)."""
+    text = "\n".join(f"line {i}: the value of x{i} is {i * i}" for i in range(12))
+    body = {"model": "smollm2", "temperature": 0, "max_tokens": 60,
+            "messages": [{"role": "user", "content": f"Repeat exactly:\n{text}"}]}
+    s = Server("--draft", "prompt-lookup", "--draft-max", "8")
+    try:
+        status, _, raw = s.request("POST", "/v1/chat/completions", body)
+        assert status == 200
+        v = wait_idle(s)
+        drafted = v[("deepinfer_draft_tokens_total", ())]
+        kept = v[("deepinfer_draft_accepted_tokens_total", ())]
+        assert drafted > 0 and 0 < kept <= drafted
+    finally:
+        assert s.stop() == 0
+        s.close()
+    plain_status, _, plain = server.request("POST", "/v1/chat/completions", body)
+    assert plain_status == 200
+    assert (json.loads(raw)["choices"][0]["message"]["content"] ==
+            json.loads(plain)["choices"][0]["message"]["content"])
+    assert wait_idle(server)[("deepinfer_draft_tokens_total", ())] == 0

@@ -140,6 +140,12 @@ char *srv_metrics_render(const srv *s)
     counter(&t, "deepinfer_generated_tokens_total",
             "Tokens generated (every sampled token, end of sequence included).",
             m->generated_tokens);
+    counter(&t, "deepinfer_draft_tokens_total",
+            "Speculative decoding's draft tokens verified, over finished requests (--draft).",
+            m->draft_tokens);
+    counter(&t, "deepinfer_draft_accepted_tokens_total",
+            "Of the verified draft tokens, those kept (each equal to what decoding gives).",
+            m->accepted_draft_tokens);
     put(&t, "# HELP deepinfer_generation_requests_total Generation requests the engine ended, by "
             "result.\n# TYPE deepinfer_generation_requests_total counter\n");
     static const char *const results[3] = {"ok", "cancelled", "error"};

@@ -390,6 +390,8 @@ static void on_event(void *user, const di_event *ev)
             s->metrics.prompt_tokens += r->prompt_tokens;
             s->metrics.cached_tokens += r->cached_tokens;
             s->metrics.generated_tokens += r->completion_tokens;
+            s->metrics.draft_tokens += di_event_draft_tokens(ev);
+            s->metrics.accepted_draft_tokens += di_event_accepted_draft_tokens(ev);
             s->metrics.finished[r->status == DI_OK ? 0 : r->status == DI_ERR_CANCELLED ? 1 : 2]++;
         }
         const char *json = di_event_response_json(ev, &n);

@@ -35,7 +35,8 @@ static const char usage_text[] =
     "[--threads T] [--ctx N] [--parallel N] [--max-queue N] [--temperature X] [--seed S] "
     "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--max-body-bytes N] "
     "[--max-header-bytes N] [--max-connections N] [--per-ip-connections N] [--idle-timeout S] "
-    "[--request-timeout S] [--shutdown-timeout S] [--verbose]";
+    "[--request-timeout S] [--shutdown-timeout S] [--draft off|auto|prompt-lookup|draft-model|mtp] "
+    "[--draft-max N] [--draft-model PATH] [--verbose]";
 
 static int usage(const char *why)
 {
@@ -83,6 +84,7 @@ static int parse_args(int argc, char **argv, srv_config *c)
     c->request_timeout_s = 30;
     c->shutdown_timeout_s = 10;
     c->max_buffered_bytes = 8L << 20;
+    c->draft = (cli_draft)CLI_DRAFT_INIT;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -106,6 +108,11 @@ static int parse_args(int argc, char **argv, srv_config *c)
             return usage(why);
         }
         i++;
+        const char *bad = NULL;
+        if (cli_draft_option(o, v, &c->draft, &bad)) {
+            if (bad) return usage(bad);
+            continue;
+        }
         const num_option *num = NULL;
         for (size_t k = 0; k < sizeof num_options / sizeof num_options[0]; k++)
             if (strcmp(o, num_options[k].name) == 0) num = &num_options[k];
@@ -141,6 +148,10 @@ static int parse_args(int argc, char **argv, srv_config *c)
         }
     }
     if (!c->model) return usage("--model is required");
+    di_engine_config probe;
+    di_engine_config_init(&probe);
+    const char *why_draft = cli_draft_apply(&c->draft, &probe);
+    if (why_draft) return usage(why_draft);
     /* DEEPINFER_API_KEY keeps the key out of the process list */
     if (!c->api_key) {
         const char *env = getenv("DEEPINFER_API_KEY");
@@ -178,6 +189,7 @@ static di_engine *load(const srv_config *c)
     cfg.kv_cache_dir = c->cache_dir;
     cfg.served_model_name = c->model_name; /* NULL: the file's name, as responses give it */
     cfg.disable_prefix_cache = c->no_prefix_cache;
+    (void)cli_draft_apply(&c->draft, &cfg); /* checked by parse_args */
     cfg.log = on_log;
     cfg.log_user = (void *)c;
     di_engine *e = NULL;

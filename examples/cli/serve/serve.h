@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../cli.h"
+
 /* The endpoints, for routing, metrics and logs. */
 typedef enum srv_endpoint {
     EP_CHAT = 0,         /* POST /v1/chat/completions */
@@ -44,6 +46,7 @@ typedef struct srv_config {
     long max_body_bytes, max_header_bytes, max_connections, per_ip_connections;
     long idle_timeout_s, request_timeout_s, shutdown_timeout_s;
     long max_buffered_bytes; /* output a slow reader may leave unread before it is cut off */
+    cli_draft draft;         /* --draft, --draft-max, --draft-model (speculative decoding) */
 } srv_config;
 
 /* Counters and histograms for /metrics (metrics.c). */
@@ -62,6 +65,7 @@ typedef struct srv_metrics {
         uint64_t n;
     } requests[EP_N][SRV_MAX_STATUS]; /* by endpoint and HTTP status */
     uint64_t prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t draft_tokens, accepted_draft_tokens; /* speculative decoding's, summed */
     uint64_t finished[4]; /* by result: ok, cancelled (client gone or shutdown), error, (unused) */
     uint64_t client_disconnects;
     srv_histogram ttft, itl;
