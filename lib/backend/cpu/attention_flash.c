@@ -311,6 +311,7 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
     _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
     float m[TILE_ROWS], l[TILE_ROWS], M[TILE_ROWS], L[TILE_ROWS];
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
+    memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
     const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
     for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
         int64_t k0, k1;
@@ -364,6 +365,7 @@ AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
     _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
     float M[TILE_ROWS], L[TILE_ROWS];
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
+    memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
     for (int64_t seg = 0; seg < j->n_seg; seg++) {
         const float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
         for (int r = 0; r < rows; r++)
