@@ -120,6 +120,17 @@ static void close_invoke(rc_parser *p, rc_pieces *out)
     sp_add_piece(p, out, RC_PIECE_CALL_END, p->push, p->n_calls - 1, "", 0);
 }
 
+/* The longest tail of the held text (shorter than the closer) that may still
+ * become a tag: a prefix of the closer, or of the opener. */
+static size_t tag_tail(const rc_parser *p, size_t n_open, size_t n_close)
+{
+    for (size_t k = n_close - 1; k > 0; k--)
+        if (p->buf.len >= k && (memcmp(p->buf.s + p->buf.len - k, CLOSER, k) == 0 ||
+                                (k < n_open && memcmp(p->buf.s + p->buf.len - k, OPENER, k) == 0)))
+            return k;
+    return 0;
+}
+
 void sp_dsml_process(rc_parser *p, rc_pieces *out)
 {
     size_t n_open = strlen(OPENER), n_close = strlen(CLOSER);
@@ -137,13 +148,7 @@ void sp_dsml_process(rc_parser *p, rc_pieces *out)
                 break;
             }
             if (gt == (size_t)-1) {
-                size_t keep = 0;
-                for (size_t k = n_close - 1; k > 0 && !keep; k--)
-                    if (p->buf.len >= k &&
-                        (memcmp(p->buf.s + p->buf.len - k, CLOSER, k) == 0 ||
-                         (k < n_open && memcmp(p->buf.s + p->buf.len - k, OPENER, k) == 0)))
-                        keep = k;
-                sp_consume(p, p->buf.len - keep);
+                sp_consume(p, p->buf.len - tag_tail(p, n_open, n_close));
                 return;
             }
             sp_consume(p, gt + 1);
@@ -157,13 +162,7 @@ void sp_dsml_process(rc_parser *p, rc_pieces *out)
             const char *close = sp_find(p->buf.s, p->buf.len, CLOSER);
             const char *tag = open && (!close || open < close) ? open : close;
             if (!tag) { /* junk; keep what may still become a tag */
-                size_t keep = 0;
-                for (size_t k = n_close - 1; k > 0 && !keep; k--)
-                    if (p->buf.len >= k &&
-                        (memcmp(p->buf.s + p->buf.len - k, CLOSER, k) == 0 ||
-                         (k < n_open && memcmp(p->buf.s + p->buf.len - k, OPENER, k) == 0)))
-                        keep = k;
-                sp_consume(p, p->buf.len - keep);
+                sp_consume(p, p->buf.len - tag_tail(p, n_open, n_close));
                 return;
             }
             sp_consume(p, (size_t)(tag - p->buf.s));
