@@ -291,11 +291,10 @@ static void write_rows(const flash_job *j, int g, int64_t t0, int rows, const fl
 }
 
 /* Keys [k0, k1) of segment seg for a tile whose last token sees n keys. */
-static void segment_keys(const flash_job *j, int64_t seg, int64_t n, int64_t *k0, int64_t *k1)
+static void segment_keys(int64_t seg, int64_t n, int64_t *k0, int64_t *k1)
 {
     *k0 = seg * FLASH_SEGMENT;
     *k1 = *k0 + FLASH_SEGMENT < n ? *k0 + FLASH_SEGMENT : n;
-    (void)j;
 }
 
 /* A task: one KV head and a tile, every segment in turn, folded as they end. */
@@ -315,7 +314,7 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
     const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
     for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
         int64_t k0, k1;
-        segment_keys(j, seg, n, &k0, &k1);
+        segment_keys(seg, n, &k0, &k1);
         flash_segment(j, g, t0, rows, k0, k1, m, l, o);
         for (int r = 0; r < rows; r++)
             merge_segment(hd, &M[r], &L[r], O + r * hd, m[r], l[r], o + r * hd);
@@ -343,7 +342,7 @@ AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
         return;
     }
     int64_t k0, k1;
-    segment_keys(j, seg, n, &k0, &k1);
+    segment_keys(seg, n, &k0, &k1);
     flash_segment(j, g, t0, rows, k0, k1, m, l, o);
     for (int r = 0; r < rows; r++) {
         part[r * stride] = m[r];
