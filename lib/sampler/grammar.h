@@ -188,10 +188,11 @@ int grammar_matcher_rollback(grammar_matcher *m, int32_t n);
 int grammar_matcher_is_complete(const grammar_matcher *m);
 /* 1 once an end token was accepted. */
 int grammar_matcher_is_terminated(const grammar_matcher *m);
-/* Why the last fill_mask or accept failed, or NULL: a set of more than 32768
- * stacks (an ambiguous grammar; grammar_matcher_create returns
- * DI_ERR_INVALID_REQUEST for its start), or out of memory. Static text. */
-const char *grammar_matcher_error(const grammar_matcher *m);
+/* Why the last fill_mask or accept failed: DI_ERR_INVALID_REQUEST for a set
+ * of more than 32768 stacks (an ambiguous grammar; grammar_matcher_create
+ * returns it for its start), DI_ERR_OUT_OF_MEMORY, or DI_OK (*why NULL);
+ * *why is static text. */
+di_status grammar_matcher_error(const grammar_matcher *m, const char **why);
 /* The stack limit (32768 by default; tests lower it). */
 void grammar_matcher_set_max_stacks(grammar_matcher *m, size_t n);
 

@@ -531,12 +531,17 @@ void grammar_matcher_set_max_stacks(grammar_matcher *m, size_t n)
     m->max_stacks = n;
 }
 
-const char *grammar_matcher_error(const grammar_matcher *m)
+di_status grammar_matcher_error(const grammar_matcher *m, const char **why)
 {
-    if (m->ambiguous)
-        return "the grammar allows more than 32768 parses of the output at once (an ambiguous "
+    *why = NULL;
+    if (m->ambiguous) {
+        *why = "the grammar allows more than 32768 parses of the output at once (an ambiguous "
                "grammar, such as a repetition of something that can match nothing)";
-    return m->oom ? "out of memory for the grammar's matcher" : NULL;
+        return DI_ERR_INVALID_REQUEST;
+    }
+    if (!m->oom) return DI_OK;
+    *why = "out of memory for the grammar's matcher";
+    return DI_ERR_OUT_OF_MEMORY;
 }
 
 static int cmp_i32(const void *a, const void *b)

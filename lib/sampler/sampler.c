@@ -195,12 +195,9 @@ di_status sampler_grammar_error(const sampler *s, const char **why)
 {
     *why = NULL;
     if (!s->gm || !s->gm_failed) return DI_OK;
-    const char *e = grammar_matcher_error(s->gm);
-    if (e && strncmp(e, "out of memory", 13) != 0) {
-        *why = e;
-        return DI_ERR_INVALID_REQUEST;
-    }
-    *why = e ? e : "the grammar does not allow the sampled token";
+    di_status st = grammar_matcher_error(s->gm, why);
+    if (st != DI_OK) return st;
+    *why = "the grammar does not allow the sampled token";
     return DI_ERR_OUT_OF_MEMORY;
 }
 
