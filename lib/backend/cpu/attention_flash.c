@@ -91,12 +91,10 @@ AVX2 static inline float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* dst[c * dst_stride + r] = src[r * src_stride + c] for an 8 x 8 block. */
-AVX2 static inline void transpose8(const float *src, ptrdiff_t src_stride, float *dst,
-                                   ptrdiff_t dst_stride)
+/* dst[c * dst_stride + r] = r[r][c] for an 8 x 8 block held in registers. */
+AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride)
 {
-    __m256 r[8], t[8];
-    UNROLL for (ptrdiff_t i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * src_stride);
+    __m256 t[8];
     UNROLL for (int i = 0; i < 8; i += 2)
     {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
@@ -126,6 +124,13 @@ static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const 
     return (const char *)pool + (row + (size_t)g * (size_t)c->head_dim) * c->elem_size;
 }
 
+/* 8 floats of a cache row (f16 or f32) at src. */
+AVX2 static inline __m256 load8(const cpu_kv_cache *c, const char *src)
+{
+    if (c->dtype == MODEL_DTYPE_F32) return _mm256_loadu_ps((const float *)src);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)src));
+}
+
 /* n floats of a cache row (f16 or f32) into dst. */
 AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff_t n, float *dst)
 {
@@ -136,6 +141,13 @@ AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff
     const uint16_t *h = (const uint16_t *)src;
     for (ptrdiff_t i = 0; i < n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+}
+
+/* The cache lines of a cache row, requested ahead of their use. */
+static inline void prefetch_row(const cpu_kv_cache *c, const char *src)
+{
+    size_t bytes = (size_t)c->head_dim * c->elem_size;
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(src + off);
 }
 
 typedef struct flash_job {
@@ -157,6 +169,22 @@ static int tile_rows(const flash_job *j, int64_t tile, int64_t *t0, int64_t *t1)
     return (int)(*t1 - *t0) * j->group;
 }
 
+/* o[0, 64) = o corr + sum_i p[i] v[i hd + (0, 64)] over i < valid, in key
+ * order: eight independent sums. */
+AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const float *v,
+                                   ptrdiff_t hd, int valid)
+{
+    __m256 acc[8];
+    UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
+        _mm256_mul_ps(_mm256_loadu_ps(o + 8 * k), corr);
+    for (ptrdiff_t i = 0; i < valid; i++) {
+        __m256 pi = _mm256_set1_ps(p[i]);
+        UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
+            _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + i * hd + 8 * k), acc[k]);
+    }
+    UNROLL for (ptrdiff_t k = 0; k < 8; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
+}
+
 /* One segment of keys [k0, k1) for the rows of KV head g's tile starting at
  * token t0: the online softmax from m = -inf, l = 0, O = 0 into m, l, o. */
 AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, int64_t k0,
@@ -166,7 +194,6 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
     const ptrdiff_t hd = c->head_dim;
     _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
     _Alignas(32) float v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];  /* [CHUNK][hd] */
-    _Alignas(32) float kr[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM]; /* K as stored: [CHUNK][hd] */
     _Alignas(32) float p[CHUNK], sc[TILE_ROWS * CHUNK];
     const float *q[TILE_ROWS];
     int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
@@ -182,15 +209,25 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
     const __m256 scale = _mm256_set1_ps(j->scale);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
+        const char *krow[CHUNK];
         for (int i = 0; i < len; i++) {
-            load_row(c, kv_row(c, c->k, j->s, j->layer, g, p0 + i), hd, kr + i * hd);
+            krow[i] = kv_row(c, c->k, j->s, j->layer, g, p0 + i);
             load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + i * hd);
         }
-        if (len < CHUNK) /* unused rows: finite, then masked */
-            memset(kr + len * hd, 0, (size_t)(CHUNK - len) * (size_t)hd * sizeof *kr);
-        for (ptrdiff_t i0 = 0; i0 < CHUNK; i0 += 8) /* K^T, 8 x 8 blocks */
-            for (ptrdiff_t d = 0; d < hd; d += 8)
-                transpose8(kr + i0 * hd + d, hd, kt + d * CHUNK + i0, CHUNK);
+        for (int64_t i = p0 + CHUNK; i < p0 + 2 * CHUNK && i < k1; i++) { /* the next chunk */
+            prefetch_row(c, kv_row(c, c->k, j->s, j->layer, g, i));
+            prefetch_row(c, kv_row(c, c->v, j->s, j->layer, g, i));
+        }
+        /* K^T in 8 x 8 blocks, converted in registers; unused rows are zero
+         * (finite, then masked) */
+        for (int i0 = 0; i0 < CHUNK; i0 += 8)
+            for (ptrdiff_t d = 0; d < hd; d += 8) {
+                __m256 r[8];
+                UNROLL for (int i = 0; i < 8; i++) r[i] =
+                    i0 + i < len ? load8(c, krow[i0 + i] + (size_t)d * c->elem_size)
+                                 : _mm256_setzero_ps();
+                transpose8(r, kt + d * CHUNK + i0, CHUNK);
+            }
         /* the scores of four rows at a time: eight independent sums, each
          * K^T load shared by the four */
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
@@ -227,7 +264,8 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
             s1 = _mm256_blendv_ps(ninf, s1, keep1);
             float mnew = hmax8(_mm256_max_ps(s0, s1));
             if (m[r] > mnew) mnew = m[r];
-            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
+            /* (e^0 is 1 exactly: no call while the max stands) */
+            float corr = m[r] == -INFINITY ? 0.0f : m[r] == mnew ? 1.0f : expf(m[r] - mnew);
             __m256 mv = _mm256_set1_ps(mnew);
             __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
             _mm256_store_ps(p, e0);
@@ -238,7 +276,11 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
             float *orow = o + r * hd;
             __m256 cv = _mm256_set1_ps(corr);
             for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
-                ptrdiff_t nv = hd - d0 < 64 ? (hd - d0) / 8 : 8;
+                if (hd - d0 >= 64) { /* (the common case, unrolled whole) */
+                    pv_block64(orow + d0, cv, p, v + d0, hd, valid);
+                    continue;
+                }
+                ptrdiff_t nv = (hd - d0) / 8;
                 __m256 acc[8];
                 UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
                     k < nv ? _mm256_mul_ps(_mm256_loadu_ps(orow + d0 + 8 * k), cv)
