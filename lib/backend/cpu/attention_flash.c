@@ -212,9 +212,10 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
         const char *krow[CHUNK];
         for (int i = 0; i < len; i++) {
             krow[i] = kv_row(c, c->k, j->s, j->layer, g, p0 + i);
-            load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + i * hd);
+            load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + (ptrdiff_t)i * hd);
         }
-        for (int64_t i = p0 + CHUNK; i < p0 + 2 * CHUNK && i < k1; i++) { /* the next chunk */
+        for (int64_t i = p0 + CHUNK; i < p0 + 2 * (int64_t)CHUNK && i < k1;
+             i++) { /* the next chunk */
             prefetch_row(c, kv_row(c, c->k, j->s, j->layer, g, i));
             prefetch_row(c, kv_row(c, c->v, j->s, j->layer, g, i));
         }
@@ -223,9 +224,13 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
         for (int i0 = 0; i0 < CHUNK; i0 += 8)
             for (ptrdiff_t d = 0; d < hd; d += 8) {
                 __m256 r[8];
-                UNROLL for (int i = 0; i < 8; i++) r[i] =
-                    i0 + i < len ? load8(c, krow[i0 + i] + (size_t)d * c->elem_size)
-                                 : _mm256_setzero_ps();
+                const size_t off = (size_t)d * c->elem_size;
+                if (i0 + 8 <= len) {
+                    UNROLL for (int i = 0; i < 8; i++) r[i] = load8(c, krow[i0 + i] + off);
+                } else {
+                    UNROLL for (int i = 0; i < 8; i++) r[i] =
+                        i0 + i < len ? load8(c, krow[i0 + i] + off) : _mm256_setzero_ps();
+                }
                 transpose8(r, kt + d * CHUNK + i0, CHUNK);
             }
         /* the scores of four rows at a time: eight independent sums, each

@@ -1,7 +1,11 @@
 /* Multi-head Latent Attention, absorbed and naive (attention_mla.h). Plain
- * loops the compiler vectorises; the softmax is cpu_softmax's (max-subtracted,
- * sum in double). */
+ * loops the compiler vectorises. The absorbed forms' softmax is online (in
+ * tiles, below); the naive reference's is cpu_softmax's (max-subtracted, sum
+ * in double). */
 #include "backend/cpu/attention_mla.h"
+
+#include <math.h>
+#include <string.h>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
@@ -30,13 +34,36 @@ typedef struct mla_job {
     const model_tensor *k_b, *v_b;
     cpu_vec_dot_fn dot_k, dot_v;
     int act_k, act_v;
+    /* the absorbed forms' block: tokens [b0, b1); qa [.., n_head, D] and olat
+     * [.., n_head, R] by (token - b0, head); tiles of `rows` heads */
+    int64_t b0, b1;
+    float *qa, *olat;
+    int rows;
 } mla_job;
+
+/* The absorbed forms run a block of BLOCK_TOKENS tokens at a time in three
+ * passes: q_abs of every (token, head) (a task per head: its W_UK read once a
+ * block), the latent attention in tiles of up to TILE_ROWS heads of one token
+ * walking the keys CHUNK at a time with an online softmax (FlashAttention's
+ * recurrence: a chunk of latent rows is read once for every head of the tile,
+ * where a task per (token, head) read the whole context per head, twice), and
+ * out = W_UV o_lat (a task per head). */
+enum { BLOCK_TOKENS = 16, TILE_ROWS = 16, CHUNK = 16 };
+
+/* Floats of the block's q_abs and o_lat: [BLOCK_TOKENS, n_head, D] then
+ * [BLOCK_TOKENS, n_head, R]. */
+static int64_t block_floats(const cpu_mla_shape *s)
+{
+    return (int64_t)BLOCK_TOKENS * s->n_head * (2 * (int64_t)s->kv_lora_rank + s->rope);
+}
 
 int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx)
 {
     /* scores, q_abs, o_lat; then room for q_nope or o_lat quantized (at most
-     * 4 bytes an element: F32 activations) */
-    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope + s->nope + s->kv_lora_rank;
+     * 4 bytes an element: F32 activations); then (used in the first thread's
+     * share) the absorbed forms' block */
+    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope + s->nope + s->kv_lora_rank +
+           block_floats(s);
 }
 
 /* Eight independent partial sums (then a fixed tree), so the compiler can keep
@@ -57,79 +84,164 @@ static inline __attribute__((always_inline)) void axpy(float a, const float *x, 
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* The absorbed form's middle, for one (token, head) with q_abs in qa:
- * o_lat = sum_k softmax_k(scale * qa . row_k) c_k over the first n_kv rows. */
-static inline __attribute__((always_inline)) void
-latent_attend(const mla_job *j, const float *qa, int64_t n_kv, float *scores, float *olat)
+/* Eight floats as one value (GCC/Clang vector extensions: one register in the
+ * AVX2 clone, two SSE registers in the baseline; the same lane arithmetic). */
+typedef float v8f __attribute__((vector_size(32)));
+/* (the baseline clone passes v8f in memory: these helpers are always inlined) */
+#if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+static inline __attribute__((always_inline)) v8f load8(const float *p)
 {
-    const int R = j->s->kv_lora_rank, D = R + j->s->rope;
-    for (int64_t k = 0; k < n_kv; k++) scores[k] = j->scale * dot(qa, j->kv + k * D, D);
-    cpu_softmax(scores, n_kv);
-    for (int r = 0; r < R; r++) olat[r] = 0.0f;
-    for (int64_t k = 0; k < n_kv; k++) axpy(scores[k], j->kv + k * D, olat, R);
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
-/* One (token, head) of the absorbed form (attention_mla.h). */
-static inline __attribute__((always_inline)) void absorbed_one(const mla_job *j, int64_t t,
-                                                               int64_t h, int thread)
+/* dot(a, b + k stride, n) for k < 4, each with dot's sums in dot's order (the
+ * four chains are independent: four times the arithmetic in flight). */
+static inline __attribute__((always_inline)) void dot4(const float *a, const float *b,
+                                                       int64_t stride, int n, float *out)
+{
+    v8f acc[4] = {{0}};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f av = load8(a + i);
+        for (int j = 0; j < 4; j++) acc[j] += av * load8(b + j * stride + i);
+    }
+    for (; i < n; i++)
+        for (int j = 0; j < 4; j++) acc[j][i & 7] += a[i] * b[j * stride + i];
+    for (int j = 0; j < 4; j++)
+        out[j] = ((acc[j][0] + acc[j][4]) + (acc[j][1] + acc[j][5])) +
+                 ((acc[j][2] + acc[j][6]) + (acc[j][3] + acc[j][7]));
+}
+
+/* axpy of x + k stride times a[k], k = 0..3 in turn: the same sums as four
+ * axpy calls, y read and written once. */
+static inline __attribute__((always_inline)) void axpy4(const float *a, const float *x,
+                                                        int64_t stride, float *y, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f yv = load8(y + i);
+        yv = (((yv + a[0] * load8(x + i)) + a[1] * load8(x + stride + i)) +
+              a[2] * load8(x + 2 * stride + i)) +
+             a[3] * load8(x + 3 * stride + i);
+        memcpy(y + i, &yv, sizeof yv);
+    }
+    for (; i < n; i++)
+        y[i] = (((y[i] + a[0] * x[i]) + a[1] * x[stride + i]) + a[2] * x[2 * stride + i]) +
+               a[3] * x[3 * stride + i];
+}
+
+/* q_abs = [q_nope W_UK_h, q_pe] of (token t, head h) into the block. */
+static inline __attribute__((always_inline)) void q_absorb(const mla_job *j, int64_t t, int64_t h,
+                                                           int thread)
 {
     const cpu_mla_shape *s = j->s;
     const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
-    const int64_t n_kv = j->pos0 + t + 1;
     const float *q = j->q + (t * s->n_head + h) * qd;
-    const float *wk = j->w + h * (int64_t)(s->nope + s->v) * R, *wv = wk + (int64_t)s->nope * R;
-    float *scores = j->scratch + thread * j->scratch_floats;
-    float *qa = scores + n_kv, *olat = qa + D;
-    /* q_abs = [q_nope W_UK_h, q_pe] */
-    for (int r = 0; r < R; r++) qa[r] = 0.0f;
-    for (int i = 0; i < s->nope; i++) axpy(q[i], wk + (int64_t)i * R, qa, R);
+    float *qa = j->qa + ((t - j->b0) * s->n_head + h) * D;
+    if (j->k_b) { /* the stored-format kernels, q_nope quantized as theirs */
+        char *act = (char *)(j->scratch + thread * j->scratch_floats);
+        const size_t kb_row = cpu_row_bytes((int)j->k_b->dtype, s->nope);
+        const char *kb = (const char *)j->k_b->data + (size_t)h * (size_t)R * kb_row;
+        cpu_quantize_row(j->act_k, q, act, s->nope);
+        for (int r = 0; r < R; r++) j->dot_k(s->nope, &qa[r], kb + (size_t)r * kb_row, act);
+    } else {
+        const float *wk = j->w + h * (int64_t)(s->nope + s->v) * R;
+        for (int r = 0; r < R; r++) qa[r] = 0.0f;
+        for (int i = 0; i < s->nope; i++) axpy(q[i], wk + (int64_t)i * R, qa, R);
+    }
     for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
-    latent_attend(j, qa, n_kv, scores, olat);
-    float *out = j->out + (t * s->n_head + h) * s->v;
-    for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
 }
 
-/* A task is one head over up to TOKENS_PER_TASK tokens: the head's W_UK and
- * W_UV (2 R (nope + v) f32, 512 KB for DeepSeek-V2/V3) are read from memory
- * once and stay in cache for the tokens after the first, where one task per
- * (token, head) read them again for every token. */
-enum { TOKENS_PER_TASK = 8 };
-
-/* One (token, head) of the split form: as absorbed_one, the two weight
- * products through the stored-format kernels. */
-static inline __attribute__((always_inline)) void split_one(const mla_job *j, int64_t t, int64_t h,
+/* out_h = W_UV_h o_lat of (token t, head h) from the block. */
+static inline __attribute__((always_inline)) void v_project(const mla_job *j, int64_t t, int64_t h,
                                                             int thread)
 {
     const cpu_mla_shape *s = j->s;
-    const int R = s->kv_lora_rank, D = R + s->rope, qd = s->nope + s->rope;
-    const int64_t n_kv = j->pos0 + t + 1;
-    const float *q = j->q + (t * s->n_head + h) * qd;
-    float *scores = j->scratch + thread * j->scratch_floats;
-    float *qa = scores + n_kv, *olat = qa + D;
-    char *act = (char *)(olat + R); /* float-aligned: the kernels load unaligned */
-    const size_t kb_row = cpu_row_bytes((int)j->k_b->dtype, s->nope);
-    const size_t vb_row = cpu_row_bytes((int)j->v_b->dtype, R);
-    const char *kb = (const char *)j->k_b->data + (size_t)h * (size_t)R * kb_row;
-    const char *vb = (const char *)j->v_b->data + (size_t)h * (size_t)s->v * vb_row;
-    cpu_quantize_row(j->act_k, q, act, s->nope);
-    for (int r = 0; r < R; r++) j->dot_k(s->nope, &qa[r], kb + (size_t)r * kb_row, act);
-    for (int r = 0; r < s->rope; r++) qa[R + r] = q[s->nope + r];
-    latent_attend(j, qa, n_kv, scores, olat);
-    cpu_quantize_row(j->act_v, olat, act, R);
+    const int R = s->kv_lora_rank;
+    const float *olat = j->olat + ((t - j->b0) * s->n_head + h) * R;
     float *out = j->out + (t * s->n_head + h) * s->v;
-    for (int i = 0; i < s->v; i++) j->dot_v(R, &out[i], vb + (size_t)i * vb_row, act);
+    if (j->k_b) {
+        char *act = (char *)(j->scratch + thread * j->scratch_floats);
+        const size_t vb_row = cpu_row_bytes((int)j->v_b->dtype, R);
+        const char *vb = (const char *)j->v_b->data + (size_t)h * (size_t)s->v * vb_row;
+        cpu_quantize_row(j->act_v, olat, act, R);
+        for (int i = 0; i < s->v; i++) j->dot_v(R, &out[i], vb + (size_t)i * vb_row, act);
+    } else {
+        const float *wv = j->w + h * (int64_t)(s->nope + s->v) * R + (int64_t)s->nope * R;
+        for (int i = 0; i < s->v; i++) out[i] = dot(olat, wv + (int64_t)i * R, R);
+    }
 }
 
-MLA_CLONES static void absorbed_task(void *ctx, int64_t task, int thread)
+/* Pass 1 and 3: a task is one head over the block's tokens (its W_UK or
+ * W_UV, 512 KB f32 for DeepSeek-V2/V3, read once a block and kept in cache). */
+MLA_CLONES static void q_absorb_task(void *ctx, int64_t h, int thread)
 {
     const mla_job *j = ctx;
-    const int64_t h = task % j->s->n_head, t0 = task / j->s->n_head * TOKENS_PER_TASK;
-    const int64_t t1 = t0 + TOKENS_PER_TASK < j->n_tokens ? t0 + TOKENS_PER_TASK : j->n_tokens;
-    for (int64_t t = t0; t < t1; t++) {
-        if (j->k_b)
-            split_one(j, t, h, thread);
-        else
-            absorbed_one(j, t, h, thread);
+    for (int64_t t = j->b0; t < j->b1; t++) q_absorb(j, t, h, thread);
+}
+
+MLA_CLONES static void v_project_task(void *ctx, int64_t h, int thread)
+{
+    const mla_job *j = ctx;
+    for (int64_t t = j->b0; t < j->b1; t++) v_project(j, t, h, thread);
+}
+
+/* Pass 2: a task is one token's heads [h0, h0 + rows), every row seeing keys
+ * [0, pos0 + t]. Each row's arithmetic is its own (a running max m, sum l and
+ * unnormalized o_lat over CHUNK-key chunks at fixed positions), so a row's
+ * result depends on its context alone, not on the tile or the batch:
+ *   m' = max(m, max_k s_k), o = o e^(m - m') + sum_k e^(s_k - m') c_k, l alike. */
+MLA_CLONES static void latent_tile_task(void *ctx, int64_t task, int thread)
+{
+    (void)thread;
+    const mla_job *j = ctx;
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, H = s->n_head;
+    const int tiles = (H + j->rows - 1) / j->rows;
+    const int64_t t = j->b0 + task / tiles;
+    const int h0 = (int)(task % tiles) * j->rows;
+    const int rows = H - h0 < j->rows ? H - h0 : j->rows;
+    const int64_t n_kv = j->pos0 + t + 1;
+    const float *qa = j->qa + ((t - j->b0) * H + h0) * D;
+    float *olat = j->olat + ((t - j->b0) * H + h0) * R;
+    float m[TILE_ROWS], l[TILE_ROWS], e[TILE_ROWS][CHUNK];
+    for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    for (int64_t i = 0; i < (int64_t)rows * R; i++) olat[i] = 0.0f;
+    for (int64_t p0 = 0; p0 < n_kv; p0 += CHUNK) {
+        const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
+        const float *c = j->kv + p0 * D;
+        for (int r = 0; r < rows; r++) {
+            float mx = m[r];
+            int k = 0;
+            for (; k + 4 <= len; k += 4)
+                dot4(qa + (int64_t)r * D, c + (int64_t)k * D, D, D, e[r] + k);
+            for (; k < len; k++) e[r][k] = dot(qa + (int64_t)r * D, c + (int64_t)k * D, D);
+            for (k = 0; k < len; k++) {
+                e[r][k] *= j->scale;
+                mx = e[r][k] > mx ? e[r][k] : mx;
+            }
+            /* (e^0 is 1 exactly: nothing to rescale while the max stands) */
+            const float corr = m[r] == -INFINITY ? 0.0f : m[r] == mx ? 1.0f : expf(m[r] - mx);
+            float sum = 0.0f;
+            for (k = 0; k < len; k++) sum += e[r][k] = expf(e[r][k] - mx);
+            l[r] = l[r] * corr + sum;
+            m[r] = mx;
+            float *o = olat + (int64_t)r * R;
+            if (corr != 1.0f)
+                for (int i = 0; i < R; i++) o[i] *= corr;
+            k = 0;
+            for (; k + 4 <= len; k += 4) axpy4(e[r] + k, c + (int64_t)k * D, D, o, R);
+            for (; k < len; k++) axpy(e[r][k], c + (int64_t)k * D, o, R);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        const float inv = 1.0f / l[r];
+        for (int i = 0; i < R; i++) olat[(int64_t)r * R + i] *= inv;
     }
 }
 
@@ -169,10 +281,24 @@ static mla_job make_job(const cpu_mla_shape *s, const float *q, int64_t n_tokens
                      .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
 }
 
+/* The absorbed forms, block by block: q_abs, the latent attention, W_UV. */
 static void run_absorbed(cpu_threadpool *pool, mla_job *j)
 {
-    int64_t chunks = (j->n_tokens + TOKENS_PER_TASK - 1) / TOKENS_PER_TASK;
-    cpu_threadpool_run(pool, chunks * j->s->n_head, absorbed_task, j);
+    const int H = j->s->n_head, threads = pool ? cpu_threadpool_size(pool) : 1;
+    /* the block's buffers: the end of the first thread's share */
+    j->qa = j->scratch + j->scratch_floats - block_floats(j->s);
+    j->olat = j->qa + (int64_t)BLOCK_TOKENS * H * (j->s->kv_lora_rank + j->s->rope);
+    for (j->b0 = 0; j->b0 < j->n_tokens; j->b0 = j->b1) {
+        j->b1 = j->b0 + BLOCK_TOKENS < j->n_tokens ? j->b0 + BLOCK_TOKENS : j->n_tokens;
+        const int64_t nt = j->b1 - j->b0;
+        /* tiles of up to TILE_ROWS heads, smaller while the threads would idle
+         * (decode: one token's heads shared out); each row's result is the same */
+        int64_t rows = (H * nt + threads - 1) / threads;
+        j->rows = (int)(rows < 1 ? 1 : rows > TILE_ROWS ? TILE_ROWS : rows);
+        cpu_threadpool_run(pool, H, q_absorb_task, j);
+        cpu_threadpool_run(pool, nt * ((H + j->rows - 1) / j->rows), latent_tile_task, j);
+        cpu_threadpool_run(pool, H, v_project_task, j);
+    }
 }
 
 void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,

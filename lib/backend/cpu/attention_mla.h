@@ -21,13 +21,20 @@
  *
  * Shapes: q f32 [n_tokens, n_head, nope + rope]; kv f32 [pos0 + n_tokens,
  * kv_lora_rank + rope]; out f32 [n_tokens, n_head, v]. scratch: f32
- * [n_threads, cpu_mla_scratch_floats(...)], owned by the caller. Tasks (token,
- * head) are spread over the pool; thread-safe on distinct out/scratch.
+ * [n_threads, cpu_mla_scratch_floats(...)], owned by the caller. Tasks are
+ * spread over the pool; thread-safe on distinct out/scratch.
  *
- * Roofline per (token, head), n = pos0 + t + 1 keys, R = kv_lora_rank:
- * absorbed reads n (R + rope) f32 of latents (shared by all heads, in cache)
- * and 2 R (nope + v) f32 of W, 2 n (2R + rope) + 2 R (nope + v) FLOPs;
- * naive reads n H (nope + v) expanded values. */
+ * The absorbed forms take 16 tokens at a time: q_abs per head, then the
+ * latent attention in tiles of up to 16 heads of one token with an online
+ * softmax over 16-key chunks (each chunk of latents read once for the tile's
+ * heads), then W_UV per head. A row's result depends on its own context alone
+ * (not the tile, the block or the batch). It agrees with the naive reference
+ * to float rounding (tests/unit/test_cpu_kernels.c).
+ *
+ * Roofline per token, n = pos0 + t + 1 keys, R = kv_lora_rank, H heads in
+ * tiles of T: absorbed reads n (R + rope) f32 of latents H / T times and
+ * 2 R (nope + v) f32 of W per head once per 16 tokens, H (2 n (2R + rope) +
+ * 2 R (nope + v)) FLOPs; naive reads n H (nope + v) expanded values. */
 #ifndef DI_BACKEND_CPU_ATTENTION_MLA_H
 #define DI_BACKEND_CPU_ATTENTION_MLA_H
 
