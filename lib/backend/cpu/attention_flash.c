@@ -185,6 +185,59 @@ AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const 
     UNROLL for (ptrdiff_t k = 0; k < 8; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
 }
 
+/* Two rows' o[0, 32) = o corr + sum_i p[i] v[i hd + (0, 32)] over i < valid,
+ * in key order (pv_block64's sums), each V load shared by the two rows. */
+AVX2 static inline void pv_pair32(float *o0, float *o1, float corr0, float corr1, const float *p0,
+                                  const float *p1, const float *v, ptrdiff_t hd, int valid)
+{
+    __m256 a[4], b[4];
+    const __m256 c0 = _mm256_set1_ps(corr0), c1 = _mm256_set1_ps(corr1);
+    UNROLL for (ptrdiff_t k = 0; k < 4; k++)
+    {
+        a[k] = _mm256_mul_ps(_mm256_loadu_ps(o0 + 8 * k), c0);
+        b[k] = _mm256_mul_ps(_mm256_loadu_ps(o1 + 8 * k), c1);
+    }
+    for (ptrdiff_t i = 0; i < valid; i++) {
+        __m256 x = _mm256_set1_ps(p0[i]), y = _mm256_set1_ps(p1[i]);
+        UNROLL for (ptrdiff_t k = 0; k < 4; k++)
+        {
+            __m256 vv = _mm256_loadu_ps(v + i * hd + 8 * k);
+            a[k] = _mm256_fmadd_ps(x, vv, a[k]);
+            b[k] = _mm256_fmadd_ps(y, vv, b[k]);
+        }
+    }
+    UNROLL for (ptrdiff_t k = 0; k < 4; k++)
+    {
+        _mm256_storeu_ps(o0 + 8 * k, a[k]);
+        _mm256_storeu_ps(o1 + 8 * k, b[k]);
+    }
+}
+
+/* One row's O = O corr + P V over its hd dimensions, 64 (eight independent
+ * sums) at a time. */
+AVX2 static void pv_row(float *orow, float corr, const float *p, const float *v, ptrdiff_t hd,
+                        int valid)
+{
+    __m256 cv = _mm256_set1_ps(corr);
+    for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
+        if (hd - d0 >= 64) { /* (the common case, unrolled whole) */
+            pv_block64(orow + d0, cv, p, v + d0, hd, valid);
+            continue;
+        }
+        ptrdiff_t nv = (hd - d0) / 8;
+        __m256 acc[8];
+        UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
+            k < nv ? _mm256_mul_ps(_mm256_loadu_ps(orow + d0 + 8 * k), cv) : _mm256_setzero_ps();
+        for (ptrdiff_t i = 0; i < valid; i++) {
+            __m256 pi = _mm256_set1_ps(p[i]);
+            const float *vr = v + i * hd + d0;
+            UNROLL for (ptrdiff_t k = 0; k < 8; k++) if (k < nv) acc[k] =
+                _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr + 8 * k), acc[k]);
+        }
+        UNROLL for (ptrdiff_t k = 0; k < nv; k++) _mm256_storeu_ps(orow + d0 + 8 * k, acc[k]);
+    }
+}
+
 /* One segment of keys [k0, k1) for the rows of KV head g's tile starting at
  * token t0: the online softmax from m = -inf, l = 0, O = 0 into m, l, o. */
 AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, int64_t k0,
@@ -194,7 +247,8 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
     const ptrdiff_t hd = c->head_dim;
     _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
     _Alignas(32) float v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];  /* [CHUNK][hd] */
-    _Alignas(32) float p[CHUNK], sc[TILE_ROWS * CHUNK];
+    _Alignas(32) float p[TILE_ROWS * CHUNK], sc[TILE_ROWS * CHUNK], corr[TILE_ROWS];
+    int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
     int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
     for (int r = 0; r < rows; r++) {
@@ -255,12 +309,13 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
                 _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
             }
         }
+        /* each row's softmax step: its chunk weights P, its rescale corr */
         for (ptrdiff_t r = 0; r < rows; r++) {
-            int valid = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
-            if (valid <= 0) continue;
+            valid[r] = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
+            if (valid[r] <= 0) continue;
             __m256 s0 = _mm256_load_ps(sc + r * CHUNK), s1 = _mm256_load_ps(sc + r * CHUNK + 8);
             __m256i idx0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            __m256i vv = _mm256_set1_epi32(valid);
+            __m256i vv = _mm256_set1_epi32(valid[r]);
             __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vv, idx0));
             __m256 keep1 = _mm256_castsi256_ps(
                 _mm256_cmpgt_epi32(vv, _mm256_add_epi32(idx0, _mm256_set1_epi32(8))));
@@ -270,35 +325,26 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
             float mnew = hmax8(_mm256_max_ps(s0, s1));
             if (m[r] > mnew) mnew = m[r];
             /* (e^0 is 1 exactly: no call while the max stands) */
-            float corr = m[r] == -INFINITY ? 0.0f : m[r] == mnew ? 1.0f : expf(m[r] - mnew);
+            corr[r] = m[r] == -INFINITY ? 0.0f : m[r] == mnew ? 1.0f : expf(m[r] - mnew);
             __m256 mv = _mm256_set1_ps(mnew);
             __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
-            _mm256_store_ps(p, e0);
-            _mm256_store_ps(p + 8, e1);
-            l[r] = l[r] * corr + hsum8(_mm256_add_ps(e0, e1));
+            _mm256_store_ps(p + r * CHUNK, e0);
+            _mm256_store_ps(p + r * CHUNK + 8, e1);
+            l[r] = l[r] * corr[r] + hsum8(_mm256_add_ps(e0, e1));
             m[r] = mnew;
-            /* O = O corr + P V, 64 dimensions (eight independent sums) at a time */
-            float *orow = o + r * hd;
-            __m256 cv = _mm256_set1_ps(corr);
-            for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
-                if (hd - d0 >= 64) { /* (the common case, unrolled whole) */
-                    pv_block64(orow + d0, cv, p, v + d0, hd, valid);
-                    continue;
-                }
-                ptrdiff_t nv = (hd - d0) / 8;
-                __m256 acc[8];
-                UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
-                    k < nv ? _mm256_mul_ps(_mm256_loadu_ps(orow + d0 + 8 * k), cv)
-                           : _mm256_setzero_ps();
-                for (ptrdiff_t i = 0; i < valid; i++) {
-                    __m256 pi = _mm256_set1_ps(p[i]);
-                    const float *vr = v + i * hd + d0;
-                    UNROLL for (ptrdiff_t k = 0; k < 8; k++) if (k < nv) acc[k] =
-                        _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr + 8 * k), acc[k]);
-                }
-                UNROLL for (ptrdiff_t k = 0; k < nv; k++)
-                    _mm256_storeu_ps(orow + d0 + 8 * k, acc[k]);
+        }
+        /* O = O corr + P V: two rows with the same keys at a time where the
+         * width allows (each V load shared), else one; the same sums either way */
+        for (ptrdiff_t r = 0; r < rows; r++) {
+            if (valid[r] <= 0) continue;
+            if (hd % 32 == 0 && r + 1 < rows && valid[r + 1] == valid[r]) {
+                for (ptrdiff_t d0 = 0; d0 < hd; d0 += 32)
+                    pv_pair32(o + r * hd + d0, o + (r + 1) * hd + d0, corr[r], corr[r + 1],
+                              p + r * CHUNK, p + (r + 1) * CHUNK, v + d0, hd, valid[r]);
+                r++;
+                continue;
             }
+            pv_row(o + r * hd, corr[r], p + r * CHUNK, v, hd, valid[r]);
         }
     }
 }
