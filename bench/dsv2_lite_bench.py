@@ -297,6 +297,12 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     if a.make:
+        # llama.cpp reads a deepseek2 file without q LoRA only as a "lite" model,
+        # which it recognises by 26 or 27 layers (src/models/deepseek2.cpp):
+        # other counts fail in its quantizer with "key not found ... q_lora_rank"
+        if a.layers not in (26, 27):
+            ap.error(f"--layers {a.layers}: llama.cpp runs a deepseek2 file without q LoRA "
+                     "only at 26 or 27 layers (its rule for DeepSeek-V2-Lite)")
         make(a.make, a.layers)
         return
     if not a.model:
