@@ -119,8 +119,7 @@ int main(int argc, char **argv)
     float *w = malloc(sizeof(float) * H * (NOPE + V) * R), *q = malloc(sizeof(float) * 16 * H * QD);
     float *kv = malloc(sizeof(float) * (size_t)max_ctx * D),
           *out = malloc(sizeof(float) * 16 * H * V);
-    const int64_t sf = cpu_mla_scratch_floats(&sh, max_ctx);
-    float *scratch = malloc(sizeof(float) * (size_t)(threads * sf));
+    float *scratch = malloc(sizeof(float) * (size_t)cpu_mla_scratch_floats(&sh, max_ctx, threads));
     cpu_threadpool *pool = NULL;
     if (!w || !q || !kv || !out || !scratch || cpu_threadpool_create(threads, &pool) != DI_OK) {
         fprintf(stderr, "attention_bench: out of memory\n");

@@ -850,8 +850,8 @@ static void test_mla_split_form_matches_the_f32_join(void **state)
     for (int i = 0; i < (POS0 + T) * D; i++) kv[i] = frand();
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    const int64_t sf = cpu_mla_scratch_floats(&shape, POS0 + T);
-    float *scratch = malloc((size_t)(2 * sf) * sizeof *scratch);
+    const int64_t sf = cpu_mla_scratch_floats(&shape, POS0 + T, 2);
+    float *scratch = malloc((size_t)sf * sizeof *scratch);
     assert_non_null(scratch);
     const model_dtype types[2] = {MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0};
     for (int k = 0; k < 2; k++) {
@@ -914,18 +914,22 @@ static void test_mla_split_form_matches_the_f32_join(void **state)
 }
 
 /* MLA's tiled absorbed form against the naive reference (keys and values
- * expanded from the same W, cpu_softmax in double) over a context of several
- * 16-key chunks and 16-token blocks, with a head count that leaves a partial
- * tile; and a decode row (one token, tiles of other sizes, 1 or 3 threads)
- * bit-identical to the same row inside a prefill. */
-static void test_mla_tiled_matches_naive(void **state)
+ * expanded from the same W, cpu_softmax in double) on one shape: a context of
+ * several 16-key chunks and 16-token blocks; a decode row (one token, tiles
+ * of other sizes, 1 to 3 threads) bit-identical to the same row inside a
+ * prefill. Scratch of exactly cpu_mla_scratch_floats (ASan sees past it). */
+static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int POS0)
 {
-    (void)state;
-    enum { H = 5, NOPE = 16, ROPE = 8, V = 16, R = 32, D = R + ROPE, T = 40, POS0 = 37 };
-    enum { N = POS0 + T, QD = NOPE + ROPE, FULL = H * (NOPE + V) };
+    const int D = R + ROPE, N = POS0 + T, QD = NOPE + ROPE, FULL = H * (NOPE + V);
     const cpu_mla_shape shape = {H, NOPE, ROPE, V, R};
-    static float w[FULL * R], q[T * H * QD], kv[N * D], kv_full[N * FULL];
-    static float want[T * H * V], got[T * H * V], one[H * V];
+    float *w = malloc(sizeof(float) * (size_t)(FULL * R)),
+          *q = malloc(sizeof(float) * (size_t)(T * H * QD));
+    float *kv = malloc(sizeof(float) * (size_t)(N * D)),
+          *kv_full = malloc(sizeof(float) * (size_t)(N * FULL));
+    float *want = malloc(sizeof(float) * (size_t)(T * H * V)),
+          *got = malloc(sizeof(float) * (size_t)(T * H * V));
+    float *one = malloc(sizeof(float) * (size_t)(H * V));
+    assert_true(w && q && kv && kv_full && want && got && one);
     for (int i = 0; i < FULL * R; i++) w[i] = frand() * 0.4f;
     for (int i = 0; i < T * H * QD; i++) q[i] = frand() * 2.0f;
     for (int i = 0; i < N * D; i++) kv[i] = frand();
@@ -935,37 +939,46 @@ static void test_mla_tiled_matches_naive(void **state)
             for (int r = 0; r < R; r++) acc += (double)w[o * R + r] * kv[j * D + r];
             kv_full[j * FULL + o] = (float)acc;
         }
-    const int64_t sf = cpu_mla_scratch_floats(&shape, N);
-    float *scratch = malloc((size_t)(3 * sf) * sizeof *scratch);
-    assert_non_null(scratch);
-    cpu_threadpool *pool2, *pool1, *pool3;
-    assert_int_equal(cpu_threadpool_create(2, &pool2), DI_OK);
-    assert_int_equal(cpu_threadpool_create(1, &pool1), DI_OK);
-    assert_int_equal(cpu_threadpool_create(3, &pool3), DI_OK);
-    cpu_mla_attention_naive(pool2, &shape, q, T, POS0, kv, kv_full, 0.2f, want, scratch, N);
-    cpu_mla_attention(pool2, &shape, q, T, POS0, kv, w, 0.2f, got, scratch, N);
+    cpu_threadpool *pools[3];
+    float *scratch[3];
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(cpu_threadpool_create(k + 1, &pools[k]), DI_OK);
+        scratch[k] = malloc(sizeof(float) * (size_t)cpu_mla_scratch_floats(&shape, N, k + 1));
+        assert_non_null(scratch[k]);
+    }
+    cpu_mla_attention_naive(pools[1], &shape, q, T, POS0, kv, kv_full, 0.2f, want, scratch[1], N);
+    cpu_mla_attention(pools[1], &shape, q, T, POS0, kv, w, 0.2f, got, scratch[1], N);
     double worst = 0;
     for (int i = 0; i < T * H * V; i++) {
         double d = fabs((double)got[i] - want[i]);
         worst = d > worst ? d : worst;
         if (d > 1e-4 * (1.0 + fabs((double)want[i])))
-            fail_msg("element %d: tiled %g, naive %g", i, (double)got[i], (double)want[i]);
+            fail_msg("H %d R %d rope %d element %d: tiled %g, naive %g", H, R, ROPE, i,
+                     (double)got[i], (double)want[i]);
     }
-    print_message("mla tiled vs naive: max |diff| %.2e\n", worst);
-    /* decode rows: token t alone at position POS0 + t */
-    cpu_threadpool *pools[2] = {pool1, pool3};
-    for (int k = 0; k < 2; k++)
+    print_message("mla tiled vs naive, %d heads, R %d, rope %d, %d tokens after %d: max |diff| "
+                  "%.2e\n",
+                  H, R, ROPE, T, POS0, worst);
+    for (int k = 0; k < 3; k += 2) /* decode rows: token t alone at position POS0 + t */
         for (int t = 0; t < T; t += 13) {
             cpu_mla_attention(pools[k], &shape, q + t * H * QD, 1, POS0 + t, kv, w, 0.2f, one,
-                              scratch, N);
-            if (memcmp(one, got + t * H * V, sizeof one) != 0)
+                              scratch[k], N);
+            if (memcmp(one, got + t * H * V, sizeof(float) * (size_t)(H * V)) != 0)
                 fail_msg("token %d decoded alone (%d threads) differs from the prefill's row", t,
-                         k ? 3 : 1);
+                         k + 1);
         }
-    cpu_threadpool_free(pool1);
-    cpu_threadpool_free(pool2);
-    cpu_threadpool_free(pool3);
-    free(scratch);
+    for (int k = 0; k < 3; k++) {
+        cpu_threadpool_free(pools[k]);
+        free(scratch[k]);
+    }
+    free(w), free(q), free(kv), free(kv_full), free(want), free(got), free(one);
+}
+
+static void test_mla_tiled_matches_naive(void **state)
+{
+    (void)state;
+    check_mla_tiled(5, 16, 8, 16, 32, 40, 37); /* a partial tile, chunks and blocks */
+    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);   /* more heads than a tile, no rope, odd R */
 }
 
 int main(void)

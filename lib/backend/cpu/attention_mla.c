@@ -57,13 +57,17 @@ static int64_t block_floats(const cpu_mla_shape *s)
     return (int64_t)BLOCK_TOKENS * s->n_head * (2 * (int64_t)s->kv_lora_rank + s->rope);
 }
 
-int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx)
+/* One thread's share: the naive form's scores, or room for q_nope or o_lat
+ * quantized (at most 4 bytes an element: F32 activations). */
+static int64_t share_floats(const cpu_mla_shape *s, int64_t ctx)
 {
-    /* scores, q_abs, o_lat; then room for q_nope or o_lat quantized (at most
-     * 4 bytes an element: F32 activations); then (used in the first thread's
-     * share) the absorbed forms' block */
-    return ctx + 2 * (int64_t)s->kv_lora_rank + s->rope + s->nope + s->kv_lora_rank +
-           block_floats(s);
+    return ctx + s->nope + s->kv_lora_rank;
+}
+
+int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx, int n_threads)
+{
+    /* the threads' shares, then the absorbed forms' block */
+    return (n_threads > 1 ? n_threads : 1) * share_floats(s, ctx) + block_floats(s);
 }
 
 /* Eight independent partial sums (then a fixed tree), so the compiler can keep
@@ -278,15 +282,15 @@ static mla_job make_job(const cpu_mla_shape *s, const float *q, int64_t n_tokens
                      .scale = scale,
                      .out = out,
                      .scratch = scratch,
-                     .scratch_floats = cpu_mla_scratch_floats(s, scratch_ctx)};
+                     .scratch_floats = share_floats(s, scratch_ctx)};
 }
 
 /* The absorbed forms, block by block: q_abs, the latent attention, W_UV. */
 static void run_absorbed(cpu_threadpool *pool, mla_job *j)
 {
     const int H = j->s->n_head, threads = pool ? cpu_threadpool_size(pool) : 1;
-    /* the block's buffers: the end of the first thread's share */
-    j->qa = j->scratch + j->scratch_floats - block_floats(j->s);
+    /* the block's buffers: after the threads' shares */
+    j->qa = j->scratch + threads * j->scratch_floats;
     j->olat = j->qa + (int64_t)BLOCK_TOKENS * H * (j->s->kv_lora_rank + j->s->rope);
     for (j->b0 = 0; j->b0 < j->n_tokens; j->b0 = j->b1) {
         j->b1 = j->b0 + BLOCK_TOKENS < j->n_tokens ? j->b0 + BLOCK_TOKENS : j->n_tokens;

@@ -21,7 +21,7 @@
  *
  * Shapes: q f32 [n_tokens, n_head, nope + rope]; kv f32 [pos0 + n_tokens,
  * kv_lora_rank + rope]; out f32 [n_tokens, n_head, v]. scratch: f32
- * [n_threads, cpu_mla_scratch_floats(...)], owned by the caller. Tasks are
+ * [cpu_mla_scratch_floats(s, scratch_ctx, the pool's size)], owned by the caller. Tasks are
  * spread over the pool; thread-safe on distinct out/scratch.
  *
  * The absorbed forms take 16 tokens at a time: q_abs per head, then the
@@ -47,8 +47,10 @@ typedef struct cpu_mla_shape {
     int n_head, nope, rope, v, kv_lora_rank;
 } cpu_mla_shape;
 
-/* Floats of scratch one thread needs for a context of ctx tokens. */
-int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx);
+/* Floats of scratch the forms below need for contexts up to ctx tokens on a
+ * pool of n_threads threads (the pool they are given; 1 without one): a share
+ * per thread, then the absorbed forms' block of 16 tokens' q_abs and o_lat. */
+int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx, int n_threads);
 
 void cpu_mla_attention(cpu_threadpool *pool, const cpu_mla_shape *s, const float *q,
                        int64_t n_tokens, int64_t pos0, const float *kv, const float *kv_b,

@@ -71,7 +71,7 @@ typedef struct cpu_backend {
     grow_buf act;      /* quantized activations of cpu_matmul */
     grow_buf scores;   /* GQA attention: f32 [n_threads, max_ctx] */
     grow_buf kv_f32;   /* MLA: one layer's latent rows as f32 [max_ctx, R + rope] */
-    grow_buf mla;      /* MLA: f32 [n_threads, cpu_mla_scratch_floats] */
+    grow_buf mla;      /* MLA: f32 [cpu_mla_scratch_floats] */
     grow_buf kv_full;  /* naive MLA: f32 [max_ctx, H (nope + v)] */
     grow_buf lat_rows; /* naive MLA: f32 [max_ctx, R] */
     grow_buf xe, ye;   /* MoE: f32 [max_rows, n_embd] */
@@ -432,8 +432,9 @@ static di_status be_kv_create(backend *be, model_dtype dtype, int n_layer, int n
         kv->shape = (cpu_mla_shape){mla->n_head, mla->nope, mla->rope, mla->v, mla->kv_lora_rank};
         if (st == DI_OK) {
             ok = grow(&c->kv_f32, ctx * (size_t)D * sizeof(float)) &&
-                 grow(&c->mla, threads * (size_t)cpu_mla_scratch_floats(&kv->shape, (int64_t)ctx) *
-                                   sizeof(float));
+                 grow(&c->mla,
+                      (size_t)cpu_mla_scratch_floats(&kv->shape, (int64_t)ctx, (int)threads) *
+                          sizeof(float));
             if (ok && mla_naive) {
                 const size_t full = (size_t)mla->n_head * (size_t)(mla->nope + mla->v),
                              R = (size_t)mla->kv_lora_rank;
