@@ -37,83 +37,12 @@
 #include "backend/cpu/vec_dot.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#    include <immintrin.h>
-#    define AVX2 __attribute__((target("avx2,fma,f16c")))
+#    include "backend/cpu/avx2_math.h"
 
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
  * mode, so a row's result depends on its own context length alone. */
 enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
-
-/* Loops over register arrays unrolled, so the arrays stay in registers. */
-#    define UNROLL _Pragma("GCC unroll 8")
-
-/* e^x for 8 lanes: x = n ln 2 + r with |r| <= ln2 / 2, e^r by its degree-6
- * Taylor polynomial (relative error under 2e-7 there), times 2^n built in the
- * exponent bits. Lanes below -87.3 give 0 (masked positions are -inf). */
-AVX2 static inline __m256 exp_ps(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* r = x - n ln2, ln2 split in two so the product is exact */
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    return _mm256_andnot_ps(under, v);
-}
-
-AVX2 static inline float hmax8(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-AVX2 static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* dst[c * dst_stride + r] = r[r][c] for an 8 x 8 block held in registers. */
-AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride)
-{
-    __m256 t[8];
-    UNROLL for (int i = 0; i < 8; i += 2)
-    {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    UNROLL for (int i = 0; i < 8; i += 4)
-    {
-        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    UNROLL for (int i = 0; i < 4; i++)
-    {
-        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
-        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
-    }
-    UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
-}
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
 static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
@@ -183,34 +112,6 @@ AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const 
             _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + i * hd + 8 * k), acc[k]);
     }
     UNROLL for (ptrdiff_t k = 0; k < 8; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
-}
-
-/* Two rows' o[0, 32) = o corr + sum_i p[i] v[i hd + (0, 32)] over i < valid,
- * in key order (pv_block64's sums), each V load shared by the two rows. */
-AVX2 static inline void pv_pair32(float *o0, float *o1, float corr0, float corr1, const float *p0,
-                                  const float *p1, const float *v, ptrdiff_t hd, int valid)
-{
-    __m256 a[4], b[4];
-    const __m256 c0 = _mm256_set1_ps(corr0), c1 = _mm256_set1_ps(corr1);
-    UNROLL for (ptrdiff_t k = 0; k < 4; k++)
-    {
-        a[k] = _mm256_mul_ps(_mm256_loadu_ps(o0 + 8 * k), c0);
-        b[k] = _mm256_mul_ps(_mm256_loadu_ps(o1 + 8 * k), c1);
-    }
-    for (ptrdiff_t i = 0; i < valid; i++) {
-        __m256 x = _mm256_set1_ps(p0[i]), y = _mm256_set1_ps(p1[i]);
-        UNROLL for (ptrdiff_t k = 0; k < 4; k++)
-        {
-            __m256 vv = _mm256_loadu_ps(v + i * hd + 8 * k);
-            a[k] = _mm256_fmadd_ps(x, vv, a[k]);
-            b[k] = _mm256_fmadd_ps(y, vv, b[k]);
-        }
-    }
-    UNROLL for (ptrdiff_t k = 0; k < 4; k++)
-    {
-        _mm256_storeu_ps(o0 + 8 * k, a[k]);
-        _mm256_storeu_ps(o1 + 8 * k, b[k]);
-    }
 }
 
 /* One row's O = O corr + P V over its hd dimensions, 64 (eight independent
