@@ -39,6 +39,7 @@ typedef struct mla_job {
     int64_t b0, b1;
     float *qa, *olat;
     int rows;
+    int avx2; /* latent_tile_avx2 applies (the CPU and the shape) */
 } mla_job;
 
 /* The absorbed forms run a block of BLOCK_TOKENS tokens at a time in three
@@ -195,6 +196,108 @@ MLA_CLONES static void v_project_task(void *ctx, int64_t h, int thread)
     for (int64_t t = j->b0; t < j->b1; t++) v_project(j, t, h, thread);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include "backend/cpu/avx2_math.h"
+
+/* The latent tile with AVX2 and FMA, where D is a multiple of 8 up to
+ * AVX2_MAX_D and R a multiple of 32 (DeepSeek-V2/V3: 576 and 512): each
+ * chunk's keys transposed once for the tile so the scores of four rows at a
+ * time are CHUNK-wide products (each K^T load shared), then P V two rows at a
+ * time (each latent load shared). The recurrence of latent_tile_task, its sums
+ * in another order; a row's arithmetic is still its own. */
+enum { AVX2_MAX_D = 1024 };
+
+AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
+{
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, H = s->n_head;
+    const int64_t n_kv = j->pos0 + t + 1;
+    const float *qa = j->qa + ((t - j->b0) * H + h0) * D;
+    float *olat = j->olat + ((t - j->b0) * H + h0) * R;
+    _Alignas(32) float kt[AVX2_MAX_D * CHUNK]; /* K^T: [D][CHUNK] */
+    _Alignas(32) float sc[TILE_ROWS * CHUNK], p[TILE_ROWS * CHUNK];
+    float m[TILE_ROWS], l[TILE_ROWS], corr[TILE_ROWS];
+    for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    memset(olat, 0, sizeof(float) * (size_t)rows * (size_t)R);
+    const __m256 scale = _mm256_set1_ps(j->scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t p0 = 0; p0 < n_kv; p0 += CHUNK) {
+        const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
+        const float *c = j->kv + p0 * D;
+        for (int i0 = 0; i0 < CHUNK; i0 += 8)
+            for (ptrdiff_t d = 0; d < D; d += 8) {
+                __m256 r8[8];
+                UNROLL for (int i = 0; i < 8; i++) r8[i] =
+                    i0 + i < len ? _mm256_loadu_ps(c + (ptrdiff_t)(i0 + i) * D + d)
+                                 : _mm256_setzero_ps();
+                transpose8(r8, kt + d * CHUNK + i0, CHUNK);
+            }
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+            const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
+            const float *qr[4];
+            UNROLL for (int k = 0; k < 4; k++) qr[k] = qa + (ptrdiff_t)(r0 + (k < nr ? k : 0)) * D;
+            __m256 a[4][2];
+            UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+            for (ptrdiff_t d = 0; d < D; d++) {
+                __m256 k0 = _mm256_load_ps(kt + d * CHUNK), k1 = _mm256_load_ps(kt + d * CHUNK + 8);
+                UNROLL for (int k = 0; k < 4; k++)
+                {
+                    __m256 qd = _mm256_set1_ps(qr[k][d]);
+                    a[k][0] = _mm256_fmadd_ps(qd, k0, a[k][0]);
+                    a[k][1] = _mm256_fmadd_ps(qd, k1, a[k][1]);
+                }
+            }
+            for (ptrdiff_t k = 0; k < nr; k++) {
+                _mm256_store_ps(sc + (r0 + k) * CHUNK, _mm256_mul_ps(a[k][0], scale));
+                _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
+            }
+        }
+        const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lv = _mm256_set1_epi32(len);
+        const __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lv, idx));
+        const __m256 keep1 = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(lv, _mm256_add_epi32(idx, _mm256_set1_epi32(8))));
+        for (ptrdiff_t r = 0; r < rows; r++) {
+            __m256 s0 = _mm256_blendv_ps(ninf, _mm256_load_ps(sc + r * CHUNK), keep0);
+            __m256 s1 = _mm256_blendv_ps(ninf, _mm256_load_ps(sc + r * CHUNK + 8), keep1);
+            float mx = hmax8(_mm256_max_ps(s0, s1));
+            if (m[r] > mx) mx = m[r];
+            /* (e^0 is 1 exactly: nothing to rescale while the max stands) */
+            corr[r] = m[r] == -INFINITY ? 0.0f : m[r] == mx ? 1.0f : expf(m[r] - mx);
+            __m256 mv = _mm256_set1_ps(mx);
+            __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
+            _mm256_store_ps(p + r * CHUNK, e0);
+            _mm256_store_ps(p + r * CHUNK + 8, e1);
+            l[r] = l[r] * corr[r] + hsum8(_mm256_add_ps(e0, e1));
+            m[r] = mx;
+        }
+        for (ptrdiff_t r = 0; r < rows; r += 2) {
+            /* an odd last row is paired with itself (the same sums, written twice) */
+            const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;
+            for (ptrdiff_t d0 = 0; d0 < R; d0 += 32)
+                pv_pair32(olat + (ptrdiff_t)r * R + d0, olat + (ptrdiff_t)r1 * R + d0, corr[r],
+                          corr[r1], p + r * CHUNK, p + r1 * CHUNK, c + d0, D, len);
+        }
+    }
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
+        for (ptrdiff_t i = 0; i < R; i += 8)
+            _mm256_storeu_ps(olat + r * R + i,
+                             _mm256_mul_ps(_mm256_loadu_ps(olat + r * R + i), inv));
+    }
+}
+
+static int avx2_tile_applies(const cpu_mla_shape *s)
+{
+    const int D = s->kv_lora_rank + s->rope;
+    return cpu_has_avx2() && D % 8 == 0 && D <= AVX2_MAX_D && s->kv_lora_rank % 32 == 0;
+}
+#else
+static int avx2_tile_applies(const cpu_mla_shape *s)
+{
+    (void)s;
+    return 0;
+}
+#endif
+
 /* Pass 2: a task is one token's heads [h0, h0 + rows), every row seeing keys
  * [0, pos0 + t]. Each row's arithmetic is its own (a running max m, sum l and
  * unnormalized o_lat over CHUNK-key chunks at fixed positions), so a row's
@@ -210,6 +313,12 @@ MLA_CLONES static void latent_tile_task(void *ctx, int64_t task, int thread)
     const int64_t t = j->b0 + task / tiles;
     const int h0 = (int)(task % tiles) * j->rows;
     const int rows = H - h0 < j->rows ? H - h0 : j->rows;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (j->avx2) {
+        latent_tile_avx2(j, t, h0, rows);
+        return;
+    }
+#endif
     const int64_t n_kv = j->pos0 + t + 1;
     const float *qa = j->qa + ((t - j->b0) * H + h0) * D;
     float *olat = j->olat + ((t - j->b0) * H + h0) * R;
@@ -291,6 +400,7 @@ static void run_absorbed(cpu_threadpool *pool, mla_job *j)
     const int H = j->s->n_head, threads = pool ? cpu_threadpool_size(pool) : 1;
     /* the block's buffers: after the threads' shares */
     j->qa = j->scratch + threads * j->scratch_floats;
+    j->avx2 = avx2_tile_applies(j->s);
     j->olat = j->qa + (int64_t)BLOCK_TOKENS * H * (j->s->kv_lora_rank + j->s->rope);
     for (j->b0 = 0; j->b0 < j->n_tokens; j->b0 = j->b1) {
         j->b1 = j->b0 + BLOCK_TOKENS < j->n_tokens ? j->b0 + BLOCK_TOKENS : j->n_tokens;
