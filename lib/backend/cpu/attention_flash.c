@@ -213,26 +213,8 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
         /* each row's softmax step: its chunk weights P, its rescale corr */
         for (ptrdiff_t r = 0; r < rows; r++) {
             valid[r] = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
-            if (valid[r] <= 0) continue;
-            __m256 s0 = _mm256_load_ps(sc + r * CHUNK), s1 = _mm256_load_ps(sc + r * CHUNK + 8);
-            __m256i idx0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            __m256i vv = _mm256_set1_epi32(valid[r]);
-            __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vv, idx0));
-            __m256 keep1 = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(vv, _mm256_add_epi32(idx0, _mm256_set1_epi32(8))));
-            const __m256 ninf = _mm256_set1_ps(-INFINITY);
-            s0 = _mm256_blendv_ps(ninf, s0, keep0);
-            s1 = _mm256_blendv_ps(ninf, s1, keep1);
-            float mnew = hmax8(_mm256_max_ps(s0, s1));
-            if (m[r] > mnew) mnew = m[r];
-            /* (e^0 is 1 exactly: no call while the max stands) */
-            corr[r] = m[r] == -INFINITY ? 0.0f : m[r] == mnew ? 1.0f : expf(m[r] - mnew);
-            __m256 mv = _mm256_set1_ps(mnew);
-            __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
-            _mm256_store_ps(p + r * CHUNK, e0);
-            _mm256_store_ps(p + r * CHUNK + 8, e1);
-            l[r] = l[r] * corr[r] + hsum8(_mm256_add_ps(e0, e1));
-            m[r] = mnew;
+            if (valid[r] > 0)
+                corr[r] = softmax_step16(sc + r * CHUNK, valid[r], &m[r], &l[r], p + r * CHUNK);
         }
         /* O = O corr + P V: two rows with the same keys at a time where the
          * width allows (each V load shared), else one; the same sums either way */

@@ -219,7 +219,7 @@ AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
     float m[TILE_ROWS], l[TILE_ROWS], corr[TILE_ROWS];
     for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
     memset(olat, 0, sizeof(float) * (size_t)rows * (size_t)R);
-    const __m256 scale = _mm256_set1_ps(j->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 scale = _mm256_set1_ps(j->scale);
     for (int64_t p0 = 0; p0 < n_kv; p0 += CHUNK) {
         const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
         const float *c = j->kv + p0 * D;
@@ -251,24 +251,8 @@ AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
                 _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
             }
         }
-        const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lv = _mm256_set1_epi32(len);
-        const __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lv, idx));
-        const __m256 keep1 = _mm256_castsi256_ps(
-            _mm256_cmpgt_epi32(lv, _mm256_add_epi32(idx, _mm256_set1_epi32(8))));
-        for (ptrdiff_t r = 0; r < rows; r++) {
-            __m256 s0 = _mm256_blendv_ps(ninf, _mm256_load_ps(sc + r * CHUNK), keep0);
-            __m256 s1 = _mm256_blendv_ps(ninf, _mm256_load_ps(sc + r * CHUNK + 8), keep1);
-            float mx = hmax8(_mm256_max_ps(s0, s1));
-            if (m[r] > mx) mx = m[r];
-            /* (e^0 is 1 exactly: nothing to rescale while the max stands) */
-            corr[r] = m[r] == -INFINITY ? 0.0f : m[r] == mx ? 1.0f : expf(m[r] - mx);
-            __m256 mv = _mm256_set1_ps(mx);
-            __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
-            _mm256_store_ps(p + r * CHUNK, e0);
-            _mm256_store_ps(p + r * CHUNK + 8, e1);
-            l[r] = l[r] * corr[r] + hsum8(_mm256_add_ps(e0, e1));
-            m[r] = mx;
-        }
+        for (ptrdiff_t r = 0; r < rows; r++)
+            corr[r] = softmax_step16(sc + r * CHUNK, len, &m[r], &l[r], p + r * CHUNK);
         for (ptrdiff_t r = 0; r < rows; r += 2) {
             /* an odd last row is paired with itself (the same sums, written twice) */
             const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;

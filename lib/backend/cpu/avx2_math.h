@@ -8,6 +8,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include <immintrin.h>
+#    include <math.h>
 #    include <stddef.h>
 
 #    define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -80,6 +81,32 @@ AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride
         t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
     }
     UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
+}
+
+/* One online-softmax step of a row over a 16-key chunk: of the scores
+ * s[0, 16) the first `valid` count (the rest are -inf); the running max *m and
+ * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m'); returned, the
+ * rescale of the row's earlier sums e^(m - m') (exactly 1 while the max
+ * stands, 0 before the row's first key). */
+AVX2 static inline float softmax_step16(const float *s, int valid, float *m, float *l, float *p)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vv = _mm256_set1_epi32(valid);
+    const __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vv, idx));
+    const __m256 keep1 =
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(vv, _mm256_add_epi32(idx, _mm256_set1_epi32(8))));
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 s0 = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s), keep0);
+    __m256 s1 = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + 8), keep1);
+    float mnew = hmax8(_mm256_max_ps(s0, s1));
+    if (*m > mnew) mnew = *m;
+    float corr = *m == -INFINITY ? 0.0f : *m == mnew ? 1.0f : expf(*m - mnew);
+    __m256 mv = _mm256_set1_ps(mnew);
+    __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
+    _mm256_storeu_ps(p, e0);
+    _mm256_storeu_ps(p + 8, e1);
+    *l = *l * corr + hsum8(_mm256_add_ps(e0, e1));
+    *m = mnew;
+    return corr;
 }
 
 /* Two rows' o[0, 32) = o corr + sum_i p[i] v[i hd + (0, 32)] over i < valid,
