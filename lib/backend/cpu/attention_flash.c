@@ -42,7 +42,7 @@
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
  * mode, so a row's result depends on its own context length alone. */
-enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
+enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256, PREFETCH_CHUNKS = 4 };
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
 static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
@@ -169,8 +169,10 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
             krow[i] = kv_row(c, c->k, j->s, j->layer, g, p0 + i);
             load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + (ptrdiff_t)i * hd);
         }
-        for (int64_t i = p0 + CHUNK; i < p0 + 2 * (int64_t)CHUNK && i < k1;
-             i++) { /* the next chunk */
+        /* requested from memory ahead of use: at a segment's start the next
+         * PREFETCH_CHUNKS chunks, then the one PREFETCH_CHUNKS ahead */
+        for (int64_t i = p0 == k0 ? p0 + CHUNK : p0 + PREFETCH_CHUNKS * (int64_t)CHUNK;
+             i < p0 + (PREFETCH_CHUNKS + 1) * (int64_t)CHUNK && i < k1; i++) {
             prefetch_row(c, kv_row(c, c->k, j->s, j->layer, g, i));
             prefetch_row(c, kv_row(c, c->v, j->s, j->layer, g, i));
         }
