@@ -10,35 +10,52 @@ int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max
                         int32_t *out, int max, int *ngram)
 {
     if (ngram) *ngram = 0;
-    if (max <= 0 || min_ngram < 1 || max_ngram < min_ngram) return 0;
-    for (int g = max_ngram; g >= min_ngram; g--) {
-        if (n <= g) continue;
-        const int32_t *suffix = tokens + n - g;
-        /* the most recent earlier occurrence: what the output copies now */
-        for (int64_t start = n - g - 1; start >= 0; start--) {
-            if (tokens[start] != suffix[0] ||
-                memcmp(tokens + start, suffix, (size_t)g * sizeof *tokens) != 0)
-                continue;
-            int64_t from = start + g, avail = n - from;
-            int k = avail < max ? (int)avail : max;
-            memcpy(out, tokens + from, (size_t)k * sizeof *out);
-            if (ngram) *ngram = g;
-            return k;
-        }
+    if (max <= 0 || min_ngram < 1 || max_ngram < min_ngram || n < 2) return 0;
+    /* Every earlier place of the last token ends a candidate; each is
+     * extended backwards against the suffix, up to max_ngram tokens. Scanning
+     * from the most recent, a candidate replaces the best only when strictly
+     * longer, so equals go to the most recent (what the output copies now),
+     * and a full-length one ends the scan. */
+    const int32_t last = tokens[n - 1];
+    int64_t end = -1;
+    int len = 0;
+    for (int64_t e = n - 2; e >= 0 && len < max_ngram; e--) {
+        if (tokens[e] != last) continue;
+        int64_t room = e + 1 < max_ngram ? e + 1 : max_ngram;
+        int l = 1;
+        while (l < room && tokens[e - l] == tokens[n - 1 - l]) l++;
+        if (l > len) len = l, end = e;
     }
-    return 0;
+    if (len < min_ngram) return 0;
+    int64_t from = end + 1, avail = n - from;
+    int k = avail < max ? (int)avail : max;
+    memcpy(out, tokens + from, (size_t)k * sizeof *out);
+    if (ngram) *ngram = len;
+    return k;
+}
+
+/* The prompt-lookup drafter's confidence in each draft of a match of len
+ * tokens: a prior of its kept fraction, in the confidence class of its
+ * length (draft_class: 1-, 2-, 3-to-7- and 8-or-more-token matches are
+ * classes 1, 2, 3 and 4), which the engine's measured acceptance then
+ * replaces (draft_gains). */
+static float lookup_confidence(int len)
+{
+    if (len >= DRAFT_LOOKUP_LONG) return 0.85f;
+    static const float prior[4] = {0, 0.3f, 0.5f, 0.65f};
+    return prior[len < 3 ? len : 3];
 }
 
 static void lookup_propose(drafter *d, draft_request *reqs, int n)
 {
     (void)d;
-    static const float prior[4] = {0, 0.3f, 0.5f, 0.65f};
     for (int i = 0; i < n; i++) {
         draft_request *r = &reqs[i];
-        int g = 0;
+        int len = 0;
         r->has_q = 0;
-        r->n = draft_prompt_lookup(r->tokens, r->n_tokens, 1, 3, r->out, r->max, &g);
-        for (int j = 0; j < r->n; j++) r->conf[j] = prior[g < 4 ? g : 3];
+        r->n = draft_prompt_lookup(r->tokens, r->n_tokens, 1, DRAFT_LOOKUP_MAX_NGRAM, r->out,
+                                   r->max, &len);
+        for (int j = 0; j < r->n; j++) r->conf[j] = lookup_confidence(len);
     }
 }
 

@@ -23,11 +23,13 @@
 #include "sampler/sampler.h"
 
 /* Prompt lookup: the longest suffix of tokens[0, n) of length in [min_ngram,
- * max_ngram] that also occurs earlier in tokens (its most recent earlier
- * occurrence), and the tokens that followed that occurrence, at most max of
- * them, into out; *ngram (when not NULL) gets the matched length, the
- * drafter's confidence. Returns how many were proposed (0: no match). O(n *
- * max_ngram) per call. */
+ * max_ngram] that also occurs earlier in tokens (of equally long ones, the
+ * most recent earlier occurrence), and the tokens that followed that
+ * occurrence, at most max of them, into out; *ngram (when not NULL) gets the
+ * matched length, the drafter's confidence. Returns how many were proposed
+ * (0: no match). One pass back over the earlier places of the last token,
+ * each extended backwards: O(n) plus max_ngram per such place, O(n *
+ * max_ngram) at worst (a run of one token). */
 int draft_prompt_lookup(const int32_t *tokens, int64_t n, int min_ngram, int max_ngram,
                         int32_t *out, int max, int *ngram);
 
@@ -90,9 +92,14 @@ struct drafter {
     int gives_q; /* 1: may hand distributions (the scheduler then allocates q rows) */
 };
 
-/* The prompt-lookup drafter (draft_prompt_lookup with n-grams of 3 down to 1
- * tokens). Every draft's confidence is a prior from the match length: 0.3,
- * 0.5, 0.65 for 1-, 2-, 3-token matches. NULL when out of memory. */
+/* The prompt-lookup drafter (draft_prompt_lookup with n-grams of
+ * DRAFT_LOOKUP_MAX_NGRAM down to 1 tokens: the longest match, so a copy
+ * follows its source past a place where the last few tokens recur, such as
+ * a numbered line's number). Every draft's confidence is a prior from the
+ * match length: 0.3, 0.5, 0.65, 0.85 for 1-, 2-, 3-to-7- and
+ * DRAFT_LOOKUP_LONG-or-more-token matches (confidence classes 1 to 4). NULL
+ * when out of memory. */
+enum { DRAFT_LOOKUP_MAX_NGRAM = 16, DRAFT_LOOKUP_LONG = 8 };
 drafter *drafter_prompt_lookup_create(void);
 
 /* The draft-model drafter (draft_model.c) over model m (taken: freed with
@@ -143,8 +150,8 @@ void draft_profile_add(draft_profile *p, int64_t n_tokens, double ns);
 double draft_profile_cost(const draft_profile *p, int64_t n_tokens);
 
 /* Acceptance statistics of draft tokens, measured online, per confidence
- * class (the drafter's confidence in fifths: prompt lookup's 1-, 2- and
- * 3-token matches fall in classes 1, 2 and 3) and per run: how many tokens
+ * class (the drafter's confidence in fifths: prompt lookup's 1-, 2-, 3-to-7-
+ * and 8-or-more-token matches fall in classes 1, 2, 3 and 4) and per run: how many tokens
  * in a row the drafter had predicted right before the draft (its match has
  * been copying for that long). For each (class, run) cell: how many drafts
  * were compared with the token the request emitted there, and how many

@@ -88,6 +88,52 @@ static void test_prompt_lookup_drafter(void **state)
     drafter_destroy(NULL);
 }
 
+/* Copying numbered lines, the last few tokens recur at every line ("8 9 7":
+ * a line's end and the next line's marker) and their most recent occurrence
+ * is the copy's own previous line, followed by the wrong number: the drafter
+ * follows the longest match (here the copy's whole 9 tokens so far, back in
+ * the source), which drafts the next line's number; the most recent 3-gram
+ * drafted the line before's. Its confidence is the long-match class. And
+ * draft_prompt_lookup itself: the match is bounded by max_ngram, and of
+ * equally long matches the most recent is copied. */
+static void test_prompt_lookup_follows_the_longest_match(void **state)
+{
+    (void)state;
+    /* source: lines "7 <number> 8 9" numbered 1, 2, 3; then its copy so far */
+    const int32_t t[] = {7, 1, 8, 9, 7, 2, 8, 9, 7, 3, 8, 9, /* copy: */ 7, 1, 8, 9, 7, 2, 8, 9, 7};
+    drafter *d = drafter_prompt_lookup_create();
+    assert_non_null(d);
+    int32_t out[4];
+    float conf[4];
+    void *st = NULL;
+    draft_request r = {
+        .tokens = t, .n_tokens = 21, .max = 3, .state = &st, .out = out, .conf = conf};
+    d->ops->propose(d, &r, 1);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(out[0], 3); /* the source's next line: "3 8 9" */
+    assert_int_equal(out[1], 8);
+    assert_int_equal(out[2], 9);
+    for (int j = 0; j < 3; j++) assert_int_equal(draft_class(conf[j]), 4); /* 9 tokens */
+    drafter_destroy(d);
+
+    int g = 0;
+    assert_int_equal(draft_prompt_lookup(t, 21, 1, 4, out, 1, &g), 1);
+    assert_int_equal(g, 4); /* bounded at 4: "2 8 9 7", only in the source */
+    assert_int_equal(out[0], 3);
+    /* "1 2 3" twice before the suffix: of the two full 3-token matches, the
+     * most recent (followed by 5) is copied */
+    const int32_t u[] = {1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3};
+    assert_int_equal(draft_prompt_lookup(u, 11, 1, 3, out, 1, &g), 1);
+    assert_int_equal(g, 3);
+    assert_int_equal(out[0], 5);
+    /* a run of one token: the longest match is bounded, the most recent */
+    int32_t same[64];
+    for (int i = 0; i < 64; i++) same[i] = 6;
+    assert_int_equal(draft_prompt_lookup(same, 64, 1, 16, out, 4, &g), 1);
+    assert_int_equal(g, 16);
+    assert_int_equal(out[0], 6);
+}
+
 /* Gains of drafts kept each with probability a[i] given the one before:
  * a[i]^(j+1) for request i's (j+1)-th, rows of stride 8. */
 static void gains_of(const double *a, int n, double *gain)
@@ -1199,6 +1245,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompt_lookup),
         cmocka_unit_test(test_prompt_lookup_drafter),
+        cmocka_unit_test(test_prompt_lookup_follows_the_longest_match),
         cmocka_unit_test(test_confidence_scheduled_allocation),
         cmocka_unit_test(test_draft_gains_follow_measured_acceptance),
         cmocka_unit_test(test_speculative_sampling_matches_target),
