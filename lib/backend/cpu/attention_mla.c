@@ -92,17 +92,10 @@ static inline __attribute__((always_inline)) void axpy(float a, const float *x, 
 /* Eight floats as one value (GCC/Clang vector extensions: one register in the
  * AVX2 clone, two SSE registers in the baseline; the same lane arithmetic). */
 typedef float v8f __attribute__((vector_size(32)));
-/* (the baseline clone passes v8f in memory: these helpers are always inlined) */
-#if defined(__GNUC__) && !defined(__clang__)
-#    pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
-static inline __attribute__((always_inline)) v8f load8(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
+/* Loads go through memcpy into a local (no v8f crosses a function boundary:
+ * the baseline clone has no AVX, and a vector argument or return would change
+ * the ABI there). */
+#define LOAD8(v, p) memcpy(&(v), (p), sizeof(v))
 
 /* dot(a, b + k stride, n) for k < 4, each with dot's sums in dot's order (the
  * four chains are independent: four times the arithmetic in flight). */
@@ -112,8 +105,13 @@ static inline __attribute__((always_inline)) void dot4(const float *a, const flo
     v8f acc[4] = {{0}};
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        v8f av = load8(a + i);
-        for (int j = 0; j < 4; j++) acc[j] += av * load8(b + j * stride + i);
+        v8f av;
+        LOAD8(av, a + i);
+        for (int j = 0; j < 4; j++) {
+            v8f bv;
+            LOAD8(bv, b + j * stride + i);
+            acc[j] += av * bv;
+        }
     }
     for (; i < n; i++)
         for (int j = 0; j < 4; j++) acc[j][i & 7] += a[i] * b[j * stride + i];
@@ -129,10 +127,13 @@ static inline __attribute__((always_inline)) void axpy4(const float *a, const fl
 {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        v8f yv = load8(y + i);
-        yv = (((yv + a[0] * load8(x + i)) + a[1] * load8(x + stride + i)) +
-              a[2] * load8(x + 2 * stride + i)) +
-             a[3] * load8(x + 3 * stride + i);
+        v8f yv, x0, x1, x2, x3;
+        LOAD8(yv, y + i);
+        LOAD8(x0, x + i);
+        LOAD8(x1, x + stride + i);
+        LOAD8(x2, x + 2 * stride + i);
+        LOAD8(x3, x + 3 * stride + i);
+        yv = (((yv + a[0] * x0) + a[1] * x1) + a[2] * x2) + a[3] * x3;
         memcpy(y + i, &yv, sizeof yv);
     }
     for (; i < n; i++)
