@@ -17,6 +17,7 @@
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_packed.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/threadpool.h"
@@ -403,6 +404,93 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     printf("packed kernels: %s\n", ran ? (cpu_has_avx512_vnni() ? "avx512-vnni and avx2" : "avx2")
                                        : "none (no avx2 on this CPU)");
     if (cpu_has_avx2()) assert_int_equal(ran, (int)(sizeof types / sizeof types[0]));
+    cpu_threadpool_free(pool);
+}
+
+/* The routed experts read their matrices' interleaved copies (as the dense
+ * products do): every token's output is the scalar reference's bit for bit,
+ * for any number of tokens. The row-at-a-time kernels the experts ran before
+ * sum Q4_K/Q6_K blocks in another order and fail this. */
+static void test_moe_experts_read_the_packed_copies(void **state)
+{
+    (void)state;
+    enum { NE = 4, K = 2, E = 256, F = 256, MAXT = 19 };
+    const model_dtype gu[2] = {MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q8_0},
+                      dn[2] = {MODEL_DTYPE_Q6_K, MODEL_DTYPE_Q5_0};
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    float *x = malloc(sizeof(float) * MAXT * E), *out = malloc(sizeof(float) * MAXT * E),
+          *want = malloc(sizeof(float) * MAXT * E), weight[MAXT * K];
+    int32_t sel[MAXT * K];
+    size_t act = 0;
+    for (int v = 0; v < 2; v++) {
+        size_t a = cpu_matmul_scratch_bytes(gu[v], E, MAXT),
+               b = cpu_matmul_scratch_bytes(dn[v], F, MAXT);
+        act = a > act ? a : act;
+        act = b > act ? b : act;
+    }
+    cpu_moe_scratch s = {malloc(sizeof(float) * MAXT * E), malloc(sizeof(float) * MAXT * E),
+                         malloc(sizeof(float) * MAXT * F), malloc(sizeof(float) * MAXT * F),
+                         malloc(act)};
+    assert_non_null(x);
+    assert_non_null(out);
+    assert_non_null(want);
+    assert_non_null(s.xe);
+    assert_non_null(s.ye);
+    assert_non_null(s.gate);
+    assert_non_null(s.up);
+    assert_non_null(s.act);
+    for (int v = 0; v < 2; v++) {
+        model_tensor t[3][NE];
+        cpu_expert_matrix m[3][NE];
+        for (int p = 0; p < 3; p++)
+            for (int e = 0; e < NE; e++) {
+                model_dtype dt = p == 2 ? dn[v] : gu[v];
+                int64_t n_in = p == 2 ? F : E, n_out = p == 2 ? E : F;
+                t[p][e] = (model_tensor){
+                    .name = "expert", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
+                t[p][e].data = random_weights(dt, n_out, n_in);
+                void *packed = NULL;
+                if (cpu_pack_supported(&t[p][e])) {
+                    packed = malloc(cpu_pack_bytes(&t[p][e]));
+                    assert_non_null(packed);
+                    cpu_pack(&t[p][e], packed);
+                }
+                m[p][e] = (cpu_expert_matrix){&t[p][e], packed};
+            }
+        printf("moe experts %d/%d: %s\n", gu[v], dn[v],
+               m[0][0].packed ? "packed kernels" : "no packed kernels on this CPU (no avx2)");
+        for (int64_t i = 0; i < MAXT * E; i++) x[i] = frand();
+        for (int i = 0; i < MAXT * K; i++) {
+            /* two distinct experts a token */
+            sel[i] = i % K == 1 ? (sel[i - 1] + 1 + (int32_t)(rnd() % (NE - 1))) % NE
+                                : (int32_t)(rnd() % NE);
+            weight[i] = frand();
+        }
+        for (int64_t n = 1; n <= MAXT; n += n < 5 ? 1 : 7) {
+            for (int ref = 0; ref < 2; ref++)
+                cpu_moe_experts(pool, NE, m[0], m[1], m[2], x, n, sel, weight, K, ref ? want : out,
+                                0, &s, ref, 0.0f);
+            for (int64_t i = 0; i < n * E; i++)
+                if (memcmp(&out[i], &want[i], sizeof(float)) != 0)
+                    fail_msg("experts %d/%d, %lld tokens, element %lld: %.9g vs reference %.9g",
+                             gu[v], dn[v], (long long)n, (long long)i, (double)out[i],
+                             (double)want[i]);
+        }
+        for (int p = 0; p < 3; p++)
+            for (int e = 0; e < NE; e++) {
+                free((void *)m[p][e].packed);
+                free((void *)t[p][e].data);
+            }
+    }
+    free(x);
+    free(out);
+    free(want);
+    free(s.xe);
+    free(s.ye);
+    free(s.gate);
+    free(s.up);
+    free(s.act);
     cpu_threadpool_free(pool);
 }
 
@@ -993,6 +1081,7 @@ int main(void)
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_multi_matmul_equals_separate_products),
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
+        cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),

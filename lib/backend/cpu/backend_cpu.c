@@ -50,8 +50,8 @@ struct backend_kv {
 
 struct backend_moe {
     int32_t n_expert;
-    const model_tensor **gate, **up, **down;
-    float swiglu_limit; /* > 0: the clipped SwiGLU (DeepSeek-V4) */
+    cpu_expert_matrix *gate, *up, *down; /* [n_expert] each, with their packed copies */
+    float swiglu_limit;                  /* > 0: the clipped SwiGLU (DeepSeek-V4) */
 };
 
 /* A growable f32 or byte buffer, grown only while loading. */
@@ -310,7 +310,7 @@ static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matr
     cpu_backend *c = cpu(be);
     struct backend_moe *m = own(c, calloc(1, sizeof *m));
     const size_t n_t = 3 * (size_t)(n_expert > 0 ? n_expert : 1);
-    const model_tensor **t = own(c, calloc(n_t, sizeof(const model_tensor *)));
+    cpu_expert_matrix *t = own(c, calloc(n_t, sizeof *t));
     if (!m || !t || n_expert <= 0)
         return di_error_setf(err, n_expert <= 0 ? DI_ERR_INVALID_ARGUMENT : DI_ERR_OUT_OF_MEMORY,
                              "cannot hold %d experts", (int)n_expert);
@@ -320,9 +320,9 @@ static di_status be_moe_create(backend *be, int32_t n_expert, const backend_matr
     m->up = t + n_expert;
     m->down = t + 2 * (ptrdiff_t)n_expert;
     for (int32_t e = 0; e < n_expert; e++) {
-        m->gate[e] = gate[e]->t;
-        m->up[e] = up[e]->t;
-        m->down[e] = down[e]->t;
+        m->gate[e] = (cpu_expert_matrix){gate[e]->t, gate[e]->packed};
+        m->up[e] = (cpu_expert_matrix){up[e]->t, up[e]->packed};
+        m->down[e] = (cpu_expert_matrix){down[e]->t, down[e]->packed};
     }
     const size_t rows = (size_t)c->opt.max_rows, E = (size_t)gate[0]->t->ne[0],
                  F = (size_t)gate[0]->t->ne[1];

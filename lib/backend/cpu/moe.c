@@ -86,31 +86,32 @@ void cpu_moe_route(const backend_route_params *c, const float *bias, const float
     }
 }
 
-void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *wu,
-             const model_tensor *wd, const float *x, int64_t n, float *y, float *gate, float *up,
-             void *act, int use_ref, float limit)
+void cpu_mlp(cpu_threadpool *pool, const cpu_expert_matrix *wg, const cpu_expert_matrix *wu,
+             const cpu_expert_matrix *wd, const float *x, int64_t n, float *y, float *gate,
+             float *up, void *act, int use_ref, float limit)
 {
-    if (cpu_matmul_can_share(wg, wu)) {
-        const model_tensor *w[2] = {wg, wu};
+    if (cpu_matmul_can_share(wg->t, wu->t)) {
+        const model_tensor *w[2] = {wg->t, wu->t};
+        const void *packed[2] = {wg->packed, wu->packed};
         float *out[2] = {gate, up};
-        cpu_matmul_multi(pool, 2, w, NULL, NULL, x, n, out, act, use_ref);
+        cpu_matmul_multi(pool, 2, w, packed, NULL, x, n, out, act, use_ref);
     } else {
-        cpu_matmul(pool, wg, NULL, x, n, gate, act, use_ref);
-        cpu_matmul(pool, wu, NULL, x, n, up, act, use_ref);
+        cpu_matmul_multi(pool, 1, &wg->t, &wg->packed, NULL, x, n, &gate, act, use_ref);
+        cpu_matmul_multi(pool, 1, &wu->t, &wu->packed, NULL, x, n, &up, act, use_ref);
     }
     if (limit > 0.0f)
-        cpu_silu_mul_clamp(gate, up, n * wg->ne[1], limit);
+        cpu_silu_mul_clamp(gate, up, n * wg->t->ne[1], limit);
     else
-        cpu_silu_mul(gate, up, n * wg->ne[1]);
-    cpu_matmul(pool, wd, NULL, gate, n, y, act, use_ref);
+        cpu_silu_mul(gate, up, n * wg->t->ne[1]);
+    cpu_matmul_multi(pool, 1, &wd->t, &wd->packed, NULL, gate, n, &y, act, use_ref);
 }
 
-void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor *const *gate,
-                     const model_tensor *const *up, const model_tensor *const *down, const float *x,
+void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const cpu_expert_matrix *gate,
+                     const cpu_expert_matrix *up, const cpu_expert_matrix *down, const float *x,
                      int64_t n, const int32_t *sel, const float *weight, int32_t k, float *out,
                      int accumulate, const cpu_moe_scratch *s, int use_ref, float limit)
 {
-    const int64_t E = gate[0]->ne[0];
+    const int64_t E = gate[0].t->ne[0];
     if (!accumulate) memset(out, 0, (size_t)(n * E) * sizeof *out);
     /* Each expert once, over the tokens that chose it (gathered rows). */
     for (int32_t e = 0; e < n_expert; e++) {
@@ -119,7 +120,7 @@ void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor 
             for (int64_t i = 0; i < k; i++)
                 if (sel[t * k + i] == e) memcpy(s->xe + m++ * E, x + t * E, (size_t)E * sizeof *x);
         if (m == 0) continue;
-        cpu_mlp(pool, gate[e], up[e], down[e], s->xe, m, s->ye, s->gate, s->up, s->act, use_ref,
+        cpu_mlp(pool, &gate[e], &up[e], &down[e], s->xe, m, s->ye, s->gate, s->up, s->act, use_ref,
                 limit);
         m = 0;
         for (int64_t t = 0; t < n; t++)

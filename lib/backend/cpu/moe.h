@@ -17,9 +17,11 @@
  *
  * The expert product (cpu_moe_experts) groups a step's tokens by routed
  * expert: each active expert's three matrices are read once per step, over the
- * gathered rows of the tokens that chose it (cpu_matmul), and its outputs are
- * added back weighted, experts in index order (so a token's sum is the same
- * whatever else is in the batch). Thread-safe on distinct scratch. */
+ * gathered rows of the tokens that chose it (cpu_matmul_multi, through the
+ * matrices' interleaved copies where their formats have one, as the dense
+ * products: matmul_packed.h), and its outputs are added back weighted, experts
+ * in index order (so a token's sum is the same whatever else is in the batch).
+ * Thread-safe on distinct scratch. */
 #ifndef DI_BACKEND_CPU_MOE_H
 #define DI_BACKEND_CPU_MOE_H
 
@@ -43,6 +45,13 @@ typedef struct cpu_route_scratch {
 void cpu_moe_route(const backend_route_params *p, const float *bias, const float *logits,
                    int32_t *sel, float *w, cpu_route_scratch *rs);
 
+/* One expert matrix: the tensor, and its interleaved copy (cpu_pack) or NULL
+ * where its format has none; the products read the copy when there is one. */
+typedef struct cpu_expert_matrix {
+    const model_tensor *t;
+    const void *packed;
+} cpu_expert_matrix;
+
 /* The scratch of cpu_moe_experts: xe, ye [max_rows, n_embd], gate, up
  * [max_rows, n_ff], and the quantized activations of cpu_matmul. */
 typedef struct cpu_moe_scratch {
@@ -53,16 +62,16 @@ typedef struct cpu_moe_scratch {
 /* out[t] (+)= sum_i weight[t * k + i] * Expert_{sel[t * k + i]}(x[t]) for n
  * rows of n_embd (backend.h, moe_experts). gate, up, down: [n_expert]; limit
  * as cpu_mlp's. */
-void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const model_tensor *const *gate,
-                     const model_tensor *const *up, const model_tensor *const *down, const float *x,
+void cpu_moe_experts(cpu_threadpool *pool, int32_t n_expert, const cpu_expert_matrix *gate,
+                     const cpu_expert_matrix *up, const cpu_expert_matrix *down, const float *x,
                      int64_t n, const int32_t *sel, const float *weight, int32_t k, float *out,
                      int accumulate, const cpu_moe_scratch *s, int use_ref, float limit);
 
 /* y = (SiLU(x Wg) * (x Wu)) Wd over n rows, through gate/up [n, n_ff] scratch;
  * Wg and Wu share one quantization of x when their formats allow. limit > 0
  * clips the SwiGLU as cpu_silu_mul_clamp (DeepSeek-V4's swiglu_limit). */
-void cpu_mlp(cpu_threadpool *pool, const model_tensor *wg, const model_tensor *wu,
-             const model_tensor *wd, const float *x, int64_t n, float *y, float *gate, float *up,
-             void *act, int use_ref, float limit);
+void cpu_mlp(cpu_threadpool *pool, const cpu_expert_matrix *wg, const cpu_expert_matrix *wu,
+             const cpu_expert_matrix *wd, const float *x, int64_t n, float *y, float *gate,
+             float *up, void *act, int use_ref, float limit);
 
 #endif
