@@ -94,7 +94,11 @@ expect() { # STATUS NEEDLE ARGS...
   [[ "$err" == *"$needle"* ]] || fail "deepinfer $*: '$err' does not say '$needle'"
 }
 printf '{"messages": [' > "$tmp/bad.json"
-expect 1 "request" run --model "$model" --protocol chat "$tmp/bad.json"
+# bad JSON: where it is, in the library's words (render's message, the bindings')
+expect 1 "request: invalid JSON at line 1 column 15 (byte 14): " run --model "$model" \
+  --protocol chat "$tmp/bad.json"
+same=$("$cli" render --protocol chat --encoding chatml "$tmp/bad.json" 2>&1 >/dev/null)
+[ "${err#deepinfer run: }" = "${same#deepinfer render: }" ] || fail "run says '$err', render '$same'"
 expect 1 "tools[0]" run --model "$model" --protocol messages "$tmp/req.json"
 expect 1 "$tmp/none.gguf" run --model "$tmp/none.gguf" --protocol chat "$tmp/req.json"
 expect 2 "--model is required" run --protocol chat "$tmp/req.json"
