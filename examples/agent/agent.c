@@ -11,11 +11,16 @@
  *   ./agent SmolLM2-135M-Instruct.Q4_1.gguf ["question"]
  *
  * The model needs a prompt encoding (di_engine_encoding): a chat template the
- * codec renders, tools included. The first turn sends "tool_choice": "required"
- * so that even a small model calls a tool; later turns are "auto". A call the
- * model gets wrong (an unknown function, arguments that are not the JSON the
- * tool takes) is answered with an error as the tool's result, as agent runtimes
- * do, and the conversation goes on. Greedy decoding: the same run every time.
+ * codec renders, tools included. The tools are strict ("strict": true, as
+ * OpenAI's structured outputs define it): the engine constrains each call to a
+ * declared tool and its arguments to the tool's JSON schema (docs/grammar.md,
+ * "Strict tools"), so even a small model writes calls the tools can run. The
+ * first turn sends "tool_choice": "required" so that the model calls a tool;
+ * later turns are "auto". Every turn sends "parallel_tool_calls": false: at
+ * most one call per turn (without it a required turn may repeat calls until
+ * max_tokens). A call the tool cannot serve (a city it does not know) is
+ * answered with an error as the tool's result, as agent runtimes do, and the
+ * conversation goes on. Greedy decoding: the same run every time.
  * Exits 0 when the conversation ended (with an answer or at the turn limit) and
  * every turn got exactly one DI_EVENT_DONE; 1 otherwise. */
 #include <deepinfer/deepinfer.h>
@@ -27,14 +32,15 @@
 #define MAX_TURNS 4
 
 static const char *const TOOLS =
-    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\","
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"strict\": true,"
     " \"description\": \"Get the current weather in a city.\","
     " \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}},"
-    " \"required\": [\"city\"]}}},"
-    " {\"type\": \"function\", \"function\": {\"name\": \"add\","
+    " \"required\": [\"city\"], \"additionalProperties\": false}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"add\", \"strict\": true,"
     " \"description\": \"Add two numbers.\","
     " \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"number\"},"
-    " \"b\": {\"type\": \"number\"}}, \"required\": [\"a\", \"b\"]}}}]";
+    " \"b\": {\"type\": \"number\"}}, \"required\": [\"a\", \"b\"],"
+    " \"additionalProperties\": false}}}]";
 
 /* The tools. Each takes the parsed arguments and returns the result object. */
 static json_t *get_weather(json_t *args)
@@ -60,7 +66,9 @@ static json_t *add(json_t *args)
     return json_pack("{s:f}", "result", json_number_value(a) + json_number_value(b));
 }
 
-/* Run the call the model wrote; anything wrong with it becomes an error result. */
+/* Run the call the model wrote; anything wrong with it becomes an error result
+ * (strict tools rule out an unknown name or arguments off the schema, but a
+ * call cut by max_tokens still arrives with its arguments so far). */
 static json_t *run_tool(const char *name, const char *arguments)
 {
     json_error_t jerr;
@@ -177,8 +185,9 @@ int main(int argc, char **argv)
 
     for (turns = 1; turns <= MAX_TURNS && !answered; turns++) {
         turn t = {.calls = json_array(), .results = json_array()};
-        json_t *body = json_pack("{s:O, s:O, s:s}", "messages", messages, "tools", tools,
-                                 "tool_choice", turns == 1 ? "required" : "auto");
+        json_t *body =
+            json_pack("{s:O, s:O, s:s, s:b}", "messages", messages, "tools", tools, "tool_choice",
+                      turns == 1 ? "required" : "auto", "parallel_tool_calls", 0);
         char *json = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         di_request req;

@@ -14,6 +14,14 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
  * failure. */
 char *cli_read_input(const char *command, const char *path, size_t *len);
 
+/* Why the library refuses a request body the CLI's own JSON reader (jansson)
+ * would not take, in the library's words (di_codec_render's message, e.g.
+ * "request: invalid JSON at line 1 column 14 (byte 13): EOF while parsing a
+ * value"), so a bad body reads the same from run, serve, render and the
+ * bindings. Writes it into msg (size bytes) and returns 0, or returns -1
+ * without touching msg when the library reads the body. */
+int cli_request_error(di_protocol protocol, const char *body, size_t len, char *msg, size_t size);
+
 /* The encoding named dsv4, dsv41, dsv3, r1 or chatml; returns -1 for another name. */
 int cli_encoding(const char *name, di_encoding *out);
 

@@ -11,7 +11,8 @@
  * --draft / --draft-max / --draft-model (--speculative N: --draft-max N) run it
  * through the engine with speculative decoding (di_engine_create, a token
  * request with ignore_eos, di_poll): the same tokens, sooner where drafts are
- * kept; --verbose then prints the drafted and kept counts.
+ * kept; --verbose then prints the drafted and kept counts. The engine's runs
+ * (a drafter, a constraint, --device cuda) print no KV cache line.
  * logits: runs the prompt once and writes the logits of every position to FILE
  * as little-endian f32, row-major [n_tokens, vocab].
  * PATH is a .gguf file or a Hugging Face model directory. Built only on the
@@ -311,19 +312,19 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
             rc = EXIT_FAILED;
             goto done;
         }
-        if (a->verbose && a->max_tokens > 1) {
+        if (a->verbose && r.n_out > 1) { /* (a constrained output may end early) */
             double t2 = cli_now();
             fprintf(stderr,
                     "deepinfer generate: prefill %zu tokens %.1f tokens/s, decode %ld tokens "
                     "%.1f tokens/s\n",
-                    n, (double)n / (r.t_first - t0), a->max_tokens - 1,
-                    (double)(a->max_tokens - 1) / (t2 - r.t_first));
+                    n, (double)n / (r.t_first - t0), r.n_out - 1,
+                    (double)(r.n_out - 1) / (t2 - r.t_first));
         }
     }
     putchar('[');
     for (long i = 0; i < r.n_out; i++) printf(i ? ",%d" : "%d", (int)r.out[i]);
     printf("]\n");
-    if (a->verbose)
+    if (a->verbose && cfg.speculative_tokens > 0)
         fprintf(stderr,
                 "deepinfer generate: speculative decoding: %u draft tokens verified, %u kept\n",
                 r.drafted, r.accepted);

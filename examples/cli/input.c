@@ -1,4 +1,4 @@
-/* cli_read_input: see cli.h. */
+/* cli_read_input, cli_request_error and the option parsers: see cli.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,4 +105,20 @@ double cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cli_request_error(di_protocol protocol, const char *body, size_t len, char *msg, size_t size)
+{
+    /* Any encoding reads the JSON the same way; ChatML takes every protocol,
+     * and a codec without a tokenizer needs no model. */
+    di_codec *codec = NULL;
+    di_prompt *prompt = NULL;
+    di_error *err = NULL;
+    int refused = di_codec_create(NULL, DI_ENCODING_CHATML, &codec, &err) == DI_OK &&
+                  di_codec_render(codec, protocol, body, len, &prompt, &err) != DI_OK;
+    if (refused) snprintf(msg, size, "%s", di_error_message(err));
+    di_error_free(err);
+    di_prompt_free(prompt);
+    di_codec_free(codec);
+    return refused ? 0 : -1;
 }

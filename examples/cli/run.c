@@ -405,13 +405,17 @@ int cli_run(int argc, char **argv)
     char *body = cli_read_input("run", a.input, &len);
     if (!body) return EXIT_FAILED;
     /* A body that is not even a JSON object fails before the model loads (the
-     * codec checks the rest). The body's own stream flag asks for SSE too;
+     * codec checks the rest; JSON that does not parse is reported in the
+     * library's words, as render and the bindings report it). The body's own stream flag asks for
+     * SSE too;
      * --stream sets it, so the chunks are those of a streaming request. */
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
     if (!json_is_object(root)) {
-        fprintf(stderr, "deepinfer run: request: %s\n",
-                root ? "expected a JSON object" : jerr.text);
+        char why[600];
+        if (root || cli_request_error(a.protocol, body, len, why, sizeof why) != 0)
+            snprintf(why, sizeof why, "request: %s", root ? "expected a JSON object" : jerr.text);
+        fprintf(stderr, "deepinfer run: %s\n", why);
         json_decref(root);
         free(body);
         return EXIT_FAILED;

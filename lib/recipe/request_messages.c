@@ -142,8 +142,17 @@ static int parse_tools(rc_err *e, json_t *root, rc_conversation *conv)
         const char *name = NULL, *desc = NULL;
         int strict = 0, defer = 0;
         if (!json_is_object(t)) return rc_fail(e, "tools[%zu]: expected an object", i);
-        if (json_object_get(t, "type"))
-            return rc_fail(e, "tools[%zu]: server tools are not supported", i);
+        if (json_object_get(t, "type")) {
+            /* the reference's message; a Chat Completions tool sent as a
+             * Messages one gets told what it is */
+            int chat_shape = json_is_object(json_object_get(t, "function")) &&
+                             !json_object_get(t, "input_schema");
+            return rc_fail(e, "tools[%zu]: server tools are not supported%s", i,
+                           chat_shape ? " (this is a Chat Completions tool, {\"type\": "
+                                        "\"function\", \"function\": {...}}: a Messages tool "
+                                        "is {\"name\", \"description\", \"input_schema\"})"
+                                      : "");
+        }
         if (rc_get_string(e, t, "name", p, &name) <= 0) return rc_fail(e, "%sname: missing", p);
         if (rc_get_string(e, t, "description", p, &desc) < 0) return -1;
         if (rc_get_bool(e, t, "strict", p, &strict) < 0) return -1;

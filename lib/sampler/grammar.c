@@ -24,6 +24,9 @@ typedef struct gbuild {
     di_bytes_map ids; /* name -> rule id (a schema's grammar has 10^5 helper rules) */
     gvec *rules;
     uint8_t *defined;
+    /* where the errors point: a rule's definition, an undefined rule's first
+     * reference, a helper rule's place in the rule it was made for */
+    size_t *at;
     int32_t n_rules, cap_rules;
     byteset *sets;
     int32_t n_sets, cap_sets;
@@ -105,7 +108,9 @@ static int32_t rule_id(gbuild *b, const char *name, size_t n)
         if (rules) b->rules = rules;
         uint8_t *def = realloc(b->defined, (size_t)cap);
         if (def) b->defined = def;
-        if (!names || !rules || !def)
+        size_t *at = realloc(b->at, (size_t)cap * sizeof *at);
+        if (at) b->at = at;
+        if (!names || !rules || !def || !at)
             return fail(b, DI_ERR_OUT_OF_MEMORY, "out of memory for the grammar"), -1;
         b->cap_rules = cap;
     }
@@ -116,6 +121,7 @@ static int32_t rule_id(gbuild *b, const char *name, size_t n)
     b->names[b->n_rules] = copy;
     b->rules[b->n_rules] = (gvec){0};
     b->defined[b->n_rules] = 0;
+    b->at[b->n_rules] = b->pos;
     return b->n_rules++;
 }
 
@@ -502,8 +508,9 @@ static int parse_sequence(gbuild *b, int32_t rule, int nested, int depth)
                 b->pos = s; /* the next rule's name: this rule ended at a newline */
                 return 0;
             }
-            b->pos = e;
+            b->pos = s; /* (a new rule is placed at its first reference) */
             int32_t r = rule_id(b, b->s + s, e - s);
+            b->pos = e;
             if (r < 0 || vpush(b, &b->rules[rule], GE_REF, r)) return -1;
         } else {
             return 0;
@@ -571,26 +578,30 @@ static void build_free(gbuild *b)
     free(b->names);
     free(b->rules);
     free(b->defined);
+    free(b->at);
     free(b->sets);
     free(b->reps);
     di_bytes_map_free(&b->ids);
 }
 
-/* Left recursion makes the stack expansion loop: rule r reaches itself
- * through the first elements of its alternatives (past nullable rules). */
-static int left_recursive(const grammar *g, const uint8_t *nullable, int32_t r, uint8_t *mark)
+/* Left recursion makes the stack expansion loop: a rule reaches itself
+ * through the first elements of its alternatives (past nullable rules).
+ * Returns a rule on such a cycle reachable from r (the one the search came
+ * back to), or -1. */
+static int32_t left_recursive(const grammar *g, const uint8_t *nullable, int32_t r, uint8_t *mark)
 {
-    if (mark[r] == 1) return 1;
-    if (mark[r] == 2) return 0;
+    if (mark[r] == 1) return r;
+    if (mark[r] == 2) return -1;
     mark[r] = 1;
     for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++)
         for (int32_t p = g->rule_alts[a]; g->elems[p].type >= GE_REF; p++) {
             if (g->elems[p].type == GE_BYTES) break;
-            if (left_recursive(g, nullable, g->elems[p].value, mark)) return 1;
+            int32_t cycle = left_recursive(g, nullable, g->elems[p].value, mark);
+            if (cycle >= 0) return cycle;
             if (!nullable[g->elems[p].value]) break;
         }
     mark[r] = 2;
-    return 0;
+    return -1;
 }
 
 static di_status finish(gbuild *b, grammar **out)
@@ -599,8 +610,8 @@ static di_status finish(gbuild *b, grammar **out)
     uint8_t *nullable = NULL, *mark = NULL;
     int32_t root = -1;
     for (int32_t i = 0; i < b->n_rules; i++) {
-        if (!b->defined[i]) {
-            b->pos = b->len;
+        if (!b->defined[i]) { /* named first by a reference: the error points at it */
+            b->pos = b->at[i];
             fail(b, DI_ERR_INVALID_REQUEST, "undefined rule '%s'", b->names[i]);
             goto done;
         }
@@ -677,17 +688,19 @@ static di_status finish(gbuild *b, grammar **out)
             g = NULL;
             goto done;
         }
-    for (int32_t r = 0; r < g->n_rules; r++)
-        if (left_recursive(g, nullable, r, mark)) {
-            b->pos = b->len;
+    for (int32_t r = 0; r < g->n_rules; r++) {
+        int32_t cycle = left_recursive(g, nullable, r, mark);
+        if (cycle >= 0) {
+            b->pos = b->at[cycle];
             fail(b, DI_ERR_INVALID_REQUEST,
                  "rule '%s' is left-recursive (it can reach itself before any character; "
                  "rewrite it right-recursively)",
-                 b->names[r]);
+                 b->names[cycle]);
             grammar_free(g);
             g = NULL;
             goto done;
         }
+    }
     *out = g;
     g = NULL;
     goto done;
@@ -727,6 +740,7 @@ di_status grammar_compile_gbnf(const char *text, size_t len, grammar **out, char
             break;
         }
         b.defined[r] = 1;
+        b.at[r] = s;
         skip_space(&b, 0);
         if (b.pos + 3 > len || memcmp(text + b.pos, "::=", 3) != 0) {
             fail(&b, DI_ERR_INVALID_REQUEST, "rule '%s': expected '::='", b.names[r]);

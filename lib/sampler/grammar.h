@@ -30,8 +30,8 @@ typedef struct grammar_matcher grammar_matcher;
 
 /* Compile len bytes of GBNF (llama.cpp's grammars/README.md; start rule
  * `root`). Errors: DI_ERR_INVALID_REQUEST with msg naming the rule and the
- * line:column (a syntax error, an undefined rule, a left-recursive rule, no
- * root), DI_ERR_OUT_OF_MEMORY. */
+ * line:column (a syntax error; an undefined rule, at its first reference; a
+ * left-recursive rule, at its definition; no root), DI_ERR_OUT_OF_MEMORY. */
 di_status grammar_compile_gbnf(const char *text, size_t len, grammar **out, char *msg,
                                size_t msg_size);
 /* Compile a regular expression (the subset docs/grammar.md lists) that the

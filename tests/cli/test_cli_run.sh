@@ -94,7 +94,11 @@ expect() { # STATUS NEEDLE ARGS...
   [[ "$err" == *"$needle"* ]] || fail "deepinfer $*: '$err' does not say '$needle'"
 }
 printf '{"messages": [' > "$tmp/bad.json"
-expect 1 "request" run --model "$model" --protocol chat "$tmp/bad.json"
+# bad JSON: where it is, in the library's words (render's message, the bindings')
+expect 1 "request: invalid JSON at line 1 column 15 (byte 14): " run --model "$model" \
+  --protocol chat "$tmp/bad.json"
+same=$("$cli" render --protocol chat --encoding chatml "$tmp/bad.json" 2>&1 >/dev/null)
+[ "${err#deepinfer run: }" = "${same#deepinfer render: }" ] || fail "run says '$err', render '$same'"
 expect 1 "tools[0]" run --model "$model" --protocol messages "$tmp/req.json"
 expect 1 "$tmp/none.gguf" run --model "$tmp/none.gguf" --protocol chat "$tmp/req.json"
 expect 2 "--model is required" run --protocol chat "$tmp/req.json"
@@ -217,6 +221,15 @@ prompt=$(printf '%s' "$prompt" | tr -d '[] \n')
 text=$("$cli" tokenize --tokenizer "$model" --decode "$tmp/ids") || fail "decode exited $?"
 text=${text%<|im_end|>}; text=${text%<|endoftext|>} # the end token, allowed once complete
 [[ "$text" =~ ^[0-9]{4}$ ]] || fail "generate --regex '[0-9]{4}' wrote '$text'"
+# --verbose counts the tokens generated (the output ends when complete, before
+# --max-tokens); the engine's run has no KV cache line and, without a drafter,
+# no draft counts
+"$cli" generate --model "$model" --tokens "$prompt" --max-tokens 16 --threads 2 \
+  --regex '[0-9]{4}' --verbose > "$tmp/ids" 2> "$tmp/err" || fail "generate --verbose exited $?"
+n_ids=$(tr -cd ',' < "$tmp/ids" | wc -c) # commas: the IDs less one
+grep -q "decode $n_ids tokens .* tokens/s" "$tmp/err" ||
+  fail "generate --regex --verbose did not count $n_ids decoded tokens: $(cat "$tmp/err")"
+! grep -q "KV cache\|speculative" "$tmp/err" || fail "generate --regex --verbose: $(cat "$tmp/err")"
 printf '%s' '{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}' \
   > "$tmp/schema.json"
 "$cli" generate --model "$model" --tokens "$prompt" --max-tokens 48 --threads 2 \

@@ -97,12 +97,47 @@ static void test_codec_templates_take_chat_only(void **state)
     di_codec_free(codec);
 }
 
+/* A Messages body's tool with a "type" is a server tool, refused with the
+ * reference's message (tests/fixtures/codec/messages.json,
+ * err-server-tool-bash); a Chat Completions tool sent as a Messages one is told
+ * apart, after that message. */
+static void expect_messages_error(const char *body, const char *want)
+{
+    di_codec *codec = NULL;
+    assert_int_equal(di_codec_create(NULL, DI_ENCODING_DSV4, &codec, NULL), DI_OK);
+    di_prompt *p = NULL;
+    di_error *err = NULL;
+    assert_int_equal(di_codec_render(codec, DI_PROTOCOL_MESSAGES, body, strlen(body), &p, &err),
+                     DI_ERR_INVALID_REQUEST);
+    assert_null(p);
+    assert_string_equal(di_error_message(err), want);
+    di_error_free(err);
+    di_codec_free(codec);
+}
+
+static void test_codec_messages_names_a_chat_tool(void **state)
+{
+    (void)state;
+    expect_messages_error(
+        "{\"model\":\"DeepSeek-V4-Pro\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"f\",\"parameters\":{\"type\":\"object\"}}}]}",
+        "tools[0]: server tools are not supported (this is a Chat Completions tool, {\"type\": "
+        "\"function\", \"function\": {...}}: a Messages tool is {\"name\", \"description\", "
+        "\"input_schema\"})");
+    expect_messages_error(
+        "{\"model\":\"DeepSeek-V4-Pro\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}],\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}]}",
+        "tools[0]: server tools are not supported");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_rejects_bad_arguments),
         cmocka_unit_test(test_codec_prompt_without_tokenizer_has_text_and_settings),
         cmocka_unit_test(test_codec_templates_take_chat_only),
+        cmocka_unit_test(test_codec_messages_names_a_chat_tool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

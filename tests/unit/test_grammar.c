@@ -56,6 +56,31 @@ static void test_gbnf_errors_name_the_rule_and_place(void **state)
     expect_error(grammar_compile_gbnf, "root ::= [z-a]\n", DI_ERR_INVALID_REQUEST, "out of order");
 }
 
+static void expect_gbnf_message(const char *text, const char *want)
+{
+    grammar *g = (grammar *)1;
+    char msg[512];
+    di_status st = grammar_compile_gbnf(text, strlen(text), &g, msg, sizeof msg);
+    assert_int_equal(st, DI_ERR_INVALID_REQUEST);
+    assert_string_equal(msg, want);
+    assert_null(g);
+}
+
+/* An undefined rule is reported at its first reference, a left-recursive
+ * rule at its definition — not at the end of the grammar. */
+static void test_gbnf_errors_point_at_the_rule(void **state)
+{
+    (void)state;
+    expect_gbnf_message("root ::= \"yes\" | nope", "grammar 1:18: undefined rule 'nope'");
+    expect_gbnf_message("root ::= \"yes\" | nope\n\n\n", "grammar 1:18: undefined rule 'nope'");
+    expect_gbnf_message("root ::= item\nitem ::= \"a\" | ( \"b\" other )*\nx ::= other\n",
+                        "grammar 2:22: undefined rule 'other'");
+    /* root only reaches the left-recursive rule: the error names that rule */
+    expect_gbnf_message("root ::= \"a\" x\nx ::= x \"b\" | \"c\"\n",
+                        "grammar 2:1: rule 'x' is left-recursive (it can reach itself before any "
+                        "character; rewrite it right-recursively)");
+}
+
 static void test_schema_and_regex_errors_name_the_keyword(void **state)
 {
     (void)state;
@@ -1043,6 +1068,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gbnf_errors_name_the_rule_and_place),
+        cmocka_unit_test(test_gbnf_errors_point_at_the_rule),
         cmocka_unit_test(test_schema_and_regex_errors_name_the_keyword),
         cmocka_unit_test(test_gbnf_languages),
         cmocka_unit_test(test_regex_and_schema_languages),

@@ -478,13 +478,14 @@ static enum MHD_Result handle_generation(srv_request *r)
     srv *s = r->s;
     const srv_config *cfg = s->cfg;
     json_error_t jerr;
-    json_t *root = json_loadb(r->body ? r->body : "", r->body_len, 0, &jerr);
-    if (!root)
-        return reply_error(r, 400, NULL, "request body: invalid JSON at byte %d: %s", jerr.position,
-                           jerr.text);
-    if (!json_is_object(root)) {
+    const char *text = r->body ? r->body : "";
+    json_t *root = json_loadb(text, r->body_len, 0, &jerr);
+    if (!json_is_object(root)) { /* bad JSON in the library's words, as run and the bindings */
+        char why[600];
+        if (root || cli_request_error(protocol_of(r->ep), text, r->body_len, why, sizeof why) != 0)
+            snprintf(why, sizeof why, "request: %s", root ? "expected a JSON object" : jerr.text);
         json_decref(root);
-        return reply_error(r, 400, NULL, "request body: expected a JSON object");
+        return reply_error(r, 400, NULL, "%s", why);
     }
     r->stream = json_is_true(json_object_get(root, "stream"));
     const char *body = r->body;
