@@ -14,6 +14,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_mla.h"
+#include "backend/cpu/deepseek_v4_ops.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_packed.h"
@@ -491,6 +492,86 @@ static void test_moe_experts_read_the_packed_copies(void **state)
     free(s.gate);
     free(s.up);
     free(s.act);
+    cpu_threadpool_free(pool);
+}
+
+/* DeepSeek-V4's attention with sinks against double arithmetic: the window
+ * ring wrapping, the indexer's choice with unused (-1) slots, then every
+ * complete entry; head_dim 64 (the AVX2 tile where it runs, 5 heads: an odd
+ * tile row) and 48 (the per-head walk); each token alone equal to its row in
+ * the batch, bit for bit. */
+static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel)
+{
+    enum { NH = 5, N = 6, WINDOW = 7, RING = 12, NCOMP = 9, K = 4, RATE = 4 };
+    float q[N * NH * 64], win[RING * 64], comp[NCOMP * 64], sinks[NH], out[N * NH * 64],
+        one[NH * 64];
+    int64_t pos[N];
+    int32_t sel[N * K];
+    for (int i = 0; i < N * NH * 64; i++) q[i] = frand();
+    for (int i = 0; i < RING * 64; i++) win[i] = frand();
+    for (int i = 0; i < NCOMP * 64; i++) comp[i] = frand();
+    for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
+    for (int t = 0; t < N; t++) {
+        pos[t] = 10 + t; /* ring rows wrap past 12 */
+        for (int i = 0; i < K; i++) sel[t * K + i] = i == K - 1 && t % 2 ? -1 : (t + 3 * i) % NCOMP;
+    }
+    const float scale = 0.3f;
+    cpu_sink_attention(pool, q, NH, d, N, pos, win, RING, WINDOW, comp, NCOMP, RATE,
+                       use_sel ? sel : NULL, K, sinks, scale, out);
+    double worst = 0;
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *keys[WINDOW + NCOMP];
+            int nk = 0;
+            for (int64_t p = pos[t] - WINDOW + 1; p <= pos[t]; p++)
+                keys[nk++] = win + (p % RING) * d;
+            if (use_sel) {
+                for (int i = 0; i < K; i++)
+                    if (sel[t * K + i] >= 0) keys[nk++] = comp + sel[t * K + i] * d;
+            } else {
+                for (int64_t e = 0; e < (pos[t] + 1) / RATE && e < NCOMP; e++)
+                    keys[nk++] = comp + e * d;
+            }
+            const float *qh = q + (t * NH + h) * d;
+            double sc[WINDOW + NCOMP], m = sinks[h], l = 0, o[64] = {0};
+            for (int j = 0; j < nk; j++) {
+                sc[j] = 0;
+                for (int64_t i = 0; i < d; i++) sc[j] += (double)qh[i] * keys[j][i];
+                sc[j] *= scale;
+                if (sc[j] > m) m = sc[j];
+            }
+            l = exp(sinks[h] - m);
+            for (int j = 0; j < nk; j++) {
+                double pj = exp(sc[j] - m);
+                l += pj;
+                for (int64_t i = 0; i < d; i++) o[i] += pj * keys[j][i];
+            }
+            for (int64_t i = 0; i < d; i++) {
+                double diff = fabs(o[i] / l - out[(t * NH + h) * d + i]);
+                worst = diff > worst ? diff : worst;
+            }
+        }
+    printf("sink attention, head_dim %lld, %s: max |diff| from double %.2e\n", (long long)d,
+           use_sel ? "the indexer's entries" : "every entry", worst);
+    assert_true(worst < 1e-5);
+    for (int t = 0; t < N; t++) {
+        cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, win, RING, WINDOW, comp, NCOMP,
+                           RATE, use_sel ? sel + t * K : NULL, K, sinks, scale, one);
+        assert_memory_equal(one, out + t * NH * d, sizeof(float) * (size_t)(NH * d));
+    }
+}
+
+static void test_sink_attention_matches_double(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(3, &pool), DI_OK);
+    printf("sink attention kernels: %s\n",
+           cpu_has_avx2() ? "avx2 tile (head_dim 64), per-head walk (48)" : "per-head walk");
+    for (int use_sel = 0; use_sel < 2; use_sel++) {
+        check_sink_attention(pool, 64, use_sel);
+        check_sink_attention(pool, 48, use_sel);
+    }
     cpu_threadpool_free(pool);
 }
 
@@ -1082,6 +1163,7 @@ int main(void)
         cmocka_unit_test(test_multi_matmul_equals_separate_products),
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
+        cmocka_unit_test(test_sink_attention_matches_double),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "backend/cpu/vec_dot.h"
+
 enum { HC_MAX = 16, HEAD_MAX = 1024 };
 
 /* x86-64: an AVX2 clone (x86-64-v3) of the per-row tasks picked at load by
@@ -225,43 +227,161 @@ static inline __attribute__((always_inline)) void tile_add(sink_state *st, const
     if (st->n == KEY_TILE) tile_flush(st, qh, d, scale);
 }
 
+/* The key rows a query sees, in the order sink_head adds them: its window
+ * (oldest first), then its compressed entries (the indexer's choice when sel,
+ * else every entry complete by pos). */
+typedef struct sink_cursor {
+    int64_t kp, pos; /* the next window position, the query's */
+    int64_t e, n_e;  /* the next entry (or sel slot), their end */
+} sink_cursor;
+
+static sink_cursor sink_begin(const sink_ctx *c, int64_t t)
+{
+    const int64_t pos = c->pos[t];
+    sink_cursor u = {pos - c->window + 1 > 0 ? pos - c->window + 1 : 0, pos, 0, 0};
+    if (c->comp && c->sel) {
+        u.n_e = c->k;
+    } else if (c->comp) {
+        u.n_e = (pos + 1) / c->rate;
+        if (u.n_e > c->n_comp) u.n_e = c->n_comp;
+    }
+    return u;
+}
+
+/* The next key row, or NULL after the last. */
+static const float *sink_next(const sink_ctx *c, int64_t t, sink_cursor *u)
+{
+    if (u->kp <= u->pos) return c->win + (u->kp++ % c->win_ring) * c->head_dim;
+    while (u->e < u->n_e) {
+        int64_t e = u->e++;
+        if (c->sel) e = c->sel[t * c->k + e];
+        if (e >= 0 && e < c->n_comp) return c->comp + e * c->head_dim;
+    }
+    return NULL;
+}
+
+/* The sink joins row h's softmax denominator only; o = acc / l. */
+static void sink_finish(float sink, float m, float l, const float *acc, int64_t d, float *o)
+{
+    float r = 1.0f;
+    if (sink > m) {
+        r = expf(m - sink);
+        l *= r;
+        m = sink;
+    }
+    l += expf(sink - m);
+    for (int64_t i = 0; i < d; i++) o[i] = acc[i] * r / l;
+}
+
 V4_CLONES static void sink_head(void *p, int64_t task, int thread)
 {
     (void)thread;
     const sink_ctx *c = p;
-    const int64_t t = task / c->n_head, h = task % c->n_head, d = c->head_dim, pos = c->pos[t];
+    const int64_t t = task / c->n_head, h = task % c->n_head, d = c->head_dim;
     const float *qh = c->q + (t * c->n_head + h) * d;
     sink_state st;
     st.m = -INFINITY;
     st.l = 0.0f;
     st.n = 0;
     memset(st.acc, 0, (size_t)d * sizeof *st.acc);
-    int64_t first = pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
-    for (int64_t kp = first; kp <= pos; kp++)
-        tile_add(&st, c->win + (kp % c->win_ring) * d, qh, d, c->scale);
-    if (c->comp && c->sel) {
-        for (int i = 0; i < c->k; i++) {
-            int32_t e = c->sel[t * c->k + i];
-            if (e >= 0 && e < c->n_comp) tile_add(&st, c->comp + (int64_t)e * d, qh, d, c->scale);
-        }
-    } else if (c->comp) {
-        int64_t lim = (pos + 1) / c->rate;
-        if (lim > c->n_comp) lim = c->n_comp;
-        for (int64_t e = 0; e < lim; e++) tile_add(&st, c->comp + e * d, qh, d, c->scale);
-    }
+    sink_cursor u = sink_begin(c, t);
+    for (const float *key; (key = sink_next(c, t, &u));) tile_add(&st, key, qh, d, c->scale);
     if (st.n) tile_flush(&st, qh, d, c->scale);
-    /* the sink joins the softmax's denominator only */
-    float sink = c->sinks[h];
-    if (sink > st.m) {
-        float r = expf(st.m - sink);
-        for (int64_t i = 0; i < d; i++) st.acc[i] *= r;
-        st.l *= r;
-        st.m = sink;
-    }
-    st.l += expf(sink - st.m);
-    float *o = c->out + (t * c->n_head + h) * d;
-    for (int64_t i = 0; i < d; i++) o[i] = st.acc[i] / st.l;
+    sink_finish(c->sinks[h], st.m, st.l, st.acc, d, c->out + (t * c->n_head + h) * d);
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include "backend/cpu/avx2_math.h"
+
+/* The heads of one token in tiles of up to SINK_TILE with AVX2 and FMA, where
+ * head_dim is a multiple of 32 up to SINK_MAX_D (V4-Flash: 512; one key-value head that
+ * every query head reads): each chunk of 16 keys gathered and transposed once
+ * for the tile, the scores of four heads at a time as 16-wide products, the
+ * online softmax (softmax_step16), then P V two heads at a time with each key
+ * load shared. A row's arithmetic is its own (the same whatever the tile or
+ * the batch); its sums are in another order than sink_head's. */
+enum { SINK_TILE = 16, SINK_CHUNK = 16, SINK_MAX_D = 512 };
+
+AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
+{
+    _Alignas(32) float kc[SINK_CHUNK * SINK_MAX_D]; /* the chunk's keys, rows of d */
+    _Alignas(32) float kt[SINK_MAX_D * SINK_CHUNK]; /* K^T: [d][SINK_CHUNK] */
+    const int64_t d = c->head_dim;
+    const float *qa = c->q + (t * c->n_head + h0) * d;
+    float *out = c->out + (t * c->n_head + h0) * d;
+    _Alignas(32) float sc[SINK_TILE * SINK_CHUNK], p[SINK_TILE * SINK_CHUNK];
+    float m[SINK_TILE], l[SINK_TILE], corr[SINK_TILE];
+    for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    memset(out, 0, sizeof(float) * (size_t)rows * (size_t)d);
+    const __m256 scale = _mm256_set1_ps(c->scale);
+    sink_cursor u = sink_begin(c, t);
+    for (;;) {
+        int len = 0;
+        for (const float *key; len < SINK_CHUNK && (key = sink_next(c, t, &u)); len++)
+            memcpy(kc + (ptrdiff_t)len * d, key, sizeof(float) * (size_t)d);
+        if (len == 0) break;
+        if (len < SINK_CHUNK)
+            memset(kc + (ptrdiff_t)len * d, 0, sizeof(float) * (size_t)((SINK_CHUNK - len) * d));
+        for (int i0 = 0; i0 < SINK_CHUNK; i0 += 8)
+            for (ptrdiff_t e = 0; e < d; e += 8) {
+                __m256 r8[8];
+                UNROLL for (int i = 0; i < 8; i++) r8[i] =
+                    _mm256_load_ps(kc + (ptrdiff_t)(i0 + i) * d + e);
+                transpose8(r8, kt + e * SINK_CHUNK + i0, SINK_CHUNK);
+            }
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+            const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
+            const float *qr[4];
+            UNROLL for (int k = 0; k < 4; k++) qr[k] = qa + (r0 + (k < nr ? k : 0)) * d;
+            __m256 a[4][2];
+            UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+            for (ptrdiff_t e = 0; e < d; e++) {
+                __m256 k0v = _mm256_load_ps(kt + e * SINK_CHUNK),
+                       k1v = _mm256_load_ps(kt + e * SINK_CHUNK + 8);
+                UNROLL for (int k = 0; k < 4; k++)
+                {
+                    __m256 qd = _mm256_set1_ps(qr[k][e]);
+                    a[k][0] = _mm256_fmadd_ps(qd, k0v, a[k][0]);
+                    a[k][1] = _mm256_fmadd_ps(qd, k1v, a[k][1]);
+                }
+            }
+            for (ptrdiff_t k = 0; k < nr; k++) {
+                _mm256_store_ps(sc + (r0 + k) * SINK_CHUNK, _mm256_mul_ps(a[k][0], scale));
+                _mm256_store_ps(sc + (r0 + k) * SINK_CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
+            }
+        }
+        for (ptrdiff_t r = 0; r < rows; r++)
+            corr[r] = softmax_step16(sc + r * SINK_CHUNK, len, &m[r], &l[r], p + r * SINK_CHUNK);
+        for (ptrdiff_t r = 0; r < rows; r += 2) {
+            /* an odd last row is paired with itself (the same sums, written twice) */
+            const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;
+            for (ptrdiff_t e0 = 0; e0 < d; e0 += 32)
+                pv_pair32(out + r * d + e0, out + r1 * d + e0, corr[r], corr[r1],
+                          p + r * SINK_CHUNK, p + r1 * SINK_CHUNK, kc + e0, d, len);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        sink_finish(c->sinks[h0 + r], m[r], l[r], out + (ptrdiff_t)r * d, d,
+                    out + (ptrdiff_t)r * d);
+}
+
+/* A task is one token's heads [h0, h0 + SINK_TILE). */
+static void sink_tile_task(void *p, int64_t task, int thread)
+{
+    (void)thread;
+    const sink_ctx *c = p;
+    const int tiles = (c->n_head + SINK_TILE - 1) / SINK_TILE;
+    const int64_t t = task / tiles;
+    const int h0 = (int)(task % tiles) * SINK_TILE;
+    const int rows = c->n_head - h0 < SINK_TILE ? c->n_head - h0 : SINK_TILE;
+    sink_tile_avx2(c, t, h0, rows);
+}
+
+static int sink_tile_applies(int64_t head_dim)
+{
+    return cpu_has_avx2() && head_dim % 32 == 0 && head_dim <= SINK_MAX_D;
+}
+#endif
 
 void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
                         int64_t n, const int64_t *pos, const float *win, int64_t win_ring,
@@ -271,5 +391,12 @@ void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_
     if (head_dim > HEAD_MAX) return; /* checked at load */
     sink_ctx c = {q,        win,      comp,   sinks, n_head, window, rate, k,
                   head_dim, win_ring, n_comp, pos,   sel,    scale,  out};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (sink_tile_applies(head_dim)) {
+        const int tiles = (n_head + SINK_TILE - 1) / SINK_TILE;
+        cpu_threadpool_run(pool, n * tiles, sink_tile_task, &c);
+        return;
+    }
+#endif
     cpu_threadpool_run(pool, n * n_head, sink_head, &c);
 }
