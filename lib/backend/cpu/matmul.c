@@ -160,33 +160,47 @@ static void matmul_task(void *ctx, int64_t task, int thread)
         }
         o0 = o;
     }
-    if (pt->dot_mxfp4) {
-        for (int64_t o = o0; o < o1; o++) mxfp4_rows(j, pt, o, t0, t1);
+    /* Four tokens at a time over all the tile's rows, so the four activation
+     * rows stay in L1 while the weight rows stream past (row by row, every
+     * weight row re-read the whole token tile from L2); the order of the calls
+     * does not change any sum. */
+    const int64_t t4 = t0 + (t1 - t0) / 4 * 4;
+    if (pt->dot_mxfp4) { /* four at a time, then one at a time (mxfp4_rows) */
+        for (int64_t t = t0; t < t4; t += 4)
+            for (int64_t o = o0; o < o1; o++) mxfp4_rows(j, pt, o, t, t + 4);
+        for (int64_t o = o0; o < o1; o++) mxfp4_rows(j, pt, o, t4, t1);
         return;
+    }
+    int64_t rest = t0;
+    if (pt->dot4 && !fp8) {
+        for (int64_t t = t0; t < t4; t += 4)
+            for (int64_t o = o0; o < o1; o++) {
+                float s4[4], b = pt->bias ? pt->bias[o] : 0.0f;
+                pt->dot4(j->n_in, s4, wdata + (size_t)o * pt->w_row,
+                         j->act + (size_t)t * j->act_row, j->act_row);
+                for (int r = 0; r < 4; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
+            }
+        rest = t4;
+        /* Two or three tokens left (an expert's share of a prefill): one
+         * more four-row product over the tile's last four, its earlier
+         * rows computed twice. A row's sum does not depend on its
+         * neighbours (dot4 is bit-identical to dot), so neither do the
+         * results. */
+        if (t1 - t4 >= 2 && t1 - t0 >= 4) {
+            const int64_t from = t1 - 4;
+            for (int64_t o = o0; o < o1; o++) {
+                float s4[4], b = pt->bias ? pt->bias[o] : 0.0f;
+                pt->dot4(j->n_in, s4, wdata + (size_t)o * pt->w_row,
+                         j->act + (size_t)from * j->act_row, j->act_row);
+                for (int64_t t = t4; t < t1; t++) pt->y[t * pt->n_out + o] = s4[t - from] + b;
+            }
+            rest = t1;
+        }
     }
     for (int64_t o = o0; o < o1; o++) {
         const char *wrow = wdata + (size_t)o * pt->w_row;
         float b = pt->bias ? pt->bias[o] : 0.0f;
-        int64_t t = t0;
-        if (pt->dot4 && !fp8) {
-            for (; t + 4 <= t1; t += 4) {
-                float s4[4];
-                pt->dot4(j->n_in, s4, wrow, j->act + (size_t)t * j->act_row, j->act_row);
-                for (int r = 0; r < 4; r++) pt->y[(t + r) * pt->n_out + o] = s4[r] + b;
-            }
-            /* Two or three tokens left (an expert's share of a prefill): one
-             * more four-row product over the tile's last four, its earlier
-             * rows computed twice. A row's sum does not depend on its
-             * neighbours (dot4 is bit-identical to dot), so neither do the
-             * results. */
-            if (t1 - t >= 2 && t1 - t0 >= 4) {
-                float s4[4];
-                int64_t from = t1 - 4;
-                pt->dot4(j->n_in, s4, wrow, j->act + (size_t)from * j->act_row, j->act_row);
-                for (; t < t1; t++) pt->y[t * pt->n_out + o] = s4[t - from] + b;
-            }
-        }
-        for (; t < t1; t++) {
+        for (int64_t t = rest; t < t1; t++) {
             const char *arow = j->act + (size_t)t * j->act_row;
             float v;
             if (fp8)

@@ -14,6 +14,11 @@
 
 #    include "backend/cpu/vec_dot_avx2.h"
 
+/* The four-row kernels' loops over rows unrolled, so their accumulators stay in
+ * registers (GCC kept them on the stack, a store and a load around every
+ * multiply-add). */
+#    define UNROLL4 _Pragma("GCC unroll 4")
+
 static int detect_avx2(void)
 {
     unsigned a, b, c, d;
@@ -416,6 +421,7 @@ AVX2 static void dot4_q8_0(int64_t n, float *s, const void *w, const void *a, si
         __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
         __m256i ax = _mm256_sign_epi8(qx, qx);
         float dx = f16(x[i].d);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_0 *y = ROW(r, block_q8_0) + i;
             __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
@@ -435,6 +441,7 @@ AVX2 static void dot4_q4_1(int64_t n, float *s, const void *w, const void *a, si
     for (int64_t i = 0; i < n / QK4_1; i++) {
         __m256i qx = unpack_nibbles(x[i].qs);
         float dx = f16(x[i].d), mx = f16(x[i].m);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_1 *y = ROW(r, block_q8_1) + i;
             __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
@@ -455,6 +462,7 @@ AVX2 static void dot4_q5_0(int64_t n, float *s, const void *w, const void *a, si
         __m256i qx = _mm256_sub_epi8(unpack_q5(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
         __m256i ax = _mm256_sign_epi8(qx, qx);
         float dx = f16(x[i].d);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_0 *y = ROW(r, block_q8_0) + i;
             __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), qx);
@@ -474,6 +482,7 @@ AVX2 static void dot4_q5_1(int64_t n, float *s, const void *w, const void *a, si
     for (int64_t i = 0; i < n / QK5_1; i++) {
         __m256i qx = unpack_q5(x[i].qs, x[i].qh);
         float dx = f16(x[i].d), mx = f16(x[i].m);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_1 *y = ROW(r, block_q8_1) + i;
             __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
@@ -502,6 +511,7 @@ AVX2 static void dot4_q4_K(int64_t n, float *s, const void *w, const void *a, si
             hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         }
         float xd = f16(x[i].d), xdmin = f16(x[i].dmin);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_K *y = ROW(r, block_q8_K) + i;
             int summ = k4_min_sum(m, y->bsums);
@@ -551,6 +561,7 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
                 scl[4 * h + k] = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
         }
         float xd = f16(x[i].d);
+        UNROLL4
         for (int r = 0; r < 4; r++) {
             const block_q8_K *y = ROW(r, block_q8_K) + i;
             int off = q6_offset_sum(sc, y->bsums);
@@ -586,7 +597,8 @@ AVX2 static void dot4_q6_K(int64_t n, float *s, const void *w, const void *a, si
             int64_t i = 0;                                                                         \
             for (; i + 16 <= n; i += 16) {                                                         \
                 __m256 x0 = LOAD8(x + i), x1 = LOAD8(x + i + 8);                                   \
-                for (int r = 0; r < 4; r++) {                                                      \
+                UNROLL4 for (int r = 0; r < 4; r++)                                                \
+                {                                                                                  \
                     const float *y = ROW(r, float);                                                \
                     acc0[r] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(y + i), acc0[r]);                \
                     acc1[r] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(y + i + 8), acc1[r]);            \
@@ -618,8 +630,9 @@ static inline float same_f32(float v)
  * its products summed in two accumulators per row, and the block's sum times
  * half its scale (exact) added into the row's running vector; one horizontal
  * sum at the end. Every row takes the same operations whatever n_rows is. */
-AVX2 static void dot_mxfp4_scaled(int64_t n, float *s, const void *w, const float *scales,
-                                  const void *a, size_t stride, int n_rows)
+AVX2 static inline __attribute__((always_inline)) void
+mxfp4_scaled_rows(int64_t n, float *s, const void *w, const float *scales, const void *a,
+                  size_t stride, const int n_rows)
 {
     const uint8_t *x = w;
     const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
@@ -637,7 +650,8 @@ AVX2 static void dot_mxfp4_scaled(int64_t n, float *s, const void *w, const floa
                f2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)),
                f3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8)));
         __m256 half_scale = _mm256_set1_ps(0.5f * scales[i / 32]);
-        for (int r = 0; r < n_rows; r++) {
+        UNROLL4 for (int r = 0; r < n_rows; r++)
+        {
             const float *y = ROW(r, float);
             __m256 b0 = _mm256_mul_ps(f0, _mm256_loadu_ps(y + i));
             __m256 b1 = _mm256_mul_ps(f1, _mm256_loadu_ps(y + i + 8));
@@ -653,6 +667,16 @@ AVX2 static void dot_mxfp4_scaled(int64_t n, float *s, const void *w, const floa
             sum += cpu_e2m1_values[(x[k / 2] >> (4 * (k & 1))) & 15] * scales[k / 32] * y[k];
         s[r] = sum;
     }
+}
+
+/* n_rows of 1 to 4 (cpu_vec_dot_mxfp4_fn): the rows' loop unrolled for four. */
+AVX2 static void dot_mxfp4_scaled(int64_t n, float *s, const void *w, const float *scales,
+                                  const void *a, size_t stride, int n_rows)
+{
+    if (n_rows == 4)
+        mxfp4_scaled_rows(n, s, w, scales, a, stride, 4);
+    else
+        mxfp4_scaled_rows(n, s, w, scales, a, stride, n_rows);
 }
 
 cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4_avx2(void)
