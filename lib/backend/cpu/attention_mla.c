@@ -220,7 +220,6 @@ AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
     float m[TILE_ROWS], l[TILE_ROWS], corr[TILE_ROWS];
     for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
     memset(olat, 0, sizeof(float) * (size_t)rows * (size_t)R);
-    const __m256 scale = _mm256_set1_ps(j->scale);
     for (int64_t p0 = 0; p0 < n_kv; p0 += CHUNK) {
         const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
         const float *c = j->kv + p0 * D;
@@ -232,26 +231,9 @@ AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
                                  : _mm256_setzero_ps();
                 transpose8(r8, kt + d * CHUNK + i0, CHUNK);
             }
-        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
-            const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
-            const float *qr[4];
-            UNROLL for (int k = 0; k < 4; k++) qr[k] = qa + (ptrdiff_t)(r0 + (k < nr ? k : 0)) * D;
-            __m256 a[4][2];
-            UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
-            for (ptrdiff_t d = 0; d < D; d++) {
-                __m256 k0 = _mm256_load_ps(kt + d * CHUNK), k1 = _mm256_load_ps(kt + d * CHUNK + 8);
-                UNROLL for (int k = 0; k < 4; k++)
-                {
-                    __m256 qd = _mm256_set1_ps(qr[k][d]);
-                    a[k][0] = _mm256_fmadd_ps(qd, k0, a[k][0]);
-                    a[k][1] = _mm256_fmadd_ps(qd, k1, a[k][1]);
-                }
-            }
-            for (ptrdiff_t k = 0; k < nr; k++) {
-                _mm256_store_ps(sc + (r0 + k) * CHUNK, _mm256_mul_ps(a[k][0], scale));
-                _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
-            }
-        }
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4)
+            scores4x16(kt, qa + r0 * D, D, rows - r0 < 4 ? (int)(rows - r0) : 4, D, j->scale,
+                       sc + r0 * CHUNK);
         for (ptrdiff_t r = 0; r < rows; r++)
             corr[r] = softmax_step16(sc + r * CHUNK, len, &m[r], &l[r], p + r * CHUNK);
         for (ptrdiff_t r = 0; r < rows; r += 2) {

@@ -83,6 +83,34 @@ AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride
     UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
 }
 
+/* Scores of up to four query rows against a chunk of 16 keys held transposed
+ * (kt: [d][16], 32-byte aligned): sc[k 16 + i] = scale (q_k . key_i) for
+ * k < nr, q_k = q + k q_stride; each sum over the d dimensions in order, one
+ * fused multiply-add per dimension and lane, so a row's scores do not depend
+ * on the rows beside it. sc 32-byte aligned. */
+AVX2 static inline void scores4x16(const float *kt, const float *q, ptrdiff_t q_stride, int nr,
+                                   ptrdiff_t d, float scale, float *sc)
+{
+    const float *qr[4];
+    UNROLL for (int k = 0; k < 4; k++) qr[k] = q + (k < nr ? k : 0) * q_stride;
+    __m256 a[4][2];
+    UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+    for (ptrdiff_t e = 0; e < d; e++) {
+        __m256 k0 = _mm256_load_ps(kt + e * 16), k1 = _mm256_load_ps(kt + e * 16 + 8);
+        UNROLL for (int k = 0; k < 4; k++)
+        {
+            __m256 qd = _mm256_set1_ps(qr[k][e]);
+            a[k][0] = _mm256_fmadd_ps(qd, k0, a[k][0]);
+            a[k][1] = _mm256_fmadd_ps(qd, k1, a[k][1]);
+        }
+    }
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (ptrdiff_t k = 0; k < nr; k++) {
+        _mm256_store_ps(sc + k * 16, _mm256_mul_ps(a[k][0], sv));
+        _mm256_store_ps(sc + k * 16 + 8, _mm256_mul_ps(a[k][1], sv));
+    }
+}
+
 /* One online-softmax step of a row over a 16-key chunk: of the scores
  * s[0, 16) the first `valid` count (the rest are -inf); the running max *m and
  * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m'); returned, the

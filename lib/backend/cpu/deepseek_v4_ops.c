@@ -313,7 +313,6 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
     float m[SINK_TILE], l[SINK_TILE], corr[SINK_TILE];
     for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
     memset(out, 0, sizeof(float) * (size_t)rows * (size_t)d);
-    const __m256 scale = _mm256_set1_ps(c->scale);
     sink_cursor u = sink_begin(c, t);
     for (;;) {
         int len = 0;
@@ -329,27 +328,9 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
                     _mm256_load_ps(kc + (ptrdiff_t)(i0 + i) * d + e);
                 transpose8(r8, kt + e * SINK_CHUNK + i0, SINK_CHUNK);
             }
-        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
-            const int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
-            const float *qr[4];
-            UNROLL for (int k = 0; k < 4; k++) qr[k] = qa + (r0 + (k < nr ? k : 0)) * d;
-            __m256 a[4][2];
-            UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
-            for (ptrdiff_t e = 0; e < d; e++) {
-                __m256 k0v = _mm256_load_ps(kt + e * SINK_CHUNK),
-                       k1v = _mm256_load_ps(kt + e * SINK_CHUNK + 8);
-                UNROLL for (int k = 0; k < 4; k++)
-                {
-                    __m256 qd = _mm256_set1_ps(qr[k][e]);
-                    a[k][0] = _mm256_fmadd_ps(qd, k0v, a[k][0]);
-                    a[k][1] = _mm256_fmadd_ps(qd, k1v, a[k][1]);
-                }
-            }
-            for (ptrdiff_t k = 0; k < nr; k++) {
-                _mm256_store_ps(sc + (r0 + k) * SINK_CHUNK, _mm256_mul_ps(a[k][0], scale));
-                _mm256_store_ps(sc + (r0 + k) * SINK_CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
-            }
-        }
+        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4)
+            scores4x16(kt, qa + r0 * d, d, rows - r0 < 4 ? (int)(rows - r0) : 4, d, c->scale,
+                       sc + r0 * SINK_CHUNK);
         for (ptrdiff_t r = 0; r < rows; r++)
             corr[r] = softmax_step16(sc + r * SINK_CHUNK, len, &m[r], &l[r], p + r * SINK_CHUNK);
         for (ptrdiff_t r = 0; r < rows; r += 2) {
