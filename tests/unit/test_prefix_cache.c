@@ -460,41 +460,45 @@ static void check_engine_against_no_cache(const char *path, int n, int wave, int
             assert_memory_equal(got[i].toks, want[i].toks, (size_t)n_same * 4);
         }
     }
-    /* Then a wave that must pre-empt whatever the timing (the waves above
-     * pre-empt only when their requests overlap, which a slow submitter under
-     * a sanitizer on a loaded machine may not see): 8 requests of 150 prompt
-     * tokens and 30 more each, 12 blocks a request of the 28, submitted at
-     * once; three at a time no longer fit. Equal to the engine without the
-     * cache, as above. */
-    enum { PRESS = 8 };
-    spec press[PRESS];
-    rec pw[PRESS] = {0}, pg[PRESS] = {0};
-    for (int pass = 0; pass < 2; pass++) {
-        di_engine *e = pass ? on : off;
-        for (int i = 0; i < PRESS; i++) {
-            make_spec(&press[i], 6 * i + 5, vocab); /* the 90-token family */
-            uint32_t x = 7u + (uint32_t)i;
-            for (int k = 90; k < 150; k++) press[i].prompt[k] = (int32_t)(xs(&x) % vocab);
-            press[i].req.n_tokens = 150;
-            press[i].req.max_tokens = 30;
-            press[i].req.ignore_eos = 1;
-            rec *r = pass ? &pg[i] : &pw[i];
-            r->cancel_at = -1;
-            r->e = e;
-            press[i].req.user_data = r;
-            assert_int_equal(di_submit(e, &press[i].req, &(uint64_t){0}, NULL), DI_OK);
+    /* Then waves that pre-empt as soon as two of their requests overlap (the
+     * waves above pre-empt only when several do, which a slow submitter under
+     * a sanitizer on a loaded machine may not see): 8 requests of 100 prompt
+     * tokens and 150 more each, 16 blocks a request of the 28, submitted at
+     * once, each running 150 decode steps; equal to the engine without the
+     * cache, as above. Again, up to 6 waves, until one has pre-empted (a
+     * submitter slower than a request's 150 steps each time). */
+    enum { PRESS = 8, PRESS_OUT = 150 };
+    for (int wave_n = 0; wave_n < 6 && __atomic_load_n(&n_preempted, __ATOMIC_RELAXED) == 0;
+         wave_n++) {
+        spec press[PRESS];
+        rec pw[PRESS] = {0}, pg[PRESS] = {0};
+        for (int pass = 0; pass < 2; pass++) {
+            di_engine *e = pass ? on : off;
+            for (int i = 0; i < PRESS; i++) {
+                make_spec(&press[i], 6 * i + 5, vocab); /* the 90-token family */
+                uint32_t x = 7u + (uint32_t)(i + PRESS * wave_n);
+                for (int k = 90; k < 100; k++) press[i].prompt[k] = (int32_t)(xs(&x) % vocab);
+                press[i].req.n_tokens = 100;
+                press[i].req.max_tokens = PRESS_OUT;
+                press[i].req.ignore_eos = 1;
+                rec *r = pass ? &pg[i] : &pw[i];
+                r->cancel_at = -1;
+                r->e = e;
+                press[i].req.user_data = r;
+                assert_int_equal(di_submit(e, &press[i].req, &(uint64_t){0}, NULL), DI_OK);
+            }
+            poll_until_idle(e);
         }
-        poll_until_idle(e);
-    }
-    for (int i = 0; i < PRESS; i++) {
-        assert_int_equal(pw[i].status, DI_OK);
-        assert_int_equal(pg[i].status, DI_OK);
-        assert_int_equal(pg[i].n_toks, 30);
-        assert_int_equal(pw[i].n_toks, 30);
-        assert_memory_equal(pg[i].toks, pw[i].toks, 30 * sizeof(int32_t));
+        for (int i = 0; i < PRESS; i++) {
+            assert_int_equal(pw[i].status, DI_OK);
+            assert_int_equal(pg[i].status, DI_OK);
+            assert_int_equal(pg[i].n_toks, PRESS_OUT);
+            assert_int_equal(pw[i].n_toks, PRESS_OUT);
+            assert_memory_equal(pg[i].toks, pw[i].toks, PRESS_OUT * sizeof(int32_t));
+        }
     }
     print_message("prefix cache: %d requests, %lld of %lld prompt tokens from the cache, %d "
-                  "pre-emptions (the last 8 requests' included)\n",
+                  "pre-emptions\n",
                   n, (long long)hits, (long long)prompt, n_preempted);
     assert_true(hits * 8 > prompt); /* the families share most of their prompts */
     assert_true(__atomic_load_n(&n_preempted, __ATOMIC_RELAXED) > 0);
