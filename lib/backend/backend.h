@@ -226,7 +226,7 @@ typedef struct backend_ops {
      * compressed entries: with sel (host [n, k]) the listed ones (-1 skipped),
      * else entries e < min(n_comp, (pos + 1) / rate) (none when comp is NULL);
      * softmax over the scaled scores and sinks[h], the sink's share dropped.
-     * out f32 [n, n_head, head_dim]. */
+     * out f32 [n, n_head, head_dim], not overlapping q. */
     void (*sink_attention)(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
                            const int64_t *pos, const float *win, int64_t win_ring, int window,
                            const float *comp, int64_t n_comp, int rate, const int32_t *sel, int k,

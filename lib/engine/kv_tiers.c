@@ -17,6 +17,7 @@
 #include <zstd.h>
 
 #include "util/error.h"
+#include "util/thread.h"
 
 enum {
     HEADER = 64,
@@ -500,7 +501,7 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     pthread_cond_init(&t->done_cv, NULL);
-    if (pthread_create(&t->thread, NULL, tier_thread, t) != 0) {
+    if (di_thread_create(&t->thread, tier_thread, t) != 0) {
         pthread_mutex_destroy(&t->mu);
         pthread_cond_destroy(&t->cv);
         pthread_cond_destroy(&t->done_cv);

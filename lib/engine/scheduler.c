@@ -11,6 +11,7 @@
 
 #include "engine/draft.h"
 #include "engine/kv_tiers.h"
+#include "util/thread.h"
 
 struct sched {
     model *m;
@@ -1152,7 +1153,7 @@ di_status sched_create(model *m, int max_running, int n_draft, int draft_fixed, 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     publish_stats(s);
-    if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+    if (di_thread_create(&s->thread, worker, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         s->thread_started = -1;

@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "util/thread.h"
+
 enum { WORKER_SPIN = 20000, CALLER_SPIN = 2000 };
 
 static const unsigned SLOT_BUSY = 0;
@@ -123,7 +125,7 @@ di_status cpu_threadpool_create(int n_threads, cpu_threadpool **out)
         for (int i = 0; i < n_threads - 1; i++) {
             p->workers[i].pool = p;
             p->workers[i].index = i + 1;
-            if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0) {
+            if (di_thread_create(&p->workers[i].thread, worker_main, &p->workers[i]) != 0) {
                 cpu_threadpool_free(p);
                 return DI_ERR_BACKEND;
             }
