@@ -175,13 +175,7 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
          * pass above (a load per 8 values of 8 rows, converting in the
          * transpose, measured slower at decode: 55-57 against 64-66 tok/s
          * for SmolLM2 after 4,096 tokens) */
-        for (int i0 = 0; i0 < CHUNK; i0 += 8)
-            for (ptrdiff_t d = 0; d < hd; d += 8) {
-                __m256 r[8];
-                UNROLL for (int i = 0; i < 8; i++) r[i] =
-                    _mm256_load_ps(kr + (ptrdiff_t)(i0 + i) * hd + d);
-                transpose8(r, kt + d * CHUNK + i0, CHUNK);
-            }
+        transpose_chunk16(kr, hd, kt);
         /* the scores of four rows at a time: eight independent sums, each
          * K^T load shared by the four */
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {

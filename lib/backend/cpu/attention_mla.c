@@ -234,15 +234,7 @@ AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4)
             scores4x16(kt, qa + r0 * D, D, rows - r0 < 4 ? (int)(rows - r0) : 4, D, j->scale,
                        sc + r0 * CHUNK);
-        for (ptrdiff_t r = 0; r < rows; r++)
-            corr[r] = softmax_step16(sc + r * CHUNK, len, &m[r], &l[r], p + r * CHUNK);
-        for (ptrdiff_t r = 0; r < rows; r += 2) {
-            /* an odd last row is paired with itself (the same sums, written twice) */
-            const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;
-            for (ptrdiff_t d0 = 0; d0 < R; d0 += 32)
-                pv_pair32(olat + (ptrdiff_t)r * R + d0, olat + (ptrdiff_t)r1 * R + d0, corr[r],
-                          corr[r1], p + r * CHUNK, p + r1 * CHUNK, c + d0, D, len);
-        }
+        softmax_pv16(sc, len, rows, m, l, corr, p, olat, R, c, D, R);
     }
     for (ptrdiff_t r = 0; r < rows; r++) {
         const __m256 inv = _mm256_set1_ps(1.0f / l[r]);

@@ -83,6 +83,18 @@ AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride
     UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
 }
 
+/* K^T of a chunk of 16 key rows: rows [16][d] (32-byte aligned, d a multiple
+ * of 8; unused rows zero) into kt [d][16], in 8 x 8 register blocks. */
+AVX2 static inline void transpose_chunk16(const float *rows, ptrdiff_t d, float *kt)
+{
+    for (int i0 = 0; i0 < 16; i0 += 8)
+        for (ptrdiff_t e = 0; e < d; e += 8) {
+            __m256 r[8];
+            UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(rows + (i0 + i) * d + e);
+            transpose8(r, kt + e * 16 + i0, 16);
+        }
+}
+
 /* Scores of up to four query rows against a chunk of 16 keys held transposed
  * (kt: [d][16], 32-byte aligned): sc[k 16 + i] = scale (q_k . key_i) for
  * k < nr, q_k = q + k q_stride; each sum over the d dimensions in order, one
@@ -163,6 +175,25 @@ AVX2 static inline void pv_pair32(float *o0, float *o1, float corr0, float corr1
     {
         _mm256_storeu_ps(o0 + 8 * k, a[k]);
         _mm256_storeu_ps(o1 + 8 * k, b[k]);
+    }
+}
+
+/* One chunk of 16 keys for a tile's rows, after their scores sc [rows][16]:
+ * each row's online-softmax step (softmax_step16: m, l, corr, p [rows][16]),
+ * then o[r][0, width) = o corr + P V two rows at a time, an odd last row paired
+ * with itself (the same sums, written twice); o rows o_stride floats apart, the
+ * chunk's value rows v_stride apart, width a multiple of 32. */
+AVX2 static inline void softmax_pv16(const float *sc, int valid, ptrdiff_t rows, float *m, float *l,
+                                     float *corr, float *p, float *o, ptrdiff_t o_stride,
+                                     const float *v, ptrdiff_t v_stride, ptrdiff_t width)
+{
+    for (ptrdiff_t r = 0; r < rows; r++)
+        corr[r] = softmax_step16(sc + r * 16, valid, &m[r], &l[r], p + r * 16);
+    for (ptrdiff_t r = 0; r < rows; r += 2) {
+        const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;
+        for (ptrdiff_t d0 = 0; d0 < width; d0 += 32)
+            pv_pair32(o + r * o_stride + d0, o + r1 * o_stride + d0, corr[r], corr[r1], p + r * 16,
+                      p + r1 * 16, v + d0, v_stride, valid);
     }
 }
 

@@ -321,25 +321,11 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
         if (len == 0) break;
         if (len < SINK_CHUNK)
             memset(kc + (ptrdiff_t)len * d, 0, sizeof(float) * (size_t)((SINK_CHUNK - len) * d));
-        for (int i0 = 0; i0 < SINK_CHUNK; i0 += 8)
-            for (ptrdiff_t e = 0; e < d; e += 8) {
-                __m256 r8[8];
-                UNROLL for (int i = 0; i < 8; i++) r8[i] =
-                    _mm256_load_ps(kc + (ptrdiff_t)(i0 + i) * d + e);
-                transpose8(r8, kt + e * SINK_CHUNK + i0, SINK_CHUNK);
-            }
+        transpose_chunk16(kc, d, kt);
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4)
             scores4x16(kt, qa + r0 * d, d, rows - r0 < 4 ? (int)(rows - r0) : 4, d, c->scale,
                        sc + r0 * SINK_CHUNK);
-        for (ptrdiff_t r = 0; r < rows; r++)
-            corr[r] = softmax_step16(sc + r * SINK_CHUNK, len, &m[r], &l[r], p + r * SINK_CHUNK);
-        for (ptrdiff_t r = 0; r < rows; r += 2) {
-            /* an odd last row is paired with itself (the same sums, written twice) */
-            const ptrdiff_t r1 = r + 1 < rows ? r + 1 : r;
-            for (ptrdiff_t e0 = 0; e0 < d; e0 += 32)
-                pv_pair32(out + r * d + e0, out + r1 * d + e0, corr[r], corr[r1],
-                          p + r * SINK_CHUNK, p + r1 * SINK_CHUNK, kc + e0, d, len);
-        }
+        softmax_pv16(sc, len, rows, m, l, corr, p, out, d, kc, d, d);
     }
     for (int r = 0; r < rows; r++)
         sink_finish(c->sinks[h0 + r], m[r], l[r], out + (ptrdiff_t)r * d, d,
