@@ -29,6 +29,7 @@ static const char MAGIC[8] = {'D', 'I', 'K', 'V', 'B', 'L', 'K', '1'};
 
 typedef struct job {
     struct job *next;
+    struct job *pnext; /* a put's chain in `pending`, until it is done */
     uint64_t key;
     int where; /* KV_TIER_*, or 0: a fetch */
     unsigned char data[];
@@ -57,6 +58,7 @@ struct kv_tiers {
     int closing;
     job *head, *tail;
     int n_queued, max_queued;
+    job **pending; /* puts queued or being written, by key: has() sees them at once */
     host_entry **buckets;
     size_t n_buckets;
     host_entry *lru_head, *lru_tail;
@@ -96,6 +98,27 @@ static host_entry *host_find(kv_tiers *t, uint64_t key)
     for (host_entry *e = *bucket(t, key); e; e = e->hnext)
         if (e->key == key) return e;
     return NULL;
+}
+
+/* ---- puts not done yet (under mu) ---- */
+
+static job **pending_bucket(kv_tiers *t, uint64_t key)
+{
+    return &t->pending[(key ^ (key >> 31)) & (t->n_buckets - 1)];
+}
+
+static job *pending_find(kv_tiers *t, uint64_t key)
+{
+    for (job *j = *pending_bucket(t, key); j; j = j->pnext)
+        if (j->key == key) return j;
+    return NULL;
+}
+
+static void pending_remove(kv_tiers *t, job *j)
+{
+    job **pp = pending_bucket(t, j->key);
+    while (*pp != j) pp = &(*pp)->pnext;
+    *pp = j->pnext;
 }
 
 /* Drop the entry released longest ago (the list's head). */
@@ -435,8 +458,9 @@ static void *tier_thread(void *arg)
             run_put(t, j);
         else
             run_fetch(t, j->key);
-        free(j);
         pthread_mutex_lock(&t->mu);
+        if (j->where) pending_remove(t, j);
+        free(j);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -471,6 +495,7 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
     t->nonce = XXH3_64bits(seed, sizeof seed);
     t->n_buckets = 1024;
     t->buckets = calloc(t->n_buckets, sizeof(host_entry *));
+    t->pending = calloc(t->n_buckets, sizeof(job *));
     t->comp_cap = ZSTD_compressBound(o->block_bytes);
     t->comp = malloc(t->comp_cap);
     if (o->disk_dir) {
@@ -479,8 +504,9 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
         if (t->dir)
             snprintf(t->dir, n, "%s/%016llx", o->disk_dir, (unsigned long long)o->fingerprint);
     }
-    if (!t->buckets || !t->comp || (o->disk_dir && !t->dir)) {
+    if (!t->buckets || !t->pending || !t->comp || (o->disk_dir && !t->dir)) {
         free(t->buckets);
+        free(t->pending);
         free(t->comp);
         free(t->dir);
         free(t);
@@ -506,6 +532,7 @@ di_status kv_tiers_create(const kv_tiers_options *o, kv_tiers **out, di_error **
         pthread_cond_destroy(&t->cv);
         pthread_cond_destroy(&t->done_cv);
         free(t->buckets);
+        free(t->pending);
         free(t->comp);
         free(t->dir);
         free(t);
@@ -544,6 +571,7 @@ void kv_tiers_destroy(kv_tiers *t)
     pthread_cond_destroy(&t->cv);
     pthread_cond_destroy(&t->done_cv);
     free(t->buckets);
+    free(t->pending);
     free(t->comp);
     free(t->dir);
     free(t);
@@ -554,7 +582,10 @@ void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where)
     pthread_mutex_lock(&t->mu);
     if (t->o.host_bytes <= 0) where &= ~KV_TIER_HOST;
     if (!t->disk_on) where &= ~KV_TIER_DISK;
-    if ((where & KV_TIER_HOST) && host_find(t, key)) where &= ~KV_TIER_HOST;
+    if (where & KV_TIER_HOST) {
+        job *q = pending_find(t, key);
+        if (host_find(t, key) || (q && (q->where & KV_TIER_HOST))) where &= ~KV_TIER_HOST;
+    }
     int full = t->n_queued >= t->max_queued;
     if (where && full) t->st.dropped++;
     pthread_mutex_unlock(&t->mu);
@@ -566,6 +597,9 @@ void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where)
     memcpy(j->data, data, t->o.block_bytes);
     pthread_mutex_lock(&t->mu);
     t->n_queued++;
+    job **pb = pending_bucket(t, key);
+    j->pnext = *pb;
+    *pb = j;
     enqueue(t, j);
     pthread_mutex_unlock(&t->mu);
 }
@@ -573,7 +607,7 @@ void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where)
 int kv_tiers_has(kv_tiers *t, uint64_t key)
 {
     pthread_mutex_lock(&t->mu);
-    int has = host_find(t, key) != NULL || find_fetch(t, key) != NULL, disk = t->disk_on;
+    int has = host_find(t, key) || find_fetch(t, key) || pending_find(t, key), disk = t->disk_on;
     pthread_mutex_unlock(&t->mu);
     if (has || !disk) return has;
     char path[4200];

@@ -64,8 +64,10 @@ enum {
  * already. */
 void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where);
 
-/* Whether the tiers may hold the block: 1 (host tier, or a file named by
- * the key on disk), else 0. Cheap: a table lookup and at most one stat. */
+/* Whether the tiers may hold the block: 1 (host tier, a put of it still
+ * queued or being written, a fetch of it, or a file named by the key on
+ * disk), else 0. A fetch asked after a put is served after it: the queue is
+ * FIFO. Cheap: table lookups and at most one stat. */
 int kv_tiers_has(kv_tiers *t, uint64_t key);
 /* Ask for the block to be read, checked and made ready (idempotent). */
 void kv_tiers_fetch(kv_tiers *t, uint64_t key);
