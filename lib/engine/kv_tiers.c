@@ -607,7 +607,9 @@ void kv_tiers_put(kv_tiers *t, uint64_t key, const void *data, int where)
 int kv_tiers_has(kv_tiers *t, uint64_t key)
 {
     pthread_mutex_lock(&t->mu);
-    int has = host_find(t, key) || find_fetch(t, key) || pending_find(t, key), disk = t->disk_on;
+    job *q = pending_find(t, key); /* a disk-only put with the disk tier off now lands nowhere */
+    int disk = t->disk_on;
+    int has = host_find(t, key) || find_fetch(t, key) || (q && ((q->where & KV_TIER_HOST) || disk));
     pthread_mutex_unlock(&t->mu);
     if (has || !disk) return has;
     char path[4200];

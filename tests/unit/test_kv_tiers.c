@@ -293,7 +293,7 @@ static void test_unusable_directory_turns_the_disk_tier_off(void **state)
     assert_int_equal(kv_tiers_disk_on(t), 1);
     remove_tree(path); /* before or after the opening scan: either turns it off */
     kv_tiers_put(t, 1, data, KV_TIER_DISK);
-    for (int i = 0; i < 500 && kv_tiers_disk_on(t); i++) sleep_ms(2);
+    for (int i = 0; i < 5000 && kv_tiers_disk_on(t); i++) sleep_ms(2);
     assert_int_equal(kv_tiers_disk_on(t), 0);
     assert_non_null(strstr(logged, "disk tier off"));
     kv_tiers_destroy(t);
@@ -308,7 +308,7 @@ static void test_unusable_directory_turns_the_disk_tier_off(void **state)
     void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
     kv_tiers_put(t, 2, data, KV_TIER_DISK);
-    for (int i = 0; i < 500 && kv_tiers_disk_on(t); i++) sleep_ms(2);
+    for (int i = 0; i < 5000 && kv_tiers_disk_on(t); i++) sleep_ms(2);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, was);
     assert_int_equal(kv_tiers_disk_on(t), 0);
@@ -382,7 +382,7 @@ static void test_kill_9_during_writes_leaves_a_clean_directory(void **state)
     kv_tiers *t = open_tiers(dir, 0, FP);
     /* the scan runs on the tiers' thread: wait for the temporary files to go */
     int tmp_left = 1;
-    for (int i = 0; i < 500 && tmp_left; i++) {
+    for (int i = 0; i < 5000 && tmp_left; i++) {
         tmp_left = 0;
         DIR *d = opendir(sub);
         assert_non_null(d);
@@ -462,7 +462,7 @@ static void test_fresh_temporary_files_of_other_writers_stay(void **state)
     struct timespec times[2] = {{time(NULL) - 5, 0}, {time(NULL) - 5, 0}};
     assert_int_equal(utimensat(AT_FDCWD, old, times, 0), 0);
     kv_tiers *t = open_tiers(dir, 0, FP);
-    for (int i = 0; i < 500 && access(old, F_OK) == 0; i++) sleep_ms(2);
+    for (int i = 0; i < 5000 && access(old, F_OK) == 0; i++) sleep_ms(2);
     assert_int_not_equal(access(old, F_OK), 0);
     assert_int_equal(access(fresh, F_OK), 0);
     kv_tiers_destroy(t);
