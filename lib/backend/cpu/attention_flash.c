@@ -132,6 +132,31 @@ AVX2 static void pv_row(float *orow, float corr, const float *p, const float *v,
     }
 }
 
+/* Scores of nr (1-4, a constant where inlined) query rows against a chunk
+ * held transposed (kt: [hd][CHUNK]): sc[k CHUNK + i] = scale (q_k . key_i),
+ * each sum over the dimensions in order, one fused multiply-add per
+ * dimension and lane, so a row's scores do not depend on the rows beside it. */
+AVX2 __attribute__((always_inline)) static inline void
+tile_scores(const float *kt, const float *const *q, int nr, ptrdiff_t hd, __m256 scale, float *sc)
+{
+    __m256 a[4][2];
+    UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
+    for (ptrdiff_t d = 0; d < hd; d++) {
+        __m256 kk0 = _mm256_load_ps(kt + d * CHUNK), kk1 = _mm256_load_ps(kt + d * CHUNK + 8);
+        UNROLL for (int k = 0; k < 4; k++) if (k < nr)
+        {
+            __m256 qd = _mm256_set1_ps(q[k][d]);
+            a[k][0] = _mm256_fmadd_ps(qd, kk0, a[k][0]);
+            a[k][1] = _mm256_fmadd_ps(qd, kk1, a[k][1]);
+        }
+    }
+    UNROLL for (int k = 0; k < 4; k++) if (k < nr)
+    {
+        _mm256_store_ps(sc + k * CHUNK, _mm256_mul_ps(a[k][0], scale));
+        _mm256_store_ps(sc + k * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
+    }
+}
+
 /* One segment of keys [k0, k1) for the rows of KV head g's tile starting at
  * token t0: the online softmax from m = -inf, l = 0, O = 0 into m, l, o. */
 AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, int64_t k0,
@@ -176,26 +201,16 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
          * transpose, measured slower at decode: 55-57 against 64-66 tok/s
          * for SmolLM2 after 4,096 tokens) */
         transpose_chunk16(kr, hd, kt);
-        /* the scores of four rows at a time: eight independent sums, each
-         * K^T load shared by the four */
+        /* the scores of four rows at a time (fewer at the end), each K^T load
+         * shared by them */
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
             int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
-            __m256 a[4][2];
-            UNROLL for (int k = 0; k < 4; k++) a[k][0] = a[k][1] = _mm256_setzero_ps();
-            for (ptrdiff_t d = 0; d < hd; d++) {
-                __m256 kk0 = _mm256_load_ps(kt + d * CHUNK),
-                       kk1 = _mm256_load_ps(kt + d * CHUNK + 8);
-                UNROLL for (int k = 0; k < 4; k++)
-                {
-                    __m256 qd = _mm256_set1_ps(q[r0 + (k < nr ? k : 0)][d]);
-                    a[k][0] = _mm256_fmadd_ps(qd, kk0, a[k][0]);
-                    a[k][1] = _mm256_fmadd_ps(qd, kk1, a[k][1]);
-                }
-            }
-            UNROLL for (ptrdiff_t k = 0; k < nr; k++)
-            {
-                _mm256_store_ps(sc + (r0 + k) * CHUNK, _mm256_mul_ps(a[k][0], scale));
-                _mm256_store_ps(sc + (r0 + k) * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
+            float *dst = sc + r0 * CHUNK;
+            switch (nr) { /* each count its own code: no row computed twice */
+            case 1: tile_scores(kt, q + r0, 1, hd, scale, dst); break;
+            case 2: tile_scores(kt, q + r0, 2, hd, scale, dst); break;
+            case 3: tile_scores(kt, q + r0, 3, hd, scale, dst); break;
+            default: tile_scores(kt, q + r0, 4, hd, scale, dst); break;
             }
         }
         /* each row's softmax step: its chunk weights P, its rescale corr */
@@ -286,32 +301,36 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
     write_rows(j, g, t0, rows, L, O);
 }
 
-/* Split mode (flash-decoding): a task is one KV head, tile and segment; its
- * rows' (m, l, O) go to j->part for flash_merge_task. */
+/* Split mode (flash-decoding): a task is one tile and segment, for every KV
+ * head in turn (the heads of a position share its cache lines and pages: the
+ * segment's rows are read from memory once); each head's rows' (m, l, O) go
+ * to j->part for flash_merge_task. */
 AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     const flash_job *j = ctx;
     const ptrdiff_t hd = j->c->head_dim, stride = hd + 2;
-    const int64_t seg = task % j->n_seg, gt = task / j->n_seg;
-    const int g = (int)(gt % j->c->n_head_kv);
-    int64_t t0, t1;
-    const int rows = tile_rows(j, gt / j->c->n_head_kv, &t0, &t1);
-    float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
+    const int64_t seg = task % j->n_seg, tile = task / j->n_seg;
     _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
     float m[TILE_ROWS], l[TILE_ROWS];
-    const int64_t n = j->pos0 + t1;
-    if (seg * FLASH_SEGMENT >= n) { /* past this tile's keys: nothing */
-        for (int r = 0; r < rows; r++) part[r * stride] = -INFINITY;
-        return;
-    }
-    int64_t k0, k1;
-    segment_keys(seg, n, &k0, &k1);
-    flash_segment(j, g, t0, rows, k0, k1, m, l, o);
-    for (int r = 0; r < rows; r++) {
-        part[r * stride] = m[r];
-        part[r * stride + 1] = l[r];
-        memcpy(part + r * stride + 2, o + r * hd, (size_t)hd * sizeof *o);
+    for (int g = 0; g < j->c->n_head_kv; g++) {
+        const int64_t gt = tile * j->c->n_head_kv + g;
+        int64_t t0, t1;
+        const int rows = tile_rows(j, tile, &t0, &t1);
+        float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
+        const int64_t n = j->pos0 + t1;
+        if (seg * FLASH_SEGMENT >= n) { /* past this tile's keys: nothing */
+            for (int r = 0; r < rows; r++) part[r * stride] = -INFINITY;
+            continue;
+        }
+        int64_t k0, k1;
+        segment_keys(seg, n, &k0, &k1);
+        flash_segment(j, g, t0, rows, k0, k1, m, l, o);
+        for (int r = 0; r < rows; r++) {
+            part[r * stride] = m[r];
+            part[r * stride + 1] = l[r];
+            memcpy(part + r * stride + 2, o + r * hd, (size_t)hd * sizeof *o);
+        }
     }
 }
 
@@ -368,7 +387,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         j.part = malloc(bytes);
     }
     if (j.part) {
-        cpu_threadpool_run(pool, tasks * j.n_seg, flash_split_task, &j);
+        cpu_threadpool_run(pool, j.n_tiles * j.n_seg, flash_split_task, &j);
         cpu_threadpool_run(pool, tasks, flash_merge_task, &j);
         free(j.part);
     } else { /* (without memory for the parts: the same folds in one pass) */
