@@ -152,8 +152,8 @@ tile_scores(const float *kt, const float *const *q, int nr, ptrdiff_t hd, __m256
     }
     UNROLL for (int k = 0; k < 4; k++) if (k < nr)
     {
-        _mm256_store_ps(sc + k * CHUNK, _mm256_mul_ps(a[k][0], scale));
-        _mm256_store_ps(sc + k * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
+        _mm256_store_ps(sc + (ptrdiff_t)k * CHUNK, _mm256_mul_ps(a[k][0], scale));
+        _mm256_store_ps(sc + (ptrdiff_t)k * CHUNK + 8, _mm256_mul_ps(a[k][1], scale));
     }
 }
 
