@@ -1041,19 +1041,24 @@ static void test_engine_config_errors_name_the_field(void **state)
 }
 
 /* Destroying with requests in flight: every one still gets its terminal event,
- * delivered by di_engine_destroy; submits from those callbacks are refused. */
+ * delivered by di_engine_destroy; submits from those callbacks are refused. (A
+ * request can end before: its terminal event comes through di_poll, when the
+ * worker ran ahead of this thread on a loaded machine.) */
 typedef struct destroy_rec {
     rec r;
+    int done_in_destroy;
     di_status submit_in_destroy;
 } destroy_rec;
 
 static di_engine *destroy_engine;
+static int destroying; /* this thread is inside di_engine_destroy */
 
 static void on_event_destroy(void *user, const di_event *ev)
 {
     destroy_rec *d = user;
     on_event(&d->r, ev);
-    if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+    if (di_event_kind_of(ev) == DI_EVENT_DONE && destroying) {
+        d->done_in_destroy = 1;
         int32_t t[2] = {1, 2};
         di_request q;
         di_request_init(&q);
@@ -1084,11 +1089,16 @@ static void test_destroy_delivers_every_terminal_event(void **state)
         assert_int_equal(di_submit(e, &s[i].req, &id, NULL), DI_OK);
     }
     assert_true(di_poll(e, 20) >= 0);
+    destroying = 1;
     assert_int_equal(di_engine_destroy(e), DI_OK);
+    destroying = 0;
     for (int i = 0; i < 6; i++) {
         assert_int_equal(d[i].r.n_done, 1);
         assert_int_equal(d[i].r.after_done, 0);
-        assert_int_equal(d[i].submit_in_destroy, DI_ERR_INVALID_STATE);
+        if (d[i].done_in_destroy)
+            assert_int_equal(d[i].submit_in_destroy, DI_ERR_INVALID_STATE);
+        else
+            assert_int_equal(d[i].r.status, DI_OK);
     }
 }
 
