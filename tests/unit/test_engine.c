@@ -826,16 +826,31 @@ static void test_cancel_statuses(void **state)
     make_spec(&s, 3, 512);
     s.req.max_tokens = 200;
     s.req.ignore_eos = 1;
-    rec r = {0};
-    r.cancel_at = -1;
-    s.req.user_data = &r;
+    rec r;
     uint64_t id;
-    assert_int_equal(di_submit(e, &s.req, &id, NULL), DI_OK);
-    assert_int_equal(di_cancel(e, id, NULL), DI_OK);
-    assert_int_equal(di_cancel(e, id, NULL), DI_OK); /* already being cancelled */
-    poll_until_idle(e);
-    assert_int_equal(r.n_done, 1);
-    assert_int_equal(r.status, DI_ERR_CANCELLED);
+    /* The tiny model can finish all 200 tokens before this thread cancels (a
+     * loaded machine): then the cancel is refused and the run is whole. The
+     * cancel must land in a few tries. */
+    int landed = 0;
+    for (int attempt = 0; attempt < 20 && !landed; attempt++) {
+        memset(&r, 0, sizeof r);
+        r.cancel_at = -1;
+        s.req.user_data = &r;
+        assert_int_equal(di_submit(e, &s.req, &id, NULL), DI_OK);
+        di_status st = di_cancel(e, id, NULL);
+        assert_true(st == DI_OK || st == DI_ERR_INVALID_STATE);
+        landed = st == DI_OK;
+        /* already being cancelled: DI_OK, or DI_ERR_INVALID_STATE once the
+         * worker has ended it (its terminal event queued) */
+        di_status again = di_cancel(e, id, NULL);
+        assert_true(again == DI_OK || again == DI_ERR_INVALID_STATE);
+        if (!landed) assert_int_equal(again, DI_ERR_INVALID_STATE);
+        poll_until_idle(e);
+        assert_int_equal(r.n_done, 1);
+        assert_int_equal(r.status, landed ? DI_ERR_CANCELLED : DI_OK);
+        if (!landed) assert_int_equal(r.n_toks, 200);
+    }
+    assert_true(landed);
     assert_int_equal(di_cancel(e, id, &err), DI_ERR_INVALID_STATE);
     assert_non_null(strstr(di_error_message(err), "already finished"));
     di_error_free(err);
