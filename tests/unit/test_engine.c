@@ -482,11 +482,19 @@ static void concurrent_run(const char *path, int n_req, int max_running, int64_t
         run_alone(e, &specs[i], &alone[i]);
     }
     canceller c = {e, {0}, 0};
+    int accepted[64] = {0}; /* the cancels right after submit that landed */
+    assert_true(n_req <= 64);
     for (int i = 0; i < n_req; i++) {
         got[i].cancel_at = with_cancels && i % 5 == 1 ? 1 + i % 7 : -1;
         specs[i].req.user_data = &got[i];
         assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
-        if (with_cancels && i % 5 == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+        if (with_cancels && i % 5 == 2) {
+            /* a short request can finish before this thread runs again (a
+             * loaded machine): then the cancel finds it done */
+            di_status cst = di_cancel(e, got[i].id, NULL);
+            assert_true(cst == DI_OK || cst == DI_ERR_INVALID_STATE);
+            accepted[i] = cst == DI_OK;
+        }
         if (with_cancels && i % 5 == 3) c.ids[c.n++] = got[i].id;
     }
     pthread_t th;
@@ -495,7 +503,7 @@ static void concurrent_run(const char *path, int n_req, int max_running, int64_t
     pthread_join(th, NULL);
     for (int i = 0; i < n_req; i++) {
         check_against_alone(&got[i], &alone[i]);
-        if (with_cancels && i % 5 == 2) assert_int_equal(got[i].status, DI_ERR_CANCELLED);
+        if (accepted[i]) assert_int_equal(got[i].status, DI_ERR_CANCELLED);
         if (!with_cancels || i % 5 == 0 || i % 5 == 4) assert_int_equal(got[i].status, DI_OK);
     }
     assert_int_equal(di_engine_destroy(e), DI_OK);
