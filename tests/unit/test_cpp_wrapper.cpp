@@ -261,7 +261,9 @@ void test_cancellation(const Reference &ref)
         }
         landed = true;
         CHECK(s.status == DI_ERR_CANCELLED && s.finish == 0 && !s.message.empty());
-        CHECK(s.tokens.size() < 240);
+        // a cancel accepted during the last step wins over the end it reaches:
+        // CANCELLED with all 240 tokens (deepinfer.h, di_cancel)
+        CHECK(s.tokens.size() <= 240);
         bool not_found = false;
         try {
             e.cancel(id + 1000);
@@ -283,7 +285,7 @@ void test_cancellation(const Reference &ref)
         CHECK(t.done == 1 && t.after_done == 0);
         landed = accepted;
         if (landed)
-            CHECK(t.status == DI_ERR_CANCELLED && t.tokens.size() < 240);
+            CHECK(t.status == DI_ERR_CANCELLED && t.tokens.size() <= 240);
         else
             CHECK(t.status == DI_OK && t.tokens.size() == 240);
     }
