@@ -228,39 +228,68 @@ void test_exception_from_callback_is_rethrown_by_poll(const Reference &ref)
                 "keeps serving\n");
 }
 
+// A request that runs to the context limit (240 tokens) and a cancel racing it:
+// on a loaded machine the worker can finish the whole run before the cancel
+// (CI's 2 cores: 1 run in 32 with 8 at once). Either way the contract holds: an
+// accepted cancel ends the request CANCELLED with a prefix of the greedy
+// tokens, a refused one leaves the run whole. The cancel must land at least
+// once in 20 tries.
 void test_cancellation(const Reference &ref)
 {
     deepinfer::engine e = tiny_engine();
-    Seen s;
-    uint64_t id = 0;
-    bool cancel_accepted = false;
-    id = e.submit(greedy(ref.prompt, 0), [&](const deepinfer::event &ev) {
-        s(ev);
-        // Cancel from inside the callback, at the first tokens.
-        if (ev.kind() == DI_EVENT_TOKENS && !cancel_accepted) cancel_accepted = e.cancel(id);
-    });
-    drain(e);
-    CHECK(cancel_accepted);
-    CHECK(s.done == 1 && s.after_done == 0 && s.status == DI_ERR_CANCELLED);
-    CHECK(s.finish == 0 && !s.message.empty());
-    CHECK(s.tokens.size() < 240); // 0: to the context limit, 256 - 16 tokens
-    for (size_t i = 0; i < s.tokens.size() && i < ref.greedy.size(); i++)
-        CHECK(s.tokens[i] == ref.greedy[i]);
-    CHECK(!e.cancel(id)); // finished: false, no throw
-    bool not_found = false;
-    try {
-        e.cancel(id + 1000);
-    } catch (const deepinfer::error &x) {
-        not_found = x.status() == DI_ERR_NOT_FOUND;
+    bool landed = false;
+    for (int attempt = 0; attempt < 20 && !landed; attempt++) {
+        Seen s;
+        uint64_t id = 0;
+        bool cancel_accepted = false, cancel_tried = false;
+        id = e.submit(greedy(ref.prompt, 0), [&](const deepinfer::event &ev) {
+            s(ev);
+            // Cancel from inside the callback, at the first tokens.
+            if (ev.kind() == DI_EVENT_TOKENS && !cancel_tried) {
+                cancel_tried = true;
+                cancel_accepted = e.cancel(id);
+            }
+        });
+        drain(e);
+        CHECK(cancel_tried && s.done == 1 && s.after_done == 0);
+        for (size_t i = 0; i < s.tokens.size() && i < ref.greedy.size(); i++)
+            CHECK(s.tokens[i] == ref.greedy[i]);
+        CHECK(!e.cancel(id)); // finished: false, no throw
+        if (!cancel_accepted) {
+            CHECK(s.status == DI_OK && s.tokens.size() == 240); // 0: to the context limit
+            continue;
+        }
+        landed = true;
+        CHECK(s.status == DI_ERR_CANCELLED && s.finish == 0 && !s.message.empty());
+        // a cancel accepted during the last step wins over the end it reaches:
+        // CANCELLED with all 240 tokens (deepinfer.h, di_cancel)
+        CHECK(s.tokens.size() <= 240);
+        bool not_found = false;
+        try {
+            e.cancel(id + 1000);
+        } catch (const deepinfer::error &x) {
+            not_found = x.status() == DI_ERR_NOT_FOUND;
+        }
+        CHECK(not_found);
     }
-    CHECK(not_found);
+    CHECK(landed);
     // Cancelled from another thread while this one polls.
-    Seen t;
-    uint64_t tid = e.submit(greedy(ref.prompt, 0), std::ref(t));
-    std::thread canceller([&] { CHECK(e.cancel(tid)); });
-    drain(e);
-    canceller.join();
-    CHECK(t.done == 1 && t.status == DI_ERR_CANCELLED);
+    landed = false;
+    for (int attempt = 0; attempt < 20 && !landed; attempt++) {
+        Seen t;
+        uint64_t tid = e.submit(greedy(ref.prompt, 0), std::ref(t));
+        std::atomic<bool> accepted{false};
+        std::thread canceller([&] { accepted = e.cancel(tid); });
+        drain(e);
+        canceller.join();
+        CHECK(t.done == 1 && t.after_done == 0);
+        landed = accepted;
+        if (landed)
+            CHECK(t.status == DI_ERR_CANCELLED && t.tokens.size() <= 240);
+        else
+            CHECK(t.status == DI_OK && t.tokens.size() == 240);
+    }
+    CHECK(landed);
     std::printf("ok: cancellation (inside a callback, from another thread)\n");
 }
 

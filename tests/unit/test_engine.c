@@ -482,11 +482,19 @@ static void concurrent_run(const char *path, int n_req, int max_running, int64_t
         run_alone(e, &specs[i], &alone[i]);
     }
     canceller c = {e, {0}, 0};
+    int accepted[64] = {0}; /* the cancels right after submit that landed */
+    assert_true(n_req <= 64);
     for (int i = 0; i < n_req; i++) {
         got[i].cancel_at = with_cancels && i % 5 == 1 ? 1 + i % 7 : -1;
         specs[i].req.user_data = &got[i];
         assert_int_equal(di_submit(e, &specs[i].req, &got[i].id, NULL), DI_OK);
-        if (with_cancels && i % 5 == 2) assert_int_equal(di_cancel(e, got[i].id, NULL), DI_OK);
+        if (with_cancels && i % 5 == 2) {
+            /* a short request can finish before this thread runs again (a
+             * loaded machine): then the cancel finds it done */
+            di_status cst = di_cancel(e, got[i].id, NULL);
+            assert_true(cst == DI_OK || cst == DI_ERR_INVALID_STATE);
+            accepted[i] = cst == DI_OK;
+        }
         if (with_cancels && i % 5 == 3) c.ids[c.n++] = got[i].id;
     }
     pthread_t th;
@@ -495,7 +503,7 @@ static void concurrent_run(const char *path, int n_req, int max_running, int64_t
     pthread_join(th, NULL);
     for (int i = 0; i < n_req; i++) {
         check_against_alone(&got[i], &alone[i]);
-        if (with_cancels && i % 5 == 2) assert_int_equal(got[i].status, DI_ERR_CANCELLED);
+        if (accepted[i]) assert_int_equal(got[i].status, DI_ERR_CANCELLED);
         if (!with_cancels || i % 5 == 0 || i % 5 == 4) assert_int_equal(got[i].status, DI_OK);
     }
     assert_int_equal(di_engine_destroy(e), DI_OK);
@@ -826,16 +834,31 @@ static void test_cancel_statuses(void **state)
     make_spec(&s, 3, 512);
     s.req.max_tokens = 200;
     s.req.ignore_eos = 1;
-    rec r = {0};
-    r.cancel_at = -1;
-    s.req.user_data = &r;
+    rec r;
     uint64_t id;
-    assert_int_equal(di_submit(e, &s.req, &id, NULL), DI_OK);
-    assert_int_equal(di_cancel(e, id, NULL), DI_OK);
-    assert_int_equal(di_cancel(e, id, NULL), DI_OK); /* already being cancelled */
-    poll_until_idle(e);
-    assert_int_equal(r.n_done, 1);
-    assert_int_equal(r.status, DI_ERR_CANCELLED);
+    /* The tiny model can finish all 200 tokens before this thread cancels (a
+     * loaded machine): then the cancel is refused and the run is whole. The
+     * cancel must land in a few tries. */
+    int landed = 0;
+    for (int attempt = 0; attempt < 20 && !landed; attempt++) {
+        memset(&r, 0, sizeof r);
+        r.cancel_at = -1;
+        s.req.user_data = &r;
+        assert_int_equal(di_submit(e, &s.req, &id, NULL), DI_OK);
+        di_status st = di_cancel(e, id, NULL);
+        assert_true(st == DI_OK || st == DI_ERR_INVALID_STATE);
+        landed = st == DI_OK;
+        /* already being cancelled: DI_OK, or DI_ERR_INVALID_STATE once the
+         * worker has ended it (its terminal event queued) */
+        di_status again = di_cancel(e, id, NULL);
+        assert_true(again == DI_OK || again == DI_ERR_INVALID_STATE);
+        if (!landed) assert_int_equal(again, DI_ERR_INVALID_STATE);
+        poll_until_idle(e);
+        assert_int_equal(r.n_done, 1);
+        assert_int_equal(r.status, landed ? DI_ERR_CANCELLED : DI_OK);
+        if (!landed) assert_int_equal(r.n_toks, 200);
+    }
+    assert_true(landed);
     assert_int_equal(di_cancel(e, id, &err), DI_ERR_INVALID_STATE);
     assert_non_null(strstr(di_error_message(err), "already finished"));
     di_error_free(err);
@@ -1041,19 +1064,24 @@ static void test_engine_config_errors_name_the_field(void **state)
 }
 
 /* Destroying with requests in flight: every one still gets its terminal event,
- * delivered by di_engine_destroy; submits from those callbacks are refused. */
+ * delivered by di_engine_destroy; submits from those callbacks are refused. (A
+ * request can end before: its terminal event comes through di_poll, when the
+ * worker ran ahead of this thread on a loaded machine.) */
 typedef struct destroy_rec {
     rec r;
+    int done_in_destroy;
     di_status submit_in_destroy;
 } destroy_rec;
 
 static di_engine *destroy_engine;
+static int destroying; /* this thread is inside di_engine_destroy */
 
 static void on_event_destroy(void *user, const di_event *ev)
 {
     destroy_rec *d = user;
     on_event(&d->r, ev);
-    if (di_event_kind_of(ev) == DI_EVENT_DONE) {
+    if (di_event_kind_of(ev) == DI_EVENT_DONE && destroying) {
+        d->done_in_destroy = 1;
         int32_t t[2] = {1, 2};
         di_request q;
         di_request_init(&q);
@@ -1084,11 +1112,16 @@ static void test_destroy_delivers_every_terminal_event(void **state)
         assert_int_equal(di_submit(e, &s[i].req, &id, NULL), DI_OK);
     }
     assert_true(di_poll(e, 20) >= 0);
+    destroying = 1;
     assert_int_equal(di_engine_destroy(e), DI_OK);
+    destroying = 0;
     for (int i = 0; i < 6; i++) {
         assert_int_equal(d[i].r.n_done, 1);
         assert_int_equal(d[i].r.after_done, 0);
-        assert_int_equal(d[i].submit_in_destroy, DI_ERR_INVALID_STATE);
+        if (d[i].done_in_destroy)
+            assert_int_equal(d[i].submit_in_destroy, DI_ERR_INVALID_STATE);
+        else
+            assert_int_equal(d[i].r.status, DI_OK);
     }
 }
 
@@ -1354,26 +1387,67 @@ static void write_dsv4_vocab_model(const char *dir)
     write_hf_model(dir, ts, (int)(sizeof ts / sizeof ts[0]), config);
 }
 
+/* Monotonic seconds, for the bounds of condition waits. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct poller {
+    di_engine *e;
+    int64_t result;
+} poller;
+
 static void *waiting_poller(void *arg)
 {
-    return (void *)(intptr_t)di_poll((di_engine *)arg, 1000);
+    poller *p = arg;
+    /* a probe of the other thread can hold the poller slot a moment: retry */
+    double until = now_s() + 10;
+    do p->result = di_poll(p->e, 60000); /* woken by the request submitted below */
+    while (p->result == -(int64_t)DI_ERR_INVALID_STATE && now_s() < until);
+    return NULL;
 }
 
 /* The smallest input of a use-after-free a breaker found: a thread waiting in
- * di_poll did not count as polling, so destroy (and a second poller) got in. */
+ * di_poll did not count as polling, so destroy (and a second poller) got in.
+ * (It waited 200 ms for the other thread to be waiting, and that one waited
+ * 1 s: a loaded machine ran neither in time. Now both wait on conditions.) */
 static void test_a_waiting_poller_excludes_destroy_and_other_pollers(void **state)
 {
     (void)state;
     di_engine *e = make_engine(TINY, 2, 0, NULL, NULL);
+    g.e = e;
+    poller p = {e, 0};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, waiting_poller, e), 0);
-    struct timespec nap = {0, 200 * 1000000L};
-    nanosleep(&nap, NULL); /* the other thread is now waiting inside di_poll */
-    assert_int_equal(di_poll(e, 0), -(int64_t)DI_ERR_INVALID_STATE);
+    assert_int_equal(pthread_create(&th, NULL, waiting_poller, &p), 0);
+    /* a second poller is refused once the other thread waits inside di_poll */
+    double until = now_s() + 10;
+    int64_t got;
+    while ((got = di_poll(e, 0)) != -(int64_t)DI_ERR_INVALID_STATE) {
+        assert_int_equal(got, 0);
+        if (now_s() > until) fail_msg("the other thread never waited in di_poll in 10 s");
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
+    }
+    /* it waits for events, and none can come before the submit below */
     assert_int_equal(di_engine_destroy(e), DI_ERR_INVALID_STATE);
-    void *ret;
-    assert_int_equal(pthread_join(th, &ret), 0);
-    assert_int_equal((intptr_t)ret, 0);
+    int32_t prompt[3] = {5, 6, 7};
+    rec r = {0};
+    r.cancel_at = -1;
+    di_request q;
+    di_request_init(&q);
+    q.tokens = prompt;
+    q.n_tokens = 3;
+    q.max_tokens = 2;
+    q.on_event = on_event;
+    q.user_data = &r;
+    assert_int_equal(di_submit(e, &q, &r.id, NULL), DI_OK);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_true(p.result >= 1); /* the request's first events, delivered there */
+    poll_until_idle(e);
+    assert_int_equal(r.n_done, 1);
+    assert_int_equal(r.status, DI_OK);
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 

@@ -127,7 +127,9 @@ def test_cancel_from_another_thread_gives_one_cancelled_done(tiny, tiny_ref):
         if accepted == [True]:
             assert dones[0].status == Status.CANCELLED
             assert dones[0].finish_reason is None
-            assert 1 <= len(ids) < 200
+            # a cancel accepted during the last step wins over the end it
+            # reaches: CANCELLED, with all 200 tokens (deepinfer.h, di_cancel)
+            assert 1 <= len(ids) <= 200
             landed += 1
             break
         assert accepted == [False] and dones[0].status == Status.OK and ids == full
