@@ -17,9 +17,11 @@
  *   M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike,
  * in every mode, so a row's result depends on its context length alone. With
  * more tasks than threads (prefill) one task walks a tile's segments in turn;
- * with few (decode: one tile a KV head) each segment is a task of its own and
- * a second pass folds them — the same folds, bit-identical — so a long
- * context's keys are shared among the threads.
+ * with few (decode: one tile a KV head) each segment is a task of its own,
+ * for every KV head in turn (a position's heads share its cache row, so the
+ * segment comes from memory once), and a second pass folds them — the same
+ * folds, bit-identical — so a long context's keys are shared among the
+ * threads.
  *
  * Arithmetic: f32 throughout, the f16 cache's values converted exactly; the
  * exponentials by exp_ps (a polynomial within 2 ulp of expf on the softmax's
