@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -212,7 +213,7 @@ static void test_without_the_prefix_cache_nothing_is_cached_or_looked_up(void **
 
 typedef struct reader {
     di_engine *e;
-    volatile int stop;
+    atomic_int stop; /* set by the test's thread, read by the reader */
     long reads;
     int64_t max_running_seen;
     const char *bad; /* the first broken invariant (cmocka asserts on this thread only) */
@@ -244,7 +245,7 @@ static void *read_loop(void *arg)
     reader *r = arg;
     di_kv_cache_stats last;
     di_kv_cache_stats_init(&last);
-    while (!r->stop && !r->bad) {
+    while (!atomic_load(&r->stop) && !r->bad) {
         di_kv_cache_stats k;
         di_kv_cache_stats_init(&k);
         if (di_engine_kv_cache_stats(r->e, &k, NULL) != DI_OK) {
@@ -296,7 +297,7 @@ static void test_readers_on_another_thread_see_consistent_counts(void **state)
     di_status st = di_cancel(e, ids[N_REQ - 1], NULL);
     assert_true(st == DI_OK || st == DI_ERR_INVALID_STATE);
     while (di_engine_pending(e) > 0) assert_true(di_poll(e, 1000) >= 0);
-    rd.stop = 1;
+    atomic_store(&rd.stop, 1);
     assert_int_equal(pthread_join(t, NULL), 0);
     if (rd.bad)
         fail_msg("%s: used %lld cached %lld free %lld total %lld tokens %lld running %lld", rd.bad,
