@@ -161,8 +161,9 @@ def test_cancel_in_a_loop_while_other_threads_stream(tiny):
     n = 8
     alone = [collect(tiny.submit(p, **kw)) for p, kw in map(spec, range(n))]
     reqs = [tiny.submit(p, **kw) for p, kw in map(spec, range(n))]
-    for i in range(0, n, 3):
-        reqs[i].cancel()
+    # a cancel is refused when the request has finished already (the tiny
+    # model runs 8 tokens in about a millisecond): then it ran whole
+    cancelled = {i: reqs[i].cancel() for i in range(0, n, 3)}
     got = [None] * n
 
     def one(i):
@@ -172,7 +173,7 @@ def test_cancel_in_a_loop_while_other_threads_stream(tiny):
     for i in range(n):
         ids, done = got[i]
         assert ids == alone[i][0][: len(ids)]
-        if i % 3 == 0:
+        if cancelled.get(i):
             assert done.status == Status.CANCELLED
         else:
             assert done.status == Status.OK and ids == alone[i][0]
