@@ -382,8 +382,10 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;
     int threads = pool ? cpu_threadpool_size(pool) : 1;
-    /* few tasks for the threads and several segments: split the keys too */
-    if (j.n_seg > 1 && tasks < 2 * (int64_t)threads) {
+    /* several segments and few tasks for the threads, or one tile (decode,
+     * whatever the threads: a segment's rows are read once for every KV
+     * head): split the keys too */
+    if (j.n_seg > 1 && (tasks < 2 * (int64_t)threads || j.n_tiles == 1)) {
         size_t bytes =
             (size_t)(tasks * j.n_seg) * TILE_ROWS * (size_t)(c->head_dim + 2) * sizeof(float);
         j.part = malloc(bytes);
