@@ -315,18 +315,18 @@ AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
     const int64_t seg = task % j->n_seg, tile = task / j->n_seg;
     _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
     float m[TILE_ROWS], l[TILE_ROWS];
+    int64_t t0, t1, k0 = 0, k1 = 0;
+    const int rows = tile_rows(j, tile, &t0, &t1);
+    const int64_t n = j->pos0 + t1;            /* the tile's last token sees the most keys */
+    const int past = seg * FLASH_SEGMENT >= n; /* past this tile's keys: nothing */
+    if (!past) segment_keys(seg, n, &k0, &k1);
     for (int g = 0; g < j->c->n_head_kv; g++) {
-        const int64_t gt = tile * j->c->n_head_kv + g;
-        int64_t t0, t1;
-        const int rows = tile_rows(j, tile, &t0, &t1);
-        float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
-        const int64_t n = j->pos0 + t1;
-        if (seg * FLASH_SEGMENT >= n) { /* past this tile's keys: nothing */
+        float *part =
+            j->part + ((tile * j->c->n_head_kv + g) * j->n_seg + seg) * TILE_ROWS * stride;
+        if (past) {
             for (int r = 0; r < rows; r++) part[r * stride] = -INFINITY;
             continue;
         }
-        int64_t k0, k1;
-        segment_keys(seg, n, &k0, &k1);
         flash_segment(j, g, t0, rows, k0, k1, m, l, o);
         for (int r = 0; r < rows; r++) {
             part[r * stride] = m[r];
