@@ -214,6 +214,11 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # further from them than llama.cpp's (the CPU-kernel issue's fidelity bar)
   oracle model-fidelity "$model_python" tests/oracle/check_fidelity.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+  # ... and with the Q8_0 and Q4_0 KV caches, against llama.cpp's with the same types
+  for kv in q8_0 q4_0; do
+    oracle "model-fidelity-$kv" "$model_python" tests/oracle/check_fidelity.py --kv-cache-type "$kv" \
+      --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+  done
   # grammar masks against xgrammar, and SmolLM2's constrained outputs against jsonschema
   smol=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
   oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \

@@ -29,6 +29,11 @@ int cli_encoding(const char *name, di_encoding *out);
  * other name (the caller prints the usage error). */
 int cli_device(const char *name, int32_t *out);
 
+/* The KV cache type named f16, f32, q8_0 or q4_0 (--kv-cache-type, as
+ * llama.cpp's --cache-type-k/v names them) into *out, a di_kv_cache_type;
+ * returns -1 for another name. */
+int cli_kv_cache_type(const char *name, int32_t *out);
+
 /* A decimal integer in [lo, hi] (the whole string) into *out; -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 

@@ -1,7 +1,9 @@
-/* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--ctx N] [--kv-f32]
+/* deepinfer generate --model PATH --tokens 1,2,3 --max-tokens N [--threads T] [--ctx N]
+ *                    [--kv-f32 | --kv-cache-type f16|f32|q8_0|q4_0]
  *                    [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N]
  *                    [--draft-model PATH] [--verbose]
- * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--ctx N] [--kv-f32]
+ * deepinfer logits   --model PATH --tokens 1,2,3 --out FILE [--threads T] [--ctx N]
+ *                    [--kv-f32 | --kv-cache-type f16|f32|q8_0|q4_0]
  *
  * generate: greedy decoding (the highest logit; the lowest id on ties) of N
  * tokens after the prompt; prints the generated token IDs as a JSON array on
@@ -31,6 +33,7 @@ typedef struct gen_args {
     const char *model, *tokens, *out;
     long max_tokens, threads, ctx;
     int kv_f32, verbose;
+    int32_t kv_type; /* --kv-cache-type: a di_kv_cache_type, 0: f16 */
     cli_draft draft;
     /* --json-schema (a file, or the JSON itself when it starts with '{'),
      * --grammar (a GBNF file), --regex (the pattern): at most one; the values
@@ -47,16 +50,18 @@ static int usage(const char *cmd, const char *why)
     if (strcmp(cmd, "generate") == 0)
         fprintf(stderr,
                 "deepinfer generate: %s (usage: deepinfer generate --model PATH --tokens "
-                "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32] [--draft "
+                "ID,ID,... --max-tokens N [--threads T] [--ctx N] [--kv-f32 | --kv-cache-type "
+                "f16|f32|q8_0|q4_0] [--draft "
                 "off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] [--draft-model PATH] "
                 "[--json-schema FILE|JSON | --grammar FILE | --regex PATTERN] [--device cpu|cuda] "
                 "[--verbose])\n",
                 why);
     else
-        fprintf(stderr,
-                "deepinfer logits: %s (usage: deepinfer logits --model PATH --tokens ID,ID,... "
-                "--out FILE [--threads T] [--ctx N] [--kv-f32])\n",
-                why);
+        fprintf(
+            stderr,
+            "deepinfer logits: %s (usage: deepinfer logits --model PATH --tokens ID,ID,... "
+            "--out FILE [--threads T] [--ctx N] [--kv-f32 | --kv-cache-type f16|f32|q8_0|q4_0])\n",
+            why);
     return EXIT_USAGE;
 }
 
@@ -94,7 +99,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             printf("usage: deepinfer %s --model PATH --tokens ID,ID,... %s[--threads T] [--ctx N] "
-                   "[--kv-f32]%s\n(docs/cli.md)\n",
+                   "[--kv-f32 | --kv-cache-type f16|f32|q8_0|q4_0]%s\n(docs/cli.md)\n",
                    cmd, strcmp(cmd, "generate") == 0 ? "--max-tokens N " : "--out FILE ",
                    strcmp(cmd, "generate") == 0
                        ? " [--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
@@ -125,6 +130,9 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
             a->regex = v;
         } else if (strcmp(cmd, "generate") == 0 && strcmp(o, "--device") == 0) {
             if (cli_device(v, &a->device) != 0) return usage(cmd, "--device must be cpu or cuda");
+        } else if (strcmp(o, "--kv-cache-type") == 0) {
+            if (cli_kv_cache_type(v, &a->kv_type) != 0)
+                return usage(cmd, "--kv-cache-type must be f16, f32, q8_0 or q4_0");
         } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--tokens") == 0) {
@@ -157,9 +165,9 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
     di_engine_config_init(&probe);
     const char *why = cli_draft_apply(&a->draft, &probe);
     if (why) return usage(cmd, why);
-    if (probe.speculative_tokens > 0 && a->kv_f32)
-        return usage(cmd, "--kv-f32 cannot be used with speculative decoding (the engine's KV "
-                          "cache is f16)");
+    if (a->kv_f32 && a->kv_type != DI_KV_CACHE_F16 && a->kv_type != DI_KV_CACHE_F32)
+        return usage(cmd, "--kv-f32 and --kv-cache-type ask for different types");
+    if (a->kv_f32) a->kv_type = DI_KV_CACHE_F32;
     return EXIT_OK;
 }
 
@@ -175,7 +183,7 @@ static int load(const char *cmd, const gen_args *a, di_model **m)
     di_model_options o;
     di_model_options_init(&o);
     o.n_threads = (int32_t)a->threads;
-    o.kv_cache_f32 = a->kv_f32;
+    o.kv_cache_type = a->kv_type;
     o.n_ctx = a->ctx;
     di_error *err = NULL;
     if (di_model_load(a->model, &o, m, &err) != DI_OK) return fail_error(cmd, err);
@@ -256,6 +264,7 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
     cfg.model_path = a->model;
     cfg.n_threads = (int32_t)a->threads;
     cfg.n_ctx = a->ctx;
+    cfg.kv_cache_type = a->kv_type;
     cfg.max_running = 1;
     cfg.disable_prefix_cache = 1;
     if (a->device) cfg.device = a->device;
@@ -410,7 +419,8 @@ static int run(const char *cmd, int argc, char **argv)
     }
     if (a.verbose)
         fprintf(stderr, "deepinfer generate: KV cache %lld bytes per token (%s)\n",
-                (long long)di_model_kv_bytes_per_token(m), a.kv_f32 ? "f32" : "f16");
+                (long long)di_model_kv_bytes_per_token(m),
+                (const char *[]){"f16", "f32", "q8_0", "q4_0"}[a.kv_type]);
     /* the IDs are printed only when every step succeeded: a failed run prints
      * its error and nothing on stdout */
     int32_t *out = a.max_tokens > 0 ? malloc((size_t)a.max_tokens * sizeof *out) : NULL;

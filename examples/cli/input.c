@@ -72,6 +72,17 @@ int cli_device(const char *name, int32_t *out)
     return 0;
 }
 
+int cli_kv_cache_type(const char *name, int32_t *out)
+{
+    static const char *const names[] = {"f16", "f32", "q8_0", "q4_0"}; /* di_kv_cache_type */
+    for (int32_t i = 0; i < (int32_t)(sizeof names / sizeof names[0]); i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    return -1;
+}
+
 int cli_encoding(const char *name, di_encoding *out)
 {
     static const struct {

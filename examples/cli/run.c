@@ -39,6 +39,7 @@ typedef struct run_args {
     double temperature; /* < 0: the body's or the default */
     int n_choices;      /* a Chat body's `n`: the engine decodes that many at once */
     int32_t device;     /* --device: a di_device, 0: the default (the CPU) */
+    int32_t kv_type;    /* --kv-cache-type: a di_kv_cache_type, 0: f16 */
 } run_args;
 
 static volatile sig_atomic_t interrupted;
@@ -104,6 +105,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     cfg.kv_cache_dir = a->cache_dir;
     cfg.disable_prefix_cache = a->no_prefix_cache;
     if (a->device) cfg.device = a->device;
+    cfg.kv_cache_type = a->kv_type;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     cfg.log = on_log;
     cfg.progress = on_progress;
@@ -283,11 +285,13 @@ static const char *usage_line(const char *cmd)
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
                  "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] "
                  "[--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
-                 "[--draft-model PATH] [--device cpu|cuda] [--verbose] REQUEST.json|-"
+                 "[--draft-model PATH] [--device cpu|cuda] [--kv-cache-type f16|f32|q8_0|q4_0] "
+                 "[--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
                  "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
                  "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model|mtp] "
-                 "[--draft-max N] [--draft-model PATH] [--device cpu|cuda] [--verbose]";
+                 "[--draft-max N] [--draft-model PATH] [--device cpu|cuda] "
+                 "[--kv-cache-type f16|f32|q8_0|q4_0] [--verbose]";
 }
 
 static int usage(const char *cmd, const char *why)
@@ -322,7 +326,7 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
                     strcmp(o, "--speculative") == 0 || strcmp(o, "--draft") == 0 ||
                     strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0 ||
-                    strcmp(o, "--device") == 0;
+                    strcmp(o, "--device") == 0 || strcmp(o, "--kv-cache-type") == 0;
         if (takes && i + 1 >= argc) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
@@ -359,6 +363,9 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                 return usage(cmd, "--temperature must be a number from 0 to 100");
         } else if (strcmp(o, "--device") == 0) {
             if (cli_device(v, &a->device) != 0) return usage(cmd, "--device must be cpu or cuda");
+        } else if (strcmp(o, "--kv-cache-type") == 0) {
+            if (cli_kv_cache_type(v, &a->kv_type) != 0)
+                return usage(cmd, "--kv-cache-type must be f16, f32, q8_0 or q4_0");
         } else if (strcmp(o, "--encoding") == 0) {
             if (cli_encoding(v, &a->encoding) != 0)
                 return usage(cmd, "--encoding must be dsv4, dsv41, dsv3, r1 or chatml");

@@ -745,6 +745,22 @@ DI_API void di_stream_free(di_stream *s);
  * a time; calls on different models may run concurrently. */
 typedef struct di_model di_model;
 
+/* The KV cache's storage type (di_model_options.kv_cache_type,
+ * di_engine_config.kv_cache_type): llama.cpp's --cache-type-k/--cache-type-v
+ * (the same for keys and values). Values are never renumbered. */
+typedef enum di_kv_cache_type {
+    /* f16, 2 bytes a value: llama.cpp's default. */
+    DI_KV_CACHE_F16 = 0,
+    /* f32, 4 bytes a value. */
+    DI_KV_CACHE_F32 = 1,
+    /* ggml's Q8_0: blocks of 32 values, an f16 scale and 32 int8 (34 bytes,
+     * 1.0625 bytes a value: 0.53 of f16). */
+    DI_KV_CACHE_Q8_0 = 2,
+    /* ggml's Q4_0: blocks of 32 values, an f16 scale and 32 4-bit values (18
+     * bytes, 0.5625 bytes a value: 0.28 of f16). */
+    DI_KV_CACHE_Q4_0 = 3,
+} di_kv_cache_type;
+
 /* Options of di_model_load (a versioned input struct: see "Versioned input
  * structs"). */
 typedef struct di_model_options {
@@ -757,6 +773,20 @@ typedef struct di_model_options {
     /* Tokens the sequence may hold; 0 (default): the model's training context,
      * at most 4096. */
     int64_t n_ctx;
+    /* The KV cache's storage type, a di_kv_cache_type; 0 (DI_KV_CACHE_F16,
+     * default): f16, or f32 with kv_cache_f32 = 1. Q8_0 and Q4_0 keep each
+     * token's keys and values in blocks of 32 (quantized once, when stored;
+     * attention dequantizes them exactly to f32): 0.53 and 0.28 of the f16
+     * cache's bytes, so long contexts read less memory per decoded token, at
+     * the cost of the rounding (docs/kv-cache.md gives the logits' distance
+     * from the f32 reference beside llama.cpp's with the same type). They
+     * need head_dim (an MLA model's kv_lora_rank + qk_rope_head_dim) a
+     * multiple of 32, and the CPU (DI_ERR_UNSUPPORTED otherwise, naming the
+     * dimension); DeepSeek-V4, whose caches are f32, refuses them too. An
+     * unknown value, or kv_cache_f32 = 1 with a type other than F32 or F16, is
+     * DI_ERR_INVALID_ARGUMENT. */
+    int32_t kv_cache_type;
+    int32_t reserved; /* must be 0 */
 } di_model_options;
 
 /* Set struct_size and the defaults. */
@@ -785,7 +815,8 @@ DI_API int64_t di_model_n_past(const di_model *model);
 /* Empty the sequence (free its KV cache). NULL is a no-op. */
 DI_API void di_model_reset(di_model *model);
 /* Bytes of KV cache one token of the sequence takes, summed over the layers, in
- * the cache's element type (2 bytes for f16, 4 with kv_cache_f32). Dense models
+ * the cache's element type (2 bytes for f16, 4 with kv_cache_f32, 34 per 32
+ * values for Q8_0 and 18 per 32 for Q4_0: kv_cache_type). Dense models
  * keep every KV head's key and value: 2 * layers * kv_heads * head_dim *
  * element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope
  * key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,
@@ -926,11 +957,10 @@ typedef struct di_engine_config {
      * 65536. */
     int64_t n_batch;
     /* The KV cache budget in bytes, shared by all requests (keys and values in
-     * f16, as llama.cpp stores them); 0 (default): room for 4 sequences of n_ctx
-     * tokens. It is rounded down to whole blocks of 16 tokens; less than one
-     * block is DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused
-     * by di_submit; a request that outgrows it alone ends with
-     * DI_ERR_CONTEXT_LENGTH. */
+     * kv_cache_type: f16 by default, as llama.cpp stores them); 0 (default): room for 4 sequences
+     * of n_ctx tokens. It is rounded down to whole blocks of 16 tokens; less than one block is
+     * DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused by di_submit; a request
+     * that outgrows it alone ends with DI_ERR_CONTEXT_LENGTH. */
     int64_t kv_cache_bytes;
     /* A log sink and its argument; NULL (default): no logging. */
     di_log_fn log;
@@ -1019,6 +1049,14 @@ typedef struct di_engine_config {
      * differs. Its load errors are di_model_load's, the message prefixed with
      * "draft_model_path: ". */
     const char *draft_model_path;
+    /* The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,
+     * default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the
+     * same limits and errors). kv_cache_bytes holds 1.9x (Q8_0) or 3.6x
+     * (Q4_0) the tokens of f16; the prefix cache's tiers keep each type's
+     * blocks apart (another type's files are skipped). A draft model's cache
+     * has the same type. */
+    int32_t kv_cache_type;
+    int32_t reserved_kv; /* must be 0 */
 } di_engine_config;
 
 /* Drafters of speculative decoding (di_engine_config.draft). Values are

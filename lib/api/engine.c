@@ -28,7 +28,7 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, draft_model_path),
+_Static_assert(sizeof(di_engine_config) == DI_STRUCT_SIZE_UNTIL(di_engine_config, reserved_kv),
                "di_engine_config has no trailing padding");
 _Static_assert(sizeof(di_request) == DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings),
                "di_request has no trailing padding");
@@ -631,6 +631,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                              (int)c.draft);
     if (c.reserved_draft != 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
+    model_dtype kv_dtype;
+    if (!model_kv_dtype_of(c.kv_cache_type, &kv_dtype))
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
+                             "_Q8_0 or _Q4_0)",
+                             (int)c.kv_cache_type);
+    if (c.reserved_kv != 0)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_kv: must be 0");
     if (c.draft_model_path && !c.draft_model_path[0])
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "draft_model_path: expected a model file or folder, or NULL for none");
@@ -680,7 +688,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     mo.n_ctx = c.n_ctx;
     mo.n_batch = c.n_batch;
     mo.device = c.device;
-    mo.kv_dtype = MODEL_DTYPE_F16;
+    mo.kv_dtype = kv_dtype;
     mo.kv_bytes = c.kv_cache_bytes;
     mo.kv_n_ctx_multiple = 4;
     mo.progress = c.progress;

@@ -8,7 +8,7 @@
 #include "util/struct_size.h"
 #include "model/model.h"
 
-_Static_assert(sizeof(di_model_options) == DI_STRUCT_SIZE_UNTIL(di_model_options, n_ctx),
+_Static_assert(sizeof(di_model_options) == DI_STRUCT_SIZE_UNTIL(di_model_options, reserved),
                "di_model_options has no trailing padding");
 
 struct di_model {
@@ -43,6 +43,17 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
                             "n_ctx: expected 0 (the model's) to 16777216 tokens");
     if (o.kv_cache_f32 != 0 && o.kv_cache_f32 != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "kv_cache_f32: expected 0 or 1");
+    model_dtype kv_dtype;
+    if (!model_kv_dtype_of(o.kv_cache_type, &kv_dtype))
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
+                             "_Q8_0 or _Q4_0)",
+                             (int)o.kv_cache_type);
+    if (o.kv_cache_f32 && o.kv_cache_type != DI_KV_CACHE_F16 && o.kv_cache_type != DI_KV_CACHE_F32)
+        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
+                            "kv_cache_f32: set, but kv_cache_type asks for another type");
+    if (o.kv_cache_f32) kv_dtype = MODEL_DTYPE_F32;
+    if (o.reserved != 0) return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0");
     model_options mo = {0};
     mo.n_threads = o.n_threads;
     if (mo.n_threads == 0) {
@@ -50,7 +61,7 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
         mo.n_threads = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
     }
     mo.n_ctx = o.n_ctx;
-    mo.kv_dtype = o.kv_cache_f32 ? MODEL_DTYPE_F32 : MODEL_DTYPE_F16;
+    mo.kv_dtype = kv_dtype;
     di_model *h = calloc(1, sizeof *h);
     if (!h) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     di_status st = model_load(path, &mo, &h->m, err);

@@ -261,8 +261,12 @@ di_status dsv3_load(const model_weights *w, const model_options *opt, backend *b
                                      (int)c->v_head_dim, (int)R};
     enum { BLOCK = MODEL_KV_BLOCK };
     int32_t n_blocks;
+    if ((st = model_kv_dtype_check(d->opt.kv_dtype, R + rope,
+                                   "MLA latent row (kv_lora_rank + qk_rope_head_dim)", err)) !=
+        DI_OK)
+        goto fail;
     int64_t block_bytes =
-        (int64_t)c->n_layer * (R + rope) * BLOCK * (d->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+        (int64_t)c->n_layer * BLOCK * model_kv_row_bytes(d->opt.kv_dtype, R + rope);
     if ((st = model_kv_block_count(&d->opt, block_bytes, &n_blocks, err)) != DI_OK) goto fail;
     /* The MTP layer's cache serves the one sequence of dsv3_mtp_forward and the
      * MTP drafter's sequences (one per request, holding at most the tokens the

@@ -107,7 +107,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
 {
     if (!path || !opt || !out || opt->n_threads < 1 || opt->n_ctx < 0 || opt->n_batch < 0 ||
         opt->n_kv_blocks < 0 ||
-        (opt->kv_dtype != MODEL_DTYPE_F16 && opt->kv_dtype != MODEL_DTYPE_F32))
+        (opt->kv_dtype != MODEL_DTYPE_F16 && opt->kv_dtype != MODEL_DTYPE_F32 &&
+         opt->kv_dtype != MODEL_DTYPE_Q8_0 && opt->kv_dtype != MODEL_DTYPE_Q4_0))
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_load: invalid arguments");
     model *m = calloc(1, sizeof *m);
     if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", path);
@@ -137,6 +138,13 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
         return DI_OK;
     }
     if (c->arch == MODEL_ARCH_DEEPSEEK_V4) {
+        if (m->opt.kv_dtype == MODEL_DTYPE_Q8_0 || m->opt.kv_dtype == MODEL_DTYPE_Q4_0) {
+            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                               "kv_cache_type %s: DeepSeek-V4's caches (window, compressed "
+                               "entries, indexer keys) are kept in f32 (docs/deepseek-v4.md)",
+                               m->opt.kv_dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0");
+            goto fail;
+        }
         if ((st = dsv4_load(m->w, &m->opt, m->be, &m->v4, err)) != DI_OK) goto fail;
         *out = m;
         return DI_OK;
@@ -151,8 +159,10 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
     if ((st = m->be->ops->rope_create(m->be, &rp, &m->rope, err)) != DI_OK) goto fail;
     enum { BLOCK = MODEL_KV_BLOCK };
     int32_t n_blocks;
-    int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * c->head_dim * BLOCK *
-                          (m->opt.kv_dtype == MODEL_DTYPE_F32 ? 4 : 2);
+    if ((st = model_kv_dtype_check(m->opt.kv_dtype, c->head_dim, "head_dim", err)) != DI_OK)
+        goto fail;
+    int64_t block_bytes = (int64_t)2 * c->n_layer * c->n_head_kv * BLOCK *
+                          model_kv_row_bytes(m->opt.kv_dtype, c->head_dim);
     if ((st = model_kv_block_count(&m->opt, block_bytes, &n_blocks, err)) != DI_OK) goto fail;
     if ((st = m->be->ops->kv_create(m->be, m->opt.kv_dtype, (int)c->n_layer, (int)c->n_head_kv,
                                     (int)c->head_dim, BLOCK, n_blocks, NULL, 0, &m->kv, err)) !=

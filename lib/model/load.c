@@ -59,6 +59,26 @@ backend_rope_params model_rope_params(const model_config *c, uint32_t head_dim, 
     };
 }
 
+int64_t model_kv_row_bytes(model_dtype dtype, int64_t n)
+{
+    switch (dtype) {
+    case MODEL_DTYPE_F32: return 4 * n;
+    case MODEL_DTYPE_Q8_0: return n / 32 * 34;
+    case MODEL_DTYPE_Q4_0: return n / 32 * 18;
+    default: return 2 * n;
+    }
+}
+
+di_status model_kv_dtype_check(model_dtype dtype, int64_t dims, const char *what, di_error **err)
+{
+    if ((dtype == MODEL_DTYPE_Q8_0 || dtype == MODEL_DTYPE_Q4_0) && dims % 32 != 0)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "kv_cache_type %s: the cache's rows are blocks of 32 values, and "
+                             "this model's %s is %lld (use f16 or f32)",
+                             dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0", what, (long long)dims);
+    return DI_OK;
+}
+
 di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
                                di_error **err)
 {

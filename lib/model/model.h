@@ -44,7 +44,7 @@ typedef struct model_options {
     int n_threads;        /* >= 1 */
     int64_t n_ctx;        /* tokens the sequence may hold; 0: min(n_ctx_train, 4096) */
     int64_t n_batch;      /* tokens per prefill chunk; 0: 256 */
-    model_dtype kv_dtype; /* MODEL_DTYPE_F16 (llama.cpp's default) or MODEL_DTYPE_F32 */
+    model_dtype kv_dtype; /* MODEL_DTYPE_F16 (llama.cpp's default), _F32, _Q8_0 or _Q4_0 */
     int use_ref;          /* 1: scalar reference kernels, single thread (tests) */
     int device;           /* a di_device the backend runs on; 0: DI_DEVICE_CPU */
     /* KV cache blocks (of MODEL_KV_BLOCK tokens) shared by all sequences; 0: as
@@ -65,6 +65,16 @@ typedef struct model_options {
 
 /* Tokens per KV cache block. */
 enum { MODEL_KV_BLOCK = 16 };
+
+/* The cache dtype of a di_kv_cache_type into *out; 0 for an unknown one. */
+static inline int model_kv_dtype_of(int32_t type, model_dtype *out)
+{
+    static const model_dtype dt[] = {MODEL_DTYPE_F16, MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0,
+                                     MODEL_DTYPE_Q4_0};
+    if (type < 0 || type >= (int32_t)(sizeof dt / sizeof dt[0])) return 0;
+    *out = dt[type];
+    return 1;
+}
 
 /* Open `path` (.gguf or a Hugging Face directory) and prepare it to run.
  * Errors: those of model_weights_open; DI_ERR_UNSUPPORTED (an architecture other

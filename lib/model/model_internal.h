@@ -23,6 +23,14 @@ struct model_seq {
 di_status model_kv_block_count(const model_options *opt, int64_t block_bytes, int32_t *out,
                                di_error **err);
 
+/* Bytes of one KV cache row of n values in the cache's dtype (F32, F16, or
+ * Q8_0 and Q4_0 blocks of 32), and the check a cache of rows of dims values
+ * per head makes at load: DI_ERR_UNSUPPORTED, naming kv_cache_type, the dtype
+ * and the dimension (`what`), for a Q8_0/Q4_0 cache whose head_dim is not a
+ * multiple of 32. */
+int64_t model_kv_row_bytes(model_dtype dtype, int64_t n);
+di_status model_kv_dtype_check(model_dtype dtype, int64_t dims, const char *what, di_error **err);
+
 /* The seed of the prefix cache's block keys (model/kv_pool.h): XXH3-64 of
  * what decides the bytes a token's cache entry holds — the weights
  * (model_weights_digest), the configuration and the cache dtype, the

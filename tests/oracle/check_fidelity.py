@@ -14,7 +14,16 @@ compared with the reference. Checks, pooled over the texts:
     activations, for llama.cpp too).
 Prints the numbers and ok:/FAIL: lines; exits 1 on a failed check.
 
-    check_fidelity.py --cli build/release/examples/deepinfer MODEL.gguf
+--kv-cache-type q8_0 or q4_0 runs both engines with that KV cache (llama.cpp:
+type_k and type_v, with its flash attention, which a quantized V needs; both
+rotate the cached groups of 64 by a Hadamard matrix first), over six more
+texts (the cache's rounding varies from text to text), held to the same
+checks against the same f32 reference: deepinfer's rounding of the cache must
+cost no more than llama.cpp's. With Q4_0 both engines miss clear argmaxes
+(llama.cpp about 18 of 420 positions with this model): the misses are
+printed, and the mean and max checks decide.
+
+    check_fidelity.py --cli build/release/examples/deepinfer [--kv-cache-type T] MODEL.gguf
 """
 import argparse
 import json
@@ -42,6 +51,23 @@ TEXTS = [
     "Photosynthesis is the process by which green plants and some other organisms use sunlight "
     "to synthesize foods from carbon dioxide and water. It generally involves the green pigment "
     "chlorophyll and generates oxygen as a byproduct.",
+]
+
+
+# more texts for the quantized caches
+EXTRA_TEXTS = [
+    "Once upon a time there was a little girl who lived in a village near the forest. Whenever "
+    "she went out, the little girl wore a red riding cloak, so everyone in the village called her",
+    "import numpy as np\n\ndef softmax(x):\n    e = np.exp(x - x.max())\n    return e / e.sum()\n"
+    "\nprint(softmax(np.array([1.0, 2.0, 3.0])))\n",
+    "<|im_start|>user\nExplain why the sky is blue in two sentences.<|im_end|>\n"
+    "<|im_start|>assistant\nSunlight is scattered by",
+    "The mitochondrion is an organelle found in most eukaryotic cells. It generates most of the "
+    "chemical energy needed to power the cell's biochemical reactions, stored in",
+    "In 1969, the Apollo 11 mission landed the first humans on the Moon. Neil Armstrong and Buzz "
+    "Aldrin spent about two and a quarter hours together outside the spacecraft",
+    "SELECT name, COUNT(*) AS orders FROM customers JOIN orders ON customers.id = "
+    "orders.customer_id GROUP BY name ORDER BY orders DESC LIMIT 10;",
 ]
 
 
@@ -87,12 +113,16 @@ def tokenize(cli, model, text):
     return json.loads(out)[:64]
 
 
-def deepinfer_logits(cli, model, ids, vocab):
+# llama.cpp's ggml_type of each --kv-cache-type (ggml.h)
+GGML_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}
+
+
+def deepinfer_logits(cli, model, ids, vocab, kv_type):
     with tempfile.NamedTemporaryFile(suffix=".f32", delete=False) as f:
         path = f.name
     try:
         subprocess.run([cli, "logits", "--model", model, "--tokens", ",".join(map(str, ids)),
-                        "--out", path, "--threads", "2"], check=True)
+                        "--out", path, "--threads", "2", "--kv-cache-type", kv_type], check=True)
         return np.fromfile(path, dtype=np.float32).reshape(len(ids), vocab)
     finally:
         os.unlink(path)
@@ -101,22 +131,27 @@ def deepinfer_logits(cli, model, ids, vocab):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cli", required=True)
+    ap.add_argument("--kv-cache-type", default="f16", choices=sorted(GGML_TYPES))
     ap.add_argument("model")
     a = ap.parse_args()
     import gguf
     import llama_cpp
     reader = gguf.GGUFReader(a.model)
     model, config = reference_model(reader)
+    quantized = a.kv_cache_type != "f16"
     llm = llama_cpp.Llama(model_path=a.model, n_ctx=128, n_batch=128, n_ubatch=128,
-                          logits_all=True, n_threads=2, flash_attn=False, verbose=False)
+                          logits_all=True, n_threads=2, flash_attn=quantized, verbose=False,
+                          type_k=GGML_TYPES[a.kv_cache_type], type_v=GGML_TYPES[a.kv_cache_type])
+    print(f"KV cache: {a.kv_cache_type} in both engines")
     sums = {"deepinfer": [0.0, 0.0, 0], "llama.cpp": [0.0, 0.0, 0]}  # sum|d|, max|d|, misses
     n_values = 0
-    for i, text in enumerate(TEXTS):
+    texts = TEXTS + EXTRA_TEXTS if quantized else TEXTS
+    for i, text in enumerate(texts):
         ids = tokenize(a.cli, a.model, text)
         ref = dequantized_reference(model, reader, "llama", config, ids)
         llm.reset()
         llm.eval(ids)
-        got = {"deepinfer": deepinfer_logits(a.cli, a.model, ids, ref.shape[1]),
+        got = {"deepinfer": deepinfer_logits(a.cli, a.model, ids, ref.shape[1], a.kv_cache_type),
                "llama.cpp": np.array(llm.scores[:len(ids)], dtype=np.float32)}
         top2 = np.sort(ref, axis=1)[:, -2:]
         clear = (top2[:, 1] - top2[:, 0]) > CLEAR_GAP
@@ -140,9 +175,13 @@ def main():
          f"mean |diff| from the f32 reference {di_mean:.4f} <= llama.cpp's {ll_mean:.4f} x {MEAN_SLACK}"),
         (di[1] <= ll[1] * MAX_SLACK,
          f"max |diff| {di[1]:.3f} <= llama.cpp's {ll[1]:.3f} x {MAX_SLACK}"),
-        (di[2] == 0, f"no argmax miss where the reference's top two differ by > {CLEAR_GAP} "
-                     f"(deepinfer {di[2]}, llama.cpp {ll[2]})"),
     ]
+    if a.kv_cache_type != "q4_0":
+        checks.append((di[2] == 0, f"no argmax miss where the reference's top two differ by > "
+                                   f"{CLEAR_GAP} (deepinfer {di[2]}, llama.cpp {ll[2]})"))
+    else:
+        print(f"argmax misses where the reference's top two differ by > {CLEAR_GAP}: "
+              f"deepinfer {di[2]}, llama.cpp {ll[2]} (not checked: see the docstring)")
     bad = 0
     for ok, what in checks:
         print(("ok: " if ok else "FAIL: ") + what)

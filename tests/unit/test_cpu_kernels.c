@@ -899,6 +899,27 @@ static void check_attention(model_dtype kv_type)
     const double tol = kv_type == MODEL_DTYPE_F16 ? 2e-3 : 1e-5;
     const double tol_fast = cpu_has_avx2() ? 1e-5 : tol;
     cpu_kv_store(&c, &s, 1, 0, NT, k, v);
+    if (kv_type == MODEL_DTYPE_Q8_0 || kv_type == MODEL_DTYPE_Q4_0) {
+        /* the values the cache holds, for the reference below: each row
+         * dequantized and rotated back (head_dim 64: the cache is rotated);
+         * they are the stored ones up to the blocks' rounding */
+        assert_true(c.rotated);
+        assert_int_equal(c.row_bytes, cpu_row_bytes((int)kv_type, NKV * HD));
+        assert_int_equal(cpu_kv_cache_bytes_per_token(&c), 2 * 2 * c.row_bytes);
+        const double bound = kv_type == MODEL_DTYPE_Q8_0 ? 0.04 : 0.6;
+        for (int t = 0; t < NT; t++)
+            for (int kv = 0; kv < 2; kv++) {
+                float *row = (kv ? v : k) + t * NKV * HD, got[NKV * HD];
+                cpu_dequantize_row((int)kv_type,
+                                   kv ? cpu_kv_v(&c, &s, 1, t) : cpu_kv_k(&c, &s, 1, t), got,
+                                   NKV * HD);
+                cpu_kv_rotate(got, NKV * HD);
+                for (int i = 0; i < NKV * HD; i++) {
+                    assert_true(fabsf(got[i] - row[i]) < bound);
+                    row[i] = got[i];
+                }
+            }
+    }
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(4, &pool), DI_OK);
     /* last 5 tokens as a batch after 32 cached ones */
@@ -999,6 +1020,27 @@ static void test_attention_f16_cache(void **state)
 {
     (void)state;
     check_attention(MODEL_DTYPE_F16);
+}
+
+/* The Q8_0 and Q4_0 caches (llama.cpp's --cache-type-k/v): both paths
+ * dequantize a row exactly, so they match the double computation over the
+ * values the blocks hold as closely as the f32 cache; and a head_dim that is
+ * not whole blocks is refused. */
+static void test_attention_q8_0_cache(void **state)
+{
+    (void)state;
+    check_attention(MODEL_DTYPE_Q8_0);
+}
+
+static void test_attention_q4_0_cache(void **state)
+{
+    (void)state;
+    check_attention(MODEL_DTYPE_Q4_0);
+    cpu_kv_cache c;
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_Q4_0, 1, 2, 48, 8, 4),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_Q4_K, 1, 2, 256, 8, 4),
+                     DI_ERR_INVALID_ARGUMENT);
 }
 
 /* MLA's absorbed form with k_b / v_b as llama.cpp stores them
@@ -1174,6 +1216,8 @@ int main(void)
         cmocka_unit_test(test_softmax_and_silu),
         cmocka_unit_test(test_attention_f32_cache),
         cmocka_unit_test(test_attention_f16_cache),
+        cmocka_unit_test(test_attention_q8_0_cache),
+        cmocka_unit_test(test_attention_q4_0_cache),
         cmocka_unit_test(test_attention_long_context_segments),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),

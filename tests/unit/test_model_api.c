@@ -104,6 +104,46 @@ static void test_load_errors(void **state)
     di_model_options_init(&o);
     o.kv_cache_f32 = 2;
     assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
+    /* the KV cache's type: unknown, contradicting kv_cache_f32, and blocks of
+     * 32 that this model's rows (head_dim 16) cannot hold; DeepSeek-V3's
+     * latent row (32 + 8) and DeepSeek-V4's f32 caches likewise */
+    const struct {
+        const char *path;
+        int32_t type, f32, reserved;
+        di_status want;
+        const char *needle;
+    } kv[] = {
+        {TINY, 4, 0, 0, DI_ERR_INVALID_ARGUMENT, "kv_cache_type: unknown type 4"},
+        {TINY, -1, 0, 0, DI_ERR_INVALID_ARGUMENT, "kv_cache_type: unknown type -1"},
+        {TINY, DI_KV_CACHE_Q8_0, 1, 0, DI_ERR_INVALID_ARGUMENT, "kv_cache_f32: set"},
+        {TINY, DI_KV_CACHE_F16, 0, 1, DI_ERR_INVALID_ARGUMENT, "reserved: must be 0"},
+        {TINY, DI_KV_CACHE_Q8_0, 0, 0, DI_ERR_UNSUPPORTED, "kv_cache_type q8_0"},
+        {TINY, DI_KV_CACHE_Q4_0, 0, 0, DI_ERR_UNSUPPORTED, "head_dim is 16"},
+        {DI_FIXTURE_DIR "/model/dsv3-qlora-bf16", DI_KV_CACHE_Q8_0, 0, 0, DI_ERR_UNSUPPORTED,
+         "MLA latent row (kv_lora_rank + qk_rope_head_dim) is 40"},
+        {DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32", DI_KV_CACHE_Q4_0, 0, 0, DI_ERR_UNSUPPORTED,
+         "DeepSeek-V4's caches"},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        di_model_options_init(&o);
+        o.kv_cache_type = kv[i].type;
+        o.kv_cache_f32 = kv[i].f32;
+        o.reserved = kv[i].reserved;
+        err = NULL;
+        assert_int_equal(di_model_load(kv[i].path, &o, &m, &err), kv[i].want);
+        assert_null(m);
+        if (!strstr(di_error_message(err), kv[i].needle))
+            fail_msg("message '%s' lacks '%s'", di_error_message(err), kv[i].needle);
+        di_error_free(err);
+    }
+    /* kv_cache_f32 with DI_KV_CACHE_F32 agrees */
+    di_model_options_init(&o);
+    o.kv_cache_f32 = 1;
+    o.kv_cache_type = DI_KV_CACHE_F32;
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_OK);
+    assert_int_equal(di_model_kv_bytes_per_token(m), 2 * 2 * 16 * 2 * 4);
+    di_model_free(m);
+    m = NULL;
     di_model_options_init(&o);
     o.struct_size = 4; /* smaller than the first release */
     assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);

@@ -1160,6 +1160,12 @@ static void test_draft_config_errors(void **state)
     cfg.reserved_draft = 1;
     expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
     cfg.reserved_draft = 0;
+    cfg.kv_cache_type = 9;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "kv_cache_type: unknown type 9");
+    cfg.kv_cache_type = DI_KV_CACHE_F16;
+    cfg.reserved_kv = 1;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "reserved_kv: must be 0");
+    cfg.reserved_kv = 0;
     cfg.draft_model_path = "";
     expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft_model_path: expected a model");
     cfg.draft_model_path = NULL;

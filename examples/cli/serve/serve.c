@@ -36,7 +36,7 @@ static const char usage_text[] =
     "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--max-body-bytes N] "
     "[--max-header-bytes N] [--max-connections N] [--per-ip-connections N] [--idle-timeout S] "
     "[--request-timeout S] [--shutdown-timeout S] [--draft off|auto|prompt-lookup|draft-model|mtp] "
-    "[--draft-max N] [--draft-model PATH] [--verbose]";
+    "[--draft-max N] [--draft-model PATH] [--kv-cache-type f16|f32|q8_0|q4_0] [--verbose]";
 
 static int usage(const char *why)
 {
@@ -136,6 +136,9 @@ static int parse_args(int argc, char **argv, srv_config *c)
         } else if (strcmp(o, "--encoding") == 0) {
             if (cli_encoding(v, &c->encoding) != 0)
                 return usage("--encoding must be dsv4, dsv41, dsv3, r1 or chatml");
+        } else if (strcmp(o, "--kv-cache-type") == 0) {
+            if (cli_kv_cache_type(v, &c->kv_type) != 0)
+                return usage("--kv-cache-type must be f16, f32, q8_0 or q4_0");
         } else if (strcmp(o, "--temperature") == 0) {
             char *end;
             errno = 0;
@@ -189,6 +192,7 @@ static di_engine *load(const srv_config *c)
     cfg.kv_cache_dir = c->cache_dir;
     cfg.served_model_name = c->model_name; /* NULL: the file's name, as responses give it */
     cfg.disable_prefix_cache = c->no_prefix_cache;
+    cfg.kv_cache_type = c->kv_type;
     (void)cli_draft_apply(&c->draft, &cfg); /* checked by parse_args */
     cfg.log = on_log;
     cfg.log_user = (void *)c;

@@ -47,6 +47,7 @@ typedef struct srv_config {
     long idle_timeout_s, request_timeout_s, shutdown_timeout_s;
     long max_buffered_bytes; /* output a slow reader may leave unread before it is cut off */
     cli_draft draft;         /* --draft, --draft-max, --draft-model (speculative decoding) */
+    int32_t kv_type;         /* --kv-cache-type: a di_kv_cache_type, 0: f16 */
 } srv_config;
 
 /* Counters and histograms for /metrics (metrics.c). */

@@ -62,6 +62,36 @@ static void axpy_f16_ref(int n, float a, const void *v, float *y)
     for (int i = 0; i < n; i++) y[i] += a * cpu_fp16_to_f32(vv[i]);
 }
 
+/* The Q8_0 and Q4_0 caches' rows dequantized exactly to f32 (n <=
+ * CPU_ATTENTION_MAX_HEAD_DIM), then the f32 products. */
+static float dot_q8_0_ref(int n, const float *q, const void *k)
+{
+    float kk[CPU_ATTENTION_MAX_HEAD_DIM];
+    cpu_dequantize_row(MODEL_DTYPE_Q8_0, k, kk, n);
+    return dot_f32_ref(n, q, kk);
+}
+
+static float dot_q4_0_ref(int n, const float *q, const void *k)
+{
+    float kk[CPU_ATTENTION_MAX_HEAD_DIM];
+    cpu_dequantize_row(MODEL_DTYPE_Q4_0, k, kk, n);
+    return dot_f32_ref(n, q, kk);
+}
+
+static void axpy_q8_0_ref(int n, float a, const void *v, float *y)
+{
+    float vv[CPU_ATTENTION_MAX_HEAD_DIM];
+    cpu_dequantize_row(MODEL_DTYPE_Q8_0, v, vv, n);
+    axpy_f32_ref(n, a, vv, y);
+}
+
+static void axpy_q4_0_ref(int n, float a, const void *v, float *y)
+{
+    float vv[CPU_ATTENTION_MAX_HEAD_DIM];
+    cpu_dequantize_row(MODEL_DTYPE_Q4_0, v, vv, n);
+    axpy_f32_ref(n, a, vv, y);
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include <immintrin.h>
 #    define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -147,8 +177,8 @@ static const char *kv_block(const cpu_kv_cache *c, const void *pool, const cpu_k
                             int64_t bi)
 {
     int64_t b = s->block_table[bi];
-    return (const char *)pool + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size) *
-                                    (size_t)c->kv_dim * c->elem_size;
+    return (const char *)pool +
+           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size) * c->row_bytes;
 }
 
 typedef struct attn_job {
@@ -175,12 +205,17 @@ static void attn_task(void *ctx, int64_t task, int thread)
     const float *q = j->q + (t * j->n_head + h) * hd;
     float *sc = j->scratch + (int64_t)thread * j->scratch_ctx;
     float q16[CPU_ATTENTION_MAX_HEAD_DIM];
+    if (c->rotated) { /* q H . k H = q . k (kv_cache.h) */
+        memcpy(q16, q, (size_t)hd * sizeof *q);
+        cpu_kv_rotate(q16, hd);
+        q = q16;
+    }
     if (j->f16) { /* llama.cpp multiplies an f16 cache with q rounded to f16 */
         for (int i = 0; i < hd; i++) q16[i] = cpu_fp16_to_f32(cpu_f32_to_fp16(q[i]));
         q = q16;
     }
-    size_t goff = (size_t)g * (size_t)hd * c->elem_size;
-    const size_t row = (size_t)c->kv_dim * c->elem_size;
+    size_t goff = (size_t)g * c->head_bytes;
+    const size_t row = c->row_bytes;
     const int64_t bs = c->block_size;
     /* walk the block table block by block (no division per position) */
     for (int64_t p0 = 0, bi = 0; p0 < n; p0 += bs, bi++) {
@@ -201,6 +236,7 @@ static void attn_task(void *ctx, int64_t task, int thread)
             const char *v = kv_block(c, c->v, j->s, j->layer, bi) + goff;
             for (int64_t p = p0; p < p0 + bs && p < n; p++, v += row) j->axpy(hd, sc[p], v, o);
         }
+        if (c->rotated) cpu_kv_rotate(o, hd); /* a sum of rotated values, rotated back */
         return;
     }
     /* f16: position p accumulates into lane p % LANES, then the lanes halve */
@@ -241,8 +277,10 @@ void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq
         .dot = f16 ? dot_f16_ref : dot_f32_ref,
         .axpy = f16 ? axpy_f16_ref : axpy_f32_ref,
     };
+    if (c->dtype == MODEL_DTYPE_Q8_0) j.dot = dot_q8_0_ref, j.axpy = axpy_q8_0_ref;
+    if (c->dtype == MODEL_DTYPE_Q4_0) j.dot = dot_q4_0_ref, j.axpy = axpy_q4_0_ref;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (!use_ref && cpu_has_avx2()) {
+    if (!use_ref && cpu_has_avx2() && (f16 || c->dtype == MODEL_DTYPE_F32)) {
         j.dot = f16 ? dot_f16_avx2 : dot_f32_avx2;
         j.axpy = f16 ? axpy_f16_avx2 : axpy_f32_avx2;
     }

@@ -14,7 +14,11 @@
  * rounded to f16 before the K products and the softmax probabilities to f16
  * before the V products, and the f16 products are summed in llama.cpp's order
  * (16 strided lanes, then a halving tree), so the sums are bit-identical; with
- * an f32 cache everything stays f32. head_dim <= 256 (CPU_ATTENTION_MAX_HEAD_DIM).
+ * an f32 cache everything stays f32, and a Q8_0 or Q4_0 cache's rows are
+ * dequantized exactly to f32 first (where llama.cpp's flash attention
+ * multiplies q rounded to Q8_0 with the keys, deepinfer keeps q in f32: the
+ * quantized cache is its only rounding). head_dim <= 256
+ * (CPU_ATTENTION_MAX_HEAD_DIM).
  *
  * That is the reference path (use_ref, and CPUs without AVX2). The fast path,
  * cpu_attention_flash (attention_flash.c), is tiled with an online softmax: a

@@ -23,7 +23,8 @@
  * folds, bit-identical — so a long context's keys are shared among the
  * threads.
  *
- * Arithmetic: f32 throughout, the f16 cache's values converted exactly; the
+ * Arithmetic: f32 throughout, the f16, Q8_0 or Q4_0 cache's values converted
+ * exactly (a chunk's rows dequantized once for the tile's rows); the
  * exponentials by exp_ps (a polynomial within 2 ulp of expf on the softmax's
  * range). It is not llama.cpp's order (the reference path in attention.c is):
  * results agree with it to float rounding (tests/unit/test_cpu_kernels.c).
@@ -51,16 +52,49 @@ static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const 
                                  int l, int g, int64_t p)
 {
     int64_t b = s->block_table[p / c->block_size], slot = p % c->block_size;
-    size_t row = (size_t)((((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->kv_dim);
-    return (const char *)pool + (row + (size_t)g * (size_t)c->head_dim) * c->elem_size;
+    size_t row = (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot);
+    return (const char *)pool + row * c->row_bytes + (size_t)g * c->head_bytes;
 }
 
-/* n floats of a cache row (f16 or f32) into dst. */
+/* A Q8_0 block's 32 values, q d, into dst (exactly as cpu_dequantize_row). */
+AVX2 static inline void load_q8_0(const block_q8_0 *x, float *dst)
+{
+    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
+    UNROLL for (int k = 0; k < 4; k++)
+    {
+        __m128i q = _mm_loadl_epi64((const __m128i *)(x->qs + 8 * k));
+        _mm256_storeu_ps(dst + 8 * k,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+}
+
+/* A Q4_0 block's 32 values, (nibble - 8) d, into dst: the low nibbles are
+ * values 0-15, the high ones 16-31 (exactly as cpu_dequantize_row). */
+AVX2 static inline void load_q4_0(const block_q4_0 *x, float *dst)
+{
+    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
+    const __m128i qs = _mm_loadu_si128((const __m128i *)x->qs), low = _mm_set1_epi8(0x0f),
+                  eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight),
+                  hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(
+        dst + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), d));
+}
+
+/* n floats of a cache row (f16, f32, Q8_0 or Q4_0; n a multiple of 8, of 32
+ * for the blocked ones) into dst. */
 AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff_t n, float *dst)
 {
-    if (c->dtype == MODEL_DTYPE_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
+    switch (c->dtype) {
+    case MODEL_DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case MODEL_DTYPE_Q8_0:
+        for (ptrdiff_t i = 0; i < n; i += 32) load_q8_0((const block_q8_0 *)src + i / 32, dst + i);
         return;
+    case MODEL_DTYPE_Q4_0:
+        for (ptrdiff_t i = 0; i < n; i += 32) load_q4_0((const block_q4_0 *)src + i / 32, dst + i);
+        return;
+    default: break;
     }
     const uint16_t *h = (const uint16_t *)src;
     for (ptrdiff_t i = 0; i < n; i += 8)
@@ -70,8 +104,7 @@ AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff
 /* The cache lines of a cache row, requested ahead of their use. */
 static inline void prefetch_row(const cpu_kv_cache *c, const char *src)
 {
-    size_t bytes = (size_t)c->head_dim * c->elem_size;
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(src + off);
+    for (size_t off = 0; off < c->head_bytes; off += 64) __builtin_prefetch(src + off);
 }
 
 typedef struct flash_job {
@@ -173,10 +206,16 @@ AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, 
     int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
     int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
+    _Alignas(32) float qr[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM]; /* rotated q rows */
     for (int r = 0; r < rows; r++) {
         int64_t t = t0 + r / j->group;
         int h = g * j->group + r % j->group;
         q[r] = j->q + (t * j->n_head + h) * hd;
+        if (c->rotated) { /* q H . k H = q . k (kv_cache.h) */
+            memcpy(qr + r * hd, q[r], (size_t)hd * sizeof *qr);
+            cpu_kv_rotate(qr + r * hd, hd);
+            q[r] = qr + r * hd;
+        }
         limit[r] = j->pos0 + t + 1;
         m[r] = -INFINITY;
         l[r] = 0;
@@ -268,6 +307,7 @@ static void write_rows(const flash_job *j, int g, int64_t t0, int rows, const fl
         float *dst = j->out + (t * j->n_head + h) * hd;
         float inv = 1.0f / L[r];
         for (ptrdiff_t d = 0; d < hd; d++) dst[d] = O[r * hd + d] * inv;
+        if (j->c->rotated) cpu_kv_rotate(dst, hd); /* a sum of rotated values, rotated back */
     }
 }
 

@@ -512,8 +512,10 @@ static void be_mla_attention(backend *be, const backend_kv *kv, const backend_kv
     const int64_t R = kv->shape.kv_lora_rank, D = R + kv->shape.rope, n_kv = pos0 + n;
     float *kv_f32 = c->kv_f32.p;
     /* The layer's cache as f32 rows (read once per layer, shared by all heads). */
-    for (int64_t j = 0; j < n_kv; j++)
+    for (int64_t j = 0; j < n_kv; j++) {
         cpu_dequantize_row((int)kv->c.dtype, cpu_kv_k(&kv->c, s, l, j), kv_f32 + j * D, D);
+        if (kv->c.rotated) cpu_kv_rotate(kv_f32 + j * D, D); /* stored rotated (kv_cache.h) */
+    }
     if (!kv->naive && kv_b_w->k_b) {
         cpu_mla_attention_split(c->pool, &kv->shape, q, n, pos0, kv_f32, kv_b_w->k_b, kv_b_w->v_b,
                                 scale, out, c->mla.p, c->opt.max_ctx, c->opt.use_ref);

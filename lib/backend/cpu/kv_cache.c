@@ -10,8 +10,10 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
                             int head_dim, int block_size, int32_t n_blocks)
 {
     memset(c, 0, sizeof *c);
-    if ((dtype != MODEL_DTYPE_F32 && dtype != MODEL_DTYPE_F16) || n_layer <= 0 || n_head_kv <= 0 ||
-        head_dim <= 0 || block_size <= 0 || n_blocks <= 0)
+    const int blocked = dtype == MODEL_DTYPE_Q8_0 || dtype == MODEL_DTYPE_Q4_0;
+    if ((dtype != MODEL_DTYPE_F32 && dtype != MODEL_DTYPE_F16 && !blocked) || n_layer <= 0 ||
+        n_head_kv <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0 ||
+        (blocked && head_dim % 32 != 0))
         return DI_ERR_INVALID_ARGUMENT;
     c->dtype = dtype;
     c->n_layer = n_layer;
@@ -20,9 +22,10 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
     c->kv_dim = n_head_kv * head_dim;
     c->block_size = block_size;
     c->n_blocks = n_blocks;
-    c->elem_size = dtype == MODEL_DTYPE_F32 ? 4 : 2;
-    size_t bytes =
-        (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * (size_t)c->kv_dim * c->elem_size;
+    c->rotated = blocked && head_dim % 64 == 0;
+    c->head_bytes = cpu_row_bytes((int)dtype, head_dim);
+    c->row_bytes = (size_t)n_head_kv * c->head_bytes;
+    size_t bytes = (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
     c->k = calloc(1, bytes);
     c->v = calloc(1, bytes);
     if (!c->k || !c->v) {
@@ -44,7 +47,7 @@ di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_lay
 
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c)
 {
-    return (size_t)c->n_layer * (size_t)c->kv_dim * c->elem_size * (c->v ? 2 : 1);
+    return (size_t)c->n_layer * c->row_bytes * (c->v ? 2 : 1);
 }
 
 void cpu_kv_cache_free(cpu_kv_cache *c)
@@ -54,9 +57,43 @@ void cpu_kv_cache_free(cpu_kv_cache *c)
     memset(c, 0, sizeof *c);
 }
 
+void cpu_kv_rotate(float *x, int64_t n)
+{
+    for (int64_t g = 0; g < n; g += 64) {
+        float *y = x + g;
+        for (int len = 1; len < 64; len *= 2)
+            for (int i = 0; i < 64; i += 2 * len)
+                for (int j = i; j < i + len; j++) {
+                    float a = y[j], b = y[j + len];
+                    y[j] = a + b;
+                    y[j + len] = a - b;
+                }
+        for (int j = 0; j < 64; j++) y[j] *= 0.125f; /* 1 / sqrt(64): orthonormal */
+    }
+}
+
+/* A row of n values rotated, then quantized, 64 at a time (two blocks of 32). */
+static void store_rotated(const cpu_kv_cache *c, const float *x, void *dst, int n)
+{
+    float g[64];
+    const size_t bytes = cpu_row_bytes((int)c->dtype, 64);
+    for (int i = 0; i < n; i += 64) {
+        memcpy(g, x + i, sizeof g);
+        cpu_kv_rotate(g, 64);
+        cpu_quantize_row((int)c->dtype, g, (char *)dst + (size_t)(i / 64) * bytes, 64);
+    }
+}
+
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
                   const float *k, const float *v)
 {
+    if (c->rotated) {
+        for (int64_t t = 0; t < n_tokens; t++) {
+            store_rotated(c, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t), c->kv_dim);
+            if (c->v) store_rotated(c, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t), c->kv_dim);
+        }
+        return;
+    }
     for (int64_t t = 0; t < n_tokens; t++) {
         cpu_quantize_row(c->dtype, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t), c->kv_dim);
         if (c->v)
@@ -66,20 +103,19 @@ void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int
 
 size_t cpu_kv_block_bytes(const cpu_kv_cache *c)
 {
-    return (size_t)c->n_layer * (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size *
-           (c->v ? 2 : 1);
+    return (size_t)c->n_layer * (size_t)c->block_size * c->row_bytes * (c->v ? 2 : 1);
 }
 
 /* Layer l's part of block b in one of the two pools. */
 static char *block_part(const cpu_kv_cache *c, void *pool, int l, int32_t b)
 {
-    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    size_t per = (size_t)c->block_size * c->row_bytes;
     return (char *)pool + ((size_t)l * (size_t)c->n_blocks + (size_t)b) * per;
 }
 
 void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst)
 {
-    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    size_t per = (size_t)c->block_size * c->row_bytes;
     char *d = dst;
     for (int l = 0; l < c->n_layer; l++, d += per) memcpy(d, block_part(c, c->k, l, block), per);
     if (c->v)
@@ -89,7 +125,7 @@ void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst)
 
 void cpu_kv_block_write(cpu_kv_cache *c, int32_t block, const void *src)
 {
-    size_t per = (size_t)c->block_size * (size_t)c->kv_dim * c->elem_size;
+    size_t per = (size_t)c->block_size * c->row_bytes;
     const char *p = src;
     for (int l = 0; l < c->n_layer; l++, p += per) memcpy(block_part(c, c->k, l, block), p, per);
     if (c->v)

@@ -1,10 +1,24 @@
 /* A paged KV cache: keys and values of every layer in fixed-size blocks of
  * tokens, shared by sequences through per-sequence block tables (vLLM's
  * PagedAttention layout). A block holds, per layer, block_size tokens x
- * n_head_kv x head_dim keys and as many values, stored as f32 or f16.
+ * n_head_kv x head_dim keys and as many values, stored as f32 or f16, or in
+ * ggml's Q8_0 or Q4_0 blocks of 32 (llama.cpp's --cache-type-k/v q8_0, q4_0:
+ * each head's slice of a row is whole blocks, head_dim a multiple of 32).
+ *
+ * A Q8_0 or Q4_0 cache whose rows are whole groups of 64 values (head_dim,
+ * or an MLA latent row, a multiple of 64) is rotated: every group of 64
+ * values is multiplied by the orthonormal Hadamard matrix H (Sylvester's,
+ * divided by 8; symmetric, so H H = I) before it is quantized. The rotation
+ * spreads a few large channels over the group, so the block scales fit the
+ * rest better (QuaRot, arXiv 2404.00456; llama.cpp rotates its quantized
+ * caches the same way, gated the same way). Scores are unchanged, as q H .
+ * k H = q . k: attention rotates q and, as the output is a sum of rotated
+ * values, rotates the output back (cpu_attention); a latent cache's rows are
+ * rotated back when read.
  *
  * Address of token p of a sequence in layer l: block b = table[p / block_size],
- * slot p % block_size; K at k + ((l * n_blocks + b) * block_size + slot) * kv_dim.
+ * slot p % block_size; K at k + ((l * n_blocks + b) * block_size + slot) *
+ * row_bytes, head g's slice head_bytes * g further.
  *
  * Which blocks a sequence holds is host bookkeeping outside the backend
  * (model/kv_pool.h); the cache only holds their memory, which attention
@@ -20,11 +34,13 @@
 #include "backend/types.h"
 
 typedef struct cpu_kv_cache {
-    model_dtype dtype;                        /* MODEL_DTYPE_F32 or MODEL_DTYPE_F16 */
+    model_dtype dtype;                        /* MODEL_DTYPE_F32, _F16, _Q8_0 or _Q4_0 */
     int n_layer, n_head_kv, head_dim, kv_dim; /* kv_dim = n_head_kv * head_dim */
     int block_size;                           /* tokens per block */
     int32_t n_blocks;
-    size_t elem_size;
+    size_t row_bytes;  /* one token's K (or V) row of kv_dim values, as stored */
+    size_t head_bytes; /* one head's head_dim values of it */
+    int rotated;       /* stored rotated by H in groups of 64 (above) */
     void *k, *v;
 } cpu_kv_cache;
 
@@ -32,8 +48,8 @@ typedef struct cpu_kv_cache {
  * device-neutral block table). */
 typedef backend_kv_seq cpu_kv_seq;
 
-/* Errors: DI_ERR_INVALID_ARGUMENT (dtype not F32/F16, non-positive sizes),
- * DI_ERR_OUT_OF_MEMORY. */
+/* Errors: DI_ERR_INVALID_ARGUMENT (dtype not F32/F16/Q8_0/Q4_0, non-positive
+ * sizes, a Q8_0/Q4_0 head_dim not a multiple of 32), DI_ERR_OUT_OF_MEMORY. */
 di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
                             int head_dim, int block_size, int32_t n_blocks);
 /* A cache of one row per token and layer and no values (v is NULL): MLA's
@@ -41,8 +57,12 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
  * and the shared rope key), read through cpu_kv_k. Errors as cpu_kv_cache_init. */
 di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_layer, int dim,
                                    int block_size, int32_t n_blocks);
-/* Bytes one token takes in the cache over all layers: n_layer * kv_dim *
- * elem_size, twice that when values are stored. */
+/* x[0, n) = H x in groups of 64 (n a multiple of 64): the cache's rotation,
+ * its own inverse. A fast Walsh-Hadamard transform: 6 n adds, n multiplies. */
+void cpu_kv_rotate(float *x, int64_t n);
+
+/* Bytes one token takes in the cache over all layers: n_layer * row_bytes,
+ * twice that when values are stored. */
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c);
 void cpu_kv_cache_free(cpu_kv_cache *c);
 
@@ -51,29 +71,29 @@ static inline void *cpu_kv_k(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, 
 {
     int64_t b = s->block_table[pos / c->block_size];
     int64_t slot = pos % c->block_size;
-    return (char *)c->k + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) *
-                              c->kv_dim * c->elem_size;
+    return (char *)c->k +
+           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->row_bytes;
 }
 static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
 {
     int64_t b = s->block_table[pos / c->block_size];
     int64_t slot = pos % c->block_size;
-    return (char *)c->v + (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) *
-                              c->kv_dim * c->elem_size;
+    return (char *)c->v +
+           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->row_bytes;
 }
 
-/* Bytes of one block over all layers: n_layer x block_size x kv_dim x
- * elem_size, twice that with values; and its copy out and in, layer by layer
+/* Bytes of one block over all layers: n_layer x block_size x row_bytes,
+ * twice that with values; and its copy out and in, layer by layer
  * (keys of every layer, then values). */
 size_t cpu_kv_block_bytes(const cpu_kv_cache *c);
 void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst);
 void cpu_kv_block_write(cpu_kv_cache *c, int32_t block, const void *src);
 
 /* Store n_tokens rows of k and v (f32 [n_tokens, kv_dim]) at positions
- * pos0.. of layer l, converting to the cache dtype (v is ignored, and may be
- * NULL, in a latent cache). The positions must be
- * reserved. Roofline: reads 8 n_tokens kv_dim bytes, writes 2 n_tokens kv_dim
- * elem_size bytes; no arithmetic beyond the conversion. */
+ * pos0.. of layer l, converting to the cache dtype, rotated first when the
+ * cache is (v is ignored, and may be NULL, in a latent cache). The positions must be
+ * reserved. Roofline: reads 8 n_tokens kv_dim bytes, writes 2 n_tokens
+ * row_bytes; no arithmetic beyond the conversion (and the block scales). */
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
                   const float *k, const float *v);
 

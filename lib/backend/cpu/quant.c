@@ -498,6 +498,37 @@ static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
     }
 }
 
+/* ggml's quantize_row_q4_0_ref: the block's value of largest magnitude, with
+ * its sign, maps to -8 (d = max / -8), the others to the nearest of 16 steps
+ * (x / d + 8.5 truncated, at most 15); the first 16 in the low nibbles. Used
+ * for the Q4_0 KV cache. A block holding a NaN or an infinity is stored as
+ * quant_q8_0 stores one. */
+static void quant_q4_0(const float *x, block_q4_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const float *xb = x + i * 32;
+        float amax = 0, max = 0;
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            float a = fabsf(xb[j]);
+            finite &= a <= FLT_MAX;
+            if (a > amax) amax = a, max = xb[j];
+        }
+        if (!finite) {
+            memset(&y[i], 0, sizeof y[i]);
+            y[i].d = F16_NAN;
+            continue;
+        }
+        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = cpu_f32_to_fp16(d);
+        for (int j = 0; j < 16; j++) {
+            int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
+            lo = lo < 15 ? lo : 15, hi = hi < 15 ? hi : 15;
+            y[i].qs[j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
 static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -580,6 +611,7 @@ void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n)
         for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = cpu_f32_to_bf16(x[i]);
         break;
     case MODEL_DTYPE_Q8_0: quant_q8_0(x, y, n / 32); break;
+    case MODEL_DTYPE_Q4_0: quant_q4_0(x, y, n / 32); break;
     case CPU_DTYPE_Q8_1: quant_q8_1(x, y, n / 32); break;
     case CPU_DTYPE_Q8_K: quant_q8_K(x, y, n / QK_K); break;
     default: break;

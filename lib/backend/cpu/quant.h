@@ -180,7 +180,8 @@ extern const float cpu_e2m1_values[16];
 void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
 
 /* Quantize n f32 values into an activation row of dtype Q8_0, Q8_1, Q8_K, F16,
- * BF16 or F32 (a copy), with ggml's reference rounding. Roofline: reads 4n
+ * BF16 or F32 (a copy), or a KV cache row of Q4_0, with ggml's reference
+ * rounding. Roofline: reads 4n
  * bytes, writes cpu_row_bytes(dtype, n), ~3n FLOPs (max, scale, round). n is a multiple of the
  * block size. Reference versions; cpu_quantize_row picks a SIMD one when the
  * CPU has it, with the same results. */

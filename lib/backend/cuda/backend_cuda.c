@@ -471,6 +471,11 @@ static di_status be_kv_create(backend *be, model_dtype dtype, int n_layer, int n
         return cuda_errorf(c->host, err, DI_ERR_UNSUPPORTED,
                            "cuda backend: mla_attention not implemented yet (DeepSeek MLA models "
                            "run on DI_DEVICE_CPU; docs/cuda.md)");
+    if (dtype == MODEL_DTYPE_Q8_0 || dtype == MODEL_DTYPE_Q4_0)
+        return cuda_errorf(c->host, err, DI_ERR_UNSUPPORTED,
+                           "kv_cache_type %s: the cuda backend keeps the KV cache in f16 or f32 "
+                           "(docs/cuda.md)",
+                           dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0");
     if ((dtype != MODEL_DTYPE_F32 && dtype != MODEL_DTYPE_F16) || n_layer < 1 || n_head_kv < 1 ||
         head_dim < 1 || block_size < 1 || n_blocks < 1)
         return cuda_errorf(c->host, err, DI_ERR_INVALID_ARGUMENT,
