@@ -1,15 +1,16 @@
 /* The attention ops alone over a short and a long context (the CPU-kernel
  * issue's long-prompt goal: tokens/s at 4,096 keys within 25 % of that at 256):
  *   GQA  cpu_attention at SmolLM2-135M's shape (9 query heads, 3 KV heads of
- *        64, an f16 paged cache of 30 layers, each call the next layer, so the
- *        cache is read from memory as in the model);
+ *        64, a paged cache of 30 layers, each call the next layer, so the
+ *        cache is read from memory as in the model), with the cache in f16,
+ *        Q8_0 and Q4_0 (kv_cache_type) one after another;
  *   MLA  cpu_mla_attention (absorbed) at DeepSeek-V2-Lite's (16 heads, latent
  *        512 + rope 64, one layer's f32 latents).
  * Random values (the ops' time does not depend on them): decode (one token at
  * position n - 1) and a prefill block (16 tokens at n - 16 .. n - 1), tokens/s
  * of the best of `reps` wall times.
  *
- *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)]
+ *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)] [gqa caches (f16,q8_0,q4_0)]
  * Ratios last: long / short, decode and prefill, per op. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,12 +65,11 @@ static double gqa_rate(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv
 
 /* The GQA table; 0 on success. */
 static int gqa(cpu_threadpool *pool, int threads, const int64_t *ctxs, int n_ctx, int64_t max_ctx,
-               int reps)
+               int reps, model_dtype dtype, const char *name)
 {
     cpu_kv_cache c;
     const int32_t n_blocks = (int32_t)((max_ctx + GQA_BLOCK - 1) / GQA_BLOCK);
-    if (cpu_kv_cache_init(&c, MODEL_DTYPE_F16, GQA_LAYERS, GQA_KV, GQA_HD, GQA_BLOCK, n_blocks) !=
-        DI_OK)
+    if (cpu_kv_cache_init(&c, dtype, GQA_LAYERS, GQA_KV, GQA_HD, GQA_BLOCK, n_blocks) != DI_OK)
         return 1;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
     float *kv = malloc(sizeof(float) * (size_t)max_ctx * GQA_KV * GQA_HD);
@@ -84,17 +84,18 @@ static int gqa(cpu_threadpool *pool, int threads, const int64_t *ctxs, int n_ctx
     for (int64_t i = 0; i < 16 * GQA_HEADS * GQA_HD; i++) q[i] = frand(&seed);
     for (int l = 0; l < GQA_LAYERS; l++) cpu_kv_store(&c, &s, l, 0, max_ctx, kv, kv);
     double dec[8], pre[8];
-    printf("GQA, SmolLM2-135M shape (9 heads, 3 KV heads of 64, f16 cache, 30 layers), %d "
-           "threads\n",
-           threads);
+    printf("GQA, SmolLM2-135M shape (9 heads, 3 KV heads of 64, %s cache: %zu bytes a token, 30 "
+           "layers), %d threads\n",
+           name, cpu_kv_cache_bytes_per_token(&c), threads);
     for (int i = 0; i < n_ctx; i++) {
         dec[i] = gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 1, reps);
         pre[i] = gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 16, reps);
         printf("context %6lld: decode %8.1f tok/s, prefill block %8.1f tok/s (30 layers)\n",
                (long long)ctxs[i], dec[i], pre[i]);
     }
-    printf("GQA ratio at %lld / at %lld: decode %.3f, prefill %.3f\n", (long long)ctxs[n_ctx - 1],
-           (long long)ctxs[0], dec[n_ctx - 1] / dec[0], pre[n_ctx - 1] / pre[0]);
+    printf("GQA %s ratio at %lld / at %lld: decode %.3f, prefill %.3f\n", name,
+           (long long)ctxs[n_ctx - 1], (long long)ctxs[0], dec[n_ctx - 1] / dec[0],
+           pre[n_ctx - 1] / pre[0]);
     cpu_kv_cache_free(&c);
     free(table), free(kv), free(q), free(out), free(scratch);
     return 0;
@@ -128,9 +129,17 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < (int64_t)H * (NOPE + V) * R; i++) w[i] = frand(&seed) * 0.1f;
     for (int64_t i = 0; i < 16 * H * QD; i++) q[i] = frand(&seed);
     for (int64_t i = 0; i < max_ctx * D; i++) kv[i] = frand(&seed);
-    if (gqa(pool, threads, ctxs, n_ctx, max_ctx, reps) != 0) {
-        fprintf(stderr, "attention_bench: out of memory\n");
-        return 1;
+    const char *types = argc > 4 ? argv[4] : "f16,q8_0,q4_0";
+    static const struct {
+        const char *name;
+        model_dtype dtype;
+    } caches[] = {{"f16", MODEL_DTYPE_F16}, {"q8_0", MODEL_DTYPE_Q8_0}, {"q4_0", MODEL_DTYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++) {
+        if (!strstr(types, caches[i].name)) continue;
+        if (gqa(pool, threads, ctxs, n_ctx, max_ctx, reps, caches[i].dtype, caches[i].name) != 0) {
+            fprintf(stderr, "attention_bench: out of memory\n");
+            return 1;
+        }
     }
     double dec[8], pre[8];
     printf("MLA absorbed, DeepSeek-V2-Lite shape (16 heads, latent 512 + rope 64), %d threads\n",

@@ -29,10 +29,14 @@ import numpy as np
 
 class DiModelOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("n_threads", ctypes.c_int32),
-                ("kv_cache_f32", ctypes.c_int32), ("n_ctx", ctypes.c_int64)]
+                ("kv_cache_f32", ctypes.c_int32), ("n_ctx", ctypes.c_int64),
+                ("kv_cache_type", ctypes.c_int32), ("reserved", ctypes.c_int32)]
+
+# di_kv_cache_type by the names llama.cpp's --cache-type-k/v use, and llama.cpp's ggml_type
+KV_CACHE_TYPES = {"f16": (0, 1), "f32": (1, 0), "q8_0": (2, 8), "q4_0": (3, 2)}
 
 
-def load_deepinfer(lib_path, model, threads, n_ctx):
+def load_deepinfer(lib_path, model, threads, n_ctx, kv_cache_type="f16"):
     lib = ctypes.CDLL(lib_path)
     lib.di_model_options_init.argtypes = [ctypes.POINTER(DiModelOptions)]
     lib.di_model_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(DiModelOptions),
@@ -46,6 +50,7 @@ def load_deepinfer(lib_path, model, threads, n_ctx):
     lib.di_model_options_init(ctypes.byref(opts))
     opts.n_threads = threads
     opts.n_ctx = n_ctx
+    opts.kv_cache_type = KV_CACHE_TYPES[kv_cache_type][0]
     handle = ctypes.c_void_p()
     st = lib.di_model_load(model.encode(), ctypes.byref(opts), ctypes.byref(handle), None)
     if st != 0:

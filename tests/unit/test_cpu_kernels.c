@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_mla.h"
 #include "backend/cpu/deepseek_v4_ops.h"
@@ -1043,6 +1044,72 @@ static void test_attention_q4_0_cache(void **state)
                      DI_ERR_INVALID_ARGUMENT);
 }
 
+/* MLA over a Q8_0 or Q4_0 latent cache, through the backend interface (the
+ * path DeepSeek-V3/V2 take): rows of 64 (kv_lora_rank 48 + rope 16) are
+ * rotated and quantized when stored and rotated back when read, so the
+ * attention equals the f32 cache's over the values the blocks hold, and those
+ * are the stored latents up to the blocks' rounding. */
+static void test_mla_quantized_latent_cache(void **state)
+{
+    (void)state;
+    enum { NH = 3, NOPE = 16, RP = 16, VD = 16, RK = 48, D = RK + RP, NT = 21, BS = 16, NB = 4 };
+    backend_options bo = {2, 0, NT, 64, 0};
+    backend *be = NULL;
+    assert_int_equal(backend_create(&bo, &be, NULL), DI_OK);
+    static float w[NH * (NOPE + VD) * RK], lat[NT * D], eff[NT * D], q[NT * NH * (NOPE + RP)];
+    static float out_q[NT * NH * VD], out_f[NT * NH * VD];
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = frand() * 0.2f;
+    for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) lat[i] = frand();
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) q[i] = frand();
+    model_tensor t = {.name = "kv_b",
+                      .dtype = MODEL_DTYPE_F32,
+                      .n_dims = 2,
+                      .ne = {RK, NH * (NOPE + VD), 1, 1},
+                      .data = w,
+                      .n_bytes = sizeof w};
+    const backend_matrix *wm = NULL;
+    assert_int_equal(be->ops->matrix(be, &t, &wm, NULL), DI_OK);
+    const backend_mla_shape shape = {NH, NOPE, RP, VD, RK};
+    int32_t table[NB] = {2, 0, 3, 1};
+    backend_kv_seq s = {table, NB, NB, NT, 0};
+    const model_dtype types[2] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0};
+    for (int k = 0; k < 2; k++) {
+        backend_kv *kq = NULL, *kf = NULL;
+        assert_int_equal(be->ops->kv_create(be, types[k], 1, 1, D, BS, NB, &shape, 0, &kq, NULL),
+                         DI_OK);
+        assert_int_equal(
+            be->ops->kv_create(be, MODEL_DTYPE_F32, 1, 1, D, BS, NB, &shape, 0, &kf, NULL), DI_OK);
+        assert_int_equal(be->ops->kv_bytes_per_token(kq), cpu_row_bytes((int)types[k], D));
+        be->ops->kv_store(be, kq, &s, 0, 0, NT, lat, NULL);
+        /* the values the blocks hold: each block's row read back, dequantized
+         * and rotated back (cpu_kv_k reads the same memory the backend wrote) */
+        size_t row = cpu_row_bytes((int)types[k], D);
+        char *block = malloc(be->ops->kv_block_bytes(kq));
+        assert_non_null(block);
+        for (int b = 0; b < (NT + BS - 1) / BS; b++) {
+            be->ops->kv_block_read(be, kq, table[b], block);
+            for (int slot = 0; slot < BS && b * BS + slot < NT; slot++) {
+                float *e = eff + (b * BS + slot) * D;
+                cpu_dequantize_row((int)types[k], block + (size_t)slot * row, e, D);
+                cpu_kv_rotate(e, D);
+                for (int i = 0; i < D; i++)
+                    assert_true(fabsf(e[i] - lat[(b * BS + slot) * D + i]) <
+                                (k == 0 ? 0.04f : 0.6f));
+            }
+        }
+        free(block);
+        be->ops->kv_store(be, kf, &s, 0, 0, NT, eff, NULL);
+        be->ops->mla_attention(be, kq, &s, 0, q, 0, NT, w, wm, 0.2f, out_q);
+        be->ops->mla_attention(be, kf, &s, 0, q, 0, NT, w, wm, 0.2f, out_f);
+        double worst = 0;
+        for (int i = 0; i < NT * NH * VD; i++) worst = fmax(worst, fabs(out_q[i] - out_f[i]));
+        printf("mla, %s latent cache vs f32 over the values it holds: max |diff| %.2e\n",
+               k == 0 ? "q8_0" : "q4_0", worst);
+        assert_true(worst < 1e-5);
+    }
+    backend_free(be);
+}
+
 /* MLA's absorbed form with k_b / v_b as llama.cpp stores them
  * (cpu_mla_attention_split) against the f32 absorbed form on the same weights
  * dequantized and joined (kv_b rows: each head's nope key rows, then its v value
@@ -1221,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_attention_long_context_segments),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),
+        cmocka_unit_test(test_mla_quantized_latent_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
