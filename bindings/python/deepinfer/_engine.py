@@ -387,6 +387,13 @@ class Engine:
         max_running: requests computed together at most (0: 16).
         kv_cache_bytes: the KV cache budget in bytes shared by all requests (0:
             room for 4 sequences of n_ctx tokens).
+        kv_cache_type: the KV cache's storage type (di_kv_cache_type), as the
+            CLI's --kv-cache-type names it: "f16" (default, as llama.cpp),
+            "f32", "q8_0" or "q4_0" (ggml's blocks of 32: 0.53 and 0.28 of the
+            f16 cache's bytes, so kv_cache_bytes holds 1.9x and 3.6x the tokens,
+            at the cost of the rounding; they need a head dimension that is a
+            multiple of 32 and the CPU, else UnsupportedError). Another value
+            is a ValueError (InvalidArgumentError) naming the allowed ones.
         n_batch: tokens one forward step takes at most (0: 256).
         prefix_cache: True (default): a request whose prompt starts with full
             16-token blocks an earlier request computed reuses them
@@ -459,11 +466,18 @@ class Engine:
         draft: str = "auto",
         draft_model_path=None,
         device: str = "cpu",
+        kv_cache_type: str = "f16",
     ):
         self._handle = None
         devices = {"cpu": 1, "cuda": 2}  # di_device
         if device not in devices:
             raise error_for(1, f"device: unknown device {device!r} (expected cpu or cuda)")
+        if kv_cache_type not in _lib.KV_CACHE_TYPES:
+            raise error_for(
+                1,
+                f"kv_cache_type: unknown KV cache type {kv_cache_type!r} "
+                "(expected f16, f32, q8_0 or q4_0)",
+            )
         lib = self._lib = _lib.load()
         cfg = _lib.new_engine_config(lib)
         cfg.device = devices[device]
@@ -481,6 +495,7 @@ class Engine:
         cfg.n_ctx = n_ctx
         cfg.max_running = max_running
         cfg.kv_cache_bytes = kv_cache_bytes
+        cfg.kv_cache_type = _lib.KV_CACHE_TYPES[kv_cache_type]
         cfg.n_batch = n_batch
         cfg.disable_prefix_cache = 0 if prefix_cache else 1
         cfg.kv_host_cache_bytes = kv_host_cache_bytes

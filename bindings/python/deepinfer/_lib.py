@@ -57,7 +57,8 @@ LOG_FN = CFUNCTYPE(None, c_void_p, c_int, c_char_p)
 
 
 class EngineConfig(Structure):
-    """di_engine_config (deepinfer.h), release 0.2 (0.1 ended at progress_user)."""
+    """di_engine_config (deepinfer.h), release 0.2 (0.1 ended at progress_user),
+    and the fields appended since (kv_cache_type)."""
 
     _fields_ = [
         ("struct_size", c_size_t),
@@ -85,6 +86,8 @@ class EngineConfig(Structure):
         ("draft", c_int32),
         ("reserved_draft", c_int32),
         ("draft_model_path", c_char_p),
+        ("kv_cache_type", c_int32),
+        ("reserved_kv", c_int32),
     ]
 
 
@@ -144,6 +147,10 @@ class KvCacheStats(Structure):
         ("blocks_evicted_total", c_int64),
     ]
 
+
+#: di_kv_cache_type by the names the CLI's --kv-cache-type gives them (llama.cpp's
+#: --cache-type-k/-v): the KV cache's storage type.
+KV_CACHE_TYPES = {"f16": 0, "f32": 1, "q8_0": 2, "q4_0": 3}
 
 # Room for a newer library's larger struct: di_*_init writes sizeof(its struct).
 _INIT_ROOM = 4096

@@ -1024,6 +1024,20 @@ extern "C" {
 pub struct di_model {
     _unused: [u8; 0],
 }
+#[doc = " f16, 2 bytes a value: llama.cpp's default."]
+pub const DI_KV_CACHE_F16: di_kv_cache_type = 0;
+#[doc = " f32, 4 bytes a value."]
+pub const DI_KV_CACHE_F32: di_kv_cache_type = 1;
+#[doc = " ggml's Q8_0: blocks of 32 values, an f16 scale and 32 int8 (34 bytes,"]
+#[doc = " 1.0625 bytes a value: 0.53 of f16)."]
+pub const DI_KV_CACHE_Q8_0: di_kv_cache_type = 2;
+#[doc = " ggml's Q4_0: blocks of 32 values, an f16 scale and 32 4-bit values (18"]
+#[doc = " bytes, 0.5625 bytes a value: 0.28 of f16)."]
+pub const DI_KV_CACHE_Q4_0: di_kv_cache_type = 3;
+#[doc = " The KV cache's storage type (di_model_options.kv_cache_type,"]
+#[doc = " di_engine_config.kv_cache_type): llama.cpp's --cache-type-k/--cache-type-v"]
+#[doc = " (the same for keys and values). Values are never renumbered."]
+pub type di_kv_cache_type = ::std::os::raw::c_uint;
 #[doc = " Options of di_model_load (a versioned input struct: see \"Versioned input"]
 #[doc = " structs\")."]
 #[repr(C)]
@@ -1037,12 +1051,27 @@ pub struct di_model_options {
     #[doc = " Tokens the sequence may hold; 0 (default): the model's training context,"]
     #[doc = " at most 4096."]
     pub n_ctx: i64,
+    #[doc = " The KV cache's storage type, a di_kv_cache_type; 0 (DI_KV_CACHE_F16,"]
+    #[doc = " default): f16, or f32 with kv_cache_f32 = 1. Q8_0 and Q4_0 keep each"]
+    #[doc = " token's keys and values in blocks of 32 (quantized once, when stored;"]
+    #[doc = " attention dequantizes them exactly to f32): 0.53 and 0.28 of the f16"]
+    #[doc = " cache's bytes, so long contexts read less memory per decoded token, at"]
+    #[doc = " the cost of the rounding (docs/kv-cache.md gives the logits' distance"]
+    #[doc = " from the f32 reference beside llama.cpp's with the same type). They"]
+    #[doc = " need head_dim (an MLA model's kv_lora_rank + qk_rope_head_dim) a"]
+    #[doc = " multiple of 32, and the CPU (DI_ERR_UNSUPPORTED otherwise, naming the"]
+    #[doc = " dimension); DeepSeek-V4, whose caches are f32, refuses them too. An"]
+    #[doc = " unknown value, or kv_cache_f32 = 1 with a type other than F32 or F16, is"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT."]
+    pub kv_cache_type: i32,
+    #[doc = " must be 0"]
+    pub reserved: i32,
 }
 #[test]
 fn bindgen_test_layout_di_model_options() {
     assert_eq!(
         ::std::mem::size_of::<di_model_options>(),
-        24usize,
+        32usize,
         concat!("Size of: ", stringify!(di_model_options))
     );
     assert_eq!(
@@ -1118,6 +1147,40 @@ fn bindgen_test_layout_di_model_options() {
         );
     }
     test_field_n_ctx();
+    fn test_field_kv_cache_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_model_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_cache_type) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_model_options),
+                "::",
+                stringify!(kv_cache_type)
+            )
+        );
+    }
+    test_field_kv_cache_type();
+    fn test_field_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_model_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_model_options),
+                "::",
+                stringify!(reserved)
+            )
+        );
+    }
+    test_field_reserved();
 }
 extern "C" {
     #[doc = " Set struct_size and the defaults."]
@@ -1161,7 +1224,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Bytes of KV cache one token of the sequence takes, summed over the layers, in"]
-    #[doc = " the cache's element type (2 bytes for f16, 4 with kv_cache_f32). Dense models"]
+    #[doc = " the cache's element type (2 bytes for f16, 4 with kv_cache_f32, 34 per 32"]
+    #[doc = " values for Q8_0 and 18 per 32 for Q4_0: kv_cache_type). Dense models"]
     #[doc = " keep every KV head's key and value: 2 * layers * kv_heads * head_dim *"]
     #[doc = " element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope"]
     #[doc = " key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,"]
@@ -1286,11 +1350,10 @@ pub struct di_engine_config {
     #[doc = " 65536."]
     pub n_batch: i64,
     #[doc = " The KV cache budget in bytes, shared by all requests (keys and values in"]
-    #[doc = " f16, as llama.cpp stores them); 0 (default): room for 4 sequences of n_ctx"]
-    #[doc = " tokens. It is rounded down to whole blocks of 16 tokens; less than one"]
-    #[doc = " block is DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused"]
-    #[doc = " by di_submit; a request that outgrows it alone ends with"]
-    #[doc = " DI_ERR_CONTEXT_LENGTH."]
+    #[doc = " kv_cache_type: f16 by default, as llama.cpp stores them); 0 (default): room for 4 sequences"]
+    #[doc = " of n_ctx tokens. It is rounded down to whole blocks of 16 tokens; less than one block is"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT. A prompt that does not fit it is refused by di_submit; a request"]
+    #[doc = " that outgrows it alone ends with DI_ERR_CONTEXT_LENGTH."]
     pub kv_cache_bytes: i64,
     #[doc = " A log sink and its argument; NULL (default): no logging."]
     pub log: di_log_fn,
@@ -1381,12 +1444,21 @@ pub struct di_engine_config {
     #[doc = " differs. Its load errors are di_model_load's, the message prefixed with"]
     #[doc = " \"draft_model_path: \"."]
     pub draft_model_path: *const ::std::os::raw::c_char,
+    #[doc = " The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,"]
+    #[doc = " default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the"]
+    #[doc = " same limits and errors). kv_cache_bytes holds 1.9x (Q8_0) or 3.6x"]
+    #[doc = " (Q4_0) the tokens of f16; the prefix cache's tiers keep each type's"]
+    #[doc = " blocks apart (another type's files are skipped). A draft model's cache"]
+    #[doc = " has the same type."]
+    pub kv_cache_type: i32,
+    #[doc = " must be 0"]
+    pub reserved_kv: i32,
 }
 #[test]
 fn bindgen_test_layout_di_engine_config() {
     assert_eq!(
         ::std::mem::size_of::<di_engine_config>(),
-        160usize,
+        168usize,
         concat!("Size of: ", stringify!(di_engine_config))
     );
     assert_eq!(
@@ -1819,6 +1891,40 @@ fn bindgen_test_layout_di_engine_config() {
         );
     }
     test_field_draft_model_path();
+    fn test_field_kv_cache_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_cache_type) as usize - ptr as usize
+            },
+            160usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(kv_cache_type)
+            )
+        );
+    }
+    test_field_kv_cache_type();
+    fn test_field_reserved_kv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<di_engine_config>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved_kv) as usize - ptr as usize
+            },
+            164usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(di_engine_config),
+                "::",
+                stringify!(reserved_kv)
+            )
+        );
+    }
+    test_field_reserved_kv();
 }
 #[doc = " A draft model when draft_model_path is set, else the model's MTP"]
 #[doc = " module when it has one (DI_DRAFT_MTP), else prompt lookup."]

@@ -56,8 +56,8 @@ mod util;
 
 pub use codec::{Codec, Encoding, Prompt, Protocol};
 pub use engine::{
-    Canceller, Choice, Completion, Device, Draft, Engine, EngineBuilder, KvCacheStats, LogLevel,
-    RequestHandle,
+    Canceller, Choice, Completion, Device, Draft, Engine, EngineBuilder, KvCacheStats, KvCacheType,
+    LogLevel, RequestHandle,
 };
 pub use error::{Error, Result, Status};
 pub use event::{Chunk, Done, Event, TextDelta, Tokens, ToolCall, ToolCallDelta, Usage};

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use common::json;
-use deepinfer::{Draft, Encoding, Engine, Event, FinishReason, Request, Status};
+use deepinfer::{Draft, Encoding, Engine, Event, FinishReason, KvCacheType, Request, Status};
 
 fn smol() -> Option<(PathBuf, Engine)> {
     let path = common::asset(common::SMOL)?;
@@ -794,4 +794,55 @@ fn kv_cache_stats_follow_a_request_and_the_prefix_cache() {
     assert_eq!(done.usage.prompt_cache_hit_tokens as u64, (n - 1) / 16 * 16);
     assert_eq!(k.prefix_cache_hits_total, (n - 1) / 16 * 16);
     assert_eq!(k.prefix_cache_queries_total, 2 * n);
+}
+
+/// The quantized KV caches (`EngineBuilder::kv_cache_type`): a greedy token
+/// request ends with exactly one Done after the tokens asked for, and the same
+/// `kv_cache_bytes` holds the type's share of f16's bytes per token (blocks of
+/// 32 values in 34 and 18 bytes), so the type reached the library.
+#[test]
+fn quantized_kv_caches_answer_a_greedy_request() {
+    let path = match common::asset(common::SMOL) {
+        Some(p) => p,
+        None => return,
+    };
+    let budget = 8u64 << 20;
+    let engine = |kv| {
+        Engine::builder(&path)
+            .n_threads(2)
+            .n_ctx(256)
+            .kv_cache_bytes(budget)
+            .kv_cache_type(kv)
+            .build()
+            .expect("SmolLM2 loads")
+    };
+    let f16 = engine(KvCacheType::F16)
+        .kv_cache_stats()
+        .unwrap()
+        .blocks_total as f64;
+    let prompt = common::ids(common::smol_fixture().get("cases").at(0).get("prompt"));
+    for (kv, ratio) in [
+        (KvCacheType::Q8_0, 34.0 / 64.0),
+        (KvCacheType::Q4_0, 18.0 / 64.0),
+    ] {
+        let engine = engine(kv);
+        let n = 4;
+        let req = Request::tokens(&prompt)
+            .temperature(0.0)
+            .max_tokens(n)
+            .ignore_eos(true);
+        let events: Vec<_> = engine.submit(&req).unwrap().collect();
+        let done = one_done_last(&events);
+        assert_eq!(done.status, Status::Ok, "{:?}", kv);
+        assert_eq!(done.usage.completion_tokens as u64, n);
+        assert_eq!(tokens_of(&events).len() as u64, n);
+        let blocks = engine.kv_cache_stats().unwrap().blocks_total as f64;
+        assert!(
+            0.9 * f16 / ratio <= blocks && blocks <= (f16 + 1.0) / ratio,
+            "{:?}: {} blocks, f16 {}",
+            kv,
+            blocks,
+            f16
+        );
+    }
 }
