@@ -62,8 +62,8 @@ AVX2 static inline void load_q8_0(const block_q8_0 *x, float *dst)
     const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
     UNROLL for (int k = 0; k < 4; k++)
     {
-        __m128i q = _mm_loadl_epi64((const __m128i *)(x->qs + 8 * k));
-        _mm256_storeu_ps(dst + 8 * k,
+        __m128i q = _mm_loadl_epi64((const __m128i *)(x->qs + (ptrdiff_t)8 * k));
+        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
                          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
     }
 }
@@ -78,8 +78,9 @@ AVX2 static inline void load_q4_0(const block_q4_0 *x, float *dst)
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight),
                   hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
     const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(
-        dst + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), d));
+    UNROLL for (int k = 0; k < 4; k++)
+        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), d));
 }
 
 /* n floats of a cache row (f16, f32, Q8_0 or Q4_0; n a multiple of 8, of 32
