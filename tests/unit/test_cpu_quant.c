@@ -191,6 +191,34 @@ static void test_non_finite_activations_quantize_to_nan_blocks(void **state)
     }
 }
 
+/* A block whose largest magnitude is tiny (subnormal, or a normal float near
+ * FLT_MIN) has an f16 scale of 0, so it quantizes as a zero block does, in the
+ * reference and the SIMD versions alike. Its multiplier (127 / amax, 1 / d)
+ * overflowed to infinity: the values became NaN or infinite and their integer
+ * conversion was undefined (Q4_0 then shifted INT_MIN). Q8_0 and Q4_0 are the
+ * KV cache's types (docs/kv-cache.md), where a head's rotated row of small
+ * values reaches them. */
+static void test_tiny_blocks_quantize_as_zero_blocks(void **state)
+{
+    (void)state;
+    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, MODEL_DTYPE_Q4_0};
+    const float tiny[] = {1e-39f, 1e-38f}; /* subnormal, normal */
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (size_t m = 0; m < sizeof tiny / sizeof tiny[0]; m++) {
+            float x[32], zero[32] = {0}, y[32];
+            for (int i = 0; i < 32; i++) x[i] = tiny[m] * (float)(i % 3) * (i % 2 ? -0.5f : 1.0f);
+            uint8_t want[64], ref[64], got[64];
+            size_t bytes = cpu_row_bytes(types[k], 32);
+            cpu_quantize_row_ref(types[k], zero, want, 32);
+            cpu_quantize_row_ref(types[k], x, ref, 32);
+            cpu_quantize_row(types[k], x, got, 32);
+            assert_memory_equal(ref, want, bytes);
+            assert_memory_equal(got, want, bytes);
+            cpu_dequantize_row(types[k], got, y, 32);
+            for (int i = 0; i < 32; i++) assert_true(y[i] == 0.0f);
+        }
+}
+
 /* The SIMD activation quantizers give the reference's bytes: random rows of
  * several magnitudes, ties at .5 after scaling, zero blocks, a block whose
  * largest magnitude appears with both signs (Q8_K keeps the first), and a
@@ -235,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_fp8_e4m3_decodes_by_definition),
         cmocka_unit_test(test_activation_quantizers_bound_the_error),
         cmocka_unit_test(test_non_finite_activations_quantize_to_nan_blocks),
+        cmocka_unit_test(test_tiny_blocks_quantize_as_zero_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -476,6 +476,12 @@ static int8_t round_q8(float v)
  * NaN). The amax pass finds it: |x| <= FLT_MAX is false for both. */
 enum { F16_NAN = 0x7e00 };
 
+float cpu_quant_multiplier(float num, float den)
+{
+    float m = den != 0.0f ? num / den : 0.0f;
+    return fabsf(m) <= FLT_MAX ? m : 0.0f;
+}
+
 static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -492,7 +498,7 @@ static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb)
             continue;
         }
         float d = amax / 127.0f;
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float id = cpu_quant_multiplier(127.0f, amax);
         y[i].d = cpu_f32_to_fp16(d);
         for (int j = 0; j < 32; j++) y[i].qs[j] = round_q8(x[i * 32 + j] * id);
     }
@@ -519,7 +525,7 @@ static void quant_q4_0(const float *x, block_q4_0 *y, int64_t nb)
             y[i].d = F16_NAN;
             continue;
         }
-        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        float d = max / -8.0f, id = cpu_quant_multiplier(1.0f, d);
         y[i].d = cpu_f32_to_fp16(d);
         for (int j = 0; j < 16; j++) {
             int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
@@ -545,7 +551,7 @@ static void quant_q8_1(const float *x, block_q8_1 *y, int64_t nb)
             continue;
         }
         float d = amax / 127.0f;
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float id = cpu_quant_multiplier(127.0f, amax);
         int sum = 0;
         for (int j = 0; j < 32; j++) {
             y[i].qs[j] = round_q8(x[i * 32 + j] * id);

@@ -187,6 +187,13 @@ void cpu_dequantize_row(int dtype, const void *x, float *y, int64_t n);
  * CPU has it, with the same results. */
 void cpu_quantize_row_ref(int dtype, const float *x, void *y, int64_t n);
 void cpu_quantize_row(int dtype, const float *x, void *y, int64_t n);
+/* The multiplier that maps a block's values to its integers, num / den (127 /
+ * amax for Q8_0 and Q8_1, 1 / d for Q4_0): 0 where den is 0 or the quotient
+ * overflows (den below about num / FLT_MAX: a block whose f16 scale is 0
+ * anyway), so such a block quantizes as a zero block, as ggml's do when den
+ * is 0. An infinite multiplier would make its values NaN or infinite, whose
+ * integer conversion is undefined. */
+float cpu_quant_multiplier(float num, float den);
 /* The AVX2 version (quant_avx2.c: Q8_0, Q8_1, Q8_K, bit-identical to the
  * reference); returns 0, writing nothing, where the CPU or dtype has none. */
 int cpu_quantize_row_avx2(int dtype, const float *x, void *y, int64_t n);

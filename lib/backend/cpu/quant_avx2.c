@@ -64,7 +64,7 @@ AVX2 static void quant_q8_0_avx2(const float *x, block_q8_0 *y, int64_t nb)
             cpu_quantize_row_ref(MODEL_DTYPE_Q8_0, x, &y[i], 32);
             continue;
         }
-        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / 127.0f, id = cpu_quant_multiplier(127.0f, amax);
         y[i].d = cpu_f32_to_fp16(d);
         _mm256_storeu_si256((__m256i *)y[i].qs, round_pack(x, _mm256_set1_ps(id)));
     }
@@ -79,7 +79,7 @@ AVX2 static void quant_q8_1_avx2(const float *x, block_q8_1 *y, int64_t nb)
             cpu_quantize_row_ref(CPU_DTYPE_Q8_1, x, &y[i], 32);
             continue;
         }
-        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float d = amax / 127.0f, id = cpu_quant_multiplier(127.0f, amax);
         __m256i q = round_pack(x, _mm256_set1_ps(id));
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
         y[i].d = cpu_f32_to_fp16(d);
