@@ -33,6 +33,8 @@ int cli_device(const char *name, int32_t *out);
  * llama.cpp's --cache-type-k/v names them) into *out, a di_kv_cache_type;
  * returns -1 for another name. */
 int cli_kv_cache_type(const char *name, int32_t *out);
+/* The name of a di_kv_cache_type ("f16", ...); "?" for another value. */
+const char *cli_kv_cache_type_name(int32_t type);
 
 /* A decimal integer in [lo, hi] (the whole string) into *out; -1 otherwise. */
 int cli_parse_long(const char *s, long lo, long hi, long *out);

@@ -419,8 +419,7 @@ static int run(const char *cmd, int argc, char **argv)
     }
     if (a.verbose)
         fprintf(stderr, "deepinfer generate: KV cache %lld bytes per token (%s)\n",
-                (long long)di_model_kv_bytes_per_token(m),
-                (const char *[]){"f16", "f32", "q8_0", "q4_0"}[a.kv_type]);
+                (long long)di_model_kv_bytes_per_token(m), cli_kv_cache_type_name(a.kv_type));
     /* the IDs are printed only when every step succeeded: a failed run prints
      * its error and nothing on stdout */
     int32_t *out = a.max_tokens > 0 ? malloc((size_t)a.max_tokens * sizeof *out) : NULL;

@@ -72,10 +72,19 @@ int cli_device(const char *name, int32_t *out)
     return 0;
 }
 
+static const char *const kv_cache_types[] = {"f16", "f32", "q8_0", "q4_0"}; /* di_kv_cache_type */
+
+const char *cli_kv_cache_type_name(int32_t type)
+{
+    return type >= 0 && type < (int32_t)(sizeof kv_cache_types / sizeof kv_cache_types[0])
+               ? kv_cache_types[type]
+               : "?";
+}
+
 int cli_kv_cache_type(const char *name, int32_t *out)
 {
-    static const char *const names[] = {"f16", "f32", "q8_0", "q4_0"}; /* di_kv_cache_type */
-    for (int32_t i = 0; i < (int32_t)(sizeof names / sizeof names[0]); i++)
+    const char *const *names = kv_cache_types;
+    for (int32_t i = 0; i < (int32_t)(sizeof kv_cache_types / sizeof kv_cache_types[0]); i++)
         if (strcmp(name, names[i]) == 0) {
             *out = i;
             return 0;

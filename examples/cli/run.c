@@ -119,9 +119,10 @@ static di_engine *load(const char *cmd, const run_args *a)
         di_error_free(err);
         return NULL;
     }
-    fprintf(stderr, "loaded %s in %.2f s (vocabulary %d, context %lld, encoding %s)\n", a->model,
-            cli_now() - p.start, (int)di_engine_vocab_size(e),
-            (long long)di_engine_context_length(e), encoding_name(di_engine_encoding(e)));
+    fprintf(stderr, "loaded %s in %.2f s (vocabulary %d, context %lld, encoding %s, KV cache %s)\n",
+            a->model, cli_now() - p.start, (int)di_engine_vocab_size(e),
+            (long long)di_engine_context_length(e), encoding_name(di_engine_encoding(e)),
+            cli_kv_cache_type_name(a->kv_type));
     return e;
 }
 

@@ -141,7 +141,7 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
         if (m->opt.kv_dtype == MODEL_DTYPE_Q8_0 || m->opt.kv_dtype == MODEL_DTYPE_Q4_0) {
             st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                                "kv_cache_type %s: DeepSeek-V4's caches (window, compressed "
-                               "entries, indexer keys) are kept in f32 (docs/deepseek-v4.md)",
+                               "entries, indexer keys) are kept in f32 (docs/kv-cache.md)",
                                m->opt.kv_dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0");
             goto fail;
         }

@@ -86,9 +86,12 @@ for cmd in gen run; do
   expect_usage "--draft-model cannot be used with --draft-max 0" "${base[@]}" --draft-max 0 --draft-model /m
   expect_usage "--draft-model needs a model file" "${base[@]}" --draft-model ""
   expect_usage "--device must be cpu or cuda" "${base[@]}" --device gpu
+  expect_usage "--kv-cache-type must be f16, f32, q8_0 or q4_0" "${base[@]}" --kv-cache-type q5_0
 done
+expect_usage "--kv-cache-type must be f16, f32, q8_0 or q4_0" chat --model /m --kv-cache-type bf16
 expect_usage "--device must be cpu or cuda" chat --model /m --device tpu
 expect_usage "mutually exclusive" "${gen[@]}" --regex a --grammar /g
 expect_usage "needs a value" run --model /m --protocol chat - --draft
-expect_usage "--kv-f32 cannot be used with speculative decoding" "${gen[@]}" --kv-f32 --draft auto
+expect_usage "--kv-f32 and --kv-cache-type ask for different types" "${gen[@]}" --kv-f32 \
+  --kv-cache-type q8_0
 echo "ok: cli usage"

@@ -203,9 +203,10 @@ static di_engine *load(const srv_config *c)
         di_error_free(err);
         return NULL;
     }
-    fprintf(stderr, "deepinfer serve: loaded %s in %.2f s (vocabulary %d, context %lld)\n",
+    fprintf(stderr,
+            "deepinfer serve: loaded %s in %.2f s (vocabulary %d, context %lld, KV cache %s)\n",
             c->model, srv_now() - t0, (int)di_engine_vocab_size(e),
-            (long long)di_engine_context_length(e));
+            (long long)di_engine_context_length(e), cli_kv_cache_type_name(c->kv_type));
     return e;
 }
 
