@@ -632,11 +632,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.reserved_draft != 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_draft: must be 0");
     model_dtype kv_dtype;
-    if (!model_kv_dtype_of(c.kv_cache_type, &kv_dtype))
-        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
-                             "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
-                             "_Q8_0 or _Q4_0)",
-                             (int)c.kv_cache_type);
+    di_status kst = model_kv_dtype_of(c.kv_cache_type, &kv_dtype, err);
+    if (kst != DI_OK) return kst;
     if (c.reserved_kv != 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "reserved_kv: must be 0");
     if (c.draft_model_path && !c.draft_model_path[0])

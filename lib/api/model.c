@@ -44,11 +44,8 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
     if (o.kv_cache_f32 != 0 && o.kv_cache_f32 != 1)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT, "kv_cache_f32: expected 0 or 1");
     model_dtype kv_dtype;
-    if (!model_kv_dtype_of(o.kv_cache_type, &kv_dtype))
-        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
-                             "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
-                             "_Q8_0 or _Q4_0)",
-                             (int)o.kv_cache_type);
+    di_status st = model_kv_dtype_of(o.kv_cache_type, &kv_dtype, err);
+    if (st != DI_OK) return st;
     if (o.kv_cache_f32 && o.kv_cache_type != DI_KV_CACHE_F16 && o.kv_cache_type != DI_KV_CACHE_F32)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "kv_cache_f32: set, but kv_cache_type asks for another type");
@@ -64,7 +61,7 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
     mo.kv_dtype = kv_dtype;
     di_model *h = calloc(1, sizeof *h);
     if (!h) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
-    di_status st = model_load(path, &mo, &h->m, err);
+    st = model_load(path, &mo, &h->m, err);
     if (st != DI_OK) {
         free(h);
         return st;

@@ -59,6 +59,19 @@ backend_rope_params model_rope_params(const model_config *c, uint32_t head_dim, 
     };
 }
 
+di_status model_kv_dtype_of(int32_t type, model_dtype *out, di_error **err)
+{
+    static const model_dtype dt[] = {MODEL_DTYPE_F16, MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0,
+                                     MODEL_DTYPE_Q4_0}; /* by di_kv_cache_type */
+    if (type < 0 || type >= (int32_t)(sizeof dt / sizeof dt[0]))
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
+                             "_Q8_0 or _Q4_0)",
+                             (int)type);
+    *out = dt[type];
+    return DI_OK;
+}
+
 int64_t model_kv_row_bytes(model_dtype dtype, int64_t n)
 {
     switch (dtype) {

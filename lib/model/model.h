@@ -66,15 +66,9 @@ typedef struct model_options {
 /* Tokens per KV cache block. */
 enum { MODEL_KV_BLOCK = 16 };
 
-/* The cache dtype of a di_kv_cache_type into *out; 0 for an unknown one. */
-static inline int model_kv_dtype_of(int32_t type, model_dtype *out)
-{
-    static const model_dtype dt[] = {MODEL_DTYPE_F16, MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0,
-                                     MODEL_DTYPE_Q4_0};
-    if (type < 0 || type >= (int32_t)(sizeof dt / sizeof dt[0])) return 0;
-    *out = dt[type];
-    return 1;
-}
+/* The cache dtype of a di_kv_cache_type (the public kv_cache_type field)
+ * into *out; DI_ERR_INVALID_ARGUMENT naming the field for an unknown one. */
+di_status model_kv_dtype_of(int32_t type, model_dtype *out, di_error **err);
 
 /* Open `path` (.gguf or a Hugging Face directory) and prepare it to run.
  * Errors: those of model_weights_open; DI_ERR_UNSUPPORTED (an architecture other
