@@ -472,7 +472,7 @@ class Engine:
         devices = {"cpu": 1, "cuda": 2}  # di_device
         if device not in devices:
             raise error_for(1, f"device: unknown device {device!r} (expected cpu or cuda)")
-        if kv_cache_type not in _lib.KV_CACHE_TYPES:
+        if not isinstance(kv_cache_type, str) or kv_cache_type not in _lib.KV_CACHE_TYPES:
             raise error_for(
                 1,
                 f"kv_cache_type: unknown KV cache type {kv_cache_type!r} "

@@ -53,3 +53,6 @@ def test_unknown_kv_cache_type_is_a_value_error():
     with pytest.raises(ValueError, match="kv_cache_type: unknown KV cache type 'q5' "
                        r"\(expected f16, f32, q8_0 or q4_0\)"):
         deepinfer.Engine("/no/such/model.gguf", kv_cache_type="q5")
+    for bad in (["q8_0"], None, 2, b"q8_0"):  # not a name: the same error, not a TypeError
+        with pytest.raises(ValueError, match="kv_cache_type: unknown KV cache type"):
+            deepinfer.Engine("/no/such/model.gguf", kv_cache_type=bad)
