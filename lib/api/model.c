@@ -32,7 +32,9 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
     di_model_options_init(&o);
     if (opts) {
         const char *msg;
-        if (di_struct_copy_in(&o, sizeof o, opts, sizeof o, &msg) != DI_OK)
+        /* the first release ended at n_ctx */
+        if (di_struct_copy_in(&o, sizeof o, opts, DI_STRUCT_SIZE_UNTIL(di_model_options, n_ctx),
+                              &msg) != DI_OK)
             return di_error_set(err, DI_ERR_INVALID_ARGUMENT, msg);
     }
     if (o.n_threads < 0 || o.n_threads > 1024)

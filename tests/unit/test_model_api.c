@@ -144,6 +144,17 @@ static void test_load_errors(void **state)
     assert_int_equal(di_model_kv_bytes_per_token(m), 2 * 2 * 16 * 2 * 4);
     di_model_free(m);
     m = NULL;
+    /* a caller built against the first release (its struct ends at n_ctx):
+     * the fields after it are not its own, whatever those bytes hold, and get
+     * their defaults */
+    di_model_options_init(&o);
+    o.struct_size = DI_STRUCT_SIZE_UNTIL(di_model_options, n_ctx);
+    o.kv_cache_type = 99;
+    o.reserved = 7;
+    assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_OK);
+    assert_int_equal(di_model_kv_bytes_per_token(m), 2 * 2 * 16 * 2 * 2); /* f16 */
+    di_model_free(m);
+    m = NULL;
     di_model_options_init(&o);
     o.struct_size = 4; /* smaller than the first release */
     assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
