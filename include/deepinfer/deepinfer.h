@@ -1053,9 +1053,9 @@ typedef struct di_engine_config {
      * default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the
      * same limits and errors). An explicit kv_cache_bytes holds 1.9x (Q8_0)
      * or 3.6x (Q4_0) the tokens of f16; the default budget (4 sequences of
-     * n_ctx tokens) holds the same tokens in 0.53x or 0.28x the memory; the prefix cache's tiers
-     * keep each type's blocks apart (another type's files are skipped). A draft model's cache has
-     * the same type. */
+     * n_ctx tokens) holds the same tokens in 0.53x or 0.28x the memory;
+     * the prefix cache's tiers keep each type's blocks apart (another
+     * type's files are skipped). A draft model's cache has the same type. */
     int32_t kv_cache_type;
     int32_t reserved_kv; /* must be 0 */
 } di_engine_config;

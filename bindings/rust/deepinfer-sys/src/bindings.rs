@@ -1446,10 +1446,11 @@ pub struct di_engine_config {
     pub draft_model_path: *const ::std::os::raw::c_char,
     #[doc = " The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,"]
     #[doc = " default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the"]
-    #[doc = " same limits and errors). kv_cache_bytes holds 1.9x (Q8_0) or 3.6x"]
-    #[doc = " (Q4_0) the tokens of f16; the prefix cache's tiers keep each type's"]
-    #[doc = " blocks apart (another type's files are skipped). A draft model's cache"]
-    #[doc = " has the same type."]
+    #[doc = " same limits and errors). An explicit kv_cache_bytes holds 1.9x (Q8_0)"]
+    #[doc = " or 3.6x (Q4_0) the tokens of f16; the default budget (4 sequences of"]
+    #[doc = " n_ctx tokens) holds the same tokens in 0.53x or 0.28x the memory;"]
+    #[doc = " the prefix cache's tiers keep each type's blocks apart (another"]
+    #[doc = " type's files are skipped). A draft model's cache has the same type."]
     pub kv_cache_type: i32,
     #[doc = " must be 0"]
     pub reserved_kv: i32,
