@@ -142,7 +142,7 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
             st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                                "kv_cache_type %s: DeepSeek-V4's caches (window, compressed "
                                "entries, indexer keys) are kept in f32 (docs/kv-cache.md)",
-                               m->opt.kv_dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0");
+                               model_kv_dtype_name(m->opt.kv_dtype));
             goto fail;
         }
         if ((st = dsv4_load(m->w, &m->opt, m->be, &m->v4, err)) != DI_OK) goto fail;

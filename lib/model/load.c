@@ -59,16 +59,26 @@ backend_rope_params model_rope_params(const model_config *c, uint32_t head_dim, 
     };
 }
 
+/* The cache dtypes by di_kv_cache_type, and their names. */
+static const model_dtype kv_dtypes[] = {MODEL_DTYPE_F16, MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0,
+                                        MODEL_DTYPE_Q4_0};
+static const char *const kv_dtype_names[] = {"f16", "f32", "q8_0", "q4_0"};
+
+const char *model_kv_dtype_name(model_dtype dtype)
+{
+    for (size_t i = 0; i < sizeof kv_dtypes / sizeof kv_dtypes[0]; i++)
+        if (kv_dtypes[i] == dtype) return kv_dtype_names[i];
+    return "?";
+}
+
 di_status model_kv_dtype_of(int32_t type, model_dtype *out, di_error **err)
 {
-    static const model_dtype dt[] = {MODEL_DTYPE_F16, MODEL_DTYPE_F32, MODEL_DTYPE_Q8_0,
-                                     MODEL_DTYPE_Q4_0}; /* by di_kv_cache_type */
-    if (type < 0 || type >= (int32_t)(sizeof dt / sizeof dt[0]))
+    if (type < 0 || type >= (int32_t)(sizeof kv_dtypes / sizeof kv_dtypes[0]))
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "kv_cache_type: unknown type %d (expected DI_KV_CACHE_F16, _F32, "
                              "_Q8_0 or _Q4_0)",
                              (int)type);
-    *out = dt[type];
+    *out = kv_dtypes[type];
     return DI_OK;
 }
 
@@ -88,7 +98,7 @@ di_status model_kv_dtype_check(model_dtype dtype, int64_t dims, const char *what
         return di_error_setf(err, DI_ERR_UNSUPPORTED,
                              "kv_cache_type %s: the cache's rows are blocks of 32 values, and "
                              "this model's %s is %lld (use f16 or f32)",
-                             dtype == MODEL_DTYPE_Q8_0 ? "q8_0" : "q4_0", what, (long long)dims);
+                             model_kv_dtype_name(dtype), what, (long long)dims);
     return DI_OK;
 }
 

@@ -69,6 +69,9 @@ enum { MODEL_KV_BLOCK = 16 };
 /* The cache dtype of a di_kv_cache_type (the public kv_cache_type field)
  * into *out; DI_ERR_INVALID_ARGUMENT naming the field for an unknown one. */
 di_status model_kv_dtype_of(int32_t type, model_dtype *out, di_error **err);
+/* The cache dtype's name as kv_cache_type's users write it ("f16", "f32",
+ * "q8_0", "q4_0"; "?" for another dtype). */
+const char *model_kv_dtype_name(model_dtype dtype);
 
 /* Open `path` (.gguf or a Hugging Face directory) and prepare it to run.
  * Errors: those of model_weights_open; DI_ERR_UNSUPPORTED (an architecture other
