@@ -17,11 +17,18 @@
  *   M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike,
  * in every mode, so a row's result depends on its context length alone. With
  * more tasks than threads (prefill) one task walks a tile's segments in turn;
- * with few (decode: one tile a KV head) each segment is a task of its own,
- * for every KV head in turn (a position's heads share its cache row, so the
- * segment comes from memory once), and a second pass folds them — the same
- * folds, bit-identical — so a long context's keys are shared among the
- * threads.
+ * with few (decode: one tile a KV head) each segment is a task of its own
+ * for every KV head, and a second pass folds them — the same folds,
+ * bit-identical — so a long context's keys are shared among the threads.
+ *
+ * Memory: a chunk's rows are converted for all the KV heads of a task at
+ * once (up to STAGE_FLOATS values a row), the heads of a position lying side
+ * by side in its cache row: the cache is read in address order, which the
+ * hardware prefetcher streams (measured at decode after 4,096 tokens, SmolLM2
+ * shape, 1 thread: f16 58 -> 63, Q8_0 61 -> 77, Q4_0 68 -> 85 tokens/s of
+ * the attention op, bench/attention_bench; a head at a time read 128 bytes
+ * of every 384 and software prefetch did not make up for it, and does not
+ * help now).
  *
  * Arithmetic: f32 throughout, the f16, Q8_0 or Q4_0 cache's values converted
  * exactly (a chunk's rows dequantized once for the tile's rows); the
@@ -45,7 +52,7 @@
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
  * mode, so a row's result depends on its own context length alone. */
-enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256, PREFETCH_CHUNKS = 4 };
+enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
 static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
@@ -102,22 +109,40 @@ AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
 }
 
-/* The cache lines of a cache row, requested ahead of their use. */
-static inline void prefetch_row(const cpu_kv_cache *c, const char *src)
+/* Rows [p0, p0 + len) of the sequence in layer l, each row's first byte of
+ * KV head g: K into k[], V into v[]. A block's rows lie row_bytes apart, so
+ * one block-table lookup a block. */
+static inline void chunk_rows(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int g, int64_t p0,
+                              int len, const char **k, const char **v)
 {
-    for (size_t off = 0; off < c->head_bytes; off += 64) __builtin_prefetch(src + off);
+    for (int i = 0; i < len;) {
+        const char *kb = kv_row(c, c->k, s, l, g, p0 + i), *vb = kv_row(c, c->v, s, l, g, p0 + i);
+        for (int64_t r = 0, in_block = c->block_size - (p0 + i) % c->block_size;
+             r < in_block && i < len; r++, i++) {
+            k[i] = kb + (size_t)r * c->row_bytes;
+            v[i] = vb + (size_t)r * c->row_bytes;
+        }
+    }
 }
 
 typedef struct flash_job {
     const cpu_kv_cache *c;
     const cpu_kv_seq *s;
     int layer, n_head, group, tile_tokens;
-    const float *q;
+    const float *q; /* rotated where the cache is (kv_cache.h) */
     int64_t pos0, n_tokens, n_tiles, n_seg;
     float scale;
     float *out;
-    float *part; /* split mode: per (KV head, tile, segment, row) m, l and O[hd] */
+    float *part; /* split mode: per (tile, KV head, segment) a state (below) */
 } flash_job;
+
+/* A tile's rows' softmax state over a segment of keys, row r at
+ * st + r (head_dim + 2): the running max m, the running sum l, then the
+ * unnormalized output O[head_dim]. */
+static inline ptrdiff_t state_stride(const flash_job *j)
+{
+    return j->c->head_dim + 2;
+}
 
 /* A tile's rows: the first token, the token past the last, the row count. */
 static int tile_rows(const flash_job *j, int64_t tile, int64_t *t0, int64_t *t1)
@@ -127,10 +152,19 @@ static int tile_rows(const flash_job *j, int64_t tile, int64_t *t0, int64_t *t1)
     return (int)(*t1 - *t0) * j->group;
 }
 
-/* o[0, 64) = o corr + sum_i p[i] v[i hd + (0, 64)] over i < valid, in key
+/* Row r of KV head g's tile from token t0: its query (r = token offset x
+ * group + head in the group) and the keys it sees, [0, *limit). */
+static inline const float *row_query(const flash_job *j, int g, int64_t t0, int r, int64_t *limit)
+{
+    int64_t t = t0 + r / j->group;
+    *limit = j->pos0 + t + 1;
+    return j->q + (t * j->n_head + (int64_t)g * j->group + r % j->group) * j->c->head_dim;
+}
+
+/* o[0, 64) = o corr + sum_i p[i] v[i ld + (0, 64)] over i < valid, in key
  * order: eight independent sums. */
 AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const float *v,
-                                   ptrdiff_t hd, int valid)
+                                   ptrdiff_t ld, int valid)
 {
     __m256 acc[8];
     UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
@@ -138,20 +172,20 @@ AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const 
     for (ptrdiff_t i = 0; i < valid; i++) {
         __m256 pi = _mm256_set1_ps(p[i]);
         UNROLL for (ptrdiff_t k = 0; k < 8; k++) acc[k] =
-            _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + i * hd + 8 * k), acc[k]);
+            _mm256_fmadd_ps(pi, _mm256_loadu_ps(v + i * ld + 8 * k), acc[k]);
     }
     UNROLL for (ptrdiff_t k = 0; k < 8; k++) _mm256_storeu_ps(o + 8 * k, acc[k]);
 }
 
 /* One row's O = O corr + P V over its hd dimensions, 64 (eight independent
- * sums) at a time. */
+ * sums) at a time; V's rows ld floats apart. */
 AVX2 static void pv_row(float *orow, float corr, const float *p, const float *v, ptrdiff_t hd,
-                        int valid)
+                        ptrdiff_t ld, int valid)
 {
     __m256 cv = _mm256_set1_ps(corr);
     for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
         if (hd - d0 >= 64) { /* (the common case, unrolled whole) */
-            pv_block64(orow + d0, cv, p, v + d0, hd, valid);
+            pv_block64(orow + d0, cv, p, v + d0, ld, valid);
             continue;
         }
         ptrdiff_t nv = (hd - d0) / 8;
@@ -160,7 +194,7 @@ AVX2 static void pv_row(float *orow, float corr, const float *p, const float *v,
             k < nv ? _mm256_mul_ps(_mm256_loadu_ps(orow + d0 + 8 * k), cv) : _mm256_setzero_ps();
         for (ptrdiff_t i = 0; i < valid; i++) {
             __m256 pi = _mm256_set1_ps(p[i]);
-            const float *vr = v + i * hd + d0;
+            const float *vr = v + i * ld + d0;
             UNROLL for (ptrdiff_t k = 0; k < 8; k++) if (k < nv) acc[k] =
                 _mm256_fmadd_ps(pi, _mm256_loadu_ps(vr + 8 * k), acc[k]);
         }
@@ -193,95 +227,112 @@ tile_scores(const float *kt, const float *const *q, int nr, ptrdiff_t hd, __m256
     }
 }
 
-/* One segment of keys [k0, k1) for the rows of KV head g's tile starting at
- * token t0: the online softmax from m = -inf, l = 0, O = 0 into m, l, o. */
-AVX2 static void flash_segment(const flash_job *j, int g, int64_t t0, int rows, int64_t k0,
-                               int64_t k1, float *m, float *l, float *o)
+/* A segment's state for a tile's rows before its first key: m = -inf, l = 0,
+ * O = 0. */
+static void state_init(const flash_job *j, int rows, float *st)
 {
-    const cpu_kv_cache *c = j->c;
-    const ptrdiff_t hd = c->head_dim;
+    const ptrdiff_t stride = state_stride(j);
+    memset(st, 0, (size_t)rows * (size_t)stride * sizeof *st);
+    for (int r = 0; r < rows; r++) st[r * stride] = -INFINITY;
+}
+
+/* The online softmax of KV head g's tile (rows from token t0) over one chunk
+ * of keys [p0, p0 + len), len <= CHUNK, into the rows' state st; the chunk's
+ * K and V rows, in f32, at kr and v, `ld` floats apart (K's unused rows
+ * finite). */
+AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, int64_t p0, int len,
+                             const float *kr, const float *v, ptrdiff_t ld, float *st)
+{
+    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
-    _Alignas(32) float v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];  /* [CHUNK][hd] */
-    _Alignas(32) float kr[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM]; /* K as stored: [CHUNK][hd] */
     _Alignas(32) float p[TILE_ROWS * CHUNK], sc[TILE_ROWS * CHUNK], corr[TILE_ROWS];
     int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
-    int64_t limit[TILE_ROWS]; /* row r sees keys [0, limit[r]) */
-    _Alignas(32) float qr[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM]; /* rotated q rows */
+    transpose_chunk16(kr, ld, hd, kt);
     for (int r = 0; r < rows; r++) {
-        int64_t t = t0 + r / j->group;
-        int h = g * j->group + r % j->group;
-        q[r] = j->q + (t * j->n_head + h) * hd;
-        if (c->rotated) { /* q H . k H = q . k (kv_cache.h) */
-            memcpy(qr + r * hd, q[r], (size_t)hd * sizeof *qr);
-            cpu_kv_rotate(qr + r * hd, hd);
-            q[r] = qr + r * hd;
-        }
-        limit[r] = j->pos0 + t + 1;
-        m[r] = -INFINITY;
-        l[r] = 0;
+        int64_t limit;
+        q[r] = row_query(j, g, t0, r, &limit);
+        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
     }
-    memset(o, 0, (size_t)rows * (size_t)hd * sizeof *o);
+    /* the scores of four rows at a time (fewer at the end), each K^T load
+     * shared by them */
     const __m256 scale = _mm256_set1_ps(j->scale);
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+        int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
+        float *dst = sc + r0 * CHUNK;
+        switch (nr) { /* each count its own code: no row computed twice */
+        case 1: tile_scores(kt, q + r0, 1, hd, scale, dst); break;
+        case 2: tile_scores(kt, q + r0, 2, hd, scale, dst); break;
+        case 3: tile_scores(kt, q + r0, 3, hd, scale, dst); break;
+        default: tile_scores(kt, q + r0, 4, hd, scale, dst); break;
+        }
+    }
+    /* each row's softmax step: its chunk weights P, its rescale corr */
+    for (ptrdiff_t r = 0; r < rows; r++)
+        if (valid[r] > 0)
+            corr[r] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
+                                     p + r * CHUNK);
+    /* O = O corr + P V: two rows with the same keys at a time where the
+     * width allows (each V load shared), else one; the same sums either way */
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        if (valid[r] <= 0) continue;
+        float *o = st + r * stride + 2;
+        if (hd % 32 == 0 && r + 1 < rows && valid[r + 1] == valid[r]) {
+            for (ptrdiff_t d0 = 0; d0 < hd; d0 += 32)
+                pv_pair32(o + d0, o + stride + d0, corr[r], corr[r + 1], p + r * CHUNK,
+                          p + (r + 1) * CHUNK, v + d0, ld, valid[r]);
+            r++;
+            continue;
+        }
+        pv_row(o, corr[r], p + r * CHUNK, v, hd, ld, valid[r]);
+    }
+}
+
+/* KV heads staged together: their rows' f32 values, K and V, for a chunk. */
+enum { STAGE_FLOATS = 512 };
+
+/* One segment of keys [k0, k1) for the rows of KV heads [g0, g1)'s tiles
+ * from token t0, head g's state at st + (g - g0) st_head. A chunk at a time:
+ * its rows for as many heads as STAGE_FLOATS holds (every head of a position
+ * side by side in the cache) converted to f32 in one streaming pass, then
+ * each head's tile in turn. Each head's arithmetic is its own: the results
+ * do not depend on g0, g1. */
+AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, int rows, int64_t k0,
+                               int64_t k1, float *st, ptrdiff_t st_head)
+{
+    const cpu_kv_cache *c = j->c;
+    const ptrdiff_t hd = c->head_dim;
+    const int per_stage = hd <= STAGE_FLOATS ? (int)(STAGE_FLOATS / hd) : 1;
+    _Alignas(32) float kr[CHUNK * ((int)STAGE_FLOATS > (int)CPU_ATTENTION_MAX_HEAD_DIM
+                                       ? (int)STAGE_FLOATS
+                                       : (int)CPU_ATTENTION_MAX_HEAD_DIM)];
+    _Alignas(32) float v[sizeof kr / sizeof *kr];
+    for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
-        int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
-        for (int i = 0; i < len; i++) {
-            load_row(c, kv_row(c, c->k, j->s, j->layer, g, p0 + i), hd, kr + (ptrdiff_t)i * hd);
-            load_row(c, kv_row(c, c->v, j->s, j->layer, g, p0 + i), hd, v + (ptrdiff_t)i * hd);
-        }
-        if (len < CHUNK) /* unused rows: finite, then masked */
-            memset(kr + (ptrdiff_t)len * hd, 0, (size_t)(CHUNK - len) * (size_t)hd * sizeof *kr);
-        /* requested from memory ahead of use: at a segment's start the next
-         * PREFETCH_CHUNKS chunks, then the one PREFETCH_CHUNKS ahead */
-        for (int64_t i = p0 == k0 ? p0 + CHUNK : p0 + PREFETCH_CHUNKS * (int64_t)CHUNK;
-             i < p0 + (PREFETCH_CHUNKS + 1) * (int64_t)CHUNK && i < k1; i++) {
-            prefetch_row(c, kv_row(c, c->k, j->s, j->layer, g, i));
-            prefetch_row(c, kv_row(c, c->v, j->s, j->layer, g, i));
-        }
-        /* K^T in 8 x 8 blocks: each chunk's rows converted in one streaming
-         * pass above (a load per 8 values of 8 rows, converting in the
-         * transpose, measured slower at decode: 55-57 against 64-66 tok/s
-         * for SmolLM2 after 4,096 tokens) */
-        transpose_chunk16(kr, hd, kt);
-        /* the scores of four rows at a time (fewer at the end), each K^T load
-         * shared by them */
-        for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
-            int nr = rows - r0 < 4 ? (int)(rows - r0) : 4;
-            float *dst = sc + r0 * CHUNK;
-            switch (nr) { /* each count its own code: no row computed twice */
-            case 1: tile_scores(kt, q + r0, 1, hd, scale, dst); break;
-            case 2: tile_scores(kt, q + r0, 2, hd, scale, dst); break;
-            case 3: tile_scores(kt, q + r0, 3, hd, scale, dst); break;
-            default: tile_scores(kt, q + r0, 4, hd, scale, dst); break;
+        const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
+        for (int s0 = g0; s0 < g1; s0 += per_stage) {
+            const int n = g1 - s0 < per_stage ? g1 - s0 : per_stage;
+            const ptrdiff_t ld = n * hd; /* the staged heads' values, a row */
+            const char *krow[CHUNK], *vrow[CHUNK];
+            chunk_rows(c, j->s, j->layer, s0, p0, len, krow, vrow);
+            for (int i = 0; i < len; i++) {
+                load_row(c, krow[i], ld, kr + i * ld);
+                load_row(c, vrow[i], ld, v + i * ld);
             }
-        }
-        /* each row's softmax step: its chunk weights P, its rescale corr */
-        for (ptrdiff_t r = 0; r < rows; r++) {
-            valid[r] = limit[r] - p0 < len ? (int)(limit[r] - p0) : len;
-            if (valid[r] > 0)
-                corr[r] = softmax_step16(sc + r * CHUNK, valid[r], &m[r], &l[r], p + r * CHUNK);
-        }
-        /* O = O corr + P V: two rows with the same keys at a time where the
-         * width allows (each V load shared), else one; the same sums either way */
-        for (ptrdiff_t r = 0; r < rows; r++) {
-            if (valid[r] <= 0) continue;
-            if (hd % 32 == 0 && r + 1 < rows && valid[r + 1] == valid[r]) {
-                for (ptrdiff_t d0 = 0; d0 < hd; d0 += 32)
-                    pv_pair32(o + r * hd + d0, o + (r + 1) * hd + d0, corr[r], corr[r + 1],
-                              p + r * CHUNK, p + (r + 1) * CHUNK, v + d0, hd, valid[r]);
-                r++;
-                continue;
-            }
-            pv_row(o + r * hd, corr[r], p + r * CHUNK, v, hd, valid[r]);
+            if (len < CHUNK) /* unused rows: finite, then masked */
+                memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
+            for (int g = s0; g < s0 + n; g++)
+                flash_chunk(j, g, t0, rows, p0, len, kr + (g - s0) * hd, v + (g - s0) * hd, ld,
+                            st + (g - g0) * st_head);
         }
     }
 }
 
-/* Fold one segment's (m, l, o) into a row's running (*M, *L, O), in segment
- * order: M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike. */
-AVX2 static void merge_segment(ptrdiff_t hd, float *M, float *L, float *O, float m, float l,
-                               const float *o)
+/* Fold one segment's state (m, l, o) into a row's running (*M, *L, O), in
+ * segment order: M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike. */
+AVX2 static void merge_segment(ptrdiff_t hd, float *M, float *L, float *O, const float *seg)
 {
+    const float m = seg[0], l = seg[1], *o = seg + 2;
     if (m == -INFINITY) return; /* no key of the row in the segment */
     if (*M == -INFINITY) {
         *M = m, *L = l;
@@ -324,57 +375,45 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     const flash_job *j = ctx;
-    const ptrdiff_t hd = j->c->head_dim;
+    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     const int g = (int)(task % j->c->n_head_kv);
     int64_t t0, t1;
     const int rows = tile_rows(j, task / j->c->n_head_kv, &t0, &t1);
-    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    _Alignas(32) float st[TILE_ROWS * (CPU_ATTENTION_MAX_HEAD_DIM + 2)];
     _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
-    float m[TILE_ROWS], l[TILE_ROWS], M[TILE_ROWS], L[TILE_ROWS];
+    float M[TILE_ROWS], L[TILE_ROWS];
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
     memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
     const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
     for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
         int64_t k0, k1;
         segment_keys(seg, n, &k0, &k1);
-        flash_segment(j, g, t0, rows, k0, k1, m, l, o);
-        for (int r = 0; r < rows; r++)
-            merge_segment(hd, &M[r], &L[r], O + r * hd, m[r], l[r], o + r * hd);
+        flash_segment(j, g, g + 1, t0, rows, k0, k1, st, 0);
+        for (int r = 0; r < rows; r++) merge_segment(hd, &M[r], &L[r], O + r * hd, st + r * stride);
     }
     write_rows(j, g, t0, rows, L, O);
 }
 
-/* Split mode (flash-decoding): a task is one tile and segment, for every KV
- * head in turn (the heads of a position share its cache lines and pages: the
- * segment's rows are read from memory once); each head's rows' (m, l, O) go
- * to j->part for flash_merge_task. */
+/* Split mode (flash-decoding): a task is one tile and segment for every KV
+ * head, a chunk of keys at a time for each head in turn (the heads of a
+ * position share its cache lines: the segment is read from memory once, in
+ * order); each head's rows' state goes to j->part for flash_merge_task. */
 AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
 {
     (void)thread;
     const flash_job *j = ctx;
-    const ptrdiff_t hd = j->c->head_dim, stride = hd + 2;
+    const ptrdiff_t stride = state_stride(j), st_head = j->n_seg * TILE_ROWS * stride;
     const int64_t seg = task % j->n_seg, tile = task / j->n_seg;
-    _Alignas(32) float o[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
-    float m[TILE_ROWS], l[TILE_ROWS];
-    int64_t t0, t1, k0 = 0, k1 = 0;
+    int64_t t0, t1, k0, k1;
     const int rows = tile_rows(j, tile, &t0, &t1);
-    const int64_t n = j->pos0 + t1;            /* the tile's last token sees the most keys */
-    const int past = seg * FLASH_SEGMENT >= n; /* past this tile's keys: nothing */
-    if (!past) segment_keys(seg, n, &k0, &k1);
-    for (int g = 0; g < j->c->n_head_kv; g++) {
-        float *part =
-            j->part + ((tile * j->c->n_head_kv + g) * j->n_seg + seg) * TILE_ROWS * stride;
-        if (past) {
-            for (int r = 0; r < rows; r++) part[r * stride] = -INFINITY;
-            continue;
-        }
-        flash_segment(j, g, t0, rows, k0, k1, m, l, o);
-        for (int r = 0; r < rows; r++) {
-            part[r * stride] = m[r];
-            part[r * stride + 1] = l[r];
-            memcpy(part + r * stride + 2, o + r * hd, (size_t)hd * sizeof *o);
-        }
+    const int64_t n = j->pos0 + t1; /* the tile's last token sees the most keys */
+    float *st = j->part + (tile * j->c->n_head_kv * j->n_seg + seg) * TILE_ROWS * stride;
+    if (seg * FLASH_SEGMENT >= n) { /* past this tile's keys: nothing */
+        for (int g = 0; g < j->c->n_head_kv; g++) state_init(j, rows, st + g * st_head);
+        return;
     }
+    segment_keys(seg, n, &k0, &k1);
+    flash_segment(j, 0, j->c->n_head_kv, t0, rows, k0, k1, st, st_head);
 }
 
 /* Split mode's second pass: a KV head and tile, its segments folded in order
@@ -383,7 +422,7 @@ AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
 {
     (void)thread;
     const flash_job *j = ctx;
-    const ptrdiff_t hd = j->c->head_dim, stride = hd + 2;
+    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     const int g = (int)(gt % j->c->n_head_kv);
     int64_t t0, t1;
     const int rows = tile_rows(j, gt / j->c->n_head_kv, &t0, &t1);
@@ -392,10 +431,8 @@ AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
     memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
     for (int64_t seg = 0; seg < j->n_seg; seg++) {
-        const float *part = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
-        for (int r = 0; r < rows; r++)
-            merge_segment(hd, &M[r], &L[r], O + r * hd, part[r * stride], part[r * stride + 1],
-                          part + r * stride + 2);
+        const float *st = j->part + (gt * j->n_seg + seg) * TILE_ROWS * stride;
+        for (int r = 0; r < rows; r++) merge_segment(hd, &M[r], &L[r], O + r * hd, st + r * stride);
     }
     write_rows(j, g, t0, rows, L, O);
 }
@@ -419,6 +456,14 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         .scale = scale,
         .out = out,
     };
+    float *qr = NULL; /* q H . k H = q . k (kv_cache.h): q rotated once */
+    if (c->rotated) {
+        size_t n = (size_t)n_tokens * (size_t)n_head * (size_t)c->head_dim;
+        if (!(qr = malloc(n * sizeof *qr))) return 0; /* (the reference path instead) */
+        memcpy(qr, q, n * sizeof *qr);
+        for (size_t i = 0; i < n; i += (size_t)c->head_dim) cpu_kv_rotate(qr + i, c->head_dim);
+        j.q = qr;
+    }
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;
@@ -438,6 +483,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
     } else { /* (without memory for the parts: the same folds in one pass) */
         cpu_threadpool_run(pool, tasks, flash_task, &j);
     }
+    free(qr);
     return 1;
 }
 

@@ -83,14 +83,15 @@ AVX2 static inline void transpose8(__m256 r[8], float *dst, ptrdiff_t dst_stride
     UNROLL for (ptrdiff_t i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_stride, t[i]);
 }
 
-/* K^T of a chunk of 16 key rows: rows [16][d] (32-byte aligned, d a multiple
- * of 8; unused rows zero) into kt [d][16], in 8 x 8 register blocks. */
-AVX2 static inline void transpose_chunk16(const float *rows, ptrdiff_t d, float *kt)
+/* K^T of a chunk of 16 key rows of d values, `ld` floats apart (32-byte
+ * aligned, d and ld multiples of 8; unused rows finite) into kt [d][16], in
+ * 8 x 8 register blocks. */
+AVX2 static inline void transpose_chunk16(const float *rows, ptrdiff_t ld, ptrdiff_t d, float *kt)
 {
     for (int i0 = 0; i0 < 16; i0 += 8)
         for (ptrdiff_t e = 0; e < d; e += 8) {
             __m256 r[8];
-            UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(rows + (i0 + i) * d + e);
+            UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(rows + (i0 + i) * ld + e);
             transpose8(r, kt + e * 16 + i0, 16);
         }
 }

@@ -321,7 +321,7 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
         if (len == 0) break;
         if (len < SINK_CHUNK)
             memset(kc + (ptrdiff_t)len * d, 0, sizeof(float) * (size_t)((SINK_CHUNK - len) * d));
-        transpose_chunk16(kc, d, kt);
+        transpose_chunk16(kc, d, d, kt);
         for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4)
             scores4x16(kt, qa + r0 * d, d, rows - r0 < 4 ? (int)(rows - r0) : 4, d, c->scale,
                        sc + r0 * SINK_CHUNK);
