@@ -19,6 +19,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_mla.h"
 #include "backend/cpu/deepseek_v4_ops.h"
+#include "backend/cpu/huge_pages.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_packed.h"
@@ -66,6 +67,7 @@ typedef struct cpu_backend {
     cpu_threadpool *pool;
     void **owned; /* everything handed out, freed with the backend */
     size_t n_owned, cap_owned;
+    cpu_arena packed; /* the matrices' packed copies, on huge pages (huge_pages.h) */
     backend_kv **caches;
     size_t n_caches, cap_caches;
     grow_buf act;      /* quantized activations of cpu_matmul */
@@ -118,6 +120,7 @@ static void be_free(backend *be)
     for (size_t i = 0; i < c->n_caches; i++) cpu_kv_cache_free(&c->caches[i]->c);
     for (size_t i = 0; i < c->n_owned; i++) free(c->owned[i]);
     free(c->owned);
+    cpu_arena_free(&c->packed);
     free(c->caches);
     grow_buf *bufs[] = {&c->act,      &c->scores, &c->kv_f32, &c->mla,  &c->kv_full,
                         &c->lat_rows, &c->xe,     &c->ye,     &c->gate, &c->up};
@@ -190,7 +193,7 @@ static di_status be_matrix(backend *be, const model_tensor *t, const backend_mat
                              t->name);
     di_status st = wrap(c, t, out, err);
     if (st != DI_OK || c->opt.use_ref || !cpu_pack_supported(t)) return st;
-    void *packed = own(c, malloc(cpu_pack_bytes(t)));
+    void *packed = cpu_arena_alloc(&c->packed, cpu_pack_bytes(t));
     if (!packed)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory repacking %s", t->name);
     cpu_pack(t, packed);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/huge_pages.h"
 #include "backend/cpu/quant.h"
 
 di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
@@ -25,9 +26,9 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
     c->rotated = blocked && head_dim % 64 == 0;
     c->head_bytes = cpu_row_bytes((int)dtype, head_dim);
     c->row_bytes = (size_t)n_head_kv * c->head_bytes;
-    size_t bytes = (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
-    c->k = calloc(1, bytes);
-    c->v = calloc(1, bytes);
+    c->bytes = (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
+    c->k = cpu_huge_alloc(c->bytes);
+    c->v = cpu_huge_alloc(c->bytes);
     if (!c->k || !c->v) {
         cpu_kv_cache_free(c);
         return DI_ERR_OUT_OF_MEMORY;
@@ -40,7 +41,7 @@ di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_lay
 {
     di_status st = cpu_kv_cache_init(c, dtype, n_layer, 1, dim, block_size, n_blocks);
     if (st != DI_OK) return st;
-    free(c->v);
+    cpu_huge_free(c->v, c->bytes);
     c->v = NULL;
     return DI_OK;
 }
@@ -52,8 +53,8 @@ size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c)
 
 void cpu_kv_cache_free(cpu_kv_cache *c)
 {
-    free(c->k);
-    free(c->v);
+    cpu_huge_free(c->k, c->bytes);
+    cpu_huge_free(c->v, c->bytes);
     memset(c, 0, sizeof *c);
 }
 

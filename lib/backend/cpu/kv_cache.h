@@ -41,6 +41,7 @@ typedef struct cpu_kv_cache {
     size_t row_bytes;  /* one token's K (or V) row of kv_dim values, as stored */
     size_t head_bytes; /* one head's head_dim values of it */
     int rotated;       /* stored rotated by H in groups of 64 (above) */
+    size_t bytes;      /* of k, and of v: huge-page backed (huge_pages.h) */
     void *k, *v;
 } cpu_kv_cache;
 
