@@ -38,7 +38,7 @@ KV_CACHE_TYPES = {"f16": (0, 1), "f32": (1, 0), "q8_0": (2, 8), "q4_0": (3, 2)}
 
 def load_deepinfer(lib_path, model, threads, n_ctx, kv_cache_type="f16"):
     lib = ctypes.CDLL(lib_path)
-    lib.di_model_options_init.argtypes = [ctypes.POINTER(DiModelOptions)]
+    lib.di_model_options_init_size.argtypes = [ctypes.POINTER(DiModelOptions), ctypes.c_size_t]
     lib.di_model_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(DiModelOptions),
                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
     lib.di_model_eval.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
@@ -47,7 +47,7 @@ def load_deepinfer(lib_path, model, threads, n_ctx, kv_cache_type="f16"):
     lib.di_model_reset.argtypes = [ctypes.c_void_p]
     lib.di_model_free.argtypes = [ctypes.c_void_p]
     opts = DiModelOptions()
-    lib.di_model_options_init(ctypes.byref(opts))
+    lib.di_model_options_init_size(ctypes.byref(opts), ctypes.sizeof(opts))  # no byte past it
     opts.n_threads = threads
     opts.n_ctx = n_ctx
     opts.kv_cache_type = KV_CACHE_TYPES[kv_cache_type][0]

@@ -122,21 +122,49 @@ DI_API const char *di_status_string(di_status status);
  *
  *     size_t struct_size;   // sizeof the struct as the caller compiled it
  *
- * and comes with an initialiser function di_<name>_init(di_<name> *) that sets
- * struct_size and every field to its documented default. Fields are only ever
- * appended, and a field appended after the first release has all-zero bytes as
- * its default. The library reads a field only when struct_size shows the caller's
- * struct contains it, and uses the default otherwise; so a host built against an
- * older header keeps working with a newer library. A host built against a newer
- * header works with an older library as long as every field the older library
- * does not know is still zero; otherwise the call fails with
- * DI_ERR_INVALID_ARGUMENT rather than silently ignoring a setting (the rule
- * Linux's clone3 and openat2 apply to their extensible argument structs).
- * A struct_size smaller than the first release's struct is DI_ERR_INVALID_ARGUMENT.
+ * and comes with an initialiser that sets struct_size and every field to its
+ * documented default, writing no byte past the caller's struct:
+ *
+ *     DI_API void di_<name>_init_size(di_<name> *p, size_t struct_size);
+ *     #define di_<name>_init(p) di_<name>_init_size((p), sizeof *(p))
+ *
+ * di_<name>_init_size writes exactly the first struct_size bytes of *p: zeros,
+ * struct_size itself (the caller's value), and the defaults of the fields that
+ * lie wholly inside those bytes. The macro passes the caller's own sizeof (the
+ * size travels as an argument, as clone3(2) and openat2(2) take theirs), so a
+ * host compiled against any header gets its own struct initialised, whatever
+ * release of the library it runs with; a binding that mirrors a struct (ctypes,
+ * Rust) passes its mirror's size. NULL, or a struct_size too small to hold
+ * the struct_size field (below sizeof(size_t)), writes nothing. A struct_size
+ * below the first release's struct is written as said, and the call that reads
+ * the struct then fails with DI_ERR_INVALID_ARGUMENT naming struct_size.
+ * Thread-safe; touches nothing but *p.
  *
  *     di_engine_config cfg;
- *     di_engine_config_init(&cfg);     // struct_size = sizeof cfg, defaults
+ *     di_engine_config_init(&cfg);     // di_engine_config_init_size(&cfg, sizeof cfg)
  *     cfg.n_threads = 4;
+ *
+ * The exported function di_<name>_init(di_<name> *), which the macro hides from
+ * every host compiled against this header, stays for the binaries that already
+ * call it. It cannot know the caller's size, so it writes the struct as of the
+ * release that added di_<name>_init_size: its size is frozen, and fields
+ * appended later are neither written nor defaulted by it. A binary compiled
+ * against an older header whose struct is smaller than that must be rebuilt
+ * before it runs with this library (rebuilt, it calls di_<name>_init_size).
+ * The function is still reached by name, bypassing the macro, as
+ * (di_<name>_init)(p). A host compiled against this header needs a library
+ * that exports di_<name>_init_size (this release or later).
+ *
+ * Fields are only ever appended, and a field appended after the first release
+ * has all-zero bytes as its default. The library reads a field only when
+ * struct_size shows the caller's struct contains it, and uses the default
+ * otherwise; so a host built against an older header keeps working with a newer
+ * library. A host built against a newer header works with an older library as
+ * long as every field the older library does not know is still zero; otherwise
+ * the call fails with DI_ERR_INVALID_ARGUMENT rather than silently ignoring a
+ * setting (the rule Linux's clone3 and openat2 apply to their extensible
+ * argument structs). A struct_size smaller than the first release's struct is
+ * DI_ERR_INVALID_ARGUMENT.
  *
  * Public input structs have no trailing padding: every release's struct ends on a
  * field whose end is a multiple of 8 bytes (explicit reserved fields fill the
@@ -514,7 +542,8 @@ typedef enum di_thinking_stage {
 } di_thinking_stage;
 
 /* Settings of a stream, read by di_stream_create (the struct_size convention
- * above: di_stream_options_init sets the defaults). */
+ * above: di_stream_options_init, the macro over di_stream_options_init_size,
+ * sets the defaults). */
 typedef struct di_stream_options {
     size_t struct_size;
     /* The response id reported in every chunk; copied. NULL (default): a random
@@ -553,8 +582,19 @@ typedef struct di_stream_options {
     size_t n_stop_sequences;
 } di_stream_options;
 
-/* Set every field of *opts to its default (and struct_size). NULL is a no-op. */
+/* Initialise the first struct_size bytes of *opts: struct_size, and every field
+ * inside them to its default (all zero: a random response id, the request's
+ * model, the clock, a clock-seeded seed, no parsing override). Writes nothing
+ * past struct_size; NULL or a struct_size below sizeof(size_t) writes nothing
+ * (see "Versioned input structs"). Thread-safe. */
+DI_API void di_stream_options_init_size(di_stream_options *opts, size_t struct_size);
+/* Exported for the binaries compiled before di_stream_options_init_size: it
+ * initialises this release's struct, a size frozen for good (see "Versioned
+ * input structs"). The macro of the same name hides it from later hosts. */
 DI_API void di_stream_options_init(di_stream_options *opts);
+/* Initialise *opts as the caller compiled it: di_stream_options_init_size with
+ * sizeof *opts. */
+#define di_stream_options_init(opts) di_stream_options_init_size((opts), sizeof *(opts))
 
 /* Fill the parsing override of *opts (an initialised struct of this release) with
  * what `prompt`'s request implies, and turn the override on: tool-call parsing,
@@ -762,7 +802,8 @@ typedef enum di_kv_cache_type {
 } di_kv_cache_type;
 
 /* Options of di_model_load (a versioned input struct: see "Versioned input
- * structs"). */
+ * structs"; di_model_options_init, the macro over di_model_options_init_size,
+ * sets the defaults). */
 typedef struct di_model_options {
     size_t struct_size;
     /* CPU threads running the forward pass, counting the caller's; 0 (default):
@@ -789,8 +830,18 @@ typedef struct di_model_options {
     int32_t reserved; /* must be 0 */
 } di_model_options;
 
-/* Set struct_size and the defaults. */
+/* Initialise the first struct_size bytes of *opts: struct_size, and every field
+ * inside them to its default (all zero: every CPU, an f16 KV cache, the
+ * model's context). Writes nothing past struct_size; NULL or a struct_size below
+ * sizeof(size_t) writes nothing (see "Versioned input structs"). Thread-safe. */
+DI_API void di_model_options_init_size(di_model_options *opts, size_t struct_size);
+/* Exported for the binaries compiled before di_model_options_init_size: it
+ * initialises this release's struct, a size frozen for good (see "Versioned
+ * input structs"). The macro of the same name hides it from later hosts. */
 DI_API void di_model_options_init(di_model_options *opts);
+/* Initialise *opts as the caller compiled it: di_model_options_init_size with
+ * sizeof *opts. */
+#define di_model_options_init(opts) di_model_options_init_size((opts), sizeof *(opts))
 
 /* Load the model at `path`: a .gguf file, or a Hugging Face directory
  * (config.json, *.safetensors). opts may be NULL for the defaults. On success
@@ -912,7 +963,8 @@ typedef void (*di_log_fn)(void *user, di_log_level level, const char *message);
 typedef int (*di_progress_fn)(void *user, float fraction);
 
 /* Settings of di_engine_create (a versioned input struct: see "Versioned input
- * structs"; di_engine_config_init sets the defaults given here). */
+ * structs"; di_engine_config_init, the macro over di_engine_config_init_size,
+ * sets the defaults given here). */
 typedef struct di_engine_config {
     size_t struct_size;
     /* The model: a .gguf file or a Hugging Face directory (config.json,
@@ -1083,8 +1135,18 @@ typedef enum di_draft {
     DI_DRAFT_MTP = 3
 } di_draft;
 
-/* Set struct_size and the defaults. NULL is a no-op. */
+/* Initialise the first struct_size bytes of *cfg: struct_size, and every field
+ * inside them to the default given with it (device DI_DEVICE_CPU; every other
+ * field zero). Writes nothing past struct_size; NULL or a struct_size below
+ * sizeof(size_t) writes nothing (see "Versioned input structs"). Thread-safe. */
+DI_API void di_engine_config_init_size(di_engine_config *cfg, size_t struct_size);
+/* Exported for the binaries compiled before di_engine_config_init_size: it
+ * initialises this release's struct, a size frozen for good (see "Versioned
+ * input structs"). The macro of the same name hides it from later hosts. */
 DI_API void di_engine_config_init(di_engine_config *cfg);
+/* Initialise *cfg as the caller compiled it: di_engine_config_init_size with
+ * sizeof *cfg. */
+#define di_engine_config_init(cfg) di_engine_config_init_size((cfg), sizeof *(cfg))
 
 /* Load the model and start the engine's worker thread. On success *out owns
  * the engine; destroy it with di_engine_destroy.
@@ -1190,7 +1252,8 @@ typedef enum di_event_kind {
  * must not throw (the log one runs on the engine's worker thread). */
 typedef void (*di_event_fn)(void *user_data, const di_event *ev);
 
-/* A request (a versioned input struct; di_request_init sets the defaults).
+/* A request (a versioned input struct; di_request_init, the macro over
+ * di_request_init_size, sets the defaults).
  * Either a protocol request — `protocol` set and `json` the body, rendered with
  * the engine's encoding (di_codec_render) and answered as di_stream answers it
  * — or a token request — `protocol` 0 and `tokens` the prompt's IDs, with the
@@ -1310,8 +1373,20 @@ typedef struct di_request {
     size_t n_stop_strings;
 } di_request;
 
-/* Set struct_size and the defaults. NULL is a no-op. */
+/* Initialise the first struct_size bytes of *req: struct_size, and every field
+ * inside them to the default given with it (temperature 1, top_p 1,
+ * repetition_penalty 1, seed -1; every other field zero: a token request with
+ * no limits, no callback). Writes nothing past struct_size; NULL or a
+ * struct_size below sizeof(size_t) writes nothing (see "Versioned input
+ * structs"). Thread-safe. */
+DI_API void di_request_init_size(di_request *req, size_t struct_size);
+/* Exported for the binaries compiled before di_request_init_size: it
+ * initialises this release's struct, a size frozen for good (see "Versioned
+ * input structs"). The macro of the same name hides it from later hosts. */
 DI_API void di_request_init(di_request *req);
+/* Initialise *req as the caller compiled it: di_request_init_size with
+ * sizeof *req. */
+#define di_request_init(req) di_request_init_size((req), sizeof *(req))
 
 /* Submit a request. It is checked and its prompt rendered and tokenized on the
  * calling thread, so a bad request fails here, at once, with nothing queued;
@@ -1384,10 +1459,11 @@ DI_API int di_engine_event_fd(di_engine *engine);
 
 /* The KV cache's occupancy, as di_engine_kv_cache_stats reads it (a versioned
  * struct the library writes: the caller sets struct_size, with
- * di_kv_cache_stats_init, and the library writes the fields that struct_size
- * shows the caller's struct contains, leaving the rest as they were; fields are
- * only appended). The cache is paged (vLLM's PagedAttention): block_tokens
- * tokens a block, every block in exactly one of three states —
+ * di_kv_cache_stats_init — the macro over di_kv_cache_stats_init_size —, and
+ * the library writes the fields that struct_size shows the caller's struct
+ * contains, leaving the rest as they were; fields are only appended). The
+ * cache is paged (vLLM's PagedAttention): block_tokens tokens a block, every
+ * block in exactly one of three states —
  * blocks_used + blocks_cached + blocks_free == blocks_total. Counts are blocks
  * or tokens; the *_total counters only grow, from 0 at di_engine_create. */
 typedef struct di_kv_cache_stats {
@@ -1438,8 +1514,18 @@ typedef struct di_kv_cache_stats {
     int64_t prefill_tokens_total;
 } di_kv_cache_stats;
 
-/* Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op. */
+/* Initialise the first struct_size bytes of *stats: struct_size, and every
+ * field inside them to 0. Writes nothing past struct_size, and
+ * di_engine_kv_cache_stats then writes no further; NULL or a struct_size below
+ * sizeof(size_t) writes nothing (see "Versioned input structs"). Thread-safe. */
+DI_API void di_kv_cache_stats_init_size(di_kv_cache_stats *stats, size_t struct_size);
+/* Exported for the binaries compiled before di_kv_cache_stats_init_size: it
+ * initialises this release's struct, a size frozen for good (see "Versioned
+ * input structs"). The macro of the same name hides it from later hosts. */
 DI_API void di_kv_cache_stats_init(di_kv_cache_stats *stats);
+/* Initialise *stats as the caller compiled it: di_kv_cache_stats_init_size
+ * with sizeof *stats. */
+#define di_kv_cache_stats_init(stats) di_kv_cache_stats_init_size((stats), sizeof *(stats))
 
 /* Read the engine's KV cache occupancy into *stats (see di_kv_cache_stats),
  * e.g. for a /metrics endpoint. The counts are one consistent snapshot: the

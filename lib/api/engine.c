@@ -379,12 +379,26 @@ static void sink_log(void *ctx, di_log_level level, const char *message)
 
 /* ---- engine ---- */
 
-DI_API void di_engine_config_init(di_engine_config *cfg)
+/* The size the exported di_engine_config_init writes: the struct of the
+ * release that added di_engine_config_init_size. Frozen: binaries compiled
+ * before the di_engine_config_init macro pass a struct no larger, so a field
+ * appended later must not change it (it names today's last field, not sizeof). */
+#define ENGINE_CONFIG_INIT_SIZE DI_STRUCT_SIZE_UNTIL(di_engine_config, reserved_kv)
+_Static_assert(ENGINE_CONFIG_INIT_SIZE <= sizeof(di_engine_config),
+               "di_engine_config_init's frozen size is a release of the struct");
+
+/* The defaults (deepinfer.h gives each with its field): zero but for those set
+ * here, which belong to the first release (a field appended later defaults to
+ * zero), each written only when the caller's struct holds it. */
+DI_API void di_engine_config_init_size(di_engine_config *cfg, size_t struct_size)
 {
-    if (!cfg) return;
-    memset(cfg, 0, sizeof *cfg);
-    cfg->struct_size = sizeof *cfg;
-    cfg->device = DI_DEVICE_CPU;
+    if (!di_struct_init(cfg, struct_size)) return;
+    if (struct_size >= DI_STRUCT_SIZE_UNTIL(di_engine_config, device)) cfg->device = DI_DEVICE_CPU;
+}
+
+DI_API void(di_engine_config_init)(di_engine_config *cfg)
+{
+    di_engine_config_init_size(cfg, ENGINE_CONFIG_INIT_SIZE);
 }
 
 /* The encoding a GGUF declares through its pre-tokenizer name; 0 when none.

@@ -5,6 +5,7 @@
 
 #include "api/engine_internal.h"
 #include "util/error.h"
+#include "util/struct_size.h"
 
 _Static_assert(sizeof(di_kv_cache_stats) ==
                    DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, prefill_tokens_total),
@@ -13,11 +14,22 @@ _Static_assert(sizeof(di_kv_cache_stats) ==
 /* The struct's first release ends at blocks_evicted_total. */
 #define KV_STATS_MIN_SIZE DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, blocks_evicted_total)
 
-DI_API void di_kv_cache_stats_init(di_kv_cache_stats *stats)
+/* The size the exported di_kv_cache_stats_init writes: the struct of the
+ * release that added di_kv_cache_stats_init_size. Frozen: binaries compiled
+ * before the di_kv_cache_stats_init macro pass a struct no larger, so a field
+ * appended later must not change it (it names today's last field, not sizeof). */
+#define KV_STATS_INIT_SIZE DI_STRUCT_SIZE_UNTIL(di_kv_cache_stats, prefill_tokens_total)
+_Static_assert(KV_STATS_INIT_SIZE <= sizeof(di_kv_cache_stats),
+               "di_kv_cache_stats_init's frozen size is a release of the struct");
+
+DI_API void di_kv_cache_stats_init_size(di_kv_cache_stats *stats, size_t struct_size)
 {
-    if (!stats) return;
-    memset(stats, 0, sizeof *stats);
-    stats->struct_size = sizeof *stats;
+    di_struct_init(stats, struct_size); /* every field starts at 0 */
+}
+
+DI_API void(di_kv_cache_stats_init)(di_kv_cache_stats *stats)
+{
+    di_kv_cache_stats_init_size(stats, KV_STATS_INIT_SIZE);
 }
 
 DI_API di_status di_engine_kv_cache_stats(const di_engine *engine, di_kv_cache_stats *stats,

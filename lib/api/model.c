@@ -15,11 +15,22 @@ struct di_model {
     model *m;
 };
 
-DI_API void di_model_options_init(di_model_options *opts)
+/* The size the exported di_model_options_init writes: the struct of the
+ * release that added di_model_options_init_size. Frozen: binaries compiled
+ * before the di_model_options_init macro pass a struct no larger, so a field
+ * appended later must not change it (it names today's last field, not sizeof). */
+#define MODEL_OPTIONS_INIT_SIZE DI_STRUCT_SIZE_UNTIL(di_model_options, reserved)
+_Static_assert(MODEL_OPTIONS_INIT_SIZE <= sizeof(di_model_options),
+               "di_model_options_init's frozen size is a release of the struct");
+
+DI_API void di_model_options_init_size(di_model_options *opts, size_t struct_size)
 {
-    if (!opts) return;
-    memset(opts, 0, sizeof *opts);
-    opts->struct_size = sizeof *opts;
+    di_struct_init(opts, struct_size); /* every default is zero */
+}
+
+DI_API void(di_model_options_init)(di_model_options *opts)
+{
+    di_model_options_init_size(opts, MODEL_OPTIONS_INIT_SIZE);
 }
 
 DI_API di_status di_model_load(const char *path, const di_model_options *opts, di_model **out,

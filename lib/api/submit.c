@@ -21,15 +21,30 @@
 #include "sampler/sampler.h"
 #include "tokenizer/tokenizer.h"
 
-DI_API void di_request_init(di_request *req)
+/* The size the exported di_request_init writes: the struct of the release
+ * that added di_request_init_size. Frozen: binaries compiled before the
+ * di_request_init macro pass a struct no larger, so a field appended later
+ * must not change it (it names today's last field, not sizeof). */
+#define REQUEST_INIT_SIZE DI_STRUCT_SIZE_UNTIL(di_request, n_stop_strings)
+_Static_assert(REQUEST_INIT_SIZE <= sizeof(di_request),
+               "di_request_init's frozen size is a release of the struct");
+
+/* The defaults (deepinfer.h gives each with its field): zero but for those set
+ * here, which belong to the first release (a field appended later defaults to
+ * zero), each written only when the caller's struct holds it. */
+DI_API void di_request_init_size(di_request *req, size_t struct_size)
 {
-    if (!req) return;
-    memset(req, 0, sizeof *req);
-    req->struct_size = sizeof *req;
-    req->temperature = 1.0f;
-    req->top_p = 1.0f;
-    req->repetition_penalty = 1.0f;
-    req->seed = -1;
+    if (!di_struct_init(req, struct_size)) return;
+    if (struct_size >= DI_STRUCT_SIZE_UNTIL(di_request, temperature)) req->temperature = 1.0f;
+    if (struct_size >= DI_STRUCT_SIZE_UNTIL(di_request, top_p)) req->top_p = 1.0f;
+    if (struct_size >= DI_STRUCT_SIZE_UNTIL(di_request, repetition_penalty))
+        req->repetition_penalty = 1.0f;
+    if (struct_size >= DI_STRUCT_SIZE_UNTIL(di_request, seed)) req->seed = -1;
+}
+
+DI_API void(di_request_init)(di_request *req)
+{
+    di_request_init_size(req, REQUEST_INIT_SIZE);
 }
 
 static uint64_t clock_seed(const void *salt)

@@ -42,11 +42,22 @@ _Static_assert(sizeof(di_stream_options) ==
                    DI_STRUCT_SIZE_UNTIL(di_stream_options, n_stop_sequences),
                "di_stream_options has trailing padding");
 
-DI_API void di_stream_options_init(di_stream_options *opts)
+/* The size the exported di_stream_options_init writes: the struct of the
+ * release that added di_stream_options_init_size. Frozen: binaries compiled
+ * before the di_stream_options_init macro pass a struct no larger, so a field
+ * appended later must not change it (it names today's last field, not sizeof). */
+#define STREAM_OPTIONS_INIT_SIZE DI_STRUCT_SIZE_UNTIL(di_stream_options, n_stop_sequences)
+_Static_assert(STREAM_OPTIONS_INIT_SIZE <= sizeof(di_stream_options),
+               "di_stream_options_init's frozen size is a release of the struct");
+
+DI_API void di_stream_options_init_size(di_stream_options *opts, size_t struct_size)
 {
-    if (!opts) return;
-    memset(opts, 0, sizeof *opts);
-    opts->struct_size = sizeof *opts;
+    di_struct_init(opts, struct_size); /* every default is zero */
+}
+
+DI_API void(di_stream_options_init)(di_stream_options *opts)
+{
+    di_stream_options_init_size(opts, STREAM_OPTIONS_INIT_SIZE);
 }
 
 static char *dup_or_null(const char *s, int *oom)

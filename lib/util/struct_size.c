@@ -1,4 +1,4 @@
-/* di_struct_copy_in: see struct_size.h. */
+/* di_struct_copy_in and di_struct_init: see struct_size.h. */
 #include "util/struct_size.h"
 
 #include <string.h>
@@ -32,4 +32,12 @@ di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t 
     memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
     memcpy(dst, &dst_size, sizeof dst_size);
     return DI_OK;
+}
+
+int di_struct_init(void *p, size_t struct_size)
+{
+    if (p == NULL || struct_size < sizeof struct_size) return 0;
+    memset(p, 0, struct_size);
+    memcpy(p, &struct_size, sizeof struct_size);
+    return 1;
 }

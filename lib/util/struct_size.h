@@ -29,4 +29,15 @@
 di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t min_size,
                             const char **message);
 
+/* The common part of every di_<name>_init_size (deepinfer.h, "Versioned input
+ * structs"): zero the first `struct_size` bytes of `p` and store struct_size in
+ * its leading size_t, writing nothing past them. Returns 1 when it wrote, and
+ * the caller then sets the non-zero defaults of the fields that lie wholly
+ * inside struct_size (struct_size >= DI_STRUCT_SIZE_UNTIL(type, field));
+ * returns 0, writing nothing, when p is NULL or struct_size is below
+ * sizeof(size_t) (the size cannot even be stored). A struct_size below the
+ * struct's first release is written all the same: di_struct_copy_in refuses
+ * it later, naming struct_size. Touches nothing but p's bytes. */
+int di_struct_init(void *p, size_t struct_size);
+
 #endif

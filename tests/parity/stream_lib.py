@@ -54,7 +54,7 @@ def load(path):
     lib.di_stream_response_json.argtypes = [c_p, ctypes.POINTER(ctypes.c_size_t)]
     lib.di_stream_response_json.restype = ctypes.POINTER(ctypes.c_char)
     lib.di_stream_free.argtypes = [c_p]
-    lib.di_stream_options_init.argtypes = [ctypes.POINTER(StreamOptions)]
+    lib.di_stream_options_init_size.argtypes = [ctypes.POINTER(StreamOptions), ctypes.c_size_t]
     lib.di_stream_finished.argtypes = [c_p]
     return lib
 
@@ -96,7 +96,7 @@ def run_case(lib, tok, codec, protocol, body, pushes, finish="stop", prompt_toke
     check(lib, lib.di_codec_render(codec, PROTOCOLS[protocol], raw, len(raw), ctypes.byref(prompt),
                                    ctypes.byref(err)), err, "render")
     opts = StreamOptions()
-    lib.di_stream_options_init(ctypes.byref(opts))
+    lib.di_stream_options_init_size(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.response_id = response_id.encode()
     opts.model = model.encode() if model else None
     opts.created, opts.seed = created, seed

@@ -61,7 +61,7 @@ def replay(lib, tok, codec, protocol, case):
         return f"render failed: {msg}"
     gen = case["generator"]
     opts = sl.StreamOptions()
-    lib.di_stream_options_init(ctypes.byref(opts))
+    lib.di_stream_options_init_size(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.response_id = gen["id"].encode()
     opts.model = gen["model"].encode()
     opts.created = 1

@@ -656,8 +656,7 @@ class Engine:
         the prefix cache's query/hit/eviction counters. Once a request's Done has
         been delivered its blocks are no longer counted as used. Thread-safe;
         InvalidStateError once closed."""
-        raw = _lib.KvCacheStats()
-        raw.struct_size = ctypes.sizeof(raw)  # the library writes that much at most
+        raw = _lib.new_kv_cache_stats(self._lib)  # the library writes its size at most
         err = c_void_p()
         st = self._call(self._lib.di_engine_kv_cache_stats, byref(raw), byref(err))
         if st != 0:

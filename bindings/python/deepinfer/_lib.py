@@ -13,9 +13,10 @@ The library is found, in order, through:
 
 Only this module knows the C struct layouts; they mirror include/deepinfer/deepinfer.h
 (version 0.1). Every struct the library reads starts with ``struct_size``; the
-binding fills it with its own ``ctypes.sizeof``, so a newer library keeps the
-defaults of fields the binding does not know (the header's "Versioned input
-structs" rule).
+binding initialises its own structs with ``di_*_init_size(p, ctypes.sizeof(...))``,
+so the library writes the defaults of the binding's fields and nothing past them,
+and a newer library keeps the defaults of fields the binding does not know (the
+header's "Versioned input structs" rule).
 """
 
 from __future__ import annotations
@@ -152,9 +153,6 @@ class KvCacheStats(Structure):
 #: --cache-type-k/-v): the KV cache's storage type.
 KV_CACHE_TYPES = {"f16": 0, "f32": 1, "q8_0": 2, "q4_0": 3}
 
-# Room for a newer library's larger struct: di_*_init writes sizeof(its struct).
-_INIT_ROOM = 4096
-
 # (name, restype, argtypes). Pointers the binding copies from are c_void_p so that
 # ctypes does not convert them (string_at copies exactly `len` bytes).
 _SIGNATURES = [
@@ -196,7 +194,7 @@ _SIGNATURES = [
         ],
     ),
     ("di_text_free", None, [c_void_p]),
-    ("di_engine_config_init", None, [c_void_p]),
+    ("di_engine_config_init_size", None, [c_void_p, c_size_t]),
     ("di_engine_create", c_int, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
     ("di_engine_destroy", c_int, [c_void_p]),
     ("di_engine_encoding", c_int32, [c_void_p]),
@@ -207,8 +205,9 @@ _SIGNATURES = [
     ("di_engine_model_info", c_char_p, [c_void_p, c_void_p]),
     ("di_engine_pending", c_size_t, [c_void_p]),
     ("di_engine_event_fd", c_int, [c_void_p]),
+    ("di_kv_cache_stats_init_size", None, [c_void_p, c_size_t]),
     ("di_engine_kv_cache_stats", c_int, [c_void_p, c_void_p, POINTER(c_void_p)]),
-    ("di_request_init", None, [c_void_p]),
+    ("di_request_init_size", None, [c_void_p, c_size_t]),
     ("di_submit", c_int, [c_void_p, c_void_p, POINTER(c_uint64), POINTER(c_void_p)]),
     ("di_cancel", c_int, [c_void_p, c_uint64, POINTER(c_void_p)]),
     ("di_poll", c_int64, [c_void_p, c_int32]),
@@ -292,7 +291,9 @@ def load():
             try:
                 _declare(lib)
             except AttributeError as e:
-                errors.append(f"{name}: not a deepinfer library ({e})")
+                # a function missing: another library, or a deepinfer built
+                # before one the binding calls (di_*_init_size)
+                errors.append(f"{name}: not a deepinfer library this binding can use ({e})")
                 continue
             version = lib.di_version()
             if version < MIN_VERSION:
@@ -326,24 +327,24 @@ def path():
 
 def new_engine_config(lib):
     """A di_engine_config holding the library's defaults, struct_size set to the
-    binding's own struct (fields a newer library added keep their defaults)."""
-    buf = ctypes.create_string_buffer(_INIT_ROOM)
-    lib.di_engine_config_init(buf)
-    cfg = EngineConfig.from_buffer_copy(buf.raw[: ctypes.sizeof(EngineConfig)])
-    cfg.struct_size = ctypes.sizeof(EngineConfig)
+    binding's own struct: di_engine_config_init_size writes exactly
+    ctypes.sizeof(EngineConfig) bytes (fields a newer library added keep their
+    defaults)."""
+    cfg = EngineConfig()
+    lib.di_engine_config_init_size(ctypes.byref(cfg), ctypes.sizeof(cfg))
     return cfg
-
-
-_request_defaults = None
 
 
 def new_request(lib):
     """A di_request holding the library's defaults (as new_engine_config)."""
-    global _request_defaults
-    if _request_defaults is None:
-        buf = ctypes.create_string_buffer(_INIT_ROOM)
-        lib.di_request_init(buf)
-        _request_defaults = buf.raw[: ctypes.sizeof(Request)]
-    req = Request.from_buffer_copy(_request_defaults)
-    req.struct_size = ctypes.sizeof(Request)
+    req = Request()
+    lib.di_request_init_size(ctypes.byref(req), ctypes.sizeof(req))
     return req
+
+
+def new_kv_cache_stats(lib):
+    """A di_kv_cache_stats for di_engine_kv_cache_stats to fill, struct_size set
+    to the binding's own struct (the library writes that much at most)."""
+    stats = KvCacheStats()
+    lib.di_kv_cache_stats_init_size(ctypes.byref(stats), ctypes.sizeof(stats))
+    return stats

@@ -4,7 +4,7 @@ di_poll(engine, 0) then delivers them, and the request ends with its tokens and
 one DONE. The raw C API through ctypes, as a host with its own event loop uses it."""
 import asyncio
 import ctypes
-from ctypes import POINTER, byref, c_int32, c_size_t, c_uint64, c_void_p, cast
+from ctypes import byref, c_int32, c_size_t, c_uint64, c_void_p
 
 from conftest import TINY
 
@@ -15,14 +15,13 @@ DI_EVENT_TOKENS, DI_EVENT_DONE = 1, 7
 
 def test_event_fd_drives_an_asyncio_loop():
     lib = _lib.load()
-    cfg_buf = ctypes.create_string_buffer(_lib._INIT_ROOM)
-    lib.di_engine_config_init(cfg_buf)
-    cfg = cast(cfg_buf, POINTER(_lib.EngineConfig)).contents
+    cfg = _lib.EngineConfig()
+    lib.di_engine_config_init_size(byref(cfg), ctypes.sizeof(cfg))
     path = str(TINY).encode()
     cfg.model_path = path
     cfg.n_threads = 2
     engine = c_void_p()
-    assert lib.di_engine_create(cfg_buf, byref(engine), None) == 0
+    assert lib.di_engine_create(byref(cfg), byref(engine), None) == 0
     try:
         fd = lib.di_engine_event_fd(engine)
         assert fd >= 0 and lib.di_engine_event_fd(engine) == fd
@@ -39,9 +38,8 @@ def test_event_fd_drives_an_asyncio_loop():
                 done.append(lib.di_event_status(ev))
 
         ids = (c_int32 * 4)(5, 6, 7, 8)
-        req_buf = ctypes.create_string_buffer(_lib._INIT_ROOM)
-        lib.di_request_init(req_buf)
-        req = cast(req_buf, POINTER(_lib.Request)).contents
+        req = _lib.Request()
+        lib.di_request_init_size(byref(req), ctypes.sizeof(req))
         req.tokens = ids
         req.n_tokens = 4
         req.max_tokens = 12
@@ -49,7 +47,7 @@ def test_event_fd_drives_an_asyncio_loop():
         req.ignore_eos = 1
         req.on_event = on_event
         rid = c_uint64()
-        assert lib.di_submit(engine, req_buf, byref(rid), None) == 0
+        assert lib.di_submit(engine, byref(req), byref(rid), None) == 0
 
         loop = asyncio.new_event_loop()
         delivered = []

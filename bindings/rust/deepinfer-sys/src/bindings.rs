@@ -450,7 +450,8 @@ pub const DI_THINKING_CONTENT_CONTINUATION: di_thinking_stage = 3;
 #[doc = " Where parsing starts in thinking mode (deepseek-recipe's ThinkingInitialStage)."]
 pub type di_thinking_stage = ::std::os::raw::c_uint;
 #[doc = " Settings of a stream, read by di_stream_create (the struct_size convention"]
-#[doc = " above: di_stream_options_init sets the defaults)."]
+#[doc = " above: di_stream_options_init, the macro over di_stream_options_init_size,"]
+#[doc = " sets the defaults)."]
 #[repr(C)]
 pub struct di_stream_options {
     pub struct_size: usize,
@@ -746,7 +747,17 @@ fn bindgen_test_layout_di_stream_options() {
     test_field_n_stop_sequences();
 }
 extern "C" {
-    #[doc = " Set every field of *opts to its default (and struct_size). NULL is a no-op."]
+    #[doc = " Initialise the first struct_size bytes of *opts: struct_size, and every field"]
+    #[doc = " inside them to its default (all zero: a random response id, the request's"]
+    #[doc = " model, the clock, a clock-seeded seed, no parsing override). Writes nothing"]
+    #[doc = " past struct_size; NULL or a struct_size below sizeof(size_t) writes nothing"]
+    #[doc = " (see \"Versioned input structs\"). Thread-safe."]
+    pub fn di_stream_options_init_size(opts: *mut di_stream_options, struct_size: usize);
+}
+extern "C" {
+    #[doc = " Exported for the binaries compiled before di_stream_options_init_size: it"]
+    #[doc = " initialises this release's struct, a size frozen for good (see \"Versioned"]
+    #[doc = " input structs\"). The macro of the same name hides it from later hosts."]
     pub fn di_stream_options_init(opts: *mut di_stream_options);
 }
 extern "C" {
@@ -1039,7 +1050,8 @@ pub const DI_KV_CACHE_Q4_0: di_kv_cache_type = 3;
 #[doc = " (the same for keys and values). Values are never renumbered."]
 pub type di_kv_cache_type = ::std::os::raw::c_uint;
 #[doc = " Options of di_model_load (a versioned input struct: see \"Versioned input"]
-#[doc = " structs\")."]
+#[doc = " structs\"; di_model_options_init, the macro over di_model_options_init_size,"]
+#[doc = " sets the defaults)."]
 #[repr(C)]
 pub struct di_model_options {
     pub struct_size: usize,
@@ -1183,7 +1195,16 @@ fn bindgen_test_layout_di_model_options() {
     test_field_reserved();
 }
 extern "C" {
-    #[doc = " Set struct_size and the defaults."]
+    #[doc = " Initialise the first struct_size bytes of *opts: struct_size, and every field"]
+    #[doc = " inside them to its default (all zero: every CPU, an f16 KV cache, the"]
+    #[doc = " model's context). Writes nothing past struct_size; NULL or a struct_size below"]
+    #[doc = " sizeof(size_t) writes nothing (see \"Versioned input structs\"). Thread-safe."]
+    pub fn di_model_options_init_size(opts: *mut di_model_options, struct_size: usize);
+}
+extern "C" {
+    #[doc = " Exported for the binaries compiled before di_model_options_init_size: it"]
+    #[doc = " initialises this release's struct, a size frozen for good (see \"Versioned"]
+    #[doc = " input structs\"). The macro of the same name hides it from later hosts."]
     pub fn di_model_options_init(opts: *mut di_model_options);
 }
 extern "C" {
@@ -1304,7 +1325,8 @@ pub type di_progress_fn = ::std::option::Option<
     unsafe extern "C" fn(user: *mut ::std::os::raw::c_void, fraction: f32) -> ::std::os::raw::c_int,
 >;
 #[doc = " Settings of di_engine_create (a versioned input struct: see \"Versioned input"]
-#[doc = " structs\"; di_engine_config_init sets the defaults given here)."]
+#[doc = " structs\"; di_engine_config_init, the macro over di_engine_config_init_size,"]
+#[doc = " sets the defaults given here)."]
 #[repr(C)]
 pub struct di_engine_config {
     pub struct_size: usize,
@@ -1949,7 +1971,16 @@ pub const DI_DRAFT_MTP: di_draft = 3;
 #[doc = " never renumbered; new drafters are appended."]
 pub type di_draft = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " Set struct_size and the defaults. NULL is a no-op."]
+    #[doc = " Initialise the first struct_size bytes of *cfg: struct_size, and every field"]
+    #[doc = " inside them to the default given with it (device DI_DEVICE_CPU; every other"]
+    #[doc = " field zero). Writes nothing past struct_size; NULL or a struct_size below"]
+    #[doc = " sizeof(size_t) writes nothing (see \"Versioned input structs\"). Thread-safe."]
+    pub fn di_engine_config_init_size(cfg: *mut di_engine_config, struct_size: usize);
+}
+extern "C" {
+    #[doc = " Exported for the binaries compiled before di_engine_config_init_size: it"]
+    #[doc = " initialises this release's struct, a size frozen for good (see \"Versioned"]
+    #[doc = " input structs\"). The macro of the same name hides it from later hosts."]
     pub fn di_engine_config_init(cfg: *mut di_engine_config);
 }
 extern "C" {
@@ -2078,7 +2109,8 @@ pub type di_event_kind = ::std::os::raw::c_uint;
 pub type di_event_fn = ::std::option::Option<
     unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void, ev: *const di_event),
 >;
-#[doc = " A request (a versioned input struct; di_request_init sets the defaults)."]
+#[doc = " A request (a versioned input struct; di_request_init, the macro over"]
+#[doc = " di_request_init_size, sets the defaults)."]
 #[doc = " Either a protocol request — `protocol` set and `json` the body, rendered with"]
 #[doc = " the engine's encoding (di_codec_render) and answered as di_stream answers it"]
 #[doc = " — or a token request — `protocol` 0 and `tokens` the prompt's IDs, with the"]
@@ -2737,7 +2769,18 @@ fn bindgen_test_layout_di_request() {
     test_field_n_stop_strings();
 }
 extern "C" {
-    #[doc = " Set struct_size and the defaults. NULL is a no-op."]
+    #[doc = " Initialise the first struct_size bytes of *req: struct_size, and every field"]
+    #[doc = " inside them to the default given with it (temperature 1, top_p 1,"]
+    #[doc = " repetition_penalty 1, seed -1; every other field zero: a token request with"]
+    #[doc = " no limits, no callback). Writes nothing past struct_size; NULL or a"]
+    #[doc = " struct_size below sizeof(size_t) writes nothing (see \"Versioned input"]
+    #[doc = " structs\"). Thread-safe."]
+    pub fn di_request_init_size(req: *mut di_request, struct_size: usize);
+}
+extern "C" {
+    #[doc = " Exported for the binaries compiled before di_request_init_size: it"]
+    #[doc = " initialises this release's struct, a size frozen for good (see \"Versioned"]
+    #[doc = " input structs\"). The macro of the same name hides it from later hosts."]
     pub fn di_request_init(req: *mut di_request);
 }
 extern "C" {
@@ -2823,10 +2866,11 @@ extern "C" {
 }
 #[doc = " The KV cache's occupancy, as di_engine_kv_cache_stats reads it (a versioned"]
 #[doc = " struct the library writes: the caller sets struct_size, with"]
-#[doc = " di_kv_cache_stats_init, and the library writes the fields that struct_size"]
-#[doc = " shows the caller's struct contains, leaving the rest as they were; fields are"]
-#[doc = " only appended). The cache is paged (vLLM's PagedAttention): block_tokens"]
-#[doc = " tokens a block, every block in exactly one of three states —"]
+#[doc = " di_kv_cache_stats_init — the macro over di_kv_cache_stats_init_size —, and"]
+#[doc = " the library writes the fields that struct_size shows the caller's struct"]
+#[doc = " contains, leaving the rest as they were; fields are only appended). The"]
+#[doc = " cache is paged (vLLM's PagedAttention): block_tokens tokens a block, every"]
+#[doc = " block in exactly one of three states —"]
 #[doc = " blocks_used + blocks_cached + blocks_free == blocks_total. Counts are blocks"]
 #[doc = " or tokens; the *_total counters only grow, from 0 at di_engine_create."]
 #[repr(C)]
@@ -3095,7 +3139,16 @@ fn bindgen_test_layout_di_kv_cache_stats() {
     test_field_prefill_tokens_total();
 }
 extern "C" {
-    #[doc = " Set struct_size (sizeof *stats) and every field to 0. NULL is a no-op."]
+    #[doc = " Initialise the first struct_size bytes of *stats: struct_size, and every"]
+    #[doc = " field inside them to 0. Writes nothing past struct_size, and"]
+    #[doc = " di_engine_kv_cache_stats then writes no further; NULL or a struct_size below"]
+    #[doc = " sizeof(size_t) writes nothing (see \"Versioned input structs\"). Thread-safe."]
+    pub fn di_kv_cache_stats_init_size(stats: *mut di_kv_cache_stats, struct_size: usize);
+}
+extern "C" {
+    #[doc = " Exported for the binaries compiled before di_kv_cache_stats_init_size: it"]
+    #[doc = " initialises this release's struct, a size frozen for good (see \"Versioned"]
+    #[doc = " input structs\"). The macro of the same name hides it from later hosts."]
     pub fn di_kv_cache_stats_init(stats: *mut di_kv_cache_stats);
 }
 extern "C" {

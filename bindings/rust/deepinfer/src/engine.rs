@@ -487,10 +487,14 @@ impl<'p> EngineBuilder<'p> {
             None => None,
         };
         let mut cfg = std::mem::MaybeUninit::<sys::di_engine_config>::zeroed();
-        // SAFETY: di_engine_config_init sets struct_size and every default; a
-        // zeroed struct (integers, NULL pointers, no callbacks) is valid before.
+        // SAFETY: di_engine_config_init_size writes exactly the binding's struct
+        // (its size_of): struct_size and every default; a zeroed struct
+        // (integers, NULL pointers, no callbacks) is valid before.
         let mut cfg = unsafe {
-            sys::di_engine_config_init(cfg.as_mut_ptr());
+            sys::di_engine_config_init_size(
+                cfg.as_mut_ptr(),
+                std::mem::size_of::<sys::di_engine_config>(),
+            );
             cfg.assume_init()
         };
         cfg.model_path = model.as_ptr();
@@ -1016,9 +1020,17 @@ impl Engine {
     /// # Ok::<(), deepinfer::Error>(())
     /// ```
     pub fn kv_cache_stats(&self) -> Result<KvCacheStats> {
-        // SAFETY: the struct is integers only, so all-zero bytes are a valid value.
-        let mut raw: sys::di_kv_cache_stats = unsafe { std::mem::zeroed() };
-        raw.struct_size = std::mem::size_of::<sys::di_kv_cache_stats>();
+        let mut raw = std::mem::MaybeUninit::<sys::di_kv_cache_stats>::zeroed();
+        // SAFETY: di_kv_cache_stats_init_size writes exactly the binding's struct
+        // (its size_of): struct_size and zeros; the struct is integers only, so
+        // zeroed is valid before.
+        let mut raw = unsafe {
+            sys::di_kv_cache_stats_init_size(
+                raw.as_mut_ptr(),
+                std::mem::size_of::<sys::di_kv_cache_stats>(),
+            );
+            raw.assume_init()
+        };
         // SAFETY: a live engine; the library writes struct_size bytes at most.
         check(|err| unsafe { sys::di_engine_kv_cache_stats(self.raw(), &mut raw, err) })?;
         let n = |v: i64| v.max(0) as u64;

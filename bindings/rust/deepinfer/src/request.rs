@@ -354,10 +354,11 @@ impl<'a> Request<'a> {
     pub(crate) fn to_raw(&self, parts: &RawParts) -> sys::di_request {
         let bias = &parts.bias;
         let mut r = MaybeUninit::<sys::di_request>::zeroed();
-        // SAFETY: di_request_init sets struct_size and every default; zeroed
-        // (integers, floats, NULL pointers, no callback) is valid before.
+        // SAFETY: di_request_init_size writes exactly the binding's struct (its
+        // size_of): struct_size and every default; zeroed (integers, floats, NULL
+        // pointers, no callback) is valid before.
         let mut r = unsafe {
-            sys::di_request_init(r.as_mut_ptr());
+            sys::di_request_init_size(r.as_mut_ptr(), std::mem::size_of::<sys::di_request>());
             r.assume_init()
         };
         if let Some(p) = self.protocol {

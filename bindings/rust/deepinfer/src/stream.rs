@@ -169,10 +169,14 @@ impl Parsing {
 
 fn init_options() -> sys::di_stream_options {
     let mut o = MaybeUninit::<sys::di_stream_options>::zeroed();
-    // SAFETY: di_stream_options_init sets struct_size and every field; the
-    // struct is all integers and pointers, so zeroed is a valid value before.
+    // SAFETY: di_stream_options_init_size writes exactly the binding's struct
+    // (its size_of): struct_size and every field; the struct is all integers
+    // and pointers, so zeroed is a valid value before.
     unsafe {
-        sys::di_stream_options_init(o.as_mut_ptr());
+        sys::di_stream_options_init_size(
+            o.as_mut_ptr(),
+            std::mem::size_of::<sys::di_stream_options>(),
+        );
         o.assume_init()
     }
 }
