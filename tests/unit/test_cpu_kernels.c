@@ -961,54 +961,70 @@ static void check_attention(model_dtype kv_type)
  * prefill tile) or each segment is its own task (flash-decoding: few rows, so
  * the keys are split over the threads). A decode row equals the batch's last
  * row bit for bit at 1 and 4 threads, and both equal a direct computation in
- * double over 700 keys (three segments). */
-static void test_attention_long_context_segments(void **state)
+ * double over 700 keys (three segments). One shape of nh query heads over
+ * nkv KV heads of hd, blocks of bs tokens. */
+enum { LC_CTX = 700, LC_NT = 20, LC_MAX = 10 * 128 };
+static void long_context_case(int nh, int nkv, int hd, int bs)
 {
-    (void)state;
-    enum { NH = 6, NKV = 2, HD = 64, CTX = 700, NT = 20, BS = 16, NB = 48 };
+    const int nb = (LC_CTX + bs - 1) / bs;
     cpu_kv_cache c;
-    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F32, 1, NKV, HD, BS, NB), DI_OK);
-    int32_t table[NB];
-    for (int i = 0; i < NB; i++) table[i] = (i * 29 + 7) % NB; /* scrambled blocks */
-    cpu_kv_seq s = {table, NB, NB, CTX, 0};
-    static float k[CTX * NKV * HD], v[CTX * NKV * HD], q[NT * NH * HD];
-    static float batch[NT * NH * HD], last[NH * HD], scratch[4 * CTX];
-    for (int i = 0; i < CTX * NKV * HD; i++) k[i] = frand(), v[i] = frand();
-    for (int i = 0; i < NT * NH * HD; i++) q[i] = frand();
-    cpu_kv_store(&c, &s, 0, 0, CTX, k, v);
-    const float scale = 1.0f / 8.0f;
-    const int64_t pos0 = CTX - NT;
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F32, 1, nkv, hd, bs, nb), DI_OK);
+    int32_t table[LC_CTX];
+    for (int i = 0; i < nb; i++) table[i] = (i * 29 + 7) % nb; /* scrambled blocks */
+    cpu_kv_seq s = {table, nb, nb, LC_CTX, 0};
+    static float k[LC_CTX * LC_MAX], v[LC_CTX * LC_MAX], q[LC_NT * LC_MAX];
+    static float batch[LC_NT * LC_MAX], last[LC_MAX], scratch[4 * LC_CTX];
+    for (int i = 0; i < LC_CTX * nkv * hd; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < LC_NT * nh * hd; i++) q[i] = frand();
+    cpu_kv_store(&c, &s, 0, 0, LC_CTX, k, v);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int64_t pos0 = LC_CTX - LC_NT;
     for (int threads = 1; threads <= 4; threads += 3) {
         cpu_threadpool *pool;
         assert_int_equal(cpu_threadpool_create(threads, &pool), DI_OK);
-        cpu_attention(pool, &c, &s, 0, q, NH, pos0, NT, scale, batch, scratch, CTX, 0);
-        cpu_attention(pool, &c, &s, 0, q + (NT - 1) * NH * HD, NH, CTX - 1, 1, scale, last, scratch,
-                      CTX, 0);
-        assert_memory_equal(last, batch + (NT - 1) * NH * HD, sizeof last);
+        cpu_attention(pool, &c, &s, 0, q, nh, pos0, LC_NT, scale, batch, scratch, LC_CTX, 0);
+        cpu_attention(pool, &c, &s, 0, q + (LC_NT - 1) * nh * hd, nh, LC_CTX - 1, 1, scale, last,
+                      scratch, LC_CTX, 0);
+        assert_memory_equal(last, batch + (LC_NT - 1) * nh * hd, (size_t)(nh * hd) * sizeof *last);
         cpu_threadpool_free(pool);
     }
     if (cpu_has_avx2()) /* (without AVX2 the reference path ran: checked elsewhere) */
-        for (int t = 0; t < NT; t += 7)
-            for (int h = 0; h < NH; h++) {
-                int g = h / (NH / NKV);
+        for (int t = 0; t < LC_NT; t += 7)
+            for (int h = 0; h < nh; h++) {
+                int g = h / (nh / nkv);
                 int64_t n = pos0 + t + 1;
-                static double sc[CTX];
+                static double sc[LC_CTX];
                 double mx = -1e30, sum = 0;
                 for (int64_t p = 0; p < n; p++) {
                     double d = 0;
-                    for (int i = 0; i < HD; i++)
-                        d += (double)q[(t * NH + h) * HD + i] * k[(p * NKV + g) * HD + i];
+                    for (int i = 0; i < hd; i++)
+                        d += (double)q[(t * nh + h) * hd + i] * k[(p * nkv + g) * hd + i];
                     sc[p] = d * scale;
                     mx = fmax(mx, sc[p]);
                 }
                 for (int64_t p = 0; p < n; p++) sum += (sc[p] = exp(sc[p] - mx));
-                for (int i = 0; i < HD; i++) {
+                for (int i = 0; i < hd; i++) {
                     double o = 0;
-                    for (int64_t p = 0; p < n; p++) o += sc[p] / sum * v[(p * NKV + g) * HD + i];
-                    assert_true(fabs(batch[(t * NH + h) * HD + i] - o) < 1e-5);
+                    for (int64_t p = 0; p < n; p++) o += sc[p] / sum * v[(p * nkv + g) * hd + i];
+                    if (fabs(batch[(t * nh + h) * hd + i] - o) >= 1e-5)
+                        fail_msg(
+                            "heads %d/%d of %d, blocks of %d: token %d head %d dim %d: %g vs %g",
+                            nh, nkv, hd, bs, t, h, i, batch[(t * nh + h) * hd + i], o);
                 }
             }
     cpu_kv_cache_free(&c);
+}
+
+/* The shapes: SmolLM2-like (the task's KV heads converted together in one
+ * stage), five heads of 128 (two stages of four and one: 640 values a row
+ * against the stage's 512) in blocks of 24 (a chunk's rows across two blocks),
+ * and heads of 256 (two a stage). */
+static void test_attention_long_context_segments(void **state)
+{
+    (void)state;
+    long_context_case(6, 2, 64, 16);
+    long_context_case(10, 5, 128, 24);
+    long_context_case(4, 2, 256, 16);
 }
 
 static void test_attention_f32_cache(void **state)
