@@ -176,9 +176,7 @@ static void softmax_ggml(float *x, int64_t n)
 static const char *kv_block(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s, int l,
                             int64_t bi)
 {
-    int64_t b = s->block_table[bi];
-    return (const char *)pool +
-           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size) * c->row_bytes;
+    return (const char *)pool + cpu_kv_block_offset(c, l, s->block_table[bi]);
 }
 
 typedef struct attn_job {

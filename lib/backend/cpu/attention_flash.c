@@ -58,9 +58,8 @@ enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
 static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
                                  int l, int g, int64_t p)
 {
-    int64_t b = s->block_table[p / c->block_size], slot = p % c->block_size;
-    size_t row = (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot);
-    return (const char *)pool + row * c->row_bytes + (size_t)g * c->head_bytes;
+    return (const char *)pool + cpu_kv_block_offset(c, l, s->block_table[p / c->block_size]) +
+           (size_t)(p % c->block_size) * c->row_bytes + (size_t)g * c->head_bytes;
 }
 
 /* A Q8_0 block's 32 values, q d, into dst (exactly as cpu_dequantize_row). */

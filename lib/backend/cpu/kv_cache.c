@@ -110,8 +110,7 @@ size_t cpu_kv_block_bytes(const cpu_kv_cache *c)
 /* Layer l's part of block b in one of the two pools. */
 static char *block_part(const cpu_kv_cache *c, void *pool, int l, int32_t b)
 {
-    size_t per = (size_t)c->block_size * c->row_bytes;
-    return (char *)pool + ((size_t)l * (size_t)c->n_blocks + (size_t)b) * per;
+    return (char *)pool + cpu_kv_block_offset(c, l, b);
 }
 
 void cpu_kv_block_read(const cpu_kv_cache *c, int32_t block, void *dst)

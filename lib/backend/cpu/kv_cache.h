@@ -17,8 +17,11 @@
  * rotated back when read.
  *
  * Address of token p of a sequence in layer l: block b = table[p / block_size],
- * slot p % block_size; K at k + ((l * n_blocks + b) * block_size + slot) *
- * row_bytes, head g's slice head_bytes * g further.
+ * slot p % block_size; K at k + ((b * n_layer + l) * block_size + slot) *
+ * row_bytes, head g's slice head_bytes * g further. A block keeps its layers
+ * together ([block][layer][slot][row]): a sequence's first tokens touch one
+ * stretch of memory, not one per layer (on 2 MiB pages, huge_pages.h, a
+ * layer-major pool committed 2 MiB per layer and pool at the first token).
  *
  * Which blocks a sequence holds is host bookkeeping outside the backend
  * (model/kv_pool.h); the cache only holds their memory, which attention
@@ -67,20 +70,22 @@ void cpu_kv_rotate(float *x, int64_t n);
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c);
 void cpu_kv_cache_free(cpu_kv_cache *c);
 
+/* Byte offset of layer l's rows of block b in the K or V pool (above). */
+static inline size_t cpu_kv_block_offset(const cpu_kv_cache *c, int l, int64_t b)
+{
+    return ((size_t)b * (size_t)c->n_layer + (size_t)l) * (size_t)c->block_size * c->row_bytes;
+}
+
 /* The K (or V) row [kv_dim] of token pos of the sequence in layer l. */
 static inline void *cpu_kv_k(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
 {
-    int64_t b = s->block_table[pos / c->block_size];
-    int64_t slot = pos % c->block_size;
-    return (char *)c->k +
-           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->row_bytes;
+    return (char *)c->k + cpu_kv_block_offset(c, l, s->block_table[pos / c->block_size]) +
+           (size_t)(pos % c->block_size) * c->row_bytes;
 }
 static inline void *cpu_kv_v(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos)
 {
-    int64_t b = s->block_table[pos / c->block_size];
-    int64_t slot = pos % c->block_size;
-    return (char *)c->v +
-           (size_t)(((int64_t)l * c->n_blocks + b) * c->block_size + slot) * c->row_bytes;
+    return (char *)c->v + cpu_kv_block_offset(c, l, s->block_table[pos / c->block_size]) +
+           (size_t)(pos % c->block_size) * c->row_bytes;
 }
 
 /* Bytes of one block over all layers: n_layer x block_size x row_bytes,
