@@ -1060,6 +1060,27 @@ static void test_attention_q4_0_cache(void **state)
                      DI_ERR_INVALID_ARGUMENT);
 }
 
+/* Sizes whose product does not fit are out of memory, not a cache of the
+ * wrapped size: n_head_kv x head_dim past an int; and a pool of 27905 layers
+ * x 49477 blocks x 8681 tokens x 384773 f32 values = 4 (2^62 + 1) bytes, which
+ * wrapped to 4 (2^62 + 1 = 27905 x 8681 x 49477 x 384773): the cache was made,
+ * 4 bytes long, and the first store wrote past it. */
+static void test_kv_cache_init_size_overflow(void **state)
+{
+    (void)state;
+    cpu_kv_cache c;
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F32, 1, 65536, 65536, 16, 1),
+                     DI_ERR_OUT_OF_MEMORY);
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F32, 27905, 1, 384773, 8681, 49477),
+                     DI_ERR_OUT_OF_MEMORY);
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F16, 27905, 2, 384773, 8681, 49477),
+                     DI_ERR_OUT_OF_MEMORY);
+    /* a cache that fits still works */
+    assert_int_equal(cpu_kv_cache_init(&c, MODEL_DTYPE_F32, 2, 2, 8, 16, 2), DI_OK);
+    assert_int_equal(c.bytes, (size_t)2 * 2 * 16 * 2 * 8 * 4);
+    cpu_kv_cache_free(&c);
+}
+
 /* MLA over a Q8_0 or Q4_0 latent cache, through the backend interface (the
  * path DeepSeek-V3/V2 take): rows of 64 (kv_lora_rank 48 + rope 16) are
  * rotated and quantized when stored and rotated back when read, so the
@@ -1301,6 +1322,7 @@ int main(void)
         cmocka_unit_test(test_attention_f16_cache),
         cmocka_unit_test(test_attention_q8_0_cache),
         cmocka_unit_test(test_attention_q4_0_cache),
+        cmocka_unit_test(test_kv_cache_init_size_overflow),
         cmocka_unit_test(test_attention_long_context_segments),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),

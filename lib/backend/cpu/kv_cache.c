@@ -16,17 +16,28 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
         n_head_kv <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0 ||
         (blocked && head_dim % 32 != 0))
         return DI_ERR_INVALID_ARGUMENT;
+    /* a row of n_head_kv x head_dim values must fit an int, and a pool's
+     * bytes a size_t: beyond that the sizes are out of memory, not wrapped */
+    int kv_dim;
+    size_t bytes;
+    if (__builtin_mul_overflow(n_head_kv, head_dim, &kv_dim)) return DI_ERR_OUT_OF_MEMORY;
+    const size_t head_bytes = cpu_row_bytes((int)dtype, head_dim);
+    if (__builtin_mul_overflow((size_t)n_head_kv, head_bytes, &bytes) ||
+        __builtin_mul_overflow(bytes, (size_t)block_size, &bytes) ||
+        __builtin_mul_overflow(bytes, (size_t)n_blocks, &bytes) ||
+        __builtin_mul_overflow(bytes, (size_t)n_layer, &bytes))
+        return DI_ERR_OUT_OF_MEMORY;
     c->dtype = dtype;
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
-    c->kv_dim = n_head_kv * head_dim;
+    c->kv_dim = kv_dim;
     c->block_size = block_size;
     c->n_blocks = n_blocks;
     c->rotated = blocked && head_dim % 64 == 0;
-    c->head_bytes = cpu_row_bytes((int)dtype, head_dim);
-    c->row_bytes = (size_t)n_head_kv * c->head_bytes;
-    c->bytes = (size_t)n_layer * (size_t)n_blocks * (size_t)block_size * c->row_bytes;
+    c->head_bytes = head_bytes;
+    c->row_bytes = (size_t)n_head_kv * head_bytes;
+    c->bytes = bytes;
     c->k = cpu_huge_alloc(c->bytes);
     c->v = cpu_huge_alloc(c->bytes);
     if (!c->k || !c->v) {

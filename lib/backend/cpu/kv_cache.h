@@ -53,7 +53,8 @@ typedef struct cpu_kv_cache {
 typedef backend_kv_seq cpu_kv_seq;
 
 /* Errors: DI_ERR_INVALID_ARGUMENT (dtype not F32/F16/Q8_0/Q4_0, non-positive
- * sizes, a Q8_0/Q4_0 head_dim not a multiple of 32), DI_ERR_OUT_OF_MEMORY. */
+ * sizes, a Q8_0/Q4_0 head_dim not a multiple of 32), DI_ERR_OUT_OF_MEMORY (also
+ * when n_head_kv x head_dim exceeds an int or a pool's bytes a size_t). */
 di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
                             int head_dim, int block_size, int32_t n_blocks);
 /* A cache of one row per token and layer and no values (v is NULL): MLA's
