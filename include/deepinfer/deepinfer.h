@@ -164,7 +164,9 @@ DI_API const char *di_status_string(di_status status);
  * the call fails with DI_ERR_INVALID_ARGUMENT rather than silently ignoring a
  * setting (the rule Linux's clone3 and openat2 apply to their extensible
  * argument structs). A struct_size smaller than the first release's struct is
- * DI_ERR_INVALID_ARGUMENT.
+ * DI_ERR_INVALID_ARGUMENT, and so is one above 4096 bytes (no struct comes near
+ * it; it is what an uninitialised struct looks like, and the library does not
+ * read that far, as clone3 refuses a size over a page).
  *
  * Public input structs have no trailing padding: every release's struct ends on a
  * field whose end is a multiple of 8 bytes (explicit reserved fields fill the
@@ -596,13 +598,13 @@ DI_API void di_stream_options_init(di_stream_options *opts);
  * sizeof *opts. */
 #define di_stream_options_init(opts) di_stream_options_init_size((opts), sizeof *(opts))
 
-/* Fill the parsing override of *opts (an initialised struct of this release) with
+/* Fill the parsing override of *opts (an initialised struct of this or a later release) with
  * what `prompt`'s request implies, and turn the override on: tool-call parsing,
  * starting inside a tool-call block (a required tool choice), JSON mode, the
  * thinking stage, the stop sequences (pointers into the prompt: valid while it
  * lives — di_stream_create copies them). A host changes what differs and passes
  * opts to di_stream_create. Returns DI_ERR_INVALID_ARGUMENT for NULL arguments or
- * a struct_size below this release's. */
+ * a struct_size too small for the fields it fills (the first release's). */
 DI_API di_status di_stream_options_from_prompt(const di_prompt *prompt, di_stream_options *opts);
 
 /* Create the response stream of `prompt`. The parsing follows the request —

@@ -309,10 +309,12 @@ di_status gguf_open(const char *path, unsigned flags, gguf_file **out, char *msg
     if (f->size > 0) {
         void *map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
+            int e = errno;
             close(fd);
             free(f);
-            snprintf(msg, msg_size, "%s: cannot map the file", path);
-            return DI_ERR_IO;
+            snprintf(msg, msg_size, "%s: cannot map the file (%zu bytes): %s", path,
+                     (size_t)st.st_size, strerror(e));
+            return e == ENOMEM ? DI_ERR_OUT_OF_MEMORY : DI_ERR_IO;
         }
         f->data = map;
         f->mapped = 1;

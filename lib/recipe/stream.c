@@ -542,7 +542,11 @@ DI_API const char *di_stream_stop_sequence(const di_stream *s)
 DI_API di_status di_stream_options_from_prompt(const di_prompt *prompt, di_stream_options *opts)
 {
     const rc_reply *r = prompt ? rc_prompt_reply(prompt) : NULL;
-    if (!r || !opts || opts->struct_size < sizeof *opts) return DI_ERR_INVALID_ARGUMENT;
+    /* the fields it fills are the first release's: a struct of any later
+     * release, or of this one, holds them */
+    if (!r || !opts ||
+        opts->struct_size < DI_STRUCT_SIZE_UNTIL(di_stream_options, n_stop_sequences))
+        return DI_ERR_INVALID_ARGUMENT;
     opts->override_parsing = 1;
     opts->parse_tool_calls = r->parse_tool_calls;
     opts->starts_in_tool_calls = r->starts_in_tool_calls;

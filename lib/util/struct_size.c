@@ -19,6 +19,11 @@ di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t 
                    "(was the struct initialised with its _init function?)";
         return DI_ERR_INVALID_ARGUMENT;
     }
+    if (src_size > DI_STRUCT_SIZE_MAX) { /* not read that far: clone3's rule */
+        *message = "struct_size is larger than any deepinfer struct can be "
+                   "(was the struct initialised with its _init function?)";
+        return DI_ERR_INVALID_ARGUMENT;
+    }
     if (src_size > dst_size) {
         const unsigned char *tail = (const unsigned char *)src + dst_size;
         for (size_t i = 0; i < src_size - dst_size; i++) {

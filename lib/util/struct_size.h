@@ -14,6 +14,12 @@
 
 #include "deepinfer/deepinfer.h"
 
+/* The largest struct_size read (deepinfer.h, "Versioned input structs"): a
+ * page, as clone3(2) caps its argument struct. A larger value is what an
+ * uninitialised struct looks like, and scanning its "unknown fields" would read
+ * past the caller's memory. */
+enum { DI_STRUCT_SIZE_MAX = 4096 };
+
 /* Copy the caller's struct `src` into `dst` (the library's layout, `dst_size`
  * bytes, already holding the defaults — including a struct_size field that this
  * call overwrites with dst_size).
@@ -24,8 +30,8 @@
  * field this library does not know, and the call fails instead of ignoring it.
  *
  * Returns DI_OK; DI_ERR_INVALID_ARGUMENT when src is NULL, struct_size is below
- * min_size, or an unknown trailing field is set; then *message is a static
- * sentence saying which (NULL on success) and `dst` is unchanged. */
+ * min_size or above DI_STRUCT_SIZE_MAX, or an unknown trailing field is set; then *message is a
+ * static sentence saying which (NULL on success) and `dst` is unchanged. */
 di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t min_size,
                             const char **message);
 

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -107,6 +108,36 @@ static void test_struct_size_too_small_or_null_is_rejected(void **state)
     assert_non_null(strstr(msg, "NULL"));
 }
 
+/* A struct_size past DI_STRUCT_SIZE_MAX (a page, clone3's cap) is refused
+ * before any byte past the library's struct is read: it is what an
+ * uninitialised struct looks like. The page itself, zero past the fields, is
+ * a newer release's struct and accepted. (The smallest failing input: a
+ * breaker's di_request with struct_size = sizeof + 4096 in an exact malloc,
+ * an ASan heap overflow in the zero scan.) */
+static void test_struct_size_over_a_page_is_rejected_unread(void **state)
+{
+    (void)state;
+    unsigned char *page = calloc(1, DI_STRUCT_SIZE_MAX);
+    assert_non_null(page);
+    size_t size = DI_STRUCT_SIZE_MAX;
+    memcpy(page, &size, sizeof size);
+    cfg_v2 got = defaults_v2();
+    const char *msg = NULL;
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, page, sizeof(cfg_v1), &msg), DI_OK);
+    cfg_v1 small;
+    memset(&small, 0, sizeof small);
+    size = DI_STRUCT_SIZE_MAX + 1; /* the struct is sizeof small: nothing past it may be read */
+    memcpy(&small, &size, sizeof size);
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &small, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "larger than any"));
+    size = (size_t)-1;
+    memcpy(&small, &size, sizeof size);
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &small, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
+    free(page);
+}
+
 static void test_struct_size_until_matches_each_release(void **state)
 {
     (void)state;
@@ -122,6 +153,7 @@ int main(void)
         cmocka_unit_test(test_struct_newer_caller_with_zero_unknown_fields_is_accepted),
         cmocka_unit_test(test_struct_newer_caller_setting_unknown_field_is_rejected),
         cmocka_unit_test(test_struct_size_too_small_or_null_is_rejected),
+        cmocka_unit_test(test_struct_size_over_a_page_is_rejected_unread),
         cmocka_unit_test(test_struct_size_until_matches_each_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

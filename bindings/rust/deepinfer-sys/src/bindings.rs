@@ -761,13 +761,13 @@ extern "C" {
     pub fn di_stream_options_init(opts: *mut di_stream_options);
 }
 extern "C" {
-    #[doc = " Fill the parsing override of *opts (an initialised struct of this release) with"]
+    #[doc = " Fill the parsing override of *opts (an initialised struct of this or a later release) with"]
     #[doc = " what `prompt`'s request implies, and turn the override on: tool-call parsing,"]
     #[doc = " starting inside a tool-call block (a required tool choice), JSON mode, the"]
     #[doc = " thinking stage, the stop sequences (pointers into the prompt: valid while it"]
     #[doc = " lives — di_stream_create copies them). A host changes what differs and passes"]
     #[doc = " opts to di_stream_create. Returns DI_ERR_INVALID_ARGUMENT for NULL arguments or"]
-    #[doc = " a struct_size below this release's."]
+    #[doc = " a struct_size too small for the fields it fills (the first release's)."]
     pub fn di_stream_options_from_prompt(
         prompt: *const di_prompt,
         opts: *mut di_stream_options,
