@@ -136,8 +136,10 @@ DI_API const char *di_status_string(di_status status);
  * release of the library it runs with; a binding that mirrors a struct (ctypes,
  * Rust) passes its mirror's size. NULL, or a struct_size too small to hold
  * the struct_size field (below sizeof(size_t)), writes nothing. A struct_size
- * below the first release's struct is written as said, and the call that reads
- * the struct then fails with DI_ERR_INVALID_ARGUMENT naming struct_size.
+ * below the first release's struct is written as said, and one above 4096 bytes
+ * is stored alone (no struct comes near it: nothing else is written); the call
+ * that reads the struct then fails with DI_ERR_INVALID_ARGUMENT naming
+ * struct_size.
  * Thread-safe; touches nothing but *p.
  *
  *     di_engine_config cfg;

@@ -42,6 +42,10 @@ di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t 
 int di_struct_init(void *p, size_t struct_size)
 {
     if (p == NULL || struct_size < sizeof struct_size) return 0;
+    if (struct_size > DI_STRUCT_SIZE_MAX) {          /* no struct is that large: a mistake */
+        memcpy(p, &struct_size, sizeof struct_size); /* which the reader refuses */
+        return 0;
+    }
     memset(p, 0, struct_size);
     memcpy(p, &struct_size, sizeof struct_size);
     return 1;

@@ -41,7 +41,9 @@ di_status di_struct_copy_in(void *dst, size_t dst_size, const void *src, size_t 
  * the caller then sets the non-zero defaults of the fields that lie wholly
  * inside struct_size (struct_size >= DI_STRUCT_SIZE_UNTIL(type, field));
  * returns 0, writing nothing, when p is NULL or struct_size is below
- * sizeof(size_t) (the size cannot even be stored). A struct_size below the
+ * sizeof(size_t) (the size cannot even be stored), and 0 having stored only
+ * struct_size when it is above DI_STRUCT_SIZE_MAX (no struct is that large:
+ * the reader refuses it). A struct_size below the
  * struct's first release is written all the same: di_struct_copy_in refuses
  * it later, naming struct_size. Touches nothing but p's bytes. */
 int di_struct_init(void *p, size_t struct_size);

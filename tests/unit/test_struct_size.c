@@ -135,6 +135,15 @@ static void test_struct_size_over_a_page_is_rejected_unread(void **state)
     memcpy(&small, &size, sizeof size);
     assert_int_equal(di_struct_copy_in(&got, sizeof got, &small, sizeof(cfg_v1), &msg),
                      DI_ERR_INVALID_ARGUMENT);
+    /* an initialiser told such a size writes the size alone, which the reader
+     * refuses (memset over SIZE_MAX bytes before) */
+    memset(&small, 0x5a, sizeof small);
+    assert_int_equal(di_struct_init(&small, (size_t)-1), 0);
+    memcpy(&size, &small, sizeof size);
+    assert_true(size == (size_t)-1);
+    assert_int_equal(((unsigned char *)&small)[sizeof size], 0x5a);
+    assert_int_equal(di_struct_copy_in(&got, sizeof got, &small, sizeof(cfg_v1), &msg),
+                     DI_ERR_INVALID_ARGUMENT);
     free(page);
 }
 
