@@ -67,72 +67,28 @@ static void all_zero(void *p)
     (void)p;
 }
 
-/* Each struct's three initialisers, through void * so one table covers them. */
-static void stream_options_size(void *p, size_t n)
-{
-    di_stream_options_init_size(p, n);
-}
-static void stream_options_macro(void *p)
-{
-    di_stream_options *o = p;
-    di_stream_options_init(o);
-}
-static void stream_options_exported(void *p)
-{
-    (di_stream_options_init)(p);
-}
-static void model_options_size(void *p, size_t n)
-{
-    di_model_options_init_size(p, n);
-}
-static void model_options_macro(void *p)
-{
-    di_model_options *o = p;
-    di_model_options_init(o);
-}
-static void model_options_exported(void *p)
-{
-    (di_model_options_init)(p);
-}
-static void engine_config_size(void *p, size_t n)
-{
-    di_engine_config_init_size(p, n);
-}
-static void engine_config_macro(void *p)
-{
-    di_engine_config *c = p;
-    di_engine_config_init(c);
-}
-static void engine_config_exported(void *p)
-{
-    (di_engine_config_init)(p);
-}
-static void request_size(void *p, size_t n)
-{
-    di_request_init_size(p, n);
-}
-static void request_macro(void *p)
-{
-    di_request *r = p;
-    di_request_init(r);
-}
-static void request_exported(void *p)
-{
-    (di_request_init)(p);
-}
-static void kv_cache_stats_size(void *p, size_t n)
-{
-    di_kv_cache_stats_init_size(p, n);
-}
-static void kv_cache_stats_macro(void *p)
-{
-    di_kv_cache_stats *k = p;
-    di_kv_cache_stats_init(k);
-}
-static void kv_cache_stats_exported(void *p)
-{
-    (di_kv_cache_stats_init)(p);
-}
+/* Each struct's three initialisers, through void * so one table covers them:
+ * di_X_init_size, the di_X_init macro (the host's sizeof), and the exported
+ * di_X_init reached by name. */
+#define INITIALISERS(X)                                                                            \
+    static void X##_size(void *p, size_t n)                                                        \
+    {                                                                                              \
+        di_##X##_init_size(p, n);                                                                  \
+    }                                                                                              \
+    static void X##_macro(void *p)                                                                 \
+    {                                                                                              \
+        di_##X *s = p;                                                                             \
+        di_##X##_init(s);                                                                          \
+    }                                                                                              \
+    static void X##_exported(void *p)                                                              \
+    {                                                                                              \
+        (di_##X##_init)(p);                                                                        \
+    }
+INITIALISERS(stream_options)
+INITIALISERS(model_options)
+INITIALISERS(engine_config)
+INITIALISERS(request)
+INITIALISERS(kv_cache_stats)
 
 typedef struct kind {
     const char *name;

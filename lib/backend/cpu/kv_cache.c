@@ -7,8 +7,9 @@
 #include "backend/cpu/huge_pages.h"
 #include "backend/cpu/quant.h"
 
-di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
-                            int head_dim, int block_size, int32_t n_blocks)
+/* Both constructors: the K pool, and the V pool when with_values. */
+static di_status kv_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
+                         int head_dim, int block_size, int32_t n_blocks, int with_values)
 {
     memset(c, 0, sizeof *c);
     const int blocked = dtype == MODEL_DTYPE_Q8_0 || dtype == MODEL_DTYPE_Q4_0;
@@ -39,22 +40,24 @@ di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int
     c->row_bytes = (size_t)n_head_kv * head_bytes;
     c->bytes = bytes;
     c->k = cpu_huge_alloc(c->bytes);
-    c->v = cpu_huge_alloc(c->bytes);
-    if (!c->k || !c->v) {
+    c->v = with_values ? cpu_huge_alloc(c->bytes) : NULL;
+    if (!c->k || (with_values && !c->v)) {
         cpu_kv_cache_free(c);
         return DI_ERR_OUT_OF_MEMORY;
     }
     return DI_OK;
 }
 
+di_status cpu_kv_cache_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_head_kv,
+                            int head_dim, int block_size, int32_t n_blocks)
+{
+    return kv_init(c, dtype, n_layer, n_head_kv, head_dim, block_size, n_blocks, 1);
+}
+
 di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_layer, int dim,
                                    int block_size, int32_t n_blocks)
 {
-    di_status st = cpu_kv_cache_init(c, dtype, n_layer, 1, dim, block_size, n_blocks);
-    if (st != DI_OK) return st;
-    cpu_huge_free(c->v, c->bytes);
-    c->v = NULL;
-    return DI_OK;
+    return kv_init(c, dtype, n_layer, 1, dim, block_size, n_blocks, 0);
 }
 
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c)
