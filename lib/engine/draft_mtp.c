@@ -273,7 +273,7 @@ di_status drafter_mtp_create(model *m, int max_running, drafter **out)
     md->base.gives_q = 1;
     md->m = m;
     md->n_vocab = (int32_t)model_get_config(m)->n_vocab;
-    md->n_embd = (int64_t)model_get_config(m)->n_embd;
+    md->n_embd = model_mtp_hidden_width(m); /* (hc_mult x n_embd for DeepSeek-V4) */
     md->n_batch = model_n_batch(m);
     md->max_running = max_running;
     size_t mr = (size_t)max_running, nb = (size_t)md->n_batch, E = (size_t)md->n_embd;

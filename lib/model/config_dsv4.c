@@ -68,6 +68,30 @@ static di_status read_layer_types(cfg_ctx *c, model_config *m, uint32_t rate_csa
     return DI_OK;
 }
 
+/* The MTP layer (num_nextn_predict_layers; the first one is run): stored
+ * after the main layers (mtp.0.*), a sliding-window block with scored MoE, as
+ * llama.cpp's deepseek4 graph runs DeepSeek-V4's. DeepSeek's compress_ratios
+ * may list it after the main layers: anything but 0 there is refused. */
+static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
+{
+    m->n_nextn_layer = mtp > 0;
+    if (!mtp) return DI_OK;
+    if (m->n_layer >= MODEL_V4_MAX_LAYERS)
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: %u layers and an MTP layer exceed the %d DeepSeek-V4 layers "
+                             "deepinfer holds",
+                             c->file, m->n_layer, MODEL_V4_MAX_LAYERS);
+    json_t *r = json_array_get(json_object_get(c->root, "compress_ratios"), m->n_layer);
+    if (r && !(json_is_integer(r) && json_integer_value(r) == 0))
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: compress_ratios[%u] (the MTP layer's) is not 0: deepinfer runs "
+                             "DeepSeek-V4's MTP layer as a sliding-window layer only",
+                             c->file, m->n_layer);
+    m->v4.attention[m->n_layer] = MODEL_V4_SLIDING;
+    m->v4.hash_moe[m->n_layer] = 0;
+    return DI_OK;
+}
+
 /* mlp_layer_types (hash_moe / moe) or num_hash_layers (default 3). */
 static di_status read_mlp_types(cfg_ctx *c, model_config *m)
 {
@@ -251,10 +275,7 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m)
     m->qk_rope_head_dim = prf > 0.0f ? (uint32_t)((float)m->head_dim * prf)
                           : rope_dim ? rope_dim
                                      : m->head_dim / 8;
-    /* The MTP layer is not loaded yet (the checkpoint's mtp.* tensors are
-     * ignored, as transformers does). */
-    m->n_nextn_layer = 0;
-    (void)mtp;
+    if ((st = read_mtp_type(c, m, mtp)) != DI_OK) return st;
     json_t *sf = json_object_get(c->root, "scoring_func");
     const char *scoring = json_is_string(sf) ? json_string_value(sf) : "sqrtsoftplus";
     if (strcmp(scoring, "sqrtsoftplus") == 0)

@@ -43,105 +43,28 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "model/deepseek_v4_internal.h"
 #include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model_internal.h"
 #include "util/error.h"
 
-typedef struct v4_compressor {
-    const backend_matrix *kv, *gate; /* [cw, n_embd], cw = width (HCA) or 2 width (CSA) */
-    const float *bias;               /* position_bias [rate, cw] */
-    const float *norm;               /* [width] */
-    int64_t width, cw;
-    int rate, overlap;
-} v4_compressor;
+const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size)
+{
+    if (i < d->cfg.n_layer)
+        snprintf(buf, size, "model.layers.%u.", i);
+    else
+        snprintf(buf, size, "model.mtp.%u.", i - d->cfg.n_layer);
+    return buf;
+}
 
-/* One compressor's cache in a sequence: its rows' rings [comp_ring, cw] and
- * the entries [cap, width], grown with the sequence (dsv4_seq_reserve) up to
- * n_ctx / rate + 1; the sequence's first n_past / rate entries are valid (so
- * truncating the sequence drops the rest). */
-typedef struct v4_comp_cache {
-    float *kv_ring, *gate_ring, *entries;
-    int64_t cap; /* rows of entries */
-} v4_comp_cache;
-
-/* A sequence's cache, per layer: the window ring [win_ring, head_dim] (position
- * p at row p % win_ring) and the compressors'. Kept for reuse when the
- * sequence ends (dsv4_seq_release). */
-typedef struct v4_layer_cache {
-    float *win;
-    v4_comp_cache comp, index;
-} v4_layer_cache;
-
-struct dsv4_cache {
-    v4_layer_cache *layers;
-    /* Positions [0, n_written) were computed into the rings since the sequence
-     * last began at position 0 (a cut sequence keeps the most it reached): a
-     * row is still in its ring when at most n_batch positions past it were
-     * written (dsv4_seq_truncate). */
-    int64_t n_written;
-    struct dsv4_cache *next_free;
-};
-
-typedef struct v4_layer {
-    model_v4_attention kind;
-    int hash;
-    const float *attn_norm, *ffn_norm, *q_a_norm, *kv_norm, *sinks;
-    const backend_matrix *wq_a, *wq_b, *wkv, *wo_b;
-    const backend_matrix **wo_a; /* [o_groups]: rows g o_lora_rank .. of o_a_proj */
-    const backend_matrix *attn_fn, *ffn_fn;
-    const float *attn_base, *attn_scale, *ffn_base, *ffn_scale;
-    const backend_rope *rope; /* main (sliding) or compress */
-    v4_compressor comp, index;
-    const backend_matrix *iq_b, *iw; /* the indexer's query and weights projections */
-    const backend_matrix *gate_inp, *sh_gate, *sh_up, *sh_down;
-    const float *exp_probs_b;
-    int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
-    const backend_moe *experts;
-} v4_layer;
-
-/* The rows of one sequence in a step: its cache, first position and count. */
-typedef struct v4_span {
-    dsv4_cache *cache;
-    int64_t pos0, n;
-} v4_span;
-
-struct dsv4 {
-    const model_weights *w;
-    model_config cfg;
-    model_options opt;
-    backend *be;
-    v4_layer *layers;
-    model_tensor **views; /* row views of fused weights, owned (one array per layer) */
-    const backend_matrix *tok_embd, *output, *head_fn;
-    const float *output_norm, *head_base, *head_scale;
-    const backend_rope *rope_main, *rope_comp;
-    backend_route_params route, route_hash;
-    int64_t window; /* sliding_window, or the context when it is shorter */
-    int64_t win_ring, comp_ring;
-    int hc, n_mix;
-    kv_pool pool;          /* block accounting of the sequences (no prefix cache) */
-    model_seq seq;         /* the default sequence of dsv4_forward */
-    dsv4_cache *free_list; /* caches of ended sequences, for the next ones */
-    dsv4_cache **made;     /* [n_made] every cache, freed with the model */
-    size_t n_made;
-    /* activations [n_batch, ...] */
-    float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
-        *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
-    /* host [n_batch, ...] */
-    int64_t *pos, *neg_pos, *entry_pos;
-    v4_span *spans;
-    int32_t *index_sel, *sel, *tokens;
-    float *sel_w;
-};
-
-/* A tensor of the layer: "model.layers.<i>.<suffix>". */
+/* A tensor of the layer: its prefix, then suffix. */
 static const model_tensor *layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
                                         uint32_t n_dims, const int64_t *ne, di_error **err,
                                         di_status *st)
 {
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%u.%s", i, suffix);
+    char name[160], pre[40];
+    snprintf(name, sizeof name, "%s%s", dsv4_layer_prefix(d, i, pre, sizeof pre), suffix);
     const model_tensor *t = NULL;
     *st = model_weights_require(d->w, name, n_dims, ne, &t, err);
     return t;
@@ -204,19 +127,20 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
 {
     const model_config *cf = &d->cfg;
     const int64_t E = cf->n_embd, cw = overlap ? 2 * width : width;
-    char name[160];
+    char name[160], pre[40];
+    dsv4_layer_prefix(d, i, pre, sizeof pre);
     di_status st;
     c->width = width;
     c->cw = cw;
     c->rate = rate;
     c->overlap = overlap;
-    snprintf(name, sizeof name, "model.layers.%u.%s.kv_proj.weight", i, prefix);
+    snprintf(name, sizeof name, "%s%s.kv_proj.weight", pre, prefix);
     if ((st = model_matrix(d->w, d->be, name, E, cw, &c->kv, err)) != DI_OK) return st;
-    snprintf(name, sizeof name, "model.layers.%u.%s.gate_proj.weight", i, prefix);
+    snprintf(name, sizeof name, "%s%s.gate_proj.weight", pre, prefix);
     if ((st = model_matrix(d->w, d->be, name, E, cw, &c->gate, err)) != DI_OK) return st;
-    snprintf(name, sizeof name, "model.layers.%u.%s.kv_norm.weight", i, prefix);
+    snprintf(name, sizeof name, "%s%s.kv_norm.weight", pre, prefix);
     if ((st = model_vector(d->w, d->be, name, width, &c->norm, err)) != DI_OK) return st;
-    snprintf(name, sizeof name, "model.layers.%u.%s.position_bias", i, prefix);
+    snprintf(name, sizeof name, "%s%s.position_bias", pre, prefix);
     const model_tensor *pb;
     int64_t ne[2] = {cw, rate};
     if ((st = model_weights_require(d->w, name, 2, ne, &pb, err)) != DI_OK) return st;
@@ -233,8 +157,9 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
     if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
     const backend_matrix **gate = m, **up = m + X, **down = m + 2 * X;
     di_status st = DI_OK;
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%u.mlp.experts.gate_up_proj", i);
+    char name[160], pre[40];
+    dsv4_layer_prefix(d, i, pre, sizeof pre);
+    snprintf(name, sizeof name, "%smlp.experts.gate_up_proj", pre);
     if (model_weights_get(d->w, name)) {
         int64_t ne_gu[3] = {E, 2 * I, X}, ne_d[3] = {I, E, X};
         const model_tensor *gu = layer_tensor(d, i, "mlp.experts.gate_up_proj", 3, ne_gu, err, &st);
@@ -254,8 +179,8 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
             const char *kinds[3] = {"gate_proj", "up_proj", "down_proj"};
             const backend_matrix **dst[3] = {&gate[e], &up[e], &down[e]};
             for (int k = 0; k < 3 && st == DI_OK; k++) {
-                snprintf(name, sizeof name, "model.layers.%u.mlp.experts.%lld.%s.weight", i,
-                         (long long)e, kinds[k]);
+                snprintf(name, sizeof name, "%smlp.experts.%lld.%s.weight", pre, (long long)e,
+                         kinds[k]);
                 st = model_matrix(d->w, d->be, name, k < 2 ? E : I, k < 2 ? I : E, dst[k], err);
             }
         }
@@ -272,8 +197,8 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
 static di_status load_tid2eid(dsv4 *d, uint32_t i, v4_layer *L, di_error **err)
 {
     const model_config *c = &d->cfg;
-    char name[160];
-    snprintf(name, sizeof name, "model.layers.%u.mlp.gate.tid2eid", i);
+    char name[160], pre[40];
+    snprintf(name, sizeof name, "%smlp.gate.tid2eid", dsv4_layer_prefix(d, i, pre, sizeof pre));
     const model_tensor *t = model_weights_get(d->w, name);
     if (!t)
         return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing (a hash layer)",
@@ -299,7 +224,7 @@ static di_status load_tid2eid(dsv4 *d, uint32_t i, v4_layer *L, di_error **err)
     return DI_OK;
 }
 
-static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
+di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
 {
     const model_config *c = &d->cfg;
     const model_config_v4 *v = &c->v4;
@@ -312,13 +237,14 @@ static di_status load_layer(dsv4 *d, uint32_t i, di_error **err)
     if (!views)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
     d->views[i] = views;
-    char name[160];
+    char name[160], pre[40];
+    dsv4_layer_prefix(d, i, pre, sizeof pre);
     di_status st;
 #define MAT(field, suffix, nin, nout)                                                              \
-    snprintf(name, sizeof name, "model.layers.%u." suffix, i);                                     \
+    snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
     if ((st = model_matrix(d->w, be, name, nin, nout, &L->field, err)) != DI_OK) return st
 #define VEC(field, suffix, n)                                                                      \
-    snprintf(name, sizeof name, "model.layers.%u." suffix, i);                                     \
+    snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
     if ((st = model_vector(d->w, be, name, n, &L->field, err)) != DI_OK) return st
     L->kind = (model_v4_attention)v->attention[i];
     L->hash = v->hash_moe[i];
@@ -429,14 +355,15 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
         c->expert_gating,     MODEL_TOPK_NOAUX_TC,       1, c->routed_scaling_factor};
     d->route_hash = d->route;
     d->route_hash.topk_method = MODEL_TOPK_HASH;
-    d->layers = calloc(c->n_layer, sizeof *d->layers);
-    d->views = calloc(c->n_layer, sizeof(model_tensor *));
+    /* (one more for the MTP layer, loaded after the main ones) */
+    d->layers = calloc(c->n_layer + 1, sizeof *d->layers);
+    d->views = calloc(c->n_layer + 1, sizeof(model_tensor *));
     if (!d->layers || !d->views) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
     }
     for (uint32_t i = 0; i < c->n_layer; i++) {
-        if ((st = load_layer(d, i, err)) != DI_OK) goto fail;
+        if ((st = dsv4_load_layer(d, i, err)) != DI_OK) goto fail;
         if (d->opt.progress &&
             d->opt.progress(d->opt.progress_user, (float)(i + 1) / (float)c->n_layer) != 0) {
             st = di_error_setf(err, DI_ERR_CANCELLED, "the model load was cancelled by the host");
@@ -470,6 +397,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->up = op->alloc(be, B * F);
     d->pos = malloc((size_t)B * sizeof *d->pos);
     d->neg_pos = malloc((size_t)B * sizeof *d->neg_pos);
+    d->kpos = malloc((size_t)B * sizeof *d->kpos);
     d->entry_pos = malloc((size_t)(B + 2) * sizeof *d->entry_pos);
     d->index_sel = malloc((size_t)(B * v->index_topk) * sizeof *d->index_sel);
     d->sel = malloc((size_t)(B * k) * sizeof *d->sel);
@@ -479,8 +407,8 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     if (!d->x || !d->x2 || !d->xn || !d->mix || !d->col || !d->h || !d->post || !d->comb ||
         !d->qa || !d->q || !d->kv || !d->attn || !d->grp_in || !d->grp_out || !d->oa || !d->out ||
         !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pos ||
-        !d->neg_pos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w || !d->spans ||
-        !d->tokens) {
+        !d->neg_pos || !d->kpos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w ||
+        !d->spans || !d->tokens) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
@@ -501,6 +429,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
                            (long long)d->opt.n_ctx);
         goto fail;
     }
+    if ((st = dsv4_mtp_load(d, err)) != DI_OK) goto fail;
     *out = d;
     return DI_OK;
 fail:
@@ -508,10 +437,9 @@ fail:
     return st;
 }
 
-/* A cache for one sequence: every layer's window ring, and its compressors'
- * rings and entries. NULL when out of memory (what was allocated stays with
- * the backend until it is freed). */
-static dsv4_cache *cache_create(dsv4 *d)
+/* Each layer's window ring, and its compressors' rings (the entries come
+ * with the tokens, dsv4_seq_reserve). */
+dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
@@ -519,14 +447,15 @@ static dsv4_cache *cache_create(dsv4 *d)
     if (!made) return NULL;
     d->made = made;
     dsv4_cache *k = calloc(1, sizeof *k);
-    if (!k || !(k->layers = calloc(c->n_layer, sizeof *k->layers))) {
+    if (!k || !(k->layers = calloc(n, sizeof *k->layers))) {
         free(k);
         return NULL;
     }
+    k->first = first;
     d->made[d->n_made++] = k;
-    for (uint32_t i = 0; i < c->n_layer; i++) {
+    for (uint32_t i = first; i < first + n; i++) {
         const v4_layer *L = &d->layers[i];
-        v4_layer_cache *lc = &k->layers[i];
+        v4_layer_cache *lc = &k->layers[i - first];
         if (!(lc->win = be->ops->alloc(be, d->win_ring * c->head_dim))) return NULL;
         const v4_compressor *cp[2] = {&L->comp, &L->index};
         v4_comp_cache *cc[2] = {&lc->comp, &lc->index};
@@ -545,7 +474,7 @@ di_status dsv4_seq_init(dsv4 *d, model_seq *s)
     dsv4_cache *k = d->free_list;
     if (k)
         d->free_list = k->next_free;
-    else if (!(k = cache_create(d)))
+    else if (!(k = dsv4_cache_create(d, 0, d->cfg.n_layer)))
         return DI_ERR_OUT_OF_MEMORY;
     if (kv_pool_seq_init(&d->pool, &s->kv, d->opt.n_ctx) != DI_OK) {
         k->next_free = d->free_list;
@@ -586,12 +515,17 @@ di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens)
     return s->v4 ? cache_reserve(d, s->v4, n_tokens) : DI_OK;
 }
 
-void dsv4_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
+void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens)
 {
     /* win_ring = window + n_batch and comp_ring = 2 max_rate + n_batch rows:
      * past a deeper cut, the rows the next step reads were overwritten */
     if (s->v4 && s->v4->n_written - n_tokens > d->opt.n_batch) n_tokens = 0;
-    kv_pool_seq_truncate(&d->pool, &s->kv, n_tokens);
+    kv_pool_seq_truncate(pool, &s->kv, n_tokens);
+}
+
+void dsv4_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
+{
+    dsv4_cache_truncate(d, &d->pool, s, n_tokens);
 }
 
 void dsv4_seq_release(dsv4 *d, model_seq *s)
@@ -611,6 +545,7 @@ kv_pool *dsv4_pool(dsv4 *d)
 void dsv4_free(dsv4 *d)
 {
     if (!d) return;
+    dsv4_mtp_free(d);
     dsv4_seq_release(d, &d->seq);
     kv_pool_free(&d->pool);
     for (size_t i = 0; i < d->n_made; i++) {
@@ -620,15 +555,16 @@ void dsv4_free(dsv4 *d)
     free(d->made);
     free(d->spans);
     free(d->tokens);
-    for (uint32_t i = 0; d->layers && i < d->cfg.n_layer; i++) {
+    for (uint32_t i = 0; d->layers && i <= d->cfg.n_layer; i++) {
         free(d->layers[i].tid2eid);
         free((void *)d->layers[i].wo_a);
     }
-    for (uint32_t i = 0; d->views && i < d->cfg.n_layer; i++) free(d->views[i]);
+    for (uint32_t i = 0; d->views && i <= d->cfg.n_layer; i++) free(d->views[i]);
     free(d->views);
     free(d->layers);
     free(d->pos);
     free(d->neg_pos);
+    free(d->kpos);
     free(d->entry_pos);
     free(d->index_sel);
     free(d->sel);
@@ -644,6 +580,7 @@ int64_t dsv4_n_past(const dsv4 *d)
 void dsv4_reset(dsv4 *d)
 {
     kv_pool_seq_reset(&d->pool, &d->seq.kv);
+    if (d->has_mtp) kv_pool_seq_reset(&d->mtp_pool, &d->mtp_seq.kv);
 }
 
 size_t dsv4_kv_bytes_per_token(const dsv4 *d)
@@ -732,8 +669,8 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     int64_t r0 = 0;
     for (int i = 0; i < n_spans; i++) { /* the window's keys */
         const v4_span *sp = &d->spans[i];
-        ring_store(be, sp->cache->layers[l].win, d->win_ring, hd, d->kv + r0 * hd, hd, sp->pos0,
-                   sp->n);
+        ring_store(be, sp->cache->layers[l - sp->cache->first].win, d->win_ring, hd,
+                   d->kv + r0 * hd, hd, sp->pos0, sp->n);
         r0 += sp->n;
     }
     if (L->kind != MODEL_V4_SLIDING) {
@@ -758,7 +695,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     r0 = 0;
     for (int i = 0; i < n_spans; i++) {
         const v4_span *sp = &d->spans[i];
-        const v4_layer_cache *lc = &sp->cache->layers[l];
+        const v4_layer_cache *lc = &sp->cache->layers[l - sp->cache->first];
         const int64_t n_entries = L->comp.rate ? (sp->pos0 + sp->n) / L->comp.rate : 0;
         const int32_t *sel = NULL;
         if (L->kind == MODEL_V4_CSA) {
@@ -768,7 +705,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
                              d->index_sel + r0 * K);
             sel = d->index_sel + r0 * K;
         }
-        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->pos + r0, lc->win,
+        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0, lc->win,
                            d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
                            L->comp.rate ? L->comp.rate : 1, sel, (int)K, L->sinks,
@@ -812,9 +749,9 @@ static void moe(dsv4 *d, const v4_layer *L, const int32_t *tokens, int64_t n)
 /* One mHC-wrapped block of layer l: collapse the streams of d->x into d->h
  * (normed by norm), run the block (attention, or the MoE when tokens),
  * expand back. */
-static void hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *base,
-                     const float *scale, const float *norm, const int32_t *tokens, int64_t n,
-                     int n_spans)
+void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *base,
+                   const float *scale, const float *norm, const int32_t *tokens, int64_t n,
+                   int n_spans)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
@@ -851,7 +788,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
         op->embed(be, d->tok_embd, items[i].tokens, items[i].n_tokens, d->h + row * E, E);
         memcpy(d->tokens + row, items[i].tokens, (size_t)items[i].n_tokens * sizeof *d->tokens);
         for (int64_t t = 0; t < items[i].n_tokens; t++) {
-            d->pos[row + t] = pos0 + t;
+            d->pos[row + t] = d->kpos[row + t] = pos0 + t;
             d->neg_pos[row + t] = -(pos0 + t);
         }
         d->spans[i] = (v4_span){items[i].seq->v4, pos0, items[i].n_tokens};
@@ -860,8 +797,14 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
     for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const v4_layer *L = &d->layers[l];
-        hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n, n_items);
-        hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n, n_items);
+        dsv4_hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n,
+                      n_items);
+        dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
+                      n_items);
+    }
+    if (d->has_mtp) { /* the MTP layer's input (model_last_hidden) */
+        op->copy_rows(be, d->last_hidden, hcE, d->x, hcE, hcE, n);
+        d->n_last = n;
     }
     for (int i = 0; i < n_items; i++) {
         model_seq *s = items[i].seq;

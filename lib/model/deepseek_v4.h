@@ -56,6 +56,31 @@ kv_pool *dsv4_pool(dsv4 *d);
  * passed): n_tokens rows in all, one logits row per item with want_logits. */
 void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int64_t n_tokens,
                         float *logits);
+/* The MTP layer (deepseek_v4_mtp.c), behind model.h's model_mtp_*: its count
+ * (0 or 1), the width of its hidden rows (hc_mult x n_embd: the main model's
+ * streams after its last layer, model_last_hidden's rows, and the layer's
+ * output streams), the last step's streams [n_rows, width] (NULL without
+ * MTP), and the pool counting the MTP sequences' pairs (NULL without). */
+int dsv4_mtp_layers(const dsv4 *d);
+int64_t dsv4_mtp_hidden_width(const dsv4 *d);
+const float *dsv4_last_hidden(const dsv4 *d, int64_t *n_rows);
+kv_pool *dsv4_mtp_pool(dsv4 *d);
+/* An MTP sequence's cache (the layer's window ring) and its pairs' table:
+ * DI_ERR_OUT_OF_MEMORY; released to a reuse list. Truncation as
+ * dsv4_seq_truncate's (a cut deeper than n_batch drops it all). */
+di_status dsv4_mtp_seq_init(dsv4 *d, model_seq *s);
+void dsv4_mtp_seq_release(dsv4 *d, model_seq *s);
+void dsv4_mtp_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens);
+/* model_mtp_forward_batch, its checks passed (n rows in all, <= n_batch). */
+void dsv4_mtp_forward_batch(dsv4 *d, const model_mtp_item *items, int n_items, int64_t n,
+                            const float *hidden, float *logits, float *hidden_out);
+/* model_mtp_logits: n rows of output streams into logits [n, n_vocab]. */
+void dsv4_mtp_logits(dsv4 *d, const float *hidden, int64_t n, float *logits);
+/* model_mtp_forward on the model's own MTP sequence (pair k: token k + 1 at
+ * position k + 1), every row's logits: DI_ERR_UNSUPPORTED without MTP,
+ * DI_ERR_CONTEXT_LENGTH past n_ctx. */
+di_status dsv4_mtp_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                           float *logits, di_error **err);
 /* As model_forward (the arguments are already checked). */
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);

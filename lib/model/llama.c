@@ -256,11 +256,17 @@ void model_reset(model *m)
 }
 int model_mtp_layers(const model *m)
 {
+    if (m->v4) return dsv4_mtp_layers(m->v4);
     return m->ds ? dsv3_mtp_layers(m->ds) : 0;
+}
+int64_t model_mtp_hidden_width(const model *m)
+{
+    return m->v4 ? dsv4_mtp_hidden_width(m->v4) : (int64_t)m->cfg.n_embd;
 }
 const float *model_last_hidden(const model *m, int64_t *n_rows)
 {
     *n_rows = 0;
+    if (m->v4) return dsv4_last_hidden(m->v4, n_rows);
     return m->ds ? dsv3_last_hidden(m->ds, n_rows) : NULL;
 }
 di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
@@ -269,23 +275,32 @@ di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, c
     if (!m || !tokens || !hidden || n_tokens <= 0)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "model_mtp_forward: no tokens or hidden rows");
-    if (!m->ds) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    if (!model_mtp_layers(m))
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
     for (int64_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
             return di_error_setf(
                 err, DI_ERR_INVALID_ARGUMENT,
                 "tokens[%lld] = %d is not a token id of this model (vocabulary of %u)",
                 (long long)i, (int)tokens[i], m->cfg.n_vocab);
+    if (m->v4) return dsv4_mtp_forward(m->v4, tokens, n_tokens, hidden, logits, err);
     return dsv3_mtp_forward(m->ds, tokens, n_tokens, hidden, logits, err);
+}
+/* The pool counting the MTP sequences' tokens (NULL without MTP). */
+static kv_pool *mtp_pool(model *m)
+{
+    if (m->v4) return dsv4_mtp_pool(m->v4);
+    return m->ds ? dsv3_mtp_pool(m->ds) : NULL;
 }
 di_status model_mtp_seq_create(model *m, model_seq **out)
 {
     *out = NULL;
-    kv_pool *pool = m->ds ? dsv3_mtp_pool(m->ds) : NULL;
+    kv_pool *pool = mtp_pool(m);
     if (!pool) return DI_ERR_UNSUPPORTED;
     model_seq *s = calloc(1, sizeof *s);
     if (!s) return DI_ERR_OUT_OF_MEMORY;
-    if (kv_pool_seq_init(pool, &s->kv, m->opt.n_ctx) != DI_OK) {
+    if (m->v4 ? dsv4_mtp_seq_init(m->v4, s) != DI_OK
+              : kv_pool_seq_init(pool, &s->kv, m->opt.n_ctx) != DI_OK) {
         free(s);
         return DI_ERR_OUT_OF_MEMORY;
     }
@@ -295,27 +310,33 @@ di_status model_mtp_seq_create(model *m, model_seq **out)
 void model_mtp_seq_free(model *m, model_seq *s)
 {
     if (!s) return;
-    kv_pool_seq_free(dsv3_mtp_pool(m->ds), &s->kv);
+    if (m->v4)
+        dsv4_mtp_seq_release(m->v4, s);
+    else
+        kv_pool_seq_free(dsv3_mtp_pool(m->ds), &s->kv);
     free(s);
 }
 void model_mtp_seq_reset(model *m, model_seq *s)
 {
-    kv_pool_seq_reset(dsv3_mtp_pool(m->ds), &s->kv);
+    kv_pool_seq_reset(mtp_pool(m), &s->kv);
 }
 di_status model_mtp_seq_reserve(model *m, model_seq *s, int64_t n_tokens)
 {
     if (n_tokens > m->opt.n_ctx) return DI_ERR_CONTEXT_LENGTH;
-    return kv_pool_seq_reserve(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
+    return kv_pool_seq_reserve(mtp_pool(m), &s->kv, n_tokens);
 }
 void model_mtp_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
 {
-    kv_pool_seq_truncate(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
+    if (m->v4)
+        dsv4_mtp_seq_truncate(m->v4, s, n_tokens);
+    else
+        kv_pool_seq_truncate(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
 }
 di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_items,
                                   const float *hidden, float *logits, float *hidden_out,
                                   di_error **err)
 {
-    if (!m->ds || !dsv3_mtp_layers(m->ds))
+    if (!model_mtp_layers(m))
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
     if (n_items < 1 || !items || !hidden)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
@@ -341,16 +362,22 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "%lld MTP pairs in one step exceed n_batch %lld", (long long)n,
                              (long long)m->opt.n_batch);
-    dsv3_mtp_forward_batch(m->ds, items, n_items, n, hidden, logits, hidden_out);
+    if (m->v4)
+        dsv4_mtp_forward_batch(m->v4, items, n_items, n, hidden, logits, hidden_out);
+    else
+        dsv3_mtp_forward_batch(m->ds, items, n_items, n, hidden, logits, hidden_out);
     return DI_OK;
 }
 di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err)
 {
-    if (!m->ds || !dsv3_mtp_layers(m->ds))
+    if (!model_mtp_layers(m))
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
     if (!hidden || !logits || n < 1)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_mtp_logits: no rows");
-    dsv3_mtp_logits(m->ds, hidden, n, logits);
+    if (m->v4)
+        dsv4_mtp_logits(m->v4, hidden, n, logits);
+    else
+        dsv3_mtp_logits(m->ds, hidden, n, logits);
     return DI_OK;
 }
 size_t model_kv_bytes_per_token(const model *m)

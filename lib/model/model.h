@@ -99,6 +99,11 @@ size_t model_kv_bytes_per_token(const model *m);
  * module. model_mtp_forward: DI_ERR_UNSUPPORTED for a model without MTP; it
  * checks token ids as model_forward does. */
 int model_mtp_layers(const model *m);
+/* The width of the MTP layer's hidden rows (model_last_hidden's, and
+ * model_mtp_forward_batch's hidden and hidden_out): n_embd for DeepSeek-V3's
+ * final normed rows, hc_mult x n_embd for DeepSeek-V4's streams after the
+ * last layer (deepseek_v4.h). */
+int64_t model_mtp_hidden_width(const model *m);
 const float *model_last_hidden(const model *m, int64_t *n_rows);
 di_status model_mtp_forward(model *m, const int32_t *tokens, int64_t n_tokens, const float *hidden,
                             float *logits, di_error **err);

@@ -454,7 +454,8 @@ static int gguf_name(const char *hf, char *out, size_t size)
  * under "model." — renamed to transformers' as its conversion mapping does
  * ("layers.N.attn.wq_a.weight" -> "model.layers.N.self_attn.q_a_proj.weight",
  * ...; the per-expert w1/w2/w3 -> "model.layers.N.mlp.experts.E.{gate,down,
- * up}_proj.weight"). Returns 0 for a name kept as it is. */
+ * up}_proj.weight"); the MTP layer's "mtp.K.X" likewise to "model.mtp.K.X".
+ * Returns 0 for a name kept as it is. */
 static int dsv4_name(const char *hf, char *out, size_t size)
 {
     static const struct {
@@ -474,8 +475,10 @@ static int dsv4_name(const char *hf, char *out, size_t size)
             snprintf(out, size, "%s", top[i].to);
             return 1;
         }
-    if (strncmp(hf, "model.layers.", 13) == 0) hf += 6;
-    if (strncmp(hf, "layers.", 7) != 0) return 0;
+    if (strncmp(hf, "model.layers.", 13) == 0 || strncmp(hf, "model.mtp.", 10) == 0) hf += 6;
+    /* the MTP layer's "mtp.K.<layer part>" as a layer's (its own e_proj,
+     * h_proj, enorm, hnorm, norm and hc_head_* keep their names) */
+    if (strncmp(hf, "layers.", 7) != 0 && strncmp(hf, "mtp.", 4) != 0) return 0;
     /* the release layout: a module path renamed piece by piece (longest first) */
     static const struct {
         const char *from, *to;

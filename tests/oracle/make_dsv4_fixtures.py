@@ -65,6 +65,13 @@ DSV4 = {
     # for HCA's first compressed entry; 16 indexer heads keep the indexer's
     # scores free of ties at zero. The source of the deepseek4 GGUF fixtures
     # (make_model_fixtures.py dsv4-gguf)
+    # the MTP layer (mtp.0.*, DeepSeek's release names; transformers ignores
+    # them): a sliding-window block with scored MoE, its own e_proj/h_proj,
+    # enorm/hnorm, norm and mHC head, on the main model's last hidden streams
+    # (mtp_reference below)
+    "dsv4-mtp-f32": (dict(layer_types=[SW, CSA, HCA], mlp_layer_types=["hash_moe", "moe", "moe"],
+                          num_nextn_predict_layers=1),
+                     "float32", 2),
     "dsv4-gguf-release": (dict(layer_types=[CSA, SW, HCA, CSA],
                                mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
                                compress_rates={CSA: 4, HCA: 128}, max_position_embeddings=512,
@@ -196,6 +203,132 @@ def randomize(model, config, torch):
                 b.copy_(torch.stack(rows).to(b.dtype))
 
 
+# Prefixes of the prompt + greedy sequence whose chained MTP drafts the
+# reference records (the drafter test's requests), and the drafts each.
+MTP_PREFIXES = [3, 8, 16, 25, 37, 46]
+MTP_DRAFTS = 4
+
+
+def make_mtp(config, cfg_args, seed, torch):
+    """The MTP layer's modules from a fixed seed: the block is layer L of a
+    DeepseekV4ForCausalLM one layer longer (its L-th layer a sliding-window one
+    with scored MoE, as llama.cpp's deepseek4 graph runs DeepSeek-V4's MTP
+    block), initialised and randomized as the main model is; enorm, hnorm and
+    norm RMSNorms, e_proj and h_proj, and an mHC head of its own."""
+    from torch import nn
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (DeepseekV4HyperHead,
+                                                                      DeepseekV4RMSNorm)
+    torch.manual_seed(seed + 17)
+    L = config.num_hidden_layers
+    ext = dict(cfg_args, layer_types=list(config.layer_types) + [SW],
+               mlp_layer_types=list(config.mlp_layer_types) + ["moe"], num_hidden_layers=L + 1)
+    ext_config = DeepseekV4Config(**ext)
+    ext_config._attn_implementation = "eager"
+    big = DeepseekV4ForCausalLM(ext_config).to(torch.float32).eval()
+    randomize(big, ext_config, torch)
+    E, std = config.hidden_size, config.initializer_range
+    parts = nn.ModuleDict({"enorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "hnorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "norm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "e_proj": nn.Linear(E, E, bias=False),
+                           "h_proj": nn.Linear(E, E, bias=False),
+                           "hc_head": DeepseekV4HyperHead(config)}).to(torch.float32)
+    with torch.no_grad():
+        for pname, p in parts.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif pname.endswith("hc_base"):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif pname.endswith("hc_scale"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(std * torch.randn_like(p))
+    return big, parts
+
+
+def mtp_tensors(big, parts, L, torch):
+    """The MTP layer as DeepSeek's release stores it: the block's tensors as
+    save_pretrained names layer L, under "mtp.0." (release_name's fix of
+    attn.norm), and e_proj, h_proj, enorm, hnorm, norm, hc_head_{fn,base,scale}."""
+    import tempfile
+    import safetensors.torch
+    with tempfile.TemporaryDirectory() as tmp:
+        big.save_pretrained(tmp, safe_serialization=True)
+        saved = safetensors.torch.load_file(pathlib.Path(tmp) / "model.safetensors")
+    pre = f"model.layers.{L}."
+    out = {"mtp.0." + release_name(k)[len(f"layers.{L}."):]: v.contiguous()
+           for k, v in saved.items() if k.startswith(pre)}
+    for k in ("enorm", "hnorm", "norm", "e_proj", "h_proj"):
+        out[f"mtp.0.{k}.weight"] = parts[k].weight.detach().clone().contiguous()
+    head = parts["hc_head"]
+    out["mtp.0.hc_head_fn"] = head.hc_fn.detach().clone().contiguous()
+    out["mtp.0.hc_head_base"] = head.hc_base.detach().clone().contiguous()
+    out["mtp.0.hc_head_scale"] = head.hc_scale.detach().clone().contiguous()
+    return out
+
+
+def last_streams(model, ids, torch):
+    """The main model's hidden streams after its last layer [S, hc, E] (the
+    MTP layer's input; before the mHC head and the final norm)."""
+    got = []
+    hook = model.model.layers[-1].register_forward_hook(lambda m, i, o: got.append(o))
+    with torch.no_grad():
+        model(ids, use_cache=False)
+    hook.remove()
+    return got[0][0]
+
+
+def mtp_run(model, big, parts, streams, tokens, torch):
+    """The MTP layer over pairs in one pass (no cache, a causal sliding-window
+    mask): pair i joins streams[i] [hc, E] and the embedding of tokens[i], at
+    position i + 1 (llama.cpp's deepseek4 MTP graph: DeepSeek-V4's
+    x = e_proj(enorm(e)) + h_proj(hnorm(h)) on every stream, the block, then
+    norm(hc_head(x)) and the main model's LM head). Returns the logits [n, V]
+    and the block's output streams [n, hc, E] (the next chained step's h)."""
+    from transformers.masking_utils import create_sliding_window_causal_mask
+    L = model.config.num_hidden_layers
+    tok = torch.tensor([tokens])
+    with torch.no_grad():
+        e = model.model.embed_tokens(tok)
+        x = parts["e_proj"](parts["enorm"](e)).unsqueeze(2) + \
+            parts["h_proj"](parts["hnorm"](streams.unsqueeze(0)))
+        pos = torch.arange(1, len(tokens) + 1).unsqueeze(0)
+        mask = create_sliding_window_causal_mask(config=big.config, inputs_embeds=e,
+                                                 attention_mask=None, cache=None, position_ids=pos)
+        pe = {t: big.model.rotary_emb(e, position_ids=pos, layer_type=t)
+              for t in ("main", "compress")}
+        out = big.model.layers[L](x, position_embeddings=pe, position_ids=pos,
+                                  attention_mask=mask, input_ids=tok, cache=None)
+        logits = model.lm_head(parts["norm"](parts["hc_head"](out)))
+    return logits[0].to(torch.float32), out[0]
+
+
+def mtp_reference(model, big, parts, seq, torch):
+    """MTP logits over the whole sequence (row i: streams of token i, token
+    i + 1; it drafts token i + 2), and for each of MTP_PREFIXES the chained
+    drafts: draft 0 the argmax of the prefix's last row, draft j the argmax of
+    the module run again with the pair (its own output streams, draft j - 1)
+    appended, as llama.cpp's MTP drafting chains (and deepinfer's drafter)."""
+    import numpy as np
+    streams = last_streams(model, torch.tensor([seq]), torch)
+    logits, _ = mtp_run(model, big, parts, streams[:-1], seq[1:], torch)
+    drafts, margins = [], []
+    for P in MTP_PREFIXES:
+        h, toks = streams[:P], list(seq[1:P + 1])
+        row = []
+        for j in range(MTP_DRAFTS):
+            lg, out = mtp_run(model, big, parts, h, toks, torch)
+            top2 = lg[-1].topk(2).values
+            margins.append(float(top2[0] - top2[1]))
+            d = int(lg[-1].argmax())
+            row.append(d)
+            h = torch.cat([h, out[-1:]], dim=0)
+            toks.append(d)
+        drafts.append(row)
+    return logits.numpy().astype(np.float32), drafts, min(margins)
+
+
 def make_dsv4(name):
     import numpy as np
     import safetensors
@@ -214,6 +347,7 @@ def make_dsv4(name):
     config._attn_implementation = "eager"
     model = DeepseekV4ForCausalLM(config).to(torch.float32).eval()
     randomize(model, config, torch)
+    mtp = make_mtp(config, cfg_args, seed, torch) if cfg_args["num_nextn_predict_layers"] else None
     out = mmf.OUT / name
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.safetensors"):
@@ -272,6 +406,11 @@ def make_dsv4(name):
     else:
         model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
         ref_dir = out
+        if mtp:  # the MTP layer's tensors beside the model's, as the release ships them
+            path = out / "model.safetensors"
+            state = safetensors.torch.load_file(path)
+            state.update(mtp_tensors(*mtp, config.num_hidden_layers, torch))
+            safetensors.torch.save_file(state, path, metadata={"format": "pt"})
     (out / "generation_config.json").unlink(missing_ok=True)
     model = DeepseekV4ForCausalLM.from_pretrained(ref_dir, dtype=torch.float32).eval()
     model.config._attn_implementation = "eager"
@@ -319,6 +458,19 @@ def make_dsv4(name):
     for h in hooks:
         h.remove()
     greedy = gen[0, n_prompt:].tolist()
+    extra = {}
+    if mtp:
+        mtp_logits, drafts, margin = mtp_reference(model, *mtp, gen[0].tolist(), torch)
+        mtp_logits.astype("<f4").tofile(out / "mtp_logits.f32")
+        extra = {"mtp_logits_file": "mtp_logits.f32",
+                 "mtp_logits_shape": list(mtp_logits.shape),
+                 "mtp": "the MTP layer (mtp.0.*) as llama.cpp's deepseek4 MTP graph computes "
+                        "DeepSeek-V4's: transformers' DeepseekV4DecoderLayer (sliding window, "
+                        "scored MoE) on e_proj(enorm(e)) + h_proj(hnorm(h)) per stream, "
+                        "norm(hc_head(x)), the LM head; row i: streams of token i and token "
+                        "i + 1 at position i + 1",
+                 "mtp_chain": {"prefixes": MTP_PREFIXES, "drafts": drafts,
+                               "min_top2_margin": round(margin, 6)}}
     logits.astype("<f4").tofile(out / "logits.f32")
     seq_logits.astype("<f4").tofile(out / "sequence_logits.f32")
     files = sorted(p.name for p in out.glob("*.safetensors"))
@@ -343,6 +495,7 @@ def make_dsv4(name):
         "index_min_margin": round(min(index_margins), 6) if index_margins else None,
         "sequence_logits_file": "sequence_logits.f32",
         "sequence_logits_shape": [n_prompt + N_GREEDY, config.vocab_size],
+        **extra,
         "oracle": {"transformers": transformers.__version__, "torch": torch.__version__,
                    "safetensors": safetensors.__version__, "numpy": np.__version__,
                    "attn_implementation": "eager"},

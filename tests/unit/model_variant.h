@@ -13,7 +13,8 @@
 /* Write <tmpdir>/variant/config.json: tests/fixtures/model/<fixture>/config.json
  * with the JSON object `edit` merged over it (a null value deletes the key).
  * Returns the folder (static storage; the caller puts the weights there). */
-static const char *model_variant_config(const char *tmpdir, const char *fixture, const char *edit)
+static inline const char *model_variant_config(const char *tmpdir, const char *fixture,
+                                               const char *edit)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/model/%s/config.json", DI_FIXTURE_DIR, fixture);
@@ -40,7 +41,7 @@ static const char *model_variant_config(const char *tmpdir, const char *fixture,
 
 /* Remove what model_variant_config and the caller put in tmpdir (config.json
  * and model.safetensors in variant/), then tmpdir itself. */
-static void model_variant_remove(const char *tmpdir)
+static inline void model_variant_remove(const char *tmpdir)
 {
     char path[160];
     snprintf(path, sizeof path, "%s/variant/config.json", tmpdir);
@@ -58,8 +59,8 @@ static void model_variant_remove(const char *tmpdir)
  * or, when it is MODEL_VARIANT_AS_F32, that key's 4-byte value made the f32
  * at `to`. Returns dst. */
 enum { MODEL_VARIANT_AS_F32 = -2 };
-static const char *model_variant_gguf(const char *src, const char *dst, const char *from,
-                                      const char *to, long value_after)
+static inline const char *model_variant_gguf(const char *src, const char *dst, const char *from,
+                                             const char *to, long value_after)
 {
     FILE *f = fopen(src, "rb");
     assert_non_null(f);

@@ -1,0 +1,137 @@
+/* DeepSeek-V4's model state, shared by deepseek_v4.c (the main layers) and
+ * deepseek_v4_mtp.c (the MTP layer). Internal to lib/model/. */
+#ifndef DI_MODEL_DEEPSEEK_V4_INTERNAL_H
+#define DI_MODEL_DEEPSEEK_V4_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/deepseek_v4.h"
+#include "model/kv_pool.h"
+#include "model/model_internal.h"
+
+typedef struct v4_compressor {
+    const backend_matrix *kv, *gate; /* [cw, n_embd], cw = width (HCA) or 2 width (CSA) */
+    const float *bias;               /* position_bias [rate, cw] */
+    const float *norm;               /* [width] */
+    int64_t width, cw;
+    int rate, overlap;
+} v4_compressor;
+
+/* One compressor's cache in a sequence: its rows' rings [comp_ring, cw] and
+ * the entries [cap, width], grown with the sequence (dsv4_seq_reserve) up to
+ * n_ctx / rate + 1; the sequence's first n_past / rate entries are valid (so
+ * truncating the sequence drops the rest). */
+typedef struct v4_comp_cache {
+    float *kv_ring, *gate_ring, *entries;
+    int64_t cap; /* rows of entries */
+} v4_comp_cache;
+
+/* A sequence's cache, per layer: the window ring [win_ring, head_dim] (position
+ * p at row p % win_ring) and the compressors'. Kept for reuse when the
+ * sequence ends (dsv4_seq_release). */
+typedef struct v4_layer_cache {
+    float *win;
+    v4_comp_cache comp, index;
+} v4_layer_cache;
+
+struct dsv4_cache {
+    v4_layer_cache *layers; /* layers first .. first + n_layers - 1 */
+    uint32_t first;
+    /* Positions [0, n_written) were computed into the rings since the sequence
+     * last began at position 0 (a cut sequence keeps the most it reached): a
+     * row is still in its ring when at most n_batch positions past it were
+     * written (dsv4_seq_truncate). */
+    int64_t n_written;
+    struct dsv4_cache *next_free;
+};
+
+typedef struct v4_layer {
+    model_v4_attention kind;
+    int hash;
+    const float *attn_norm, *ffn_norm, *q_a_norm, *kv_norm, *sinks;
+    const backend_matrix *wq_a, *wq_b, *wkv, *wo_b;
+    const backend_matrix **wo_a; /* [o_groups]: rows g o_lora_rank .. of o_a_proj */
+    const backend_matrix *attn_fn, *ffn_fn;
+    const float *attn_base, *attn_scale, *ffn_base, *ffn_scale;
+    const backend_rope *rope; /* main (sliding) or compress */
+    v4_compressor comp, index;
+    const backend_matrix *iq_b, *iw; /* the indexer's query and weights projections */
+    const backend_matrix *gate_inp, *sh_gate, *sh_up, *sh_down;
+    const float *exp_probs_b;
+    int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
+    const backend_moe *experts;
+} v4_layer;
+
+/* The rows of one sequence in a step: its cache, first position and count. */
+typedef struct v4_span {
+    dsv4_cache *cache;
+    int64_t pos0, n;
+} v4_span;
+
+struct dsv4 {
+    const model_weights *w;
+    model_config cfg;
+    model_options opt;
+    backend *be;
+    v4_layer *layers;
+    model_tensor **views; /* row views of fused weights, owned (one array per layer) */
+    const backend_matrix *tok_embd, *output, *head_fn;
+    const float *output_norm, *head_base, *head_scale;
+    const backend_rope *rope_main, *rope_comp;
+    backend_route_params route, route_hash;
+    int64_t window; /* sliding_window, or the context when it is shorter */
+    int64_t win_ring, comp_ring;
+    int hc, n_mix;
+    kv_pool pool;          /* block accounting of the sequences (no prefix cache) */
+    model_seq seq;         /* the default sequence of dsv4_forward */
+    dsv4_cache *free_list; /* caches of ended sequences, for the next ones */
+    dsv4_cache **made;     /* [n_made] every cache, freed with the model */
+    size_t n_made;
+    /* activations [n_batch, ...] */
+    float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
+        *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
+    /* host [n_batch, ...] */
+    int64_t *pos, *neg_pos, *entry_pos;
+    int64_t *kpos; /* the rows' places in their sequence (the window ring's; the
+                      MTP layer's pairs have their own, apart from RoPE's pos) */
+    v4_span *spans;
+    int32_t *index_sel, *sel, *tokens;
+    float *sel_w;
+    /* The MTP layer (deepseek_v4_mtp.c): layers[n_layer] when has_mtp. */
+    int has_mtp;
+    const backend_matrix *mtp_e_proj, *mtp_h_proj, *mtp_head_fn;
+    const float *mtp_enorm, *mtp_hnorm, *mtp_norm, *mtp_head_base, *mtp_head_scale;
+    float *last_hidden; /* [n_batch, hc, n_embd]: the last step's streams after the layers */
+    int64_t n_last;
+    kv_pool mtp_pool;
+    model_seq mtp_seq;    /* the sequence of dsv4_mtp_forward */
+    dsv4_cache *mtp_free; /* MTP caches of ended sequences */
+};
+
+/* "model.layers.<i>." for a main layer, "model.mtp.0." for the MTP layer
+ * (i = n_layer), into buf. */
+const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size);
+/* Layer i's weights into d->layers[i] (and its views). */
+di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err);
+/* A cache holding layers [first, first + n) of one sequence (the main layers,
+ * or the MTP layer's window alone): NULL when out of memory (what was
+ * allocated stays with the model until it is freed). */
+dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n);
+/* One mHC-wrapped block of layer l over the n rows of d->x (the spans' rows
+ * in order; d->pos, d->neg_pos, d->kpos, d->spans set): attention, or the MoE
+ * when tokens. */
+void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *base,
+                   const float *scale, const float *norm, const int32_t *tokens, int64_t n,
+                   int n_spans);
+/* Keep a cache's sequence s at its first n_tokens in pool: a cut deeper than
+ * n_batch below the most it reached drops it all (the rings' rows are gone). */
+void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens);
+
+/* The MTP layer (deepseek_v4_mtp.c): its weights and buffers when the
+ * checkpoint has them (has_mtp stays 0 otherwise), and their release. */
+di_status dsv4_mtp_load(dsv4 *d, di_error **err);
+void dsv4_mtp_free(dsv4 *d);
+
+#endif

@@ -1,0 +1,224 @@
+/* DeepSeek-V4's MTP (multi-token prediction) layer, for speculative decoding
+ * (deepseek_v4.h; the MTP drafter, lib/engine/draft_mtp.c, runs it through
+ * model.h's model_mtp_*). As llama.cpp's deepseek4 MTP graph computes it
+ * (there is no other executable reference: transformers 5.24 ignores the
+ * checkpoint's mtp.* tensors), step i joins the main model's hidden streams
+ * h_i [hc, n_embd] after its last layer (before the mHC head) and the
+ * embedding e of token i + 1, at RoPE position i + 1:
+ *   x_k = e_proj(RMSNorm(e) enorm) + h_proj(RMSNorm(h_i,k) hnorm)  per stream k
+ *   x = Block(x)          (a sliding-window layer with scored MoE, mHC-wrapped)
+ *   logits = RMSNorm(hc_head(x)) norm · Woutput  (its own mHC head and norm,
+ *                                                 the main model's LM head)
+ * and its output streams x are the h of the next chained step. Tensors:
+ * DeepSeek's release names mtp.0.{e_proj,h_proj,enorm,hnorm,norm}.weight,
+ * mtp.0.hc_head_{fn,base,scale} and the block's as a layer's (model.mtp.0.*
+ * once renamed, weights_hf.c).
+ *
+ * An MTP sequence has its own window ring (a dsv4_cache of that one layer)
+ * whose rows are its pairs in order: the ring's positions are the pairs'
+ * places in the sequence (d->kpos), RoPE's the target positions (d->pos). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/deepseek_v4_internal.h"
+#include "model/load.h"
+#include "util/error.h"
+
+di_status dsv4_mtp_load(dsv4 *d, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    if (!c->n_nextn_layer || !model_weights_get(d->w, "model.mtp.0.e_proj.weight"))
+        return DI_OK; /* (a checkpoint without its MTP tensors runs without MTP) */
+    backend *be = d->be;
+    const int64_t E = c->n_embd, B = d->opt.n_batch;
+    di_status st;
+    if ((st = dsv4_load_layer(d, c->n_layer, err)) != DI_OK ||
+        (st = model_matrix(d->w, be, "model.mtp.0.e_proj.weight", E, E, &d->mtp_e_proj, err)) !=
+            DI_OK ||
+        (st = model_matrix(d->w, be, "model.mtp.0.h_proj.weight", E, E, &d->mtp_h_proj, err)) !=
+            DI_OK ||
+        (st = model_vector(d->w, be, "model.mtp.0.enorm.weight", E, &d->mtp_enorm, err)) != DI_OK ||
+        (st = model_vector(d->w, be, "model.mtp.0.hnorm.weight", E, &d->mtp_hnorm, err)) != DI_OK ||
+        (st = model_vector(d->w, be, "model.mtp.0.norm.weight", E, &d->mtp_norm, err)) != DI_OK ||
+        (st = model_matrix(d->w, be, "model.mtp.0.hc_head_fn", d->hc * E, d->hc, &d->mtp_head_fn,
+                           err)) != DI_OK ||
+        (st = model_vector(d->w, be, "model.mtp.0.hc_head_base", d->hc, &d->mtp_head_base, err)) !=
+            DI_OK ||
+        (st = model_vector(d->w, be, "model.mtp.0.hc_head_scale", 1, &d->mtp_head_scale, err)) !=
+            DI_OK)
+        return st;
+    if (!(d->last_hidden = be->ops->alloc(be, B * d->hc * E)))
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
+    /* The MTP sequences' pairs are counted as the main sequences' tokens are:
+     * as many blocks as the main pool plus one context (the drafter's
+     * sequences hold at most their request's tokens and a few drafts). */
+    const int64_t ctx_blocks = (d->opt.n_ctx + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
+    if ((st = kv_pool_init(&d->mtp_pool, d->pool.n_blocks + (int32_t)ctx_blocks, 0)) != DI_OK)
+        return di_error_setf(err, st, "out of memory for the MTP sequences' blocks");
+    d->has_mtp = 1;
+    if ((st = dsv4_mtp_seq_init(d, &d->mtp_seq)) != DI_OK)
+        return di_error_setf(err, st, "out of memory for the MTP layer's cache");
+    return DI_OK;
+}
+
+void dsv4_mtp_free(dsv4 *d)
+{
+    if (!d->has_mtp) return;
+    dsv4_mtp_seq_release(d, &d->mtp_seq);
+    kv_pool_free(&d->mtp_pool);
+    d->has_mtp = 0;
+}
+
+int dsv4_mtp_layers(const dsv4 *d)
+{
+    return d->has_mtp;
+}
+
+int64_t dsv4_mtp_hidden_width(const dsv4 *d)
+{
+    return (int64_t)d->hc * d->cfg.n_embd;
+}
+
+const float *dsv4_last_hidden(const dsv4 *d, int64_t *n_rows)
+{
+    *n_rows = d->has_mtp ? d->n_last : 0;
+    return d->has_mtp ? d->last_hidden : NULL;
+}
+
+kv_pool *dsv4_mtp_pool(dsv4 *d)
+{
+    return d->has_mtp ? &d->mtp_pool : NULL;
+}
+
+di_status dsv4_mtp_seq_init(dsv4 *d, model_seq *s)
+{
+    dsv4_cache *k = d->mtp_free;
+    if (k)
+        d->mtp_free = k->next_free;
+    else if (!(k = dsv4_cache_create(d, d->cfg.n_layer, 1)))
+        return DI_ERR_OUT_OF_MEMORY;
+    if (kv_pool_seq_init(&d->mtp_pool, &s->kv, d->opt.n_ctx) != DI_OK) {
+        k->next_free = d->mtp_free;
+        d->mtp_free = k;
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    s->v4 = k;
+    return DI_OK;
+}
+
+void dsv4_mtp_seq_release(dsv4 *d, model_seq *s)
+{
+    if (!s->v4) return;
+    kv_pool_seq_free(&d->mtp_pool, &s->kv);
+    s->v4->next_free = d->mtp_free;
+    d->mtp_free = s->v4;
+    s->v4 = NULL;
+}
+
+void dsv4_mtp_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
+{
+    dsv4_cache_truncate(d, &d->mtp_pool, s, n_tokens);
+}
+
+/* logits [n, n_vocab] of n rows of MTP output streams x [n, hc, n_embd]:
+ * the MTP layer's own mHC head and norm, then the LM head. */
+static void mtp_head(dsv4 *d, const float *x, int64_t n, float *logits)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hcE = d->hc * E;
+    op->rmsnorm(be, x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+    op->matmul(be, 1, &d->mtp_head_fn, NULL, d->xn, n, &d->mix);
+    op->hc_pre(be, d->mix, d->mtp_head_base, d->mtp_head_scale, d->hc, 0, c->v4.hc_eps, x, E, n,
+               d->col, NULL, NULL);
+    op->rmsnorm(be, d->col, E, d->mtp_norm, d->col, E, n, E, c->rms_norm_eps);
+    op->matmul(be, 1, &d->output, NULL, d->col, n, &logits);
+}
+
+void dsv4_mtp_forward_batch(dsv4 *d, const model_mtp_item *items, int n_items, int64_t n,
+                            const float *hidden, float *logits, float *hidden_out)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hcE = d->hc * E;
+    const float eps = c->rms_norm_eps;
+    int64_t row = 0;
+    for (int i = 0; i < n_items; i++) {
+        const model_mtp_item *it = &items[i];
+        const int64_t k0 = it->seq->kv.n_tokens;
+        op->embed(be, d->tok_embd, it->tokens, it->n_tokens, d->h + row * E, E);
+        memcpy(d->tokens + row, it->tokens, (size_t)it->n_tokens * sizeof *d->tokens);
+        for (int64_t t = 0; t < it->n_tokens; t++) {
+            d->pos[row + t] = it->pos0 + t;
+            d->neg_pos[row + t] = -(it->pos0 + t);
+            d->kpos[row + t] = k0 + t;
+        }
+        d->spans[i] = (v4_span){it->seq->v4, k0, it->n_tokens};
+        row += it->n_tokens;
+    }
+    /* x_k = e_proj(enorm(e)) + h_proj(hnorm(h_k)), a stream at a time */
+    op->rmsnorm(be, d->h, E, d->mtp_enorm, d->col, E, n, E, eps);
+    op->matmul(be, 1, &d->mtp_e_proj, NULL, d->col, n, &d->out);
+    for (int k = 0; k < d->hc; k++) {
+        op->rmsnorm(be, hidden + k * E, hcE, d->mtp_hnorm, d->col, E, n, E, eps);
+        op->matmul(be, 1, &d->mtp_h_proj, NULL, d->col, n, &d->h);
+        op->add(be, d->h, d->out, n * E);
+        op->copy_rows(be, d->x + k * E, hcE, d->h, E, E, n);
+    }
+    const v4_layer *L = &d->layers[c->n_layer];
+    dsv4_hc_block(d, c->n_layer, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n,
+                  n_items);
+    dsv4_hc_block(d, c->n_layer, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
+                  n_items);
+    row = 0;
+    int64_t n_out = 0;
+    for (int i = 0; i < n_items; i++) {
+        model_seq *s = items[i].seq;
+        if (s->kv.n_tokens == 0) s->v4->n_written = 0; /* a new sequence, perhaps a reused cache */
+        s->kv.n_tokens += items[i].n_tokens;
+        if (s->v4->n_written < s->kv.n_tokens) s->v4->n_written = s->kv.n_tokens;
+        row += items[i].n_tokens;
+        if (!items[i].want) continue;
+        /* the wanted rows gathered (row-wise operations: nothing else changes) */
+        op->copy_rows(be, d->x2 + n_out * hcE, hcE, d->x + (row - 1) * hcE, hcE, hcE, 1);
+        n_out++;
+    }
+    if (hidden_out && n_out) memcpy(hidden_out, d->x2, (size_t)(n_out * hcE) * sizeof *hidden_out);
+    if (logits && n_out) mtp_head(d, d->x2, n_out, logits);
+}
+
+void dsv4_mtp_logits(dsv4 *d, const float *hidden, int64_t n, float *logits)
+{
+    const int64_t hcE = dsv4_mtp_hidden_width(d), B = d->opt.n_batch;
+    for (int64_t done = 0; done < n; done += B) {
+        const int64_t m = n - done < B ? n - done : B;
+        memcpy(d->x2, hidden + done * hcE, (size_t)(m * hcE) * sizeof *d->x2);
+        mtp_head(d, d->x2, m, logits + done * (int64_t)d->cfg.n_vocab);
+    }
+}
+
+di_status dsv4_mtp_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
+                           float *logits, di_error **err)
+{
+    if (!d->has_mtp) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no MTP layer");
+    model_seq *s = &d->mtp_seq;
+    /* The MTP sequence's pair k is token k + 1, at position k + 1. */
+    const int64_t k0 = s->kv.n_tokens, hcE = dsv4_mtp_hidden_width(d);
+    if (n_tokens > d->opt.n_ctx - 1 - k0)
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "%lld MTP tokens after %lld exceed the context of %lld",
+                             (long long)n_tokens, (long long)k0, (long long)d->opt.n_ctx);
+    if (kv_pool_seq_reserve(&d->mtp_pool, &s->kv, k0 + n_tokens) != DI_OK)
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "the MTP cache has no room for %lld tokens", (long long)n_tokens);
+    for (int64_t done = 0; done < n_tokens; done += d->opt.n_batch) {
+        const int64_t n = n_tokens - done < d->opt.n_batch ? n_tokens - done : d->opt.n_batch;
+        model_mtp_item it = {s, tokens + done, n, k0 + done + 1, 0};
+        dsv4_mtp_forward_batch(d, &it, 1, n, hidden + done * hcE, NULL, NULL);
+        if (logits) /* every row's */
+            mtp_head(d, d->x, n, logits + done * (int64_t)d->cfg.n_vocab);
+    }
+    return DI_OK;
+}
