@@ -27,6 +27,7 @@
 #define TINY     DI_FIXTURE_DIR "/model/qwen2-tied-f16"
 #define DSV4     DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
 #define DSV3_MTP DI_FIXTURE_DIR "/model/dsv3-mtp-f32"
+#define DSV4_MTP DI_FIXTURE_DIR "/model/dsv4-mtp-f32"
 #define SMOL     DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
@@ -910,7 +911,7 @@ static void test_draft_model_sampling_matches_target(void **state)
     assert_int_equal(di_engine_destroy(e), DI_OK);
 }
 
-/* --- DeepSeek-V3's MTP module as the drafter (lib/engine/draft_mtp.c) --- */
+/* --- DeepSeek-V3's and V4's MTP layers as the drafter (lib/engine/draft_mtp.c) --- */
 
 typedef struct log_rec {
     int mtp; /* the engine said the MTP module drafts */
@@ -922,12 +923,12 @@ static void on_log(void *user, di_log_level level, const char *message)
     if (strstr(message, "MTP module drafts")) ((log_rec *)user)->mtp = 1;
 }
 
-static di_engine *make_mtp_engine(int32_t draft, int n_draft, int fixed, int max_running,
-                                  int64_t kv_bytes, log_rec *log)
+static di_engine *make_mtp_engine(const char *path, int32_t draft, int n_draft, int fixed,
+                                  int max_running, int64_t kv_bytes, log_rec *log)
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
-    cfg.model_path = DSV3_MTP;
+    cfg.model_path = path;
     cfg.n_threads = 2;
     cfg.max_running = max_running;
     cfg.n_batch = 64;
@@ -966,12 +967,13 @@ static void run_with_cancels(di_engine *e, spec *specs, rec *recs, int n, int ca
  * module drafting give token for token the engine's output without
  * speculation, batched and pre-empted; requests cancelled mid-way end with a
  * prefix of it. Returns the drafts verified (and their kept count). */
-static uint64_t check_mtp_greedy(int32_t draft, int n, int max_running, int64_t kv_bytes,
-                                 int n_draft, int fixed, int cancel_every, uint64_t *kept)
+static uint64_t check_mtp_greedy(const char *path, int32_t draft, int n, int max_running,
+                                 int64_t kv_bytes, int n_draft, int fixed, int cancel_every,
+                                 uint64_t *kept)
 {
     log_rec log = {0};
-    di_engine *plain = make_engine(DSV3_MTP, 0, 0, max_running, kv_bytes);
-    di_engine *spec_e = make_mtp_engine(draft, n_draft, fixed, max_running, kv_bytes, &log);
+    di_engine *plain = make_engine(path, 0, 0, max_running, kv_bytes);
+    di_engine *spec_e = make_mtp_engine(path, draft, n_draft, fixed, max_running, kv_bytes, &log);
     assert_int_equal(log.mtp, 1);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
     spec *specs = calloc((size_t)n, sizeof *specs);
@@ -1006,7 +1008,7 @@ static uint64_t check_mtp_greedy(int32_t draft, int n, int max_running, int64_t 
     }
     printf("%s, MTP drafting (%s, %d running, KV budget %lld bytes): %d greedy requests (%d "
            "cancelled), %llu draft tokens verified, %llu kept\n",
-           DSV3_MTP, fixed ? "every proposal" : "confidence-scheduled", max_running,
+           path, fixed ? "every proposal" : "confidence-scheduled", max_running,
            (long long)kv_bytes, n, cancelled, (unsigned long long)drafted,
            (unsigned long long)accepted);
     /* a second round on prefix-cache hits (the MTP sequences then start
@@ -1031,10 +1033,11 @@ static void test_mtp_lossless_greedy(void **state)
     (void)state;
     uint64_t kept = 0;
     /* every proposal verified: up to 4 chained drafts a step */
-    uint64_t drafted = check_mtp_greedy(DI_DRAFT_MTP, 120 / scale(), 8, 0, 4, 1, 5, &kept);
+    uint64_t drafted =
+        check_mtp_greedy(DSV3_MTP, DI_DRAFT_MTP, 120 / scale(), 8, 0, 4, 1, 5, &kept);
     assert_true(drafted > 0);
     /* auto picks the MTP module for a model that has one; confidence-scheduled */
-    check_mtp_greedy(DI_DRAFT_AUTO, 40 / scale(), 8, 0, 4, 0, 0, NULL);
+    check_mtp_greedy(DSV3_MTP, DI_DRAFT_AUTO, 40 / scale(), 8, 0, 4, 0, 0, NULL);
     /* pre-emption: 24 blocks of 16 tokens for 8 requests of up to ~140 */
     di_engine *e = make_engine(DSV3_MTP, 0, 0, 8, 0);
     const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
@@ -1042,7 +1045,30 @@ static void test_mtp_lossless_greedy(void **state)
     int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
     assert_true(per_token > 0);
     assert_int_equal(di_engine_destroy(e), DI_OK);
-    drafted = check_mtp_greedy(DI_DRAFT_MTP, 40 / scale(), 8, 24 * 16 * per_token, 6, 1, 7, NULL);
+    drafted = check_mtp_greedy(DSV3_MTP, DI_DRAFT_MTP, 40 / scale(), 8, 24 * 16 * per_token, 6, 1,
+                               7, NULL);
+    assert_true(drafted > 0);
+}
+
+/* DeepSeek-V4's MTP layer drafting (its hidden rows the mHC streams; its
+ * sequences' window rings cut back as the main caches are): token for token
+ * the engine's greedy output, batched, cancelled, under a KV budget that
+ * pre-empts, and picked by auto. */
+static void test_v4_mtp_lossless_greedy(void **state)
+{
+    (void)state;
+    uint64_t kept = 0;
+    uint64_t drafted = check_mtp_greedy(DSV4_MTP, DI_DRAFT_MTP, 60 / scale(), 8, 0, 4, 1, 5, &kept);
+    assert_true(drafted > 0);
+    check_mtp_greedy(DSV4_MTP, DI_DRAFT_AUTO, 24 / scale(), 8, 0, 4, 0, 0, NULL);
+    di_engine *e = make_engine(DSV4_MTP, 0, 0, 8, 0);
+    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
+    assert_non_null(at);
+    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
+    assert_true(per_token > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    drafted = check_mtp_greedy(DSV4_MTP, DI_DRAFT_MTP, 24 / scale(), 8, 24 * 16 * per_token, 6, 1,
+                               7, NULL);
     assert_true(drafted > 0);
 }
 
@@ -1054,8 +1080,8 @@ static void test_mtp_sampling_is_deterministic(void **state)
     (void)state;
     const int n = 32 / scale();
     log_rec log = {0};
-    di_engine *batched = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 8, 0, &log);
-    di_engine *alone = make_mtp_engine(DI_DRAFT_MTP, 4, 1, 1, 0, &log);
+    di_engine *batched = make_mtp_engine(DSV3_MTP, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
+    di_engine *alone = make_mtp_engine(DSV3_MTP, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(batched);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -1264,6 +1290,7 @@ int main(void)
         cmocka_unit_test(test_draft_model_greedy_smollm2),
         cmocka_unit_test(test_draft_model_sampling_matches_target),
         cmocka_unit_test(test_mtp_lossless_greedy),
+        cmocka_unit_test(test_v4_mtp_lossless_greedy),
         cmocka_unit_test(test_mtp_sampling_is_deterministic),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_draft_config_errors),
