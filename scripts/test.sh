@@ -202,6 +202,8 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
     oracle "model-${what%% *}" "$model_python" tests/oracle/make_model_fixtures.py --check $what
   done
   oracle model-dsv4 "$model_python" tests/oracle/make_dsv4_fixtures.py --check
+  # (the MTP layer's reference against llama.cpp's deepseek4 MTP graph)
+  oracle model-dsv4-mtp "$model_python" tests/oracle/make_dsv4_fixtures.py --mtp-llama-cpp
   oracle model-mtp-chain "$model_python" tests/oracle/make_mtp_chain_fixture.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
   folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)

@@ -3,6 +3,8 @@
 
     make_dsv4_fixtures.py [NAME ...]           tiny DeepSeek-V4 checkpoints into tests/fixtures/model/
     make_dsv4_fixtures.py --check [NAME ...]   regenerate into a scratch folder and compare
+    make_dsv4_fixtures.py --mtp-llama-cpp      the MTP reference (mtp_run) against llama.cpp's
+                                               deepseek4 MTP graph on the same weights
 
 Each checkpoint is transformers 5.24's DeepseekV4ForCausalLM built from a fixed
 seed, saved by save_pretrained, with reference.json (prompt, argmax, greedy),
@@ -329,6 +331,134 @@ def mtp_reference(model, big, parts, seq, torch):
     return logits.numpy().astype(np.float32), drafts, min(margins)
 
 
+def mtp_llama_cpp_check():
+    """The MTP reference (mtp_run, the oracle of dsv4-mtp-f32's mtp_logits)
+    against an independent implementation: llama.cpp's deepseek4 MTP graph
+    (llama-cpp-python 0.3.36, an MTP context on the GGUF its converter writes
+    with --mtp). A release-layout checkpoint as dsv4-gguf-release is (MXFP4
+    experts, bf16 otherwise) with an MTP layer; both run the MTP layer on the
+    same input streams (transformers' main model on the dequantized weights)
+    and the same dequantized weights. Prints the agreement; exits non-zero
+    when it is no better than llama.cpp's usual rounding allows."""
+    import ctypes
+    import tempfile
+    import numpy as np
+    import safetensors.torch
+    import torch
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+    overrides = dict(DSV4["dsv4-gguf-release"][0], num_nextn_predict_layers=1)
+    cfg_args = dict(BASE, **overrides)
+    n_prompt = cfg_args.pop("n_prompt")
+    cfg_args["num_hidden_layers"] = len(cfg_args["layer_types"])
+    config = DeepseekV4Config(**cfg_args)
+    config._attn_implementation = "eager"
+    seed = 4321
+    torch.manual_seed(seed)
+    model = DeepseekV4ForCausalLM(config).to(torch.float32).eval()
+    randomize(model, config, torch)
+    big, parts = make_mtp(config, cfg_args, seed, torch)
+    L = config.num_hidden_layers
+    scratch = tempfile.TemporaryDirectory()
+    tmp = pathlib.Path(scratch.name)
+    model.save_pretrained(tmp / "main", safe_serialization=True)
+    big.save_pretrained(tmp / "big", safe_serialization=True)
+    saved = safetensors.torch.load_file(tmp / "main" / "model.safetensors")
+    block = {k: v for k, v in safetensors.torch.load_file(tmp / "big" / "model.safetensors").items()
+             if k.startswith(f"model.layers.{L}.")}
+    state, deq = {}, {}
+
+    def put(k, v, release):  # experts MXFP4 (release codes and scales), the rest bf16
+        if ".ffn.experts." in k and k.endswith(".weight") and v.dim() == 2:
+            codes, e8, dq = mxfp4_quantize(v.to(torch.float32))
+            state[release], state[release[:-len("weight")] + "scale"], deq[k] = codes, e8, dq
+        elif v.is_floating_point():
+            state[release] = v.to(torch.bfloat16).contiguous()
+            deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
+        else:
+            state[release] = deq[k] = v.contiguous()
+    for k, v in saved.items():
+        put(k, v, release_name(k))
+    for k, v in block.items():
+        put(k, v, "mtp.0." + release_name(k)[len(f"layers.{L}."):])
+    for k, v in mtp_tensors(big, parts, L, torch).items():
+        if not k.startswith(("mtp.0.attn", "mtp.0.ffn", "mtp.0.hc_attn", "mtp.0.hc_ffn")):
+            put(k, v, k)  # e_proj, h_proj, the norms, hc_head_*
+    rel = tmp / "dsv4-mtp-release"
+    rel.mkdir()
+    safetensors.torch.save_file(state, rel / "model.safetensors", metadata={"format": "pt"})
+    cfg_json = json.loads((tmp / "main" / "config.json").read_text())
+    cfg_json.update(release_config_keys(cfg_json))
+    cfg_json["compress_ratios"].append(0)  # the MTP layer's (llama.cpp wants every layer's)
+    cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
+                                       "activation_scheme": "dynamic",
+                                       "weight_block_size": [128, 128]}
+    (rel / "config.json").write_text(json.dumps(cfg_json))
+    # the reference on the dequantized weights
+    for sub, keep in (("deq_main", lambda k: not k.startswith((f"model.layers.{L}.", "mtp."))),
+                      ("deq_big", lambda k: not k.startswith("mtp."))):
+        (tmp / sub).mkdir()
+        safetensors.torch.save_file({k: v for k, v in deq.items() if keep(k)},
+                                    tmp / sub / "model.safetensors", metadata={"format": "pt"})
+        src = "main" if sub == "deq_main" else "big"
+        (tmp / sub / "config.json").write_text((tmp / src / "config.json").read_text())
+    model = DeepseekV4ForCausalLM.from_pretrained(tmp / "deq_main", dtype=torch.float32).eval()
+    big = DeepseekV4ForCausalLM.from_pretrained(tmp / "deq_big", dtype=torch.float32).eval()
+    model.config._attn_implementation = big.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for k in ("enorm", "hnorm", "norm", "e_proj", "h_proj"):
+            parts[k].weight.copy_(deq[f"mtp.0.{k}.weight"])
+        for k in ("fn", "base", "scale"):
+            getattr(parts["hc_head"], f"hc_{k}").copy_(deq[f"mtp.0.hc_head_{k}"])
+    g = torch.Generator().manual_seed(seed + 1)
+    seq = torch.randint(3, config.vocab_size, (n_prompt,), generator=g).tolist()
+    streams = last_streams(model, torch.tensor([seq]), torch)
+    want = mtp_run(model, big, parts, streams[:-1], seq[1:], torch)[0].numpy()
+    # llama.cpp: its converter's MTP GGUF, an MTP context, every pair in one batch
+    import llama_cpp as lc
+    gguf_path = tmp / "mtp.gguf"
+    mmf.convert_checkpoint(rel, gguf_path, "bf16", extra_args=["--mtp"])
+    n, W = len(seq), streams.shape[1] * streams.shape[2]
+    h = np.ascontiguousarray(streams.reshape(n, W).numpy(), dtype=np.float32)
+    quiet = lc.llama_log_callback(lambda level, text, user: None)  # (kept alive below)
+    lc.llama_log_set(quiet, None)
+    lc.llama_backend_init()
+    mp = lc.llama_model_default_params()
+    mp.load_mtp = True
+    lm = lc.llama_model_load_from_file(str(gguf_path).encode(), mp)
+    cp = lc.llama_context_default_params()
+    cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    ctx = lc.llama_init_from_model(lm, cp)
+    assert lm and ctx, "llama.cpp did not load the MTP GGUF"
+    batch = lc.llama_batch_ext_init(ctx)
+    for i in range(n - 1):  # pair i: token i + 1 at position i + 1, streams of token i
+        idx = lc.llama_batch_ext_add_token(batch, 0, seq[i + 1])
+        pos = lc.llama_pos(i + 1)
+        ok = idx == i and lc.llama_batch_ext_set_pos(batch, idx, ctypes.byref(pos))
+        row = lc.llama_embd(h[i:].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, W)
+        ok = ok and lc.llama_batch_ext_set_embd_token(batch, idx, row)
+        assert ok and lc.llama_batch_ext_set_output_logits(batch, idx, True)
+    assert lc.llama_process(ctx, lc.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
+    V = config.vocab_size
+    got = np.stack([np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(V,)).copy()
+                    for i in range(n - 1)])
+    lc.llama_batch_ext_free(batch)
+    lc.llama_free(ctx)
+    lc.llama_model_free(lm)
+    del quiet
+    span = float(want.max() - want.min())
+    diff = np.abs(got - want)
+    agree = float((got.argmax(1) == want.argmax(1)).mean())
+    # (llama.cpp rounds activations to bf16/f16: on the main model against
+    # transformers its max is 0.13 of the range and its argmax agreement 0.94)
+    good = diff.max() / span <= 0.05 and agree >= 0.9
+    print(f"{'ok' if good else 'FAIL'}: the MTP reference vs llama.cpp's deepseek4 MTP graph, "
+          f"{n - 1} pairs: max |diff| {diff.max() / span:.2e} of the logit range, mean "
+          f"{diff.mean() / span:.2e}, argmax agreement {agree:.3f}")
+    if not good:
+        sys.exit(1)
+
+
 def make_dsv4(name):
     import numpy as np
     import safetensors
@@ -508,6 +638,9 @@ def make_dsv4(name):
 
 
 def main(argv):
+    if argv[:1] == ["--mtp-llama-cpp"]:
+        mtp_llama_cpp_check()
+        return
     check = None
     if argv[:1] == ["--check"]:
         import tempfile

@@ -811,10 +811,11 @@ def convert_dsv3(src, path, outtype):
     convert_checkpoint(src, path, outtype, dict(scoring_func="sigmoid", topk_method="noaux_tc"))
 
 
-def convert_checkpoint(src, path, outtype, config_update=None):
+def convert_checkpoint(src, path, outtype, config_update=None, extra_args=()):
     """llama.cpp's convert_hf_to_gguf.py on the checkpoint src (its config.json
-    updated with config_update). A converter needs a tokenizer: a byte-level
-    BPE of the checkpoint's vocabulary size (one merge) stands in, named
+    updated with config_update; extra_args after the others, e.g. --mtp). A
+    converter needs a tokenizer: a byte-level BPE of the checkpoint's
+    vocabulary size (one merge) stands in, named
     "deepseek-v3" (the hash the converter would look up is the real
     tokenizer's)."""
     import shutil
@@ -850,8 +851,8 @@ def convert_checkpoint(src, path, outtype, config_update=None):
                 "runpy.run_path(sys.argv[0] if False else sys.path[0] + '/convert_hf_to_gguf.py', "
                 "run_name='__main__')")
         subprocess.run([sys.executable, "-c", boot, str(llama), str(d), "--outfile", str(path),
-                        "--outtype", outtype], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+                        "--outtype", outtype, *extra_args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def make_dsv3_gguf(name):
