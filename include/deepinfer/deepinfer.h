@@ -1128,14 +1128,15 @@ typedef enum di_draft {
     DI_DRAFT_PROMPT_LOOKUP = 1,
     /* A separate draft model sharing the tokenizer (draft_model_path). */
     DI_DRAFT_MODEL = 2,
-    /* DeepSeek-V3's multi-token prediction (NextN) module, the model's own
-     * extra layer (DeepSeek-V3 §2.2): it drafts from the model's hidden
-     * states, one draft and then as many as speculative_tokens by chaining
-     * its own output (as vLLM's and llama.cpp's MTP drafting). Greedy
-     * requests get its argmax, sampling requests a sample of its
+    /* The model's own multi-token prediction layer: DeepSeek-V3's NextN
+     * module (DeepSeek-V3 §2.2) or DeepSeek-V4's MTP layer (as llama.cpp's
+     * deepseek4 runs it; docs/deepseek-v4.md). It drafts from the model's
+     * hidden states, one draft and then as many as speculative_tokens by
+     * chaining its own output (as vLLM's and llama.cpp's MTP drafting).
+     * Greedy requests get its argmax, sampling requests a sample of its
      * distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at
-     * di_engine_create for a model without an MTP layer (a DeepSeek-V3
-     * checkpoint with num_nextn_predict_layers and its tensors). */
+     * di_engine_create for a model without an MTP layer (a DeepSeek-V3 or
+     * V4 checkpoint with num_nextn_predict_layers and its tensors). */
     DI_DRAFT_MTP = 3
 } di_draft;
 
