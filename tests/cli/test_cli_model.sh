@@ -120,15 +120,18 @@ err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --draft m
 rc=$?
 [ "$rc" -eq 1 ] || fail "--draft mtp without an MTP layer exited $rc, want 1"
 [[ "$err" == *"no MTP (NextN) layer"* ]] || fail "--draft mtp without MTP printed: $err"
-mtp=$(dirname "$dir")/dsv3-mtp-f32
-plain=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2) ||
-  fail "generate (MTP checkpoint) exited $?"
-for flags in "--draft mtp --draft-max 3" "--draft auto" "--draft mtp --draft-max 1"; do
-  # shellcheck disable=SC2086
-  out=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2 $flags \
-        --verbose 2> "$tmp/err") || fail "generate $flags (MTP) exited $?: $(cat "$tmp/err")"
-  [ "$out" = "$plain" ] || fail "generate $flags (MTP) printed $out, without speculation $plain"
-  grep -q "speculative decoding: .* draft tokens verified, .* kept" "$tmp/err" ||
-    fail "--verbose did not count the MTP drafts: $(cat "$tmp/err")"
+# DeepSeek-V4's MTP layer likewise (dsv4-mtp-f32).
+for name in dsv3-mtp-f32 dsv4-mtp-f32; do
+  mtp=$(dirname "$dir")/$name
+  plain=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2) ||
+    fail "generate ($name) exited $?"
+  for flags in "--draft mtp --draft-max 3" "--draft auto" "--draft mtp --draft-max 1"; do
+    # shellcheck disable=SC2086
+    out=$("$cli" generate --model "$mtp" --tokens 5,9,200,31,77 --max-tokens 20 --threads 2 \
+          $flags --verbose 2> "$tmp/err") || fail "generate $flags ($name) exited $?: $(cat "$tmp/err")"
+    [ "$out" = "$plain" ] || fail "generate $flags ($name) printed $out, without speculation $plain"
+    grep -q "speculative decoding: .* draft tokens verified, .* kept" "$tmp/err" ||
+      fail "--verbose did not count the MTP drafts ($name): $(cat "$tmp/err")"
+  done
 done
 echo ok
