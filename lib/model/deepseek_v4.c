@@ -469,20 +469,35 @@ dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
     return k;
 }
 
-di_status dsv4_seq_init(dsv4 *d, model_seq *s)
+di_status dsv4_cache_seq_init(dsv4 *d, kv_pool *pool, dsv4_cache **free_list, uint32_t first,
+                              uint32_t n, model_seq *s)
 {
-    dsv4_cache *k = d->free_list;
+    dsv4_cache *k = *free_list;
     if (k)
-        d->free_list = k->next_free;
-    else if (!(k = dsv4_cache_create(d, 0, d->cfg.n_layer)))
+        *free_list = k->next_free;
+    else if (!(k = dsv4_cache_create(d, first, n)))
         return DI_ERR_OUT_OF_MEMORY;
-    if (kv_pool_seq_init(&d->pool, &s->kv, d->opt.n_ctx) != DI_OK) {
-        k->next_free = d->free_list;
-        d->free_list = k;
+    if (kv_pool_seq_init(pool, &s->kv, d->opt.n_ctx) != DI_OK) {
+        k->next_free = *free_list;
+        *free_list = k;
         return DI_ERR_OUT_OF_MEMORY;
     }
     s->v4 = k;
     return DI_OK;
+}
+
+void dsv4_cache_seq_release(kv_pool *pool, dsv4_cache **free_list, model_seq *s)
+{
+    if (!s->v4) return;
+    kv_pool_seq_free(pool, &s->kv);
+    s->v4->next_free = *free_list;
+    *free_list = s->v4;
+    s->v4 = NULL;
+}
+
+di_status dsv4_seq_init(dsv4 *d, model_seq *s)
+{
+    return dsv4_cache_seq_init(d, &d->pool, &d->free_list, 0, d->cfg.n_layer, s);
 }
 
 /* Room in k's entries for a sequence of n_tokens (at most n_ctx): each
@@ -530,11 +545,7 @@ void dsv4_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
 
 void dsv4_seq_release(dsv4 *d, model_seq *s)
 {
-    if (!s->v4) return;
-    kv_pool_seq_free(&d->pool, &s->kv);
-    s->v4->next_free = d->free_list;
-    d->free_list = s->v4;
-    s->v4 = NULL;
+    dsv4_cache_seq_release(&d->pool, &d->free_list, s);
 }
 
 kv_pool *dsv4_pool(dsv4 *d)

@@ -125,6 +125,12 @@ dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n);
 void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *base,
                    const float *scale, const float *norm, const int32_t *tokens, int64_t n,
                    int n_spans);
+/* A sequence s over a cache of layers [first, first + n) (from free_list, or
+ * new) and its blocks' table in pool: DI_ERR_OUT_OF_MEMORY. Release gives both
+ * back (the cache to free_list). */
+di_status dsv4_cache_seq_init(dsv4 *d, kv_pool *pool, dsv4_cache **free_list, uint32_t first,
+                              uint32_t n, model_seq *s);
+void dsv4_cache_seq_release(kv_pool *pool, dsv4_cache **free_list, model_seq *s);
 /* Keep a cache's sequence s at its first n_tokens in pool: a cut deeper than
  * n_batch below the most it reached drops it all (the rings' rows are gone). */
 void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens);

@@ -92,27 +92,12 @@ kv_pool *dsv4_mtp_pool(dsv4 *d)
 
 di_status dsv4_mtp_seq_init(dsv4 *d, model_seq *s)
 {
-    dsv4_cache *k = d->mtp_free;
-    if (k)
-        d->mtp_free = k->next_free;
-    else if (!(k = dsv4_cache_create(d, d->cfg.n_layer, 1)))
-        return DI_ERR_OUT_OF_MEMORY;
-    if (kv_pool_seq_init(&d->mtp_pool, &s->kv, d->opt.n_ctx) != DI_OK) {
-        k->next_free = d->mtp_free;
-        d->mtp_free = k;
-        return DI_ERR_OUT_OF_MEMORY;
-    }
-    s->v4 = k;
-    return DI_OK;
+    return dsv4_cache_seq_init(d, &d->mtp_pool, &d->mtp_free, d->cfg.n_layer, 1, s);
 }
 
 void dsv4_mtp_seq_release(dsv4 *d, model_seq *s)
 {
-    if (!s->v4) return;
-    kv_pool_seq_free(&d->mtp_pool, &s->kv);
-    s->v4->next_free = d->mtp_free;
-    d->mtp_free = s->v4;
-    s->v4 = NULL;
+    dsv4_cache_seq_release(&d->mtp_pool, &d->mtp_free, s);
 }
 
 void dsv4_mtp_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)

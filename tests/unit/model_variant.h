@@ -1,5 +1,7 @@
-/* Test helper shared by the model tests: a copy of a fixture's config.json
- * with fields edited, to load the fixture's weights under another config. */
+/* Test helpers shared by the model tests: a copy of a fixture's config.json
+ * with fields edited, to load the fixture's weights under another config; a
+ * load that must fail naming something; a fixture's f32 file. Include after
+ * cmocka.h. */
 #ifndef DI_TESTS_MODEL_VARIANT_H
 #define DI_TESTS_MODEL_VARIANT_H
 
@@ -8,7 +10,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+/* A fresh tmpdir (from template, "/tmp/NAMEXXXXXX") with an empty variant/
+ * folder: 0, or -1 when it cannot be made (a cmocka group setup's status). */
+static inline int model_variant_make(char *tmpdir, size_t size, const char *template)
+{
+    snprintf(tmpdir, size, "%s", template);
+    if (!mkdtemp(tmpdir)) return -1;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
+    return mkdir(dir, 0700) == 0 ? 0 : -1;
+}
 
 /* Write <tmpdir>/variant/config.json: tests/fixtures/model/<fixture>/config.json
  * with the JSON object `edit` merged over it (a null value deletes the key).
@@ -37,6 +54,61 @@ static inline const char *model_variant_config(const char *tmpdir, const char *f
     json_decref(cfg);
     json_decref(e);
     return dir;
+}
+
+/* model_variant_config, and the fixture's model.safetensors beside it:
+ * linked, or copied when copy_weights (to be edited). Returns the folder. */
+static inline const char *model_variant_folder(const char *tmpdir, const char *fixture,
+                                               const char *edit, int copy_weights)
+{
+    const char *dir = model_variant_config(tmpdir, fixture, edit);
+    char src[700], dst[700];
+    snprintf(src, sizeof src, "%s/model/%s/model.safetensors", DI_FIXTURE_DIR, fixture);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    unlink(dst);
+    if (!copy_weights) {
+        assert_int_equal(symlink(src, dst), 0);
+        return dir;
+    }
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    assert_true(in && out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+    return dir;
+}
+
+/* model_load of dir fails with status, and its message names n1 (and n2 when
+ * not NULL). */
+static inline void model_expect_load_error(const char *dir, di_status status, const char *n1,
+                                           const char *n2)
+{
+    model_options o = {0};
+    o.n_threads = 1;
+    o.kv_dtype = MODEL_DTYPE_F32;
+    model *m = NULL;
+    di_error *err = NULL;
+    assert_int_equal(model_load(dir, &o, &m, &err), status);
+    assert_null(m);
+    const char *msg = di_error_message(err);
+    if (!strstr(msg, n1) || (n2 && !strstr(msg, n2)))
+        fail_msg("message '%s' lacks '%s' / '%s'", msg, n1, n2 ? n2 : "");
+    di_error_free(err);
+}
+
+/* n floats of dir/file (a fixture's logits), malloc'd. */
+static inline float *model_fixture_f32(const char *dir, const char *file, size_t n)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    float *v = malloc(n * sizeof *v);
+    FILE *fp = fopen(path, "rb");
+    assert_true(v && fp);
+    assert_int_equal(fread(v, sizeof *v, n, fp), n);
+    fclose(fp);
+    return v;
 }
 
 /* Remove what model_variant_config and the caller put in tmpdir (config.json

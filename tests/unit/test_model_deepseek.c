@@ -21,6 +21,7 @@
 #include "model/weights.h"
 #include "sampler/sampler.h"
 #include "model_variant.h"
+#include "mtp_checks.h"
 
 static const char *const FIXTURES[] = {
     "dsv3-qlora-bf16", "dsv3-noqlora-yarn-f32", "dsv3-group1-noninterleave-f32", "dsv3-dense-bf16",
@@ -247,30 +248,13 @@ static void test_kv_bytes_per_token_is_the_latent(void **state)
     model_free(m);
 }
 
-static float *read_f32(const char *dir, const char *file, size_t n)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    float *v = malloc(n * sizeof *v);
-    FILE *fp = fopen(path, "rb");
-    assert_true(v && fp);
-    assert_int_equal(fread(v, sizeof *v, n, fp), n);
-    fclose(fp);
-    return v;
-}
-
-/* The MTP drafter (lib/engine/draft_mtp.c) against transformers' MtpLayer:
- * requests whose tokens are the first P + 1 tokens of the fixture's prompt +
- * greedy sequence (the scheduler's state after a prefill of P tokens and
- * the token sampled after them), several prefilled in one batched step and shown to
- * the drafter's observe as the scheduler shows them, propose at temperature
- * 0: each first draft is the argmax of mtp_logits row P - 1 (hidden state at
- * P - 1, token P), its confidence that row's softmax probability, and the
- * three chained drafts after it are transformers' module run on its own
- * output (mtp_chain.json, tests/oracle/make_mtp_chain_fixture.py). A second
- * round of drafting after a chained propose gives the same, and so do decode
- * steps that keep some drafts and reject others (observe then cuts the
- * chained pairs off and appends the kept rows'). */
+/* The MTP drafter (lib/engine/draft_mtp.c) against transformers' MtpLayer
+ * (mtp_checks.h): the first draft of requests prefilled in one batched step
+ * is the argmax of mtp_logits row P - 1, its confidence that row's softmax
+ * probability, and the three chained drafts after it are transformers'
+ * module run on its own output (mtp_chain.json,
+ * tests/oracle/make_mtp_chain_fixture.py); a second round of drafting gives
+ * the same, and so do decode steps that keep some drafts and reject others. */
 static void test_mtp_drafter_first_draft_matches_transformers(void **state)
 {
     (void)state;
@@ -292,134 +276,18 @@ static void test_mtp_drafter_first_draft_matches_transformers(void **state)
     model *m = NULL;
     assert_int_equal(model_load(dir, &o, &m, NULL), DI_OK);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
-    float *want = read_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
+    float *want = model_fixture_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
     char chain_path[600];
     snprintf(chain_path, sizeof chain_path, "%s/mtp_chain.json", dir);
     json_t *chain = json_load_file(chain_path, 0, NULL);
     assert_non_null(chain);
-    enum { R = 6 };
-    const int64_t P[R] = {3, 8, 16, 25, 37, 46}; /* 135 rows: one step */
-    drafter *d = NULL;
-    assert_int_equal(drafter_mtp_create(m, R, &d), DI_OK);
-    assert_string_equal(d->ops->name, "mtp");
-    sampler_params sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
-    sampler *smp = NULL;
-    assert_int_equal(sampler_create(&sp, V, &smp, NULL, 0), DI_OK);
-    model_seq *seqs[R];
-    model_batch_item items[R];
-    draft_observation obs[R];
-    void *states[R] = {0};
-    int32_t next[256], outs[R][4];
-    float conf[R][4], *logits = malloc((size_t)R * (size_t)V * sizeof *logits);
-    assert_non_null(logits);
-    int64_t row = 0;
-    for (int r = 0; r < R; r++) {
-        assert_int_equal(model_seq_create(m, &seqs[r]), DI_OK);
-        assert_int_equal(model_seq_reserve(m, seqs[r], P[r]), DI_OK);
-        items[r] = (model_batch_item){seqs[r], seq, P[r], 1};
-        /* the token after each row: the sequence's next (the last one stands
-         * for the token the request sampled; past the prompt it is the
-         * model's greedy token: checked below) */
-        memcpy(next + row, seq + 1, (size_t)P[r] * sizeof *next);
-        obs[r] = (draft_observation){&states[r], smp, 0, row, P[r], next + row};
-        row += P[r];
-    }
-    di_error *err = NULL;
-    if (model_forward_batch(m, items, R, logits, &err) != DI_OK)
-        fail_msg("%s", di_error_message(err));
-    for (int r = 0; r < R; r++) /* past the prompt, seq is the model's greedy output */
-        if ((size_t)P[r] >= json_array_size(jp))
-            assert_int_equal(argmax(logits + (size_t)r * V, V), seq[P[r]]);
-    int64_t n_rows = 0;
-    const float *hidden = model_last_hidden(m, &n_rows);
-    assert_int_equal(n_rows, row);
-    d->ops->observe(d, obs, R, hidden);
-    for (int round = 0; round < 2; round++) {
-        draft_request dr[R];
-        for (int r = 0; r < R; r++)
-            dr[r] = (draft_request){.tokens = seq,
-                                    .n_tokens = P[r] + 1,
-                                    .max = round == 0 ? 4 : 1,
-                                    .smp = smp,
-                                    .state = &states[r],
-                                    .out = outs[r],
-                                    .conf = conf[r]};
-        d->ops->propose(d, dr, R);
-        for (int r = 0; r < R; r++) {
-            const float *w = want + (size_t)(P[r] - 1) * (size_t)V;
-            int32_t top = argmax(w, V);
-            double sum = 0;
-            for (int32_t v = 0; v < V; v++) sum += exp((double)(w[v] - w[top]));
-            assert_int_equal(dr[r].n, round == 0 ? 4 : 1);
-            assert_int_equal(dr[r].has_q, 0);
-            assert_int_equal(outs[r][0], top);
-            assert_float_equal(conf[r][0], 1.0 / sum, 1e-4);
-            /* the chained drafts: transformers' module run on its own output */
-            json_t *jd = json_array_get(json_object_get(chain, "drafts"), (size_t)r);
-            assert_int_equal(
-                json_integer_value(json_array_get(json_object_get(chain, "prefixes"), (size_t)r)),
-                P[r]);
-            for (int j = 0; j < dr[r].n; j++)
-                assert_int_equal(outs[r][j], json_integer_value(json_array_get(jd, (size_t)j)));
-        }
-    }
-    /* Decode steps of request 4 (P = 37, past the prompt: the tokens are the
-     * model's greedy ones), verified as the scheduler does: drafts equal to
-     * the greedy tokens are kept, the first that differs is corrected, the
-     * rejected rows' KV is cut off. Step 1 verifies [x37, x38, x39, wrong]
-     * (two drafts kept, x40 the correction), step 2 [x41, wrong] (x42 the
-     * correction). After each, the first draft is transformers' again. */
-    const int r4 = 4;
-    int64_t n_tok = P[r4] + 1;
-    for (int stp = 0; stp < 2; stp++) {
-        int k = stp == 0 ? 3 : 1; /* drafts in the item */
-        int32_t item_tok[4];
-        memcpy(item_tok, seq + n_tok - 1, (size_t)k * sizeof *item_tok);
-        item_tok[k] = (seq[n_tok - 1 + k] + 1) % V; /* a draft the model rejects */
-        assert_int_equal(model_seq_reserve(m, seqs[r4], n_tok + k), DI_OK);
-        model_batch_item it = {seqs[r4], item_tok, k + 1, k + 1};
-        assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
-        /* greedy verification: row j gives token n_tok + j; draft j + 1 is
-         * kept while it equals it */
-        int32_t emitted[4];
-        int n_emit = 0;
-        for (int j = 0; j <= k; j++) {
-            emitted[n_emit++] = argmax(logits + (size_t)j * V, V);
-            assert_int_equal(emitted[j], seq[n_tok + j]); /* the greedy sequence */
-            if (j == k || item_tok[j + 1] != emitted[j]) break;
-        }
-        assert_int_equal(n_emit, k); /* k - 1 kept, the wrong one corrected */
-        model_seq_truncate(m, seqs[r4], n_tok - 1 + n_emit);
-        hidden = model_last_hidden(m, &n_rows);
-        assert_int_equal(n_rows, k + 1);
-        draft_observation ob = {&states[r4], smp, n_tok - 1, 0, n_emit, emitted};
-        d->ops->observe(d, &ob, 1, hidden);
-        n_tok += n_emit;
-        int32_t out4[4];
-        float conf4[4];
-        draft_request dr = {.tokens = seq,
-                            .n_tokens = n_tok,
-                            .max = 3,
-                            .smp = smp,
-                            .state = &states[r4],
-                            .out = out4,
-                            .conf = conf4};
-        d->ops->propose(d, &dr, 1);
-        assert_int_equal(dr.n, 3);
-        assert_int_equal(out4[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
-    }
-    for (int r = 0; r < R; r++) {
-        d->ops->release(d, states[r]);
-        model_seq_free(m, seqs[r]);
-    }
-    drafter_destroy(d);
+    mtp_check_drafter(m, seq, json_array_size(jp), want, chain);
     /* a model without MTP has no MTP drafter */
+    drafter *d = NULL;
     model *plain = load(DI_FIXTURE_DIR "/model/dsv3-fp8", 0, MODEL_DTYPE_F32);
     assert_int_equal(drafter_mtp_create(plain, 4, &d), DI_ERR_UNSUPPORTED);
     assert_null(d);
     model_free(plain);
-    sampler_free(smp);
-    free(logits);
     free(want);
     model_free(m);
     json_decref(chain);
@@ -447,43 +315,20 @@ static void test_mtp_layer_matches_transformers(void **state)
         (json_int_t)(n - 1));
     model *m = load(dir, 0, MODEL_DTYPE_F32);
     assert_int_equal(model_mtp_layers(m), 1);
+    assert_int_equal(model_mtp_hidden_width(m), model_get_config(m)->n_embd);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     const int64_t E = model_get_config(m)->n_embd;
-    float *want = read_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
-    float *got = malloc((n - 1) * (size_t)V * sizeof *got);
-    float *hidden = malloc(n * (size_t)E * sizeof *hidden);
+    float *want = model_fixture_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
+    float *got = malloc((size_t)V * sizeof *got);
+    float *hidden = malloc((size_t)E * sizeof *hidden);
     assert_true(got && hidden);
-    float lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < (n - 1) * (size_t)V; i++) {
-        lo = fminf(lo, want[i]);
-        hi = fmaxf(hi, want[i]);
-    }
-    /* one pass */
-    assert_int_equal(model_forward(m, seq, (int64_t)n, NULL, 0, NULL), DI_OK);
-    int64_t rows = 0;
-    const float *h = model_last_hidden(m, &rows);
-    assert_int_equal(rows, (int64_t)n);
-    memcpy(hidden, h, n * (size_t)E * sizeof *hidden);
-    assert_int_equal(model_mtp_forward(m, seq + 1, (int64_t)n - 1, hidden, got, NULL), DI_OK);
-    double one = 0;
-    for (size_t i = 0; i < (n - 1) * (size_t)V; i++) one = fmax(one, fabs(got[i] - want[i]));
-    /* token by token: main decode, then the MTP step on its hidden row */
-    model_reset(m);
-    assert_int_equal(model_forward(m, seq, 1, NULL, 0, NULL), DI_OK);
-    double step = 0;
-    for (size_t i = 1; i < n; i++) {
-        h = model_last_hidden(m, &rows);
-        assert_int_equal(rows, 1);
-        memcpy(hidden, h, (size_t)E * sizeof *hidden);
-        assert_int_equal(model_mtp_forward(m, &seq[i], 1, hidden, got, NULL), DI_OK);
-        for (int32_t v = 0; v < V; v++)
-            step = fmax(step, fabs(got[v] - want[(i - 1) * (size_t)V + (size_t)v]));
-        assert_int_equal(model_forward(m, &seq[i], 1, NULL, 0, NULL), DI_OK);
-    }
-    printf("dsv3-mtp-f32: MTP logits vs transformers: one pass %.2e, token by token %.2e\n",
-           one / (hi - lo), step / (hi - lo));
-    assert_true(one / (hi - lo) <= 1e-3);
-    assert_true(step / (hi - lo) <= 1e-3);
+    memset(hidden, 0, (size_t)E * sizeof *hidden);
+    double one, step;
+    mtp_layer_error(m, seq, n, want, &one, &step);
+    printf("dsv3-mtp-f32: MTP logits vs transformers: one pass %.2e, token by token %.2e\n", one,
+           step);
+    assert_true(one <= 1e-3);
+    assert_true(step <= 1e-3);
     /* errors */
     di_error *err = NULL;
     int32_t bad = V;
@@ -495,6 +340,7 @@ static void test_mtp_layer_matches_transformers(void **state)
     snprintf(dir, sizeof dir, "%s/model/dsv3-fp8", DI_FIXTURE_DIR);
     m = load(dir, 0, MODEL_DTYPE_F32);
     assert_int_equal(model_mtp_layers(m), 0);
+    int64_t rows = 0;
     assert_null(model_last_hidden(m, &rows));
     assert_int_equal(model_mtp_forward(m, seq, 1, hidden, got, NULL), DI_ERR_UNSUPPORTED);
     model_free(m);
@@ -533,50 +379,33 @@ static int teardown(void **state)
     return 0;
 }
 
-static void expect_load_error(const char *dir, di_status status, const char *n1, const char *n2)
-{
-    model_options o = {0};
-    o.n_threads = 1;
-    o.kv_dtype = MODEL_DTYPE_F32;
-    model *m = NULL;
-    di_error *err = NULL;
-    assert_int_equal(model_load(dir, &o, &m, &err), status);
-    assert_null(m);
-    const char *msg = di_error_message(err);
-    if (!strstr(msg, n1) || (n2 && !strstr(msg, n2))) {
-        print_error("message '%s' lacks '%s' / '%s'\n", msg, n1, n2 ? n2 : "");
-        fail();
-    }
-    di_error_free(err);
-}
-
 static void test_bad_configs_and_tensors_are_named(void **state)
 {
     (void)state;
     const char *F = "dsv3-qlora-bf16";
     model_free(load(variant(F, "{}"), 0, MODEL_DTYPE_F32)); /* the unedited copy loads */
-    expect_load_error(variant(F, "{\"kv_lora_rank\": null}"), DI_ERR_MODEL_FORMAT, "config.json",
-                      "kv_lora_rank is missing");
-    expect_load_error(variant(F, "{\"topk_method\": \"greedy\"}"), DI_ERR_UNSUPPORTED,
-                      "topk_method 'greedy'", NULL);
-    expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}"), DI_ERR_UNSUPPORTED,
-                      "scoring_func 'softmax'", NULL);
-    expect_load_error(variant(F, "{\"n_group\": 3}"), DI_ERR_MODEL_FORMAT,
-                      "MoE fields are inconsistent", "n_group 3");
-    expect_load_error(variant(F, "{\"num_experts_per_tok\": 9}"), DI_ERR_MODEL_FORMAT,
-                      "MoE fields are inconsistent", NULL);
-    expect_load_error(variant(F, "{\"attention_bias\": true}"), DI_ERR_UNSUPPORTED,
-                      "attention_bias", NULL);
+    model_expect_load_error(variant(F, "{\"kv_lora_rank\": null}"), DI_ERR_MODEL_FORMAT,
+                            "config.json", "kv_lora_rank is missing");
+    model_expect_load_error(variant(F, "{\"topk_method\": \"greedy\"}"), DI_ERR_UNSUPPORTED,
+                            "topk_method 'greedy'", NULL);
+    model_expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}"), DI_ERR_UNSUPPORTED,
+                            "scoring_func 'softmax'", NULL);
+    model_expect_load_error(variant(F, "{\"n_group\": 3}"), DI_ERR_MODEL_FORMAT,
+                            "MoE fields are inconsistent", "n_group 3");
+    model_expect_load_error(variant(F, "{\"num_experts_per_tok\": 9}"), DI_ERR_MODEL_FORMAT,
+                            "MoE fields are inconsistent", NULL);
+    model_expect_load_error(variant(F, "{\"attention_bias\": true}"), DI_ERR_UNSUPPORTED,
+                            "attention_bias", NULL);
     /* the config disagrees with the tensors: the tensor is named */
-    expect_load_error(variant(F, "{\"kv_lora_rank\": 24}"), DI_ERR_MODEL_FORMAT,
-                      "blk.0.attn_kv_a_mqa.weight", NULL);
-    expect_load_error(variant(F, "{\"n_routed_experts\": 12, \"n_group\": 4}"), DI_ERR_MODEL_FORMAT,
-                      "blk.1.ffn_gate_inp.weight", NULL);
-    expect_load_error(variant(F, "{\"q_lora_rank\": null}"), DI_ERR_MODEL_FORMAT,
-                      "blk.0.attn_q.weight", NULL);
+    model_expect_load_error(variant(F, "{\"kv_lora_rank\": 24}"), DI_ERR_MODEL_FORMAT,
+                            "blk.0.attn_kv_a_mqa.weight", NULL);
+    model_expect_load_error(variant(F, "{\"n_routed_experts\": 12, \"n_group\": 4}"),
+                            DI_ERR_MODEL_FORMAT, "blk.1.ffn_gate_inp.weight", NULL);
+    model_expect_load_error(variant(F, "{\"q_lora_rank\": null}"), DI_ERR_MODEL_FORMAT,
+                            "blk.0.attn_q.weight", NULL);
     /* fewer layers than the file holds: not a silently truncated model */
-    expect_load_error(variant(F, "{\"num_hidden_layers\": 2}"), DI_ERR_MODEL_FORMAT,
-                      "past the 2 layers", "blk.2.");
+    model_expect_load_error(variant(F, "{\"num_hidden_layers\": 2}"), DI_ERR_MODEL_FORMAT,
+                            "past the 2 layers", "blk.2.");
 }
 
 /* A copy of gguf-dsv3/<name>.gguf edited as model_variant_gguf says. */
@@ -597,22 +426,23 @@ static void test_bad_deepseek2_ggufs_are_named(void **state)
     const char *F = "dsv3-qlora-q8_0";
     model_free(load(gguf_variant(F, "general", "general", -1), 0, MODEL_DTYPE_F32));
     /* the expert count disagrees with the stacked experts */
-    expect_load_error(gguf_variant(F, "deepseek2.expert_count", NULL, 16), DI_ERR_MODEL_FORMAT,
-                      "ffn_gate_exps.weight", "16 experts");
+    model_expect_load_error(gguf_variant(F, "deepseek2.expert_count", NULL, 16),
+                            DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
     /* a missing tensor (its name changed) */
-    expect_load_error(gguf_variant(F, "blk.1.attn_k_b.weight", "blk.1.attn_kXb.weight", -1),
-                      DI_ERR_MODEL_FORMAT, "blk.1.attn_k_b.weight", NULL);
-    expect_load_error(gguf_variant(F, "blk.2.ffn_up_exps.weight", "blk.2.ffn_up_eXps.weight", -1),
-                      DI_ERR_MODEL_FORMAT, "blk.2.ffn_up_exps.0.weight", NULL);
+    model_expect_load_error(gguf_variant(F, "blk.1.attn_k_b.weight", "blk.1.attn_kXb.weight", -1),
+                            DI_ERR_MODEL_FORMAT, "blk.1.attn_k_b.weight", NULL);
+    model_expect_load_error(
+        gguf_variant(F, "blk.2.ffn_up_exps.weight", "blk.2.ffn_up_eXps.weight", -1),
+        DI_ERR_MODEL_FORMAT, "blk.2.ffn_up_exps.0.weight", NULL);
     /* shapes that lie: the latent rank, the MLA head widths, the groups */
-    expect_load_error(gguf_variant(F, "deepseek2.attention.kv_lora_rank", NULL, 30),
-                      DI_ERR_MODEL_FORMAT, "kv_lora_rank 30", NULL);
-    expect_load_error(gguf_variant(F, "deepseek2.attention.value_length_mla", NULL, 12),
-                      DI_ERR_MODEL_FORMAT, "attn_v_b.weight", NULL);
-    expect_load_error(gguf_variant(F, "deepseek2.expert_group_count", NULL, 3), DI_ERR_MODEL_FORMAT,
-                      "MoE fields are inconsistent", NULL);
-    expect_load_error(gguf_variant(F, "deepseek2.expert_gating_func", NULL, 7), DI_ERR_UNSUPPORTED,
-                      "expert_gating_func 7", NULL);
+    model_expect_load_error(gguf_variant(F, "deepseek2.attention.kv_lora_rank", NULL, 30),
+                            DI_ERR_MODEL_FORMAT, "kv_lora_rank 30", NULL);
+    model_expect_load_error(gguf_variant(F, "deepseek2.attention.value_length_mla", NULL, 12),
+                            DI_ERR_MODEL_FORMAT, "attn_v_b.weight", NULL);
+    model_expect_load_error(gguf_variant(F, "deepseek2.expert_group_count", NULL, 3),
+                            DI_ERR_MODEL_FORMAT, "MoE fields are inconsistent", NULL);
+    model_expect_load_error(gguf_variant(F, "deepseek2.expert_gating_func", NULL, 7),
+                            DI_ERR_UNSUPPORTED, "expert_gating_func 7", NULL);
     unlink(gguf_variant(F, "general", "general", -1));
 }
 

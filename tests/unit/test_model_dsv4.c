@@ -31,39 +31,17 @@
 
 static char tmpdir[64];
 
-/* tmpdir/variant: config.json of `fixture` with `edit` merged over it (null
- * deletes a key), and its model.safetensors linked (copied when copy_weights,
- * to be edited). */
+/* tmpdir/variant: the fixture's config.json with edit merged over it (null
+ * deletes a key), its weights linked (copied when copy_weights, to be edited). */
 static const char *variant(const char *fixture, const char *edit, int copy_weights)
 {
-    const char *dir = model_variant_config(tmpdir, fixture, edit);
-    char src[512], path[700], dst[700];
-    snprintf(src, sizeof src, "%s/model/%s", DI_FIXTURE_DIR, fixture);
-    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    unlink(dst);
-    snprintf(path, sizeof path, "%s/model.safetensors", src);
-    if (!copy_weights) {
-        assert_int_equal(symlink(path, dst), 0);
-        return dir;
-    }
-    FILE *in = fopen(path, "rb"), *out = fopen(dst, "wb");
-    assert_true(in && out);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
-    return dir;
+    return model_variant_folder(tmpdir, fixture, edit, copy_weights);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/di_test_dsv4XXXXXX");
-    if (!mkdtemp(tmpdir)) return -1;
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/variant", tmpdir);
-    return mkdir(dir, 0700);
+    return model_variant_make(tmpdir, sizeof tmpdir, "/tmp/di_test_dsv4XXXXXX");
 }
 
 static int teardown(void **state)
@@ -83,21 +61,6 @@ static model *load(const char *dir)
     di_status st = model_load(dir, &o, &m, &err);
     if (st != DI_OK) fail_msg("%s: %s", dir, di_error_message(err));
     return m;
-}
-
-static void expect_load_error(const char *dir, di_status status, const char *n1, const char *n2)
-{
-    model_options o = {0};
-    o.n_threads = 1;
-    o.kv_dtype = MODEL_DTYPE_F32;
-    model *m = NULL;
-    di_error *err = NULL;
-    assert_int_equal(model_load(dir, &o, &m, &err), status);
-    assert_null(m);
-    const char *msg = di_error_message(err);
-    if (!strstr(msg, n1) || (n2 && !strstr(msg, n2)))
-        fail_msg("message '%s' lacks '%s' / '%s'", msg, n1, n2 ? n2 : "");
-    di_error_free(err);
 }
 
 /* The prompt's logits of the model in dir against the fixture's (transformers):
@@ -158,40 +121,43 @@ static void test_bad_configs_and_tensors_are_named(void **state)
 {
     (void)state;
     const char *F = "dsv4-fp8";
-    expect_load_error(variant(F,
-                              "{\"layer_types\": [\"compressed_sparse_attention\","
-                              " \"linear_attention\", \"sliding_attention\"]}",
-                              0),
-                      DI_ERR_UNSUPPORTED, "layer_types[1] 'linear_attention'", NULL);
-    expect_load_error(variant(F, "{\"layer_types\": null, \"compress_ratios\": [4, 16, 0]}", 0),
-                      DI_ERR_UNSUPPORTED, "compress_ratios[1]", NULL);
-    expect_load_error(variant(F, "{\"n_shared_experts\": 2}", 0), DI_ERR_MODEL_FORMAT,
-                      "n_shared_experts must be 1", NULL);
-    expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"dense\", \"moe\"]}", 0),
-                      DI_ERR_UNSUPPORTED, "mlp_layer_types[1] 'dense'", NULL);
-    expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}", 0), DI_ERR_UNSUPPORTED,
-                      "scoring_func 'softmax'", NULL);
-    expect_load_error(variant(F, "{\"num_key_value_heads\": 2}", 0), DI_ERR_MODEL_FORMAT,
-                      "num_key_value_heads must be 1", NULL);
-    expect_load_error(variant(F, "{\"o_groups\": 3}", 0), DI_ERR_MODEL_FORMAT,
-                      "o_groups must divide", NULL);
-    expect_load_error(variant(F,
-                              "{\"rope_parameters\": {\"main\": {\"rope_type\": \"yarn\"},"
-                              " \"compress\": {\"rope_type\": \"default\"}}}",
-                              0),
-                      DI_ERR_UNSUPPORTED, "rope_parameters.main.rope_type 'yarn'", NULL);
-    expect_load_error(variant(F, "{\"rope_parameters\": {\"rope_type\": \"yarn\"}}", 0),
-                      DI_ERR_MODEL_FORMAT, "lack factor", NULL);
-    expect_load_error(variant(F, "{\"swiglu_limit\": 0}", 0), DI_ERR_MODEL_FORMAT,
-                      "swiglu_limit must be positive", NULL);
+    model_expect_load_error(variant(F,
+                                    "{\"layer_types\": [\"compressed_sparse_attention\","
+                                    " \"linear_attention\", \"sliding_attention\"]}",
+                                    0),
+                            DI_ERR_UNSUPPORTED, "layer_types[1] 'linear_attention'", NULL);
+    model_expect_load_error(
+        variant(F, "{\"layer_types\": null, \"compress_ratios\": [4, 16, 0]}", 0),
+        DI_ERR_UNSUPPORTED, "compress_ratios[1]", NULL);
+    model_expect_load_error(variant(F, "{\"n_shared_experts\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                            "n_shared_experts must be 1", NULL);
+    model_expect_load_error(
+        variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"dense\", \"moe\"]}", 0),
+        DI_ERR_UNSUPPORTED, "mlp_layer_types[1] 'dense'", NULL);
+    model_expect_load_error(variant(F, "{\"scoring_func\": \"softmax\"}", 0), DI_ERR_UNSUPPORTED,
+                            "scoring_func 'softmax'", NULL);
+    model_expect_load_error(variant(F, "{\"num_key_value_heads\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                            "num_key_value_heads must be 1", NULL);
+    model_expect_load_error(variant(F, "{\"o_groups\": 3}", 0), DI_ERR_MODEL_FORMAT,
+                            "o_groups must divide", NULL);
+    model_expect_load_error(variant(F,
+                                    "{\"rope_parameters\": {\"main\": {\"rope_type\": \"yarn\"},"
+                                    " \"compress\": {\"rope_type\": \"default\"}}}",
+                                    0),
+                            DI_ERR_UNSUPPORTED, "rope_parameters.main.rope_type 'yarn'", NULL);
+    model_expect_load_error(variant(F, "{\"rope_parameters\": {\"rope_type\": \"yarn\"}}", 0),
+                            DI_ERR_MODEL_FORMAT, "lack factor", NULL);
+    model_expect_load_error(variant(F, "{\"swiglu_limit\": 0}", 0), DI_ERR_MODEL_FORMAT,
+                            "swiglu_limit must be positive", NULL);
     /* the config disagrees with the tensors: the tensor is named */
-    expect_load_error(variant(F, "{\"index_head_dim\": 32}", 0), DI_ERR_MODEL_FORMAT,
-                      "model.layers.0.self_attn.compressor.indexer.kv_proj.weight", NULL);
-    expect_load_error(variant(F, "{\"hc_mult\": 2}", 0), DI_ERR_MODEL_FORMAT, "model.hc_head.hc_fn",
-                      NULL);
+    model_expect_load_error(variant(F, "{\"index_head_dim\": 32}", 0), DI_ERR_MODEL_FORMAT,
+                            "model.layers.0.self_attn.compressor.indexer.kv_proj.weight", NULL);
+    model_expect_load_error(variant(F, "{\"hc_mult\": 2}", 0), DI_ERR_MODEL_FORMAT,
+                            "model.hc_head.hc_fn", NULL);
     /* a hash layer without its table */
-    expect_load_error(variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"hash_moe\", \"moe\"]}", 0),
-                      DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
+    model_expect_load_error(
+        variant(F, "{\"mlp_layer_types\": [\"hash_moe\", \"hash_moe\", \"moe\"]}", 0),
+        DI_ERR_MODEL_FORMAT, "model.layers.1.mlp.gate.tid2eid", "is missing");
 }
 
 /* Numbers out of their field's range are refused, named: a rotary factor
@@ -202,14 +168,14 @@ static void test_out_of_range_numbers_are_named(void **state)
 {
     (void)state;
     const char *F = "dsv4-fp8";
-    expect_load_error(variant(F, "{\"partial_rotary_factor\": -0.5}", 0), DI_ERR_MODEL_FORMAT,
-                      "partial_rotary_factor -0.5 is not in (0, 1]", NULL);
-    expect_load_error(variant(F, "{\"partial_rotary_factor\": 1e30}", 0), DI_ERR_MODEL_FORMAT,
-                      "partial_rotary_factor 1e+30 is not in (0, 1]", NULL);
-    expect_load_error(variant(F, "{\"rope_theta\": 1e300}", 0), DI_ERR_MODEL_FORMAT,
-                      "rope_theta 1e+300 is out of a float's range", NULL);
-    expect_load_error(variant(F, "{\"swiglu_limit\": -1e39}", 0), DI_ERR_MODEL_FORMAT,
-                      "swiglu_limit -1e+39 is out of a float's range", NULL);
+    model_expect_load_error(variant(F, "{\"partial_rotary_factor\": -0.5}", 0), DI_ERR_MODEL_FORMAT,
+                            "partial_rotary_factor -0.5 is not in (0, 1]", NULL);
+    model_expect_load_error(variant(F, "{\"partial_rotary_factor\": 1e30}", 0), DI_ERR_MODEL_FORMAT,
+                            "partial_rotary_factor 1e+30 is not in (0, 1]", NULL);
+    model_expect_load_error(variant(F, "{\"rope_theta\": 1e300}", 0), DI_ERR_MODEL_FORMAT,
+                            "rope_theta 1e+300 is out of a float's range", NULL);
+    model_expect_load_error(variant(F, "{\"swiglu_limit\": -1e39}", 0), DI_ERR_MODEL_FORMAT,
+                            "swiglu_limit -1e+39 is out of a float's range", NULL);
     /* a factor in range still loads (0.5: the rope part fits the indexer's 16 dims) */
     model_free(load(variant(F, "{\"partial_rotary_factor\": 0.5}", 0)));
 }
@@ -291,12 +257,12 @@ static void test_bad_tid2eid_is_named(void **state)
     const char *dir = variant("dsv4-fp8", "{}", 1);
     int64_t v = 8; /* token 3's second expert: the ninth of 8 */
     poke(dir, "model.layers.0.ffn.gate.tid2eid", 7 * sizeof v, &v, sizeof v);
-    expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.mlp.gate.tid2eid",
-                      "entry 7 (token 3) is 8, not one of the 8 experts");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.mlp.gate.tid2eid",
+                            "entry 7 (token 3) is 8, not one of the 8 experts");
     dir = variant("dsv4-fp8", "{}", 1);
     v = -1;
     poke(dir, "model.layers.0.ffn.gate.tid2eid", 0, &v, sizeof v);
-    expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
 }
 
 /* DeepSeek's release layout (no "model." prefix, "X.scale" block scales, E8M0
@@ -310,8 +276,8 @@ static void test_release_layout_scales(void **state)
     const char *dir = variant(F, "{}", 1);
     const uint8_t nan = 255;
     poke(dir, "layers.0.attn.wq_b.scale", 0, &nan, 1);
-    expect_load_error(dir, DI_ERR_MODEL_FORMAT, "'model.layers.0.self_attn.q_b_proj.scale' block 0",
-                      "E8M0's NaN");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                            "'model.layers.0.self_attn.q_b_proj.scale' block 0", "E8M0's NaN");
 }
 
 /* DeepSeek-V4-Flash's MXFP4 routed experts (I8 codes with an E8M0 scale per 32
@@ -325,8 +291,8 @@ static void test_mxfp4_experts(void **state)
     const char *dir = variant(F, "{}", 1);
     const uint8_t nan = 255;
     poke(dir, "layers.1.ffn.experts.3.w2.scale", 5, &nan, 1);
-    expect_load_error(dir, DI_ERR_MODEL_FORMAT,
-                      "'model.layers.1.mlp.experts.3.down_proj.scale' block 5", "E8M0's NaN");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                            "'model.layers.1.mlp.experts.3.down_proj.scale' block 5", "E8M0's NaN");
 }
 
 /* The engine's warnings, kept (the last one). */
@@ -517,10 +483,10 @@ static void test_fused_fp8_experts_equal_the_per_expert_layout(void **state)
     write_safetensors(dir, hdr, data, n_data);
     json_decref(hdr);
     free(data);
-    expect_load_error(dir, DI_ERR_MODEL_FORMAT,
-                      "'model.layers.1.mlp.experts.down_proj_scale_inv' must be F32 of shape "
-                      "{1, 1, 8}",
-                      NULL);
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT,
+                            "'model.layers.1.mlp.experts.down_proj_scale_inv' must be F32 of shape "
+                            "{1, 1, 8}",
+                            NULL);
 }
 
 /* V4's caches are each sequence's own: no prefix cache tier can hold them, so
@@ -611,29 +577,30 @@ static void test_deepseek4_gguf_config_and_bad_files(void **state)
     assert_float_equal(a->rope_theta, b->rope_theta, 0);
     model_free(g);
     model_free(h);
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.hash_layer_count",
-                                         "deepseek4.hash_layer_cXunt", -1),
-                      DI_ERR_MODEL_FORMAT, "deepseek4.hash_layer_count", "missing");
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_gating_func", NULL, 1),
-                      DI_ERR_UNSUPPORTED, "expert_gating_func 1", NULL);
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_count", NULL, 16),
-                      DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
-                      DI_ERR_MODEL_FORMAT, "hc_head", NULL);
+    model_expect_load_error(model_variant_gguf(src, dst, "deepseek4.hash_layer_count",
+                                               "deepseek4.hash_layer_cXunt", -1),
+                            DI_ERR_MODEL_FORMAT, "deepseek4.hash_layer_count", "missing");
+    model_expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_gating_func", NULL, 1),
+                            DI_ERR_UNSUPPORTED, "expert_gating_func 1", NULL);
+    model_expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_count", NULL, 16),
+                            DI_ERR_MODEL_FORMAT, "ffn_gate_exps.weight", "16 experts");
+    model_expect_load_error(
+        model_variant_gguf(src, dst, "deepseek4.hyper_connection.count", NULL, 3),
+        DI_ERR_MODEL_FORMAT, "hc_head", NULL);
     /* a shared-expert count V4 does not have: refused, not run as one */
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 0),
-                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
-    expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 2),
-                      DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
+    model_expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 0),
+                            DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
+    model_expect_load_error(model_variant_gguf(src, dst, "deepseek4.expert_shared_count", NULL, 2),
+                            DI_ERR_MODEL_FORMAT, "n_shared_experts", NULL);
     /* a tensor missing: named as deepseek_v4.c reads it */
-    expect_load_error(
+    model_expect_load_error(
         model_variant_gguf(src, dst, "blk.1.attn_sinks.weight", "blk.1.attn_sinkX.weight", -1),
         DI_ERR_MODEL_FORMAT, "model.layers.1.self_attn.sinks", NULL);
     /* a fractional width: the key rewritten as the f32 32.5 */
     const float ff = 32.5f;
     model_variant_gguf(src, dst, "deepseek4.expert_feed_forward_length", (const char *)&ff,
                        MODEL_VARIANT_AS_F32);
-    expect_load_error(dst, DI_ERR_MODEL_FORMAT, "expert_feed_forward_length 32.5", NULL);
+    model_expect_load_error(dst, DI_ERR_MODEL_FORMAT, "expert_feed_forward_length 32.5", NULL);
     unlink(dst);
 }
 

@@ -691,6 +691,19 @@ static void test_lossless_under_preemption(void **state)
     check_lossless(TINY, 40 / scale(), 8, 24 * 2048, 6, 1);
 }
 
+/* The model's KV bytes per token (di_engine_model_info's kv_bytes_per_token),
+ * to size a budget that pre-empts. */
+static int64_t kv_bytes_per_token(const char *path)
+{
+    di_engine *e = make_engine(path, 0, 0, 8, 0);
+    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
+    assert_non_null(at);
+    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
+    assert_true(per_token > 0);
+    assert_int_equal(di_engine_destroy(e), DI_OK);
+    return per_token;
+}
+
 /* DeepSeek-V4: a rejected draft truncates the sequence's window and
  * compressor rings and its compressed entries (deepseek_v4.h), up to 64
  * drafts a step, one request at a time and under pre-emption (a budget of 24
@@ -701,12 +714,7 @@ static void test_lossless_deepseek_v4(void **state)
     check_lossless(DSV4, 40 / scale(), 8, 0, 4, 1);
     check_lossless(DSV4, 40 / scale(), 8, 0, 4, 0);
     check_lossless(DSV4, 16, 1, 0, 64, 1);
-    di_engine *e = make_engine(DSV4, 0, 0, 8, 0);
-    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
-    assert_non_null(at);
-    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
-    assert_true(per_token > 0);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
+    int64_t per_token = kv_bytes_per_token(DSV4);
     check_lossless(DSV4, 16, 8, 24 * 16 * per_token, 64, 1);
 }
 
@@ -1028,26 +1036,25 @@ static uint64_t check_mtp_greedy(const char *path, int32_t draft, int n, int max
     return drafted;
 }
 
+/* The MTP drafter on the model at path: greedy requests verifying every
+ * proposal (up to 4 chained drafts a step; one in five cancelled), with auto
+ * (which must pick it) confidence-scheduled, and under pre-emption (24 blocks
+ * of 16 tokens for 8 requests, up to 6 drafts; one in seven cancelled). */
+static void check_mtp_lossless(const char *path, int n_fixed, int n_auto, int n_preempt)
+{
+    uint64_t kept = 0;
+    uint64_t drafted = check_mtp_greedy(path, DI_DRAFT_MTP, n_fixed, 8, 0, 4, 1, 5, &kept);
+    assert_true(drafted > 0);
+    check_mtp_greedy(path, DI_DRAFT_AUTO, n_auto, 8, 0, 4, 0, 0, NULL);
+    drafted = check_mtp_greedy(path, DI_DRAFT_MTP, n_preempt, 8, 24 * 16 * kv_bytes_per_token(path),
+                               6, 1, 7, NULL);
+    assert_true(drafted > 0);
+}
+
 static void test_mtp_lossless_greedy(void **state)
 {
     (void)state;
-    uint64_t kept = 0;
-    /* every proposal verified: up to 4 chained drafts a step */
-    uint64_t drafted =
-        check_mtp_greedy(DSV3_MTP, DI_DRAFT_MTP, 120 / scale(), 8, 0, 4, 1, 5, &kept);
-    assert_true(drafted > 0);
-    /* auto picks the MTP module for a model that has one; confidence-scheduled */
-    check_mtp_greedy(DSV3_MTP, DI_DRAFT_AUTO, 40 / scale(), 8, 0, 4, 0, 0, NULL);
-    /* pre-emption: 24 blocks of 16 tokens for 8 requests of up to ~140 */
-    di_engine *e = make_engine(DSV3_MTP, 0, 0, 8, 0);
-    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
-    assert_non_null(at);
-    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
-    assert_true(per_token > 0);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
-    drafted = check_mtp_greedy(DSV3_MTP, DI_DRAFT_MTP, 40 / scale(), 8, 24 * 16 * per_token, 6, 1,
-                               7, NULL);
-    assert_true(drafted > 0);
+    check_mtp_lossless(DSV3_MTP, 120 / scale(), 40 / scale(), 40 / scale());
 }
 
 /* DeepSeek-V4's MTP layer drafting (its hidden rows the mHC streams; its
@@ -1057,19 +1064,7 @@ static void test_mtp_lossless_greedy(void **state)
 static void test_v4_mtp_lossless_greedy(void **state)
 {
     (void)state;
-    uint64_t kept = 0;
-    uint64_t drafted = check_mtp_greedy(DSV4_MTP, DI_DRAFT_MTP, 60 / scale(), 8, 0, 4, 1, 5, &kept);
-    assert_true(drafted > 0);
-    check_mtp_greedy(DSV4_MTP, DI_DRAFT_AUTO, 24 / scale(), 8, 0, 4, 0, 0, NULL);
-    di_engine *e = make_engine(DSV4_MTP, 0, 0, 8, 0);
-    const char *info = di_engine_model_info(e, NULL), *at = strstr(info, "\"kv_bytes_per_token\":");
-    assert_non_null(at);
-    int64_t per_token = strtoll(at + strlen("\"kv_bytes_per_token\":"), NULL, 10);
-    assert_true(per_token > 0);
-    assert_int_equal(di_engine_destroy(e), DI_OK);
-    drafted = check_mtp_greedy(DSV4_MTP, DI_DRAFT_MTP, 24 / scale(), 8, 24 * 16 * per_token, 6, 1,
-                               7, NULL);
-    assert_true(drafted > 0);
+    check_mtp_lossless(DSV4_MTP, 60 / scale(), 24 / scale(), 24 / scale());
 }
 
 /* Sampling requests with the MTP module's sampled drafts (q handed to the
