@@ -65,8 +65,9 @@ DSV4 = {
     # every other weight bf16 (the converter keeps those, so the GGUF holds
     # exactly these weights), HCA at 128 and a prompt long enough (144 tokens)
     # for HCA's first compressed entry; 16 indexer heads keep the indexer's
-    # scores free of ties at zero. The source of the deepseek4 GGUF fixtures
-    # (make_model_fixtures.py dsv4-gguf)
+    # scores free of ties at zero; an MTP layer (llama.cpp's converter writes it
+    # as a GGUF of its own with --mtp). The source of the deepseek4 GGUF
+    # fixtures (make_model_fixtures.py dsv4-gguf)
     # the MTP layer (mtp.0.*, DeepSeek's release names; transformers ignores
     # them): a sliding-window block with scored MoE, its own e_proj/h_proj,
     # enorm/hnorm, norm and mHC head, on the main model's last hidden streams
@@ -77,7 +78,8 @@ DSV4 = {
     "dsv4-gguf-release": (dict(layer_types=[CSA, SW, HCA, CSA],
                                mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
                                compress_rates={CSA: 4, HCA: 128}, max_position_embeddings=512,
-                               index_n_heads=16, index_head_dim=64, n_prompt=144),
+                               index_n_heads=16, index_head_dim=64, n_prompt=144,
+                               num_nextn_predict_layers=1),
                           "mxfp4-bf16", 5),
 }
 
@@ -86,7 +88,9 @@ DSV4 = {
 # sliding-window layers) and the number of leading hash-routed layers.
 def release_config_keys(cfg):
     rate = {SW: 0, CSA: cfg["compress_rates"][CSA], HCA: cfg["compress_rates"][HCA]}
-    return {"compress_ratios": [rate[t] for t in cfg["layer_types"]],
+    # (an MTP layer's ratio after the main ones': 0, a sliding-window layer)
+    mtp = [0] * min(cfg.get("num_nextn_predict_layers") or 0, 1)
+    return {"compress_ratios": [rate[t] for t in cfg["layer_types"]] + mtp,
             "num_hash_layers": sum(t == "hash_moe" for t in cfg["mlp_layer_types"])}
 
 
@@ -249,25 +253,58 @@ def make_mtp(config, cfg_args, seed, torch):
     return big, parts
 
 
-def mtp_tensors(big, parts, L, torch):
-    """The MTP layer as DeepSeek's release stores it: the block's tensors as
-    save_pretrained names layer L, under "mtp.0." (release_name's fix of
-    attn.norm), and e_proj, h_proj, enorm, hnorm, norm, hc_head_{fn,base,scale}."""
+def mtp_from(deq, mtp, L, folder, torch):
+    """(big, parts) of make_mtp with the weights in deq (the dequantized
+    checkpoint: the block as model.layers.L.*, the glue as mtp.0.*): big read
+    back from folder by from_pretrained, as the main model is."""
+    import safetensors.torch
+    from transformers import DeepseekV4ForCausalLM
+    big, parts = mtp
+    folder.mkdir()
+    big.config.save_pretrained(folder)
+    safetensors.torch.save_file({k: v for k, v in deq.items() if not k.startswith("mtp.")},
+                                folder / "model.safetensors", metadata={"format": "pt"})
+    big = DeepseekV4ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    big.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for k in ("enorm", "hnorm", "norm", "e_proj", "h_proj"):
+            parts[k].weight.copy_(deq[f"mtp.0.{k}.weight"])
+        for k in ("fn", "base", "scale"):
+            getattr(parts["hc_head"], f"hc_{k}").copy_(deq[f"mtp.0.hc_head_{k}"])
+    return big, parts
+
+
+def mtp_saved(big, parts, L, torch):
+    """The MTP layer's tensors: the block's as save_pretrained names layer L
+    ("model.layers.L.*"), and its glue as DeepSeek's release names it:
+    mtp.0.{e_proj,h_proj,enorm,hnorm,norm}.weight, mtp.0.hc_head_{fn,base,scale}."""
     import tempfile
     import safetensors.torch
     with tempfile.TemporaryDirectory() as tmp:
         big.save_pretrained(tmp, safe_serialization=True)
         saved = safetensors.torch.load_file(pathlib.Path(tmp) / "model.safetensors")
-    pre = f"model.layers.{L}."
-    out = {"mtp.0." + release_name(k)[len(f"layers.{L}."):]: v.contiguous()
-           for k, v in saved.items() if k.startswith(pre)}
+    out = {k: v.contiguous() for k, v in saved.items() if k.startswith(f"model.layers.{L}.")}
     for k in ("enorm", "hnorm", "norm", "e_proj", "h_proj"):
         out[f"mtp.0.{k}.weight"] = parts[k].weight.detach().clone().contiguous()
     head = parts["hc_head"]
-    out["mtp.0.hc_head_fn"] = head.hc_fn.detach().clone().contiguous()
-    out["mtp.0.hc_head_base"] = head.hc_base.detach().clone().contiguous()
-    out["mtp.0.hc_head_scale"] = head.hc_scale.detach().clone().contiguous()
+    for k in ("fn", "base", "scale"):
+        out[f"mtp.0.hc_head_{k}"] = getattr(head, f"hc_{k}").detach().clone().contiguous()
     return out
+
+
+def mtp_name(k, L):
+    """A name of mtp_saved's (or release_name's of it) as the release stores
+    it: the block's layer L renamed mtp.0."""
+    for pre in (f"model.layers.{L}.", f"layers.{L}."):
+        if k.startswith(pre):
+            return "mtp.0." + k[len(pre):]
+    return k
+
+
+def mtp_tensors(big, parts, L, torch):
+    """The MTP layer as DeepSeek's release stores it (mtp_saved, the block
+    under "mtp.0." with release_name's fix of attn.norm)."""
+    return {mtp_name(release_name(k), L): v for k, v in mtp_saved(big, parts, L, torch).items()}
 
 
 def last_streams(model, ids, torch):
@@ -346,7 +383,7 @@ def mtp_llama_cpp_check():
     import safetensors.torch
     import torch
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
-    overrides = dict(DSV4["dsv4-gguf-release"][0], num_nextn_predict_layers=1)
+    overrides = dict(DSV4["dsv4-gguf-release"][0])  # (with an MTP layer)
     cfg_args = dict(BASE, **overrides)
     n_prompt = cfg_args.pop("n_prompt")
     cfg_args["num_hidden_layers"] = len(cfg_args["layer_types"])
@@ -356,18 +393,16 @@ def mtp_llama_cpp_check():
     torch.manual_seed(seed)
     model = DeepseekV4ForCausalLM(config).to(torch.float32).eval()
     randomize(model, config, torch)
-    big, parts = make_mtp(config, cfg_args, seed, torch)
+    mtp = make_mtp(config, cfg_args, seed, torch)
     L = config.num_hidden_layers
     scratch = tempfile.TemporaryDirectory()
     tmp = pathlib.Path(scratch.name)
     model.save_pretrained(tmp / "main", safe_serialization=True)
-    big.save_pretrained(tmp / "big", safe_serialization=True)
     saved = safetensors.torch.load_file(tmp / "main" / "model.safetensors")
-    block = {k: v for k, v in safetensors.torch.load_file(tmp / "big" / "model.safetensors").items()
-             if k.startswith(f"model.layers.{L}.")}
+    saved.update(mtp_saved(*mtp, L, torch))
     state, deq = {}, {}
-
-    def put(k, v, release):  # experts MXFP4 (release codes and scales), the rest bf16
+    for k, v in saved.items():  # experts MXFP4 (release codes and scales), the rest bf16
+        release = mtp_name(release_name(k), L)
         if ".ffn.experts." in k and k.endswith(".weight") and v.dim() == 2:
             codes, e8, dq = mxfp4_quantize(v.to(torch.float32))
             state[release], state[release[:-len("weight")] + "scale"], deq[k] = codes, e8, dq
@@ -376,39 +411,24 @@ def mtp_llama_cpp_check():
             deq[k] = v.to(torch.bfloat16).to(torch.float32).contiguous()
         else:
             state[release] = deq[k] = v.contiguous()
-    for k, v in saved.items():
-        put(k, v, release_name(k))
-    for k, v in block.items():
-        put(k, v, "mtp.0." + release_name(k)[len(f"layers.{L}."):])
-    for k, v in mtp_tensors(big, parts, L, torch).items():
-        if not k.startswith(("mtp.0.attn", "mtp.0.ffn", "mtp.0.hc_attn", "mtp.0.hc_ffn")):
-            put(k, v, k)  # e_proj, h_proj, the norms, hc_head_*
     rel = tmp / "dsv4-mtp-release"
     rel.mkdir()
     safetensors.torch.save_file(state, rel / "model.safetensors", metadata={"format": "pt"})
     cfg_json = json.loads((tmp / "main" / "config.json").read_text())
-    cfg_json.update(release_config_keys(cfg_json))
-    cfg_json["compress_ratios"].append(0)  # the MTP layer's (llama.cpp wants every layer's)
+    cfg_json.update(release_config_keys(cfg_json))  # (with the MTP layer's ratio)
     cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
                                        "activation_scheme": "dynamic",
                                        "weight_block_size": [128, 128]}
     (rel / "config.json").write_text(json.dumps(cfg_json))
     # the reference on the dequantized weights
-    for sub, keep in (("deq_main", lambda k: not k.startswith((f"model.layers.{L}.", "mtp."))),
-                      ("deq_big", lambda k: not k.startswith("mtp."))):
-        (tmp / sub).mkdir()
-        safetensors.torch.save_file({k: v for k, v in deq.items() if keep(k)},
-                                    tmp / sub / "model.safetensors", metadata={"format": "pt"})
-        src = "main" if sub == "deq_main" else "big"
-        (tmp / sub / "config.json").write_text((tmp / src / "config.json").read_text())
-    model = DeepseekV4ForCausalLM.from_pretrained(tmp / "deq_main", dtype=torch.float32).eval()
-    big = DeepseekV4ForCausalLM.from_pretrained(tmp / "deq_big", dtype=torch.float32).eval()
-    model.config._attn_implementation = big.config._attn_implementation = "eager"
-    with torch.no_grad():
-        for k in ("enorm", "hnorm", "norm", "e_proj", "h_proj"):
-            parts[k].weight.copy_(deq[f"mtp.0.{k}.weight"])
-        for k in ("fn", "base", "scale"):
-            getattr(parts["hc_head"], f"hc_{k}").copy_(deq[f"mtp.0.hc_head_{k}"])
+    (tmp / "deq").mkdir()
+    safetensors.torch.save_file(
+        {k: v for k, v in deq.items() if not k.startswith((f"model.layers.{L}.", "mtp."))},
+        tmp / "deq" / "model.safetensors", metadata={"format": "pt"})
+    (tmp / "deq" / "config.json").write_text((tmp / "main" / "config.json").read_text())
+    model = DeepseekV4ForCausalLM.from_pretrained(tmp / "deq", dtype=torch.float32).eval()
+    model.config._attn_implementation = "eager"
+    big, parts = mtp_from(deq, mtp, L, tmp / "big", torch)
     g = torch.Generator().manual_seed(seed + 1)
     seq = torch.randint(3, config.vocab_size, (n_prompt,), generator=g).tolist()
     streams = last_streams(model, torch.tensor([seq]), torch)
@@ -490,6 +510,9 @@ def make_dsv4(name):
         tmp = tempfile.TemporaryDirectory()
         model.save_pretrained(tmp.name, safe_serialization=True)
         saved = safetensors.torch.load_file(pathlib.Path(tmp.name) / "model.safetensors")
+        L = config.num_hidden_layers
+        if mtp:  # the MTP block as layer L (quantized as a layer is), then renamed mtp.0.*
+            saved.update(mtp_saved(*mtp, L, torch))
         state, deq = {}, {}
         for k, v in sorted(saved.items()):
             if (v.dim() == 2 and k.endswith(".weight") and ".layers." in k and ".compressor." not in k
@@ -520,9 +543,13 @@ def make_dsv4(name):
                 state[k] = deq[k] = v.contiguous()
         if dtype in ("fp8-ue8m0", "mxfp4", "mxfp4-bf16"):
             state = {release_name(k): v for k, v in state.items()}
+        state = {mtp_name(k, L): v for k, v in state.items()}
         safetensors.torch.save_file(state, out / "model.safetensors", metadata={"format": "pt"})
-        safetensors.torch.save_file(deq, pathlib.Path(tmp.name) / "model.safetensors",
-                                    metadata={"format": "pt"})
+        safetensors.torch.save_file(
+            {k: v for k, v in deq.items() if not k.startswith((f"model.layers.{L}.", "mtp."))},
+            pathlib.Path(tmp.name) / "model.safetensors", metadata={"format": "pt"})
+        if mtp:  # the MTP layer on its dequantized weights, for the reference
+            mtp = mtp_from(deq, mtp, L, pathlib.Path(tmp.name) / "big", torch)
         ref_dir = tmp.name
         cfg_json = json.loads((pathlib.Path(tmp.name) / "config.json").read_text())
         cfg_json["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",

@@ -50,10 +50,10 @@ static int teardown(void **state)
     return 0;
 }
 
-static json_t *reference(char *dir, size_t size)
+static json_t *reference(const char *name, char *dir, size_t size)
 {
     char path[700];
-    snprintf(dir, size, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    snprintf(dir, size, "%s/model/%s", DI_FIXTURE_DIR, name);
     snprintf(path, sizeof path, "%s/reference.json", dir);
     json_t *ref = json_load_file(path, 0, NULL);
     assert_non_null(ref);
@@ -92,32 +92,53 @@ static model *load(const char *dir, int64_t n_batch)
 /* The MTP layer's logits against the reference's, over the 48-token
  * sequence: once in one pass, once token by token beside the main model's
  * decode (the hidden rows each step's model_last_hidden). */
+/* The MTP layer of m (loaded from fixture name's checkpoint, or a file of
+ * it) against the fixture's mtp_logits: one pass and token by token. */
+static void check_layer(model *m, const char *name, const char *what)
+{
+    char dir[512];
+    json_t *ref = reference(name, dir, sizeof dir);
+    int32_t seq[256];
+    const size_t n = sequence(ref, seq, 256);
+    assert_int_equal(
+        json_integer_value(json_array_get(json_object_get(ref, "mtp_logits_shape"), 0)),
+        (json_int_t)(n - 1));
+    assert_int_equal(model_mtp_layers(m), 1);
+    const model_config *c = model_get_config(m);
+    assert_int_equal(model_mtp_hidden_width(m), (int64_t)c->v4.hc_mult * c->n_embd);
+    float *want = model_fixture_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)c->n_vocab);
+    double one, step;
+    mtp_layer_error(m, seq, n, want, &one, &step);
+    printf("%s (%s): MTP logits vs the reference: one pass %.2e, token by token %.2e of the "
+           "range\n",
+           name, what, one, step);
+    assert_true(one <= 1e-3);
+    assert_true(step <= 1e-3);
+    free(want);
+    json_decref(ref);
+}
+
+/* The MTP layer's logits against the references: transformers' layout in
+ * f32, and DeepSeek's release layout with MXFP4 experts and bf16 elsewhere;
+ * its errors. */
 static void test_mtp_layer_matches_the_reference(void **state)
 {
     (void)state;
     char dir[512];
-    json_t *ref = reference(dir, sizeof dir);
+    snprintf(dir, sizeof dir, "%s/model/dsv4-gguf-release", DI_FIXTURE_DIR);
+    model *m = load(dir, 256); /* (its 176 tokens in one pass) */
+    check_layer(m, "dsv4-gguf-release", "release layout, MXFP4 experts");
+    model_free(m);
+    json_t *ref = reference(FIXTURE, dir, sizeof dir);
     int32_t seq[64];
-    const size_t n = sequence(ref, seq, 64);
-    assert_int_equal(
-        json_integer_value(json_array_get(json_object_get(ref, "mtp_logits_shape"), 0)),
-        (json_int_t)(n - 1));
-    model *m = load(dir, 64);
-    assert_int_equal(model_mtp_layers(m), 1);
-    const model_config *c = model_get_config(m);
-    const int32_t V = (int32_t)c->n_vocab;
+    sequence(ref, seq, 64);
+    m = load(dir, 64);
+    check_layer(m, FIXTURE, "transformers' layout, f32");
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     const int64_t W = model_mtp_hidden_width(m);
-    assert_int_equal(W, (int64_t)c->v4.hc_mult * c->n_embd); /* the streams */
-    float *want = model_fixture_f32(dir, "mtp_logits.f32", (n - 1) * (size_t)V);
     float *got = malloc((size_t)V * sizeof *got);
     float *hidden = calloc((size_t)W, sizeof *hidden);
     assert_true(got && hidden);
-    double one, step;
-    mtp_layer_error(m, seq, n, want, &one, &step);
-    printf("%s: MTP logits vs the reference: one pass %.2e, token by token %.2e of the range\n",
-           FIXTURE, one, step);
-    assert_true(one <= 1e-3);
-    assert_true(step <= 1e-3);
     /* errors: a bad token; the context's end */
     di_error *err = NULL;
     int32_t bad = V;
@@ -144,7 +165,6 @@ static void test_mtp_layer_matches_the_reference(void **state)
     assert_int_equal(model_mtp_seq_create(m, &s), DI_ERR_UNSUPPORTED);
     assert_null(s);
     model_free(m);
-    free(want);
     free(got);
     free(hidden);
     json_decref(ref);
@@ -161,7 +181,7 @@ static void test_mtp_drafter_matches_the_reference(void **state)
 {
     (void)state;
     char dir[512];
-    json_t *ref = reference(dir, sizeof dir);
+    json_t *ref = reference(FIXTURE, dir, sizeof dir);
     int32_t seq[64];
     const size_t n = sequence(ref, seq, 64);
     const size_t n_prompt = json_array_size(json_object_get(ref, "prompt"));
