@@ -54,9 +54,8 @@ const char *cli_draft_apply(const cli_draft *d, di_engine_config *cfg)
     if (d->named && d->draft == DI_DRAFT_MODEL && !d->model)
         return "--draft draft-model needs --draft-model PATH";
     if (d->named && d->draft == DI_DRAFT_PROMPT_LOOKUP && d->model)
-        return "--draft-model needs --draft draft-model or auto, not prompt-lookup";
-    if (d->named && d->draft == DI_DRAFT_MTP && d->model)
-        return "--draft-model needs --draft draft-model or auto, not mtp";
+        return "--draft-model needs --draft draft-model, mtp (an MTP GGUF) or auto, not "
+               "prompt-lookup";
     if (d->max == 0)
         return d->model ? "--draft-model cannot be used with --draft-max 0 (off)" : NULL;
     cfg->speculative_tokens = (int32_t)(d->max > 0 ? d->max : DEFAULT_DRAFT_MAX);

@@ -659,10 +659,6 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (c.draft_model_path && c.draft == DI_DRAFT_PROMPT_LOOKUP)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "draft_model_path: set, but draft is DI_DRAFT_PROMPT_LOOKUP");
-    if (c.draft_model_path && c.draft == DI_DRAFT_MTP)
-        return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
-                            "draft_model_path: set, but draft is DI_DRAFT_MTP (the model's own "
-                            "MTP module drafts)");
     if (c.draft_model_path && c.speculative_tokens == 0)
         return di_error_set(err, DI_ERR_INVALID_ARGUMENT,
                             "draft_model_path: set, but speculative_tokens is 0 (speculation off)");
@@ -795,6 +791,26 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     sched_cache cache = {!c.disable_prefix_cache && !v4, v4 ? 0 : c.kv_host_cache_bytes,
                          v4 ? NULL : c.kv_cache_dir, c.kv_disk_cache_bytes};
     drafter *d = NULL;
+    /* llama.cpp's MTP GGUF as draft_model_path (a DeepSeek-V4 GGUF's
+     * convert_hf_to_gguf.py --mtp export): its layer becomes the model's MTP
+     * layer, which then drafts */
+    const int mtp_file = c.draft_model_path && c.speculative_tokens > 0 &&
+                         c.draft != DI_DRAFT_PROMPT_LOOKUP && model_file_is_mtp(c.draft_model_path);
+    if (c.draft == DI_DRAFT_MTP && c.draft_model_path && c.speculative_tokens > 0 && !mtp_file) {
+        st = di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                           "draft_model_path: %s is not an MTP GGUF (llama.cpp's "
+                           "convert_hf_to_gguf.py --mtp), and draft is DI_DRAFT_MTP",
+                           c.draft_model_path);
+        goto fail;
+    }
+    if (mtp_file) {
+        di_error *lerr = NULL;
+        if ((st = model_attach_mtp(e->m, c.draft_model_path, &lerr)) != DI_OK) {
+            st = di_error_setf(err, st, "draft_model_path: %s", di_error_message(lerr));
+            di_error_free(lerr);
+            goto fail;
+        }
+    }
     if (c.draft == DI_DRAFT_MTP && model_mtp_layers(e->m) < 1) {
         st = di_error_set(err, DI_ERR_UNSUPPORTED,
                           "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer (a "
@@ -802,13 +818,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                           "tensors has one)");
         goto fail;
     }
-    if (c.draft_model_path && c.speculative_tokens > 0 &&
+    if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file &&
         (st = load_draft_model(e, &c, &mo, max_running, &d, err)) != DI_OK)
         goto fail;
-    /* The model's own MTP module: asked for, or chosen by auto when the model
-     * has one and no draft model is given. */
+    /* The model's own MTP module: asked for, given as an MTP GGUF, or chosen
+     * by auto when the model has one and no draft model is given. */
     if (!d && c.speculative_tokens > 0 &&
-        (c.draft == DI_DRAFT_MTP || (c.draft == DI_DRAFT_AUTO && model_mtp_layers(e->m) > 0))) {
+        (c.draft == DI_DRAFT_MTP || mtp_file ||
+         (c.draft == DI_DRAFT_AUTO && model_mtp_layers(e->m) > 0))) {
         if ((st = drafter_mtp_create(e->m, max_running, &d)) != DI_OK) {
             st = di_error_set(err, st, "out of memory for the MTP drafter");
             goto fail;

@@ -51,11 +51,16 @@
 
 const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size)
 {
-    if (i < d->cfg.n_layer)
+    if (i < d->cfg.n_layer || d->mtp_w) /* (an MTP GGUF numbers it as a layer) */
         snprintf(buf, size, "model.layers.%u.", i);
     else
         snprintf(buf, size, "model.mtp.%u.", i - d->cfg.n_layer);
     return buf;
+}
+
+const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i)
+{
+    return i >= d->cfg.n_layer && d->mtp_w ? d->mtp_w : d->w;
 }
 
 /* A tensor of the layer: its prefix, then suffix. */
@@ -66,7 +71,7 @@ static const model_tensor *layer_tensor(const dsv4 *d, uint32_t i, const char *s
     char name[160], pre[40];
     snprintf(name, sizeof name, "%s%s", dsv4_layer_prefix(d, i, pre, sizeof pre), suffix);
     const model_tensor *t = NULL;
-    *st = model_weights_require(d->w, name, n_dims, ne, &t, err);
+    *st = model_weights_require(dsv4_layer_weights(d, i), name, n_dims, ne, &t, err);
     return t;
 }
 
@@ -135,15 +140,15 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
     c->rate = rate;
     c->overlap = overlap;
     snprintf(name, sizeof name, "%s%s.kv_proj.weight", pre, prefix);
-    if ((st = model_matrix(d->w, d->be, name, E, cw, &c->kv, err)) != DI_OK) return st;
+    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->kv, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "%s%s.gate_proj.weight", pre, prefix);
-    if ((st = model_matrix(d->w, d->be, name, E, cw, &c->gate, err)) != DI_OK) return st;
+    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->gate, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "%s%s.kv_norm.weight", pre, prefix);
-    if ((st = model_vector(d->w, d->be, name, width, &c->norm, err)) != DI_OK) return st;
+    if ((st = model_vector(dsv4_layer_weights(d, i), d->be, name, width, &c->norm, err)) != DI_OK) return st;
     snprintf(name, sizeof name, "%s%s.position_bias", pre, prefix);
     const model_tensor *pb;
     int64_t ne[2] = {cw, rate};
-    if ((st = model_weights_require(d->w, name, 2, ne, &pb, err)) != DI_OK) return st;
+    if ((st = model_weights_require(dsv4_layer_weights(d, i), name, 2, ne, &pb, err)) != DI_OK) return st;
     return flat_vector(d, &views[0], pb, &c->bias, err);
 }
 
@@ -160,7 +165,7 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
     char name[160], pre[40];
     dsv4_layer_prefix(d, i, pre, sizeof pre);
     snprintf(name, sizeof name, "%smlp.experts.gate_up_proj", pre);
-    if (model_weights_get(d->w, name)) {
+    if (model_weights_get(dsv4_layer_weights(d, i), name)) {
         int64_t ne_gu[3] = {E, 2 * I, X}, ne_d[3] = {I, E, X};
         const model_tensor *gu = layer_tensor(d, i, "mlp.experts.gate_up_proj", 3, ne_gu, err, &st);
         const model_tensor *dn =
@@ -181,7 +186,7 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
             for (int k = 0; k < 3 && st == DI_OK; k++) {
                 snprintf(name, sizeof name, "%smlp.experts.%lld.%s.weight", pre, (long long)e,
                          kinds[k]);
-                st = model_matrix(d->w, d->be, name, k < 2 ? E : I, k < 2 ? I : E, dst[k], err);
+                st = model_matrix(dsv4_layer_weights(d, i), d->be, name, k < 2 ? E : I, k < 2 ? I : E, dst[k], err);
             }
         }
     }
@@ -199,7 +204,7 @@ static di_status load_tid2eid(dsv4 *d, uint32_t i, v4_layer *L, di_error **err)
     const model_config *c = &d->cfg;
     char name[160], pre[40];
     snprintf(name, sizeof name, "%smlp.gate.tid2eid", dsv4_layer_prefix(d, i, pre, sizeof pre));
-    const model_tensor *t = model_weights_get(d->w, name);
+    const model_tensor *t = model_weights_get(dsv4_layer_weights(d, i), name);
     if (!t)
         return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing (a hash layer)",
                              name);
@@ -242,10 +247,10 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     di_status st;
 #define MAT(field, suffix, nin, nout)                                                              \
     snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
-    if ((st = model_matrix(d->w, be, name, nin, nout, &L->field, err)) != DI_OK) return st
+    if ((st = model_matrix(dsv4_layer_weights(d, i), be, name, nin, nout, &L->field, err)) != DI_OK) return st
 #define VEC(field, suffix, n)                                                                      \
     snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
-    if ((st = model_vector(d->w, be, name, n, &L->field, err)) != DI_OK) return st
+    if ((st = model_vector(dsv4_layer_weights(d, i), be, name, n, &L->field, err)) != DI_OK) return st
     L->kind = (model_v4_attention)v->attention[i];
     L->hash = v->hash_moe[i];
     L->rope = L->kind == MODEL_V4_SLIDING ? d->rope_main : d->rope_comp;

@@ -65,6 +65,16 @@ int dsv4_mtp_layers(const dsv4 *d);
 int64_t dsv4_mtp_hidden_width(const dsv4 *d);
 const float *dsv4_last_hidden(const dsv4 *d, int64_t *n_rows);
 kv_pool *dsv4_mtp_pool(dsv4 *d);
+/* Whether w is an MTP GGUF (llama.cpp's convert_hf_to_gguf.py --mtp): a
+ * deepseek4 file with its NextN layer and none of the main ones. */
+int dsv4_weights_mtp_only(const model_weights *w);
+/* Attach llama.cpp's MTP GGUF of this model (convert_hf_to_gguf.py --mtp),
+ * opened as w: its MTP layer becomes the model's, w owned by the model from
+ * then on. Errors (w not taken, the model unchanged): DI_ERR_UNSUPPORTED (the
+ * model has an MTP layer already), DI_ERR_MODEL_FORMAT (a config field that
+ * is not the model's, or a tensor missing or misshapen: named, path in the
+ * message), DI_ERR_OUT_OF_MEMORY. */
+di_status dsv4_mtp_attach(dsv4 *d, model_weights *w, const char *path, di_error **err);
 /* An MTP sequence's cache (the layer's window ring) and its pairs' table:
  * DI_ERR_OUT_OF_MEMORY; released to a reuse list. Truncation as
  * dsv4_seq_truncate's (a cut deeper than n_batch drops it all). */

@@ -101,7 +101,10 @@ struct dsv4 {
     float *sel_w;
     /* The MTP layer (deepseek_v4_mtp.c): layers[n_layer] when has_mtp. */
     int has_mtp;
+    model_weights *mtp_w; /* an MTP GGUF's weights (dsv4_mtp_attach), owned; or NULL */
     const backend_matrix *mtp_e_proj, *mtp_h_proj, *mtp_head_fn;
+    const backend_matrix *mtp_eh; /* llama.cpp's fused [e_proj | h_proj] (an MTP GGUF's) */
+    float *mtp_cat;               /* [n_batch, 2 n_embd]: eh's input, with mtp_eh */
     const float *mtp_enorm, *mtp_hnorm, *mtp_norm, *mtp_head_base, *mtp_head_scale;
     float *last_hidden; /* [n_batch, hc, n_embd]: the last step's streams after the layers */
     int64_t n_last;
@@ -111,8 +114,11 @@ struct dsv4 {
 };
 
 /* "model.layers.<i>." for a main layer, "model.mtp.0." for the MTP layer
- * (i = n_layer), into buf. */
+ * (i = n_layer; "model.layers.<i>." too from an MTP GGUF), into buf. */
 const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size);
+/* The weights layer i's tensors are in: the MTP layer's in an attached MTP
+ * GGUF (dsv4_mtp_attach), else the model's. */
+const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i);
 /* Layer i's weights into d->layers[i] (and its views). */
 di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err);
 /* A cache holding layers [first, first + n) of one sequence (the main layers,

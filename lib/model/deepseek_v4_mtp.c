@@ -17,6 +17,7 @@
  * An MTP sequence has its own window ring (a dsv4_cache of that one layer)
  * whose rows are its pairs in order: the ring's positions are the pairs'
  * places in the sequence (d->kpos), RoPE's the target positions (d->pos). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,28 +25,65 @@
 #include "model/load.h"
 #include "util/error.h"
 
-di_status dsv4_mtp_load(dsv4 *d, di_error **err)
+/* Where the MTP layer's own tensors are: DeepSeek's release names (renamed
+ * model.mtp.0.*, weights_hf.c), or llama.cpp's MTP GGUF (blk.L.nextn.* as
+ * model.layers.L.*, its fused eh_proj; the file's output_hc_* the layer's mHC
+ * head). */
+typedef struct mtp_names {
+    char e_proj[64], h_proj[64], eh_proj[64], enorm[64], hnorm[64], norm[64], head_fn[64],
+        head_base[64], head_scale[64];
+} mtp_names;
+
+static void names_for(const dsv4 *d, mtp_names *n)
+{
+    if (!d->mtp_w) {
+        snprintf(n->e_proj, sizeof n->e_proj, "model.mtp.0.e_proj.weight");
+        snprintf(n->h_proj, sizeof n->h_proj, "model.mtp.0.h_proj.weight");
+        n->eh_proj[0] = '\0';
+        snprintf(n->enorm, sizeof n->enorm, "model.mtp.0.enorm.weight");
+        snprintf(n->hnorm, sizeof n->hnorm, "model.mtp.0.hnorm.weight");
+        snprintf(n->norm, sizeof n->norm, "model.mtp.0.norm.weight");
+        snprintf(n->head_fn, sizeof n->head_fn, "model.mtp.0.hc_head_fn");
+        snprintf(n->head_base, sizeof n->head_base, "model.mtp.0.hc_head_base");
+        snprintf(n->head_scale, sizeof n->head_scale, "model.mtp.0.hc_head_scale");
+        return;
+    }
+    const uint32_t L = d->cfg.n_layer;
+    n->e_proj[0] = n->h_proj[0] = '\0';
+    snprintf(n->eh_proj, sizeof n->eh_proj, "model.layers.%u.eh_proj.weight", L);
+    snprintf(n->enorm, sizeof n->enorm, "model.layers.%u.enorm.weight", L);
+    snprintf(n->hnorm, sizeof n->hnorm, "model.layers.%u.hnorm.weight", L);
+    snprintf(n->norm, sizeof n->norm, "model.layers.%u.norm.weight", L);
+    snprintf(n->head_fn, sizeof n->head_fn, "model.hc_head.hc_fn");
+    snprintf(n->head_base, sizeof n->head_base, "model.hc_head.hc_base");
+    snprintf(n->head_scale, sizeof n->head_scale, "model.hc_head.hc_scale");
+}
+
+/* The MTP layer's weights (from dsv4_layer_weights), buffers and pool. */
+static di_status load_mtp(dsv4 *d, di_error **err)
 {
     const model_config *c = &d->cfg;
-    if (!c->n_nextn_layer || !model_weights_get(d->w, "model.mtp.0.e_proj.weight"))
-        return DI_OK; /* (a checkpoint without its MTP tensors runs without MTP) */
+    const model_weights *w = dsv4_layer_weights(d, c->n_layer);
     backend *be = d->be;
     const int64_t E = c->n_embd, B = d->opt.n_batch;
+    mtp_names n;
+    names_for(d, &n);
     di_status st;
-    if ((st = dsv4_load_layer(d, c->n_layer, err)) != DI_OK ||
-        (st = model_matrix(d->w, be, "model.mtp.0.e_proj.weight", E, E, &d->mtp_e_proj, err)) !=
-            DI_OK ||
-        (st = model_matrix(d->w, be, "model.mtp.0.h_proj.weight", E, E, &d->mtp_h_proj, err)) !=
-            DI_OK ||
-        (st = model_vector(d->w, be, "model.mtp.0.enorm.weight", E, &d->mtp_enorm, err)) != DI_OK ||
-        (st = model_vector(d->w, be, "model.mtp.0.hnorm.weight", E, &d->mtp_hnorm, err)) != DI_OK ||
-        (st = model_vector(d->w, be, "model.mtp.0.norm.weight", E, &d->mtp_norm, err)) != DI_OK ||
-        (st = model_matrix(d->w, be, "model.mtp.0.hc_head_fn", d->hc * E, d->hc, &d->mtp_head_fn,
-                           err)) != DI_OK ||
-        (st = model_vector(d->w, be, "model.mtp.0.hc_head_base", d->hc, &d->mtp_head_base, err)) !=
-            DI_OK ||
-        (st = model_vector(d->w, be, "model.mtp.0.hc_head_scale", 1, &d->mtp_head_scale, err)) !=
-            DI_OK)
+    if ((st = dsv4_load_layer(d, c->n_layer, err)) != DI_OK) return st;
+    if (n.eh_proj[0]) {
+        if ((st = model_matrix(w, be, n.eh_proj, 2 * E, E, &d->mtp_eh, err)) != DI_OK) return st;
+        if (!(d->mtp_cat = be->ops->alloc(be, B * 2 * E)))
+            return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
+    } else if ((st = model_matrix(w, be, n.e_proj, E, E, &d->mtp_e_proj, err)) != DI_OK ||
+               (st = model_matrix(w, be, n.h_proj, E, E, &d->mtp_h_proj, err)) != DI_OK) {
+        return st;
+    }
+    if ((st = model_vector(w, be, n.enorm, E, &d->mtp_enorm, err)) != DI_OK ||
+        (st = model_vector(w, be, n.hnorm, E, &d->mtp_hnorm, err)) != DI_OK ||
+        (st = model_vector(w, be, n.norm, E, &d->mtp_norm, err)) != DI_OK ||
+        (st = model_matrix(w, be, n.head_fn, d->hc * E, d->hc, &d->mtp_head_fn, err)) != DI_OK ||
+        (st = model_vector(w, be, n.head_base, d->hc, &d->mtp_head_base, err)) != DI_OK ||
+        (st = model_vector(w, be, n.head_scale, 1, &d->mtp_head_scale, err)) != DI_OK)
         return st;
     if (!(d->last_hidden = be->ops->alloc(be, B * d->hc * E)))
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the MTP buffers");
@@ -61,12 +99,89 @@ di_status dsv4_mtp_load(dsv4 *d, di_error **err)
     return DI_OK;
 }
 
+di_status dsv4_mtp_load(dsv4 *d, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    if (!c->n_nextn_layer || !model_weights_get(d->w, "model.mtp.0.e_proj.weight"))
+        return DI_OK; /* (a checkpoint without its MTP tensors runs without MTP) */
+    return load_mtp(d, err);
+}
+
+int dsv4_weights_mtp_only(const model_weights *w)
+{
+    const model_config *c = model_weights_config(w);
+    char name[64];
+    snprintf(name, sizeof name, "model.layers.%u.eh_proj.weight", c->n_layer);
+    return c->arch == MODEL_ARCH_DEEPSEEK_V4 && c->n_nextn_layer > 0 &&
+           model_weights_get(w, name) != NULL &&
+           model_weights_get(w, "model.layers.0.input_layernorm.weight") == NULL;
+}
+
+/* Each field of an MTP GGUF's config that must be the model's: the first
+ * that differs, named, or NULL. */
+static const char *config_mismatch(const model_config *a, const model_config *b)
+{
+#define SAME(f, name)                                                                              \
+    if (a->f != b->f) return name
+    SAME(arch, "the architecture");
+    SAME(n_layer, "the main layer count (block_count - nextn_predict_layers)");
+    SAME(n_embd, "embedding_length");
+    SAME(n_vocab, "the vocabulary");
+    SAME(n_head, "attention.head_count");
+    SAME(head_dim, "attention.key_length");
+    SAME(qk_rope_head_dim, "rope.dimension_count");
+    SAME(q_lora_rank, "attention.q_lora_rank");
+    SAME(n_expert, "expert_count");
+    SAME(n_expert_used, "expert_used_count");
+    SAME(n_ff_exp, "expert_feed_forward_length");
+    SAME(expert_gating, "expert_gating_func");
+    SAME(v4.hc_mult, "hyper_connection.count");
+    SAME(v4.hc_sinkhorn_iters, "hyper_connection.sinkhorn_iterations");
+    SAME(v4.o_groups, "attention.output_group_count");
+    SAME(v4.o_lora_rank, "attention.output_lora_rank");
+    SAME(v4.sliding_window, "attention.sliding_window");
+    SAME(v4.swiglu_limit, "swiglu_clamp_exp");
+    SAME(rope_theta, "rope.freq_base");
+    SAME(v4.compress_rope_theta, "attention.compress_rope_freq_base");
+    SAME(v4.compress_rate_csa, "attention.compress_ratios");
+    SAME(v4.compress_rate_hca, "attention.compress_ratios");
+    SAME(v4.index_n_heads, "attention.indexer.head_count");
+    SAME(v4.index_head_dim, "attention.indexer.key_length");
+    SAME(v4.index_topk, "attention.indexer.top_k");
+#undef SAME
+    for (uint32_t i = 0; i < a->n_layer; i++)
+        if (a->v4.attention[i] != b->v4.attention[i]) return "attention.compress_ratios";
+        else if (a->v4.hash_moe[i] != b->v4.hash_moe[i]) return "hash_layer_count";
+    return NULL;
+}
+
+di_status dsv4_mtp_attach(dsv4 *d, model_weights *w, const char *path, di_error **err)
+{
+    const model_config *c = model_weights_config(w);
+    if (d->has_mtp)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: the model has an MTP layer already (its checkpoint's)", path);
+    const char *why = config_mismatch(&d->cfg, c);
+    if (why)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: its %s is not the model's: an MTP GGUF drafts only for the "
+                             "model it was converted with",
+                             path, why);
+    d->mtp_w = w;
+    di_status st = load_mtp(d, err);
+    if (st != DI_OK) d->mtp_w = NULL; /* (the caller frees w) */
+    return st;
+}
+
 void dsv4_mtp_free(dsv4 *d)
 {
-    if (!d->has_mtp) return;
-    dsv4_mtp_seq_release(d, &d->mtp_seq);
-    kv_pool_free(&d->mtp_pool);
-    d->has_mtp = 0;
+    if (d->has_mtp) {
+        dsv4_mtp_seq_release(d, &d->mtp_seq);
+        kv_pool_free(&d->mtp_pool);
+        d->has_mtp = 0;
+    }
+    model_weights_close(d->mtp_w);
+    d->mtp_w = NULL;
 }
 
 int dsv4_mtp_layers(const dsv4 *d)
@@ -143,14 +258,24 @@ void dsv4_mtp_forward_batch(dsv4 *d, const model_mtp_item *items, int n_items, i
         d->spans[i] = (v4_span){it->seq->v4, k0, it->n_tokens};
         row += it->n_tokens;
     }
-    /* x_k = e_proj(enorm(e)) + h_proj(hnorm(h_k)), a stream at a time */
-    op->rmsnorm(be, d->h, E, d->mtp_enorm, d->col, E, n, E, eps);
-    op->matmul(be, 1, &d->mtp_e_proj, NULL, d->col, n, &d->out);
-    for (int k = 0; k < d->hc; k++) {
-        op->rmsnorm(be, hidden + k * E, hcE, d->mtp_hnorm, d->col, E, n, E, eps);
-        op->matmul(be, 1, &d->mtp_h_proj, NULL, d->col, n, &d->h);
-        op->add(be, d->h, d->out, n * E);
-        op->copy_rows(be, d->x + k * E, hcE, d->h, E, E, n);
+    /* x_k = e_proj(enorm(e)) + h_proj(hnorm(h_k)), a stream at a time (an MTP
+     * GGUF's fused eh_proj on [enorm(e); hnorm(h_k)]) */
+    if (d->mtp_eh) {
+        op->rmsnorm(be, d->h, E, d->mtp_enorm, d->mtp_cat, 2 * E, n, E, eps);
+        for (int k = 0; k < d->hc; k++) {
+            op->rmsnorm(be, hidden + k * E, hcE, d->mtp_hnorm, d->mtp_cat + E, 2 * E, n, E, eps);
+            op->matmul(be, 1, &d->mtp_eh, NULL, d->mtp_cat, n, &d->h);
+            op->copy_rows(be, d->x + k * E, hcE, d->h, E, E, n);
+        }
+    } else {
+        op->rmsnorm(be, d->h, E, d->mtp_enorm, d->col, E, n, E, eps);
+        op->matmul(be, 1, &d->mtp_e_proj, NULL, d->col, n, &d->out);
+        for (int k = 0; k < d->hc; k++) {
+            op->rmsnorm(be, hidden + k * E, hcE, d->mtp_hnorm, d->col, E, n, E, eps);
+            op->matmul(be, 1, &d->mtp_h_proj, NULL, d->col, n, &d->h);
+            op->add(be, d->h, d->out, n * E);
+            op->copy_rows(be, d->x + k * E, hcE, d->h, E, E, n);
+        }
     }
     const v4_layer *L = &d->layers[c->n_layer];
     dsv4_hc_block(d, c->n_layer, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n,

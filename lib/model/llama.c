@@ -138,6 +138,14 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
         return DI_OK;
     }
     if (c->arch == MODEL_ARCH_DEEPSEEK_V4) {
+        if (dsv4_weights_mtp_only(m->w)) {
+            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                               "%s is an MTP GGUF (llama.cpp's convert_hf_to_gguf.py --mtp): it "
+                               "holds the MTP layer alone; give it as the draft model of the "
+                               "model it was converted with (draft_model_path)",
+                               path);
+            goto fail;
+        }
         if (m->opt.kv_dtype == MODEL_DTYPE_Q8_0 || m->opt.kv_dtype == MODEL_DTYPE_Q4_0) {
             st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                                "kv_cache_type %s: DeepSeek-V4's caches (window, compressed "
@@ -258,6 +266,33 @@ int model_mtp_layers(const model *m)
 {
     if (m->v4) return dsv4_mtp_layers(m->v4);
     return m->ds ? dsv3_mtp_layers(m->ds) : 0;
+}
+int model_file_is_mtp(const char *path)
+{
+    model_weights *w = NULL;
+    if (!path || model_weights_open(path, &w, NULL) != DI_OK) return 0;
+    int mtp = dsv4_weights_mtp_only(w);
+    model_weights_close(w);
+    return mtp;
+}
+di_status model_attach_mtp(model *m, const char *path, di_error **err)
+{
+    if (!m || !path) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_attach_mtp: NULL");
+    if (!m->v4)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: an MTP GGUF drafts for DeepSeek-V4 models only", path);
+    model_weights *w = NULL;
+    di_status st = model_weights_open(path, &w, err);
+    if (st != DI_OK) return st;
+    if (!dsv4_weights_mtp_only(w)) {
+        model_weights_close(w);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s is not an MTP GGUF (a deepseek4 file with nextn_predict_layers "
+                             "and its NextN layer alone, as convert_hf_to_gguf.py --mtp writes)",
+                             path);
+    }
+    if ((st = dsv4_mtp_attach(m->v4, w, path, err)) != DI_OK) model_weights_close(w);
+    return st;
 }
 int64_t model_mtp_hidden_width(const model *m)
 {

@@ -99,6 +99,16 @@ size_t model_kv_bytes_per_token(const model *m);
  * module. model_mtp_forward: DI_ERR_UNSUPPORTED for a model without MTP; it
  * checks token ids as model_forward does. */
 int model_mtp_layers(const model *m);
+/* llama.cpp's MTP GGUF of a DeepSeek-V4 model (convert_hf_to_gguf.py --mtp:
+ * the NextN layer alone, a draft file beside the model's GGUF).
+ * model_file_is_mtp: whether path is one (0 for anything else, unreadable
+ * files included). model_attach_mtp: its layer becomes m's MTP layer (the
+ * file stays mapped until model_free). Errors (m unchanged):
+ * DI_ERR_UNSUPPORTED (m is not DeepSeek-V4, has an MTP layer already, or the
+ * file is not an MTP GGUF), DI_ERR_MODEL_FORMAT (a config field or tensor
+ * that does not fit m: named), the file's I/O and format errors. */
+int model_file_is_mtp(const char *path);
+di_status model_attach_mtp(model *m, const char *path, di_error **err);
 /* The width of the MTP layer's hidden rows (model_last_hidden's, and
  * model_mtp_forward_batch's hidden and hidden_out): n_embd for DeepSeek-V3's
  * final normed rows, hc_mult x n_embd for DeepSeek-V4's streams after the

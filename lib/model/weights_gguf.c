@@ -340,14 +340,14 @@ static di_status repack_mxfp4(model_weights *w, const char *path, const char *na
     return DI_OK;
 }
 
-di_status mw_gguf_split_experts(model_weights *w, const char *path, uint32_t n_layers, int required,
-                                mw_expert_name_fn expert_name, di_error **err)
+di_status mw_gguf_split_experts(model_weights *w, const char *path, uint32_t first, uint32_t end,
+                                int required, mw_expert_name_fn expert_name, di_error **err)
 {
     const model_config *c = &w->config;
     static const char *const kinds[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     char name[192], scale_name[208];
     di_status st;
-    for (uint32_t l = 0; l < n_layers; l++)
+    for (uint32_t l = first; l < end; l++)
         for (int k = 0; k < 3; k++) {
             snprintf(name, sizeof name, "blk.%u.%s.weight", l, kinds[k]);
             const model_tensor *t = model_weights_get(w, name);
@@ -443,8 +443,8 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     if ((st = read_config(w, f, path, err)) != DI_OK) return st;
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {
-        if ((st = mw_gguf_split_experts(w, path, w->config.n_layer + w->config.n_nextn_layer, 0,
-                                        deepseek2_expert_name, err)) != DI_OK)
+        if ((st = mw_gguf_split_experts(w, path, 0, w->config.n_layer + w->config.n_nextn_layer,
+                                        0, deepseek2_expert_name, err)) != DI_OK)
             return st;
     } else if (arch == MODEL_ARCH_DEEPSEEK_V4) {
         if ((st = mw_gguf_dsv4_experts(w, path, err)) != DI_OK) return st;

@@ -60,6 +60,13 @@ static const struct {
     {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
     {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+    /* an MTP GGUF's (convert_hf_to_gguf.py --mtp): its layer's own parts
+     * (deepseek_v4_mtp.c); the optional embed_tokens / shared_head_head
+     * copies are not read (the model's are) */
+    {"nextn.eh_proj.weight", "eh_proj.weight"},
+    {"nextn.enorm.weight", "enorm.weight"},
+    {"nextn.hnorm.weight", "hnorm.weight"},
+    {"nextn.shared_head_norm.weight", "norm.weight"},
 };
 
 int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size)
@@ -205,7 +212,8 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
         return st;
     v->hc_eps = hc_eps;
     /* An MTP export counts its NextN layers in block_count (stored after the
-     * main ones); they are not loaded, as with the release's mtp.* tensors. */
+     * main ones): convert_hf_to_gguf.py --mtp writes them alone, a file of
+     * their own (deepseek_v4_mtp.c attaches it to its model). */
     char key[128];
     snprintf(key, sizeof key, "deepseek4.nextn_predict_layers");
     gguf_get_u32(f, key, &nextn);
@@ -214,6 +222,7 @@ di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const cha
                              "%s: deepseek4.nextn_predict_layers %u leaves no layers of the %u",
                              path, nextn, c->n_layer);
     c->n_layer -= nextn;
+    c->n_nextn_layer = nextn;
     if (c->n_layer > MODEL_V4_MAX_LAYERS)
         return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: %u layers are more than %d", path,
                              c->n_layer, MODEL_V4_MAX_LAYERS);
@@ -295,7 +304,14 @@ static void dsv4_expert_name(char *out, size_t size, uint32_t l, int k, int64_t 
 
 di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err)
 {
-    di_status st = mw_gguf_split_experts(w, path, w->config.n_layer, 1, dsv4_expert_name, err);
+    const model_config *c = &w->config;
+    /* an MTP GGUF: the NextN layer after the main ones, which it lacks */
+    const int mtp_only = c->n_nextn_layer > 0 &&
+                         !model_weights_get(w, "model.layers.0.input_layernorm.weight");
+    di_status st = mtp_only ? mw_gguf_split_experts(w, path, c->n_layer, c->n_layer + 1, 1,
+                                                    dsv4_expert_name, err)
+                            : mw_gguf_split_experts(w, path, 0, c->n_layer, 1, dsv4_expert_name,
+                                                    err);
     if (st != DI_OK) return st;
     /* any other MXFP4 tensor: deepseek_v4.c runs MXFP4 routed experts only */
     for (size_t i = 0; i < w->n_file_tensors; i++) {

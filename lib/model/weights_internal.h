@@ -58,15 +58,15 @@ di_status mw_gguf_need_f32(const gguf_file *f, const char *path, const char *arc
 
 /* llama.cpp's DeepSeek files hold each layer's routed experts stacked
  * ("blk.N.ffn_{gate,up,down}_exps.weight", ne = {n_in, n_out, n_expert}):
- * split for layers [0, n_layers) into one 2-D tensor per expert, named by
+ * split for layers [first, end) into one 2-D tensor per expert, named by
  * expert_name (kind k: 0 gate, 1 up, 2 down) — views of the stacked rows, or,
  * for ggml's MXFP4 (MODEL_DTYPE_MXFP4_GGML), a repacked MODEL_DTYPE_MXFP4 copy
  * with its f32 scales ("<name>.scale") attached. A layer without them is
  * skipped unless required. Errors: DI_ERR_MODEL_FORMAT (a wrong shape, an
  * E8M0 NaN scale, a required tensor missing), DI_ERR_OUT_OF_MEMORY. */
 typedef void (*mw_expert_name_fn)(char *out, size_t size, uint32_t layer, int kind, int64_t e);
-di_status mw_gguf_split_experts(model_weights *w, const char *path, uint32_t n_layers, int required,
-                                mw_expert_name_fn expert_name, di_error **err);
+di_status mw_gguf_split_experts(model_weights *w, const char *path, uint32_t first, uint32_t end,
+                                int required, mw_expert_name_fn expert_name, di_error **err);
 
 /* DeepSeek-V4's fields checked alike for both loaders (head layout, mHC,
  * compression, indexer and MoE ranges; DI_ERR_MODEL_FORMAT naming `file`),
@@ -78,7 +78,9 @@ di_status mw_check_v4(model_config *m, const char *file, di_error **err);
  * (1), or 0 when the name is not renamed. mw_gguf_read_deepseek4: the
  * deepseek4.* metadata into w's config (n_embd, n_layer, n_head, n_ctx_train
  * read before). mw_gguf_dsv4_experts: mw_gguf_split_experts under
- * deepseek_v4.c's names, and MXFP4 refused anywhere but the routed experts. */
+ * deepseek_v4.c's names (the main layers', or an MTP GGUF's NextN layer's:
+ * convert_hf_to_gguf.py --mtp writes it alone), and MXFP4 refused anywhere
+ * but the routed experts. */
 int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size);
 di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const char *path,
                                  di_error **err);

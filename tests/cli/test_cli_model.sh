@@ -134,4 +134,21 @@ for name in dsv3-mtp-f32 dsv4-mtp-f32; do
       fail "--verbose did not count the MTP drafts ($name): $(cat "$tmp/err")"
   done
 done
+# llama.cpp's files: a deepseek4 GGUF, its MTP GGUF (convert_hf_to_gguf.py --mtp)
+# as the draft model; the MTP GGUF alone is one line saying what it is.
+gg=$(dirname "$dir")/gguf-dsv4
+plain=$("$cli" generate --model "$gg/dsv4-gguf-bf16.gguf" --tokens 5,9,200,31,77 --max-tokens 20 \
+        --threads 2) || fail "generate (deepseek4 GGUF) exited $?"
+for flags in "--draft mtp --draft-max 3" "--draft auto" "--draft draft-model"; do
+  # shellcheck disable=SC2086
+  out=$("$cli" generate --model "$gg/dsv4-gguf-bf16.gguf" --tokens 5,9,200,31,77 --max-tokens 20 \
+        --threads 2 $flags --draft-model "$gg/dsv4-gguf-mtp.gguf" --verbose 2> "$tmp/err") ||
+    fail "generate $flags --draft-model (MTP GGUF) exited $?: $(cat "$tmp/err")"
+  [ "$out" = "$plain" ] || fail "generate $flags (MTP GGUF) printed $out, without speculation $plain"
+  grep -q "speculative decoding: .* draft tokens verified" "$tmp/err" ||
+    fail "--verbose did not count the MTP GGUF's drafts: $(cat "$tmp/err")"
+done
+err=$("$cli" generate --model "$gg/dsv4-gguf-mtp.gguf" --tokens 5,9 --max-tokens 2 2>&1 >/dev/null)
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "the MTP GGUF alone printed: $err"
+[[ "$err" == *"is an MTP GGUF"* ]] || fail "the MTP GGUF alone: $err"
 echo ok

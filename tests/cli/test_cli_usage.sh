@@ -75,7 +75,6 @@ run=(run --model /nonexistent --protocol chat -)
 for cmd in gen run; do
   declare -n base=$cmd
   expect_usage "--draft must be off, auto, prompt-lookup, draft-model or mtp" "${base[@]}" --draft bogus
-  expect_usage "not mtp" "${base[@]}" --draft mtp --draft-model /m.gguf
   expect_usage "--draft-max must be 0 (off) to 64" "${base[@]}" --draft-max 65
   expect_usage "--draft-max must be 0 (off) to 64" "${base[@]}" --draft-max -1
   expect_usage "--speculative must be 0 (off) to 64" "${base[@]}" --speculative x

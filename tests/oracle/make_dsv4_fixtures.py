@@ -368,6 +368,44 @@ def mtp_reference(model, big, parts, seq, torch):
     return logits.numpy().astype(np.float32), drafts, min(margins)
 
 
+def llama_cpp_mtp_logits(path, streams, tokens, vocab):
+    """llama.cpp's MTP logits (llama-cpp-python's MTP context on the MTP GGUF
+    path, every pair in one batch): pair i is tokens[i + 1] at position i + 1
+    with streams[i] [hc, n_embd] as its hidden state. [len - 1, vocab]."""
+    import ctypes
+    import numpy as np
+    import llama_cpp as lc
+    n, W = len(tokens), streams.shape[1] * streams.shape[2]
+    h = np.ascontiguousarray(streams.reshape(n, W).numpy(), dtype=np.float32)
+    quiet = lc.llama_log_callback(lambda level, text, user: None)  # (kept alive below)
+    lc.llama_log_set(quiet, None)
+    lc.llama_backend_init()
+    mp = lc.llama_model_default_params()
+    mp.load_mtp = True
+    lm = lc.llama_model_load_from_file(str(path).encode(), mp)
+    cp = lc.llama_context_default_params()
+    cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
+    ctx = lc.llama_init_from_model(lm, cp)
+    assert lm and ctx, "llama.cpp did not load the MTP GGUF"
+    batch = lc.llama_batch_ext_init(ctx)
+    for i in range(n - 1):
+        idx = lc.llama_batch_ext_add_token(batch, 0, tokens[i + 1])
+        pos = lc.llama_pos(i + 1)
+        ok = idx == i and lc.llama_batch_ext_set_pos(batch, idx, ctypes.byref(pos))
+        row = lc.llama_embd(h[i:].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, W)
+        ok = ok and lc.llama_batch_ext_set_embd_token(batch, idx, row)
+        assert ok and lc.llama_batch_ext_set_output_logits(batch, idx, True)
+    assert lc.llama_process(ctx, lc.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
+    got = np.stack([np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(vocab,)).copy()
+                    for i in range(n - 1)])
+    lc.llama_batch_ext_free(batch)
+    lc.llama_free(ctx)
+    lc.llama_model_free(lm)
+    del quiet
+    return got
+
+
 def mtp_llama_cpp_check():
     """The MTP reference (mtp_run, the oracle of dsv4-mtp-f32's mtp_logits)
     against an independent implementation: llama.cpp's deepseek4 MTP graph
@@ -377,7 +415,6 @@ def mtp_llama_cpp_check():
     same input streams (transformers' main model on the dequantized weights)
     and the same dequantized weights. Prints the agreement; exits non-zero
     when it is no better than llama.cpp's usual rounding allows."""
-    import ctypes
     import tempfile
     import numpy as np
     import safetensors.torch
@@ -434,38 +471,10 @@ def mtp_llama_cpp_check():
     streams = last_streams(model, torch.tensor([seq]), torch)
     want = mtp_run(model, big, parts, streams[:-1], seq[1:], torch)[0].numpy()
     # llama.cpp: its converter's MTP GGUF, an MTP context, every pair in one batch
-    import llama_cpp as lc
     gguf_path = tmp / "mtp.gguf"
     mmf.convert_checkpoint(rel, gguf_path, "bf16", extra_args=["--mtp"])
-    n, W = len(seq), streams.shape[1] * streams.shape[2]
-    h = np.ascontiguousarray(streams.reshape(n, W).numpy(), dtype=np.float32)
-    quiet = lc.llama_log_callback(lambda level, text, user: None)  # (kept alive below)
-    lc.llama_log_set(quiet, None)
-    lc.llama_backend_init()
-    mp = lc.llama_model_default_params()
-    mp.load_mtp = True
-    lm = lc.llama_model_load_from_file(str(gguf_path).encode(), mp)
-    cp = lc.llama_context_default_params()
-    cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 512
-    ctx = lc.llama_init_from_model(lm, cp)
-    assert lm and ctx, "llama.cpp did not load the MTP GGUF"
-    batch = lc.llama_batch_ext_init(ctx)
-    for i in range(n - 1):  # pair i: token i + 1 at position i + 1, streams of token i
-        idx = lc.llama_batch_ext_add_token(batch, 0, seq[i + 1])
-        pos = lc.llama_pos(i + 1)
-        ok = idx == i and lc.llama_batch_ext_set_pos(batch, idx, ctypes.byref(pos))
-        row = lc.llama_embd(h[i:].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, W)
-        ok = ok and lc.llama_batch_ext_set_embd_token(batch, idx, row)
-        assert ok and lc.llama_batch_ext_set_output_logits(batch, idx, True)
-    assert lc.llama_process(ctx, lc.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
-    V = config.vocab_size
-    got = np.stack([np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(V,)).copy()
-                    for i in range(n - 1)])
-    lc.llama_batch_ext_free(batch)
-    lc.llama_free(ctx)
-    lc.llama_model_free(lm)
-    del quiet
+    got = llama_cpp_mtp_logits(gguf_path, streams, seq, config.vocab_size)
+    n = len(seq)
     span = float(want.max() - want.min())
     diff = np.abs(got - want)
     agree = float((got.argmax(1) == want.argmax(1)).mean())

@@ -777,6 +777,8 @@ DSV4_GGUF = {
     # rows of 64 and 32: every K-quant of the mix falls back (Q5_0, Q8_0, F16)
     "dsv4-gguf-q4_k_m": ("dsv4-gguf-release", "bf16", "Q4_K_M"),
 }
+# and its MTP layer as the converter's --mtp writes it: a GGUF of its own
+DSV4_MTP_GGUF = "dsv4-gguf-mtp"
 LLAMA_CPP_PYTHON = "0.3.36"
 
 
@@ -864,7 +866,57 @@ def make_dsv3_gguf(name):
 
 def make_dsv4_gguf(name):
     """gguf-dsv4/<name>.gguf and llama.cpp's logits on it, as make_dsv3_gguf."""
+    if name == DSV4_MTP_GGUF:
+        make_dsv4_mtp_gguf()
+        return
     make_deepseek_gguf(name, DSV4_GGUF, "gguf-dsv4", "deepseek4", convert_checkpoint)
+
+
+def make_dsv4_mtp_gguf():
+    """gguf-dsv4/dsv4-gguf-mtp.gguf: the MTP layer of dsv4-gguf-release as
+    llama.cpp's converter writes it with --mtp (a GGUF of its own, the draft
+    beside dsv4-gguf-bf16.gguf, which must be made first), and the MTP logits
+    on both files' dequantized weights."""
+    import hashlib
+    src = ROOT / "tests" / "fixtures" / "model" / "dsv4-gguf-release"
+    out = OUT / "gguf-dsv4"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{DSV4_MTP_GGUF}.gguf"
+    convert_checkpoint(src, path, "bf16", extra_args=["--mtp"])
+    # the reference on the files' weights (the converter writes eh_proj in Q8_0)
+    ref = json.loads((src / "reference.json").read_text())
+    tokens = ref["prompt"] + ref["greedy"]
+    logits, streams = dsv4_mtp_dequantized_reference(src, out / "dsv4-gguf-bf16.gguf", path,
+                                                     tokens)
+    logits.astype("<f4").tofile(out / f"{DSV4_MTP_GGUF}.mtp_logits.f32")
+    # llama.cpp's MTP on the same streams: how far its rounding (eh_proj's
+    # Q8_0, activations quantized for it) takes it from that reference, the
+    # bar deepinfer's MTP on these files is held to
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import make_dsv4_fixtures as dsv4
+    import numpy as np
+    theirs = dsv4.llama_cpp_mtp_logits(path, streams, tokens, logits.shape[1])
+    span = float(logits.max() - logits.min())
+    rows = np.abs(theirs - logits).max(axis=1) / span
+    fixture = {"format": "deepinfer-gguf-mtp-fixture-1", "name": DSV4_MTP_GGUF,
+               "file": path.name, "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+               "architecture": "deepseek4", "checkpoint": "dsv4-gguf-release",
+               "target": "dsv4-gguf-bf16.gguf",
+               "convert": f"convert_hf_to_gguf.py --outtype bf16 --mtp (llama-cpp-python "
+                          f"{LLAMA_CPP_PYTHON}'s vendored llama.cpp)",
+               "mtp_logits_file": f"{DSV4_MTP_GGUF}.mtp_logits.f32",
+               "mtp_logits_shape": list(logits.shape),
+               "mtp_logits": "transformers' decoder layer as the MTP block (make_dsv4_fixtures."
+                             "mtp_run) on both files' weights dequantized by gguf-py, over the "
+                             "checkpoint's prompt + greedy sequence",
+               # llama.cpp's MTP context on the files and the same streams, against
+               # mtp_logits: its largest and median row difference over the range
+               "llama_cpp_max_rel_diff": round(float(rows.max()), 6),
+               "llama_cpp_median_rel_diff": round(float(np.median(rows)), 6),
+               "llama_cpp_argmax_agreement": round(float(
+                   (theirs.argmax(axis=1) == logits.argmax(axis=1)).mean()), 6)}
+    (out / f"{DSV4_MTP_GGUF}.json").write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"{DSV4_MTP_GGUF}: {path.stat().st_size} bytes")
 
 
 # llama.cpp's deepseek4 tensor names back to the names transformers'
@@ -904,17 +956,14 @@ DSV4_GGUF_EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_down_exps.weight": "w2",
                      "ffn_up_exps.weight": "w3"}
 
 
-def dsv4_dequantized_reference(src, reader, tokens):
-    """transformers' DeepseekV4ForCausalLM in float32 on the deepseek4 GGUF's
-    weights dequantized by the gguf package (the checkpoint src's config):
-    logits [len(tokens), vocab] of tokens in one pass."""
-    import tempfile
-
+def dsv4_gguf_state(reader):
+    """The deepseek4 GGUF's tensors dequantized by the gguf package, under the
+    names transformers' save_pretrained writes (DSV4_GGUF_*; the stacked
+    experts one per expert); the names those tables lack (an MTP GGUF's
+    blk.N.nextn.*) as they are."""
     import gguf
     import numpy as np
-    import safetensors.torch
     import torch
-    from transformers import DeepseekV4ForCausalLM
     state = {}
     for t in reader.tensors:
         if t.tensor_type == gguf.GGMLQuantizationType.I32:  # tid2eid
@@ -930,18 +979,88 @@ def dsv4_dequantized_reference(src, reader, tokens):
             for e in range(a.shape[0]):
                 state[f"model.layers.{layer}.ffn.experts.{e}.{DSV4_GGUF_EXPERTS[rest]}.weight"] = \
                     a[e].contiguous()
-        else:
+        elif rest in DSV4_GGUF_LAYER:
             state[f"model.layers.{layer}.{DSV4_GGUF_LAYER[rest]}"] = a
+        else:
+            state[t.name] = a
+    return state
+
+
+def dsv4_from_state(src, state, tmp, config_update=None):
+    """transformers' DeepseekV4ForCausalLM (float32, eager) on state with the
+    checkpoint src's config (updated), saved in the folder tmp."""
+    import safetensors.torch
+    import torch
+    from transformers import DeepseekV4ForCausalLM
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    cfg.update(config_update or {})
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "config.json").write_text(json.dumps(cfg))
+    safetensors.torch.save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+    model = DeepseekV4ForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    model.config._attn_implementation = "eager"
+    return model
+
+
+def dsv4_dequantized_reference(src, reader, tokens):
+    """transformers' DeepseekV4ForCausalLM in float32 on the deepseek4 GGUF's
+    weights dequantized by the gguf package (the checkpoint src's config):
+    logits [len(tokens), vocab] of tokens in one pass."""
+    import tempfile
+    import torch
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = json.loads((src / "config.json").read_text())
-        cfg.pop("quantization_config", None)
-        (pathlib.Path(tmp) / "config.json").write_text(json.dumps(cfg))
-        safetensors.torch.save_file(state, pathlib.Path(tmp) / "model.safetensors",
-                                    metadata={"format": "pt"})
-        model = DeepseekV4ForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-        model.config._attn_implementation = "eager"
+        model = dsv4_from_state(src, dsv4_gguf_state(reader), pathlib.Path(tmp))
         with torch.no_grad():
             return model(torch.tensor([tokens]), use_cache=False).logits[0].numpy()
+
+
+def dsv4_mtp_dequantized_reference(src, target, mtp, tokens):
+    """The MTP layer of the GGUF mtp (llama.cpp's --mtp output) on the main
+    model of the GGUF target, both dequantized by the gguf package, computed as
+    make_dsv4_fixtures.mtp_run does: the block is transformers' decoder layer
+    L of a model one layer longer, e_proj and h_proj the halves of the file's
+    eh_proj, the MTP's mHC head the file's output_hc_*. Logits [len - 1, vocab]
+    (row i: the streams of tokens[i] and tokens[i + 1]) and the main model's
+    streams [len, hc, n_embd]."""
+    import tempfile
+    import gguf
+    import torch
+    from torch import nn
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import make_dsv4_fixtures as dsv4
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (DeepseekV4HyperHead,
+                                                                      DeepseekV4RMSNorm)
+    main = dsv4_gguf_state(gguf.GGUFReader(target))
+    extra = dsv4_gguf_state(gguf.GGUFReader(mtp))
+    cfg = json.loads((src / "config.json").read_text())
+    L = cfg["num_hidden_layers"]
+    block = {k: v for k, v in extra.items() if k.startswith(f"model.layers.{L}.")}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = dsv4_from_state(src, main, pathlib.Path(tmp) / "main")
+        big = dsv4_from_state(src, dict(main, **block), pathlib.Path(tmp) / "big",
+                              {"num_hidden_layers": L + 1,
+                               "layer_types": cfg["layer_types"] + ["sliding_attention"],
+                               "mlp_layer_types": cfg["mlp_layer_types"] + ["moe"]})
+    config, E = model.config, cfg["hidden_size"]
+    parts = nn.ModuleDict({"enorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "hnorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "norm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
+                           "e_proj": nn.Linear(E, E, bias=False),
+                           "h_proj": nn.Linear(E, E, bias=False),
+                           "hc_head": DeepseekV4HyperHead(config)}).to(torch.float32)
+    eh = extra[f"blk.{L}.nextn.eh_proj.weight"]  # [E, 2 E]: [e; h] in
+    with torch.no_grad():
+        parts["enorm"].weight.copy_(extra[f"blk.{L}.nextn.enorm.weight"])
+        parts["hnorm"].weight.copy_(extra[f"blk.{L}.nextn.hnorm.weight"])
+        parts["norm"].weight.copy_(extra[f"blk.{L}.nextn.shared_head_norm.weight"])
+        parts["e_proj"].weight.copy_(eh[:, :E])
+        parts["h_proj"].weight.copy_(eh[:, E:])
+        for k in ("fn", "base", "scale"):
+            getattr(parts["hc_head"], f"hc_{k}").copy_(
+                extra[f"model.hc_head.hc_{k}"].reshape(getattr(parts["hc_head"], f"hc_{k}").shape))
+    streams = dsv4.last_streams(model, torch.tensor([tokens]), torch)
+    return dsv4.mtp_run(model, big, parts, streams[:-1], tokens[1:], torch)[0].numpy(), streams
 
 
 def make_deepseek_gguf(name, table, folder, architecture, convert):
@@ -1104,7 +1223,7 @@ def main(argv):
         for name in argv[1:] or list(DSV3_GGUF):
             make_dsv3_gguf(name)
     elif argv[:1] == ["dsv4-gguf"]:
-        for name in argv[1:] or list(DSV4_GGUF):
+        for name in argv[1:] or list(DSV4_GGUF) + [DSV4_MTP_GGUF]:
             make_dsv4_gguf(name)
     elif argv[:1] == ["tiny-gguf"]:
         for name in argv[1:] or list(TINY_GGUF):

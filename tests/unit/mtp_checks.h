@@ -21,12 +21,19 @@ static inline int32_t mtp_argmax(const float *x, int32_t n)
     return b;
 }
 
+static int mtp_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* The MTP layer of m over seq[0, n) against want (mtp_logits [n - 1, vocab]:
  * row i from the hidden rows of token i and token i + 1): the largest
  * difference over want's range in one pass (*one) and token by token beside
- * the main model's decode (*step). The model is reset before and after. */
+ * the main model's decode (*step); median (may be NULL): the one pass's
+ * median row. The model is reset before and after. */
 static inline void mtp_layer_error(model *m, const int32_t *seq, size_t n, const float *want,
-                                   double *one, double *step)
+                                   double *one, double *step, double *median)
 {
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     const int64_t W = model_mtp_hidden_width(m);
@@ -45,10 +52,17 @@ static inline void mtp_layer_error(model *m, const int32_t *seq, size_t n, const
     assert_int_equal(rows, (int64_t)n);
     memcpy(hidden, h, n * (size_t)W * sizeof *hidden);
     assert_int_equal(model_mtp_forward(m, seq + 1, (int64_t)n - 1, hidden, got, NULL), DI_OK);
-    double worst = 0;
-    for (size_t i = 0; i < (n - 1) * (size_t)V; i++)
-        worst = fmax(worst, fabs((double)got[i] - want[i]));
+    double worst = 0, *rows_err = calloc(n - 1, sizeof *rows_err);
+    assert_non_null(rows_err);
+    for (size_t i = 0; i < (n - 1) * (size_t)V; i++) {
+        const double d = fabs((double)got[i] - want[i]);
+        worst = fmax(worst, d);
+        rows_err[i / (size_t)V] = fmax(rows_err[i / (size_t)V], d / (hi - lo));
+    }
     *one = worst / (hi - lo);
+    qsort(rows_err, n - 1, sizeof *rows_err, mtp_cmp_double);
+    if (median) *median = rows_err[(n - 1) / 2];
+    free(rows_err);
     model_reset(m);
     assert_int_equal(model_forward(m, seq, 1, NULL, 0, NULL), DI_OK);
     worst = 0;

@@ -324,7 +324,7 @@ static void test_mtp_layer_matches_transformers(void **state)
     assert_true(got && hidden);
     memset(hidden, 0, (size_t)E * sizeof *hidden);
     double one, step;
-    mtp_layer_error(m, seq, n, want, &one, &step);
+    mtp_layer_error(m, seq, n, want, &one, &step, NULL);
     printf("dsv3-mtp-f32: MTP logits vs transformers: one pass %.2e, token by token %.2e\n", one,
            step);
     assert_true(one <= 1e-3);

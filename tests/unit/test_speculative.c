@@ -24,11 +24,13 @@
 #include "deepinfer/deepinfer.h"
 #include "engine/draft.h"
 
-#define TINY     DI_FIXTURE_DIR "/model/qwen2-tied-f16"
-#define DSV4     DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
-#define DSV3_MTP DI_FIXTURE_DIR "/model/dsv3-mtp-f32"
-#define DSV4_MTP DI_FIXTURE_DIR "/model/dsv4-mtp-f32"
-#define SMOL     DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define TINY          DI_FIXTURE_DIR "/model/qwen2-tied-f16"
+#define DSV4          DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32"
+#define DSV3_MTP      DI_FIXTURE_DIR "/model/dsv3-mtp-f32"
+#define DSV4_MTP      DI_FIXTURE_DIR "/model/dsv4-mtp-f32"
+#define DSV4_GGUF     DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-bf16.gguf"
+#define DSV4_GGUF_MTP DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-mtp.gguf"
+#define SMOL          DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
 {
@@ -931,12 +933,14 @@ static void on_log(void *user, di_log_level level, const char *message)
     if (strstr(message, "MTP module drafts")) ((log_rec *)user)->mtp = 1;
 }
 
-static di_engine *make_mtp_engine(const char *path, int32_t draft, int n_draft, int fixed,
-                                  int max_running, int64_t kv_bytes, log_rec *log)
+static di_engine *make_mtp_engine(const char *path, const char *mtp_gguf, int32_t draft,
+                                  int n_draft, int fixed, int max_running, int64_t kv_bytes,
+                                  log_rec *log)
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = path;
+    cfg.draft_model_path = mtp_gguf; /* llama.cpp's MTP GGUF of the model, or NULL */
     cfg.n_threads = 2;
     cfg.max_running = max_running;
     cfg.n_batch = 64;
@@ -975,13 +979,14 @@ static void run_with_cancels(di_engine *e, spec *specs, rec *recs, int n, int ca
  * module drafting give token for token the engine's output without
  * speculation, batched and pre-empted; requests cancelled mid-way end with a
  * prefix of it. Returns the drafts verified (and their kept count). */
-static uint64_t check_mtp_greedy(const char *path, int32_t draft, int n, int max_running,
-                                 int64_t kv_bytes, int n_draft, int fixed, int cancel_every,
-                                 uint64_t *kept)
+static uint64_t check_mtp_greedy(const char *path, const char *mtp_gguf, int32_t draft, int n,
+                                 int max_running, int64_t kv_bytes, int n_draft, int fixed,
+                                 int cancel_every, uint64_t *kept)
 {
     log_rec log = {0};
     di_engine *plain = make_engine(path, 0, 0, max_running, kv_bytes);
-    di_engine *spec_e = make_mtp_engine(path, draft, n_draft, fixed, max_running, kv_bytes, &log);
+    di_engine *spec_e =
+        make_mtp_engine(path, mtp_gguf, draft, n_draft, fixed, max_running, kv_bytes, &log);
     assert_int_equal(log.mtp, 1);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
     spec *specs = calloc((size_t)n, sizeof *specs);
@@ -1040,21 +1045,23 @@ static uint64_t check_mtp_greedy(const char *path, int32_t draft, int n, int max
  * proposal (up to 4 chained drafts a step; one in five cancelled), with auto
  * (which must pick it) confidence-scheduled, and under pre-emption (24 blocks
  * of 16 tokens for 8 requests, up to 6 drafts; one in seven cancelled). */
-static void check_mtp_lossless(const char *path, int n_fixed, int n_auto, int n_preempt)
+static void check_mtp_lossless(const char *path, const char *mtp_gguf, int n_fixed, int n_auto,
+                               int n_preempt)
 {
     uint64_t kept = 0;
-    uint64_t drafted = check_mtp_greedy(path, DI_DRAFT_MTP, n_fixed, 8, 0, 4, 1, 5, &kept);
+    uint64_t drafted =
+        check_mtp_greedy(path, mtp_gguf, DI_DRAFT_MTP, n_fixed, 8, 0, 4, 1, 5, &kept);
     assert_true(drafted > 0);
-    check_mtp_greedy(path, DI_DRAFT_AUTO, n_auto, 8, 0, 4, 0, 0, NULL);
-    drafted = check_mtp_greedy(path, DI_DRAFT_MTP, n_preempt, 8, 24 * 16 * kv_bytes_per_token(path),
-                               6, 1, 7, NULL);
+    check_mtp_greedy(path, mtp_gguf, DI_DRAFT_AUTO, n_auto, 8, 0, 4, 0, 0, NULL);
+    drafted = check_mtp_greedy(path, mtp_gguf, DI_DRAFT_MTP, n_preempt, 8,
+                               24 * 16 * kv_bytes_per_token(path), 6, 1, 7, NULL);
     assert_true(drafted > 0);
 }
 
 static void test_mtp_lossless_greedy(void **state)
 {
     (void)state;
-    check_mtp_lossless(DSV3_MTP, 120 / scale(), 40 / scale(), 40 / scale());
+    check_mtp_lossless(DSV3_MTP, NULL, 120 / scale(), 40 / scale(), 40 / scale());
 }
 
 /* DeepSeek-V4's MTP layer drafting (its hidden rows the mHC streams; its
@@ -1064,7 +1071,9 @@ static void test_mtp_lossless_greedy(void **state)
 static void test_v4_mtp_lossless_greedy(void **state)
 {
     (void)state;
-    check_mtp_lossless(DSV4_MTP, 60 / scale(), 24 / scale(), 24 / scale());
+    check_mtp_lossless(DSV4_MTP, NULL, 60 / scale(), 24 / scale(), 24 / scale());
+    /* llama.cpp's files: the model's GGUF, and its MTP GGUF as the draft */
+    check_mtp_lossless(DSV4_GGUF, DSV4_GGUF_MTP, 24 / scale(), 16 / scale(), 16 / scale());
 }
 
 /* Sampling requests with the MTP module's sampled drafts (q handed to the
@@ -1075,8 +1084,8 @@ static void test_mtp_sampling_is_deterministic(void **state)
     (void)state;
     const int n = 32 / scale();
     log_rec log = {0};
-    di_engine *batched = make_mtp_engine(DSV3_MTP, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
-    di_engine *alone = make_mtp_engine(DSV3_MTP, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
+    di_engine *batched = make_mtp_engine(DSV3_MTP, NULL, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
+    di_engine *alone = make_mtp_engine(DSV3_MTP, NULL, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(batched);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -1170,9 +1179,8 @@ static void test_draft_config_errors(void **state)
     expect_config_error(&cfg, DI_ERR_UNSUPPORTED, "no MTP (NextN) layer");
     cfg.speculative_tokens = 4;
     cfg.model_path = DSV3_MTP;
-    cfg.draft_model_path = DSV3_MTP;
-    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
-                        "draft_model_path: set, but draft is DI_DRAFT_MTP");
+    cfg.draft_model_path = DSV3_MTP; /* not llama.cpp's MTP GGUF */
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "is not an MTP GGUF");
     cfg.draft_model_path = NULL;
     cfg.model_path = TINY;
     cfg.draft = -1;
