@@ -1103,7 +1103,14 @@ typedef struct di_engine_config {
      * model's size and, when both files carry a tokenizer, the same token
      * strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that
      * differs. Its load errors are di_model_load's, the message prefixed with
-     * "draft_model_path: ". */
+     * "draft_model_path: ".
+     * llama.cpp's MTP GGUF of a DeepSeek-V4 GGUF model (its
+     * convert_hf_to_gguf.py --mtp output: the MTP layer alone) is no model of
+     * its own: given here (with DI_DRAFT_AUTO, _MODEL or _MTP) it becomes the
+     * model's MTP layer, which then drafts as DI_DRAFT_MTP does; one whose
+     * config is not the model's is DI_ERR_MODEL_FORMAT naming the field, and
+     * DI_DRAFT_MTP with a file that is not an MTP GGUF is
+     * DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md). */
     const char *draft_model_path;
     /* The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,
      * default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the
@@ -1136,7 +1143,8 @@ typedef enum di_draft {
      * Greedy requests get its argmax, sampling requests a sample of its
      * distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at
      * di_engine_create for a model without an MTP layer (a DeepSeek-V3 or
-     * V4 checkpoint with num_nextn_predict_layers and its tensors). */
+     * V4 checkpoint with num_nextn_predict_layers and its tensors, or a V4
+     * GGUF given its MTP GGUF as draft_model_path). */
     DI_DRAFT_MTP = 3
 } di_draft;
 

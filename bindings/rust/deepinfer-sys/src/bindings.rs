@@ -1465,6 +1465,13 @@ pub struct di_engine_config {
     #[doc = " strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that"]
     #[doc = " differs. Its load errors are di_model_load's, the message prefixed with"]
     #[doc = " \"draft_model_path: \"."]
+    #[doc = " llama.cpp's MTP GGUF of a DeepSeek-V4 GGUF model (its"]
+    #[doc = " convert_hf_to_gguf.py --mtp output: the MTP layer alone) is no model of"]
+    #[doc = " its own: given here (with DI_DRAFT_AUTO, _MODEL or _MTP) it becomes the"]
+    #[doc = " model's MTP layer, which then drafts as DI_DRAFT_MTP does; one whose"]
+    #[doc = " config is not the model's is DI_ERR_MODEL_FORMAT naming the field, and"]
+    #[doc = " DI_DRAFT_MTP with a file that is not an MTP GGUF is"]
+    #[doc = " DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md)."]
     pub draft_model_path: *const ::std::os::raw::c_char,
     #[doc = " The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,"]
     #[doc = " default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the"]
@@ -1966,7 +1973,8 @@ pub const DI_DRAFT_MODEL: di_draft = 2;
 #[doc = " Greedy requests get its argmax, sampling requests a sample of its"]
 #[doc = " distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at"]
 #[doc = " di_engine_create for a model without an MTP layer (a DeepSeek-V3 or"]
-#[doc = " V4 checkpoint with num_nextn_predict_layers and its tensors)."]
+#[doc = " V4 checkpoint with num_nextn_predict_layers and its tensors, or a V4"]
+#[doc = " GGUF given its MTP GGUF as draft_model_path)."]
 pub const DI_DRAFT_MTP: di_draft = 3;
 #[doc = " Drafters of speculative decoding (di_engine_config.draft). Values are"]
 #[doc = " never renumbered; new drafters are appended."]
