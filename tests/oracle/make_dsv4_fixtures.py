@@ -215,16 +215,28 @@ MTP_PREFIXES = [3, 8, 16, 25, 37, 46]
 MTP_DRAFTS = 4
 
 
+def mtp_parts(config, torch):
+    """The MTP layer's glue modules (uninitialised): enorm, hnorm and norm
+    RMSNorms, e_proj and h_proj, an mHC head of its own."""
+    from torch import nn
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (DeepseekV4HyperHead,
+                                                                      DeepseekV4RMSNorm)
+    E, eps = config.hidden_size, config.rms_norm_eps
+    return nn.ModuleDict({"enorm": DeepseekV4RMSNorm(E, eps=eps),
+                          "hnorm": DeepseekV4RMSNorm(E, eps=eps),
+                          "norm": DeepseekV4RMSNorm(E, eps=eps),
+                          "e_proj": nn.Linear(E, E, bias=False),
+                          "h_proj": nn.Linear(E, E, bias=False),
+                          "hc_head": DeepseekV4HyperHead(config)}).to(torch.float32)
+
+
 def make_mtp(config, cfg_args, seed, torch):
     """The MTP layer's modules from a fixed seed: the block is layer L of a
     DeepseekV4ForCausalLM one layer longer (its L-th layer a sliding-window one
     with scored MoE, as llama.cpp's deepseek4 graph runs DeepSeek-V4's MTP
     block), initialised and randomized as the main model is; enorm, hnorm and
-    norm RMSNorms, e_proj and h_proj, and an mHC head of its own."""
-    from torch import nn
+    norm RMSNorms, e_proj and h_proj, and an mHC head of its own (mtp_parts)."""
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
-    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (DeepseekV4HyperHead,
-                                                                      DeepseekV4RMSNorm)
     torch.manual_seed(seed + 17)
     L = config.num_hidden_layers
     ext = dict(cfg_args, layer_types=list(config.layer_types) + [SW],
@@ -233,13 +245,8 @@ def make_mtp(config, cfg_args, seed, torch):
     ext_config._attn_implementation = "eager"
     big = DeepseekV4ForCausalLM(ext_config).to(torch.float32).eval()
     randomize(big, ext_config, torch)
-    E, std = config.hidden_size, config.initializer_range
-    parts = nn.ModuleDict({"enorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "hnorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "norm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "e_proj": nn.Linear(E, E, bias=False),
-                           "h_proj": nn.Linear(E, E, bias=False),
-                           "hc_head": DeepseekV4HyperHead(config)}).to(torch.float32)
+    std = config.initializer_range
+    parts = mtp_parts(config, torch)
     with torch.no_grad():
         for pname, p in parts.named_parameters():
             if pname.endswith("norm.weight"):

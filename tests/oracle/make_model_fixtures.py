@@ -1026,11 +1026,8 @@ def dsv4_mtp_dequantized_reference(src, target, mtp, tokens):
     import tempfile
     import gguf
     import torch
-    from torch import nn
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import make_dsv4_fixtures as dsv4
-    from transformers.models.deepseek_v4.modeling_deepseek_v4 import (DeepseekV4HyperHead,
-                                                                      DeepseekV4RMSNorm)
     main = dsv4_gguf_state(gguf.GGUFReader(target))
     extra = dsv4_gguf_state(gguf.GGUFReader(mtp))
     cfg = json.loads((src / "config.json").read_text())
@@ -1042,13 +1039,8 @@ def dsv4_mtp_dequantized_reference(src, target, mtp, tokens):
                               {"num_hidden_layers": L + 1,
                                "layer_types": cfg["layer_types"] + ["sliding_attention"],
                                "mlp_layer_types": cfg["mlp_layer_types"] + ["moe"]})
-    config, E = model.config, cfg["hidden_size"]
-    parts = nn.ModuleDict({"enorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "hnorm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "norm": DeepseekV4RMSNorm(E, eps=config.rms_norm_eps),
-                           "e_proj": nn.Linear(E, E, bias=False),
-                           "h_proj": nn.Linear(E, E, bias=False),
-                           "hc_head": DeepseekV4HyperHead(config)}).to(torch.float32)
+    E = cfg["hidden_size"]
+    parts = dsv4.mtp_parts(model.config, torch)
     eh = extra[f"blk.{L}.nextn.eh_proj.weight"]  # [E, 2 E]: [e; h] in
     with torch.no_grad():
         parts["enorm"].weight.copy_(extra[f"blk.{L}.nextn.enorm.weight"])
