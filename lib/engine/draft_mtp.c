@@ -196,6 +196,11 @@ static void mtp_propose(drafter *d, draft_request *reqs, int n)
         r->has_q = 0;
         md->active[i] = 0;
         if (r->max > MTP_MAX) r->max = MTP_MAX;
+        /* A step verifies n_batch - 1 drafts at most (with the request's
+         * last token), and the next observe cuts the chained pairs off: a
+         * DeepSeek-V4 sequence cut deeper than n_batch is dropped whole
+         * (model_mtp_seq_truncate), and would restart at every step. */
+        if (r->max > md->n_batch - 1) r->max = (int)(md->n_batch - 1);
         mtp_state *st = *r->state;
         /* g must be the output of the pair of the last token */
         if (!st || !st->has_g || st->start + st->n_pairs != r->n_tokens - 1 || r->max < 1) continue;

@@ -382,6 +382,13 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
         if (!it->seq || !it->tokens || it->n_tokens < 1 || it->pos0 < 1)
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                                  "items[%d]: an empty item or a position before 1", i);
+        /* (the pairs' positions are their next tokens': n_ctx at most) */
+        if (it->n_tokens > m->opt.n_batch || it->pos0 > m->opt.n_ctx - it->n_tokens + 1)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "items[%d]: %lld pairs at position %lld exceed n_batch %lld or "
+                                 "the context of %lld",
+                                 i, (long long)it->n_tokens, (long long)it->pos0,
+                                 (long long)m->opt.n_batch, (long long)m->opt.n_ctx);
         if (it->seq->kv.n_tokens + it->n_tokens > (int64_t)it->seq->kv.n_blocks * MODEL_KV_BLOCK)
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                                  "items[%d]: %lld pairs after %lld exceed its reserved room", i,

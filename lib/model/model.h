@@ -235,7 +235,9 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
  * (hidden, token) pair: the main model's (or a chained step's) hidden state
  * of token i and the embedding of token i + 1, at RoPE position i + 1, whose
  * logits draft token i + 2 (DeepSeek-V3 §2.2). Rollback is block-table
- * truncation (model_mtp_seq_truncate). Errors: DI_ERR_UNSUPPORTED (no MTP
+ * truncation (model_mtp_seq_truncate; a DeepSeek-V4 MTP sequence cut more than
+ * model_n_batch pairs below the most it held is dropped whole, as
+ * model_seq_truncate says). Errors: DI_ERR_UNSUPPORTED (no MTP
  * layer), DI_ERR_OUT_OF_MEMORY; reserve as model_seq_reserve. */
 di_status model_mtp_seq_create(model *m, model_seq **out);
 void model_mtp_seq_free(model *m, model_seq *s);
@@ -245,7 +247,8 @@ void model_mtp_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
 
 /* One MTP sequence's part of model_mtp_forward_batch: n_tokens pairs
  * appended at its n_past, tokens[t] the token of pair t at RoPE position
- * pos0 + t (> 0); want 1: the last pair's logits and output are written. */
+ * pos0 + t (in [1, model_n_ctx]); want 1: the last pair's logits and output
+ * are written. */
 typedef struct model_mtp_item {
     model_seq *seq;
     const int32_t *tokens;

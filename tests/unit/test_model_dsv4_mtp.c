@@ -222,6 +222,129 @@ static void test_mtp_drafter_matches_the_reference(void **state)
     json_decref(ref);
 }
 
+/* Drafts asked for past n_batch (speculative_tokens > n_batch): the drafter
+ * chains n_batch - 1 of them at most (what a step can verify), so the next
+ * observe's cut stays within n_batch and the MTP sequence keeps its pairs (a
+ * deeper cut drops it whole): every decode step then drafts, the reference's
+ * first draft. */
+static void test_mtp_drafter_chains_within_n_batch(void **state)
+{
+    (void)state;
+    char dir[512];
+    json_t *ref = reference(dir, sizeof dir);
+    int32_t seq[64];
+    const int64_t n = (int64_t)sequence(ref, seq, 64), B = 4, P = 20;
+    model *m = load(dir, B);
+    const int32_t V = (int32_t)model_get_config(m)->n_vocab;
+    float *want = read_f32(dir, "mtp_logits.f32", (size_t)(n - 1) * (size_t)V);
+    float *logits = malloc((size_t)B * (size_t)V * sizeof *logits);
+    assert_non_null(logits);
+    drafter *d = NULL;
+    assert_int_equal(drafter_mtp_create(m, 1, &d), DI_OK);
+    sampler_params sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
+    sampler *smp = NULL;
+    assert_int_equal(sampler_create(&sp, V, &smp, NULL, 0), DI_OK);
+    model_seq *s = NULL;
+    assert_int_equal(model_seq_create(m, &s), DI_OK);
+    void *st = NULL;
+    int64_t rows = 0;
+    for (int64_t at = 0; at < P; at += B) { /* the prompt, a chunk a step */
+        assert_int_equal(model_seq_reserve(m, s, at + B), DI_OK);
+        model_batch_item it = {s, seq + at, B, 1};
+        assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
+        draft_observation ob = {&st, smp, at, 0, B, seq + at + 1};
+        d->ops->observe(d, &ob, 1, model_last_hidden(m, &rows));
+    }
+    for (int64_t n_tok = P + 1; n_tok < n - 1; n_tok++) {
+        int32_t out[16];
+        float conf[16];
+        draft_request dr = {.tokens = seq,
+                            .n_tokens = n_tok,
+                            .max = 16,
+                            .smp = smp,
+                            .state = &st,
+                            .out = out,
+                            .conf = conf};
+        d->ops->propose(d, &dr, 1);
+        assert_int_equal(dr.n, B - 1);
+        assert_int_equal(out[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
+        /* a decode step that verifies none of them */
+        assert_int_equal(model_seq_reserve(m, s, n_tok), DI_OK);
+        model_batch_item it = {s, seq + n_tok - 1, 1, 1};
+        assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
+        int32_t next = argmax(logits, V);
+        assert_int_equal(next, seq[n_tok]);
+        draft_observation ob = {&st, smp, n_tok - 1, 0, 1, &next};
+        d->ops->observe(d, &ob, 1, model_last_hidden(m, &rows));
+    }
+    d->ops->release(d, st);
+    model_seq_free(m, s);
+    drafter_destroy(d);
+    sampler_free(smp);
+    free(logits);
+    free(want);
+    model_free(m);
+    json_decref(ref);
+}
+
+/* model_mtp_forward_batch refuses, naming the item, what it cannot run: an
+ * item past n_batch, positions before 1 or past the context (a position near
+ * INT64_MAX overflowed in the step's position rows), room not reserved, a bad
+ * token id; the context's last position runs. */
+static void test_mtp_forward_batch_checks(void **state)
+{
+    (void)state;
+    char dir[512];
+    json_t *ref = reference(dir, sizeof dir);
+    model *m = load(dir, 8); /* n_ctx 256 */
+    const int64_t W = model_mtp_hidden_width(m);
+    float *hidden = calloc(8 * (size_t)W, sizeof *hidden);
+    float *logits = malloc(512 * sizeof *logits);
+    assert_true(hidden && logits);
+    model_seq *s = NULL;
+    assert_int_equal(model_mtp_seq_create(m, &s), DI_OK);
+    assert_int_equal(model_mtp_seq_reserve(m, s, 16), DI_OK);
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const struct {
+        int64_t n, pos0;
+        int32_t bad; /* tokens[0] */
+        const char *what;
+    } cases[] = {{9, 1, 1, "exceed n_batch"},
+                 {1, 0, 1, "a position before 1"},
+                 {1, 257, 1, "the context of 256"},
+                 {2, 256, 1, "the context of 256"},
+                 {2, INT64_MAX, 1, "the context of 256"},
+                 {1, 1, 512, "tokens[0] = 512"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tok[0] = cases[i].bad;
+        model_mtp_item it = {s, tok, cases[i].n, cases[i].pos0, 1};
+        di_error *err = NULL;
+        assert_int_equal(model_mtp_forward_batch(m, &it, 1, hidden, logits, NULL, &err),
+                         DI_ERR_INVALID_ARGUMENT);
+        if (!strstr(di_error_message(err), cases[i].what))
+            fail_msg("case %zu: '%s' lacks '%s'", i, di_error_message(err), cases[i].what);
+        di_error_free(err);
+    }
+    tok[0] = 1;
+    model_mtp_item last = {s, tok, 1, 256, 1};
+    assert_int_equal(model_mtp_forward_batch(m, &last, 1, hidden, logits, NULL, NULL), DI_OK);
+    assert_int_equal(model_seq_n_past(s), 1);
+    model_seq *unreserved = NULL;
+    assert_int_equal(model_mtp_seq_create(m, &unreserved), DI_OK);
+    model_mtp_item it = {unreserved, tok, 1, 1, 1};
+    di_error *err = NULL;
+    assert_int_equal(model_mtp_forward_batch(m, &it, 1, hidden, logits, NULL, &err),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "reserved room"));
+    di_error_free(err);
+    model_mtp_seq_free(m, unreserved);
+    model_mtp_seq_free(m, s);
+    free(hidden);
+    free(logits);
+    model_free(m);
+    json_decref(ref);
+}
+
 /* Rename a tensor in tmpdir/variant's model.safetensors (a copy): the header's
  * name changed in place, same length. */
 static void rename_tensor(const char *dir, const char *from, const char *to)
@@ -341,6 +464,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mtp_layer_matches_the_reference),
         cmocka_unit_test(test_mtp_drafter_matches_the_reference),
+        cmocka_unit_test(test_mtp_drafter_chains_within_n_batch),
+        cmocka_unit_test(test_mtp_forward_batch_checks),
         cmocka_unit_test(test_mtp_configs_and_tensors),
         cmocka_unit_test(test_mtp_gguf_errors),
     };
