@@ -231,12 +231,12 @@ static void test_mtp_drafter_chains_within_n_batch(void **state)
 {
     (void)state;
     char dir[512];
-    json_t *ref = reference(dir, sizeof dir);
+    json_t *ref = reference(FIXTURE, dir, sizeof dir);
     int32_t seq[64];
     const int64_t n = (int64_t)sequence(ref, seq, 64), B = 4, P = 20;
     model *m = load(dir, B);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
-    float *want = read_f32(dir, "mtp_logits.f32", (size_t)(n - 1) * (size_t)V);
+    float *want = model_fixture_f32(dir, "mtp_logits.f32", (size_t)(n - 1) * (size_t)V);
     float *logits = malloc((size_t)B * (size_t)V * sizeof *logits);
     assert_non_null(logits);
     drafter *d = NULL;
@@ -267,12 +267,12 @@ static void test_mtp_drafter_chains_within_n_batch(void **state)
                             .conf = conf};
         d->ops->propose(d, &dr, 1);
         assert_int_equal(dr.n, B - 1);
-        assert_int_equal(out[0], argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
+        assert_int_equal(out[0], mtp_argmax(want + (size_t)(n_tok - 2) * (size_t)V, V));
         /* a decode step that verifies none of them */
         assert_int_equal(model_seq_reserve(m, s, n_tok), DI_OK);
         model_batch_item it = {s, seq + n_tok - 1, 1, 1};
         assert_int_equal(model_forward_batch(m, &it, 1, logits, NULL), DI_OK);
-        int32_t next = argmax(logits, V);
+        int32_t next = mtp_argmax(logits, V);
         assert_int_equal(next, seq[n_tok]);
         draft_observation ob = {&st, smp, n_tok - 1, 0, 1, &next};
         d->ops->observe(d, &ob, 1, model_last_hidden(m, &rows));
@@ -295,7 +295,7 @@ static void test_mtp_forward_batch_checks(void **state)
 {
     (void)state;
     char dir[512];
-    json_t *ref = reference(dir, sizeof dir);
+    json_t *ref = reference(FIXTURE, dir, sizeof dir);
     model *m = load(dir, 8); /* n_ctx 256 */
     const int64_t W = model_mtp_hidden_width(m);
     float *hidden = calloc(8 * (size_t)W, sizeof *hidden);
