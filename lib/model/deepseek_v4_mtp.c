@@ -101,10 +101,15 @@ static di_status load_mtp(dsv4 *d, di_error **err)
 
 di_status dsv4_mtp_load(dsv4 *d, di_error **err)
 {
-    const model_config *c = &d->cfg;
-    if (!c->n_nextn_layer || !model_weights_get(d->w, "model.mtp.0.e_proj.weight"))
-        return DI_OK; /* (a checkpoint without its MTP tensors runs without MTP) */
-    return load_mtp(d, err);
+    /* A checkpoint without its MTP tensors runs without MTP; one with some of
+     * them has the rest named when they are missing. */
+    static const char *const any[] = {"model.mtp.0.e_proj.weight", "model.mtp.0.h_proj.weight",
+                                      "model.mtp.0.enorm.weight", "model.mtp.0.hnorm.weight",
+                                      "model.mtp.0.input_layernorm.weight"};
+    int present = 0;
+    for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
+        present |= model_weights_get(d->w, any[i]) != NULL;
+    return d->cfg.n_nextn_layer && present ? load_mtp(d, err) : DI_OK;
 }
 
 int dsv4_weights_mtp_only(const model_weights *w)

@@ -406,6 +406,23 @@ static void test_mtp_configs_and_tensors(void **state)
     dir = variant(FIXTURE, "{}", 1);
     rename_tensor(dir, "mtp.0.attn.wkv.weight", "mtp.0.attn.wkX.weight");
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.0.self_attn.kv_proj.weight", NULL);
+    dir = variant(FIXTURE, "{}", 1); /* (the first of its tensors too) */
+    rename_tensor(dir, "mtp.0.e_proj.weight", "mtp.0.e_proX.weight");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.0.e_proj.weight", NULL);
+    /* transformers' layer_types may list the MTP layer too: sliding only */
+    m = load(variant(FIXTURE,
+                     "{\"layer_types\": [\"sliding_attention\", \"compressed_sparse_attention\","
+                     " \"heavily_compressed_attention\", \"sliding_attention\"]}",
+                     0),
+             64);
+    assert_int_equal(model_mtp_layers(m), 1);
+    model_free(m);
+    model_expect_load_error(
+        variant(FIXTURE,
+                "{\"layer_types\": [\"sliding_attention\", \"compressed_sparse_attention\","
+                " \"heavily_compressed_attention\", \"compressed_sparse_attention\"]}",
+                0),
+        DI_ERR_UNSUPPORTED, "layer_types[3] (the MTP layer's)", NULL);
 }
 
 /* llama.cpp's MTP GGUF attached to the wrong model, or not an MTP GGUF, or
