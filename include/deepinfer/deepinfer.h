@@ -1064,10 +1064,10 @@ typedef struct di_engine_config {
     const char *served_model_name;
     /* Speculative decoding: draft tokens each decoding request verifies per
      * step at most, drafted by the drafter `draft` chooses — by default prompt
-     * lookup (the longest recent n-gram of the request's prompt and output, 1
-     * to 3 tokens, that occurred before, and what followed it: llama.cpp's
-     * lookup decoding, vLLM's ngram speculation), or a draft model, or the
-     * model's own MTP module when it has one. The drafts are computed in the same batched step as
+     * lookup (the longest suffix of the request's prompt and output, up to 16
+     * tokens, that occurred before, and what followed it: llama.cpp's lookup
+     * decoding, vLLM's ngram speculation), or a draft model, or the model's
+     * own MTP layer when it has one. The drafts are computed in the same batched step as
      * everyone else's work and a draft is kept only while it equals the token
      * the request would have sampled there, so the output is token for token
      * the same as without speculation — greedy or seeded — only sooner when
@@ -1099,7 +1099,8 @@ typedef struct di_engine_config {
      * probability min(1, p/q) and corrected from the residual (speculative
      * sampling: the output is distributed as without speculation).
      * Copied. NULL (default): none. Set, it needs speculative_tokens > 0 and
-     * draft DI_DRAFT_AUTO or DI_DRAFT_MODEL; its vocabulary must have the
+     * draft DI_DRAFT_AUTO or DI_DRAFT_MODEL (or DI_DRAFT_MTP with an MTP
+     * GGUF: below); its vocabulary must have the
      * model's size and, when both files carry a tokenizer, the same token
      * strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that
      * differs. Its load errors are di_model_load's, the message prefixed with
@@ -1126,14 +1127,17 @@ typedef struct di_engine_config {
 /* Drafters of speculative decoding (di_engine_config.draft). Values are
  * never renumbered; new drafters are appended. */
 typedef enum di_draft {
-    /* A draft model when draft_model_path is set, else the model's MTP
-     * module when it has one (DI_DRAFT_MTP), else prompt lookup. */
+    /* A draft model when draft_model_path is set (or, an MTP GGUF there, the
+     * MTP layer it holds), else the model's MTP layer when it has one
+     * (DI_DRAFT_MTP), else prompt lookup. */
     DI_DRAFT_AUTO = 0,
-    /* Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the
-     * request's prompt and output that occurred before, and what followed it
-     * (llama.cpp's lookup decoding, vLLM's ngram speculation). */
+    /* Prompt lookup: the longest suffix (up to 16 tokens) of the request's
+     * prompt and output that occurred before, and what followed it (of equal
+     * ones, the most recent: llama.cpp's lookup decoding, vLLM's ngram
+     * speculation; docs/speculative.md). */
     DI_DRAFT_PROMPT_LOOKUP = 1,
-    /* A separate draft model sharing the tokenizer (draft_model_path). */
+    /* A separate draft model sharing the tokenizer (draft_model_path), or, an
+     * MTP GGUF there, the MTP layer it holds (as DI_DRAFT_MTP). */
     DI_DRAFT_MODEL = 2,
     /* The model's own multi-token prediction layer: DeepSeek-V3's NextN
      * module (DeepSeek-V3 §2.2) or DeepSeek-V4's MTP layer (as llama.cpp's

@@ -1424,10 +1424,10 @@ pub struct di_engine_config {
     pub served_model_name: *const ::std::os::raw::c_char,
     #[doc = " Speculative decoding: draft tokens each decoding request verifies per"]
     #[doc = " step at most, drafted by the drafter `draft` chooses — by default prompt"]
-    #[doc = " lookup (the longest recent n-gram of the request's prompt and output, 1"]
-    #[doc = " to 3 tokens, that occurred before, and what followed it: llama.cpp's"]
-    #[doc = " lookup decoding, vLLM's ngram speculation), or a draft model, or the"]
-    #[doc = " model's own MTP module when it has one. The drafts are computed in the same batched step as"]
+    #[doc = " lookup (the longest suffix of the request's prompt and output, up to 16"]
+    #[doc = " tokens, that occurred before, and what followed it: llama.cpp's lookup"]
+    #[doc = " decoding, vLLM's ngram speculation), or a draft model, or the model's"]
+    #[doc = " own MTP layer when it has one. The drafts are computed in the same batched step as"]
     #[doc = " everyone else's work and a draft is kept only while it equals the token"]
     #[doc = " the request would have sampled there, so the output is token for token"]
     #[doc = " the same as without speculation — greedy or seeded — only sooner when"]
@@ -1460,7 +1460,8 @@ pub struct di_engine_config {
     #[doc = " probability min(1, p/q) and corrected from the residual (speculative"]
     #[doc = " sampling: the output is distributed as without speculation)."]
     #[doc = " Copied. NULL (default): none. Set, it needs speculative_tokens > 0 and"]
-    #[doc = " draft DI_DRAFT_AUTO or DI_DRAFT_MODEL; its vocabulary must have the"]
+    #[doc = " draft DI_DRAFT_AUTO or DI_DRAFT_MODEL (or DI_DRAFT_MTP with an MTP"]
+    #[doc = " GGUF: below); its vocabulary must have the"]
     #[doc = " model's size and, when both files carry a tokenizer, the same token"]
     #[doc = " strings: otherwise DI_ERR_INVALID_ARGUMENT naming the first token that"]
     #[doc = " differs. Its load errors are di_model_load's, the message prefixed with"]
@@ -1956,14 +1957,17 @@ fn bindgen_test_layout_di_engine_config() {
     }
     test_field_reserved_kv();
 }
-#[doc = " A draft model when draft_model_path is set, else the model's MTP"]
-#[doc = " module when it has one (DI_DRAFT_MTP), else prompt lookup."]
+#[doc = " A draft model when draft_model_path is set (or, an MTP GGUF there, the"]
+#[doc = " MTP layer it holds), else the model's MTP layer when it has one"]
+#[doc = " (DI_DRAFT_MTP), else prompt lookup."]
 pub const DI_DRAFT_AUTO: di_draft = 0;
-#[doc = " Prompt lookup: the longest recent n-gram (3 tokens down to 1) of the"]
-#[doc = " request's prompt and output that occurred before, and what followed it"]
-#[doc = " (llama.cpp's lookup decoding, vLLM's ngram speculation)."]
+#[doc = " Prompt lookup: the longest suffix (up to 16 tokens) of the request's"]
+#[doc = " prompt and output that occurred before, and what followed it (of equal"]
+#[doc = " ones, the most recent: llama.cpp's lookup decoding, vLLM's ngram"]
+#[doc = " speculation; docs/speculative.md)."]
 pub const DI_DRAFT_PROMPT_LOOKUP: di_draft = 1;
-#[doc = " A separate draft model sharing the tokenizer (draft_model_path)."]
+#[doc = " A separate draft model sharing the tokenizer (draft_model_path), or, an"]
+#[doc = " MTP GGUF there, the MTP layer it holds (as DI_DRAFT_MTP)."]
 pub const DI_DRAFT_MODEL: di_draft = 2;
 #[doc = " The model's own multi-token prediction layer: DeepSeek-V3's NextN"]
 #[doc = " module (DeepSeek-V3 §2.2) or DeepSeek-V4's MTP layer (as llama.cpp's"]
