@@ -87,8 +87,8 @@ static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
                              "%s: compress_ratios[%u] (the MTP layer's) is not 0: deepinfer runs "
                              "DeepSeek-V4's MTP layer as a sliding-window layer only",
                              c->file, m->n_layer);
-    const char *t = json_string_value(json_array_get(json_object_get(c->root, "layer_types"),
-                                                     m->n_layer));
+    const char *t =
+        json_string_value(json_array_get(json_object_get(c->root, "layer_types"), m->n_layer));
     if (json_array_get(json_object_get(c->root, "layer_types"), m->n_layer) &&
         !(t && strcmp(t, "sliding_attention") == 0))
         return di_error_setf(c->err, DI_ERR_UNSUPPORTED,

@@ -140,15 +140,19 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
     c->rate = rate;
     c->overlap = overlap;
     snprintf(name, sizeof name, "%s%s.kv_proj.weight", pre, prefix);
-    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->kv, err)) != DI_OK) return st;
+    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->kv, err)) != DI_OK)
+        return st;
     snprintf(name, sizeof name, "%s%s.gate_proj.weight", pre, prefix);
-    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->gate, err)) != DI_OK) return st;
+    if ((st = model_matrix(dsv4_layer_weights(d, i), d->be, name, E, cw, &c->gate, err)) != DI_OK)
+        return st;
     snprintf(name, sizeof name, "%s%s.kv_norm.weight", pre, prefix);
-    if ((st = model_vector(dsv4_layer_weights(d, i), d->be, name, width, &c->norm, err)) != DI_OK) return st;
+    if ((st = model_vector(dsv4_layer_weights(d, i), d->be, name, width, &c->norm, err)) != DI_OK)
+        return st;
     snprintf(name, sizeof name, "%s%s.position_bias", pre, prefix);
     const model_tensor *pb;
     int64_t ne[2] = {cw, rate};
-    if ((st = model_weights_require(dsv4_layer_weights(d, i), name, 2, ne, &pb, err)) != DI_OK) return st;
+    if ((st = model_weights_require(dsv4_layer_weights(d, i), name, 2, ne, &pb, err)) != DI_OK)
+        return st;
     return flat_vector(d, &views[0], pb, &c->bias, err);
 }
 
@@ -186,7 +190,8 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
             for (int k = 0; k < 3 && st == DI_OK; k++) {
                 snprintf(name, sizeof name, "%smlp.experts.%lld.%s.weight", pre, (long long)e,
                          kinds[k]);
-                st = model_matrix(dsv4_layer_weights(d, i), d->be, name, k < 2 ? E : I, k < 2 ? I : E, dst[k], err);
+                st = model_matrix(dsv4_layer_weights(d, i), d->be, name, k < 2 ? E : I,
+                                  k < 2 ? I : E, dst[k], err);
             }
         }
     }
@@ -247,10 +252,13 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     di_status st;
 #define MAT(field, suffix, nin, nout)                                                              \
     snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
-    if ((st = model_matrix(dsv4_layer_weights(d, i), be, name, nin, nout, &L->field, err)) != DI_OK) return st
+    if ((st = model_matrix(dsv4_layer_weights(d, i), be, name, nin, nout, &L->field, err)) !=      \
+        DI_OK)                                                                                     \
+    return st
 #define VEC(field, suffix, n)                                                                      \
     snprintf(name, sizeof name, "%s" suffix, pre);                                                 \
-    if ((st = model_vector(dsv4_layer_weights(d, i), be, name, n, &L->field, err)) != DI_OK) return st
+    if ((st = model_vector(dsv4_layer_weights(d, i), be, name, n, &L->field, err)) != DI_OK)       \
+    return st
     L->kind = (model_v4_attention)v->attention[i];
     L->hash = v->hash_moe[i];
     L->rope = L->kind == MODEL_V4_SLIDING ? d->rope_main : d->rope_comp;

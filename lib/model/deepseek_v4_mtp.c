@@ -155,8 +155,10 @@ static const char *config_mismatch(const model_config *a, const model_config *b)
     SAME(v4.index_topk, "attention.indexer.top_k");
 #undef SAME
     for (uint32_t i = 0; i < a->n_layer; i++)
-        if (a->v4.attention[i] != b->v4.attention[i]) return "attention.compress_ratios";
-        else if (a->v4.hash_moe[i] != b->v4.hash_moe[i]) return "hash_layer_count";
+        if (a->v4.attention[i] != b->v4.attention[i])
+            return "attention.compress_ratios";
+        else if (a->v4.hash_moe[i] != b->v4.hash_moe[i])
+            return "hash_layer_count";
     return NULL;
 }
 

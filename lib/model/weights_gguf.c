@@ -443,8 +443,8 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     if ((st = read_config(w, f, path, err)) != DI_OK) return st;
     const model_arch arch = w->config.arch;
     if (arch == MODEL_ARCH_DEEPSEEK_V3 || arch == MODEL_ARCH_DEEPSEEK_V2) {
-        if ((st = mw_gguf_split_experts(w, path, 0, w->config.n_layer + w->config.n_nextn_layer,
-                                        0, deepseek2_expert_name, err)) != DI_OK)
+        if ((st = mw_gguf_split_experts(w, path, 0, w->config.n_layer + w->config.n_nextn_layer, 0,
+                                        deepseek2_expert_name, err)) != DI_OK)
             return st;
     } else if (arch == MODEL_ARCH_DEEPSEEK_V4) {
         if ((st = mw_gguf_dsv4_experts(w, path, err)) != DI_OK) return st;

@@ -306,12 +306,12 @@ di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **er
 {
     const model_config *c = &w->config;
     /* an MTP GGUF: the NextN layer after the main ones, which it lacks */
-    const int mtp_only = c->n_nextn_layer > 0 &&
-                         !model_weights_get(w, "model.layers.0.input_layernorm.weight");
-    di_status st = mtp_only ? mw_gguf_split_experts(w, path, c->n_layer, c->n_layer + 1, 1,
-                                                    dsv4_expert_name, err)
-                            : mw_gguf_split_experts(w, path, 0, c->n_layer, 1, dsv4_expert_name,
-                                                    err);
+    const int mtp_only =
+        c->n_nextn_layer > 0 && !model_weights_get(w, "model.layers.0.input_layernorm.weight");
+    di_status st =
+        mtp_only
+            ? mw_gguf_split_experts(w, path, c->n_layer, c->n_layer + 1, 1, dsv4_expert_name, err)
+            : mw_gguf_split_experts(w, path, 0, c->n_layer, 1, dsv4_expert_name, err);
     if (st != DI_OK) return st;
     /* any other MXFP4 tensor: deepseek_v4.c runs MXFP4 routed experts only */
     for (size_t i = 0; i < w->n_file_tensors; i++) {
