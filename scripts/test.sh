@@ -206,12 +206,14 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   oracle model-dsv4-mtp "$model_python" tests/oracle/make_dsv4_fixtures.py --mtp-llama-cpp
   oracle model-mtp-chain "$model_python" tests/oracle/make_mtp_chain_fixture.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
+  # (not an MTP GGUF: no model of its own, refused as one: tests/cli/test_cli_model.sh)
   folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
+  dsv4_ggufs=$(for f in tests/fixtures/model/gguf-dsv4/*.gguf; do [[ $f == *-mtp.gguf ]] || echo "$f"; done)
   # shellcheck disable=SC2086
   oracle model-info "$model_python" tests/oracle/check_model_info.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \
     tests/fixtures/model/gguf-tiny/*.gguf tests/fixtures/model/gguf-dsv3/*.gguf \
-    tests/fixtures/model/gguf-dsv4/*.gguf $folders
+    $dsv4_ggufs $folders
   # SmolLM2's logits against transformers in f32 on its dequantized weights, no
   # further from them than llama.cpp's (the CPU-kernel issue's fidelity bar)
   oracle model-fidelity "$model_python" tests/oracle/check_fidelity.py \
