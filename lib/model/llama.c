@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "model/deepseek_v3.h"
 #include "model/deepseek_v4.h"
+#include "model/gguf.h"
 #include "model/kv_pool.h"
 #include "model/load.h"
 #include "model/model.h"
@@ -269,11 +270,26 @@ int model_mtp_layers(const model *m)
 }
 int model_file_is_mtp(const char *path)
 {
-    model_weights *w = NULL;
-    if (!path || model_weights_open(path, &w, NULL) != DI_OK) return 0;
-    int mtp = dsv4_weights_mtp_only(w);
-    model_weights_close(w);
-    return mtp;
+    /* the GGUF's header and tensor table only (no weights read: a draft model
+     * given here is loaded afterwards, and a V4 one's experts repacked then) */
+    gguf_file *f = NULL;
+    char msg[8];
+    if (!path || gguf_open(path, 0, &f, msg, sizeof msg) != DI_OK) return 0;
+    const char *arch = NULL;
+    size_t len = 0;
+    uint32_t nextn = 0;
+    int main_layers = 0, nextn_tensors = 0;
+    if (gguf_get_string(f, "general.architecture", &arch, &len) && len == 9 &&
+        memcmp(arch, "deepseek4", 9) == 0 &&
+        gguf_get_u32(f, "deepseek4.nextn_predict_layers", &nextn))
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor_info *t = &f->tensors[i];
+            main_layers |= t->name_len == 22 && memcmp(t->name, "blk.0.attn_norm.weight", 22) == 0;
+            nextn_tensors |= t->name_len > 21 &&
+                             memcmp(t->name + t->name_len - 21, ".nextn.eh_proj.weight", 21) == 0;
+        }
+    gguf_close(f);
+    return nextn > 0 && nextn_tensors && !main_layers;
 }
 di_status model_attach_mtp(model *m, const char *path, di_error **err)
 {
