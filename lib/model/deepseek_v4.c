@@ -543,6 +543,13 @@ di_status dsv4_seq_reserve(dsv4 *d, model_seq *s, int64_t n_tokens)
     return s->v4 ? cache_reserve(d, s->v4, n_tokens) : DI_OK;
 }
 
+void dsv4_seq_advance(model_seq *s, int64_t n)
+{
+    if (s->kv.n_tokens == 0) s->v4->n_written = 0; /* a new sequence, perhaps a reused cache */
+    s->kv.n_tokens += n;
+    if (s->v4->n_written < s->kv.n_tokens) s->v4->n_written = s->kv.n_tokens;
+}
+
 void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens)
 {
     /* win_ring = window + n_batch and comp_ring = 2 max_rate + n_batch rows:
@@ -830,12 +837,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
         op->copy_rows(be, d->last_hidden, hcE, d->x, hcE, hcE, n);
         d->n_last = n;
     }
-    for (int i = 0; i < n_items; i++) {
-        model_seq *s = items[i].seq;
-        if (s->kv.n_tokens == 0) s->v4->n_written = 0; /* a new sequence, perhaps a reused cache */
-        s->kv.n_tokens += items[i].n_tokens;
-        if (s->v4->n_written < s->kv.n_tokens) s->v4->n_written = s->kv.n_tokens;
-    }
+    for (int i = 0; i < n_items; i++) dsv4_seq_advance(items[i].seq, items[i].n_tokens);
     if (!logits) return;
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);

@@ -137,6 +137,9 @@ void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *b
 di_status dsv4_cache_seq_init(dsv4 *d, kv_pool *pool, dsv4_cache **free_list, uint32_t first,
                               uint32_t n, model_seq *s);
 void dsv4_cache_seq_release(kv_pool *pool, dsv4_cache **free_list, model_seq *s);
+/* After a step wrote n rows of s: its token count and the most its cache's
+ * rings have reached (dsv4_cache_truncate's bound). */
+void dsv4_seq_advance(model_seq *s, int64_t n);
 /* Keep a cache's sequence s at its first n_tokens in pool: a cut deeper than
  * n_batch below the most it reached drops it all (the rings' rows are gone). */
 void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens);

@@ -292,10 +292,7 @@ void dsv4_mtp_forward_batch(dsv4 *d, const model_mtp_item *items, int n_items, i
     row = 0;
     int64_t n_out = 0;
     for (int i = 0; i < n_items; i++) {
-        model_seq *s = items[i].seq;
-        if (s->kv.n_tokens == 0) s->v4->n_written = 0; /* a new sequence, perhaps a reused cache */
-        s->kv.n_tokens += items[i].n_tokens;
-        if (s->v4->n_written < s->kv.n_tokens) s->v4->n_written = s->kv.n_tokens;
+        dsv4_seq_advance(items[i].seq, items[i].n_tokens);
         row += items[i].n_tokens;
         if (!items[i].want) continue;
         /* the wanted rows gathered (row-wise operations: nothing else changes) */
