@@ -223,6 +223,13 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
     oracle "model-fidelity-$kv" "$model_python" tests/oracle/check_fidelity.py --kv-cache-type "$kv" \
       --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
   done
+  # DeepSeek-V4's caches (window, compressed entries, indexer keys) in each type,
+  # on the deepseek4 GGUF against the fixture's f32 reference, beside llama.cpp's
+  for kv in f16 q8_0 q4_0; do
+    oracle "model-fidelity-dsv4-$kv" "$model_python" tests/oracle/check_fidelity.py \
+      --kv-cache-type "$kv" --cli build/release/examples/deepinfer \
+      --fixture tests/fixtures/model/gguf-dsv4/dsv4-gguf-bf16.json
+  done
   # grammar masks against xgrammar, and SmolLM2's constrained outputs against jsonschema
   smol=$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
   oracle grammar-parity "$model_python" tests/parity/grammar_parity.py \

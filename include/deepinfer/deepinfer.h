@@ -827,7 +827,8 @@ typedef struct di_model_options {
      * from the f32 reference beside llama.cpp's with the same type). They
      * need head_dim (an MLA model's kv_lora_rank + qk_rope_head_dim) a
      * multiple of 32, and the CPU (DI_ERR_UNSUPPORTED otherwise, naming the
-     * dimension); DeepSeek-V4, whose caches are f32, refuses them too. An
+     * dimension; DeepSeek-V4's window, compressed entries and indexer keys
+     * take every type, with head_dim and index_head_dim whole blocks). An
      * unknown value, or kv_cache_f32 = 1 with a type other than F32 or F16, is
      * DI_ERR_INVALID_ARGUMENT. */
     int32_t kv_cache_type;
@@ -875,11 +876,11 @@ DI_API void di_model_reset(di_model *model);
  * keep every KV head's key and value: 2 * layers * kv_heads * head_dim *
  * element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope
  * key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,
- * section 2.1.4). DeepSeek-V4 keeps, in f32, one compressed entry per compress
- * rate tokens of its CSA and HCA layers (and the CSA indexer's keys) plus a
- * fixed part per sequence (the sliding window, the compressors' pending rows),
- * which this spreads over the context length (docs/deepseek-v4.md). 0 for
- * NULL. Thread-safe. */
+ * section 2.1.4). DeepSeek-V4 keeps one compressed entry per compress rate
+ * tokens of its CSA and HCA layers (and the CSA indexer's keys), in the
+ * element type, plus a fixed part per sequence (the sliding window in the
+ * element type, the compressors' pending rows in f32), which this spreads
+ * over the context length (docs/deepseek-v4.md). 0 for NULL. Thread-safe. */
 DI_API int64_t di_model_kv_bytes_per_token(const di_model *model);
 
 /* Flags of di_model_eval. */

@@ -211,26 +211,38 @@ typedef struct backend_ops {
     void (*compress_pool)(backend *be, const float *kv, const float *gate, int64_t ring,
                           int64_t row_stride, const float *bias, int rate, int64_t width,
                           int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride);
+    /* DeepSeek-V4's caches (the window rings, the compressed entries, the
+     * indexer keys) hold rows in the model's KV cache dtype: F32, F16, or Q8_0
+     * / Q4_0 blocks of 32 (width a multiple of 32), model_kv_row_bytes(dtype,
+     * width) bytes a row. This stores n rows of src (f32, width wide,
+     * src_stride floats apart) at dst, converted; quantized rows of a multiple
+     * of 64 values are stored Hadamard-rotated in groups of 64 (as the paged
+     * caches, lib/backend/cpu/kv_cache.h), which indexer_topk and
+     * sink_attention undo. */
+    void (*v4_rows_store)(backend *be, model_dtype dtype, void *dst, const float *src,
+                          int64_t src_stride, int64_t width, int64_t n);
     /* The lightning indexer (DeepSeek-V4 §2.3.1): for query row t at position
      * pos[t], score[s] = sum_h w[t, h] w_scale * ReLU(q[t, h] . keys[s]) * scale
      * over the entries s < min(n_keys, (pos[t] + 1) / rate); sel[t * k, +k] (host)
      * = the k best (the lower index first among equals), -1 where fewer. q f32
-     * [n, n_head, head_dim], w [n, n_head], keys [n_keys, head_dim]. */
+     * [n, n_head, head_dim], w [n, n_head], keys [n_keys] rows of head_dim
+     * (v4_rows_store's, of kv_dtype). */
     void (*indexer_topk)(backend *be, const float *q, const float *w, int n_head, int64_t head_dim,
-                         int64_t n, const int64_t *pos, const float *keys, int64_t n_keys, int rate,
-                         float scale, float w_scale, int k, int32_t *sel);
+                         int64_t n, const int64_t *pos, const void *keys, model_dtype kv_dtype,
+                         int64_t n_keys, int rate, float scale, float w_scale, int k, int32_t *sel);
     /* Attention with one shared K = V head and a learned sink per head
      * (DeepSeek-V4's, as gpt-oss's): query row t (position pos[t]) of q f32
      * [n, n_head, head_dim] reads the window ring's rows of positions
-     * (pos - window, pos] (position p at win + (p % win_ring) head_dim) and
-     * compressed entries: with sel (host [n, k]) the listed ones (-1 skipped),
-     * else entries e < min(n_comp, (pos + 1) / rate) (none when comp is NULL);
-     * softmax over the scaled scores and sinks[h], the sink's share dropped.
-     * out f32 [n, n_head, head_dim], not overlapping q. */
+     * (pos - window, pos] (position p at row p % win_ring of win) and
+     * compressed entries (rows of comp): with sel (host [n, k]) the listed ones
+     * (-1 skipped), else entries e < min(n_comp, (pos + 1) / rate) (none when
+     * comp is NULL); softmax over the scaled scores and sinks[h], the sink's
+     * share dropped. win and comp hold rows of head_dim (v4_rows_store's, of
+     * kv_dtype). out f32 [n, n_head, head_dim], not overlapping q. */
     void (*sink_attention)(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                           const int64_t *pos, const float *win, int64_t win_ring, int window,
-                           const float *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
-                           const float *sinks, float scale, float *out);
+                           const int64_t *pos, const void *win, int64_t win_ring, int window,
+                           const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
+                           model_dtype kv_dtype, const float *sinks, float scale, float *out);
 } backend_ops;
 
 /* Every backend starts with this. */

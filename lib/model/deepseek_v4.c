@@ -385,6 +385,14 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     }
     const int64_t hcE = d->hc * E, ihd = v->index_head_dim, IH = v->index_n_heads, F = c->n_ff_exp,
                   k = c->n_expert_used;
+    /* the caches' rows: the window's and the entries' head_dim, the indexer
+     * keys' index_head_dim (a Q8_0/Q4_0 cache needs whole blocks of 32) */
+    int has_csa = 0;
+    for (uint32_t i = 0; i < c->n_layer; i++) has_csa |= d->layers[i].kind == MODEL_V4_CSA;
+    if ((st = model_kv_dtype_check(d->opt.kv_dtype, hd, "head_dim", err)) != DI_OK ||
+        (has_csa &&
+         (st = model_kv_dtype_check(d->opt.kv_dtype, ihd, "index_head_dim", err)) != DI_OK))
+        goto fail;
     d->x = op->alloc(be, B * hcE);
     d->x2 = op->alloc(be, B * hcE);
     d->xn = op->alloc(be, B * hcE);
@@ -408,6 +416,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->router = op->alloc(be, B * c->n_expert);
     d->gate = op->alloc(be, B * F);
     d->up = op->alloc(be, B * F);
+    d->pooled = op->alloc(be, (B + 1) * (hd > ihd ? hd : ihd));
     d->pos = malloc((size_t)B * sizeof *d->pos);
     d->neg_pos = malloc((size_t)B * sizeof *d->neg_pos);
     d->kpos = malloc((size_t)B * sizeof *d->kpos);
@@ -419,9 +428,9 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->tokens = malloc((size_t)B * sizeof *d->tokens);
     if (!d->x || !d->x2 || !d->xn || !d->mix || !d->col || !d->h || !d->post || !d->comb ||
         !d->qa || !d->q || !d->kv || !d->attn || !d->grp_in || !d->grp_out || !d->oa || !d->out ||
-        !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pos ||
-        !d->neg_pos || !d->kpos || !d->entry_pos || !d->index_sel || !d->sel || !d->sel_w ||
-        !d->spans || !d->tokens) {
+        !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pooled ||
+        !d->pos || !d->neg_pos || !d->kpos || !d->entry_pos || !d->index_sel || !d->sel ||
+        !d->sel_w || !d->spans || !d->tokens) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
@@ -450,6 +459,18 @@ fail:
     return st;
 }
 
+/* Backend floats holding rows of width values of the cache's dtype. */
+static int64_t floats_for_rows(model_dtype dtype, int64_t rows, int64_t width)
+{
+    return (rows * model_kv_row_bytes(dtype, width) + (int64_t)sizeof(float) - 1) /
+           (int64_t)sizeof(float);
+}
+
+static void *alloc_rows(backend *be, model_dtype dtype, int64_t rows, int64_t width)
+{
+    return be->ops->alloc(be, floats_for_rows(dtype, rows, width));
+}
+
 /* Each layer's window ring, and its compressors' rings (the entries come
  * with the tokens, dsv4_seq_reserve). */
 dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
@@ -469,7 +490,7 @@ dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
     for (uint32_t i = first; i < first + n; i++) {
         const v4_layer *L = &d->layers[i];
         v4_layer_cache *lc = &k->layers[i - first];
-        if (!(lc->win = be->ops->alloc(be, d->win_ring * c->head_dim))) return NULL;
+        if (!(lc->win = alloc_rows(be, d->opt.kv_dtype, d->win_ring, c->head_dim))) return NULL;
         const v4_compressor *cp[2] = {&L->comp, &L->index};
         v4_comp_cache *cc[2] = {&lc->comp, &lc->index};
         for (int j = 0; j < 2; j++) {
@@ -529,7 +550,8 @@ static di_status cache_reserve(dsv4 *d, dsv4_cache *k, int64_t n_tokens)
             int64_t cap = cc[j]->cap * 2 > need ? cc[j]->cap * 2 : need;
             if (cap < 16) cap = 16;
             if (cap > most) cap = most;
-            float *p = d->be->ops->realloc(d->be, cc[j]->entries, cap * cp[j]->width);
+            float *p = d->be->ops->realloc(d->be, cc[j]->entries,
+                                           floats_for_rows(d->opt.kv_dtype, cap, cp[j]->width));
             if (!p) return DI_ERR_OUT_OF_MEMORY;
             cc[j]->entries = p;
             cc[j]->cap = cap;
@@ -617,32 +639,40 @@ void dsv4_reset(dsv4 *d)
 size_t dsv4_kv_bytes_per_token(const dsv4 *d)
 {
     const model_config *c = &d->cfg;
-    const double ctx = (double)d->opt.n_ctx;
-    double per = 0.0;
+    const model_dtype dt = d->opt.kv_dtype;
+    const double ctx = (double)d->opt.n_ctx, f32 = sizeof(float);
+    double per = 0.0; /* bytes */
     for (uint32_t i = 0; i < c->n_layer; i++) {
         const v4_layer *L = &d->layers[i];
-        per += (double)d->win_ring * (double)c->head_dim / ctx; /* the window */
-        if (L->kind == MODEL_V4_SLIDING) continue;
-        per += (double)L->comp.width / L->comp.rate +
-               2.0 * (double)d->comp_ring * (double)L->comp.cw / ctx;
-        if (L->kind == MODEL_V4_CSA)
-            per += (double)L->index.width / L->index.rate +
-                   2.0 * (double)d->comp_ring * (double)L->index.cw / ctx;
+        const v4_compressor *cp[2] = {&L->comp, &L->index};
+        /* the window (fixed, spread over the context) */
+        per += (double)d->win_ring * (double)model_kv_row_bytes(dt, c->head_dim) / ctx;
+        for (int j = 0; j < 2; j++) {
+            if (!cp[j]->rate) continue; /* an entry per rate tokens, the f32 rings fixed */
+            per += (double)model_kv_row_bytes(dt, cp[j]->width) / cp[j]->rate +
+                   2.0 * (double)d->comp_ring * (double)cp[j]->cw * f32 / ctx;
+        }
     }
-    return (size_t)ceil(per * sizeof(float));
+    return (size_t)ceil(per);
 }
 
 /* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
- * rows of positions pos0.. (row p % ring). */
-static void ring_store(backend *be, float *ring, int64_t ring_rows, int64_t width, const float *src,
-                       int64_t src_stride, int64_t pos0, int64_t n)
+ * rows of positions pos0.. (row p % ring): f32 (dtype F32, a compressor's
+ * rings) copied, else stored in the cache's dtype (the window's). */
+static void ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,
+                       const float *src, int64_t src_stride, int64_t pos0, int64_t n)
 {
+    const int64_t rb = model_kv_row_bytes(dtype, width);
     int64_t done = 0;
     while (done < n) {
         int64_t r = (pos0 + done) % ring_rows, run = ring_rows - r;
         if (run > n - done) run = n - done;
-        be->ops->copy_rows(be, ring + r * width, width, src + done * src_stride, src_stride, width,
-                           run);
+        if (dtype == MODEL_DTYPE_F32)
+            be->ops->copy_rows(be, (float *)ring + r * width, width, src + done * src_stride,
+                               src_stride, width, run);
+        else
+            be->ops->v4_rows_store(be, dtype, (char *)ring + r * rb, src + done * src_stride,
+                                   src_stride, width, run);
         done += run;
     }
 }
@@ -655,17 +685,27 @@ static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp
 {
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    ring_store(be, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw, sp->pos0, sp->n);
-    ring_store(be, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw, sp->pos0, sp->n);
+    ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
+               sp->pos0, sp->n);
+    ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw,
+               sp->pos0, sp->n);
     const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
     if (e1 <= e0) return;
-    float *dst = cc->entries + e0 * c->width;
+    /* pooled, normalised and rotated in f32, then stored in the cache's dtype */
+    float *pooled = d->pooled;
     op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, c->bias, c->rate,
-                      c->width, c->overlap, e0, e1 - e0, dst, c->width);
-    op->rmsnorm(be, dst, c->width, c->norm, dst, c->width, e1 - e0, c->width, d->cfg.rms_norm_eps);
+                      c->width, c->overlap, e0, e1 - e0, pooled, c->width);
+    op->rmsnorm(be, pooled, c->width, c->norm, pooled, c->width, e1 - e0, c->width,
+                d->cfg.rms_norm_eps);
     const int64_t rd = d->cfg.qk_rope_head_dim;
     for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
-    op->rope(be, L->rope, dst + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
+    op->rope(be, L->rope, pooled + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
+    const model_dtype dt = d->opt.kv_dtype;
+    char *dst = (char *)cc->entries + e0 * model_kv_row_bytes(dt, c->width);
+    if (dt == MODEL_DTYPE_F32)
+        op->copy_rows(be, (float *)dst, c->width, pooled, c->width, c->width, e1 - e0);
+    else
+        op->v4_rows_store(be, dt, dst, pooled, c->width, c->width, e1 - e0);
 }
 
 /* A compressor's projections of the n rows of d->h, into d->ckv and d->cg. */
@@ -700,8 +740,8 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     int64_t r0 = 0;
     for (int i = 0; i < n_spans; i++) { /* the window's keys */
         const v4_span *sp = &d->spans[i];
-        ring_store(be, sp->cache->layers[l - sp->cache->first].win, d->win_ring, hd,
-                   d->kv + r0 * hd, hd, sp->pos0, sp->n);
+        ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
+                   hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
         r0 += sp->n;
     }
     if (L->kind != MODEL_V4_SLIDING) {
@@ -731,15 +771,15 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
         const int32_t *sel = NULL;
         if (L->kind == MODEL_V4_CSA) {
             op->indexer_topk(be, d->iq + r0 * IH * ihd, d->iw + r0 * IH, (int)IH, ihd, sp->n,
-                             d->pos + r0, lc->index.entries, n_entries, L->index.rate,
-                             1.0f / sqrtf((float)ihd), 1.0f / sqrtf((float)IH), (int)K,
-                             d->index_sel + r0 * K);
+                             d->pos + r0, lc->index.entries, d->opt.kv_dtype, n_entries,
+                             L->index.rate, 1.0f / sqrtf((float)ihd), 1.0f / sqrtf((float)IH),
+                             (int)K, d->index_sel + r0 * K);
             sel = d->index_sel + r0 * K;
         }
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0, lc->win,
                            d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
-                           L->comp.rate ? L->comp.rate : 1, sel, (int)K, L->sinks,
+                           L->comp.rate ? L->comp.rate : 1, sel, (int)K, d->opt.kv_dtype, L->sinks,
                            1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
         r0 += sp->n;
     }

@@ -19,20 +19,22 @@ typedef struct v4_compressor {
     int rate, overlap;
 } v4_compressor;
 
-/* One compressor's cache in a sequence: its rows' rings [comp_ring, cw] and
- * the entries [cap, width], grown with the sequence (dsv4_seq_reserve) up to
- * n_ctx / rate + 1; the sequence's first n_past / rate entries are valid (so
+/* One compressor's cache in a sequence: its rows' rings f32 [comp_ring, cw]
+ * and the entries [cap] rows of width in the cache's dtype (backend.h's
+ * v4_rows_store), grown with the sequence (dsv4_seq_reserve) up to n_ctx /
+ * rate + 1; the sequence's first n_past / rate entries are valid (so
  * truncating the sequence drops the rest). */
 typedef struct v4_comp_cache {
-    float *kv_ring, *gate_ring, *entries;
+    float *kv_ring, *gate_ring;
+    void *entries;
     int64_t cap; /* rows of entries */
 } v4_comp_cache;
 
-/* A sequence's cache, per layer: the window ring [win_ring, head_dim] (position
- * p at row p % win_ring) and the compressors'. Kept for reuse when the
- * sequence ends (dsv4_seq_release). */
+/* A sequence's cache, per layer: the window ring of win_ring rows of
+ * head_dim in the cache's dtype (position p at row p % win_ring) and the
+ * compressors'. Kept for reuse when the sequence ends (dsv4_seq_release). */
 typedef struct v4_layer_cache {
-    float *win;
+    void *win;
     v4_comp_cache comp, index;
 } v4_layer_cache;
 
@@ -92,6 +94,7 @@ struct dsv4 {
     /* activations [n_batch, ...] */
     float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
         *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
+    float *pooled; /* [n_batch + 1, max(head_dim, index_head_dim)]: a span's new entries, f32 */
     /* host [n_batch, ...] */
     int64_t *pos, *neg_pos, *entry_pos;
     int64_t *kpos; /* the rows' places in their sequence (the window ring's; the

@@ -147,13 +147,6 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                                path);
             goto fail;
         }
-        if (m->opt.kv_dtype == MODEL_DTYPE_Q8_0 || m->opt.kv_dtype == MODEL_DTYPE_Q4_0) {
-            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
-                               "kv_cache_type %s: DeepSeek-V4's caches (window, compressed "
-                               "entries, indexer keys) are kept in f32 (docs/kv-cache.md)",
-                               model_kv_dtype_name(m->opt.kv_dtype));
-            goto fail;
-        }
         if ((st = dsv4_load(m->w, &m->opt, m->be, &m->v4, err)) != DI_OK) goto fail;
         *out = m;
         return DI_OK;

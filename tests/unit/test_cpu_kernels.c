@@ -496,29 +496,67 @@ static void test_moe_experts_read_the_packed_copies(void **state)
     cpu_threadpool_free(pool);
 }
 
-/* DeepSeek-V4's attention with sinks against double arithmetic: the window
- * ring wrapping, the indexer's choice with unused (-1) slots, then every
- * complete entry; head_dim 64 (the AVX2 tile where it runs, 5 heads: an odd
- * tile row) and 48 (the per-head walk); each token alone equal to its row in
- * the batch, bit for bit. */
-static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel)
+/* n rows of width random values stored as a DeepSeek-V4 cache of dtype
+ * (cpu_v4_rows_store) into *stored, and what a reader sees of them (each row
+ * dequantized and rotated back) returned as f32; the stored values are
+ * checked to be the originals within the type's rounding. */
+static float *v4_cache_rows(model_dtype dtype, int64_t n, int64_t width, void **stored)
+{
+    float *x = malloc(sizeof(float) * (size_t)(n * width)),
+          *seen = malloc(sizeof(float) * (size_t)(n * width));
+    const size_t rb = cpu_row_bytes((int)dtype, width);
+    *stored = malloc(rb * (size_t)n);
+    assert_non_null(x);
+    assert_non_null(seen);
+    assert_non_null(*stored);
+    for (int64_t i = 0; i < n * width; i++) x[i] = frand();
+    cpu_v4_rows_store(dtype, *stored, x, width, width, n);
+    const double tol[] = {[MODEL_DTYPE_F32] = 0,
+                          [MODEL_DTYPE_F16] = 1e-3,
+                          [MODEL_DTYPE_Q8_0] = 0.03,
+                          [MODEL_DTYPE_Q4_0] = 0.6};
+    for (int64_t r = 0; r < n; r++) {
+        float *row = seen + r * width;
+        cpu_dequantize_row((int)dtype, (const char *)*stored + (size_t)r * rb, row, width);
+        if (cpu_kv_rotates(dtype, width)) cpu_kv_rotate(row, width);
+        for (int64_t i = 0; i < width; i++)
+            if (fabs(row[i] - x[r * width + i]) > tol[dtype])
+                fail_msg("dtype %d, width %lld: row %lld value %lld stored as %g, was %g", dtype,
+                         (long long)width, (long long)r, (long long)i, row[i], x[r * width + i]);
+    }
+    free(x);
+    return seen;
+}
+
+/* DeepSeek-V4's attention with sinks against double arithmetic over the
+ * values the cache holds: the window ring wrapping, the indexer's choice
+ * with unused (-1) slots, then every complete entry; each token alone equal
+ * to its row in the batch, bit for bit. */
+static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, model_dtype dtype)
 {
     enum { NH = 5, N = 6, WINDOW = 7, RING = 12, NCOMP = 9, K = 4, RATE = 4 };
-    float q[N * NH * 64], win[RING * 64], comp[NCOMP * 64], sinks[NH], out[N * NH * 64],
-        one[NH * 64];
+    float *q = malloc(sizeof(float) * (size_t)(N * NH * d)),
+          *out = malloc(sizeof(float) * (size_t)(N * NH * d)),
+          *one = malloc(sizeof(float) * (size_t)(NH * d)), sinks[NH];
+    double *o = malloc(sizeof(double) * (size_t)d);
+    assert_non_null(q);
+    assert_non_null(out);
+    assert_non_null(one);
+    assert_non_null(o);
+    void *win_rows, *comp_rows;
+    float *win = v4_cache_rows(dtype, RING, d, &win_rows),
+          *comp = v4_cache_rows(dtype, NCOMP, d, &comp_rows);
     int64_t pos[N];
     int32_t sel[N * K];
-    for (int i = 0; i < N * NH * 64; i++) q[i] = frand();
-    for (int i = 0; i < RING * 64; i++) win[i] = frand();
-    for (int i = 0; i < NCOMP * 64; i++) comp[i] = frand();
+    for (int64_t i = 0; i < N * NH * d; i++) q[i] = frand();
     for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
     for (int t = 0; t < N; t++) {
         pos[t] = 10 + t; /* ring rows wrap past 12 */
         for (int i = 0; i < K; i++) sel[t * K + i] = i == K - 1 && t % 2 ? -1 : (t + 3 * i) % NCOMP;
     }
     const float scale = 0.3f;
-    cpu_sink_attention(pool, q, NH, d, N, pos, win, RING, WINDOW, comp, NCOMP, RATE,
-                       use_sel ? sel : NULL, K, sinks, scale, out);
+    cpu_sink_attention(pool, q, NH, d, N, pos, win_rows, RING, WINDOW, comp_rows, NCOMP, RATE,
+                       use_sel ? sel : NULL, K, dtype, sinks, scale, out);
     double worst = 0;
     for (int t = 0; t < N; t++)
         for (int h = 0; h < NH; h++) {
@@ -534,7 +572,8 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel)
                     keys[nk++] = comp + e * d;
             }
             const float *qh = q + (t * NH + h) * d;
-            double sc[WINDOW + NCOMP], m = sinks[h], l = 0, o[64] = {0};
+            double sc[WINDOW + NCOMP], m = sinks[h], l = 0;
+            memset(o, 0, sizeof(double) * (size_t)d);
             for (int j = 0; j < nk; j++) {
                 sc[j] = 0;
                 for (int64_t i = 0; i < d; i++) sc[j] += (double)qh[i] * keys[j][i];
@@ -552,28 +591,88 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel)
                 worst = diff > worst ? diff : worst;
             }
         }
-    printf("sink attention, head_dim %lld, %s: max |diff| from double %.2e\n", (long long)d,
+    printf("sink attention, %s cache%s, head_dim %lld, %s: max |diff| from double %.2e\n",
+           dtype == MODEL_DTYPE_F32    ? "f32"
+           : dtype == MODEL_DTYPE_F16  ? "f16"
+           : dtype == MODEL_DTYPE_Q8_0 ? "q8_0"
+                                       : "q4_0",
+           cpu_kv_rotates(dtype, d) ? " (rotated)" : "", (long long)d,
            use_sel ? "the indexer's entries" : "every entry", worst);
-    assert_true(worst < 1e-5);
+    if (!(worst < 1e-5)) fail_msg("dtype %d: max |diff| %g", dtype, worst);
     for (int t = 0; t < N; t++) {
-        cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, win, RING, WINDOW, comp, NCOMP,
-                           RATE, use_sel ? sel + t * K : NULL, K, sinks, scale, one);
+        cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, win_rows, RING, WINDOW,
+                           comp_rows, NCOMP, RATE, use_sel ? sel + t * K : NULL, K, dtype, sinks,
+                           scale, one);
         assert_memory_equal(one, out + t * NH * d, sizeof(float) * (size_t)(NH * d));
     }
+    free(q);
+    free(out);
+    free(one);
+    free(o);
+    free(win);
+    free(comp);
+    free(win_rows);
+    free(comp_rows);
 }
 
+/* Every cache type on every path: head_dim 64 (the AVX2 tile where it runs;
+ * quantized rows rotated), 96 (the tile; not rotated), 48 (the per-head walk,
+ * f32 and f16: no whole blocks), 544 (the walk past the tile's 512; not
+ * rotated) and 576 (the walk, rotated). */
 static void test_sink_attention_matches_double(void **state)
 {
     (void)state;
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(3, &pool), DI_OK);
-    printf("sink attention kernels: %s\n",
-           cpu_has_avx2() ? "avx2 tile (head_dim 64), per-head walk (48)" : "per-head walk");
-    for (int use_sel = 0; use_sel < 2; use_sel++) {
-        check_sink_attention(pool, 64, use_sel);
-        check_sink_attention(pool, 48, use_sel);
+    printf("sink attention kernels: %s\n", cpu_has_avx2()
+                                               ? "avx2 tile (head_dim 64, 96), per-head walk "
+                                                 "(48, 544, 576)"
+                                               : "per-head walk");
+    static const model_dtype types[] = {MODEL_DTYPE_F32, MODEL_DTYPE_F16, MODEL_DTYPE_Q8_0,
+                                        MODEL_DTYPE_Q4_0};
+    static const int64_t dims[] = {64, 96, 48, 544, 576};
+    for (int ti = 0; ti < 4; ti++)
+        for (int di = 0; di < 5; di++) {
+            if (dims[di] % 32 && types[ti] != MODEL_DTYPE_F32 && types[ti] != MODEL_DTYPE_F16)
+                continue;
+            for (int use_sel = 0; use_sel < 2; use_sel++)
+                check_sink_attention(pool, dims[di], use_sel, types[ti]);
+        }
+    cpu_threadpool_free(pool);
+}
+
+/* The lightning indexer reads its keys in the cache's type: the same choice
+ * as over the f32 values the cache holds (a rotated cache's rows rotated
+ * back), for every type. */
+static void test_indexer_reads_every_cache_type(void **state)
+{
+    (void)state;
+    enum { NH = 3, D = 128, N = 5, NK = 40, RATE = 4, K = 6 };
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    float q[N * NH * D], w[N * NH], *scratch = malloc(sizeof(float) * 2 * (NK + 1));
+    assert_non_null(scratch);
+    int64_t pos[N];
+    for (int i = 0; i < N * NH * D; i++) q[i] = frand();
+    for (int i = 0; i < N * NH; i++) w[i] = frand();
+    for (int t = 0; t < N; t++) pos[t] = 100 + 17 * t; /* past NK * RATE: every key */
+    pos[0] = 30;                                       /* only the first 7 */
+    static const model_dtype types[] = {MODEL_DTYPE_F16, MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0};
+    for (int ti = 0; ti < 3; ti++) {
+        void *stored;
+        float *seen = v4_cache_rows(types[ti], NK, D, &stored);
+        int32_t got[N * K], want[N * K];
+        cpu_indexer_topk(pool, q, w, NH, D, N, pos, stored, types[ti], NK, RATE, 0.1f, 0.5f, K, got,
+                         scratch, NK + 1);
+        cpu_indexer_topk(pool, q, w, NH, D, N, pos, seen, MODEL_DTYPE_F32, NK, RATE, 0.1f, 0.5f, K,
+                         want, scratch, NK + 1);
+        assert_memory_equal(got, want, sizeof got);
+        for (int i = 0; i < K; i++) assert_in_range(got[i], 0, 6); /* row 0 sees 7 keys */
+        free(seen);
+        free(stored);
     }
     cpu_threadpool_free(pool);
+    free(scratch);
 }
 
 static void test_multi_matmul_equals_separate_products(void **state)
@@ -1310,6 +1409,7 @@ int main(void)
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_sink_attention_matches_double),
+        cmocka_unit_test(test_indexer_reads_every_cache_type),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),

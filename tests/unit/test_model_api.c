@@ -106,7 +106,7 @@ static void test_load_errors(void **state)
     assert_int_equal(di_model_load(TINY, &o, &m, NULL), DI_ERR_INVALID_ARGUMENT);
     /* the KV cache's type: unknown, contradicting kv_cache_f32, and blocks of
      * 32 that this model's rows (head_dim 16) cannot hold; DeepSeek-V3's
-     * latent row (32 + 8) and DeepSeek-V4's f32 caches likewise */
+     * latent row (32 + 8) and a DeepSeek-V4 indexer's keys (16) likewise */
     const struct {
         const char *path;
         int32_t type, f32, reserved;
@@ -122,7 +122,7 @@ static void test_load_errors(void **state)
         {DI_FIXTURE_DIR "/model/dsv3-qlora-bf16", DI_KV_CACHE_Q8_0, 0, 0, DI_ERR_UNSUPPORTED,
          "MLA latent row (kv_lora_rank + qk_rope_head_dim) is 40"},
         {DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32", DI_KV_CACHE_Q4_0, 0, 0, DI_ERR_UNSUPPORTED,
-         "DeepSeek-V4's caches"},
+         "this model's index_head_dim is 16"},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
         di_model_options_init(&o);

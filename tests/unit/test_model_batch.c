@@ -178,6 +178,13 @@ static void test_deepseek_v4_logits_do_not_depend_on_the_batch(void **state)
     (void)state;
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32");
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-fp8");
+    /* its caches in Q8_0 and Q4_0: the window and entries' rows of 32 as they
+     * are, the indexer keys' rows of 64 rotated */
+    kv_dtype = MODEL_DTYPE_Q8_0;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-gguf-release");
+    kv_dtype = MODEL_DTYPE_Q4_0;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv4-gguf-release");
+    kv_dtype = MODEL_DTYPE_F16;
 }
 
 /* A speculative step's rejected tokens are truncated away: the next step must

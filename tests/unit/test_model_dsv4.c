@@ -659,6 +659,46 @@ static void test_compressed_cache_grows_with_the_sequence(void **state)
     model_free(m);
 }
 
+/* di_model_kv_bytes_per_token in each cache type, from dsv4-gguf-release's
+ * layers (CSA rate 4, sliding, HCA rate 128, CSA; head_dim 32,
+ * index_head_dim 64) counted by hand: per token the two CSA layers keep a
+ * quarter of an entry row (32) and of an indexer key row (64), the HCA layer
+ * 1/128 of an entry row; Q8_0 rows are 34 bytes a 32, Q4_0 18. The fixed
+ * part (windows, f32 compressor rings) spread over a 4 Mi context adds under
+ * a byte. */
+static void test_kv_bytes_per_token_follow_the_cache_type(void **state)
+{
+    (void)state;
+    const char *dir = variant("dsv4-gguf-release", "{\"max_position_embeddings\": 4194304}", 0);
+    static const struct {
+        model_dtype dtype;
+        double bytes;
+    } cases[] = {
+        {MODEL_DTYPE_F32, 2 * (32 + 64) / 4.0 * 4 + 32 / 128.0 * 4},
+        {MODEL_DTYPE_F16, 2 * (32 + 64) / 4.0 * 2 + 32 / 128.0 * 2},
+        {MODEL_DTYPE_Q8_0, 2 * (34 + 68) / 4.0 + 34 / 128.0},
+        {MODEL_DTYPE_Q4_0, 2 * (18 + 36) / 4.0 + 18 / 128.0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_options o = {0};
+        o.n_threads = 1;
+        o.kv_dtype = cases[i].dtype;
+        o.n_ctx = 4194304;
+        o.n_batch = 16;
+        o.kv_n_ctx_multiple = 1;
+        model *m = NULL;
+        di_error *err = NULL;
+        if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        double per = (double)model_kv_bytes_per_token(m);
+        printf("%s cache: %.0f bytes a token (by hand %.2f)\n", model_kv_dtype_name(cases[i].dtype),
+               per, cases[i].bytes);
+        if (per < cases[i].bytes || per > cases[i].bytes + 1.5)
+            fail_msg("%s: %.0f bytes a token, want %.2f", model_kv_dtype_name(cases[i].dtype), per,
+                     cases[i].bytes);
+        model_free(m);
+    }
+}
+
 static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
@@ -713,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_deepseek4_gguf_config_and_bad_files),
         cmocka_unit_test(test_compressed_cache_grows_with_the_sequence),
         cmocka_unit_test(test_truncated_sequence_recomputes_the_same_logits),
+        cmocka_unit_test(test_kv_bytes_per_token_follow_the_cache_type),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
         cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),

@@ -62,52 +62,6 @@ static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const 
            (size_t)(p % c->block_size) * c->row_bytes + (size_t)g * c->head_bytes;
 }
 
-/* A Q8_0 block's 32 values, q d, into dst (exactly as cpu_dequantize_row). */
-AVX2 static inline void load_q8_0(const block_q8_0 *x, float *dst)
-{
-    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
-    UNROLL for (int k = 0; k < 4; k++)
-    {
-        __m128i q = _mm_loadl_epi64((const __m128i *)(x->qs + (ptrdiff_t)8 * k));
-        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
-                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-    }
-}
-
-/* A Q4_0 block's 32 values, (nibble - 8) d, into dst: the low nibbles are
- * values 0-15, the high ones 16-31 (exactly as cpu_dequantize_row). */
-AVX2 static inline void load_q4_0(const block_q4_0 *x, float *dst)
-{
-    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
-    const __m128i qs = _mm_loadu_si128((const __m128i *)x->qs), low = _mm_set1_epi8(0x0f),
-                  eight = _mm_set1_epi8(8);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight),
-                  hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
-    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    UNROLL for (int k = 0; k < 4; k++)
-        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
-                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), d));
-}
-
-/* n floats of a cache row (f16, f32, Q8_0 or Q4_0; n a multiple of 8, of 32
- * for the blocked ones) into dst. */
-AVX2 static inline void load_row(const cpu_kv_cache *c, const char *src, ptrdiff_t n, float *dst)
-{
-    switch (c->dtype) {
-    case MODEL_DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
-    case MODEL_DTYPE_Q8_0:
-        for (ptrdiff_t i = 0; i < n; i += 32) load_q8_0((const block_q8_0 *)src + i / 32, dst + i);
-        return;
-    case MODEL_DTYPE_Q4_0:
-        for (ptrdiff_t i = 0; i < n; i += 32) load_q4_0((const block_q4_0 *)src + i / 32, dst + i);
-        return;
-    default: break;
-    }
-    const uint16_t *h = (const uint16_t *)src;
-    for (ptrdiff_t i = 0; i < n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-}
-
 /* Rows [p0, p0 + len) of the sequence in layer l, each row's first byte of
  * KV head g: K into k[], V into v[]. A block's rows lie row_bytes apart, so
  * one block-table lookup a block. */
@@ -315,8 +269,8 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
             const char *krow[CHUNK], *vrow[CHUNK];
             chunk_rows(c, j->s, j->layer, s0, p0, len, krow, vrow);
             for (int i = 0; i < len; i++) {
-                load_row(c, krow[i], ld, kr + i * ld);
-                load_row(c, vrow[i], ld, v + i * ld);
+                load_kv_row(c->dtype, krow[i], ld, kr + i * ld);
+                load_kv_row(c->dtype, vrow[i], ld, v + i * ld);
             }
             if (len < CHUNK) /* unused rows: finite, then masked */
                 memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);

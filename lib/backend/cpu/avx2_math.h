@@ -1,8 +1,9 @@
 /* AVX2 helpers shared by the attention kernels (attention_flash.c,
- * attention_mla.c): an 8-lane e^x, horizontal max and sum, an 8 x 8 transpose
- * in registers. x86-64 with GCC or Clang only; each function carries its own
- * target attribute, so callers compile without -mavx2 and must check
- * cpu_has_avx2() (vec_dot.h) before calling. */
+ * attention_mla.c, deepseek_v4_ops.c): an 8-lane e^x, horizontal max and sum,
+ * an 8 x 8 transpose in registers, a cache row converted to f32. x86-64 with
+ * GCC or Clang only; each function carries its own target attribute, so
+ * callers compile without -mavx2 and must check cpu_has_avx2() (vec_dot.h)
+ * before calling. */
 #ifndef DI_BACKEND_CPU_AVX2_MATH_H
 #define DI_BACKEND_CPU_AVX2_MATH_H
 
@@ -10,6 +11,9 @@
 #    include <immintrin.h>
 #    include <math.h>
 #    include <stddef.h>
+#    include <string.h>
+
+#    include "backend/cpu/quant.h"
 
 #    define AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -196,6 +200,52 @@ AVX2 static inline void softmax_pv16(const float *sc, int valid, ptrdiff_t rows,
             pv_pair32(o + r * o_stride + d0, o + r1 * o_stride + d0, corr[r], corr[r1], p + r * 16,
                       p + r1 * 16, v + d0, v_stride, valid);
     }
+}
+
+/* A Q8_0 block's 32 values, q d, into dst (exactly as cpu_dequantize_row). */
+AVX2 static inline void load_q8_0(const block_q8_0 *x, float *dst)
+{
+    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
+    UNROLL for (int k = 0; k < 4; k++)
+    {
+        __m128i q = _mm_loadl_epi64((const __m128i *)(x->qs + (ptrdiff_t)8 * k));
+        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+}
+
+/* A Q4_0 block's 32 values, (nibble - 8) d, into dst: the low nibbles are
+ * values 0-15, the high ones 16-31 (exactly as cpu_dequantize_row). */
+AVX2 static inline void load_q4_0(const block_q4_0 *x, float *dst)
+{
+    const __m256 d = _mm256_set1_ps(cpu_fp16_to_f32(x->d));
+    const __m128i qs = _mm_loadu_si128((const __m128i *)x->qs), low = _mm_set1_epi8(0x0f),
+                  eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, low), eight),
+                  hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight);
+    const __m128i part[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    UNROLL for (int k = 0; k < 4; k++)
+        _mm256_storeu_ps(dst + (ptrdiff_t)8 * k,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part[k])), d));
+}
+
+/* n floats of a cache row (f16, f32, Q8_0 or Q4_0; n a multiple of 8, of 32
+ * for the blocked ones) into dst. */
+AVX2 static inline void load_kv_row(model_dtype dtype, const void *src, ptrdiff_t n, float *dst)
+{
+    switch (dtype) {
+    case MODEL_DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case MODEL_DTYPE_Q8_0:
+        for (ptrdiff_t i = 0; i < n; i += 32) load_q8_0((const block_q8_0 *)src + i / 32, dst + i);
+        return;
+    case MODEL_DTYPE_Q4_0:
+        for (ptrdiff_t i = 0; i < n; i += 32) load_q4_0((const block_q4_0 *)src + i / 32, dst + i);
+        return;
+    default: break;
+    }
+    const uint16_t *h = (const uint16_t *)src;
+    for (ptrdiff_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
 }
 
 #endif

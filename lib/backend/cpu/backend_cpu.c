@@ -596,24 +596,31 @@ static void be_compress_pool(backend *be, const float *kv, const float *gate, in
                       out_stride);
 }
 
+static void be_v4_rows_store(backend *be, model_dtype dtype, void *dst, const float *src,
+                             int64_t src_stride, int64_t width, int64_t n)
+{
+    (void)be;
+    cpu_v4_rows_store(dtype, dst, src, src_stride, width, n);
+}
+
 static void be_indexer_topk(backend *be, const float *q, const float *w, int n_head,
-                            int64_t head_dim, int64_t n, const int64_t *pos, const float *keys,
-                            int64_t n_keys, int rate, float scale, float w_scale, int k,
-                            int32_t *sel)
+                            int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                            model_dtype kv_dtype, int64_t n_keys, int rate, float scale,
+                            float w_scale, int k, int32_t *sel)
 {
     cpu_backend *c = cpu(be);
     if (n_keys > c->opt.max_ctx) n_keys = c->opt.max_ctx; /* entries never outnumber tokens */
-    cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, n_keys, rate, scale, w_scale, k,
-                     sel, c->index_scores, c->opt.max_ctx + 1);
+    cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, kv_dtype, n_keys, rate, scale,
+                     w_scale, k, sel, c->index_scores, c->opt.max_ctx + 1);
 }
 
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                              const int64_t *pos, const float *win, int64_t win_ring, int window,
-                              const float *comp, int64_t n_comp, int rate, const int32_t *sel,
-                              int k, const float *sinks, float scale, float *out)
+                              const int64_t *pos, const void *win, int64_t win_ring, int window,
+                              const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
+                              model_dtype kv_dtype, const float *sinks, float scale, float *out)
 {
     cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, win, win_ring, window, comp,
-                       n_comp, rate, sel, k, sinks, scale, out);
+                       n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
 }
 
 static const backend_ops cpu_ops = {
@@ -650,6 +657,7 @@ static const backend_ops cpu_ops = {
     .hc_pre = be_hc_pre,
     .hc_post = be_hc_post,
     .compress_pool = be_compress_pool,
+    .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,
     .sink_attention = be_sink_attention,
 };

@@ -3,8 +3,11 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kv_cache.h"
+#include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
 enum { HC_MAX = 16, HEAD_MAX = 1024 };
@@ -130,9 +133,32 @@ void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t
     }
 }
 
+void cpu_v4_rows_store(model_dtype dtype, void *dst, const float *src, int64_t src_stride,
+                       int64_t width, int64_t n)
+{
+    const size_t rb = cpu_row_bytes((int)dtype, width);
+    const int rotated = cpu_kv_rotates(dtype, width);
+    for (int64_t r = 0; r < n; r++)
+        cpu_kv_store_row(dtype, rotated, src + r * src_stride, (char *)dst + (size_t)r * rb, width);
+}
+
+/* A cache row (v4_rows_store's) of n values as f32 in buf, rotated back where
+ * stored rotated; an f32 row is returned in place. */
+static inline const float *row_f32(const char *row, model_dtype dtype, int rotated, int64_t n,
+                                   float *buf)
+{
+    if (dtype == MODEL_DTYPE_F32) return (const float *)row;
+    cpu_dequantize_row((int)dtype, row, buf, n);
+    if (rotated) cpu_kv_rotate(buf, n);
+    return buf;
+}
+
 typedef struct indexer_ctx {
-    const float *q, *w, *keys;
-    int n_head, rate, k;
+    const float *q, *w;
+    const char *keys;
+    model_dtype dtype;
+    size_t key_bytes;
+    int rotated, n_head, rate, k;
     int64_t head_dim, n_keys, scratch_stride;
     const int64_t *pos;
     float scale, w_scale;
@@ -143,12 +169,13 @@ typedef struct indexer_ctx {
 V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 {
     const indexer_ctx *c = p;
-    float *score = c->scratch + thread * c->scratch_stride;
+    float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX];
     int64_t lim = (c->pos[t] + 1) / c->rate;
     if (lim > c->n_keys) lim = c->n_keys;
     const float *qt = c->q + t * c->n_head * c->head_dim, *wt = c->w + t * c->n_head;
     for (int64_t s = 0; s < lim; s++) {
-        const float *ks = c->keys + s * c->head_dim;
+        const float *ks =
+            row_f32(c->keys + (size_t)s * c->key_bytes, c->dtype, c->rotated, c->head_dim, kf);
         float total = 0.0f;
         for (int h = 0; h < c->n_head; h++) {
             float d = dot(qt + h * c->head_dim, ks, c->head_dim);
@@ -167,18 +194,37 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 }
 
 void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
-                      int64_t head_dim, int64_t n, const int64_t *pos, const float *keys,
-                      int64_t n_keys, int rate, float scale, float w_scale, int k, int32_t *sel,
-                      float *scratch, int64_t scratch_stride)
+                      int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                      model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
+                      int k, int32_t *sel, float *scratch, int64_t scratch_stride)
 {
-    indexer_ctx c = {q,   w,     keys,    n_head, rate,   k, head_dim, n_keys, scratch_stride,
-                     pos, scale, w_scale, sel,    scratch};
+    if (head_dim > HEAD_MAX) return; /* checked at load */
+    indexer_ctx c = {.q = q,
+                     .w = w,
+                     .keys = keys,
+                     .dtype = dtype,
+                     .key_bytes = cpu_row_bytes((int)dtype, head_dim),
+                     .rotated = cpu_kv_rotates(dtype, head_dim),
+                     .n_head = n_head,
+                     .rate = rate,
+                     .k = k,
+                     .head_dim = head_dim,
+                     .n_keys = n_keys,
+                     .scratch_stride = scratch_stride,
+                     .pos = pos,
+                     .scale = scale,
+                     .w_scale = w_scale,
+                     .sel = sel,
+                     .scratch = scratch};
     cpu_threadpool_run(pool, n, indexer_row, &c);
 }
 
 typedef struct sink_ctx {
-    const float *q, *win, *comp, *sinks;
-    int n_head, window, rate, k;
+    const float *q, *sinks;
+    const char *win, *comp; /* rows of head_dim, row_bytes apart */
+    model_dtype dtype;
+    size_t row_bytes;
+    int rotated, n_head, window, rate, k;
     int64_t head_dim, win_ring, n_comp;
     const int64_t *pos;
     const int32_t *sel;
@@ -186,15 +232,18 @@ typedef struct sink_ctx {
     float *out;
 } sink_ctx;
 
-enum { KEY_TILE = 64 };
+enum { KEY_TILE = 64, CONV_TILE = 8 };
 
 /* The online softmax over tiles of keys (FlashAttention's recurrence): the
- * tile's scores, its max, the running sums rescaled once per tile. */
+ * tile's scores, its max, the running sums rescaled once per tile. A tile is
+ * up to cap keys: KEY_TILE rows read in place (f32), or CONV_TILE rows
+ * converted into conv. */
 typedef struct sink_state {
     float m, l;
     float acc[HEAD_MAX];
     const float *key[KEY_TILE];
-    int n;
+    int n, cap;
+    float conv[CONV_TILE * HEAD_MAX];
 } sink_state;
 
 static inline __attribute__((always_inline)) void tile_flush(sink_state *st, const float *qh,
@@ -224,7 +273,7 @@ static inline __attribute__((always_inline)) void tile_add(sink_state *st, const
                                                            const float *qh, int64_t d, float scale)
 {
     st->key[st->n++] = key;
-    if (st->n == KEY_TILE) tile_flush(st, qh, d, scale);
+    if (st->n == st->cap) tile_flush(st, qh, d, scale);
 }
 
 /* The key rows a query sees, in the order sink_head adds them: its window
@@ -248,14 +297,14 @@ static sink_cursor sink_begin(const sink_ctx *c, int64_t t)
     return u;
 }
 
-/* The next key row, or NULL after the last. */
-static const float *sink_next(const sink_ctx *c, int64_t t, sink_cursor *u)
+/* The next key row (as stored), or NULL after the last. */
+static const char *sink_next(const sink_ctx *c, int64_t t, sink_cursor *u)
 {
-    if (u->kp <= u->pos) return c->win + (u->kp++ % c->win_ring) * c->head_dim;
+    if (u->kp <= u->pos) return c->win + (size_t)(u->kp++ % c->win_ring) * c->row_bytes;
     while (u->e < u->n_e) {
         int64_t e = u->e++;
         if (c->sel) e = c->sel[t * c->k + e];
-        if (e >= 0 && e < c->n_comp) return c->comp + e * c->head_dim;
+        if (e >= 0 && e < c->n_comp) return c->comp + (size_t)e * c->row_bytes;
     }
     return NULL;
 }
@@ -283,9 +332,12 @@ V4_CLONES static void sink_head(void *p, int64_t task, int thread)
     st.m = -INFINITY;
     st.l = 0.0f;
     st.n = 0;
+    st.cap = c->dtype == MODEL_DTYPE_F32 ? KEY_TILE : CONV_TILE;
     memset(st.acc, 0, (size_t)d * sizeof *st.acc);
     sink_cursor u = sink_begin(c, t);
-    for (const float *key; (key = sink_next(c, t, &u));) tile_add(&st, key, qh, d, c->scale);
+    for (const char *row; (row = sink_next(c, t, &u));)
+        tile_add(&st, row_f32(row, c->dtype, c->rotated, d, st.conv + (ptrdiff_t)st.n * d), qh, d,
+                 c->scale);
     if (st.n) tile_flush(&st, qh, d, c->scale);
     sink_finish(c->sinks[h], st.m, st.l, st.acc, d, c->out + (t * c->n_head + h) * d);
 }
@@ -316,8 +368,11 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
     sink_cursor u = sink_begin(c, t);
     for (;;) {
         int len = 0;
-        for (const float *key; len < SINK_CHUNK && (key = sink_next(c, t, &u)); len++)
-            memcpy(kc + (ptrdiff_t)len * d, key, sizeof(float) * (size_t)d);
+        for (const char *key; len < SINK_CHUNK && (key = sink_next(c, t, &u)); len++) {
+            float *row = kc + (ptrdiff_t)len * d;
+            load_kv_row(c->dtype, key, d, row);
+            if (c->rotated) cpu_kv_rotate(row, d);
+        }
         if (len == 0) break;
         if (len < SINK_CHUNK)
             memset(kc + (ptrdiff_t)len * d, 0, sizeof(float) * (size_t)((SINK_CHUNK - len) * d));
@@ -351,13 +406,29 @@ static int sink_tile_applies(int64_t head_dim)
 #endif
 
 void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                        int64_t n, const int64_t *pos, const float *win, int64_t win_ring,
-                        int window, const float *comp, int64_t n_comp, int rate, const int32_t *sel,
-                        int k, const float *sinks, float scale, float *out)
+                        int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                        int window, const void *comp, int64_t n_comp, int rate, const int32_t *sel,
+                        int k, model_dtype dtype, const float *sinks, float scale, float *out)
 {
     if (head_dim > HEAD_MAX) return; /* checked at load */
-    sink_ctx c = {q,        win,      comp,   sinks, n_head, window, rate, k,
-                  head_dim, win_ring, n_comp, pos,   sel,    scale,  out};
+    sink_ctx c = {.q = q,
+                  .sinks = sinks,
+                  .win = win,
+                  .comp = comp,
+                  .dtype = dtype,
+                  .row_bytes = cpu_row_bytes((int)dtype, head_dim),
+                  .rotated = cpu_kv_rotates(dtype, head_dim),
+                  .n_head = n_head,
+                  .window = window,
+                  .rate = rate,
+                  .k = k,
+                  .head_dim = head_dim,
+                  .win_ring = win_ring,
+                  .n_comp = n_comp,
+                  .pos = pos,
+                  .sel = sel,
+                  .scale = scale,
+                  .out = out};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (sink_tile_applies(head_dim)) {
         const int tiles = (n_head + SINK_TILE - 1) / SINK_TILE;

@@ -28,7 +28,12 @@
  *   (FlashAttention's recurrence): one pass over the keys, the same result as
  *   the two-pass reference up to rounding.
  *
- * Rooflines: attention reads (window + entries) x head_dim floats per query
+ * The caches (the window ring, the compressed entries, the indexer keys)
+ * hold rows of the model's KV cache type (F32, F16, Q8_0 or Q4_0), written
+ * by cpu_v4_rows_store and converted back to f32 exactly as they are read
+ * (the f32 rows in place); everything else is f32.
+ *
+ * Rooflines: attention reads (window + entries) x head_dim values per query
  * and head, 4 FLOPs each; the indexer n_keys x n_head x head_dim MACs per
  * query; mHC (2 + hc) hc x hc n_embd MACs per token (the projection, a matrix
  * product outside) plus O(hc^2 iters); the pooling 2 rate x width exp per
@@ -39,6 +44,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/threadpool.h"
+#include "backend/types.h"
 
 void cpu_hc_pre(const float *mix, const float *base, const float *scale, int hc, int sinkhorn_iters,
                 float eps, const float *x, int64_t n_embd, int64_t n, float *collapsed, float *post,
@@ -48,14 +54,22 @@ void cpu_hc_post(const float *x, const float *y, const float *post, const float 
 void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t row_stride,
                        const float *bias, int rate, int64_t width, int overlap, int64_t e0,
                        int64_t n, float *out, int64_t out_stride);
-/* scratch: n_threads x (max keys) floats. */
+/* DeepSeek-V4's cache rows (backend.h's v4_rows_store): n rows of src into
+ * dst as dtype (F32, F16, Q8_0 or Q4_0), cpu_row_bytes(dtype, width) apart,
+ * rotated as kv_cache.h's rows are (cpu_kv_rotates). */
+void cpu_v4_rows_store(model_dtype dtype, void *dst, const float *src, int64_t src_stride,
+                       int64_t width, int64_t n);
+/* keys: rows of head_dim of dtype (cpu_v4_rows_store's), converted to f32
+ * (and rotated back) as they are read. scratch: n_threads x (max keys)
+ * floats. */
 void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
-                      int64_t head_dim, int64_t n, const int64_t *pos, const float *keys,
-                      int64_t n_keys, int rate, float scale, float w_scale, int k, int32_t *sel,
-                      float *scratch, int64_t scratch_stride);
+                      int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                      model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
+                      int k, int32_t *sel, float *scratch, int64_t scratch_stride);
+/* win, comp: rows of head_dim of dtype, as the indexer's keys. */
 void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                        int64_t n, const int64_t *pos, const float *win, int64_t win_ring,
-                        int window, const float *comp, int64_t n_comp, int rate, const int32_t *sel,
-                        int k, const float *sinks, float scale, float *out);
+                        int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                        int window, const void *comp, int64_t n_comp, int rate, const int32_t *sel,
+                        int k, model_dtype dtype, const float *sinks, float scale, float *out);
 
 #endif

@@ -35,7 +35,7 @@ static di_status kv_init(cpu_kv_cache *c, model_dtype dtype, int n_layer, int n_
     c->kv_dim = kv_dim;
     c->block_size = block_size;
     c->n_blocks = n_blocks;
-    c->rotated = blocked && head_dim % 64 == 0;
+    c->rotated = cpu_kv_rotates(dtype, head_dim);
     c->head_bytes = head_bytes;
     c->row_bytes = (size_t)n_head_kv * head_bytes;
     c->bytes = bytes;
@@ -87,32 +87,35 @@ void cpu_kv_rotate(float *x, int64_t n)
     }
 }
 
-/* A row of n values rotated, then quantized, 64 at a time (two blocks of 32). */
-static void store_rotated(const cpu_kv_cache *c, const float *x, void *dst, int n)
+int cpu_kv_rotates(model_dtype dtype, int64_t n)
 {
-    float g[64];
-    const size_t bytes = cpu_row_bytes((int)c->dtype, 64);
-    for (int i = 0; i < n; i += 64) {
+    return (dtype == MODEL_DTYPE_Q8_0 || dtype == MODEL_DTYPE_Q4_0) && n % 64 == 0;
+}
+
+void cpu_kv_store_row(model_dtype dtype, int rotated, const float *x, void *dst, int64_t n)
+{
+    if (!rotated) {
+        cpu_quantize_row((int)dtype, x, dst, n);
+        return;
+    }
+    float g[64]; /* rotated, then quantized, 64 at a time (two blocks of 32) */
+    const size_t bytes = cpu_row_bytes((int)dtype, 64);
+    for (int64_t i = 0; i < n; i += 64) {
         memcpy(g, x + i, sizeof g);
         cpu_kv_rotate(g, 64);
-        cpu_quantize_row((int)c->dtype, g, (char *)dst + (size_t)(i / 64) * bytes, 64);
+        cpu_quantize_row((int)dtype, g, (char *)dst + (size_t)(i / 64) * bytes, 64);
     }
 }
 
 void cpu_kv_store(cpu_kv_cache *c, const cpu_kv_seq *s, int l, int64_t pos0, int64_t n_tokens,
                   const float *k, const float *v)
 {
-    if (c->rotated) {
-        for (int64_t t = 0; t < n_tokens; t++) {
-            store_rotated(c, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t), c->kv_dim);
-            if (c->v) store_rotated(c, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t), c->kv_dim);
-        }
-        return;
-    }
     for (int64_t t = 0; t < n_tokens; t++) {
-        cpu_quantize_row(c->dtype, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t), c->kv_dim);
+        cpu_kv_store_row(c->dtype, c->rotated, k + t * c->kv_dim, cpu_kv_k(c, s, l, pos0 + t),
+                         c->kv_dim);
         if (c->v)
-            cpu_quantize_row(c->dtype, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t), c->kv_dim);
+            cpu_kv_store_row(c->dtype, c->rotated, v + t * c->kv_dim, cpu_kv_v(c, s, l, pos0 + t),
+                             c->kv_dim);
     }
 }
 

@@ -66,6 +66,14 @@ di_status cpu_kv_cache_init_latent(cpu_kv_cache *c, model_dtype dtype, int n_lay
  * its own inverse. A fast Walsh-Hadamard transform: 6 n adds, n multiplies. */
 void cpu_kv_rotate(float *x, int64_t n);
 
+/* Whether a cache of dtype stores its rows of n values rotated (above): Q8_0
+ * or Q4_0, and n a multiple of 64. */
+int cpu_kv_rotates(model_dtype dtype, int64_t n);
+/* One row of n f32 values into dst as dtype (F32, F16, Q8_0 or Q4_0; n whole
+ * blocks), rotated first in groups of 64 when rotated (n then a multiple of
+ * 64). Roofline: reads 4n bytes, writes cpu_row_bytes(dtype, n). */
+void cpu_kv_store_row(model_dtype dtype, int rotated, const float *x, void *dst, int64_t n);
+
 /* Bytes one token takes in the cache over all layers: n_layer * row_bytes,
  * twice that when values are stored. */
 size_t cpu_kv_cache_bytes_per_token(const cpu_kv_cache *c);

@@ -647,23 +647,29 @@ static void be_compress_pool(backend *be, const float *kv, const float *gate, in
         (void)width, (void)overlap, (void)e0, (void)n, (void)out, (void)out_stride;
     unreachable_op("compress_pool");
 }
+static void be_v4_rows_store(backend *be, model_dtype dtype, void *dst, const float *src,
+                             int64_t src_stride, int64_t width, int64_t n)
+{
+    (void)be, (void)dtype, (void)dst, (void)src, (void)src_stride, (void)width, (void)n;
+    unreachable_op("v4_rows_store");
+}
 static void be_indexer_topk(backend *be, const float *q, const float *w, int n_head,
-                            int64_t head_dim, int64_t n, const int64_t *pos, const float *keys,
-                            int64_t n_keys, int rate, float scale, float w_scale, int k,
-                            int32_t *sel)
+                            int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                            model_dtype kv_dtype, int64_t n_keys, int rate, float scale,
+                            float w_scale, int k, int32_t *sel)
 {
     (void)be, (void)q, (void)w, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)keys,
-        (void)n_keys, (void)rate, (void)scale, (void)w_scale, (void)k, (void)sel;
+        (void)kv_dtype, (void)n_keys, (void)rate, (void)scale, (void)w_scale, (void)k, (void)sel;
     unreachable_op("indexer_topk");
 }
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                              const int64_t *pos, const float *win, int64_t win_ring, int window,
-                              const float *comp, int64_t n_comp, int rate, const int32_t *sel,
-                              int k, const float *sinks, float scale, float *out)
+                              const int64_t *pos, const void *win, int64_t win_ring, int window,
+                              const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
+                              model_dtype kv_dtype, const float *sinks, float scale, float *out)
 {
     (void)be, (void)q, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)win, (void)win_ring,
-        (void)window, (void)comp, (void)n_comp, (void)rate, (void)sel, (void)k, (void)sinks,
-        (void)scale, (void)out;
+        (void)window, (void)comp, (void)n_comp, (void)rate, (void)sel, (void)k, (void)kv_dtype,
+        (void)sinks, (void)scale, (void)out;
     unreachable_op("sink_attention");
 }
 
@@ -701,6 +707,7 @@ static const backend_ops cuda_ops = {
     .hc_pre = be_hc_pre,
     .hc_post = be_hc_post,
     .compress_pool = be_compress_pool,
+    .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,
     .sink_attention = be_sink_attention,
 };

@@ -1072,7 +1072,8 @@ pub struct di_model_options {
     #[doc = " from the f32 reference beside llama.cpp's with the same type). They"]
     #[doc = " need head_dim (an MLA model's kv_lora_rank + qk_rope_head_dim) a"]
     #[doc = " multiple of 32, and the CPU (DI_ERR_UNSUPPORTED otherwise, naming the"]
-    #[doc = " dimension); DeepSeek-V4, whose caches are f32, refuses them too. An"]
+    #[doc = " dimension; DeepSeek-V4's window, compressed entries and indexer keys"]
+    #[doc = " take every type, with head_dim and index_head_dim whole blocks). An"]
     #[doc = " unknown value, or kv_cache_f32 = 1 with a type other than F32 or F16, is"]
     #[doc = " DI_ERR_INVALID_ARGUMENT."]
     pub kv_cache_type: i32,
@@ -1250,11 +1251,11 @@ extern "C" {
     #[doc = " keep every KV head's key and value: 2 * layers * kv_heads * head_dim *"]
     #[doc = " element. DeepSeek-V3/V2 keep only MLA's compressed latent and the shared rope"]
     #[doc = " key: layers * (kv_lora_rank + qk_rope_head_dim) * element (DeepSeek-V2 paper,"]
-    #[doc = " section 2.1.4). DeepSeek-V4 keeps, in f32, one compressed entry per compress"]
-    #[doc = " rate tokens of its CSA and HCA layers (and the CSA indexer's keys) plus a"]
-    #[doc = " fixed part per sequence (the sliding window, the compressors' pending rows),"]
-    #[doc = " which this spreads over the context length (docs/deepseek-v4.md). 0 for"]
-    #[doc = " NULL. Thread-safe."]
+    #[doc = " section 2.1.4). DeepSeek-V4 keeps one compressed entry per compress rate"]
+    #[doc = " tokens of its CSA and HCA layers (and the CSA indexer's keys), in the"]
+    #[doc = " element type, plus a fixed part per sequence (the sliding window in the"]
+    #[doc = " element type, the compressors' pending rows in f32), which this spreads"]
+    #[doc = " over the context length (docs/deepseek-v4.md). 0 for NULL. Thread-safe."]
     pub fn di_model_kv_bytes_per_token(model: *const di_model) -> i64;
 }
 #[doc = " Write the logits of every evaluated token, not only the last one's."]
