@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""DeepSeek-V4 prefill and decode: deepinfer vs transformers (torch, CPU) on one checkpoint.
+"""DeepSeek-V4 prefill and decode: deepinfer vs llama.cpp on a deepseek4 GGUF, or vs transformers.
 
-llama.cpp's `deepseek4` GGUFs do not load in deepinfer yet (docs/deepseek-v4.md), so
-the anchor is transformers' own DeepseekV4ForCausalLM on the same random checkpoint,
-in float32 with its cache (the reference implementation, not a tuned engine). Its
-eager attention builds a [prompt, prompt] mask per layer, so it runs only the short
-prompt; deepinfer runs a long one too, and the ratio of its long-prompt speeds to its
-short-prompt ones shows what the compressed attention costs as the context grows.
+Two anchors. --gguf: llama.cpp (llama-cpp-python) on the same deepseek4 GGUF, both
+engines with the same KV cache type (--kv-cache-type, f16 by default), llama.cpp
+with its flash attention (--llama-flash-attn on, the default: what llama.cpp's own
+tools pick on the CPU; its deepseek4 graph without it is 2-3x slower at long
+prompts). --model:
+transformers' own DeepseekV4ForCausalLM on the same random checkpoint, in float32
+with its cache (the reference implementation, not a tuned engine); its eager
+attention builds a [prompt, prompt] mask per layer, so it runs only the short
+prompt, and deepinfer's long-prompt speeds against its short-prompt ones show what
+the compressed attention costs as the context grows.
 --make writes the checkpoint (a fixed seed; bf16 safetensors), V4-Flash's shape
 scaled down:
 
@@ -27,7 +31,8 @@ Usage (model oracle venv):
       [--threads 2] [--prompt 512] [--long 4000] [--gen 32] [--reps 2]
   python bench/dsv4_bench.py --make-gguf /tmp/dsv4-bench-gguf
   python bench/dsv4_bench.py --gguf /tmp/dsv4-bench-gguf/dsv4-bench.gguf \\
-      --lib build/lib/libdeepinfer.so [--threads 2] [--prompt 512] [--long 8192]
+      --lib build/lib/libdeepinfer.so [--threads 2] [--prompt 512] [--long 8192] \\
+      [--kv-cache-type f16|f32|q8_0|q4_0] [--llama-flash-attn on|off]
 Ratios (> 1: deepinfer faster, or the long prompt no slower) last.
 """
 import argparse
@@ -110,17 +115,19 @@ def bench_gguf(a):
     for n in (a.prompt, a.long):
         prompt = [int(x) for x in rng.integers(2, CONFIG["vocab_size"], n)]
         reps = a.reps if n == a.prompt else 1
-        lib, h = load_deepinfer(a.lib, a.gguf, a.threads, n + a.gen + 8)
+        lib, h = load_deepinfer(a.lib, a.gguf, a.threads, n + a.gen + 8, a.kv_cache_type)
         di_pp, di_tg, di_tokens = bench_deepinfer(lib, h, prompt, a.gen, reps)
         lib.di_model_free(h)
         ll_pp, ll_tg, ll_tokens, version = bench_llama(a.gguf, a.threads, prompt, a.gen, reps,
-                                                       n + a.gen + 8)
+                                                       n + a.gen + 8, a.kv_cache_type,
+                                                       a.llama_flash_attn == "on")
         same = 0
         while same < min(len(di_tokens), len(ll_tokens)) and di_tokens[same] == ll_tokens[same]:
             same += 1
         rows.append((n, di_pp, di_tg, ll_pp, ll_tg, same))
     print(f"model {os.path.basename(a.gguf)}, {a.threads} threads, decode {a.gen}, best of "
-          f"{a.reps} (the long prompt once); llama.cpp = llama-cpp-python {version}")
+          f"{a.reps} (the long prompt once), KV cache {a.kv_cache_type} in both; "
+          f"llama.cpp = llama-cpp-python {version}, flash attention {a.llama_flash_attn}")
     for n, di_pp, di_tg, ll_pp, ll_tg, same in rows:
         print(f"prefill {n:5d}: deepinfer {n / di_pp:8.1f} tok/s   llama.cpp {n / ll_pp:8.1f} tok/s")
         print(f"decode after {n:5d}: deepinfer {a.gen / di_tg:8.1f} tok/s   llama.cpp "
@@ -147,6 +154,11 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--make-gguf")
     ap.add_argument("--gguf")
+    ap.add_argument("--kv-cache-type", default="f16", choices=["f16", "f32", "q8_0", "q4_0"],
+                    help="both engines' cache type with --gguf (f16: each one's default)")
+    ap.add_argument("--llama-flash-attn", default="on", choices=["on", "off"],
+                    help="llama.cpp's flash attention (on: what llama.cpp's own tools pick "
+                         "on the CPU, their default being auto; off: llama-cpp-python's default)")
     a = ap.parse_args()
     if a.make:
         make(a.make)

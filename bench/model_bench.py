@@ -81,11 +81,19 @@ def bench_deepinfer(lib, h, prompt, n_gen, reps):
     return best_pp, best_tg, tokens
 
 
-def bench_llama(model, threads, prompt, n_gen, reps, n_ctx):
+def bench_llama(model, threads, prompt, n_gen, reps, n_ctx, kv_cache_type="f16", flash_attn=None):
+    """llama.cpp with type_k = type_v = the cache type; its flash attention as
+    flash_attn says, by default only where a quantized V needs it
+    (llama-cpp-python's default is off; llama.cpp's own tools default to auto,
+    which turns it on on the CPU)."""
     import llama_cpp
+    t = KV_CACHE_TYPES[kv_cache_type][1]
+    if flash_attn is None:
+        flash_attn = kv_cache_type in ("q8_0", "q4_0")
     llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=512, n_ubatch=512,
                           n_threads=threads, n_threads_batch=threads, logits_all=False,
-                          flash_attn=False, n_gpu_layers=0, verbose=False)
+                          flash_attn=flash_attn, type_k=t, type_v=t, n_gpu_layers=0,
+                          verbose=False)
     n_vocab = llm.n_vocab()
 
     def last_logits():

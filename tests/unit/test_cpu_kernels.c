@@ -643,36 +643,96 @@ static void test_sink_attention_matches_double(void **state)
 
 /* The lightning indexer reads its keys in the cache's type: the same choice
  * as over the f32 values the cache holds (a rotated cache's rows rotated
- * back), for every type. */
+ * back), for every type; 3 heads of 128 (q rotated once for a rotated
+ * cache), 130 of 128 (past QROT_MAX: every key rotated back instead) and 3
+ * of 36 (f16 only: the reference conversion, not whole vectors of 8). */
+static void check_indexer(cpu_threadpool *pool, int nh, int64_t d, model_dtype dtype)
+{
+    enum { N = 5, NK = 40, RATE = 4, K = 6 };
+    float *q = malloc(sizeof(float) * (size_t)(N * nh * d)), *w = malloc(sizeof(float) * N * nh),
+          *scratch = malloc(sizeof(float) * 2 * (NK + 1));
+    assert_non_null(q);
+    assert_non_null(w);
+    assert_non_null(scratch);
+    int64_t pos[N];
+    for (int64_t i = 0; i < N * nh * d; i++) q[i] = frand();
+    for (int i = 0; i < N * nh; i++) w[i] = frand();
+    for (int t = 0; t < N; t++) pos[t] = 100 + 17 * t; /* past NK * RATE: every key */
+    pos[0] = 30;                                       /* only the first 7 */
+    void *stored;
+    float *seen = v4_cache_rows(dtype, NK, d, &stored);
+    int32_t got[N * K], want[N * K];
+    cpu_indexer_topk(pool, q, w, nh, d, N, pos, stored, dtype, NK, RATE, 0.1f, 0.5f, K, got,
+                     scratch, NK + 1);
+    cpu_indexer_topk(pool, q, w, nh, d, N, pos, seen, MODEL_DTYPE_F32, NK, RATE, 0.1f, 0.5f, K,
+                     want, scratch, NK + 1);
+    assert_memory_equal(got, want, sizeof got);
+    for (int i = 0; i < K; i++) assert_in_range(got[i], 0, 6); /* row 0 sees 7 keys */
+    free(seen);
+    free(stored);
+    free(q);
+    free(w);
+    free(scratch);
+}
+
+/* The indexer's top-k: the best first, equal scores by the lower index, -1
+ * past the visible entries. Small integers make every score exact (and many
+ * equal: ReLU's zeros), so the order is known: checked against a sort. */
+static void test_indexer_topk_order_and_ties(void **state)
+{
+    (void)state;
+    enum { NH = 2, D = 8, NK = 300, RATE = 1 };
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    float q[NH * D], w[NH] = {1.0f, 1.0f}, keys[NK * D], score[NK];
+    float *scratch = malloc(sizeof(float) * 2 * (NK + 1));
+    assert_non_null(scratch);
+    for (int i = 0; i < NH * D; i++) q[i] = (float)((int)(rnd() % 5) - 2);
+    for (int i = 0; i < NK * D; i++) keys[i] = (float)((int)(rnd() % 5) - 2);
+    for (int s = 0; s < NK; s++) {
+        score[s] = 0;
+        for (int h = 0; h < NH; h++) {
+            float d = 0;
+            for (int i = 0; i < D; i++) d += q[h * D + i] * keys[s * D + i];
+            score[s] += d > 0 ? d : 0;
+        }
+    }
+    static const int ks[] = {1, 7, 64, 250, 299, 300, 310};
+    static const int64_t visible[] = {300, 300, 300, 300, 300, 300, 300, 40};
+    for (size_t c = 0; c < sizeof ks / sizeof ks[0] + 1; c++) {
+        const int k = c < sizeof ks / sizeof ks[0] ? ks[c] : 64;
+        const int64_t pos = visible[c] - 1; /* entries s < (pos + 1) / RATE */
+        int32_t got[310], want[310];
+        cpu_indexer_topk(pool, q, w, NH, D, 1, &pos, keys, MODEL_DTYPE_F32, NK, RATE, 1.0f, 1.0f,
+                         k, got, scratch, NK + 1);
+        /* the reference: selection by repeated maxima, the lower index first */
+        int taken[NK] = {0};
+        for (int i = 0; i < k; i++) {
+            int best = -1;
+            for (int s = 0; s < visible[c]; s++)
+                if (!taken[s] && (best < 0 || score[s] > score[best])) best = s;
+            want[i] = best;
+            if (best >= 0) taken[best] = 1;
+        }
+        if (memcmp(got, want, sizeof(int32_t) * (size_t)k) != 0)
+            fail_msg("k %d of %lld visible: the selections differ", k, (long long)visible[c]);
+    }
+    free(scratch);
+    cpu_threadpool_free(pool);
+}
+
 static void test_indexer_reads_every_cache_type(void **state)
 {
     (void)state;
-    enum { NH = 3, D = 128, N = 5, NK = 40, RATE = 4, K = 6 };
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    float q[N * NH * D], w[N * NH], *scratch = malloc(sizeof(float) * 2 * (NK + 1));
-    assert_non_null(scratch);
-    int64_t pos[N];
-    for (int i = 0; i < N * NH * D; i++) q[i] = frand();
-    for (int i = 0; i < N * NH; i++) w[i] = frand();
-    for (int t = 0; t < N; t++) pos[t] = 100 + 17 * t; /* past NK * RATE: every key */
-    pos[0] = 30;                                       /* only the first 7 */
     static const model_dtype types[] = {MODEL_DTYPE_F16, MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0};
     for (int ti = 0; ti < 3; ti++) {
-        void *stored;
-        float *seen = v4_cache_rows(types[ti], NK, D, &stored);
-        int32_t got[N * K], want[N * K];
-        cpu_indexer_topk(pool, q, w, NH, D, N, pos, stored, types[ti], NK, RATE, 0.1f, 0.5f, K, got,
-                         scratch, NK + 1);
-        cpu_indexer_topk(pool, q, w, NH, D, N, pos, seen, MODEL_DTYPE_F32, NK, RATE, 0.1f, 0.5f, K,
-                         want, scratch, NK + 1);
-        assert_memory_equal(got, want, sizeof got);
-        for (int i = 0; i < K; i++) assert_in_range(got[i], 0, 6); /* row 0 sees 7 keys */
-        free(seen);
-        free(stored);
+        check_indexer(pool, 3, 128, types[ti]);
+        check_indexer(pool, 130, 128, types[ti]);
     }
+    check_indexer(pool, 3, 36, MODEL_DTYPE_F16);
     cpu_threadpool_free(pool);
-    free(scratch);
 }
 
 static void test_multi_matmul_equals_separate_products(void **state)
@@ -1410,6 +1470,7 @@ int main(void)
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_sink_attention_matches_double),
         cmocka_unit_test(test_indexer_reads_every_cache_type),
+        cmocka_unit_test(test_indexer_topk_order_and_ties),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),

@@ -10,7 +10,15 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
-enum { HC_MAX = 16, HEAD_MAX = 1024 };
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include "backend/cpu/avx2_math.h"
+#    define V4_AVX2 1
+#endif
+
+/* QROT_MAX: the most query values (heads x head_dim) the indexer rotates on
+ * the stack for a rotated cache (V4-Flash: 64 x 128); past it, each key is
+ * rotated back instead. */
+enum { HC_MAX = 16, HEAD_MAX = 1024, QROT_MAX = 16384 };
 
 /* x86-64: an AVX2 clone (x86-64-v3) of the per-row tasks picked at load by
  * the dynamic linker, as attention_mla.c does; both compute the same sums in
@@ -153,12 +161,40 @@ static inline const float *row_f32(const char *row, model_dtype dtype, int rotat
     return buf;
 }
 
+/* A cache row of n values converted to f32 into buf as stored (a rotated
+ * row stays rotated): AVX2 and F16C where the CPU has them, the same values
+ * (the conversions are exact). */
+typedef void (*row_load_fn)(model_dtype dtype, const void *row, int64_t n, float *buf);
+
+static void row_load_ref(model_dtype dtype, const void *row, int64_t n, float *buf)
+{
+    cpu_dequantize_row((int)dtype, row, buf, n);
+}
+
+#ifdef V4_AVX2
+AVX2 static void row_load_avx2(model_dtype dtype, const void *row, int64_t n, float *buf)
+{
+    load_kv_row(dtype, row, n, buf);
+}
+#endif
+
+static row_load_fn row_loader(model_dtype dtype, int64_t n)
+{
+#ifdef V4_AVX2
+    if (cpu_has_avx2() && n % 8 == 0 && dtype != MODEL_DTYPE_F32) return row_load_avx2;
+#endif
+    (void)n;
+    return dtype == MODEL_DTYPE_F32 ? NULL : row_load_ref;
+}
+
 typedef struct indexer_ctx {
     const float *q, *w;
     const char *keys;
     model_dtype dtype;
+    row_load_fn load; /* NULL: f32 keys, read in place */
     size_t key_bytes;
     int rotated, n_head, rate, k;
+    int tiled; /* indexer_scores_avx2 applies */
     int64_t head_dim, n_keys, scratch_stride;
     const int64_t *pos;
     float scale, w_scale;
@@ -166,16 +202,137 @@ typedef struct indexer_ctx {
     float *scratch;
 } indexer_ctx;
 
+#ifdef V4_AVX2
+/* IDX_MAX_D: the widest key the tiled scores take (V4-Flash: 128). */
+enum { IDX_CHUNK = 16, IDX_MAX_D = 256 };
+
+/* The indexer's scores of entries [0, lim) for one query row (qt: its heads'
+ * rows of head_dim, a multiple of 8, rotated as the keys are), with AVX2 and
+ * FMA: 16 keys at a time converted and transposed once, scored four heads at
+ * a time as 16-wide products (scores4x16), ReLU'd and weighted into 16
+ * sums. Each score is its own (its dimensions summed in order, then its heads
+ * in order), whatever the batch. */
+AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, const float *wt,
+                                     int64_t lim, float *score)
+{
+    _Alignas(32) float kc[IDX_CHUNK * IDX_MAX_D], kt[IDX_MAX_D * IDX_CHUNK], sc[4 * IDX_CHUNK];
+    const int64_t d = c->head_dim;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t s0 = 0; s0 < lim; s0 += IDX_CHUNK) {
+        const int len = lim - s0 < IDX_CHUNK ? (int)(lim - s0) : IDX_CHUNK;
+        for (int j = 0; j < len; j++)
+            load_kv_row(c->dtype, c->keys + (size_t)(s0 + j) * c->key_bytes, d,
+                        kc + (ptrdiff_t)j * d);
+        if (len < IDX_CHUNK)
+            memset(kc + (ptrdiff_t)len * d, 0, sizeof(float) * (size_t)((IDX_CHUNK - len) * d));
+        transpose_chunk16(kc, d, d, kt);
+        __m256 t0 = zero, t1 = zero;
+        for (int h0 = 0; h0 < c->n_head; h0 += 4) {
+            const int nr = c->n_head - h0 < 4 ? c->n_head - h0 : 4;
+            scores4x16(kt, qt + (ptrdiff_t)h0 * d, d, nr, d, c->scale, sc);
+            for (int r = 0; r < nr; r++) {
+                const __m256 wh = _mm256_set1_ps(wt[h0 + r] * c->w_scale);
+                t0 = _mm256_add_ps(
+                    t0, _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(sc + r * 16), zero), wh));
+                t1 = _mm256_add_ps(
+                    t1, _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(sc + r * 16 + 8), zero), wh));
+            }
+        }
+        _Alignas(32) float tot[IDX_CHUNK];
+        _mm256_store_ps(tot, t0);
+        _mm256_store_ps(tot + 8, t1);
+        memcpy(score + s0, tot, sizeof(float) * (size_t)len);
+    }
+}
+#endif
+
+/* Whether entry a ranks below entry b: a lower score, or an equal one at a
+ * higher index. */
+static inline int ranks_below(const float *score, int32_t a, int32_t b)
+{
+    return score[a] < score[b] || (score[a] == score[b] && a > b);
+}
+
+/* Heap h[0, n) (the lowest-ranked entry on top): entry i moved down to its place. */
+static void sift_down(const float *score, int32_t *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && ranks_below(score, h[l], h[m])) m = l;
+        if (r < n && ranks_below(score, h[r], h[m])) m = r;
+        if (m == i) return;
+        int32_t x = h[i];
+        h[i] = h[m];
+        h[m] = x;
+        i = m;
+    }
+}
+
+/* sel[0, k) = the k best entries of score[0, lim) (NaN ones skipped), the
+ * best first and the lower index first among equals; -1 where fewer. One
+ * pass with a heap of k in sel itself, then heapsort in place: O(lim log k)
+ * where picking the best k times was O(k lim) (22 % of a V4 prefill of 8,192
+ * tokens with k 128). */
+static void topk_select(const float *score, int64_t lim, int k, int32_t *sel)
+{
+    int n = 0;
+    for (int64_t s = 0; s < lim; s++) {
+        if (isnan(score[s])) continue;
+        if (n < k) { /* the new entry sifted up */
+            int i = n++;
+            sel[i] = (int32_t)s;
+            while (i > 0 && ranks_below(score, sel[i], sel[(i - 1) / 2])) {
+                int32_t x = sel[i];
+                sel[i] = sel[(i - 1) / 2];
+                sel[(i - 1) / 2] = x;
+                i = (i - 1) / 2;
+            }
+        } else if (k > 0 && ranks_below(score, sel[0], (int32_t)s)) {
+            sel[0] = (int32_t)s;
+            sift_down(score, sel, n, 0);
+        }
+    }
+    for (int m = n; m > 1; m--) { /* the lowest-ranked left goes last */
+        int32_t x = sel[0];
+        sel[0] = sel[m - 1];
+        sel[m - 1] = x;
+        sift_down(score, sel, m - 1, 0);
+    }
+    for (int i = n; i < k; i++) sel[i] = -1;
+}
+
 V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 {
     const indexer_ctx *c = p;
-    float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX];
+    float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX], qrot[QROT_MAX];
     int64_t lim = (c->pos[t] + 1) / c->rate;
     if (lim > c->n_keys) lim = c->n_keys;
     const float *qt = c->q + t * c->n_head * c->head_dim, *wt = c->w + t * c->n_head;
+    /* a rotated cache: q H . k H = q . k, so q is rotated once rather than
+     * every key back (kv_cache.h) */
+    int unrotate_keys = c->rotated;
+    const int64_t nq = c->n_head * c->head_dim;
+    if (c->rotated && nq <= QROT_MAX) {
+        memcpy(qrot, qt, sizeof(float) * (size_t)nq);
+        for (int64_t i = 0; i < nq; i += c->head_dim) cpu_kv_rotate(qrot + i, c->head_dim);
+        qt = qrot;
+        unrotate_keys = 0;
+    }
+#ifdef V4_AVX2
+    if (c->tiled && !unrotate_keys) {
+        indexer_scores_avx2(c, qt, wt, lim, score);
+        topk_select(score, lim, c->k, c->sel + t * c->k);
+        return;
+    }
+#endif
     for (int64_t s = 0; s < lim; s++) {
-        const float *ks =
-            row_f32(c->keys + (size_t)s * c->key_bytes, c->dtype, c->rotated, c->head_dim, kf);
+        const char *row = c->keys + (size_t)s * c->key_bytes;
+        const float *ks = (const float *)row;
+        if (c->load) {
+            c->load(c->dtype, row, c->head_dim, kf);
+            if (unrotate_keys) cpu_kv_rotate(kf, c->head_dim);
+            ks = kf;
+        }
         float total = 0.0f;
         for (int h = 0; h < c->n_head; h++) {
             float d = dot(qt + h * c->head_dim, ks, c->head_dim);
@@ -183,14 +340,7 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
         }
         score[s] = total;
     }
-    int32_t *sel = c->sel + t * c->k;
-    for (int i = 0; i < c->k; i++) {
-        int64_t best = -1;
-        for (int64_t s = 0; s < lim; s++)
-            if (!isnan(score[s]) && (best < 0 || score[s] > score[best])) best = s;
-        sel[i] = (int32_t)best;
-        if (best >= 0) score[best] = NAN; /* taken */
-    }
+    topk_select(score, lim, c->k, c->sel + t * c->k);
 }
 
 void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
@@ -203,11 +353,15 @@ void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int 
                      .w = w,
                      .keys = keys,
                      .dtype = dtype,
+                     .load = row_loader(dtype, head_dim),
                      .key_bytes = cpu_row_bytes((int)dtype, head_dim),
                      .rotated = cpu_kv_rotates(dtype, head_dim),
                      .n_head = n_head,
                      .rate = rate,
                      .k = k,
+#ifdef V4_AVX2
+                     .tiled = cpu_has_avx2() && head_dim % 8 == 0 && head_dim <= IDX_MAX_D,
+#endif
                      .head_dim = head_dim,
                      .n_keys = n_keys,
                      .scratch_stride = scratch_stride,
@@ -342,8 +496,7 @@ V4_CLONES static void sink_head(void *p, int64_t task, int thread)
     sink_finish(c->sinks[h], st.m, st.l, st.acc, d, c->out + (t * c->n_head + h) * d);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#    include "backend/cpu/avx2_math.h"
+#ifdef V4_AVX2
 
 /* The heads of one token in tiles of up to SINK_TILE with AVX2 and FMA, where
  * head_dim is a multiple of 32 up to SINK_MAX_D (V4-Flash: 512; one key-value head that
@@ -358,8 +511,14 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
 {
     _Alignas(32) float kc[SINK_CHUNK * SINK_MAX_D]; /* the chunk's keys, rows of d */
     _Alignas(32) float kt[SINK_MAX_D * SINK_CHUNK]; /* K^T: [d][SINK_CHUNK] */
+    _Alignas(32) float qrot[SINK_TILE * SINK_MAX_D];
     const int64_t d = c->head_dim;
     const float *qa = c->q + (t * c->n_head + h0) * d;
+    if (c->rotated) { /* q H . k H = q . k; the output, a sum of rotated values, rotated back */
+        memcpy(qrot, qa, sizeof(float) * (size_t)rows * (size_t)d);
+        for (int r = 0; r < rows; r++) cpu_kv_rotate(qrot + (ptrdiff_t)r * d, d);
+        qa = qrot;
+    }
     float *out = c->out + (t * c->n_head + h0) * d;
     _Alignas(32) float sc[SINK_TILE * SINK_CHUNK], p[SINK_TILE * SINK_CHUNK];
     float m[SINK_TILE], l[SINK_TILE], corr[SINK_TILE];
@@ -369,9 +528,7 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
     for (;;) {
         int len = 0;
         for (const char *key; len < SINK_CHUNK && (key = sink_next(c, t, &u)); len++) {
-            float *row = kc + (ptrdiff_t)len * d;
-            load_kv_row(c->dtype, key, d, row);
-            if (c->rotated) cpu_kv_rotate(row, d);
+            load_kv_row(c->dtype, key, d, kc + (ptrdiff_t)len * d);
         }
         if (len == 0) break;
         if (len < SINK_CHUNK)
@@ -382,9 +539,11 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
                        sc + r0 * SINK_CHUNK);
         softmax_pv16(sc, len, rows, m, l, corr, p, out, d, kc, d, d);
     }
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
         sink_finish(c->sinks[h0 + r], m[r], l[r], out + (ptrdiff_t)r * d, d,
                     out + (ptrdiff_t)r * d);
+        if (c->rotated) cpu_kv_rotate(out + (ptrdiff_t)r * d, d);
+    }
 }
 
 /* A task is one token's heads [h0, h0 + SINK_TILE). */
@@ -429,7 +588,7 @@ void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_
                   .sel = sel,
                   .scale = scale,
                   .out = out};
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef V4_AVX2
     if (sink_tile_applies(head_dim)) {
         const int tiles = (n_head + SINK_TILE - 1) / SINK_TILE;
         cpu_threadpool_run(pool, n * tiles, sink_tile_task, &c);
