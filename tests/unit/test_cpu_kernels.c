@@ -703,8 +703,8 @@ static void test_indexer_topk_order_and_ties(void **state)
         const int k = c < sizeof ks / sizeof ks[0] ? ks[c] : 64;
         const int64_t pos = visible[c] - 1; /* entries s < (pos + 1) / RATE */
         int32_t got[310], want[310];
-        cpu_indexer_topk(pool, q, w, NH, D, 1, &pos, keys, MODEL_DTYPE_F32, NK, RATE, 1.0f, 1.0f,
-                         k, got, scratch, NK + 1);
+        cpu_indexer_topk(pool, q, w, NH, D, 1, &pos, keys, MODEL_DTYPE_F32, NK, RATE, 1.0f, 1.0f, k,
+                         got, scratch, NK + 1);
         /* the reference: selection by repeated maxima, the lower index first */
         int taken[NK] = {0};
         for (int i = 0; i < k; i++) {
