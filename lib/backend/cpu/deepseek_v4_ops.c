@@ -232,10 +232,10 @@ AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, cons
             scores4x16(kt, qt + (ptrdiff_t)h0 * d, d, nr, d, c->scale, sc);
             for (int r = 0; r < nr; r++) {
                 const __m256 wh = _mm256_set1_ps(wt[h0 + r] * c->w_scale);
-                t0 = _mm256_add_ps(
-                    t0, _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(sc + r * 16), zero), wh));
-                t1 = _mm256_add_ps(
-                    t1, _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(sc + r * 16 + 8), zero), wh));
+                const float *row = sc + (ptrdiff_t)r * IDX_CHUNK;
+                t0 = _mm256_add_ps(t0, _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(row), zero), wh));
+                t1 = _mm256_add_ps(t1,
+                                   _mm256_mul_ps(_mm256_max_ps(_mm256_load_ps(row + 8), zero), wh));
             }
         }
         _Alignas(32) float tot[IDX_CHUNK];
