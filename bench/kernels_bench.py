@@ -21,10 +21,12 @@ call), best of --reps; decode's fraction of the memory-bandwidth roofline
 
     python bench/kernels_bench.py --lib build/release/lib/libdeepinfer.so \\
         [--formats Q4_1,Q4_K_M,Q5_K_M,Q8_0,7B-Q4_K_M] [--threads 1,2] \\
-        [--prompts 64,512,2048,4096] [--gen 32] [--reps 2] [--kv-cache-type f16]
+        [--prompts 64,512,2048,4096] [--gen 32] [--reps 2] [--kv-cache-type f16] \\
+        [--llama-flash-attn auto|on|off]
 --kv-cache-type q8_0 or q4_0 runs both engines with that KV cache (llama.cpp:
 type_k and type_v, with its flash attention, which a quantized V needs; f16
-runs llama.cpp without flash attention, as before).
+runs llama.cpp without flash attention, as before, unless --llama-flash-attn on:
+llama.cpp's own tools default to auto, which turns it on on the CPU).
 Run with the model oracle venv (llama-cpp-python, gguf, numpy: scripts/oracle-venv.sh
 --model); the llama.cpp anchor is that venv's build (portable x86-64-v3 unless
 built otherwise, bench/README.md).
@@ -134,6 +136,9 @@ def main():
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--kv-cache-type", default="f16", choices=sorted(mb.KV_CACHE_TYPES))
+    ap.add_argument("--llama-flash-attn", default="auto", choices=["auto", "on", "off"],
+                    help="llama.cpp's flash attention: on, off, or auto (on only where a "
+                         "quantized V needs it, llama-cpp-python's default otherwise)")
     a = ap.parse_args()
     import llama_cpp
     formats = a.formats.split(",")
@@ -152,7 +157,9 @@ def main():
             ggml_type = mb.KV_CACHE_TYPES[a.kv_cache_type][1]
             llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512,
                                   n_threads=nt, n_threads_batch=nt, logits_all=False,
-                                  flash_attn=a.kv_cache_type in ("q8_0", "q4_0"),
+                                  flash_attn=a.llama_flash_attn == "on" or (
+                                      a.llama_flash_attn == "auto"
+                                      and a.kv_cache_type in ("q8_0", "q4_0")),
                                   type_k=ggml_type, type_v=ggml_type, n_gpu_layers=0,
                                   verbose=False)
             vocab = lib.di_model_vocab_size(h)
@@ -166,7 +173,8 @@ def main():
             lib.di_model_free(h)
             del llm
     print(f"\ncopy bandwidth {bw / 1e9:.1f} GB/s; llama-cpp-python {llama_cpp.__version__}; "
-          f"decode {a.gen} tokens after the prompt; best of {a.reps}; KV cache {a.kv_cache_type}")
+          f"decode {a.gen} tokens after the prompt; best of {a.reps}; KV cache {a.kv_cache_type}; "
+          f"llama.cpp flash attention {a.llama_flash_attn}")
     print("| format | threads | prompt | prefill di / llama (tok/s) | decode di / llama (tok/s) "
           "| decode roofline di / llama | prefill ratio | decode ratio |")
     print("|---|---|---|---|---|---|---|---|")
