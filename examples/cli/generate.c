@@ -34,6 +34,7 @@ typedef struct gen_args {
     long max_tokens, threads, ctx;
     int kv_f32, verbose;
     int32_t kv_type; /* --kv-cache-type: a di_kv_cache_type, 0: f16 */
+    int kv_type_given;
     cli_draft draft;
     /* --json-schema (a file, or the JSON itself when it starts with '{'),
      * --grammar (a GBNF file), --regex (the pattern): at most one; the values
@@ -90,6 +91,23 @@ static int parse_tokens(const char *s, int32_t **ids, size_t *n)
     return 0;
 }
 
+/* Whether o is one of cmd's options that take a value (so one given last
+ * lacks it, where another is unknown). */
+static int takes_value(const char *cmd, const char *o)
+{
+    static const char *const any[] = {"--kv-cache-type", "--model", "--tokens", "--threads",
+                                      "--ctx"};
+    static const char *const gen[] = {"--draft",       "--draft-max",   "--speculative",
+                                      "--draft-model", "--json-schema", "--grammar",
+                                      "--regex",       "--device",      "--max-tokens"};
+    for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
+        if (strcmp(o, any[i]) == 0) return 1;
+    if (strcmp(cmd, "logits") == 0) return strcmp(o, "--out") == 0;
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++)
+        if (strcmp(o, gen[i]) == 0) return 1;
+    return 0;
+}
+
 static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -117,7 +135,12 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
             continue;
         }
         if (o[0] != '-') return usage(cmd, "unexpected argument (options only: see docs/cli.md)");
-        if (i + 1 >= argc) return usage(cmd, "missing value after an option");
+        if (i + 1 >= argc) {
+            char why[300];
+            snprintf(why, sizeof why,
+                     takes_value(cmd, o) ? "missing value after %s" : "unknown option '%s'", o);
+            return usage(cmd, why);
+        }
         const char *v = argv[++i];
         const char *bad = NULL;
         if (strcmp(cmd, "generate") == 0 && cli_draft_option(o, v, &a->draft, &bad)) {
@@ -133,6 +156,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
         } else if (strcmp(o, "--kv-cache-type") == 0) {
             if (cli_kv_cache_type(v, &a->kv_type) != 0)
                 return usage(cmd, "--kv-cache-type must be f16, f32, q8_0 or q4_0");
+            a->kv_type_given = 1;
         } else if (strcmp(o, "--model") == 0) {
             a->model = v;
         } else if (strcmp(o, "--tokens") == 0) {
@@ -165,7 +189,7 @@ static int parse_args(const char *cmd, int argc, char **argv, gen_args *a)
     di_engine_config_init(&probe);
     const char *why = cli_draft_apply(&a->draft, &probe);
     if (why) return usage(cmd, why);
-    if (a->kv_f32 && a->kv_type != DI_KV_CACHE_F16 && a->kv_type != DI_KV_CACHE_F32)
+    if (a->kv_f32 && a->kv_type_given && a->kv_type != DI_KV_CACHE_F32)
         return usage(cmd, "--kv-f32 and --kv-cache-type ask for different types");
     if (a->kv_f32) a->kv_type = DI_KV_CACHE_F32;
     return EXIT_OK;

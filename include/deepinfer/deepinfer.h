@@ -822,7 +822,8 @@ typedef struct di_model_options {
      * default): f16, or f32 with kv_cache_f32 = 1. Q8_0 and Q4_0 keep each
      * token's keys and values in blocks of 32 (quantized once, when stored;
      * attention dequantizes them exactly to f32): 0.53 and 0.28 of the f16
-     * cache's bytes, so long contexts read less memory per decoded token, at
+     * cache's bytes (DeepSeek-V4: of its entries and window; its compressors'
+     * pending rows stay f32), so long contexts read less memory per decoded token, at
      * the cost of the rounding (docs/kv-cache.md gives the logits' distance
      * from the f32 reference beside llama.cpp's with the same type). They
      * need head_dim (an MLA model's kv_lora_rank + qk_rope_head_dim) a
@@ -1117,7 +1118,8 @@ typedef struct di_engine_config {
     /* The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,
      * default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the
      * same limits and errors). An explicit kv_cache_bytes holds 1.9x (Q8_0)
-     * or 3.6x (Q4_0) the tokens of f16; the default budget (4 sequences of
+     * or 3.6x (Q4_0) the tokens of f16 (DeepSeek-V4: less, its compressors'
+     * f32 rows spread over the context); the default budget (4 sequences of
      * n_ctx tokens) holds the same tokens in 0.53x or 0.28x the memory;
      * the prefix cache's tiers keep each type's blocks apart (another
      * type's files are skipped). A draft model's cache has the same type. */

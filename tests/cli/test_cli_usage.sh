@@ -93,4 +93,12 @@ expect_usage "mutually exclusive" "${gen[@]}" --regex a --grammar /g
 expect_usage "needs a value" run --model /m --protocol chat - --draft
 expect_usage "--kv-f32 and --kv-cache-type ask for different types" "${gen[@]}" --kv-f32 \
   --kv-cache-type q8_0
+# (f16 named beside --kv-f32 too: it ran f32 without a word)
+expect_usage "--kv-f32 and --kv-cache-type ask for different types" "${gen[@]}" --kv-f32 \
+  --kv-cache-type f16
+# an unknown option last is unknown, not one missing its value
+expect_usage "unknown option '--foo'" "${gen[@]}" --foo
+expect_usage "unknown option '--verbose'" logits --model /m --tokens 1 --out /o --verbose
+expect_usage "missing value after --threads" "${gen[@]}" --threads
+expect_usage "missing value after --out" logits --model /m --tokens 1 --out
 echo "ok: cli usage"
