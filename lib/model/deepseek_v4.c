@@ -535,9 +535,13 @@ di_status dsv4_seq_init(dsv4 *d, model_seq *s)
 }
 
 /* Room in k's entries for a sequence of n_tokens (at most n_ctx): each
- * compressor's grown to twice what it had, or what is needed, or n_ctx's. */
+ * compressor's grown to twice what it had, or what is needed, or n_ctx's.
+ * The tokens are counted in whole blocks, as the pool reserves them and
+ * model_forward_batch admits a step (a reserve of 100 lets a step run to
+ * 112, closing entries 25-27 past the 26 that 100 tokens need). */
 static di_status cache_reserve(dsv4 *d, dsv4_cache *k, int64_t n_tokens)
 {
+    n_tokens = (n_tokens + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK * MODEL_KV_BLOCK;
     if (n_tokens > d->opt.n_ctx) n_tokens = d->opt.n_ctx;
     for (uint32_t i = 0; i < d->cfg.n_layer; i++) {
         const v4_layer *L = &d->layers[i];

@@ -699,6 +699,51 @@ static void test_kv_bytes_per_token_follow_the_cache_type(void **state)
     }
 }
 
+/* A step may run to the end of the blocks a sequence reserved (16 tokens
+ * each): reserving 100 tokens (7 blocks) and then evaluating 112 closed CSA
+ * entries 25-27 past the 26 the entries had grown for (a heap overflow under
+ * ASan; the breakers' find). Now the entries grow for the whole blocks, and
+ * the logits are those of the same tokens without the reserve, in every
+ * cache type. */
+static void test_a_step_may_fill_the_reserved_blocks(void **state)
+{
+    (void)state;
+    static const model_dtype types[] = {MODEL_DTYPE_F32, MODEL_DTYPE_F16, MODEL_DTYPE_Q8_0,
+                                        MODEL_DTYPE_Q4_0};
+    int32_t tokens[112];
+    for (int i = 0; i < 112; i++) tokens[i] = (int32_t)((i * 29 + 13) % 500);
+    float *want = malloc(512 * sizeof *want), *got = malloc(512 * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        model_options o = {0};
+        o.n_threads = 1;
+        o.kv_dtype = types[t];
+        o.n_ctx = 400;
+        o.n_batch = 128;
+        model *m = NULL;
+        di_error *err = NULL;
+        if (model_load(DI_FIXTURE_DIR "/model/dsv4-gguf-release", &o, &m, &err) != DI_OK)
+            fail_msg("%s", di_error_message(err));
+        /* the short reserve first, on the model's fresh cache (a reused one
+         * keeps the room it had) */
+        float *out[2] = {got, want};
+        for (int run = 0; run < 2; run++) {
+            model_seq *s;
+            assert_int_equal(model_seq_create(m, &s), DI_OK);
+            assert_int_equal(model_seq_reserve(m, s, run == 0 ? 100 : 112), DI_OK);
+            model_batch_item it = {s, tokens, 112, 1};
+            if (model_forward_batch(m, &it, 1, out[run], &err) != DI_OK)
+                fail_msg("%s", di_error_message(err));
+            model_seq_free(m, s);
+        }
+        assert_memory_equal(got, want, 512 * sizeof *got);
+        model_free(m);
+    }
+    free(want);
+    free(got);
+}
+
 static void test_engine_ignores_the_prefix_cache_tiers_with_a_warning(void **state)
 {
     (void)state;
@@ -754,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_compressed_cache_grows_with_the_sequence),
         cmocka_unit_test(test_truncated_sequence_recomputes_the_same_logits),
         cmocka_unit_test(test_kv_bytes_per_token_follow_the_cache_type),
+        cmocka_unit_test(test_a_step_may_fill_the_reserved_blocks),
         cmocka_unit_test(test_engine_ignores_the_prefix_cache_tiers_with_a_warning),
         cmocka_unit_test(test_a_tokenizer_larger_than_the_vocabulary_is_a_warning),
         cmocka_unit_test(test_fused_fp8_experts_equal_the_per_expert_layout),

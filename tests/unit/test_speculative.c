@@ -534,11 +534,14 @@ static void on_event(void *user, const di_event *ev)
     }
 }
 
+static int32_t kv_type; /* the engines' kv_cache_type (0: f16, the default) */
+
 static di_engine *make_engine(const char *path, int n_draft, int fixed, int max_running,
                               int64_t kv_bytes)
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
+    cfg.kv_cache_type = kv_type;
     cfg.model_path = path;
     cfg.n_threads = 2;
     cfg.max_running = max_running;
@@ -939,6 +942,7 @@ static di_engine *make_mtp_engine(const char *path, const char *mtp_gguf, int32_
 {
     di_engine_config cfg;
     di_engine_config_init(&cfg);
+    cfg.kv_cache_type = kv_type;
     cfg.model_path = path;
     cfg.draft_model_path = mtp_gguf; /* llama.cpp's MTP GGUF of the model, or NULL */
     cfg.n_threads = 2;
@@ -1074,6 +1078,23 @@ static void test_v4_mtp_lossless_greedy(void **state)
     check_mtp_lossless(DSV4_MTP, NULL, 60 / scale(), 24 / scale(), 24 / scale());
     /* llama.cpp's files: the model's GGUF, and its MTP GGUF as the draft */
     check_mtp_lossless(DSV4_GGUF, DSV4_GGUF_MTP, 24 / scale(), 16 / scale(), 16 / scale());
+}
+
+/* The same with the GGUF's caches in Q8_0 and Q4_0 (the indexer keys' rows of
+ * 64 rotated): MTP drafting and prompt lookup give the greedy output,
+ * batched, cancelled and pre-empted (the breakers' test). */
+static void test_v4_quantized_caches_lossless(void **state)
+{
+    (void)state;
+    static const int32_t types[] = {DI_KV_CACHE_Q8_0, DI_KV_CACHE_Q4_0};
+    for (int i = 0; i < 2; i++) {
+        kv_type = types[i];
+        check_mtp_lossless(DSV4_GGUF, DSV4_GGUF_MTP, 24 / scale(), 16 / scale(), 16 / scale());
+        check_lossless(DSV4_GGUF, 16, 8, 0, 8, 1);
+        int64_t per_token = kv_bytes_per_token(DSV4_GGUF);
+        check_lossless(DSV4_GGUF, 16, 8, 24 * 16 * per_token, 16, 1);
+    }
+    kv_type = 0;
 }
 
 /* Sampling requests with the MTP module's sampled drafts (q handed to the
@@ -1294,6 +1315,7 @@ int main(void)
         cmocka_unit_test(test_draft_model_sampling_matches_target),
         cmocka_unit_test(test_mtp_lossless_greedy),
         cmocka_unit_test(test_v4_mtp_lossless_greedy),
+        cmocka_unit_test(test_v4_quantized_caches_lossless),
         cmocka_unit_test(test_mtp_sampling_is_deterministic),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_draft_config_errors),
