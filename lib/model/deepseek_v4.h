@@ -31,10 +31,11 @@ void dsv4_free(dsv4 *d);
 int64_t dsv4_n_past(const dsv4 *d);
 void dsv4_reset(dsv4 *d);
 /* Bytes the cache keeps per token of context, over all layers, averaged over
- * a context of n_ctx tokens: each layer's compressed entries (head_dim f32
- * every compress rate tokens; the CSA indexer's index_head_dim) per token,
- * plus the fixed part (the sliding window's keys, the compressors' pending
- * rows) divided by n_ctx. */
+ * a context of n_ctx tokens: each layer's compressed entries (a row of
+ * head_dim every compress rate tokens; the CSA indexer's of index_head_dim),
+ * in the cache's dtype, per token, plus the fixed part (the sliding window's
+ * rows in the cache's dtype, the compressors' pending rows in f32) divided by
+ * n_ctx. */
 size_t dsv4_kv_bytes_per_token(const dsv4 *d);
 /* A sequence's cache (from the model's reuse list, or new) and its blocks'
  * table: DI_ERR_OUT_OF_MEMORY. dsv4_seq_release gives both back (the cache
