@@ -214,11 +214,11 @@ typedef struct backend_ops {
     /* DeepSeek-V4's caches (the window rings, the compressed entries, the
      * indexer keys) hold rows in the model's KV cache dtype: F32, F16, or Q8_0
      * / Q4_0 blocks of 32 (width a multiple of 32), model_kv_row_bytes(dtype,
-     * width) bytes a row. This stores n rows of src (f32, width wide,
-     * src_stride floats apart) at dst, converted; quantized rows of a multiple
-     * of 64 values are stored Hadamard-rotated in groups of 64 (as the paged
-     * caches, lib/backend/cpu/kv_cache.h), which indexer_topk and
-     * sink_attention undo. */
+     * width) bytes a row; the compressors' rings are F32 rows. This stores n
+     * rows of src (f32, width wide, src_stride floats apart) at dst, converted
+     * (F32 copied as it is); quantized rows of a multiple of 64 values are
+     * stored Hadamard-rotated in groups of 64 (as the paged caches,
+     * lib/backend/cpu/kv_cache.h), which indexer_topk and sink_attention undo. */
     void (*v4_rows_store)(backend *be, model_dtype dtype, void *dst, const float *src,
                           int64_t src_stride, int64_t width, int64_t n);
     /* The lightning indexer (DeepSeek-V4 §2.3.1): for query row t at position

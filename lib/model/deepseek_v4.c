@@ -661,8 +661,8 @@ size_t dsv4_kv_bytes_per_token(const dsv4 *d)
 }
 
 /* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
- * rows of positions pos0.. (row p % ring): f32 (dtype F32, a compressor's
- * rings) copied, else stored in the cache's dtype (the window's). */
+ * rows of positions pos0.. (row p % ring), as dtype: F32 for a compressor's
+ * rings, the cache's for the window (an f32 row is copied exactly). */
 static void ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,
                        const float *src, int64_t src_stride, int64_t pos0, int64_t n)
 {
@@ -671,12 +671,8 @@ static void ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_
     while (done < n) {
         int64_t r = (pos0 + done) % ring_rows, run = ring_rows - r;
         if (run > n - done) run = n - done;
-        if (dtype == MODEL_DTYPE_F32)
-            be->ops->copy_rows(be, (float *)ring + r * width, width, src + done * src_stride,
+        be->ops->v4_rows_store(be, dtype, (char *)ring + r * rb, src + done * src_stride,
                                src_stride, width, run);
-        else
-            be->ops->v4_rows_store(be, dtype, (char *)ring + r * rb, src + done * src_stride,
-                                   src_stride, width, run);
         done += run;
     }
 }
@@ -705,11 +701,8 @@ static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp
     for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
     op->rope(be, L->rope, pooled + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
     const model_dtype dt = d->opt.kv_dtype;
-    char *dst = (char *)cc->entries + e0 * model_kv_row_bytes(dt, c->width);
-    if (dt == MODEL_DTYPE_F32)
-        op->copy_rows(be, (float *)dst, c->width, pooled, c->width, c->width, e1 - e0);
-    else
-        op->v4_rows_store(be, dt, dst, pooled, c->width, c->width, e1 - e0);
+    op->v4_rows_store(be, dt, (char *)cc->entries + e0 * model_kv_row_bytes(dt, c->width), pooled,
+                      c->width, c->width, e1 - e0);
 }
 
 /* A compressor's projections of the n rows of d->h, into d->ckv and d->cg. */

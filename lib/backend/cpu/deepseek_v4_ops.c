@@ -150,17 +150,6 @@ void cpu_v4_rows_store(model_dtype dtype, void *dst, const float *src, int64_t s
         cpu_kv_store_row(dtype, rotated, src + r * src_stride, (char *)dst + (size_t)r * rb, width);
 }
 
-/* A cache row (v4_rows_store's) of n values as f32 in buf, rotated back where
- * stored rotated; an f32 row is returned in place. */
-static inline const float *row_f32(const char *row, model_dtype dtype, int rotated, int64_t n,
-                                   float *buf)
-{
-    if (dtype == MODEL_DTYPE_F32) return (const float *)row;
-    cpu_dequantize_row((int)dtype, row, buf, n);
-    if (rotated) cpu_kv_rotate(buf, n);
-    return buf;
-}
-
 /* A cache row of n values converted to f32 into buf as stored (a rotated
  * row stays rotated): AVX2 and F16C where the CPU has them, the same values
  * (the conversions are exact). */
@@ -185,6 +174,18 @@ static row_load_fn row_loader(model_dtype dtype, int64_t n)
 #endif
     (void)n;
     return dtype == MODEL_DTYPE_F32 ? NULL : row_load_ref;
+}
+
+/* A cache row (v4_rows_store's) of n values as f32: an f32 row in place
+ * (load NULL), else converted by load into buf and, with unrotate, rotated
+ * back. */
+static inline const float *row_f32(const char *row, row_load_fn load, model_dtype dtype,
+                                   int unrotate, int64_t n, float *buf)
+{
+    if (!load) return (const float *)row;
+    load(dtype, row, n, buf);
+    if (unrotate) cpu_kv_rotate(buf, n);
+    return buf;
 }
 
 typedef struct indexer_ctx {
@@ -326,13 +327,8 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
     }
 #endif
     for (int64_t s = 0; s < lim; s++) {
-        const char *row = c->keys + (size_t)s * c->key_bytes;
-        const float *ks = (const float *)row;
-        if (c->load) {
-            c->load(c->dtype, row, c->head_dim, kf);
-            if (unrotate_keys) cpu_kv_rotate(kf, c->head_dim);
-            ks = kf;
-        }
+        const float *ks = row_f32(c->keys + (size_t)s * c->key_bytes, c->load, c->dtype,
+                                  unrotate_keys, c->head_dim, kf);
         float total = 0.0f;
         for (int h = 0; h < c->n_head; h++) {
             float d = dot(qt + h * c->head_dim, ks, c->head_dim);
@@ -377,6 +373,7 @@ typedef struct sink_ctx {
     const float *q, *sinks;
     const char *win, *comp; /* rows of head_dim, row_bytes apart */
     model_dtype dtype;
+    row_load_fn load; /* the per-head walk's conversion; NULL: f32 rows in place */
     size_t row_bytes;
     int rotated, n_head, window, rate, k;
     int64_t head_dim, win_ring, n_comp;
@@ -490,8 +487,8 @@ V4_CLONES static void sink_head(void *p, int64_t task, int thread)
     memset(st.acc, 0, (size_t)d * sizeof *st.acc);
     sink_cursor u = sink_begin(c, t);
     for (const char *row; (row = sink_next(c, t, &u));)
-        tile_add(&st, row_f32(row, c->dtype, c->rotated, d, st.conv + (ptrdiff_t)st.n * d), qh, d,
-                 c->scale);
+        tile_add(&st, row_f32(row, c->load, c->dtype, c->rotated, d, st.conv + (ptrdiff_t)st.n * d),
+                 qh, d, c->scale);
     if (st.n) tile_flush(&st, qh, d, c->scale);
     sink_finish(c->sinks[h], st.m, st.l, st.acc, d, c->out + (t * c->n_head + h) * d);
 }
@@ -575,6 +572,7 @@ void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_
                   .win = win,
                   .comp = comp,
                   .dtype = dtype,
+                  .load = row_loader(dtype, head_dim),
                   .row_bytes = cpu_row_bytes((int)dtype, head_dim),
                   .rotated = cpu_kv_rotates(dtype, head_dim),
                   .n_head = n_head,
