@@ -8,7 +8,8 @@
  * answer stream separately, tool calls are shown; Ctrl-C stops the answer being
  * written, /reset starts over, /quit or end of input leaves.
  * Options: --threads T, --ctx N (context tokens), --max-tokens N, --temperature X,
- * --seed S, --encoding E (override the model's prompt encoding), --cache-dir DIR
+ * --seed S, --encoding E (override the model's prompt encoding), --tokenizer PATH (a
+ * tokenizer.json or .gguf other than the model's own), --cache-dir DIR
  * (the prefix cache's disk tier: prompts computed once are found again in later
  * runs), --no-prefix-cache, --draft off|auto|prompt-lookup|draft-model|mtp,
  * --draft-max N (speculative decoding: up to N draft tokens a step; --speculative N
@@ -29,7 +30,7 @@
 #include "cli.h"
 
 typedef struct run_args {
-    const char *model, *input, *system, *cache_dir;
+    const char *model, *input, *system, *cache_dir, *tokenizer;
     di_protocol protocol;
     di_encoding encoding;
     int stream, verbose, no_prefix_cache;
@@ -98,6 +99,7 @@ static di_engine *load(const char *cmd, const run_args *a)
     di_engine_config cfg;
     di_engine_config_init(&cfg);
     cfg.model_path = a->model;
+    cfg.tokenizer_path = a->tokenizer;
     cfg.n_threads = (int32_t)a->threads;
     cfg.n_ctx = a->ctx;
     cfg.encoding = (int32_t)a->encoding;
@@ -284,13 +286,14 @@ static const char *usage_line(const char *cmd)
     return strcmp(cmd, "run") == 0
                ? "deepinfer run --model PATH --protocol chat|messages|responses [--stream] "
                  "[--threads T] [--ctx N] [--max-tokens N] [--temperature X] [--seed S] "
-                 "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] "
+                 "[--encoding E] [--tokenizer PATH] [--cache-dir DIR] [--no-prefix-cache] "
                  "[--draft off|auto|prompt-lookup|draft-model|mtp] [--draft-max N] "
                  "[--draft-model PATH] [--device cpu|cuda] [--kv-cache-type f16|f32|q8_0|q4_0] "
                  "[--verbose] REQUEST.json|-"
                : "deepinfer chat --model PATH [--system TEXT] [--threads T] [--ctx N] "
-                 "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--cache-dir DIR] "
-                 "[--no-prefix-cache] [--draft off|auto|prompt-lookup|draft-model|mtp] "
+                 "[--max-tokens N] [--temperature X] [--seed S] [--encoding E] [--tokenizer PATH] "
+                 "[--cache-dir DIR] [--no-prefix-cache] [--draft "
+                 "off|auto|prompt-lookup|draft-model|mtp] "
                  "[--draft-max N] [--draft-model PATH] [--device cpu|cuda] "
                  "[--kv-cache-type f16|f32|q8_0|q4_0] [--verbose]";
 }
@@ -327,7 +330,8 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
                     strcmp(o, "--system") == 0 || strcmp(o, "--cache-dir") == 0 ||
                     strcmp(o, "--speculative") == 0 || strcmp(o, "--draft") == 0 ||
                     strcmp(o, "--draft-max") == 0 || strcmp(o, "--draft-model") == 0 ||
-                    strcmp(o, "--device") == 0 || strcmp(o, "--kv-cache-type") == 0;
+                    strcmp(o, "--device") == 0 || strcmp(o, "--kv-cache-type") == 0 ||
+                    strcmp(o, "--tokenizer") == 0;
         if (takes && i + 1 >= argc) {
             char why[80];
             snprintf(why, sizeof why, "%.40s needs a value", o);
@@ -375,6 +379,8 @@ static int parse_args(const char *cmd, int argc, char **argv, run_args *a)
             continue;
         } else if (strcmp(o, "--cache-dir") == 0) {
             a->cache_dir = v;
+        } else if (strcmp(o, "--tokenizer") == 0) {
+            a->tokenizer = v;
         } else if (strcmp(o, "--no-prefix-cache") == 0) {
             a->no_prefix_cache = 1;
             continue;

@@ -33,7 +33,7 @@ double srv_now(void)
 static const char usage_text[] =
     "deepinfer serve --model PATH [--host ADDR] [--port N] [--api-key KEY] [--model-name NAME] "
     "[--threads T] [--ctx N] [--parallel N] [--max-queue N] [--temperature X] [--seed S] "
-    "[--encoding E] [--cache-dir DIR] [--no-prefix-cache] [--max-body-bytes N] "
+    "[--encoding E] [--tokenizer PATH] [--cache-dir DIR] [--no-prefix-cache] [--max-body-bytes N] "
     "[--max-header-bytes N] [--max-connections N] [--per-ip-connections N] [--idle-timeout S] "
     "[--request-timeout S] [--shutdown-timeout S] [--draft off|auto|prompt-lookup|draft-model|mtp] "
     "[--draft-max N] [--draft-model PATH] [--kv-cache-type f16|f32|q8_0|q4_0] [--verbose]";
@@ -133,6 +133,8 @@ static int parse_args(int argc, char **argv, srv_config *c)
             c->model_name = v;
         } else if (strcmp(o, "--cache-dir") == 0) {
             c->cache_dir = v;
+        } else if (strcmp(o, "--tokenizer") == 0) {
+            c->tokenizer = v;
         } else if (strcmp(o, "--encoding") == 0) {
             if (cli_encoding(v, &c->encoding) != 0)
                 return usage("--encoding must be dsv4, dsv41, dsv3, r1 or chatml");
@@ -190,6 +192,7 @@ static di_engine *load(const srv_config *c)
     cfg.encoding = (int32_t)c->encoding;
     cfg.max_running = (int32_t)c->parallel;
     cfg.kv_cache_dir = c->cache_dir;
+    cfg.tokenizer_path = c->tokenizer;
     cfg.served_model_name = c->model_name; /* NULL: the file's name, as responses give it */
     cfg.disable_prefix_cache = c->no_prefix_cache;
     cfg.kv_cache_type = c->kv_type;

@@ -38,7 +38,7 @@ typedef enum srv_api { API_OPENAI = 0, API_ANTHROPIC = 1 } srv_api;
 
 /* Settings from the command line (docs/serve.md lists them with defaults). */
 typedef struct srv_config {
-    const char *model, *host, *api_key, *model_name, *cache_dir;
+    const char *model, *host, *api_key, *model_name, *cache_dir, *tokenizer;
     long port, threads, ctx, parallel, max_queue, seed;
     double temperature; /* < 0: the body's or the engine's default */
     di_encoding encoding;
