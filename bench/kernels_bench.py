@@ -15,9 +15,12 @@ Files (made once, cached in --cache-dir, never committed):
 For each file, thread count and prompt length, interleaved (deepinfer, then
 llama.cpp, on the same random prompt IDs): prefill tokens/s (the prompt in one
 call) and decode tokens/s (--gen greedy tokens after that prompt, one per
-call), best of --reps; decode's fraction of the memory-bandwidth roofline
-(weight bytes per token / measured copy bandwidth, as model_bench.py). Ratios
-(deepinfer / llama.cpp, > 1: deepinfer faster) in the last columns.
+call), best of --reps; decode's fraction of the memory-bandwidth roofline,
+counting the weight bytes a token reads (as model_bench.py) and, in the next
+column, those plus the KV cache it reads (di_model_kv_bytes_per_token times the
+mean context of the decoded tokens: both engines keep the same cache type, so
+the same bytes), each over the measured copy bandwidth. Ratios (deepinfer /
+llama.cpp, > 1: deepinfer faster) in the last columns.
 
     python bench/kernels_bench.py --lib build/release/lib/libdeepinfer.so \\
         [--formats Q4_1,Q4_K_M,Q5_K_M,Q8_0,7B-Q4_K_M] [--threads 1,2] \\
@@ -163,11 +166,15 @@ def main():
                                   type_k=ggml_type, type_v=ggml_type, n_gpu_layers=0,
                                   verbose=False)
             vocab = lib.di_model_vocab_size(h)
+            lib.di_model_kv_bytes_per_token.argtypes = [ctypes.c_void_p]
+            lib.di_model_kv_bytes_per_token.restype = ctypes.c_int64
+            kvb = lib.di_model_kv_bytes_per_token(h)
             for n in prompts:
                 prompt = [int(x) for x in np.random.default_rng(n).integers(100, min(vocab, 10000), n)]
                 di = time_deepinfer(lib, h, prompt, a.gen, a.reps)
                 ll = time_llama(llm, prompt, a.gen, a.reps)
-                rows.append((fmt, nt, n, di, ll, bw / bpt))
+                kv_read = kvb * (n + (a.gen - 1) / 2)  # the mean context a decoded token reads
+                rows.append((fmt, nt, n, di, ll, bw / bpt, bw / (bpt + kv_read)))
                 print(f"  {fmt} threads {nt} prompt {n}: prefill {di[0]:.1f} vs {ll[0]:.1f}, "
                       f"decode {di[1]:.1f} vs {ll[1]:.1f} tok/s", flush=True)
             lib.di_model_free(h)
@@ -176,11 +183,13 @@ def main():
           f"decode {a.gen} tokens after the prompt; best of {a.reps}; KV cache {a.kv_cache_type}; "
           f"llama.cpp flash attention {a.llama_flash_attn}")
     print("| format | threads | prompt | prefill di / llama (tok/s) | decode di / llama (tok/s) "
-          "| decode roofline di / llama | prefill ratio | decode ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for fmt, nt, n, di, ll, roof in rows:
+          "| decode roofline di / llama | with KV di / llama | prefill ratio | decode ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for fmt, nt, n, di, ll, roof, roof_kv in rows:
         print(f"| {fmt} | {nt} | {n} | {di[0]:.1f} / {ll[0]:.1f} | {di[1]:.1f} / {ll[1]:.1f} | "
-              f"{di[1] / roof:.2f} / {ll[1] / roof:.2f} | {di[0] / ll[0]:.2f} | {di[1] / ll[1]:.2f} |")
+              f"{di[1] / roof:.2f} / {ll[1] / roof:.2f} | "
+              f"{di[1] / roof_kv:.2f} / {ll[1] / roof_kv:.2f} | "
+              f"{di[0] / ll[0]:.2f} | {di[1] / ll[1]:.2f} |")
 
 
 if __name__ == "__main__":
