@@ -1075,7 +1075,8 @@ typedef struct di_engine_config {
      * the same as without speculation — greedy or seeded — only sooner when
      * the output copies its context (code edits, quotes, JSON echoing a
      * prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count
-     * them. 0 (default): off; at most 64 (docs/speculative.md). */
+     * them. 0 (default): off; at most 64 (docs/speculative.md). A step
+     * holds n_batch tokens, so a request proposes at most n_batch - 1. */
     int32_t speculative_tokens;
     /* 0 (default): how many of a request's drafts a step verifies is chosen
      * by confidence-scheduled verification (the request's acceptance rate so

@@ -435,8 +435,8 @@ static int restore(sched *s, sched_request *r)
     return 1;
 }
 
-/* Prepare decoding request r's drafter call: at most n_draft drafts, and
- * never past its max_tokens or the context (the step's last token must be one
+/* Prepare decoding request r's drafter call: at most n_draft drafts and
+ * n_batch - 1, and never past its max_tokens or the context (the step's last token must be one
  * the request may still emit), written after its tokens (r->tokens[n_all,
  * n_all + k)) without counting them. Returns 0 when it may draft (dr filled;
  * conf is the caller's), -1 when not. */
@@ -445,6 +445,9 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
     r->n_proposed = r->k_step = 0;
     r->has_q = 0;
     int64_t k = s->n_draft;
+    /* a step holds n_batch tokens: the request's own and its drafts (a fixed
+     * plan verifies all of them or none, so more would never be verified) */
+    if (k > model_n_batch(s->m) - 1) k = model_n_batch(s->m) - 1;
     int64_t left = r->max_tokens - (r->n_all - r->n_prompt) - 1;
     if (k > left) k = left;
     if (k > s->n_ctx - r->n_all - 1) k = s->n_ctx - r->n_all - 1;

@@ -534,7 +534,8 @@ static void on_event(void *user, const di_event *ev)
     }
 }
 
-static int32_t kv_type; /* the engines' kv_cache_type (0: f16, the default) */
+static int32_t kv_type;      /* the engines' kv_cache_type (0: f16, the default) */
+static int64_t n_batch = 64; /* the engines' n_batch */
 
 static di_engine *make_engine(const char *path, int n_draft, int fixed, int max_running,
                               int64_t kv_bytes)
@@ -545,7 +546,7 @@ static di_engine *make_engine(const char *path, int n_draft, int fixed, int max_
     cfg.model_path = path;
     cfg.n_threads = 2;
     cfg.max_running = max_running;
-    cfg.n_batch = 64;
+    cfg.n_batch = n_batch;
     cfg.kv_cache_bytes = kv_bytes;
     cfg.speculative_tokens = n_draft;
     cfg.speculative_fixed = fixed;
@@ -738,7 +739,7 @@ static di_engine *make_draft_engine(const char *path, const char *draft_path, in
     cfg.model_path = path;
     cfg.n_threads = 2;
     cfg.max_running = max_running;
-    cfg.n_batch = 64;
+    cfg.n_batch = n_batch;
     cfg.speculative_tokens = n_draft;
     cfg.speculative_fixed = fixed;
     cfg.draft = DI_DRAFT_MODEL;
@@ -754,12 +755,16 @@ static di_engine *make_draft_engine(const char *path, const char *draft_path, in
  * batched; a model drafting for itself without penalties has its drafts kept
  * (its logits are the model's whatever the batch; the draft ignores
  * penalties, so they reject some), another model's are rejected often and the
- * output is still the same. Returns the kept fraction. */
+ * output is still the same. Returns the kept fraction (and sets
+ * kept_per_token). */
+/* check_draft_model_greedy's last run: drafts kept per output token. */
+static double kept_per_token;
+
 static double check_draft_model_greedy(const char *path, const char *draft_path, int n, int fixed,
-                                       int penalties)
+                                       int penalties, int n_draft)
 {
     di_engine *plain = make_engine(path, 0, 0, 8, 0);
-    di_engine *spec_e = make_draft_engine(path, draft_path, 4, fixed, 8);
+    di_engine *spec_e = make_draft_engine(path, draft_path, n_draft, fixed, 8);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(plain);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -774,7 +779,7 @@ static double check_draft_model_greedy(const char *path, const char *draft_path,
     }
     run_all(plain, specs, a, n);
     run_all(spec_e, specs, b, n);
-    uint64_t drafted = 0, accepted = 0;
+    uint64_t drafted = 0, accepted = 0, tokens = 0;
     for (int i = 0; i < n; i++) {
         assert_int_equal(b[i].n_done, 1);
         assert_int_equal(b[i].status, DI_OK);
@@ -786,7 +791,9 @@ static double check_draft_model_greedy(const char *path, const char *draft_path,
         assert_true(b[i].accepted <= b[i].drafted);
         drafted += b[i].drafted;
         accepted += b[i].accepted;
+        tokens += (uint64_t)b[i].n_toks;
     }
+    kept_per_token = tokens ? (double)accepted / (double)tokens : 0;
     printf("%s drafted by %s (%s): %d greedy requests, %llu draft tokens verified, %llu kept\n",
            path, draft_path, fixed ? "every proposal" : "confidence-scheduled", n,
            (unsigned long long)drafted, (unsigned long long)accepted);
@@ -802,12 +809,33 @@ static double check_draft_model_greedy(const char *path, const char *draft_path,
 static void test_draft_model_greedy_tiny(void **state)
 {
     (void)state;
-    double self = check_draft_model_greedy(TINY, TINY, 60 / scale(), 1, 0);
+    double self = check_draft_model_greedy(TINY, TINY, 60 / scale(), 1, 0, 4);
     assert_true(self > 0.9);
-    check_draft_model_greedy(TINY, TINY, 30 / scale(), 1, 1);
+    check_draft_model_greedy(TINY, TINY, 30 / scale(), 1, 1, 4);
     check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/qwen2-untied-f32-sharded", 60 / scale(),
-                             1, 1);
-    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/llama-gqa-f16", 30 / scale(), 0, 1);
+                             1, 1, 4);
+    check_draft_model_greedy(TINY, DI_FIXTURE_DIR "/model/llama-gqa-f16", 30 / scale(), 0, 1, 4);
+}
+
+/* More drafts asked than a step holds (speculative_tokens >= n_batch): each
+ * request's proposals are capped at n_batch - 1, so a fixed plan (all of a
+ * request's drafts or none) still verifies them: a model drafting for itself
+ * always proposes all it may, and its drafts are verified and kept, one
+ * request at a time and several. (Uncapped, 8 drafts and the request's own
+ * token never fit a step of 8: drafts were verified only near a request's
+ * end, where its max_tokens capped them.) Prompt lookup too. */
+static void test_drafts_beyond_the_step_are_capped(void **state)
+{
+    (void)state;
+    n_batch = 8;
+    for (int n_draft = 8; n_draft <= 30; n_draft += 22) {
+        /* each step keeps its 7 drafts but the last ones of a request:
+         * most output tokens are kept drafts (uncapped: 0.22) */
+        assert_true(check_draft_model_greedy(TINY, TINY, 12 / scale(), 1, 0, n_draft) > 0.9);
+        assert_true(kept_per_token > 0.6);
+    }
+    check_lossless(TINY, 24 / scale(), 4, 0, 12, 1);
+    n_batch = 64;
 }
 
 static void test_draft_model_greedy_smollm2(void **state)
@@ -817,7 +845,7 @@ static void test_draft_model_greedy_smollm2(void **state)
     skip();
 #endif
     if (access(SMOL, R_OK) != 0) skip();
-    double self = check_draft_model_greedy(SMOL, SMOL, 12 / scale(), 1, 0);
+    double self = check_draft_model_greedy(SMOL, SMOL, 12 / scale(), 1, 0, 4);
     assert_true(self > 0.9);
 }
 
@@ -1307,6 +1335,7 @@ int main(void)
         cmocka_unit_test(test_speculative_sampling_matches_target),
         cmocka_unit_test(test_point_mass_draft_is_the_plain_draw),
         cmocka_unit_test(test_lossless_tiny),
+        cmocka_unit_test(test_drafts_beyond_the_step_are_capped),
         cmocka_unit_test(test_lossless_under_preemption),
         cmocka_unit_test(test_lossless_deepseek_v4),
         cmocka_unit_test(test_lossless_smollm2),

@@ -1435,7 +1435,8 @@ pub struct di_engine_config {
     #[doc = " the same as without speculation — greedy or seeded — only sooner when"]
     #[doc = " the output copies its context (code edits, quotes, JSON echoing a"]
     #[doc = " prompt). di_event_draft_tokens / di_event_accepted_draft_tokens count"]
-    #[doc = " them. 0 (default): off; at most 64 (docs/speculative.md)."]
+    #[doc = " them. 0 (default): off; at most 64 (docs/speculative.md). A step"]
+    #[doc = " holds n_batch tokens, so a request proposes at most n_batch - 1."]
     pub speculative_tokens: i32,
     #[doc = " 0 (default): how many of a request's drafts a step verifies is chosen"]
     #[doc = " by confidence-scheduled verification (the request's acceptance rate so"]
