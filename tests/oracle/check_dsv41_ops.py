@@ -1,0 +1,429 @@
+#!/usr/bin/env python3
+"""Hold dsv41_reference.py's parts to the public PyTorch references of DeepSeek's
+own V4.1 kernels, on random inputs, and its whole model to causality:
+
+  tile-kernels 2.1.0 (PyPI wheel)      tile_kernels/torch: mhc_pre_norm_fn_ref,
+                                       mhc_pre_split_mixes_ref, sinkhorn_normalize_ref,
+                                       mhc_post_ref, moe_topk_gate_forward, swiglu_forward,
+                                       rotary_embedding_ref
+  deepinfer-gemm 2.8.2 (PyPI sdist)    tests/test_mega_mhc.py mhc_reference (the shifted
+                                       single-pass mHC step), tests/test_attention.py
+                                       ref_mqa_logits (the indexer's logits)
+  deepinfer 0.1.0 (PyPI sdist)         compress_and_update_state_prefill_ref (ratio-2
+                                       compression), prepare_v4_decode_metadata_ref
+                                       (what a query sees: window, entries, positions_c),
+                                       the YaRN inverse frequencies of
+                                       layers/rotary_embedding.py
+
+The packages need GPUs to import, so each reference function is read out of its
+file (its source, not the package: the kernels' modules are never imported) with
+device="cuda" replaced by the CPU. The sdists and the wheel are downloaded once into
+$DI_CACHE/sdist (pip download). Exit 0 when every check holds; each line says what
+was compared and the largest difference.
+
+    check_dsv41_ops.py [--keep DIR]   (model oracle venv: scripts/oracle-venv.sh --model)
+"""
+import ast
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+import types
+import zipfile
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import dsv41_reference as ref  # noqa: E402
+
+PINS = {"tile-kernels": "2.1.0", "deepinfer-gemm": "2.8.2", "deepinfer": "0.1.0"}
+
+
+def cache_dir():
+    base = os.environ.get("DI_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "deepinfer")
+    d = pathlib.Path(base) / "sdist"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def fetch(name):
+    """The extracted distribution of a pinned package (the sdist, or for tile-kernels,
+    which ships a pure wheel, the wheel)."""
+    version, cache = PINS[name], cache_dir()
+    stem = f"{name.replace('-', '_')}-{version}"
+    root = cache / stem
+    if root.exists():
+        return root
+    wheel = name == "tile-kernels"
+    pattern = f"{stem}-*.whl" if wheel else f"{stem}.tar.gz"
+    if not any(cache.glob(pattern)):
+        # (they require Python 3.12 to install; only their source is read here)
+        args = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                "--ignore-requires-python", "--disable-pip-version-check", "-d", str(cache)]
+        args += ["--only-binary", ":all:"] if wheel else ["--no-binary", ":all:"]
+        subprocess.run(args + [f"{name}=={version}"], check=True)
+    archive = next(cache.glob(pattern))
+    if wheel:
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(root)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(cache, filter="data")
+    return root
+
+
+def functions(path, names, extra=None):
+    """The named top-level functions of a source file, executed alone in a namespace
+    with torch, math and extra (their module's other imports are not run)."""
+    text = pathlib.Path(path).read_text()
+    ns = {"torch": torch, "math": __import__("math"), "Optional": __import__("typing").Optional,
+          "Tuple": __import__("typing").Tuple}
+    ns.update(extra or {})
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            src = ast.get_source_segment(text, node)
+            src = src.replace("device='cuda'", "device='cpu'").replace('device="cuda"',
+                                                                         'device="cpu"')
+            exec(compile(src, f"{path}:{node.name}", "exec"), ns)
+    missing = [n for n in names if n not in ns]
+    if missing:
+        raise SystemExit(f"{path}: no {missing}")
+    return ns
+
+
+def tile_kernels_torch():
+    """tile_kernels/torch/*.py imported as modules, with tile_kernels.config (which
+    imports tilelang) replaced by the two functions they use."""
+    root = fetch("tile-kernels") / "tile_kernels"
+    pkg = types.ModuleType("tile_kernels")
+    pkg.__path__ = [str(root)]
+    config = types.ModuleType("tile_kernels.config")
+    config.is_ascend = lambda: False
+    config.get_token_alignment = lambda: 128
+    sys.modules.update({"tile_kernels": pkg, "tile_kernels.config": config})
+    mods = {}
+    for name in ("utils", "torch.mhc", "torch.topk", "torch.swiglu", "torch.rope"):
+        spec = importlib.util.spec_from_file_location(f"tile_kernels.{name}",
+                                                      root / (name.replace(".", "/") + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods[name] = mod
+    return mods
+
+
+FAILED = []
+
+
+def report(what, got, want, tol):
+    err = (got.double() - want.double()).abs().max().item() if got.numel() else 0.0
+    ok = err <= tol
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: max |difference| {err:.3g} (allowed {tol:g})")
+    if not ok:
+        FAILED.append(what)
+
+
+def check_mhc(tk, gemm):
+    g = torch.Generator().manual_seed(1)
+    T, m, h = 5, 4, 64
+    residual = torch.randn(T, m, h, generator=g)
+    fn = torch.randn((2 + m) * m, m * h, generator=g) * 0.05
+    scale = torch.rand(3, generator=g) + 0.5
+    base = torch.randn((2 + m) * m, generator=g) * 0.5
+    pre, post, comb = ref.hc_mixes(residual, fn, scale, base, m, 1e-6, 1e-6, 2.0, 20)
+    mixes = tk["torch.mhc"].mhc_pre_norm_fn_ref(residual[None], fn, None, 1e-6)
+    want_pre, want_post, want_comb = tk["torch.mhc"].mhc_pre_split_mixes_ref(
+        mixes, scale, base, m, 2.0, 1e-6)
+    want_comb = tk["torch.mhc"].sinkhorn_normalize_ref(want_comb, 20, 1e-6)
+    report("mHC pre mix vs mhc_pre_norm_fn_ref + mhc_pre_split_mixes_ref", pre,
+           want_pre[0, :, :, 0], 1e-5)
+    report("mHC post mix vs mhc_pre_split_mixes_ref", post, want_post[0, :, :, 0], 1e-5)
+    report("mHC combination vs sinkhorn_normalize_ref", comb, want_comb[0], 1e-5)
+    x = torch.randn(T, h, generator=g)
+    report("mHC post vs mhc_post_ref (bf16 out)", ref.hc_post(x, residual, post, comb),
+           tk["torch.mhc"].mhc_post_ref(x[None], residual[None], post[None, :, :, None],
+                                        comb[None])[0].float(), 0.08)
+    # the whole shifted step (post, the previous sub-layer's pre mix applied, the
+    # new mixes, the norm) against deepinfer-gemm's mhc_reference; it rounds the
+    # residual, the input and the output to bf16, so the inputs are made bf16-exact
+    # and the check allows bf16's rounding
+    prev_pre = torch.rand(T, m, generator=g) + 0.1
+    rms_w = torch.rand(h, generator=g) + 0.5
+    out = gemm["mhc_reference"](x.bfloat16(), residual.bfloat16(), post[:, :, None],
+                                comb, fn, scale, base, rms_w, m, 1e-6, 1e-6, 2.0, 1e-6, 20,
+                                1e-6, 1.0, shifted_prev_mix=prev_pre[:, :, None])
+    new_res = ref.hc_post(x.bfloat16().float(), residual.bfloat16().float(), post, comb)
+    report("shifted mHC residual vs mhc_reference", new_res, out["new_residual"].float(), 0.05)
+    pre2, post2, comb2 = ref.hc_mixes(out["new_residual"].float(), fn, scale, base, m, 1e-6,
+                                      1e-6, 2.0, 20)
+    report("shifted mHC next pre mix vs mhc_reference", pre2, out["new_prev_mix"][:, :, 0], 1e-4)
+    report("shifted mHC next post mix vs mhc_reference", post2, out["new_post_mix"][:, :, 0], 1e-4)
+    report("shifted mHC next combination vs mhc_reference", comb2, out["new_comb_res_mix"], 1e-4)
+    layer_in = (out["new_residual"].float() * prev_pre[:, :, None]).sum(1)
+    report("shifted mHC layer input (the previous pre mix) vs mhc_reference",
+           ref.rms_norm(layer_in, rms_w, 1e-6), out["y_bf16"].float(), 0.05)
+
+
+def check_moe(tk):
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(40, 16, generator=g)
+    logits[3, 5] = logits[3, 7]  # a tie: the lower expert first
+    bias = torch.randn(16, generator=g) * 0.1
+    idx, w = ref.moe_gate(logits, bias, 4, 2.5)
+    want_idx, want_w = tk["torch.topk"].moe_topk_gate_forward(logits, 4, False, 0, 2.5, 0,
+                                                              "sqrtsoftplus", bias=bias)
+    report("MoE routes vs moe_topk_gate_forward", idx.float(), want_idx.float(), 0)
+    report("MoE weights vs moe_topk_gate_forward", w, want_w, 1e-6)
+    x = torch.randn(6, 32, generator=g)
+    w1, w3, w2 = (torch.randn(24, 32, generator=g), torch.randn(24, 32, generator=g),
+                  torch.randn(32, 24, generator=g))
+    gu = torch.cat([x @ w1.t(), x @ w3.t()], 1).contiguous()
+    want = tk["torch.swiglu"].swiglu_forward(gu, clamp_value=1.5) @ w2.t()
+    report("clamped SwiGLU vs swiglu_forward", ref.swiglu(x, w1, w3, w2, 1.5), want, 1e-4)
+
+
+def check_rope(tk, di):
+    g = torch.Generator().manual_seed(3)
+    T, H, d, r = 7, 3, 96, 64
+    x = torch.randn(T, H, d, generator=g)
+    pos = torch.arange(T) * 5
+    for scaling in (None, {"factor": 4.0, "original_max_position_embeddings": 32,
+                           "beta_fast": 32, "beta_slow": 1}):
+        cos, sin = ref.rope_cos_sin(160000.0, r, pos, scaling)
+        got = ref.rope(x, cos, sin)
+        # rotary_embedding_ref rotates the leading dims: hand it the trailing ones
+        want = tk["torch.rope"].rotary_embedding_ref(x[..., d - r:][None], cos, sin, positions=None,
+                                                     interleaved=True)[0]
+        what = "YaRN" if scaling else "base"
+        report(f"RoPE ({what}, interleaved, trailing {r}) vs rotary_embedding_ref",
+               got[..., d - r:], want, 1e-5)
+        report(f"RoPE ({what}) leaves the leading dims", got[..., :d - r], x[..., :d - r], 0)
+        back = ref.rope(got, cos, sin, conjugate=True)
+        report(f"RoPE ({what}) conjugate undoes it", back, x, 1e-5)
+    # YaRN's inverse frequencies against DeepInfer's own construction
+    ns = di["rope"]
+    base, factor, orig = 160000.0, 4.0, 32
+    pos_freqs = base ** (torch.arange(0, r, 2, dtype=torch.float) / r)
+    low, high = ns["_yarn_find_correction_range"](32, 1, r, base, orig)
+    mask = 1 - ns["_yarn_linear_ramp_mask"](low, high, r // 2, dtype=torch.float, device="cpu")
+    want_inv = (1.0 / (factor * pos_freqs)) * (1 - mask) + (1.0 / pos_freqs) * mask
+    cos, sin = ref.rope_cos_sin(base, r, torch.tensor([1]), {"factor": factor,
+                                                             "original_max_position_embeddings": orig,
+                                                             "beta_fast": 32, "beta_slow": 1})
+    report("YaRN inverse frequencies vs YaRNScalingRotaryEmbedding._compute_inv_freq",
+           torch.atan2(sin[0], cos[0]), want_inv, 1e-6)
+
+
+def check_compress(di):
+    g = torch.Generator().manual_seed(4)
+    T, d = 11, 16
+    score, latent = torch.randn(T, d, generator=g), torch.randn(T, d, generator=g)
+    got = ref.compress(score, latent, 2)
+    state = torch.zeros(1, 4, 2, d)
+    cu = torch.tensor([0, T])
+    want = di["compress"]["compress_and_update_state_prefill_ref"](
+        score, latent, state, torch.tensor([0]), torch.zeros(T // 2, dtype=torch.int32), cu, cu,
+        torch.tensor([0, T // 2]), 2)
+    report("ratio-2 compression vs compress_and_update_state_prefill_ref (bf16 out)", got,
+           want.float(), 0.02)
+
+
+def check_visibility(di):
+    """What a decode query at each position sees, by DeepInfer's decode metadata:
+    the window [pos - len + 1, pos], the (pos + 1) // r visible entries of ratio r,
+    an entry's RoPE position (its first token) when pos completes it."""
+    T, W, bs = 40, 8, 16
+    for ratio in (1, 2):
+        n = T
+        seqlens = torch.tensor([n], dtype=torch.int32)
+        out = {k: torch.zeros(n, dtype=torch.int32) for k in
+               ("positions", "context_lens", "slot", "query", "state")}
+        klen = torch.zeros(1, n, dtype=torch.int32)
+        ca = torch.zeros(1, n, 2, dtype=torch.int32)
+        swa = torch.zeros(n, 2, dtype=torch.int32)
+        pos_c = torch.zeros(1, n, dtype=torch.int32)
+        slot_c = torch.zeros(1, n, dtype=torch.int32)
+        bt_out = torch.zeros(n, 8, dtype=torch.int32)
+        di["meta"]["prepare_v4_decode_metadata_ref"](
+            seqlens, seqlens, seqlens.clone(), torch.arange(8, dtype=torch.int32),
+            torch.tensor([0, 8], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+            torch.tensor([False]), out["positions"], torch.zeros(n, dtype=torch.bool),
+            torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool),
+            out["context_lens"], klen, ca, swa, out["slot"], out["query"], out["state"], bt_out,
+            pos_c, slot_c, max_seqlen_q=n, max_num_blocks=8, window_size=W, swa_block_size=bs,
+            block_size=bs, ca_ratios=(ratio,), dense_ratios=(ratio,), sparse_ratios=(ratio,))
+        pos = out["positions"]
+        report(f"ratio {ratio}: visible entries (pos + 1) // r vs the decode metadata",
+               torch.tensor([(p + 1) // ratio for p in pos.tolist()]).float(), klen[0].float(), 0)
+        report(f"ratio {ratio}: window length min(pos + 1, W) vs the decode metadata",
+               torch.tensor([min(p + 1, W) for p in pos.tolist()]).float(), swa[:, 1].float(), 0)
+        done = [(p + 1) % ratio == 0 for p in pos.tolist()]
+        want = torch.tensor([((p + 1) // ratio - 1) * ratio if d else 0
+                             for p, d in zip(pos.tolist(), done)])
+        report(f"ratio {ratio}: a completed entry's RoPE position (its first token)",
+               want.float(), pos_c[0].float(), 0)
+
+
+def check_indexer(gemm):
+    g = torch.Generator().manual_seed(5)
+    T, n, H, d = 6, 9, 4, 32
+    q, k, w = torch.randn(T, H, d, generator=g), torch.randn(n, d, generator=g), \
+        torch.randn(T, H, generator=g)
+    want, _ = gemm["ref_mqa_logits"](q, k, w, torch.zeros(T, dtype=torch.long),
+                                     torch.full((T,), n, dtype=torch.long))
+    report("indexer logits vs ref_mqa_logits", ref.indexer_logits(q, k, w), want, 1e-4)
+
+
+def check_sink_attention():
+    g = torch.Generator().manual_seed(6)
+    H, n, d = 4, 7, 32
+    q, keys, sink = torch.randn(H, d, generator=g), torch.randn(n, d, generator=g), \
+        torch.randn(H, generator=g)
+    logits = torch.cat([(q @ keys.t()) * d ** -0.5, sink[:, None]], 1)
+    want = logits.softmax(-1)[:, :n] @ keys  # the sink as one more logit with no value
+    report("sink attention vs the softmax with the sink as a valueless logit",
+           ref.sink_attention(q, keys, sink, d ** -0.5), want, 1e-5)
+
+
+def tiny_checkpoint(folder, seed=7):
+    """A random V4.1 text checkpoint in DeepSeek's release layout (f32): ratios
+    0, 2, 2, 1, 1 with the second ratio-2 layer sharing the first's KV, indexer keys
+    and top-k, and the last ratio-1 layer a YOCO consumer sharing nothing."""
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(seed)
+    h, H, D, r, ql, ol, G, m = 64, 4, 96, 64, 48, 16, 2, 4
+    IH, ID, E, FE, V = 2, 64, 8, 32, 256
+    ratios = [0, 2, 2, 1, 1]
+    text = dict(num_hidden_layers=len(ratios), hidden_size=h, vocab_size=V,
+                num_attention_heads=H, head_dim=D, qk_rope_head_dim=r, q_lora_rank=ql,
+                o_lora_rank=ol, o_groups=G, sliding_window=6, rope_theta=10000.0,
+                compress_rope_theta=160000.0,
+                rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32,
+                              "beta_fast": 32, "beta_slow": 1},
+                rms_norm_eps=1e-6, swiglu_limit=2.0, tie_word_embeddings=False,
+                num_key_value_heads=1, compress_ratios=ratios, index_topk=3, index_n_heads=IH,
+                index_head_dim=ID, kv_source_layer_ids=[1, 3, 4], index_source_layer_ids=[1, 3, 4],
+                hc_mult=m, hc_eps=1e-6, hc_sinkhorn_iters=20, hidden_act="silu",
+                n_routed_experts=E, n_shared_experts=1, num_experts_per_tok=2,
+                routed_scaling_factor=1.5, scoring_func="sqrtsoftplus", norm_topk_prob=True,
+                topk_method="noaux_tc", moe_intermediate_size=FE, attention_bias=False,
+                attention_dropout=0.0, max_position_embeddings=256)
+    hf = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
+          "dtype": "bfloat16", "text_config": text, "bos_token_id": 0, "eos_token_id": 1,
+          "pad_token_id": 2}
+    cfg = ref.V41Config(hf)
+    t = {}
+
+    def rnd(name, *shape, s=0.1):
+        t[name] = torch.randn(*shape, generator=g) * s
+
+    def ones(name, n):
+        t[name] = 1 + 0.1 * torch.randn(n, generator=g)
+    rnd("embed.weight", V, h, s=1.0)
+    rnd("head.weight", V, h)
+    ones("norm.weight", h)
+    for L, ratio in enumerate(ratios):
+        p = f"layers.{L}."
+        for kind in ("attn", "ffn"):
+            rnd(p + f"hc_{kind}_fn", (2 + m) * m, m * h, s=0.02)
+            rnd(p + f"hc_{kind}_base", (2 + m) * m, s=0.5)
+            t[p + f"hc_{kind}_scale"] = 0.5 + torch.rand(3, generator=g)
+            ones(p + f"{kind}_norm.weight", h)
+        a = p + "attn."
+        rnd(a + "wq_a.weight", ql, h)
+        ones(a + "q_norm.weight", ql)
+        rnd(a + "wq_b.weight", H * D, ql)
+        rnd(a + "wkv.weight", D, h)
+        ones(a + "kv_norm.weight", D)
+        rnd(a + "wo_a.weight", G * ol, H // G * D)
+        rnd(a + "wo_b.weight", h, G * ol)
+        rnd(a + "attn_sink", H, s=1.0)
+        if ratio and cfg.kv_map[L] == L:
+            rnd(a + "compressor.wkv.weight", D, h)
+            if ratio == 2:
+                rnd(a + "compressor.wgate.weight", D, h, s=0.5)
+            ones(a + "compressor.norm.weight", D)
+        if ratio and cfg.index_map[L] == L:
+            rnd(a + "indexer.wq_b.weight", IH * ID, ql)
+            rnd(a + "indexer.weights_proj.weight", IH, h)
+            if cfg.index_k_map[L] == L:
+                rnd(a + "indexer.wk.weight", ID, D)
+                ones(a + "indexer.k_norm.weight", ID)
+        f = p + "ffn."
+        rnd(f + "gate.weight", E, h)
+        rnd(f + "gate.bias", E, s=0.05)
+        for e in range(E):
+            rnd(f + f"experts.{e}.w1.weight", FE, h)
+            rnd(f + f"experts.{e}.w3.weight", FE, h)
+            rnd(f + f"experts.{e}.w2.weight", h, FE)
+        rnd(f + "shared_experts.w1.weight", FE, h)
+        rnd(f + "shared_experts.w3.weight", FE, h)
+        rnd(f + "shared_experts.w2.weight", h, FE)
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in t.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(hf, indent=1))
+    return folder
+
+
+def check_model(folder):
+    model = ref.V41Reference.load(tiny_checkpoint(folder))
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(3, model.cfg.vocab, (30,), generator=g).tolist()
+    trace = []
+    full = model.forward(ids, trace)
+    report("logits finite", torch.isfinite(full).all().float(), torch.tensor(1.0), 0)
+    for n in (1, 2, 7, 13, 29):
+        report(f"causal: the first {n} tokens alone give the same logits",
+               model.forward(ids[:n]), full[:n], 2e-5)
+    layers = sorted({L for kind, L, *_ in trace if kind == "index"})
+    report("the indexer ran on the index source layers (1, 3, 4)",
+           torch.tensor(layers).float(), torch.tensor([1.0, 3.0, 4.0]), 0)
+    try:
+        hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
+        hf["text_config"]["engram_layer_ids"] = [1]
+        ref.V41Config(hf)
+        FAILED.append("an Engram config was not refused")
+        print("FAIL an Engram config was not refused")
+    except ref.Unsupported as e:
+        print(f"ok   refused, naming the field: {e}")
+
+
+def main(argv):
+    keep = argv[argv.index("--keep") + 1] if "--keep" in argv else None
+    tk = tile_kernels_torch()
+    gemm_root, di_root = fetch("deepinfer-gemm"), fetch("deepinfer")
+    gemm = functions(gemm_root / "tests" / "test_mega_mhc.py",
+                     ["mhc_reference", "_sinkhorn_reference"])
+    gemm.update(functions(gemm_root / "tests" / "test_attention.py", ["ref_mqa_logits"]))
+    ops = di_root / "deepinfer" / "model_executor" / "layers"
+    di = {"compress": functions(ops / "tilelang_ops" / "compress.py",
+                                ["compress_and_update_state_prefill_ref"]),
+          "meta": functions(ops / "tilelang_ops" / "prepare_v4_decode_metadata.py",
+                            ["prepare_v4_decode_metadata_ref"]),
+          "rope": functions(ops / "rotary_embedding.py",
+                            ["_yarn_find_correction_dim", "_yarn_find_correction_range",
+                             "_yarn_linear_ramp_mask"])}
+    check_mhc(tk, gemm)
+    check_moe(tk)
+    check_rope(tk, di)
+    check_compress(di)
+    check_visibility(di)
+    check_indexer(gemm)
+    check_sink_attention()
+    with tempfile.TemporaryDirectory() as tmp:
+        check_model(keep or tmp)
+    if FAILED:
+        print(f"{len(FAILED)} check(s) failed")
+        return 1
+    print("every check holds")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""DeepSeek-V4.1's text model as dense PyTorch: the executable reference for tiny
+checkpoints (docs/deepseek-v41.md says what it computes and where each part comes from).
+
+No library runs V4.1 on a CPU: DeepSeek's own engine (DeepInfer 0.1.0, PyPI) calls GPU
+kernels in every forward. This module re-derives its dense meaning, and
+check_dsv41_ops.py holds each part to the public PyTorch references of those kernels
+(tile-kernels 2.1.0's tile_kernels/torch, deepinfer-gemm 2.8.2's tests, DeepInfer's own
+*_ref functions). Everything here is float32 on the checkpoint's weights dequantized.
+
+What it runs: the hf_shifted mHC (the pre mix of each sub-layer is the one the previous
+sub-layer computed; no HC head), sliding-window attention with per-head sinks on every
+layer, compressed KV at ratios 1 and 2 (no overlap, no position bias) with the lightning
+indexer whose keys KProject makes from the compressor's pre-RoPE output, cross-layer
+sharing of the compressed KV, the indexer keys and the top-k (the config's *_source_layer_ids),
+YOCO (the KV sources after n_prefill_layer project from the first consumer's normed
+hidden), the grouped output projection, sqrtsoftplus MoE with a shared expert and the
+SwiGLU clamp. Not yet: Engram, the candidate-block top-k, the DSpark head, images.
+A config asking for one of those is refused here, naming the field.
+
+    reference = V41Reference.load(folder)
+    logits = reference.forward(token_ids)        # [T, vocab], every position
+"""
+import json
+import math
+import pathlib
+
+import torch
+import torch.nn.functional as F
+
+
+class Unsupported(ValueError):
+    """A config or checkpoint this reference does not run, with the field named."""
+
+
+def source_map(source_ids, n_layer):
+    """Each layer from the first source on -> the nearest source at or before it
+    (DeepInfer's hugging_face/config.py _source_map); other layers are their own."""
+    ids = sorted(source_ids)
+    out = list(range(n_layer))
+    for layer in range(ids[0] if ids else n_layer, n_layer):
+        out[layer] = max(s for s in ids if s <= layer)
+    return out
+
+
+class V41Config:
+    """The text config of a deepseek_v41 config.json, with DeepInfer's defaults for
+    what the file does not say (hc_post_mult_value 2, hc_shifted True)."""
+
+    def __init__(self, hf):
+        if hf.get("model_type") != "deepseek_v41":
+            raise Unsupported(f"model_type: {hf.get('model_type')!r}, expected 'deepseek_v41'")
+        t = hf["text_config"]
+        self.n_layer = t["num_hidden_layers"]
+        self.hidden = t["hidden_size"]
+        self.vocab = t["vocab_size"]
+        self.n_head = t["num_attention_heads"]
+        self.head_dim = t["head_dim"]
+        self.rope_dim = t["qk_rope_head_dim"]
+        self.q_lora_rank = t["q_lora_rank"]
+        self.o_lora_rank = t["o_lora_rank"]
+        self.o_groups = t["o_groups"]
+        self.window = t["sliding_window"]
+        self.rope_theta = float(t["rope_theta"])
+        self.compress_rope_theta = float(t["compress_rope_theta"])
+        self.rope_scaling = t.get("rope_scaling")
+        self.eps = t["rms_norm_eps"]
+        self.swiglu_limit = t["swiglu_limit"]
+        self.tie = t["tie_word_embeddings"]
+        if t.get("num_key_value_heads", 1) != 1:
+            raise Unsupported(f"num_key_value_heads: {t['num_key_value_heads']}, expected 1")
+        ratios = t["compress_ratios"]
+        self.n_nextn = t.get("num_nextn_predict_layers", 0) or 0
+        if len(ratios) != self.n_layer + self.n_nextn:
+            raise Unsupported(f"compress_ratios: {len(ratios)} entries for "
+                              f"{self.n_layer} + {self.n_nextn} layers")
+        self.ratios = ratios[:self.n_layer]
+        for r in self.ratios:
+            if r not in (0, 1, 2):
+                raise Unsupported(f"compress_ratios: {r} (DeepSeek-V4.1 has 0, 1 and 2)")
+        self.index_topk = t["index_topk"]
+        self.index_heads = t["index_n_heads"]
+        self.index_dim = t["index_head_dim"]
+        # sharing (DeepInfer's _shared_layer_cfg): only compressed layers carry it
+        kv_ids = t.get("kv_source_layer_ids")
+        idx_ids = t.get("index_source_layer_ids")
+        compressed = [i for i, r in enumerate(self.ratios) if r > 0]
+        self.kv_map = source_map(kv_ids if kv_ids is not None else compressed, self.n_layer)
+        self.index_map = source_map(idx_ids if idx_ids is not None else compressed, self.n_layer)
+        k_ids = t.get("index_k_source_layer_ids", kv_ids)
+        self.index_k_map = source_map(k_ids if k_ids is not None else compressed, self.n_layer)
+        for name, m in (("kv", self.kv_map), ("index", self.index_map),
+                        ("index_k", self.index_k_map)):
+            for layer, src in enumerate(m):
+                if src != layer and (self.ratios[layer] == 0 or
+                                     self.ratios[layer] != self.ratios[src]):
+                    raise Unsupported(f"{name}_source_layer_ids: layer {layer} (ratio "
+                                      f"{self.ratios[layer]}) cannot share layer {src}'s "
+                                      f"(ratio {self.ratios[src]})")
+        # YOCO: the first ratio-1 layer and every layer after it are consumers
+        ones = [i for i, r in enumerate(self.ratios) if r == 1]
+        self.n_prefill_layer = ones[0] if ones else self.n_layer
+        self.hc_mult = t["hc_mult"]
+        self.hc_eps = t["hc_eps"]
+        self.hc_iters = t["hc_sinkhorn_iters"]
+        self.hc_post_mult = 2.0
+        if not t.get("hc_shifted", True):
+            raise Unsupported("hc_shifted: false (the HC head of unshifted mHC)")
+        if t.get("engram_layer_ids"):
+            raise Unsupported("engram_layer_ids: Engram is not in this reference yet")
+        if t.get("candidate_source_layer_id") is not None:
+            raise Unsupported("candidate_source_layer_id: the candidate-block top-k is not in "
+                              "this reference yet")
+        if t["hidden_act"] != "silu":
+            raise Unsupported(f"hidden_act: {t['hidden_act']!r}")
+        self.n_experts = t["n_routed_experts"]
+        self.n_shared = t["n_shared_experts"]
+        self.top_k = t["num_experts_per_tok"]
+        self.scaling = float(t["routed_scaling_factor"])
+        if t["scoring_func"] != "sqrtsoftplus":
+            raise Unsupported(f"scoring_func: {t['scoring_func']!r} (V4.1 routes by sqrtsoftplus)")
+        if not t["norm_topk_prob"]:
+            raise Unsupported("norm_topk_prob: false")
+        if t["topk_method"] != "noaux_tc":
+            raise Unsupported(f"topk_method: {t['topk_method']!r}")
+
+
+# ---- weights ---------------------------------------------------------------
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def dequantize(name, w, scale):
+    """One tensor as float32: bf16/f32 as stored; fp8-e4m3 with an E8M0 scale per
+    32x32 block ([rows/32, cols/32]); packed e2m1 (I8, two codes a byte, the low
+    nibble first) with an E8M0 scale per 32 values of a row (the routed experts).
+    The block size comes from the shapes, so DeepSeek's 128x128 works too."""
+    if scale is None:
+        if w.dtype in (torch.int8, torch.uint8, torch.float8_e4m3fn):
+            raise Unsupported(f"{name}: {w.dtype} without its .scale")
+        return w.float()
+    s = scale.float()
+    if w.dtype == torch.float8_e4m3fn:
+        rows, cols = w.shape
+        br, bc = -(-rows // s.shape[0]), -(-cols // s.shape[1])
+        full = s.repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
+        return w.float() * full
+    if w.dtype in (torch.int8, torch.uint8):
+        b = w.view(torch.uint8).long()
+        codes = torch.stack([b & 15, b >> 4], -1).reshape(w.shape[0], w.shape[1] * 2)
+        vals = torch.tensor(E2M1)[codes]
+        group = vals.shape[1] // s.shape[1]
+        return vals * s.repeat_interleave(group, 1)
+    raise Unsupported(f"{name}: dtype {w.dtype} with a scale")
+
+
+def load_tensors(folder):
+    """Every tensor of the folder's safetensors, dequantized, by DeepSeek's release
+    name (an optional "model." prefix dropped)."""
+    from safetensors.torch import load_file
+    raw = {}
+    for f in sorted(pathlib.Path(folder).glob("*.safetensors")):
+        for k, v in load_file(str(f)).items():
+            raw[k[len("model."):] if k.startswith("model.") else k] = v
+    out = {}
+    for k, v in raw.items():
+        if k.endswith(".scale"):
+            continue
+        scale = raw.get(k[:-len(".weight")] + ".scale") if k.endswith(".weight") else None
+        out[k] = dequantize(k, v, scale)
+    return out
+
+
+# ---- ops (each checked against a public reference in check_dsv41_ops.py) ----
+
+def rms_norm(x, w, eps):
+    x = x.float()
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+def rope_cos_sin(theta, rope_dim, positions, scaling=None):
+    """cos, sin [len(positions), rope_dim/2]: DeepInfer's RotaryEmbedding (base) or
+    YaRNScalingRotaryEmbedding with mscale 1 (layers/rotary_embedding.py)."""
+    exps = torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim
+    inv = 1.0 / theta ** exps
+    if scaling is not None:
+        factor = scaling["factor"]
+        orig = scaling["original_max_position_embeddings"]
+
+        def corr(rot):
+            return rope_dim * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        low = max(math.floor(corr(scaling["beta_fast"])), 0)
+        high = min(math.ceil(corr(scaling["beta_slow"])), rope_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(rope_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        extrapolate = 1 - ramp
+        inv = (1.0 / (factor * theta ** exps)) * (1 - extrapolate) + inv * extrapolate
+    ang = torch.as_tensor(positions, dtype=torch.float32)[:, None] * inv[None, :]
+    return ang.cos(), ang.sin()
+
+
+def rope(x, cos, sin, conjugate=False):
+    """Interleaved RoPE (pairs 2i, 2i+1) on the trailing rope_dim values of x [T, ..., d];
+    cos, sin [T, rope_dim/2]."""
+    r = cos.shape[-1] * 2
+    out = x.clone()
+    part = x[..., -r:]
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (r // 2,)
+    c, s = cos.reshape(shape), sin.reshape(shape)
+    if conjugate:
+        s = -s
+    a, b = part[..., 0::2], part[..., 1::2]
+    out[..., -r:][..., 0::2] = a * c - b * s
+    out[..., -r:][..., 1::2] = a * s + b * c
+    return out
+
+
+def sinkhorn(x, iters, eps):
+    x = x.softmax(-1) + eps
+    x = x / (x.sum(-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        x = x / (x.sum(-1, keepdim=True) + eps)
+        x = x / (x.sum(-2, keepdim=True) + eps)
+    return x
+
+
+def hc_mixes(residual, fn, scale, base, m, norm_eps, pre_eps, post_mult, iters):
+    """A sub-layer's mixes from the residual streams [T, m, h]: the pre mix [T, m],
+    the post mix [T, m] and the Sinkhorn-normalised combination [T, m, m]
+    (tile-kernels mhc_pre_norm_fn_ref, mhc_pre_split_mixes_ref, sinkhorn_normalize_ref;
+    fn already holds the norm's weight, as the HF checkpoint stores it)."""
+    flat = residual.reshape(residual.shape[0], -1)
+    mixes = flat @ fn.t()
+    mixes = mixes * torch.rsqrt(flat.square().mean(-1, keepdim=True) + norm_eps)
+    scales = torch.cat([scale[0].expand(m), scale[1].expand(m), scale[2].expand(m * m)])
+    mixes = mixes * scales + base
+    pre = mixes[:, :m].sigmoid() + pre_eps
+    post = mixes[:, m:2 * m].sigmoid() * post_mult
+    comb = sinkhorn(mixes[:, 2 * m:].reshape(-1, m, m), iters, pre_eps)
+    return pre, post, comb
+
+
+def hc_post(x, residual, post, comb):
+    """The sub-layer output x [T, h] written back: new[j] = post[j] x + sum_i comb[i, j]
+    residual[i] (tile-kernels mhc_post_ref)."""
+    return x[:, None, :] * post[:, :, None] + torch.einsum("tij,tih->tjh", comb, residual)
+
+
+def compress(score, latent, ratio):
+    """Ratio-r compressed entries of a sequence's projections [T, d]: entry j is the
+    per-channel softmax over tokens jr .. jr + r - 1 of score weighting latent, for
+    every complete group (DeepInfer's compress_and_update_state_prefill_ref); ratio 1
+    passes the latent through."""
+    if ratio == 1:
+        return latent
+    n, d = latent.shape[0] // ratio, latent.shape[1]
+    s = score[:n * ratio].reshape(n, ratio, d)
+    v = latent[:n * ratio].reshape(n, ratio, d)
+    return (v * s.softmax(1)).sum(1)
+
+
+def indexer_logits(q, k, w):
+    """logits[t, j] = sum_h w[t, h] relu(q[t, h] . k[j]) (deepinfer-gemm ref_mqa_logits)."""
+    return torch.einsum("thd,jd->thj", q, k).relu().mul(w[:, :, None]).sum(1)
+
+
+def top_k(logits, visible, k):
+    """The indices of the k largest of logits[:visible] (all of them when fewer),
+    the lower index first among equal values (the order of torch.topk on ties is
+    not DeepInfer's deep_select's, which no public code pins; the fixtures keep a
+    margin at the k-th place so that ties never decide)."""
+    if visible <= k:
+        return list(range(visible))
+    vals = logits[:visible]
+    order = sorted(range(visible), key=lambda j: (-float(vals[j]), j))
+    return sorted(order[:k])
+
+
+def sink_attention(q, keys, sink, scale):
+    """q [H, d], keys [n, d] (K = V), sink [H]: softmax over the keys' logits with
+    exp(sink) added to the denominator, then the weighted keys (FlashMLA's
+    ref_sparse_attn_decode)."""
+    logits = (q @ keys.t()) * scale
+    lse = torch.logsumexp(logits, -1)
+    p = torch.exp(logits - lse[:, None])
+    out = p @ keys
+    return out * (1.0 / (1.0 + torch.exp(sink - lse)))[:, None]
+
+
+def moe_gate(logits, bias, top_k_, scaling):
+    """sqrtsoftplus routing (tile-kernels moe_topk_gate_forward): rank by score + bias
+    (stable: the lower expert first on ties), weight by the scores normalised over the
+    chosen ones, times routed_scaling_factor."""
+    scores = F.softplus(logits).sqrt()
+    ranked = torch.sort(scores + bias, dim=1, descending=True, stable=True).indices[:, :top_k_]
+    chosen = scores.gather(1, ranked)
+    return ranked, chosen / (chosen.sum(-1, keepdim=True) + 1e-20) * scaling
+
+
+def swiglu(x, w1, w3, w2, limit):
+    """w2 (silu(min(x w1, limit)) * clamp(x w3, -limit, limit)) (tile-kernels swiglu_forward)."""
+    g = (x @ w1.t()).clamp(max=limit)
+    u = (x @ w3.t()).clamp(-limit, limit)
+    return (F.silu(g) * u) @ w2.t()
+
+
+# ---- the model -------------------------------------------------------------
+
+class V41Reference:
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.w = w
+
+    @classmethod
+    def load(cls, folder):
+        folder = pathlib.Path(folder)
+        cfg = V41Config(json.loads((folder / "config.json").read_text()))
+        return cls(cfg, load_tensors(folder))
+
+    def _t(self, name):
+        if name not in self.w:
+            raise Unsupported(f"{name}: missing from the checkpoint")
+        return self.w[name]
+
+    def _rope(self, layer, positions):
+        c = self.cfg
+        if c.ratios[layer] > 0:
+            return rope_cos_sin(c.compress_rope_theta, c.rope_dim, positions, c.rope_scaling)
+        return rope_cos_sin(c.rope_theta, c.rope_dim, positions)
+
+    def attention(self, L, y, shared_hidden, state, trace):
+        """One layer's attention on the normed hidden y [T, h]. state carries what the
+        source layers made for their consumers: the compressed entries and their
+        pre-RoPE form (kv), the indexer keys (index_k) and the top-k (topk)."""
+        c, p = self.cfg, f"layers.{L}.attn."
+        T = y.shape[0]
+        pos = torch.arange(T)
+        cos, sin = self._rope(L, pos)
+        ratio = c.ratios[L]
+        q_a = rms_norm(y @ self._t(p + "wq_a.weight").t(), self._t(p + "q_norm.weight"), c.eps)
+        q = (q_a @ self._t(p + "wq_b.weight").t()).reshape(T, c.n_head, c.head_dim)
+        q = rope(q, cos, sin)
+        kv = rms_norm(y @ self._t(p + "wkv.weight").t(), self._t(p + "kv_norm.weight"), c.eps)
+        kv = rope(kv, cos, sin)
+        sink = self._t(p + "attn_sink")
+        selected = [[] for _ in range(T)]
+        entries = None
+        if ratio > 0:
+            if c.kv_map[L] == L:
+                src = shared_hidden if L >= c.n_prefill_layer else y
+                latent = src @ self._t(p + "compressor.wkv.weight").t()
+                score = src @ self._t(p + "compressor.wgate.weight").t() if ratio == 2 else None
+                pre = rms_norm(compress(score, latent, ratio), self._t(p + "compressor.norm.weight"),
+                               c.eps)
+                pc = torch.arange(pre.shape[0]) * ratio
+                ccos, csin = self._rope(L, pc)
+                state["kv"] = (pre, rope(pre, ccos, csin), pc)
+            pre, entries, pc = state["kv"]
+            visible = [(t + 1) // ratio for t in range(T)]
+            if c.index_map[L] == L:
+                if c.index_k_map[L] == L:
+                    k = rms_norm(pre @ self._t(p + "indexer.wk.weight").t(),
+                                 self._t(p + "indexer.k_norm.weight"), c.eps)
+                    ccos, csin = self._rope(L, pc)
+                    state["index_k"] = rope(k, ccos, csin)
+                iq = (q_a @ self._t(p + "indexer.wq_b.weight").t()).reshape(T, c.index_heads,
+                                                                             c.index_dim)
+                iq = rope(iq, cos, sin)
+                iw = y @ self._t(p + "indexer.weights_proj.weight").t()
+                logits = indexer_logits(iq, state["index_k"], iw)
+                state["topk"] = [top_k(logits[t], visible[t], c.index_topk) for t in range(T)]
+                if trace is not None:
+                    trace.append(("index", L, logits, visible))
+            selected = state["topk"]
+        out = torch.empty(T, c.n_head, c.head_dim)
+        for t in range(T):
+            keys = kv[max(0, t - c.window + 1):t + 1]
+            if ratio > 0 and selected[t]:
+                keys = torch.cat([keys, entries[selected[t]]])
+            out[t] = sink_attention(q[t], keys, sink, c.head_dim ** -0.5)
+        out = rope(out, cos, sin, conjugate=True)
+        g = c.o_groups
+        wo_a = self._t(p + "wo_a.weight").reshape(g, c.o_lora_rank, -1)
+        mid = torch.einsum("tgr,gdr->tgd", out.reshape(T, g, -1), wo_a).reshape(T, -1)
+        return mid @ self._t(p + "wo_b.weight").t()
+
+    def moe(self, L, y, trace):
+        c, p = self.cfg, f"layers.{L}.ffn."
+        logits = y @ self._t(p + "gate.weight").t()
+        idx, wts = moe_gate(logits, self._t(p + "gate.bias"), c.top_k, c.scaling)
+        if trace is not None:
+            trace.append(("route", L, F.softplus(logits).sqrt() + self._t(p + "gate.bias")))
+        out = torch.zeros_like(y)
+        for t in range(y.shape[0]):
+            for e, wt in zip(idx[t].tolist(), wts[t]):
+                e_ = f"{p}experts.{e}."
+                out[t] += wt * swiglu(y[t:t + 1], self._t(e_ + "w1.weight"), self._t(e_ + "w3.weight"),
+                                      self._t(e_ + "w2.weight"), c.swiglu_limit)[0]
+        if c.n_shared:
+            s = p + "shared_experts."
+            out += swiglu(y, self._t(s + "w1.weight"), self._t(s + "w3.weight"),
+                          self._t(s + "w2.weight"), c.swiglu_limit)
+        return out
+
+    def hidden_states(self, ids, trace=None):
+        """The final normed hidden [T, h] of token ids (a list), every position causal:
+        a position's row depends on the tokens up to it alone."""
+        c, m = self.cfg, self.cfg.hc_mult
+        x = self._t("embed.weight")[torch.as_tensor(ids)]
+        T = x.shape[0]
+        residual = x[:, None, :].expand(T, m, c.hidden).clone()
+        pre = torch.zeros(T, m)
+        pre[:, 0] = 1.0  # the first sub-layer reads stream 0 (hc.py _make_identity_pre_mix)
+        out, post, comb = None, None, None
+        state, shared_hidden = {}, None
+        for L in range(c.n_layer):
+            for kind in ("attn", "ffn"):
+                if out is not None:
+                    residual = hc_post(out, residual, post, comb)
+                layer_input = (residual * pre[:, :, None]).sum(1)
+                pfx = f"layers.{L}.hc_{kind}_"
+                pre, post, comb = hc_mixes(residual, self._t(pfx + "fn"), self._t(pfx + "scale"),
+                                           self._t(pfx + "base"), m, c.eps, c.hc_eps,
+                                           c.hc_post_mult, c.hc_iters)
+                y = rms_norm(layer_input, self._t(f"layers.{L}.{kind}_norm.weight"), c.eps)
+                if kind == "attn":
+                    if L == c.n_prefill_layer:
+                        shared_hidden = y
+                    out = self.attention(L, y, shared_hidden, state, trace)
+                else:
+                    out = self.moe(L, y, trace)
+        residual = hc_post(out, residual, post, comb)
+        h = (residual * pre[:, :, None]).sum(1)
+        return rms_norm(h, self._t("norm.weight"), c.eps)
+
+    def forward(self, ids, trace=None):
+        head = self._t("embed.weight") if self.cfg.tie else self._t("head.weight")
+        return self.hidden_states(ids, trace) @ head.t()
