@@ -18,7 +18,7 @@ own V4.1 kernels, on random inputs, and its whole model to causality:
 The packages need GPUs to import, so each reference function is read out of its
 file (its source, not the package: the kernels' modules are never imported) with
 device="cuda" replaced by the CPU. The sdists and the wheel are downloaded once into
-$DI_CACHE/sdist (pip download). Exit 0 when every check holds; each line says what
+$DI_CACHE/sdist (from PyPI, sha256-checked). Exit 0 when every check holds; each line says what
 was compared and the largest difference.
 
     check_dsv41_ops.py [--keep DIR]   (model oracle venv: scripts/oracle-venv.sh --model)
@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -52,22 +51,30 @@ def cache_dir():
 
 
 def fetch(name):
-    """The extracted distribution of a pinned package (the sdist, or for tile-kernels,
-    which ships a pure wheel, the wheel)."""
+    """The extracted distribution of a pinned package: its sdist (tile-kernels: its
+    pure-Python wheel), fetched by the URL and sha256 PyPI's JSON API gives (pip
+    download would run the sdists' GPU builds to read their metadata)."""
+    import hashlib
+    import urllib.parse
+    import urllib.request
     version, cache = PINS[name], cache_dir()
     stem = f"{name.replace('-', '_')}-{version}"
     root = cache / stem
     if root.exists():
         return root
     wheel = name == "tile-kernels"
-    pattern = f"{stem}-*.whl" if wheel else f"{stem}.tar.gz"
-    if not any(cache.glob(pattern)):
-        # (they require Python 3.12 to install; only their source is read here)
-        args = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                "--ignore-requires-python", "--disable-pip-version-check", "-d", str(cache)]
-        args += ["--only-binary", ":all:"] if wheel else ["--no-binary", ":all:"]
-        subprocess.run(args + [f"{name}=={version}"], check=True)
-    archive = next(cache.glob(pattern))
+    index = f"https://pypi.org/pypi/{name}/json"
+    with urllib.request.urlopen(index, timeout=60) as r:
+        files = json.load(r)["releases"][version]
+    want = next(f for f in files if f["packagetype"] == ("bdist_wheel" if wheel else "sdist"))
+    archive = cache / want["filename"]
+    if not archive.exists():
+        # (a mirror may give the URL relative to the index)
+        with urllib.request.urlopen(urllib.parse.urljoin(index, want["url"]), timeout=300) as r:
+            data = r.read()
+        if hashlib.sha256(data).hexdigest() != want["digests"]["sha256"]:
+            raise SystemExit(f"{want['filename']}: sha256 differs from PyPI's")
+        archive.write_bytes(data)
     if wheel:
         with zipfile.ZipFile(archive) as z:
             z.extractall(root)
@@ -117,12 +124,13 @@ def tile_kernels_torch():
     return mods
 
 
-FAILED = []
+FAILED, CHECKED = [], []
 
 
 def report(what, got, want, tol):
     err = (got.double() - want.double()).abs().max().item() if got.numel() else 0.0
     ok = err <= tol
+    CHECKED.append(what)
     print(f"{'ok  ' if ok else 'FAIL'} {what}: max |difference| {err:.3g} (allowed {tol:g})")
     if not ok:
         FAILED.append(what)
@@ -290,89 +298,12 @@ def check_sink_attention():
            ref.sink_attention(q, keys, sink, d ** -0.5), want, 1e-5)
 
 
-def tiny_checkpoint(folder, seed=7):
-    """A random V4.1 text checkpoint in DeepSeek's release layout (f32): ratios
-    0, 2, 2, 1, 1 with the second ratio-2 layer sharing the first's KV, indexer keys
-    and top-k, and the last ratio-1 layer a YOCO consumer sharing nothing."""
-    from safetensors.torch import save_file
-    g = torch.Generator().manual_seed(seed)
-    h, H, D, r, ql, ol, G, m = 64, 4, 96, 64, 48, 16, 2, 4
-    IH, ID, E, FE, V = 2, 64, 8, 32, 256
-    ratios = [0, 2, 2, 1, 1]
-    text = dict(num_hidden_layers=len(ratios), hidden_size=h, vocab_size=V,
-                num_attention_heads=H, head_dim=D, qk_rope_head_dim=r, q_lora_rank=ql,
-                o_lora_rank=ol, o_groups=G, sliding_window=6, rope_theta=10000.0,
-                compress_rope_theta=160000.0,
-                rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32,
-                              "beta_fast": 32, "beta_slow": 1},
-                rms_norm_eps=1e-6, swiglu_limit=2.0, tie_word_embeddings=False,
-                num_key_value_heads=1, compress_ratios=ratios, index_topk=3, index_n_heads=IH,
-                index_head_dim=ID, kv_source_layer_ids=[1, 3, 4], index_source_layer_ids=[1, 3, 4],
-                hc_mult=m, hc_eps=1e-6, hc_sinkhorn_iters=20, hidden_act="silu",
-                n_routed_experts=E, n_shared_experts=1, num_experts_per_tok=2,
-                routed_scaling_factor=1.5, scoring_func="sqrtsoftplus", norm_topk_prob=True,
-                topk_method="noaux_tc", moe_intermediate_size=FE, attention_bias=False,
-                attention_dropout=0.0, max_position_embeddings=256)
-    hf = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
-          "dtype": "bfloat16", "text_config": text, "bos_token_id": 0, "eos_token_id": 1,
-          "pad_token_id": 2}
-    cfg = ref.V41Config(hf)
-    t = {}
-
-    def rnd(name, *shape, s=0.1):
-        t[name] = torch.randn(*shape, generator=g) * s
-
-    def ones(name, n):
-        t[name] = 1 + 0.1 * torch.randn(n, generator=g)
-    rnd("embed.weight", V, h, s=1.0)
-    rnd("head.weight", V, h)
-    ones("norm.weight", h)
-    for L, ratio in enumerate(ratios):
-        p = f"layers.{L}."
-        for kind in ("attn", "ffn"):
-            rnd(p + f"hc_{kind}_fn", (2 + m) * m, m * h, s=0.02)
-            rnd(p + f"hc_{kind}_base", (2 + m) * m, s=0.5)
-            t[p + f"hc_{kind}_scale"] = 0.5 + torch.rand(3, generator=g)
-            ones(p + f"{kind}_norm.weight", h)
-        a = p + "attn."
-        rnd(a + "wq_a.weight", ql, h)
-        ones(a + "q_norm.weight", ql)
-        rnd(a + "wq_b.weight", H * D, ql)
-        rnd(a + "wkv.weight", D, h)
-        ones(a + "kv_norm.weight", D)
-        rnd(a + "wo_a.weight", G * ol, H // G * D)
-        rnd(a + "wo_b.weight", h, G * ol)
-        rnd(a + "attn_sink", H, s=1.0)
-        if ratio and cfg.kv_map[L] == L:
-            rnd(a + "compressor.wkv.weight", D, h)
-            if ratio == 2:
-                rnd(a + "compressor.wgate.weight", D, h, s=0.5)
-            ones(a + "compressor.norm.weight", D)
-        if ratio and cfg.index_map[L] == L:
-            rnd(a + "indexer.wq_b.weight", IH * ID, ql)
-            rnd(a + "indexer.weights_proj.weight", IH, h)
-            if cfg.index_k_map[L] == L:
-                rnd(a + "indexer.wk.weight", ID, D)
-                ones(a + "indexer.k_norm.weight", ID)
-        f = p + "ffn."
-        rnd(f + "gate.weight", E, h)
-        rnd(f + "gate.bias", E, s=0.05)
-        for e in range(E):
-            rnd(f + f"experts.{e}.w1.weight", FE, h)
-            rnd(f + f"experts.{e}.w3.weight", FE, h)
-            rnd(f + f"experts.{e}.w2.weight", h, FE)
-        rnd(f + "shared_experts.w1.weight", FE, h)
-        rnd(f + "shared_experts.w3.weight", FE, h)
-        rnd(f + "shared_experts.w2.weight", h, FE)
-    folder = pathlib.Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in t.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(hf, indent=1))
-    return folder
-
-
 def check_model(folder):
-    model = ref.V41Reference.load(tiny_checkpoint(folder))
+    """The fixtures' first checkpoint (make_dsv41_fixtures.py): finite, causal (a
+    prefix alone gives the prefix's logits), the indexer on the index sources only,
+    and configs this reference cannot run refused with the field named."""
+    import make_dsv41_fixtures as fixtures
+    model, _ = fixtures.build("dsv41-f32", pathlib.Path(folder))
     g = torch.Generator().manual_seed(8)
     ids = torch.randint(3, model.cfg.vocab, (30,), generator=g).tolist()
     trace = []
@@ -384,14 +315,21 @@ def check_model(folder):
     layers = sorted({L for kind, L, *_ in trace if kind == "index"})
     report("the indexer ran on the index source layers (1, 3, 4)",
            torch.tensor(layers).float(), torch.tensor([1.0, 3.0, 4.0]), 0)
-    try:
-        hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
-        hf["text_config"]["engram_layer_ids"] = [1]
-        ref.V41Config(hf)
-        FAILED.append("an Engram config was not refused")
-        print("FAIL an Engram config was not refused")
-    except ref.Unsupported as e:
-        print(f"ok   refused, naming the field: {e}")
+    hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
+    for field, value in (("engram_layer_ids", [1]), ("candidate_source_layer_id", 1),
+                         ("compress_ratios", [0, 4, 2, 1, 1]), ("scoring_func", "sigmoid"),
+                         ("index_source_layer_ids", [1, 2, 4])):
+        bad = json.loads(json.dumps(hf))
+        bad["text_config"][field] = value
+        try:
+            ref.V41Config(bad)
+            FAILED.append(f"{field}: {value} was not refused")
+            print(f"FAIL {field}: {value} was not refused")
+        except ref.Unsupported as e:
+            ok = str(e).startswith(field)
+            print(f"{'ok  ' if ok else 'FAIL'} refused, naming the field: {e}")
+            if not ok:
+                FAILED.append(f"{field}: the message does not name it")
 
 
 def main(argv):
@@ -421,7 +359,8 @@ def main(argv):
     if FAILED:
         print(f"{len(FAILED)} check(s) failed")
         return 1
-    print("every check holds")
+    print(f"ok: DeepSeek-V4.1's reference holds to DeepSeek's kernel references "
+          f"({len(CHECKED)} checks)")
     return 0
 
 

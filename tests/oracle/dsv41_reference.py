@@ -97,6 +97,15 @@ class V41Config:
                     raise Unsupported(f"{name}_source_layer_ids: layer {layer} (ratio "
                                       f"{self.ratios[layer]}) cannot share layer {src}'s "
                                       f"(ratio {self.ratios[src]})")
+        # the chain index-topk within index-K within KV (cross_layer.py
+        # _validate_index_kv_compatibility): a finer segment never crosses a coarser one
+        for fine_name, fine, coarse_name, coarse in (
+                ("index", self.index_map, "index_k", self.index_k_map),
+                ("index_k", self.index_k_map, "kv", self.kv_map)):
+            for layer, src in enumerate(fine):
+                if coarse[src] != coarse[layer]:
+                    raise Unsupported(f"{fine_name}_source_layer_ids: layer {layer} takes layer "
+                                      f"{src}'s, across a {coarse_name} segment")
         # YOCO: the first ratio-1 layer and every layer after it are consumers
         ones = [i for i, r in enumerate(self.ratios) if r == 1]
         self.n_prefill_layer = ones[0] if ones else self.n_layer
@@ -130,11 +139,11 @@ class V41Config:
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
-def dequantize(name, w, scale):
+def dequantize(name, w, scale, block=(32, 32)):
     """One tensor as float32: bf16/f32 as stored; fp8-e4m3 with an E8M0 scale per
-    32x32 block ([rows/32, cols/32]); packed e2m1 (I8, two codes a byte, the low
-    nibble first) with an E8M0 scale per 32 values of a row (the routed experts).
-    The block size comes from the shapes, so DeepSeek's 128x128 works too."""
+    block of the config's weight_block_size (V4.1: 32x32, the last ones partial:
+    [ceil(rows/32), ceil(cols/32)] scales); packed e2m1 (I8, two codes a byte, the
+    low nibble first) with an E8M0 scale per 32 values of a row (the routed experts)."""
     if scale is None:
         if w.dtype in (torch.int8, torch.uint8, torch.float8_e4m3fn):
             raise Unsupported(f"{name}: {w.dtype} without its .scale")
@@ -142,7 +151,10 @@ def dequantize(name, w, scale):
     s = scale.float()
     if w.dtype == torch.float8_e4m3fn:
         rows, cols = w.shape
-        br, bc = -(-rows // s.shape[0]), -(-cols // s.shape[1])
+        br, bc = block
+        if s.shape != (-(-rows // br), -(-cols // bc)):
+            raise Unsupported(f"{name}: scale {tuple(s.shape)} for {rows}x{cols} in "
+                              f"{br}x{bc} blocks")
         full = s.repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
         return w.float() * full
     if w.dtype in (torch.int8, torch.uint8):
@@ -154,7 +166,7 @@ def dequantize(name, w, scale):
     raise Unsupported(f"{name}: dtype {w.dtype} with a scale")
 
 
-def load_tensors(folder):
+def load_tensors(folder, block=(32, 32)):
     """Every tensor of the folder's safetensors, dequantized, by DeepSeek's release
     name (an optional "model." prefix dropped)."""
     from safetensors.torch import load_file
@@ -167,7 +179,7 @@ def load_tensors(folder):
         if k.endswith(".scale"):
             continue
         scale = raw.get(k[:-len(".weight")] + ".scale") if k.endswith(".weight") else None
-        out[k] = dequantize(k, v, scale)
+        out[k] = dequantize(k, v, scale, block)
     return out
 
 
@@ -316,8 +328,9 @@ class V41Reference:
     @classmethod
     def load(cls, folder):
         folder = pathlib.Path(folder)
-        cfg = V41Config(json.loads((folder / "config.json").read_text()))
-        return cls(cfg, load_tensors(folder))
+        hf = json.loads((folder / "config.json").read_text())
+        block = (hf.get("quantization_config") or {}).get("weight_block_size", [32, 32])
+        return cls(V41Config(hf), load_tensors(folder, tuple(block)))
 
     def _t(self, name):
         if name not in self.w:
