@@ -211,9 +211,7 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   oracle model-dsv41 "$model_python" tests/oracle/make_dsv41_fixtures.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
   # (not an MTP GGUF: no model of its own, refused as one: tests/cli/test_cli_model.sh)
-  # (not DeepSeek-V4.1's: the library refuses them yet, tests/CMakeLists.txt)
-  folders=$(for d in tests/fixtures/model/*/; do
-    [ -f "$d/config.json" ] && [[ $d != */dsv41-*/ ]] && echo "$d"; done)
+  folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
   dsv4_ggufs=$(for f in tests/fixtures/model/gguf-dsv4/*.gguf; do [[ $f == *-mtp.gguf ]] || echo "$f"; done)
   # shellcheck disable=SC2086
   oracle model-info "$model_python" tests/oracle/check_model_info.py \

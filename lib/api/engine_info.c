@@ -46,14 +46,16 @@ static int64_t n_elements(const model_tensor *t)
 
 /* A block-scale tensor (fp8's weight_scale_inv or the release's X.scale,
  * MXFP4's scales) is metadata of its weight, not parameters of the model: the
- * loader hangs it on the weight (model_tensor.scale), or, for stacked fp8
- * experts, names it "X_scale_inv". */
+ * loader hangs it on the weight (model_tensor.scale, or its stored form's when
+ * it widened the weight), or, for stacked fp8 experts, names it "X_scale_inv". */
 static int is_scale(const model_weights *w, const model_tensor *s)
 {
     size_t n = strlen(s->name);
     if (n > 9 && strcmp(s->name + n - 9, "scale_inv") == 0) return 1;
-    for (size_t i = 0; i < model_weights_file_count(w); i++)
-        if (model_weights_at(w, i)->scale == s) return 1;
+    for (size_t i = 0; i < model_weights_file_count(w); i++) {
+        const model_tensor *t = model_weights_at(w, i);
+        if (t->scale == s || (t->stored && t->stored->scale == s)) return 1;
+    }
     return 0;
 }
 
@@ -65,6 +67,7 @@ static json_t *formats(const model_weights *w, int64_t *params)
     for (size_t i = 0; out && i < model_weights_file_count(w); i++) {
         const model_tensor *t = model_weights_at(w, i);
         if (is_scale(w, t)) continue;
+        if (t->stored) t = t->stored; /* as the file stores it */
         const char *name = model_dtype_name(t->dtype);
         json_t *f = json_object_get(out, name);
         if (!f) {

@@ -196,6 +196,16 @@ typedef struct backend_ops {
     void (*hc_pre)(backend *be, const float *mix, const float *base, const float *scale, int hc,
                    int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
                    float *collapsed, float *post, float *comb);
+    /* DeepSeek-V4.1's shifted mHC (docs/deepseek-v41.md): a block's input is
+     * the streams mixed by the pre mix the previous block computed,
+     * collapsed[t] = sum_j pre_in[t, j] x[t, j] (pre_in NULL: stream 0, the
+     * first block's); with mix != NULL the block's own mappings from mix as
+     * hc_pre computes them: pre_out [n, hc] (for the next block), post [n, hc]
+     * and comb [n, hc, hc]. pre_out may be pre_in (read first). */
+    void (*hc_pre_shifted)(backend *be, const float *mix, const float *base, const float *scale,
+                           int hc, int sinkhorn_iters, float eps, const float *x, int64_t n_embd,
+                           int64_t n, const float *pre_in, float *collapsed, float *pre_out,
+                           float *post, float *comb);
     /* mHC's expansion: out[t, k] = post[t, k] y[t] + sum_j comb[t, j, k] x[t, j]
      * for x, out f32 [n, hc, n_embd] (out != x), y [n, n_embd]. */
     void (*hc_post)(backend *be, const float *x, const float *y, const float *post,
@@ -206,8 +216,8 @@ typedef struct backend_ops {
      * sum_j softmax_j(gate[j, c] + bias[j, c]) kv[j, c] over c < width. overlap
      * 1 (CSA): each row holds 2 width values; the slots are the previous
      * window's first halves (bias rows' first halves) then this window's second
-     * halves, the previous window of entry 0 weighing nothing. out f32
-     * [n, width] (out_stride floats apart). */
+     * halves, the previous window of entry 0 weighing nothing. bias NULL: none
+     * (DeepSeek-V4.1's). out f32 [n, width] (out_stride floats apart). */
     void (*compress_pool)(backend *be, const float *kv, const float *gate, int64_t ring,
                           int64_t row_stride, const float *bias, int rate, int64_t width,
                           int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride);

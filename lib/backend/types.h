@@ -56,6 +56,10 @@ typedef struct model_tensor {
      * block: ne = {ceil(ne[0]/128), ceil(ne[1]/128)}. MXFP4: one f32 scale per
      * 32 values of each row, ne = {ne[0]/32, ne[1]}. NULL otherwise. */
     const struct model_tensor *scale;
+    /* NULL, or the tensor as the file stores it when the loader widened it
+     * (DeepSeek-V4.1's fp8 in 32x32 blocks, read as BF16): its dtype, bytes and
+     * scale, for what reports the file's formats (di_engine_model_info). */
+    const struct model_tensor *stored;
 } model_tensor;
 
 typedef enum model_rope_style { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 1 } model_rope_style;

@@ -315,8 +315,9 @@ di_status mw_check_v4(model_config *m, const char *file, di_error **err)
         why = "o_groups must divide num_attention_heads";
     else if (!v->hc_mult || v->hc_mult > 16 || !v->hc_sinkhorn_iters || v->hc_sinkhorn_iters > 1000)
         why = "hc_mult (1..16) or hc_sinkhorn_iters (1..1000) is out of range";
-    else if (!v->sliding_window || v->compress_rate_csa < 1 || v->compress_rate_hca < 1 ||
-             v->compress_rate_csa > 4096 || v->compress_rate_hca > 4096)
+    else if (!v->sliding_window ||
+             (!v->v41 && (v->compress_rate_csa < 1 || v->compress_rate_hca < 1 ||
+                          v->compress_rate_csa > 4096 || v->compress_rate_hca > 4096)))
         why = "sliding_window or a compress rate is out of range";
     else if (!v->index_n_heads || !v->index_head_dim || v->index_head_dim > 1024 ||
              v->index_head_dim % 2 || v->index_head_dim < m->qk_rope_head_dim || !v->index_topk ||

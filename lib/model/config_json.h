@@ -32,5 +32,11 @@ di_status cfg_opt_count(cfg_ctx *c, const char *key, uint32_t *out);
  * rope_scaling). A value this code cannot run (a layer type or scoring
  * function it lacks) is DI_ERR_UNSUPPORTED naming the field. */
 di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m);
+/* DeepSeek-V4.1's (DeepInfer 0.1.0's hugging_face/config.py): c->root is the
+ * text_config, top the whole config.json (model_type, quantization_config).
+ * Errors as cfg_read_deepseek_v4; what V4.1 has and deepinfer does not run yet
+ * (Engram, the candidate-block top-k, unshifted mHC) is DI_ERR_UNSUPPORTED
+ * naming the field. */
+di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top);
 
 #endif

@@ -156,6 +156,58 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
     return flat_vector(d, &views[0], pb, &c->bias, err);
 }
 
+/* DeepSeek-V4.1's compressed attention of layer i (docs/deepseek-v41.md): a
+ * KV source's compressor (ratio 1: the projection alone; 2: with its gate; no
+ * position bias, no overlap), a key source's KProject (keys of index_head_dim
+ * from the pre-RoPE entries, normed), a top-k source's query and weights
+ * projections; the sources' layer numbers. */
+static di_status load_v41_attention(dsv4 *d, uint32_t i, v4_layer *L, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    const int64_t E = c->n_embd, hd = c->head_dim, QL = c->q_lora_rank, ihd = v->index_head_dim,
+                  IH = v->index_n_heads;
+    const model_weights *w = dsv4_layer_weights(d, i);
+    char name[160], pre[40];
+    dsv4_layer_prefix(d, i, pre, sizeof pre);
+    di_status st = DI_OK;
+    L->rate = v->rate[i];
+    L->kv_src = v->kv_src[i];
+    L->index_src = v->index_src[i];
+    L->index_k_src = v->index_k_src[i];
+    if (!L->rate) return DI_OK;
+#define NAMED(suffix) (snprintf(name, sizeof name, "%s%s", pre, suffix), name)
+    if (L->kv_src == (int)i) {
+        v4_compressor *cp = &L->comp;
+        *cp = (v4_compressor){.width = hd, .cw = hd, .rate = L->rate};
+        if ((st = model_matrix(w, d->be, NAMED("self_attn.compressor.kv_proj.weight"), E, hd,
+                               &cp->kv, err)) != DI_OK ||
+            (L->rate == 2 &&
+             (st = model_matrix(w, d->be, NAMED("self_attn.compressor.gate_proj.weight"), E, hd,
+                                &cp->gate, err)) != DI_OK) ||
+            (st = model_vector(w, d->be, NAMED("self_attn.compressor.kv_norm.weight"), hd,
+                               &cp->norm, err)) != DI_OK)
+            return st;
+    }
+    if (L->index_k_src == (int)i) {
+        L->index = (v4_compressor){.width = ihd, .rate = L->rate}; /* entries only, no rings */
+        if ((st = model_matrix(w, d->be, NAMED("self_attn.compressor.indexer.k_proj.weight"), hd,
+                               ihd, &L->ik_proj, err)) != DI_OK ||
+            (st = model_vector(w, d->be, NAMED("self_attn.compressor.indexer.k_norm.weight"), ihd,
+                               &L->ik_norm, err)) != DI_OK)
+            return st;
+    }
+    if (L->index_src == (int)i &&
+        ((st = model_matrix(w, d->be, NAMED("self_attn.compressor.indexer.q_b_proj.weight"), QL,
+                            IH * ihd, &L->iq_b, err)) != DI_OK ||
+         (st = model_matrix(w, d->be,
+                            NAMED("self_attn.compressor.indexer.scorer.weights_proj.weight"), E, IH,
+                            &L->iw, err)) != DI_OK))
+        return st;
+#undef NAMED
+    return DI_OK;
+}
+
 /* The routed experts: transformers' fused experts.gate_up_proj [E, 2 I, n_embd]
  * and experts.down_proj [E, n_embd, I], or one gate/up/down_proj per expert. */
 static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *views, di_error **err)
@@ -289,7 +341,9 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
                            err)) != DI_OK)
             return st;
     model_tensor *mv = gv + 2 * G; /* 8 more */
-    if (L->kind != MODEL_V4_SLIDING) {
+    if (v->v41) {
+        if ((st = load_v41_attention(d, i, L, err)) != DI_OK) return st;
+    } else if (L->kind != MODEL_V4_SLIDING) {
         int csa = L->kind == MODEL_V4_CSA;
         int rate = (int)(csa ? v->compress_rate_csa : v->compress_rate_hca);
         if ((st = load_compressor(d, i, "self_attn.compressor", &L->comp, hd, rate, csa, &mv[0],
@@ -341,18 +395,22 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
         (int64_t)v->sliding_window < d->opt.n_ctx ? (int64_t)v->sliding_window : d->opt.n_ctx;
     if (d->window > INT32_MAX) d->window = INT32_MAX; /* sink_attention's int */
     d->win_ring = d->window + B;
-    uint32_t max_rate =
-        v->compress_rate_csa > v->compress_rate_hca ? v->compress_rate_csa : v->compress_rate_hca;
+    uint32_t max_rate = v->v41                                        ? 2
+                        : v->compress_rate_csa > v->compress_rate_hca ? v->compress_rate_csa
+                                                                      : v->compress_rate_hca;
     d->comp_ring = 2 * (int64_t)max_rate + B;
     if ((st = model_embedding(w, be, "token_embd.weight", E, c->n_vocab, &d->tok_embd, err)) !=
             DI_OK ||
         (st = model_matrix(w, be, c->tie_embeddings ? "token_embd.weight" : "output.weight", E,
                            c->n_vocab, &d->output, err)) != DI_OK ||
-        (st = model_vector(w, be, "output_norm.weight", E, &d->output_norm, err)) != DI_OK ||
-        (st = model_matrix(w, be, "model.hc_head.hc_fn", d->hc * E, d->hc, &d->head_fn, err)) !=
-            DI_OK ||
-        (st = model_vector(w, be, "model.hc_head.hc_base", d->hc, &d->head_base, err)) != DI_OK ||
-        (st = model_vector(w, be, "model.hc_head.hc_scale", 1, &d->head_scale, err)) != DI_OK)
+        (st = model_vector(w, be, "output_norm.weight", E, &d->output_norm, err)) != DI_OK)
+        goto fail;
+    /* (V4.1's shifted mHC has no head: the last block's pre mix collapses the streams) */
+    if (!v->v41 &&
+        ((st = model_matrix(w, be, "model.hc_head.hc_fn", d->hc * E, d->hc, &d->head_fn, err)) !=
+             DI_OK ||
+         (st = model_vector(w, be, "model.hc_head.hc_base", d->hc, &d->head_base, err)) != DI_OK ||
+         (st = model_vector(w, be, "model.hc_head.hc_scale", 1, &d->head_scale, err)) != DI_OK))
         goto fail;
     /* RoPE over the last qk_rope_head_dim of each head: the main table (rope_theta,
      * unscaled) and the compressed branches' (compress_rope_theta, the config's
@@ -388,7 +446,8 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     /* the caches' rows: the window's and the entries' head_dim, the indexer
      * keys' index_head_dim (a Q8_0/Q4_0 cache needs whole blocks of 32) */
     int has_csa = 0;
-    for (uint32_t i = 0; i < c->n_layer; i++) has_csa |= d->layers[i].kind == MODEL_V4_CSA;
+    for (uint32_t i = 0; i < c->n_layer; i++)
+        has_csa |= v->v41 ? d->layers[i].index.rate > 0 : d->layers[i].kind == MODEL_V4_CSA;
     if ((st = model_kv_dtype_check(d->opt.kv_dtype, hd, "head_dim", err)) != DI_OK ||
         (has_csa &&
          (st = model_kv_dtype_check(d->opt.kv_dtype, ihd, "index_head_dim", err)) != DI_OK))
@@ -417,6 +476,17 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->gate = op->alloc(be, B * F);
     d->up = op->alloc(be, B * F);
     d->pooled = op->alloc(be, (B + 1) * (hd > ihd ? hd : ihd));
+    if (v->v41) {
+        d->pre_kv = op->alloc(be, 2 * B * hd);
+        d->shared_h = op->alloc(be, B * E);
+        d->pre_mix = op->alloc(be, B * d->hc);
+        d->pre_off = malloc((size_t)(B + 1) * sizeof *d->pre_off);
+        if (!d->pre_kv || !d->shared_h || !d->pre_mix || !d->pre_off) {
+            st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
+                               "out of memory for the forward pass buffers");
+            goto fail;
+        }
+    }
     d->pos = malloc((size_t)B * sizeof *d->pos);
     d->neg_pos = malloc((size_t)B * sizeof *d->neg_pos);
     d->kpos = malloc((size_t)B * sizeof *d->kpos);
@@ -494,7 +564,7 @@ dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
         const v4_compressor *cp[2] = {&L->comp, &L->index};
         v4_comp_cache *cc[2] = {&lc->comp, &lc->index};
         for (int j = 0; j < 2; j++) {
-            if (!cp[j]->rate) continue; /* no such compressor in this layer */
+            if (!cp[j]->rate || !cp[j]->cw) continue; /* none, or (V4.1's keys) no rings */
             if (!(cc[j]->kv_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)) ||
                 !(cc[j]->gate_ring = be->ops->alloc(be, d->comp_ring * cp[j]->cw)))
                 return NULL; /* the entries come with the tokens (dsv4_seq_reserve) */
@@ -623,6 +693,7 @@ void dsv4_free(dsv4 *d)
     free(d->neg_pos);
     free(d->kpos);
     free(d->entry_pos);
+    free(d->pre_off);
     free(d->index_sel);
     free(d->sel);
     free(d->sel_w);
@@ -790,6 +861,147 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
 }
 
+/* DeepSeek-V4.1: the KV source layer L's projections of the span's rows
+ * (from row r0 of d->ckv / d->cg) into its rings, and the entries the span
+ * completes pooled (ratio 1: each row; 2: the softmax over the pair, no
+ * position bias), normalised, their pre-RoPE rows kept at pre, then rotated at
+ * their first tokens and stored. Returns how many entries it completed. */
+static int64_t compress_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *cc, int64_t r0,
+                            const v4_span *sp, float *pre)
+{
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const v4_compressor *c = &L->comp;
+    /* (ratio 1 has no gate: a softmax over one row weighs it 1 whatever the
+     * gate, so the row itself stands in, finite) */
+    const float *gate = c->gate ? d->cg : d->ckv;
+    ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
+               sp->pos0, sp->n);
+    ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, gate + r0 * c->cw, c->cw,
+               sp->pos0, sp->n);
+    const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
+    if (e1 <= e0) return 0;
+    float *pooled = d->pooled;
+    op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, NULL, c->rate, c->width,
+                      0, e0, e1 - e0, pooled, c->width);
+    op->rmsnorm(be, pooled, c->width, c->norm, pooled, c->width, e1 - e0, c->width,
+                d->cfg.rms_norm_eps);
+    op->copy_rows(be, pre, c->width, pooled, c->width, c->width, e1 - e0);
+    const int64_t rd = d->cfg.qk_rope_head_dim;
+    for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * c->rate;
+    op->rope(be, L->rope, pooled + c->width - rd, e1 - e0, c->width, 1, c->width, d->entry_pos);
+    const model_dtype dt = d->opt.kv_dtype;
+    op->v4_rows_store(be, dt, (char *)cc->entries + e0 * model_kv_row_bytes(dt, c->width), pooled,
+                      c->width, c->width, e1 - e0);
+    return e1 - e0;
+}
+
+/* DeepSeek-V4.1: the key source layer L's indexer keys of the span's new
+ * entries: KProject of their pre-RoPE rows (n_new at pre), normalised,
+ * rotated at the entries' first tokens, stored. */
+static void index_keys_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *ic, const v4_span *sp,
+                           const float *pre, int64_t n_new)
+{
+    if (!n_new) return;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t ihd = d->cfg.v4.index_head_dim, rd = d->cfg.qk_rope_head_dim;
+    const int64_t e1 = (sp->pos0 + sp->n) / L->rate, e0 = e1 - n_new;
+    op->matmul(be, 1, &L->ik_proj, NULL, pre, n_new, &d->pooled);
+    op->rmsnorm(be, d->pooled, ihd, L->ik_norm, d->pooled, ihd, n_new, ihd, d->cfg.rms_norm_eps);
+    for (int64_t e = e0; e < e1; e++) d->entry_pos[e - e0] = e * L->rate;
+    op->rope(be, L->rope, d->pooled + ihd - rd, n_new, ihd, 1, ihd, d->entry_pos);
+    const model_dtype dt = d->opt.kv_dtype;
+    op->v4_rows_store(be, dt, (char *)ic->entries + e0 * model_kv_row_bytes(dt, ihd), d->pooled,
+                      ihd, ihd, n_new);
+}
+
+/* DeepSeek-V4.1's attention of layer l (docs/deepseek-v41.md) for the n rows
+ * of d->h: as V4's, without the per-head q norm; a compressed layer reads the
+ * entries of its KV source, the keys of its key source and the top-k of its
+ * top-k source (each the layer itself, or one before it in this step); the KV
+ * sources from n_prefill_layer on project the normed input of that layer. */
+static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    const v4_layer *L = &d->layers[l];
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank,
+                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, IH = v->index_n_heads,
+                  ihd = v->index_head_dim, K = v->index_topk;
+    const float eps = c->rms_norm_eps;
+    if (l == v->n_prefill_layer)
+        op->copy_rows(be, d->shared_h, c->n_embd, d->h, c->n_embd, c->n_embd, n);
+    op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
+    op->rmsnorm(be, d->qa, QL, L->q_a_norm, d->qa, QL, n, QL, eps);
+    op->matmul(be, 1, &L->wq_b, NULL, d->qa, n, &d->q);
+    op->rope(be, L->rope, d->q + hd - rd, n, H * hd, (int)H, hd, d->pos);
+    op->matmul(be, 1, &L->wkv, NULL, d->h, n, &d->kv);
+    op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, n, hd, eps);
+    op->rope(be, L->rope, d->kv + hd - rd, n, hd, 1, hd, d->pos);
+    int64_t r0 = 0;
+    for (int i = 0; i < n_spans; i++) { /* the window's keys */
+        const v4_span *sp = &d->spans[i];
+        ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
+                   hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
+        r0 += sp->n;
+    }
+    if (L->rate && L->kv_src == (int)l) { /* a KV source: the entries, their pre-RoPE rows */
+        const backend_matrix *w[2] = {L->comp.kv, L->comp.gate};
+        float *y[2] = {d->ckv, d->cg};
+        op->matmul(be, L->comp.gate ? 2 : 1, w, NULL, l >= v->n_prefill_layer ? d->shared_h : d->h,
+                   n, y);
+        r0 = 0;
+        d->pre_off[0] = 0;
+        for (int i = 0; i < n_spans; i++) {
+            const v4_span *sp = &d->spans[i];
+            d->pre_off[i + 1] = d->pre_off[i] + compress_v41(d, L, &sp->cache->layers[l].comp, r0,
+                                                             sp, d->pre_kv + d->pre_off[i] * hd);
+            r0 += sp->n;
+        }
+    }
+    if (L->rate && L->index_k_src == (int)l) /* a key source: the new entries' keys */
+        for (int i = 0; i < n_spans; i++)
+            index_keys_v41(d, L, &d->spans[i].cache->layers[l].index, &d->spans[i],
+                           d->pre_kv + d->pre_off[i] * hd, d->pre_off[i + 1] - d->pre_off[i]);
+    if (L->rate && L->index_src == (int)l) {
+        op->matmul(be, 1, &L->iq_b, NULL, d->qa, n, &d->iq);
+        op->rope(be, L->rope, d->iq + ihd - rd, n, IH * ihd, (int)IH, ihd, d->pos);
+        op->matmul(be, 1, &L->iw, NULL, d->h, n, &d->iw);
+        r0 = 0;
+        for (int i = 0; i < n_spans; i++) {
+            const v4_span *sp = &d->spans[i];
+            op->indexer_topk(be, d->iq + r0 * IH * ihd, d->iw + r0 * IH, (int)IH, ihd, sp->n,
+                             d->pos + r0, sp->cache->layers[L->index_k_src].index.entries,
+                             d->opt.kv_dtype, (sp->pos0 + sp->n) / L->rate, L->rate, 1.0f, 1.0f,
+                             (int)K, d->index_sel + r0 * K);
+            r0 += sp->n;
+        }
+    }
+    r0 = 0;
+    for (int i = 0; i < n_spans; i++) {
+        const v4_span *sp = &d->spans[i];
+        const v4_layer_cache *lc = &sp->cache->layers[l - sp->cache->first];
+        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0, lc->win,
+                           d->win_ring, (int)d->window,
+                           L->rate ? sp->cache->layers[L->kv_src].comp.entries : NULL,
+                           L->rate ? (sp->pos0 + sp->n) / L->rate : 0, L->rate ? L->rate : 1,
+                           L->rate ? d->index_sel + r0 * K : NULL, (int)K, d->opt.kv_dtype,
+                           L->sinks, 1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
+        r0 += sp->n;
+    }
+    /* K = V carried RoPE into the values: rotate the output's rope part back */
+    op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
+    for (int64_t g = 0; g < G; g++) {
+        op->copy_rows(be, d->grp_in, in_g, d->attn + g * in_g, H * hd, in_g, n);
+        op->matmul(be, 1, &L->wo_a[g], NULL, d->grp_in, n, &d->grp_out);
+        op->copy_rows(be, d->oa + g * RO, G * RO, d->grp_out, RO, RO, n);
+    }
+    op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
+}
+
 /* The MoE of layer L for the n rows of d->h (tokens: the rows' ids) into
  * d->out: the shared expert, then the routed ones added. */
 static void moe(dsv4 *d, const v4_layer *L, const int32_t *tokens, int64_t n)
@@ -827,11 +1039,20 @@ void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *b
     const int64_t E = c->n_embd, hcE = d->hc * E;
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &fn, NULL, d->xn, n, &d->mix);
-    op->hc_pre(be, d->mix, base, scale, d->hc, (int)c->v4.hc_sinkhorn_iters, c->v4.hc_eps, d->x, E,
-               n, d->col, d->post, d->comb);
+    if (c->v4.v41) { /* shifted: the previous block's pre mix; this one's kept for the next */
+        op->hc_pre_shifted(be, d->mix, base, scale, d->hc, (int)c->v4.hc_sinkhorn_iters,
+                           c->v4.hc_eps, d->x, E, n, d->hc_first ? NULL : d->pre_mix, d->col,
+                           d->pre_mix, d->post, d->comb);
+        d->hc_first = 0;
+    } else {
+        op->hc_pre(be, d->mix, base, scale, d->hc, (int)c->v4.hc_sinkhorn_iters, c->v4.hc_eps, d->x,
+                   E, n, d->col, d->post, d->comb);
+    }
     op->rmsnorm(be, d->col, E, norm, d->h, E, n, E, c->rms_norm_eps);
     if (tokens)
         moe(d, &d->layers[l], tokens, n);
+    else if (c->v4.v41)
+        attention_v41(d, l, n, n_spans);
     else
         attention(d, l, n, n_spans);
     op->hc_post(be, d->x, d->out, d->post, d->comb, d->hc, E, n, d->x2);
@@ -863,6 +1084,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
         row += items[i].n_tokens;
     }
     for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
+    d->hc_first = 1;
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const v4_layer *L = &d->layers[l];
         dsv4_hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n,
@@ -876,10 +1098,15 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
     }
     for (int i = 0; i < n_items; i++) dsv4_seq_advance(items[i].seq, items[i].n_tokens);
     if (!logits) return;
-    op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
-    op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);
-    op->hc_pre(be, d->mix, d->head_base, d->head_scale, d->hc, 0, c->v4.hc_eps, d->x, E, n, d->col,
-               NULL, NULL);
+    if (c->v4.v41) { /* the last block's pre mix collapses the streams */
+        op->hc_pre_shifted(be, NULL, NULL, NULL, d->hc, 0, 0.0f, d->x, E, n, d->pre_mix, d->col,
+                           NULL, NULL, NULL);
+    } else {
+        op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+        op->matmul(be, 1, &d->head_fn, NULL, d->xn, n, &d->mix);
+        op->hc_pre(be, d->mix, d->head_base, d->head_scale, d->hc, 0, c->v4.hc_eps, d->x, E, n,
+                   d->col, NULL, NULL);
+    }
     model_logits(be, d->output, d->output_norm, c->rms_norm_eps, E, d->col, d->h, items, n_items, n,
                  logits, all_logits);
 }

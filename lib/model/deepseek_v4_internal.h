@@ -60,6 +60,14 @@ typedef struct v4_layer {
     const backend_rope *rope; /* main (sliding) or compress */
     v4_compressor comp, index;
     const backend_matrix *iq_b, *iw; /* the indexer's query and weights projections */
+    /* DeepSeek-V4.1: the compression ratio (0: a window only) and the layers
+     * whose compressed entries, indexer keys and top-k this one reads (itself
+     * when a source: comp set for a KV source, index's entries for a key
+     * source, iq_b and iw for a top-k source); the keys' projection of the
+     * pre-RoPE entries (KProject) and its norm */
+    int rate, kv_src, index_src, index_k_src;
+    const backend_matrix *ik_proj;
+    const float *ik_norm;
     const backend_matrix *gate_inp, *sh_gate, *sh_up, *sh_down;
     const float *exp_probs_b;
     int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
@@ -95,6 +103,13 @@ struct dsv4 {
     float *x, *x2, *xn, *mix, *col, *h, *post, *comb, *qa, *q, *kv, *attn, *grp_in, *grp_out, *oa,
         *out, *ckv, *cg, *iq, *iw, *router, *gate, *up;
     float *pooled; /* [n_batch + 1, max(head_dim, index_head_dim)]: a span's new entries, f32 */
+    /* DeepSeek-V4.1: the step's new pre-RoPE entries of the current KV source,
+     * the spans' one after another from row pre_off[i] ([2 n_batch, head_dim]);
+     * the first YOCO consumer's normed input [n_batch, n_embd]; the pre mix the
+     * last mHC block computed for the next [n_batch, hc] */
+    float *pre_kv, *shared_h, *pre_mix;
+    int64_t *pre_off;
+    int hc_first; /* the next mHC block is the step's first (it reads stream 0) */
     /* host [n_batch, ...] */
     int64_t *pos, *neg_pos, *entry_pos;
     int64_t *kpos; /* the rows' places in their sequence (the window ring's; the

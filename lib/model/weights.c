@@ -60,6 +60,7 @@ di_status mw_add_tensor(model_weights *w, const char *file, const char *name, si
     t->data = data;
     t->n_bytes = n_bytes;
     t->scale = NULL;
+    t->stored = NULL;
     return DI_OK;
 }
 

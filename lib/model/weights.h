@@ -75,6 +75,20 @@ typedef struct model_config_v4 {
     float swiglu_limit; /* the SwiGLU's clip (0: none) */
     uint32_t o_groups, o_lora_rank;
     uint32_t index_n_heads, index_head_dim, index_topk;
+    /* DeepSeek-V4.1 (DeepseekV41ForCausalLM; docs/deepseek-v41.md): compressed
+     * layers of ratio 1 or 2 (rate; 0 a window only; attention MODEL_V4_CSA or
+     * _SLIDING), without overlap or position bias, indexer keys from the
+     * compressed entries (KProject), the sources each layer takes its
+     * compressed entries, indexer keys and top-k from (itself when not
+     * shared), the first YOCO consumer (n_prefill_layer: the compressed-KV
+     * sources from it on project its normed input), shifted mHC (no HC head),
+     * and fp8 weights in fp8_block x fp8_block blocks (0: 128). */
+    uint8_t v41;
+    uint8_t rate[MODEL_V4_MAX_LAYERS];
+    uint8_t kv_src[MODEL_V4_MAX_LAYERS], index_src[MODEL_V4_MAX_LAYERS],
+        index_k_src[MODEL_V4_MAX_LAYERS];
+    uint32_t n_prefill_layer;
+    uint32_t fp8_block;
 } model_config_v4;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —

@@ -293,17 +293,28 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         m->arch = MODEL_ARCH_DEEPSEEK_V3;
     else if (strcmp(arch, "DeepseekV2ForCausalLM") == 0)
         m->arch = MODEL_ARCH_DEEPSEEK_V2;
-    else if (strcmp(arch, "DeepseekV4ForCausalLM") == 0)
+    else if (strcmp(arch, "DeepseekV4ForCausalLM") == 0 ||
+             strcmp(arch, "DeepseekV41ForCausalLM") == 0)
         m->arch = MODEL_ARCH_DEEPSEEK_V4;
     else {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                            "%s: architectures[0] '%.64s' is not supported (LlamaForCausalLM, "
-                           "Qwen2ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM and "
-                           "DeepseekV4ForCausalLM are)",
+                           "Qwen2ForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
+                           "DeepseekV4ForCausalLM and DeepseekV41ForCausalLM are)",
                            file, arch);
         goto done;
     }
     const int v4 = m->arch == MODEL_ARCH_DEEPSEEK_V4;
+    /* DeepSeek-V4.1's text model is text_config (the token ids stay at the top) */
+    const int v41 = strcmp(arch, "DeepseekV41ForCausalLM") == 0;
+    cfg_ctx top = c;
+    if (v41) {
+        c.root = json_object_get(root, "text_config");
+        if (!json_is_object(c.root)) {
+            st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: text_config is not an object", file);
+            goto done;
+        }
+    }
     m->rope_style = MODEL_ROPE_NEOX; /* transformers' rotate_half, weights as trained */
     m->rms_norm_eps = 0.0f;
     m->n_ctx_train = 0;
@@ -312,29 +323,30 @@ static di_status read_config(model_weights *w, const char *dir, int *tie, di_err
         (st = cfg_need_uint(&c, "num_hidden_layers", &m->n_layer)) != DI_OK ||
         (st = cfg_need_uint(&c, "num_attention_heads", &m->n_head)) != DI_OK ||
         (!v4 && (st = cfg_need_uint(&c, "intermediate_size", &m->n_ff)) != DI_OK) ||
-        (st = cfg_opt_uint(&c, root, "num_key_value_heads", &m->n_head_kv)) != DI_OK ||
-        (st = cfg_opt_uint(&c, root, "head_dim", &m->head_dim)) != DI_OK ||
-        (st = cfg_opt_uint(&c, root, "max_position_embeddings", &m->n_ctx_train)) != DI_OK ||
-        (st = token_id(&c, "bos_token_id", &m->bos_token_id)) != DI_OK ||
-        (st = token_id(&c, "eos_token_id", &m->eos_token_id)) != DI_OK)
+        (st = cfg_opt_uint(&c, c.root, "num_key_value_heads", &m->n_head_kv)) != DI_OK ||
+        (st = cfg_opt_uint(&c, c.root, "head_dim", &m->head_dim)) != DI_OK ||
+        (st = cfg_opt_uint(&c, c.root, "max_position_embeddings", &m->n_ctx_train)) != DI_OK ||
+        (st = token_id(&top, "bos_token_id", &m->bos_token_id)) != DI_OK ||
+        (st = token_id(&top, "eos_token_id", &m->eos_token_id)) != DI_OK)
         goto done;
-    if (!json_object_get(root, "rms_norm_eps")) {
+    if (!json_object_get(c.root, "rms_norm_eps")) {
         st = di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: rms_norm_eps is missing", file);
         goto done;
     }
-    if ((st = cfg_opt_float(&c, root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
+    if ((st = cfg_opt_float(&c, c.root, "rms_norm_eps", &m->rms_norm_eps)) != DI_OK ||
         (!v4 && (st = read_rope(&c, m)) != DI_OK))
         goto done;
     if (v4) {
-        if ((st = cfg_read_deepseek_v4(&c, m)) != DI_OK) goto done;
+        if ((st = v41 ? cfg_read_deepseek_v41(&c, m, root) : cfg_read_deepseek_v4(&c, m)) != DI_OK)
+            goto done;
         m->n_ff = m->n_ff_exp; /* the shared expert's width */
     }
     if ((m->arch == MODEL_ARCH_DEEPSEEK_V3 || m->arch == MODEL_ARCH_DEEPSEEK_V2) &&
         (st = read_deepseek(&c, m)) != DI_OK)
         goto done;
-    json_t *tw = json_object_get(root, "tie_word_embeddings");
+    json_t *tw = json_object_get(c.root, "tie_word_embeddings");
     *tie = json_is_true(tw);
-    json_t *act = json_object_get(root, "hidden_act");
+    json_t *act = json_object_get(c.root, "hidden_act");
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0)) {
         st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                            "%s: hidden_act %s%.32s%s is not supported (silu is)", file,
@@ -484,6 +496,9 @@ static int dsv4_name(const char *hf, char *out, size_t size)
         const char *from, *to;
     } part[] = {
         {".attn.indexer.compressor.", ".self_attn.compressor.indexer."},
+        /* DeepSeek-V4.1's indexer keys from the compressed entries (KProject) */
+        {".attn.indexer.wk.", ".self_attn.compressor.indexer.k_proj."},
+        {".attn.indexer.k_norm.", ".self_attn.compressor.indexer.k_norm."},
         {".attn.indexer.weights_proj.", ".self_attn.compressor.indexer.scorer.weights_proj."},
         {".attn.indexer.wq_b.", ".self_attn.compressor.indexer.q_b_proj."},
         {".attn.compressor.", ".self_attn.compressor."},
@@ -726,6 +741,60 @@ static di_status e8m0_to_f32(model_weights *w, const char *dir, model_tensor *s,
     return DI_OK;
 }
 
+/* fp8-e4m3 one byte as a float (sign, 4 exponent bits of bias 7, 3 mantissa
+ * bits; 0x7f / 0xff NaN), for widening. */
+static float fp8_e4m3(uint8_t b)
+{
+    int e = (b >> 3) & 15, m = b & 7;
+    float r = e == 15 && m == 7 ? NAN
+              : e               ? ldexpf(1.0f + (float)m / 8.0f, e - 7)
+                                : (float)m * 0x1p-9f;
+    return b & 0x80 ? -r : r;
+}
+
+/* DeepSeek-V4.1's fp8 in 32x32 blocks (quantization_config.weight_block_size;
+ * scales [ceil(rows / 32), ceil(cols / 32)], f32 by now) widened to BF16 in an
+ * owned copy: an e4m3 value times a power of two has at most 4 significant
+ * bits, so bf16 holds it exactly (a scale that is not a power of two would
+ * round: refused). The matrix products then read bf16. */
+static di_status widen_fp8_block32(model_weights *w, const char *dir, model_tensor *t,
+                                   const model_tensor *s, di_error **err)
+{
+    const int64_t cols = t->ne[0], rows = t->ne[1], scols = s->ne[0];
+    void **owned = realloc(w->owned, (w->n_owned + 2) * sizeof *owned);
+    if (owned) w->owned = owned;
+    uint16_t *bf = owned ? malloc((size_t)(rows * cols) * sizeof *bf) : NULL;
+    model_tensor *stored = bf ? malloc(sizeof *stored) : NULL;
+    if (!stored) {
+        free(bf);
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading %s", dir);
+    }
+    w->owned[w->n_owned++] = bf;
+    w->owned[w->n_owned++] = stored;
+    *stored = *t;
+    stored->scale = s;
+    const uint8_t *q = t->data;
+    const float *sc = s->data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols; k++) {
+            float f = fp8_e4m3(q[r * cols + k]) * sc[(r / 32) * scols + k / 32];
+            uint32_t u;
+            memcpy(&u, &f, sizeof u);
+            if (u & 0xffffu)
+                return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                     "%s: '%s' has a block scale that is not a power of two "
+                                     "(scale_fmt ue8m0)",
+                                     dir, t->name);
+            bf[r * cols + k] = (uint16_t)(u >> 16);
+        }
+    t->data = bf;
+    t->dtype = MODEL_DTYPE_BF16;
+    t->n_bytes = (size_t)(rows * cols) * sizeof *bf;
+    t->scale = NULL;
+    t->stored = stored;
+    return DI_OK;
+}
+
 /* Pair every "<X>.weight_scale_inv" (or the release's "<X>.scale") with
  * "<X>.weight": fp8 with f32 or E8M0
  * scales per 128x128 block (DeepSeek's checkpoints), or DeepSeek-V4's MXFP4
@@ -776,14 +845,20 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
         if (t->dtype != MODEL_DTYPE_FP8_E4M3)
             return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
                                  dir, s->name, base);
-        int64_t b0 = (t->ne[0] + 127) / 128, b1 = (t->ne[1] + 127) / 128;
+        const int64_t blk = w->config.v4.fp8_block == 32 ? 32 : 128;
+        int64_t b0 = (t->ne[0] + blk - 1) / blk, b1 = (t->ne[1] + blk - 1) / blk;
         if ((s->dtype != MODEL_DTYPE_F32 && s->dtype != MODEL_DTYPE_E8M0) || t->n_dims != 2 ||
             s->n_dims != 2 || s->ne[0] != b0 || s->ne[1] != b1)
             return di_error_setf(err, DI_ERR_MODEL_FORMAT,
-                                 "%s: '%s' must be F32 or F8_E8M0 of shape {%lld, %lld} (128x128 "
+                                 "%s: '%s' must be F32 or F8_E8M0 of shape {%lld, %lld} (%lldx%lld "
                                  "blocks of '%s')",
-                                 dir, s->name, (long long)b0, (long long)b1, base);
+                                 dir, s->name, (long long)b0, (long long)b1, (long long)blk,
+                                 (long long)blk, base);
         if (s->dtype == MODEL_DTYPE_E8M0 && (st = e8m0_to_f32(w, dir, s, err)) != DI_OK) return st;
+        if (blk == 32) {
+            if ((st = widen_fp8_block32(w, dir, t, s, err)) != DI_OK) return st;
+            continue;
+        }
         t->scale = s;
     }
     return DI_OK;

@@ -28,7 +28,8 @@ static inline int model_variant_make(char *tmpdir, size_t size, const char *temp
 }
 
 /* Write <tmpdir>/variant/config.json: tests/fixtures/model/<fixture>/config.json
- * with the JSON object `edit` merged over it (a null value deletes the key).
+ * with the JSON object `edit` merged over it (a null value deletes the key;
+ * text_config's keys, DeepSeek-V4.1's, are merged one by one).
  * Returns the folder (static storage; the caller puts the weights there). */
 static inline const char *model_variant_config(const char *tmpdir, const char *fixture,
                                                const char *edit)
@@ -42,10 +43,22 @@ static inline const char *model_variant_config(const char *tmpdir, const char *f
     json_t *v;
     json_object_foreach(e, key, v)
     {
-        if (json_is_null(v))
+        json_t *into = json_object_get(cfg, key);
+        if (json_is_null(v)) {
             json_object_del(cfg, key);
-        else
+        } else if (strcmp(key, "text_config") == 0 && json_is_object(into) && json_is_object(v)) {
+            const char *k2; /* (DeepSeek-V4.1's text model: its keys merged one by one) */
+            json_t *v2;
+            json_object_foreach(v, k2, v2)
+            {
+                if (json_is_null(v2))
+                    json_object_del(into, k2);
+                else
+                    json_object_set(into, k2, v2);
+            }
+        } else {
             json_object_set(cfg, key, v);
+        }
     }
     static char dir[128];
     snprintf(dir, sizeof dir, "%s/variant", tmpdir);

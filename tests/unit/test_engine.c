@@ -475,7 +475,7 @@ static void concurrent_run(const char *path, int n_req, int max_running, int64_t
     di_engine *e = make_engine(path, max_running, kv_bytes, log, log_user);
     g.e = e;
     for (int i = 0; i < n_req; i++) {
-        make_spec(&specs[i], i, 512);
+        make_spec(&specs[i], i, (uint32_t)di_engine_vocab_size(e));
         if (long_outputs) {
             specs[i].req.max_tokens = long_outputs;
             specs[i].req.ignore_eos = 1;
@@ -533,6 +533,8 @@ static void test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone
 {
     (void)state;
     concurrent_run(DSV4, 16, 8, 0, 1, 0, NULL, NULL);
+    /* DeepSeek-V4.1: entries, keys and top-k shared across layers, YOCO, per row */
+    concurrent_run(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release", 16, 8, 0, 1, 0, NULL, NULL);
 }
 
 /* Random cancels, three times: which requests are cancelled, and when — at once,

@@ -187,13 +187,25 @@ static void test_deepseek_v4_logits_do_not_depend_on_the_batch(void **state)
     kv_dtype = MODEL_DTYPE_F16;
 }
 
+/* DeepSeek-V4.1: ratio 2 and 1 layers sharing entries, indexer keys and top-k
+ * across layers, YOCO, shifted mHC; f32, f16 and Q8_0 caches (its head_dim of
+ * 96 is whole blocks of 32, not rotated; the keys' 64 are). */
+static void test_deepseek_v41_logits_do_not_depend_on_the_batch(void **state)
+{
+    (void)state;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-f32");
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release");
+    kv_dtype = MODEL_DTYPE_Q8_0;
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release");
+    kv_dtype = MODEL_DTYPE_F16;
+}
+
 /* A speculative step's rejected tokens are truncated away: the next step must
  * see exactly the cache of a sequence that never had them (the windows they
  * closed dropped, their ring rows overwritten). */
-static void test_deepseek_v4_truncation_forgets_the_dropped_tokens(void **state)
+static void check_truncation_forgets(const char *dir)
 {
-    (void)state;
-    model *m = load_dir(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32", 1);
+    model *m = load_dir(dir, 1);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     int32_t toks[N_PROMPT], wrong[6] = {5, 6, 7, 8, 9, 10}, next[2] = {11, 12};
     prompt_of(1, toks, V);
@@ -227,6 +239,14 @@ static void test_deepseek_v4_truncation_forgets_the_dropped_tokens(void **state)
     free(a);
     free(b);
     model_free(m);
+}
+
+static void test_deepseek_v4_truncation_forgets_the_dropped_tokens(void **state)
+{
+    (void)state;
+    check_truncation_forgets(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32");
+    /* V4.1: entries of ratio 2 and 1, the keys made from them, a shared top-k */
+    check_truncation_forgets(DI_FIXTURE_DIR "/model/dsv41-f32");
 }
 
 static void test_blocks_are_shared_and_returned(void **state)
@@ -328,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v3_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_deepseek_v2_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_deepseek_v4_logits_do_not_depend_on_the_batch),
+        cmocka_unit_test(test_deepseek_v41_logits_do_not_depend_on_the_batch),
         cmocka_unit_test(test_deepseek_v4_truncation_forgets_the_dropped_tokens),
         cmocka_unit_test(test_blocks_are_shared_and_returned),
         cmocka_unit_test(test_bad_steps_are_refused_with_the_item_named),

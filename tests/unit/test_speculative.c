@@ -722,6 +722,11 @@ static void test_lossless_deepseek_v4(void **state)
     check_lossless(DSV4, 16, 1, 0, 64, 1);
     int64_t per_token = kv_bytes_per_token(DSV4);
     check_lossless(DSV4, 16, 8, 24 * 16 * per_token, 64, 1);
+    /* DeepSeek-V4.1: a rejected draft cuts entries of ratio 2 and 1 and the
+     * keys made from them, under pre-emption too */
+    const char *v41 = DI_FIXTURE_DIR "/model/dsv41-f32";
+    check_lossless(v41, 40 / scale(), 8, 0, 4, 1);
+    check_lossless(v41, 40 / scale(), 8, 24 * 16 * kv_bytes_per_token(v41), 64, 1);
 }
 
 static void test_lossless_smollm2(void **state)

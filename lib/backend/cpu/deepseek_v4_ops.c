@@ -45,48 +45,77 @@ static float sigmoidf(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
+/* One row's mappings from its mix m: pre[hc]; with post != NULL also post[hc]
+ * and comb[hc, hc] (softmax rows + eps, then Sinkhorn). */
+static void hc_maps(const float *m, const float *base, const float *scale, int hc,
+                    int sinkhorn_iters, float eps, float *pre, float *post, float *comb)
+{
+    for (int j = 0; j < hc; j++) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + eps;
+    if (!post) return;
+    for (int j = 0; j < hc; j++) post[j] = 2.0f * sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
+    float *c = comb;
+    /* softmax over k of each row j, + eps */
+    for (int j = 0; j < hc; j++) {
+        float *row = c + (ptrdiff_t)j * hc, mx = -INFINITY, sum = 0.0f;
+        for (int k = 0; k < hc; k++) {
+            row[k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+            if (row[k] > mx) mx = row[k];
+        }
+        for (int k = 0; k < hc; k++) sum += row[k] = expf(row[k] - mx);
+        for (int k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
+    }
+    /* Sinkhorn-Knopp: columns, then (iters - 1) x (rows, columns) */
+    for (int it = 0; it < sinkhorn_iters; it++) {
+        if (it > 0)
+            for (int j = 0; j < hc; j++) {
+                float s = 0.0f;
+                for (int k = 0; k < hc; k++) s += c[j * hc + k];
+                for (int k = 0; k < hc; k++) c[j * hc + k] /= s + eps;
+            }
+        for (int k = 0; k < hc; k++) {
+            float s = 0.0f;
+            for (int j = 0; j < hc; j++) s += c[j * hc + k];
+            for (int j = 0; j < hc; j++) c[j * hc + k] /= s + eps;
+        }
+    }
+}
+
+/* y = sum_j pre[j] x[j] over the hc streams of one row. */
+static void hc_collapse(const float *pre, int hc, const float *xt, int64_t n_embd, float *y)
+{
+    for (int64_t i = 0; i < n_embd; i++) {
+        float s = 0.0f;
+        for (int j = 0; j < hc; j++) s += pre[j] * xt[j * n_embd + i];
+        y[i] = s;
+    }
+}
+
 void cpu_hc_pre(const float *mix, const float *base, const float *scale, int hc, int sinkhorn_iters,
                 float eps, const float *x, int64_t n_embd, int64_t n, float *collapsed, float *post,
                 float *comb)
 {
     const int n_mix = post ? (2 + hc) * hc : hc;
     for (int64_t t = 0; t < n; t++) {
-        const float *m = mix + t * n_mix, *xt = x + t * hc * n_embd;
         float pre[HC_MAX];
-        for (int j = 0; j < hc; j++) pre[j] = sigmoidf(m[j] * scale[0] + base[j]) + eps;
-        float *y = collapsed + t * n_embd;
-        for (int64_t i = 0; i < n_embd; i++) {
-            float s = 0.0f;
-            for (int j = 0; j < hc; j++) s += pre[j] * xt[j * n_embd + i];
-            y[i] = s;
-        }
-        if (!post) continue;
-        float *pt = post + t * hc, *c = comb + t * hc * hc;
-        for (int j = 0; j < hc; j++) pt[j] = 2.0f * sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
-        /* softmax over k of each row j, + eps */
-        for (int j = 0; j < hc; j++) {
-            float *row = c + (ptrdiff_t)j * hc, mx = -INFINITY, sum = 0.0f;
-            for (int k = 0; k < hc; k++) {
-                row[k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
-                if (row[k] > mx) mx = row[k];
-            }
-            for (int k = 0; k < hc; k++) sum += row[k] = expf(row[k] - mx);
-            for (int k = 0; k < hc; k++) row[k] = row[k] / sum + eps;
-        }
-        /* Sinkhorn-Knopp: columns, then (iters - 1) x (rows, columns) */
-        for (int it = 0; it < sinkhorn_iters; it++) {
-            if (it > 0)
-                for (int j = 0; j < hc; j++) {
-                    float s = 0.0f;
-                    for (int k = 0; k < hc; k++) s += c[j * hc + k];
-                    for (int k = 0; k < hc; k++) c[j * hc + k] /= s + eps;
-                }
-            for (int k = 0; k < hc; k++) {
-                float s = 0.0f;
-                for (int j = 0; j < hc; j++) s += c[j * hc + k];
-                for (int j = 0; j < hc; j++) c[j * hc + k] /= s + eps;
-            }
-        }
+        hc_maps(mix + t * n_mix, base, scale, hc, sinkhorn_iters, eps, pre,
+                post ? post + t * hc : NULL, post ? comb + t * hc * hc : NULL);
+        hc_collapse(pre, hc, x + t * hc * n_embd, n_embd, collapsed + t * n_embd);
+    }
+}
+
+void cpu_hc_pre_shifted(const float *mix, const float *base, const float *scale, int hc,
+                        int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
+                        const float *pre_in, float *collapsed, float *pre_out, float *post,
+                        float *comb)
+{
+    const int n_mix = (2 + hc) * hc;
+    for (int64_t t = 0; t < n; t++) {
+        float first[HC_MAX] = {1.0f}; /* the first block reads stream 0 */
+        hc_collapse(pre_in ? pre_in + t * hc : first, hc, x + t * hc * n_embd, n_embd,
+                    collapsed + t * n_embd);
+        if (mix)
+            hc_maps(mix + t * n_mix, base, scale, hc, sinkhorn_iters, eps, pre_out + t * hc,
+                    post + t * hc, comb + t * hc * hc);
     }
 }
 
@@ -125,7 +154,7 @@ void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t
                     int64_t ch = half == 1 && overlap ? width + c : c;
                     for (int j = 0; j < rate; j++) {
                         int64_t row = ((w * rate + j) % ring) * row_stride;
-                        float g = gate[row + ch] + bias[(int64_t)j * bias_stride + ch];
+                        float g = gate[row + ch] + (bias ? bias[(int64_t)j * bias_stride + ch] : 0);
                         if (pass == 0) {
                             if (g > mx) mx = g;
                         } else {

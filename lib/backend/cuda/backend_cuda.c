@@ -633,6 +633,16 @@ static void be_hc_pre(backend *be, const float *mix, const float *base, const fl
         (void)x, (void)n_embd, (void)n, (void)collapsed, (void)post, (void)comb;
     unreachable_op("hc_pre");
 }
+static void be_hc_pre_shifted(backend *be, const float *mix, const float *base, const float *scale,
+                              int hc, int sinkhorn_iters, float eps, const float *x, int64_t n_embd,
+                              int64_t n, const float *pre_in, float *collapsed, float *pre_out,
+                              float *post, float *comb)
+{
+    (void)be, (void)mix, (void)base, (void)scale, (void)hc, (void)sinkhorn_iters, (void)eps,
+        (void)x, (void)n_embd, (void)n, (void)pre_in, (void)collapsed, (void)pre_out, (void)post,
+        (void)comb;
+    unreachable_op("hc_pre_shifted");
+}
 static void be_hc_post(backend *be, const float *x, const float *y, const float *post,
                        const float *comb, int hc, int64_t n_embd, int64_t n, float *out)
 {
@@ -705,6 +715,7 @@ static const backend_ops cuda_ops = {
     .copy_rows = be_copy_rows,
     .silu_mul_clamp = be_silu_mul_clamp,
     .hc_pre = be_hc_pre,
+    .hc_pre_shifted = be_hc_pre_shifted,
     .hc_post = be_hc_post,
     .compress_pool = be_compress_pool,
     .v4_rows_store = be_v4_rows_store,

@@ -1,0 +1,136 @@
+/* DeepSeek-V4.1 (docs/deepseek-v41.md) through the model API: what its
+ * config.json may say and what is refused, naming the field; the sharing maps
+ * choose which tensors a layer reads; the cache's bytes per token counted by
+ * hand. Its logits against the reference (tests/oracle/dsv41_reference.py)
+ * are model_parity's (tests/CMakeLists.txt), its batch invariance and
+ * truncation test_model_batch's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "deepinfer/deepinfer.h"
+#include "model/model.h"
+#include "model_variant.h"
+#include "util/error.h"
+
+static char tmpdir[64];
+
+static const char *variant(const char *edit)
+{
+    return model_variant_folder(tmpdir, "dsv41-f32", edit, 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return model_variant_make(tmpdir, sizeof tmpdir, "/tmp/di_test_dsv41XXXXXX");
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    model_variant_remove(tmpdir);
+    return 0;
+}
+
+static void test_bad_configs_are_named(void **state)
+{
+    (void)state;
+#define TEXT(json) "{\"text_config\": " json "}"
+    static const struct {
+        const char *edit;
+        di_status status;
+        const char *says;
+    } cases[] = {
+        {TEXT("{\"engram_layer_ids\": [1]}"), DI_ERR_UNSUPPORTED, "engram_layer_ids"},
+        {TEXT("{\"candidate_source_layer_id\": 1}"), DI_ERR_UNSUPPORTED,
+         "candidate_source_layer_id"},
+        {TEXT("{\"compress_ratios\": [0, 4, 2, 1, 1]}"), DI_ERR_UNSUPPORTED,
+         "compress_ratios[1] is not 0, 1 or 2"},
+        {TEXT("{\"compress_ratios\": [0, 2, 2, 1]}"), DI_ERR_MODEL_FORMAT,
+         "compress_ratios must list"},
+        /* layer 3 (ratio 1) cannot take layer 2's (ratio 2) */
+        {TEXT("{\"kv_source_layer_ids\": [1, 4]}"), DI_ERR_UNSUPPORTED,
+         "kv_source_layer_ids: layer 3"},
+        /* top-k segments within key segments: layer 2's top-k layer 1's, its keys its own */
+        {TEXT("{\"index_k_source_layer_ids\": [1, 2, 3, 4]}"), DI_ERR_UNSUPPORTED,
+         "index_source_layer_ids: layer 2 takes"},
+        /* key segments within KV segments: layer 2's keys layer 1's, its KV its own */
+        {TEXT("{\"index_source_layer_ids\": [1, 3, 4], \"index_k_source_layer_ids\": [1, 3, 4],"
+              " \"kv_source_layer_ids\": [1, 2, 3, 4]}"),
+         DI_ERR_UNSUPPORTED, "index_k_source_layer_ids: layer 2 takes"},
+        {TEXT("{\"kv_source_layer_ids\": [1, 9]}"), DI_ERR_MODEL_FORMAT,
+         "kv_source_layer_ids[1] is not a layer number"},
+        {TEXT("{\"hc_shifted\": false}"), DI_ERR_UNSUPPORTED, "hc_shifted"},
+        {TEXT("{\"scoring_func\": \"sigmoid\"}"), DI_ERR_UNSUPPORTED, "scoring_func"},
+        {TEXT("{\"norm_topk_prob\": false}"), DI_ERR_UNSUPPORTED, "norm_topk_prob"},
+        {TEXT("{\"head_dim\": null}"), DI_ERR_MODEL_FORMAT, "head_dim"},
+        {TEXT("{\"rope_scaling\": {\"factor\": 4.0}}"), DI_ERR_MODEL_FORMAT,
+         "original_max_position_embeddings"},
+        {"{\"model_type\": \"deepseek_v4\"}", DI_ERR_MODEL_FORMAT, "model_type is not"},
+        {"{\"text_config\": null}", DI_ERR_MODEL_FORMAT, "text_config is not an object"},
+        {"{\"quantization_config\": {\"weight_block_size\": [64, 64]}}", DI_ERR_UNSUPPORTED,
+         "weight_block_size"},
+        /* layer 2 made a source of its own: its compressor is not in the file */
+        {TEXT("{\"kv_source_layer_ids\": [1, 2, 3, 4], \"index_source_layer_ids\": [1, 2, 3, 4]}"),
+         DI_ERR_MODEL_FORMAT, "model.layers.2.self_attn.compressor.kv_proj.weight"},
+    };
+#undef TEXT
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        model_expect_load_error(variant(cases[i].edit), cases[i].status, cases[i].says, NULL);
+}
+
+/* Entries and keys per token, counted by hand for dsv41-f32: layers 1 (ratio
+ * 2), 3 and 4 (ratio 1) keep entries of head_dim 96 and keys of 64; layer 2
+ * keeps nothing (it reads layer 1's), layer 0 its window only (fixed, spread
+ * over a context of 2^22 tokens: under a byte, as the compressors' rings). */
+static void test_kv_bytes_per_token_count_the_sources_only(void **state)
+{
+    (void)state;
+    const char *dir = variant("{\"text_config\": {\"max_position_embeddings\": 4194304}}");
+    static const struct {
+        model_dtype dtype;
+        double bytes;
+    } cases[] = {
+        {MODEL_DTYPE_F32, (96 + 64) * 4 / 2.0 + 2 * (96 + 64) * 4},
+        {MODEL_DTYPE_F16, (96 + 64) * 2 / 2.0 + 2 * (96 + 64) * 2},
+        {MODEL_DTYPE_Q8_0, (102 + 68) / 2.0 + 2 * (102 + 68)},
+        {MODEL_DTYPE_Q4_0, (54 + 36) / 2.0 + 2 * (54 + 36)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_options o = {0};
+        o.n_threads = 1;
+        o.kv_dtype = cases[i].dtype;
+        o.n_ctx = 4194304;
+        o.n_batch = 16;
+        o.kv_n_ctx_multiple = 1;
+        model *m = NULL;
+        di_error *err = NULL;
+        if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        double per = (double)model_kv_bytes_per_token(m);
+        printf("%s cache: %.0f bytes a token (by hand %.1f)\n", model_kv_dtype_name(cases[i].dtype),
+               per, cases[i].bytes);
+        if (per < cases[i].bytes || per > cases[i].bytes + 1.5)
+            fail_msg("%s: %.0f bytes a token, want %.1f", model_kv_dtype_name(cases[i].dtype), per,
+                     cases[i].bytes);
+        model_free(m);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_configs_are_named),
+        cmocka_unit_test(test_kv_bytes_per_token_count_the_sources_only),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
