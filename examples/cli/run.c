@@ -253,6 +253,11 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
     t->t_submit = cli_now();
     if (di_submit(e, &req, &id, &err) != DI_OK) {
         fprintf(stderr, "deepinfer %s: %s\n", cmd, di_error_message(err));
+        if (di_engine_encoding(e) == 0) /* the library names its field; the CLI's is: */
+            fprintf(stderr,
+                    "deepinfer %s: (the model's tokenizer.json, with its chat tokens, "
+                    "can be named with --tokenizer PATH)\n",
+                    cmd);
         di_error_free(err);
         return -1;
     }

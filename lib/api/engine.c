@@ -773,6 +773,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
              "the tokenizer has %d tokens but the model only %d: a request whose text encodes "
              "to an id past %d will be refused; is this the model's tokenizer?",
              (int)di_tokenizer_vocab_size(e->tok), (int)e->n_vocab, (int)e->n_vocab - 1);
+    /* a model's vocabulary padded past its tokenizer's is common (DeepSeek's: 129,280
+     * for 128,815 tokens); one far larger is another model's tokenizer */
+    else if (e->tok && (int64_t)di_tokenizer_vocab_size(e->tok) * 20 < (int64_t)e->n_vocab * 19)
+        elog(e, DI_LOG_WARN,
+             "the tokenizer has %d tokens but the model %d: the ids it samples past %d have no "
+             "text and are dropped from the output; is this the model's tokenizer?",
+             (int)di_tokenizer_vocab_size(e->tok), (int)e->n_vocab,
+             (int)di_tokenizer_vocab_size(e->tok) - 1);
     st = engine_set_encoding(e, enc, c.encoding != 0, pre, chat_template, err);
     if (st != DI_OK) {
         free(chat_template);

@@ -237,7 +237,10 @@ static di_status load_from_json(di_tokenizer_impl **out, json_t *root, tok_error
     if (!json_is_object(root)) return tok_fail(err, DI_ERR_MODEL_FORMAT, "expected a JSON object");
     json_t *model = json_object_get(root, "model");
     const char *mtype = str_field(model, "type");
-    if (!json_is_object(model)) return tok_fail(err, DI_ERR_MODEL_FORMAT, "model: missing");
+    if (!json_is_object(model))
+        return tok_fail(err, DI_ERR_MODEL_FORMAT,
+                        "model: missing (not a tokenizer.json: its \"model\" object, the "
+                        "tokenizer's, is not there)");
     if (mtype && strcmp(mtype, "BPE") != 0)
         return tok_fail(err, DI_ERR_UNSUPPORTED,
                         "model.type: \"%s\" is not supported (only byte-level BPE)", mtype);

@@ -258,6 +258,9 @@ def make(name):
 
 
 def main(argv):
+    if argv[:1] in (["--help"], ["-h"]):
+        print(__doc__)
+        return
     check = None
     if argv[:1] == ["--check"]:
         import tempfile
