@@ -725,8 +725,9 @@ static void test_lossless_deepseek_v4(void **state)
     /* DeepSeek-V4.1: a rejected draft cuts entries of ratio 2 and 1 and the
      * keys made from them, under pre-emption too */
     const char *v41 = DI_FIXTURE_DIR "/model/dsv41-f32";
-    check_lossless(v41, 40 / scale(), 8, 0, 4, 1);
-    check_lossless(v41, 40 / scale(), 8, 24 * 16 * kv_bytes_per_token(v41), 64, 1);
+    /* (40 requests under the sanitizers too: fewer keep no draft on this fixture) */
+    check_lossless(v41, 40, 8, 0, 4, 1);
+    check_lossless(v41, 40, 8, 24 * 16 * kv_bytes_per_token(v41), 64, 1);
 }
 
 static void test_lossless_smollm2(void **state)
