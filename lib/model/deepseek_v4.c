@@ -784,23 +784,22 @@ static void compress_project(dsv4 *d, const v4_compressor *c, int64_t n)
     d->be->ops->matmul(d->be, 2, w, NULL, d->h, n, y);
 }
 
-/* Attention of layer l for the n rows of d->h (the spans' rows in order,
- * positions d->pos): the output projection's result in d->out. */
-static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
+/* The attention's q [n, H, head_dim] and window keys of layer l for the n rows
+ * of d->h: qa = RMSNorm(h Wq_a), q = qa Wq_b (each head RMS-normed without a
+ * weight when q_norm: V4's, not V4.1's), kv = RMSNorm(h Wkv); RoPE on both;
+ * kv into each span's window ring. */
+static void project_q_kv(dsv4 *d, uint32_t l, int64_t n, int n_spans, int q_norm)
 {
     const model_config *c = &d->cfg;
-    const model_config_v4 *v = &c->v4;
     const v4_layer *L = &d->layers[l];
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank,
-                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, IH = v->index_n_heads,
-                  ihd = v->index_head_dim, K = v->index_topk;
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank;
     const float eps = c->rms_norm_eps;
     op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
     op->rmsnorm(be, d->qa, QL, L->q_a_norm, d->qa, QL, n, QL, eps);
     op->matmul(be, 1, &L->wq_b, NULL, d->qa, n, &d->q);
-    op->rmsnorm(be, d->q, hd, NULL, d->q, hd, n * H, hd, eps);
+    if (q_norm) op->rmsnorm(be, d->q, hd, NULL, d->q, hd, n * H, hd, eps);
     op->rope(be, L->rope, d->q + hd - rd, n, H * hd, (int)H, hd, d->pos);
     op->matmul(be, 1, &L->wkv, NULL, d->h, n, &d->kv);
     op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, n, hd, eps);
@@ -812,6 +811,40 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
                    hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
         r0 += sp->n;
     }
+}
+
+/* The attention's output d->attn [n, H, head_dim] into d->out: its RoPE part
+ * rotated back (K = V carried RoPE into the values), the heads in o_groups
+ * groups each projected by its rows of Wo_a, then Wo_b. */
+static void project_out(dsv4 *d, const v4_layer *L, int64_t n)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, G = c->v4.o_groups,
+                  RO = c->v4.o_lora_rank, in_g = H * hd / G;
+    op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
+    for (int64_t g = 0; g < G; g++) {
+        op->copy_rows(be, d->grp_in, in_g, d->attn + g * in_g, H * hd, in_g, n);
+        op->matmul(be, 1, &L->wo_a[g], NULL, d->grp_in, n, &d->grp_out);
+        op->copy_rows(be, d->oa + g * RO, G * RO, d->grp_out, RO, RO, n);
+    }
+    op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
+}
+
+/* Attention of layer l for the n rows of d->h (the spans' rows in order,
+ * positions d->pos): the output projection's result in d->out. */
+static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    const v4_layer *L = &d->layers[l];
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, IH = v->index_n_heads,
+                  ihd = v->index_head_dim, K = v->index_topk;
+    project_q_kv(d, l, n, n_spans, 1);
+    int64_t r0 = 0;
     if (L->kind != MODEL_V4_SLIDING) {
         compress_project(d, &L->comp, n);
         r0 = 0;
@@ -851,14 +884,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
                            1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
         r0 += sp->n;
     }
-    /* K = V carried RoPE into the values: rotate the output's rope part back */
-    op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
-    for (int64_t g = 0; g < G; g++) {
-        op->copy_rows(be, d->grp_in, in_g, d->attn + g * in_g, H * hd, in_g, n);
-        op->matmul(be, 1, &L->wo_a[g], NULL, d->grp_in, n, &d->grp_out);
-        op->copy_rows(be, d->oa + g * RO, G * RO, d->grp_out, RO, RO, n);
-    }
-    op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
+    project_out(d, L, n);
 }
 
 /* DeepSeek-V4.1: the KV source layer L's projections of the span's rows
@@ -928,26 +954,12 @@ static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     const v4_layer *L = &d->layers[l];
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, QL = c->q_lora_rank,
-                  G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, IH = v->index_n_heads,
+    const int64_t H = c->n_head, hd = c->head_dim, rd = c->qk_rope_head_dim, IH = v->index_n_heads,
                   ihd = v->index_head_dim, K = v->index_topk;
-    const float eps = c->rms_norm_eps;
     if (l == v->n_prefill_layer)
         op->copy_rows(be, d->shared_h, c->n_embd, d->h, c->n_embd, c->n_embd, n);
-    op->matmul(be, 1, &L->wq_a, NULL, d->h, n, &d->qa);
-    op->rmsnorm(be, d->qa, QL, L->q_a_norm, d->qa, QL, n, QL, eps);
-    op->matmul(be, 1, &L->wq_b, NULL, d->qa, n, &d->q);
-    op->rope(be, L->rope, d->q + hd - rd, n, H * hd, (int)H, hd, d->pos);
-    op->matmul(be, 1, &L->wkv, NULL, d->h, n, &d->kv);
-    op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, n, hd, eps);
-    op->rope(be, L->rope, d->kv + hd - rd, n, hd, 1, hd, d->pos);
+    project_q_kv(d, l, n, n_spans, 0);
     int64_t r0 = 0;
-    for (int i = 0; i < n_spans; i++) { /* the window's keys */
-        const v4_span *sp = &d->spans[i];
-        ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
-                   hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
-        r0 += sp->n;
-    }
     if (L->rate && L->kv_src == (int)l) { /* a KV source: the entries, their pre-RoPE rows */
         const backend_matrix *w[2] = {L->comp.kv, L->comp.gate};
         float *y[2] = {d->ckv, d->cg};
@@ -992,14 +1004,7 @@ static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
                            L->sinks, 1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
         r0 += sp->n;
     }
-    /* K = V carried RoPE into the values: rotate the output's rope part back */
-    op->rope(be, L->rope, d->attn + hd - rd, n, H * hd, (int)H, hd, d->neg_pos);
-    for (int64_t g = 0; g < G; g++) {
-        op->copy_rows(be, d->grp_in, in_g, d->attn + g * in_g, H * hd, in_g, n);
-        op->matmul(be, 1, &L->wo_a[g], NULL, d->grp_in, n, &d->grp_out);
-        op->copy_rows(be, d->oa + g * RO, G * RO, d->grp_out, RO, RO, n);
-    }
-    op->matmul(be, 1, &L->wo_b, NULL, d->oa, n, &d->out);
+    project_out(d, L, n);
 }
 
 /* The MoE of layer L for the n rows of d->h (tokens: the rows' ids) into

@@ -111,6 +111,38 @@ static inline void model_expect_load_error(const char *dir, di_status status, co
     di_error_free(err);
 }
 
+/* One cache type and the bytes a token takes in it, counted by hand. */
+typedef struct model_kv_bytes_case {
+    model_dtype dtype;
+    double bytes;
+} model_kv_bytes_case;
+
+/* model_kv_bytes_per_token of the model in dir at a context of 2^22 tokens
+ * (so a fixed part spread over it adds under a byte and a half) is each
+ * case's count by hand, rounded up. */
+static inline void model_expect_kv_bytes(const char *dir, const model_kv_bytes_case *cases,
+                                         size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        model_options o = {0};
+        o.n_threads = 1;
+        o.kv_dtype = cases[i].dtype;
+        o.n_ctx = 4194304;
+        o.n_batch = 16;
+        o.kv_n_ctx_multiple = 1;
+        model *m = NULL;
+        di_error *err = NULL;
+        if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        double per = (double)model_kv_bytes_per_token(m);
+        printf("%s cache: %.0f bytes a token (by hand %.2f)\n", model_kv_dtype_name(cases[i].dtype),
+               per, cases[i].bytes);
+        if (per < cases[i].bytes || per > cases[i].bytes + 1.5)
+            fail_msg("%s: %.0f bytes a token, want %.2f", model_kv_dtype_name(cases[i].dtype), per,
+                     cases[i].bytes);
+        model_free(m);
+    }
+}
+
 /* n floats of dir/file (a fixture's logits), malloc'd. */
 static inline float *model_fixture_f32(const char *dir, const char *file, size_t n)
 {

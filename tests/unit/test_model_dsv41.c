@@ -97,33 +97,13 @@ static void test_kv_bytes_per_token_count_the_sources_only(void **state)
 {
     (void)state;
     const char *dir = variant("{\"text_config\": {\"max_position_embeddings\": 4194304}}");
-    static const struct {
-        model_dtype dtype;
-        double bytes;
-    } cases[] = {
+    static const model_kv_bytes_case cases[] = {
         {MODEL_DTYPE_F32, (96 + 64) * 4 / 2.0 + 2 * (96 + 64) * 4},
         {MODEL_DTYPE_F16, (96 + 64) * 2 / 2.0 + 2 * (96 + 64) * 2},
         {MODEL_DTYPE_Q8_0, (102 + 68) / 2.0 + 2 * (102 + 68)},
         {MODEL_DTYPE_Q4_0, (54 + 36) / 2.0 + 2 * (54 + 36)},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        model_options o = {0};
-        o.n_threads = 1;
-        o.kv_dtype = cases[i].dtype;
-        o.n_ctx = 4194304;
-        o.n_batch = 16;
-        o.kv_n_ctx_multiple = 1;
-        model *m = NULL;
-        di_error *err = NULL;
-        if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s", di_error_message(err));
-        double per = (double)model_kv_bytes_per_token(m);
-        printf("%s cache: %.0f bytes a token (by hand %.1f)\n", model_kv_dtype_name(cases[i].dtype),
-               per, cases[i].bytes);
-        if (per < cases[i].bytes || per > cases[i].bytes + 1.5)
-            fail_msg("%s: %.0f bytes a token, want %.1f", model_kv_dtype_name(cases[i].dtype), per,
-                     cases[i].bytes);
-        model_free(m);
-    }
+    model_expect_kv_bytes(dir, cases, sizeof cases / sizeof cases[0]);
 }
 
 int main(void)
