@@ -15,8 +15,10 @@ indexer whose keys KProject makes from the compressor's pre-RoPE output, cross-l
 sharing of the compressed KV, the indexer keys and the top-k (the config's *_source_layer_ids),
 YOCO (the KV sources after n_prefill_layer project from the first consumer's normed
 hidden), the grouped output projection, sqrtsoftplus MoE with a shared expert and the
-SwiGLU clamp. Not yet: Engram, the candidate-block top-k, the DSpark head, images.
-A config asking for one of those is refused here, naming the field.
+SwiGLU clamp. Not yet: Engram and the candidate-block top-k (a config asking for
+either is refused, naming the field); the DSpark head (mtp.N.*, the compress_ratios
+entries after the main layers) and images (vision_config) are not run: the text
+model's logits do not depend on them.
 
     reference = V41Reference.load(folder)
     logits = reference.forward(token_ids)        # [T, vocab], every position
@@ -33,10 +35,12 @@ class Unsupported(ValueError):
     """A config or checkpoint this reference does not run, with the field named."""
 
 
-def source_map(source_ids, n_layer):
+def source_map(source_ids, n_layer, field):
     """Each layer from the first source on -> the nearest source at or before it
     (DeepInfer's hugging_face/config.py _source_map); other layers are their own."""
     ids = sorted(source_ids)
+    if any(not isinstance(i, int) or i < 0 or i >= n_layer for i in ids):
+        raise Unsupported(f"{field}: {source_ids} names a layer outside 0..{n_layer - 1}")
     out = list(range(n_layer))
     for layer in range(ids[0] if ids else n_layer, n_layer):
         out[layer] = max(s for s in ids if s <= layer)
@@ -78,6 +82,24 @@ class V41Config:
         for r in self.ratios:
             if r not in (0, 1, 2):
                 raise Unsupported(f"compress_ratios: {r} (DeepSeek-V4.1 has 0, 1 and 2)")
+        for key in ("sliding_window", "index_topk", "index_n_heads", "index_head_dim", "hc_mult",
+                    "num_experts_per_tok", "n_routed_experts", "o_groups"):
+            if not isinstance(t.get(key), int) or t[key] < 1:
+                raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+        if not isinstance(t.get("hc_sinkhorn_iters"), int) or t["hc_sinkhorn_iters"] < 1:
+            raise Unsupported(f"hc_sinkhorn_iters: {t.get('hc_sinkhorn_iters')!r} (at least 1)")
+        r = self.rope_dim
+        if not isinstance(r, int) or r < 2 or r % 2 or r > self.head_dim or r > t["index_head_dim"]:
+            raise Unsupported(f"qk_rope_head_dim: {r!r} (even, within head_dim and "
+                              f"index_head_dim)")
+        if t["num_experts_per_tok"] > t["n_routed_experts"]:
+            raise Unsupported(f"num_experts_per_tok: {t['num_experts_per_tok']} > "
+                              f"n_routed_experts {t['n_routed_experts']}")
+        if t.get("attention_bias"):
+            raise Unsupported("attention_bias: true")
+        if self.rope_scaling is not None and not all(
+                k in self.rope_scaling for k in ("factor", "original_max_position_embeddings")):
+            raise Unsupported("rope_scaling: needs factor and original_max_position_embeddings")
         self.index_topk = t["index_topk"]
         self.index_heads = t["index_n_heads"]
         self.index_dim = t["index_head_dim"]
@@ -85,10 +107,13 @@ class V41Config:
         kv_ids = t.get("kv_source_layer_ids")
         idx_ids = t.get("index_source_layer_ids")
         compressed = [i for i, r in enumerate(self.ratios) if r > 0]
-        self.kv_map = source_map(kv_ids if kv_ids is not None else compressed, self.n_layer)
-        self.index_map = source_map(idx_ids if idx_ids is not None else compressed, self.n_layer)
+        self.kv_map = source_map(kv_ids if kv_ids is not None else compressed, self.n_layer,
+                                 "kv_source_layer_ids")
+        self.index_map = source_map(idx_ids if idx_ids is not None else compressed, self.n_layer,
+                                    "index_source_layer_ids")
         k_ids = t.get("index_k_source_layer_ids", kv_ids)
-        self.index_k_map = source_map(k_ids if k_ids is not None else compressed, self.n_layer)
+        self.index_k_map = source_map(k_ids if k_ids is not None else compressed, self.n_layer,
+                                      "index_k_source_layer_ids")
         for name, m in (("kv", self.kv_map), ("index", self.index_map),
                         ("index_k", self.index_k_map)):
             for layer, src in enumerate(m):
@@ -122,6 +147,7 @@ class V41Config:
                               "this reference yet")
         if t["hidden_act"] != "silu":
             raise Unsupported(f"hidden_act: {t['hidden_act']!r}")
+        self.moe_inter = t["moe_intermediate_size"]
         self.n_experts = t["n_routed_experts"]
         self.n_shared = t["n_shared_experts"]
         self.top_k = t["num_experts_per_tok"]
@@ -148,6 +174,8 @@ def dequantize(name, w, scale, block=(32, 32)):
         if w.dtype in (torch.int8, torch.uint8, torch.float8_e4m3fn):
             raise Unsupported(f"{name}: {w.dtype} without its .scale")
         return w.float()
+    if scale.dtype not in (torch.float8_e8m0fnu, torch.float32):
+        raise Unsupported(f"{name}: scale dtype {scale.dtype} (F8_E8M0 or F32)")
     s = scale.float()
     if w.dtype == torch.float8_e4m3fn:
         rows, cols = w.shape
@@ -158,6 +186,9 @@ def dequantize(name, w, scale, block=(32, 32)):
         full = s.repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
         return w.float() * full
     if w.dtype in (torch.int8, torch.uint8):
+        if w.dim() != 2 or s.shape != (w.shape[0], w.shape[1] * 2 // 32):
+            raise Unsupported(f"{name}: scale {tuple(s.shape)} for MXFP4 codes "
+                              f"{tuple(w.shape)} (one per 32 values of a row)")
         b = w.view(torch.uint8).long()
         codes = torch.stack([b & 15, b >> 4], -1).reshape(w.shape[0], w.shape[1] * 2)
         vals = torch.tensor(E2M1)[codes]
@@ -320,10 +351,55 @@ def swiglu(x, w1, w3, w2, limit):
 
 # ---- the model -------------------------------------------------------------
 
+def expected_shapes(cfg):
+    """name -> shape of every tensor the text model reads, by the config."""
+    h, H, D, m = cfg.hidden, cfg.n_head, cfg.head_dim, cfg.hc_mult
+    out = {"embed.weight": (cfg.vocab, h), "norm.weight": (h,)}
+    if not cfg.tie:
+        out["head.weight"] = (cfg.vocab, h)
+    for L, ratio in enumerate(cfg.ratios):
+        p, a, f = f"layers.{L}.", f"layers.{L}.attn.", f"layers.{L}.ffn."
+        for kind in ("attn", "ffn"):
+            out.update({p + f"hc_{kind}_fn": ((2 + m) * m, m * h), p + f"hc_{kind}_base": ((2 + m) * m,),
+                        p + f"hc_{kind}_scale": (3,), p + f"{kind}_norm.weight": (h,)})
+        out.update({a + "wq_a.weight": (cfg.q_lora_rank, h), a + "q_norm.weight": (cfg.q_lora_rank,),
+                    a + "wq_b.weight": (H * D, cfg.q_lora_rank), a + "wkv.weight": (D, h),
+                    a + "kv_norm.weight": (D,), a + "attn_sink": (H,),
+                    a + "wo_a.weight": (cfg.o_groups * cfg.o_lora_rank, H // cfg.o_groups * D),
+                    a + "wo_b.weight": (h, cfg.o_groups * cfg.o_lora_rank)})
+        if ratio and cfg.kv_map[L] == L:
+            out.update({a + "compressor.wkv.weight": (D, h), a + "compressor.norm.weight": (D,)})
+            if ratio == 2:
+                out[a + "compressor.wgate.weight"] = (D, h)
+        if ratio and cfg.index_map[L] == L:
+            out.update({a + "indexer.wq_b.weight": (cfg.index_heads * cfg.index_dim, cfg.q_lora_rank),
+                        a + "indexer.weights_proj.weight": (cfg.index_heads, h)})
+        if ratio and cfg.index_k_map[L] == L:
+            out.update({a + "indexer.wk.weight": (cfg.index_dim, D),
+                        a + "indexer.k_norm.weight": (cfg.index_dim,)})
+        out.update({f + "gate.weight": (cfg.n_experts, h), f + "gate.bias": (cfg.n_experts,)})
+        for e in range(cfg.n_experts):
+            out.update({f + f"experts.{e}.w1.weight": (cfg.moe_inter, h),
+                        f + f"experts.{e}.w3.weight": (cfg.moe_inter, h),
+                        f + f"experts.{e}.w2.weight": (h, cfg.moe_inter)})
+        if cfg.n_shared:
+            out.update({f + "shared_experts.w1.weight": (cfg.moe_inter, h),
+                        f + "shared_experts.w3.weight": (cfg.moe_inter, h),
+                        f + "shared_experts.w2.weight": (h, cfg.moe_inter)})
+    return out
+
+
 class V41Reference:
     def __init__(self, cfg, w):
         self.cfg = cfg
         self.w = w
+        if cfg.n_head % cfg.o_groups:
+            raise Unsupported(f"o_groups: {cfg.o_groups} does not divide num_attention_heads")
+        for name, shape in expected_shapes(cfg).items():
+            if name not in w:
+                raise Unsupported(f"{name}: missing from the checkpoint")
+            if tuple(w[name].shape) != shape:
+                raise Unsupported(f"{name}: shape {tuple(w[name].shape)}, the config says {shape}")
 
     @classmethod
     def load(cls, folder):
@@ -332,9 +408,11 @@ class V41Reference:
         block = (hf.get("quantization_config") or {}).get("weight_block_size", [32, 32])
         return cls(V41Config(hf), load_tensors(folder, tuple(block)))
 
-    def _t(self, name):
+    def _t(self, name, *shape):
         if name not in self.w:
             raise Unsupported(f"{name}: missing from the checkpoint")
+        if shape and tuple(self.w[name].shape) != shape:
+            raise Unsupported(f"{name}: shape {tuple(self.w[name].shape)}, the config says {shape}")
         return self.w[name]
 
     def _rope(self, layer, positions):
@@ -449,5 +527,7 @@ class V41Reference:
         return rms_norm(h, self._t("norm.weight"), c.eps)
 
     def forward(self, ids, trace=None):
+        if not ids or any(not 0 <= int(i) < self.cfg.vocab for i in ids):
+            raise ValueError(f"ids: {len(ids)} ids, each must be in 0..{self.cfg.vocab - 1}")
         head = self._t("embed.weight") if self.cfg.tie else self._t("head.weight")
         return self.hidden_states(ids, trace) @ head.t()

@@ -55,13 +55,13 @@ void write_hf_model(const char *dir, const hf_tensor *ts, int nt, const char *co
     hl += (size_t)snprintf(header + hl, sizeof header - hl, "}");
     while (hl % 8) header[hl++] = ' ';
     char path[1024];
+    need(dir[0] != 0 && strlen(dir) < sizeof path - 32, "a folder name (empty or too long)");
     mkdir(dir, 0700);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     FILE *f = fopen(path, "wb");
     need(f != NULL, path);
     uint64_t n = hl;
-    fwrite(&n, 8, 1, f);
-    fwrite(header, 1, hl, f);
+    need(fwrite(&n, 8, 1, f) == 1 && fwrite(header, 1, hl, f) == hl, path);
     uint32_t x = 12345;
     for (int i = 0; i < nt; i++) {
         int64_t count = ts[i].rows * ts[i].cols;
@@ -72,15 +72,15 @@ void write_hf_model(const char *dir, const hf_tensor *ts, int nt, const char *co
             float v = ts[i].rows == 1 ? 1.0f : ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.8f;
             buf[k] = f16(v);
         }
-        fwrite(buf, 2, (size_t)count, f);
+        need(fwrite(buf, 2, (size_t)count, f) == (size_t)count, path);
         free(buf);
     }
-    fclose(f);
+    need(fclose(f) == 0, path);
     snprintf(path, sizeof path, "%s/config.json", dir);
     f = fopen(path, "w");
     need(f != NULL, path);
-    fputs(config, f);
-    fclose(f);
+    need(fputs(config, f) >= 0, path);
+    need(fclose(f) == 0, path);
 }
 
 void remove_hf_model(const char *dir)
