@@ -824,7 +824,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                           "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer (a "
                           "DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and its "
                           "tensors has one; a DeepSeek-V4 GGUF takes llama.cpp's MTP GGUF of it "
-                          "as draft_model_path)");
+                          "as draft_model_path; DeepSeek-V4.1's DSpark head is not run)");
         goto fail;
     }
     if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file &&

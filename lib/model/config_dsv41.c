@@ -71,7 +71,7 @@ static di_status nested(cfg_ctx *c, const model_config *m, const char *key, cons
 static di_status must_be(cfg_ctx *c, const char *key, const char *want)
 {
     json_t *j = json_object_get(c->root, key);
-    if (!j || json_is_null(j)) return DI_OK;
+    if (!j) return DI_OK;
     if (!json_is_string(j) || strcmp(json_string_value(j), want) != 0) {
         char why[96];
         snprintf(why, sizeof why, "is not '%s', which deepinfer runs", want);
@@ -92,7 +92,7 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
     if (m->n_layer > MODEL_V4_MAX_LAYERS)
         return di_error_setf(c->err, DI_ERR_UNSUPPORTED, "%s: %u layers are more than %d", c->file,
                              m->n_layer, MODEL_V4_MAX_LAYERS);
-    m->n_head_kv = 1;
+    if (!json_object_get(c->root, "num_key_value_heads")) m->n_head_kv = 1; /* else the file's */
     m->n_expert_shared = 1;
     m->n_group = m->topk_group = 1;
     m->n_layer_dense_lead = 0;
@@ -141,7 +141,7 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
     if (json_is_false(json_object_get(c->root, "hc_shifted")))
         return unsupported(c, "hc_shifted", "false (unshifted mHC with an HC head) is not run");
     json_t *engram = json_object_get(c->root, "engram_layer_ids");
-    if (json_is_array(engram) && json_array_size(engram) > 0)
+    if (engram && !json_is_null(engram) && !(json_is_array(engram) && !json_array_size(engram)))
         return unsupported(c, "engram_layer_ids", "Engram is not run yet (docs/deepseek-v41.md)");
     json_t *cand = json_object_get(c->root, "candidate_source_layer_id");
     if (cand && !json_is_null(cand))
@@ -198,12 +198,15 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
         m->yarn_truncate = 1;
         m->yarn_attn_factor = 1.0f;
     }
+    /* DeepInfer requires [32, 32]; without a quantization_config the weights are
+     * not fp8 (bf16 / f32 checkpoints) */
     json_t *q = json_object_get(top, "quantization_config");
-    json_t *block = json_array_get(json_object_get(q, "weight_block_size"), 0);
-    if (json_is_integer(block)) {
-        json_int_t b = json_integer_value(block);
-        json_t *b1 = json_array_get(json_object_get(q, "weight_block_size"), 1);
-        if ((b != 32 && b != 128) || !json_is_integer(b1) || json_integer_value(b1) != b)
+    if (q && !json_is_null(q)) {
+        json_t *wbs = json_object_get(q, "weight_block_size");
+        json_t *b0 = json_array_get(wbs, 0), *b1 = json_array_get(wbs, 1);
+        json_int_t b = json_is_integer(b0) ? json_integer_value(b0) : 0;
+        if (json_array_size(wbs) != 2 || (b != 32 && b != 128) || !json_is_integer(b1) ||
+            json_integer_value(b1) != b)
             return unsupported(c, "quantization_config.weight_block_size",
                                "is not [32, 32] or [128, 128]");
         v->fp8_block = (uint32_t)b;

@@ -775,16 +775,24 @@ static di_status widen_fp8_block32(model_weights *w, const char *dir, model_tens
     stored->scale = s;
     const uint8_t *q = t->data;
     const float *sc = s->data;
+    for (int64_t k = 0; k < s->ne[0] * s->ne[1]; k++) {
+        int e;
+        if (!(sc[k] > 0.0f) || !isfinite(sc[k]) || frexpf(sc[k], &e) != 0.5f)
+            return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                                 "%s: '%s' block %lld is %g, not a positive power of two "
+                                 "(scale_fmt ue8m0)",
+                                 dir, s->name, (long long)k, (double)sc[k]);
+    }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < cols; k++) {
             float f = fp8_e4m3(q[r * cols + k]) * sc[(r / 32) * scols + k / 32];
             uint32_t u;
             memcpy(&u, &f, sizeof u);
-            if (u & 0xffffu)
+            if ((u & 0xffffu) || !isfinite(f))
                 return di_error_setf(err, DI_ERR_MODEL_FORMAT,
-                                     "%s: '%s' has a block scale that is not a power of two "
-                                     "(scale_fmt ue8m0)",
-                                     dir, t->name);
+                                     "%s: '%s' row %lld column %lld overflows or underflows "
+                                     "bf16 with its block scale",
+                                     dir, t->name, (long long)r, (long long)k);
             bf[r * cols + k] = (uint16_t)(u >> 16);
         }
     t->data = bf;

@@ -111,7 +111,9 @@ class V41Config:
                                  "kv_source_layer_ids")
         self.index_map = source_map(idx_ids if idx_ids is not None else compressed, self.n_layer,
                                     "index_source_layer_ids")
-        k_ids = t.get("index_k_source_layer_ids", kv_ids)
+        k_ids = t.get("index_k_source_layer_ids")
+        if k_ids is None:  # (absent or null: the KV sources', as the library reads it)
+            k_ids = kv_ids
         self.index_k_map = source_map(k_ids if k_ids is not None else compressed, self.n_layer,
                                       "index_k_source_layer_ids")
         for name, m in (("kv", self.kv_map), ("index", self.index_map),

@@ -111,6 +111,32 @@ static inline void model_expect_load_error(const char *dir, di_status status, co
     di_error_free(err);
 }
 
+/* Overwrite n bytes of tensor name in dir/model.safetensors (a copied
+ * variant's) from byte at of its data. */
+static inline void model_variant_poke(const char *dir, const char *name, size_t at,
+                                      const void *bytes, size_t n)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    uint64_t hl;
+    assert_int_equal(fread(&hl, 8, 1, f), 1);
+    char *hdr = calloc(1, hl + 1);
+    assert_non_null(hdr);
+    assert_int_equal(fread(hdr, 1, hl, f), hl);
+    json_t *h = json_loads(hdr, 0, NULL);
+    assert_non_null(h);
+    json_t *offs = json_object_get(json_object_get(h, name), "data_offsets");
+    assert_non_null(offs);
+    long pos = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(offs, 0)) + at);
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    json_decref(h);
+    free(hdr);
+}
+
 /* One cache type and the bytes a token takes in it, counted by hand. */
 typedef struct model_kv_bytes_case {
     model_dtype dtype;

@@ -228,40 +228,18 @@ static void test_window_past_the_context_is_the_whole_context(void **state)
 }
 
 /* Overwrite n bytes at byte `at` of tensor `name`'s data in the safetensors file. */
-static void poke(const char *dir, const char *name, size_t at, const void *bytes, size_t n)
-{
-    char path[300];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    uint64_t hl;
-    assert_int_equal(fread(&hl, 8, 1, f), 1);
-    char *hdr = calloc(1, hl + 1);
-    assert_non_null(hdr);
-    assert_int_equal(fread(hdr, 1, hl, f), hl);
-    json_t *h = json_loads(hdr, 0, NULL);
-    assert_non_null(h);
-    json_t *offs = json_object_get(json_object_get(h, name), "data_offsets");
-    assert_non_null(offs);
-    long pos = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(offs, 0)) + at);
-    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
-    assert_int_equal(fwrite(bytes, 1, n, f), n);
-    fclose(f);
-    json_decref(h);
-    free(hdr);
-}
 
 static void test_bad_tid2eid_is_named(void **state)
 {
     (void)state;
     const char *dir = variant("dsv4-fp8", "{}", 1);
     int64_t v = 8; /* token 3's second expert: the ninth of 8 */
-    poke(dir, "model.layers.0.ffn.gate.tid2eid", 7 * sizeof v, &v, sizeof v);
+    model_variant_poke(dir, "model.layers.0.ffn.gate.tid2eid", 7 * sizeof v, &v, sizeof v);
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.mlp.gate.tid2eid",
                             "entry 7 (token 3) is 8, not one of the 8 experts");
     dir = variant("dsv4-fp8", "{}", 1);
     v = -1;
-    poke(dir, "model.layers.0.ffn.gate.tid2eid", 0, &v, sizeof v);
+    model_variant_poke(dir, "model.layers.0.ffn.gate.tid2eid", 0, &v, sizeof v);
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "entry 0 (token 0) is -1", NULL);
 }
 
@@ -275,7 +253,7 @@ static void test_release_layout_scales(void **state)
     assert_true(prompt_error(F, variant(F, "{}", 0)) < 1e-5);
     const char *dir = variant(F, "{}", 1);
     const uint8_t nan = 255;
-    poke(dir, "layers.0.attn.wq_b.scale", 0, &nan, 1);
+    model_variant_poke(dir, "layers.0.attn.wq_b.scale", 0, &nan, 1);
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT,
                             "'model.layers.0.self_attn.q_b_proj.scale' block 0", "E8M0's NaN");
 }
@@ -290,7 +268,7 @@ static void test_mxfp4_experts(void **state)
     assert_true(prompt_error(F, variant(F, "{}", 0)) < 1e-5);
     const char *dir = variant(F, "{}", 1);
     const uint8_t nan = 255;
-    poke(dir, "layers.1.ffn.experts.3.w2.scale", 5, &nan, 1);
+    model_variant_poke(dir, "layers.1.ffn.experts.3.w2.scale", 5, &nan, 1);
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT,
                             "'model.layers.1.mlp.experts.3.down_proj.scale' block 5", "E8M0's NaN");
 }

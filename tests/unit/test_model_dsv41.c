@@ -80,6 +80,12 @@ static void test_bad_configs_are_named(void **state)
         {"{\"text_config\": null}", DI_ERR_MODEL_FORMAT, "text_config is not an object"},
         {"{\"quantization_config\": {\"weight_block_size\": [64, 64]}}", DI_ERR_UNSUPPORTED,
          "weight_block_size"},
+        {"{\"quantization_config\": {\"weight_block_size\": [\"32\", \"32\"]}}", DI_ERR_UNSUPPORTED,
+         "weight_block_size"},
+        /* the breakers' finds: a field the library overrode, and values taken as absent */
+        {TEXT("{\"num_key_value_heads\": 2}"), DI_ERR_MODEL_FORMAT,
+         "num_key_value_heads must be 1"},
+        {TEXT("{\"engram_layer_ids\": \"1\"}"), DI_ERR_UNSUPPORTED, "engram_layer_ids"},
         /* layer 2 made a source of its own: its compressor is not in the file */
         {TEXT("{\"kv_source_layer_ids\": [1, 2, 3, 4], \"index_source_layer_ids\": [1, 2, 3, 4]}"),
          DI_ERR_MODEL_FORMAT, "model.layers.2.self_attn.compressor.kv_proj.weight"},
@@ -87,6 +93,19 @@ static void test_bad_configs_are_named(void **state)
 #undef TEXT
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         model_expect_load_error(variant(cases[i].edit), cases[i].status, cases[i].says, NULL);
+}
+
+/* fp8 in 32x32 blocks is widened to bf16 exactly: a block scale that puts a
+ * weight past bf16's range is refused, named (E8M0 254 is 2^127: it loaded,
+ * its weights infinite). */
+static void test_fp8_block_scales_are_checked(void **state)
+{
+    (void)state;
+    const char *dir = model_variant_folder(tmpdir, "dsv41-fp8-mxfp4-release", "{}", 1);
+    const uint8_t e8m0 = 254;
+    model_variant_poke(dir, "layers.0.attn.wq_a.scale", 0, &e8m0, 1);
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.layers.0.self_attn.q_a_proj",
+                            "overflows or underflows bf16");
 }
 
 /* Entries and keys per token, counted by hand for dsv41-f32: layers 1 (ratio
@@ -110,6 +129,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_configs_are_named),
+        cmocka_unit_test(test_fp8_block_scales_are_checked),
         cmocka_unit_test(test_kv_bytes_per_token_count_the_sources_only),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
