@@ -451,9 +451,9 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
             else if (!e->tok)
                 st = di_error_set(err, DI_ERR_UNSUPPORTED,
                                   "this model has no tokenizer (none in its GGUF, or no "
-                                  "tokenizer.json beside its config.json), so protocol requests "
-                                  "cannot be rendered: submit token IDs (protocol 0) or set "
-                                  "di_engine_config.tokenizer_path");
+                                  "tokenizer.json beside its config.json), so no prompt "
+                                  "encoding, and protocol requests cannot be rendered: submit "
+                                  "token IDs (protocol 0) or set di_engine_config.tokenizer_path");
             else
                 st = di_error_set(err, DI_ERR_UNSUPPORTED,
                                   "this model has no prompt encoding the codec knows (DeepSeek "
