@@ -179,7 +179,8 @@ static di_status load_v41_attention(dsv4 *d, uint32_t i, v4_layer *L, di_error *
 #define NAMED(suffix) (snprintf(name, sizeof name, "%s%s", pre, suffix), name)
     if (L->kv_src == (int)i) {
         v4_compressor *cp = &L->comp;
-        *cp = (v4_compressor){.width = hd, .cw = hd, .rate = L->rate};
+        /* (ratio 1 keeps no rings: its rows are its entries) */
+        *cp = (v4_compressor){.width = hd, .cw = L->rate == 2 ? hd : 0, .rate = L->rate};
         if ((st = model_matrix(w, d->be, NAMED("self_attn.compressor.kv_proj.weight"), E, hd,
                                &cp->kv, err)) != DI_OK ||
             (L->rate == 2 &&
@@ -887,10 +888,10 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     project_out(d, L, n);
 }
 
-/* DeepSeek-V4.1: the KV source layer L's projections of the span's rows
- * (from row r0 of d->ckv / d->cg) into its rings, and the entries the span
- * completes pooled (ratio 1: each row; 2: the softmax over the pair, no
- * position bias), normalised, their pre-RoPE rows kept at pre, then rotated at
+/* DeepSeek-V4.1: the KV source layer L's entries the span completes from its
+ * projections (row r0 on of d->ckv / d->cg): ratio 1, each row; ratio 2, the
+ * rows into the rings and the softmax over each pair (no position bias),
+ * normalised, their pre-RoPE rows kept at pre, then rotated at
  * their first tokens and stored. Returns how many entries it completed. */
 static int64_t compress_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *cc, int64_t r0,
                             const v4_span *sp, float *pre)
@@ -898,18 +899,19 @@ static int64_t compress_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *cc, int64
     backend *be = d->be;
     const backend_ops *op = be->ops;
     const v4_compressor *c = &L->comp;
-    /* (ratio 1 has no gate: a softmax over one row weighs it 1 whatever the
-     * gate, so the row itself stands in, finite) */
-    const float *gate = c->gate ? d->cg : d->ckv;
-    ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
-               sp->pos0, sp->n);
-    ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, gate + r0 * c->cw, c->cw,
-               sp->pos0, sp->n);
     const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
-    if (e1 <= e0) return 0;
     float *pooled = d->pooled;
-    op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, NULL, c->rate, c->width,
-                      0, e0, e1 - e0, pooled, c->width);
+    if (c->rate == 1) { /* each row an entry: no rings, no pooling */
+        op->copy_rows(be, pooled, c->width, d->ckv + r0 * c->width, c->width, c->width, sp->n);
+    } else {
+        ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw,
+                   c->cw, sp->pos0, sp->n);
+        ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw,
+                   c->cw, sp->pos0, sp->n);
+        if (e1 <= e0) return 0;
+        op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, NULL, c->rate,
+                          c->width, 0, e0, e1 - e0, pooled, c->width);
+    }
     op->rmsnorm(be, pooled, c->width, c->norm, pooled, c->width, e1 - e0, c->width,
                 d->cfg.rms_norm_eps);
     op->copy_rows(be, pre, c->width, pooled, c->width, c->width, e1 - e0);

@@ -261,23 +261,7 @@ def main(argv):
     if argv[:1] in (["--help"], ["-h"]):
         print(__doc__)
         return
-    check = None
-    if argv[:1] == ["--check"]:
-        import tempfile
-        check = tempfile.TemporaryDirectory()
-        mmf.OUT = pathlib.Path(check.name)
-        argv = argv[1:]
-    for name in argv or list(DSV41):
-        if name not in DSV41:
-            sys.exit(f"unknown fixture {name!r} (one of {', '.join(DSV41)})")
-        make(name)
-    if check:
-        problems = mmf.compare(mmf.ROOT / "tests" / "fixtures" / "model", mmf.OUT)
-        for p in problems:
-            print("FAIL:", p)
-        if problems:
-            sys.exit(1)
-        print("ok: the live reference reproduces the committed DeepSeek-V4.1 fixtures")
+    mmf.fixtures_main(argv, DSV41, make, "DeepSeek-V4.1")
 
 
 if __name__ == "__main__":

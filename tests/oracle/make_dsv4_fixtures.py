@@ -684,23 +684,7 @@ def main(argv):
     if argv[:1] == ["--mtp-llama-cpp"]:
         mtp_llama_cpp_check()
         return
-    check = None
-    if argv[:1] == ["--check"]:
-        import tempfile
-        check = tempfile.TemporaryDirectory()
-        mmf.OUT = pathlib.Path(check.name)
-        argv = argv[1:]
-    for name in argv or list(DSV4):
-        if name not in DSV4:
-            sys.exit(f"unknown fixture {name!r} (one of {', '.join(DSV4)})")
-        make_dsv4(name)
-    if check:
-        problems = mmf.compare(mmf.ROOT / "tests" / "fixtures" / "model", mmf.OUT)
-        for p in problems:
-            print("FAIL:", p)
-        if problems:
-            sys.exit(1)
-        print("ok: the live oracle reproduces the committed DeepSeek-V4 fixtures")
+    mmf.fixtures_main(argv, DSV4, make_dsv4, "DeepSeek-V4")
 
 
 if __name__ == "__main__":

@@ -1196,6 +1196,31 @@ def compare(committed, live):
     return problems
 
 
+def fixtures_main(argv, table, make, what):
+    """The main of a fixture family's script (make_dsv4_fixtures.py,
+    make_dsv41_fixtures.py): [--check] [NAME ...] makes each named fixture of table
+    (all without names) with make(name) into OUT, or with --check into a scratch
+    folder compared with the committed ones (exit 1 on a difference)."""
+    global OUT
+    check = None
+    if argv[:1] == ["--check"]:
+        import tempfile
+        check = tempfile.TemporaryDirectory()
+        OUT = pathlib.Path(check.name)
+        argv = argv[1:]
+    for name in argv or list(table):
+        if name not in table:
+            sys.exit(f"unknown fixture {name!r} (one of {', '.join(table)})")
+        make(name)
+    if check:
+        problems = compare(ROOT / "tests" / "fixtures" / "model", OUT)
+        for p in problems:
+            print("FAIL:", p)
+        if problems:
+            sys.exit(1)
+        print(f"ok: the live oracle reproduces the committed {what} fixtures")
+
+
 def main(argv):
     global OUT
     check = None

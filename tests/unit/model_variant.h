@@ -111,20 +111,29 @@ static inline void model_expect_load_error(const char *dir, di_status status, co
     di_error_free(err);
 }
 
+/* dir/model.safetensors opened for update, its header read (NUL-ended,
+ * *hl bytes; the caller frees it and closes *f). */
+static inline char *model_variant_header(const char *dir, FILE **f, uint64_t *hl)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    *f = fopen(path, "r+b");
+    assert_non_null(*f);
+    assert_int_equal(fread(hl, 8, 1, *f), 1);
+    char *hdr = calloc(1, *hl + 1);
+    assert_non_null(hdr);
+    assert_int_equal(fread(hdr, 1, *hl, *f), *hl);
+    return hdr;
+}
+
 /* Overwrite n bytes of tensor name in dir/model.safetensors (a copied
  * variant's) from byte at of its data. */
 static inline void model_variant_poke(const char *dir, const char *name, size_t at,
                                       const void *bytes, size_t n)
 {
-    char path[300];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
+    FILE *f;
     uint64_t hl;
-    assert_int_equal(fread(&hl, 8, 1, f), 1);
-    char *hdr = calloc(1, hl + 1);
-    assert_non_null(hdr);
-    assert_int_equal(fread(hdr, 1, hl, f), hl);
+    char *hdr = model_variant_header(dir, &f, &hl);
     json_t *h = json_loads(hdr, 0, NULL);
     assert_non_null(h);
     json_t *offs = json_object_get(json_object_get(h, name), "data_offsets");
@@ -134,6 +143,25 @@ static inline void model_variant_poke(const char *dir, const char *name, size_t 
     assert_int_equal(fwrite(bytes, 1, n, f), n);
     fclose(f);
     json_decref(h);
+    free(hdr);
+}
+
+/* Rename a tensor in dir/model.safetensors (a copied variant's): the header's
+ * name changed in place, same length. */
+static inline void model_variant_rename(const char *dir, const char *from, const char *to)
+{
+    assert_int_equal(strlen(from), strlen(to));
+    FILE *f;
+    uint64_t hl;
+    char *hdr = model_variant_header(dir, &f, &hl);
+    char quoted[200];
+    snprintf(quoted, sizeof quoted, "\"%s\"", from);
+    char *at = strstr(hdr, quoted);
+    assert_non_null(at);
+    memcpy(at + 1, to, strlen(to));
+    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
+    assert_int_equal(fwrite(hdr, 1, hl, f), hl);
+    fclose(f);
     free(hdr);
 }
 

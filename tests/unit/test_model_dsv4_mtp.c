@@ -345,31 +345,6 @@ static void test_mtp_forward_batch_checks(void **state)
     json_decref(ref);
 }
 
-/* Rename a tensor in tmpdir/variant's model.safetensors (a copy): the header's
- * name changed in place, same length. */
-static void rename_tensor(const char *dir, const char *from, const char *to)
-{
-    assert_int_equal(strlen(from), strlen(to));
-    char path[300];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    uint64_t hl;
-    assert_int_equal(fread(&hl, 8, 1, f), 1);
-    char *hdr = calloc(1, hl + 1);
-    assert_non_null(hdr);
-    assert_int_equal(fread(hdr, 1, hl, f), hl);
-    char quoted[200];
-    snprintf(quoted, sizeof quoted, "\"%s\"", from);
-    char *at = strstr(hdr, quoted);
-    assert_non_null(at);
-    memcpy(at + 1, to, strlen(to));
-    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
-    assert_int_equal(fwrite(hdr, 1, hl, f), hl);
-    fclose(f);
-    free(hdr);
-}
-
 /* tmpdir/variant: the fixture's config.json with edit merged over it (null
  * deletes a key), its weights linked (copied when copy_weights, to be edited). */
 static const char *variant(const char *fixture, const char *edit, int copy_weights)
@@ -401,13 +376,13 @@ static void test_mtp_configs_and_tensors(void **state)
     model_free(m);
     /* an MTP tensor missing: named */
     const char *dir = variant(FIXTURE, "{}", 1);
-    rename_tensor(dir, "mtp.0.hnorm.weight", "mtp.0.hnorX.weight");
+    model_variant_rename(dir, "mtp.0.hnorm.weight", "mtp.0.hnorX.weight");
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.0.hnorm.weight", NULL);
     dir = variant(FIXTURE, "{}", 1);
-    rename_tensor(dir, "mtp.0.attn.wkv.weight", "mtp.0.attn.wkX.weight");
+    model_variant_rename(dir, "mtp.0.attn.wkv.weight", "mtp.0.attn.wkX.weight");
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.0.self_attn.kv_proj.weight", NULL);
     dir = variant(FIXTURE, "{}", 1); /* (the first of its tensors too) */
-    rename_tensor(dir, "mtp.0.e_proj.weight", "mtp.0.e_proX.weight");
+    model_variant_rename(dir, "mtp.0.e_proj.weight", "mtp.0.e_proX.weight");
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.0.e_proj.weight", NULL);
     /* transformers' layer_types may list the MTP layer too: sliding only */
     m = load(variant(FIXTURE,
