@@ -18,6 +18,7 @@
 #include "backend/cpu/deepseek_v4_ops.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
@@ -308,6 +309,28 @@ static void test_threaded_matmul_matches_reference(void **state)
     cpu_threadpool_free(pool);
 }
 
+/* out[t * n_rows + r] against the scalar reference's row o0 + r . token t
+ * (activation rows act + t * arow), bit for bit. */
+static void expect_reference_rows(const char *kernel, const model_tensor *w, int64_t o0,
+                                  int64_t n_rows, const char *act, size_t arow, int64_t nt,
+                                  const float *out)
+{
+    model_dtype dt = w->dtype;
+    int64_t n_in = w->ne[0];
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t r = 0; r < n_rows; r++) {
+            float want;
+            int64_t o = o0 + r;
+            cpu_vec_dot_ref(dt)(n_in, &want,
+                                (const char *)w->data + (size_t)o * cpu_row_bytes((int)dt, n_in),
+                                act + (size_t)t * arow);
+            if (memcmp(&out[t * n_rows + r], &want, sizeof want) != 0)
+                fail_msg("%s kernel, dtype %d, %lld tokens, row %lld token %lld: %.9g vs %.9g",
+                         kernel, dt, (long long)nt, (long long)o, (long long)t,
+                         (double)out[t * n_rows + r], (double)want);
+        }
+}
+
 /* Packed (interleaved-row) products: the whole cpu_matmul_multi path (tiles,
  * threads, bias) and each instruction set's kernel on its own give the
  * scalar reference's sums bit for bit, for every token count (a token's
@@ -322,7 +345,7 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
                                  MODEL_DTYPE_Q5_K,   MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL,
                                  MODEL_DTYPE_IQ4_XS, MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K};
     const int64_t n_out = 48, max_tok = 41;
-    int ran = 0;
+    int ran = 0, amx_ran = 0;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         model_dtype dt = types[k];
         const int64_t n_in = cpu_dtype_block_elems((int)dt) == QK_K ? 768 : 320;
@@ -370,31 +393,37 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
                 cpu_pack_info(act, (char *)scratch + (size_t)t * arow, n_in,
                               info + (size_t)t * irow);
         }
+        size_t gb = cpu_pack_group_bytes(dt, n_in);
         for (int f = 0; f < 2; f++) {
             if (!fns[f]) continue;
             for (int64_t nt = 1; nt <= 9; nt++) {
                 for (int64_t g = 0; g < n_out / CPU_PACK_ROWS; g++) {
                     float out[9 * CPU_PACK_ROWS];
-                    fns[f](n_in, (const char *)packed + (size_t)g * cpu_pack_group_bytes(dt, n_in),
-                           scratch, arow, info, irow, nt, out, CPU_PACK_ROWS);
-                    for (int64_t t = 0; t < nt; t++)
-                        for (int r = 0; r < CPU_PACK_ROWS; r++) {
-                            float want;
-                            int64_t o = g * CPU_PACK_ROWS + r;
-                            cpu_vec_dot_ref(dt)(n_in, &want,
-                                                (const char *)w.data +
-                                                    (size_t)o * cpu_row_bytes((int)dt, n_in),
-                                                (const char *)scratch + (size_t)t * arow);
-                            if (memcmp(&out[t * CPU_PACK_ROWS + r], &want, sizeof want) != 0)
-                                fail_msg("%s kernel, dtype %d, %lld tokens, row %lld token %lld: "
-                                         "%.9g vs %.9g",
-                                         f ? "avx2" : "chosen", dt, (long long)nt, (long long)o,
-                                         (long long)t, (double)out[t * CPU_PACK_ROWS + r],
-                                         (double)want);
-                        }
+                    fns[f](n_in, (const char *)packed + (size_t)g * gb, scratch, arow, info, irow,
+                           nt, out, CPU_PACK_ROWS);
+                    expect_reference_rows(f ? "avx2" : "chosen", &w, g * CPU_PACK_ROWS,
+                                          CPU_PACK_ROWS, scratch, arow, nt, out);
                 }
             }
         }
+        /* the AMX kernel on its own: 16-row tiles of 16 and 32 tokens */
+        cpu_amx_fn amx = cpu_amx_kernel(dt);
+        char *tiles = malloc(cpu_amx_tiles_bytes(n_in, max_tok) + 1);
+        assert_non_null(tiles);
+        for (int64_t t = 0; t < max_tok / CPU_AMX_TOKENS * CPU_AMX_TOKENS; t++)
+            cpu_amx_pack_token(act, (char *)scratch + (size_t)t * arow, n_in, t, tiles);
+        if (amx) {
+            amx_ran++;
+            for (int64_t nt = CPU_AMX_TOKENS; nt <= 2 * CPU_AMX_TOKENS; nt += CPU_AMX_TOKENS)
+                for (int64_t g = 0; g < n_out / CPU_AMX_ROWS; g++) {
+                    float out[2 * CPU_AMX_TOKENS * CPU_AMX_ROWS];
+                    amx(n_in, (const char *)packed + (size_t)(2 * g) * gb, gb, tiles, nt, out,
+                        CPU_AMX_ROWS);
+                    expect_reference_rows("amx", &w, g * CPU_AMX_ROWS, CPU_AMX_ROWS, scratch, arow,
+                                          nt, out);
+                }
+        }
+        free(tiles);
         free(info);
         free(packed);
         free(x);
@@ -405,7 +434,66 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     }
     printf("packed kernels: %s\n", ran ? (cpu_has_avx512_vnni() ? "avx512-vnni and avx2" : "avx2")
                                        : "none (no avx2 on this CPU)");
+    printf("amx kernels: %s\n", cpu_has_amx() ? "ran (amx-int8 prefill tiles)"
+                                              : "not run (no amx-int8 here, or DI_CPU_AMX=0)");
+    if (cpu_has_amx()) assert_int_equal(amx_ran, 6); /* the block-32 formats */
     if (cpu_has_avx2()) assert_int_equal(ran, (int)(sizeof types / sizeof types[0]));
+    cpu_threadpool_free(pool);
+}
+
+/* The AMX tiles through the whole product (cpu_matmul_multi: tasks of
+ * several tiles, the tokens after the last whole tile and the rows after
+ * the last 16 on the 8-row kernels, weights widened in chunks of 32 blocks,
+ * bias): every output the scalar reference's bit for bit. Says whether AMX
+ * ran (machines differ). */
+static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
+{
+    (void)state;
+    if (!cpu_has_amx()) {
+        printf("amx: not run (no amx-int8 on this CPU, or DI_CPU_AMX=0)\n");
+        return;
+    }
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
+                                 MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1, MODEL_DTYPE_IQ4_NL};
+    const int64_t n_in = 1280, n_out = 40, toks[] = {16, 17, 79, 130};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        model_dtype dt = types[k];
+        model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
+        w.data = random_weights(dt, n_out, n_in);
+        assert_true(cpu_pack_supported(&w));
+        assert_non_null(cpu_amx_kernel(dt));
+        void *packed = malloc(cpu_pack_bytes(&w));
+        float *x = malloc(sizeof(float) * (size_t)(130 * n_in));
+        float *y = malloc(sizeof(float) * (size_t)(130 * n_out));
+        float *yr = malloc(sizeof(float) * (size_t)(130 * n_out));
+        void *scratch = malloc(cpu_matmul_scratch_bytes(dt, n_in, 130));
+        assert_true(packed && x && y && yr && scratch);
+        cpu_pack(&w, packed);
+        float bias[40];
+        for (int i = 0; i < n_out; i++) bias[i] = frand();
+        for (int64_t i = 0; i < 130 * n_in; i++) x[i] = frand();
+        const model_tensor *wp = &w;
+        const void *pp = packed;
+        const float *bp = bias;
+        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+            int64_t nt = toks[ti];
+            cpu_matmul_multi(pool, 1, &wp, &pp, &bp, x, nt, &y, scratch, 0);
+            cpu_matmul(NULL, &w, bias, x, nt, yr, scratch, 1);
+            for (int64_t e = 0; e < nt * n_out; e++)
+                if (memcmp(&y[e], &yr[e], sizeof(float)) != 0)
+                    fail_msg("amx, dtype %d, %lld tokens, element %lld: %.9g vs reference %.9g", dt,
+                             (long long)nt, (long long)e, (double)y[e], (double)yr[e]);
+        }
+        free(packed);
+        free(x);
+        free(y);
+        free(yr);
+        free(scratch);
+        free((void *)w.data);
+    }
+    printf("amx: ran (amx-int8 tiles of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL)\n");
     cpu_threadpool_free(pool);
 }
 
@@ -1467,6 +1555,7 @@ int main(void)
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_multi_matmul_equals_separate_products),
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
+        cmocka_unit_test(test_amx_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_sink_attention_matches_double),
         cmocka_unit_test(test_indexer_reads_every_cache_type),

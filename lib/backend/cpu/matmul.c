@@ -1,6 +1,7 @@
 /* Matrix products over stored weights (matmul.h). */
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
@@ -8,7 +9,13 @@
 /* Tiles: 16 weight rows x 32 tokens for prefill. At decode a 16-row task is
  * well under a microsecond, so the shared task counter would cost as much as
  * the work: each thread then gets about four tasks per product instead. */
-enum { ROWS_PER_TILE = 16, TOKENS_PER_TILE = 32, TASKS_PER_THREAD = 4, FP8_BLOCK = 128 };
+enum {
+    ROWS_PER_TILE = 16,
+    TOKENS_PER_TILE = 32,
+    AMX_TOKENS_PER_TILE = 64,
+    TASKS_PER_THREAD = 4,
+    FP8_BLOCK = 128
+};
 
 /* The scratch: the quantized rows, then (from a 64-byte boundary) the packed
  * kernels' side data. */
@@ -17,12 +24,21 @@ static size_t act_bytes(int act_type, int64_t n_in, int64_t n_tokens)
     return (cpu_row_bytes(act_type, n_in) * (size_t)n_tokens + 63) / 64 * 64;
 }
 
+/* The AMX kernels' copy of the activations (matmul_amx.h), after the side
+ * data from a 64-byte boundary: where this process runs them for act. */
+static size_t amx_bytes(int act, int64_t n_in, int64_t n_tokens)
+{
+    if (act != MODEL_DTYPE_Q8_0 && act != CPU_DTYPE_Q8_1) return 0;
+    if (n_tokens < CPU_AMX_TOKENS || !cpu_has_amx()) return 0;
+    return cpu_amx_tiles_bytes(n_in, n_tokens) + 64;
+}
+
 size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
 {
     int act = cpu_vec_dot_type(dtype);
     size_t info =
         act == MODEL_DTYPE_Q8_0 || act == CPU_DTYPE_Q8_1 ? cpu_pack_info_bytes(n_in, n_tokens) : 0;
-    return act_bytes(act, n_in, n_tokens) + info + 64;
+    return act_bytes(act, n_in, n_tokens) + info + amx_bytes(act, n_in, n_tokens) + 64;
 }
 
 int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
@@ -43,6 +59,7 @@ typedef struct matmul_part {
     cpu_vec_dot_mxfp4_fn dot_mxfp4; /* MXFP4 weights: rows with their scales, else NULL */
     const char *packed;             /* interleaved rows (matmul_packed.h), or NULL */
     cpu_packed_fn packed_fn;
+    cpu_amx_fn amx_fn; /* prefill tiles of 16 rows x 16 tokens on AMX, or NULL */
     size_t group_bytes;
     int64_t first_task, n_row_tiles, rows_per_tile;
 } matmul_part;
@@ -58,7 +75,9 @@ typedef struct matmul_job {
     int act_type;
     char *info; /* the packed kernels' side data per token, or NULL */
     size_t info_row;
-    int64_t n_tok_tiles;
+    char *amx_tiles; /* the AMX kernels' copy of the first n_amx tokens, or NULL */
+    int64_t n_amx;
+    int64_t n_tok_tiles, tokens_per_tile;
 } matmul_job;
 
 static void quantize_task(void *ctx, int64_t t, int thread)
@@ -68,6 +87,8 @@ static void quantize_task(void *ctx, int64_t t, int thread)
     char *row = j->scratch + (size_t)t * j->act_row;
     cpu_quantize_row(j->act_type, j->x + t * j->n_in, row, j->n_in);
     if (j->info) cpu_pack_info(j->act_type, row, j->n_in, j->info + (size_t)t * j->info_row);
+    if (j->amx_tiles && t < j->n_amx)
+        cpu_amx_pack_token(j->act_type, row, j->n_in, t, j->amx_tiles);
 }
 
 /* Row o of an fp8 weight . f32 activations: each 128x128 block's unscaled
@@ -115,20 +136,37 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     task -= pt->first_task;
     int64_t rt = task / j->n_tok_tiles, tt = task % j->n_tok_tiles;
     int64_t o0 = rt * pt->rows_per_tile, o1 = o0 + pt->rows_per_tile;
-    int64_t t0 = tt * TOKENS_PER_TILE, t1 = t0 + TOKENS_PER_TILE;
+    int64_t t0 = tt * j->tokens_per_tile, t1 = t0 + j->tokens_per_tile;
     if (o1 > pt->n_out) o1 = pt->n_out;
     if (t1 > j->n_tokens) t1 = j->n_tokens;
     if (pt->packed) { /* o0 and the tile's rows are multiples of CPU_PACK_ROWS */
-        for (int64_t o = o0; o < o1; o += CPU_PACK_ROWS) {
+        const char *info = j->info ? j->info + (size_t)t0 * j->info_row : NULL;
+        const char *act = j->act + (size_t)t0 * j->act_row;
+        /* AMX takes whole 16 x 16 tiles; the 8-row kernels the rest. Both give
+         * the reference's sums, so a row's result does not depend on which.
+         * (t0 is a multiple of the tile.) */
+        int64_t t_amx = pt->amx_fn && j->n_amx < t1 ? j->n_amx : t1;
+        int64_t n_amx = pt->amx_fn && t_amx > t0 ? t_amx - t0 : 0;
+        const char *tiles = n_amx ? j->amx_tiles + cpu_amx_tiles_bytes(j->n_in, t0) : NULL;
+        for (int64_t o = o0; o < o1;) {
             const char *g = pt->packed + (size_t)(o / CPU_PACK_ROWS) * pt->group_bytes;
             float *y = pt->y + t0 * pt->n_out + o;
-            const char *info = j->info ? j->info + (size_t)t0 * j->info_row : NULL;
-            pt->packed_fn(j->n_in, g, j->act + (size_t)t0 * j->act_row, j->act_row, info,
-                          j->info_row, t1 - t0, y, pt->n_out);
+            int64_t rows = CPU_PACK_ROWS, from = 0;
+            if (n_amx > 0 && o + CPU_AMX_ROWS <= o1) {
+                pt->amx_fn(j->n_in, g, pt->group_bytes, tiles, n_amx, y, pt->n_out);
+                rows = CPU_AMX_ROWS;
+                from = n_amx;
+            }
+            for (int64_t r = 0; r < rows && from < t1 - t0; r += CPU_PACK_ROWS)
+                pt->packed_fn(j->n_in, g + (size_t)(r / CPU_PACK_ROWS) * pt->group_bytes,
+                              act + (size_t)from * j->act_row, j->act_row,
+                              info ? info + (size_t)from * j->info_row : NULL, j->info_row,
+                              t1 - t0 - from, y + from * pt->n_out + r, pt->n_out);
             if (pt->bias)
                 for (int64_t t = t0; t < t1; t++)
-                    for (int r = 0; r < CPU_PACK_ROWS; r++)
+                    for (int64_t r = 0; r < rows; r++)
                         pt->y[t * pt->n_out + o + r] += pt->bias[o + r];
+            o += rows;
         }
         return;
     }
@@ -226,7 +264,10 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         .act_type = cpu_vec_dot_type(w[0]->dtype),
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
-    j.n_tok_tiles = (n_tokens + TOKENS_PER_TILE - 1) / TOKENS_PER_TILE;
+    size_t amx = use_ref ? 0 : amx_bytes(j.act_type, j.n_in, n_tokens);
+    /* AMX tasks take more tokens: each widens its rows' weights once */
+    j.tokens_per_tile = amx ? AMX_TOKENS_PER_TILE : TOKENS_PER_TILE;
+    j.n_tok_tiles = (n_tokens + j.tokens_per_tile - 1) / j.tokens_per_tile;
     int64_t n_tasks = 0;
     for (int p = 0; p < n; p++) {
         matmul_part *pt = &j.parts[p];
@@ -244,10 +285,17 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->packed = packed && !use_ref ? packed[p] : NULL;
         if (pt->packed) {
             pt->packed_fn = cpu_packed_kernel(w[p]->dtype);
+            pt->amx_fn = amx ? cpu_amx_kernel(w[p]->dtype) : NULL;
             pt->group_bytes = cpu_pack_group_bytes(w[p]->dtype, j.n_in);
             if (j.act_type == MODEL_DTYPE_Q8_0 || j.act_type == CPU_DTYPE_Q8_1) {
                 j.info = (char *)scratch + act_bytes(j.act_type, j.n_in, n_tokens);
                 j.info_row = cpu_pack_info_bytes(j.n_in, 1);
+            }
+            if (pt->amx_fn && !j.amx_tiles) {
+                size_t at =
+                    act_bytes(j.act_type, j.n_in, n_tokens) + cpu_pack_info_bytes(j.n_in, n_tokens);
+                j.amx_tiles = (char *)scratch + (at + 63) / 64 * 64;
+                j.n_amx = n_tokens / CPU_AMX_TOKENS * CPU_AMX_TOKENS;
             }
         }
         pt->rows_per_tile = ROWS_PER_TILE;

@@ -3,6 +3,7 @@
  * (or sub-block), scaled by the product of the f16/f32 block scales. */
 #include <stddef.h>
 
+#include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/vec_dot.h"
 
 static void dot_f32(int64_t n, float *s, const void *w, const void *a)
@@ -335,6 +336,11 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 
 const char *cpu_kernels_name(void)
 {
+    if (cpu_has_amx())
+        return "amx-int8 (prefill tiles of 16 rows x 16 tokens: Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL), "
+               "avx512-vnni (8-bit products; packed 8-row "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
+               "(the rest)";
     if (cpu_has_avx512_vnni())
         return "avx512-vnni (8-bit products; packed 8-row "
                "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "

@@ -1,0 +1,61 @@
+/* AMX-INT8 prefill products over the packed weights (matmul_packed.h): a
+ * tile of 16 tokens x 16 output rows (two packed groups) per block of 32
+ * elements is one TDPBSUD of the tokens' signed activation bytes by the
+ * weights' unsigned bytes, straight from the packed layout (Q8_0) or from
+ * its nibbles widened to bytes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: matmul_packed_pass.inc's
+ * decoding, stored instead of multiplied). The tile's exact block integer sums
+ * then take the scalar reference's float steps in AVX-512 (block scales
+ * multiplied, added in block order, no fused multiply-adds), so every
+ * (row, token) result is the reference's bit for bit, as the VNNI and AVX2
+ * kernels' are: prefill on AMX and decode on VNNI give a sequence the same
+ * logits (batch invariance).
+ *
+ * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
+ * OS enables the tile state (XCR0 bits 17 and 18), and Linux grants this
+ * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); the
+ * environment variable DI_CPU_AMX=0 turns it off (benchmarks side by side,
+ * valgrind). Each call loads its tile configuration and releases the tiles
+ * before it returns, so it leaves no tile state behind on any thread.
+ *
+ * Roofline of one call: 2 * 16 * 16 * n_in integer operations per 16 tokens
+ * (the TMUL unit's 1,024 a cycle), plus about 100 AVX-512 instructions of
+ * scaling per block and token tile, which bound it: about 8 k integer
+ * multiply-adds per 50 cycles, 5 to 6 times the 8-row VNNI pass. */
+#ifndef DI_BACKEND_CPU_MATMUL_AMX_H
+#define DI_BACKEND_CPU_MATMUL_AMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/types.h"
+
+enum { CPU_AMX_ROWS = 16, CPU_AMX_TOKENS = 16 };
+
+/* 1 when this process runs the AMX-INT8 kernels (see above). Thread-safe;
+ * the first call asks the kernel for the tile state. */
+int cpu_has_amx(void);
+
+/* The activations as the kernels read them: for each tile of 16 tokens and
+ * each block of 32 elements, CPU_AMX_TILE_BYTES contiguous bytes: the 16
+ * tokens' 32 quants (what one tile load takes), their 16 scales d and their
+ * 16 Q8_1 sum terms s as f32 (0 for Q8_0); tiles in token order, blocks in
+ * order. Bytes for the first n_tokens / 16 * 16 tokens of rows of n_in. */
+enum { CPU_AMX_TILE_BYTES = 640 };
+static inline size_t cpu_amx_tiles_bytes(int64_t n_in, int64_t n_tokens)
+{
+    return (size_t)(n_tokens / CPU_AMX_TOKENS) * (size_t)(n_in / 32) * CPU_AMX_TILE_BYTES;
+}
+/* Copy token t's quantized row act_row (Q8_0 or Q8_1, act_type) into its
+ * place in tiles (t below the last whole tile). */
+void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t t, char *tiles);
+
+/* y[t * y_stride + r] = packed rows r = 0..15 (the two groups at w and
+ * w + group_bytes) times token t (tiles, above), for t < n_tok, n_tok a
+ * multiple of CPU_AMX_TOKENS. Thread-safe. */
+typedef void (*cpu_amx_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,
+                           int64_t n_tok, float *y, int64_t y_stride);
+/* The AMX kernel for packed dtype on this process, or NULL (no AMX, or a
+ * dtype without one: the K-quants). */
+cpu_amx_fn cpu_amx_kernel(model_dtype dtype);
+
+#endif
