@@ -408,7 +408,7 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
         }
         /* the AMX kernel on its own: 16-row tiles of 16 and 32 tokens */
         cpu_amx_fn amx = cpu_amx_kernel(dt);
-        char *tiles = malloc(cpu_amx_tiles_bytes(n_in, max_tok) + 1);
+        char *tiles = malloc(cpu_amx_tiles_bytes(act, n_in, max_tok) + 1);
         assert_non_null(tiles);
         for (int64_t t = 0; t < max_tok / CPU_AMX_TOKENS * CPU_AMX_TOKENS; t++)
             cpu_amx_pack_token(act, (char *)scratch + (size_t)t * arow, n_in, t, tiles);
@@ -436,14 +436,15 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
                                        : "none (no avx2 on this CPU)");
     printf("amx kernels: %s\n", cpu_has_amx() ? "ran (amx-int8 prefill tiles)"
                                               : "not run (no amx-int8 here, or DI_CPU_AMX=0)");
-    if (cpu_has_amx()) assert_int_equal(amx_ran, 6); /* the block-32 formats */
+    if (cpu_has_amx()) assert_int_equal(amx_ran, 9); /* block-32 formats, Q4_K, Q5_K, Q6_K */
     if (cpu_has_avx2()) assert_int_equal(ran, (int)(sizeof types / sizeof types[0]));
     cpu_threadpool_free(pool);
 }
 
 /* The AMX tiles through the whole product (cpu_matmul_multi: tasks of
  * several tiles, the tokens after the last whole tile and the rows after
- * the last 16 on the 8-row kernels, weights widened in chunks of 32 blocks,
+ * the last 16 on the 8-row kernels, weights widened in chunks of 32 blocks
+ * or 4 super-blocks,
  * bias): every output the scalar reference's bit for bit. Says whether AMX
  * ran (machines differ). */
 static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
@@ -456,7 +457,9 @@ static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
     const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
-                                 MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1, MODEL_DTYPE_IQ4_NL};
+                                 MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1, MODEL_DTYPE_IQ4_NL,
+                                 MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K};
+    /* 40 blocks of 32 or 5 of 256: more than one chunk of widened weights */
     const int64_t n_in = 1280, n_out = 40, toks[] = {16, 17, 79, 130};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         model_dtype dt = types[k];
@@ -493,7 +496,7 @@ static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
         free(scratch);
         free((void *)w.data);
     }
-    printf("amx: ran (amx-int8 tiles of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL)\n");
+    printf("amx: ran (amx-int8 tiles of Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K)\n");
     cpu_threadpool_free(pool);
 }
 

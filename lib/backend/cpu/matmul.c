@@ -28,9 +28,9 @@ static size_t act_bytes(int act_type, int64_t n_in, int64_t n_tokens)
  * data from a 64-byte boundary: where this process runs them for act. */
 static size_t amx_bytes(int act, int64_t n_in, int64_t n_tokens)
 {
-    if (act != MODEL_DTYPE_Q8_0 && act != CPU_DTYPE_Q8_1) return 0;
+    if (act != MODEL_DTYPE_Q8_0 && act != CPU_DTYPE_Q8_1 && act != CPU_DTYPE_Q8_K) return 0;
     if (n_tokens < CPU_AMX_TOKENS || !cpu_has_amx()) return 0;
-    return cpu_amx_tiles_bytes(n_in, n_tokens) + 64;
+    return cpu_amx_tiles_bytes(act, n_in, n_tokens) + 64;
 }
 
 size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_tokens)
@@ -147,7 +147,8 @@ static void matmul_task(void *ctx, int64_t task, int thread)
          * (t0 is a multiple of the tile.) */
         int64_t t_amx = pt->amx_fn && j->n_amx < t1 ? j->n_amx : t1;
         int64_t n_amx = pt->amx_fn && t_amx > t0 ? t_amx - t0 : 0;
-        const char *tiles = n_amx ? j->amx_tiles + cpu_amx_tiles_bytes(j->n_in, t0) : NULL;
+        const char *tiles =
+            n_amx ? j->amx_tiles + cpu_amx_tiles_bytes(j->act_type, j->n_in, t0) : NULL;
         for (int64_t o = o0; o < o1;) {
             const char *g = pt->packed + (size_t)(o / CPU_PACK_ROWS) * pt->group_bytes;
             float *y = pt->y + t0 * pt->n_out + o;
@@ -292,8 +293,8 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
                 j.info_row = cpu_pack_info_bytes(j.n_in, 1);
             }
             if (pt->amx_fn && !j.amx_tiles) {
-                size_t at =
-                    act_bytes(j.act_type, j.n_in, n_tokens) + cpu_pack_info_bytes(j.n_in, n_tokens);
+                size_t at = act_bytes(j.act_type, j.n_in, n_tokens) +
+                            (j.info ? cpu_pack_info_bytes(j.n_in, n_tokens) : 0);
                 j.amx_tiles = (char *)scratch + (at + 63) / 64 * 64;
                 j.n_amx = n_tokens / CPU_AMX_TOKENS * CPU_AMX_TOKENS;
             }

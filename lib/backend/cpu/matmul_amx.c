@@ -36,6 +36,13 @@ static int detect_amx(void)
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
+size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens)
+{
+    size_t tiles = (size_t)(n_tokens / CPU_AMX_TOKENS);
+    if (act_type == CPU_DTYPE_Q8_K) return tiles * (size_t)(n_in / QK_K) * CPU_AMX_K_TILE_BYTES;
+    return tiles * (size_t)(n_in / BLOCK) * CPU_AMX_TILE_BYTES;
+}
+
 int cpu_has_amx(void)
 {
     static int known; /* 0 unknown, 1 no, 2 yes: asked once, racing callers agree */
@@ -47,50 +54,7 @@ int cpu_has_amx(void)
     return v == 2;
 }
 
-#    define AMX                                                                                    \
-        __attribute__((                                                                            \
-            target("amx-tile,amx-int8,avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq")))
-#    define INLINE AMX __attribute__((always_inline)) static inline
-#    define UNROLL _Pragma("GCC unroll 16")
-
-/* Tiles: 0 and 1 the sums (16 tokens x 16 rows of int32) of even and odd
- * blocks, 2 and 3 their tokens' bytes (16 x 32), 4 and 5 their weight bytes
- * (8 rows of four elements of the 16 rows: 8 x 64). */
-typedef struct tile_config {
-    _Alignas(64) uint8_t palette;
-    uint8_t start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-INLINE void load_tiles(void)
-{
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 6; t++) {
-        cfg.colsb[t] = t == 2 || t == 3 ? 32 : 64;
-        cfg.rows[t] = t == 4 || t == 5 ? 8 : 16;
-    }
-    /* not _tile_loadconfig: GCC 12's declares an 8-byte operand, and the
-     * compiler then drops the stores to the rest of cfg */
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
-}
-
-/* Bit 4 of every byte of the nibbles (matmul_packed_pass.inc's FIFTH). */
-INLINE __m512i fifth(__m512i h, int bit)
-{
-    __m512i s = bit <= 4 ? _mm512_slli_epi16(h, 4 - bit) : _mm512_srli_epi16(h, bit - 4);
-    return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
-}
-
-/* The same 32 bytes of the two groups' blocks g0 and g1 (at offset off), as
- * one vector: 4 elements of rows 0..7, then of rows 8..15. */
-INLINE __m512i both_groups(const uint8_t *g0, const uint8_t *g1, size_t off)
-{
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const void *)(g0 + off))),
-                              _mm256_loadu_si256((const void *)(g1 + off)), 1);
-}
+#    include "backend/cpu/matmul_amx_tiles.h"
 
 /* Block b of the 16 rows as B's 8 rows of 64 signed bytes: row k holds
  * elements 4k..4k+3 of each row. Q8_0: its bytes (stored as q ^ 0x80);
@@ -125,8 +89,8 @@ INLINE void widen_block(const uint8_t *g0, const uint8_t *g1, size_t sb, int kin
         __m512i lo = _mm512_and_si512(v, low4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
         if (five) {
-            lo = _mm512_or_si512(lo, fifth(h, 2 * k));
-            hi = _mm512_or_si512(hi, fifth(h, 2 * k + 1));
+            lo = _mm512_or_si512(lo, fifth512(h, 2 * k));
+            hi = _mm512_or_si512(hi, fifth512(h, 2 * k + 1));
         }
         if (kind == 5) {
             lo = _mm512_shuffle_epi8(codebook, lo);
@@ -139,18 +103,6 @@ INLINE void widen_block(const uint8_t *g0, const uint8_t *g1, size_t sb, int kin
         _mm512_store_si512(out + 256 + (ptrdiff_t)k * 64, hi);
     }
 }
-
-/* Block b's exact integer sums (tokens x rows) into tile C, from the token
- * tile's bytes A (tile TA) and the widened weights W (tile TB), then to
- * sums[16 tokens][16 rows]. */
-#    define BLOCK_SUMS(A, W, C, TA, TB, SUMS)                                                      \
-        do {                                                                                       \
-            _tile_zero(C);                                                                         \
-            _tile_loadd(TA, A, BLOCK);                                                             \
-            _tile_loadd(TB, W, 64);                                                                \
-            _tile_dpbssd(C, TA, TB);                                                               \
-            _tile_stored(C, &(SUMS)[0][0], 64);                                                    \
-        } while (0)
 
 /* The float steps of one block for the 16 tokens (a: their tile block, w:
  * the widened weights), the reference's per (row, token): (dw * dy) * isum
@@ -184,16 +136,16 @@ INLINE void token_tile(const char *a, int64_t n, uint8_t (*wide)[WIDE_BYTES], co
                        __m512 *acc)
 {
     _Alignas(64) int32_t sums[2][CPU_AMX_TOKENS][CPU_AMX_ROWS];
-    BLOCK_SUMS(a, wide[0], 0, 2, 4, sums[0]);
+    BLOCK_SUMS(a, BLOCK, wide[0], 0, 2, 4, sums[0]);
     int64_t i = 1;
     for (; i + 1 < n; i += 2) {
-        BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, wide[i], 1, 3, 5, sums[1]);
+        BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, BLOCK, wide[i], 1, 3, 5, sums[1]);
         scale_block(a + (i - 1) * CPU_AMX_TILE_BYTES, wide[i - 1], sums[0], has_min, acc);
-        BLOCK_SUMS(a + (i + 1) * CPU_AMX_TILE_BYTES, wide[i + 1], 0, 2, 4, sums[0]);
+        BLOCK_SUMS(a + (i + 1) * CPU_AMX_TILE_BYTES, BLOCK, wide[i + 1], 0, 2, 4, sums[0]);
         scale_block(a + i * CPU_AMX_TILE_BYTES, wide[i], sums[1], has_min, acc);
     }
     if (i < n) {
-        BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, wide[i], 1, 3, 5, sums[1]);
+        BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, BLOCK, wide[i], 1, 3, 5, sums[1]);
         scale_block(a + (i - 1) * CPU_AMX_TILE_BYTES, wide[i - 1], sums[0], has_min, acc);
         scale_block(a + i * CPU_AMX_TILE_BYTES, wide[i], sums[1], has_min, acc);
     } else {
@@ -215,7 +167,7 @@ INLINE void amx_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const c
     const __m512i codebook =
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cpu_iq4nl_values));
     _Alignas(64) uint8_t wide[WIDE_BLOCKS][WIDE_BYTES];
-    load_tiles();
+    amx_load_tiles(BLOCK);
     for (int64_t kb = 0; kb < nb; kb += WIDE_BLOCKS) {
         int64_t n = nb - kb < WIDE_BLOCKS ? nb - kb : WIDE_BLOCKS;
         for (int64_t i = 0; i < n; i++) {
@@ -238,6 +190,10 @@ INLINE void amx_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const c
 
 void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t t, char *tiles)
 {
+    if (act_type == CPU_DTYPE_Q8_K) {
+        cpu_amx_pack_token_k(act_row, n_in, t, tiles);
+        return;
+    }
     const int64_t nb = n_in / BLOCK;
     const ptrdiff_t r = (ptrdiff_t)(t % CPU_AMX_TOKENS);
     char *dst = tiles + (size_t)(t / CPU_AMX_TOKENS) * (size_t)nb * CPU_AMX_TILE_BYTES;
@@ -284,7 +240,7 @@ cpu_amx_fn cpu_amx_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q5_0: return q5_0_amx;
     case MODEL_DTYPE_Q5_1: return q5_1_amx;
     case MODEL_DTYPE_IQ4_NL: return iq4_nl_amx;
-    default: return NULL;
+    default: return cpu_amx_k_kernel(dtype);
     }
 }
 
@@ -292,6 +248,14 @@ cpu_amx_fn cpu_amx_kernel(model_dtype dtype)
 
 int cpu_has_amx(void)
 {
+    return 0;
+}
+
+size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens)
+{
+    (void)act_type;
+    (void)n_in;
+    (void)n_tokens;
     return 0;
 }
 

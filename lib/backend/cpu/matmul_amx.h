@@ -10,6 +10,9 @@
  * kernels' are: prefill on AMX and decode on VNNI give a sequence the same
  * logits (batch invariance).
  *
+ * The K-quants Q4_K, Q5_K and Q6_K take the same steps per sub-block
+ * (matmul_amx_k.c).
+ *
  * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
  * OS enables the tile state (XCR0 bits 17 and 18), and Linux grants this
  * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); the
@@ -36,17 +39,18 @@ enum { CPU_AMX_ROWS = 16, CPU_AMX_TOKENS = 16 };
 int cpu_has_amx(void);
 
 /* The activations as the kernels read them: for each tile of 16 tokens and
- * each block of 32 elements, CPU_AMX_TILE_BYTES contiguous bytes: the 16
- * tokens' 32 quants (what one tile load takes), their 16 scales d and their
- * 16 Q8_1 sum terms s as f32 (0 for Q8_0); tiles in token order, blocks in
- * order. Bytes for the first n_tokens / 16 * 16 tokens of rows of n_in. */
-enum { CPU_AMX_TILE_BYTES = 640 };
-static inline size_t cpu_amx_tiles_bytes(int64_t n_in, int64_t n_tokens)
-{
-    return (size_t)(n_tokens / CPU_AMX_TOKENS) * (size_t)(n_in / 32) * CPU_AMX_TILE_BYTES;
-}
-/* Copy token t's quantized row act_row (Q8_0 or Q8_1, act_type) into its
- * place in tiles (t below the last whole tile). */
+ * each block, contiguous bytes. Q8_0/Q8_1 (blocks of 32, CPU_AMX_TILE_BYTES):
+ * the 16 tokens' 32 quants (what one tile load takes), their 16 scales d and
+ * their 16 Q8_1 sum terms s as f32 (0 for Q8_0). Q8_K (blocks of 256,
+ * CPU_AMX_K_TILE_BYTES): the 16 tokens' 256 quants, their d as f32, their
+ * sums of 32 quants as int16 [token][8]. Tiles in token order, blocks in
+ * order. */
+enum { CPU_AMX_TILE_BYTES = 640, CPU_AMX_K_TILE_BYTES = 4416 };
+/* Bytes for the first n_tokens / 16 * 16 tokens of rows of n_in elements
+ * quantized to act_type (Q8_0, Q8_1 or Q8_K). */
+size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens);
+/* Copy token t's quantized row act_row (of act_type) into its place in tiles
+ * (t below the last whole tile). */
 void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t t, char *tiles);
 
 /* y[t * y_stride + r] = packed rows r = 0..15 (the two groups at w and
@@ -55,7 +59,12 @@ void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t
 typedef void (*cpu_amx_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,
                            int64_t n_tok, float *y, int64_t y_stride);
 /* The AMX kernel for packed dtype on this process, or NULL (no AMX, or a
- * dtype without one: the K-quants). */
+ * dtype without one: Q2_K, Q3_K, IQ4_XS). */
 cpu_amx_fn cpu_amx_kernel(model_dtype dtype);
+
+/* matmul_amx_k.c's part: the kernels of Q4_K, Q5_K and Q6_K (whatever the
+ * CPU: callers ask cpu_amx_kernel), and the Q8_K tiles. */
+cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype);
+void cpu_amx_pack_token_k(const void *act_row, int64_t n_in, int64_t t, char *tiles);
 
 #endif
