@@ -10,7 +10,7 @@
  * kernels' are: prefill on AMX and decode on VNNI give a sequence the same
  * logits (batch invariance).
  *
- * The K-quants Q4_K, Q5_K and Q6_K take the same steps per sub-block
+ * The K-quants Q4_K, Q5_K, Q6_K and IQ4_XS take the same steps per sub-block
  * (matmul_amx_k.c).
  *
  * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
@@ -59,10 +59,10 @@ void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t
 typedef void (*cpu_amx_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,
                            int64_t n_tok, float *y, int64_t y_stride);
 /* The AMX kernel for packed dtype on this process, or NULL (no AMX, or a
- * dtype without one: Q2_K, Q3_K, IQ4_XS). */
+ * dtype without one: Q2_K, Q3_K). */
 cpu_amx_fn cpu_amx_kernel(model_dtype dtype);
 
-/* matmul_amx_k.c's part: the kernels of Q4_K, Q5_K and Q6_K (whatever the
+/* matmul_amx_k.c's part: the kernels of Q4_K, Q5_K, Q6_K and IQ4_XS (whatever the
  * CPU: callers ask cpu_amx_kernel), and the Q8_K tiles. */
 cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype);
 void cpu_amx_pack_token_k(const void *act_row, int64_t n_in, int64_t t, char *tiles);

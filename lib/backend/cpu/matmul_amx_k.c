@@ -1,7 +1,8 @@
-/* AMX-INT8 prefill tiles for the K-quants Q4_K, Q5_K and Q6_K (matmul_amx.h).
+/* AMX-INT8 prefill tiles for the K-quants Q4_K, Q5_K, Q6_K and IQ4_XS
+ * (matmul_amx.h).
  * Per super-block of 256 and sub-block j (32 elements, Q6_K's 16), one
  * TDPBSSD of the 16 tokens' Q8_K bytes by the 16 rows' quants widened to
- * signed bytes (Q6_K's q - 32) gives the exact sub-block sums, which the
+ * signed bytes (Q6_K's q - 32, IQ4_XS's codebook values) gives the exact sub-block sums, which the
  * reference's integer steps take in AVX-512: sumi += sc_j * isum_j, and for
  * Q4_K/Q5_K the mins' sum over the activations' 32-element sums (two per
  * vpdpwssd); then its float steps once a super-block (matmul_packed_pass.inc's
@@ -34,11 +35,13 @@ enum {
  * quants, their d as f32, their 32-element sums as int16 [token][8]. */
 enum { TILE_D = 4096, TILE_BS = TILE_D + 64 };
 
-/* kind: matmul_packed_pass.inc's K kinds (0 Q4_K, 1 Q6_K, 2 Q5_K); g0, g1
+/* kind: matmul_packed_pass.inc's K kinds (0 Q4_K, 1 Q6_K, 2 Q5_K, 3 IQ4_XS); g0, g1
  * the two groups' packed super-blocks (matmul_packed.c's pack_k_block). */
 INLINE void widen_super(const uint8_t *g0, const uint8_t *g1, int kind, uint8_t *out)
 {
     const __m512i low4 = _mm512_set1_epi8(0x0f), two = _mm512_set1_epi8(0x30);
+    const __m512i codebook =
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cpu_iq4nl_values));
     _mm512_store_ps(out + WIDE_D,
                     _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const void *)g1),
                                                      _mm_loadu_si128((const void *)g0))));
@@ -67,27 +70,36 @@ INLINE void widen_super(const uint8_t *g0, const uint8_t *g1, int kind, uint8_t 
         }
         return;
     }
-    /* Q4_K/Q5_K: dmin at 16, scales and mins as bytes at 32 and 96, 8
-     * sub-blocks of 128 (Q5_K: 160) bytes at 160 */
-    _mm512_store_ps(out + WIDE_DMIN,
-                    _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const void *)(g1 + 16)),
-                                                     _mm_loadu_si128((const void *)(g0 + 16)))));
-    UNROLL for (ptrdiff_t j = 0; j < 8; j++)
-    {
-        __m128i s = _mm_unpacklo_epi64(_mm_loadl_epi64((const void *)(g0 + 32 + 8 * j)),
-                                       _mm_loadl_epi64((const void *)(g1 + 32 + 8 * j)));
-        _mm512_store_si512(out + WIDE_SC + 64 * j, _mm512_cvtepu8_epi32(s));
-    }
-    int16_t *m = (int16_t *)(out + WIDE_M);
-    for (ptrdiff_t jp = 0; jp < 4; jp++)
-        for (ptrdiff_t r = 0; r < 16; r++) {
-            const uint8_t *g = r < 8 ? g0 : g1;
-            m[32 * jp + 2 * r] = g[96 + 8 * (2 * jp) + r % 8];
-            m[32 * jp + 2 * r + 1] = g[96 + 8 * (2 * jp + 1) + r % 8];
+    const size_t sub_bytes = kind == 2 ? 160 : 128, vo = kind == 3 ? 80 : 160;
+    if (kind == 3) { /* IQ4_XS: int8 scales at 16, 8 sub-blocks of codebook indices at 80 */
+        UNROLL for (ptrdiff_t j = 0; j < 8; j++)
+        {
+            __m128i s = _mm_unpacklo_epi64(_mm_loadl_epi64((const void *)(g0 + 16 + 8 * j)),
+                                           _mm_loadl_epi64((const void *)(g1 + 16 + 8 * j)));
+            _mm512_store_si512(out + WIDE_SC + 64 * j, _mm512_cvtepi8_epi32(s));
         }
-    const size_t sub_bytes = kind == 2 ? 160 : 128;
+    } else {
+        /* Q4_K/Q5_K: dmin at 16, scales and mins as bytes at 32 and 96, 8
+         * sub-blocks of 128 (Q5_K: 160) bytes at 160 */
+        _mm512_store_ps(out + WIDE_DMIN, _mm512_cvtph_ps(_mm256_set_m128i(
+                                             _mm_loadu_si128((const void *)(g1 + 16)),
+                                             _mm_loadu_si128((const void *)(g0 + 16)))));
+        UNROLL for (ptrdiff_t j = 0; j < 8; j++)
+        {
+            __m128i s = _mm_unpacklo_epi64(_mm_loadl_epi64((const void *)(g0 + 32 + 8 * j)),
+                                           _mm_loadl_epi64((const void *)(g1 + 32 + 8 * j)));
+            _mm512_store_si512(out + WIDE_SC + 64 * j, _mm512_cvtepu8_epi32(s));
+        }
+        int16_t *m = (int16_t *)(out + WIDE_M);
+        for (ptrdiff_t jp = 0; jp < 4; jp++)
+            for (ptrdiff_t r = 0; r < 16; r++) {
+                const uint8_t *g = r < 8 ? g0 : g1;
+                m[32 * jp + 2 * r] = g[96 + 8 * (2 * jp) + r % 8];
+                m[32 * jp + 2 * r + 1] = g[96 + 8 * (2 * jp + 1) + r % 8];
+            }
+    }
     for (ptrdiff_t j = 0; j < 8; j++) {
-        size_t sub = 160 + (size_t)j * sub_bytes;
+        size_t sub = vo + (size_t)j * sub_bytes;
         __m512i h = kind == 2 ? both_groups(g0, g1, sub + 128) : _mm512_setzero_si512();
         UNROLL for (ptrdiff_t kk = 0; kk < 4; kk++)
         {
@@ -97,6 +109,10 @@ INLINE void widen_super(const uint8_t *g0, const uint8_t *g1, int kind, uint8_t 
             if (kind == 2) {
                 lo = _mm512_or_si512(lo, fifth512(h, (int)(2 * kk)));
                 hi = _mm512_or_si512(hi, fifth512(h, (int)(2 * kk + 1)));
+            }
+            if (kind == 3) { /* IQ4_XS: the codebook's values */
+                lo = _mm512_shuffle_epi8(codebook, lo);
+                hi = _mm512_shuffle_epi8(codebook, hi);
             }
             _mm512_store_si512(out + 512 * j + 128 * kk, lo);
             _mm512_store_si512(out + 512 * j + 128 * kk + 64, hi);
@@ -131,7 +147,7 @@ INLINE void super_block(const char *a, const uint8_t *w, const int kind, float (
     }
     const __m512 dw = _mm512_load_ps(w + WIDE_D);
     const float *dy = (const float *)(a + TILE_D);
-    if (kind == 1) { /* dx * dy * sumi */
+    if (kind == 1 || kind == 3) { /* dx * dy * sumi */
         UNROLL for (int t = 0; t < CPU_AMX_TOKENS; t++)
         {
             __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dy[t]));
@@ -162,7 +178,10 @@ INLINE void amx_k_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const
                        int64_t n_tok, float *y, int64_t y_stride, const int kind)
 {
     const int64_t nsb = n_in / QK_K;
-    const size_t gb = kind == 1 ? 144 + 1536 : kind == 2 ? 160 + 1280 : 160 + 1024;
+    const size_t gb = kind == 1   ? 144 + 1536
+                      : kind == 2 ? 160 + 1280
+                      : kind == 3 ? 80 + 1024
+                                  : 160 + 1024;
     _Alignas(64) uint8_t wide[WIDE_SUPER][WIDE_BYTES];
     _Alignas(64) float acc[CPU_AMX_TOKENS][CPU_AMX_ROWS];
     amx_load_tiles(kind == 1 ? 16 : 32);
@@ -199,6 +218,7 @@ INLINE void amx_k_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const
 KERNEL(q4_K_amx, 0)
 KERNEL(q6_K_amx, 1)
 KERNEL(q5_K_amx, 2)
+KERNEL(iq4_xs_amx, 3)
 
 cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype)
 {
@@ -206,6 +226,7 @@ cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype)
     case MODEL_DTYPE_Q4_K: return q4_K_amx;
     case MODEL_DTYPE_Q5_K: return q5_K_amx;
     case MODEL_DTYPE_Q6_K: return q6_K_amx;
+    case MODEL_DTYPE_IQ4_XS: return iq4_xs_amx;
     default: return NULL;
     }
 }
