@@ -10,7 +10,7 @@
  * kernels' are: prefill on AMX and decode on VNNI give a sequence the same
  * logits (batch invariance).
  *
- * The K-quants Q4_K, Q5_K, Q6_K and IQ4_XS take the same steps per sub-block
+ * The K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) take the same steps per sub-block
  * (matmul_amx_k.c).
  *
  * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
@@ -43,9 +43,9 @@ int cpu_has_amx(void);
  * the 16 tokens' 32 quants (what one tile load takes), their 16 scales d and
  * their 16 Q8_1 sum terms s as f32 (0 for Q8_0). Q8_K (blocks of 256,
  * CPU_AMX_K_TILE_BYTES): the 16 tokens' 256 quants, their d as f32, their
- * sums of 32 quants as int16 [token][8]. Tiles in token order, blocks in
- * order. */
-enum { CPU_AMX_TILE_BYTES = 640, CPU_AMX_K_TILE_BYTES = 4416 };
+ * sums of 32 quants as int16 [token][8] and of 16 quants [token][16]. Tiles in token order, blocks
+ * in order. */
+enum { CPU_AMX_TILE_BYTES = 640, CPU_AMX_K_TILE_BYTES = 4928 };
 /* Bytes for the first n_tokens / 16 * 16 tokens of rows of n_in elements
  * quantized to act_type (Q8_0, Q8_1 or Q8_K). */
 size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens);
@@ -59,10 +59,10 @@ void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t
 typedef void (*cpu_amx_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,
                            int64_t n_tok, float *y, int64_t y_stride);
 /* The AMX kernel for packed dtype on this process, or NULL (no AMX, or a
- * dtype without one: Q2_K, Q3_K). */
+ * dtype without one). */
 cpu_amx_fn cpu_amx_kernel(model_dtype dtype);
 
-/* matmul_amx_k.c's part: the kernels of Q4_K, Q5_K, Q6_K and IQ4_XS (whatever the
+/* matmul_amx_k.c's part: the K-quants' kernels (whatever the
  * CPU: callers ask cpu_amx_kernel), and the Q8_K tiles. */
 cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype);
 void cpu_amx_pack_token_k(const void *act_row, int64_t n_in, int64_t t, char *tiles);

@@ -338,7 +338,7 @@ const char *cpu_kernels_name(void)
 {
     if (cpu_has_amx())
         return "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K/IQ4_XS), "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), "
                "avx512-vnni (8-bit products; packed 8-row "
                "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
                "(the rest)";
