@@ -309,6 +309,13 @@ static void test_threaded_matmul_matches_reference(void **state)
     cpu_threadpool_free(pool);
 }
 
+/* The formats with packed (interleaved-row) weights. */
+static const model_dtype packed_types[] = {MODEL_DTYPE_Q8_0,   MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
+                                           MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1, MODEL_DTYPE_Q4_K,
+                                           MODEL_DTYPE_Q5_K,   MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL,
+                                           MODEL_DTYPE_IQ4_XS, MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K};
+#define N_PACKED_TYPES (sizeof packed_types / sizeof packed_types[0])
+
 /* out[t * n_rows + r] against the scalar reference's row o0 + r . token t
  * (activation rows act + t * arow), bit for bit. */
 static void expect_reference_rows(const char *kernel, const model_tensor *w, int64_t o0,
@@ -340,13 +347,10 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     (void)state;
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    const model_dtype types[] = {MODEL_DTYPE_Q8_0,   MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
-                                 MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1, MODEL_DTYPE_Q4_K,
-                                 MODEL_DTYPE_Q5_K,   MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL,
-                                 MODEL_DTYPE_IQ4_XS, MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K};
+    const model_dtype *types = packed_types;
     const int64_t n_out = 48, max_tok = 41;
     int ran = 0, amx_ran = 0;
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    for (size_t k = 0; k < N_PACKED_TYPES; k++) {
         model_dtype dt = types[k];
         const int64_t n_in = cpu_dtype_block_elems((int)dt) == QK_K ? 768 : 320;
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
@@ -437,7 +441,7 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     printf("amx kernels: %s\n", cpu_has_amx() ? "ran (amx-int8 prefill tiles)"
                                               : "not run (no amx-int8 here, or DI_CPU_AMX=0)");
     if (cpu_has_amx()) assert_int_equal(amx_ran, 12); /* every packed format */
-    if (cpu_has_avx2()) assert_int_equal(ran, (int)(sizeof types / sizeof types[0]));
+    if (cpu_has_avx2()) assert_int_equal(ran, (int)(N_PACKED_TYPES));
     cpu_threadpool_free(pool);
 }
 
@@ -456,13 +460,10 @@ static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
     }
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    const model_dtype types[] = {MODEL_DTYPE_Q8_0,   MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q4_1,
-                                 MODEL_DTYPE_Q5_0,   MODEL_DTYPE_Q5_1, MODEL_DTYPE_IQ4_NL,
-                                 MODEL_DTYPE_Q4_K,   MODEL_DTYPE_Q5_K, MODEL_DTYPE_Q6_K,
-                                 MODEL_DTYPE_IQ4_XS, MODEL_DTYPE_Q2_K, MODEL_DTYPE_Q3_K};
+    const model_dtype *types = packed_types;
     /* 40 blocks of 32 or 5 of 256: more than one chunk of widened weights */
     const int64_t n_in = 1280, n_out = 40, toks[] = {16, 17, 79, 130};
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    for (size_t k = 0; k < N_PACKED_TYPES; k++) {
         model_dtype dt = types[k];
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
         w.data = random_weights(dt, n_out, n_in);

@@ -216,12 +216,7 @@ void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t
     }
 }
 
-#    define KERNEL(NAME, KIND)                                                                     \
-        AMX static void NAME(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,   \
-                             int64_t n_tok, float *y, int64_t y_stride)                            \
-        {                                                                                          \
-            amx_rows(n_in, w, group_bytes, tiles, n_tok, y, y_stride, KIND);                       \
-        }
+#    define KERNEL(NAME, KIND) AMX_KERNEL(NAME, amx_rows, KIND)
 
 KERNEL(q8_0_amx, 0)
 KERNEL(q4_0_amx, 1)

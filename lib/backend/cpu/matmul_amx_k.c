@@ -259,12 +259,7 @@ INLINE void amx_k_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const
     _tile_release();
 }
 
-#    define KERNEL(NAME, KIND)                                                                     \
-        AMX static void NAME(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,   \
-                             int64_t n_tok, float *y, int64_t y_stride)                            \
-        {                                                                                          \
-            amx_k_rows(n_in, w, group_bytes, tiles, n_tok, y, y_stride, KIND);                     \
-        }
+#    define KERNEL(NAME, KIND) AMX_KERNEL(NAME, amx_k_rows, KIND)
 
 KERNEL(q4_K_amx, 0)
 KERNEL(q6_K_amx, 1)

@@ -68,4 +68,13 @@ INLINE __m512i both_groups(const uint8_t *g0, const uint8_t *g1, size_t off)
         _tile_stored(C, &(SUMS)[0][0], 64);                                                        \
     } while (0)
 
+/* A cpu_amx_fn for one format: ROWS (the file's kernel body, inlined) with
+ * the format's KIND constant, so its branches fold. */
+#define AMX_KERNEL(NAME, ROWS, KIND)                                                               \
+    AMX static void NAME(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,       \
+                         int64_t n_tok, float *y, int64_t y_stride)                                \
+    {                                                                                              \
+        ROWS(n_in, w, group_bytes, tiles, n_tok, y, y_stride, KIND);                               \
+    }
+
 #endif
