@@ -338,6 +338,21 @@ static void expect_reference_rows(const char *kernel, const model_tensor *w, int
         }
 }
 
+/* cpu_matmul_multi over w's packed copy (into y) against the scalar
+ * reference (into yr), nt tokens of x, bit for bit. */
+static void expect_product_is_reference(const char *what, cpu_threadpool *pool,
+                                        const model_tensor *w, const void *packed,
+                                        const float *bias, const float *x, int64_t nt, float *y,
+                                        float *yr, void *scratch)
+{
+    cpu_matmul_multi(pool, 1, &w, &packed, &bias, x, nt, &y, scratch, 0);
+    cpu_matmul(NULL, w, bias, x, nt, yr, scratch, 1);
+    for (int64_t e = 0; e < nt * w->ne[1]; e++)
+        if (memcmp(&y[e], &yr[e], sizeof(float)) != 0)
+            fail_msg("%s, dtype %d, %lld tokens, element %lld: %.9g vs reference %.9g", what,
+                     w->dtype, (long long)nt, (long long)e, (double)y[e], (double)yr[e]);
+}
+
 /* Packed (interleaved-row) products: the whole cpu_matmul_multi path (tiles,
  * threads, bias) and each instruction set's kernel on its own give the
  * scalar reference's sums bit for bit, for every token count (a token's
@@ -378,12 +393,7 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
         const void *pp = packed;
         const float *bp = bias;
         for (int64_t nt = 1; nt <= max_tok; nt += nt < 9 ? 1 : 32) {
-            cpu_matmul_multi(pool, 1, &wp, &pp, &bp, x, nt, &y, scratch, 0);
-            cpu_matmul(NULL, &w, bias, x, nt, yr, scratch, 1);
-            for (int64_t e = 0; e < nt * n_out; e++)
-                if (memcmp(&y[e], &yr[e], sizeof(float)) != 0)
-                    fail_msg("dtype %d, %lld tokens, element %lld: %.9g vs reference %.9g", dt,
-                             (long long)nt, (long long)e, (double)y[e], (double)yr[e]);
+            expect_product_is_reference("packed", pool, wp, pp, bp, x, nt, y, yr, scratch);
         }
         /* each kernel on its own (the AVX2 one also where VNNI runs) */
         cpu_packed_fn fns[2] = {cpu_packed_kernel(dt), cpu_packed_kernel_avx2(dt)};
@@ -484,12 +494,7 @@ static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
         const float *bp = bias;
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
             int64_t nt = toks[ti];
-            cpu_matmul_multi(pool, 1, &wp, &pp, &bp, x, nt, &y, scratch, 0);
-            cpu_matmul(NULL, &w, bias, x, nt, yr, scratch, 1);
-            for (int64_t e = 0; e < nt * n_out; e++)
-                if (memcmp(&y[e], &yr[e], sizeof(float)) != 0)
-                    fail_msg("amx, dtype %d, %lld tokens, element %lld: %.9g vs reference %.9g", dt,
-                             (long long)nt, (long long)e, (double)y[e], (double)yr[e]);
+            expect_product_is_reference("amx", pool, wp, pp, bp, x, nt, y, yr, scratch);
         }
         free(packed);
         free(x);
