@@ -902,7 +902,12 @@ enum {
  * Errors, after which the sequence is unchanged: DI_ERR_INVALID_ARGUMENT (NULL
  * model, n_tokens 0, unknown flags, a token id outside [0, vocab): the message
  * gives its index), DI_ERR_CONTEXT_LENGTH (di_model_n_past + n_tokens exceeds
- * di_model_context_length). Not thread-safe on one model. */
+ * di_model_context_length). Not thread-safe on one model.
+ *
+ * On a CPU with AMX, the first prefill of 16 or more tokens that the AMX
+ * kernels take asks Linux for the AMX tile state for the whole process: later
+ * alternate signal stacks need AT_MINSIGSTKSZ (about 12 KiB), not 8 KiB
+ * (docs/api.md, "Process-wide effects"; DI_CPU_AMX=0 turns AMX off). */
 DI_API di_status di_model_eval(di_model *model, const int32_t *tokens, size_t n_tokens,
                                float *logits, unsigned flags, di_error **err);
 

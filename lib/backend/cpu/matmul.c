@@ -25,11 +25,13 @@ static size_t act_bytes(int act_type, int64_t n_in, int64_t n_tokens)
 }
 
 /* The AMX kernels' copy of the activations (matmul_amx.h), after the side
- * data from a 64-byte boundary: where this process runs them for act. */
-static size_t amx_bytes(int act, int64_t n_in, int64_t n_tokens)
+ * data from a 64-byte boundary: where this process may run them for act
+ * (sizing: asks Linux for nothing) or runs them (a product: asks, the first
+ * time). */
+static size_t amx_bytes(int act, int64_t n_in, int64_t n_tokens, int sizing)
 {
     if (act != MODEL_DTYPE_Q8_0 && act != CPU_DTYPE_Q8_1 && act != CPU_DTYPE_Q8_K) return 0;
-    if (n_tokens < CPU_AMX_TOKENS || !cpu_has_amx()) return 0;
+    if (n_tokens < CPU_AMX_TOKENS || !(sizing ? cpu_amx_possible() : cpu_has_amx())) return 0;
     return cpu_amx_tiles_bytes(act, n_in, n_tokens) + 64;
 }
 
@@ -38,7 +40,7 @@ size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_token
     int act = cpu_vec_dot_type(dtype);
     size_t info =
         act == MODEL_DTYPE_Q8_0 || act == CPU_DTYPE_Q8_1 ? cpu_pack_info_bytes(n_in, n_tokens) : 0;
-    return act_bytes(act, n_in, n_tokens) + info + amx_bytes(act, n_in, n_tokens) + 64;
+    return act_bytes(act, n_in, n_tokens) + info + amx_bytes(act, n_in, n_tokens, 1) + 64;
 }
 
 int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
@@ -265,7 +267,7 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         .act_type = cpu_vec_dot_type(w[0]->dtype),
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
-    size_t amx = use_ref ? 0 : amx_bytes(j.act_type, j.n_in, n_tokens);
+    size_t amx = use_ref ? 0 : amx_bytes(j.act_type, j.n_in, n_tokens, 0);
     /* AMX tasks take more tokens: each widens its rows' weights once */
     j.tokens_per_tile = amx ? AMX_TOKENS_PER_TILE : TOKENS_PER_TILE;
     j.n_tok_tiles = (n_tokens + j.tokens_per_tile - 1) / j.tokens_per_tile;

@@ -20,10 +20,13 @@ enum {
     BLOCK = 32,
 };
 
+/* What the CPU and OS offer, without asking for anything. */
 static int detect_amx(void)
 {
     const char *env = getenv("DI_CPU_AMX");
-    if (env && strcmp(env, "0") == 0) return 0;
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "false") == 0 ||
+                strcmp(env, "no") == 0))
+        return 0;
     if (!cpu_has_avx512_vnni()) return 0; /* the scaling steps are AVX-512 */
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
@@ -31,9 +34,34 @@ static int detect_amx(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return 0; /* XTILECFG, XTILEDATA */
-    /* Linux >= 5.16 hands the tile data to a process only on request */
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return (lo & (3u << 17)) == (3u << 17); /* XTILECFG, XTILEDATA */
+}
+
+/* A machine constant, computed once: 0 unknown, 1 no, 2 yes (racing callers
+ * compute the same answer). */
+static int cached(int *known, int (*compute)(void))
+{
+    int v = __atomic_load_n(known, __ATOMIC_ACQUIRE);
+    if (v == 0) {
+        v = compute() ? 2 : 1;
+        __atomic_store_n(known, v, __ATOMIC_RELEASE);
+    }
+    return v == 2;
+}
+
+int cpu_amx_possible(void)
+{
+    static int known;
+    return cached(&known, detect_amx);
+}
+
+/* Linux >= 5.16 hands the tile data to a process only on request; it
+ * refuses (ENOSPC) when a thread's alternate signal stack is too small for
+ * the larger signal frame. */
+static int request_amx(void)
+{
+    return cpu_amx_possible() &&
+           syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
 size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens)
@@ -45,13 +73,8 @@ size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens)
 
 int cpu_has_amx(void)
 {
-    static int known; /* 0 unknown, 1 no, 2 yes: asked once, racing callers agree */
-    int v = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
-    if (v == 0) {
-        v = detect_amx() ? 2 : 1;
-        __atomic_store_n(&known, v, __ATOMIC_RELEASE);
-    }
-    return v == 2;
+    static int known;
+    return cached(&known, request_amx);
 }
 
 #    include "backend/cpu/matmul_amx_tiles.h"
@@ -240,6 +263,11 @@ cpu_amx_fn cpu_amx_kernel(model_dtype dtype)
 }
 
 #else
+
+int cpu_amx_possible(void)
+{
+    return 0;
+}
 
 int cpu_has_amx(void)
 {

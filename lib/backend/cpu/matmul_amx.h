@@ -16,9 +16,10 @@
  * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
  * OS enables the tile state (XCR0 bits 17 and 18), and Linux grants this
  * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); the
- * environment variable DI_CPU_AMX=0 turns it off (benchmarks side by side,
- * valgrind). Each call loads its tile configuration and releases the tiles
- * before it returns, so it leaves no tile state behind on any thread.
+ * environment variable DI_CPU_AMX=0 (or off, false, no) turns it off
+ * (benchmarks side by side, valgrind, hosts that need small signal stacks). Each call loads its
+ * tile configuration and releases the tiles before it returns, so it leaves no tile state behind on
+ * any thread.
  *
  * Roofline of one call: 2 * 16 * 16 * n_in integer operations per 16 tokens
  * (the TMUL unit's 1,024 a cycle), plus about 100 AVX-512 instructions of
@@ -35,8 +36,15 @@
 enum { CPU_AMX_ROWS = 16, CPU_AMX_TOKENS = 16 };
 
 /* 1 when this process runs the AMX-INT8 kernels (see above). Thread-safe;
- * the first call asks the kernel for the tile state. */
+ * the first call asks Linux for the tile state, which changes the whole
+ * process: its signal frames grow to AT_MINSIGSTKSZ (about 12 KiB), so a
+ * later sigaltstack() smaller than that fails with ENOMEM on every thread. The
+ * products call it only at a prefill that AMX would run (16 tokens or more of
+ * a packed format), never at load. */
 int cpu_has_amx(void);
+/* 1 when the CPU and OS offer AMX-INT8 and DI_CPU_AMX does not turn it off;
+ * asks for nothing (scratch sizing at load). */
+int cpu_amx_possible(void);
 
 /* The activations as the kernels read them: for each tile of 16 tokens and
  * each block, contiguous bytes. Q8_0/Q8_1 (blocks of 32, CPU_AMX_TILE_BYTES):

@@ -1277,6 +1277,11 @@ extern "C" {
     #[doc = " model, n_tokens 0, unknown flags, a token id outside [0, vocab): the message"]
     #[doc = " gives its index), DI_ERR_CONTEXT_LENGTH (di_model_n_past + n_tokens exceeds"]
     #[doc = " di_model_context_length). Not thread-safe on one model."]
+    #[doc = ""]
+    #[doc = " On a CPU with AMX, the first prefill of 16 or more tokens that the AMX"]
+    #[doc = " kernels take asks Linux for the AMX tile state for the whole process: later"]
+    #[doc = " alternate signal stacks need AT_MINSIGSTKSZ (about 12 KiB), not 8 KiB"]
+    #[doc = " (docs/api.md, \"Process-wide effects\"; DI_CPU_AMX=0 turns AMX off)."]
     pub fn di_model_eval(
         model: *mut di_model,
         tokens: *const i32,
