@@ -6,7 +6,8 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
-/* Tiles: 16 weight rows x 32 tokens for prefill. At decode a 16-row task is
+/* Tiles: 16 weight rows x 32 tokens for prefill (64 where AMX runs: a task
+ * widens its rows' weights once for all its tokens). At decode a 16-row task is
  * well under a microsecond, so the shared task counter would cost as much as
  * the work: each thread then gets about four tasks per product instead. */
 enum {
