@@ -1,30 +1,32 @@
 /* AMX-INT8 prefill products over the packed weights (matmul_packed.h): a
  * tile of 16 tokens x 16 output rows (two packed groups) per block of 32
- * elements is one TDPBSUD of the tokens' signed activation bytes by the
- * weights' unsigned bytes, straight from the packed layout (Q8_0) or from
- * its nibbles widened to bytes (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: matmul_packed_pass.inc's
- * decoding, stored instead of multiplied). The tile's exact block integer sums
- * then take the scalar reference's float steps in AVX-512 (block scales
- * multiplied, added in block order, no fused multiply-adds), so every
- * (row, token) result is the reference's bit for bit, as the VNNI and AVX2
- * kernels' are: prefill on AMX and decode on VNNI give a sequence the same
- * logits (batch invariance).
+ * elements is one TDPBSSD of the tokens' signed activation bytes (copied once
+ * per product into contiguous 16-token tiles: cpu_amx_pack_token) by the
+ * weights widened to signed bytes (Q8_0's stored q ^ 0x80 back to q; the
+ * nibbles of Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL decoded as
+ * matmul_packed_pass.inc does, minus their offset or through the codebook),
+ * so no correction terms. The tile's exact block integer sums then take the
+ * scalar reference's float steps in AVX-512 (block scales multiplied, added
+ * in block order, no fused multiply-adds), so every (row, token) result is
+ * the reference's bit for bit, as the VNNI and AVX2 kernels' are: prefill on
+ * AMX and decode on VNNI give a sequence the same logits (batch invariance).
  *
- * The K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) take the same steps per sub-block
- * (matmul_amx_k.c).
+ * The K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) take the same steps per
+ * sub-block, then the reference's integer steps (matmul_amx_k.c).
  *
  * Run-time choice: the CPU reports AMX-TILE and AMX-INT8 (CPUID leaf 7), the
  * OS enables the tile state (XCR0 bits 17 and 18), and Linux grants this
- * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); the
- * environment variable DI_CPU_AMX=0 (or off, false, no) turns it off
- * (benchmarks side by side, valgrind, hosts that need small signal stacks). Each call loads its
- * tile configuration and releases the tiles before it returns, so it leaves no tile state behind on
+ * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once, at the
+ * first product AMX would run); the environment variable DI_CPU_AMX=0 (or
+ * off, false, no) turns it off (benchmarks side by side, valgrind, hosts that
+ * need small signal stacks). Each call loads its tile configuration and
+ * releases the tiles before it returns, so it leaves no tile state behind on
  * any thread.
  *
  * Roofline of one call: 2 * 16 * 16 * n_in integer operations per 16 tokens
- * (the TMUL unit's 1,024 a cycle), plus about 100 AVX-512 instructions of
- * scaling per block and token tile, which bound it: about 8 k integer
- * multiply-adds per 50 cycles, 5 to 6 times the 8-row VNNI pass. */
+ * (the TMUL unit's 1,024 a cycle), but per block of 32 a tile store and
+ * about 64 AVX-512 float operations of scaling, which bound it: measured 2.4x
+ * to 3.9x the 8-row VNNI pass per tile (bench/README.md, 2026-12-06). */
 #ifndef DI_BACKEND_CPU_MATMUL_AMX_H
 #define DI_BACKEND_CPU_MATMUL_AMX_H
 
