@@ -471,10 +471,12 @@ static void test_amx_matmul_is_the_reference_bit_for_bit(void **state)
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
     const model_dtype *types = packed_types;
-    /* 40 blocks of 32 or 5 of 256: more than one chunk of widened weights */
-    const int64_t n_in = 1280, n_out = 40, toks[] = {16, 17, 79, 130};
+    /* 41 blocks of 32 (chunks of 32 and an odd 9) or 5 of 256: more than one
+     * chunk of widened weights */
+    const int64_t n_out = 40, toks[] = {16, 17, 79, 130};
     for (size_t k = 0; k < N_PACKED_TYPES; k++) {
         model_dtype dt = types[k];
+        const int64_t n_in = cpu_dtype_block_elems((int)dt) == QK_K ? 1280 : 1312;
         model_tensor w = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
         w.data = random_weights(dt, n_out, n_in);
         assert_true(cpu_pack_supported(&w));

@@ -160,20 +160,15 @@ INLINE void token_tile(const char *a, int64_t n, uint8_t (*wide)[WIDE_BYTES], co
 {
     _Alignas(64) int32_t sums[2][CPU_AMX_TOKENS][CPU_AMX_ROWS];
     BLOCK_SUMS(a, BLOCK, wide[0], 0, 2, 4, sums[0]);
-    int64_t i = 1;
-    for (; i + 1 < n; i += 2) {
+    for (int64_t i = 1; i < n; i += 2) {
         BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, BLOCK, wide[i], 1, 3, 5, sums[1]);
         scale_block(a + (i - 1) * CPU_AMX_TILE_BYTES, wide[i - 1], sums[0], has_min, acc);
-        BLOCK_SUMS(a + (i + 1) * CPU_AMX_TILE_BYTES, BLOCK, wide[i + 1], 0, 2, 4, sums[0]);
+        if (i + 1 < n)
+            BLOCK_SUMS(a + (i + 1) * CPU_AMX_TILE_BYTES, BLOCK, wide[i + 1], 0, 2, 4, sums[0]);
         scale_block(a + i * CPU_AMX_TILE_BYTES, wide[i], sums[1], has_min, acc);
     }
-    if (i < n) {
-        BLOCK_SUMS(a + i * CPU_AMX_TILE_BYTES, BLOCK, wide[i], 1, 3, 5, sums[1]);
-        scale_block(a + (i - 1) * CPU_AMX_TILE_BYTES, wide[i - 1], sums[0], has_min, acc);
-        scale_block(a + i * CPU_AMX_TILE_BYTES, wide[i], sums[1], has_min, acc);
-    } else {
-        scale_block(a + (i - 1) * CPU_AMX_TILE_BYTES, wide[i - 1], sums[0], has_min, acc);
-    }
+    if (n % 2) /* the last block's sums are the even set's */
+        scale_block(a + (n - 1) * CPU_AMX_TILE_BYTES, wide[n - 1], sums[0], has_min, acc);
 }
 
 /* kind: matmul_packed_pass.inc's (0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1,
