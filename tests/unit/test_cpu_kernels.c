@@ -1287,6 +1287,64 @@ static void test_attention_long_context_segments(void **state)
     long_context_case(4, 2, 256, 16);
 }
 
+/* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
+ * (flash_rows512, four tiles a task) and decode rows the AVX2 one: every
+ * output must be the AVX2 path's bit for bit, or a sequence's logits would
+ * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),
+ * groups of 7, 1 and 8, head_dim 96, 48 and 256, each cache type; a whole
+ * prompt of 600 keys (three segments, a partial last tile) and 70 tokens
+ * after 530; two threads. */
+static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
+{
+    (void)state;
+    static const struct {
+        int nh, nkv, hd;
+        model_dtype dt;
+    } shapes[] = {
+        {9, 3, 64, MODEL_DTYPE_F16},   {14, 2, 64, MODEL_DTYPE_F16}, {16, 16, 128, MODEL_DTYPE_F32},
+        {8, 1, 128, MODEL_DTYPE_Q8_0}, {4, 2, 96, MODEL_DTYPE_F16},  {6, 2, 48, MODEL_DTYPE_F32},
+        {4, 2, 256, MODEL_DTYPE_Q4_0},
+    };
+    enum { CTX = 600, MAXV = 16 * 256 };
+    static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];
+    static float scratch[2 * CTX];
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const int nh = shapes[i].nh, nkv = shapes[i].nkv, hd = shapes[i].hd;
+        cpu_kv_cache c;
+        assert_int_equal(cpu_kv_cache_init(&c, shapes[i].dt, 1, nkv, hd, 16, CTX / 16 + 1), DI_OK);
+        int32_t table[CTX / 16 + 1];
+        for (int t = 0; t < CTX / 16 + 1; t++) table[t] = (t * 7 + 3) % (CTX / 16 + 1);
+        cpu_kv_seq sq = {table, CTX / 16 + 1, CTX / 16 + 1, CTX, 0};
+        for (int t = 0; t < CTX * nkv * hd; t++) k[t] = frand(), v[t] = frand();
+        for (int t = 0; t < CTX * nh * hd; t++) q[t] = 2.0f * frand();
+        cpu_kv_store(&c, &sq, 0, 0, CTX, k, v);
+        const float scale = 1.0f / sqrtf((float)hd);
+        const int64_t starts[2] = {0, CTX - 70};
+        for (int w = 0; w < 2; w++) {
+            const int64_t n = CTX - starts[w];
+            cpu_flash_avx2_only = 0;
+            cpu_attention(pool, &c, &sq, 0, q, nh, starts[w], n, scale, a, scratch, CTX, 0);
+            cpu_flash_avx2_only = 1;
+            cpu_attention(pool, &c, &sq, 0, q, nh, starts[w], n, scale, b, scratch, CTX, 0);
+            cpu_flash_avx2_only = 0;
+            for (int64_t e = 0; e < n * nh * hd; e++)
+                if (memcmp(&a[e], &b[e], sizeof *a) != 0)
+                    fail_msg("heads %d/%d of %d, cache type %d, %lld tokens after %lld: output "
+                             "%lld is %.9g on the wide path, %.9g on AVX2",
+                             nh, nkv, hd, (int)shapes[i].dt, (long long)n, (long long)starts[w],
+                             (long long)e, a[e], b[e]);
+        }
+        cpu_kv_cache_free(&c);
+    }
+    cpu_threadpool_free(pool);
+    printf("flash attention tiles: %s\n",
+           cpu_has_avx512_vnni()
+               ? "avx512 rows-in-lanes tiles ran, bit-identical to the avx2 path on every shape"
+               : "avx2 only on this CPU (no avx-512): one path, nothing to compare");
+}
+
 static void test_attention_f32_cache(void **state)
 {
     (void)state;
@@ -1587,6 +1645,7 @@ int main(void)
         cmocka_unit_test(test_attention_q4_0_cache),
         cmocka_unit_test(test_kv_cache_init_size_overflow),
         cmocka_unit_test(test_attention_long_context_segments),
+        cmocka_unit_test(test_attention_avx512_tiles_are_the_avx2_path),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),
         cmocka_unit_test(test_mla_quantized_latent_cache),

@@ -47,6 +47,12 @@ AVX2 static inline __m256 exp_ps(__m256 x)
     return _mm256_andnot_ps(under, v);
 }
 
+/* exp_ps of one value: exactly 1 at 0, 0 at -inf. */
+AVX2 static inline float exp1(float x)
+{
+    return _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(x)));
+}
+
 AVX2 static inline float hmax8(__m256 v)
 {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -132,7 +138,8 @@ AVX2 static inline void scores4x16(const float *kt, const float *q, ptrdiff_t q_
  * s[0, 16) the first `valid` count (the rest are -inf); the running max *m and
  * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m'); returned, the
  * rescale of the row's earlier sums e^(m - m') (exactly 1 while the max
- * stands, 0 before the row's first key). */
+ * stands, 0 before the row's first key), by exp_ps too, so a vector of rows
+ * can take the same step (attention_flash.c's flash_rows512). */
 AVX2 static inline float softmax_step16(const float *s, int valid, float *m, float *l, float *p)
 {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vv = _mm256_set1_epi32(valid);
@@ -144,12 +151,13 @@ AVX2 static inline float softmax_step16(const float *s, int valid, float *m, flo
     __m256 s1 = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + 8), keep1);
     float mnew = hmax8(_mm256_max_ps(s0, s1));
     if (*m > mnew) mnew = *m;
-    float corr = *m == -INFINITY ? 0.0f : *m == mnew ? 1.0f : expf(*m - mnew);
+    float corr = exp1(*m - mnew);
     __m256 mv = _mm256_set1_ps(mnew);
     __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
     _mm256_storeu_ps(p, e0);
     _mm256_storeu_ps(p + 8, e1);
-    *l = *l * corr + hsum8(_mm256_add_ps(e0, e1));
+    const float kept = *l * corr; /* (two statements: never contracted to an fma) */
+    *l = kept + hsum8(_mm256_add_ps(e0, e1));
     *m = mnew;
     return corr;
 }
