@@ -1324,11 +1324,11 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         const int64_t starts[2] = {0, CTX - 70};
         for (int w = 0; w < 2; w++) {
             const int64_t n = CTX - starts[w];
-            cpu_flash_avx2_only = 0;
+            cpu_attention_avx2_only = 0;
             cpu_attention(pool, &c, &sq, 0, q, nh, starts[w], n, scale, a, scratch, CTX, 0);
-            cpu_flash_avx2_only = 1;
+            cpu_attention_avx2_only = 1;
             cpu_attention(pool, &c, &sq, 0, q, nh, starts[w], n, scale, b, scratch, CTX, 0);
-            cpu_flash_avx2_only = 0;
+            cpu_attention_avx2_only = 0;
             for (int64_t e = 0; e < n * nh * hd; e++)
                 if (memcmp(&a[e], &b[e], sizeof *a) != 0)
                     fail_msg("heads %d/%d of %d, cache type %d, %lld tokens after %lld: output "
@@ -1589,6 +1589,14 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
             fail_msg("H %d R %d rope %d element %d: tiled %g, naive %g", H, R, ROPE, i,
                      (double)got[i], (double)want[i]);
     }
+    /* the AVX-512 latent tiles (where they ran: 8 heads or more a tile) are
+     * the AVX2 tiles' results bit for bit */
+    cpu_attention_avx2_only = 1;
+    cpu_mla_attention(pools[1], &shape, q, T, POS0, kv, w, 0.2f, want, scratch[1], N);
+    cpu_attention_avx2_only = 0;
+    if (memcmp(want, got, sizeof(float) * (size_t)(T * H * V)) != 0)
+        fail_msg("H %d R %d rope %d: the AVX-512 latent tiles differ from the AVX2 ones", H, R,
+                 ROPE);
     print_message("mla tiled vs naive, %d heads, R %d, rope %d, %d tokens after %d: max |diff| "
                   "%.2e\n",
                   H, R, ROPE, T, POS0, worst);
@@ -1610,8 +1618,9 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
 static void test_mla_tiled_matches_naive(void **state)
 {
     (void)state;
-    check_mla_tiled(5, 16, 8, 16, 32, 40, 37); /* a partial tile, chunks and blocks */
-    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);   /* more heads than a tile, no rope, odd R */
+    check_mla_tiled(5, 16, 8, 16, 32, 40, 37);   /* a partial tile, chunks and blocks */
+    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);     /* more heads than a tile, no rope, odd R */
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 30); /* tiles of 16 and 4 heads (AVX-512, AVX2) */
 }
 
 int main(void)

@@ -54,9 +54,9 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
                         const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
                         float *out);
 
-/* Set (tests, benchmarks) to keep the flash path's chunk step on AVX2 where
- * AVX-512 would run: the two give bit-identical results. Not thread-safe:
- * set it before any attention runs. */
-extern int cpu_flash_avx2_only;
+/* Set (tests, benchmarks) to keep the flash path's and MLA's latent tiles on
+ * their AVX2 chunk step where the AVX-512 one would run: the two give
+ * bit-identical results. Not thread-safe: set it while no attention runs. */
+extern int cpu_attention_avx2_only;
 
 #endif

@@ -62,10 +62,11 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
-int cpu_flash_avx2_only;
+int cpu_attention_avx2_only;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include "backend/cpu/avx2_math.h"
+#    include "backend/cpu/avx512_rows.h"
 
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
@@ -261,159 +262,18 @@ AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, in
     }
 }
 
-/* The AVX-512 layout (the header's "two layouts of one arithmetic"): its
- * helpers take, lane for lane, the AVX2 helpers' operations in their order. */
-#    define AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
+_Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
 
-/* e^x for 16 lanes: exp_ps's steps lane for lane. */
-AVX512 static inline __m512 exp512(__m512 x)
-{
-    const __m512 lo = _mm512_set1_ps(-87.3f);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i e =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
-
-/* Rows' o[0, 16 nv) = o corr + sum_i p[i ps] v[i ld + (0, 16 nv)] over i < valid
- * (nr rows of the same valid count, nr nv <= 8 registers), in key order, each
- * V load shared by the rows. */
-AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, const float *corr,
-                                                               const float *const *p, ptrdiff_t ps,
-                                                               const float *v, ptrdiff_t ld,
-                                                               int valid, int nr, int nv)
-{
-    __m512 acc[8];
-    UNROLL for (int r = 0; r < 8; r++) if (r < nr)
-    {
-        const __m512 c = _mm512_set1_ps(corr[r]);
-        UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
-            _mm512_mul_ps(_mm512_loadu_ps(o[r] + (ptrdiff_t)16 * k), c);
-    }
-    for (ptrdiff_t i = 0; i < valid; i++) {
-        __m512 vv[8];
-        UNROLL for (int k = 0; k < 8; k++) if (k < nv) vv[k] =
-            _mm512_loadu_ps(v + i * ld + (ptrdiff_t)16 * k);
-        UNROLL for (int r = 0; r < 8; r++) if (r < nr)
-        {
-            const __m512 pi = _mm512_set1_ps(p[r][i * ps]);
-            UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
-                _mm512_fmadd_ps(pi, vv[k], acc[r * nv + k]);
-        }
-    }
-    UNROLL for (int r = 0; r < 8; r++) if (r < nr) UNROLL for (int k = 0; k < 8; k++) if (k < nv)
-        _mm512_storeu_ps(o[r] + (ptrdiff_t)16 * k, acc[r * nv + k]);
-}
-
-/* O = O corr + P V for a tile's rows (row r's state at st + r stride, its
- * weight for key i at p[r pr + i ps]): rows with the same keys two at a time,
- * else one, each V load shared; as many dims a pass as 8 registers hold. */
-AVX512 static void pv_rows512(float *st, ptrdiff_t stride, int rows, const int *valid,
-                              const float *corr, const float *p, ptrdiff_t ps, ptrdiff_t pr,
-                              const float *v, ptrdiff_t ld, ptrdiff_t hd)
-{
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        if (valid[r] <= 0) continue;
-        const int two = r + 1 < rows && valid[r + 1] == valid[r];
-        float *o[2] = {st + r * stride + 2, st + (r + two) * stride + 2};
-        const float *pp[2] = {p + r * pr, p + (r + two) * pr};
-        const float cr[2] = {corr[r], corr[r + two]};
-        for (ptrdiff_t d0 = 0; d0 < hd;) {
-            float *od[2] = {o[0] + d0, o[1] + d0};
-            const ptrdiff_t left = (hd - d0) / 16;
-            if (two) {
-                if (left >= 4)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 4), d0 += 64;
-                else if (left >= 2)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 2), d0 += 32;
-                else
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 1), d0 += 16;
-            } else {
-                if (left >= 8)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 8), d0 += 128;
-                else if (left >= 4)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 4), d0 += 64;
-                else if (left >= 2)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 2), d0 += 32;
-                else
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1), d0 += 16;
-            }
-        }
-        r += two;
-    }
-}
-
-/* The same chunk step for up to 16 rows of one head with a lane a row: the
- * scores S^T (a vector over the rows for each key, from the queries held
- * transposed, qt [hd][16]), the softmax down the keys (the max, e^x, and
- * softmax_step16's sum tree over the 16 keys, on vectors), so no horizontal
- * step and one e^x for the rescales of 16 rows; the same operations for each
- * row as flash_chunk's, so bit-identical to it. valid[r]: row r's keys in the
- * chunk (0 for rows past `rows` and rows that see none: their state stays);
- * *m, *l: the rows' running max and sum as vectors. */
+/* A chunk for one head's tile with a row in each AVX-512 lane
+ * (avx512_rows.h); kr's rows ld floats apart. */
 AVX512 static void flash_rows512(const flash_job *j, int rows, const int *valid, const float *kr,
                                  const float *v, ptrdiff_t ld, const float *qt, __m512 *m,
                                  __m512 *l, float *st)
 {
-    const ptrdiff_t hd = j->c->head_dim;
-    __m512 s[CHUNK];
-    const __m512 scale = _mm512_set1_ps(j->scale);
-    for (int kb = 0; kb < CHUNK; kb += 8) {
-        __m512 acc[8];
-        UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
-        for (ptrdiff_t d0 = 0; d0 < hd; d0 += 8) {
-            __m512 qd[8];
-            UNROLL for (int e = 0; e < 8; e++) qd[e] = _mm512_load_ps(qt + (d0 + e) * 16);
-            UNROLL for (int i = 0; i < 8; i++)
-            {
-                const float *k = kr + (kb + i) * ld + d0;
-                UNROLL for (int e = 0; e < 8; e++) acc[i] =
-                    _mm512_fmadd_ps(_mm512_set1_ps(k[e]), qd[e], acc[i]);
-            }
-        }
-        UNROLL for (int i = 0; i < 8; i++) s[kb + i] = _mm512_mul_ps(acc[i], scale);
-    }
-    const __m512i vv = _mm512_loadu_si512(valid);
-    const __mmask16 act = _mm512_cmpgt_epi32_mask(vv, _mm512_setzero_si512());
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mx = ninf;
-    UNROLL for (int n = 0; n < CHUNK; n++)
-    {
-        s[n] = _mm512_mask_mov_ps(ninf, _mm512_cmpgt_epi32_mask(vv, _mm512_set1_epi32(n)), s[n]);
-        mx = _mm512_max_ps(mx, s[n]);
-    }
-    const __m512 mnew = _mm512_max_ps(mx, *m); /* (rows past valid: -inf, unused) */
-    const __m512 corr = exp512(_mm512_sub_ps(*m, mnew));
-    _Alignas(64) float pt[CHUNK * 16], cr[16];
-    __m512 w[8];
-    UNROLL for (int n = 0; n < CHUNK; n++)
-    {
-        __m512 e = exp512(_mm512_sub_ps(s[n], mnew));
-        _mm512_store_ps(pt + (ptrdiff_t)n * 16, e);
-        s[n] = e;
-    }
-    /* softmax_step16's tree: v_i = p_i + p_i+8, t_i = v_i + v_i+4,
-     * (t_0 + t_2) + (t_1 + t_3) */
-    UNROLL for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(s[i], s[i + 8]);
-    UNROLL for (int i = 0; i < 4; i++) w[i] = _mm512_add_ps(w[i], w[i + 4]);
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(w[0], w[2]), _mm512_add_ps(w[1], w[3]));
-    *l = _mm512_mask_mov_ps(*l, act, _mm512_add_ps(_mm512_mul_ps(*l, corr), sum));
-    *m = _mm512_mask_mov_ps(*m, act, mnew);
-    _mm512_store_ps(cr, corr);
-    pv_rows512(st, state_stride(j), rows, valid, cr, pt, 16, 1, v, ld, hd);
+    const float *krow[CHUNK];
+    for (int i = 0; i < CHUNK; i++) krow[i] = kr + i * ld;
+    rows_chunk512(krow, j->c->head_dim, qt, j->scale, rows, valid, m, l, st + 2, state_stride(j), v,
+                  ld, j->c->head_dim);
 }
 
 /* A tile of one head's rows for flash_rows512: its queries transposed (qt
@@ -434,8 +294,7 @@ static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, f
     t->qt = qt, t->st = st;
     const float *q[TILE_ROWS];
     for (int r = 0; r < t->rows; r++) q[r] = row_query(j, g, t->t0, r, &t->limit[r]);
-    for (ptrdiff_t d = 0; d < j->c->head_dim; d++)
-        for (int r = 0; r < 16; r++) qt[d * 16 + r] = r < t->rows ? q[r][d] : 0.0f;
+    rows_transpose_queries(q, t->rows, j->c->head_dim, qt);
 }
 
 /* flash_segment on flash_rows512 for nt tiles of head g: each chunk's K and V
@@ -703,7 +562,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         for (size_t i = 0; i < n; i += (size_t)c->head_dim) cpu_kv_rotate(qr + i, c->head_dim);
         j.q = qr;
     }
-    j.wide = c->head_dim % 16 == 0 && cpu_has_avx512_vnni() && !cpu_flash_avx2_only;
+    j.wide = c->head_dim % 16 == 0 && cpu_has_avx512_vnni() && !cpu_attention_avx2_only;
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;

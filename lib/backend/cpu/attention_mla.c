@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/attention.h"
+
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
@@ -40,6 +42,7 @@ typedef struct mla_job {
     float *qa, *olat;
     int rows;
     int avx2; /* latent_tile_avx2 applies (the CPU and the shape) */
+    int wide; /* and latent_tiles_rows512 applies (AVX-512) */
 } mla_job;
 
 /* The absorbed forms run a block of BLOCK_TOKENS tokens at a time in three
@@ -58,11 +61,24 @@ static int64_t block_floats(const cpu_mla_shape *s)
     return (int64_t)BLOCK_TOKENS * s->n_head * (2 * (int64_t)s->kv_lora_rank + s->rope);
 }
 
+/* Tokens a latent task takes where the AVX-512 tiles run (a chunk of latent
+ * rows read once for all of them). */
+enum { GROUP_TOKENS = 4 };
+
 /* One thread's share: the naive form's scores, or room for q_nope or o_lat
- * quantized (at most 4 bytes an element: F32 activations). */
+ * quantized (at most 4 bytes an element: F32 activations); then the AVX-512
+ * tiles' queries transposed, [GROUP_TOKENS][D][16]. */
 static int64_t share_floats(const cpu_mla_shape *s, int64_t ctx)
 {
-    return ctx + s->nope + s->kv_lora_rank;
+    return ctx + s->nope + s->kv_lora_rank +
+           (int64_t)GROUP_TOKENS * 16 * (s->kv_lora_rank + s->rope);
+}
+
+/* Where a thread's transposed queries start in its share. */
+static float *share_qt(const mla_job *j, int thread)
+{
+    return j->scratch + thread * j->scratch_floats + j->scratch_floats -
+           (int64_t)GROUP_TOKENS * 16 * (j->s->kv_lora_rank + j->s->rope);
 }
 
 int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx, int n_threads)
@@ -249,6 +265,68 @@ static int avx2_tile_applies(const cpu_mla_shape *s)
     const int D = s->kv_lora_rank + s->rope;
     return cpu_has_avx2() && D % 8 == 0 && D <= AVX2_MAX_D && s->kv_lora_rank % 32 == 0;
 }
+
+#    include "backend/cpu/avx512_rows.h"
+
+/* Latent tiles with a head in each AVX-512 lane (avx512_rows.h): heads
+ * [h0, h0 + rows) of the block's tokens [t0, t0 + nt), each token's absorbed
+ * queries transposed once (qt: the thread's share), each chunk of latent rows
+ * read once for all of them and in place (no K^T), the softmax down the keys;
+ * latent_tile_avx2's results bit for bit. */
+AVX512 static void latent_tiles_rows512(const mla_job *j, int64_t t0, int nt, int h0, int rows,
+                                        float *qt)
+{
+    const cpu_mla_shape *s = j->s;
+    const int R = s->kv_lora_rank, D = R + s->rope, H = s->n_head;
+    static const float zero[AVX2_MAX_D]; /* the keys past the context */
+    const float *krow[CHUNK];
+    __m512 m[GROUP_TOKENS], l[GROUP_TOKENS];
+    for (int i = 0; i < nt; i++) {
+        const float *q[TILE_ROWS];
+        for (int r = 0; r < rows; r++) q[r] = j->qa + ((t0 + i - j->b0) * H + h0 + r) * D;
+        rows_transpose_queries(q, rows, D, qt + (ptrdiff_t)i * 16 * D);
+        memset(j->olat + ((t0 + i - j->b0) * H + h0) * R, 0,
+               sizeof(float) * (size_t)rows * (size_t)R);
+        m[i] = _mm512_set1_ps(-INFINITY), l[i] = _mm512_setzero_ps();
+    }
+    const int64_t n_kv = j->pos0 + t0 + nt; /* the last token's */
+    for (int64_t p0 = 0; p0 < n_kv; p0 += CHUNK) {
+        const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
+        const float *c = j->kv + p0 * D;
+        for (int k = 0; k < CHUNK; k++) krow[k] = k < len ? c + (ptrdiff_t)k * D : zero;
+        for (int i = 0; i < nt; i++) {
+            const int64_t seen = j->pos0 + t0 + i + 1 - p0; /* token t0 + i's keys here */
+            if (seen <= 0) continue;
+            int valid[16];
+            for (int r = 0; r < 16; r++) valid[r] = r >= rows ? 0 : seen < len ? (int)seen : len;
+            rows_chunk512(krow, D, qt + (ptrdiff_t)i * 16 * D, j->scale, rows, valid, &m[i], &l[i],
+                          j->olat + ((t0 + i - j->b0) * H + h0) * R, R, c, D, R);
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        _Alignas(64) float lv[16];
+        _mm512_store_ps(lv, l[i]);
+        float *olat = j->olat + ((t0 + i - j->b0) * H + h0) * R;
+        for (ptrdiff_t r = 0; r < rows; r++) {
+            const __m512 inv = _mm512_set1_ps(1.0f / lv[r]);
+            for (ptrdiff_t e = 0; e < R; e += 16)
+                _mm512_storeu_ps(olat + r * R + e,
+                                 _mm512_mul_ps(_mm512_loadu_ps(olat + r * R + e), inv));
+        }
+    }
+}
+
+/* Pass 2 where the AVX-512 tiles run: a task is GROUP_TOKENS tokens' tiles of
+ * the same heads. */
+static void latent_group_task(void *ctx, int64_t task, int thread)
+{
+    const mla_job *j = ctx;
+    const int H = j->s->n_head, tiles = (H + j->rows - 1) / j->rows;
+    const int64_t t0 = j->b0 + task / tiles * GROUP_TOKENS;
+    const int nt = j->b1 - t0 < GROUP_TOKENS ? (int)(j->b1 - t0) : GROUP_TOKENS;
+    const int h0 = (int)(task % tiles) * j->rows;
+    latent_tiles_rows512(j, t0, nt, h0, H - h0 < j->rows ? H - h0 : j->rows, share_qt(j, thread));
+}
 #else
 static int avx2_tile_applies(const cpu_mla_shape *s)
 {
@@ -360,6 +438,8 @@ static void run_absorbed(cpu_threadpool *pool, mla_job *j)
     /* the block's buffers: after the threads' shares */
     j->qa = j->scratch + threads * j->scratch_floats;
     j->avx2 = avx2_tile_applies(j->s);
+    j->wide = j->avx2 && cpu_has_avx512_vnni() && j->s->kv_lora_rank % 16 == 0 &&
+              !cpu_attention_avx2_only;
     j->olat = j->qa + (int64_t)BLOCK_TOKENS * H * (j->s->kv_lora_rank + j->s->rope);
     for (j->b0 = 0; j->b0 < j->n_tokens; j->b0 = j->b1) {
         j->b1 = j->b0 + BLOCK_TOKENS < j->n_tokens ? j->b0 + BLOCK_TOKENS : j->n_tokens;
@@ -369,7 +449,14 @@ static void run_absorbed(cpu_threadpool *pool, mla_job *j)
         int64_t rows = (H * nt + threads - 1) / threads;
         j->rows = (int)(rows < 1 ? 1 : rows > TILE_ROWS ? TILE_ROWS : rows);
         cpu_threadpool_run(pool, H, q_absorb_task, j);
-        cpu_threadpool_run(pool, nt * ((H + j->rows - 1) / j->rows), latent_tile_task, j);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (j->wide && j->rows >= 12) /* (a decode step's 8-head tiles: AVX2 is as fast) */
+            cpu_threadpool_run(
+                pool, (nt + GROUP_TOKENS - 1) / GROUP_TOKENS * ((H + j->rows - 1) / j->rows),
+                latent_group_task, j);
+        else
+#endif
+            cpu_threadpool_run(pool, nt * ((H + j->rows - 1) / j->rows), latent_tile_task, j);
         cpu_threadpool_run(pool, H, v_project_task, j);
     }
 }
