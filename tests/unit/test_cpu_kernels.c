@@ -1345,6 +1345,61 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                : "avx2 only on this CPU (no avx-512): one path, nothing to compare");
 }
 
+/* A NaN score (a NaN in the cache, or an f16 key past 65504 stored as inf
+ * times a zero query element) makes every row that sees it NaN, as the
+ * reference path's, on the AVX-512 prefill tiles, the AVX2 ones and a decode
+ * step alike; the rows before it stay finite and bit-identical. (A breaker's
+ * finding: the row-per-lane max dropped the keys before a NaN and gave NaN
+ * where the AVX2 tree dropped the NaN and gave a finite row.) 300 keys: two
+ * segments. */
+static void check_nan_key(model_dtype dt, int bad, float kval)
+{
+    enum { NKV = 1, NH = 2, HD = 16, N = 300 };
+    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD];
+    static float out[4][N * NH * HD], scratch[2 * N];
+    cpu_kv_cache c;
+    assert_int_equal(cpu_kv_cache_init(&c, dt, 1, NKV, HD, 16, N / 16 + 1), DI_OK);
+    int32_t table[N / 16 + 1];
+    for (int i = 0; i < N / 16 + 1; i++) table[i] = i;
+    cpu_kv_seq sq = {table, N / 16 + 1, N / 16 + 1, N, 0};
+    for (int i = 0; i < N * NKV * HD; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < N * NH * HD; i++) q[i] = i % HD == 0 ? 0.0f : frand();
+    k[bad * NKV * HD] = kval;
+    cpu_kv_store(&c, &sq, 0, 0, N, k, v);
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    cpu_attention_avx2_only = 0;
+    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[0], scratch, N, 0);
+    cpu_attention_avx2_only = 1;
+    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[1], scratch, N, 0);
+    cpu_attention_avx2_only = 0;
+    for (int t = 0; t < N; t++)
+        cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[2] + t * NH * HD,
+                      scratch, N, 0);
+    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[3], scratch, N, 1);
+    for (int t = 0; t < N; t++)
+        for (int e = 0; e < NH * HD; e++)
+            for (int w = 0; w < 4; w++) {
+                float x = out[w][t * NH * HD + e];
+                if (t >= bad ? !isnan(x) : !isfinite(x))
+                    fail_msg("NaN key %d, cache type %d: path %d, token %d, output %d is %g", bad,
+                             (int)dt, w, t, e, (double)x);
+                if (t < bad && w < 3 && memcmp(&x, &out[0][t * NH * HD + e], sizeof x) != 0)
+                    fail_msg("NaN key %d: path %d, token %d before it differs", bad, w, t);
+            }
+    cpu_threadpool_free(pool);
+    cpu_kv_cache_free(&c);
+}
+
+static void test_attention_nan_scores(void **state)
+{
+    (void)state;
+    check_nan_key(MODEL_DTYPE_F32, 13, NAN); /* the last valid key of a chunk for token 13 */
+    check_nan_key(MODEL_DTYPE_F32, 3, NAN);
+    check_nan_key(MODEL_DTYPE_F16, 20, 1e5f); /* inf in the cache, times a zero: NaN */
+    check_nan_key(MODEL_DTYPE_F32, 270, NAN); /* in the second segment */
+}
+
 static void test_attention_f32_cache(void **state)
 {
     (void)state;
@@ -1655,6 +1710,7 @@ int main(void)
         cmocka_unit_test(test_kv_cache_init_size_overflow),
         cmocka_unit_test(test_attention_long_context_segments),
         cmocka_unit_test(test_attention_avx512_tiles_are_the_avx2_path),
+        cmocka_unit_test(test_attention_nan_scores),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),
         cmocka_unit_test(test_mla_quantized_latent_cache),

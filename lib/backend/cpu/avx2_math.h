@@ -22,13 +22,14 @@
 
 /* e^x for 8 lanes: x = n ln 2 + r with |r| <= ln2 / 2, e^r by its degree-6
  * Taylor polynomial (relative error under 2e-7 there), times 2^n built in the
- * exponent bits. Lanes below -87.3 give 0 (masked positions are -inf). */
+ * exponent bits. Lanes below -87.3 give 0 (masked positions are -inf), NaN
+ * lanes NaN. */
 AVX2 static inline __m256 exp_ps(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    x = _mm256_max_ps(lo, x); /* (x second: a NaN lane stays NaN) */
+    x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     /* r = x - n ln2, ln2 split in two so the product is exact */
@@ -151,6 +152,12 @@ AVX2 static inline float softmax_step16(const float *s, int valid, float *m, flo
     __m256 s1 = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + 8), keep1);
     float mnew = hmax8(_mm256_max_ps(s0, s1));
     if (*m > mnew) mnew = *m;
+    /* a NaN score, now or before, makes the row NaN, as the reference's: the
+     * max takes NaN whatever its place among the keys (attention_flash.c's
+     * row-per-lane step does the same) */
+    const __m256 nan =
+        _mm256_or_ps(_mm256_cmp_ps(s0, s0, _CMP_UNORD_Q), _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
+    if (_mm256_movemask_ps(nan) != 0 || isnan(*m)) mnew = NAN;
     float corr = exp1(*m - mnew);
     __m256 mv = _mm256_set1_ps(mnew);
     __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));

@@ -24,8 +24,8 @@ AVX512 static inline __m512 exp512(__m512 x)
 {
     const __m512 lo = _mm512_set1_ps(-87.3f);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.3f));
+    x = _mm512_max_ps(lo, x); /* (x second: a NaN lane stays NaN) */
+    x = _mm512_min_ps(_mm512_set1_ps(88.3f), x);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
@@ -143,12 +143,16 @@ AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d, c
     const __mmask16 act = _mm512_cmpgt_epi32_mask(vv, _mm512_setzero_si512());
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 mx = ninf;
+    __mmask16 nan = _mm512_cmp_ps_mask(*m, *m, _CMP_UNORD_Q);
     UNROLL for (int n = 0; n < ROWS512_KEYS; n++)
     {
         s[n] = _mm512_mask_mov_ps(ninf, _mm512_cmpgt_epi32_mask(vv, _mm512_set1_epi32(n)), s[n]);
         mx = _mm512_max_ps(mx, s[n]);
+        nan |= _mm512_cmp_ps_mask(s[n], s[n], _CMP_UNORD_Q);
     }
-    const __m512 mnew = _mm512_max_ps(mx, *m); /* (rows that see no key: -inf, unused) */
+    /* (rows that see no key: -inf, unused); a NaN score, now or before: NaN,
+     * as softmax_step16 */
+    const __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(mx, *m), nan, _mm512_set1_ps(NAN));
     const __m512 corr = exp512(_mm512_sub_ps(*m, mnew));
     _Alignas(64) float pt[ROWS512_KEYS * 16], cr[16];
     __m512 w[8];
