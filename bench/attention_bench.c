@@ -7,8 +7,11 @@
  *   MLA  cpu_mla_attention (absorbed) at DeepSeek-V2-Lite's (16 heads, latent
  *        512 + rope 64, one layer's f32 latents).
  * Random values (the ops' time does not depend on them): decode (one token at
- * position n - 1) and a prefill block (16 tokens at n - 16 .. n - 1), tokens/s
- * of the best of `reps` wall times.
+ * position n - 1), a prefill block (16 tokens at n - 16 .. n - 1) and a whole
+ * prompt (n tokens from position 0), tokens/s of the best of `reps` wall
+ * times; each with the AVX-512 row-per-lane tiles where the CPU has them and
+ * with the AVX2 step (cpu_attention_avx2_only), interleaved (the outputs are
+ * bit-identical), the ratio beside.
  *
  *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)] [gqa caches (f16,q8_0,q4_0)]
  * Ratios last: long / short, decode and prefill, per op. */
