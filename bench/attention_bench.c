@@ -47,6 +47,35 @@ static double mla_rate(cpu_threadpool *pool, const cpu_mla_shape *sh, const floa
     return best;
 }
 
+/* One context's best rates, [0] with the AVX-512 tiles where they run, [1]
+ * with the AVX2 step. */
+typedef struct rates {
+    double dec[2], pre[2], whole[2];
+} rates;
+
+static void record(rates *r, int w, double dec, double pre, double whole)
+{
+    r->dec[w] = dec > r->dec[w] ? dec : r->dec[w];
+    r->pre[w] = pre > r->pre[w] ? pre : r->pre[w];
+    r->whole[w] = whole > r->whole[w] ? whole : r->whole[w];
+}
+
+static void print_rates(int64_t ctx, const rates *r)
+{
+    printf("context %6lld: decode %8.1f tok/s (avx2 %8.1f: %.2fx), prefill block of 16 %8.1f "
+           "(avx2 %8.1f: %.2fx), whole prompt %8.1f (avx2 %8.1f: %.2fx)\n",
+           (long long)ctx, r->dec[0], r->dec[1], r->dec[0] / r->dec[1], r->pre[0], r->pre[1],
+           r->pre[0] / r->pre[1], r->whole[0], r->whole[1], r->whole[0] / r->whole[1]);
+}
+
+static void print_ratio(const char *op, const int64_t *ctxs, int n_ctx, const rates *r)
+{
+    const rates *a = &r[n_ctx - 1], *b = &r[0];
+    printf("%s ratio at %lld / at %lld: decode %.3f, prefill block %.3f, whole prompt %.3f\n", op,
+           (long long)ctxs[n_ctx - 1], (long long)ctxs[0], a->dec[0] / b->dec[0],
+           a->pre[0] / b->pre[0], a->whole[0] / b->whole[0]);
+}
+
 enum { GQA_LAYERS = 30, GQA_HEADS = 9, GQA_KV = 3, GQA_HD = 64, GQA_BLOCK = 16 };
 
 /* GQA: best tokens/s of n_tokens tokens ending at ctx - 1, layer after layer. */
@@ -86,33 +115,26 @@ static int gqa(cpu_threadpool *pool, int threads, const int64_t *ctxs, int n_ctx
     for (int64_t i = 0; i < max_ctx * GQA_KV * GQA_HD; i++) kv[i] = frand(&seed);
     for (int64_t i = 0; i < max_ctx * GQA_HEADS * GQA_HD; i++) q[i] = frand(&seed);
     for (int l = 0; l < GQA_LAYERS; l++) cpu_kv_store(&c, &s, l, 0, max_ctx, kv, kv);
-    /* [context][0: AVX-512 chunk step where it runs, 1: AVX2] */
-    double dec[8][2] = {{0}}, pre[8][2] = {{0}}, whole[8][2] = {{0}};
+    rates r[8];
+    memset(r, 0, sizeof r);
     printf("GQA, SmolLM2-135M shape (9 heads, 3 KV heads of 64, %s cache: %zu bytes a token, 30 "
            "layers), %d threads; the flash path's chunk step with AVX-512 (where this CPU has it) "
            "and with AVX2, interleaved (bit-identical results)\n",
            name, cpu_kv_cache_bytes_per_token(&c), threads);
     for (int i = 0; i < n_ctx; i++) {
-        for (int r = 0; r < reps; r++)
+        for (int rep = 0; rep < reps; rep++)
             for (int w = 0; w < 2; w++) {
                 cpu_attention_avx2_only = w;
-                double d = gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 1, 1);
-                double b = gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 16, 1);
-                double a = gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], ctxs[i], 1);
-                dec[i][w] = d > dec[i][w] ? d : dec[i][w];
-                pre[i][w] = b > pre[i][w] ? b : pre[i][w];
-                whole[i][w] = a > whole[i][w] ? a : whole[i][w];
+                record(&r[i], w, gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 1, 1),
+                       gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 16, 1),
+                       gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], ctxs[i], 1));
             }
         cpu_attention_avx2_only = 0;
-        printf("context %6lld: decode %8.1f tok/s (avx2 %8.1f: %.2fx), prefill block of 16 %8.1f "
-               "(avx2 %8.1f: %.2fx), whole prompt %8.1f (avx2 %8.1f: %.2fx)\n",
-               (long long)ctxs[i], dec[i][0], dec[i][1], dec[i][0] / dec[i][1], pre[i][0],
-               pre[i][1], pre[i][0] / pre[i][1], whole[i][0], whole[i][1],
-               whole[i][0] / whole[i][1]);
+        print_rates(ctxs[i], &r[i]);
     }
-    printf("GQA %s ratio at %lld / at %lld: decode %.3f, prefill block %.3f, whole prompt %.3f\n",
-           name, (long long)ctxs[n_ctx - 1], (long long)ctxs[0], dec[n_ctx - 1][0] / dec[0][0],
-           pre[n_ctx - 1][0] / pre[0][0], whole[n_ctx - 1][0] / whole[0][0]);
+    char op[32];
+    snprintf(op, sizeof op, "GQA %s", name);
+    print_ratio(op, ctxs, n_ctx, r);
     cpu_kv_cache_free(&c);
     free(table), free(kv), free(q), free(out), free(scratch);
     return 0;
@@ -159,32 +181,24 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    double dec[8][2] = {{0}}, pre[8][2] = {{0}}, whole[8][2] = {{0}};
+    rates r[8];
+    memset(r, 0, sizeof r);
     printf("MLA absorbed, DeepSeek-V2-Lite shape (16 heads, latent 512 + rope 64), %d threads; "
            "the latent tiles with AVX-512 (where this CPU has it) and with AVX2, interleaved "
            "(bit-identical results)\n",
            threads);
     for (int i = 0; i < n_ctx; i++) {
-        for (int r = 0; r < reps; r++)
+        for (int rep = 0; rep < reps; rep++)
             for (int v = 0; v < 2; v++) {
                 cpu_attention_avx2_only = v;
-                double d = mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 1, 1);
-                double b = mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 16, 1);
-                double a = mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], ctxs[i], 1);
-                dec[i][v] = d > dec[i][v] ? d : dec[i][v];
-                pre[i][v] = b > pre[i][v] ? b : pre[i][v];
-                whole[i][v] = a > whole[i][v] ? a : whole[i][v];
+                record(&r[i], v, mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 1, 1),
+                       mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 16, 1),
+                       mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], ctxs[i], 1));
             }
         cpu_attention_avx2_only = 0;
-        printf("context %6lld: decode %8.1f tok/s (avx2 %8.1f: %.2fx), prefill block of 16 %8.1f "
-               "(avx2 %8.1f: %.2fx), whole prompt %8.1f (avx2 %8.1f: %.2fx)\n",
-               (long long)ctxs[i], dec[i][0], dec[i][1], dec[i][0] / dec[i][1], pre[i][0],
-               pre[i][1], pre[i][0] / pre[i][1], whole[i][0], whole[i][1],
-               whole[i][0] / whole[i][1]);
+        print_rates(ctxs[i], &r[i]);
     }
-    printf("MLA ratio at %lld / at %lld: decode %.3f, prefill block %.3f, whole prompt %.3f\n",
-           (long long)ctxs[n_ctx - 1], (long long)ctxs[0], dec[n_ctx - 1][0] / dec[0][0],
-           pre[n_ctx - 1][0] / pre[0][0], whole[n_ctx - 1][0] / whole[0][0]);
+    print_ratio("MLA", ctxs, n_ctx, r);
     cpu_threadpool_free(pool);
     free(w), free(q), free(kv), free(out), free(scratch);
     return 0;
