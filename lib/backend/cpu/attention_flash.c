@@ -585,7 +585,8 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         cpu_threadpool_run(pool, (j.n_tiles + GROUP_TILES - 1) / GROUP_TILES * c->n_head_kv,
                            flash_group_task, &j);
         free(j.ws);
-    } else { /* (without memory for the parts: the same folds in one pass) */
+    } else { /* (the AVX2 step, or without memory for the parts or the tiles'
+              * workspace: the same folds in one pass) */
         cpu_threadpool_run(pool, tasks, flash_task, &j);
     }
     free(qr);

@@ -1,7 +1,9 @@
 /* Multi-head Latent Attention, absorbed and naive (attention_mla.h). Plain
- * loops the compiler vectorises. The absorbed forms' softmax is online (in
- * tiles, below); the naive reference's is cpu_softmax's (max-subtracted, sum
- * in double). */
+ * loops the compiler vectorises, an AVX2 latent tile, and where AVX-512 runs
+ * prefill tiles with a head in each lane (avx512_rows.h; the AVX2 tile's
+ * results bit for bit). The absorbed forms' softmax is online (in tiles,
+ * below); the naive reference's is cpu_softmax's (max-subtracted, sum in
+ * double). */
 #include "backend/cpu/attention_mla.h"
 
 #include <math.h>

@@ -112,11 +112,12 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
     }
 }
 
-/* One chunk of 16 keys for up to 16 rows: krow[i] key i's d values (finite;
- * zeros past the keys), qt [d][16] the rows' queries transposed (zero past
- * `rows`), valid[r] the keys row r sees (the chunk's first valid[r]; 0: its
- * state stays), *m and *l the rows' running max and sum (lanes); then row r's
- * output at o + r ostride += ... over v's rows (ld floats apart, hd dims). */
+/* One chunk of 16 keys for up to 16 rows: krow[i] key i's d values (d a
+ * multiple of 8; finite, zeros past the keys), qt [d][16] the rows' queries
+ * transposed (zero past `rows`), valid[r] the keys row r sees (the chunk's
+ * first valid[r]; 0: its state stays), *m and *l the rows' running max and
+ * sum (a lane a row); row r's unnormalized output O (hd dims at
+ * o + r ostride) becomes O e^(m - m') + P V over v's rows (ld floats apart). */
 AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d, const float *qt,
                                         float scale, int rows, const int *valid, __m512 *m,
                                         __m512 *l, float *o, ptrdiff_t ostride, const float *v,
