@@ -262,6 +262,22 @@ AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, in
     }
 }
 
+/* Keys [p0, p0 + len) of KV heads from g (ld / head_dim of them, side by side
+ * in a cache row) as f32 rows ld floats apart: K into kr, V into v; K's rows
+ * past len zero (finite, then masked; V's are never read). */
+AVX2 static void stage_chunk(const flash_job *j, int g, int64_t p0, int len, ptrdiff_t ld,
+                             float *kr, float *v)
+{
+    const cpu_kv_cache *c = j->c;
+    const char *krow[CHUNK], *vrow[CHUNK];
+    chunk_rows(c, j->s, j->layer, g, p0, len, krow, vrow);
+    for (int i = 0; i < len; i++) {
+        load_kv_row(c->dtype, krow[i], ld, kr + i * ld);
+        load_kv_row(c->dtype, vrow[i], ld, v + i * ld);
+    }
+    if (len < CHUNK) memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
+}
+
 _Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
 
 /* A chunk for one head's tile with a row in each AVX-512 lane
@@ -314,14 +330,7 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
     }
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
-        const char *krow[CHUNK], *vrow[CHUNK];
-        chunk_rows(c, j->s, j->layer, g, p0, len, krow, vrow);
-        for (int i = 0; i < len; i++) {
-            load_kv_row(c->dtype, krow[i], hd, kr + i * hd);
-            load_kv_row(c->dtype, vrow[i], hd, v + i * hd);
-        }
-        if (len < CHUNK) /* unused rows: finite, then masked */
-            memset(kr + len * hd, 0, (size_t)((CHUNK - len) * hd) * sizeof *kr);
+        stage_chunk(j, g, p0, len, hd, kr, v);
         for (int i = 0; i < nt; i++) {
             rows_tile *t = &tiles[i];
             _Alignas(64) int valid[16];
@@ -368,14 +377,7 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
         for (int s0 = g0; s0 < g1; s0 += per_stage) {
             const int n = g1 - s0 < per_stage ? g1 - s0 : per_stage;
             const ptrdiff_t ld = n * hd; /* the staged heads' values, a row */
-            const char *krow[CHUNK], *vrow[CHUNK];
-            chunk_rows(c, j->s, j->layer, s0, p0, len, krow, vrow);
-            for (int i = 0; i < len; i++) {
-                load_kv_row(c->dtype, krow[i], ld, kr + i * ld);
-                load_kv_row(c->dtype, vrow[i], ld, v + i * ld);
-            }
-            if (len < CHUNK) /* unused rows: finite, then masked */
-                memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
+            stage_chunk(j, s0, p0, len, ld, kr, v);
             for (int g = s0; g < s0 + n; g++)
                 flash_chunk(j, g, t0, rows, p0, len, kr + (g - s0) * hd, v + (g - s0) * hd, ld,
                             st + (g - g0) * st_head);
