@@ -18,7 +18,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=$(nproc)
 steps=0
-step() { steps=$((steps + 1)); printf '\n== %s\n' "$*"; }
+# Each step's header says how far into the run it starts (the 50-minute budget).
+step() { steps=$((steps + 1)); printf '\n== %s (at %d min %02d s)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 # oracle NAME CMD...: run an oracle with its stdout and stderr kept in
 # build/oracle-logs/NAME.log, printing only its ok:/FAIL: lines. When it fails,
 # by its own verdict or by a crash, the step fails aloud: the log's tail, the
@@ -249,4 +250,4 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
 fi
 
 # Reached only when every step passed (set -e stops at the first failure).
-printf '\nsteps: %d passed, 0 failed\n' "$steps"
+printf '\nsteps: %d passed, 0 failed, in %d min %02d s\n' "$steps" $((SECONDS / 60)) $((SECONDS % 60))

@@ -65,7 +65,7 @@ struct di_engine {
     int32_t encoding;
     /* Why there is no codec when the model declared an encoding its tokenizer
      * cannot render (protocol requests fail with it); "" otherwise. */
-    char no_codec_why[192];
+    char no_codec_why[320];
     sched *sched;
     int32_t n_vocab;
     int64_t n_ctx;
