@@ -210,6 +210,9 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # (PyPI sdists, read not installed), then its fixtures reproduced
   oracle model-dsv41-ops "$model_python" tests/oracle/check_dsv41_ops.py
   oracle model-dsv41 "$model_python" tests/oracle/make_dsv41_fixtures.py --check
+  # Engram's metadata (compressed vocabulary, primes, NumPy's multipliers, the hash)
+  # from DeepInfer's engram_metadata.py and tile-kernels' engram_hash_ref
+  oracle model-engram "$model_python" tests/oracle/make_engram_fixtures.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
   # (not an MTP GGUF: no model of its own, refused as one: tests/cli/test_cli_model.sh)
   folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)

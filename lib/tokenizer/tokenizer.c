@@ -244,7 +244,7 @@ static int cp_at(const uint8_t *s, size_t n, size_t i, utf8proc_int32_t *cp)
     return r > 0 ? (int)r : 1;
 }
 
-static int is_white_space(utf8proc_int32_t cp)
+int tok_is_white_space(int32_t cp)
 {
     /* Rust's char::is_whitespace: the White_Space property. */
     return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
@@ -353,7 +353,7 @@ static int split_on_added(const di_tokenizer_impl *tok, const uint8_t *s, size_t
                 size_t k = j;
                 while (k > 0 && (s[k - 1] & 0xC0) == 0x80) k--;
                 if (k > 0) k--;
-                if (!is_white_space(cp_before(s, j))) break;
+                if (!tok_is_white_space(cp_before(s, j))) break;
                 j = k;
             }
             start = j;
@@ -362,7 +362,7 @@ static int split_on_added(const di_tokenizer_impl *tok, const uint8_t *s, size_t
             while (stop < n) {
                 utf8proc_int32_t cp;
                 int w = cp_at(s, n, stop, &cp);
-                if (!is_white_space(cp)) break;
+                if (!tok_is_white_space(cp)) break;
                 stop += (size_t)w;
             }
             i = stop;

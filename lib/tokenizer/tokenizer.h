@@ -145,6 +145,24 @@ di_status tok_encode(const di_tokenizer_impl *tok, const uint8_t *text, size_t l
 di_status tok_token_bytes(const di_tokenizer_impl *tok, int32_t id, const uint8_t **bytes,
                           size_t *len, tok_error *err);
 
+/* Rust's char::is_whitespace (the White_Space property), as HF's Strip and
+ * whitespace splits test a code point (tokenizer.c). */
+int tok_is_white_space(int32_t cp);
+
+/* DeepSeek-V4.1 Engram's compressed vocabulary (compressed_vocab.c), as DeepInfer
+ * 0.1.0's CompressedVocabulary builds it from tokenizer.json
+ * (model_executor/models/v4_modules/engram_metadata.py): each token is decoded
+ * alone (special tokens kept, ill-formed UTF-8 as U+FFFD) and keyed by its text
+ * through HF's normalizers NFKC, NFD, StripAccents, Lowercase, runs of
+ * [ \t\r\n] replaced by one space, Strip (a lone space kept) — the text itself
+ * when that leaves nothing, the token's vocabulary spelling when the text holds
+ * U+FFFD; tokens with one key share a compressed ID, numbered by first
+ * appearance. *old2new: [vocab size] compressed IDs (malloc'd, the caller frees
+ * it); *n_keys: how many there are. Errors: DI_ERR_OUT_OF_MEMORY,
+ * DI_ERR_INTERNAL when utf8proc refuses a token's text (named). Thread-safe. */
+di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, int32_t *n_keys,
+                               tok_error *err);
+
 /* --- byte-level alphabet (byte_level.c) --- */
 /* Decode a byte-level token string (GPT-2's bytes_to_unicode alphabet) into raw
  * bytes. Returns the byte count, or -1 when a character is outside the alphabet
