@@ -17,6 +17,7 @@
 
 #include "util/error.h"
 #include "api/engine_internal.h"
+#include "api/engram_vocab.h"
 #include "api/event.h"
 #include "util/struct_size.h"
 #include "util/utf8.h"
@@ -543,6 +544,13 @@ static di_status load_draft_model(di_engine *e, const di_engine_config *c, const
         di_error_free(lerr);
         return st;
     }
+    /* (a draft with Engram reads the model's tokenizer, which it must share) */
+    if ((st = api_engram_vocab(dm, e->tok, c->draft_model_path, &lerr)) != DI_OK) {
+        model_free(dm);
+        st = di_error_setf(err, st, "draft_model_path: %s", di_error_message(lerr));
+        di_error_free(lerr);
+        return st;
+    }
     int32_t dv = (int32_t)model_get_config(dm)->n_vocab;
     if (dv != e->n_vocab) {
         model_free(dm);
@@ -742,6 +750,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     }
     st = tok_path ? di_tokenizer_load(tok_path, &e->tok, err) : DI_OK;
     free(dir_json);
+    if (st == DI_OK) st = api_engram_vocab(e->m, e->tok, c.model_path, err);
     if (st != DI_OK) {
         free(chat_template);
         goto fail;

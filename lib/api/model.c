@@ -7,6 +7,7 @@
 #include "util/error.h"
 #include "util/struct_size.h"
 #include "model/model.h"
+#include "api/engram_vocab.h"
 
 _Static_assert(sizeof(di_model_options) == DI_STRUCT_SIZE_UNTIL(di_model_options, reserved),
                "di_model_options has no trailing padding");
@@ -75,6 +76,7 @@ DI_API di_status di_model_load(const char *path, const di_model_options *opts, d
     di_model *h = calloc(1, sizeof *h);
     if (!h) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     st = model_load(path, &mo, &h->m, err);
+    if (st == DI_OK && (st = api_engram_vocab(h->m, NULL, path, err)) != DI_OK) model_free(h->m);
     if (st != DI_OK) {
         free(h);
         return st;

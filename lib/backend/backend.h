@@ -210,6 +210,14 @@ typedef struct backend_ops {
      * for x, out f32 [n, hc, n_embd] (out != x), y [n, n_embd]. */
     void (*hc_post)(backend *be, const float *x, const float *y, const float *post,
                     const float *comb, int hc, int64_t n_embd, int64_t n, float *out);
+    /* DeepSeek-V4.1's Engram gate (tile-kernels engram_gate_ref), in place on
+     * the streams x f32 [n, hc, n_embd] with kv f32 [n, hc + 1, n_embd] (a key
+     * per stream, then the value) and norm weights wh, we [hc, n_embd]:
+     * x[t, j] += sigmoid(signed_sqrt(d)) kv[t, hc] where d = <x[t, j] wh[j],
+     * kv[t, j] we[j]> rstd(x[t, j]) rstd(kv[t, j]) / sqrt(n_embd), rstd(v) =
+     * 1 / sqrt(mean(v^2) + eps), signed_sqrt(d) = sign(d) sqrt(max(|d|, 1e-6)). */
+    void (*engram_gate)(backend *be, float *x, const float *kv, const float *wh, const float *we,
+                        int hc, int64_t n_embd, int64_t n, float eps);
     /* A compressor's entries e0 .. e0 + n - 1 (DeepSeek-V4 §2.3): entry e pools
      * the projections of tokens [e rate, (e + 1) rate) held in the rings kv and
      * gate (token p at row p % ring, row_stride floats apart): out[e, c] =

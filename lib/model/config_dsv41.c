@@ -12,11 +12,60 @@
 #include <string.h>
 
 #include "model/config_json.h"
+#include "model/engram.h"
 #include "model/weights_internal.h"
 
 static di_status unsupported(cfg_ctx *c, const char *field, const char *why)
 {
     return di_error_setf(c->err, DI_ERR_UNSUPPORTED, "%s: %s: %s", c->file, field, why);
+}
+
+/* Engram's fields (text_config, as DeepInfer's hugging_face/config.py
+ * _build_engram reads them): engram_layer_ids absent, null or empty: none. */
+static di_status engram_config(cfg_ctx *c, model_config *m)
+{
+    model_config_v4 *v = &m->v4;
+    json_t *ids = json_object_get(c->root, "engram_layer_ids");
+    if (!ids || json_is_null(ids) || (json_is_array(ids) && !json_array_size(ids))) return DI_OK;
+    if (!json_is_array(ids) || json_array_size(ids) > m->n_layer)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: engram_layer_ids is not a list of at most %u layer numbers",
+                             c->file, m->n_layer);
+    for (size_t k = 0; k < json_array_size(ids); k++) {
+        json_t *e = json_array_get(ids, k);
+        json_int_t l = json_is_integer(e) ? json_integer_value(e) : -1;
+        if (l < 0 || l >= (json_int_t)m->n_layer || (k && l <= v->engram_layer[k - 1]))
+            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                                 "%s: engram_layer_ids[%zu] is not a layer number below %u, "
+                                 "after the one before it",
+                                 c->file, k, m->n_layer);
+        v->engram_layer[k] = (uint8_t)l;
+    }
+    v->n_engram = (uint32_t)json_array_size(ids);
+    v->engram_pad = 2; /* DeepInfer's DEEPINFER_ENGRAM_PAD_TOKEN default */
+    di_status st;
+    if ((st = cfg_need_uint(c, "engram_max_ngram_size", &v->engram_max_ngram)) != DI_OK ||
+        (st = cfg_need_uint(c, "engram_n_heads", &v->engram_heads)) != DI_OK ||
+        (st = cfg_need_uint(c, "engram_head_dim", &v->engram_head_dim)) != DI_OK ||
+        (st = cfg_need_uint(c, "engram_vocab_size", &v->engram_table_vocab)) != DI_OK ||
+        (st = cfg_need_uint(c, "engram_compressed_vocab_size", &v->engram_compressed_vocab)) !=
+            DI_OK ||
+        (st = cfg_opt_uint(c, c->root, "engram_pad_token_id", &v->engram_pad)) != DI_OK)
+        return st;
+    if (v->engram_max_ngram < 2 || v->engram_max_ngram > ENGRAM_MAX_NGRAM)
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: engram_max_ngram_size %u is outside [2, %d]", c->file,
+                             v->engram_max_ngram, ENGRAM_MAX_NGRAM);
+    if (v->engram_heads > 1024 || v->engram_head_dim > 65536 || v->engram_table_vocab < 2)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: engram_n_heads (%u), engram_head_dim (%u) or engram_vocab_size "
+                             "(%u) is out of range",
+                             c->file, v->engram_heads, v->engram_head_dim, v->engram_table_vocab);
+    if (v->engram_pad >= m->n_vocab)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: engram_pad_token_id %u is outside the vocabulary (%u)", c->file,
+                             v->engram_pad, m->n_vocab);
+    return DI_OK;
 }
 
 /* A *_source_layer_ids list (absent or null: every compressed layer is its own
@@ -140,9 +189,7 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
         return unsupported(c, "norm_topk_prob", "false is not V4.1's (its routers renormalise)");
     if (json_is_false(json_object_get(c->root, "hc_shifted")))
         return unsupported(c, "hc_shifted", "false (unshifted mHC with an HC head) is not run");
-    json_t *engram = json_object_get(c->root, "engram_layer_ids");
-    if (engram && !json_is_null(engram) && !(json_is_array(engram) && !json_array_size(engram)))
-        return unsupported(c, "engram_layer_ids", "Engram is not run yet (docs/deepseek-v41.md)");
+    if ((st = engram_config(c, m)) != DI_OK) return st;
     json_t *cand = json_object_get(c->root, "candidate_source_layer_id");
     if (cand && !json_is_null(cand))
         return unsupported(c, "candidate_source_layer_id",

@@ -370,7 +370,8 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     }
 #undef MAT
 #undef VEC
-    return load_experts(d, i, L, views, err);
+    if ((st = load_experts(d, i, L, views, err)) != DI_OK) return st;
+    return dsv4_engram_load_layer(d, i, L, err);
 }
 
 di_status dsv4_load(const model_weights *w, const model_options *opt, backend *be, dsv4 **out,
@@ -434,6 +435,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
     }
+    if ((st = dsv4_engram_init(d, err)) != DI_OK) goto fail;
     for (uint32_t i = 0; i < c->n_layer; i++) {
         if ((st = dsv4_load_layer(d, i, err)) != DI_OK) goto fail;
         if (d->opt.progress &&
@@ -558,6 +560,9 @@ dsv4_cache *dsv4_cache_create(dsv4 *d, uint32_t first, uint32_t n)
     }
     k->first = first;
     d->made[d->n_made++] = k;
+    if (first == 0 && c->v4.n_engram &&
+        !(k->engram_ids = calloc((size_t)d->engram_ring, sizeof *k->engram_ids)))
+        return NULL;
     for (uint32_t i = first; i < first + n; i++) {
         const v4_layer *L = &d->layers[i];
         v4_layer_cache *lc = &k->layers[i - first];
@@ -677,6 +682,7 @@ void dsv4_free(dsv4 *d)
     dsv4_seq_release(d, &d->seq);
     kv_pool_free(&d->pool);
     for (size_t i = 0; i < d->n_made; i++) {
+        free(d->made[i]->engram_ids);
         free(d->made[i]->layers);
         free(d->made[i]);
     }
@@ -698,6 +704,7 @@ void dsv4_free(dsv4 *d)
     free(d->index_sel);
     free(d->sel);
     free(d->sel_w);
+    dsv4_engram_free(d);
     free(d);
 }
 
@@ -1044,6 +1051,7 @@ void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *b
     backend *be = d->be;
     const backend_ops *op = be->ops;
     const int64_t E = c->n_embd, hcE = d->hc * E;
+    if (!tokens && d->layers[l].engram_slot >= 0) dsv4_engram_apply(d, &d->layers[l], n);
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &fn, NULL, d->xn, n, &d->mix);
     if (c->v4.v41) { /* shifted: the previous block's pre mix; this one's kept for the next */
@@ -1092,6 +1100,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
     }
     for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
     d->hc_first = 1;
+    if (c->v4.n_engram) dsv4_engram_rows(d, items, n_items);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const v4_layer *L = &d->layers[l];
         dsv4_hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n,

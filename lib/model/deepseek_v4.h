@@ -63,6 +63,17 @@ void dsv4_forward_batch(dsv4 *d, const model_batch_item *items, int n_items, int
  * output streams), the last step's streams [n_rows, width] (NULL without
  * MTP), and the pool counting the MTP sequences' pairs (NULL without). */
 int dsv4_mtp_layers(const dsv4 *d);
+/* DeepSeek-V4.1's Engram reads the tokenizer's compressed vocabulary
+ * (tokenizer.h: tok_compressed_vocab), which the caller hands over after the
+ * load: dsv4_engram_needs_vocab says whether it still must (a forward before it
+ * is refused); dsv4_engram_set_vocab copies old2new [n_tokens] (raw token ID ->
+ * compressed ID) of n_keys compressed IDs. Errors: DI_ERR_MODEL_FORMAT (n_keys
+ * is not the config's engram_compressed_vocab_size, or the table lacks
+ * engram_pad_token_id), DI_ERR_OUT_OF_MEMORY. A model without Engram: DI_OK,
+ * nothing kept. */
+int dsv4_engram_needs_vocab(const dsv4 *d);
+di_status dsv4_engram_set_vocab(dsv4 *d, const int32_t *old2new, int32_t n_tokens, int32_t n_keys,
+                                di_error **err);
 int64_t dsv4_mtp_hidden_width(const dsv4 *d);
 const float *dsv4_last_hidden(const dsv4 *d, int64_t *n_rows);
 kv_pool *dsv4_mtp_pool(dsv4 *d);

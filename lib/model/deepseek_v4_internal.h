@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/deepseek_v4.h"
+#include "model/engram.h"
 #include "model/kv_pool.h"
 #include "model/model_internal.h"
 
@@ -46,6 +47,10 @@ struct dsv4_cache {
      * row is still in its ring when at most n_batch positions past it were
      * written (dsv4_seq_truncate). */
     int64_t n_written;
+    /* DeepSeek-V4.1's Engram: the compressed IDs of the sequence's tokens,
+     * position p at engram_ids[p % dsv4.engram_ring] (NULL without Engram or in
+     * an MTP layer's cache) */
+    int32_t *engram_ids;
     struct dsv4_cache *next_free;
 };
 
@@ -72,6 +77,13 @@ typedef struct v4_layer {
     const float *exp_probs_b;
     int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
     const backend_moe *experts;
+    /* Engram before the attention block (DeepSeek-V4.1): its slot in the
+     * model's engram layout (-1: none), the norm weights [hc, n_embd], the
+     * stacked n-gram tables [rows, engram_head_dim] and the projection
+     * [(hc + 1) n_embd, n_tables engram_head_dim] */
+    int engram_slot;
+    const float *engram_q, *engram_k;
+    const backend_matrix *engram_embed, *engram_wkv;
 } v4_layer;
 
 /* The rows of one sequence in a step: its cache, first position and count. */
@@ -126,6 +138,17 @@ struct dsv4 {
     const float *mtp_enorm, *mtp_hnorm, *mtp_norm, *mtp_head_base, *mtp_head_scale;
     float *last_hidden; /* [n_batch, hc, n_embd]: the last step's streams after the layers */
     int64_t n_last;
+    /* Engram (deepseek_v4_engram.c): the tables' layout (from the config), the
+     * tokenizer's compressed vocabulary (engram_lookup [engram_n_lookup] raw ID
+     * -> compressed; NULL until dsv4_engram_set_vocab), the pad's compressed ID,
+     * the caches' ID rings' length, the step's rows host [n_engram][n_batch]
+     * [n_tables], and the gathered rows and their projection (backend) */
+    engram_layout engram;
+    int32_t *engram_lookup;
+    int32_t engram_n_lookup, engram_pad_id;
+    int64_t engram_ring;
+    int32_t *engram_rows;
+    float *engram_emb, *engram_kv;
     kv_pool mtp_pool;
     model_seq mtp_seq;    /* the sequence of dsv4_mtp_forward */
     dsv4_cache *mtp_free; /* MTP caches of ended sequences */
@@ -161,6 +184,18 @@ void dsv4_seq_advance(model_seq *s, int64_t n);
 /* Keep a cache's sequence s at its first n_tokens in pool: a cut deeper than
  * n_batch below the most it reached drops it all (the rings' rows are gone). */
 void dsv4_cache_truncate(dsv4 *d, kv_pool *pool, model_seq *s, int64_t n_tokens);
+
+/* Engram (deepseek_v4_engram.c): the layout and buffers from the config
+ * (dsv4_engram_init, after the layers; nothing without Engram), layer i's
+ * weights (dsv4_engram_load_layer), the rows of a step's tokens
+ * (dsv4_engram_rows: writes each item's compressed IDs into its cache's ring
+ * first), and the gate on d->x before layer l's attention block
+ * (dsv4_engram_apply). */
+di_status dsv4_engram_init(dsv4 *d, di_error **err);
+di_status dsv4_engram_load_layer(dsv4 *d, uint32_t i, v4_layer *L, di_error **err);
+void dsv4_engram_rows(dsv4 *d, const model_batch_item *items, int n_items);
+void dsv4_engram_apply(dsv4 *d, const v4_layer *L, int64_t n);
+void dsv4_engram_free(dsv4 *d);
 
 /* The MTP layer (deepseek_v4_mtp.c): its weights and buffers when the
  * checkpoint has them (has_mtp stays 0 otherwise), and their release. */

@@ -249,7 +249,7 @@ di_status engram_layout_init(engram_layout *out, int n_layers, const int32_t *la
     return DI_OK;
 }
 
-void engram_hash(const engram_layout *l, int slot, const int32_t *ids, int64_t *rows)
+void engram_hash(const engram_layout *l, int slot, const int32_t *ids, int32_t *rows)
 {
     const int64_t *mult = l->multiplier + (size_t)slot * (size_t)l->max_ngram;
     const int64_t *p = l->rows + (size_t)slot * (size_t)l->n_tables;
@@ -259,6 +259,7 @@ void engram_hash(const engram_layout *l, int slot, const int32_t *ids, int64_t *
     uint64_t h = (uint64_t)ids[0] * (uint64_t)mult[0];
     for (int n = 1, t = 0; n < l->max_ngram; n++) {
         h ^= (uint64_t)ids[n] * (uint64_t)mult[n];
-        for (int j = 0; j < l->n_heads; j++, t++) rows[t] = (int64_t)(h % (uint64_t)p[t]) + off[t];
+        for (int j = 0; j < l->n_heads; j++, t++)
+            rows[t] = (int32_t)((int64_t)(h % (uint64_t)p[t]) + off[t]);
     }
 }

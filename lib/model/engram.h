@@ -69,8 +69,9 @@ void engram_layout_free(engram_layout *l);
 
 /* The rows a token reads in layer slot `slot` (0 .. n_layers - 1):
  * ids[r] is the compressed ID r tokens back (ids[0] the token's own), for r in
- * [0, max_ngram); rows: [n_tables] row numbers in the layer's stacked tables,
- * n-gram size 2's heads first. IDs must be >= 0. Thread-safe. */
-void engram_hash(const engram_layout *l, int slot, const int32_t *ids, int64_t *rows);
+ * [0, max_ngram), each in [0, the vocabulary engram_layout_init was given);
+ * rows: [n_tables] row numbers in the layer's stacked tables (below its
+ * total_rows, so below 2^31), n-gram size 2's heads first. Thread-safe. */
+void engram_hash(const engram_layout *l, int slot, const int32_t *ids, int32_t *rows);
 
 #endif

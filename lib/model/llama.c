@@ -261,6 +261,27 @@ int model_mtp_layers(const model *m)
     if (m->v4) return dsv4_mtp_layers(m->v4);
     return m->ds ? dsv3_mtp_layers(m->ds) : 0;
 }
+int model_engram_needs_vocab(const model *m)
+{
+    return m && m->v4 && dsv4_engram_needs_vocab(m->v4);
+}
+
+di_status model_set_engram_vocab(model *m, const int32_t *old2new, int32_t n_tokens, int32_t n_keys,
+                                 di_error **err)
+{
+    if (!m || !old2new)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_set_engram_vocab: NULL");
+    return m->v4 ? dsv4_engram_set_vocab(m->v4, old2new, n_tokens, n_keys, err) : DI_OK;
+}
+
+/* A forward before Engram's vocabulary was handed over. */
+static di_status engram_unready(di_error **err)
+{
+    return di_error_setf(err, DI_ERR_INVALID_STATE,
+                         "the model's Engram layers need the tokenizer's compressed vocabulary, "
+                         "which was not given (a model folder needs its tokenizer.json)");
+}
+
 int model_file_is_mtp(const char *path)
 {
     /* the GGUF's header and tensor table only (no weights read: a draft model
@@ -661,6 +682,7 @@ di_status model_forward_batch(model *m, const model_batch_item *items, int n_ite
 {
     if (!m || !items || n_items <= 0)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward_batch: no items");
+    if (model_engram_needs_vocab(m)) return engram_unready(err);
     int64_t total = 0;
     for (int i = 0; i < n_items; i++) {
         const model_batch_item *it = &items[i];
@@ -719,6 +741,7 @@ di_status model_forward(model *m, const int32_t *tokens, int64_t n_tokens, float
     if (!m || (!tokens && n_tokens > 0))
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_forward: NULL argument");
     if (n_tokens <= 0) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "no tokens to run");
+    if (model_engram_needs_vocab(m)) return engram_unready(err);
     for (int64_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.n_vocab)
             return di_error_setf(

@@ -99,6 +99,12 @@ size_t model_kv_bytes_per_token(const model *m);
  * module. model_mtp_forward: DI_ERR_UNSUPPORTED for a model without MTP; it
  * checks token ids as model_forward does. */
 int model_mtp_layers(const model *m);
+/* DeepSeek-V4.1's Engram (deepseek_v4.h: dsv4_engram_set_vocab): whether the
+ * model still needs the tokenizer's compressed vocabulary before a forward
+ * (0 for every other model), and handing it over. */
+int model_engram_needs_vocab(const model *m);
+di_status model_set_engram_vocab(model *m, const int32_t *old2new, int32_t n_tokens, int32_t n_keys,
+                                 di_error **err);
 /* llama.cpp's MTP GGUF of a DeepSeek-V4 model (convert_hf_to_gguf.py --mtp:
  * the NextN layer alone, a draft file beside the model's GGUF).
  * model_file_is_mtp: whether path is one (0 for anything else, unreadable

@@ -89,6 +89,15 @@ typedef struct model_config_v4 {
         index_k_src[MODEL_V4_MAX_LAYERS];
     uint32_t n_prefill_layer;
     uint32_t fp8_block;
+    /* Engram (V4.1; model/engram.h): the layers it runs before (engram_layer[k]
+     * for k < n_engram, ascending as the config lists them), n-grams of 2 ..
+     * engram_max_ngram tokens, engram_heads tables a size of engram_table_vocab
+     * rows (before the primes), rows of engram_head_dim values; the compressed
+     * vocabulary's size the config declares and the raw pad token ID. */
+    uint32_t n_engram;
+    uint8_t engram_layer[MODEL_V4_MAX_LAYERS];
+    uint32_t engram_max_ngram, engram_heads, engram_head_dim, engram_table_vocab;
+    uint32_t engram_compressed_vocab, engram_pad;
 } model_config_v4;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —

@@ -298,6 +298,25 @@ def check_sink_attention():
            ref.sink_attention(q, keys, sink, d ** -0.5), want, 1e-5)
 
 
+def check_engram():
+    """The reference's Engram gate against tile-kernels' engram_gate_ref (bf16 inputs
+    and output there: the tolerance is bf16's rounding of outputs near 4); a dot of
+    exactly 0 gives the gate 1/2 in both."""
+    tk = functions(fetch("tile-kernels") / "tile_kernels" / "torch" / "engram.py",
+                   ["engram_gate_ref"])
+    g = torch.Generator().manual_seed(9)
+    T, m, h = 6, 4, 64
+    x = torch.randn(T, m, h, generator=g).bfloat16()
+    kv = torch.randn(T, m + 1, h, generator=g).bfloat16()
+    kv[0, :m] = 0  # dot 0: sign 0, gate sigmoid(0)
+    wh = (1 + 0.1 * torch.randn(m, h, generator=g)).bfloat16()
+    we = (1 + 0.1 * torch.randn(m, h, generator=g)).bfloat16()
+    want = tk["engram_gate_ref"](x, kv, wh, we, 1e-6, 1e-6)
+    got = ref.engram_gate(x.float(), kv[:, :m].float(), kv[:, m].float(), wh.float(), we.float(),
+                          1e-6)
+    report("engram gate vs engram_gate_ref", got.bfloat16().float(), want.float(), 3.2e-2)
+
+
 def check_model(folder):
     """The fixtures' first checkpoint (make_dsv41_fixtures.py): finite, causal (a
     prefix alone gives the prefix's logits), the indexer on the index sources only,
@@ -316,11 +335,13 @@ def check_model(folder):
     report("the indexer ran on the index source layers (1, 3, 4)",
            torch.tensor(layers).float(), torch.tensor([1.0, 3.0, 4.0]), 0)
     hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
-    for field, value in (("engram_layer_ids", [1]), ("candidate_source_layer_id", 1),
+    for field, value in (("engram_max_ngram_size", None), ("candidate_source_layer_id", 1),
                          ("compress_ratios", [0, 4, 2, 1, 1]), ("scoring_func", "sigmoid"),
                          ("index_source_layer_ids", [1, 2, 4])):
         bad = json.loads(json.dumps(hf))
         bad["text_config"][field] = value
+        if field == "engram_max_ngram_size":
+            bad["text_config"]["engram_layer_ids"] = [1]
         try:
             ref.V41Config(bad)
             FAILED.append(f"{field}: {value} was not refused")
@@ -354,6 +375,7 @@ def main(argv):
     check_visibility(di)
     check_indexer(gemm)
     check_sink_attention()
+    check_engram()
     with tempfile.TemporaryDirectory() as tmp:
         check_model(keep or tmp)
     if FAILED:

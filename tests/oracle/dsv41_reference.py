@@ -15,8 +15,11 @@ indexer whose keys KProject makes from the compressor's pre-RoPE output, cross-l
 sharing of the compressed KV, the indexer keys and the top-k (the config's *_source_layer_ids),
 YOCO (the KV sources after n_prefill_layer project from the first consumer's normed
 hidden), the grouped output projection, sqrtsoftplus MoE with a shared expert and the
-SwiGLU clamp. Not yet: Engram and the candidate-block top-k (a config asking for
-either is refused, naming the field); the DSpark head (mtp.N.*, the compress_ratios
+SwiGLU clamp, and Engram (hashed n-gram embeddings over the tokenizer's compressed
+vocabulary, gated into the residual streams before an attention sub-layer: DeepInfer's
+engram_metadata.py and tile-kernels' engram_hash_ref run as they are, the gate is
+engram_gate_ref's in float32). Not yet: the candidate-block top-k (a config asking for
+it is refused, naming the field); the DSpark head (mtp.N.*, the compress_ratios
 entries after the main layers) and images (vision_config) are not run: the text
 model's logits do not depend on them.
 
@@ -142,8 +145,19 @@ class V41Config:
         self.hc_post_mult = 2.0
         if not t.get("hc_shifted", True):
             raise Unsupported("hc_shifted: false (the HC head of unshifted mHC)")
-        if t.get("engram_layer_ids"):
-            raise Unsupported("engram_layer_ids: Engram is not in this reference yet")
+        self.engram_layers = list(t.get("engram_layer_ids") or [])
+        if self.engram_layers:
+            for key in ("engram_max_ngram_size", "engram_vocab_size", "engram_n_heads",
+                        "engram_head_dim", "engram_compressed_vocab_size"):
+                if not isinstance(t.get(key), int) or t[key] < 1:
+                    raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+            self.engram_max_ngram = t["engram_max_ngram_size"]
+            self.engram_table_vocab = t["engram_vocab_size"]
+            self.engram_heads = t["engram_n_heads"]
+            self.engram_head_dim = t["engram_head_dim"]
+            self.engram_compressed = t["engram_compressed_vocab_size"]
+            self.engram_pad = t.get("engram_pad_token_id", 2)
+            self.engram_tables = (self.engram_max_ngram - 1) * self.engram_heads
         if t.get("candidate_source_layer_id") is not None:
             raise Unsupported("candidate_source_layer_id: the candidate-block top-k is not in "
                               "this reference yet")
@@ -293,6 +307,18 @@ def hc_post(x, residual, post, comb):
     return x[:, None, :] * post[:, :, None] + torch.einsum("tij,tih->tjh", comb, residual)
 
 
+def engram_gate(x, k, v, wh, we, eps, clamp=1e-6):
+    """Engram's gate on the streams x [T, m, h] with keys k [T, m, h], value v [T, h]
+    and norm weights wh, we [m, h]: x + sigmoid(signed sqrt(<RMSNorm(x) wh, RMSNorm(k) we>
+    / sqrt(h))) v (tile-kernels engram_gate_ref, in float32, the clamp 1e-6 of
+    EngramEmbedding's clamp_value)."""
+    rstd_x = torch.rsqrt(x.square().mean(-1) + eps)
+    rstd_k = torch.rsqrt(k.square().mean(-1) + eps)
+    dot = (x * wh * k * we).sum(-1) * rstd_x * rstd_k * x.shape[-1] ** -0.5
+    gate = (dot.abs().clamp_min(clamp).sqrt() * dot.sign()).sigmoid()
+    return x + gate[..., None] * v[:, None, :]
+
+
 def compress(score, latent, ratio):
     """Ratio-r compressed entries of a sequence's projections [T, d]: entry j is the
     per-channel softmax over tokens jr .. jr + r - 1 of score weighting latent, for
@@ -379,6 +405,10 @@ def expected_shapes(cfg):
         if ratio and cfg.index_k_map[L] == L:
             out.update({a + "indexer.wk.weight": (cfg.index_dim, D),
                         a + "indexer.k_norm.weight": (cfg.index_dim,)})
+        if L in cfg.engram_layers:
+            e = f"layers.{L}.engram."
+            out.update({e + "q_weight": (m, h), e + "k_weight": (m, h),
+                        e + "wkv.weight": ((m + 1) * h, cfg.engram_tables * cfg.engram_head_dim)})
         out.update({f + "gate.weight": (cfg.n_experts, h), f + "gate.bias": (cfg.n_experts,)})
         for e in range(cfg.n_experts):
             out.update({f + f"experts.{e}.w1.weight": (cfg.moe_inter, h),
@@ -408,7 +438,60 @@ class V41Reference:
         folder = pathlib.Path(folder)
         hf = json.loads((folder / "config.json").read_text())
         block = (hf.get("quantization_config") or {}).get("weight_block_size", [32, 32])
-        return cls(V41Config(hf), load_tensors(folder, tuple(block)))
+        r = cls(V41Config(hf), load_tensors(folder, tuple(block)))
+        if r.cfg.engram_layers:
+            r.engram_metadata(folder / "tokenizer.json")
+        return r
+
+    def engram_metadata(self, tokenizer):
+        """The compressed vocabulary of the folder's tokenizer.json and the layers' hash
+        tables, by DeepInfer's own engram_metadata.py (seed 0, as its model builds them)."""
+        import make_engram_fixtures
+        c = self.cfg
+        ns, self.engram_hash_ref = make_engram_fixtures.deepinfer_engram()
+        vocab = ns["CompressedVocabulary"](str(tokenizer))
+        if len(vocab) != c.engram_compressed:
+            raise Unsupported(f"engram_compressed_vocab_size: {c.engram_compressed}, the "
+                              f"tokenizer's compressed vocabulary has {len(vocab)}")
+        self.engram_lookup = torch.tensor(vocab.old2new, dtype=torch.int64)
+        n = c.engram_max_ngram - 1
+        ecfg = make_engram_fixtures.AttrDict(
+            engram_max_ngram_size=c.engram_max_ngram, engram_layer_ids=c.engram_layers,
+            vocab_size=[c.engram_table_vocab] * n, n_head_per_ngram=[c.engram_heads] * n,
+            n_embed_per_ngram=[c.engram_heads * c.engram_head_dim] * n,
+            enable_tokenizer_compression=False, tokenizer_vocab_size=len(vocab))
+        self.engram_map = ns["NgramHashMapping"](ecfg, device="cpu")
+        for slot, L in enumerate(c.engram_layers):
+            name = f"layers.{L}.engram.embed.weight"
+            rows = int(self.engram_map.ngram_vocab_sizes[slot].sum())
+            t = self._t(name)
+            if t.dim() != 2 or t.shape[1] != c.engram_head_dim or t.shape[0] < rows:
+                raise Unsupported(f"{name}: shape {tuple(t.shape)}, the config needs at least "
+                                  f"({rows}, {c.engram_head_dim})")
+
+    def engram(self, L, residual, ids):
+        """Layer L's Engram on the streams residual [T, m, h] of token ids: each token's
+        n-grams (its compressed ID and the max_ngram - 1 before it, the pad's before the
+        start) pick one row of each table (engram_hash_ref); their projection gives a key
+        per stream and one value, and each stream adds the value gated by
+        sigmoid(signed sqrt(<RMSNorm(x) q_weight, RMSNorm(k) k_weight> / sqrt(h)))
+        (tile-kernels engram_gate_ref, in float32)."""
+        c, e = self.cfg, f"layers.{L}.engram."
+        T, m, h = residual.shape
+        cid = self.engram_lookup[torch.as_tensor(ids)]
+        pad = int(self.engram_lookup[c.engram_pad])
+        ngram = torch.full((T, c.engram_max_ngram), pad, dtype=torch.int32)
+        for r in range(c.engram_max_ngram):
+            ngram[r:, r] = cid[:T - r].to(torch.int32)
+        slot = c.engram_layers.index(L)
+        mp = self.engram_map
+        rows = self.engram_hash_ref(ngram, mp.ngram_multipliers[slot:slot + 1],
+                                    mp.ngram_vocab_sizes[slot:slot + 1],
+                                    mp.ngram_offsets[slot:slot + 1])[0]
+        emb = self._t(e + "embed.weight")[rows.long()].reshape(T, -1)
+        kv = (emb @ self._t(e + "wkv.weight").t()).reshape(T, m + 1, h)
+        return engram_gate(residual, kv[:, :m], kv[:, m], self._t(e + "q_weight"),
+                           self._t(e + "k_weight"), c.eps)
 
     def _t(self, name, *shape):
         if name not in self.w:
@@ -512,6 +595,8 @@ class V41Reference:
             for kind in ("attn", "ffn"):
                 if out is not None:
                     residual = hc_post(out, residual, post, comb)
+                if kind == "attn" and L in c.engram_layers:
+                    residual = self.engram(L, residual, ids)
                 layer_input = (residual * pre[:, :, None]).sum(1)
                 pfx = f"layers.{L}.hc_{kind}_"
                 pre, post, comb = hc_mixes(residual, self._t(pfx + "fn"), self._t(pfx + "scale"),

@@ -60,6 +60,15 @@ DSV41 = {
                                      index_k_source_layer_ids=[1, 3, 4, 6],
                                      index_source_layer_ids=[1, 2, 3, 4, 5, 6]),
                                 "fp8-mxfp4", 2),
+    # Engram before layer 0's attention (the streams straight from the embedding) and
+    # layer 2's (a KV-sharing layer); 2- and 3-grams, two heads each; the tokenizer
+    # (tokenizer.json: DeepSeek-V4's first 320 tokens and the merges among them) gives
+    # the compressed vocabulary; f32
+    "dsv41-engram-f32": (dict(compress_ratios=[0, 2, 2, 1, 1], kv_source_layer_ids=[1, 3, 4],
+                              index_source_layer_ids=[1, 3, 4], vocab_size=320,
+                              engram_layer_ids=[0, 2], engram_max_ngram_size=3,
+                              engram_vocab_size=61, engram_n_heads=2, engram_head_dim=16,
+                              engram_pad_token_id=2), "float32", 3),
 }
 
 # Projections DeepSeek-V4.1 keeps bf16 (mla_attn.py: use_fp8_gemm=False; moe.py gate)
@@ -119,7 +128,42 @@ def weights(cfg, text, g, torch):
         for w in ("w1", "w3"):
             rnd(f + f"shared_experts.{w}.weight", FE, h)
         rnd(f + "shared_experts.w2.weight", h, FE)
+        if L in cfg.engram_layers:
+            e, rows = p + "engram.", engram_rows(cfg)[cfg.engram_layers.index(L)]
+            norm(e + "q_weight", m * h)
+            t[e + "q_weight"] = t[e + "q_weight"].reshape(m, h)
+            norm(e + "k_weight", m * h)
+            t[e + "k_weight"] = t[e + "k_weight"].reshape(m, h)
+            # (DeepInfer pads the stacked tables to a multiple of 256 rows)
+            rnd(e + "embed.weight", -(-rows // 256) * 256, cfg.engram_head_dim, s=1.0)
+            rnd(e + "wkv.weight", (m + 1) * h, cfg.engram_tables * cfg.engram_head_dim)
     return t
+
+
+def engram_rows(cfg):
+    """Each Engram layer's stacked table rows, by DeepInfer's EngramLayout."""
+    import make_engram_fixtures as mef
+    n = cfg.engram_max_ngram - 1
+    layout = mef.deepinfer_engram()[0]["EngramLayout"].from_cfg(mef.AttrDict(
+        engram_max_ngram_size=cfg.engram_max_ngram, engram_layer_ids=cfg.engram_layers,
+        vocab_size=[cfg.engram_table_vocab] * n, n_head_per_ngram=[cfg.engram_heads] * n,
+        n_embed_per_ngram=[cfg.engram_heads * cfg.engram_head_dim] * n))
+    return [sum(sum(h) for h in layout.layer_vocab_sizes[L]) for L in cfg.engram_layers]
+
+
+def tiny_tokenizer(vocab, out):
+    """DeepSeek-V4's tokenizer.json cut to its first vocab IDs (the merges among them)
+    into out/tokenizer.json; returns the size of its compressed vocabulary (DeepInfer's
+    CompressedVocabulary)."""
+    import make_engram_fixtures as mef
+    t = json.loads((mef.asset_dir() / "deepseek-v4" / "tokenizer.json").read_text())
+    keep = {k: i for k, i in t["model"]["vocab"].items() if i < vocab}
+    t["model"]["vocab"] = keep
+    t["model"]["merges"] = [m for m in t["model"]["merges"]
+                            if all(part in keep for part in m.split(" ")) and m.replace(" ", "") in keep]
+    t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < vocab]
+    (out / "tokenizer.json").write_text(json.dumps(t, ensure_ascii=False, indent=1) + "\n")
+    return len(mef.deepinfer_engram()[0]["CompressedVocabulary"](str(out / "tokenizer.json")))
 
 
 def fp8_block32(w, torch):
@@ -190,11 +234,13 @@ def build(name, out, salt_offset=0):
         hf["quantization_config"] = {"quant_method": "fp8", "expert_dtype": "fp4",
                                      "activation_scheme": "dynamic",
                                      "weight_block_size": [32, 32], "scale_fmt": "ue8m0"}
+    out.mkdir(parents=True, exist_ok=True)
+    if text.get("engram_layer_ids"):
+        text["engram_compressed_vocab_size"] = tiny_tokenizer(text["vocab_size"], out)
     cfg = ref.V41Config(hf)
     seed = sum(name.encode()) * 7919 + salt + salt_offset
     state, deq = store(weights(cfg, text, torch.Generator().manual_seed(seed), torch), storage,
                        torch)
-    out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in sorted(state.items())}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")

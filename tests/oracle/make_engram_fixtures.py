@@ -23,6 +23,7 @@ import __future__
 import argparse
 import ast
 import dataclasses
+import functools
 import json
 import pathlib
 import subprocess
@@ -45,6 +46,7 @@ class AttrDict(dict):
     __getattr__ = dict.__getitem__
 
 
+@functools.lru_cache(maxsize=None)
 def deepinfer_engram():
     """engram_metadata.py's classes, executed with its imports supplied (tile_kernels
     by the wheel's torch/engram.py)."""
@@ -79,6 +81,13 @@ PRIME_CASES = [0, 1, 2, 3, 89, 96, 97, 1000, 65536, 99091, 2**31 - 2, 2**31 - 1,
 LAYOUTS = [([1, 3], 3, [97, 97], 4, 300),
            ([2], 4, [509, 257, 1021], 2, 99092),
            ([0, 5, 9], 2, [100003], 8, 129280)]
+
+
+def asset_dir():
+    """Where scripts/fetch_assets.py keeps the fetched tokenizers and models."""
+    return pathlib.Path(subprocess.run([sys.executable, str(ROOT / "scripts/fetch_assets.py"),
+                                        "--asset-dir"], capture_output=True, text=True,
+                                       check=True).stdout.strip())
 
 
 def layout_fixture(ns, hash_ref, layer_ids, max_ngram, table_vocab, heads, vocab):
@@ -132,10 +141,7 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--out", type=pathlib.Path, default=FIXTURE)
     args = ap.parse_args()
-    assets = pathlib.Path(subprocess.run([sys.executable, str(ROOT / "scripts/fetch_assets.py"),
-                                          "--asset-dir"], capture_output=True, text=True,
-                                         check=True).stdout.strip())
-    got = build(assets)
+    got = build(asset_dir())
     if args.check:
         want = json.loads(FIXTURE.read_text())
         bad = [k for k in got if got[k] != want.get(k)]

@@ -535,6 +535,9 @@ static void test_deepseek_v4_concurrent_requests_with_random_cancels_equal_alone
     concurrent_run(DSV4, 16, 8, 0, 1, 0, NULL, NULL);
     /* DeepSeek-V4.1: entries, keys and top-k shared across layers, YOCO, per row */
     concurrent_run(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release", 16, 8, 0, 1, 0, NULL, NULL);
+    /* Engram (the folder's tokenizer.json gives its compressed vocabulary): each
+     * row's n-grams from its own sequence's earlier tokens */
+    concurrent_run(DI_FIXTURE_DIR "/model/dsv41-engram-f32", 16, 8, 0, 1, 0, NULL, NULL);
 }
 
 /* Random cancels, three times: which requests are cancelled, and when — at once,

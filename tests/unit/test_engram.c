@@ -125,7 +125,7 @@ static void test_layouts_and_hashes_are_deepinfers(void **state)
             for (int r = 0; r < max_ngram; r++)
                 ngram[r] = (int32_t)at(json_array_get(tokens, t), (size_t)r);
             for (int s = 0; s < n_layers; s++) {
-                int64_t got[64];
+                int32_t got[64];
                 assert_true(l.n_tables <= 64);
                 engram_hash(&l, s, ngram, got);
                 json_t *w = json_array_get(json_array_get(want, (size_t)s), t);

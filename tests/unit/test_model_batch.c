@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "api/engram_vocab.h"
 #include "model/model.h"
 
 #define MODEL_DIR DI_FIXTURE_DIR "/model/qwen2-tied-f16"
@@ -31,6 +32,8 @@ static model *load_dir(const char *dir, int n_threads)
     model *m = NULL;
     di_error *err = NULL;
     assert_int_equal(model_load(dir, &o, &m, &err), DI_OK);
+    /* (DeepSeek-V4.1's Engram: the folder's tokenizer.json, as di_model_load) */
+    assert_int_equal(api_engram_vocab(m, NULL, dir, &err), DI_OK);
     return m;
 }
 
@@ -195,6 +198,8 @@ static void test_deepseek_v41_logits_do_not_depend_on_the_batch(void **state)
     (void)state;
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-f32");
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release");
+    /* Engram: a step's n-grams reach back into earlier steps' tokens */
+    check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-engram-f32");
     kv_dtype = MODEL_DTYPE_Q8_0;
     check_batch_invariance(DI_FIXTURE_DIR "/model/dsv41-fp8-mxfp4-release");
     kv_dtype = MODEL_DTYPE_F16;
@@ -247,6 +252,8 @@ static void test_deepseek_v4_truncation_forgets_the_dropped_tokens(void **state)
     check_truncation_forgets(DI_FIXTURE_DIR "/model/dsv4-sqrtsoftplus-f32");
     /* V4.1: entries of ratio 2 and 1, the keys made from them, a shared top-k */
     check_truncation_forgets(DI_FIXTURE_DIR "/model/dsv41-f32");
+    /* Engram: the dropped tokens' IDs leave the n-grams */
+    check_truncation_forgets(DI_FIXTURE_DIR "/model/dsv41-engram-f32");
 }
 
 static void test_blocks_are_shared_and_returned(void **state)

@@ -51,7 +51,7 @@ static void test_bad_configs_are_named(void **state)
         di_status status;
         const char *says;
     } cases[] = {
-        {TEXT("{\"engram_layer_ids\": [1]}"), DI_ERR_UNSUPPORTED, "engram_layer_ids"},
+        {TEXT("{\"engram_layer_ids\": [1]}"), DI_ERR_MODEL_FORMAT, "engram_max_ngram_size"},
         {TEXT("{\"candidate_source_layer_id\": 1}"), DI_ERR_UNSUPPORTED,
          "candidate_source_layer_id"},
         {TEXT("{\"compress_ratios\": [0, 4, 2, 1, 1]}"), DI_ERR_UNSUPPORTED,
@@ -85,7 +85,8 @@ static void test_bad_configs_are_named(void **state)
         /* the breakers' finds: a field the library overrode, and values taken as absent */
         {TEXT("{\"num_key_value_heads\": 2}"), DI_ERR_MODEL_FORMAT,
          "num_key_value_heads must be 1"},
-        {TEXT("{\"engram_layer_ids\": \"1\"}"), DI_ERR_UNSUPPORTED, "engram_layer_ids"},
+        {TEXT("{\"engram_layer_ids\": \"1\"}"), DI_ERR_MODEL_FORMAT,
+         "engram_layer_ids is not a list"},
         /* layer 2 made a source of its own: its compressor is not in the file */
         {TEXT("{\"kv_source_layer_ids\": [1, 2, 3, 4], \"index_source_layer_ids\": [1, 2, 3, 4]}"),
          DI_ERR_MODEL_FORMAT, "model.layers.2.self_attn.compressor.kv_proj.weight"},
@@ -93,6 +94,73 @@ static void test_bad_configs_are_named(void **state)
 #undef TEXT
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         model_expect_load_error(variant(cases[i].edit), cases[i].status, cases[i].says, NULL);
+}
+
+/* Engram's config and tables (the dsv41-engram-f32 fixture, its tokenizer.json
+ * beside it): every field out of range named at load; a tokenizer whose
+ * compressed vocabulary disagrees with the config, or none, refused by
+ * di_model_load. */
+static void test_engram_errors_are_named(void **state)
+{
+    (void)state;
+#define TEXT(json) "{\"text_config\": " json "}"
+    static const struct {
+        const char *edit;
+        di_status status;
+        const char *says;
+    } cases[] = {
+        {TEXT("{\"engram_layer_ids\": [2, 0]}"), DI_ERR_MODEL_FORMAT, "engram_layer_ids[1]"},
+        {TEXT("{\"engram_layer_ids\": [7]}"), DI_ERR_MODEL_FORMAT, "engram_layer_ids[0]"},
+        {TEXT("{\"engram_max_ngram_size\": 1}"), DI_ERR_UNSUPPORTED,
+         "engram_max_ngram_size 1 is outside [2, 8]"},
+        {TEXT("{\"engram_max_ngram_size\": 9}"), DI_ERR_UNSUPPORTED,
+         "engram_max_ngram_size 9 is outside [2, 8]"},
+        {TEXT("{\"engram_head_dim\": null}"), DI_ERR_MODEL_FORMAT, "engram_head_dim"},
+        {TEXT("{\"engram_pad_token_id\": 320}"), DI_ERR_MODEL_FORMAT,
+         "engram_pad_token_id 320 is outside"},
+        /* tables of 211 + 223 + 227 + 229 rows: more than the 512 stored */
+        {TEXT("{\"engram_vocab_size\": 200}"), DI_ERR_MODEL_FORMAT,
+         "engram.embed.weight' is not [at least 890, 16]"},
+        {TEXT("{\"engram_head_dim\": 8}"), DI_ERR_MODEL_FORMAT, "engram.embed.weight"},
+        /* Engram named where the checkpoint has none */
+        {TEXT("{\"engram_layer_ids\": [0, 1]}"), DI_ERR_MODEL_FORMAT,
+         "model.layers.1.engram.q_weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        model_expect_load_error(model_variant_folder(tmpdir, "dsv41-engram-f32", cases[i].edit, 0),
+                                cases[i].status, cases[i].says, NULL);
+    /* the tokenizer: missing, or another compressed vocabulary size */
+    const char *dir = model_variant_folder(tmpdir, "dsv41-engram-f32", "{}", 0);
+    char tok[700], link[300];
+    snprintf(tok, sizeof tok, "%s/model/dsv41-engram-f32/tokenizer.json", DI_FIXTURE_DIR);
+    snprintf(link, sizeof link, "%s/tokenizer.json", dir);
+    di_model *dm = NULL;
+    di_error *err = NULL;
+    unlink(link);
+    assert_int_equal(di_model_load(dir, NULL, &dm, &err), DI_ERR_MODEL_FORMAT);
+    assert_non_null(strstr(di_error_message(err), "tokenizer.json is missing"));
+    di_error_free(err);
+    err = NULL;
+    dir = model_variant_folder(tmpdir, "dsv41-engram-f32",
+                               TEXT("{\"engram_compressed_vocab_size\": 300}"), 0);
+    assert_int_equal(symlink(tok, link), 0);
+    assert_int_equal(di_model_load(dir, NULL, &dm, &err), DI_ERR_MODEL_FORMAT);
+    assert_non_null(strstr(di_error_message(err),
+                           "engram_compressed_vocab_size is 300, but the tokenizer's compressed "
+                           "vocabulary has 271"));
+    assert_null(dm);
+    di_error_free(err);
+    /* and with it, the model runs */
+    dir = model_variant_folder(tmpdir, "dsv41-engram-f32", "{}", 0);
+    err = NULL;
+    assert_int_equal(di_model_load(dir, NULL, &dm, &err), DI_OK);
+    int32_t ids[3] = {5, 77, 300};
+    float *logits = malloc(320 * sizeof *logits);
+    assert_int_equal(di_model_eval(dm, ids, 3, logits, 0, &err), DI_OK);
+    free(logits);
+    di_model_free(dm);
+    unlink(link);
+#undef TEXT
 }
 
 /* fp8 in 32x32 blocks is widened to bf16 exactly: a block scale that puts a
@@ -129,6 +197,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_configs_are_named),
+        cmocka_unit_test(test_engram_errors_are_named),
         cmocka_unit_test(test_fp8_block_scales_are_checked),
         cmocka_unit_test(test_kv_bytes_per_token_count_the_sources_only),
     };

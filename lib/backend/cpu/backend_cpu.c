@@ -644,6 +644,13 @@ static void be_hc_post(backend *be, const float *x, const float *y, const float 
     cpu_hc_post(x, y, post, comb, hc, n_embd, n, out);
 }
 
+static void be_engram_gate(backend *be, float *x, const float *kv, const float *wh, const float *we,
+                           int hc, int64_t n_embd, int64_t n, float eps)
+{
+    (void)be;
+    cpu_engram_gate(x, kv, wh, we, hc, n_embd, n, eps);
+}
+
 static void be_compress_pool(backend *be, const float *kv, const float *gate, int64_t ring,
                              int64_t row_stride, const float *bias, int rate, int64_t width,
                              int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride)
@@ -714,6 +721,7 @@ static const backend_ops cpu_ops = {
     .hc_pre = be_hc_pre,
     .hc_pre_shifted = be_hc_pre_shifted,
     .hc_post = be_hc_post,
+    .engram_gate = be_engram_gate,
     .compress_pool = be_compress_pool,
     .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,

@@ -135,6 +135,32 @@ void cpu_hc_post(const float *x, const float *y, const float *post, const float 
     }
 }
 
+void cpu_engram_gate(float *x, const float *kv, const float *wh, const float *we, int hc,
+                     int64_t n_embd, int64_t n, float eps)
+{
+    const float scale = 1.0f / sqrtf((float)n_embd);
+    for (int64_t t = 0; t < n; t++) {
+        const float *v = kv + (t * (hc + 1) + hc) * n_embd;
+        for (int j = 0; j < hc; j++) {
+            float *xj = x + (t * hc + j) * n_embd;
+            const float *k = kv + (t * (hc + 1) + j) * n_embd, *a = wh + j * n_embd,
+                        *b = we + j * n_embd;
+            float sx = 0.0f, sk = 0.0f, dot = 0.0f;
+            for (int64_t i = 0; i < n_embd; i++) {
+                sx += xj[i] * xj[i];
+                sk += k[i] * k[i];
+                dot += xj[i] * a[i] * k[i] * b[i];
+            }
+            float rx = 1.0f / sqrtf(sx / (float)n_embd + eps);
+            float rk = 1.0f / sqrtf(sk / (float)n_embd + eps);
+            float d = dot * rx * rk * scale, mag = sqrtf(fmaxf(fabsf(d), 1e-6f));
+            float s = d > 0.0f ? mag : d < 0.0f ? -mag : 0.0f;
+            float g = 1.0f / (1.0f + expf(-s));
+            for (int64_t i = 0; i < n_embd; i++) xj[i] += g * v[i];
+        }
+    }
+}
+
 void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t row_stride,
                        const float *bias, int rate, int64_t width, int overlap, int64_t e0,
                        int64_t n, float *out, int64_t out_stride)

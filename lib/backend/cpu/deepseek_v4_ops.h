@@ -53,6 +53,9 @@ void cpu_hc_pre_shifted(const float *mix, const float *base, const float *scale,
                         int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
                         const float *pre_in, float *collapsed, float *pre_out, float *post,
                         float *comb);
+/* backend.h's engram_gate. */
+void cpu_engram_gate(float *x, const float *kv, const float *wh, const float *we, int hc,
+                     int64_t n_embd, int64_t n, float eps);
 void cpu_hc_post(const float *x, const float *y, const float *post, const float *comb, int hc,
                  int64_t n_embd, int64_t n, float *out);
 void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t row_stride,

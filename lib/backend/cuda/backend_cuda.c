@@ -649,6 +649,13 @@ static void be_hc_post(backend *be, const float *x, const float *y, const float 
     (void)be, (void)x, (void)y, (void)post, (void)comb, (void)hc, (void)n_embd, (void)n, (void)out;
     unreachable_op("hc_post");
 }
+
+static void be_engram_gate(backend *be, float *x, const float *kv, const float *wh, const float *we,
+                           int hc, int64_t n_embd, int64_t n, float eps)
+{
+    (void)be, (void)x, (void)kv, (void)wh, (void)we, (void)hc, (void)n_embd, (void)n, (void)eps;
+    unreachable_op("engram_gate");
+}
 static void be_compress_pool(backend *be, const float *kv, const float *gate, int64_t ring,
                              int64_t row_stride, const float *bias, int rate, int64_t width,
                              int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride)
@@ -717,6 +724,7 @@ static const backend_ops cuda_ops = {
     .hc_pre = be_hc_pre,
     .hc_pre_shifted = be_hc_pre_shifted,
     .hc_post = be_hc_post,
+    .engram_gate = be_engram_gate,
     .compress_pool = be_compress_pool,
     .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,
