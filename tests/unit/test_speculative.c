@@ -728,6 +728,8 @@ static void test_lossless_deepseek_v4(void **state)
     /* (40 requests under the sanitizers too: fewer keep no draft on this fixture) */
     check_lossless(v41, 40, 8, 0, 4, 1);
     check_lossless(v41, 40, 8, 24 * 16 * kv_bytes_per_token(v41), 64, 1);
+    /* Engram: a rejected draft's compressed IDs leave the n-grams */
+    check_lossless(DI_FIXTURE_DIR "/model/dsv41-engram-f32", 40, 8, 0, 4, 1);
 }
 
 static void test_lossless_smollm2(void **state)
