@@ -752,13 +752,15 @@ static float fp8_e4m3(uint8_t b)
     return b & 0x80 ? -r : r;
 }
 
-/* DeepSeek-V4.1's fp8 in 32x32 blocks (quantization_config.weight_block_size;
- * scales [ceil(rows / 32), ceil(cols / 32)], f32 by now) widened to BF16 in an
- * owned copy: an e4m3 value times a power of two has at most 4 significant
- * bits, so bf16 holds it exactly (a scale that is not a power of two would
- * round: refused). The matrix products then read bf16. */
+/* DeepSeek-V4.1's fp8 in blocks of block_rows x 32 (32: the matrices'
+ * quantization_config.weight_block_size, scales [ceil(rows / 32), ceil(cols /
+ * 32)]; 1: an Engram table's scale per 32 values of a row, [rows, cols / 32]),
+ * scales f32 by now, widened to BF16 in an owned copy: an e4m3 value times a
+ * power of two has at most 4 significant bits, so bf16 holds it exactly (a
+ * scale that is not a power of two would round: refused). The matrix products
+ * and the embedding rows then read bf16. */
 static di_status widen_fp8_block32(model_weights *w, const char *dir, model_tensor *t,
-                                   const model_tensor *s, di_error **err)
+                                   const model_tensor *s, int64_t block_rows, di_error **err)
 {
     const int64_t cols = t->ne[0], rows = t->ne[1], scols = s->ne[0];
     void **owned = realloc(w->owned, (w->n_owned + 2) * sizeof *owned);
@@ -785,7 +787,7 @@ static di_status widen_fp8_block32(model_weights *w, const char *dir, model_tens
     }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < cols; k++) {
-            float f = fp8_e4m3(q[r * cols + k]) * sc[(r / 32) * scols + k / 32];
+            float f = fp8_e4m3(q[r * cols + k]) * sc[(r / block_rows) * scols + k / 32];
             uint32_t u;
             memcpy(&u, &f, sizeof u);
             if ((u & 0xffffu) || !isfinite(f))
@@ -853,18 +855,23 @@ static di_status attach_scales(model_weights *w, const char *dir, di_error **err
         if (t->dtype != MODEL_DTYPE_FP8_E4M3)
             return di_error_setf(err, DI_ERR_MODEL_FORMAT, "%s: '%s' scales '%s', which is not fp8",
                                  dir, s->name, base);
-        const int64_t blk = w->config.v4.fp8_block == 32 ? 32 : 128;
-        int64_t b0 = (t->ne[0] + blk - 1) / blk, b1 = (t->ne[1] + blk - 1) / blk;
+        /* an Engram table (V4.1): a scale per 32 values of a row */
+        const size_t nb = strlen(base), suffix_len = sizeof ".engram.embed.weight" - 1;
+        const int engram =
+            nb > suffix_len && strcmp(base + nb - suffix_len, ".engram.embed.weight") == 0;
+        const int64_t blk = engram || w->config.v4.fp8_block == 32 ? 32 : 128,
+                      blk_rows = engram ? 1 : blk;
+        int64_t b0 = (t->ne[0] + blk - 1) / blk, b1 = (t->ne[1] + blk_rows - 1) / blk_rows;
         if ((s->dtype != MODEL_DTYPE_F32 && s->dtype != MODEL_DTYPE_E8M0) || t->n_dims != 2 ||
             s->n_dims != 2 || s->ne[0] != b0 || s->ne[1] != b1)
             return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                                  "%s: '%s' must be F32 or F8_E8M0 of shape {%lld, %lld} (%lldx%lld "
                                  "blocks of '%s')",
-                                 dir, s->name, (long long)b0, (long long)b1, (long long)blk,
+                                 dir, s->name, (long long)b0, (long long)b1, (long long)blk_rows,
                                  (long long)blk, base);
         if (s->dtype == MODEL_DTYPE_E8M0 && (st = e8m0_to_f32(w, dir, s, err)) != DI_OK) return st;
         if (blk == 32) {
-            if ((st = widen_fp8_block32(w, dir, t, s, err)) != DI_OK) return st;
+            if ((st = widen_fp8_block32(w, dir, t, s, blk_rows, err)) != DI_OK) return st;
             continue;
         }
         t->scale = s;

@@ -226,7 +226,8 @@ def load_tensors(folder, block=(32, 32)):
         if k.endswith(".scale"):
             continue
         scale = raw.get(k[:-len(".weight")] + ".scale") if k.endswith(".weight") else None
-        out[k] = dequantize(k, v, scale, block)
+        # (Engram's tables: an E8M0 scale per 32 values of a row, engram.py's sf)
+        out[k] = dequantize(k, v, scale, (1, 32) if k.endswith("engram.embed.weight") else block)
     return out
 
 

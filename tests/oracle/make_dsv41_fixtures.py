@@ -54,11 +54,16 @@ DSV41 = {
     # three ways (the chain index-topk within index-K within KV): layer 2 has its
     # own indexer but layer 1's keys, layer 3 its own keys from layer 1's KV, layer 5
     # layer 4's KV and keys with its own top-k; YOCO from layer 4, with layer 6 a
-    # KV source after it
+    # KV source after it; Engram before layers 1 and 3 (2- to 4-grams), its tables
+    # fp8 with an E8M0 scale per 32 values of a row and its projection fp8 in 32x32
+    # blocks, as the release stores them (fp8_embed, fp8_proj)
     "dsv41-fp8-mxfp4-release": (dict(compress_ratios=[0, 2, 2, 2, 1, 1, 1],
                                      kv_source_layer_ids=[1, 4, 6],
                                      index_k_source_layer_ids=[1, 3, 4, 6],
-                                     index_source_layer_ids=[1, 2, 3, 4, 5, 6]),
+                                     index_source_layer_ids=[1, 2, 3, 4, 5, 6],
+                                     engram_layer_ids=[1, 3], engram_max_ngram_size=4,
+                                     engram_vocab_size=37, engram_n_heads=2, engram_head_dim=32,
+                                     engram_pad_token_id=2),
                                 "fp8-mxfp4", 2),
     # Engram before layer 0's attention (the streams straight from the embedding) and
     # layer 2's (a KV-sharing layer); 2- and 3-grams, two heads each; the tokenizer
@@ -72,7 +77,8 @@ DSV41 = {
 }
 
 # Projections DeepSeek-V4.1 keeps bf16 (mla_attn.py: use_fp8_gemm=False; moe.py gate)
-BF16_PROJECTIONS = (".compressor.", ".weights_proj.", ".indexer.wk.", ".gate.weight")
+BF16_PROJECTIONS = (".compressor.", ".weights_proj.", ".indexer.wk.", ".gate.weight",
+                    ".engram.q_weight", ".engram.k_weight")
 
 
 def weights(cfg, text, g, torch):
@@ -183,13 +189,31 @@ def fp8_block32(w, torch):
     return q, scale.to(torch.float8_e8m0fnu), q.float() * full
 
 
+def fp8_row32(w, torch):
+    """float32 -> (e4m3 codes, F8_E8M0 scale per 32 values of a row, dequantized): an
+    Engram table as DeepInfer's _load_engram_tables reads it."""
+    import math
+    rows, cols = w.shape
+    scale = torch.zeros(rows, cols // 32)
+    for i in range(rows):
+        for j in range(cols // 32):
+            amax = float(w[i, j * 32:(j + 1) * 32].abs().max().clamp(min=1e-12))
+            scale[i, j] = 2.0 ** math.ceil(math.log2(amax / 448.0))
+    full = scale.repeat_interleave(32, 1)
+    q = (w / full).to(torch.float8_e4m3fn)
+    return q, scale.to(torch.float8_e8m0fnu), q.float() * full
+
+
 def store(t, storage, torch):
     """The tensors as the checkpoint stores them, and the float32 values they hold."""
     if storage == "float32":
         return dict(t), dict(t)
     state, deq = {}, {}
     for k, v in t.items():
-        if storage == "fp8-mxfp4" and ".ffn.experts." in k:
+        if storage == "fp8-mxfp4" and k.endswith(".engram.embed.weight"):
+            q, sc, dq = fp8_row32(v, torch)
+            state[k], state[k[:-len("weight")] + "scale"], deq[k] = q, sc, dq
+        elif storage == "fp8-mxfp4" and ".ffn.experts." in k:
             codes, e8, dq = v4.mxfp4_quantize(v)
             state[k], state[k[:-len("weight")] + "scale"], deq[k] = codes, e8, dq
         elif (storage == "fp8-mxfp4" and v.dim() == 2 and k.startswith("layers.")
@@ -278,8 +302,9 @@ def make(name):
         "name": name,
         "architecture": "DeepseekV41ForCausalLM",
         "storage_dtype": ("float8_e4m3fn (32x32 E8M0 block scales), routed experts MXFP4, "
-                          "compressor/indexer keys and weights/router/norms bf16, sinks/mHC/"
-                          "router bias f32" if DSV41[name][1] == "fp8-mxfp4" else DSV41[name][1]),
+                          "Engram tables fp8 (an E8M0 scale per 32 values of a row), "
+                          "compressor/indexer keys and weights/router/norms/Engram norms bf16, "
+                          "sinks/mHC/router bias f32" if DSV41[name][1] == "fp8-mxfp4" else DSV41[name][1]),
         "compute_dtype": "float32",
         "seed": seed,
         "files": ["model.safetensors"],
