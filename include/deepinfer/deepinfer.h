@@ -851,10 +851,13 @@ DI_API void di_model_options_init(di_model_options *opts);
 
 /* Load the model at `path`: a .gguf file, or a Hugging Face directory
  * (config.json, *.safetensors). opts may be NULL for the defaults. On success
- * *out owns the model; free it with di_model_free.
+ * *out owns the model; free it with di_model_free. A DeepSeek-V4.1 directory
+ * with Engram layers also reads its tokenizer.json (their compressed
+ * vocabulary, docs/deepseek-v41.md).
  * Errors: DI_ERR_INVALID_ARGUMENT (NULL path/out, bad options), DI_ERR_IO
  * (cannot open or map), DI_ERR_MODEL_FORMAT (corrupt or inconsistent file: the
- * message names the file, tensor or field), DI_ERR_UNSUPPORTED (an architecture
+ * message names the file, tensor or field; an Engram model's tokenizer.json
+ * missing or not the one its config describes), DI_ERR_UNSUPPORTED (an architecture
  * or weight type the CPU backend does not run), DI_ERR_OUT_OF_MEMORY,
  * DI_ERR_BACKEND (threads could not start). Thread-safe. */
 DI_API di_status di_model_load(const char *path, const di_model_options *opts, di_model **out,

@@ -1212,10 +1212,13 @@ extern "C" {
 extern "C" {
     #[doc = " Load the model at `path`: a .gguf file, or a Hugging Face directory"]
     #[doc = " (config.json, *.safetensors). opts may be NULL for the defaults. On success"]
-    #[doc = " *out owns the model; free it with di_model_free."]
+    #[doc = " *out owns the model; free it with di_model_free. A DeepSeek-V4.1 directory"]
+    #[doc = " with Engram layers also reads its tokenizer.json (their compressed"]
+    #[doc = " vocabulary, docs/deepseek-v41.md)."]
     #[doc = " Errors: DI_ERR_INVALID_ARGUMENT (NULL path/out, bad options), DI_ERR_IO"]
     #[doc = " (cannot open or map), DI_ERR_MODEL_FORMAT (corrupt or inconsistent file: the"]
-    #[doc = " message names the file, tensor or field), DI_ERR_UNSUPPORTED (an architecture"]
+    #[doc = " message names the file, tensor or field; an Engram model's tokenizer.json"]
+    #[doc = " missing or not the one its config describes), DI_ERR_UNSUPPORTED (an architecture"]
     #[doc = " or weight type the CPU backend does not run), DI_ERR_OUT_OF_MEMORY,"]
     #[doc = " DI_ERR_BACKEND (threads could not start). Thread-safe."]
     pub fn di_model_load(
