@@ -31,13 +31,13 @@ di_status api_engram_vocab(model *m, const di_tokenizer *tok, const char *model_
         if (st != DI_OK) return st;
         tok = own;
     }
-    int32_t *old2new = NULL, n_keys = 0;
+    int32_t *old2new = NULL, n_ids = 0, n_keys = 0;
     tok_error terr = {DI_OK, ""};
-    di_status st = tok_compressed_vocab(tok, &old2new, &n_keys, &terr);
+    di_status st = tok_compressed_vocab(tok, &old2new, &n_ids, &n_keys, &terr);
     if (st != DI_OK)
         st = di_error_setf(err, st, "Engram's compressed vocabulary: %s", terr.message);
     else
-        st = model_set_engram_vocab(m, old2new, di_tokenizer_vocab_size(tok), n_keys, err);
+        st = model_set_engram_vocab(m, old2new, n_ids, n_keys, err);
     free(old2new);
     di_tokenizer_free(own);
     return st;

@@ -2,9 +2,9 @@
  * token's text keyed through the normalizer sequence DeepInfer 0.1.0 builds
  * with HF tokenizers (engram_metadata.py, CompressedVocabulary), in utf8proc:
  *   NFKC, NFD, StripAccents (drop General_Category Mark: Mn, Mc, Me, as
- *   unicode-normalization's is_combining_mark), Lowercase (per code point;
- *   Rust's char::to_lowercase differs from the simple mapping only for U+0130,
- *   which NFD has already split), Replace([ \t\r\n]+ -> " "), Replace(^ $ ->
+ *   unicode-normalization's is_combining_mark), Lowercase (per code point:
+ *   Rust's char::to_lowercase, whose one multi-character mapping, U+0130, NFD
+ *   has already split), Replace([ \t\r\n]+ -> " "), Replace(^ $ ->
  *   U+E000), Strip (White_Space at both ends), Replace(U+E000 -> " "). */
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +88,24 @@ static int holds_replacement(const uint8_t *s, size_t n)
     return 0;
 }
 
-di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, int32_t *n_keys,
-                               tok_error *err)
+di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, int32_t *n_ids,
+                               int32_t *n_keys, tok_error *err)
 {
+    /* DeepInfer asserts the pad token's place */
+    static const char pad[] = "<\xef\xbd\x9c\xe2\x96\x81pad\xe2\x96\x81\xef\xbd\x9c>";
+    int32_t pad_id;
+    if (di_tokenizer_token_id(tok, pad, sizeof pad - 1, &pad_id) != DI_OK || pad_id != 2)
+        return tok_fail(err, DI_ERR_MODEL_FORMAT,
+                        "the tokenizer has no <\xef\xbd\x9c\xe2\x96\x81pad\xe2\x96\x81\xef\xbd"
+                        "\x9c> token at id 2, which Engram's compressed vocabulary requires "
+                        "(DeepInfer's CompressedVocabulary)");
+    /* the IDs DeepInfer maps: range(get_vocab_size()), the count of the tokens
+     * (an ID space with holes maps fewer than its largest ID) */
+    int32_t count = 0;
+    for (int32_t id = 0; id < tok->n_vocab; id++)
+        count += tok->tok_len[id] > 0 || (tok->tok_flags[id] & TOK_FLAG_ADDED);
     di_status st = DI_OK;
-    int32_t *map = malloc((size_t)tok->n_vocab * sizeof *map);
+    int32_t *map = malloc((size_t)(count ? count : 1) * sizeof *map);
     utf8proc_int32_t *scratch = NULL;
     size_t cap = 0;
     tok_buf text = {0}, key = {0};
@@ -104,7 +117,7 @@ di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, 
         return tok_fail(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the compressed vocabulary");
     }
     if (!map) goto oom;
-    for (int32_t id = 0; id < tok->n_vocab; id++) {
+    for (int32_t id = 0; id < count; id++) {
         text.len = 0;
         st = tok_decode(tok, &id, 1, 0, &text, err);
         if (st != DI_OK) goto done;
@@ -141,6 +154,7 @@ di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, 
         map[id] = di_bytes_map_get(&keys, k, k_len);
     }
     *old2new = map, map = NULL;
+    *n_ids = count;
     *n_keys = (int32_t)keys.count;
     goto done;
 oom:

@@ -157,11 +157,17 @@ int tok_is_white_space(int32_t cp);
  * [ \t\r\n] replaced by one space, Strip (a lone space kept) — the text itself
  * when that leaves nothing, the token's vocabulary spelling when the text holds
  * U+FFFD; tokens with one key share a compressed ID, numbered by first
- * appearance. *old2new: [vocab size] compressed IDs (malloc'd, the caller frees
- * it); *n_keys: how many there are. Errors: DI_ERR_OUT_OF_MEMORY,
- * DI_ERR_INTERNAL when utf8proc refuses a token's text (named). Thread-safe. */
-di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, int32_t *n_keys,
-                               tok_error *err);
+ * appearance. As DeepInfer, the IDs mapped are [0, the count of the tokens)
+ * (the largest ID + 1 only without holes). *old2new: [*n_ids] compressed IDs
+ * (malloc'd, the caller frees it); *n_keys: how many there are.
+ * Unicode: utf8proc's tables (Debian 12: Unicode 15) where HF tokenizers uses
+ * Rust's (lowercase, Unicode 16) and an older NFKC: about 190 code points past
+ * Unicode 9 are keyed differently (none is in DeepSeek-V3's or V4's tokenizer).
+ * Errors: DI_ERR_MODEL_FORMAT when <｜▁pad▁｜> is not token 2 (DeepInfer
+ * asserts it), DI_ERR_OUT_OF_MEMORY, DI_ERR_INTERNAL when utf8proc refuses a
+ * token's text (named). Thread-safe. */
+di_status tok_compressed_vocab(const di_tokenizer_impl *tok, int32_t **old2new, int32_t *n_ids,
+                               int32_t *n_keys, tok_error *err);
 
 /* --- byte-level alphabet (byte_level.c) --- */
 /* Decode a byte-level token string (GPT-2's bytes_to_unicode alphabet) into raw

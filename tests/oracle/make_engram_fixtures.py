@@ -122,6 +122,38 @@ def compressed_fixture(ns, name, assets):
     return {"tokenizer": name, "n_vocab": len(v.old2new), "n_keys": len(v), "repeats": repeats}
 
 
+def crafted_fixtures(ns, assets):
+    """Two tokenizers cut from DeepSeek-V4's: its first 300 tokens and an added token
+    at 310 (IDs 300-309 holes: DeepInfer maps range(get_vocab_size()), 301 IDs), and
+    the same with the pad token renamed (DeepInfer refuses it)."""
+    import tempfile
+    t = json.loads((assets / "deepseek-v4" / "tokenizer.json").read_text())
+    keep = {k: i for k, i in t["model"]["vocab"].items() if i < 300}
+    t["model"]["vocab"] = keep
+    t["model"]["merges"] = [m for m in t["model"]["merges"]
+                            if all(p in keep for p in m.split(" ")) and m.replace(" ", "") in keep]
+    t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < 300] + [
+        {"id": 310, "content": "<hole>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}]
+    out = []
+    for name in ("holes", "no_pad"):
+        if name == "no_pad":
+            pad = next(k for k, i in keep.items() if i == 2)
+            keep["<pad>"] = keep.pop(pad)
+            t["added_tokens"] = [dict(a, content="<pad>") if a["id"] == 2 else a
+                                 for a in t["added_tokens"]]
+        text = json.dumps(t, ensure_ascii=False)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            try:
+                v = ns["CompressedVocabulary"](f.name)
+                out.append({"name": name, "tokenizer": text, "old2new": v.old2new, "n_keys": len(v)})
+            except AssertionError as e:
+                out.append({"name": name, "tokenizer": text, "error": str(e)})
+    return out
+
+
 def build(assets):
     ns, hash_ref = deepinfer_engram()
     return {
@@ -133,6 +165,7 @@ def build(assets):
         "next_prime": [[n, int(sympy.nextprime(n))] for n in PRIME_CASES],
         "layouts": [layout_fixture(ns, hash_ref, *c) for c in LAYOUTS],
         "compressed": [compressed_fixture(ns, n, assets) for n in ("deepseek-v4",)],
+        "crafted": crafted_fixtures(ns, assets),
     }
 
 

@@ -190,9 +190,10 @@ static void test_compressed_vocabulary_is_deepinfers(void **state)
     di_tokenizer *tok = NULL;
     di_error *err = NULL;
     assert_int_equal(di_tokenizer_load(path, &tok, &err), DI_OK);
-    int32_t *map = NULL, n_keys = 0;
+    int32_t *map = NULL, n_ids = 0, n_keys = 0;
     tok_error terr = {0};
-    assert_int_equal(tok_compressed_vocab(tok, &map, &n_keys, &terr), DI_OK);
+    assert_int_equal(tok_compressed_vocab(tok, &map, &n_ids, &n_keys, &terr), DI_OK);
+    assert_int_equal(n_ids, di_tokenizer_vocab_size(tok)); /* (no holes in V4's) */
     int32_t n_vocab = (int32_t)json_integer_value(json_object_get(c, "n_vocab"));
     assert_int_equal(di_tokenizer_vocab_size(tok), n_vocab);
     /* the oracle's mapping: its repeats, every other token the next fresh ID */
@@ -221,6 +222,43 @@ static void test_compressed_vocabulary_is_deepinfers(void **state)
     di_tokenizer_free(tok);
 }
 
+/* Tokenizers cut from V4's (the fixture's "crafted"): IDs with holes map
+ * range(count of tokens) as DeepInfer does; a tokenizer without the pad
+ * token at 2 is refused, as DeepInfer asserts. */
+static void test_crafted_tokenizers_as_deepinfer(void **state)
+{
+    (void)state;
+    json_t *crafted = json_object_get(fixture, "crafted");
+    assert_int_equal(json_array_size(crafted), 2);
+    for (size_t c = 0; c < json_array_size(crafted); c++) {
+        json_t *o = json_array_get(crafted, c);
+        const char *text = json_string_value(json_object_get(o, "tokenizer"));
+        di_tokenizer *tok = NULL;
+        di_error *err = NULL;
+        assert_int_equal(di_tokenizer_load_json(text, strlen(text), &tok, &err), DI_OK);
+        int32_t *map = NULL, n_ids = 0, n_keys = 0;
+        tok_error terr = {0};
+        di_status st = tok_compressed_vocab(tok, &map, &n_ids, &n_keys, &terr);
+        json_t *want = json_object_get(o, "old2new");
+        if (!want) { /* DeepInfer's assertion */
+            assert_int_equal(st, DI_ERR_MODEL_FORMAT);
+            assert_non_null(strstr(terr.message, "at id 2"));
+        } else {
+            assert_int_equal(st, DI_OK);
+            assert_int_equal(n_ids, json_array_size(want));
+            assert_true(n_ids < di_tokenizer_vocab_size(tok)); /* (the holes) */
+            for (int32_t id = 0; id < n_ids; id++)
+                if (map[id] != at(want, (size_t)id))
+                    fail_msg("%s: token %d: %d, DeepInfer %lld",
+                             json_string_value(json_object_get(o, "name")), id, map[id],
+                             (long long)at(want, (size_t)id));
+            assert_int_equal(n_keys, json_integer_value(json_object_get(o, "n_keys")));
+        }
+        free(map);
+        di_tokenizer_free(tok);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_layouts_and_hashes_are_deepinfers),
         cmocka_unit_test(test_bad_layouts_are_named),
         cmocka_unit_test(test_compressed_vocabulary_is_deepinfers),
+        cmocka_unit_test(test_crafted_tokenizers_as_deepinfer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
