@@ -1,11 +1,12 @@
 /* Starting the library's own threads (the engine's worker, the CPU pool's
  * workers, the KV tiers' writer) with a stack of a known size.
  *
- * The CPU kernels keep tiles of up to about 130 KB on the stack
- * (attention_mla.c's and deepseek_v4_ops.c's key chunks); a C library's
- * default thread stack can be smaller than that (musl's is 128 KB). Every
- * thread is started with at least DI_THREAD_STACK bytes (the default where it
- * is larger, glibc's 8 MB from RLIMIT_STACK). Thread-safe. */
+ * A C library's default thread stack can be small (musl's is 128 KB). The
+ * CPU kernels' tiles live in the thread pool's per-thread scratch
+ * (backend/cpu/threadpool.h), not on the stack, so they run on a host's
+ * thread of 64 KiB too; the library's own threads keep a margin all the
+ * same. Every thread is started with at least DI_THREAD_STACK bytes (the
+ * default where it is larger, glibc's 8 MB from RLIMIT_STACK). Thread-safe. */
 #ifndef DI_UTIL_THREAD_H
 #define DI_UTIL_THREAD_H
 

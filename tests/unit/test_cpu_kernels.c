@@ -423,7 +423,9 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
         /* the AMX kernel on its own: 16-row tiles of 16 and 32 tokens */
         cpu_amx_fn amx = cpu_amx_kernel(dt);
         char *tiles = malloc(cpu_amx_tiles_bytes(act, n_in, max_tok) + 1);
+        void *wide = aligned_alloc(64, CPU_AMX_WIDE_BYTES);
         assert_non_null(tiles);
+        assert_non_null(wide);
         for (int64_t t = 0; t < max_tok / CPU_AMX_TOKENS * CPU_AMX_TOKENS; t++)
             cpu_amx_pack_token(act, (char *)scratch + (size_t)t * arow, n_in, t, tiles);
         if (amx) {
@@ -432,12 +434,13 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
                 for (int64_t g = 0; g < n_out / CPU_AMX_ROWS; g++) {
                     float out[2 * CPU_AMX_TOKENS * CPU_AMX_ROWS];
                     amx(n_in, (const char *)packed + (size_t)(2 * g) * gb, gb, tiles, nt, out,
-                        CPU_AMX_ROWS);
+                        CPU_AMX_ROWS, wide);
                     expect_reference_rows("amx", &w, g * CPU_AMX_ROWS, CPU_AMX_ROWS, scratch, arow,
                                           nt, out);
                 }
         }
         free(tiles);
+        free(wide);
         free(info);
         free(packed);
         free(x);
@@ -1002,6 +1005,52 @@ static void test_threadpool_runs_every_task_once(void **state)
     }
     cpu_threadpool_free(pool);
     assert_int_equal(cpu_threadpool_create(0, &pool), DI_ERR_INVALID_ARGUMENT);
+}
+
+/* Each task writes its thread's whole scratch: the buffers never overlap. */
+typedef struct scratch_fill {
+    cpu_threadpool *pool;
+    size_t bytes;
+} scratch_fill;
+
+static void fill_scratch_task(void *ctx, int64_t task, int thread)
+{
+    (void)task;
+    const scratch_fill *f = ctx;
+    memset(cpu_threadpool_scratch(f->pool, thread), thread + 1, f->bytes);
+}
+
+/* The per-thread scratch: 64-byte aligned, at least the bytes reserved, one
+ * buffer per thread index; a reservation that cannot be had is
+ * DI_ERR_OUT_OF_MEMORY and leaves the scratch as it was; no pool,
+ * DI_ERR_INVALID_ARGUMENT (and the kernels that need one say so or take
+ * their reference path). */
+static void test_threadpool_scratch_per_thread(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(3, &pool), DI_OK);
+    assert_int_equal(cpu_threadpool_reserve(pool, 1000), DI_OK);
+    assert_int_equal(cpu_threadpool_reserve(pool, 100), DI_OK); /* (smaller: kept) */
+    scratch_fill f = {pool, 1000};
+    for (int t = 0; t < 3; t++) memset(cpu_threadpool_scratch(pool, t), 0, f.bytes);
+    cpu_threadpool_run(pool, 64, fill_scratch_task, &f); /* (a thread given no task: zeros) */
+    for (int t = 0; t < 3; t++) {
+        const unsigned char *p = cpu_threadpool_scratch(pool, t);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        for (size_t i = 0; i < f.bytes; i++)
+            if (p[i] != 0 && p[i] != t + 1)
+                fail_msg("thread %d's scratch byte %zu: %d", t, i, p[i]);
+    }
+    assert_int_equal(cpu_threadpool_reserve(pool, SIZE_MAX / 2), DI_ERR_OUT_OF_MEMORY);
+    cpu_threadpool_run(pool, 64, fill_scratch_task, &f); /* still the 1000 bytes */
+    cpu_threadpool_free(pool);
+    assert_int_equal(cpu_threadpool_reserve(NULL, 64), DI_ERR_INVALID_ARGUMENT);
+    float q[64] = {0}, out[64];
+    const float sinks[1] = {0};
+    assert_int_equal(cpu_sink_attention(NULL, q, 1, 64, 1, (const int64_t[]){0}, q, 1, 1, NULL, 0,
+                                        4, NULL, 0, MODEL_DTYPE_F32, sinks, 1.0f, out),
+                     DI_ERR_INVALID_ARGUMENT);
 }
 
 static void test_rmsnorm_gives_unit_rms(void **state)
@@ -1699,6 +1748,7 @@ int main(void)
         cmocka_unit_test(test_fp8_matmul_applies_block_scales),
         cmocka_unit_test(test_mxfp4_matmul_applies_row_scales),
         cmocka_unit_test(test_threadpool_runs_every_task_once),
+        cmocka_unit_test(test_threadpool_scratch_per_thread),
         cmocka_unit_test(test_rmsnorm_gives_unit_rms),
         cmocka_unit_test(test_rope_neox_is_norm_on_permuted_dims),
         cmocka_unit_test(test_rope_rotates_by_position_times_frequency),

@@ -35,6 +35,7 @@
 #ifndef DI_BACKEND_CPU_ATTENTION_H
 #define DI_BACKEND_CPU_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cpu/kv_cache.h"
@@ -47,12 +48,20 @@ void cpu_attention(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq
                    float *out, float *scratch, int64_t scratch_ctx, int use_ref);
 
 /* The tiled online-softmax attention (same arguments and result as
- * cpu_attention, no scratch); returns 0, computing nothing, where it does not
- * apply (no AVX2, head_dim not a multiple of 8, more than 16 query heads a KV
- * head). */
+ * cpu_attention, no scratch: its tiles' workspace is the pool's per-thread
+ * scratch, cpu_attention_scratch_bytes a thread, reserved here); returns 0,
+ * computing nothing, where it does not apply (no AVX2, head_dim not a
+ * multiple of 8, more than 16 query heads a KV head) or cannot run (no pool,
+ * or no memory for the workspace: cpu_attention takes the reference path). */
 int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
                         const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
                         float *out);
+
+/* Bytes of the pool's scratch (threadpool.h) each thread needs for
+ * cpu_attention_flash at head_dim (<= CPU_ATTENTION_MAX_HEAD_DIM): its K/V
+ * staging rows, K^T and the tiles' softmax states, which would not fit a
+ * small stack. Thread-safe. */
+size_t cpu_attention_scratch_bytes(int64_t head_dim);
 
 /* Set (tests, benchmarks) to keep the flash path's and MLA's latent tiles on
  * their AVX2 chunk step where the AVX-512 one would run: the two give

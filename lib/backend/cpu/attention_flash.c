@@ -105,9 +105,9 @@ typedef struct flash_job {
     int64_t pos0, n_tokens, n_tiles, n_seg;
     float scale;
     float *out;
-    float *part; /* split mode: per (tile, KV head, segment) a state (below) */
-    int wide;    /* a prefill's tiles on AVX-512 (flash_group_task) */
-    float *ws;   /* flash_group_task's per-thread memory, or NULL */
+    float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
+    int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
+    cpu_threadpool *pool; /* its scratch: each thread's workspace (cpu_attention_scratch_bytes) */
 } flash_job;
 
 /* A tile's rows' softmax state over a segment of keys, row r at
@@ -213,12 +213,11 @@ static void state_init(const flash_job *j, int rows, float *st)
 /* The online softmax of KV head g's tile (rows from token t0) over one chunk
  * of keys [p0, p0 + len), len <= CHUNK, into the rows' state st; the chunk's
  * K and V rows, in f32, at kr and v, `ld` floats apart (K's unused rows
- * finite). */
+ * finite). kt: room for K^T, [hd][CHUNK] f32, 32-byte aligned. */
 AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, int64_t p0, int len,
-                             const float *kr, const float *v, ptrdiff_t ld, float *st)
+                             const float *kr, const float *v, ptrdiff_t ld, float *st, float *kt)
 {
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
-    _Alignas(32) float kt[CPU_ATTENTION_MAX_HEAD_DIM * CHUNK]; /* K^T: [hd][CHUNK] */
     _Alignas(32) float p[TILE_ROWS * CHUNK], sc[TILE_ROWS * CHUNK], corr[TILE_ROWS];
     int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
@@ -314,15 +313,16 @@ static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, f
 }
 
 /* flash_segment on flash_rows512 for nt tiles of head g: each chunk's K and V
- * rows converted once (ld = head_dim) for all the tiles. A tile whose rows
- * see none of [k0, k1) keeps the initial state (m = -inf: no fold). */
+ * rows converted once (ld = head_dim) for all the tiles, into kv (the
+ * thread's workspace: [2][CHUNK][head_dim] f32, 64-byte aligned). A tile
+ * whose rows see none of [k0, k1) keeps the initial state (m = -inf: no
+ * fold). */
 AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *tiles, int nt,
-                                         int64_t k0, int64_t k1)
+                                         int64_t k0, int64_t k1, float *kv)
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim, stride = state_stride(j);
-    _Alignas(64) float kr[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM],
-        v[CHUNK * CPU_ATTENTION_MAX_HEAD_DIM];
+    float *kr = kv, *v = kv + CHUNK * hd;
     for (int i = 0; i < nt; i++) {
         state_init(j, tiles[i].rows, tiles[i].st);
         _mm512_store_ps(tiles[i].m, _mm512_set1_ps(-INFINITY));
@@ -355,22 +355,35 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
 /* KV heads staged together: their rows' f32 values, K and V, for a chunk. */
 enum { STAGE_FLOATS = 512 };
 
+/* The staged heads' values a row: as many whole heads as STAGE_FLOATS holds
+ * (one where a head is wider). */
+static ptrdiff_t stage_floats(ptrdiff_t hd)
+{
+    return hd <= STAGE_FLOATS ? STAGE_FLOATS / hd * hd : hd;
+}
+
+/* flash_segment's workspace: the staged K and V rows, [CHUNK][stage_floats]
+ * each, then flash_chunk's K^T [hd][CHUNK] (f32; every part a multiple of 16
+ * floats, so each stays 64-byte aligned). */
+static size_t segment_ws_floats(ptrdiff_t hd)
+{
+    return (size_t)(stage_floats(hd) * 2 * CHUNK + hd * CHUNK);
+}
+
 /* One segment of keys [k0, k1) for the rows of KV heads [g0, g1)'s tiles
- * from token t0, head g's state at st + (g - g0) st_head. A chunk at a time:
+ * from token t0, head g's state at st + (g - g0) st_head; ws: the thread's
+ * workspace (segment_ws_floats, 64-byte aligned). A chunk at a time:
  * its rows for as many heads as STAGE_FLOATS holds (every head of a position
  * side by side in the cache) converted to f32 in one streaming pass, then
  * each head's tile in turn. Each head's arithmetic is its own: the results
  * do not depend on g0, g1. */
 AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, int rows, int64_t k0,
-                               int64_t k1, float *st, ptrdiff_t st_head)
+                               int64_t k1, float *st, ptrdiff_t st_head, float *ws)
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    const int per_stage = hd <= STAGE_FLOATS ? (int)(STAGE_FLOATS / hd) : 1;
-    _Alignas(32) float kr[CHUNK * ((int)STAGE_FLOATS > (int)CPU_ATTENTION_MAX_HEAD_DIM
-                                       ? (int)STAGE_FLOATS
-                                       : (int)CPU_ATTENTION_MAX_HEAD_DIM)];
-    _Alignas(32) float v[sizeof kr / sizeof *kr];
+    const int per_stage = (int)(stage_floats(hd) / hd);
+    float *kr = ws, *v = ws + CHUNK * stage_floats(hd), *kt = v + CHUNK * stage_floats(hd);
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
@@ -380,7 +393,7 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
             stage_chunk(j, s0, p0, len, ld, kr, v);
             for (int g = s0; g < s0 + n; g++)
                 flash_chunk(j, g, t0, rows, p0, len, kr + (g - s0) * hd, v + (g - s0) * hd, ld,
-                            st + (g - g0) * st_head);
+                            st + (g - g0) * st_head, kt);
         }
     }
 }
@@ -427,17 +440,18 @@ static void segment_keys(int64_t seg, int64_t n, int64_t *k0, int64_t *k1)
     *k1 = *k0 + FLASH_SEGMENT < n ? *k0 + FLASH_SEGMENT : n;
 }
 
-/* A task: one KV head and a tile, every segment in turn, folded as they end. */
+/* A task: one KV head and a tile, every segment in turn, folded as they end.
+ * Its workspace (the thread's): the segment's state [TILE_ROWS][hd + 2], the
+ * output O [TILE_ROWS][hd], then flash_segment's. */
 AVX2 static void flash_task(void *ctx, int64_t task, int thread)
 {
-    (void)thread;
     const flash_job *j = ctx;
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     const int g = (int)(task % j->c->n_head_kv);
     int64_t t0, t1;
     const int rows = tile_rows(j, task / j->c->n_head_kv, &t0, &t1);
-    _Alignas(32) float st[TILE_ROWS * (CPU_ATTENTION_MAX_HEAD_DIM + 2)];
-    _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    float *st = cpu_threadpool_scratch(j->pool, thread), *O = st + TILE_ROWS * stride,
+          *seg_ws = O + TILE_ROWS * hd;
     float M[TILE_ROWS], L[TILE_ROWS];
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
     memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
@@ -445,7 +459,7 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
     for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
         int64_t k0, k1;
         segment_keys(seg, n, &k0, &k1);
-        flash_segment(j, g, g + 1, t0, rows, k0, k1, st, 0);
+        flash_segment(j, g, g + 1, t0, rows, k0, k1, st, 0, seg_ws);
         for (int r = 0; r < rows; r++) merge_segment(hd, &M[r], &L[r], O + r * hd, st + r * stride);
     }
     write_rows(j, g, t0, rows, L, O);
@@ -453,9 +467,10 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
 
 /* Where AVX-512 runs, a prefill's task: one KV head and GROUP_TILES tiles,
  * every segment in turn (each chunk's keys converted once for the tiles),
- * each tile's states folded as flash_task folds them: the same results. Per
- * thread group_ws_floats of j->ws (64-byte aligned, a multiple of 64 bytes):
- * each tile's queries transposed, segment state and output. */
+ * each tile's states folded as flash_task folds them: the same results. Its
+ * workspace (the thread's): group_ws_floats (a multiple of 16 floats), each
+ * tile's queries transposed, segment state and output, then
+ * flash_segment_rows512's K and V rows. */
 enum { GROUP_TILES = 4 };
 
 static size_t group_ws_floats(ptrdiff_t hd)
@@ -470,7 +485,7 @@ AVX512 static void flash_group_task(void *ctx, int64_t task, int thread)
     const int g = (int)(task % j->c->n_head_kv);
     const int64_t first = task / j->c->n_head_kv * GROUP_TILES;
     const int nt = j->n_tiles - first < GROUP_TILES ? (int)(j->n_tiles - first) : GROUP_TILES;
-    float *ws = j->ws + (size_t)thread * group_ws_floats(hd);
+    float *ws = cpu_threadpool_scratch(j->pool, thread);
     rows_tile tiles[GROUP_TILES];
     float M[GROUP_TILES][TILE_ROWS], L[GROUP_TILES][TILE_ROWS], *O[GROUP_TILES];
     for (int i = 0; i < nt; i++) {
@@ -486,7 +501,7 @@ AVX512 static void flash_group_task(void *ctx, int64_t task, int thread)
     for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
         int64_t k0, k1;
         segment_keys(seg, n, &k0, &k1);
-        flash_segment_rows512(j, g, tiles, nt, k0, k1);
+        flash_segment_rows512(j, g, tiles, nt, k0, k1, ws + group_ws_floats(hd));
         for (int i = 0; i < nt; i++)
             for (int r = 0; r < tiles[i].rows; r++)
                 merge_segment(hd, &M[i][r], &L[i][r], O[i] + r * hd, tiles[i].st + r * stride);
@@ -500,7 +515,6 @@ AVX512 static void flash_group_task(void *ctx, int64_t task, int thread)
  * order); each head's rows' state goes to j->part for flash_merge_task. */
 AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
 {
-    (void)thread;
     const flash_job *j = ctx;
     const ptrdiff_t stride = state_stride(j), st_head = j->n_seg * TILE_ROWS * stride;
     const int64_t seg = task % j->n_seg, tile = task / j->n_seg;
@@ -513,20 +527,21 @@ AVX2 static void flash_split_task(void *ctx, int64_t task, int thread)
         return;
     }
     segment_keys(seg, n, &k0, &k1);
-    flash_segment(j, 0, j->c->n_head_kv, t0, rows, k0, k1, st, st_head);
+    flash_segment(j, 0, j->c->n_head_kv, t0, rows, k0, k1, st, st_head,
+                  cpu_threadpool_scratch(j->pool, thread));
 }
 
 /* Split mode's second pass: a KV head and tile, its segments folded in order
- * (the same folds as flash_task, so the results are bit-identical). */
+ * (the same folds as flash_task, so the results are bit-identical); the
+ * output O [TILE_ROWS][hd] in the thread's workspace. */
 AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
 {
-    (void)thread;
     const flash_job *j = ctx;
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     const int g = (int)(gt % j->c->n_head_kv);
     int64_t t0, t1;
     const int rows = tile_rows(j, gt / j->c->n_head_kv, &t0, &t1);
-    _Alignas(32) float O[TILE_ROWS * CPU_ATTENTION_MAX_HEAD_DIM];
+    float *O = cpu_threadpool_scratch(j->pool, thread);
     float M[TILE_ROWS], L[TILE_ROWS];
     for (int r = 0; r < rows; r++) M[r] = -INFINITY, L[r] = 0;
     memset(O, 0, (size_t)rows * (size_t)hd * sizeof *O); /* (every row sees a key) */
@@ -537,12 +552,23 @@ AVX2 static void flash_merge_task(void *ctx, int64_t gt, int thread)
     write_rows(j, g, t0, rows, L, O);
 }
 
+size_t cpu_attention_scratch_bytes(int64_t head_dim)
+{
+    const ptrdiff_t hd = head_dim;
+    const size_t task = (size_t)(TILE_ROWS * (hd + 2) + TILE_ROWS * hd) + segment_ws_floats(hd),
+                 group = group_ws_floats(hd) + (size_t)(hd * 2 * CHUNK);
+    return (task > group ? task : group) * sizeof(float);
+}
+
 int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
                         const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,
                         float *out)
 {
     int group = n_head / c->n_head_kv;
     if (!cpu_has_avx2() || c->head_dim % 8 != 0 || group > TILE_ROWS) return 0;
+    /* the threads' workspace (no pool, or no memory for it: the reference
+     * path instead) */
+    if (cpu_threadpool_reserve(pool, cpu_attention_scratch_bytes(c->head_dim)) != DI_OK) return 0;
     flash_job j = {
         .c = c,
         .s = s,
@@ -555,6 +581,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         .n_tokens = n_tokens,
         .scale = scale,
         .out = out,
+        .pool = pool,
     };
     float *qr = NULL; /* q H . k H = q . k (kv_cache.h): q rotated once */
     if (c->rotated) {
@@ -568,7 +595,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;
-    int threads = pool ? cpu_threadpool_size(pool) : 1;
+    int threads = cpu_threadpool_size(pool);
     /* several segments and few tasks for the threads, or one tile (decode,
      * whatever the threads: a segment's rows are read once for every KV
      * head): split the keys too */
@@ -581,14 +608,11 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         cpu_threadpool_run(pool, j.n_tiles * j.n_seg, flash_split_task, &j);
         cpu_threadpool_run(pool, tasks, flash_merge_task, &j);
         free(j.part);
-    } else if (j.wide && j.n_tiles > 1 &&
-               (j.ws = aligned_alloc(64, (size_t)threads * group_ws_floats(c->head_dim) *
-                                             sizeof(float)))) {
+    } else if (j.wide && j.n_tiles > 1) {
         cpu_threadpool_run(pool, (j.n_tiles + GROUP_TILES - 1) / GROUP_TILES * c->n_head_kv,
                            flash_group_task, &j);
-        free(j.ws);
-    } else { /* (the AVX2 step, or without memory for the parts or the tiles'
-              * workspace: the same folds in one pass) */
+    } else { /* (the AVX2 step, or without memory for the parts: the same
+              * folds in one pass) */
         cpu_threadpool_run(pool, tasks, flash_task, &j);
     }
     free(qr);
@@ -596,6 +620,12 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
 }
 
 #else
+
+size_t cpu_attention_scratch_bytes(int64_t head_dim)
+{
+    (void)head_dim;
+    return 0;
+}
 
 int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s, int layer,
                         const float *q, int n_head, int64_t pos0, int64_t n_tokens, float scale,

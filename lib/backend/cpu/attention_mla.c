@@ -7,6 +7,7 @@
 #include "backend/cpu/attention_mla.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/attention.h"
@@ -68,19 +69,26 @@ static int64_t block_floats(const cpu_mla_shape *s)
 enum { GROUP_TOKENS = 4 };
 
 /* One thread's share: the naive form's scores, or room for q_nope or o_lat
- * quantized (at most 4 bytes an element: F32 activations); then the AVX-512
- * tiles' queries transposed, [GROUP_TOKENS][D][16]. */
+ * quantized (at most 4 bytes an element: F32 activations); then, from the
+ * next 64-byte boundary (up to 16 floats of padding), the latent tiles'
+ * workspace: the AVX-512 tiles' queries transposed, [GROUP_TOKENS][D][16], or
+ * the AVX2 tile's K^T, [D][CHUNK] (the two never run in one pass). There, not
+ * on the stack: a host thread with a small stack runs tasks too. */
 static int64_t share_floats(const cpu_mla_shape *s, int64_t ctx)
 {
-    return ctx + s->nope + s->kv_lora_rank +
+    return ctx + s->nope + s->kv_lora_rank + 16 +
            (int64_t)GROUP_TOKENS * 16 * (s->kv_lora_rank + s->rope);
 }
 
-/* Where a thread's transposed queries start in its share. */
+_Static_assert((int)GROUP_TOKENS * 16 >= (int)CHUNK, "the tiles' workspace holds a K^T");
+
+/* Where a thread's latent-tile workspace starts in its share (64-byte
+ * aligned). */
 static float *share_qt(const mla_job *j, int thread)
 {
-    return j->scratch + thread * j->scratch_floats + j->scratch_floats -
-           (int64_t)GROUP_TOKENS * 16 * (j->s->kv_lora_rank + j->s->rope);
+    float *at = j->scratch + (thread + 1) * j->scratch_floats -
+                (int64_t)GROUP_TOKENS * 16 * (j->s->kv_lora_rank + j->s->rope) - 16;
+    return at + (64 - (uintptr_t)at % 64) % 64 / sizeof *at;
 }
 
 int64_t cpu_mla_scratch_floats(const cpu_mla_shape *s, int64_t ctx, int n_threads)
@@ -226,14 +234,14 @@ MLA_CLONES static void v_project_task(void *ctx, int64_t h, int thread)
  * in another order; a row's arithmetic is still its own. */
 enum { AVX2_MAX_D = 1024 };
 
-AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows)
+/* kt: room for a chunk's K^T, [D][CHUNK] f32, 32-byte aligned. */
+AVX2 static void latent_tile_avx2(const mla_job *j, int64_t t, int h0, int rows, float *kt)
 {
     const cpu_mla_shape *s = j->s;
     const int R = s->kv_lora_rank, D = R + s->rope, H = s->n_head;
     const int64_t n_kv = j->pos0 + t + 1;
     const float *qa = j->qa + ((t - j->b0) * H + h0) * D;
     float *olat = j->olat + ((t - j->b0) * H + h0) * R;
-    _Alignas(32) float kt[AVX2_MAX_D * CHUNK]; /* K^T: [D][CHUNK] */
     _Alignas(32) float sc[TILE_ROWS * CHUNK], p[TILE_ROWS * CHUNK];
     float m[TILE_ROWS], l[TILE_ROWS], corr[TILE_ROWS];
     for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0.0f;
@@ -344,7 +352,6 @@ static int avx2_tile_applies(const cpu_mla_shape *s)
  *   m' = max(m, max_k s_k), o = o e^(m - m') + sum_k e^(s_k - m') c_k, l alike. */
 MLA_CLONES static void latent_tile_task(void *ctx, int64_t task, int thread)
 {
-    (void)thread;
     const mla_job *j = ctx;
     const cpu_mla_shape *s = j->s;
     const int R = s->kv_lora_rank, D = R + s->rope, H = s->n_head;
@@ -354,7 +361,7 @@ MLA_CLONES static void latent_tile_task(void *ctx, int64_t task, int thread)
     const int rows = H - h0 < j->rows ? H - h0 : j->rows;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (j->avx2) {
-        latent_tile_avx2(j, t, h0, rows);
+        latent_tile_avx2(j, t, h0, rows, share_qt(j, thread));
         return;
     }
 #endif

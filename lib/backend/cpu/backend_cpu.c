@@ -7,7 +7,10 @@
  * activations of the matrix products, attention scores, the latent rows of
  * one layer, the gathered rows of an expert) is sized while the model loads,
  * from the weights and caches it creates and the options' max_rows and
- * max_ctx, so no operation allocates. */
+ * max_ctx, so no operation allocates. The kernels' per-task tiles (K/V
+ * staging, K^T, softmax states) live in the thread pool's per-thread scratch,
+ * reserved here for every shape they take, not on the stack: the caller's
+ * thread, a host's with perhaps 64 KiB, runs tasks too. */
 #include "backend/cpu/backend_cpu.h"
 
 #include <stdarg.h>
@@ -22,6 +25,7 @@
 #include "backend/cpu/huge_pages.h"
 #include "backend/cpu/kv_cache.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
@@ -674,8 +678,9 @@ static void be_indexer_topk(backend *be, const float *q, const float *w, int n_h
 {
     cpu_backend *c = cpu(be);
     if (n_keys > c->opt.max_ctx) n_keys = c->opt.max_ctx; /* entries never outnumber tokens */
-    cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, kv_dtype, n_keys, rate, scale,
-                     w_scale, k, sel, c->index_scores, c->opt.max_ctx + 1);
+    /* (its scratch was reserved with the backend: it cannot fail here) */
+    (void)cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, kv_dtype, n_keys, rate,
+                           scale, w_scale, k, sel, c->index_scores, c->opt.max_ctx + 1);
 }
 
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
@@ -683,8 +688,9 @@ static void be_sink_attention(backend *be, const float *q, int n_head, int64_t h
                               const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
                               model_dtype kv_dtype, const float *sinks, float scale, float *out)
 {
-    cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, win, win_ring, window, comp,
-                       n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
+    /* (its scratch was reserved with the backend: it cannot fail here) */
+    (void)cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, win, win_ring, window,
+                             comp, n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
 }
 
 static const backend_ops cpu_ops = {
@@ -745,7 +751,13 @@ di_status backend_cpu_create(const backend_options *opt, backend **out, di_error
     }
     c->index_scores =
         malloc((size_t)cpu_threadpool_size(c->pool) * (size_t)(c->opt.max_ctx + 1) * sizeof(float));
-    if (!c->index_scores) {
+    /* the kernels' per-thread workspace (threadpool.h), for every shape they
+     * take, so no operation allocates (address space: pages are touched
+     * only by the shapes that run) */
+    size_t ws = cpu_attention_scratch_bytes(CPU_ATTENTION_MAX_HEAD_DIM);
+    if (cpu_v4_scratch_bytes() > ws) ws = cpu_v4_scratch_bytes();
+    if ((size_t)CPU_AMX_WIDE_BYTES > ws) ws = CPU_AMX_WIDE_BYTES;
+    if (!c->index_scores || cpu_threadpool_reserve(c->pool, ws) != DI_OK) {
         be_free(&c->base);
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the CPU backend");
     }

@@ -243,6 +243,9 @@ static inline const float *row_f32(const char *row, row_load_fn load, model_dtyp
     return buf;
 }
 
+/* Keys a chunk of the tiled indexer scores (IDX_CHUNK where they exist). */
+enum { IDX_CHUNK_FLOATS = 16 };
+
 typedef struct indexer_ctx {
     const float *q, *w;
     const char *keys;
@@ -256,23 +259,26 @@ typedef struct indexer_ctx {
     float scale, w_scale;
     int32_t *sel;
     float *scratch;
+    cpu_threadpool *pool; /* its scratch: each thread's workspace (indexer_ws_floats) */
 } indexer_ctx;
 
 #ifdef V4_AVX2
 /* IDX_MAX_D: the widest key the tiled scores take (V4-Flash: 128). */
-enum { IDX_CHUNK = 16, IDX_MAX_D = 256 };
+enum { IDX_CHUNK = IDX_CHUNK_FLOATS, IDX_MAX_D = 256 };
 
 /* The indexer's scores of entries [0, lim) for one query row (qt: its heads'
  * rows of head_dim, a multiple of 8, rotated as the keys are), with AVX2 and
  * FMA: 16 keys at a time converted and transposed once, scored four heads at
  * a time as 16-wide products (scores4x16), ReLU'd and weighted into 16
  * sums. Each score is its own (its dimensions summed in order, then its heads
- * in order), whatever the batch. */
+ * in order), whatever the batch. ws: the chunk's keys and their K^T,
+ * [IDX_CHUNK][head_dim] f32 each, 32-byte aligned. */
 AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, const float *wt,
-                                     int64_t lim, float *score)
+                                     int64_t lim, float *score, float *ws)
 {
-    _Alignas(32) float kc[IDX_CHUNK * IDX_MAX_D], kt[IDX_MAX_D * IDX_CHUNK], sc[4 * IDX_CHUNK];
+    _Alignas(32) float sc[4 * IDX_CHUNK];
     const int64_t d = c->head_dim;
+    float *kc = ws, *kt = ws + IDX_CHUNK * d;
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t s0 = 0; s0 < lim; s0 += IDX_CHUNK) {
         const int len = lim - s0 < IDX_CHUNK ? (int)(lim - s0) : IDX_CHUNK;
@@ -357,10 +363,25 @@ static void topk_select(const float *score, int64_t lim, int k, int32_t *sel)
     for (int i = n; i < k; i++) sel[i] = -1;
 }
 
+/* The indexer's workspace a thread (f32, every part a multiple of 16 floats:
+ * 64-byte aligned): the query rotated [QROT_MAX at most], then
+ * indexer_scores_avx2's. */
+static int64_t indexer_qrot_floats(const indexer_ctx *c)
+{
+    const int64_t nq = c->n_head * c->head_dim;
+    return c->rotated && nq <= QROT_MAX ? (nq + 15) / 16 * 16 : 0;
+}
+
+static int64_t indexer_ws_floats(const indexer_ctx *c)
+{
+    return indexer_qrot_floats(c) + (c->tiled ? c->head_dim * 2 * IDX_CHUNK_FLOATS : 0);
+}
+
 V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 {
     const indexer_ctx *c = p;
-    float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX], qrot[QROT_MAX];
+    float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX];
+    float *qrot = cpu_threadpool_scratch(c->pool, thread);
     int64_t lim = (c->pos[t] + 1) / c->rate;
     if (lim > c->n_keys) lim = c->n_keys;
     const float *qt = c->q + t * c->n_head * c->head_dim, *wt = c->w + t * c->n_head;
@@ -376,7 +397,9 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
     }
 #ifdef V4_AVX2
     if (c->tiled && !unrotate_keys) {
-        indexer_scores_avx2(c, qt, wt, lim, score);
+        indexer_scores_avx2(c, qt, wt, lim, score,
+                            (float *)cpu_threadpool_scratch(c->pool, thread) +
+                                indexer_qrot_floats(c));
         topk_select(score, lim, c->k, c->sel + t * c->k);
         return;
     }
@@ -394,12 +417,12 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
     topk_select(score, lim, c->k, c->sel + t * c->k);
 }
 
-void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
-                      int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
-                      model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
-                      int k, int32_t *sel, float *scratch, int64_t scratch_stride)
+di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
+                           int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                           model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
+                           int k, int32_t *sel, float *scratch, int64_t scratch_stride)
 {
-    if (head_dim > HEAD_MAX) return; /* checked at load */
+    if (head_dim > HEAD_MAX) return DI_ERR_INVALID_ARGUMENT; /* checked at load */
     indexer_ctx c = {.q = q,
                      .w = w,
                      .keys = keys,
@@ -420,8 +443,12 @@ void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int 
                      .scale = scale,
                      .w_scale = w_scale,
                      .sel = sel,
-                     .scratch = scratch};
+                     .scratch = scratch,
+                     .pool = pool};
+    di_status st = cpu_threadpool_reserve(pool, (size_t)indexer_ws_floats(&c) * sizeof(float));
+    if (st != DI_OK) return st;
     cpu_threadpool_run(pool, n, indexer_row, &c);
+    return DI_OK;
 }
 
 typedef struct sink_ctx {
@@ -436,6 +463,7 @@ typedef struct sink_ctx {
     const int32_t *sel;
     float scale;
     float *out;
+    cpu_threadpool *pool; /* its scratch: each thread's workspace (sink_ws_floats) */
 } sink_ctx;
 
 enum { KEY_TILE = 64, CONV_TILE = 8 };
@@ -443,13 +471,14 @@ enum { KEY_TILE = 64, CONV_TILE = 8 };
 /* The online softmax over tiles of keys (FlashAttention's recurrence): the
  * tile's scores, its max, the running sums rescaled once per tile. A tile is
  * up to cap keys: KEY_TILE rows read in place (f32), or CONV_TILE rows
- * converted into conv. */
+ * converted into conv. acc [head_dim] and conv [CONV_TILE][head_dim]: the
+ * thread's workspace. */
 typedef struct sink_state {
     float m, l;
-    float acc[HEAD_MAX];
+    float *acc;
     const float *key[KEY_TILE];
     int n, cap;
-    float conv[CONV_TILE * HEAD_MAX];
+    float *conv;
 } sink_state;
 
 static inline __attribute__((always_inline)) void tile_flush(sink_state *st, const float *qh,
@@ -530,11 +559,12 @@ static void sink_finish(float sink, float m, float l, const float *acc, int64_t 
 
 V4_CLONES static void sink_head(void *p, int64_t task, int thread)
 {
-    (void)thread;
     const sink_ctx *c = p;
     const int64_t t = task / c->n_head, h = task % c->n_head, d = c->head_dim;
     const float *qh = c->q + (t * c->n_head + h) * d;
     sink_state st;
+    st.acc = cpu_threadpool_scratch(c->pool, thread);
+    st.conv = st.acc + (d + 15) / 16 * 16;
     st.m = -INFINITY;
     st.l = 0.0f;
     st.n = 0;
@@ -559,12 +589,13 @@ V4_CLONES static void sink_head(void *p, int64_t task, int thread)
  * the batch); its sums are in another order than sink_head's. */
 enum { SINK_TILE = 16, SINK_CHUNK = 16, SINK_MAX_D = 512 };
 
-AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
+/* ws: the thread's workspace, 64-byte aligned: the chunk's keys
+ * [SINK_CHUNK][d], their K^T [d][SINK_CHUNK] and the tile's queries rotated
+ * [SINK_TILE][d], f32. */
+AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows, float *ws)
 {
-    _Alignas(32) float kc[SINK_CHUNK * SINK_MAX_D]; /* the chunk's keys, rows of d */
-    _Alignas(32) float kt[SINK_MAX_D * SINK_CHUNK]; /* K^T: [d][SINK_CHUNK] */
-    _Alignas(32) float qrot[SINK_TILE * SINK_MAX_D];
     const int64_t d = c->head_dim;
+    float *kc = ws, *kt = ws + SINK_CHUNK * d, *qrot = kt + SINK_CHUNK * d;
     const float *qa = c->q + (t * c->n_head + h0) * d;
     if (c->rotated) { /* q H . k H = q . k; the output, a sum of rotated values, rotated back */
         memcpy(qrot, qa, sizeof(float) * (size_t)rows * (size_t)d);
@@ -601,13 +632,12 @@ AVX2 static void sink_tile_avx2(const sink_ctx *c, int64_t t, int h0, int rows)
 /* A task is one token's heads [h0, h0 + SINK_TILE). */
 static void sink_tile_task(void *p, int64_t task, int thread)
 {
-    (void)thread;
     const sink_ctx *c = p;
     const int tiles = (c->n_head + SINK_TILE - 1) / SINK_TILE;
     const int64_t t = task / tiles;
     const int h0 = (int)(task % tiles) * SINK_TILE;
     const int rows = c->n_head - h0 < SINK_TILE ? c->n_head - h0 : SINK_TILE;
-    sink_tile_avx2(c, t, h0, rows);
+    sink_tile_avx2(c, t, h0, rows, cpu_threadpool_scratch(c->pool, thread));
 }
 
 static int sink_tile_applies(int64_t head_dim)
@@ -616,12 +646,36 @@ static int sink_tile_applies(int64_t head_dim)
 }
 #endif
 
-void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                        int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
-                        int window, const void *comp, int64_t n_comp, int rate, const int32_t *sel,
-                        int k, model_dtype dtype, const float *sinks, float scale, float *out)
+/* The sink attention's workspace a thread, floats: sink_tile_avx2's where
+ * the tile applies, else sink_head's acc (whole 64-byte lines) and conv. */
+static int64_t sink_ws_floats(int64_t head_dim)
 {
-    if (head_dim > HEAD_MAX) return; /* checked at load */
+#ifdef V4_AVX2
+    if (sink_tile_applies(head_dim)) return (2 * SINK_CHUNK + SINK_TILE) * head_dim;
+#endif
+    return (head_dim + 15) / 16 * 16 + CONV_TILE * head_dim;
+}
+
+size_t cpu_v4_scratch_bytes(void)
+{
+    /* the sink tile at SINK_MAX_D, the per-head walk at HEAD_MAX; the
+     * indexer's rotated query and tiled chunks */
+    int64_t most = (int64_t)HEAD_MAX + (int64_t)CONV_TILE * HEAD_MAX, indexer = QROT_MAX;
+#ifdef V4_AVX2
+    if ((2 * SINK_CHUNK + SINK_TILE) * (int64_t)SINK_MAX_D > most)
+        most = (2 * SINK_CHUNK + SINK_TILE) * (int64_t)SINK_MAX_D;
+    indexer += (int64_t)2 * IDX_CHUNK * IDX_MAX_D;
+#endif
+    return (size_t)(most > indexer ? most : indexer) * sizeof(float);
+}
+
+di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
+                             int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                             int window, const void *comp, int64_t n_comp, int rate,
+                             const int32_t *sel, int k, model_dtype dtype, const float *sinks,
+                             float scale, float *out)
+{
+    if (head_dim > HEAD_MAX) return DI_ERR_INVALID_ARGUMENT; /* checked at load */
     sink_ctx c = {.q = q,
                   .sinks = sinks,
                   .win = win,
@@ -640,13 +694,17 @@ void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_
                   .pos = pos,
                   .sel = sel,
                   .scale = scale,
-                  .out = out};
+                  .out = out,
+                  .pool = pool};
+    di_status st = cpu_threadpool_reserve(pool, (size_t)sink_ws_floats(head_dim) * sizeof(float));
+    if (st != DI_OK) return st;
 #ifdef V4_AVX2
     if (sink_tile_applies(head_dim)) {
         const int tiles = (n_head + SINK_TILE - 1) / SINK_TILE;
         cpu_threadpool_run(pool, n * tiles, sink_tile_task, &c);
-        return;
+        return DI_OK;
     }
 #endif
     cpu_threadpool_run(pool, n * n_head, sink_head, &c);
+    return DI_OK;
 }

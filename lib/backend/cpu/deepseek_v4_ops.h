@@ -41,6 +41,7 @@
 #ifndef DI_BACKEND_CPU_DEEPSEEK_V4_OPS_H
 #define DI_BACKEND_CPU_DEEPSEEK_V4_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cpu/threadpool.h"
@@ -68,15 +69,26 @@ void cpu_v4_rows_store(model_dtype dtype, void *dst, const float *src, int64_t s
                        int64_t width, int64_t n);
 /* keys: rows of head_dim of dtype (cpu_v4_rows_store's), converted to f32
  * (and rotated back) as they are read. scratch: n_threads x (max keys)
- * floats. */
-void cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
-                      int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
-                      model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
-                      int k, int32_t *sel, float *scratch, int64_t scratch_stride);
-/* win, comp: rows of head_dim of dtype, as the indexer's keys. */
-void cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                        int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
-                        int window, const void *comp, int64_t n_comp, int rate, const int32_t *sel,
-                        int k, model_dtype dtype, const float *sinks, float scale, float *out);
+ * floats. Its key chunks and rotated query live in the pool's per-thread
+ * scratch (threadpool.h), reserved here. Errors, computing nothing:
+ * DI_ERR_INVALID_ARGUMENT (NULL pool, head_dim over 1024),
+ * DI_ERR_OUT_OF_MEMORY (no memory for the pool's scratch). */
+di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
+                           int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
+                           model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
+                           int k, int32_t *sel, float *scratch, int64_t scratch_stride);
+/* win, comp: rows of head_dim of dtype, as the indexer's keys. Its key chunks
+ * and accumulators live in the pool's per-thread scratch, reserved here; the
+ * errors are cpu_indexer_topk's. */
+di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
+                             int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                             int window, const void *comp, int64_t n_comp, int rate,
+                             const int32_t *sel, int k, model_dtype dtype, const float *sinks,
+                             float scale, float *out);
+/* Bytes of the pool's scratch a thread that every cpu_indexer_topk and
+ * cpu_sink_attention call (any head_dim and heads they take) fits in: the
+ * CPU backend reserves it when created, so these never allocate there.
+ * Thread-safe. */
+size_t cpu_v4_scratch_bytes(void);
 
 #endif

@@ -80,6 +80,7 @@ typedef struct matmul_job {
     size_t info_row;
     char *amx_tiles; /* the AMX kernels' copy of the first n_amx tokens, or NULL */
     int64_t n_amx;
+    cpu_threadpool *pool; /* its scratch: the AMX kernels' widened weights */
     int64_t n_tok_tiles, tokens_per_tile;
 } matmul_job;
 
@@ -132,7 +133,6 @@ static void mxfp4_rows(const matmul_job *j, const matmul_part *pt, int64_t o, in
 
 static void matmul_task(void *ctx, int64_t task, int thread)
 {
-    (void)thread;
     const matmul_job *j = ctx;
     const matmul_part *pt = &j->parts[0];
     for (int p = 1; p < j->n_parts && task >= j->parts[p].first_task; p++) pt = &j->parts[p];
@@ -157,7 +157,8 @@ static void matmul_task(void *ctx, int64_t task, int thread)
             float *y = pt->y + t0 * pt->n_out + o;
             int64_t rows = CPU_PACK_ROWS, from = 0;
             if (n_amx > 0 && o + CPU_AMX_ROWS <= o1) {
-                pt->amx_fn(j->n_in, g, pt->group_bytes, tiles, n_amx, y, pt->n_out);
+                pt->amx_fn(j->n_in, g, pt->group_bytes, tiles, n_amx, y, pt->n_out,
+                           cpu_threadpool_scratch(j->pool, thread));
                 rows = CPU_AMX_ROWS;
                 from = n_amx;
             }
@@ -266,9 +267,13 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         .act = scratch,
         .scratch = scratch,
         .act_type = cpu_vec_dot_type(w[0]->dtype),
+        .pool = pool,
     };
     j.act_row = cpu_row_bytes(j.act_type, j.n_in);
     size_t amx = use_ref ? 0 : amx_bytes(j.act_type, j.n_in, n_tokens, 0);
+    /* the AMX kernels' widened weights: the pool's per-thread scratch (no
+     * pool, or no memory for it: the packed kernels, the same sums) */
+    if (amx && cpu_threadpool_reserve(pool, CPU_AMX_WIDE_BYTES) != DI_OK) amx = 0;
     /* AMX tasks take more tokens: each widens its rows' weights once */
     j.tokens_per_tile = amx ? AMX_TOKENS_PER_TILE : TOKENS_PER_TILE;
     j.n_tok_tiles = (n_tokens + j.tokens_per_tile - 1) / j.tokens_per_tile;

@@ -150,6 +150,7 @@ INLINE void scale_block(const char *a, const uint8_t *w, int32_t (*sums)[CPU_AMX
 }
 
 enum { WIDE_BYTES = 640, WIDE_BLOCKS = 32 }; /* the weights widened at a time: 20 KiB */
+_Static_assert(CPU_AMX_WIDE_BYTES >= WIDE_BLOCKS * WIDE_BYTES, "the widened weights fit");
 
 /* n blocks of one token tile (a: its first block) with their widened
  * weights wide[n]: software-pipelined, block i's tiles (TMUL) going while
@@ -177,14 +178,14 @@ INLINE void token_tile(const char *a, int64_t n, uint8_t (*wide)[WIDE_BYTES], co
  * row's partial sums wait in y between chunks (no change to the order of the
  * additions). */
 INLINE void amx_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const char *tiles,
-                     int64_t n_tok, float *y, int64_t y_stride, const int kind)
+                     int64_t n_tok, float *y, int64_t y_stride, void *wide_ws, const int kind)
 {
     const int has_min = kind == 2 || kind == 4, five = kind == 3 || kind == 4;
     const size_t sb = has_min ? 32 : 16, gb = sb + (kind == 0 ? 256 : five ? 160 : 128);
     const int64_t nb = n_in / BLOCK;
     const __m512i codebook =
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)cpu_iq4nl_values));
-    _Alignas(64) uint8_t wide[WIDE_BLOCKS][WIDE_BYTES];
+    uint8_t(*wide)[WIDE_BYTES] = __builtin_assume_aligned(wide_ws, 64); /* [WIDE_BLOCKS] */
     amx_load_tiles(BLOCK);
     for (int64_t kb = 0; kb < nb; kb += WIDE_BLOCKS) {
         int64_t n = nb - kb < WIDE_BLOCKS ? nb - kb : WIDE_BLOCKS;

@@ -63,11 +63,17 @@ size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens);
  * (t below the last whole tile). */
 void cpu_amx_pack_token(int act_type, const void *act_row, int64_t n_in, int64_t t, char *tiles);
 
+/* Bytes of a kernel's workspace: the weights it widens at a time (kept off the
+ * stack: the caller's thread, a host's with a small stack, runs tasks too). */
+enum { CPU_AMX_WIDE_BYTES = 24576 };
+
 /* y[t * y_stride + r] = packed rows r = 0..15 (the two groups at w and
  * w + group_bytes) times token t (tiles, above), for t < n_tok, n_tok a
- * multiple of CPU_AMX_TOKENS. Thread-safe. */
+ * multiple of CPU_AMX_TOKENS. wide: CPU_AMX_WIDE_BYTES of workspace, 64-byte
+ * aligned, the caller's (its contents do not matter). Thread-safe on distinct
+ * wide and y. */
 typedef void (*cpu_amx_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,
-                           int64_t n_tok, float *y, int64_t y_stride);
+                           int64_t n_tok, float *y, int64_t y_stride, void *wide);
 /* The AMX kernel for packed dtype on this process, or NULL (no AMX, or a
  * dtype without one). */
 cpu_amx_fn cpu_amx_kernel(model_dtype dtype);

@@ -30,6 +30,7 @@ enum {
     WIDE_BYTES = WIDE_DMIN + 64,
     WIDE_SUPER = 4, /* super-blocks widened at a time: 22 KiB */
 };
+_Static_assert(CPU_AMX_WIDE_BYTES >= WIDE_SUPER * WIDE_BYTES, "the widened weights fit");
 
 /* The Q8_K tile of a super-block (CPU_AMX_K_TILE_BYTES): 16 tokens x 256
  * quants, their d as f32, their 32-element sums as int16 [token][8], their
@@ -224,7 +225,7 @@ INLINE void super_block(const char *a, const uint8_t *w, const int kind, float (
 /* The weights widened WIDE_SUPER super-blocks at a time, used by every token
  * tile; a row's partial sums wait in y between chunks. */
 INLINE void amx_k_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const char *tiles,
-                       int64_t n_tok, float *y, int64_t y_stride, const int kind)
+                       int64_t n_tok, float *y, int64_t y_stride, void *wide_ws, const int kind)
 {
     const int64_t nsb = n_in / QK_K;
     const size_t gb = kind == 1   ? 144 + 1536
@@ -233,7 +234,7 @@ INLINE void amx_k_rows(int64_t n_in, const uint8_t *w, size_t group_bytes, const
                       : kind == 4 ? 144 + 768
                       : kind == 5 ? 160 + 512
                                   : 160 + 1024;
-    _Alignas(64) uint8_t wide[WIDE_SUPER][WIDE_BYTES];
+    uint8_t(*wide)[WIDE_BYTES] = __builtin_assume_aligned(wide_ws, 64); /* [WIDE_SUPER] */
     _Alignas(64) float acc[CPU_AMX_TOKENS][CPU_AMX_ROWS];
     amx_load_tiles(kind == 1 || kind >= 4 ? 16 : 32);
     for (int64_t ks = 0; ks < nsb; ks += WIDE_SUPER) {

@@ -72,9 +72,9 @@ INLINE __m512i both_groups(const uint8_t *g0, const uint8_t *g1, size_t off)
  * the format's KIND constant, so its branches fold. */
 #define AMX_KERNEL(NAME, ROWS, KIND)                                                               \
     AMX static void NAME(int64_t n_in, const void *w, size_t group_bytes, const char *tiles,       \
-                         int64_t n_tok, float *y, int64_t y_stride)                                \
+                         int64_t n_tok, float *y, int64_t y_stride, void *wide)                    \
     {                                                                                              \
-        ROWS(n_in, w, group_bytes, tiles, n_tok, y, y_stride, KIND);                               \
+        ROWS(n_in, w, group_bytes, tiles, n_tok, y, y_stride, wide, KIND);                         \
     }
 
 #endif

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "util/thread.h"
@@ -46,6 +47,8 @@ struct cpu_threadpool {
     atomic_uint generation;
     atomic_int stop;
     job_slot slots[2];
+    char *scratch;         /* n_threads x scratch_stride bytes, 64-byte aligned */
+    size_t scratch_stride; /* bytes a thread, a multiple of 64 */
 };
 
 static inline void cpu_relax(void)
@@ -147,6 +150,7 @@ void cpu_threadpool_free(cpu_threadpool *p)
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mutex);
     free(p->workers);
+    free(p->scratch);
     free(p);
 }
 
@@ -194,4 +198,23 @@ void cpu_threadpool_run(cpu_threadpool *p, int64_t n_tasks, cpu_task_fn fn, void
     pthread_mutex_unlock(&p->mutex);
     run_slot(s, 0);
     wait_until(&s->n_finished, n_tasks);
+}
+
+di_status cpu_threadpool_reserve(cpu_threadpool *p, size_t bytes)
+{
+    if (!p) return DI_ERR_INVALID_ARGUMENT;
+    if (bytes <= p->scratch_stride) return DI_OK;
+    if (bytes > SIZE_MAX / 2 / (size_t)p->n_threads) return DI_ERR_OUT_OF_MEMORY;
+    const size_t stride = (bytes + 63) & ~(size_t)63;
+    char *s = aligned_alloc(64, stride * (size_t)p->n_threads);
+    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    free(p->scratch);
+    p->scratch = s;
+    p->scratch_stride = stride;
+    return DI_OK;
+}
+
+void *cpu_threadpool_scratch(cpu_threadpool *p, int thread)
+{
+    return p->scratch ? p->scratch + (size_t)thread * p->scratch_stride : NULL;
 }
