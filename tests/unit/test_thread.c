@@ -22,7 +22,7 @@ static void *stack_size_of_self(void *out)
         pthread_attr_getstacksize(&attr, &size);
         pthread_attr_destroy(&attr);
     }
-    /* and use a kernel tile's worth of it (deepseek_v4_ops.c keeps 64 KB) */
+    /* and use 256 KB of it: more than the glibc default under ulimit -s 256 */
     volatile char tile[256 * 1024];
     memset((char *)tile, 1, sizeof tile);
     *(size_t *)out = size + (size_t)(tile[12345] - 1);
