@@ -24,6 +24,13 @@ LD_LIBRARY_PATH=$(pkg-config --variable=libdir deepinfer)${LD_LIBRARY_PATH:+:$LD
 export LD_LIBRARY_PATH
 export DEEPINFER_CLI=$prefix/bin/deepinfer DI_ASSET_DIR=$assets DI_REQUIRE_ASSETS=1
 
+# rustup's cargo and rustfmt proxies with no toolchain for this HOME (a fresh HOME on an image
+# whose rustup lives in another's): Debian's toolchain instead (scripts/setup.sh)
+if ! cargo --version >/dev/null 2>&1 && [ -x /usr/bin/cargo ]; then
+  echo "note: $(command -v cargo || echo cargo) does not run here; using Debian's $(/usr/bin/cargo --version)"
+  PATH=/usr/bin:$PATH
+  export PATH
+fi
 "$root/scripts/rust-bindgen.sh" --check
 cd "$root/bindings/rust"
 # No dependencies, so the lock file is trivial; cargo 1.65 cannot read the format
