@@ -63,10 +63,9 @@ const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i)
     return i >= d->cfg.n_layer && d->mtp_w ? d->mtp_w : d->w;
 }
 
-/* A tensor of the layer: its prefix, then suffix. */
-static const model_tensor *layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
-                                        uint32_t n_dims, const int64_t *ne, di_error **err,
-                                        di_status *st)
+const model_tensor *dsv4_layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
+                                      uint32_t n_dims, const int64_t *ne, di_error **err,
+                                      di_status *st)
 {
     char name[160], pre[40];
     snprintf(name, sizeof name, "%s%s", dsv4_layer_prefix(d, i, pre, sizeof pre), suffix);
@@ -75,10 +74,8 @@ static const model_tensor *layer_tensor(const dsv4 *d, uint32_t i, const char *s
     return t;
 }
 
-/* A 1-D f32 copy in the backend of any tensor of n elements (its shape checked
- * by the caller), through a flattened view. */
-static di_status flat_vector(dsv4 *d, model_tensor *view, const model_tensor *t, const float **out,
-                             di_error **err)
+di_status dsv4_flat_vector(dsv4 *d, model_tensor *view, const model_tensor *t, const float **out,
+                           di_error **err)
 {
     *view = *t;
     view->n_dims = 1;
@@ -153,7 +150,7 @@ static di_status load_compressor(dsv4 *d, uint32_t i, const char *prefix, v4_com
     int64_t ne[2] = {cw, rate};
     if ((st = model_weights_require(dsv4_layer_weights(d, i), name, 2, ne, &pb, err)) != DI_OK)
         return st;
-    return flat_vector(d, &views[0], pb, &c->bias, err);
+    return dsv4_flat_vector(d, &views[0], pb, &c->bias, err);
 }
 
 /* DeepSeek-V4.1's compressed attention of layer i (docs/deepseek-v41.md): a
@@ -224,9 +221,11 @@ static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *vi
     snprintf(name, sizeof name, "%smlp.experts.gate_up_proj", pre);
     if (model_weights_get(dsv4_layer_weights(d, i), name)) {
         int64_t ne_gu[3] = {E, 2 * I, X}, ne_d[3] = {I, E, X};
-        const model_tensor *gu = layer_tensor(d, i, "mlp.experts.gate_up_proj", 3, ne_gu, err, &st);
+        const model_tensor *gu =
+            dsv4_layer_tensor(d, i, "mlp.experts.gate_up_proj", 3, ne_gu, err, &st);
         const model_tensor *dn =
-            st == DI_OK ? layer_tensor(d, i, "mlp.experts.down_proj", 3, ne_d, err, &st) : NULL;
+            st == DI_OK ? dsv4_layer_tensor(d, i, "mlp.experts.down_proj", 3, ne_d, err, &st)
+                        : NULL;
         for (int64_t e = 0; e < X && st == DI_OK; e++) {
             model_tensor *v = views + 6 * e;
             if ((st = row_view(d, &v[0], &v[1], gu, gu->scale, e * 2 * I, I, &gate[e], err)) !=
@@ -332,7 +331,8 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     VEC(ffn_scale, "ffn_hc.scale", 3);
     /* the grouped output projection: o_groups row blocks of o_a_proj */
     int64_t ne_oa[2] = {in_g, G * RO};
-    const model_tensor *oa = layer_tensor(d, i, "self_attn.o_a_proj.weight", 2, ne_oa, err, &st);
+    const model_tensor *oa =
+        dsv4_layer_tensor(d, i, "self_attn.o_a_proj.weight", 2, ne_oa, err, &st);
     if (st != DI_OK) return st;
     if (!(L->wo_a = calloc((size_t)G, sizeof(const backend_matrix *))))
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);

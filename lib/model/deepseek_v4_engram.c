@@ -58,16 +58,11 @@ di_status dsv4_engram_load_layer(dsv4 *d, uint32_t i, v4_layer *L, di_error **er
     /* the norm weights [hc, n_embd], as flat vectors */
     static const char *const norms[2] = {"engram.q_weight", "engram.k_weight"};
     const float **dst[2] = {&L->engram_q, &L->engram_k};
+    const int64_t ne[2] = {E, hc};
     for (int k = 0; k < 2; k++) {
-        snprintf(name, sizeof name, "%s%s", pre, norms[k]);
-        const model_tensor *t;
-        int64_t ne[2] = {E, hc};
-        if ((st = model_weights_require(w, name, 2, ne, &t, err)) != DI_OK) return st;
-        model_tensor flat = *t;
-        flat.n_dims = 1;
-        flat.ne[0] = E * hc;
-        flat.ne[1] = 1;
-        if ((st = be->ops->vector(be, &flat, dst[k], err)) != DI_OK) return st;
+        const model_tensor *t = dsv4_layer_tensor(d, i, norms[k], 2, ne, err, &st);
+        model_tensor flat;
+        if (st != DI_OK || (st = dsv4_flat_vector(d, &flat, t, dst[k], err)) != DI_OK) return st;
     }
     /* the stacked tables: at least the layout's rows (checkpoints pad them to a
      * multiple of 256) */

@@ -160,6 +160,15 @@ const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size)
 /* The weights layer i's tensors are in: the MTP layer's in an attached MTP
  * GGUF (dsv4_mtp_attach), else the model's. */
 const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i);
+/* A tensor of layer i (its prefix, then suffix) of the given shape, *st set
+ * (DI_ERR_MODEL_FORMAT naming it when missing or of another shape). */
+const model_tensor *dsv4_layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
+                                      uint32_t n_dims, const int64_t *ne, di_error **err,
+                                      di_status *st);
+/* A 1-D f32 copy in the backend of any tensor of n elements (its shape checked
+ * by the caller), through the flattened view *view. */
+di_status dsv4_flat_vector(dsv4 *d, model_tensor *view, const model_tensor *t, const float **out,
+                           di_error **err);
 /* Layer i's weights into d->layers[i] (and its views). */
 di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err);
 /* A cache holding layers [first, first + n) of one sequence (the main layers,
