@@ -42,15 +42,27 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A config.json edit (TEXT: merged into text_config) and the load error it
+ * must give: its status and a piece of its message. */
+#define TEXT(json) "{\"text_config\": " json "}"
+typedef struct config_case {
+    const char *edit;
+    di_status status;
+    const char *says;
+} config_case;
+
+/* Each case's edit of fixture's config loads with its error. */
+static void expect_config_cases(const char *fixture, const config_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        model_expect_load_error(model_variant_folder(tmpdir, fixture, cases[i].edit, 0),
+                                cases[i].status, cases[i].says, NULL);
+}
+
 static void test_bad_configs_are_named(void **state)
 {
     (void)state;
-#define TEXT(json) "{\"text_config\": " json "}"
-    static const struct {
-        const char *edit;
-        di_status status;
-        const char *says;
-    } cases[] = {
+    static const config_case cases[] = {
         {TEXT("{\"engram_layer_ids\": [1]}"), DI_ERR_MODEL_FORMAT, "engram_max_ngram_size"},
         {TEXT("{\"candidate_source_layer_id\": 1}"), DI_ERR_UNSUPPORTED,
          "candidate_source_layer_id"},
@@ -91,9 +103,7 @@ static void test_bad_configs_are_named(void **state)
         {TEXT("{\"kv_source_layer_ids\": [1, 2, 3, 4], \"index_source_layer_ids\": [1, 2, 3, 4]}"),
          DI_ERR_MODEL_FORMAT, "model.layers.2.self_attn.compressor.kv_proj.weight"},
     };
-#undef TEXT
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        model_expect_load_error(variant(cases[i].edit), cases[i].status, cases[i].says, NULL);
+    expect_config_cases("dsv41-f32", cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Engram's config and tables (the dsv41-engram-f32 fixture, its tokenizer.json
@@ -103,12 +113,7 @@ static void test_bad_configs_are_named(void **state)
 static void test_engram_errors_are_named(void **state)
 {
     (void)state;
-#define TEXT(json) "{\"text_config\": " json "}"
-    static const struct {
-        const char *edit;
-        di_status status;
-        const char *says;
-    } cases[] = {
+    static const config_case cases[] = {
         {TEXT("{\"engram_layer_ids\": [2, 0]}"), DI_ERR_MODEL_FORMAT, "engram_layer_ids[1]"},
         {TEXT("{\"engram_layer_ids\": [7]}"), DI_ERR_MODEL_FORMAT, "engram_layer_ids[0]"},
         {TEXT("{\"engram_max_ngram_size\": 1}"), DI_ERR_UNSUPPORTED,
@@ -126,9 +131,7 @@ static void test_engram_errors_are_named(void **state)
         {TEXT("{\"engram_layer_ids\": [0, 1]}"), DI_ERR_MODEL_FORMAT,
          "model.layers.1.engram.q_weight"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        model_expect_load_error(model_variant_folder(tmpdir, "dsv41-engram-f32", cases[i].edit, 0),
-                                cases[i].status, cases[i].says, NULL);
+    expect_config_cases("dsv41-engram-f32", cases, sizeof cases / sizeof cases[0]);
     /* the tokenizer: missing, or another compressed vocabulary size */
     const char *dir = model_variant_folder(tmpdir, "dsv41-engram-f32", "{}", 0);
     char tok[700], link[300];
@@ -160,7 +163,6 @@ static void test_engram_errors_are_named(void **state)
     free(logits);
     di_model_free(dm);
     unlink(link);
-#undef TEXT
 }
 
 /* fp8 in 32x32 blocks is widened to bf16 exactly: a block scale that puts a
