@@ -828,12 +828,12 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             goto fail;
         }
     }
-    if (c.draft == DI_DRAFT_MTP && model_mtp_layers(e->m) < 1) {
+    if (c.draft == DI_DRAFT_MTP && model_mtp_layers(e->m) < 1 && !model_dspark_block(e->m)) {
         st = di_error_set(err, DI_ERR_UNSUPPORTED,
-                          "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer (a "
-                          "DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and its "
-                          "tensors has one; a DeepSeek-V4 GGUF takes llama.cpp's MTP GGUF of it "
-                          "as draft_model_path; DeepSeek-V4.1's DSpark head is not run)");
+                          "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer or DSpark "
+                          "head (a DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and "
+                          "its tensors has one; a DeepSeek-V4 GGUF takes llama.cpp's MTP GGUF of "
+                          "it as draft_model_path; DeepSeek-V4.1's DSpark head is not run)");
         goto fail;
     }
     if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file &&
@@ -849,6 +849,16 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
             goto fail;
         }
         elog(e, DI_LOG_INFO, "speculative decoding: the model's MTP module drafts");
+    }
+    /* The model's own DSpark head (DeepSeek-V4-Flash-DSpark): likewise. */
+    if (!d && c.speculative_tokens > 0 && model_dspark_block(e->m) &&
+        (c.draft == DI_DRAFT_MTP || c.draft == DI_DRAFT_AUTO)) {
+        if ((st = drafter_dspark_create(e->m, max_running, &d)) != DI_OK) {
+            st = di_error_set(err, st, "out of memory for the DSpark drafter");
+            goto fail;
+        }
+        elog(e, DI_LOG_INFO, "speculative decoding: the model's DSpark head drafts blocks of %d",
+             model_dspark_block(e->m));
     }
     e->max_running = max_running;
     st = sched_create(e->m, max_running, c.speculative_tokens, c.speculative_fixed, d, &cache,

@@ -218,6 +218,12 @@ typedef struct backend_ops {
      * 1 / sqrt(mean(v^2) + eps), signed_sqrt(d) = sign(d) sqrt(max(|d|, 1e-6)). */
     void (*engram_gate)(backend *be, float *x, const float *kv, const float *wh, const float *we,
                         int hc, int64_t n_embd, int64_t n, float eps);
+    /* The mean of the mHC streams (llama.cpp's deepseek4 build_hc_mean, what
+     * DeepSeek-V4's DSpark reads of the target): out[t] = (x[t, 0] + x[t, 1] +
+     * ... + x[t, hc - 1]) * (1 / hc), summed in that order, for x f32 [n, hc,
+     * n_embd]; out rows out_stride floats apart. */
+    void (*hc_mean)(backend *be, const float *x, int hc, int64_t n_embd, int64_t n, float *out,
+                    int64_t out_stride);
     /* A compressor's entries e0 .. e0 + n - 1 (DeepSeek-V4 §2.3): entry e pools
      * the projections of tokens [e rate, (e + 1) rate) held in the rings kv and
      * gate (token p at row p % ring, row_stride floats apart): out[e, c] =
@@ -251,14 +257,16 @@ typedef struct backend_ops {
     /* Attention with one shared K = V head and a learned sink per head
      * (DeepSeek-V4's, as gpt-oss's): query row t (position pos[t]) of q f32
      * [n, n_head, head_dim] reads the window ring's rows of positions
-     * (pos - window, pos] (position p at row p % win_ring of win) and
+     * (pos - window, last[t]] (position p at row p % win_ring of win; last
+     * NULL: pos[t], causal; DSpark's blocks see their later rows too) and
      * compressed entries (rows of comp): with sel (host [n, k]) the listed ones
      * (-1 skipped), else entries e < min(n_comp, (pos + 1) / rate) (none when
      * comp is NULL); softmax over the scaled scores and sinks[h], the sink's
      * share dropped. win and comp hold rows of head_dim (v4_rows_store's, of
      * kv_dtype). out f32 [n, n_head, head_dim], not overlapping q. */
     void (*sink_attention)(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                           const int64_t *pos, const void *win, int64_t win_ring, int window,
+                           const int64_t *pos, const int64_t *last, const void *win,
+                           int64_t win_ring, int window,
                            const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
                            model_dtype kv_dtype, const float *sinks, float scale, float *out);
 } backend_ops;

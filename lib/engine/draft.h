@@ -75,7 +75,9 @@ typedef struct draft_observation {
  * failing (a drafter that cannot draft, out of memory or of KV room, proposes
  * none). observe (NULL for drafters that do not need it) is called after
  * every target step that computed rows, before any of its requests is
- * released, with the step's hidden states [n_rows, n_embd] and one
+ * released, with the step's hidden states [n_rows, n_embd] (the MTP layer's
+ * input, model_last_hidden; DSpark's features, model_dspark_features, for a
+ * model without MTP) and one
  * observation per item that kept rows. release frees a request's state (the
  * request ended or was pre-empted). destroy frees the drafter. Run on the
  * scheduler's worker thread only. */
@@ -120,6 +122,16 @@ di_status drafter_model_create(model *m, int max_running, drafter **out);
  * its probability), otherwise samples of q as the draft model's.
  * Errors: DI_ERR_UNSUPPORTED (m has no MTP layer), DI_ERR_OUT_OF_MEMORY. */
 di_status drafter_mtp_create(model *m, int max_running, drafter **out);
+
+/* The DSpark drafter (draft_dspark.c) over the target model m itself
+ * (borrowed, as the MTP drafter's), for up to max_running requests at once:
+ * DeepSeek-V4's DSpark head drafts up to its block of tokens per request in
+ * one pass, from the target's features of every token but the last (observe
+ * reads model_dspark_features) and the last token as the block's anchor. At
+ * temperature 0 the Markov chain's argmaxes (confidence the confidence
+ * head's), otherwise samples of q as the draft model's. Errors:
+ * DI_ERR_UNSUPPORTED (m has no DSpark head), DI_ERR_OUT_OF_MEMORY. */
+di_status drafter_dspark_create(model *m, int max_running, drafter **out);
 
 /* Request r's draft from its logits row (modified): at temperature 0 (smp
  * NULL) the argmax, its confidence its softmax probability; otherwise a

@@ -655,6 +655,7 @@ static void observe_step(sched *s, int n_items)
 {
     int64_t n_rows = 0, row = 0;
     const float *hidden = model_last_hidden(s->m, &n_rows);
+    if (!hidden) hidden = model_dspark_features(s->m, &n_rows);
     if (!hidden) return;
     int n = 0;
     for (int i = 0; i < n_items; i++) {

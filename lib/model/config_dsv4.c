@@ -72,8 +72,11 @@ static di_status read_layer_types(cfg_ctx *c, model_config *m, uint32_t rate_csa
  * after the main layers (mtp.0.*), a sliding-window block with scored MoE, as
  * llama.cpp's deepseek4 graph runs DeepSeek-V4's. DeepSeek's compress_ratios
  * may list it after the main layers: anything but 0 there is refused. */
+static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages);
+
 static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
 {
+    if (json_object_get(c->root, "dspark_block_size")) return read_dspark(c, m, mtp);
     m->n_nextn_layer = mtp > 0;
     if (!mtp) return DI_OK;
     if (m->n_layer >= MODEL_V4_MAX_LAYERS)
@@ -98,6 +101,65 @@ static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
                              c->file, m->n_layer);
     m->v4.attention[m->n_layer] = MODEL_V4_SLIDING;
     m->v4.hash_moe[m->n_layer] = 0;
+    return DI_OK;
+}
+
+/* DeepSeek-V4-Flash-DSpark's draft head (the keys llama.cpp's converter
+ * reads: dspark_block_size, dspark_target_layer_ids, dspark_noise_token_id):
+ * its num_nextn_predict_layers stages after the main layers, each a
+ * sliding-window layer with scored MoE (compress_ratios 0 there, as llama.cpp
+ * requires); no MTP layer then. */
+static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages)
+{
+    model_config_v4 *v = &m->v4;
+    uint32_t block = 0, noise = 0;
+    di_status st;
+    if ((st = cfg_opt_uint(c, c->root, "dspark_block_size", &block)) != DI_OK ||
+        (st = cfg_opt_uint(c, c->root, "dspark_noise_token_id", &noise)) != DI_OK)
+        return st;
+    if (block < 1 || block > 64)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: dspark_block_size %u is not in [1, 64]", c->file, block);
+    if (!json_is_integer(json_object_get(c->root, "dspark_noise_token_id")) || noise >= m->n_vocab)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: dspark_noise_token_id is missing or not a token id below the "
+                             "vocabulary's %u",
+                             c->file, m->n_vocab);
+    if (stages < 1 || stages > MODEL_V4_MAX_LAYERS - m->n_layer)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: num_nextn_predict_layers %u (the DSpark stages) is not in [1, "
+                             "%u]",
+                             c->file, stages, MODEL_V4_MAX_LAYERS - m->n_layer);
+    json_t *ids = json_object_get(c->root, "dspark_target_layer_ids");
+    if (!json_is_array(ids) || !json_array_size(ids) || json_array_size(ids) > m->n_layer)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: dspark_target_layer_ids is not a list of 1 to %u main layers",
+                             c->file, m->n_layer);
+    for (size_t k = 0; k < json_array_size(ids); k++) {
+        json_t *e = json_array_get(ids, k);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= (json_int_t)m->n_layer)
+            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                                 "%s: dspark_target_layer_ids[%zu] is not a main layer (0 to %u)",
+                                 c->file, k, m->n_layer - 1);
+        v->dspark_target[k] = (uint8_t)json_integer_value(e);
+    }
+    json_t *cr = json_object_get(c->root, "compress_ratios");
+    for (uint32_t s = 0; s < stages; s++) {
+        json_t *r = json_array_get(cr, m->n_layer + s);
+        if (r && !(json_is_integer(r) && json_integer_value(r) == 0))
+            return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                                 "%s: compress_ratios[%u] (DSpark stage %u) is not 0: DSpark's "
+                                 "stages are sliding-window layers",
+                                 c->file, m->n_layer + s, s);
+        v->attention[m->n_layer + s] = MODEL_V4_SLIDING;
+        v->hash_moe[m->n_layer + s] = 0;
+    }
+    v->n_dspark = stages;
+    v->dspark_block = block;
+    v->dspark_noise = noise;
+    v->n_dspark_target = (uint32_t)json_array_size(ids);
+    m->n_nextn_layer = 0;
     return DI_OK;
 }
 

@@ -428,9 +428,10 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
         c->expert_gating,     MODEL_TOPK_NOAUX_TC,       1, c->routed_scaling_factor};
     d->route_hash = d->route;
     d->route_hash.topk_method = MODEL_TOPK_HASH;
-    /* (one more for the MTP layer, loaded after the main ones) */
-    d->layers = calloc(c->n_layer + 1, sizeof *d->layers);
-    d->views = calloc(c->n_layer + 1, sizeof(model_tensor *));
+    /* (after the main ones: the MTP layer, or DSpark's stages) */
+    const uint32_t n_all = c->n_layer + (v->n_dspark ? v->n_dspark : 1);
+    d->layers = calloc(n_all, sizeof *d->layers);
+    d->views = calloc(n_all, sizeof(model_tensor *));
     if (!d->layers || !d->views) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading the layers");
         goto fail;
@@ -524,7 +525,8 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
                            (long long)d->opt.n_ctx);
         goto fail;
     }
-    if ((st = dsv4_mtp_load(d, err)) != DI_OK) goto fail;
+    if ((st = dsv4_mtp_load(d, err)) != DI_OK || (st = dsv4_dspark_load(d, err)) != DI_OK)
+        goto fail;
     *out = d;
     return DI_OK;
 fail:
@@ -679,6 +681,7 @@ void dsv4_free(dsv4 *d)
 {
     if (!d) return;
     dsv4_mtp_free(d);
+    dsv4_dspark_free(d);
     dsv4_seq_release(d, &d->seq);
     kv_pool_free(&d->pool);
     for (size_t i = 0; i < d->n_made; i++) {
@@ -689,11 +692,12 @@ void dsv4_free(dsv4 *d)
     free(d->made);
     free(d->spans);
     free(d->tokens);
-    for (uint32_t i = 0; d->layers && i <= d->cfg.n_layer; i++) {
+    const uint32_t n_all = d->cfg.n_layer + (d->cfg.v4.n_dspark ? d->cfg.v4.n_dspark : 1);
+    for (uint32_t i = 0; d->layers && i < n_all; i++) {
         free(d->layers[i].tid2eid);
         free((void *)d->layers[i].wo_a);
     }
-    for (uint32_t i = 0; d->views && i <= d->cfg.n_layer; i++) free(d->views[i]);
+    for (uint32_t i = 0; d->views && i < n_all; i++) free(d->views[i]);
     free(d->views);
     free(d->layers);
     free(d->pos);
@@ -739,11 +743,10 @@ size_t dsv4_kv_bytes_per_token(const dsv4 *d)
     return (size_t)ceil(per);
 }
 
-/* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
- * rows of positions pos0.. (row p % ring), as dtype: F32 for a compressor's
- * rings, the cache's for the window (an f32 row is copied exactly). */
-static void ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,
-                       const float *src, int64_t src_stride, int64_t pos0, int64_t n)
+/* (F32 for a compressor's rings, the cache's dtype for the window: an f32
+ * row is copied exactly) */
+void dsv4_ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,
+                     const float *src, int64_t src_stride, int64_t pos0, int64_t n)
 {
     const int64_t rb = model_kv_row_bytes(dtype, width);
     int64_t done = 0;
@@ -764,9 +767,9 @@ static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp
 {
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
+    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
                sp->pos0, sp->n);
-    ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw,
+    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw,
                sp->pos0, sp->n);
     const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
     if (e1 <= e0) return;
@@ -815,7 +818,7 @@ static void project_q_kv(dsv4 *d, uint32_t l, int64_t n, int n_spans, int q_norm
     int64_t r0 = 0;
     for (int i = 0; i < n_spans; i++) { /* the window's keys */
         const v4_span *sp = &d->spans[i];
-        ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
+        dsv4_ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
                    hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
         r0 += sp->n;
     }
@@ -885,7 +888,8 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
                              (int)K, d->index_sel + r0 * K);
             sel = d->index_sel + r0 * K;
         }
-        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0, lc->win,
+        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0,
+                           d->klast ? d->klast + r0 : NULL, lc->win,
                            d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
                            L->comp.rate ? L->comp.rate : 1, sel, (int)K, d->opt.kv_dtype, L->sinks,
@@ -911,9 +915,9 @@ static int64_t compress_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *cc, int64
     if (c->rate == 1) { /* each row an entry: no rings, no pooling */
         op->copy_rows(be, pooled, c->width, d->ckv + r0 * c->width, c->width, c->width, sp->n);
     } else {
-        ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw,
+        dsv4_ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw,
                    c->cw, sp->pos0, sp->n);
-        ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw,
+        dsv4_ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw,
                    c->cw, sp->pos0, sp->n);
         if (e1 <= e0) return 0;
         op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, NULL, c->rate,
@@ -1005,7 +1009,8 @@ static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
     for (int i = 0; i < n_spans; i++) {
         const v4_span *sp = &d->spans[i];
         const v4_layer_cache *lc = &sp->cache->layers[l - sp->cache->first];
-        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0, lc->win,
+        op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0,
+                           d->klast ? d->klast + r0 : NULL, lc->win,
                            d->win_ring, (int)d->window,
                            L->rate ? sp->cache->layers[L->kv_src].comp.entries : NULL,
                            L->rate ? (sp->pos0 + sp->n) / L->rate : 0, L->rate ? L->rate : 1,
@@ -1107,6 +1112,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
                       n_items);
         dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
                       n_items);
+        if (d->has_dspark) dsv4_dspark_capture(d, l, n);
     }
     if (d->has_mtp) { /* the MTP layer's input (model_last_hidden) */
         op->copy_rows(be, d->last_hidden, hcE, d->x, hcE, hcE, n);

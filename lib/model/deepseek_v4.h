@@ -103,6 +103,25 @@ void dsv4_mtp_logits(dsv4 *d, const float *hidden, int64_t n, float *logits);
  * DI_ERR_CONTEXT_LENGTH past n_ctx. */
 di_status dsv4_mtp_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, const float *hidden,
                            float *logits, di_error **err);
+/* DeepSeek-V4's DSpark draft head (deepseek_v4_dspark.c), behind model.h's
+ * model_dspark_*: the block size (0 without DSpark), the features' width
+ * (n_dspark_target x n_embd), the last forward step's features [n_rows,
+ * width] (NULL without), the pool counting the DSpark sequences' tokens
+ * (NULL without), a DSpark sequence's cache (every stage's window ring;
+ * released to a reuse list; truncation as dsv4_seq_truncate's), and the
+ * checked operations: inject appends n rows of features at s's length, draft
+ * runs one block per sequence (total rows any; n_items x block may pass
+ * n_batch: run in passes) at each sequence's length, not appending. */
+int dsv4_dspark_block(const dsv4 *d);
+int64_t dsv4_dspark_feature_width(const dsv4 *d);
+const float *dsv4_dspark_features(const dsv4 *d, int64_t *n_rows);
+kv_pool *dsv4_dspark_pool(dsv4 *d);
+di_status dsv4_dspark_seq_init(dsv4 *d, model_seq *s);
+void dsv4_dspark_seq_release(dsv4 *d, model_seq *s);
+void dsv4_dspark_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens);
+void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n);
+void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, int n_items,
+                       float *logits, float *confidence, int32_t *drafts);
 /* As model_forward (the arguments are already checked). */
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);

@@ -126,6 +126,8 @@ struct dsv4 {
     int64_t *pos, *neg_pos, *entry_pos;
     int64_t *kpos; /* the rows' places in their sequence (the window ring's; the
                       MTP layer's pairs have their own, apart from RoPE's pos) */
+    int64_t *klast; /* the last window position each row sees (NULL: its kpos;
+                       DSpark's block rows see the whole block) */
     v4_span *spans;
     int32_t *index_sel, *sel, *tokens;
     float *sel_w;
@@ -152,6 +154,24 @@ struct dsv4 {
     kv_pool mtp_pool;
     model_seq mtp_seq;    /* the sequence of dsv4_mtp_forward */
     dsv4_cache *mtp_free; /* MTP caches of ended sequences */
+    /* DSpark (deepseek_v4_dspark.c): its stages are layers[n_layer ..
+     * n_layer + cfg.v4.n_dspark); the target's features of the last forward
+     * step [n_feat, n_dspark_target n_embd] (captured after the target layers),
+     * the features' projection and norm, the Markov head (w1 an embedding
+     * [n_vocab, rank], w2 [n_vocab, rank]), the confidence head [1, n_embd +
+     * rank], the last stage's mHC head and norm; the block rows' last window
+     * position, the rows' pre-norm hidden states, the Markov rows, the
+     * confidence head's input and output, the block's tokens (host) */
+    int has_dspark;
+    int64_t dspark_rank;
+    float *dspark_feat;
+    int64_t n_feat;
+    const backend_matrix *dspark_proj, *dspark_w1, *dspark_w2, *dspark_conf, *dspark_head_fn;
+    const float *dspark_main_norm, *dspark_norm, *dspark_head_base, *dspark_head_scale;
+    int64_t *dspark_last;
+    float *dspark_hid, *dspark_mk, *dspark_cat, *dspark_cf, *dspark_bias;
+    kv_pool dspark_pool;
+    dsv4_cache *dspark_free;
 };
 
 /* "model.layers.<i>." for a main layer, "model.mtp.0." for the MTP layer
@@ -205,6 +225,20 @@ di_status dsv4_engram_load_layer(dsv4 *d, uint32_t i, v4_layer *L, di_error **er
 void dsv4_engram_rows(dsv4 *d, const model_batch_item *items, int n_items);
 void dsv4_engram_apply(dsv4 *d, const v4_layer *L, int64_t n);
 void dsv4_engram_free(dsv4 *d);
+
+/* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
+ * rows of positions pos0.. (row p % ring), as dtype (backend.h's
+ * v4_rows_store). */
+void dsv4_ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,
+                     const float *src, int64_t src_stride, int64_t pos0, int64_t n);
+
+/* DSpark (deepseek_v4_dspark.c): its stages' weights and buffers when the
+ * config has them (after the main layers), the target's features of main
+ * layer l's output over the step's n rows (a no-op unless l is a target
+ * layer), and their release. */
+di_status dsv4_dspark_load(dsv4 *d, di_error **err);
+void dsv4_dspark_capture(dsv4 *d, uint32_t l, int64_t n);
+void dsv4_dspark_free(dsv4 *d);
 
 /* The MTP layer (deepseek_v4_mtp.c): its weights and buffers when the
  * checkpoint has them (has_mtp stays 0 otherwise), and their release. */

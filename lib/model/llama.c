@@ -397,6 +397,89 @@ void model_mtp_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
     else
         kv_pool_seq_truncate(dsv3_mtp_pool(m->ds), &s->kv, n_tokens);
 }
+int model_dspark_block(const model *m)
+{
+    return m && m->v4 ? dsv4_dspark_block(m->v4) : 0;
+}
+int64_t model_dspark_feature_width(const model *m)
+{
+    return model_dspark_block(m) ? dsv4_dspark_feature_width(m->v4) : 0;
+}
+const float *model_dspark_features(const model *m, int64_t *n_rows)
+{
+    *n_rows = 0;
+    return model_dspark_block(m) ? dsv4_dspark_features(m->v4, n_rows) : NULL;
+}
+di_status model_dspark_seq_create(model *m, model_seq **out)
+{
+    *out = NULL;
+    if (!model_dspark_block(m)) return DI_ERR_UNSUPPORTED;
+    model_seq *s = calloc(1, sizeof *s);
+    if (!s) return DI_ERR_OUT_OF_MEMORY;
+    if (dsv4_dspark_seq_init(m->v4, s) != DI_OK) {
+        free(s);
+        return DI_ERR_OUT_OF_MEMORY;
+    }
+    *out = s;
+    return DI_OK;
+}
+void model_dspark_seq_free(model *m, model_seq *s)
+{
+    if (!s) return;
+    dsv4_dspark_seq_release(m->v4, s);
+    free(s);
+}
+void model_dspark_seq_truncate(model *m, model_seq *s, int64_t n_tokens)
+{
+    dsv4_dspark_seq_truncate(m->v4, s, n_tokens);
+}
+/* Room in s's pool for n_tokens: DI_ERR_CONTEXT_LENGTH, DI_ERR_OUT_OF_MEMORY. */
+static di_status dspark_room(model *m, model_seq *s, int64_t n_tokens, di_error **err)
+{
+    if (n_tokens > m->opt.n_ctx)
+        return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
+                             "DSpark: %lld tokens exceed the context of %lld",
+                             (long long)n_tokens, (long long)m->opt.n_ctx);
+    if (kv_pool_seq_reserve(dsv4_dspark_pool(m->v4), &s->kv, n_tokens) != DI_OK)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
+                             "DSpark: no free cache block for %lld tokens", (long long)n_tokens);
+    return DI_OK;
+}
+di_status model_dspark_inject(model *m, model_seq *s, const float *features, int64_t n,
+                              di_error **err)
+{
+    if (!model_dspark_block(m))
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no DSpark head");
+    if (!s || !features || n < 1)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "model_dspark_inject: no sequence or no features");
+    di_status st = dspark_room(m, s, s->kv.n_tokens + n, err);
+    if (st != DI_OK) return st;
+    dsv4_dspark_inject(m->v4, s, features, n);
+    return DI_OK;
+}
+di_status model_dspark_draft(model *m, model_seq *const *seqs, const int32_t *anchors, int n_items,
+                             float *logits, float *confidence, int32_t *drafts, di_error **err)
+{
+    const int block = model_dspark_block(m);
+    if (!block) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no DSpark head");
+    if (!seqs || !anchors || n_items < 1 || !logits || !confidence || !drafts)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "model_dspark_draft: no sequences or no outputs");
+    for (int i = 0; i < n_items; i++) {
+        if (!seqs[i])
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_dspark_draft: sequence %d is NULL", i);
+        if (anchors[i] < 0 || anchors[i] >= (int32_t)m->cfg.n_vocab)
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "model_dspark_draft: anchor %d of sequence %d is outside the "
+                                 "vocabulary of %u",
+                                 anchors[i], i, m->cfg.n_vocab);
+        di_status st = dspark_room(m, seqs[i], seqs[i]->kv.n_tokens + block, err);
+        if (st != DI_OK) return st;
+    }
+    dsv4_dspark_draft(m->v4, seqs, anchors, n_items, logits, confidence, drafts);
+    return DI_OK;
+}
 di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_items,
                                   const float *hidden, float *logits, float *hidden_out,
                                   di_error **err)

@@ -277,6 +277,37 @@ typedef struct model_mtp_item {
 di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_items,
                                   const float *hidden, float *logits, float *hidden_out,
                                   di_error **err);
+/* DeepSeek-V4's DSpark draft head (DeepSeek-V4-Flash-DSpark, as llama.cpp's
+ * dflash graph runs it; deepseek_v4_dspark.c says what it computes), for
+ * block speculative decoding. model_dspark_block: the draft block's tokens
+ * (dspark_block_size; 0: the model has no DSpark head). The target's
+ * features: model_dspark_features gives the last forward step's rows [n_rows,
+ * model_dspark_feature_width] (one per row of the step, in its order; valid
+ * until the next forward; NULL without DSpark). A DSpark sequence
+ * (model_dspark_seq_create; model_seq_n_past counts its tokens) holds one key
+ * per stage and token: model_dspark_inject appends n target tokens' features
+ * (the rows of positions n_past ..; any n); model_dspark_draft drafts one
+ * block per sequence at its n_past (the anchor there, the noise tokens after
+ * it; the sequence does not grow: the next inject overwrites the block's
+ * keys), writing logits [n_items x block, n_vocab] (the Markov head's biased
+ * logits, block-major), confidence [n_items x block] (the confidence head's
+ * acceptance probabilities) and drafts [n_items x block] (the Markov chain's
+ * argmaxes). Errors (nothing changed): DI_ERR_UNSUPPORTED (no DSpark head),
+ * DI_ERR_INVALID_ARGUMENT (NULL, n or n_items < 1, an anchor outside the
+ * vocabulary), DI_ERR_CONTEXT_LENGTH (past model_n_ctx),
+ * DI_ERR_OUT_OF_MEMORY (the pool's blocks spent). Not thread-safe (the
+ * model's). */
+int model_dspark_block(const model *m);
+int64_t model_dspark_feature_width(const model *m);
+const float *model_dspark_features(const model *m, int64_t *n_rows);
+di_status model_dspark_seq_create(model *m, model_seq **out);
+void model_dspark_seq_free(model *m, model_seq *s);
+void model_dspark_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
+di_status model_dspark_inject(model *m, model_seq *s, const float *features, int64_t n,
+                              di_error **err);
+di_status model_dspark_draft(model *m, model_seq *const *seqs, const int32_t *anchors, int n_items,
+                             float *logits, float *confidence, int32_t *drafts, di_error **err);
+
 /* shared_head over n rows of MTP outputs (model_mtp_forward_batch's
  * hidden_out): logits [n, n_vocab]. DI_ERR_UNSUPPORTED without MTP. */
 di_status model_mtp_logits(model *m, const float *hidden, int64_t n, float *logits, di_error **err);

@@ -98,6 +98,15 @@ typedef struct model_config_v4 {
     uint8_t engram_layer[MODEL_V4_MAX_LAYERS];
     uint32_t engram_max_ngram, engram_heads, engram_head_dim, engram_table_vocab;
     uint32_t engram_compressed_vocab, engram_pad;
+    /* DeepSeek-V4's DSpark draft head (DeepSeek-V4-Flash-DSpark, as llama.cpp's
+     * dflash graph runs it; docs/deepseek-v4.md): n_dspark stages stored after
+     * the main layers (mtp.K.*, sliding-window layers with scored MoE; 0: no
+     * DSpark), blocks of dspark_block tokens (the anchor, then the noise token
+     * dspark_noise), the streams after the main layers dspark_target[k] for k
+     * < n_dspark_target (their mean over the mHC streams, concatenated) as the
+     * target's features. */
+    uint32_t n_dspark, dspark_block, dspark_noise, n_dspark_target;
+    uint8_t dspark_target[MODEL_V4_MAX_LAYERS];
 } model_config_v4;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —

@@ -634,9 +634,12 @@ static float *v4_cache_rows(model_dtype dtype, int64_t n, int64_t width, void **
 
 /* DeepSeek-V4's attention with sinks against double arithmetic over the
  * values the cache holds: the window ring wrapping, the indexer's choice
- * with unused (-1) slots, then every complete entry; each token alone equal
- * to its row in the batch, bit for bit. */
-static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, model_dtype dtype)
+ * with unused (-1) slots, then every complete entry; with block, every row
+ * sees the window up to the last row's position (DSpark's non-causal block,
+ * the ring's 12 rows all read by the first); each token alone equal to its
+ * row in the batch, bit for bit. */
+static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, int block,
+                                 model_dtype dtype)
 {
     enum { NH = 5, N = 6, WINDOW = 7, RING = 12, NCOMP = 9, K = 4, RATE = 4 };
     float *q = malloc(sizeof(float) * (size_t)(N * NH * d)),
@@ -650,23 +653,24 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, m
     void *win_rows, *comp_rows;
     float *win = v4_cache_rows(dtype, RING, d, &win_rows),
           *comp = v4_cache_rows(dtype, NCOMP, d, &comp_rows);
-    int64_t pos[N];
+    int64_t pos[N], last[N];
     int32_t sel[N * K];
     for (int64_t i = 0; i < N * NH * d; i++) q[i] = frand();
     for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
     for (int t = 0; t < N; t++) {
         pos[t] = 10 + t; /* ring rows wrap past 12 */
+        last[t] = 10 + N - 1;
         for (int i = 0; i < K; i++) sel[t * K + i] = i == K - 1 && t % 2 ? -1 : (t + 3 * i) % NCOMP;
     }
     const float scale = 0.3f;
-    cpu_sink_attention(pool, q, NH, d, N, pos, win_rows, RING, WINDOW, comp_rows, NCOMP, RATE,
-                       use_sel ? sel : NULL, K, dtype, sinks, scale, out);
+    cpu_sink_attention(pool, q, NH, d, N, pos, block ? last : NULL, win_rows, RING, WINDOW,
+                       comp_rows, NCOMP, RATE, use_sel ? sel : NULL, K, dtype, sinks, scale, out);
     double worst = 0;
     for (int t = 0; t < N; t++)
         for (int h = 0; h < NH; h++) {
-            const float *keys[WINDOW + NCOMP];
+            const float *keys[WINDOW + N + NCOMP];
             int nk = 0;
-            for (int64_t p = pos[t] - WINDOW + 1; p <= pos[t]; p++)
+            for (int64_t p = pos[t] - WINDOW + 1; p <= (block ? last[t] : pos[t]); p++)
                 keys[nk++] = win + (p % RING) * d;
             if (use_sel) {
                 for (int i = 0; i < K; i++)
@@ -676,7 +680,7 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, m
                     keys[nk++] = comp + e * d;
             }
             const float *qh = q + (t * NH + h) * d;
-            double sc[WINDOW + NCOMP], m = sinks[h], l = 0;
+            double sc[WINDOW + N + NCOMP], m = sinks[h], l = 0;
             memset(o, 0, sizeof(double) * (size_t)d);
             for (int j = 0; j < nk; j++) {
                 sc[j] = 0;
@@ -695,17 +699,17 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, m
                 worst = diff > worst ? diff : worst;
             }
         }
-    printf("sink attention, %s cache%s, head_dim %lld, %s: max |diff| from double %.2e\n",
+    printf("sink attention, %s cache%s, head_dim %lld, %s%s: max |diff| from double %.2e\n",
            dtype == MODEL_DTYPE_F32    ? "f32"
            : dtype == MODEL_DTYPE_F16  ? "f16"
            : dtype == MODEL_DTYPE_Q8_0 ? "q8_0"
                                        : "q4_0",
            cpu_kv_rotates(dtype, d) ? " (rotated)" : "", (long long)d,
-           use_sel ? "the indexer's entries" : "every entry", worst);
+           use_sel ? "the indexer's entries" : "every entry", block ? ", a block" : "", worst);
     if (!(worst < 1e-5)) fail_msg("dtype %d: max |diff| %g", dtype, worst);
     for (int t = 0; t < N; t++) {
-        cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, win_rows, RING, WINDOW,
-                           comp_rows, NCOMP, RATE, use_sel ? sel + t * K : NULL, K, dtype, sinks,
+        cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, block ? last + t : NULL,
+                           win_rows, RING, WINDOW, comp_rows, NCOMP, RATE, use_sel ? sel + t * K : NULL, K, dtype, sinks,
                            scale, one);
         assert_memory_equal(one, out + t * NH * d, sizeof(float) * (size_t)(NH * d));
     }
@@ -740,7 +744,8 @@ static void test_sink_attention_matches_double(void **state)
             if (dims[di] % 32 && types[ti] != MODEL_DTYPE_F32 && types[ti] != MODEL_DTYPE_F16)
                 continue;
             for (int use_sel = 0; use_sel < 2; use_sel++)
-                check_sink_attention(pool, dims[di], use_sel, types[ti]);
+                check_sink_attention(pool, dims[di], use_sel, 0, types[ti]);
+            check_sink_attention(pool, dims[di], 0, 1, types[ti]);
         }
     cpu_threadpool_free(pool);
 }
@@ -1048,8 +1053,8 @@ static void test_threadpool_scratch_per_thread(void **state)
     assert_int_equal(cpu_threadpool_reserve(NULL, 64), DI_ERR_INVALID_ARGUMENT);
     float q[64] = {0}, out[64];
     const float sinks[1] = {0};
-    assert_int_equal(cpu_sink_attention(NULL, q, 1, 64, 1, (const int64_t[]){0}, q, 1, 1, NULL, 0,
-                                        4, NULL, 0, MODEL_DTYPE_F32, sinks, 1.0f, out),
+    assert_int_equal(cpu_sink_attention(NULL, q, 1, 64, 1, (const int64_t[]){0}, NULL, q, 1, 1,
+                                        NULL, 0, 4, NULL, 0, MODEL_DTYPE_F32, sinks, 1.0f, out),
                      DI_ERR_INVALID_ARGUMENT);
 }
 

@@ -655,6 +655,13 @@ static void be_engram_gate(backend *be, float *x, const float *kv, const float *
     cpu_engram_gate(x, kv, wh, we, hc, n_embd, n, eps);
 }
 
+static void be_hc_mean(backend *be, const float *x, int hc, int64_t n_embd, int64_t n, float *out,
+                       int64_t out_stride)
+{
+    (void)be;
+    cpu_hc_mean(x, hc, n_embd, n, out, out_stride);
+}
+
 static void be_compress_pool(backend *be, const float *kv, const float *gate, int64_t ring,
                              int64_t row_stride, const float *bias, int rate, int64_t width,
                              int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride)
@@ -684,12 +691,13 @@ static void be_indexer_topk(backend *be, const float *q, const float *w, int n_h
 }
 
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                              const int64_t *pos, const void *win, int64_t win_ring, int window,
+                              const int64_t *pos, const int64_t *last, const void *win,
+                              int64_t win_ring, int window,
                               const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
                               model_dtype kv_dtype, const float *sinks, float scale, float *out)
 {
     /* (its scratch was reserved with the backend: it cannot fail here) */
-    (void)cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, win, win_ring, window,
+    (void)cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, last, win, win_ring, window,
                              comp, n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
 }
 
@@ -728,6 +736,7 @@ static const backend_ops cpu_ops = {
     .hc_pre_shifted = be_hc_pre_shifted,
     .hc_post = be_hc_post,
     .engram_gate = be_engram_gate,
+    .hc_mean = be_hc_mean,
     .compress_pool = be_compress_pool,
     .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,

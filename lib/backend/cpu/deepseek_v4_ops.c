@@ -135,6 +135,20 @@ void cpu_hc_post(const float *x, const float *y, const float *post, const float 
     }
 }
 
+void cpu_hc_mean(const float *x, int hc, int64_t n_embd, int64_t n, float *out, int64_t out_stride)
+{
+    const float r = 1.0f / (float)hc;
+    for (int64_t t = 0; t < n; t++) {
+        const float *xt = x + t * hc * n_embd;
+        float *o = out + t * out_stride;
+        for (int64_t i = 0; i < n_embd; i++) {
+            float s = xt[i];
+            for (int k = 1; k < hc; k++) s += xt[k * n_embd + i];
+            o[i] = s * r;
+        }
+    }
+}
+
 void cpu_engram_gate(float *x, const float *kv, const float *wh, const float *we, int hc,
                      int64_t n_embd, int64_t n, float eps)
 {
@@ -459,7 +473,7 @@ typedef struct sink_ctx {
     size_t row_bytes;
     int rotated, n_head, window, rate, k;
     int64_t head_dim, win_ring, n_comp;
-    const int64_t *pos;
+    const int64_t *pos, *last; /* last NULL: pos */
     const int32_t *sel;
     float scale;
     float *out;
@@ -515,14 +529,15 @@ static inline __attribute__((always_inline)) void tile_add(sink_state *st, const
  * (oldest first), then its compressed entries (the indexer's choice when sel,
  * else every entry complete by pos). */
 typedef struct sink_cursor {
-    int64_t kp, pos; /* the next window position, the query's */
+    int64_t kp, end; /* the next window position, the last it sees */
     int64_t e, n_e;  /* the next entry (or sel slot), their end */
 } sink_cursor;
 
 static sink_cursor sink_begin(const sink_ctx *c, int64_t t)
 {
     const int64_t pos = c->pos[t];
-    sink_cursor u = {pos - c->window + 1 > 0 ? pos - c->window + 1 : 0, pos, 0, 0};
+    sink_cursor u = {pos - c->window + 1 > 0 ? pos - c->window + 1 : 0, c->last ? c->last[t] : pos,
+                     0, 0};
     if (c->comp && c->sel) {
         u.n_e = c->k;
     } else if (c->comp) {
@@ -535,7 +550,7 @@ static sink_cursor sink_begin(const sink_ctx *c, int64_t t)
 /* The next key row (as stored), or NULL after the last. */
 static const char *sink_next(const sink_ctx *c, int64_t t, sink_cursor *u)
 {
-    if (u->kp <= u->pos) return c->win + (size_t)(u->kp++ % c->win_ring) * c->row_bytes;
+    if (u->kp <= u->end) return c->win + (size_t)(u->kp++ % c->win_ring) * c->row_bytes;
     while (u->e < u->n_e) {
         int64_t e = u->e++;
         if (c->sel) e = c->sel[t * c->k + e];
@@ -670,7 +685,8 @@ size_t cpu_v4_scratch_bytes(void)
 }
 
 di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                             int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                             int64_t n, const int64_t *pos, const int64_t *last,
+                             const void *win, int64_t win_ring,
                              int window, const void *comp, int64_t n_comp, int rate,
                              const int32_t *sel, int k, model_dtype dtype, const float *sinks,
                              float scale, float *out)
@@ -692,6 +708,7 @@ di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, i
                   .win_ring = win_ring,
                   .n_comp = n_comp,
                   .pos = pos,
+                  .last = last,
                   .sel = sel,
                   .scale = scale,
                   .out = out,

@@ -54,6 +54,8 @@ void cpu_hc_pre_shifted(const float *mix, const float *base, const float *scale,
                         int sinkhorn_iters, float eps, const float *x, int64_t n_embd, int64_t n,
                         const float *pre_in, float *collapsed, float *pre_out, float *post,
                         float *comb);
+/* backend.h's hc_mean. */
+void cpu_hc_mean(const float *x, int hc, int64_t n_embd, int64_t n, float *out, int64_t out_stride);
 /* backend.h's engram_gate. */
 void cpu_engram_gate(float *x, const float *kv, const float *wh, const float *we, int hc,
                      int64_t n_embd, int64_t n, float eps);
@@ -77,11 +79,13 @@ di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w,
                            int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
                            model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
                            int k, int32_t *sel, float *scratch, int64_t scratch_stride);
-/* win, comp: rows of head_dim of dtype, as the indexer's keys. Its key chunks
+/* backend.h's sink_attention (last NULL: causal); win, comp: rows of head_dim
+ * of dtype, as the indexer's keys. Its key chunks
  * and accumulators live in the pool's per-thread scratch, reserved here; the
  * errors are cpu_indexer_topk's. */
 di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                             int64_t n, const int64_t *pos, const void *win, int64_t win_ring,
+                             int64_t n, const int64_t *pos, const int64_t *last,
+                             const void *win, int64_t win_ring,
                              int window, const void *comp, int64_t n_comp, int rate,
                              const int32_t *sel, int k, model_dtype dtype, const float *sinks,
                              float scale, float *out);

@@ -656,6 +656,12 @@ static void be_engram_gate(backend *be, float *x, const float *kv, const float *
     (void)be, (void)x, (void)kv, (void)wh, (void)we, (void)hc, (void)n_embd, (void)n, (void)eps;
     unreachable_op("engram_gate");
 }
+static void be_hc_mean(backend *be, const float *x, int hc, int64_t n_embd, int64_t n, float *out,
+                       int64_t out_stride)
+{
+    (void)be, (void)x, (void)hc, (void)n_embd, (void)n, (void)out, (void)out_stride;
+    unreachable_op("hc_mean");
+}
 static void be_compress_pool(backend *be, const float *kv, const float *gate, int64_t ring,
                              int64_t row_stride, const float *bias, int rate, int64_t width,
                              int overlap, int64_t e0, int64_t n, float *out, int64_t out_stride)
@@ -680,11 +686,13 @@ static void be_indexer_topk(backend *be, const float *q, const float *w, int n_h
     unreachable_op("indexer_topk");
 }
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
-                              const int64_t *pos, const void *win, int64_t win_ring, int window,
+                              const int64_t *pos, const int64_t *last, const void *win,
+                              int64_t win_ring, int window,
                               const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
                               model_dtype kv_dtype, const float *sinks, float scale, float *out)
 {
-    (void)be, (void)q, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)win, (void)win_ring,
+    (void)be, (void)q, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)last, (void)win,
+        (void)win_ring,
         (void)window, (void)comp, (void)n_comp, (void)rate, (void)sel, (void)k, (void)kv_dtype,
         (void)sinks, (void)scale, (void)out;
     unreachable_op("sink_attention");
@@ -725,6 +733,7 @@ static const backend_ops cuda_ops = {
     .hc_pre_shifted = be_hc_pre_shifted,
     .hc_post = be_hc_post,
     .engram_gate = be_engram_gate,
+    .hc_mean = be_hc_mean,
     .compress_pool = be_compress_pool,
     .v4_rows_store = be_v4_rows_store,
     .indexer_topk = be_indexer_topk,

@@ -1,0 +1,287 @@
+/* DeepSeek-V4's DSpark draft head (DeepSeek-V4-Flash-DSpark), for block
+ * speculative decoding, as llama.cpp's dflash graph runs it (src/models/
+ * dflash.cpp's graph_dsv4 and build_dspark_markov_head, in the llama.cpp that
+ * llama-cpp-python 0.3.36 vendors: the executable reference,
+ * tests/oracle/make_dspark_fixtures.py). The target model hands over its
+ * features: per token, the mean of its mHC streams after each of the config's
+ * dspark_target_layer_ids, concatenated. A DSpark sequence keeps, per stage,
+ * a window ring of keys:
+ *   inject (a target token at position p):  g = RMSNorm(main_proj feat) main_norm,
+ *     key_s(p) = RoPE_p(RMSNorm(wkv_s g) kv_norm_s)       for every stage s
+ *   draft (a block at positions n .. n + B - 1, n the sequence's length):
+ *     tokens [anchor, noise x (B - 1)] embedded (the target's embedding) into
+ *     the mHC streams, through the stages (V4 sliding-window layers with
+ *     scored MoE, mHC-wrapped; each block row attends the window up to the
+ *     block's last row: non-causal inside the block, its own keys written at
+ *     n + i), the last stage's mHC head (h_i), norm, the target's LM head;
+ *     then the Markov head, a chain: prev_0 = anchor,
+ *       logits_i += markov_w2 markov_w1[prev_i],
+ *       confidence_i = sigmoid(conf_proj [h_i; markov_w1[prev_i]]),
+ *       prev_{i+1} = argmax logits_i (the draft i; the lower ID among equals).
+ * Tensors (DeepSeek's release names, renamed model.mtp.K.* by weights_hf.c):
+ * stage K's layer as mtp.K.<a layer's>, mtp.0.main_proj.weight [n_embd,
+ * n_target n_embd], mtp.0.main_norm.weight, and on the last stage
+ * markov_head.markov_w{1,2}.weight [n_vocab, rank],
+ * confidence_head.proj.weight [1, n_embd + rank], norm.weight and
+ * hc_head_{fn,base,scale}. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/deepseek_v4_internal.h"
+#include "model/load.h"
+#include "util/error.h"
+
+/* model.mtp.<stage>.<suffix> into buf. */
+static const char *stage_name(char *buf, size_t size, uint32_t stage, const char *suffix)
+{
+    snprintf(buf, size, "model.mtp.%u.%s", stage, suffix);
+    return buf;
+}
+
+/* The Markov head's rank, from markov_w1's shape ({rank, n_vocab} in GGUF
+ * order): DI_ERR_MODEL_FORMAT, named, when missing or misshapen. */
+static di_status markov_rank(const dsv4 *d, const char *name, int64_t *rank, di_error **err)
+{
+    const model_tensor *t = model_weights_get(d->w, name);
+    if (!t) return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing", name);
+    if (t->n_dims != 2 || t->ne[1] != (int64_t)d->cfg.n_vocab || t->ne[0] < 1 ||
+        t->ne[0] > 65536)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "tensor '%s' is not [n_vocab %u, rank] with rank in [1, 65536]", name,
+                             d->cfg.n_vocab);
+    *rank = t->ne[0];
+    return DI_OK;
+}
+
+di_status dsv4_dspark_load(dsv4 *d, di_error **err)
+{
+    const model_config *c = &d->cfg;
+    const model_config_v4 *v = &c->v4;
+    if (!v->n_dspark) return DI_OK;
+    backend *be = d->be;
+    const model_weights *w = d->w;
+    const uint32_t last = v->n_dspark - 1;
+    const int64_t E = c->n_embd, B = d->opt.n_batch, F = (int64_t)v->n_dspark_target * E;
+    if (B < (int64_t)v->dspark_block)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "n_batch %lld is below DSpark's block of %u tokens (a block runs in "
+                             "one step)",
+                             (long long)B, v->dspark_block);
+    di_status st;
+    for (uint32_t s = 0; s < v->n_dspark; s++)
+        if ((st = dsv4_load_layer(d, c->n_layer + s, err)) != DI_OK) return st;
+    char n[8][96];
+    int64_t R = 0;
+    if ((st = markov_rank(d, stage_name(n[0], sizeof n[0], last, "markov_head.markov_w1.weight"),
+                          &R, err)) != DI_OK)
+        return st;
+    d->dspark_rank = R;
+    if ((st = model_matrix(w, be, stage_name(n[1], sizeof n[1], 0, "main_proj.weight"), F, E,
+                           &d->dspark_proj, err)) != DI_OK ||
+        (st = model_vector(w, be, stage_name(n[2], sizeof n[2], 0, "main_norm.weight"), E,
+                           &d->dspark_main_norm, err)) != DI_OK ||
+        (st = model_embedding(w, be, n[0], R, c->n_vocab, &d->dspark_w1, err)) != DI_OK ||
+        (st = model_matrix(w, be,
+                           stage_name(n[3], sizeof n[3], last, "markov_head.markov_w2.weight"), R,
+                           c->n_vocab, &d->dspark_w2, err)) != DI_OK ||
+        (st = model_matrix(w, be,
+                           stage_name(n[4], sizeof n[4], last, "confidence_head.proj.weight"),
+                           E + R, 1, &d->dspark_conf, err)) != DI_OK ||
+        (st = model_vector(w, be, stage_name(n[5], sizeof n[5], last, "norm.weight"), E,
+                           &d->dspark_norm, err)) != DI_OK ||
+        (st = model_matrix(w, be, stage_name(n[6], sizeof n[6], last, "hc_head_fn"), d->hc * E,
+                           d->hc, &d->dspark_head_fn, err)) != DI_OK ||
+        (st = model_vector(w, be, stage_name(n[7], sizeof n[7], last, "hc_head_base"), d->hc,
+                           &d->dspark_head_base, err)) != DI_OK ||
+        (st = model_vector(w, be, stage_name(n[7], sizeof n[7], last, "hc_head_scale"), 1,
+                           &d->dspark_head_scale, err)) != DI_OK)
+        return st;
+    d->dspark_feat = be->ops->alloc(be, B * F);
+    d->dspark_hid = be->ops->alloc(be, B * E);
+    d->dspark_mk = be->ops->alloc(be, B * R);
+    d->dspark_cat = be->ops->alloc(be, B * (E + R));
+    d->dspark_cf = be->ops->alloc(be, B);
+    d->dspark_bias = be->ops->alloc(be, B / (int64_t)v->dspark_block * c->n_vocab);
+    d->dspark_last = malloc((size_t)B * sizeof *d->dspark_last);
+    if (!d->dspark_feat || !d->dspark_hid || !d->dspark_mk || !d->dspark_cat || !d->dspark_cf ||
+        !d->dspark_bias || !d->dspark_last)
+        return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the DSpark buffers");
+    /* The DSpark sequences' tokens are counted as the MTP layer's pairs are
+     * (deepseek_v4_mtp.c): the main pool's blocks plus one context. */
+    const int64_t ctx_blocks = (d->opt.n_ctx + MODEL_KV_BLOCK - 1) / MODEL_KV_BLOCK;
+    if ((st = kv_pool_init(&d->dspark_pool, d->pool.n_blocks + (int32_t)ctx_blocks, 0)) != DI_OK)
+        return di_error_setf(err, st, "out of memory for the DSpark sequences' blocks");
+    d->has_dspark = 1;
+    return DI_OK;
+}
+
+void dsv4_dspark_free(dsv4 *d)
+{
+    if (d->has_dspark) kv_pool_free(&d->dspark_pool);
+    d->has_dspark = 0;
+    free(d->dspark_last);
+    d->dspark_last = NULL;
+}
+
+void dsv4_dspark_capture(dsv4 *d, uint32_t l, int64_t n)
+{
+    const model_config *c = &d->cfg;
+    const int64_t E = c->n_embd, F = (int64_t)c->v4.n_dspark_target * E;
+    for (uint32_t k = 0; k < c->v4.n_dspark_target; k++) {
+        if (c->v4.dspark_target[k] != l) continue;
+        d->be->ops->hc_mean(d->be, d->x, d->hc, E, n, d->dspark_feat + k * E, F);
+        d->n_feat = n;
+    }
+}
+
+int dsv4_dspark_block(const dsv4 *d)
+{
+    return d->has_dspark ? (int)d->cfg.v4.dspark_block : 0;
+}
+
+int64_t dsv4_dspark_feature_width(const dsv4 *d)
+{
+    return (int64_t)d->cfg.v4.n_dspark_target * d->cfg.n_embd;
+}
+
+const float *dsv4_dspark_features(const dsv4 *d, int64_t *n_rows)
+{
+    *n_rows = d->has_dspark ? d->n_feat : 0;
+    return d->has_dspark ? d->dspark_feat : NULL;
+}
+
+kv_pool *dsv4_dspark_pool(dsv4 *d)
+{
+    return d->has_dspark ? &d->dspark_pool : NULL;
+}
+
+di_status dsv4_dspark_seq_init(dsv4 *d, model_seq *s)
+{
+    return dsv4_cache_seq_init(d, &d->dspark_pool, &d->dspark_free, d->cfg.n_layer,
+                               d->cfg.v4.n_dspark, s);
+}
+
+void dsv4_dspark_seq_release(dsv4 *d, model_seq *s)
+{
+    dsv4_cache_seq_release(&d->dspark_pool, &d->dspark_free, s);
+}
+
+void dsv4_dspark_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens)
+{
+    dsv4_cache_truncate(d, &d->dspark_pool, s, n_tokens);
+}
+
+void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hd = c->head_dim, rd = c->qk_rope_head_dim,
+                  F = (int64_t)c->v4.n_dspark_target * E;
+    const float eps = c->rms_norm_eps;
+    for (int64_t done = 0; done < n; done += d->opt.n_batch) {
+        const int64_t m = n - done < d->opt.n_batch ? n - done : d->opt.n_batch,
+                      p0 = s->kv.n_tokens;
+        for (int64_t t = 0; t < m; t++) d->pos[t] = p0 + t;
+        op->matmul(be, 1, &d->dspark_proj, NULL, features + done * F, m, &d->h);
+        op->rmsnorm(be, d->h, E, d->dspark_main_norm, d->col, E, m, E, eps);
+        for (uint32_t st = 0; st < c->v4.n_dspark; st++) {
+            const v4_layer *L = &d->layers[c->n_layer + st];
+            op->matmul(be, 1, &L->wkv, NULL, d->col, m, &d->kv);
+            op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, m, hd, eps);
+            op->rope(be, L->rope, d->kv + hd - rd, m, hd, 1, hd, d->pos);
+            dsv4_ring_store(be, d->opt.kv_dtype, s->v4->layers[st].win, d->win_ring, hd, d->kv,
+                            hd, p0, m);
+        }
+        dsv4_seq_advance(s, m);
+    }
+}
+
+/* The Markov chain and the confidences of the n_items blocks whose rows are
+ * logits [n_items B, n_vocab] (the LM head's) and d->dspark_hid (pre-norm):
+ * position i of every block at once. */
+static void markov(dsv4 *d, const int32_t *anchors, int n_items, float *logits,
+                   float *confidence, int32_t *drafts)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, R = d->dspark_rank, V = c->n_vocab,
+                  Bk = (int64_t)c->v4.dspark_block;
+    int32_t *prev = d->tokens; /* (free after the stages) */
+    memcpy(prev, anchors, (size_t)n_items * sizeof *prev);
+    for (int64_t i = 0; i < Bk; i++) {
+        op->embed(be, d->dspark_w1, prev, n_items, d->dspark_mk, R);
+        op->matmul(be, 1, &d->dspark_w2, NULL, d->dspark_mk, n_items, &d->dspark_bias);
+        op->copy_rows(be, d->dspark_cat, E + R, d->dspark_hid + i * E, Bk * E, E, n_items);
+        op->copy_rows(be, d->dspark_cat + E, E + R, d->dspark_mk, R, R, n_items);
+        op->matmul(be, 1, &d->dspark_conf, NULL, d->dspark_cat, n_items, &d->dspark_cf);
+        for (int k = 0; k < n_items; k++) {
+            float *row = logits + (k * Bk + i) * V;
+            op->add(be, row, d->dspark_bias + k * V, V);
+            int32_t best = 0;
+            for (int64_t j = 1; j < V; j++)
+                if (row[j] > row[best]) best = (int32_t)j;
+            prev[k] = best;
+            drafts[k * Bk + i] = best;
+            confidence[k * Bk + i] = 1.0f / (1.0f + expf(-d->dspark_cf[k]));
+        }
+    }
+}
+
+void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, int n_items,
+                       float *logits, float *confidence, int32_t *drafts)
+{
+    const model_config *c = &d->cfg;
+    backend *be = d->be;
+    const backend_ops *op = be->ops;
+    const int64_t E = c->n_embd, hcE = d->hc * E, Bk = (int64_t)c->v4.dspark_block,
+                  per = d->opt.n_batch / Bk;
+    for (int i0 = 0; i0 < n_items; i0 += (int)per) {
+        const int m = n_items - i0 < per ? n_items - i0 : (int)per;
+        const int64_t n = m * Bk;
+        for (int k = 0; k < m; k++) {
+            model_seq *s = seqs[i0 + k];
+            const int64_t p0 = s->kv.n_tokens;
+            int32_t *tok = d->tokens + k * Bk;
+            tok[0] = anchors[i0 + k];
+            for (int64_t i = 1; i < Bk; i++) tok[i] = (int32_t)c->v4.dspark_noise;
+            for (int64_t i = 0; i < Bk; i++) {
+                d->pos[k * Bk + i] = d->kpos[k * Bk + i] = p0 + i;
+                d->neg_pos[k * Bk + i] = -(p0 + i);
+                d->dspark_last[k * Bk + i] = p0 + Bk - 1;
+            }
+            d->spans[k] = (v4_span){s->v4, p0, Bk};
+        }
+        op->embed(be, d->tok_embd, d->tokens, n, d->h, E);
+        for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
+        d->klast = d->dspark_last;
+        for (uint32_t st = 0; st < c->v4.n_dspark; st++) {
+            const uint32_t l = c->n_layer + st;
+            const v4_layer *L = &d->layers[l];
+            dsv4_hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n, m);
+            dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
+                          m);
+        }
+        d->klast = NULL;
+        /* the last stage's mHC head: h (pre-norm, the confidence head's), then
+         * the norm and the target's LM head */
+        op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+        op->matmul(be, 1, &d->dspark_head_fn, NULL, d->xn, n, &d->mix);
+        op->hc_pre(be, d->mix, d->dspark_head_base, d->dspark_head_scale, d->hc, 0, c->v4.hc_eps,
+                   d->x, E, n, d->dspark_hid, NULL, NULL);
+        op->rmsnorm(be, d->dspark_hid, E, d->dspark_norm, d->col, E, n, E, c->rms_norm_eps);
+        float *lg = logits + (int64_t)i0 * Bk * c->n_vocab;
+        op->matmul(be, 1, &d->output, NULL, d->col, n, &lg);
+        markov(d, anchors + i0, m, lg, confidence + i0 * Bk, drafts + i0 * Bk);
+        /* the block's rows overwrote ring rows: a later cut counts them
+         * (dsv4_cache_truncate) */
+        for (int k = 0; k < m; k++) {
+            dsv4_cache *kc = seqs[i0 + k]->v4;
+            const int64_t end = seqs[i0 + k]->kv.n_tokens + Bk;
+            if (seqs[i0 + k]->kv.n_tokens == 0 || kc->n_written < end) kc->n_written = end;
+        }
+    }
+}
