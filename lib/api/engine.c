@@ -841,9 +841,8 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         goto fail;
     /* The model's own MTP module: asked for, given as an MTP GGUF, or chosen
      * by auto when the model has one and no draft model is given. */
-    if (!d && c.speculative_tokens > 0 &&
-        (c.draft == DI_DRAFT_MTP || mtp_file ||
-         (c.draft == DI_DRAFT_AUTO && model_mtp_layers(e->m) > 0))) {
+    if (!d && c.speculative_tokens > 0 && model_mtp_layers(e->m) > 0 &&
+        (c.draft == DI_DRAFT_MTP || mtp_file || c.draft == DI_DRAFT_AUTO)) {
         if ((st = drafter_mtp_create(e->m, max_running, &d)) != DI_OK) {
             st = di_error_set(err, st, "out of memory for the MTP drafter");
             goto fail;

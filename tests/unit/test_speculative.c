@@ -30,6 +30,7 @@
 #define DSV4_MTP      DI_FIXTURE_DIR "/model/dsv4-mtp-f32"
 #define DSV4_GGUF     DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-bf16.gguf"
 #define DSV4_GGUF_MTP DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-mtp.gguf"
+#define DSV4_DSPARK   DI_FIXTURE_DIR "/model/dsv4-dspark-release"
 #define SMOL          DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
@@ -963,13 +964,14 @@ static void test_draft_model_sampling_matches_target(void **state)
 /* --- DeepSeek-V3's and V4's MTP layers as the drafter (lib/engine/draft_mtp.c) --- */
 
 typedef struct log_rec {
-    int mtp; /* the engine said the MTP module drafts */
+    int mtp; /* the engine said the MTP module (or the DSpark head) drafts */
 } log_rec;
 
 static void on_log(void *user, di_log_level level, const char *message)
 {
     (void)level;
-    if (strstr(message, "MTP module drafts")) ((log_rec *)user)->mtp = 1;
+    if (strstr(message, "MTP module drafts") || strstr(message, "DSpark head drafts"))
+        ((log_rec *)user)->mtp = 1;
 }
 
 static di_engine *make_mtp_engine(const char *path, const char *mtp_gguf, int32_t draft,
@@ -1116,6 +1118,16 @@ static void test_v4_mtp_lossless_greedy(void **state)
     check_mtp_lossless(DSV4_GGUF, DSV4_GGUF_MTP, 24 / scale(), 16 / scale(), 16 / scale());
 }
 
+/* DeepSeek-V4's DSpark head drafting blocks (its sequences' keys from the
+ * target's features, the block's keys overwritten by the next observation):
+ * token for token the engine's greedy output, batched, cancelled, under a KV
+ * budget that pre-empts, and picked by auto. */
+static void test_dspark_lossless_greedy(void **state)
+{
+    (void)state;
+    check_mtp_lossless(DSV4_DSPARK, NULL, 60 / scale(), 24 / scale(), 24 / scale());
+}
+
 /* The same with the GGUF's caches in Q8_0 and Q4_0 (the indexer keys' rows of
  * 64 rotated): MTP drafting and prompt lookup give the greedy output,
  * batched, cancelled and pre-empted (the breakers' test). */
@@ -1133,16 +1145,16 @@ static void test_v4_quantized_caches_lossless(void **state)
     kv_type = 0;
 }
 
-/* Sampling requests with the MTP module's sampled drafts (q handed to the
- * verifier): every request gets drafts verified, and the same seeds give the
- * same tokens batched 8 at a time and run one at a time. */
-static void test_mtp_sampling_is_deterministic(void **state)
+/* Sampling requests with the MTP module's (or the DSpark head's) sampled
+ * drafts (q handed to the verifier): every request gets drafts verified, and
+ * the same seeds give the same tokens batched 8 at a time and run one at a
+ * time. */
+static void check_sampling_deterministic(const char *path)
 {
-    (void)state;
     const int n = 32 / scale();
     log_rec log = {0};
-    di_engine *batched = make_mtp_engine(DSV3_MTP, NULL, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
-    di_engine *alone = make_mtp_engine(DSV3_MTP, NULL, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
+    di_engine *batched = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
+    di_engine *alone = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(batched);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -1168,14 +1180,21 @@ static void test_mtp_sampling_is_deterministic(void **state)
         drafted += a[i].drafted;
         accepted += a[i].accepted;
     }
-    printf("%s, MTP sampled drafts: %d requests, the same batched and alone, %llu draft tokens "
+    printf("%s, sampled drafts: %d requests, the same batched and alone, %llu draft tokens "
            "verified, %llu kept\n",
-           DSV3_MTP, n, (unsigned long long)drafted, (unsigned long long)accepted);
+           path, n, (unsigned long long)drafted, (unsigned long long)accepted);
     free(specs);
     free(a);
     free(b);
     assert_int_equal(di_engine_destroy(batched), DI_OK);
     assert_int_equal(di_engine_destroy(alone), DI_OK);
+}
+
+static void test_mtp_sampling_is_deterministic(void **state)
+{
+    (void)state;
+    check_sampling_deterministic(DSV3_MTP);
+    check_sampling_deterministic(DSV4_DSPARK);
 }
 
 static void test_config_errors(void **state)
@@ -1352,6 +1371,7 @@ int main(void)
         cmocka_unit_test(test_draft_model_sampling_matches_target),
         cmocka_unit_test(test_mtp_lossless_greedy),
         cmocka_unit_test(test_v4_mtp_lossless_greedy),
+        cmocka_unit_test(test_dspark_lossless_greedy),
         cmocka_unit_test(test_v4_quantized_caches_lossless),
         cmocka_unit_test(test_mtp_sampling_is_deterministic),
         cmocka_unit_test(test_config_errors),
