@@ -210,6 +210,10 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # (the MTP layer's reference against llama.cpp's deepseek4 MTP graph)
   oracle model-dsv4-mtp "$model_python" tests/oracle/make_dsv4_fixtures.py --mtp-llama-cpp
   oracle model-mtp-chain "$model_python" tests/oracle/make_mtp_chain_fixture.py --check
+  # DeepSeek-V4's DSpark draft head: its fixture reproduced, then its reference against
+  # llama.cpp's DSpark draft graph (dflash arch) on the same weights and features
+  oracle model-dspark "$model_python" tests/oracle/make_dspark_fixtures.py --check
+  oracle model-dspark-llama-cpp "$model_python" tests/oracle/make_dspark_fixtures.py --llama-cpp
   # DeepSeek-V4.1: the reference's parts against DeepSeek's own kernel references
   # (PyPI sdists, read not installed), then its fixtures reproduced
   oracle model-dsv41-ops "$model_python" tests/oracle/check_dsv41_ops.py
