@@ -1096,8 +1096,9 @@ typedef struct di_engine_config {
     /* The drafter of speculative decoding (di_draft; used when
      * speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP,
      * DI_DRAFT_MODEL (draft_model_path) or DI_DRAFT_MTP (the model's own MTP
-     * module). An unknown value is DI_ERR_INVALID_ARGUMENT; DI_DRAFT_MTP for a
-     * model without an MTP layer is DI_ERR_UNSUPPORTED (docs/speculative.md). */
+     * module or DSpark head). An unknown value is DI_ERR_INVALID_ARGUMENT;
+     * DI_DRAFT_MTP for a model without either is DI_ERR_UNSUPPORTED
+     * (docs/speculative.md). */
     int32_t draft;
     int32_t reserved_draft; /* must be 0 */
     /* A draft model for speculative decoding: a .gguf file or Hugging Face
@@ -1140,8 +1141,8 @@ typedef struct di_engine_config {
  * never renumbered; new drafters are appended. */
 typedef enum di_draft {
     /* A draft model when draft_model_path is set (or, an MTP GGUF there, the
-     * MTP layer it holds), else the model's MTP layer when it has one
-     * (DI_DRAFT_MTP), else prompt lookup. */
+     * MTP layer it holds), else the model's MTP layer or DSpark head when it
+     * has one (DI_DRAFT_MTP), else prompt lookup. */
     DI_DRAFT_AUTO = 0,
     /* Prompt lookup: the longest suffix (up to 16 tokens) of the request's
      * prompt and output that occurred before, and what followed it (of equal
@@ -1157,10 +1158,15 @@ typedef enum di_draft {
      * hidden states, one draft and then as many as speculative_tokens by
      * chaining its own output (as vLLM's and llama.cpp's MTP drafting).
      * Greedy requests get its argmax, sampling requests a sample of its
-     * distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at
-     * di_engine_create for a model without an MTP layer (a DeepSeek-V3 or
-     * V4 checkpoint with num_nextn_predict_layers and its tensors, or a V4
-     * GGUF given its MTP GGUF as draft_model_path). */
+     * distribution (verified as a draft model's). For a DeepSeek-V4 model
+     * with a DSpark head (DeepSeek-V4-Flash-DSpark: dspark_block_size in its
+     * config), that head instead: a block of up to dspark_block_size drafts a
+     * request in one pass from the model's features, greedy requests getting
+     * its Markov chain's argmaxes, sampling requests samples of its rows (as
+     * llama.cpp's draft-dspark; docs/deepseek-v4.md). DI_ERR_UNSUPPORTED at
+     * di_engine_create for a model without an MTP layer or DSpark head (a
+     * DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and its
+     * tensors, or a V4 GGUF given its MTP GGUF as draft_model_path). */
     DI_DRAFT_MTP = 3
 } di_draft;
 

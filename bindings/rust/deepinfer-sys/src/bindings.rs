@@ -1456,8 +1456,9 @@ pub struct di_engine_config {
     #[doc = " The drafter of speculative decoding (di_draft; used when"]
     #[doc = " speculative_tokens > 0): DI_DRAFT_AUTO (0, default), DI_DRAFT_PROMPT_LOOKUP,"]
     #[doc = " DI_DRAFT_MODEL (draft_model_path) or DI_DRAFT_MTP (the model's own MTP"]
-    #[doc = " module). An unknown value is DI_ERR_INVALID_ARGUMENT; DI_DRAFT_MTP for a"]
-    #[doc = " model without an MTP layer is DI_ERR_UNSUPPORTED (docs/speculative.md)."]
+    #[doc = " module or DSpark head). An unknown value is DI_ERR_INVALID_ARGUMENT;"]
+    #[doc = " DI_DRAFT_MTP for a model without either is DI_ERR_UNSUPPORTED"]
+    #[doc = " (docs/speculative.md)."]
     pub draft: i32,
     #[doc = " must be 0"]
     pub reserved_draft: i32,
@@ -1970,8 +1971,8 @@ fn bindgen_test_layout_di_engine_config() {
     test_field_reserved_kv();
 }
 #[doc = " A draft model when draft_model_path is set (or, an MTP GGUF there, the"]
-#[doc = " MTP layer it holds), else the model's MTP layer when it has one"]
-#[doc = " (DI_DRAFT_MTP), else prompt lookup."]
+#[doc = " MTP layer it holds), else the model's MTP layer or DSpark head when it"]
+#[doc = " has one (DI_DRAFT_MTP), else prompt lookup."]
 pub const DI_DRAFT_AUTO: di_draft = 0;
 #[doc = " Prompt lookup: the longest suffix (up to 16 tokens) of the request's"]
 #[doc = " prompt and output that occurred before, and what followed it (of equal"]
@@ -1987,10 +1988,15 @@ pub const DI_DRAFT_MODEL: di_draft = 2;
 #[doc = " hidden states, one draft and then as many as speculative_tokens by"]
 #[doc = " chaining its own output (as vLLM's and llama.cpp's MTP drafting)."]
 #[doc = " Greedy requests get its argmax, sampling requests a sample of its"]
-#[doc = " distribution (verified as a draft model's). DI_ERR_UNSUPPORTED at"]
-#[doc = " di_engine_create for a model without an MTP layer (a DeepSeek-V3 or"]
-#[doc = " V4 checkpoint with num_nextn_predict_layers and its tensors, or a V4"]
-#[doc = " GGUF given its MTP GGUF as draft_model_path)."]
+#[doc = " distribution (verified as a draft model's). For a DeepSeek-V4 model"]
+#[doc = " with a DSpark head (DeepSeek-V4-Flash-DSpark: dspark_block_size in its"]
+#[doc = " config), that head instead: a block of up to dspark_block_size drafts a"]
+#[doc = " request in one pass from the model's features, greedy requests getting"]
+#[doc = " its Markov chain's argmaxes, sampling requests samples of its rows (as"]
+#[doc = " llama.cpp's draft-dspark; docs/deepseek-v4.md). DI_ERR_UNSUPPORTED at"]
+#[doc = " di_engine_create for a model without an MTP layer or DSpark head (a"]
+#[doc = " DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and its"]
+#[doc = " tensors, or a V4 GGUF given its MTP GGUF as draft_model_path)."]
 pub const DI_DRAFT_MTP: di_draft = 3;
 #[doc = " Drafters of speculative decoding (di_engine_config.draft). Values are"]
 #[doc = " never renumbered; new drafters are appended."]
