@@ -210,8 +210,9 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # (the MTP layer's reference against llama.cpp's deepseek4 MTP graph)
   oracle model-dsv4-mtp "$model_python" tests/oracle/make_dsv4_fixtures.py --mtp-llama-cpp
   oracle model-mtp-chain "$model_python" tests/oracle/make_mtp_chain_fixture.py --check
-  # DeepSeek-V4's DSpark draft head: its fixture reproduced, then its reference against
-  # llama.cpp's DSpark draft graph (dflash arch) on the same weights and features
+  # DeepSeek-V4's DSpark draft head: its fixture reproduced (and llama.cpp's GGUFs of it,
+  # gguf-dsv4/dsv4-dspark*, with llama.cpp's end-to-end logits on them), then its reference
+  # against llama.cpp's DSpark draft graph (dflash arch) on the same weights and features
   oracle model-dspark "$model_python" tests/oracle/make_dspark_fixtures.py --check
   oracle model-dspark-llama-cpp "$model_python" tests/oracle/make_dspark_fixtures.py --llama-cpp
   # DeepSeek-V4.1: the reference's parts against DeepSeek's own kernel references
@@ -222,9 +223,11 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # from DeepInfer's engram_metadata.py and tile-kernels' engram_hash_ref
   oracle model-engram "$model_python" tests/oracle/make_engram_fixtures.py --check
   # deepinfer info (di_engine_model_info) against the gguf and safetensors readers
-  # (not an MTP GGUF: no model of its own, refused as one: tests/cli/test_cli_model.sh)
+  # (not an MTP GGUF: no model of its own, refused as one: tests/cli/test_cli_model.sh;
+  # nor the DSpark draft GGUF, a dflash file without embeddings or head)
   folders=$(for d in tests/fixtures/model/*/; do [ -f "$d/config.json" ] && echo "$d"; done)
-  dsv4_ggufs=$(for f in tests/fixtures/model/gguf-dsv4/*.gguf; do [[ $f == *-mtp.gguf ]] || echo "$f"; done)
+  dsv4_ggufs=$(for f in tests/fixtures/model/gguf-dsv4/*.gguf; do
+    [[ $f == *-mtp.gguf || $f == */dsv4-dspark.gguf ]] || echo "$f"; done)
   # shellcheck disable=SC2086
   oracle model-info "$model_python" tests/oracle/check_model_info.py \
     --cli build/release/examples/deepinfer "$assets/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" \

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """Make the DeepSeek-V4 DSpark draft fixture (tests/fixtures/model/README.md says the format).
 
-    make_dspark_fixtures.py              tests/fixtures/model/dsv4-dspark-release/
-    make_dspark_fixtures.py --check      regenerate into a scratch folder and compare
+    make_dspark_fixtures.py              tests/fixtures/model/dsv4-dspark-release/, then
+                                         its GGUFs (as --gguf)
+    make_dspark_fixtures.py --gguf       tests/fixtures/model/gguf-dsv4/dsv4-dspark-target.gguf,
+                                         dsv4-dspark.gguf (llama.cpp's converter: the target
+                                         bf16, the draft --dspark), dsv4-dspark.json and
+                                         dsv4-dspark.llama_logits.f32 (llama.cpp end to end on
+                                         them: its target's features into its draft)
+    make_dspark_fixtures.py --check      regenerate both into a scratch folder and compare
     make_dspark_fixtures.py --llama-cpp  the reference (dspark_reference) against llama.cpp's
                                          DSpark draft graph (dflash arch, graph_dsv4) on the
                                          same weights and the reference's target features
@@ -68,6 +74,7 @@ MIN_TOP2 = 1e-3         # smallest allowed gap between a row's top two biased lo
 MIN_STAGE_ROUTER = 1e-3  # ... between a stage router's k-th and (k+1)-th expert score
 MIN_ROUTER = 1e-4       # ... the same for the target's routers (the V4.1 fixtures' bar)
 MIN_INDEX = 1e-4        # ... between the target indexer's k-th and (k+1)-th score
+LLAMA_THREADS = 2       # llama.cpp's threads (its reduction order; the fixtures pin it)
 
 
 def seed_of(salt):
@@ -512,7 +519,9 @@ def llama_cpp_dspark(target_path, draft_path, feats, seq, vocab, check_features)
     common/speculative.cpp's draft-dspark does: per case, drop the draft's cells from
     the previous prefix on, inject the features of the new positions (an embedding
     batch), decode the block. With check_features the target also runs over the
-    sequence with its layer inputs j + 1 extracted (llama.cpp's own features).
+    sequence with its layer inputs j + 1 extracted (llama.cpp's own features);
+    feats None injects those (end to end, as the DSpark speculation does) instead
+    of the given ones. Two threads (LLAMA_THREADS), as the other llama.cpp oracles.
     Returns (logits [K * B, V], confidences [K][B], target features or None)."""
     import ctypes
     import numpy as np
@@ -535,6 +544,7 @@ def llama_cpp_dspark(target_path, draft_path, feats, seq, vocab, check_features)
     assert tm and dm, "llama.cpp did not load the GGUFs"
     cp = lc.llama_context_default_params()
     cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
+    cp.n_threads = cp.n_threads_batch = LLAMA_THREADS
     tctx = lc.llama_init_from_model(tm, cp)
     assert tctx
     E = lc.llama_model_n_embd(tm)
@@ -553,6 +563,7 @@ def llama_cpp_dspark(target_path, draft_path, feats, seq, vocab, check_features)
         lc.llama_batch_ext_free(batch)
     dp = lc.llama_context_default_params()
     dp.n_ctx = dp.n_batch = dp.n_ubatch = 256
+    dp.n_threads = dp.n_threads_batch = LLAMA_THREADS
     dp.ctx_other = tctx
     dctx = lc.llama_init_from_model(dm, dp)
     assert dctx, "llama.cpp did not make the draft context"
@@ -560,6 +571,9 @@ def llama_cpp_dspark(target_path, draft_path, feats, seq, vocab, check_features)
     set_nextn(dctx, True, True)
     n_embd_draft = lc.llama_model_n_embd(dm)
     mem = lc.llama_get_memory(dctx)
+    if feats is None:
+        assert tfeat is not None, "no features: inject the target's own (check_features)"
+        feats = tfeat
     W = feats.shape[1]
     f = np.ascontiguousarray(feats, dtype=np.float32)
     rows, confs, done = [], [], 0
@@ -641,6 +655,225 @@ def llama_cpp_check():
         sys.exit(1)
 
 
+# --gguf: the fixture as llama.cpp users get it, in gguf-dsv4/ beside the other
+# deepseek4 GGUF fixtures (tests/fixtures/model/README.md)
+GGUF_DIR = "gguf-dsv4"
+GGUF_TARGET = "dsv4-dspark-target"   # the target, convert_hf_to_gguf.py --outtype bf16
+GGUF_NAME = "dsv4-dspark"            # the draft, ... --dspark --target-model-dir
+# the DSpark draft GGUF's root tensors (llama.cpp's names) back to the release's
+DSPARK_GGUF_ROOT = {"fc.weight": "mtp.0.main_proj.weight",
+                    "enc.output_norm.weight": "mtp.0.main_norm.weight",
+                    "output_norm.weight": f"mtp.{STAGES - 1}.norm.weight",
+                    "output_hc_fn.weight": f"mtp.{STAGES - 1}.hc_head_fn",
+                    "output_hc_base.weight": f"mtp.{STAGES - 1}.hc_head_base",
+                    "output_hc_scale.weight": f"mtp.{STAGES - 1}.hc_head_scale",
+                    "markov_w1.weight": f"mtp.{STAGES - 1}.markov_head.markov_w1.weight",
+                    "markov_w2.weight": f"mtp.{STAGES - 1}.markov_head.markov_w2.weight",
+                    "conf_proj.weight": f"mtp.{STAGES - 1}.confidence_head.proj.weight"}
+
+
+def vendored_gguf():
+    """gguf-py as the converter has it (vendor/llama.cpp/gguf-py of the pinned
+    llama-cpp-python sdist), ahead of any installed gguf."""
+    path = str(mmf.llama_cpp_source() / "gguf-py")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import gguf
+    return gguf
+
+
+def gguf_release_name(name, draft):
+    """The release checkpoint's name of a GGUF tensor (llama.cpp's deepseek4 or
+    dflash names; make_model_fixtures' tables inverted), or for the stacked experts
+    (prefix of its per-expert names, "w1"/"w2"/"w3")."""
+    if draft and name in DSPARK_GGUF_ROOT:
+        return DSPARK_GGUF_ROOT[name]
+    if not draft and name in mmf.DSV4_GGUF_TOP:
+        return d4.release_name(mmf.DSV4_GGUF_TOP[name])
+    layer, rest = name[len("blk."):].split(".", 1)
+    prefix = f"mtp.{layer}." if draft else f"layers.{layer}."
+    if rest in mmf.DSV4_GGUF_EXPERTS:
+        return prefix + "ffn.experts.", mmf.DSV4_GGUF_EXPERTS[rest]
+    return d4.release_name("model.layers.0." + mmf.DSV4_GGUF_LAYER[rest]).replace(
+        "layers.0.", prefix, 1)
+
+
+def mxfp4_dequantize(codes, e8):
+    """The release's MXFP4 expert (I8 codes [rows, cols / 2], low nibble first;
+    F8_E8M0 scales [rows, cols / 32]) in float32 [rows, cols], read here without
+    the converter."""
+    import numpy as np
+    c = codes.view(np.uint8)
+    nib = np.stack([c & 15, c >> 4], axis=-1).reshape(c.shape[0], -1)
+    table = np.array(d4.E2M1, dtype=np.float32)
+    scale = np.exp2(e8.view(np.uint8).astype(np.float32) - 127.0)
+    return (table[nib].reshape(c.shape[0], -1, 32) * scale[..., None]).reshape(nib.shape)
+
+
+def gguf_exactness(path, checkpoint, draft):
+    """Every tensor of the GGUF at path, read by the converter's gguf-py and
+    dequantized, against the release checkpoint's values (bf16 as stored, the
+    MXFP4 experts decoded from their codes and scales, tid2eid as integers):
+    {GGUF name: (ggml type, ne, max |difference|)} over every tensor, and the
+    release names the GGUF does not hold."""
+    import numpy as np
+    import torch
+    import safetensors.torch
+    gguf = vendored_gguf()
+    state = safetensors.torch.load_file(checkpoint)
+    used, out = set(), {}
+    for t in gguf.GGUFReader(path).tensors:
+        got = np.array(t.data) if t.tensor_type == gguf.GGMLQuantizationType.I32 else \
+            gguf.quants.dequantize(t.data, t.tensor_type)  # (I32: tid2eid)
+        rel = gguf_release_name(t.name, draft)
+        if isinstance(rel, tuple):
+            prefix, w = rel
+            want = []
+            for e in range(got.shape[0]):
+                k = f"{prefix}{e}.{w}."
+                used.update({k + "weight", k + "scale"})
+                want.append(mxfp4_dequantize(state[k + "weight"].numpy(),
+                                             state[k + "scale"].view(torch.uint8).numpy()))
+            want = np.stack(want)
+        else:
+            used.add(rel)
+            want = state[rel]
+            want = want.numpy() if not want.is_floating_point() else \
+                want.to(torch.float32).numpy()
+        assert got.shape == want.shape, (t.name, got.shape, want.shape)
+        diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+        out[t.name] = (t.tensor_type.name, [int(x) for x in t.shape], diff)
+    lacks = sorted(k for k in state if k.startswith("mtp.") == draft and k not in used)
+    return out, lacks
+
+
+def rel_rows(got, want):
+    """Per row, max |got - want| over want's whole range."""
+    import numpy as np
+    return np.abs(got - want).max(axis=1) / float(want.max() - want.min())
+
+
+def make_gguf():
+    """gguf-dsv4/dsv4-dspark-target.gguf and dsv4-dspark.gguf: the release
+    checkpoint (mmf.OUT's dsv4-dspark-release when this run made it, else the
+    committed one) converted as --llama-cpp converts it; dsv4-dspark.json and
+    dsv4-dspark.llama_logits.f32: llama.cpp end to end on the two files (its
+    target's features of the sequence injected into its draft, the fixture's
+    blocks) against the fixture's dspark_logits (the bar a C engine on the same
+    files is held to), and the draft alone on the fixture's features."""
+    import hashlib
+    import tempfile
+    import llama_cpp
+    import numpy as np
+    src = mmf.OUT / NAME
+    if not (src / "model.safetensors").exists():
+        src = mmf.ROOT / "tests" / "fixtures" / "model" / NAME
+    ref = json.loads((src / "reference.json").read_text())
+    cfg, ds = ref["config"], ref["dspark"]
+    V = cfg["vocab_size"]
+    assert ds["cases"] == CASES and ds["block_size"] == BLOCK
+    out = mmf.OUT / GGUF_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    target, draft = out / f"{GGUF_TARGET}.gguf", out / f"{GGUF_NAME}.gguf"
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = pathlib.Path(tmp) / "target-tokenizer"
+        tokenizer_dir(tok, V)
+        (tok / "config.json").write_text(json.dumps(cfg))
+        mmf.convert_checkpoint(src, target, "bf16")
+        mmf.convert_checkpoint(src, draft, "bf16",
+                               extra_args=["--dspark", "--target-model-dir", str(tok)])
+    exact = {}
+    for path, is_draft in ((target, False), (draft, True)):
+        table, lacks = gguf_exactness(path, src / "model.safetensors", is_draft)
+        if lacks:
+            sys.exit(f"{path.name}: the converter left out {lacks}")
+        exact[path.name] = table
+    want = np.fromfile(src / ds["logits_file"], "<f4").reshape(ds["logits_shape"])
+    rfeat = np.fromfile(src / ds["features_file"], "<f4").reshape(ds["features_shape"])
+    seq = ref["prompt"]
+    # end to end: llama.cpp's target features (layer inputs j + 1) into its draft
+    got, confs, tfeat = llama_cpp_dspark(target, draft, None, seq, V, True)
+    # the draft alone, on the fixture's features
+    alone, alone_confs, _ = llama_cpp_dspark(target, draft, rfeat, seq, V, False)
+    got.astype("<f4").tofile(out / f"{GGUF_NAME}.llama_logits.f32")
+    rows, arows = rel_rows(got, want), rel_rows(alone, want)
+    fdiff = np.abs(tfeat[:len(rfeat)] - rfeat) / float(rfeat.max() - rfeat.min())
+    ref_conf = np.array(ds["confidence"])
+
+    def r6(x):
+        return round(float(x), 6)
+
+    drafts = [[int(t) for t in got[k * BLOCK:(k + 1) * BLOCK].argmax(1)] for k in range(len(CASES))]
+    fixture = {
+        "format": "deepinfer-gguf-dspark-fixture-1",
+        "name": GGUF_NAME,
+        "checkpoint": NAME,
+        "target": target.name,
+        "target_sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+        "file": draft.name,
+        "file_sha256": hashlib.sha256(draft.read_bytes()).hexdigest(),
+        "architecture": "dflash",
+        "target_architecture": "deepseek4",
+        "convert": f"convert_hf_to_gguf.py --outtype bf16 (target), and with --dspark "
+                   f"--target-model-dir (draft) (llama-cpp-python {mmf.LLAMA_CPP_PYTHON}'s "
+                   f"vendored llama.cpp)",
+        # every tensor of the draft: ggml type, ne; and whether each file's
+        # dequantized values are the checkpoint's exactly
+        "tensors": {k: {"type": v[0], "ne": v[1]} for k, v in exact[draft.name].items()},
+        "target_tensor_types": {ty: sum(v[0] == ty for v in exact[target.name].values())
+                                for ty in sorted({v[0] for v in exact[target.name].values()})},
+        "inexact_tensors": {f"{f}:{k}": v[2] for f, t in exact.items()
+                            for k, v in t.items() if v[2] != 0},
+        "prompt": seq,
+        "case_prefixes": CASES,  # ("cases" is make_model_fixtures.compare's, a list of dicts)
+        "block_size": BLOCK,
+        "anchors": [seq[n] for n in CASES],
+        "reference_logits_file": f"{NAME}/{ds['logits_file']}",
+        "reference_features_file": f"{NAME}/{ds['features_file']}",
+        # llama.cpp end to end on the two files: its target over the prompt (one
+        # batch), its layer inputs j + 1 (llama_set_embeddings_layer_inp) injected
+        # into its draft, the blocks decoded (row k * B + i: case k, slot i)
+        "llama_logits_file": f"{GGUF_NAME}.llama_logits.f32",
+        "llama_logits_shape": [int(x) for x in got.shape],
+        "llama_drafts": drafts,
+        "llama_confidence": [[r6(c) for c in row] for row in confs],
+        # ... against the reference's dspark_logits: the largest and the median
+        # row's max |diff| over the reference's range (the bar: 1.2x these)
+        "llama_cpp_max_rel_diff": r6(rows.max()),
+        "llama_cpp_median_rel_diff": r6(np.median(rows)),
+        "llama_cpp_argmax_agreement": r6((got.argmax(1) == want.argmax(1)).mean()),
+        "llama_cpp_confidence_max_abs_diff": r6(np.abs(np.array(confs) - ref_conf).max()),
+        # its target features against the reference's (over their range)
+        "llama_cpp_feature_max_rel_diff": r6(fdiff.max()),
+        "llama_cpp_feature_mean_rel_diff": r6(fdiff.mean()),
+        # llama.cpp's draft alone on the reference's features
+        "draft_alone": {
+            "llama_cpp_max_rel_diff": r6(arows.max()),
+            "llama_cpp_median_rel_diff": r6(np.median(arows)),
+            "llama_cpp_argmax_agreement": r6((alone.argmax(1) == want.argmax(1)).mean()),
+            "llama_cpp_confidence_max_abs_diff": r6(np.abs(np.array(alone_confs) - ref_conf).max()),
+        },
+        "oracle": {**mmf.llama_cpp_versions(),
+                   "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(),
+                   "settings": {"n_ctx": 256, "n_batch": 256, "n_ubatch": 256,
+                                "n_threads": LLAMA_THREADS, "n_threads_batch": LLAMA_THREADS,
+                                "draft": "causal_attn false, embeddings_nextn on"}},
+    }
+    (out / f"{GGUF_NAME}.json").write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"{GGUF_NAME}: {target.name} {target.stat().st_size} bytes, {draft.name} "
+          f"{draft.stat().st_size} bytes, inexact tensors {fixture['inexact_tensors'] or 'none'}; "
+          f"llama.cpp end to end vs dspark_logits: max {rows.max():.2e} of the range, median row "
+          f"{np.median(rows):.2e}, argmax agreement {fixture['llama_cpp_argmax_agreement']}; "
+          f"draft alone max {arows.max():.2e}, median row {np.median(arows):.2e}")
+
+
+def make_any(name):
+    if name == GGUF_NAME:
+        make_gguf()
+    else:
+        make(name)
+
+
 def main(argv):
     if argv[:1] == ["--find-salt"]:
         find_salt()
@@ -648,7 +881,8 @@ def main(argv):
     if argv[:1] == ["--llama-cpp"]:
         llama_cpp_check()
         return
-    mmf.fixtures_main(argv, {NAME: None}, make, "DeepSeek-V4 DSpark")
+    argv = [GGUF_NAME if a == "--gguf" else a for a in argv]
+    mmf.fixtures_main(argv, {NAME: None, GGUF_NAME: None}, make_any, "DeepSeek-V4 DSpark")
 
 
 if __name__ == "__main__":
