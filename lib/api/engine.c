@@ -813,16 +813,23 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
      * layer, which then drafts */
     const int mtp_file = c.draft_model_path && c.speculative_tokens > 0 &&
                          c.draft != DI_DRAFT_PROMPT_LOOKUP && model_file_is_mtp(c.draft_model_path);
-    if (c.draft == DI_DRAFT_MTP && c.draft_model_path && c.speculative_tokens > 0 && !mtp_file) {
+    /* likewise llama.cpp's DSpark GGUF (convert_hf_to_gguf.py --dspark): its
+     * head becomes the model's */
+    const int dspark_file = c.draft_model_path && c.speculative_tokens > 0 &&
+                            c.draft != DI_DRAFT_PROMPT_LOOKUP &&
+                            model_file_is_dspark(c.draft_model_path);
+    if (c.draft == DI_DRAFT_MTP && c.draft_model_path && c.speculative_tokens > 0 && !mtp_file &&
+        !dspark_file) {
         st = di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
-                           "draft_model_path: %s is not an MTP GGUF (llama.cpp's "
-                           "convert_hf_to_gguf.py --mtp), and draft is DI_DRAFT_MTP",
+                           "draft_model_path: %s is not an MTP or DSpark GGUF (llama.cpp's "
+                           "convert_hf_to_gguf.py --mtp or --dspark), and draft is DI_DRAFT_MTP",
                            c.draft_model_path);
         goto fail;
     }
-    if (mtp_file) {
+    if (mtp_file || dspark_file) {
         di_error *lerr = NULL;
-        if ((st = model_attach_mtp(e->m, c.draft_model_path, &lerr)) != DI_OK) {
+        if ((st = mtp_file ? model_attach_mtp(e->m, c.draft_model_path, &lerr)
+                           : model_attach_dspark(e->m, c.draft_model_path, &lerr)) != DI_OK) {
             st = di_error_setf(err, st, "draft_model_path: %s", di_error_message(lerr));
             di_error_free(lerr);
             goto fail;
@@ -836,7 +843,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
                           "it as draft_model_path; DeepSeek-V4.1's DSpark head is not run)");
         goto fail;
     }
-    if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file &&
+    if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file && !dspark_file &&
         (st = load_draft_model(e, &c, &mo, max_running, &d, err)) != DI_OK)
         goto fail;
     /* The model's own MTP module: asked for, given as an MTP GGUF, or chosen
@@ -851,7 +858,7 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     }
     /* The model's own DSpark head (DeepSeek-V4-Flash-DSpark): likewise. */
     if (!d && c.speculative_tokens > 0 && model_dspark_block(e->m) &&
-        (c.draft == DI_DRAFT_MTP || c.draft == DI_DRAFT_AUTO)) {
+        (c.draft == DI_DRAFT_MTP || dspark_file || c.draft == DI_DRAFT_AUTO)) {
         if ((st = drafter_dspark_create(e->m, max_running, &d)) != DI_OK) {
             st = di_error_set(err, st, "out of memory for the DSpark drafter");
             goto fail;

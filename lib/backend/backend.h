@@ -266,9 +266,9 @@ typedef struct backend_ops {
      * kv_dtype). out f32 [n, n_head, head_dim], not overlapping q. */
     void (*sink_attention)(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
                            const int64_t *pos, const int64_t *last, const void *win,
-                           int64_t win_ring, int window,
-                           const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
-                           model_dtype kv_dtype, const float *sinks, float scale, float *out);
+                           int64_t win_ring, int window, const void *comp, int64_t n_comp, int rate,
+                           const int32_t *sel, int k, model_dtype kv_dtype, const float *sinks,
+                           float scale, float *out);
 } backend_ops;
 
 /* Every backend starts with this. */

@@ -45,12 +45,12 @@ typedef struct dspark_drafter {
     int block;
     int64_t width;
     int max_running;
-    model_seq **seqs;   /* [max_running] */
-    int32_t *anchors;   /* [max_running] */
-    int *item_of;       /* [max_running]: the request of each item */
-    float *logits;      /* [max_running x block, n_vocab] */
-    float *confidence;  /* [max_running x block] */
-    int32_t *drafts;    /* [max_running x block] */
+    model_seq **seqs;  /* [max_running] */
+    int32_t *anchors;  /* [max_running] */
+    int *item_of;      /* [max_running]: the request of each item */
+    float *logits;     /* [max_running x block, n_vocab] */
+    float *confidence; /* [max_running x block] */
+    int32_t *drafts;   /* [max_running x block] */
     sampler_candidate *scratch;
 } dspark_drafter;
 

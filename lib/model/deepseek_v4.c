@@ -53,6 +53,8 @@ const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size)
 {
     if (i < d->cfg.n_layer || d->mtp_w) /* (an MTP GGUF numbers it as a layer) */
         snprintf(buf, size, "model.layers.%u.", i);
+    else if (d->dspark_w) /* (a DSpark GGUF's stages are its layers) */
+        snprintf(buf, size, "model.layers.%u.", i - d->cfg.n_layer);
     else
         snprintf(buf, size, "model.mtp.%u.", i - d->cfg.n_layer);
     return buf;
@@ -60,7 +62,8 @@ const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size)
 
 const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i)
 {
-    return i >= d->cfg.n_layer && d->mtp_w ? d->mtp_w : d->w;
+    if (i < d->cfg.n_layer) return d->w;
+    return d->mtp_w ? d->mtp_w : d->dspark_w ? d->dspark_w : d->w;
 }
 
 const model_tensor *dsv4_layer_tensor(const dsv4 *d, uint32_t i, const char *suffix,
@@ -767,10 +770,10 @@ static void compress(dsv4 *d, const v4_layer *L, const v4_compressor *c, v4_comp
 {
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw, c->cw,
-               sp->pos0, sp->n);
-    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw, c->cw,
-               sp->pos0, sp->n);
+    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw,
+                    c->cw, sp->pos0, sp->n);
+    dsv4_ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw,
+                    c->cw, sp->pos0, sp->n);
     const int64_t e0 = sp->pos0 / c->rate, e1 = (sp->pos0 + sp->n) / c->rate;
     if (e1 <= e0) return;
     /* pooled, normalised and rotated in f32, then stored in the cache's dtype */
@@ -818,8 +821,8 @@ static void project_q_kv(dsv4 *d, uint32_t l, int64_t n, int n_spans, int q_norm
     int64_t r0 = 0;
     for (int i = 0; i < n_spans; i++) { /* the window's keys */
         const v4_span *sp = &d->spans[i];
-        dsv4_ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win, d->win_ring,
-                   hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
+        dsv4_ring_store(be, d->opt.kv_dtype, sp->cache->layers[l - sp->cache->first].win,
+                        d->win_ring, hd, d->kv + r0 * hd, hd, sp->pos0, sp->n);
         r0 += sp->n;
     }
 }
@@ -889,8 +892,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
             sel = d->index_sel + r0 * K;
         }
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0,
-                           d->klast ? d->klast + r0 : NULL, lc->win,
-                           d->win_ring, (int)d->window,
+                           d->klast ? d->klast + r0 : NULL, lc->win, d->win_ring, (int)d->window,
                            L->kind == MODEL_V4_SLIDING ? NULL : lc->comp.entries, n_entries,
                            L->comp.rate ? L->comp.rate : 1, sel, (int)K, d->opt.kv_dtype, L->sinks,
                            1.0f / sqrtf((float)hd), d->attn + r0 * H * hd);
@@ -916,9 +918,9 @@ static int64_t compress_v41(dsv4 *d, const v4_layer *L, v4_comp_cache *cc, int64
         op->copy_rows(be, pooled, c->width, d->ckv + r0 * c->width, c->width, c->width, sp->n);
     } else {
         dsv4_ring_store(be, MODEL_DTYPE_F32, cc->kv_ring, d->comp_ring, c->cw, d->ckv + r0 * c->cw,
-                   c->cw, sp->pos0, sp->n);
+                        c->cw, sp->pos0, sp->n);
         dsv4_ring_store(be, MODEL_DTYPE_F32, cc->gate_ring, d->comp_ring, c->cw, d->cg + r0 * c->cw,
-                   c->cw, sp->pos0, sp->n);
+                        c->cw, sp->pos0, sp->n);
         if (e1 <= e0) return 0;
         op->compress_pool(be, cc->kv_ring, cc->gate_ring, d->comp_ring, c->cw, NULL, c->rate,
                           c->width, 0, e0, e1 - e0, pooled, c->width);
@@ -1010,8 +1012,7 @@ static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
         const v4_span *sp = &d->spans[i];
         const v4_layer_cache *lc = &sp->cache->layers[l - sp->cache->first];
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0,
-                           d->klast ? d->klast + r0 : NULL, lc->win,
-                           d->win_ring, (int)d->window,
+                           d->klast ? d->klast + r0 : NULL, lc->win, d->win_ring, (int)d->window,
                            L->rate ? sp->cache->layers[L->kv_src].comp.entries : NULL,
                            L->rate ? (sp->pos0 + sp->n) / L->rate : 0, L->rate ? L->rate : 1,
                            L->rate ? d->index_sel + r0 * K : NULL, (int)K, d->opt.kv_dtype,

@@ -122,6 +122,15 @@ void dsv4_dspark_seq_truncate(dsv4 *d, model_seq *s, int64_t n_tokens);
 void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n);
 void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, int n_items,
                        float *logits, float *confidence, int32_t *drafts);
+/* llama.cpp's DSpark GGUF (convert_hf_to_gguf.py --dspark: architecture
+ * dflash, the stages and head alone): dsv4_weights_dspark_only says whether
+ * w is one; dsv4_dspark_attach makes its head the model's (w owned by the
+ * model from then on). Errors (w not taken): DI_ERR_UNSUPPORTED (the model
+ * has an MTP layer or a DSpark head already), DI_ERR_MODEL_FORMAT (a config
+ * field that is not the model's, a tensor missing or misshapen: named, path
+ * in the message), DI_ERR_OUT_OF_MEMORY. */
+int dsv4_weights_dspark_only(const model_weights *w);
+di_status dsv4_dspark_attach(dsv4 *d, model_weights *w, const char *path, di_error **err);
 /* As model_forward (the arguments are already checked). */
 di_status dsv4_forward(dsv4 *d, const int32_t *tokens, int64_t n_tokens, float *logits,
                        int all_logits, di_error **err);

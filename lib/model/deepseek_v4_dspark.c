@@ -33,21 +33,49 @@
 #include "model/load.h"
 #include "util/error.h"
 
-/* model.mtp.<stage>.<suffix> into buf. */
-static const char *stage_name(char *buf, size_t size, uint32_t stage, const char *suffix)
+/* The head's tensors: DeepSeek's release names (stage 0's projection, the
+ * last stage's heads: model.mtp.<stage>.<name> once renamed), or a DSpark
+ * GGUF's top-level ones (llama.cpp's dflash names: fc, enc.output_norm,
+ * markov_w1/w2, conf_proj, output_norm, output_hc_* read as the model's mHC
+ * head names, weights_gguf_dsv4.c). */
+typedef struct dspark_names {
+    char proj[96], main_norm[96], w1[96], w2[96], conf[96], norm[96], head_fn[96], head_base[96],
+        head_scale[96];
+} dspark_names;
+
+static void names_for(const dsv4 *d, dspark_names *n)
 {
-    snprintf(buf, size, "model.mtp.%u.%s", stage, suffix);
-    return buf;
+    if (d->dspark_w) {
+        snprintf(n->proj, sizeof n->proj, "fc.weight");
+        snprintf(n->main_norm, sizeof n->main_norm, "enc.output_norm.weight");
+        snprintf(n->w1, sizeof n->w1, "markov_w1.weight");
+        snprintf(n->w2, sizeof n->w2, "markov_w2.weight");
+        snprintf(n->conf, sizeof n->conf, "conf_proj.weight");
+        snprintf(n->norm, sizeof n->norm, "output_norm.weight");
+        snprintf(n->head_fn, sizeof n->head_fn, "model.hc_head.hc_fn");
+        snprintf(n->head_base, sizeof n->head_base, "model.hc_head.hc_base");
+        snprintf(n->head_scale, sizeof n->head_scale, "model.hc_head.hc_scale");
+        return;
+    }
+    const uint32_t last = d->cfg.v4.n_dspark - 1;
+    snprintf(n->proj, sizeof n->proj, "model.mtp.0.main_proj.weight");
+    snprintf(n->main_norm, sizeof n->main_norm, "model.mtp.0.main_norm.weight");
+    snprintf(n->w1, sizeof n->w1, "model.mtp.%u.markov_head.markov_w1.weight", last);
+    snprintf(n->w2, sizeof n->w2, "model.mtp.%u.markov_head.markov_w2.weight", last);
+    snprintf(n->conf, sizeof n->conf, "model.mtp.%u.confidence_head.proj.weight", last);
+    snprintf(n->norm, sizeof n->norm, "model.mtp.%u.norm.weight", last);
+    snprintf(n->head_fn, sizeof n->head_fn, "model.mtp.%u.hc_head_fn", last);
+    snprintf(n->head_base, sizeof n->head_base, "model.mtp.%u.hc_head_base", last);
+    snprintf(n->head_scale, sizeof n->head_scale, "model.mtp.%u.hc_head_scale", last);
 }
 
 /* The Markov head's rank, from markov_w1's shape ({rank, n_vocab} in GGUF
  * order): DI_ERR_MODEL_FORMAT, named, when missing or misshapen. */
 static di_status markov_rank(const dsv4 *d, const char *name, int64_t *rank, di_error **err)
 {
-    const model_tensor *t = model_weights_get(d->w, name);
+    const model_tensor *t = model_weights_get(d->dspark_w ? d->dspark_w : d->w, name);
     if (!t) return di_error_setf(err, DI_ERR_MODEL_FORMAT, "tensor '%s' is missing", name);
-    if (t->n_dims != 2 || t->ne[1] != (int64_t)d->cfg.n_vocab || t->ne[0] < 1 ||
-        t->ne[0] > 65536)
+    if (t->n_dims != 2 || t->ne[1] != (int64_t)d->cfg.n_vocab || t->ne[0] < 1 || t->ne[0] > 65536)
         return di_error_setf(err, DI_ERR_MODEL_FORMAT,
                              "tensor '%s' is not [n_vocab %u, rank] with rank in [1, 65536]", name,
                              d->cfg.n_vocab);
@@ -61,8 +89,7 @@ di_status dsv4_dspark_load(dsv4 *d, di_error **err)
     const model_config_v4 *v = &c->v4;
     if (!v->n_dspark) return DI_OK;
     backend *be = d->be;
-    const model_weights *w = d->w;
-    const uint32_t last = v->n_dspark - 1;
+    const model_weights *w = d->dspark_w ? d->dspark_w : d->w;
     const int64_t E = c->n_embd, B = d->opt.n_batch, F = (int64_t)v->n_dspark_target * E;
     if (B < (int64_t)v->dspark_block)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
@@ -72,31 +99,20 @@ di_status dsv4_dspark_load(dsv4 *d, di_error **err)
     di_status st;
     for (uint32_t s = 0; s < v->n_dspark; s++)
         if ((st = dsv4_load_layer(d, c->n_layer + s, err)) != DI_OK) return st;
-    char n[8][96];
+    dspark_names n;
+    names_for(d, &n);
     int64_t R = 0;
-    if ((st = markov_rank(d, stage_name(n[0], sizeof n[0], last, "markov_head.markov_w1.weight"),
-                          &R, err)) != DI_OK)
-        return st;
+    if ((st = markov_rank(d, n.w1, &R, err)) != DI_OK) return st;
     d->dspark_rank = R;
-    if ((st = model_matrix(w, be, stage_name(n[1], sizeof n[1], 0, "main_proj.weight"), F, E,
-                           &d->dspark_proj, err)) != DI_OK ||
-        (st = model_vector(w, be, stage_name(n[2], sizeof n[2], 0, "main_norm.weight"), E,
-                           &d->dspark_main_norm, err)) != DI_OK ||
-        (st = model_embedding(w, be, n[0], R, c->n_vocab, &d->dspark_w1, err)) != DI_OK ||
-        (st = model_matrix(w, be,
-                           stage_name(n[3], sizeof n[3], last, "markov_head.markov_w2.weight"), R,
-                           c->n_vocab, &d->dspark_w2, err)) != DI_OK ||
-        (st = model_matrix(w, be,
-                           stage_name(n[4], sizeof n[4], last, "confidence_head.proj.weight"),
-                           E + R, 1, &d->dspark_conf, err)) != DI_OK ||
-        (st = model_vector(w, be, stage_name(n[5], sizeof n[5], last, "norm.weight"), E,
-                           &d->dspark_norm, err)) != DI_OK ||
-        (st = model_matrix(w, be, stage_name(n[6], sizeof n[6], last, "hc_head_fn"), d->hc * E,
-                           d->hc, &d->dspark_head_fn, err)) != DI_OK ||
-        (st = model_vector(w, be, stage_name(n[7], sizeof n[7], last, "hc_head_base"), d->hc,
-                           &d->dspark_head_base, err)) != DI_OK ||
-        (st = model_vector(w, be, stage_name(n[7], sizeof n[7], last, "hc_head_scale"), 1,
-                           &d->dspark_head_scale, err)) != DI_OK)
+    if ((st = model_matrix(w, be, n.proj, F, E, &d->dspark_proj, err)) != DI_OK ||
+        (st = model_vector(w, be, n.main_norm, E, &d->dspark_main_norm, err)) != DI_OK ||
+        (st = model_embedding(w, be, n.w1, R, c->n_vocab, &d->dspark_w1, err)) != DI_OK ||
+        (st = model_matrix(w, be, n.w2, R, c->n_vocab, &d->dspark_w2, err)) != DI_OK ||
+        (st = model_matrix(w, be, n.conf, E + R, 1, &d->dspark_conf, err)) != DI_OK ||
+        (st = model_vector(w, be, n.norm, E, &d->dspark_norm, err)) != DI_OK ||
+        (st = model_matrix(w, be, n.head_fn, d->hc * E, d->hc, &d->dspark_head_fn, err)) != DI_OK ||
+        (st = model_vector(w, be, n.head_base, d->hc, &d->dspark_head_base, err)) != DI_OK ||
+        (st = model_vector(w, be, n.head_scale, 1, &d->dspark_head_scale, err)) != DI_OK)
         return st;
     d->dspark_feat = be->ops->alloc(be, B * F);
     d->dspark_hid = be->ops->alloc(be, B * E);
@@ -123,6 +139,94 @@ void dsv4_dspark_free(dsv4 *d)
     d->has_dspark = 0;
     free(d->dspark_last);
     d->dspark_last = NULL;
+    model_weights_close(d->dspark_w);
+    d->dspark_w = NULL;
+}
+
+int dsv4_weights_dspark_only(const model_weights *w)
+{
+    return strcmp(model_weights_architecture(w), "dflash") == 0 &&
+           model_weights_config(w)->v4.n_dspark > 0;
+}
+
+/* Each field of a DSpark GGUF's config that must be the model's: the first
+ * that differs, named, or NULL. */
+static const char *config_mismatch(const model_config *a, const model_config *b)
+{
+#define SAME(f, name)                                                                              \
+    if (a->f != b->f) return name
+    SAME(arch, "the architecture");
+    SAME(n_embd, "embedding_length");
+    SAME(n_vocab, "the vocabulary");
+    SAME(n_head, "attention.head_count");
+    SAME(head_dim, "attention.key_length");
+    SAME(qk_rope_head_dim, "rope.dimension_count");
+    SAME(q_lora_rank, "attention.q_lora_rank");
+    SAME(n_expert, "expert_count");
+    SAME(n_expert_used, "expert_used_count");
+    SAME(n_ff_exp, "expert_feed_forward_length");
+    SAME(expert_gating, "expert_gating_func");
+    SAME(v4.hc_mult, "hyper_connection.count");
+    SAME(v4.hc_sinkhorn_iters, "hyper_connection.sinkhorn_iterations");
+    SAME(v4.o_groups, "attention.output_group_count");
+    SAME(v4.o_lora_rank, "attention.output_lora_rank");
+    SAME(v4.sliding_window, "attention.sliding_window");
+    SAME(v4.swiglu_limit, "swiglu_clamp_exp");
+    SAME(rope_theta, "rope.freq_base");
+    SAME(v4.v41, "the model's kind (DeepSeek-V4, not V4.1)");
+#undef SAME
+    for (uint32_t k = 0; k < b->v4.n_dspark_target; k++)
+        if (b->v4.dspark_target[k] >= a->n_layer) return "target_layers (past the model's layers)";
+    return NULL;
+}
+
+di_status dsv4_dspark_attach(dsv4 *d, model_weights *w, const char *path, di_error **err)
+{
+    const model_config *wc = model_weights_config(w);
+    if (d->has_dspark || d->has_mtp || d->cfg.v4.n_dspark)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: the model has %s already (its checkpoint's)", path,
+                             d->has_mtp ? "an MTP layer" : "a DSpark head");
+    const char *why = config_mismatch(&d->cfg, wc);
+    if (why)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: its %s is not the model's: a DSpark GGUF drafts only for the "
+                             "model it was converted with",
+                             path, why);
+    if (wc->v4.dspark_noise >= d->cfg.n_vocab)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "%s: tokenizer.ggml.mask_token_id %u is past the vocabulary of %u",
+                             path, wc->v4.dspark_noise, d->cfg.n_vocab);
+    const uint32_t L = d->cfg.n_layer, S = wc->v4.n_dspark;
+    if (S > MODEL_V4_MAX_LAYERS - L)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED, "%s: %u stages after %u layers exceed %d",
+                             path, S, L, MODEL_V4_MAX_LAYERS);
+    /* the stages after the main layers (the layer arrays grown to hold them) */
+    v4_layer *layers = realloc(d->layers, (size_t)(L + S) * sizeof *layers);
+    if (layers) d->layers = layers;
+    model_tensor **views = layers ? realloc(d->views, (size_t)(L + S) * sizeof *views) : NULL;
+    if (!views) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the stages");
+    d->views = views;
+    memset(d->layers + L, 0, (size_t)S * sizeof *d->layers);
+    memset(d->views + L, 0, (size_t)S * sizeof *d->views);
+    model_config_v4 *v = &d->cfg.v4;
+    v->n_dspark = S; /* (kept on failure: dsv4_free frees what the stages loaded) */
+    v->dspark_block = wc->v4.dspark_block;
+    v->dspark_noise = wc->v4.dspark_noise;
+    v->n_dspark_target = wc->v4.n_dspark_target;
+    memcpy(v->dspark_target, wc->v4.dspark_target, sizeof v->dspark_target);
+    for (uint32_t s = 0; s < S; s++) {
+        v->attention[L + s] = MODEL_V4_SLIDING;
+        v->hash_moe[L + s] = 0;
+    }
+    d->dspark_w = w;
+    di_status st = dsv4_dspark_load(d, err);
+    if (st != DI_OK) {
+        if (d->has_dspark) kv_pool_free(&d->dspark_pool);
+        d->has_dspark = 0;
+        d->dspark_w = NULL; /* (the caller frees w) */
+    }
+    return st;
 }
 
 void dsv4_dspark_capture(dsv4 *d, uint32_t l, int64_t n)
@@ -192,8 +296,8 @@ void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n)
             op->matmul(be, 1, &L->wkv, NULL, d->col, m, &d->kv);
             op->rmsnorm(be, d->kv, hd, L->kv_norm, d->kv, hd, m, hd, eps);
             op->rope(be, L->rope, d->kv + hd - rd, m, hd, 1, hd, d->pos);
-            dsv4_ring_store(be, d->opt.kv_dtype, s->v4->layers[st].win, d->win_ring, hd, d->kv,
-                            hd, p0, m);
+            dsv4_ring_store(be, d->opt.kv_dtype, s->v4->layers[st].win, d->win_ring, hd, d->kv, hd,
+                            p0, m);
         }
         dsv4_seq_advance(s, m);
     }
@@ -202,8 +306,8 @@ void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n)
 /* The Markov chain and the confidences of the n_items blocks whose rows are
  * logits [n_items B, n_vocab] (the LM head's) and d->dspark_hid (pre-norm):
  * position i of every block at once. */
-static void markov(dsv4 *d, const int32_t *anchors, int n_items, float *logits,
-                   float *confidence, int32_t *drafts)
+static void markov(dsv4 *d, const int32_t *anchors, int n_items, float *logits, float *confidence,
+                   int32_t *drafts)
 {
     const model_config *c = &d->cfg;
     backend *be = d->be;
@@ -262,8 +366,7 @@ void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, 
             const uint32_t l = c->n_layer + st;
             const v4_layer *L = &d->layers[l];
             dsv4_hc_block(d, l, L->attn_fn, L->attn_base, L->attn_scale, L->attn_norm, NULL, n, m);
-            dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
-                          m);
+            dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n, m);
         }
         d->klast = NULL;
         /* the last stage's mHC head: h (pre-norm, the confidence head's), then

@@ -124,8 +124,8 @@ struct dsv4 {
     int hc_first; /* the next mHC block is the step's first (it reads stream 0) */
     /* host [n_batch, ...] */
     int64_t *pos, *neg_pos, *entry_pos;
-    int64_t *kpos; /* the rows' places in their sequence (the window ring's; the
-                      MTP layer's pairs have their own, apart from RoPE's pos) */
+    int64_t *kpos;  /* the rows' places in their sequence (the window ring's; the
+                       MTP layer's pairs have their own, apart from RoPE's pos) */
     int64_t *klast; /* the last window position each row sees (NULL: its kpos;
                        DSpark's block rows see the whole block) */
     v4_span *spans;
@@ -163,6 +163,7 @@ struct dsv4 {
      * position, the rows' pre-norm hidden states, the Markov rows, the
      * confidence head's input and output, the block's tokens (host) */
     int has_dspark;
+    model_weights *dspark_w; /* a DSpark GGUF's weights (dsv4_dspark_attach), owned; or NULL */
     int64_t dspark_rank;
     float *dspark_feat;
     int64_t n_feat;
@@ -174,11 +175,13 @@ struct dsv4 {
     dsv4_cache *dspark_free;
 };
 
-/* "model.layers.<i>." for a main layer, "model.mtp.0." for the MTP layer
- * (i = n_layer; "model.layers.<i>." too from an MTP GGUF), into buf. */
+/* "model.layers.<i>." for a main layer, "model.mtp.<i - n_layer>." for the
+ * MTP layer or a DSpark stage ("model.layers.<i>." from an MTP GGUF,
+ * "model.layers.<i - n_layer>." from a DSpark GGUF), into buf. */
 const char *dsv4_layer_prefix(const dsv4 *d, uint32_t i, char *buf, size_t size);
 /* The weights layer i's tensors are in: the MTP layer's in an attached MTP
- * GGUF (dsv4_mtp_attach), else the model's. */
+ * GGUF (dsv4_mtp_attach), DSpark's stages' in an attached DSpark GGUF
+ * (dsv4_dspark_attach), else the model's. */
 const model_weights *dsv4_layer_weights(const dsv4 *d, uint32_t i);
 /* A tensor of layer i (its prefix, then suffix) of the given shape, *st set
  * (DI_ERR_MODEL_FORMAT naming it when missing or of another shape). */

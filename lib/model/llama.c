@@ -147,6 +147,14 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
                                path);
             goto fail;
         }
+        if (dsv4_weights_dspark_only(m->w)) {
+            st = di_error_setf(err, DI_ERR_UNSUPPORTED,
+                               "%s is a DSpark GGUF (llama.cpp's convert_hf_to_gguf.py --dspark): "
+                               "it holds the DSpark draft head alone; give it as the draft model "
+                               "of the model it was converted with (draft_model_path)",
+                               path);
+            goto fail;
+        }
         if ((st = dsv4_load(m->w, &m->opt, m->be, &m->v4, err)) != DI_OK) goto fail;
         *out = m;
         return DI_OK;
@@ -324,6 +332,41 @@ di_status model_attach_mtp(model *m, const char *path, di_error **err)
     if ((st = dsv4_mtp_attach(m->v4, w, path, err)) != DI_OK) model_weights_close(w);
     return st;
 }
+int model_file_is_dspark(const char *path)
+{
+    /* the GGUF's header only (as model_file_is_mtp) */
+    gguf_file *f = NULL;
+    char msg[8];
+    if (!path || gguf_open(path, 0, &f, msg, sizeof msg) != DI_OK) return 0;
+    const char *arch = NULL;
+    size_t len = 0;
+    uint32_t hc = 0;
+    const int is = gguf_get_string(f, "general.architecture", &arch, &len) && len == 6 &&
+                   memcmp(arch, "dflash", 6) == 0 &&
+                   gguf_get_u32(f, "dflash.hyper_connection.count", &hc) && hc > 0;
+    gguf_close(f);
+    return is;
+}
+di_status model_attach_dspark(model *m, const char *path, di_error **err)
+{
+    if (!m || !path)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_attach_dspark: NULL");
+    if (!m->v4)
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s: a DSpark GGUF drafts for DeepSeek-V4 models only", path);
+    model_weights *w = NULL;
+    di_status st = model_weights_open(path, &w, err);
+    if (st != DI_OK) return st;
+    if (!dsv4_weights_dspark_only(w)) {
+        model_weights_close(w);
+        return di_error_setf(err, DI_ERR_UNSUPPORTED,
+                             "%s is not a DSpark GGUF (llama.cpp's dflash architecture over "
+                             "DeepSeek-V4 stages, as convert_hf_to_gguf.py --dspark writes)",
+                             path);
+    }
+    if ((st = dsv4_dspark_attach(m->v4, w, path, err)) != DI_OK) model_weights_close(w);
+    return st;
+}
 int64_t model_mtp_hidden_width(const model *m)
 {
     return m->v4 ? dsv4_mtp_hidden_width(m->v4) : (int64_t)m->cfg.n_embd;
@@ -438,8 +481,8 @@ static di_status dspark_room(model *m, model_seq *s, int64_t n_tokens, di_error 
 {
     if (n_tokens > m->opt.n_ctx)
         return di_error_setf(err, DI_ERR_CONTEXT_LENGTH,
-                             "DSpark: %lld tokens exceed the context of %lld",
-                             (long long)n_tokens, (long long)m->opt.n_ctx);
+                             "DSpark: %lld tokens exceed the context of %lld", (long long)n_tokens,
+                             (long long)m->opt.n_ctx);
     if (kv_pool_seq_reserve(dsv4_dspark_pool(m->v4), &s->kv, n_tokens) != DI_OK)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY,
                              "DSpark: no free cache block for %lld tokens", (long long)n_tokens);
@@ -468,7 +511,8 @@ di_status model_dspark_draft(model *m, model_seq *const *seqs, const int32_t *an
                              "model_dspark_draft: no sequences or no outputs");
     for (int i = 0; i < n_items; i++) {
         if (!seqs[i])
-            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_dspark_draft: sequence %d is NULL", i);
+            return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                                 "model_dspark_draft: sequence %d is NULL", i);
         if (anchors[i] < 0 || anchors[i] >= (int32_t)m->cfg.n_vocab)
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                                  "model_dspark_draft: anchor %d of sequence %d is outside the "

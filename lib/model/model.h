@@ -298,6 +298,17 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
  * DI_ERR_OUT_OF_MEMORY (the pool's blocks spent). Not thread-safe (the
  * model's). */
 int model_dspark_block(const model *m);
+/* llama.cpp's DSpark GGUF of a DeepSeek-V4 model (convert_hf_to_gguf.py
+ * --dspark: architecture dflash, the head alone, a draft file beside the
+ * model's GGUF). model_file_is_dspark: whether path is one (0 for anything
+ * else, unreadable files included). model_attach_dspark: its head becomes
+ * m's (the file stays mapped until model_free). Errors (m unchanged but for
+ * the memory a failed load keeps): DI_ERR_UNSUPPORTED (m is not DeepSeek-V4,
+ * has an MTP layer or DSpark head already, or the file is not a DSpark
+ * GGUF), DI_ERR_MODEL_FORMAT (a config field or tensor that does not fit m:
+ * named), the file's I/O and format errors. */
+int model_file_is_dspark(const char *path);
+di_status model_attach_dspark(model *m, const char *path, di_error **err);
 int64_t model_dspark_feature_width(const model *m);
 const float *model_dspark_features(const model *m, int64_t *n_rows);
 di_status model_dspark_seq_create(model *m, model_seq **out);

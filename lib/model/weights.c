@@ -186,6 +186,9 @@ di_status mw_validate(model_weights *w, const char *path, di_error **err)
     }
     c->tie_embeddings = model_weights_get(w, "output.weight") == NULL;
     di_status st;
+    /* a DSpark GGUF (llama.cpp's dflash) reads its model's embedding and LM
+     * head: deepseek_v4_dspark.c requires its own tensors when it attaches */
+    if (strcmp(w->architecture, "dflash") == 0) return DI_OK;
     if ((st = require(w, path, "token_embd.weight", 2, embd, vocab, err)) != DI_OK) return st;
     if ((st = require(w, path, "output_norm.weight", 1, embd, 1, err)) != DI_OK) return st;
     if (!c->tie_embeddings &&

@@ -176,12 +176,12 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
     } else if (str_is(a, alen, "deepseek2")) {
         c->arch = MODEL_ARCH_DEEPSEEK_V3; /* or V2: read_deepseek2 decides by the gating */
         c->rope_style = MODEL_ROPE_NORM;  /* LLM_ARCH_DEEPSEEK2 is NORM there */
-    } else if (str_is(a, alen, "deepseek4")) {
-        c->arch = MODEL_ARCH_DEEPSEEK_V4;
+    } else if (str_is(a, alen, "deepseek4") || str_is(a, alen, "dflash")) {
+        c->arch = MODEL_ARCH_DEEPSEEK_V4; /* (dflash: DeepSeek-V4's DSpark draft GGUF) */
     } else {
         return di_error_setf(err, DI_ERR_UNSUPPORTED,
                              "%s: general.architecture '%.*s' is not supported (llama, qwen2, "
-                             "deepseek2 and deepseek4 are)",
+                             "deepseek2, deepseek4 and deepseek4's DSpark dflash are)",
                              path, (int)(alen < 64 ? alen : 64), a);
     }
     snprintf(arch, sizeof arch, "%.*s", (int)alen, a);
@@ -201,7 +201,7 @@ static di_status read_config(model_weights *w, const gguf_file *f, const char *p
         return st;
     c->n_head_kv = c->n_head;
     if (v4) {
-        if ((st = mw_gguf_read_deepseek4(w, f, path, err)) != DI_OK) return st;
+        if ((st = mw_gguf_read_deepseek4(w, f, path, arch, err)) != DI_OK) return st;
         return read_common(w, f, path, arch, err);
     }
     if (c->arch == MODEL_ARCH_DEEPSEEK_V3) {
@@ -414,8 +414,10 @@ di_status mw_open_gguf(model_weights *w, const char *path, di_error **err)
     const gguf_file *f = w->gguf;
     const char *a;
     size_t alen;
+    /* deepseek4 and its DSpark GGUF (dflash): their own tensor names
+     * (weights_gguf_dsv4.c) */
     const int v4 = gguf_get_string(f, "general.architecture", &a, &alen) &&
-                   str_is(a, alen, "deepseek4"); /* its own tensor names (weights_gguf_dsv4.c) */
+                   (str_is(a, alen, "deepseek4") || str_is(a, alen, "dflash"));
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor_info *ti = &f->tensors[i];
         model_dtype dt;

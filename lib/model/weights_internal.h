@@ -76,14 +76,16 @@ di_status mw_check_v4(model_config *m, const char *file, di_error **err);
 /* llama.cpp's deepseek4 GGUFs (weights_gguf_dsv4.c). mw_gguf_dsv4_name: the
  * name deepseek_v4.c reads for the GGUF tensor name gguf[0, n) into out
  * (1), or 0 when the name is not renamed. mw_gguf_read_deepseek4: the
- * deepseek4.* metadata into w's config (n_embd, n_layer, n_head, n_ctx_train
- * read before). mw_gguf_dsv4_experts: mw_gguf_split_experts under
+ * <arch>.* metadata into w's config (n_embd, n_layer, n_head, n_ctx_train
+ * read before): arch "deepseek4", or "dflash" for a DSpark GGUF (its stages
+ * as n_layer sliding layers, cfg.v4.n_dspark = n_layer and the DSpark keys
+ * set). mw_gguf_dsv4_experts: mw_gguf_split_experts under
  * deepseek_v4.c's names (the main layers', or an MTP GGUF's NextN layer's:
  * convert_hf_to_gguf.py --mtp writes it alone), and MXFP4 refused anywhere
  * but the routed experts. */
 int mw_gguf_dsv4_name(const char *gguf, size_t n, char *out, size_t size);
 di_status mw_gguf_read_deepseek4(model_weights *w, const gguf_file *f, const char *path,
-                                 di_error **err);
+                                 const char *arch, di_error **err);
 di_status mw_gguf_dsv4_experts(model_weights *w, const char *path, di_error **err);
 di_status mw_open_hf(model_weights *w, const char *dir, di_error **err);
 

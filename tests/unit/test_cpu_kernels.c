@@ -709,8 +709,8 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, i
     if (!(worst < 1e-5)) fail_msg("dtype %d: max |diff| %g", dtype, worst);
     for (int t = 0; t < N; t++) {
         cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, block ? last + t : NULL,
-                           win_rows, RING, WINDOW, comp_rows, NCOMP, RATE, use_sel ? sel + t * K : NULL, K, dtype, sinks,
-                           scale, one);
+                           win_rows, RING, WINDOW, comp_rows, NCOMP, RATE,
+                           use_sel ? sel + t * K : NULL, K, dtype, sinks, scale, one);
         assert_memory_equal(one, out + t * NH * d, sizeof(float) * (size_t)(NH * d));
     }
     free(q);

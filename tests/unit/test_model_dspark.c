@@ -33,7 +33,9 @@
 #include "util/error.h"
 #include "model_variant.h"
 
-#define FIXTURE "dsv4-dspark-release"
+#define FIXTURE     "dsv4-dspark-release"
+#define GGUF_TARGET DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark-target.gguf"
+#define GGUF_DSPARK DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark.gguf"
 
 static char tmpdir[64];
 
@@ -78,7 +80,8 @@ static void fixture_load(fixture *f, const model *m)
     f->block = (int)json_integer_value(json_object_get(f->ds, "block_size"));
     assert_int_equal(model_dspark_block(m), f->block);
     const size_t V = model_get_config(m)->n_vocab, W = (size_t)model_dspark_feature_width(m);
-    f->features = model_fixture_f32(dir, "dspark_features.f32", (size_t)f->cases[f->n_cases - 1] * W);
+    f->features =
+        model_fixture_f32(dir, "dspark_features.f32", (size_t)f->cases[f->n_cases - 1] * W);
     f->logits = model_fixture_f32(dir, "dspark_logits.f32", (size_t)(f->n_cases * f->block) * V);
 }
 
@@ -142,9 +145,11 @@ static double run_cases(model *m, const fixture *f, const float *features)
         assert_int_equal(model_seq_n_past(s), done); /* the block does not append */
         worst = fmax(worst, rel_diff(logits, f->logits + (size_t)k * B * V, B * V));
         for (size_t i = 0; i < B; i++) {
-            assert_int_equal(drafts[i], json_integer_value(json_array_get(json_array_get(jd, k), i)));
-            conf_worst = fmax(conf_worst, fabs(conf[i] - json_real_value(json_array_get(
-                                                             json_array_get(jc, k), i))));
+            assert_int_equal(drafts[i],
+                             json_integer_value(json_array_get(json_array_get(jd, k), i)));
+            conf_worst =
+                fmax(conf_worst,
+                     fabs(conf[i] - json_real_value(json_array_get(json_array_get(jc, k), i))));
         }
     }
     printf("  confidences: max |diff| %.2e\n", conf_worst);
@@ -226,8 +231,7 @@ static void test_dspark_batch_invariance(void **state)
     assert_int_equal(model_dspark_draft(m, seqs, anchors, 2, both, conf2, d2, NULL), DI_OK);
     for (int k = 0; k < 2; k++) {
         model_seq *alone[1] = {k ? b1 : a};
-        assert_int_equal(model_dspark_draft(m, alone, &anchors[k], 1, one, conf1, d1, NULL),
-                         DI_OK);
+        assert_int_equal(model_dspark_draft(m, alone, &anchors[k], 1, one, conf1, d1, NULL), DI_OK);
         assert_memory_equal(one, both + (size_t)k * B * V, B * V * sizeof *one);
         assert_memory_equal(conf1, conf2 + (size_t)k * B, B * sizeof *conf1);
         assert_memory_equal(d1, d2 + (size_t)k * B, B * sizeof *d1);
@@ -331,6 +335,64 @@ static void test_dspark_drafter(void **state)
     model_free(m);
 }
 
+/* llama.cpp's files: the fixture's target through its converter and the DSpark
+ * GGUF (convert_hf_to_gguf.py --dspark) attached to it, every tensor stored
+ * exactly (bf16, f32, the experts' MXFP4): the features and blocks equal the
+ * reference's as the folder's do. */
+static void test_dspark_gguf(void **state)
+{
+    (void)state;
+    assert_true(model_file_is_dspark(GGUF_DSPARK));
+    assert_false(model_file_is_dspark(GGUF_TARGET));
+    assert_false(model_file_is_dspark(DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-mtp.gguf"));
+    assert_false(model_file_is_dspark("/nonexistent.gguf"));
+    model *m = load(GGUF_TARGET, 64);
+    assert_int_equal(model_dspark_block(m), 0);
+    di_error *err = NULL;
+    if (model_attach_dspark(m, GGUF_DSPARK, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+    fixture f;
+    fixture_load(&f, m);
+    const size_t W = (size_t)model_dspark_feature_width(m), N = (size_t)f.cases[f.n_cases - 1];
+    if (model_forward(m, f.seq, (int64_t)N, NULL, 0, &err) != DI_OK)
+        fail_msg("%s", di_error_message(err));
+    int64_t rows = 0;
+    const float *own = model_dspark_features(m, &rows);
+    assert_int_equal(rows, (int64_t)N);
+    const double feat = rel_diff(own, f.features, N * W);
+    float *copy = malloc(N * W * sizeof *copy);
+    assert_non_null(copy);
+    memcpy(copy, own, N * W * sizeof *copy);
+    const double given = run_cases(m, &f, f.features), mine = run_cases(m, &f, copy);
+    printf("%s + %s: features %.2e, blocks from the reference's features %.2e, from its own "
+           "%.2e of the range\n",
+           "dsv4-dspark-target.gguf", "dsv4-dspark.gguf", feat, given, mine);
+    assert_true(feat < 1e-5 && given < 1e-5 && mine < 1e-5);
+    /* a second head, or the MTP GGUF after it: refused, the model unchanged */
+    assert_int_equal(model_attach_dspark(m, GGUF_DSPARK, &err), DI_ERR_UNSUPPORTED);
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(model_dspark_block(m), f.block);
+    free(copy);
+    fixture_free(&f);
+    model_free(m);
+    /* the DSpark GGUF as a model of its own; attached to a model of another
+     * shape; a file that is not one */
+    model_expect_load_error(GGUF_DSPARK, DI_ERR_UNSUPPORTED, "is a DSpark GGUF",
+                            "draft_model_path");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/model/dsv4-sigmoid-yarn-bf16", DI_FIXTURE_DIR);
+    m = load(dir, 64);
+    assert_int_equal(model_attach_dspark(m, GGUF_DSPARK, &err), DI_ERR_MODEL_FORMAT);
+    assert_non_null(strstr(di_error_message(err), "is not the model's"));
+    di_error_free(err);
+    err = NULL;
+    assert_int_equal(model_attach_dspark(m, GGUF_TARGET, &err), DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(err), "is not a DSpark GGUF"));
+    di_error_free(err);
+    assert_int_equal(model_dspark_block(m), 0);
+    model_free(m);
+}
+
 /* The operations' errors, and a model without a DSpark head. */
 static void test_dspark_operation_errors(void **state)
 {
@@ -392,8 +454,7 @@ static void test_dspark_config_errors(void **state)
          DI_ERR_MODEL_FORMAT},
         {"{\"dspark_target_layer_ids\": []}", "dspark_target_layer_ids", DI_ERR_MODEL_FORMAT},
         {"{\"num_nextn_predict_layers\": 0}", "num_nextn_predict_layers", DI_ERR_MODEL_FORMAT},
-        {"{\"compress_ratios\": [4, 0, 128, 4, 0, 4]}", "compress_ratios[5]",
-         DI_ERR_UNSUPPORTED},
+        {"{\"compress_ratios\": [4, 0, 128, 4, 0, 4]}", "compress_ratios[5]", DI_ERR_UNSUPPORTED},
         /* a third stage the checkpoint does not have */
         {"{\"num_nextn_predict_layers\": 3, \"compress_ratios\": [4, 0, 128, 4, 0, 0, 0]}",
          "model.mtp.2.", DI_ERR_MODEL_FORMAT},
@@ -409,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_dspark_matches_the_reference),
         cmocka_unit_test(test_dspark_batch_invariance),
         cmocka_unit_test(test_dspark_drafter),
+        cmocka_unit_test(test_dspark_gguf),
         cmocka_unit_test(test_dspark_operation_errors),
         cmocka_unit_test(test_dspark_config_errors),
     };

@@ -1121,11 +1121,16 @@ static void test_v4_mtp_lossless_greedy(void **state)
 /* DeepSeek-V4's DSpark head drafting blocks (its sequences' keys from the
  * target's features, the block's keys overwritten by the next observation):
  * token for token the engine's greedy output, batched, cancelled, under a KV
- * budget that pre-empts, and picked by auto. */
+ * budget that pre-empts, and picked by auto; from the release folder and from
+ * llama.cpp's two GGUFs. */
 static void test_dspark_lossless_greedy(void **state)
 {
     (void)state;
     check_mtp_lossless(DSV4_DSPARK, NULL, 60 / scale(), 24 / scale(), 24 / scale());
+    /* llama.cpp's files: the target's GGUF, and its DSpark GGUF as the draft */
+    check_mtp_lossless(DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark-target.gguf",
+                       DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark.gguf", 24 / scale(),
+                       16 / scale(), 16 / scale());
 }
 
 /* The same with the GGUF's caches in Q8_0 and Q4_0 (the indexer keys' rows of
@@ -1256,7 +1261,7 @@ static void test_draft_config_errors(void **state)
     cfg.speculative_tokens = 4;
     cfg.model_path = DSV3_MTP;
     cfg.draft_model_path = DSV3_MTP; /* not llama.cpp's MTP GGUF */
-    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "is not an MTP GGUF");
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "is not an MTP or DSpark GGUF");
     cfg.draft_model_path = NULL;
     cfg.model_path = TINY;
     cfg.draft = -1;

@@ -692,13 +692,13 @@ static void be_indexer_topk(backend *be, const float *q, const float *w, int n_h
 
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
                               const int64_t *pos, const int64_t *last, const void *win,
-                              int64_t win_ring, int window,
-                              const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
-                              model_dtype kv_dtype, const float *sinks, float scale, float *out)
+                              int64_t win_ring, int window, const void *comp, int64_t n_comp,
+                              int rate, const int32_t *sel, int k, model_dtype kv_dtype,
+                              const float *sinks, float scale, float *out)
 {
     /* (its scratch was reserved with the backend: it cannot fail here) */
-    (void)cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, last, win, win_ring, window,
-                             comp, n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
+    (void)cpu_sink_attention(cpu(be)->pool, q, n_head, head_dim, n, pos, last, win, win_ring,
+                             window, comp, n_comp, rate, sel, k, kv_dtype, sinks, scale, out);
 }
 
 static const backend_ops cpu_ops = {

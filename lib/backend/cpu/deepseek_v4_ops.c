@@ -685,11 +685,10 @@ size_t cpu_v4_scratch_bytes(void)
 }
 
 di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                             int64_t n, const int64_t *pos, const int64_t *last,
-                             const void *win, int64_t win_ring,
-                             int window, const void *comp, int64_t n_comp, int rate,
-                             const int32_t *sel, int k, model_dtype dtype, const float *sinks,
-                             float scale, float *out)
+                             int64_t n, const int64_t *pos, const int64_t *last, const void *win,
+                             int64_t win_ring, int window, const void *comp, int64_t n_comp,
+                             int rate, const int32_t *sel, int k, model_dtype dtype,
+                             const float *sinks, float scale, float *out)
 {
     if (head_dim > HEAD_MAX) return DI_ERR_INVALID_ARGUMENT; /* checked at load */
     sink_ctx c = {.q = q,

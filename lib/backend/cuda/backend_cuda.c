@@ -687,14 +687,13 @@ static void be_indexer_topk(backend *be, const float *q, const float *w, int n_h
 }
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
                               const int64_t *pos, const int64_t *last, const void *win,
-                              int64_t win_ring, int window,
-                              const void *comp, int64_t n_comp, int rate, const int32_t *sel, int k,
-                              model_dtype kv_dtype, const float *sinks, float scale, float *out)
+                              int64_t win_ring, int window, const void *comp, int64_t n_comp,
+                              int rate, const int32_t *sel, int k, model_dtype kv_dtype,
+                              const float *sinks, float scale, float *out)
 {
     (void)be, (void)q, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)last, (void)win,
-        (void)win_ring,
-        (void)window, (void)comp, (void)n_comp, (void)rate, (void)sel, (void)k, (void)kv_dtype,
-        (void)sinks, (void)scale, (void)out;
+        (void)win_ring, (void)window, (void)comp, (void)n_comp, (void)rate, (void)sel, (void)k,
+        (void)kv_dtype, (void)sinks, (void)scale, (void)out;
     unreachable_op("sink_attention");
 }
 
