@@ -860,7 +860,14 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
     if (!d && c.speculative_tokens > 0 && model_dspark_block(e->m) &&
         (c.draft == DI_DRAFT_MTP || dspark_file || c.draft == DI_DRAFT_AUTO)) {
         if ((st = drafter_dspark_create(e->m, max_running, &d)) != DI_OK) {
-            st = di_error_set(err, st, "out of memory for the DSpark drafter");
+            if (st == DI_ERR_INVALID_ARGUMENT)
+                st = di_error_setf(err, st,
+                                   "n_batch %lld is below the model's DSpark block of %d tokens "
+                                   "(a block runs in one pass): raise n_batch, or draft another "
+                                   "way",
+                                   (long long)model_n_batch(e->m), model_dspark_block(e->m));
+            else
+                st = di_error_set(err, st, "out of memory for the DSpark drafter");
             goto fail;
         }
         elog(e, DI_LOG_INFO, "speculative decoding: the model's DSpark head drafts blocks of %d",

@@ -130,7 +130,9 @@ di_status drafter_mtp_create(model *m, int max_running, drafter **out);
  * reads model_dspark_features) and the last token as the block's anchor. At
  * temperature 0 the Markov chain's argmaxes (confidence the confidence
  * head's), otherwise samples of q as the draft model's. Errors:
- * DI_ERR_UNSUPPORTED (m has no DSpark head), DI_ERR_OUT_OF_MEMORY. */
+ * DI_ERR_UNSUPPORTED (m has no DSpark head), DI_ERR_INVALID_ARGUMENT
+ * (model_n_batch below the block: a block runs in one pass),
+ * DI_ERR_OUT_OF_MEMORY. */
 di_status drafter_dspark_create(model *m, int max_running, drafter **out);
 
 /* Request r's draft from its logits row (modified): at temperature 0 (smp

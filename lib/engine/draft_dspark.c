@@ -126,6 +126,8 @@ static void dspark_propose(drafter *d, draft_request *reqs, int n)
             r->max < 1)
             continue;
         if (st->smp && !r->q) continue; /* no room for q: no sampled drafts */
+        /* (a sequence without room for its block drafts nothing; the others do) */
+        if (model_dspark_reserve(dd->m, st->seq, NULL) != DI_OK) continue;
         dd->seqs[n_items] = st->seq;
         dd->anchors[n_items] = r->tokens[r->n_tokens - 1];
         dd->item_of[n_items++] = i;
@@ -175,6 +177,7 @@ di_status drafter_dspark_create(model *m, int max_running, drafter **out)
 {
     *out = NULL;
     if (model_dspark_block(m) < 1) return DI_ERR_UNSUPPORTED;
+    if (model_dspark_block(m) > model_n_batch(m)) return DI_ERR_INVALID_ARGUMENT;
     dspark_drafter *dd = calloc(1, sizeof *dd);
     if (!dd) return DI_ERR_OUT_OF_MEMORY;
     dd->base.ops = &dspark_ops;

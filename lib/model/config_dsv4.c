@@ -152,6 +152,19 @@ static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages)
                                  "%s: compress_ratios[%u] (DSpark stage %u) is not 0: DSpark's "
                                  "stages are sliding-window layers",
                                  c->file, m->n_layer + s, s);
+        /* layer_types and mlp_layer_types may list the stages too */
+        json_t *lt = json_array_get(json_object_get(c->root, "layer_types"), m->n_layer + s),
+               *mt = json_array_get(json_object_get(c->root, "mlp_layer_types"), m->n_layer + s);
+        if (lt && !(json_is_string(lt) && strcmp(json_string_value(lt), "sliding_attention") == 0))
+            return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                                 "%s: layer_types[%u] (DSpark stage %u) is not sliding_attention: "
+                                 "DSpark's stages are sliding-window layers",
+                                 c->file, m->n_layer + s, s);
+        if (mt && !(json_is_string(mt) && strcmp(json_string_value(mt), "moe") == 0))
+            return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                                 "%s: mlp_layer_types[%u] (DSpark stage %u) is not moe: DSpark's "
+                                 "stages route by score (llama.cpp's draft has no hash layers)",
+                                 c->file, m->n_layer + s, s);
         v->attention[m->n_layer + s] = MODEL_V4_SLIDING;
         v->hash_moe[m->n_layer + s] = 0;
     }

@@ -91,11 +91,6 @@ di_status dsv4_dspark_load(dsv4 *d, di_error **err)
     backend *be = d->be;
     const model_weights *w = d->dspark_w ? d->dspark_w : d->w;
     const int64_t E = c->n_embd, B = d->opt.n_batch, F = (int64_t)v->n_dspark_target * E;
-    if (B < (int64_t)v->dspark_block)
-        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
-                             "n_batch %lld is below DSpark's block of %u tokens (a block runs in "
-                             "one step)",
-                             (long long)B, v->dspark_block);
     di_status st;
     for (uint32_t s = 0; s < v->n_dspark; s++)
         if ((st = dsv4_load_layer(d, c->n_layer + s, err)) != DI_OK) return st;
@@ -119,7 +114,9 @@ di_status dsv4_dspark_load(dsv4 *d, di_error **err)
     d->dspark_mk = be->ops->alloc(be, B * R);
     d->dspark_cat = be->ops->alloc(be, B * (E + R));
     d->dspark_cf = be->ops->alloc(be, B);
-    d->dspark_bias = be->ops->alloc(be, B / (int64_t)v->dspark_block * c->n_vocab);
+    /* (an n_batch below the block loads: model_dspark_draft refuses to run) */
+    const int64_t per = B / (int64_t)v->dspark_block > 0 ? B / (int64_t)v->dspark_block : 1;
+    d->dspark_bias = be->ops->alloc(be, per * c->n_vocab);
     d->dspark_last = malloc((size_t)B * sizeof *d->dspark_last);
     if (!d->dspark_feat || !d->dspark_hid || !d->dspark_mk || !d->dspark_cat || !d->dspark_cf ||
         !d->dspark_bias || !d->dspark_last)

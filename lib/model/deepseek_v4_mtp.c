@@ -165,9 +165,10 @@ static const char *config_mismatch(const model_config *a, const model_config *b)
 di_status dsv4_mtp_attach(dsv4 *d, model_weights *w, const char *path, di_error **err)
 {
     const model_config *c = model_weights_config(w);
-    if (d->has_mtp)
-        return di_error_setf(err, DI_ERR_UNSUPPORTED,
-                             "%s: the model has an MTP layer already (its checkpoint's)", path);
+    if (d->has_mtp || d->cfg.v4.n_dspark)
+        return di_error_setf(
+            err, DI_ERR_UNSUPPORTED, "%s: the model has %s already (its checkpoint's)", path,
+            d->has_mtp ? "an MTP layer" : "a DSpark head, whose stages take the MTP layer's place");
     const char *why = config_mismatch(&d->cfg, c);
     if (why)
         return di_error_setf(err, DI_ERR_MODEL_FORMAT,

@@ -488,6 +488,13 @@ static di_status dspark_room(model *m, model_seq *s, int64_t n_tokens, di_error 
                              "DSpark: no free cache block for %lld tokens", (long long)n_tokens);
     return DI_OK;
 }
+di_status model_dspark_reserve(model *m, model_seq *s, di_error **err)
+{
+    const int block = model_dspark_block(m);
+    if (!block) return di_error_setf(err, DI_ERR_UNSUPPORTED, "the model has no DSpark head");
+    if (!s) return di_error_setf(err, DI_ERR_INVALID_ARGUMENT, "model_dspark_reserve: NULL");
+    return dspark_room(m, s, s->kv.n_tokens + block, err);
+}
 di_status model_dspark_inject(model *m, model_seq *s, const float *features, int64_t n,
                               di_error **err)
 {
@@ -509,6 +516,11 @@ di_status model_dspark_draft(model *m, model_seq *const *seqs, const int32_t *an
     if (!seqs || !anchors || n_items < 1 || !logits || !confidence || !drafts)
         return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
                              "model_dspark_draft: no sequences or no outputs");
+    if (block > m->opt.n_batch)
+        return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,
+                             "model_dspark_draft: n_batch %lld is below DSpark's block of %d "
+                             "tokens (a block runs in one pass)",
+                             (long long)m->opt.n_batch, block);
     for (int i = 0; i < n_items; i++) {
         if (!seqs[i])
             return di_error_setf(err, DI_ERR_INVALID_ARGUMENT,

@@ -292,11 +292,13 @@ di_status model_mtp_forward_batch(model *m, const model_mtp_item *items, int n_i
  * keys), writing logits [n_items x block, n_vocab] (the Markov head's biased
  * logits, block-major), confidence [n_items x block] (the confidence head's
  * acceptance probabilities) and drafts [n_items x block] (the Markov chain's
- * argmaxes). Errors (nothing changed): DI_ERR_UNSUPPORTED (no DSpark head),
- * DI_ERR_INVALID_ARGUMENT (NULL, n or n_items < 1, an anchor outside the
- * vocabulary), DI_ERR_CONTEXT_LENGTH (past model_n_ctx),
- * DI_ERR_OUT_OF_MEMORY (the pool's blocks spent). Not thread-safe (the
- * model's). */
+ * argmaxes). model_dspark_reserve holds the room a block at s's n_past
+ * needs (what model_dspark_draft checks for each sequence: a drafter
+ * leaves out the sequences without it). Errors (nothing changed):
+ * DI_ERR_UNSUPPORTED (no DSpark head), DI_ERR_INVALID_ARGUMENT (NULL, n or
+ * n_items < 1, an anchor outside the vocabulary, model_n_batch below the
+ * block), DI_ERR_CONTEXT_LENGTH (past model_n_ctx), DI_ERR_OUT_OF_MEMORY (the
+ * pool's blocks spent). Not thread-safe (the model's). */
 int model_dspark_block(const model *m);
 /* llama.cpp's DSpark GGUF of a DeepSeek-V4 model (convert_hf_to_gguf.py
  * --dspark: architecture dflash, the head alone, a draft file beside the
@@ -314,6 +316,7 @@ const float *model_dspark_features(const model *m, int64_t *n_rows);
 di_status model_dspark_seq_create(model *m, model_seq **out);
 void model_dspark_seq_free(model *m, model_seq *s);
 void model_dspark_seq_truncate(model *m, model_seq *s, int64_t n_tokens);
+di_status model_dspark_reserve(model *m, model_seq *s, di_error **err);
 di_status model_dspark_inject(model *m, model_seq *s, const float *features, int64_t n,
                               di_error **err);
 di_status model_dspark_draft(model *m, model_seq *const *seqs, const int32_t *anchors, int n_items,

@@ -393,6 +393,84 @@ static void test_dspark_gguf(void **state)
     model_free(m);
 }
 
+/* llama.cpp's DSpark GGUF damaged or attached where it cannot go: refused,
+ * named, the model without a head. */
+static void test_dspark_gguf_errors(void **state)
+{
+    (void)state;
+    char damaged[160];
+    snprintf(damaged, sizeof damaged, "%s/damaged.gguf", tmpdir);
+    static const struct {
+        const char *from, *to;
+        int value;
+        di_status status;
+        const char *says;
+    } files[] = {
+        {"dflash.block_size", NULL, 0, DI_ERR_MODEL_FORMAT, "dflash.block_size 0 is not in"},
+        {"dflash.block_size", NULL, 65, DI_ERR_MODEL_FORMAT, "dflash.block_size 65 is not in"},
+        {"tokenizer.ggml.mask_token_id", "tokenizer.ggml.mask_token_iX", -1, DI_ERR_MODEL_FORMAT,
+         "mask_token_id (DSpark's noise token) is missing"},
+        {"tokenizer.ggml.mask_token_id", NULL, 512, DI_ERR_MODEL_FORMAT,
+         "mask_token_id 512 is past the vocabulary"},
+        {"dflash.target_layers", "dflash.target_layerX", -1, DI_ERR_MODEL_FORMAT,
+         "dflash.target_layers is missing"},
+        {"dflash.expert_gating_func", NULL, 2, DI_ERR_UNSUPPORTED,
+         "expert_gating_func 2 is not supported (4 sqrtsoftplus is)"},
+        {"dflash.attention.sliding_window", NULL, 16, DI_ERR_MODEL_FORMAT,
+         "attention.sliding_window is not the model's"},
+        {"markov_w1.weight", "markov_wX.weight", -1, DI_ERR_MODEL_FORMAT,
+         "'markov_w1.weight' is missing"},
+        {"blk.1.attn_kv.weight", "blk.1.attn_kX.weight", -1, DI_ERR_MODEL_FORMAT,
+         "model.layers.1.self_attn.kv_proj.weight"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        model_variant_gguf(GGUF_DSPARK, damaged, files[i].from, files[i].to, files[i].value);
+        model *m = load(GGUF_TARGET, 64);
+        di_error *err = NULL;
+        assert_int_equal(model_attach_dspark(m, damaged, &err), files[i].status);
+        if (!strstr(di_error_message(err), files[i].says))
+            fail_msg("case %zu: '%s' lacks '%s'", i, di_error_message(err), files[i].says);
+        di_error_free(err);
+        assert_int_equal(model_dspark_block(m), 0);
+        model_free(m);
+    }
+    unlink(damaged);
+    /* llama.cpp's MTP GGUF given to a model with a DSpark head: its stages
+     * take the MTP layer's place (the breakers' reproducer: it was loaded over
+     * stage 0) */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    model *dm = load(dir, 64);
+    di_error *merr = NULL;
+    assert_int_equal(
+        model_attach_mtp(dm, DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-mtp.gguf", &merr),
+        DI_ERR_UNSUPPORTED);
+    assert_non_null(strstr(di_error_message(merr), "a DSpark head"));
+    di_error_free(merr);
+    assert_int_equal(model_mtp_layers(dm), 0);
+    assert_int_equal(model_dspark_block(dm), 4);
+    model_free(dm);
+    static const struct {
+        const char *model;
+        const char *says;
+    } models[] = {
+        {DI_FIXTURE_DIR "/model/dsv3-mtp-f32", "DeepSeek-V4 models only"},
+        {DI_FIXTURE_DIR "/model/dsv4-dspark-release", "has a DSpark head already"},
+        {DI_FIXTURE_DIR "/model/dsv4-gguf-release", "has an MTP layer already"},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        model *m = load(models[i].model, 64);
+        const int before = model_dspark_block(m);
+        di_error *err = NULL;
+        assert_int_equal(model_attach_dspark(m, GGUF_DSPARK, &err), DI_ERR_UNSUPPORTED);
+        if (!strstr(di_error_message(err), models[i].says))
+            fail_msg("model %zu: '%s' lacks '%s'", i, di_error_message(err), models[i].says);
+        di_error_free(err);
+        assert_int_equal(model_dspark_block(m), before);
+        model_free(m);
+    }
+}
+
 /* The operations' errors, and a model without a DSpark head. */
 static void test_dspark_operation_errors(void **state)
 {
@@ -423,6 +501,23 @@ static void test_dspark_operation_errors(void **state)
     di_error_free(err);
     model_dspark_seq_free(m, s);
     model_free(m);
+    /* n_batch below the block: the model loads (and runs without drafting),
+     * the block is refused, and so is the drafter */
+    m = load(dir, 3);
+    assert_int_equal(model_dspark_block(m), 4);
+    assert_int_equal(model_dspark_seq_create(m, &s), DI_OK);
+    assert_int_equal(model_dspark_inject(m, s, feat, 1, NULL), DI_OK);
+    seqs[0] = s;
+    err = NULL;
+    assert_int_equal(model_dspark_draft(m, seqs, &ok, 1, logits, conf, drafts, &err),
+                     DI_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(di_error_message(err), "below DSpark's block"));
+    di_error_free(err);
+    drafter *d = NULL;
+    assert_int_equal(drafter_dspark_create(m, 4, &d), DI_ERR_INVALID_ARGUMENT);
+    assert_null(d);
+    model_dspark_seq_free(m, s);
+    model_free(m);
     /* a V4 model without DSpark */
     snprintf(dir, sizeof dir, "%s/model/dsv4-sqrtsoftplus-f32", DI_FIXTURE_DIR);
     m = load(dir, 64);
@@ -435,6 +530,7 @@ static void test_dspark_operation_errors(void **state)
     assert_int_equal(model_dspark_draft(m, seqs, &ok, 1, logits, conf, drafts, &err),
                      DI_ERR_UNSUPPORTED);
     di_error_free(err);
+    assert_int_equal(drafter_dspark_create(m, 4, &d), DI_ERR_UNSUPPORTED);
     model_free(m);
 }
 
@@ -455,6 +551,14 @@ static void test_dspark_config_errors(void **state)
         {"{\"dspark_target_layer_ids\": []}", "dspark_target_layer_ids", DI_ERR_MODEL_FORMAT},
         {"{\"num_nextn_predict_layers\": 0}", "num_nextn_predict_layers", DI_ERR_MODEL_FORMAT},
         {"{\"compress_ratios\": [4, 0, 128, 4, 0, 4]}", "compress_ratios[5]", DI_ERR_UNSUPPORTED},
+        /* layer_types and mlp_layer_types naming a stage something else */
+        {"{\"layer_types\": [\"compressed_sparse_attention\", \"sliding_attention\", "
+         "\"heavily_compressed_attention\", \"compressed_sparse_attention\", "
+         "\"compressed_sparse_attention\", \"sliding_attention\"]}",
+         "layer_types[4] (DSpark stage 0)", DI_ERR_UNSUPPORTED},
+        {"{\"mlp_layer_types\": [\"hash_moe\", \"moe\", \"moe\", \"moe\", \"moe\", "
+         "\"hash_moe\"]}",
+         "mlp_layer_types[5] (DSpark stage 1)", DI_ERR_UNSUPPORTED},
         /* a third stage the checkpoint does not have */
         {"{\"num_nextn_predict_layers\": 3, \"compress_ratios\": [4, 0, 128, 4, 0, 0, 0]}",
          "model.mtp.2.", DI_ERR_MODEL_FORMAT},
@@ -471,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_dspark_batch_invariance),
         cmocka_unit_test(test_dspark_drafter),
         cmocka_unit_test(test_dspark_gguf),
+        cmocka_unit_test(test_dspark_gguf_errors),
         cmocka_unit_test(test_dspark_operation_errors),
         cmocka_unit_test(test_dspark_config_errors),
     };

@@ -1133,6 +1133,58 @@ static void test_dspark_lossless_greedy(void **state)
                        16 / scale(), 16 / scale());
 }
 
+/* A request at the end of the context cannot fit a DSpark block: it drafts
+ * nothing, the others draft as before — a seeded sampling request gives the
+ * same tokens beside it as alone (the breakers' reproducer: the whole step's
+ * drafting used to stop). */
+static void test_dspark_context_edge_keeps_seeded_output(void **state)
+{
+    (void)state;
+    spec specs[2];
+    make_spec(&specs[0], 0, 512);
+    make_spec(&specs[1], 1, 512);
+    for (int k = 0; k < 50; k++) specs[0].prompt[k] = (int32_t)(7 + 13 * k) % 512;
+    specs[0].n_prompt = 50;
+    specs[0].req.n_tokens = 50;
+    specs[0].req.max_tokens = 14; /* greedy, to the context's 64 */
+    specs[0].req.temperature = 0;
+    specs[1].n_prompt = specs[1].req.n_tokens = 8;
+    specs[1].req.max_tokens = 40;
+    specs[1].req.temperature = 0.8f;
+    specs[1].req.seed = 1001;
+    rec both[2], alone;
+    for (int round = 0; round < 2; round++) {
+        di_engine_config cfg;
+        di_engine_config_init(&cfg);
+        cfg.model_path = DSV4_DSPARK;
+        cfg.n_threads = 2;
+        cfg.n_ctx = 64;
+        cfg.n_batch = 64;
+        cfg.max_running = 8;
+        cfg.speculative_tokens = 4;
+        cfg.speculative_fixed = 1;
+        cfg.draft = DI_DRAFT_MTP;
+        di_engine *e = NULL;
+        di_error *err = NULL;
+        if (di_engine_create(&cfg, &e, &err) != DI_OK) fail_msg("%s", di_error_message(err));
+        if (round == 0)
+            run_all(e, specs, both, 2);
+        else
+            run_all(e, &specs[1], &alone, 1);
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
+    assert_int_equal(both[0].status, DI_OK);
+    assert_int_equal(both[1].status, DI_OK);
+    if (alone.n_toks != both[1].n_toks || memcmp(alone.toks, both[1].toks, sizeof alone.toks))
+        fail_msg("seeded request: %d tokens alone, %d beside a request at the context's end "
+                 "(first difference at %d)",
+                 alone.n_toks, both[1].n_toks, first_difference(&alone, &both[1]));
+    assert_true(alone.drafted > 0);
+    printf("%s: a seeded request beside one at the context's end: the same %d tokens as alone "
+           "(%u drafted, %u kept)\n",
+           DSV4_DSPARK, alone.n_toks, alone.drafted, alone.accepted);
+}
+
 /* The same with the GGUF's caches in Q8_0 and Q4_0 (the indexer keys' rows of
  * 64 rotated): MTP drafting and prompt lookup give the greedy output,
  * batched, cancelled and pre-empted (the breakers' test). */
@@ -1263,6 +1315,21 @@ static void test_draft_config_errors(void **state)
     cfg.draft_model_path = DSV3_MTP; /* not llama.cpp's MTP GGUF */
     expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "is not an MTP or DSpark GGUF");
     cfg.draft_model_path = NULL;
+    /* DSpark: a block must fit one step (n_batch), and a DSpark model takes no
+     * MTP GGUF; with speculation off a small n_batch loads */
+    cfg.model_path = DSV4_DSPARK;
+    cfg.n_batch = 3;
+    expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT,
+                        "n_batch 3 is below the model's DSpark block");
+    cfg.speculative_tokens = 0;
+    di_engine *small = NULL;
+    assert_int_equal(di_engine_create(&cfg, &small, NULL), DI_OK);
+    assert_int_equal(di_engine_destroy(small), DI_OK);
+    cfg.speculative_tokens = 4;
+    cfg.n_batch = 0;
+    cfg.draft_model_path = DSV4_GGUF_MTP;
+    expect_config_error(&cfg, DI_ERR_UNSUPPORTED, "has a DSpark head, whose stages take");
+    cfg.draft_model_path = NULL;
     cfg.model_path = TINY;
     cfg.draft = -1;
     expect_config_error(&cfg, DI_ERR_INVALID_ARGUMENT, "draft: unknown drafter -1");
@@ -1377,6 +1444,7 @@ int main(void)
         cmocka_unit_test(test_mtp_lossless_greedy),
         cmocka_unit_test(test_v4_mtp_lossless_greedy),
         cmocka_unit_test(test_dspark_lossless_greedy),
+        cmocka_unit_test(test_dspark_context_edge_keeps_seeded_output),
         cmocka_unit_test(test_v4_quantized_caches_lossless),
         cmocka_unit_test(test_mtp_sampling_is_deterministic),
         cmocka_unit_test(test_config_errors),
