@@ -86,9 +86,11 @@ void drafter_destroy(drafter *d)
 }
 
 int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate *scratch, float *q,
-                   float *conf)
+                   float *conf, int64_t position)
 {
     if (smp) {
+        sampler_reseed(smp, sampler_get_params(smp)->seed ^
+                                ((uint64_t)position + 1) * 0x9e3779b97f4a7c15ull);
         int32_t x = sampler_sample_dist(smp, row, scratch, q);
         *conf = q[x];
         return x;

@@ -135,12 +135,15 @@ di_status drafter_mtp_create(model *m, int max_running, drafter **out);
  * DI_ERR_OUT_OF_MEMORY. */
 di_status drafter_dspark_create(model *m, int max_running, drafter **out);
 
-/* Request r's draft from its logits row (modified): at temperature 0 (smp
- * NULL) the argmax, its confidence its softmax probability; otherwise a
- * sample of smp's distribution, written to q [n_vocab], confidence q[x].
- * scratch: sampler_scratch_count(n_vocab) candidates. */
+/* Request r's draft for the token at `position` from its logits row
+ * (modified): at temperature 0 (smp NULL) the argmax, its confidence its
+ * softmax probability; otherwise a sample of smp's distribution, written to
+ * q [n_vocab], confidence q[x], its random number from smp's seed and the
+ * position alone (sampler_reseed) — so a position's draft does not depend on
+ * the drafts drawn before it (a pre-empted request's drafter starts over and
+ * draws the same). scratch: sampler_scratch_count(n_vocab) candidates. */
 int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate *scratch, float *q,
-                   float *conf);
+                   float *conf, int64_t position);
 
 /* A drafter's destroy; NULL is a no-op. */
 void drafter_destroy(drafter *d);

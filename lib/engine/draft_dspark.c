@@ -144,7 +144,7 @@ static void dspark_propose(drafter *d, draft_request *reqs, int n)
             if (st->smp) {
                 float conf;
                 r->out[j] = draft_pick(dd->logits + row * V, dd->n_vocab, st->smp, dd->scratch,
-                                       r->q + (size_t)j * V, &conf);
+                                       r->q + (size_t)j * V, &conf, r->n_tokens + j);
                 r->conf[j] = conf;
                 r->has_q = 1;
             } else {

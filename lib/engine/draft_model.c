@@ -92,8 +92,9 @@ static dm_state *state_of(dm_drafter *dm, draft_request *r)
 static void draw_draft(dm_drafter *dm, draft_request *r, dm_state *st, int j, float *row)
 {
     float conf;
-    int32_t x = draft_pick(row, dm->n_vocab, st->smp, dm->scratch,
-                           st->smp ? r->q + (size_t)j * (size_t)dm->n_vocab : NULL, &conf);
+    int32_t x =
+        draft_pick(row, dm->n_vocab, st->smp, dm->scratch,
+                   st->smp ? r->q + (size_t)j * (size_t)dm->n_vocab : NULL, &conf, r->n_tokens + j);
     if (st->smp) r->has_q = 1;
     r->out[j] = x;
     r->conf[j] = conf;

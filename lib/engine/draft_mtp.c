@@ -175,7 +175,7 @@ static void draw(mtp_drafter *md, draft_request *r, mtp_state *st, int j, float 
 {
     float conf;
     float *q = st->smp ? r->q + (size_t)j * (size_t)md->n_vocab : NULL;
-    int32_t x = draft_pick(row, md->n_vocab, st->smp, md->scratch, q, &conf);
+    int32_t x = draft_pick(row, md->n_vocab, st->smp, md->scratch, q, &conf, r->n_tokens + j);
     if (st->smp) r->has_q = 1;
     r->out[j] = x;
     r->conf[j] = conf;

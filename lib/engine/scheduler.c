@@ -327,6 +327,17 @@ static int push_waiting(sched *s, sched_request *r, int front)
     return 0;
 }
 
+/* The tokens r computes before it decodes: all of them, or, for a
+ * pre-empted request with output being recomputed, all but the last, which
+ * its next decode step takes (with its drafts) as the step after the
+ * pre-emption would have — so a seeded request's sampled drafts give the
+ * same tokens pre-empted or not (the last token sampled at the end of the
+ * recompute would be a plain draw where the other run verifies a draft). */
+static int64_t compute_target(const sched_request *r)
+{
+    return r->recomputing && r->n_all > r->n_prompt ? r->n_all - 1 : r->n_all;
+}
+
 /* Give r's blocks back and queue it at the front, to be recomputed. */
 static void preempt(sched *s, sched_request *r)
 {
@@ -455,11 +466,12 @@ static int prepare_draft(sched *s, sched_request *r, draft_request *dr, float *c
     /* Sampled drafts change which random draw a position gets (a different
      * draw of the same distribution): they are proposed only at a request's
      * own decode steps — not for a prompt's last token (whether it is computed
-     * alone depends on how the batch chunked the prompt) nor while a
-     * pre-empted request is recomputed — so a seed gives the same tokens
-     * whatever the batch. */
+     * alone depends on how the batch chunked the prompt); a pre-empted
+     * request's recompute stops before its last token (compute_target), whose
+     * decode step drafts again — so a seed gives the same tokens whatever the
+     * batch. */
     if (s->drafter->gives_q && sampler_get_params(r->smp)->temperature > 0.0f &&
-        (r->n_all == r->n_prompt || r->recomputing))
+        r->n_all == r->n_prompt)
         return -1;
     if (r->n_all + k > r->cap) {
         int64_t cap = r->cap * 2 > r->n_all + k ? r->cap * 2 : r->n_all + k;
@@ -728,6 +740,7 @@ static void step(sched *s)
             if (find_item(s, n_items, r) >= 0) continue;
             int64_t past = model_seq_n_past(r->seq), need = r->n_all - past;
             if ((pass == 0) != (need == 1)) continue;
+            if (pass == 1) need = compute_target(r) - past; /* (a recompute's: not the last) */
             int64_t take = need < budget ? need : budget;
             /* Speculative decoding: a decoding request's draft tokens ride in
              * the same item, from the budget the other decoders leave. */
@@ -735,7 +748,12 @@ static void step(sched *s)
             if (pass == 0 && s->drafter) {
                 int64_t room = budget - decoders_left(s, n_items, i + 1) - 1;
                 n_drafts = r->k_step < room ? r->k_step : (int)(room > 0 ? room : 0);
-                if (n_drafts > 0 && model_seq_reserve(m, r->seq, past + 1 + n_drafts) != DI_OK)
+                /* Without KV room for them, point-mass drafts are dropped (the
+                 * output is the same); sampled ones make room like any other
+                 * token (pre-emption below), as a step without them would be
+                 * another draw — unless r runs alone. */
+                if (n_drafts > 0 && model_seq_reserve(m, r->seq, past + 1 + n_drafts) != DI_OK &&
+                    !(r->has_q && s->n_running > 1))
                     n_drafts = 0;
                 take = 1 + n_drafts;
             }
@@ -800,8 +818,13 @@ static void step(sched *s)
             break;
         }
         int32_t n_cached_hit = 0;
-        int64_t hit =
-            s->prefix_cache ? model_prefix_probe(m, r->tokens, r->n_all - 1, &n_cached_hit) : 0;
+        const int64_t target = compute_target(r); /* (at least its last token computed) */
+        /* (a recomputed request's drafter that reads the target's rows sees
+         * them all again, as it did: its drafts are then the same) */
+        const int reread = r->recomputing && s->drafter && s->drafter->ops->observe;
+        int64_t hit = s->prefix_cache && !reread
+                          ? model_prefix_probe(m, r->tokens, target - 1, &n_cached_hit)
+                          : 0;
         /* Blocks still to take: the cached ones matched leave the free count. */
         if (need_blocks - model_kv_blocks_for(hit) > model_kv_blocks_free(m) - n_cached_hit) break;
         if (model_seq_create(m, &r->seq) != DI_OK) {
@@ -809,7 +832,7 @@ static void step(sched *s)
             continue;
         }
         if (hit > 0) hit = model_seq_match_prefix(m, r->seq, r->tokens, hit);
-        int64_t take = r->n_all - hit < budget ? r->n_all - hit : budget;
+        int64_t take = target - hit < budget ? target - hit : budget;
         if (model_seq_reserve(m, r->seq, hit + take) != DI_OK) { /* cannot happen: checked above */
             retire(s, r, 0, DI_ERR_INTERNAL, "KV cache reservation failed after admission", 0);
             continue;

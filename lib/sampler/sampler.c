@@ -439,6 +439,12 @@ int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, in
     return last;
 }
 
+void sampler_reseed(sampler *s, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+}
+
 const sampler_params *sampler_get_params(const sampler *s)
 {
     return &s->p;

@@ -122,6 +122,11 @@ int32_t sampler_sample_dist(sampler *s, float *logits, sampler_candidate *scratc
 int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, int32_t draft,
                        const float *q, int *accepted);
 
+/* Restart the sampler's RNG from seed, as sampler_create seeds it (its
+ * token counts and grammar stay): a drafter draws each draft position's
+ * sample from its own seed this way (draft.h: draft_pick). */
+void sampler_reseed(sampler *s, uint64_t seed);
+
 /* The parameters the sampler was created with (bias arrays owned by it). */
 const sampler_params *sampler_get_params(const sampler *s);
 

@@ -964,7 +964,8 @@ static void test_draft_model_sampling_matches_target(void **state)
 /* --- DeepSeek-V3's and V4's MTP layers as the drafter (lib/engine/draft_mtp.c) --- */
 
 typedef struct log_rec {
-    int mtp; /* the engine said the MTP module (or the DSpark head) drafts */
+    int mtp;       /* the engine said the MTP module (or the DSpark head) drafts */
+    int preempted; /* requests it said it pre-empted */
 } log_rec;
 
 static void on_log(void *user, di_log_level level, const char *message)
@@ -972,6 +973,7 @@ static void on_log(void *user, di_log_level level, const char *message)
     (void)level;
     if (strstr(message, "MTP module drafts") || strstr(message, "DSpark head drafts"))
         ((log_rec *)user)->mtp = 1;
+    if (strstr(message, "pre-empted")) ((log_rec *)user)->preempted++;
 }
 
 static di_engine *make_mtp_engine(const char *path, const char *mtp_gguf, int32_t draft,
@@ -1205,13 +1207,15 @@ static void test_v4_quantized_caches_lossless(void **state)
 /* Sampling requests with the MTP module's (or the DSpark head's) sampled
  * drafts (q handed to the verifier): every request gets drafts verified, and
  * the same seeds give the same tokens batched 8 at a time and run one at a
- * time. */
-static void check_sampling_deterministic(const char *path)
+ * time — with kv_bytes, the batched engine under a KV budget that pre-empts
+ * (the breakers' reproducer: a recomputed request's drafter started over and
+ * its next position was a plain draw, so its tokens changed). */
+static void check_sampling_deterministic(const char *path, int64_t kv_bytes)
 {
     const int n = 32 / scale();
-    log_rec log = {0};
-    di_engine *batched = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 8, 0, &log);
-    di_engine *alone = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 1, 0, &log);
+    log_rec log = {0}, log1 = {0};
+    di_engine *batched = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 8, kv_bytes, &log);
+    di_engine *alone = make_mtp_engine(path, NULL, DI_DRAFT_MTP, 4, 1, 1, 0, &log1);
     uint32_t vocab = (uint32_t)di_engine_vocab_size(batched);
     spec *specs = calloc((size_t)n, sizeof *specs);
     rec *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
@@ -1230,16 +1234,20 @@ static void check_sampling_deterministic(const char *path)
             fail_msg("seed %llu: %d tokens batched, %d alone (first difference at %d)",
                      (unsigned long long)specs[i].req.seed, a[i].n_toks, b[i].n_toks,
                      first_difference(&a[i], &b[i]));
-        assert_int_equal(a[i].drafted, b[i].drafted);
-        assert_int_equal(a[i].accepted, b[i].accepted);
+        if (!kv_bytes) { /* (a recompute verifies the drafts it redraws again) */
+            assert_int_equal(a[i].drafted, b[i].drafted);
+            assert_int_equal(a[i].accepted, b[i].accepted);
+        }
         assert_true(a[i].accepted <= a[i].drafted);
         if (a[i].completion > 1) assert_true(a[i].drafted > 0);
         drafted += a[i].drafted;
         accepted += a[i].accepted;
     }
-    printf("%s, sampled drafts: %d requests, the same batched and alone, %llu draft tokens "
+    if (kv_bytes) assert_true(log.preempted > 0);
+    printf("%s, sampled drafts: %d requests, the same batched%s and alone, %llu draft tokens "
            "verified, %llu kept\n",
-           path, n, (unsigned long long)drafted, (unsigned long long)accepted);
+           path, n, kv_bytes ? " (pre-empting)" : "", (unsigned long long)drafted,
+           (unsigned long long)accepted);
     free(specs);
     free(a);
     free(b);
@@ -1250,8 +1258,12 @@ static void check_sampling_deterministic(const char *path)
 static void test_mtp_sampling_is_deterministic(void **state)
 {
     (void)state;
-    check_sampling_deterministic(DSV3_MTP);
-    check_sampling_deterministic(DSV4_DSPARK);
+    check_sampling_deterministic(DSV3_MTP, 0);
+    check_sampling_deterministic(DSV4_DSPARK, 0);
+    /* under pre-emption (12 blocks of 16 tokens for 8 requests) */
+    check_sampling_deterministic(DSV4_DSPARK, 12 * 16 * kv_bytes_per_token(DSV4_DSPARK));
+    check_sampling_deterministic(DSV4_MTP, 12 * 16 * kv_bytes_per_token(DSV4_MTP));
+    check_sampling_deterministic(DSV3_MTP, 12 * 16 * kv_bytes_per_token(DSV3_MTP));
 }
 
 static void test_config_errors(void **state)
