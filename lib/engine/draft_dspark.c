@@ -188,7 +188,7 @@ di_status drafter_dspark_create(model *m, int max_running, drafter **out)
     dd->width = model_dspark_feature_width(m);
     dd->max_running = max_running;
     const size_t mr = (size_t)max_running, rows = mr * (size_t)dd->block;
-    dd->seqs = calloc(mr, sizeof *dd->seqs);
+    dd->seqs = calloc(mr, sizeof(model_seq *));
     dd->anchors = calloc(mr, sizeof *dd->anchors);
     dd->item_of = calloc(mr, sizeof *dd->item_of);
     dd->logits = malloc(rows * (size_t)dd->n_vocab * sizeof *dd->logits);

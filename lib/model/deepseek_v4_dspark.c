@@ -201,11 +201,12 @@ di_status dsv4_dspark_attach(dsv4 *d, model_weights *w, const char *path, di_err
     /* the stages after the main layers (the layer arrays grown to hold them) */
     v4_layer *layers = realloc(d->layers, (size_t)(L + S) * sizeof *layers);
     if (layers) d->layers = layers;
-    model_tensor **views = layers ? realloc(d->views, (size_t)(L + S) * sizeof *views) : NULL;
+    model_tensor **views =
+        layers ? realloc(d->views, (size_t)(L + S) * sizeof(model_tensor *)) : NULL;
     if (!views) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the stages");
     d->views = views;
     memset(d->layers + L, 0, (size_t)S * sizeof *d->layers);
-    memset(d->views + L, 0, (size_t)S * sizeof *d->views);
+    memset(d->views + L, 0, (size_t)S * sizeof(model_tensor *));
     model_config_v4 *v = &d->cfg.v4;
     v->n_dspark = S; /* (kept on failure: dsv4_free frees what the stages loaded) */
     v->dspark_block = wc->v4.dspark_block;
