@@ -85,6 +85,21 @@ void drafter_destroy(drafter *d)
     if (d) d->ops->destroy(d);
 }
 
+di_status draft_sampler_create(const sampler *request, int32_t n_vocab, uint64_t salt,
+                               sampler **out)
+{
+    *out = NULL;
+    const sampler_params *rp = sampler_get_params(request);
+    if (!(rp->temperature > 0.0f)) return DI_OK;
+    sampler_params p = {.temperature = rp->temperature,
+                        .top_k = rp->top_k,
+                        .top_p = rp->top_p,
+                        .min_p = rp->min_p,
+                        .repetition_penalty = 1.0f,
+                        .seed = rp->seed ^ salt};
+    return sampler_create(&p, n_vocab, out, NULL, 0);
+}
+
 int32_t draft_pick(float *row, int32_t n_vocab, sampler *smp, sampler_candidate *scratch, float *q,
                    float *conf, int64_t position)
 {

@@ -135,6 +135,13 @@ di_status drafter_mtp_create(model *m, int max_running, drafter **out);
  * DI_ERR_OUT_OF_MEMORY. */
 di_status drafter_dspark_create(model *m, int max_running, drafter **out);
 
+/* The sampler a drafter draws a request's drafts with: NULL (*out) at
+ * temperature 0, else one with the request's temperature, top-k, top-p and
+ * min-p (not penalties, bias or grammar: q may be any distribution) and a
+ * seed of the request's seed and the drafter's salt. DI_ERR_OUT_OF_MEMORY. */
+di_status draft_sampler_create(const sampler *request, int32_t n_vocab, uint64_t salt,
+                               sampler **out);
+
 /* Request r's draft for the token at `position` from its logits row
  * (modified): at temperature 0 (smp NULL) the argmax, its confidence its
  * softmax probability; otherwise a sample of smp's distribution, written to

@@ -74,18 +74,9 @@ static dspark_state *state_of(dspark_drafter *dd, void **state, const sampler *s
         dspark_release(&dd->base, st);
         return NULL;
     }
-    const sampler_params *rp = sampler_get_params(smp);
-    if (rp->temperature > 0.0f) {
-        sampler_params p = {.temperature = rp->temperature,
-                            .top_k = rp->top_k,
-                            .top_p = rp->top_p,
-                            .min_p = rp->min_p,
-                            .repetition_penalty = 1.0f,
-                            .seed = rp->seed ^ 0x5bd1e9955bd1e995ull};
-        if (sampler_create(&p, dd->n_vocab, &st->smp, NULL, 0) != DI_OK) {
-            dspark_release(&dd->base, st);
-            return NULL;
-        }
+    if (draft_sampler_create(smp, dd->n_vocab, 0x5bd1e9955bd1e995ull, &st->smp) != DI_OK) {
+        dspark_release(&dd->base, st);
+        return NULL;
     }
     *state = st;
     return st;

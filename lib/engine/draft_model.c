@@ -71,18 +71,9 @@ static dm_state *state_of(dm_drafter *dm, draft_request *r)
         free(st);
         return NULL;
     }
-    const sampler_params *rp = sampler_get_params(r->smp);
-    if (rp->temperature > 0.0f) {
-        sampler_params p = {.temperature = rp->temperature,
-                            .top_k = rp->top_k,
-                            .top_p = rp->top_p,
-                            .min_p = rp->min_p,
-                            .repetition_penalty = 1.0f,
-                            .seed = rp->seed ^ 0xd1b54a32d192ed03ull};
-        if (sampler_create(&p, dm->n_vocab, &st->smp, NULL, 0) != DI_OK) {
-            dm_release(&dm->base, st);
-            return NULL;
-        }
+    if (draft_sampler_create(r->smp, dm->n_vocab, 0xd1b54a32d192ed03ull, &st->smp) != DI_OK) {
+        dm_release(&dm->base, st);
+        return NULL;
     }
     *r->state = st;
     return st;

@@ -87,18 +87,9 @@ static mtp_state *state_of(mtp_drafter *md, void **state, const sampler *smp)
         mtp_release(&md->base, st);
         return NULL;
     }
-    const sampler_params *rp = sampler_get_params(smp);
-    if (rp->temperature > 0.0f) {
-        sampler_params p = {.temperature = rp->temperature,
-                            .top_k = rp->top_k,
-                            .top_p = rp->top_p,
-                            .min_p = rp->min_p,
-                            .repetition_penalty = 1.0f,
-                            .seed = rp->seed ^ 0x9e3779b97f4a7c15ull};
-        if (sampler_create(&p, md->n_vocab, &st->smp, NULL, 0) != DI_OK) {
-            mtp_release(&md->base, st);
-            return NULL;
-        }
+    if (draft_sampler_create(smp, md->n_vocab, 0x9e3779b97f4a7c15ull, &st->smp) != DI_OK) {
+        mtp_release(&md->base, st);
+        return NULL;
     }
     *state = st;
     return st;

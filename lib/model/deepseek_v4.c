@@ -746,6 +746,32 @@ size_t dsv4_kv_bytes_per_token(const dsv4 *d)
     return (size_t)ceil(per);
 }
 
+const char *dsv4_draft_config_mismatch(const model_config *a, const model_config *b)
+{
+#define SAME(f, name)                                                                              \
+    if (a->f != b->f) return name
+    SAME(arch, "the architecture");
+    SAME(n_embd, "embedding_length");
+    SAME(n_vocab, "the vocabulary");
+    SAME(n_head, "attention.head_count");
+    SAME(head_dim, "attention.key_length");
+    SAME(qk_rope_head_dim, "rope.dimension_count");
+    SAME(q_lora_rank, "attention.q_lora_rank");
+    SAME(n_expert, "expert_count");
+    SAME(n_expert_used, "expert_used_count");
+    SAME(n_ff_exp, "expert_feed_forward_length");
+    SAME(expert_gating, "expert_gating_func");
+    SAME(v4.hc_mult, "hyper_connection.count");
+    SAME(v4.hc_sinkhorn_iters, "hyper_connection.sinkhorn_iterations");
+    SAME(v4.o_groups, "attention.output_group_count");
+    SAME(v4.o_lora_rank, "attention.output_lora_rank");
+    SAME(v4.sliding_window, "attention.sliding_window");
+    SAME(v4.swiglu_limit, "swiglu_clamp_exp");
+    SAME(rope_theta, "rope.freq_base");
+#undef SAME
+    return NULL;
+}
+
 /* (F32 for a compressor's rings, the cache's dtype for the window: an f32
  * row is copied exactly) */
 void dsv4_ring_store(backend *be, model_dtype dtype, void *ring, int64_t ring_rows, int64_t width,

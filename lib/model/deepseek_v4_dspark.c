@@ -150,28 +150,9 @@ int dsv4_weights_dspark_only(const model_weights *w)
  * that differs, named, or NULL. */
 static const char *config_mismatch(const model_config *a, const model_config *b)
 {
-#define SAME(f, name)                                                                              \
-    if (a->f != b->f) return name
-    SAME(arch, "the architecture");
-    SAME(n_embd, "embedding_length");
-    SAME(n_vocab, "the vocabulary");
-    SAME(n_head, "attention.head_count");
-    SAME(head_dim, "attention.key_length");
-    SAME(qk_rope_head_dim, "rope.dimension_count");
-    SAME(q_lora_rank, "attention.q_lora_rank");
-    SAME(n_expert, "expert_count");
-    SAME(n_expert_used, "expert_used_count");
-    SAME(n_ff_exp, "expert_feed_forward_length");
-    SAME(expert_gating, "expert_gating_func");
-    SAME(v4.hc_mult, "hyper_connection.count");
-    SAME(v4.hc_sinkhorn_iters, "hyper_connection.sinkhorn_iterations");
-    SAME(v4.o_groups, "attention.output_group_count");
-    SAME(v4.o_lora_rank, "attention.output_lora_rank");
-    SAME(v4.sliding_window, "attention.sliding_window");
-    SAME(v4.swiglu_limit, "swiglu_clamp_exp");
-    SAME(rope_theta, "rope.freq_base");
-    SAME(v4.v41, "the model's kind (DeepSeek-V4, not V4.1)");
-#undef SAME
+    const char *why = dsv4_draft_config_mismatch(a, b);
+    if (why) return why;
+    if (a->v4.v41 != b->v4.v41) return "the model's kind (DeepSeek-V4, not V4.1)";
     for (uint32_t k = 0; k < b->v4.n_dspark_target; k++)
         if (b->v4.dspark_target[k] >= a->n_layer) return "target_layers (past the model's layers)";
     return NULL;

@@ -229,6 +229,11 @@ void dsv4_engram_rows(dsv4 *d, const model_batch_item *items, int n_items);
 void dsv4_engram_apply(dsv4 *d, const v4_layer *L, int64_t n);
 void dsv4_engram_free(dsv4 *d);
 
+/* The first config field that a draft file's sliding-window layers (an MTP
+ * GGUF's, a DSpark GGUF's stages) must share with the model a and b differ in
+ * (its GGUF key, or what it is), or NULL. */
+const char *dsv4_draft_config_mismatch(const model_config *a, const model_config *b);
+
 /* Rows [0, n) of src (width wide, src_stride apart) into the ring at the
  * rows of positions pos0.. (row p % ring), as dtype (backend.h's
  * v4_rows_store). */

@@ -128,25 +128,9 @@ static const char *config_mismatch(const model_config *a, const model_config *b)
 {
 #define SAME(f, name)                                                                              \
     if (a->f != b->f) return name
-    SAME(arch, "the architecture");
+    const char *why = dsv4_draft_config_mismatch(a, b);
+    if (why) return why;
     SAME(n_layer, "the main layer count (block_count - nextn_predict_layers)");
-    SAME(n_embd, "embedding_length");
-    SAME(n_vocab, "the vocabulary");
-    SAME(n_head, "attention.head_count");
-    SAME(head_dim, "attention.key_length");
-    SAME(qk_rope_head_dim, "rope.dimension_count");
-    SAME(q_lora_rank, "attention.q_lora_rank");
-    SAME(n_expert, "expert_count");
-    SAME(n_expert_used, "expert_used_count");
-    SAME(n_ff_exp, "expert_feed_forward_length");
-    SAME(expert_gating, "expert_gating_func");
-    SAME(v4.hc_mult, "hyper_connection.count");
-    SAME(v4.hc_sinkhorn_iters, "hyper_connection.sinkhorn_iterations");
-    SAME(v4.o_groups, "attention.output_group_count");
-    SAME(v4.o_lora_rank, "attention.output_lora_rank");
-    SAME(v4.sliding_window, "attention.sliding_window");
-    SAME(v4.swiglu_limit, "swiglu_clamp_exp");
-    SAME(rope_theta, "rope.freq_base");
     SAME(v4.compress_rope_theta, "attention.compress_rope_freq_base");
     SAME(v4.compress_rate_csa, "attention.compress_ratios");
     SAME(v4.compress_rate_hca, "attention.compress_ratios");
