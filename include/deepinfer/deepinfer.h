@@ -1123,7 +1123,11 @@ typedef struct di_engine_config {
      * model's MTP layer, which then drafts as DI_DRAFT_MTP does; one whose
      * config is not the model's is DI_ERR_MODEL_FORMAT naming the field, and
      * DI_DRAFT_MTP with a file that is not an MTP GGUF is
-     * DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md). */
+     * DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md). llama.cpp's DSpark GGUF
+     * of such a model (convert_hf_to_gguf.py --dspark: the DSpark head
+     * alone) likewise becomes the model's DSpark head, which then drafts as
+     * DI_DRAFT_MTP does; a model with an MTP layer already refuses it
+     * (DI_ERR_UNSUPPORTED). */
     const char *draft_model_path;
     /* The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,
      * default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the
@@ -1140,8 +1144,8 @@ typedef struct di_engine_config {
 /* Drafters of speculative decoding (di_engine_config.draft). Values are
  * never renumbered; new drafters are appended. */
 typedef enum di_draft {
-    /* A draft model when draft_model_path is set (or, an MTP GGUF there, the
-     * MTP layer it holds), else the model's MTP layer or DSpark head when it
+    /* A draft model when draft_model_path is set (or, an MTP or DSpark GGUF
+     * there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when it
      * has one (DI_DRAFT_MTP), else prompt lookup. */
     DI_DRAFT_AUTO = 0,
     /* Prompt lookup: the longest suffix (up to 16 tokens) of the request's
@@ -1150,7 +1154,7 @@ typedef enum di_draft {
      * speculation; docs/speculative.md). */
     DI_DRAFT_PROMPT_LOOKUP = 1,
     /* A separate draft model sharing the tokenizer (draft_model_path), or, an
-     * MTP GGUF there, the MTP layer it holds (as DI_DRAFT_MTP). */
+     * MTP or DSpark GGUF there, the layer or head it holds (as DI_DRAFT_MTP). */
     DI_DRAFT_MODEL = 2,
     /* The model's own multi-token prediction layer: DeepSeek-V3's NextN
      * module (DeepSeek-V3 §2.2) or DeepSeek-V4's MTP layer (as llama.cpp's

@@ -151,7 +151,8 @@ di_status model_load(const char *path, const model_options *opt, model **out, di
             st = di_error_setf(err, DI_ERR_UNSUPPORTED,
                                "%s is a DSpark GGUF (llama.cpp's convert_hf_to_gguf.py --dspark): "
                                "it holds the DSpark draft head alone; give it as the draft model "
-                               "of the model it was converted with (draft_model_path)",
+                               "of the model it was converted with (draft_model_path, the CLI's "
+                               "--draft-model)",
                                path);
             goto fail;
         }

@@ -406,22 +406,27 @@ class Engine:
         kv_disk_cache_bytes: the disk tier's budget (0: 4 GiB).
         served_model_name: the name responses give as `model` (None: the model
             file's name without .gguf; the V4 encodings answer with the body's).
-        speculative_tokens: speculative decoding by prompt lookup, draft tokens
-            each decoding request verifies per step at most (0: off; at most
-            64); the output is token for token the same (Done.draft_tokens and
-            .accepted_draft_tokens count them; docs/speculative.md).
+        speculative_tokens: speculative decoding, draft tokens each decoding
+            request verifies per step at most (0: off; at most 64; None, the
+            default: 8 when draft names a drafter or draft_model_path is given,
+            as the CLI's --draft, else 0); greedy output is token for token the
+            same (Done.draft_tokens and .accepted_draft_tokens count them;
+            docs/speculative.md).
         speculative_fixed: False (default): how many drafts a step verifies is
             confidence-scheduled (acceptance rate against the measured step
             time); True: every proposal (fixed-length, as llama.cpp's).
         draft: the drafter, "auto" (default: the draft model when
-            draft_model_path is given, else the model's MTP module when it has
-            one, else prompt lookup), "prompt-lookup", "draft-model" or "mtp"
-            (DeepSeek-V3's MTP module; UnsupportedError for a model without
-            one) (docs/speculative.md).
+            draft_model_path is given, else the model's own MTP layer or DSpark
+            head when it has one, else prompt lookup), "prompt-lookup",
+            "draft-model" or "mtp" (DeepSeek-V3's MTP module, DeepSeek-V4's MTP
+            layer or DeepSeek-V4-Flash-DSpark's DSpark head; UnsupportedError
+            for a model without one) (docs/speculative.md).
         draft_model_path: a smaller model sharing the model's tokenizer that
-            drafts for it (None: none); needs speculative_tokens > 0. Greedy
-            output stays token for token the same; sampled drafts are kept by
-            the min(1, p/q) rule.
+            drafts for it, or, for a DeepSeek-V4 GGUF, llama.cpp's MTP or DSpark
+            GGUF of it (convert_hf_to_gguf.py --mtp / --dspark: it becomes the
+            model's MTP layer or DSpark head) (None: none). Greedy output stays
+            token for token the same; sampled drafts are kept by the
+            min(1, p/q) rule.
         encoding: the prompt encoding of protocol requests, an Encoding (or its
             name, "r1"); None: the one the model declares.
         progress: called as progress(fraction) with fraction in [0, 1] while the
@@ -461,7 +466,7 @@ class Engine:
         kv_cache_dir=None,
         kv_disk_cache_bytes: int = 0,
         served_model_name: Optional[str] = None,
-        speculative_tokens: int = 0,
+        speculative_tokens: Optional[int] = None,
         speculative_fixed: bool = False,
         draft: str = "auto",
         draft_model_path=None,
@@ -504,6 +509,8 @@ class Engine:
             cfg.kv_cache_dir = os.fsencode(kv_cache_dir)
         if served_model_name is not None:
             cfg.served_model_name = served_model_name.encode("utf-8")
+        if speculative_tokens is None:  # (the CLI's: a drafter named turns it on)
+            speculative_tokens = 8 if draft != "auto" or draft_model_path is not None else 0
         cfg.speculative_tokens = speculative_tokens
         cfg.speculative_fixed = 1 if speculative_fixed else 0
         drafters = {"auto": 0, "prompt-lookup": 1, "draft-model": 2, "mtp": 3}

@@ -70,3 +70,24 @@ def test_mtp_drafting_is_lossless():
     assert res.tokens == plain
     assert res.done.draft_tokens > 0
     assert res.done.accepted_draft_tokens <= res.done.draft_tokens
+
+
+def test_dspark_drafting_is_lossless_and_on_when_named():
+    """DeepSeek-V4's DSpark head (the release folder, and llama.cpp's GGUF pair):
+    the plain greedy tokens; draft="mtp" without speculative_tokens turns it on
+    (8 a step, as the CLI's --draft), and so does draft_model_path alone."""
+    from conftest import FIXTURES
+
+    folder = FIXTURES / "model" / "dsv4-dspark-release"
+    target = FIXTURES / "model" / "gguf-dsv4" / "dsv4-dspark-target.gguf"
+    head = FIXTURES / "model" / "gguf-dsv4" / "dsv4-dspark.gguf"
+    prompt = [5, 17, 42, 99, 7, 300, 12, 8]
+    with deepinfer.Engine(folder, n_threads=2) as e:
+        plain = e.generate(prompt, max_tokens=20, temperature=0.0, ignore_eos=True).tokens
+    for kwargs in (dict(model_path=folder, draft="mtp"),
+                   dict(model_path=target, draft_model_path=head)):
+        with deepinfer.Engine(n_threads=2, speculative_fixed=True, **kwargs) as e:
+            res = e.generate(prompt, max_tokens=20, temperature=0.0, ignore_eos=True)
+        assert res.tokens == plain
+        assert res.done.draft_tokens > 0
+        assert res.done.accepted_draft_tokens <= res.done.draft_tokens

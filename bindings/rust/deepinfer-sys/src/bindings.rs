@@ -1484,7 +1484,11 @@ pub struct di_engine_config {
     #[doc = " model's MTP layer, which then drafts as DI_DRAFT_MTP does; one whose"]
     #[doc = " config is not the model's is DI_ERR_MODEL_FORMAT naming the field, and"]
     #[doc = " DI_DRAFT_MTP with a file that is not an MTP GGUF is"]
-    #[doc = " DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md)."]
+    #[doc = " DI_ERR_INVALID_ARGUMENT (docs/deepseek-v4.md). llama.cpp's DSpark GGUF"]
+    #[doc = " of such a model (convert_hf_to_gguf.py --dspark: the DSpark head"]
+    #[doc = " alone) likewise becomes the model's DSpark head, which then drafts as"]
+    #[doc = " DI_DRAFT_MTP does; a model with an MTP layer already refuses it"]
+    #[doc = " (DI_ERR_UNSUPPORTED)."]
     pub draft_model_path: *const ::std::os::raw::c_char,
     #[doc = " The KV cache's storage type, a di_kv_cache_type: DI_KV_CACHE_F16 (0,"]
     #[doc = " default), _F32, _Q8_0 or _Q4_0, as di_model_options.kv_cache_type (the"]
@@ -1970,8 +1974,8 @@ fn bindgen_test_layout_di_engine_config() {
     }
     test_field_reserved_kv();
 }
-#[doc = " A draft model when draft_model_path is set (or, an MTP GGUF there, the"]
-#[doc = " MTP layer it holds), else the model's MTP layer or DSpark head when it"]
+#[doc = " A draft model when draft_model_path is set (or, an MTP or DSpark GGUF"]
+#[doc = " there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when it"]
 #[doc = " has one (DI_DRAFT_MTP), else prompt lookup."]
 pub const DI_DRAFT_AUTO: di_draft = 0;
 #[doc = " Prompt lookup: the longest suffix (up to 16 tokens) of the request's"]
@@ -1980,7 +1984,7 @@ pub const DI_DRAFT_AUTO: di_draft = 0;
 #[doc = " speculation; docs/speculative.md)."]
 pub const DI_DRAFT_PROMPT_LOOKUP: di_draft = 1;
 #[doc = " A separate draft model sharing the tokenizer (draft_model_path), or, an"]
-#[doc = " MTP GGUF there, the MTP layer it holds (as DI_DRAFT_MTP)."]
+#[doc = " MTP or DSpark GGUF there, the layer or head it holds (as DI_DRAFT_MTP)."]
 pub const DI_DRAFT_MODEL: di_draft = 2;
 #[doc = " The model's own multi-token prediction layer: DeepSeek-V3's NextN"]
 #[doc = " module (DeepSeek-V3 §2.2) or DeepSeek-V4's MTP layer (as llama.cpp's"]
