@@ -78,18 +78,22 @@ pub enum Device {
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Draft {
-    /// A draft model when [`EngineBuilder::draft_model_path`] is set, else the
-    /// model's MTP module when it has one, else prompt lookup.
+    /// A draft model when [`EngineBuilder::draft_model_path`] is set (or, an
+    /// MTP or DSpark GGUF there, the layer or head it holds), else the model's
+    /// MTP module or DSpark head when it has one, else prompt lookup.
     #[default]
     Auto,
     /// Prompt lookup: the longest recent n-gram of the request's tokens that
     /// occurred before, and what followed it.
     PromptLookup,
     /// A separate draft model sharing the tokenizer
-    /// ([`EngineBuilder::draft_model_path`]).
+    /// ([`EngineBuilder::draft_model_path`]), or llama.cpp's MTP or DSpark
+    /// GGUF of a DeepSeek-V4 GGUF model there.
     DraftModel,
-    /// DeepSeek-V3's MTP (NextN) module, the model's own extra layer;
-    /// `Unsupported` at build for a model without one.
+    /// The model's own extra layers: DeepSeek-V3's MTP (NextN) module,
+    /// DeepSeek-V4's MTP layer, or DeepSeek-V4-Flash-DSpark's DSpark head
+    /// (a block of drafts a step); `Unsupported` at build for a model without
+    /// one.
     Mtp,
 }
 
@@ -391,7 +395,7 @@ impl<'p> EngineBuilder<'p> {
 
     /// The drafter of speculative decoding (default [`Draft::Auto`]); used when
     /// [`speculative_tokens`](Self::speculative_tokens) is above 0.
-    /// [`Draft::Mtp`] for a model without an MTP layer is `Unsupported` at
+    /// [`Draft::Mtp`] for a model without an MTP layer or DSpark head is `Unsupported` at
     /// [`build`](Self::build); [`Draft::DraftModel`] needs
     /// [`draft_model_path`](Self::draft_model_path) (`InvalidArgument`).
     ///
