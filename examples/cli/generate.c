@@ -13,7 +13,8 @@
  * --draft / --draft-max / --draft-model (--speculative N: --draft-max N) run it
  * through the engine with speculative decoding (di_engine_create, a token
  * request with ignore_eos, di_poll): the same tokens, sooner where drafts are
- * kept; --verbose then prints the drafted and kept counts. The engine's runs
+ * kept; --verbose then prints which drafter runs and the drafted and kept
+ * counts. The engine's runs
  * (a drafter, a constraint, --device cuda) print no KV cache line.
  * logits: runs the prompt once and writes the logits of every position to FILE
  * as little-endian f32, row-major [n_tokens, vocab].
@@ -252,6 +253,15 @@ static int constrained(const gen_args *a)
 
 /* the engine path (not di_model_*): a drafter, a constraint or a device other
  * than the CPU */
+/* The engine's warnings, and with --verbose (user non-zero) which drafter it
+ * chose (its "speculative decoding: ..." line). */
+static void on_engine_log(void *user, di_log_level level, const char *message)
+{
+    if (level <= DI_LOG_WARN ||
+        (*(const int *)user && strncmp(message, "speculative decoding:", 21) == 0))
+        fprintf(stderr, "deepinfer generate: %s\n", message);
+}
+
 static int needs_engine(const gen_args *a)
 {
     return constrained(a) || a->device == DI_DEVICE_CUDA;
@@ -295,6 +305,8 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
     cfg.kv_cache_type = a->kv_type;
     cfg.max_running = 1;
     cfg.disable_prefix_cache = 1;
+    cfg.log = on_engine_log;
+    cfg.log_user = (void *)&a->verbose;
     if (a->device) cfg.device = a->device;
     (void)cli_draft_apply(&a->draft, &cfg); /* checked by parse_args */
     di_engine *e = NULL;

@@ -151,4 +151,23 @@ done
 err=$("$cli" generate --model "$gg/dsv4-gguf-mtp.gguf" --tokens 5,9 --max-tokens 2 2>&1 >/dev/null)
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "the MTP GGUF alone printed: $err"
 [[ "$err" == *"is an MTP GGUF"* ]] || fail "the MTP GGUF alone: $err"
+# DeepSeek-V4's DSpark head (dsv4-dspark-release; llama.cpp's files: the target's
+# GGUF and its DSpark GGUF as the draft model): the same tokens, --verbose naming
+# the drafter; the DSpark GGUF alone is one line saying what it is.
+ds=$(dirname "$dir")/dsv4-dspark-release
+plain=$("$cli" generate --model "$ds" --tokens 5,17,42,99,7 --max-tokens 20 --threads 2) ||
+  fail "generate (DSpark folder) exited $?"
+for run in "--model $ds --draft mtp --draft-max 4" "--model $ds --draft auto" \
+           "--model $gg/dsv4-dspark-target.gguf --draft-model $gg/dsv4-dspark.gguf" \
+           "--model $gg/dsv4-dspark-target.gguf --draft mtp --draft-model $gg/dsv4-dspark.gguf"; do
+  # shellcheck disable=SC2086
+  out=$("$cli" generate $run --tokens 5,17,42,99,7 --max-tokens 20 --threads 2 --verbose \
+        2> "$tmp/err") || fail "generate $run exited $?: $(cat "$tmp/err")"
+  [ "$out" = "$plain" ] || fail "generate $run printed $out, without speculation $plain"
+  grep -q "the model's DSpark head drafts blocks of 4" "$tmp/err" ||
+    fail "--verbose did not name the DSpark drafter ($run): $(cat "$tmp/err")"
+done
+err=$("$cli" generate --model "$gg/dsv4-dspark.gguf" --tokens 5,9 --max-tokens 2 2>&1 >/dev/null)
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "the DSpark GGUF alone printed: $err"
+[[ "$err" == *"is a DSpark GGUF"*"--draft-model"* ]] || fail "the DSpark GGUF alone: $err"
 echo ok
