@@ -33,8 +33,10 @@
 #include "model/load.h"
 #include "util/error.h"
 
-/* The head's tensors: DeepSeek's release names (stage 0's projection, the
- * last stage's heads: model.mtp.<stage>.<name> once renamed), or a DSpark
+/* The head's tensors: DeepSeek's release names (model.mtp.<stage>.<name> once
+ * renamed: whichever stage holds each, as llama.cpp's converter takes them;
+ * when none does, the name stage 0's projection or the last stage's heads
+ * would have, for the error), or a DSpark
  * GGUF's top-level ones (llama.cpp's dflash names: fc, enc.output_norm,
  * markov_w1/w2, conf_proj, output_norm, output_hc_* read as the model's mHC
  * head names, weights_gguf_dsv4.c). */
@@ -57,16 +59,29 @@ static void names_for(const dsv4 *d, dspark_names *n)
         snprintf(n->head_scale, sizeof n->head_scale, "model.hc_head.hc_scale");
         return;
     }
-    const uint32_t last = d->cfg.v4.n_dspark - 1;
-    snprintf(n->proj, sizeof n->proj, "model.mtp.0.main_proj.weight");
-    snprintf(n->main_norm, sizeof n->main_norm, "model.mtp.0.main_norm.weight");
-    snprintf(n->w1, sizeof n->w1, "model.mtp.%u.markov_head.markov_w1.weight", last);
-    snprintf(n->w2, sizeof n->w2, "model.mtp.%u.markov_head.markov_w2.weight", last);
-    snprintf(n->conf, sizeof n->conf, "model.mtp.%u.confidence_head.proj.weight", last);
-    snprintf(n->norm, sizeof n->norm, "model.mtp.%u.norm.weight", last);
-    snprintf(n->head_fn, sizeof n->head_fn, "model.mtp.%u.hc_head_fn", last);
-    snprintf(n->head_base, sizeof n->head_base, "model.mtp.%u.hc_head_base", last);
-    snprintf(n->head_scale, sizeof n->head_scale, "model.mtp.%u.hc_head_scale", last);
+    static const char *const suffix[9] = {"main_proj.weight",
+                                          "main_norm.weight",
+                                          "markov_head.markov_w1.weight",
+                                          "markov_head.markov_w2.weight",
+                                          "confidence_head.proj.weight",
+                                          "norm.weight",
+                                          "hc_head_fn",
+                                          "hc_head_base",
+                                          "hc_head_scale"};
+    char *out[9] = {n->proj, n->main_norm, n->w1,        n->w2,        n->conf,
+                    n->norm, n->head_fn,   n->head_base, n->head_scale};
+    const uint32_t S = d->cfg.v4.n_dspark;
+    for (int k = 0; k < 9; k++) {
+        snprintf(out[k], sizeof n->proj, "model.mtp.%u.%s", k < 2 ? 0 : S - 1, suffix[k]);
+        for (uint32_t s = 0; s < S; s++) {
+            char name[sizeof n->proj];
+            snprintf(name, sizeof name, "model.mtp.%u.%s", s, suffix[k]);
+            if (model_weights_get(d->w, name)) {
+                memcpy(out[k], name, sizeof name);
+                break;
+            }
+        }
+    }
 }
 
 /* The Markov head's rank, from markov_w1's shape ({rank, n_vocab} in GGUF

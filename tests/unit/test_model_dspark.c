@@ -471,6 +471,33 @@ static void test_dspark_gguf_errors(void **state)
     }
 }
 
+/* The head's tensors where another checkpoint may keep them (llama.cpp's
+ * converter takes each root tensor from whichever stage holds it): the Markov
+ * and confidence heads on stage 0, the projection on stage 1 — the same
+ * blocks; a head tensor in no stage is named as the last stage's. */
+static void test_dspark_head_on_any_stage(void **state)
+{
+    (void)state;
+    const char *dir = model_variant_folder(tmpdir, FIXTURE, "{}", 1);
+    model_variant_rename(dir, "mtp.1.markov_head.markov_w1.weight",
+                         "mtp.0.markov_head.markov_w1.weight");
+    model_variant_rename(dir, "mtp.1.confidence_head.proj.weight",
+                         "mtp.0.confidence_head.proj.weight");
+    model_variant_rename(dir, "mtp.0.main_proj.weight", "mtp.1.main_proj.weight");
+    model *m = load(dir, 64);
+    fixture f;
+    fixture_load(&f, m);
+    const double given = run_cases(m, &f, f.features);
+    printf("the heads on other stages: blocks %.2e of the range\n", given);
+    assert_true(given < 1e-5);
+    fixture_free(&f);
+    model_free(m);
+    model_variant_rename(dir, "mtp.1.markov_head.markov_w2.weight",
+                         "mtp.9.markov_head.markov_w2.weight");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.1.markov_head.markov_w2.weight",
+                            NULL);
+}
+
 /* The operations' errors, and a model without a DSpark head. */
 static void test_dspark_operation_errors(void **state)
 {
@@ -574,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_dspark_matches_the_reference),
         cmocka_unit_test(test_dspark_batch_invariance),
         cmocka_unit_test(test_dspark_drafter),
+        cmocka_unit_test(test_dspark_head_on_any_stage),
         cmocka_unit_test(test_dspark_gguf),
         cmocka_unit_test(test_dspark_gguf_errors),
         cmocka_unit_test(test_dspark_operation_errors),
