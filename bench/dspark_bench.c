@@ -50,8 +50,8 @@ static void die(const char *what, di_error *err)
 
 typedef struct ctx {
     model *m;
-    model_seq *seq;   /* the target's sequence, P tokens */
-    model_seq **ds;   /* DSpark sequences, P tokens each */
+    model_seq *seq; /* the target's sequence, P tokens */
+    model_seq **ds; /* DSpark sequences, P tokens each */
     int n_seqs;
     int64_t P;
     int block;
@@ -60,14 +60,16 @@ typedef struct ctx {
     float *logits;    /* [(1 + block) x n_seqs, n_vocab] at least */
     float *conf;
     int32_t *drafts;
-    float *feat;      /* [1 + block, width]: the verify step's features */
+    float *feat; /* [1 + block, width]: the verify step's features */
 } ctx;
 
 static void op_decode(ctx *c, int64_t n)
 {
     di_error *err = NULL;
-    model_batch_item it = {.seq = c->seq, .tokens = c->tokens, .n_tokens = n, .want_logits = (int)n};
-    if (model_forward_batch(c->m, &it, 1, c->logits, &err) != DI_OK) die("model_forward_batch", err);
+    model_batch_item it = {
+        .seq = c->seq, .tokens = c->tokens, .n_tokens = n, .want_logits = (int)n};
+    if (model_forward_batch(c->m, &it, 1, c->logits, &err) != DI_OK)
+        die("model_forward_batch", err);
 }
 
 /* back to P tokens, with room for the next step (truncation gives the blocks
@@ -75,7 +77,8 @@ static void op_decode(ctx *c, int64_t n)
 static void undo_decode(ctx *c)
 {
     model_seq_truncate(c->m, c->seq, c->P);
-    if (model_seq_reserve(c->m, c->seq, c->P + 1 + c->block) != DI_OK) die("model_seq_reserve", NULL);
+    if (model_seq_reserve(c->m, c->seq, c->P + 1 + c->block) != DI_OK)
+        die("model_seq_reserve", NULL);
 }
 
 enum { OP_DECODE, OP_VERIFY, OP_INJECT, OP_DRAFT1, OP_DRAFTN, N_OPS };
@@ -120,14 +123,22 @@ int main(int argc, char **argv)
     int64_t P = 512, n_batch = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--dspark") && v) dspark = argv[++i];
-        else if (!strcmp(a, "--threads") && v) threads = atoi(argv[++i]);
-        else if (!strcmp(a, "--prompt") && v) P = atoll(argv[++i]);
-        else if (!strcmp(a, "--reps") && v) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--seqs") && v) n_seqs = atoi(argv[++i]);
-        else if (!strcmp(a, "--n-batch") && v) n_batch = atoll(argv[++i]);
-        else if (!strcmp(a, "--ops") && v) ops = argv[++i];
-        else if (a[0] != '-' && !path) path = a;
+        if (!strcmp(a, "--dspark") && v)
+            dspark = argv[++i];
+        else if (!strcmp(a, "--threads") && v)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--prompt") && v)
+            P = atoll(argv[++i]);
+        else if (!strcmp(a, "--reps") && v)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--seqs") && v)
+            n_seqs = atoi(argv[++i]);
+        else if (!strcmp(a, "--n-batch") && v)
+            n_batch = atoll(argv[++i]);
+        else if (!strcmp(a, "--ops") && v)
+            ops = argv[++i];
+        else if (a[0] != '-' && !path)
+            path = a;
         else {
             path = NULL;
             break;
@@ -162,8 +173,7 @@ int main(int argc, char **argv)
     c.feat = malloc((size_t)(1 + c.block) * (size_t)W * sizeof *c.feat);
     c.ds = calloc((size_t)n_seqs, sizeof *c.ds);
     int32_t *prompt = malloc((size_t)P * sizeof *prompt);
-    if (!c.tokens || !c.anchors || !c.logits || !c.conf || !c.drafts || !c.feat || !c.ds ||
-        !prompt)
+    if (!c.tokens || !c.anchors || !c.logits || !c.conf || !c.drafts || !c.feat || !c.ds || !prompt)
         die("out of memory", NULL);
     for (int64_t i = 0; i < P; i++) prompt[i] = rnd_token(V);
     for (int i = 0; i <= c.block; i++) c.tokens[i] = rnd_token(V);
@@ -179,13 +189,15 @@ int main(int argc, char **argv)
     const int64_t chunk = model_n_batch(c.m);
     for (int64_t done = 0; done < P; done += chunk) {
         const int64_t n = P - done < chunk ? P - done : chunk;
-        model_batch_item it = {.seq = c.seq, .tokens = prompt + done, .n_tokens = n, .want_logits = 1};
+        model_batch_item it = {
+            .seq = c.seq, .tokens = prompt + done, .n_tokens = n, .want_logits = 1};
         if (model_forward_batch(c.m, &it, 1, c.logits, &err) != DI_OK) die("prefill", err);
         int64_t fr = 0;
         const float *f = model_dspark_features(c.m, &fr);
         if (!f || fr != n) die("model_dspark_features: not the chunk's rows", NULL);
         for (int k = 0; k < n_seqs; k++)
-            if (model_dspark_inject(c.m, c.ds[k], f, n, &err) != DI_OK) die("inject (prefill)", err);
+            if (model_dspark_inject(c.m, c.ds[k], f, n, &err) != DI_OK)
+                die("inject (prefill)", err);
     }
     double t2 = now();
     for (int k = 0; k < n_seqs; k++)
@@ -202,8 +214,8 @@ int main(int argc, char **argv)
            "%d threads, prompt %lld, n_batch %lld, %d DSpark sequences; load %.2f s, prefill + "
            "injections %.2f s\n",
            path, dspark ? " + " : "", dspark ? dspark : "", V, (long long)cfg->n_embd,
-           (unsigned)cfg->n_layer, c.block, (long long)W, threads, (long long)P,
-           (long long)chunk, n_seqs, t1 - t0, t2 - t1);
+           (unsigned)cfg->n_layer, c.block, (long long)W, threads, (long long)P, (long long)chunk,
+           n_seqs, t1 - t0, t2 - t1);
     double *times = malloc((size_t)reps * sizeof *times);
     if (!times) die("out of memory", NULL);
     for (int op = 0; op < N_OPS; op++) {
