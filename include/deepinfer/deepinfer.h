@@ -1145,8 +1145,8 @@ typedef struct di_engine_config {
  * never renumbered; new drafters are appended. */
 typedef enum di_draft {
     /* A draft model when draft_model_path is set (or, an MTP or DSpark GGUF
-     * there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when it
-     * has one (DI_DRAFT_MTP), else prompt lookup. */
+     * there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when
+     * it has one (DI_DRAFT_MTP), else prompt lookup. */
     DI_DRAFT_AUTO = 0,
     /* Prompt lookup: the longest suffix (up to 16 tokens) of the request's
      * prompt and output that occurred before, and what followed it (of equal

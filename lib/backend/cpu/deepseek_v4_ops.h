@@ -84,11 +84,10 @@ di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w,
  * and accumulators live in the pool's per-thread scratch, reserved here; the
  * errors are cpu_indexer_topk's. */
 di_status cpu_sink_attention(cpu_threadpool *pool, const float *q, int n_head, int64_t head_dim,
-                             int64_t n, const int64_t *pos, const int64_t *last,
-                             const void *win, int64_t win_ring,
-                             int window, const void *comp, int64_t n_comp, int rate,
-                             const int32_t *sel, int k, model_dtype dtype, const float *sinks,
-                             float scale, float *out);
+                             int64_t n, const int64_t *pos, const int64_t *last, const void *win,
+                             int64_t win_ring, int window, const void *comp, int64_t n_comp,
+                             int rate, const int32_t *sel, int k, model_dtype dtype,
+                             const float *sinks, float scale, float *out);
 /* Bytes of the pool's scratch a thread that every cpu_indexer_topk and
  * cpu_sink_attention call (any head_dim and heads they take) fits in: the
  * CPU backend reserves it when created, so these never allocate there.

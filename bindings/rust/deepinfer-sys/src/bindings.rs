@@ -1975,8 +1975,8 @@ fn bindgen_test_layout_di_engine_config() {
     test_field_reserved_kv();
 }
 #[doc = " A draft model when draft_model_path is set (or, an MTP or DSpark GGUF"]
-#[doc = " there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when it"]
-#[doc = " has one (DI_DRAFT_MTP), else prompt lookup."]
+#[doc = " there, the MTP layer or DSpark head it holds), else the model's MTP layer or DSpark head when"]
+#[doc = " it has one (DI_DRAFT_MTP), else prompt lookup."]
 pub const DI_DRAFT_AUTO: di_draft = 0;
 #[doc = " Prompt lookup: the longest suffix (up to 16 tokens) of the request's"]
 #[doc = " prompt and output that occurred before, and what followed it (of equal"]
