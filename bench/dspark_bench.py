@@ -172,7 +172,7 @@ def make_dspark(out):
         n_params = sum(v.numel() for v in state.values())
         print(f"wrote {rel}: {len(state)} tensors, {n_params / 1e6:.0f} M stored elements")
         tok = tmp / "target-tokenizer"
-        mdf.tokenizer_dir(tok, V)
+        mmf.stand_in_tokenizer(tok, V)
         (tok / "config.json").write_text(json.dumps(cfg))
         mmf.convert_checkpoint(rel, out / TARGET_GGUF, "bf16")
         mmf.convert_checkpoint(rel, out / DRAFT_GGUF, "bf16",

@@ -493,25 +493,6 @@ def find_salt():
             return
 
 
-def tokenizer_dir(folder, vocab_size):
-    """The stand-in tokenizer make_model_fixtures.convert_checkpoint gives the
-    converter (a byte-level BPE of the vocabulary's size), for --target-model-dir:
-    the DSpark converter takes the target's vocabulary from there."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    folder.mkdir()
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab["\u0120t"] = len(vocab)
-    for i in range(len(vocab), vocab_size):
-        vocab[f"<t{i}>"] = i
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u0120", "t")]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<t300>",
-         "eos_token": "<t301>"}))
-
-
 def llama_cpp_dspark(target_path, draft_path, feats, seq, vocab, check_features):
     """llama.cpp's DSpark draft (llama-cpp-python's low-level API): a target context
     (for ctx_other: the draft has no embeddings or head of its own), a draft context
@@ -627,7 +608,7 @@ def llama_cpp_check():
     safetensors.torch.save_file(r["state"], rel / "model.safetensors", metadata={"format": "pt"})
     (rel / "config.json").write_text(json.dumps(r["cfg"]))
     tok = tmp / "target-tokenizer"
-    tokenizer_dir(tok, r["cfg"]["vocab_size"])
+    mmf.stand_in_tokenizer(tok, r["cfg"]["vocab_size"])
     (tok / "config.json").write_text(json.dumps(r["cfg"]))
     target, draft = tmp / "target.gguf", tmp / "dspark.gguf"
     mmf.convert_checkpoint(rel, target, "bf16")
@@ -777,7 +758,7 @@ def make_gguf():
     target, draft = out / f"{GGUF_TARGET}.gguf", out / f"{GGUF_NAME}.gguf"
     with tempfile.TemporaryDirectory() as tmp:
         tok = pathlib.Path(tmp) / "target-tokenizer"
-        tokenizer_dir(tok, V)
+        mmf.stand_in_tokenizer(tok, V)
         (tok / "config.json").write_text(json.dumps(cfg))
         mmf.convert_checkpoint(src, target, "bf16")
         mmf.convert_checkpoint(src, draft, "bf16",

@@ -813,18 +813,36 @@ def convert_dsv3(src, path, outtype):
     convert_checkpoint(src, path, outtype, dict(scoring_func="sigmoid", topk_method="noaux_tc"))
 
 
+def stand_in_tokenizer(folder, vocab_size):
+    """The tokenizer a converter is given for a checkpoint without one, into
+    folder (made when missing): a byte-level BPE of vocab_size tokens (the byte
+    alphabet, one merge, then <tN> placeholders; bos <t300>, eos <t301>)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    folder.mkdir(exist_ok=True)
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab["\u0120t"] = len(vocab)
+    for i in range(len(vocab), vocab_size):
+        vocab[f"<t{i}>"] = i
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u0120", "t")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<t300>",
+         "eos_token": "<t301>"}))
+
+
 def convert_checkpoint(src, path, outtype, config_update=None, extra_args=()):
     """llama.cpp's convert_hf_to_gguf.py on the checkpoint src (its config.json
     updated with config_update; extra_args after the others, e.g. --mtp). A
-    converter needs a tokenizer: a byte-level BPE of the checkpoint's
-    vocabulary size (one merge) stands in, named
+    converter needs a tokenizer: stand_in_tokenizer's, of the checkpoint's
+    vocabulary size, stands in, named
     "deepseek-v3" (the hash the converter would look up is the real
     tokenizer's)."""
     import shutil
     import subprocess
     import tempfile
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     llama = llama_cpp_source()
     with tempfile.TemporaryDirectory() as tmp:
         d = pathlib.Path(tmp) / src.name  # the converter names the model after its folder
@@ -833,17 +851,7 @@ def convert_checkpoint(src, path, outtype, config_update=None, extra_args=()):
         cfg.update(config_update or {})
         (d / "config.json").write_text(json.dumps(cfg))
         shutil.copy(src / "model.safetensors", d / "model.safetensors")
-        vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-        vocab["\u0120t"] = len(vocab)
-        for i in range(len(vocab), cfg["vocab_size"]):
-            vocab[f"<t{i}>"] = i
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=[("\u0120", "t")]))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.save(str(d / "tokenizer.json"))
-        (d / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<t300>",
-             "eos_token": "<t301>"}))
+        stand_in_tokenizer(d, cfg["vocab_size"])
         # In a fresh interpreter: the converter imports its own gguf-py, not the
         # gguf package this script uses.
         boot = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); "
