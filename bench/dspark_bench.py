@@ -154,20 +154,8 @@ def make_dspark(out):
         rel = out / "release"
         rel.mkdir(exist_ok=True)
         safetensors.torch.save_file(state, rel / "model.safetensors", metadata={"format": "pt"})
-        # the release config (mdf.release_config's keys)
-        cfg = json.loads((tmp / "main" / "config.json").read_text())
+        cfg = mdf.release_config(tmp, STAGES, BLOCK, TARGET_LAYERS, NOISE)
         cfg["architectures"] = ["DeepseekV4ForCausalLM"]  # (a config saved alone has none)
-        rate = {SW: 0, **{t: r for t, r in cfg["compress_rates"].items()}}
-        cfg["compress_ratios"] = [rate[t] for t in cfg["layer_types"]] + [0] * STAGES
-        cfg["num_hash_layers"] = sum(t == "hash_moe" for t in cfg["mlp_layer_types"])
-        cfg["num_nextn_predict_layers"] = STAGES
-        cfg["dspark_block_size"] = BLOCK
-        cfg["dspark_target_layer_ids"] = TARGET_LAYERS
-        cfg["dspark_noise_token_id"] = NOISE
-        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
-                                      "activation_scheme": "dynamic",
-                                      "weight_block_size": [128, 128]}
-        cfg["dtype"] = "bfloat16"
         (rel / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         n_params = sum(v.numel() for v in state.values())
         print(f"wrote {rel}: {len(state)} tensors, {n_params / 1e6:.0f} M stored elements")

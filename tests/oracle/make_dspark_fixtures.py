@@ -181,18 +181,19 @@ def release_state(model, big, glue, L, torch, tmp):
     return state, deq
 
 
-def release_config(tmp):
+def release_config(tmp, stages=STAGES, block=BLOCK, targets=TARGET_LAYERS, noise=NOISE):
     """The main config.json as save_pretrained wrote it, with the release keys
     llama.cpp's converter reads: per-layer compression ratios (the stages' 0 after
-    the main layers'), the hash layer count, the DSpark keys."""
+    the main layers'), the hash layer count, the DSpark keys (the fixture's by
+    default; bench/dspark_bench.py gives its own)."""
     cfg = json.loads((tmp / "main" / "config.json").read_text())
-    rate = {SW: 0, CSA: cfg["compress_rates"][CSA], HCA: cfg["compress_rates"][HCA]}
-    cfg["compress_ratios"] = [rate[t] for t in cfg["layer_types"]] + [0] * STAGES
+    rate = {SW: 0, **cfg["compress_rates"]}
+    cfg["compress_ratios"] = [rate[t] for t in cfg["layer_types"]] + [0] * stages
     cfg["num_hash_layers"] = sum(t == "hash_moe" for t in cfg["mlp_layer_types"])
-    cfg["num_nextn_predict_layers"] = STAGES
-    cfg["dspark_block_size"] = BLOCK
-    cfg["dspark_target_layer_ids"] = TARGET_LAYERS
-    cfg["dspark_noise_token_id"] = NOISE
+    cfg["num_nextn_predict_layers"] = stages
+    cfg["dspark_block_size"] = block
+    cfg["dspark_target_layer_ids"] = targets
+    cfg["dspark_noise_token_id"] = noise
     cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
                                   "activation_scheme": "dynamic",
                                   "weight_block_size": [128, 128]}
