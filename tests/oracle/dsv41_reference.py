@@ -581,9 +581,12 @@ class V41Reference:
                           self._t(s + "w2.weight"), c.swiglu_limit)
         return out
 
-    def hidden_states(self, ids, trace=None):
+    def hidden_states(self, ids, trace=None, attn_inputs=None):
         """The final normed hidden [T, h] of token ids (a list), every position causal:
-        a position's row depends on the tokens up to it alone."""
+        a position's row depends on the tokens up to it alone. attn_inputs (a dict),
+        when given, gets each layer's residual streams [T, m, h] at its attention
+        input (after the previous sub-layer's post and the layer's Engram): what
+        DeepInfer's DeepseekDecoderLayer hands dflash_input_store (DSpark's features)."""
         c, m = self.cfg, self.cfg.hc_mult
         x = self._t("embed.weight")[torch.as_tensor(ids)]
         T = x.shape[0]
@@ -598,6 +601,8 @@ class V41Reference:
                     residual = hc_post(out, residual, post, comb)
                 if kind == "attn" and L in c.engram_layers:
                     residual = self.engram(L, residual, ids)
+                if kind == "attn" and attn_inputs is not None:
+                    attn_inputs[L] = residual
                 layer_input = (residual * pre[:, :, None]).sum(1)
                 pfx = f"layers.{L}.hc_{kind}_"
                 pre, post, comb = hc_mixes(residual, self._t(pfx + "fn"), self._t(pfx + "scale"),
@@ -614,8 +619,8 @@ class V41Reference:
         h = (residual * pre[:, :, None]).sum(1)
         return rms_norm(h, self._t("norm.weight"), c.eps)
 
-    def forward(self, ids, trace=None):
+    def forward(self, ids, trace=None, attn_inputs=None):
         if not ids or any(not 0 <= int(i) < self.cfg.vocab for i in ids):
             raise ValueError(f"ids: {len(ids)} ids, each must be in 0..{self.cfg.vocab - 1}")
         head = self._t("embed.weight") if self.cfg.tie else self._t("head.weight")
-        return self.hidden_states(ids, trace) @ head.t()
+        return self.hidden_states(ids, trace, attn_inputs) @ head.t()
