@@ -219,6 +219,9 @@ if [ "${DI_MODEL_ORACLES:-1}" = 1 ]; then
   # (PyPI sdists, read not installed), then its fixtures reproduced
   oracle model-dsv41-ops "$model_python" tests/oracle/check_dsv41_ops.py
   oracle model-dsv41 "$model_python" tests/oracle/make_dsv41_fixtures.py --check
+  # DeepSeek-V4.1's DSpark draft head: its fixture reproduced (the reference's parts are
+  # held to DeepInfer's own references by check_dsv41_ops.py above)
+  oracle model-dsv41-dspark "$model_python" tests/oracle/make_dsv41_dspark_fixtures.py --check
   # Engram's metadata (compressed vocabulary, primes, NumPy's multipliers, the hash)
   # from DeepInfer's engram_metadata.py and tile-kernels' engram_hash_ref
   oracle model-engram "$model_python" tests/oracle/make_engram_fixtures.py --check

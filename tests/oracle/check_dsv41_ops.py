@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Hold dsv41_reference.py's parts to the public PyTorch references of DeepSeek's
-own V4.1 kernels, on random inputs, and its whole model to causality:
+own V4.1 kernels, on random inputs, and its whole model to causality (and
+dsv41_dspark_reference.py's DSpark head to DeepInfer's references of its parts):
 
   tile-kernels 2.1.0 (PyPI wheel)      tile_kernels/torch: mhc_pre_norm_fn_ref,
                                        mhc_pre_split_mixes_ref, sinkhorn_normalize_ref,
@@ -13,7 +14,12 @@ own V4.1 kernels, on random inputs, and its whole model to causality:
                                        compression), prepare_v4_decode_metadata_ref
                                        (what a query sees: window, entries, positions_c),
                                        the YaRN inverse frequencies of
-                                       layers/rotary_embedding.py
+                                       layers/rotary_embedding.py; for the DSpark head
+                                       (dsv41_dspark_reference.py):
+                                       get_fused_dflash_get_input_ref (the block's
+                                       positions and the keys each row sees),
+                                       dflash_input_store_ref (the features),
+                                       confidence_head_fused_ref
 
 The packages need GPUs to import, so each reference function is read out of its
 file (its source, not the package: the kernels' modules are never imported) with
@@ -37,6 +43,7 @@ import zipfile
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import dsv41_dspark_reference as dref  # noqa: E402
 import dsv41_reference as ref  # noqa: E402
 
 PINS = {"tile-kernels": "2.1.0", "deepinfer-gemm": "2.8.2", "deepinfer": "0.1.0"}
@@ -353,6 +360,85 @@ def check_model(folder):
                 FAILED.append(f"{field}: the message does not name it")
 
 
+def check_dspark(di, folder):
+    """The DSpark head's reference (dsv41_dspark_reference.py) on the DSpark fixture's
+    checkpoint (make_dsv41_dspark_fixtures.py) against DeepInfer's own references:
+    get_fused_dflash_get_input_ref (the block's positions, where its keys go and the
+    keys each row sees; a ring of window + block + 1 slots a request, as DeepInfer's
+    swa ring of window + DEEPINFER_MAX_BACKTRACKING_TOKENS), dflash_input_store_ref
+    (the features from the attention-input streams), confidence_head_fused_ref."""
+    import make_dsv41_dspark_fixtures as fixtures
+    model, seed = fixtures.build(fixtures.SALT, pathlib.Path(folder))
+    c, d = model.cfg, model.dcfg
+    W, B = c.window, d.block
+    bs = W + B + 1
+    # one decode step's batch: request r's tokens at p0 .. p0 + B (the previous
+    # anchor and its B drafts), v of the drafts kept: the last accepted position
+    # a = p0 + v = n - 1, the block at n
+    ns = [1, 2] + fixtures.CASES + [40]
+    positions, slots, ftp, offset = [], [], [], []
+    for r, n in enumerate(ns):
+        v = min(r % (B + 1), n - 1)
+        p0 = n - 1 - v
+        ftp.append(len(positions))
+        offset.append(v)
+        for p in range(p0, p0 + B + 1):
+            positions.append(p)
+            slots.append(r * bs + p % bs)
+    ns_ = di["dspark_index"]["get_fused_dflash_get_input_ref"]
+    newx, pos_out, _, _, _, kv_index = ns_(
+        torch.tensor(slots, dtype=torch.int32), torch.tensor(positions, dtype=torch.int32),
+        torch.tensor(ftp, dtype=torch.int32), torch.tensor(offset, dtype=torch.int32), bs, B, W)
+    pos_out, newx = pos_out.view(len(ns), B), newx.view(len(ns), B)
+    kv_index = kv_index.view(len(ns), B, -1)
+    want_pos, got_seen, want_seen, got_slot, want_slot = [], [], [], [], []
+    width = W + B
+    for r, n in enumerate(ns):
+        want_pos.append(model.positions(n))
+        want_slot.append([r * bs + p % bs for p in model.positions(n)])
+        lo = n - W  # the window's first position: a slot back to its position
+        for i, seen in enumerate(model.kv_positions(n)):
+            row = [lo + (int(s) - r * bs - lo) % bs for s in kv_index[r, i] if s >= 0]
+            got_seen.append(row + [-1] * (width - len(row)))
+            want_seen.append(seen + [-1] * (width - len(seen)))
+    report("DSpark block positions n .. n + B - 1 vs get_fused_dflash_get_input_ref",
+           pos_out.float(), torch.tensor(want_pos).float(), 0)
+    report("DSpark block keys' slots (written at n + i) vs get_fused_dflash_get_input_ref",
+           newx.float(), torch.tensor(want_slot).float(), 0)
+    report("DSpark keys each row sees (n - W .. n + B - 1 from 0, every row) vs "
+           "get_fused_dflash_get_input_ref", torch.tensor(got_seen).float(),
+           torch.tensor(want_seen).float(), 0)
+    # the features: each target layer's attention-input streams through DeepInfer's store
+    g = torch.Generator().manual_seed(seed + 1)
+    seq = torch.randint(3, c.vocab, (fixtures.N_SEQ,), generator=g).tolist()
+    streams = {}
+    model.main.forward(seq, None, streams)
+    _, feats = model.features(seq)
+    E = c.hidden
+    for k, j in enumerate(d.targets):
+        out = torch.empty(len(seq), E)
+        di["dspark"]["dflash_input_store_ref"](streams[j], out)
+        report(f"DSpark features of target layer {j} vs dflash_input_store_ref", feats[:, k * E:(k + 1) * E],
+               out, 1e-6)
+    # the confidence of every case's rows, and random rows at another temperature with
+    # the clamp engaged
+    caches, done, got, want = model.new_caches(), 0, [], []
+    proj = model._t(f"mtp.{d.stages - 1}.confidence_head.proj.weight")
+    for n in fixtures.CASES:
+        model.inject(caches, feats[done:n], range(done, n))
+        done = n
+        b = model.block(caches, n, seq[n])
+        got.append(b["confidence"])
+        want.append(di["dspark"]["confidence_head_fused_ref"](b["h"], proj.t().contiguous(), 1.0,
+                                                              b["markov_emb"]))
+    report("DSpark confidence (T = 1) vs confidence_head_fused_ref", torch.cat(got), torch.cat(want), 1e-6)
+    h, e = torch.randn(16, E, generator=g) * 40, torch.randn(16, d.rank, generator=g)
+    want = di["dspark"]["confidence_head_fused_ref"](h, proj.t().contiguous(), 0.5, e)
+    report("DSpark confidence (T = 0.5, |z / T| up to 140: past the +-60 clamp) vs "
+           "confidence_head_fused_ref",
+           dref.confidence(h, e, proj, 0.5), want, 1e-6)
+
+
 def main(argv):
     keep = argv[argv.index("--keep") + 1] if "--keep" in argv else None
     tk = tile_kernels_torch()
@@ -367,7 +453,12 @@ def main(argv):
                             ["prepare_v4_decode_metadata_ref"]),
           "rope": functions(ops / "rotary_embedding.py",
                             ["_yarn_find_correction_dim", "_yarn_find_correction_range",
-                             "_yarn_linear_ramp_mask"])}
+                             "_yarn_linear_ramp_mask"]),
+          "dspark_index": functions(ops / "tilelang_ops" / "get_kv_index.py",
+                                    ["get_fused_dflash_get_input_ref"]),
+          "dspark": functions(ops / "tilelang_ops" / "dflash.py",
+                              ["_sigmoid_with_temperature", "confidence_head_fused_ref",
+                               "dflash_input_store_ref"])}
     check_mhc(tk, gemm)
     check_moe(tk)
     check_rope(tk, di)
@@ -378,6 +469,8 @@ def main(argv):
     check_engram()
     with tempfile.TemporaryDirectory() as tmp:
         check_model(keep or tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        check_dspark(di, tmp)
     if FAILED:
         print(f"{len(FAILED)} check(s) failed")
         return 1

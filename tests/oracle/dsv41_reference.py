@@ -20,7 +20,8 @@ vocabulary, gated into the residual streams before an attention sub-layer: DeepI
 engram_metadata.py and tile-kernels' engram_hash_ref run as they are, the gate is
 engram_gate_ref's in float32). Not yet: the candidate-block top-k (a config asking for
 it is refused, naming the field); the DSpark head (mtp.N.*, the compress_ratios
-entries after the main layers) and images (vision_config) are not run: the text
+entries after the main layers: dsv41_dspark_reference.py runs it on this model's
+attention-input streams) and images (vision_config) are not run here: the text
 model's logits do not depend on them.
 
     reference = V41Reference.load(folder)
