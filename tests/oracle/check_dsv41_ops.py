@@ -418,8 +418,8 @@ def check_dspark(di, folder):
     for k, j in enumerate(d.targets):
         out = torch.empty(len(seq), E)
         di["dspark"]["dflash_input_store_ref"](streams[j], out)
-        report(f"DSpark features of target layer {j} vs dflash_input_store_ref", feats[:, k * E:(k + 1) * E],
-               out, 1e-6)
+        report(f"DSpark features of target layer {j} vs dflash_input_store_ref",
+               feats[:, k * E:(k + 1) * E], out, 1e-6)
     # the confidence of every case's rows, and random rows at another temperature with
     # the clamp engaged
     caches, done, got, want = model.new_caches(), 0, [], []
@@ -431,7 +431,8 @@ def check_dspark(di, folder):
         got.append(b["confidence"])
         want.append(di["dspark"]["confidence_head_fused_ref"](b["h"], proj.t().contiguous(), 1.0,
                                                               b["markov_emb"]))
-    report("DSpark confidence (T = 1) vs confidence_head_fused_ref", torch.cat(got), torch.cat(want), 1e-6)
+    report("DSpark confidence (T = 1) vs confidence_head_fused_ref", torch.cat(got),
+           torch.cat(want), 1e-6)
     h, e = torch.randn(16, E, generator=g) * 40, torch.randn(16, d.rank, generator=g)
     want = di["dspark"]["confidence_head_fused_ref"](h, proj.t().contiguous(), 0.5, e)
     report("DSpark confidence (T = 0.5, |z / T| up to 140: past the +-60 clamp) vs "

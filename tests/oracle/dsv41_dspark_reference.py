@@ -287,7 +287,10 @@ class V41DSparkReference:
                                                self._t(pfx + "base"), m, c.eps, c.hc_eps,
                                                c.hc_post_mult, c.hc_iters)
                 y = ref.rms_norm(layer_input, self._t(f"mtp.{s}.{kind}_norm.weight"), c.eps)
-                out = self.attention(s, y, n, caches[s]) if kind == "attn" else self.moe(s, y, trace)
+                if kind == "attn":
+                    out = self.attention(s, y, n, caches[s])
+                else:
+                    out = self.moe(s, y, trace)
         residual = ref.hc_post(out, residual, post, comb)
         return (residual * pre[:, :, None]).sum(1)
 
@@ -299,7 +302,8 @@ class V41DSparkReference:
         h = self.hidden(caches, n, anchor, trace)
         head = self._t("embed.weight") if c.tie else self._t("head.weight")
         logits = ref.rms_norm(h, self._t(last + "norm.weight"), c.eps) @ head.t()
-        embed, mhead = self._t(last + "markov_head.embed.weight"), self._t(last + "markov_head.head.weight")
+        embed = self._t(last + "markov_head.embed.weight")
+        mhead = self._t(last + "markov_head.head.weight")
         prev, rows, drafts, embs = anchor, [], [], []
         for i in range(self.dcfg.block):
             e = embed[prev]

@@ -119,9 +119,9 @@ def build(salt, out):
 
 
 def stage_margin(trace, top_k):
-    gaps = [float((s.topk(top_k + 1, dim=-1).values[:, -2] - s.topk(top_k + 1, dim=-1).values[:, -1]).min())
-            for kind, _, s in trace if kind == "route"]
-    return min(gaps)
+    """The smallest gap between the stage routers' k-th and (k+1)-th scores."""
+    tops = [s.topk(top_k + 1, dim=-1).values for kind, _, s in trace if kind == "route"]
+    return min(float((t[:, -2] - t[:, -1]).min()) for t in tops)
 
 
 def compute(salt, out):
