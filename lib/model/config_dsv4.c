@@ -72,11 +72,9 @@ static di_status read_layer_types(cfg_ctx *c, model_config *m, uint32_t rate_csa
  * after the main layers (mtp.0.*), a sliding-window block with scored MoE, as
  * llama.cpp's deepseek4 graph runs DeepSeek-V4's. DeepSeek's compress_ratios
  * may list it after the main layers: anything but 0 there is refused. */
-static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages);
-
 static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
 {
-    if (json_object_get(c->root, "dspark_block_size")) return read_dspark(c, m, mtp);
+    if (json_object_get(c->root, "dspark_block_size")) return cfg_read_dspark(c, m, mtp, 0);
     m->n_nextn_layer = mtp > 0;
     if (!mtp) return DI_OK;
     if (m->n_layer >= MODEL_V4_MAX_LAYERS)
@@ -104,12 +102,41 @@ static di_status read_mtp_type(cfg_ctx *c, model_config *m, uint32_t mtp)
     return DI_OK;
 }
 
+/* DeepSeek-V4.1's own DSpark keys: the stages' expert counts (required,
+ * as DeepInfer reads them), the Markov rank (checked against the tensor at
+ * load) and dspark_target_attn_input (DeepInfer runs only true). */
+static di_status v41_dspark(cfg_ctx *c, model_config *m)
+{
+    model_config_v4 *v = &m->v4;
+    uint32_t rank = 0;
+    di_status st;
+    if ((st = cfg_need_uint(c, "dspark_n_routed_experts", &v->dspark_n_expert)) != DI_OK ||
+        (st = cfg_need_uint(c, "dspark_num_experts_per_tok", &v->dspark_n_expert_used)) != DI_OK ||
+        (st = cfg_need_uint(c, "dspark_markov_rank", &rank)) != DI_OK)
+        return st;
+    if (v->dspark_n_expert_used > v->dspark_n_expert || v->dspark_n_expert > 4096)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: dspark_num_experts_per_tok %u is more than "
+                             "dspark_n_routed_experts %u (or that is past 4096)",
+                             c->file, v->dspark_n_expert_used, v->dspark_n_expert);
+    json_t *ai = json_object_get(c->root, "dspark_target_attn_input");
+    if (ai && !json_is_true(ai))
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: dspark_target_attn_input is not true: DeepSeek-V4.1's DSpark "
+                             "head reads the target layers' attention input (DeepInfer runs "
+                             "no other)",
+                             c->file);
+    v->dspark_markov_rank = rank;
+    return DI_OK;
+}
+
 /* DeepSeek-V4-Flash-DSpark's draft head (the keys llama.cpp's converter
  * reads: dspark_block_size, dspark_target_layer_ids, dspark_noise_token_id):
  * its num_nextn_predict_layers stages after the main layers, each a
  * sliding-window layer with scored MoE (compress_ratios 0 there, as llama.cpp
- * requires); no MTP layer then. */
-static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages)
+ * requires); no MTP layer then. DeepSeek-V4.1's adds the keys DeepInfer's
+ * hugging_face/config.py _build_dflash_cfg reads (v41_dspark). */
+di_status cfg_read_dspark(cfg_ctx *c, model_config *m, uint32_t stages, int v41)
 {
     model_config_v4 *v = &m->v4;
     uint32_t block = 0, noise = 0;
@@ -144,7 +171,8 @@ static di_status read_dspark(cfg_ctx *c, model_config *m, uint32_t stages)
                                  c->file, k, m->n_layer - 1);
         v->dspark_target[k] = (uint8_t)json_integer_value(e);
     }
-    json_t *cr = json_object_get(c->root, "compress_ratios");
+    if (v41 && (st = v41_dspark(c, m)) != DI_OK) return st;
+    json_t *cr = v41 ? NULL : json_object_get(c->root, "compress_ratios");
     for (uint32_t s = 0; s < stages; s++) {
         json_t *r = json_array_get(cr, m->n_layer + s);
         if (r && !(json_is_integer(r) && json_integer_value(r) == 0))

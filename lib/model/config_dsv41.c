@@ -194,7 +194,7 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
     if (cand && !json_is_null(cand))
         return unsupported(c, "candidate_source_layer_id",
                            "the candidate-block top-k is not run yet (docs/deepseek-v41.md)");
-    /* compress_ratios: the main layers', then the DSpark layers' (not run) */
+    /* compress_ratios: the main layers', then the DSpark stages' (not read) */
     json_t *cr = json_object_get(c->root, "compress_ratios");
     if (!json_is_array(cr) || json_array_size(cr) != (size_t)m->n_layer + mtp)
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
@@ -213,6 +213,11 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
         v->attention[i] = x ? MODEL_V4_CSA : MODEL_V4_SLIDING;
         if (x == 1 && v->n_prefill_layer == m->n_layer) v->n_prefill_layer = i;
     }
+    /* the DSpark head (DeepInfer's only head after the main layers); without
+     * dspark_block_size the layers after the main ones are not run */
+    if (mtp && json_object_get(c->root, "dspark_block_size") &&
+        (st = cfg_read_dspark(c, m, mtp, 1)) != DI_OK)
+        return st;
     json_t *kv = json_object_get(c->root, "kv_source_layer_ids");
     json_t *ik = json_object_get(c->root, "index_k_source_layer_ids");
     if ((st = source_map(c, m, "kv_source_layer_ids", kv, v->kv_src)) != DI_OK ||

@@ -38,5 +38,13 @@ di_status cfg_read_deepseek_v4(cfg_ctx *c, model_config *m);
  * (Engram, the candidate-block top-k, unshifted mHC) is DI_ERR_UNSUPPORTED
  * naming the field. */
 di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top);
+/* A DSpark draft head's fields (config_dsv4.c), its `stages` after m's main
+ * layers: dspark_block_size, dspark_target_layer_ids, dspark_noise_token_id;
+ * with v41 also DeepSeek-V4.1's dspark_n_routed_experts,
+ * dspark_num_experts_per_tok, dspark_markov_rank and dspark_target_attn_input
+ * (true or absent, as DeepInfer asserts), the stages' compress_ratios not
+ * read (DeepInfer builds every stage as a sliding-window layer). Errors as
+ * cfg_read_deepseek_v4, the field named. */
+di_status cfg_read_dspark(cfg_ctx *c, model_config *m, uint32_t stages, int v41);
 
 #endif

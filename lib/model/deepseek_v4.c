@@ -214,7 +214,7 @@ static di_status load_v41_attention(dsv4 *d, uint32_t i, v4_layer *L, di_error *
 static di_status load_experts(dsv4 *d, uint32_t i, v4_layer *L, model_tensor *views, di_error **err)
 {
     const model_config *c = &d->cfg;
-    const int64_t E = c->n_embd, I = c->n_ff_exp, X = c->n_expert;
+    const int64_t E = c->n_embd, I = c->n_ff_exp, X = L->route.n_expert;
     const backend_matrix **m = calloc((size_t)(3 * X), sizeof(const backend_matrix *));
     if (!m) return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
     const backend_matrix **gate = m, **up = m + X, **down = m + 2 * X;
@@ -297,7 +297,14 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     backend *be = d->be;
     const int64_t E = c->n_embd, H = c->n_head, hd = c->head_dim, QL = c->q_lora_rank,
                   G = v->o_groups, RO = v->o_lora_rank, in_g = H * hd / G, hcE = d->hc * E;
-    const size_t n_views = 6 * (size_t)c->n_expert + 2 * (size_t)G + 8;
+    L->hash = v->hash_moe[i];
+    L->route = L->hash ? d->route_hash : d->route;
+    if (i >= c->n_layer && v->dspark_n_expert) { /* a V4.1 DSpark stage's own experts */
+        L->route.n_expert = (int32_t)v->dspark_n_expert;
+        L->route.n_expert_used = (int32_t)v->dspark_n_expert_used;
+    }
+    const int64_t X = L->route.n_expert;
+    const size_t n_views = 6 * (size_t)X + 2 * (size_t)G + 8;
     model_tensor *views = calloc(n_views, sizeof *views);
     if (!views)
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
@@ -315,7 +322,6 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     if ((st = model_vector(dsv4_layer_weights(d, i), be, name, n, &L->field, err)) != DI_OK)       \
     return st
     L->kind = (model_v4_attention)v->attention[i];
-    L->hash = v->hash_moe[i];
     L->rope = L->kind == MODEL_V4_SLIDING ? d->rope_main : d->rope_comp;
     VEC(attn_norm, "input_layernorm.weight", E);
     VEC(ffn_norm, "post_attention_layernorm.weight", E);
@@ -339,7 +345,7 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
     if (st != DI_OK) return st;
     if (!(L->wo_a = calloc((size_t)G, sizeof(const backend_matrix *))))
         return di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory loading layer %u", i);
-    model_tensor *gv = views + 6 * (size_t)c->n_expert;
+    model_tensor *gv = views + 6 * (size_t)X;
     for (int64_t g = 0; g < G; g++)
         if ((st = row_view(d, &gv[2 * g], &gv[2 * g + 1], oa, oa->scale, g * RO, RO, &L->wo_a[g],
                            err)) != DI_OK)
@@ -362,14 +368,14 @@ di_status dsv4_load_layer(dsv4 *d, uint32_t i, di_error **err)
             MAT(iw, "self_attn.compressor.indexer.scorer.weights_proj.weight", E, IH);
         }
     }
-    MAT(gate_inp, "mlp.gate.weight", E, c->n_expert);
+    MAT(gate_inp, "mlp.gate.weight", E, X);
     MAT(sh_gate, "mlp.shared_experts.gate_proj.weight", E, c->n_ff_exp);
     MAT(sh_up, "mlp.shared_experts.up_proj.weight", E, c->n_ff_exp);
     MAT(sh_down, "mlp.shared_experts.down_proj.weight", c->n_ff_exp, E);
     if (L->hash) {
         if ((st = load_tid2eid(d, i, L, err)) != DI_OK) return st;
     } else {
-        VEC(exp_probs_b, "mlp.gate.e_score_correction_bias", c->n_expert);
+        VEC(exp_probs_b, "mlp.gate.e_score_correction_bias", X);
     }
 #undef MAT
 #undef VEC
@@ -449,7 +455,9 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
         }
     }
     const int64_t hcE = d->hc * E, ihd = v->index_head_dim, IH = v->index_n_heads, F = c->n_ff_exp,
-                  k = c->n_expert_used;
+                  k = c->n_expert_used > v->dspark_n_expert_used ? c->n_expert_used
+                                                                 : v->dspark_n_expert_used,
+                  X = c->n_expert > v->dspark_n_expert ? c->n_expert : v->dspark_n_expert;
     /* the caches' rows: the window's and the entries' head_dim, the indexer
      * keys' index_head_dim (a Q8_0/Q4_0 cache needs whole blocks of 32) */
     int has_csa = 0;
@@ -479,7 +487,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->cg = op->alloc(be, B * 2 * (hd > ihd ? hd : ihd));
     d->iq = op->alloc(be, B * IH * ihd);
     d->iw = op->alloc(be, B * IH);
-    d->router = op->alloc(be, B * c->n_expert);
+    d->router = op->alloc(be, B * X);
     d->gate = op->alloc(be, B * F);
     d->up = op->alloc(be, B * F);
     d->pooled = op->alloc(be, (B + 1) * (hd > ihd ? hd : ihd));
@@ -1055,15 +1063,12 @@ static void moe(dsv4 *d, const v4_layer *L, const int32_t *tokens, int64_t n)
     const model_config *c = &d->cfg;
     backend *be = d->be;
     const backend_ops *op = be->ops;
-    const int64_t k = c->n_expert_used;
+    const int64_t k = L->route.n_expert_used;
     op->matmul(be, 1, &L->gate_inp, NULL, d->h, n, &d->router);
-    if (L->hash) {
+    if (L->hash)
         for (int64_t t = 0; t < n; t++)
             memcpy(d->sel + t * k, L->tid2eid + (int64_t)tokens[t] * k, (size_t)k * sizeof *d->sel);
-        op->moe_route(be, &d->route_hash, NULL, d->router, n, d->sel, d->sel_w);
-    } else {
-        op->moe_route(be, &d->route, L->exp_probs_b, d->router, n, d->sel, d->sel_w);
-    }
+    op->moe_route(be, &L->route, L->hash ? NULL : L->exp_probs_b, d->router, n, d->sel, d->sel_w);
     const backend_matrix *w[2] = {L->sh_gate, L->sh_up};
     float *y[2] = {d->gate, d->up};
     op->matmul(be, 2, w, NULL, d->h, n, y);
@@ -1084,6 +1089,8 @@ void dsv4_hc_block(dsv4 *d, uint32_t l, const backend_matrix *fn, const float *b
     const backend_ops *op = be->ops;
     const int64_t E = c->n_embd, hcE = d->hc * E;
     if (!tokens && d->layers[l].engram_slot >= 0) dsv4_engram_apply(d, &d->layers[l], n);
+    /* V4.1's DSpark features: the streams at a main layer's attention input */
+    if (!tokens && d->has_dspark && c->v4.v41 && l < c->n_layer) dsv4_dspark_capture(d, l, n);
     op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
     op->matmul(be, 1, &fn, NULL, d->xn, n, &d->mix);
     if (c->v4.v41) { /* shifted: the previous block's pre mix; this one's kept for the next */
@@ -1139,7 +1146,7 @@ static void forward_step(dsv4 *d, const model_batch_item *items, int n_items, in
                       n_items);
         dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n,
                       n_items);
-        if (d->has_dspark) dsv4_dspark_capture(d, l, n);
+        if (d->has_dspark && !c->v4.v41) dsv4_dspark_capture(d, l, n); /* (after layer l) */
     }
     if (d->has_mtp) { /* the MTP layer's input (model_last_hidden) */
         op->copy_rows(be, d->last_hidden, hcE, d->x, hcE, hcE, n);

@@ -59,15 +59,19 @@ static void names_for(const dsv4 *d, dspark_names *n)
         snprintf(n->head_scale, sizeof n->head_scale, "model.hc_head.hc_scale");
         return;
     }
-    static const char *const suffix[9] = {"main_proj.weight",
-                                          "main_norm.weight",
-                                          "markov_head.markov_w1.weight",
-                                          "markov_head.markov_w2.weight",
-                                          "confidence_head.proj.weight",
-                                          "norm.weight",
-                                          "hc_head_fn",
-                                          "hc_head_base",
-                                          "hc_head_scale"};
+    /* (V4.1's Markov head names its tables embed and head, as DeepInfer's
+     * hugging_face/names.py reads them; it has no mHC head) */
+    const int v41 = d->cfg.v4.v41;
+    const char *const suffix[9] = {"main_proj.weight",
+                                   "main_norm.weight",
+                                   v41 ? "markov_head.embed.weight"
+                                       : "markov_head.markov_w1.weight",
+                                   v41 ? "markov_head.head.weight" : "markov_head.markov_w2.weight",
+                                   "confidence_head.proj.weight",
+                                   "norm.weight",
+                                   "hc_head_fn",
+                                   "hc_head_base",
+                                   "hc_head_scale"};
     char *out[9] = {n->proj, n->main_norm, n->w1,        n->w2,        n->conf,
                     n->norm, n->head_fn,   n->head_base, n->head_scale};
     const uint32_t S = d->cfg.v4.n_dspark;
@@ -113,16 +117,24 @@ di_status dsv4_dspark_load(dsv4 *d, di_error **err)
     names_for(d, &n);
     int64_t R = 0;
     if ((st = markov_rank(d, n.w1, &R, err)) != DI_OK) return st;
+    if (v->dspark_markov_rank && R != (int64_t)v->dspark_markov_rank)
+        return di_error_setf(err, DI_ERR_MODEL_FORMAT,
+                             "tensor '%s' has rank %lld, the config's dspark_markov_rank is %u",
+                             n.w1, (long long)R, v->dspark_markov_rank);
     d->dspark_rank = R;
     if ((st = model_matrix(w, be, n.proj, F, E, &d->dspark_proj, err)) != DI_OK ||
         (st = model_vector(w, be, n.main_norm, E, &d->dspark_main_norm, err)) != DI_OK ||
         (st = model_embedding(w, be, n.w1, R, c->n_vocab, &d->dspark_w1, err)) != DI_OK ||
         (st = model_matrix(w, be, n.w2, R, c->n_vocab, &d->dspark_w2, err)) != DI_OK ||
         (st = model_matrix(w, be, n.conf, E + R, 1, &d->dspark_conf, err)) != DI_OK ||
-        (st = model_vector(w, be, n.norm, E, &d->dspark_norm, err)) != DI_OK ||
-        (st = model_matrix(w, be, n.head_fn, d->hc * E, d->hc, &d->dspark_head_fn, err)) != DI_OK ||
-        (st = model_vector(w, be, n.head_base, d->hc, &d->dspark_head_base, err)) != DI_OK ||
-        (st = model_vector(w, be, n.head_scale, 1, &d->dspark_head_scale, err)) != DI_OK)
+        (st = model_vector(w, be, n.norm, E, &d->dspark_norm, err)) != DI_OK)
+        return st;
+    /* (V4.1's shifted mHC: the last block's pre mix collapses the streams) */
+    if (!v->v41 &&
+        ((st = model_matrix(w, be, n.head_fn, d->hc * E, d->hc, &d->dspark_head_fn, err)) !=
+             DI_OK ||
+         (st = model_vector(w, be, n.head_base, d->hc, &d->dspark_head_base, err)) != DI_OK ||
+         (st = model_vector(w, be, n.head_scale, 1, &d->dspark_head_scale, err)) != DI_OK))
         return st;
     d->dspark_feat = be->ops->alloc(be, B * F);
     d->dspark_hid = be->ops->alloc(be, B * E);
@@ -297,6 +309,15 @@ void dsv4_dspark_inject(dsv4 *d, model_seq *s, const float *features, int64_t n)
     }
 }
 
+/* The confidence head's probability of its logit z: sigmoid(z), V4.1's with
+ * z clamped to [-60, 60] (DeepInfer's confidence_head_fused_ref, its
+ * temperature 1 by default). */
+static float confidence_of(const dsv4 *d, float z)
+{
+    if (d->cfg.v4.v41) z = z < -60.0f ? -60.0f : z > 60.0f ? 60.0f : z;
+    return 1.0f / (1.0f + expf(-z));
+}
+
 /* The Markov chain and the confidences of the n_items blocks whose rows are
  * logits [n_items B, n_vocab] (the LM head's) and d->dspark_hid (pre-norm):
  * position i of every block at once. */
@@ -324,7 +345,7 @@ static void markov(dsv4 *d, const int32_t *anchors, int n_items, float *logits, 
                 if (row[j] > row[best]) best = (int32_t)j;
             prev[k] = best;
             drafts[k * Bk + i] = best;
-            confidence[k * Bk + i] = 1.0f / (1.0f + expf(-d->dspark_cf[k]));
+            confidence[k * Bk + i] = confidence_of(d, d->dspark_cf[k]);
         }
     }
 }
@@ -346,8 +367,13 @@ void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, 
             int32_t *tok = d->tokens + k * Bk;
             tok[0] = anchors[i0 + k];
             for (int64_t i = 1; i < Bk; i++) tok[i] = (int32_t)c->v4.dspark_noise;
+            /* V4: row p sees the window up to p, then the block's later
+             * rows (llama.cpp); V4.1: every row the window ending at the
+             * last injected position, then the whole block (DeepInfer's
+             * get_fused_dflash_get_input) */
             for (int64_t i = 0; i < Bk; i++) {
-                d->pos[k * Bk + i] = d->kpos[k * Bk + i] = p0 + i;
+                d->pos[k * Bk + i] = p0 + i;
+                d->kpos[k * Bk + i] = c->v4.v41 ? p0 - 1 : p0 + i;
                 d->neg_pos[k * Bk + i] = -(p0 + i);
                 d->dspark_last[k * Bk + i] = p0 + Bk - 1;
             }
@@ -356,6 +382,7 @@ void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, 
         op->embed(be, d->tok_embd, d->tokens, n, d->h, E);
         for (int j = 0; j < d->hc; j++) op->copy_rows(be, d->x + j * E, hcE, d->h, E, E, n);
         d->klast = d->dspark_last;
+        d->hc_first = 1;
         for (uint32_t st = 0; st < c->v4.n_dspark; st++) {
             const uint32_t l = c->n_layer + st;
             const v4_layer *L = &d->layers[l];
@@ -363,12 +390,17 @@ void dsv4_dspark_draft(dsv4 *d, model_seq *const *seqs, const int32_t *anchors, 
             dsv4_hc_block(d, l, L->ffn_fn, L->ffn_base, L->ffn_scale, L->ffn_norm, d->tokens, n, m);
         }
         d->klast = NULL;
-        /* the last stage's mHC head: h (pre-norm, the confidence head's), then
-         * the norm and the target's LM head */
-        op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
-        op->matmul(be, 1, &d->dspark_head_fn, NULL, d->xn, n, &d->mix);
-        op->hc_pre(be, d->mix, d->dspark_head_base, d->dspark_head_scale, d->hc, 0, c->v4.hc_eps,
-                   d->x, E, n, d->dspark_hid, NULL, NULL);
+        /* the last stage's mHC head (V4.1: its last pre mix): h (pre-norm,
+         * the confidence head's), then the norm and the target's LM head */
+        if (c->v4.v41) {
+            op->hc_pre_shifted(be, NULL, NULL, NULL, d->hc, 0, 0.0f, d->x, E, n, d->pre_mix,
+                               d->dspark_hid, NULL, NULL, NULL);
+        } else {
+            op->rmsnorm(be, d->x, hcE, NULL, d->xn, hcE, n, hcE, c->rms_norm_eps);
+            op->matmul(be, 1, &d->dspark_head_fn, NULL, d->xn, n, &d->mix);
+            op->hc_pre(be, d->mix, d->dspark_head_base, d->dspark_head_scale, d->hc, 0,
+                       c->v4.hc_eps, d->x, E, n, d->dspark_hid, NULL, NULL);
+        }
         op->rmsnorm(be, d->dspark_hid, E, d->dspark_norm, d->col, E, n, E, c->rms_norm_eps);
         float *lg = logits + (int64_t)i0 * Bk * c->n_vocab;
         op->matmul(be, 1, &d->output, NULL, d->col, n, &lg);

@@ -75,6 +75,9 @@ typedef struct v4_layer {
     const float *ik_norm;
     const backend_matrix *gate_inp, *sh_gate, *sh_up, *sh_down;
     const float *exp_probs_b;
+    /* the routing: the model's (hash or scored), a V4.1 DSpark stage's own
+     * expert counts */
+    backend_route_params route;
     int32_t *tid2eid; /* host [n_vocab, k] (hash layers), owned */
     const backend_moe *experts;
     /* Engram before the attention block (DeepSeek-V4.1): its slot in the

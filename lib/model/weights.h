@@ -104,9 +104,14 @@ typedef struct model_config_v4 {
      * DSpark), blocks of dspark_block tokens (the anchor, then the noise token
      * dspark_noise), the streams after the main layers dspark_target[k] for k
      * < n_dspark_target (their mean over the mHC streams, concatenated) as the
-     * target's features. */
+     * target's features. DeepSeek-V4.1's (docs/deepseek-v41.md, as DeepInfer
+     * runs it) takes each target layer's attention input instead, and its
+     * stages route among dspark_n_expert experts, dspark_n_expert_used a
+     * token (0: the main layers' counts), its Markov head of rank
+     * dspark_markov_rank (0: read from the tensor). */
     uint32_t n_dspark, dspark_block, dspark_noise, n_dspark_target;
     uint8_t dspark_target[MODEL_V4_MAX_LAYERS];
+    uint32_t dspark_n_expert, dspark_n_expert_used, dspark_markov_rank;
 } model_config_v4;
 
 /* How RoPE pairs the dimensions of a head: NORM rotates (x[2i], x[2i+1]) —

@@ -167,6 +167,15 @@ for run in "--model $ds --draft mtp --draft-max 4" "--model $ds --draft auto" \
   grep -q "the model's DSpark head drafts blocks of 4" "$tmp/err" ||
     fail "--verbose did not name the DSpark drafter ($run): $(cat "$tmp/err")"
 done
+# DeepSeek-V4.1's (dsv41-dspark-release): the same tokens with the head drafting
+ds41=$(dirname "$dir")/dsv41-dspark-release
+plain=$("$cli" generate --model "$ds41" --tokens 5,17,42,99,7 --max-tokens 20 --threads 2) ||
+  fail "generate (V4.1 DSpark folder) exited $?"
+out=$("$cli" generate --model "$ds41" --draft mtp --tokens 5,17,42,99,7 --max-tokens 20 \
+      --threads 2 --verbose 2> "$tmp/err") || fail "generate V4.1 --draft mtp exited $?"
+[ "$out" = "$plain" ] || fail "V4.1 --draft mtp printed $out, without speculation $plain"
+grep -q "the model's DSpark head drafts blocks of 4" "$tmp/err" ||
+  fail "--verbose did not name V4.1's DSpark drafter: $(cat "$tmp/err")"
 err=$("$cli" generate --model "$gg/dsv4-dspark.gguf" --tokens 5,9 --max-tokens 2 2>&1 >/dev/null)
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "the DSpark GGUF alone printed: $err"
 [[ "$err" == *"is a DSpark GGUF"*"--draft-model"* ]] || fail "the DSpark GGUF alone: $err"

@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "api/engram_vocab.h"
 #include "engine/draft.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
@@ -34,6 +35,7 @@
 #include "model_variant.h"
 
 #define FIXTURE     "dsv4-dspark-release"
+#define FIXTURE_V41 "dsv41-dspark-release"
 #define GGUF_TARGET DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark-target.gguf"
 #define GGUF_DSPARK DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark.gguf"
 
@@ -61,10 +63,10 @@ typedef struct fixture {
     float *features, *logits; /* [cases[last], width], [n_cases x block, n_vocab] */
 } fixture;
 
-static void fixture_load(fixture *f, const model *m)
+static void fixture_load(fixture *f, const model *m, const char *name)
 {
     char dir[600], path[700];
-    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, name);
     snprintf(path, sizeof path, "%s/reference.json", dir);
     assert_non_null(f->ref = json_load_file(path, 0, NULL));
     assert_non_null(f->ds = json_object_get(f->ref, "dspark"));
@@ -101,7 +103,10 @@ static model *load(const char *dir, int64_t n_batch)
     o.kv_dtype = MODEL_DTYPE_F32;
     model *m = NULL;
     di_error *err = NULL;
-    if (model_load(dir, &o, &m, &err) != DI_OK) fail_msg("%s: %s", dir, di_error_message(err));
+    if (model_load(dir, &o, &m, &err) != DI_OK ||
+        /* (V4.1's Engram: the folder's tokenizer.json, as di_model_load) */
+        api_engram_vocab(m, NULL, dir, &err) != DI_OK)
+        fail_msg("%s: %s", dir, di_error_message(err));
     return m;
 }
 
@@ -163,14 +168,15 @@ static double run_cases(model *m, const fixture *f, const float *features)
  * fixture's features and from the model's own. */
 static void test_dspark_matches_the_reference(void **state)
 {
-    (void)state;
+    const char *name = *state;
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, name);
     model *m = load(dir, 64);
     fixture f;
-    fixture_load(&f, m);
+    fixture_load(&f, m, name);
     const size_t W = (size_t)model_dspark_feature_width(m), N = (size_t)f.cases[f.n_cases - 1];
-    assert_int_equal(W, 2 * model_get_config(m)->n_embd);
+    assert_int_equal(W, json_array_size(json_object_get(f.ds, "target_layer_ids")) *
+                            model_get_config(m)->n_embd);
     di_error *err = NULL;
     if (model_forward(m, f.seq, (int64_t)N, NULL, 0, &err) != DI_OK)
         fail_msg("%s", di_error_message(err));
@@ -184,15 +190,15 @@ static void test_dspark_matches_the_reference(void **state)
     const double feat = rel_diff(copy, f.features, N * W);
     printf("%s: the target's features (%zu positions) vs the reference: max |diff| %.2e of the "
            "range\n",
-           FIXTURE, N, feat);
+           name, N, feat);
     assert_true(feat < 1e-5);
     const double given = run_cases(m, &f, f.features);
     printf("%s: %d blocks of %d from the reference's features: logits max |diff| %.2e of the "
            "range\n",
-           FIXTURE, f.n_cases, f.block, given);
+           name, f.n_cases, f.block, given);
     assert_true(given < 1e-5);
     const double mine = run_cases(m, &f, copy);
-    printf("%s: the same from the model's own features: %.2e\n", FIXTURE, mine);
+    printf("%s: the same from the model's own features: %.2e\n", name, mine);
     assert_true(mine < 1e-5);
     free(copy);
     fixture_free(&f);
@@ -204,12 +210,12 @@ static void test_dspark_matches_the_reference(void **state)
  * them at once (bit for bit); a small n_batch runs the blocks in passes. */
 static void test_dspark_batch_invariance(void **state)
 {
-    (void)state;
+    const char *name = *state;
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, name);
     model *m = load(dir, 4);
     fixture f;
-    fixture_load(&f, m);
+    fixture_load(&f, m, name);
     const size_t V = model_get_config(m)->n_vocab, W = (size_t)model_dspark_feature_width(m),
                  B = (size_t)f.block;
     const int64_t na = f.cases[1], nb = f.cases[f.n_cases - 1];
@@ -252,14 +258,15 @@ static void test_dspark_batch_invariance(void **state)
  * not change the sequence), and after the requests move on one token. */
 static void test_dspark_drafter(void **state)
 {
-    (void)state;
+    const char *name = *state;
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, FIXTURE);
+    snprintf(dir, sizeof dir, "%s/model/%s", DI_FIXTURE_DIR, name);
     model *m = load(dir, 128);
     fixture f;
-    fixture_load(&f, m);
-    enum { R = 5 };
-    assert_int_equal(f.n_cases, R);
+    fixture_load(&f, m, name);
+    enum { RMAX = 8 };
+    const int R = f.n_cases;
+    assert_true(R <= RMAX);
     const int32_t V = (int32_t)model_get_config(m)->n_vocab;
     drafter *d = NULL;
     assert_int_equal(drafter_dspark_create(m, R, &d), DI_OK);
@@ -267,12 +274,12 @@ static void test_dspark_drafter(void **state)
     sampler_params sp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
     sampler *smp = NULL;
     assert_int_equal(sampler_create(&sp, V, &smp, NULL, 0), DI_OK);
-    model_seq *seqs[R];
-    model_batch_item items[R];
-    draft_observation obs[R];
-    void *states[R] = {0};
-    int32_t next[256], outs[R][8];
-    float conf[R][8], *logits = malloc((size_t)R * (size_t)V * sizeof *logits);
+    model_seq *seqs[RMAX];
+    model_batch_item items[RMAX];
+    draft_observation obs[RMAX];
+    void *states[RMAX] = {0};
+    int32_t next[256], outs[RMAX][8];
+    float conf[RMAX][8], *logits = malloc((size_t)R * (size_t)V * sizeof *logits);
     assert_non_null(logits);
     int64_t row = 0;
     for (int r = 0; r < R; r++) {
@@ -294,7 +301,7 @@ static void test_dspark_drafter(void **state)
     d->ops->observe(d, obs, R, features);
     json_t *jd = json_object_get(f.ds, "drafts");
     for (int round = 0; round < 2; round++) {
-        draft_request dr[R];
+        draft_request dr[RMAX];
         for (int r = 0; r < R; r++)
             dr[r] = (draft_request){.tokens = f.seq,
                                     .n_tokens = f.cases[r] + 1,
@@ -351,7 +358,7 @@ static void test_dspark_gguf(void **state)
     di_error *err = NULL;
     if (model_attach_dspark(m, GGUF_DSPARK, &err) != DI_OK) fail_msg("%s", di_error_message(err));
     fixture f;
-    fixture_load(&f, m);
+    fixture_load(&f, m, FIXTURE);
     const size_t W = (size_t)model_dspark_feature_width(m), N = (size_t)f.cases[f.n_cases - 1];
     if (model_forward(m, f.seq, (int64_t)N, NULL, 0, &err) != DI_OK)
         fail_msg("%s", di_error_message(err));
@@ -486,7 +493,7 @@ static void test_dspark_head_on_any_stage(void **state)
     model_variant_rename(dir, "mtp.0.main_proj.weight", "mtp.1.main_proj.weight");
     model *m = load(dir, 64);
     fixture f;
-    fixture_load(&f, m);
+    fixture_load(&f, m, FIXTURE);
     const double given = run_cases(m, &f, f.features);
     printf("the heads on other stages: blocks %.2e of the range\n", given);
     assert_true(given < 1e-5);
@@ -595,12 +602,52 @@ static void test_dspark_config_errors(void **state)
                                 cases[i].st, cases[i].name, NULL);
 }
 
+/* DeepSeek-V4.1's head: its own keys missing or out of range, a config
+ * DeepInfer does not run, the Markov head's rank or names: refused, named. */
+static void test_dspark_v41_config_errors(void **state)
+{
+    (void)state;
+#define TEXT(json) "{\"text_config\": " json "}"
+    static const struct {
+        const char *edit, *name;
+        di_status st;
+    } cases[] = {
+        {TEXT("{\"dspark_target_attn_input\": false}"), "dspark_target_attn_input",
+         DI_ERR_UNSUPPORTED},
+        {TEXT("{\"dspark_n_routed_experts\": null}"), "dspark_n_routed_experts",
+         DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_num_experts_per_tok\": 9}"), "dspark_num_experts_per_tok 9",
+         DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_markov_rank\": null}"), "dspark_markov_rank", DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_markov_rank\": 7}"), "dspark_markov_rank is 7", DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_block_size\": 65}"), "dspark_block_size", DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_noise_token_id\": 100000}"), "dspark_noise_token_id", DI_ERR_MODEL_FORMAT},
+        {TEXT("{\"dspark_target_layer_ids\": [0, 9]}"), "dspark_target_layer_ids[1]",
+         DI_ERR_MODEL_FORMAT},
+        /* more experts than the stages hold: the gate's shape named */
+        {TEXT("{\"dspark_n_routed_experts\": 9}"), "model.mtp.0.mlp.gate.weight",
+         DI_ERR_MODEL_FORMAT},
+    };
+#undef TEXT
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        model_expect_load_error(model_variant_folder(tmpdir, FIXTURE_V41, cases[i].edit, 0),
+                                cases[i].st, cases[i].name, NULL);
+    /* the Markov head's table missing: its V4.1 name asked for */
+    const char *dir = model_variant_folder(tmpdir, FIXTURE_V41, "{}", 1);
+    model_variant_rename(dir, "mtp.1.markov_head.embed.weight", "mtp.1.markov_head.embeX.weight");
+    model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.1.markov_head.embed.weight", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dspark_matches_the_reference),
-        cmocka_unit_test(test_dspark_batch_invariance),
-        cmocka_unit_test(test_dspark_drafter),
+        cmocka_unit_test_prestate(test_dspark_matches_the_reference, FIXTURE),
+        cmocka_unit_test_prestate(test_dspark_batch_invariance, FIXTURE),
+        cmocka_unit_test_prestate(test_dspark_drafter, FIXTURE),
+        cmocka_unit_test_prestate(test_dspark_matches_the_reference, FIXTURE_V41),
+        cmocka_unit_test_prestate(test_dspark_batch_invariance, FIXTURE_V41),
+        cmocka_unit_test_prestate(test_dspark_drafter, FIXTURE_V41),
+        cmocka_unit_test(test_dspark_v41_config_errors),
         cmocka_unit_test(test_dspark_head_on_any_stage),
         cmocka_unit_test(test_dspark_gguf),
         cmocka_unit_test(test_dspark_gguf_errors),

@@ -31,6 +31,7 @@
 #define DSV4_GGUF     DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-bf16.gguf"
 #define DSV4_GGUF_MTP DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-gguf-mtp.gguf"
 #define DSV4_DSPARK   DI_FIXTURE_DIR "/model/dsv4-dspark-release"
+#define DSV41_DSPARK  DI_FIXTURE_DIR "/model/dsv41-dspark-release"
 #define SMOL          DI_ASSET_DIR "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static void test_prompt_lookup(void **state)
@@ -1124,7 +1125,7 @@ static void test_v4_mtp_lossless_greedy(void **state)
  * target's features, the block's keys overwritten by the next observation):
  * token for token the engine's greedy output, batched, cancelled, under a KV
  * budget that pre-empts, and picked by auto; from the release folder and from
- * llama.cpp's two GGUFs. */
+ * llama.cpp's two GGUFs; DeepSeek-V4.1's from its release folder. */
 static void test_dspark_lossless_greedy(void **state)
 {
     (void)state;
@@ -1133,6 +1134,8 @@ static void test_dspark_lossless_greedy(void **state)
     check_mtp_lossless(DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark-target.gguf",
                        DI_FIXTURE_DIR "/model/gguf-dsv4/dsv4-dspark.gguf", 24 / scale(),
                        16 / scale(), 16 / scale());
+    /* DeepSeek-V4.1's head (its features the target layers' attention input) */
+    check_mtp_lossless(DSV41_DSPARK, NULL, 24 / scale(), 16 / scale(), 16 / scale());
 }
 
 /* A request at the end of the context cannot fit a DSpark block: it drafts
@@ -1262,6 +1265,7 @@ static void test_mtp_sampling_is_deterministic(void **state)
     check_sampling_deterministic(DSV4_DSPARK, 0);
     /* under pre-emption (12 blocks of 16 tokens for 8 requests) */
     check_sampling_deterministic(DSV4_DSPARK, 12 * 16 * kv_bytes_per_token(DSV4_DSPARK));
+    check_sampling_deterministic(DSV41_DSPARK, 12 * 16 * kv_bytes_per_token(DSV41_DSPARK));
     check_sampling_deterministic(DSV4_MTP, 12 * 16 * kv_bytes_per_token(DSV4_MTP));
     check_sampling_deterministic(DSV3_MTP, 12 * 16 * kv_bytes_per_token(DSV3_MTP));
 }
