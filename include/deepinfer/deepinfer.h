@@ -1167,10 +1167,12 @@ typedef enum di_draft {
      * config), that head instead: a block of up to dspark_block_size drafts a
      * request in one pass from the model's features, greedy requests getting
      * its Markov chain's argmaxes, sampling requests samples of its rows (as
-     * llama.cpp's draft-dspark; docs/deepseek-v4.md). DI_ERR_UNSUPPORTED at
-     * di_engine_create for a model without an MTP layer or DSpark head (a
-     * DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and its
-     * tensors, or a V4 GGUF given its MTP GGUF as draft_model_path). */
+     * llama.cpp's draft-dspark; docs/deepseek-v4.md), and for a DeepSeek-V4.1
+     * model with one, V4.1's (as DeepInfer's DFlash; docs/deepseek-v41.md).
+     * DI_ERR_UNSUPPORTED at di_engine_create for a model without an MTP layer
+     * or DSpark head (a DeepSeek-V3, V4 or V4.1 checkpoint with
+     * num_nextn_predict_layers and its tensors, or a V4 GGUF given its MTP or
+     * DSpark GGUF as draft_model_path). */
     DI_DRAFT_MTP = 3
 } di_draft;
 

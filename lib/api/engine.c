@@ -836,11 +836,12 @@ DI_API di_status di_engine_create(const di_engine_config *cfg, di_engine **out, 
         }
     }
     if (c.draft == DI_DRAFT_MTP && model_mtp_layers(e->m) < 1 && !model_dspark_block(e->m)) {
-        st = di_error_set(err, DI_ERR_UNSUPPORTED,
-                          "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer or DSpark "
-                          "head (a DeepSeek-V3 or V4 checkpoint with num_nextn_predict_layers and "
-                          "its tensors has one; a DeepSeek-V4 GGUF takes llama.cpp's MTP or "
-                          "DSpark GGUF of it as draft_model_path, the CLI's --draft-model)");
+        st = di_error_set(
+            err, DI_ERR_UNSUPPORTED,
+            "draft: DI_DRAFT_MTP, but the model has no MTP (NextN) layer or DSpark "
+            "head (a DeepSeek-V3, V4 or V4.1 checkpoint with num_nextn_predict_layers and "
+            "its tensors has one; a DeepSeek-V4 GGUF takes llama.cpp's MTP or "
+            "DSpark GGUF of it as draft_model_path, the CLI's --draft-model)");
         goto fail;
     }
     if (c.draft_model_path && c.speculative_tokens > 0 && !mtp_file && !dspark_file &&
