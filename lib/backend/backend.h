@@ -250,10 +250,12 @@ typedef struct backend_ops {
      * over the entries s < min(n_keys, (pos[t] + 1) / rate); sel[t * k, +k] (host)
      * = the k best (the lower index first among equals), -1 where fewer. q f32
      * [n, n_head, head_dim], w [n, n_head], keys [n_keys] rows of head_dim
-     * (v4_rows_store's, of kv_dtype). */
+     * (v4_rows_store's, of kv_dtype). cand (NULL: none): DeepSeek-V4.1's
+     * candidate blocks, made (cand->out) or kept to (cand->in). */
     void (*indexer_topk)(backend *be, const float *q, const float *w, int n_head, int64_t head_dim,
                          int64_t n, const int64_t *pos, const void *keys, model_dtype kv_dtype,
-                         int64_t n_keys, int rate, float scale, float w_scale, int k, int32_t *sel);
+                         int64_t n_keys, int rate, float scale, float w_scale, int k, int32_t *sel,
+                         const backend_index_candidates *cand);
     /* Attention with one shared K = V head and a learned sink per head
      * (DeepSeek-V4's, as gpt-oss's): query row t (position pos[t]) of q f32
      * [n, n_head, head_dim] reads the window ring's rows of positions

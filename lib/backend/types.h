@@ -113,6 +113,20 @@ typedef struct backend_rope_params {
     int ggml_angles;
 } backend_rope_params;
 
+/* DeepSeek-V4.1's candidate-block top-k (DeepInfer's index_attn.py, the
+ * blocks of tilelang_ops/candidate_blocks.py) for the lightning indexer's
+ * rows: the entries in blocks of `block`; a source row's n_blocks best blocks
+ * (block score the maximum of its entries' scores, capped at the largest
+ * finite bf16, the last visible block +inf; the best first, the lower index
+ * among equals, -1 where fewer) into out [n, n_blocks] (host), or a later
+ * layer's row scoring only its visible entries inside the blocks of in [n,
+ * n_blocks] (host, -1 skipped). */
+typedef struct backend_index_candidates {
+    const int32_t *in;
+    int32_t *out;
+    int n_blocks, block;
+} backend_index_candidates;
+
 /* DeepSeekMoE routing (transformers' DeepseekV3TopkRouter / DeepseekV2's):
  * which of n_expert experts each token takes and their weights. */
 typedef struct backend_route_params {

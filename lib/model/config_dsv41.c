@@ -20,6 +20,57 @@ static di_status unsupported(cfg_ctx *c, const char *field, const char *why)
     return di_error_setf(c->err, DI_ERR_UNSUPPORTED, "%s: %s: %s", c->file, field, why);
 }
 
+/* The candidate-block top-k (DeepInfer's _shared_layer_cfg and
+ * cross_layer.py _validate_candidate_config, index_attn.py's limits):
+ * candidate_source_layer_id absent or null: none; else a compressed top-k
+ * source whose later layers all share its ratio, candidate_topk_blocks a
+ * multiple of 8 up to 4096, candidate_block_size 8 or 16, the blocks holding
+ * at least index_topk entries. */
+static di_status candidates(cfg_ctx *c, model_config *m)
+{
+    model_config_v4 *v = &m->v4;
+    json_t *src = json_object_get(c->root, "candidate_source_layer_id");
+    if (!src || json_is_null(src)) return DI_OK;
+    json_int_t s = json_is_integer(src) ? json_integer_value(src) : -1;
+    if (s < 0 || s >= (json_int_t)m->n_layer)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: candidate_source_layer_id is not a layer number below %u",
+                             c->file, m->n_layer);
+    if (!v->rate[s] || v->index_src[s] != s)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: candidate_source_layer_id %lld is not a compressed layer making "
+                             "its own top-k (index_source_layer_ids)",
+                             c->file, (long long)s);
+    uint32_t blocks = 0, block = 0;
+    di_status st;
+    if ((st = cfg_need_uint(c, "candidate_topk_blocks", &blocks)) != DI_OK ||
+        (st = cfg_need_uint(c, "candidate_block_size", &block)) != DI_OK)
+        return st;
+    if (blocks % 8 || blocks > 4096)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: candidate_topk_blocks %u is not a multiple of 8 up to 4096",
+                             c->file, blocks);
+    if (block != 8 && block != 16)
+        return di_error_setf(c->err, DI_ERR_UNSUPPORTED,
+                             "%s: candidate_block_size %u is not 8 or 16 (DeepInfer's)", c->file,
+                             block);
+    for (uint32_t l = (uint32_t)s + 1; l < m->n_layer; l++)
+        if (v->rate[l] != v->rate[s])
+            return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                                 "%s: compress_ratios[%u] is %u, not the candidate source's %u "
+                                 "(every layer after candidate_source_layer_id shares its ratio)",
+                                 c->file, l, v->rate[l], v->rate[s]);
+    if ((uint64_t)blocks * block < v->index_topk)
+        return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
+                             "%s: candidate_topk_blocks %u of candidate_block_size %u hold fewer "
+                             "entries than index_topk %u",
+                             c->file, blocks, block, v->index_topk);
+    v->cand_src = (uint32_t)s;
+    v->cand_blocks = blocks;
+    v->cand_block = block;
+    return DI_OK;
+}
+
 /* Engram's fields (text_config, as DeepInfer's hugging_face/config.py
  * _build_engram reads them): engram_layer_ids absent, null or empty: none. */
 static di_status engram_config(cfg_ctx *c, model_config *m)
@@ -190,10 +241,6 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
     if (json_is_false(json_object_get(c->root, "hc_shifted")))
         return unsupported(c, "hc_shifted", "false (unshifted mHC with an HC head) is not run");
     if ((st = engram_config(c, m)) != DI_OK) return st;
-    json_t *cand = json_object_get(c->root, "candidate_source_layer_id");
-    if (cand && !json_is_null(cand))
-        return unsupported(c, "candidate_source_layer_id",
-                           "the candidate-block top-k is not run yet (docs/deepseek-v41.md)");
     /* compress_ratios: the main layers', then the DSpark stages' (not read) */
     json_t *cr = json_object_get(c->root, "compress_ratios");
     if (!json_is_array(cr) || json_array_size(cr) != (size_t)m->n_layer + mtp)
@@ -229,6 +276,7 @@ di_status cfg_read_deepseek_v41(cfg_ctx *c, model_config *m, json_t *top)
         (st = nested(c, m, "index_source_layer_ids", v->index_src, v->index_k_src)) != DI_OK ||
         (st = nested(c, m, "index_k_source_layer_ids", v->index_k_src, v->kv_src)) != DI_OK)
         return st;
+    if ((st = candidates(c, m)) != DI_OK) return st;
     /* rope_scaling present: YaRN on the compressed layers, cos/sin unscaled */
     json_t *rs = json_object_get(c->root, "rope_scaling");
     if (rs && !json_is_null(rs)) {

@@ -507,6 +507,7 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     d->kpos = malloc((size_t)B * sizeof *d->kpos);
     d->entry_pos = malloc((size_t)(B + 2) * sizeof *d->entry_pos);
     d->index_sel = malloc((size_t)(B * v->index_topk) * sizeof *d->index_sel);
+    d->cand_sel = malloc((size_t)(B * (v->cand_blocks ? v->cand_blocks : 1)) * sizeof *d->cand_sel);
     d->sel = malloc((size_t)(B * k) * sizeof *d->sel);
     d->sel_w = malloc((size_t)(B * k) * sizeof *d->sel_w);
     d->spans = malloc((size_t)B * sizeof *d->spans);
@@ -514,8 +515,8 @@ di_status dsv4_load(const model_weights *w, const model_options *opt, backend *b
     if (!d->x || !d->x2 || !d->xn || !d->mix || !d->col || !d->h || !d->post || !d->comb ||
         !d->qa || !d->q || !d->kv || !d->attn || !d->grp_in || !d->grp_out || !d->oa || !d->out ||
         !d->ckv || !d->cg || !d->iq || !d->iw || !d->router || !d->gate || !d->up || !d->pooled ||
-        !d->pos || !d->neg_pos || !d->kpos || !d->entry_pos || !d->index_sel || !d->sel ||
-        !d->sel_w || !d->spans || !d->tokens) {
+        !d->pos || !d->neg_pos || !d->kpos || !d->entry_pos || !d->index_sel || !d->cand_sel ||
+        !d->sel || !d->sel_w || !d->spans || !d->tokens) {
         st = di_error_setf(err, DI_ERR_OUT_OF_MEMORY, "out of memory for the forward pass buffers");
         goto fail;
     }
@@ -717,6 +718,7 @@ void dsv4_free(dsv4 *d)
     free(d->entry_pos);
     free(d->pre_off);
     free(d->index_sel);
+    free(d->cand_sel);
     free(d->sel);
     free(d->sel_w);
     dsv4_engram_free(d);
@@ -922,7 +924,7 @@ static void attention(dsv4 *d, uint32_t l, int64_t n, int n_spans)
             op->indexer_topk(be, d->iq + r0 * IH * ihd, d->iw + r0 * IH, (int)IH, ihd, sp->n,
                              d->pos + r0, lc->index.entries, d->opt.kv_dtype, n_entries,
                              L->index.rate, 1.0f / sqrtf((float)ihd), 1.0f / sqrtf((float)IH),
-                             (int)K, d->index_sel + r0 * K);
+                             (int)K, d->index_sel + r0 * K, NULL);
             sel = d->index_sel + r0 * K;
         }
         op->sink_attention(be, d->q + r0 * H * hd, (int)H, hd, sp->n, d->kpos + r0,
@@ -1031,13 +1033,21 @@ static void attention_v41(dsv4 *d, uint32_t l, int64_t n, int n_spans)
         op->matmul(be, 1, &L->iq_b, NULL, d->qa, n, &d->iq);
         op->rope(be, L->rope, d->iq + ihd - rd, n, IH * ihd, (int)IH, ihd, d->pos);
         op->matmul(be, 1, &L->iw, NULL, d->h, n, &d->iw);
+        /* the candidate source picks its rows' blocks, the top-k sources after
+         * it score within them */
+        const int64_t NB = v->cand_blocks;
+        const int cand = NB && l >= v->cand_src;
         r0 = 0;
         for (int i = 0; i < n_spans; i++) {
             const v4_span *sp = &d->spans[i];
+            int32_t *rows = d->cand_sel + r0 * NB;
+            const backend_index_candidates bc = {l == v->cand_src ? NULL : rows,
+                                                 l == v->cand_src ? rows : NULL, (int)NB,
+                                                 (int)v->cand_block};
             op->indexer_topk(be, d->iq + r0 * IH * ihd, d->iw + r0 * IH, (int)IH, ihd, sp->n,
                              d->pos + r0, sp->cache->layers[L->index_k_src].index.entries,
                              d->opt.kv_dtype, (sp->pos0 + sp->n) / L->rate, L->rate, 1.0f, 1.0f,
-                             (int)K, d->index_sel + r0 * K);
+                             (int)K, d->index_sel + r0 * K, cand ? &bc : NULL);
             r0 += sp->n;
         }
     }

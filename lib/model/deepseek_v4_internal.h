@@ -133,6 +133,7 @@ struct dsv4 {
                        DSpark's block rows see the whole block) */
     v4_span *spans;
     int32_t *index_sel, *sel, *tokens;
+    int32_t *cand_sel; /* V4.1's candidate blocks of a step's rows [n_batch, cand_blocks] */
     float *sel_w;
     /* The MTP layer (deepseek_v4_mtp.c): layers[n_layer] when has_mtp. */
     int has_mtp;

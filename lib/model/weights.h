@@ -89,6 +89,11 @@ typedef struct model_config_v4 {
         index_k_src[MODEL_V4_MAX_LAYERS];
     uint32_t n_prefill_layer;
     uint32_t fp8_block;
+    /* The candidate-block top-k (candidate_source_layer_id cand_src;
+     * cand_blocks 0: none): layer cand_src's indexer also picks cand_blocks
+     * blocks of cand_block entries a row, within which every later top-k
+     * source scores (backend_index_candidates). */
+    uint32_t cand_src, cand_blocks, cand_block;
     /* Engram (V4.1; model/engram.h): the layers it runs before (engram_layer[k]
      * for k < n_engram, ascending as the config lists them), n-grams of 2 ..
      * engram_max_ngram tokens, engram_heads tables a size of engram_table_vocab

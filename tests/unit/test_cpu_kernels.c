@@ -771,10 +771,10 @@ static void check_indexer(cpu_threadpool *pool, int nh, int64_t d, model_dtype d
     void *stored;
     float *seen = v4_cache_rows(dtype, NK, d, &stored);
     int32_t got[N * K], want[N * K];
-    cpu_indexer_topk(pool, q, w, nh, d, N, pos, stored, dtype, NK, RATE, 0.1f, 0.5f, K, got,
+    cpu_indexer_topk(pool, q, w, nh, d, N, pos, stored, dtype, NK, RATE, 0.1f, 0.5f, K, got, NULL,
                      scratch, NK + 1);
     cpu_indexer_topk(pool, q, w, nh, d, N, pos, seen, MODEL_DTYPE_F32, NK, RATE, 0.1f, 0.5f, K,
-                     want, scratch, NK + 1);
+                     want, NULL, scratch, NK + 1);
     assert_memory_equal(got, want, sizeof got);
     for (int i = 0; i < K; i++) assert_in_range(got[i], 0, 6); /* row 0 sees 7 keys */
     free(seen);
@@ -813,7 +813,7 @@ static void test_indexer_topk_order_and_ties(void **state)
         const int64_t pos = visible[c] - 1; /* entries s < (pos + 1) / RATE */
         int32_t got[310], want[310];
         cpu_indexer_topk(pool, q, w, NH, D, 1, &pos, keys, MODEL_DTYPE_F32, NK, RATE, 1.0f, 1.0f, k,
-                         got, scratch, NK + 1);
+                         got, NULL, scratch, NK + 1);
         /* the reference: selection by repeated maxima, the lower index first */
         int taken[NK] = {0};
         for (int i = 0; i < k; i++) {
@@ -826,6 +826,86 @@ static void test_indexer_topk_order_and_ties(void **state)
         if (memcmp(got, want, sizeof(int32_t) * (size_t)k) != 0)
             fail_msg("k %d of %lld visible: the selections differ", k, (long long)visible[c]);
     }
+    free(scratch);
+    cpu_threadpool_free(pool);
+}
+
+/* DeepSeek-V4.1's candidate blocks (backend_index_candidates): a source row's
+ * blocks are the best by their entries' maximum, the last visible block
+ * always one, the lower index among equals, -1 where fewer; a later layer's
+ * top-k is the best of its entries inside them. Small integers make every
+ * score exact and many equal, so the order is known: checked by repeated
+ * maxima; rows at many positions (fewer blocks than asked, and more). */
+static void test_indexer_candidate_blocks(void **state)
+{
+    (void)state;
+    enum { NH = 2, D = 16, NK = 100, BLOCK = 8, NB = 3, K = 5, N = 6 };
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    /* queries [2][N, NH, D]: the source's, then a later layer's */
+    float q[2 * N * NH * D], w[N * NH], keys[NK * D];
+    const int64_t stride = NK + 2 + NK / BLOCK;
+    float *scratch = malloc(sizeof(float) * 2 * (size_t)stride);
+    assert_non_null(scratch);
+    for (int i = 0; i < 2 * N * NH * D; i++) q[i] = (float)((int)(rnd() % 5) - 2);
+    for (int i = 0; i < N * NH; i++) w[i] = (float)(1 + rnd() % 2);
+    for (int i = 0; i < NK * D; i++) keys[i] = (float)((int)(rnd() % 5) - 2);
+    const int64_t pos[N] = {0, 9, 23, 40, 71, 99}; /* 1 to 13 blocks of 8 */
+    int32_t blocks[N * NB], sel[N * K], dense[N * K];
+    backend_index_candidates src = {NULL, blocks, NB, BLOCK}, later = {blocks, NULL, NB, BLOCK};
+    assert_int_equal(cpu_indexer_topk(pool, q, w, NH, D, N, pos, keys, MODEL_DTYPE_F32, NK, 1, 1.0f,
+                                      1.0f, K, dense, &src, scratch, stride),
+                     DI_OK);
+    assert_int_equal(cpu_indexer_topk(pool, q + N * NH * D, w, NH, D, N, pos, keys, MODEL_DTYPE_F32,
+                                      NK, 1, 1.0f, 1.0f, K, sel, &later, scratch, stride),
+                     DI_OK);
+    /* a scratch row too short for the blocks' scores: refused */
+    assert_int_equal(cpu_indexer_topk(pool, q, w, NH, D, N, pos, keys, MODEL_DTYPE_F32, NK, 1, 1.0f,
+                                      1.0f, K, dense, &src, scratch, NK + 1),
+                     DI_ERR_INVALID_ARGUMENT);
+    int restricted = 0;
+    for (int t = 0; t < N; t++) {
+        const int lim = (int)pos[t] + 1, nb = (lim + BLOCK - 1) / BLOCK;
+        float score[2][NK], bscore[NK / BLOCK + 1];
+        for (int l = 0; l < 2; l++)
+            for (int s = 0; s < lim; s++) {
+                score[l][s] = 0;
+                for (int h = 0; h < NH; h++) {
+                    const float *qh = q + ((l * N + t) * NH + h) * D;
+                    float d = 0;
+                    for (int i = 0; i < D; i++) d += qh[i] * keys[s * D + i];
+                    score[l][s] += (d > 0 ? d : 0) * w[t * NH + h];
+                }
+            }
+        /* the source's blocks: repeated maxima of the block scores (the last
+         * block's +inf), the lower index first */
+        for (int b = 0; b < nb; b++) {
+            bscore[b] = -INFINITY;
+            for (int s = b * BLOCK; s < lim && s < (b + 1) * BLOCK; s++)
+                bscore[b] = fmaxf(bscore[b], score[0][s]);
+        }
+        bscore[nb - 1] = INFINITY;
+        int is_cand[NK / BLOCK + 1] = {0};
+        for (int j = 0; j < NB; j++) {
+            int best = -1;
+            for (int b = 0; b < nb; b++)
+                if (!is_cand[b] && (best < 0 || bscore[b] > bscore[best])) best = b;
+            if (best >= 0) is_cand[best] = 1;
+            assert_int_equal(blocks[t * NB + j], best);
+        }
+        restricted += nb > NB;
+        /* the later layer: repeated maxima over its candidates' entries */
+        int taken[NK] = {0};
+        for (int i = 0; i < K; i++) {
+            int best = -1;
+            for (int s = 0; s < lim; s++)
+                if (is_cand[s / BLOCK] && !taken[s] && (best < 0 || score[1][s] > score[1][best]))
+                    best = s;
+            if (best >= 0) taken[best] = 1;
+            assert_int_equal(sel[t * K + i], best);
+        }
+    }
+    assert_true(restricted >= 2);
     free(scratch);
     cpu_threadpool_free(pool);
 }
@@ -1747,6 +1827,7 @@ int main(void)
         cmocka_unit_test(test_amx_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_sink_attention_matches_double),
+        cmocka_unit_test(test_indexer_candidate_blocks),
         cmocka_unit_test(test_indexer_reads_every_cache_type),
         cmocka_unit_test(test_indexer_topk_order_and_ties),
         cmocka_unit_test(test_simd_fp8_decodes_every_value),

@@ -64,8 +64,31 @@ static void test_bad_configs_are_named(void **state)
     (void)state;
     static const config_case cases[] = {
         {TEXT("{\"engram_layer_ids\": [1]}"), DI_ERR_MODEL_FORMAT, "engram_max_ngram_size"},
-        {TEXT("{\"candidate_source_layer_id\": 1}"), DI_ERR_UNSUPPORTED,
-         "candidate_source_layer_id"},
+        /* the candidate-block top-k (dsv41-f32: ratios 0, 2, 2, 1, 1; top-k
+         * sources 1, 3, 4) */
+        {TEXT("{\"candidate_source_layer_id\": 3}"), DI_ERR_MODEL_FORMAT, "candidate_topk_blocks"},
+        {TEXT("{\"candidate_source_layer_id\": 5}"), DI_ERR_MODEL_FORMAT,
+         "candidate_source_layer_id is not a layer number below 5"},
+        {TEXT("{\"candidate_source_layer_id\": \"3\"}"), DI_ERR_MODEL_FORMAT,
+         "candidate_source_layer_id is not a layer number"},
+        {TEXT("{\"candidate_source_layer_id\": 0, \"candidate_topk_blocks\": 8, "
+              "\"candidate_block_size\": 8}"),
+         DI_ERR_MODEL_FORMAT, "candidate_source_layer_id 0 is not a compressed layer"},
+        {TEXT("{\"candidate_source_layer_id\": 2, \"candidate_topk_blocks\": 8, "
+              "\"candidate_block_size\": 8}"),
+         DI_ERR_MODEL_FORMAT, "making its own top-k"},
+        {TEXT("{\"candidate_source_layer_id\": 1, \"candidate_topk_blocks\": 8, "
+              "\"candidate_block_size\": 8}"),
+         DI_ERR_MODEL_FORMAT, "compress_ratios[3] is 1, not the candidate source's 2"},
+        {TEXT("{\"candidate_source_layer_id\": 3, \"candidate_topk_blocks\": 12, "
+              "\"candidate_block_size\": 8}"),
+         DI_ERR_MODEL_FORMAT, "candidate_topk_blocks 12 is not a multiple of 8"},
+        {TEXT("{\"candidate_source_layer_id\": 3, \"candidate_topk_blocks\": 8, "
+              "\"candidate_block_size\": 4}"),
+         DI_ERR_UNSUPPORTED, "candidate_block_size 4 is not 8 or 16"},
+        {TEXT("{\"candidate_source_layer_id\": 3, \"candidate_topk_blocks\": 8, "
+              "\"candidate_block_size\": 8, \"index_topk\": 65}"),
+         DI_ERR_MODEL_FORMAT, "hold fewer entries than index_topk 65"},
         {TEXT("{\"compress_ratios\": [0, 4, 2, 1, 1]}"), DI_ERR_UNSUPPORTED,
          "compress_ratios[1] is not 0, 1 or 2"},
         {TEXT("{\"compress_ratios\": [0, 2, 2, 1]}"), DI_ERR_MODEL_FORMAT,

@@ -83,7 +83,7 @@ typedef struct cpu_backend {
     grow_buf xe, ye;   /* MoE: f32 [max_rows, n_embd] */
     grow_buf gate, up; /* MoE: f32 [max_rows, n_ff] */
     cpu_route_scratch *rs;
-    float *index_scores; /* the lightning indexer: f32 [n_threads, max_ctx + 1] */
+    float *index_scores; /* the lightning indexer: f32 [n_threads, INDEX_STRIDE(max_ctx)] */
 } cpu_backend;
 
 static cpu_backend *cpu(backend *be)
@@ -678,16 +678,22 @@ static void be_v4_rows_store(backend *be, model_dtype dtype, void *dst, const fl
     cpu_v4_rows_store(dtype, dst, src, src_stride, width, n);
 }
 
+/* The indexer's scratch row: the scores of max_ctx entries and the
+ * candidate blocks' (V4.1: blocks of at least 8 entries, config_dsv41.c). */
+#define INDEX_STRIDE(max_ctx) ((max_ctx) + 2 + (max_ctx) / 8)
+
 static void be_indexer_topk(backend *be, const float *q, const float *w, int n_head,
                             int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
                             model_dtype kv_dtype, int64_t n_keys, int rate, float scale,
-                            float w_scale, int k, int32_t *sel)
+                            float w_scale, int k, int32_t *sel,
+                            const backend_index_candidates *cand)
 {
     cpu_backend *c = cpu(be);
     if (n_keys > c->opt.max_ctx) n_keys = c->opt.max_ctx; /* entries never outnumber tokens */
     /* (its scratch was reserved with the backend: it cannot fail here) */
     (void)cpu_indexer_topk(c->pool, q, w, n_head, head_dim, n, pos, keys, kv_dtype, n_keys, rate,
-                           scale, w_scale, k, sel, c->index_scores, c->opt.max_ctx + 1);
+                           scale, w_scale, k, sel, cand, c->index_scores,
+                           INDEX_STRIDE(c->opt.max_ctx));
 }
 
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
@@ -758,8 +764,8 @@ di_status backend_cpu_create(const backend_options *opt, backend **out, di_error
         free(c);
         return di_error_setf(err, st, "cannot start %d threads", n);
     }
-    c->index_scores =
-        malloc((size_t)cpu_threadpool_size(c->pool) * (size_t)(c->opt.max_ctx + 1) * sizeof(float));
+    c->index_scores = malloc((size_t)cpu_threadpool_size(c->pool) *
+                             (size_t)INDEX_STRIDE(c->opt.max_ctx) * sizeof(float));
     /* the kernels' per-thread workspace (threadpool.h), for every shape they
      * take, so no operation allocates (address space: pages are touched
      * only by the shapes that run) */

@@ -272,6 +272,7 @@ typedef struct indexer_ctx {
     const int64_t *pos;
     float scale, w_scale;
     int32_t *sel;
+    const backend_index_candidates *cand; /* NULL: none */
     float *scratch;
     cpu_threadpool *pool; /* its scratch: each thread's workspace (indexer_ws_floats) */
 } indexer_ctx;
@@ -391,11 +392,44 @@ static int64_t indexer_ws_floats(const indexer_ctx *c)
     return indexer_qrot_floats(c) + (c->tiled ? c->head_dim * 2 * IDX_CHUNK_FLOATS : 0);
 }
 
+/* DeepSeek-V4.1's candidate blocks of row t, whose scores of entries [0, lim)
+ * are score (backend_index_candidates): a source's best blocks into
+ * cand->out (block scores in bs), or a later layer's entries outside the
+ * row's blocks made NaN, which topk_select skips (bs: the blocks' flags). */
+static void indexer_candidates(const indexer_ctx *c, int64_t t, float *score, int64_t lim,
+                               float *bs)
+{
+    const backend_index_candidates *cd = c->cand;
+    const int B = cd->block;
+    if (cd->out) {
+        const float bf16_max = 3.38953139e38f; /* (candidate_block_max_ref's cap) */
+        const int64_t nb = (lim + B - 1) / B;
+        for (int64_t b = 0; b < nb; b++) {
+            float m = -INFINITY;
+            const int64_t e1 = (b + 1) * B < lim ? (b + 1) * B : lim;
+            for (int64_t e = b * B; e < e1; e++)
+                if (score[e] > m) m = score[e];
+            bs[b] = m > bf16_max ? bf16_max : m;
+        }
+        if (nb > 0) bs[nb - 1] = INFINITY; /* the last visible block is always a candidate */
+        topk_select(bs, nb, cd->n_blocks, cd->out + t * cd->n_blocks);
+        return;
+    }
+    const int32_t *blocks = cd->in + t * cd->n_blocks;
+    const int64_t nb = (lim + B - 1) / B;
+    for (int64_t b = 0; b < nb; b++) bs[b] = 0.0f;
+    for (int j = 0; j < cd->n_blocks; j++)
+        if (blocks[j] >= 0 && blocks[j] < nb) bs[blocks[j]] = 1.0f;
+    for (int64_t e = 0; e < lim; e++)
+        if (bs[e / B] == 0.0f) score[e] = NAN;
+}
+
 V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
 {
     const indexer_ctx *c = p;
     float *score = c->scratch + thread * c->scratch_stride, kf[HEAD_MAX];
     float *qrot = cpu_threadpool_scratch(c->pool, thread);
+    float *bs = score + c->n_keys + 1; /* (the candidate blocks': cpu_indexer_topk) */
     int64_t lim = (c->pos[t] + 1) / c->rate;
     if (lim > c->n_keys) lim = c->n_keys;
     const float *qt = c->q + t * c->n_head * c->head_dim, *wt = c->w + t * c->n_head;
@@ -414,6 +448,7 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
         indexer_scores_avx2(c, qt, wt, lim, score,
                             (float *)cpu_threadpool_scratch(c->pool, thread) +
                                 indexer_qrot_floats(c));
+        if (c->cand) indexer_candidates(c, t, score, lim, bs);
         topk_select(score, lim, c->k, c->sel + t * c->k);
         return;
     }
@@ -428,13 +463,15 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
         }
         score[s] = total;
     }
+    if (c->cand) indexer_candidates(c, t, score, lim, bs);
     topk_select(score, lim, c->k, c->sel + t * c->k);
 }
 
 di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
                            int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
                            model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
-                           int k, int32_t *sel, float *scratch, int64_t scratch_stride)
+                           int k, int32_t *sel, const backend_index_candidates *cand,
+                           float *scratch, int64_t scratch_stride)
 {
     if (head_dim > HEAD_MAX) return DI_ERR_INVALID_ARGUMENT; /* checked at load */
     indexer_ctx c = {.q = q,
@@ -457,8 +494,11 @@ di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w,
                      .scale = scale,
                      .w_scale = w_scale,
                      .sel = sel,
+                     .cand = cand,
                      .scratch = scratch,
                      .pool = pool};
+    if (cand && (cand->block < 1 || scratch_stride < n_keys + 2 + n_keys / cand->block))
+        return DI_ERR_INVALID_ARGUMENT;
     di_status st = cpu_threadpool_reserve(pool, (size_t)indexer_ws_floats(&c) * sizeof(float));
     if (st != DI_OK) return st;
     cpu_threadpool_run(pool, n, indexer_row, &c);

@@ -70,15 +70,19 @@ void cpu_compress_pool(const float *kv, const float *gate, int64_t ring, int64_t
 void cpu_v4_rows_store(model_dtype dtype, void *dst, const float *src, int64_t src_stride,
                        int64_t width, int64_t n);
 /* keys: rows of head_dim of dtype (cpu_v4_rows_store's), converted to f32
- * (and rotated back) as they are read. scratch: n_threads x (max keys)
- * floats. Its key chunks and rotated query live in the pool's per-thread
- * scratch (threadpool.h), reserved here. Errors, computing nothing:
- * DI_ERR_INVALID_ARGUMENT (NULL pool, head_dim over 1024),
- * DI_ERR_OUT_OF_MEMORY (no memory for the pool's scratch). */
+ * (and rotated back) as they are read. scratch: n_threads rows of
+ * scratch_stride floats, at least n_keys + 1 (and with cand, n_keys + 2 +
+ * n_keys / cand->block: the blocks' scores after the entries'). Its key
+ * chunks and rotated query live in the pool's per-thread scratch
+ * (threadpool.h), reserved here. Errors, computing nothing:
+ * DI_ERR_INVALID_ARGUMENT (NULL pool, head_dim over 1024, a candidate block
+ * below 1 or a scratch row too short for it), DI_ERR_OUT_OF_MEMORY (no
+ * memory for the pool's scratch). */
 di_status cpu_indexer_topk(cpu_threadpool *pool, const float *q, const float *w, int n_head,
                            int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
                            model_dtype dtype, int64_t n_keys, int rate, float scale, float w_scale,
-                           int k, int32_t *sel, float *scratch, int64_t scratch_stride);
+                           int k, int32_t *sel, const backend_index_candidates *cand,
+                           float *scratch, int64_t scratch_stride);
 /* backend.h's sink_attention (last NULL: causal); win, comp: rows of head_dim
  * of dtype, as the indexer's keys. Its key chunks
  * and accumulators live in the pool's per-thread scratch, reserved here; the

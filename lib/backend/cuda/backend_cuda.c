@@ -679,10 +679,12 @@ static void be_v4_rows_store(backend *be, model_dtype dtype, void *dst, const fl
 static void be_indexer_topk(backend *be, const float *q, const float *w, int n_head,
                             int64_t head_dim, int64_t n, const int64_t *pos, const void *keys,
                             model_dtype kv_dtype, int64_t n_keys, int rate, float scale,
-                            float w_scale, int k, int32_t *sel)
+                            float w_scale, int k, int32_t *sel,
+                            const backend_index_candidates *cand)
 {
     (void)be, (void)q, (void)w, (void)n_head, (void)head_dim, (void)n, (void)pos, (void)keys,
-        (void)kv_dtype, (void)n_keys, (void)rate, (void)scale, (void)w_scale, (void)k, (void)sel;
+        (void)kv_dtype, (void)n_keys, (void)rate, (void)scale, (void)w_scale, (void)k, (void)sel,
+        (void)cand;
     unreachable_op("indexer_topk");
 }
 static void be_sink_attention(backend *be, const float *q, int n_head, int64_t head_dim, int64_t n,
