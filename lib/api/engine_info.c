@@ -25,14 +25,14 @@ DI_API const char *di_encoding_name(int32_t encoding)
     }
 }
 
-static const char *family_name(model_arch a)
+static const char *family_name(const model_config *c)
 {
-    switch (a) {
+    switch (c->arch) {
     case MODEL_ARCH_LLAMA: return "llama";
     case MODEL_ARCH_QWEN2: return "qwen2";
     case MODEL_ARCH_DEEPSEEK_V3: return "deepseek_v3";
     case MODEL_ARCH_DEEPSEEK_V2: return "deepseek_v2";
-    case MODEL_ARCH_DEEPSEEK_V4: return "deepseek_v4";
+    case MODEL_ARCH_DEEPSEEK_V4: return c->v4.v41 ? "deepseek_v41" : "deepseek_v4";
     }
     return "?";
 }
@@ -160,17 +160,18 @@ di_status engine_info_build(di_engine *e, const char *model_path, const char *se
     int32_t bos = c->bos_token_id >= 0 ? c->bos_token_id : e->tok ? e->tok->bos_id : -1;
     const char *enc = di_encoding_name(e->encoding);
     json_t *info = json_pack(
-        "{s:o,s:o,s:o,s:s,s:I,s:o,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:{s:o,s:o}}",
+        "{s:o,s:o,s:o,s:s,s:I,s:o,s:I,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:i,s:i,s:o,s:o,s:{s:o,"
+        "s:o}}",
         "name", string_or_null(name), "served_model_name", string_or_null(e->served_name),
-        "architecture", string_or_null(model_weights_architecture(w)), "family",
-        family_name(c->arch), "parameters", (json_int_t)params, "formats", fmt ? fmt : json_null(),
-        "context_length", (json_int_t)e->n_ctx, "training_context_length", (int)c->n_ctx_train,
-        "vocab_size", (int)e->n_vocab, "layers", (int)c->n_layer, "embedding_length",
-        (int)c->n_embd, "heads", (int)c->n_head, "kv_heads", (int)c->n_head_kv, "experts",
-        (int)c->n_expert, "experts_used", (int)c->n_expert_used, "kv_bytes_per_token",
-        (json_int_t)model_kv_bytes_per_token(e->m), "encoding", string_or_null(enc),
-        "chat_template", string_or_null(chat_template), "special_tokens", "bos", token(e, bos),
-        "eos", eos ? eos : json_null());
+        "architecture", string_or_null(model_weights_architecture(w)), "family", family_name(c),
+        "parameters", (json_int_t)params, "formats", fmt ? fmt : json_null(), "context_length",
+        (json_int_t)e->n_ctx, "training_context_length", (int)c->n_ctx_train, "vocab_size",
+        (int)e->n_vocab, "layers", (int)c->n_layer, "embedding_length", (int)c->n_embd, "heads",
+        (int)c->n_head, "kv_heads", (int)c->n_head_kv, "experts", (int)c->n_expert, "experts_used",
+        (int)c->n_expert_used, "kv_bytes_per_token", (json_int_t)model_kv_bytes_per_token(e->m),
+        "mtp_layers", model_mtp_layers(e->m), "dspark_block_size", model_dspark_block(e->m),
+        "encoding", string_or_null(enc), "chat_template", string_or_null(chat_template),
+        "special_tokens", "bos", token(e, bos), "eos", eos ? eos : json_null());
     if (!info) return di_error_set(err, DI_ERR_OUT_OF_MEMORY, "out of memory");
     e->info_json = json_dumps(info, JSON_PRESERVE_ORDER | JSON_COMPACT);
     json_decref(info);

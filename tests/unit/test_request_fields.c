@@ -942,12 +942,31 @@ static void test_model_info_of_a_folder(void **state)
     assert_string_equal(di_engine_served_model_name(e), "qwen2-tied-f16");
     const char *info = di_engine_model_info(e, NULL);
     static const char *const has[] = {"\"family\":\"qwen2\"",
-                                      "\"architecture\":\"Qwen2ForCausalLM\"", "\"F16\":{",
-                                      "\"encoding\":null", "\"chat_template\":null"};
+                                      "\"architecture\":\"Qwen2ForCausalLM\"",
+                                      "\"F16\":{",
+                                      "\"mtp_layers\":0,\"dspark_block_size\":0",
+                                      "\"encoding\":null",
+                                      "\"chat_template\":null"};
     for (size_t i = 0; i < sizeof has / sizeof has[0]; i++)
         if (!strstr(info, has[i])) fail_msg("model info lacks %s: %s", has[i], info);
     assert_int_equal(di_engine_prompt_encoding(e), DI_ENCODING_NONE);
     assert_int_equal(di_engine_destroy(e), DI_OK);
+    /* the draft layers a checkpoint brings: DeepSeek-V3's MTP module, V4.1's
+     * DSpark head (and V4.1 named as such) */
+    static const struct {
+        const char *dir, *has;
+    } drafts[] = {
+        {DI_FIXTURE_DIR "/model/dsv3-mtp-f32", "\"mtp_layers\":1,\"dspark_block_size\":0"},
+        {DI_FIXTURE_DIR "/model/dsv41-dspark-release",
+         "\"family\":\"deepseek_v41\",\"parameters\""},
+        {DI_FIXTURE_DIR "/model/dsv41-dspark-release", "\"mtp_layers\":0,\"dspark_block_size\":4"},
+    };
+    for (size_t i = 0; i < sizeof drafts / sizeof drafts[0]; i++) {
+        e = make_engine(drafts[i].dir, 0, NULL);
+        info = di_engine_model_info(e, NULL);
+        if (!strstr(info, drafts[i].has)) fail_msg("model info lacks %s: %s", drafts[i].has, info);
+        assert_int_equal(di_engine_destroy(e), DI_OK);
+    }
     assert_null(di_engine_model_info(NULL, NULL));
     assert_null(di_engine_served_model_name(NULL));
     assert_int_equal(di_engine_pending_count(NULL), 0);
