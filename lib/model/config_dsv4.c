@@ -139,15 +139,16 @@ static di_status v41_dspark(cfg_ctx *c, model_config *m)
 di_status cfg_read_dspark(cfg_ctx *c, model_config *m, uint32_t stages, int v41)
 {
     model_config_v4 *v = &m->v4;
-    uint32_t block = 0, noise = 0;
+    uint32_t block = 0;
     di_status st;
-    if ((st = cfg_opt_uint(c, c->root, "dspark_block_size", &block)) != DI_OK ||
-        (st = cfg_opt_uint(c, c->root, "dspark_noise_token_id", &noise)) != DI_OK)
-        return st;
+    if ((st = cfg_opt_uint(c, c->root, "dspark_block_size", &block)) != DI_OK) return st;
     if (block < 1 || block > 64)
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
                              "%s: dspark_block_size %u is not in [1, 64]", c->file, block);
-    if (!json_is_integer(json_object_get(c->root, "dspark_noise_token_id")) || noise >= m->n_vocab)
+    /* (any token id, 0 included, as a DSpark GGUF's mask_token_id) */
+    json_t *nz = json_object_get(c->root, "dspark_noise_token_id");
+    if (!json_is_integer(nz) || json_integer_value(nz) < 0 ||
+        json_integer_value(nz) >= (json_int_t)m->n_vocab)
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
                              "%s: dspark_noise_token_id is missing or not a token id below the "
                              "vocabulary's %u",
@@ -198,7 +199,7 @@ di_status cfg_read_dspark(cfg_ctx *c, model_config *m, uint32_t stages, int v41)
     }
     v->n_dspark = stages;
     v->dspark_block = block;
-    v->dspark_noise = noise;
+    v->dspark_noise = (uint32_t)json_integer_value(nz);
     v->n_dspark_target = (uint32_t)json_array_size(ids);
     m->n_nextn_layer = 0;
     return DI_OK;

@@ -638,6 +638,36 @@ static void test_dspark_v41_config_errors(void **state)
     model_expect_load_error(dir, DI_ERR_MODEL_FORMAT, "model.mtp.1.markov_head.embed.weight", NULL);
 }
 
+/* dspark_noise_token_id 0 is a token id like any other (a DSpark GGUF's
+ * tokenizer.ggml.mask_token_id 0 loads): V4's and V4.1's configs load with
+ * it, the noise token 0; a negative id is refused, named (the breakers'
+ * reproducer: 0 was refused as "not a positive integer"). */
+static void test_dspark_noise_token_zero(void **state)
+{
+    (void)state;
+    static const char *const fixtures[2] = {FIXTURE, FIXTURE_V41};
+    static const char *const zero[2] = {"{\"dspark_noise_token_id\": 0}",
+                                        "{\"text_config\": {\"dspark_noise_token_id\": 0}}"};
+    static const char *const negative[2] = {"{\"dspark_noise_token_id\": -1}",
+                                            "{\"text_config\": {\"dspark_noise_token_id\": -1}}"};
+    for (int i = 0; i < 2; i++) {
+        const char *dir = model_variant_folder(tmpdir, fixtures[i], zero[i], 0);
+        /* (V4.1's Engram reads the folder's tokenizer.json) */
+        char src[700], tok[700];
+        snprintf(src, sizeof src, "%s/model/%s/tokenizer.json", DI_FIXTURE_DIR, fixtures[i]);
+        snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+        unlink(tok);
+        if (i == 1) assert_int_equal(symlink(src, tok), 0);
+        model *m = load(dir, 64);
+        assert_int_equal(model_dspark_block(m), 4);
+        assert_int_equal(model_get_config(m)->v4.dspark_noise, 0);
+        model_free(m);
+        unlink(tok);
+        model_expect_load_error(model_variant_folder(tmpdir, fixtures[i], negative[i], 0),
+                                DI_ERR_MODEL_FORMAT, "dspark_noise_token_id", NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_dspark_gguf_errors),
         cmocka_unit_test(test_dspark_operation_errors),
         cmocka_unit_test(test_dspark_config_errors),
+        cmocka_unit_test(test_dspark_noise_token_zero),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
