@@ -835,15 +835,13 @@ static void test_indexer_topk_order_and_ties(void **state)
  * always one, the lower index among equals, -1 where fewer; a later layer's
  * top-k is the best of its entries inside them. Small integers make every
  * score exact and many equal, so the order is known: checked by repeated
- * maxima; rows at many positions (fewer blocks than asked, and more). */
-static void test_indexer_candidate_blocks(void **state)
+ * maxima; rows at many positions (fewer blocks than asked, and more); head
+ * dims the AVX2 tiles take (16) and the scalar step's (12). */
+static void check_candidate_blocks(cpu_threadpool *pool, int D)
 {
-    (void)state;
-    enum { NH = 2, D = 16, NK = 100, BLOCK = 8, NB = 3, K = 5, N = 6 };
-    cpu_threadpool *pool;
-    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    enum { NH = 2, DMAX = 16, NK = 100, BLOCK = 8, NB = 3, K = 5, N = 6 };
     /* queries [2][N, NH, D]: the source's, then a later layer's */
-    float q[2 * N * NH * D], w[N * NH], keys[NK * D];
+    float q[2 * N * NH * DMAX], w[N * NH], keys[NK * DMAX];
     const int64_t stride = NK + 2 + NK / BLOCK;
     float *scratch = malloc(sizeof(float) * 2 * (size_t)stride);
     assert_non_null(scratch);
@@ -907,6 +905,17 @@ static void test_indexer_candidate_blocks(void **state)
     }
     assert_true(restricted >= 2);
     free(scratch);
+}
+
+static void test_indexer_candidate_blocks(void **state)
+{
+    (void)state;
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    check_candidate_blocks(pool, 16);
+    check_candidate_blocks(pool, 12);
+    printf("indexer candidate blocks: head_dim 16 on the %s step, 12 on the scalar one\n",
+           cpu_has_avx2() ? "AVX2 tiled" : "scalar");
     cpu_threadpool_free(pool);
 }
 
