@@ -287,12 +287,12 @@ enum { IDX_CHUNK = IDX_CHUNK_FLOATS, IDX_MAX_D = 256 };
  * a time as 16-wide products (scores4x16), ReLU'd and weighted into 16
  * sums. Each score is its own (its dimensions summed in order, then its heads
  * in order), whatever the batch. ws: the chunk's keys and their K^T,
- * [IDX_CHUNK][head_dim] f32 each, 32-byte aligned. keep (NULL: every entry):
- * flags of blocks of `block` entries; a chunk holding no kept block is not
- * scored (its scores NaN). */
+ * [IDX_CHUNK][head_dim] f32 each, 32-byte aligned. With `kept`, keep has
+ * flags of blocks of `block` entries, and a chunk holding no kept block is
+ * not scored (its scores NaN). */
 AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, const float *wt,
-                                     int64_t lim, float *score, float *ws, const float *keep,
-                                     int block)
+                                     int64_t lim, float *score, float *ws, int kept_only,
+                                     const float *keep, int block)
 {
     _Alignas(32) float sc[4 * IDX_CHUNK];
     const int64_t d = c->head_dim;
@@ -300,8 +300,8 @@ AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, cons
     const __m256 zero = _mm256_setzero_ps();
     for (int64_t s0 = 0; s0 < lim; s0 += IDX_CHUNK) {
         const int len = lim - s0 < IDX_CHUNK ? (int)(lim - s0) : IDX_CHUNK;
-        int kept = !keep;
-        for (int64_t b = s0 / block; keep && !kept && b <= (s0 + len - 1) / block; b++)
+        int kept = !kept_only;
+        for (int64_t b = s0 / block; !kept && b <= (s0 + len - 1) / block; b++)
             kept = keep[b] != 0.0f;
         if (!kept) {
             for (int j = 0; j < len; j++) score[s0 + j] = NAN;
@@ -328,7 +328,7 @@ AVX2 static void indexer_scores_avx2(const indexer_ctx *c, const float *qt, cons
         _Alignas(32) float tot[IDX_CHUNK];
         _mm256_store_ps(tot, t0);
         _mm256_store_ps(tot + 8, t1);
-        memcpy(score + s0, tot, sizeof(float) * (size_t)len);
+        for (int j = 0; j < len; j++) score[s0 + j] = tot[j];
     }
 }
 #endif
@@ -404,32 +404,33 @@ static int64_t indexer_ws_floats(const indexer_ctx *c)
 
 /* DeepSeek-V4.1's candidate blocks (backend_index_candidates) of row t. A
  * later layer's: flags of its blocks [0, ceil(lim / block)) into keep, 1 for
- * a candidate; returns keep, or NULL for a source's row (or no candidates). */
-static const float *candidate_flags(const indexer_ctx *c, int64_t t, int64_t lim, float *keep)
+ * a candidate, and returns 1; 0 for a source's row (or no candidates). */
+static int candidate_flags(const indexer_ctx *c, int64_t t, int64_t lim, float *keep)
 {
     const backend_index_candidates *cd = c->cand;
-    if (!cd || cd->out) return NULL;
+    if (!cd || cd->out) return 0;
     const int32_t *blocks = cd->in + t * cd->n_blocks;
     const int64_t nb = (lim + cd->block - 1) / cd->block;
     for (int64_t b = 0; b < nb; b++) keep[b] = 0.0f;
     for (int j = 0; j < cd->n_blocks; j++)
         if (blocks[j] >= 0 && blocks[j] < nb) keep[blocks[j]] = 1.0f;
-    return keep;
+    return 1;
 }
 
 /* After row t's scores of entries [0, lim): a later layer's entries outside
- * its candidate blocks (keep) made NaN, which topk_select skips; a source's
+ * its candidate blocks (kept_only: the flags in bs) made NaN, which
+ * topk_select skips; a source's
  * best blocks into cand->out (block scores in bs: the maximum of a block's
  * entries, capped at the largest finite bf16 as candidate_block_max_ref
  * does, the last visible block +inf so it is always a candidate). */
 static void candidate_blocks(const indexer_ctx *c, int64_t t, float *score, int64_t lim,
-                             const float *keep, float *bs)
+                             int kept_only, float *bs)
 {
     const backend_index_candidates *cd = c->cand;
     const int B = cd->block;
-    if (keep) {
+    if (kept_only) {
         for (int64_t e = 0; e < lim; e++)
-            if (keep[e / B] == 0.0f) score[e] = NAN;
+            if (bs[e / B] == 0.0f) score[e] = NAN;
         return;
     }
     const float bf16_max = 3.38953139e38f;
@@ -454,7 +455,7 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
     int64_t lim = (c->pos[t] + 1) / c->rate;
     if (lim > c->n_keys) lim = c->n_keys;
     /* a later layer's row scores only its candidate blocks' entries */
-    const float *keep = candidate_flags(c, t, lim, bs);
+    const int kept_only = candidate_flags(c, t, lim, bs);
     const int block = c->cand ? c->cand->block : 1;
     const float *qt = c->q + t * c->n_head * c->head_dim, *wt = c->w + t * c->n_head;
     /* a rotated cache: q H . k H = q . k, so q is rotated once rather than
@@ -469,16 +470,17 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
     }
 #ifdef V4_AVX2
     if (c->tiled && !unrotate_keys) {
-        indexer_scores_avx2(
-            c, qt, wt, lim, score,
-            (float *)cpu_threadpool_scratch(c->pool, thread) + indexer_qrot_floats(c), keep, block);
-        if (c->cand) candidate_blocks(c, t, score, lim, keep, bs);
+        indexer_scores_avx2(c, qt, wt, lim, score,
+                            (float *)cpu_threadpool_scratch(c->pool, thread) +
+                                indexer_qrot_floats(c),
+                            kept_only, bs, block);
+        if (c->cand) candidate_blocks(c, t, score, lim, kept_only, bs);
         topk_select(score, lim, c->k, c->sel + t * c->k);
         return;
     }
 #endif
     for (int64_t s = 0; s < lim; s++) {
-        if (keep && keep[s / block] == 0.0f) continue; /* (made NaN below) */
+        if (kept_only && bs[s / block] == 0.0f) continue; /* (made NaN below) */
         const float *ks = row_f32(c->keys + (size_t)s * c->key_bytes, c->load, c->dtype,
                                   unrotate_keys, c->head_dim, kf);
         float total = 0.0f;
@@ -488,7 +490,7 @@ V4_CLONES static void indexer_row(void *p, int64_t t, int thread)
         }
         score[s] = total;
     }
-    if (c->cand) candidate_blocks(c, t, score, lim, keep, bs);
+    if (c->cand) candidate_blocks(c, t, score, lim, kept_only, bs);
     topk_select(score, lim, c->k, c->sel + t * c->k);
 }
 
