@@ -92,13 +92,14 @@ static int32_t argmax(const float *x, int32_t n)
     return b;
 }
 
-static di_model *load(const char *path, int kv_f32)
+/* n_tokens: the most a run evaluates (the context is 512 tokens or that). */
+static di_model *load(const char *path, int kv_f32, size_t n_tokens)
 {
     di_model_options o;
     di_model_options_init(&o);
     o.n_threads = 2;
     o.kv_cache_f32 = kv_f32;
-    o.n_ctx = 512;
+    o.n_ctx = n_tokens > 512 ? (int64_t)n_tokens : 512;
     di_model *m = NULL;
     di_error *err = NULL;
     if (di_model_load(path, &o, &m, &err) != DI_OK) {
@@ -145,7 +146,7 @@ static int run_tiny(const char *dir, int kv_f32, const char *model_path)
     size_t n_prompt, n_greedy;
     int32_t *prompt = int_array(json_object_get(ref, "prompt"), &n_prompt);
     int32_t *want = int_array(json_object_get(ref, "greedy"), &n_greedy);
-    di_model *m = load(model_path ? model_path : dir, kv_f32);
+    di_model *m = load(model_path ? model_path : dir, kv_f32, n_prompt + n_greedy);
     int32_t vocab = di_model_vocab_size(m);
     size_t n = n_prompt * (size_t)vocab;
     float *expect = malloc(n * sizeof *expect), *got = malloc(n * sizeof *got);
@@ -230,7 +231,7 @@ static int run_gguf(const char *fixture, const char *model_path, size_t max_case
         fprintf(stderr, "%s: %s\n", fixture, jerr.text);
         return 1;
     }
-    di_model *m = load(model_path, 0);
+    di_model *m = load(model_path, 0, 0);
     int32_t vocab = di_model_vocab_size(m);
     json_t *cases = json_object_get(ref, "cases");
     size_t n_cases = json_array_size(cases);
@@ -317,7 +318,7 @@ static int run_gguf_tiny(const char *fixture, double tol, double slack)
     else
         snprintf(dir, sizeof dir, ".");
     snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(ref, "file")));
-    di_model *m = load(path, 0);
+    di_model *m = load(path, 0, 0);
     int32_t vocab = di_model_vocab_size(m);
     size_t n_prompt, n_greedy;
     int32_t *prompt = int_array(json_object_get(ref, "prompt"), &n_prompt);
