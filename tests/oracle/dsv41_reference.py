@@ -198,8 +198,8 @@ class V41Config:
         for L in range(S + 1, self.n_layer):
             if self.ratios[L] != self.ratios[S]:
                 raise Unsupported(f"candidate_source_layer_id: layer {L} after the source {S} "
-                                  f"has compress ratio {self.ratios[L]}, the source "
-                                  f"{self.ratios[S]} (every later layer must share it)")
+                                  f"has compress ratio {self.ratios[L]}, layer {S}'s is "
+                                  f"{self.ratios[S]} (every later layer must have the source's)")
         nb, bs = t.get("candidate_topk_blocks"), t.get("candidate_block_size")
         if not isinstance(nb, int) or isinstance(nb, bool) or not 0 < nb <= 4096 or nb % 8:
             raise Unsupported(f"candidate_topk_blocks: {nb!r} (a multiple of 8 in 8..4096)")
