@@ -19,7 +19,10 @@ dsv41_dspark_reference.py's DSpark head to DeepInfer's references of its parts):
                                        get_fused_dflash_get_input_ref (the block's
                                        positions and the keys each row sees),
                                        dflash_input_store_ref (the features),
-                                       confidence_head_fused_ref
+                                       confidence_head_fused_ref; for the candidate-block
+                                       top-k: candidate_block_max_ref,
+                                       get_candidate_compact_lens_ref,
+                                       restore_candidate_indices_inplace_ref
 
 The packages need GPUs to import, so each reference function is read out of its
 file (its source, not the package: the kernels' modules are never imported) with
@@ -324,6 +327,157 @@ def check_engram():
     report("engram gate vs engram_gate_ref", got.bfloat16().float(), want.float(), 3.2e-2)
 
 
+def _padded(rows, width):
+    """Lists of indices -> int32 [len(rows), width], -1 after each row's."""
+    return torch.tensor([r + [-1] * (width - len(r)) for r in rows], dtype=torch.int32)
+
+
+def _compact_topk(cb, logits, visible, blocks, block_size, k, width):
+    """The consumer's top-k as DeepInfer's index_attn.py composes it: the logits of the
+    candidate blocks' entries compacted (slot i * block_size + j: entry blocks[i] *
+    block_size + j; DeepGEMM's sparse MQA, whose slots past a row's entries hold
+    whatever: here 1e9, so that a slot read past the length shows), the row's length
+    get_candidate_compact_lens_ref, the top-k over that prefix (torch.topk, ascending
+    index as deep_select's sorted_index, -1 after), restore_candidate_indices_inplace_ref
+    back to entries. blocks: int32 [R, NB], ascending, -1 after the chosen."""
+    R, NB = blocks.shape
+    lens = cb["get_candidate_compact_lens_ref"](blocks, torch.tensor(visible, dtype=torch.int32),
+                                                block_size)
+    entry = (blocks.long()[:, :, None] * block_size + torch.arange(block_size)).reshape(R, -1)
+    ok = (blocks.long()[:, :, None] >= 0).expand(R, NB, block_size).reshape(R, -1) & \
+        (entry < torch.tensor(visible)[:, None])
+    compact = torch.where(ok, logits.gather(1, entry.clamp(0, logits.shape[1] - 1)),
+                          torch.full_like(entry, 1e9, dtype=torch.float32))
+    rows = []
+    for r in range(R):
+        n = int(lens[r])
+        rows.append(sorted(compact[r, :n].topk(min(k, n)).indices.tolist()))
+    idx = _padded(rows, width)
+    cb["restore_candidate_indices_inplace_ref"](idx, blocks, block_size)
+    return idx, lens, ok.sum(1)
+
+
+def check_candidate(cb):
+    """The candidate-block top-k's parts against DeepInfer's candidate_blocks.py refs on
+    random rows: block scores and valid counts (candidate_block_max_ref; the logits
+    bf16-exact, as its input is bf16, one row holding a +inf logit for the cap), the
+    chosen blocks against torch.topk over the valid ones, and the consumer's top-k
+    restricted to the blocks' visible entries against DeepInfer's compact path, with
+    rows of no entry, rows with fewer valid blocks than candidate_topk_blocks and
+    rows with fewer candidate entries than the top-k."""
+    g = torch.Generator().manual_seed(10)
+    R, n, NB, k = 64, 300, 8, 6
+    for bs in (8, 16):
+        src = torch.randn(R, n, generator=g).bfloat16().float()
+        src[5, 17] = torch.inf
+        visible = torch.randint(0, n + 1, (R,), generator=g)
+        visible[:4] = torch.tensor([0, 1, bs, bs * NB + 1])  # none, one, a full block, NB + 1
+        visible[5] = 40
+        visible = visible.tolist()
+        got, valid = ref.candidate_block_scores(src, visible, bs)
+        lens = torch.tensor(visible, dtype=torch.int32)
+        want, want_valid = cb["candidate_block_max_ref"](src.bfloat16(), lens, bs)
+        want = want.float()
+        mask = torch.arange(got.shape[1])[None, :] < torch.tensor(valid)[:, None]
+        report(f"candidate blocks of {bs}: valid counts vs candidate_block_max_ref",
+               torch.tensor(valid).float(), want_valid.float(), 0)
+        report(f"candidate blocks of {bs}: +inf on the last valid block vs "
+               "candidate_block_max_ref", (got[mask] == torch.inf).float(),
+               (want[mask] == torch.inf).float(), 0)
+        fin = mask & torch.isfinite(want)
+        report(f"candidate blocks of {bs}: block maxima (capped at bf16's largest) vs "
+               "candidate_block_max_ref", got[fin], want[fin], 0)
+        chosen = [ref.candidate_blocks(got[r], valid[r], NB) for r in range(R)]
+        # (bf16 maxima tie: the lower block first, a stable sort's order)
+        topk_rows = [sorted(torch.sort(want[r, :valid[r]], descending=True,
+                                       stable=True).indices[:NB].tolist()) for r in range(R)]
+        report(f"candidate blocks of {bs}: the top {NB} (the last always, -1 after) vs "
+               "a stable sort of candidate_block_max_ref's valid blocks",
+               _padded(chosen, NB).float(), _padded(topk_rows, NB).float(), 0)
+        fewer = sum(v < NB for v in valid)
+        # a consumer's logits; its top-k restricted to the candidate entries
+        logits = torch.randn(R, n, generator=g)
+        want_idx = [ref.top_k_within(logits[r], ref.candidate_entries(chosen[r], visible[r], bs), k)
+                    for r in range(R)]
+        blocks = _padded(chosen, NB)
+        idx, lens, n_ok = _compact_topk(cb, logits, visible, blocks, bs, k, k)
+        report(f"candidate blocks of {bs}: compact lengths vs get_candidate_compact_lens_ref",
+               n_ok.float(), lens.float(), 0)
+        report(f"candidate blocks of {bs}: restricted top-{k} vs the compact path "
+               f"(get_candidate_compact_lens_ref, restore_candidate_indices_inplace_ref; "
+               f"{fewer} of {R} rows with fewer than {NB} valid blocks)", idx.float(),
+               _padded(want_idx, k).float(), 0)
+
+
+def check_candidate_model(cb, folder):
+    """The candidate fixture's checkpoint (make_dsv41_fixtures.py dsv41-candidate-f32)
+    on 544 tokens: the source's (layer 2's) block scores against candidate_block_max_ref
+    on its logits rounded to bf16 (within that rounding), and the consumer's (layer
+    4's) top-k against DeepInfer's compact path on its logits and the source's blocks;
+    its rows past 512 entries have more blocks than the 64 kept."""
+    import make_dsv41_fixtures as fixtures
+    model, _ = fixtures.build("dsv41-candidate-f32", pathlib.Path(folder))
+    c = model.cfg
+    g = torch.Generator().manual_seed(11)
+    ids = torch.randint(3, c.vocab, (544,), generator=g).tolist()
+    trace = []
+    with torch.no_grad():
+        model.forward(ids, trace)
+    (_, S, scores, valid, chosen), = [e for e in trace if e[0] == "candidate"]
+    src_logits = next(e[2] for e in trace if e[0] == "index" and e[1] == S)
+    bs, NB, k = c.candidate_block_size, c.candidate_topk_blocks, c.index_topk
+    visible = [(t + 1) // c.ratios[S] for t in range(len(ids))]
+    want, want_valid = cb["candidate_block_max_ref"](src_logits.bfloat16(),
+                                                     torch.tensor(visible, dtype=torch.int32), bs)
+    want = want.float()
+    mask = torch.arange(scores.shape[1])[None, :] < torch.tensor(valid)[:, None]
+    fin = mask & torch.isfinite(want)
+    report(f"model layer {S}: valid blocks vs candidate_block_max_ref",
+           torch.tensor(valid).float(), want_valid.float(), 0)
+    report(f"model layer {S}: +inf on the last valid block vs candidate_block_max_ref",
+           (scores[mask] == torch.inf).float(), (want[mask] == torch.inf).float(), 0)
+    report(f"model layer {S}: block maxima vs candidate_block_max_ref (its bf16 rounding)",
+           scores[fin], want[fin], float(scores[fin].abs().max()) * 2 ** -8)
+    consumers = [e for e in trace if e[0] == "index" and len(e) == 5]
+    for _, L, logits, vis, allowed in consumers:
+        got = [ref.top_k_within(logits[t], allowed[t], k) for t in range(len(ids))]
+        idx, _, _ = _compact_topk(cb, logits, vis, _padded(chosen, NB), bs, k, k)
+        restricted = sum(v > NB for v in valid)
+        differ = sum(got[t] != ref.top_k(logits[t], vis[t], k) for t in range(len(ids)))
+        report(f"model layer {L}: top-{k} among layer {S}'s {NB} blocks of {bs} vs the "
+               f"compact path ({restricted} rows restricted, {differ} differing from the "
+               f"dense top-{k})", _padded(got, k).float(), idx.float(), 0)
+    report("the candidate consumers are layer 4 alone",
+           torch.tensor([e[1] for e in consumers]).float(), torch.tensor([4.0]), 0)
+    # what DeepInfer refuses (cross_layer.py _validate_candidate_config, index_attn.py
+    # MQA.__init__), refused naming the field
+    hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
+    for field, value, named in (
+            ("candidate_source_layer_id", 5, "candidate_source_layer_id"),
+            ("candidate_source_layer_id", 0, "candidate_source_layer_id"),   # sliding window
+            ("candidate_source_layer_id", 1, "candidate_source_layer_id"),   # ratio 2, then 1
+            ("candidate_source_layer_id", 3, "candidate_source_layer_id"),   # layer 2's top-k
+            ("candidate_topk_blocks", 12, "candidate_topk_blocks"),          # not 8k
+            ("candidate_topk_blocks", 4104, "candidate_topk_blocks"),        # past 4096
+            ("candidate_topk_blocks", 8, "candidate_topk_blocks"),           # 64 entries, not 512k
+            ("candidate_topk_blocks", None, "candidate_topk_blocks"),
+            ("candidate_block_size", 12, "candidate_block_size"),
+            ("candidate_block_size", 32, "candidate_block_size"),
+            ("index_topk", 513, "candidate_topk_blocks"),                    # 64 x 8 < 513
+            ("compress_ratios", [0, 2, 1, 1, 0], "candidate_source_layer_id")):
+        bad = json.loads(json.dumps(hf))
+        bad["text_config"][field] = value
+        try:
+            ref.V41Config(bad)
+            FAILED.append(f"{field}: {value} was not refused")
+            print(f"FAIL {field}: {value} was not refused")
+        except ref.Unsupported as e:
+            ok = str(e).startswith(named)
+            print(f"{'ok  ' if ok else 'FAIL'} refused, naming {named}: {e}")
+            if not ok:
+                FAILED.append(f"{field}: {value}: the message does not name {named}")
+
+
 def check_model(folder):
     """The fixtures' first checkpoint (make_dsv41_fixtures.py): finite, causal (a
     prefix alone gives the prefix's logits), the indexer on the index sources only,
@@ -468,8 +622,14 @@ def main(argv):
     check_indexer(gemm)
     check_sink_attention()
     check_engram()
+    cb = functions(ops / "tilelang_ops" / "candidate_blocks.py",
+                   ["_check_inputs", "candidate_block_max_ref", "get_candidate_compact_lens_ref",
+                    "restore_candidate_indices_inplace_ref"])
+    check_candidate(cb)
     with tempfile.TemporaryDirectory() as tmp:
         check_model(keep or tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        check_candidate_model(cb, tmp)
     with tempfile.TemporaryDirectory() as tmp:
         check_dspark(di, tmp)
     if FAILED:

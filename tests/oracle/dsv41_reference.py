@@ -18,11 +18,14 @@ hidden), the grouped output projection, sqrtsoftplus MoE with a shared expert an
 SwiGLU clamp, and Engram (hashed n-gram embeddings over the tokenizer's compressed
 vocabulary, gated into the residual streams before an attention sub-layer: DeepInfer's
 engram_metadata.py and tile-kernels' engram_hash_ref run as they are, the gate is
-engram_gate_ref's in float32). Not yet: the candidate-block top-k (a config asking for
-it is refused, naming the field); the DSpark head (mtp.N.*, the compress_ratios
+engram_gate_ref's in float32), and the candidate-block top-k (candidate_source_layer_id:
+the source's block maxima of its indexer logits pick candidate_topk_blocks blocks, the
+last visible one always among them, and each later layer with its own indexer takes its
+top-k among the visible entries of those blocks: DeepInfer's index_attn.py with
+candidate_blocks.py's *_ref). Not here: the DSpark head (mtp.N.*, the compress_ratios
 entries after the main layers: dsv41_dspark_reference.py runs it on this model's
-attention-input streams) and images (vision_config) are not run here: the text
-model's logits do not depend on them.
+attention-input streams) and images (vision_config): the text model's logits do not
+depend on them.
 
     reference = V41Reference.load(folder)
     logits = reference.forward(token_ids)        # [T, vocab], every position
@@ -159,9 +162,9 @@ class V41Config:
             self.engram_compressed = t["engram_compressed_vocab_size"]
             self.engram_pad = t.get("engram_pad_token_id", 2)
             self.engram_tables = (self.engram_max_ngram - 1) * self.engram_heads
+        self.candidate_source = None
         if t.get("candidate_source_layer_id") is not None:
-            raise Unsupported("candidate_source_layer_id: the candidate-block top-k is not in "
-                              "this reference yet")
+            self._candidate_config(t)
         if t["hidden_act"] != "silu":
             raise Unsupported(f"hidden_act: {t['hidden_act']!r}")
         self.moe_inter = t["moe_intermediate_size"]
@@ -175,6 +178,54 @@ class V41Config:
             raise Unsupported("norm_topk_prob: false")
         if t["topk_method"] != "noaux_tc":
             raise Unsupported(f"topk_method: {t['topk_method']!r}")
+
+    def _candidate_config(self, t):
+        """The candidate-block top-k (DeepInfer's hugging_face/config.py _shared_layer_cfg:
+        every layer from candidate_source_layer_id S to the last main layer maps to S;
+        topk_block_score_reduce is always "max"), refused as DeepInfer's
+        cross_layer.py _validate_candidate_config and index_attn.py MQA.__init__ assert."""
+        S = t["candidate_source_layer_id"]
+        if not isinstance(S, int) or isinstance(S, bool) or not 0 <= S < self.n_layer:
+            raise Unsupported(f"candidate_source_layer_id: {S!r} names no layer of "
+                              f"0..{self.n_layer - 1}")
+        if self.index_map[S] != S:
+            raise Unsupported(f"candidate_source_layer_id: layer {S} takes layer "
+                              f"{self.index_map[S]}'s top-k (the candidate source must be an "
+                              f"index source of its own)")
+        if self.ratios[S] == 0:
+            raise Unsupported(f"candidate_source_layer_id: layer {S} is a sliding-window layer "
+                              f"(the candidate source must be compressed)")
+        for L in range(S + 1, self.n_layer):
+            if self.ratios[L] != self.ratios[S]:
+                raise Unsupported(f"candidate_source_layer_id: layer {L} after the source {S} "
+                                  f"has compress ratio {self.ratios[L]}, layer {S}'s is "
+                                  f"{self.ratios[S]} (every later layer must have the source's)")
+        nb, bs = t.get("candidate_topk_blocks"), t.get("candidate_block_size")
+        if not isinstance(nb, int) or isinstance(nb, bool) or not 0 < nb <= 4096 or nb % 8:
+            raise Unsupported(f"candidate_topk_blocks: {nb!r} (a multiple of 8 in 8..4096)")
+        if not isinstance(bs, int) or isinstance(bs, bool) or bs not in (8, 16):
+            raise Unsupported(f"candidate_block_size: {bs!r} (8 or 16)")
+        for L in range(S + 1, self.n_layer):
+            # a consumer's block in its own entries (cross_layer.py): the source's block
+            # times the ratios' quotient, 16 at most, and NB of them hold its top-k
+            block = bs * self.ratios[S] // self.ratios[L]
+            if block > 16:
+                raise Unsupported(f"candidate_block_size: {bs} entries of layer {S} are {block} "
+                                  f"of layer {L} (16 at most)")
+            if nb * block < self.index_topk:
+                raise Unsupported(f"candidate_topk_blocks: {nb} blocks of {block} entries hold "
+                                  f"fewer than index_topk {self.index_topk}")
+        consumers = [L for L in range(S + 1, self.n_layer) if self.index_map[L] == L]
+        if consumers and nb * bs * 2 % 1024:
+            # index_attn.py: the sparse indexer's bf16 logits of the candidate entries, a
+            # row of candidate_topk_blocks x candidate_block_size, align to 1024 bytes
+            raise Unsupported(f"candidate_topk_blocks: {nb} blocks of {bs} are {nb * bs} "
+                              f"candidate entries; DeepInfer's sparse indexer needs a multiple "
+                              f"of 512 when a later layer has its own indexer (layer "
+                              f"{consumers[0]})")
+        self.candidate_source = S
+        self.candidate_topk_blocks = nb
+        self.candidate_block_size = bs
 
 
 # ---- weights ---------------------------------------------------------------
@@ -346,8 +397,56 @@ def top_k(logits, visible, k):
     margin at the k-th place so that ties never decide)."""
     if visible <= k:
         return list(range(visible))
-    vals = logits[:visible]
-    order = sorted(range(visible), key=lambda j: (-float(vals[j]), j))
+    vals = logits[:visible].tolist()
+    order = sorted(range(visible), key=lambda j: (-vals[j], j))
+    return sorted(order[:k])
+
+
+BF16_MAX = 3.3895313892515355e38  # torch.finfo(torch.bfloat16).max
+
+
+def candidate_block_scores(logits, visible, block_size):
+    """The candidate source's block scores [T, ceil(n / block_size)] of its indexer
+    logits [T, n] and the count of valid blocks of each row: block b holds entries
+    b*block_size .. (b+1)*block_size - 1 of those visible (logits[t, :visible[t]]); its
+    score is their maximum capped at the largest finite bf16, the last valid block's
+    +inf (always chosen), blocks past the valid ones -inf (DeepInfer's
+    candidate_block_max_ref, in float32)."""
+    T, n = logits.shape
+    nb = -(-n // block_size)
+    padded = torch.full((T, nb * block_size), -math.inf)
+    padded[:, :n] = logits
+    cols = torch.arange(nb * block_size)
+    padded[cols[None, :] >= torch.as_tensor(visible)[:, None]] = -math.inf
+    scores = padded.reshape(T, nb, block_size).amax(-1).clamp(max=BF16_MAX)
+    valid = [-(-v // block_size) for v in visible]
+    for t, v in enumerate(valid):
+        if v:
+            scores[t, v - 1] = math.inf
+    return scores, valid
+
+
+def candidate_blocks(scores, valid, n_blocks):
+    """The top n_blocks of the valid block scores scores[:valid] (all when fewer), the
+    lower block first among equal scores, in increasing block order."""
+    return top_k(scores, valid, n_blocks)
+
+
+def candidate_entries(blocks, visible, block_size):
+    """The visible entries (< visible) of the candidate blocks, in increasing order."""
+    return [e for b in sorted(blocks) for e in range(b * block_size,
+                                                     min((b + 1) * block_size, visible))]
+
+
+def top_k_within(logits, entries, k):
+    """The indices of the k largest logits among entries (all when fewer), the lower
+    index first among equal values, in increasing order: the candidate consumer's
+    top-k (DeepInfer's sparse logits over the candidate entries compacted, top-k over
+    the compact row, restore_candidate_indices_inplace back to entries)."""
+    if len(entries) <= k:
+        return list(entries)
+    vals = logits.tolist()
+    order = sorted(entries, key=lambda j: (-vals[j], j))
     return sorted(order[:k])
 
 
@@ -511,7 +610,11 @@ class V41Reference:
     def attention(self, L, y, shared_hidden, state, trace):
         """One layer's attention on the normed hidden y [T, h]. state carries what the
         source layers made for their consumers: the compressed entries and their
-        pre-RoPE form (kv), the indexer keys (index_k) and the top-k (topk)."""
+        pre-RoPE form (kv), the indexer keys (index_k), the top-k (topk) and the
+        candidate source's visible entries of its candidate blocks (candidates). trace,
+        when given, gets ("index", L, logits, visible[, candidates]) of each index source
+        (candidates: the entries a candidate consumer chose among) and ("candidate", L,
+        block scores, valid blocks, chosen blocks) of the candidate source."""
         c, p = self.cfg, f"layers.{L}.attn."
         T = y.shape[0]
         pos = torch.arange(T)
@@ -548,9 +651,28 @@ class V41Reference:
                 iq = rope(iq, cos, sin)
                 iw = y @ self._t(p + "indexer.weights_proj.weight").t()
                 logits = indexer_logits(iq, state["index_k"], iw)
-                state["topk"] = [top_k(logits[t], visible[t], c.index_topk) for t in range(T)]
-                if trace is not None:
-                    trace.append(("index", L, logits, visible))
+                S = c.candidate_source
+                if S is not None and L > S:
+                    # a candidate consumer: its top-k among the source's candidate blocks
+                    allowed = state["candidates"]
+                    state["topk"] = [top_k_within(logits[t], allowed[t], c.index_topk)
+                                     for t in range(T)]
+                    if trace is not None:
+                        trace.append(("index", L, logits, visible, allowed))
+                else:
+                    state["topk"] = [top_k(logits[t], visible[t], c.index_topk)
+                                     for t in range(T)]
+                    if trace is not None:
+                        trace.append(("index", L, logits, visible))
+                if L == S:
+                    bs = c.candidate_block_size
+                    scores, valid = candidate_block_scores(logits, visible, bs)
+                    blocks = [candidate_blocks(scores[t], valid[t], c.candidate_topk_blocks)
+                              for t in range(T)]
+                    state["candidates"] = [candidate_entries(b, visible[t], bs)
+                                           for t, b in enumerate(blocks)]
+                    if trace is not None:
+                        trace.append(("candidate", L, scores, valid, blocks))
             selected = state["topk"]
         out = torch.empty(T, c.n_head, c.head_dim)
         for t in range(T):

@@ -27,6 +27,9 @@ import make_model_fixtures as mmf  # noqa: E402
 
 N_PROMPT = 40  # past the window (6) and enough ratio-2 entries for top-3 to choose
 N_GREEDY = 24
+# name -> (prompt, greedy) where a fixture needs other lengths: the candidate fixture's
+# 64 blocks of 8 entries restrict a row from its 513th visible entry on
+LENGTHS = {"dsv41-candidate-f32": (560, 16)}
 MIN_MARGIN = 1e-4  # float32 implementations differ by about 1e-6 here
 
 BASE = dict(hidden_size=64, vocab_size=256, num_attention_heads=4, head_dim=96,
@@ -74,6 +77,18 @@ DSV41 = {
                               engram_layer_ids=[0, 2], engram_max_ngram_size=3,
                               engram_vocab_size=61, engram_n_heads=2, engram_head_dim=16,
                               engram_pad_token_id=2), "float32", 3),
+    # the candidate-block top-k: layer 2 (ratio 1, the first YOCO consumer) scores
+    # blocks of 8 of its entries by their largest indexer logit and keeps 64 (the last
+    # visible block always); layer 3 takes layer 2's KV, keys and top-k; layer 4, a KV
+    # and index source of its own, takes its top-3 among the entries of those blocks.
+    # DeepInfer's limits hold: 64 x 8 = 512 candidate entries (its sparse indexer's bf16
+    # logits rows align to 1024 bytes), index heads of 128 (8 of them). bf16 storage
+    # and 4 experts keep the checkpoint small; vocabulary 128 the logits files
+    "dsv41-candidate-f32": (dict(compress_ratios=[0, 2, 1, 1, 1], kv_source_layer_ids=[1, 2, 4],
+                                 index_source_layer_ids=[1, 2, 4], candidate_source_layer_id=2,
+                                 candidate_topk_blocks=64, candidate_block_size=8,
+                                 index_head_dim=128, n_routed_experts=4, vocab_size=128),
+                            "bfloat16", 4),
 }
 
 # Projections DeepSeek-V4.1 keeps bf16 (mla_attn.py: use_fp8_gemm=False; moe.py gate)
@@ -229,18 +244,45 @@ def store(t, storage, torch):
 
 
 def margins(trace, cfg):
-    """The smallest gap at the routers' and the indexers' top-k boundaries."""
+    """The smallest gap at the routers' and the indexers' top-k boundaries (a candidate
+    consumer's among the entries it chooses from)."""
     route, index = [], []
     for kind, L, scores, *rest in trace:
         if kind == "route":
             top = scores.topk(cfg.top_k + 1, dim=-1).values
             route.append(float((top[:, -2] - top[:, -1]).min()))
-        else:
+        elif kind == "index" and len(rest) == 2:
+            for t, allowed in enumerate(rest[1]):
+                if len(allowed) > cfg.index_topk:
+                    top = scores[t, allowed].topk(cfg.index_topk + 1).values
+                    index.append(float(top[-2] - top[-1]))
+        elif kind == "index":
             for t, visible in enumerate(rest[0]):
                 if visible > cfg.index_topk:
                     top = scores[t, :visible].topk(cfg.index_topk + 1).values
                     index.append(float(top[-2] - top[-1]))
     return min(route), (min(index) if index else None)
+
+
+def candidate_stats(trace, cfg):
+    """The candidate-block top-k's smallest gap between the source's block scores at
+    places candidate_topk_blocks and candidate_topk_blocks + 1 over the rows where it
+    restricts (more valid blocks than it keeps), those rows, and the rows where a
+    consumer's top-k differs from its top-k over every visible entry."""
+    nb, gaps, restricted, differs = cfg.candidate_topk_blocks, [], [], set()
+    for kind, L, scores, *rest in trace:
+        if kind == "candidate":
+            for t, valid in enumerate(rest[0]):
+                if valid > nb:
+                    top = scores[t, :valid].topk(nb + 1).values
+                    gaps.append(float(top[-2] - top[-1]))
+                    restricted.append(t)
+        elif kind == "index" and len(rest) == 2:
+            for t, (visible, allowed) in enumerate(zip(*rest)):
+                if (ref.top_k(scores[t], visible, cfg.index_topk) !=
+                        ref.top_k_within(scores[t], allowed, cfg.index_topk)):
+                    differs.add(t)
+    return (min(gaps) if gaps else None), restricted, sorted(differs)
 
 
 def build(name, out, salt_offset=0):
@@ -278,20 +320,28 @@ def make(name):
     import numpy as np
     import torch
     out = mmf.OUT / name
+    n_prompt, n_greedy = LENGTHS.get(name, (N_PROMPT, N_GREEDY))
     for attempt in range(20):  # seeds until no near-tie decides a choice
         reference, seed = build(name, out, attempt)
         g = torch.Generator().manual_seed(seed + 1)
-        prompt = torch.randint(3, reference.cfg.vocab, (N_PROMPT,), generator=g).tolist()
+        prompt = torch.randint(3, reference.cfg.vocab, (n_prompt,), generator=g).tolist()
         trace = []
         with torch.no_grad():
             logits = reference.forward(prompt, trace)
             seq = list(prompt)
-            for _ in range(N_GREEDY):
+            for _ in range(n_greedy):
                 seq.append(int(reference.forward(seq)[-1].argmax()))
             trace = []
             seq_logits = reference.forward(seq, trace)
         route_margin, index_margin = margins(trace, reference.cfg)
-        if route_margin >= MIN_MARGIN and (index_margin is None or index_margin >= MIN_MARGIN):
+        block_margin = None
+        if reference.cfg.candidate_source is not None:
+            block_margin, restricted, differs = candidate_stats(trace, reference.cfg)
+            if not restricted or not differs:
+                raise SystemExit(f"{name}: the candidate blocks restrict {len(restricted)} rows "
+                                 f"and change no consumer's top-k: the fixture tests nothing")
+        if (route_margin >= MIN_MARGIN and (index_margin is None or index_margin >= MIN_MARGIN)
+                and (block_margin is None or block_margin >= MIN_MARGIN)):
             break
     else:
         raise SystemExit(f"{name}: no seed without near-ties in 20 tries")
@@ -304,28 +354,43 @@ def make(name):
         "storage_dtype": ("float8_e4m3fn (32x32 E8M0 block scales), routed experts MXFP4, "
                           "Engram tables fp8 (an E8M0 scale per 32 values of a row), "
                           "compressor/indexer keys and weights/router/norms/Engram norms bf16, "
-                          "sinks/mHC/router bias f32" if DSV41[name][1] == "fp8-mxfp4" else DSV41[name][1]),
+                          "sinks/mHC/router bias f32" if DSV41[name][1] == "fp8-mxfp4" else
+                          "bfloat16, sinks/mHC/router bias f32" if DSV41[name][1] == "bfloat16"
+                          else DSV41[name][1]),
         "compute_dtype": "float32",
         "seed": seed,
         "files": ["model.safetensors"],
         "config": json.loads((out / "config.json").read_text()),
         "prompt": prompt,
         "logits_file": "logits.f32",
-        "logits_shape": [N_PROMPT, reference.cfg.vocab],
+        "logits_shape": [n_prompt, reference.cfg.vocab],
         "argmax": np.argmax(logits.numpy(), axis=1).tolist(),
-        "greedy": seq[N_PROMPT:],
+        "greedy": seq[n_prompt:],
         "router_min_margin": round(route_margin, 6),
         "index_min_margin": round(index_margin, 6) if index_margin is not None else None,
         "sequence_logits_file": "sequence_logits.f32",
-        "sequence_logits_shape": [N_PROMPT + N_GREEDY, reference.cfg.vocab],
+        "sequence_logits_shape": [n_prompt + n_greedy, reference.cfg.vocab],
         "oracle": {"reference": "tests/oracle/dsv41_reference.py (checked by "
                                 "check_dsv41_ops.py)", "torch": torch.__version__},
     }
+    if reference.cfg.candidate_source is not None:
+        # over the rows of the sequence (prompt + greedy); a row's choices are the same
+        # in the prompt's pass (causal)
+        reference_json["candidate"] = {
+            "block_min_margin": round(block_margin, 6) if block_margin is not None else None,
+            "rows": len(seq),
+            "restricted_rows": len(restricted),
+            "first_restricted_row": restricted[0] if restricted else None,
+            "restricted_prompt_rows": sum(t < n_prompt for t in restricted),
+            "topk_differs_from_dense_rows": len(differs),
+            "topk_differs_from_dense_prompt_rows": sum(t < n_prompt for t in differs),
+        }
     (out / "reference.json").write_text(json.dumps(reference_json, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"{name}: {size} bytes, seed {seed}, router margin {route_margin:.4g}, index margin "
           f"{index_margin if index_margin is None else round(index_margin, 4)}, "
-          f"greedy {seq[N_PROMPT:N_PROMPT + 8]}...")
+          f"greedy {seq[n_prompt:n_prompt + 8]}..."
+          + (f", candidate {reference_json['candidate']}" if block_margin is not None else ""))
 
 
 def main(argv):
