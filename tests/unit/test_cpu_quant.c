@@ -91,6 +91,17 @@ static void test_fp16_conversion_round_trips_every_value(void **state)
     assert_int_equal(cpu_f32_to_fp16(65519.0f), 0x7bff);
     assert_int_equal(cpu_f32_to_fp16(0x1p-25f), 0x0000);
     assert_int_equal(cpu_f32_to_fp16(0x1.8p-25f), 0x0001);
+    /* NaN as vcvtps2ph: quiet, sign and the payload's top 10 bits kept */
+    static const uint32_t nans[][2] = {{0x7fc00000u, 0x7e00u},
+                                       {0xffc12345u, 0xfe09u},
+                                       {0x7f800001u, 0x7e00u},
+                                       {0x7fbfe000u, 0x7fffu},
+                                       {0x7f802000u, 0x7e01u}};
+    for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
+        float f;
+        memcpy(&f, &nans[i][0], sizeof f);
+        assert_int_equal(cpu_f32_to_fp16(f), nans[i][1]);
+    }
 }
 
 static void test_bf16_conversion_rounds_to_nearest_even(void **state)
@@ -226,7 +237,7 @@ static void test_tiny_blocks_quantize_as_zero_blocks(void **state)
 static void test_simd_quantizers_equal_the_reference(void **state)
 {
     (void)state;
-    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, CPU_DTYPE_Q8_K};
+    const int types[] = {MODEL_DTYPE_Q8_0, CPU_DTYPE_Q8_1, CPU_DTYPE_Q8_K, MODEL_DTYPE_F16};
     enum { N = 2048 };
     unsigned seed = 7;
     float x[N];
@@ -236,6 +247,15 @@ static void test_simd_quantizers_equal_the_reference(void **state)
     x[1312] = 2.0f; /* the Q8_K block 5's largest magnitude, both signs */
     x[1400] = -2.0f;
     x[1800] = NAN;
+    /* f16's edges: overflow, its largest and smallest values, subnormals and
+     * their halfway points, signed zero, infinities, NaNs with payloads (quiet
+     * and signalling, both signs) */
+    static const uint32_t edges[] = {
+        0x477ff000u, 0x477fefffu, 0x477fe000u, 0x38800000u, 0x387fffffu, 0x33800000u,
+        0x33c00000u, 0x33000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+        0x7fc12345u, 0xffc00001u, 0x7f800001u, 0xff80abcdu, 0x7fbfffffu, 0x00000001u};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        memcpy(&x[1900 + i], &edges[i], sizeof(float));
     int ran = 0;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         uint8_t want[N * 2], got[N * 2];
@@ -250,7 +270,7 @@ static void test_simd_quantizers_equal_the_reference(void **state)
                 fail_msg("type %d: byte %zu is %u, the reference's %u", types[k], i, got[i],
                          want[i]);
     }
-    printf("SIMD quantizers compared: %d of 3 (%s)\n", ran, ran ? "avx2" : "no avx2 here");
+    printf("SIMD quantizers compared: %d of 4 (%s)\n", ran, ran ? "avx2, f16c" : "no avx2 here");
 }
 
 int main(void)

@@ -144,8 +144,9 @@ uint16_t cpu_f32_to_fp16(float f)
     uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf or NaN (quiet) */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax > 0x7f800000u) /* NaN: quiet, the payload's top 10 bits kept (as vcvtps2ph) */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00u); /* inf */
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
     if (ax < 0x38800000u) {
         /* subnormal or zero in f16: value / 2^-24, rounded to nearest even */

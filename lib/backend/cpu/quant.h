@@ -166,7 +166,9 @@ void cpu_k3_scales(const uint8_t scales[12], int8_t sc[16]);
 void cpu_iq4xs_scales(const block_iq4_xs *b, int8_t sc[8]);
 
 float cpu_fp16_to_f32(uint16_t h);
-uint16_t cpu_f32_to_fp16(float f); /* round to nearest even, as F16C's vcvtps2ph */
+/* round to nearest even, as F16C's vcvtps2ph, NaN too (quiet, the top 10 bits
+ * of its payload kept) */
+uint16_t cpu_f32_to_fp16(float f);
 float cpu_bf16_to_f32(uint16_t h);
 uint16_t cpu_f32_to_bf16(float f); /* round to nearest even, NaN kept quiet (ggml's) */
 float cpu_fp8_e4m3_to_f32(uint8_t v);

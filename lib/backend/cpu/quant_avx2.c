@@ -1,5 +1,6 @@
 /* AVX2 activation quantizers (cpu_quantize_row, quant.h): Q8_0, Q8_1 and Q8_K
- * with the reference's results bit for bit (the same amax, the same scale and
+ * (and F16 rows, the f16 KV cache's writes, through F16C's vcvtps2ph) with the
+ * reference's results bit for bit (the same amax, the same scale and
  * multiplier computed in scalar, vcvtps2dq rounding half to even as nearbyintf
  * and ggml's nearest_int do, the same non-finite handling). Chosen at run time;
  * tests/unit/test_cpu_quant.c compares them with cpu_quantize_row_ref. */
@@ -122,10 +123,22 @@ AVX2 static void quant_q8_K_avx2(const float *x, block_q8_K *y, int64_t nb)
     }
 }
 
+/* n floats -> f16, rounded to nearest even (the reference's cpu_f32_to_fp16,
+ * which rounds NaN's payload as vcvtps2ph does). */
+AVX2 static void f16_avx2(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = cpu_f32_to_fp16(x[i]);
+}
+
 int cpu_quantize_row_avx2(int dtype, const float *x, void *y, int64_t n)
 {
     if (!cpu_has_avx2()) return 0;
     switch (dtype) {
+    case MODEL_DTYPE_F16: f16_avx2(x, y, n); return 1;
     case MODEL_DTYPE_Q8_0: quant_q8_0_avx2(x, y, n / 32); return 1;
     case CPU_DTYPE_Q8_1: quant_q8_1_avx2(x, y, n / 32); return 1;
     case CPU_DTYPE_Q8_K: quant_q8_K_avx2(x, y, n / QK_K); return 1;
