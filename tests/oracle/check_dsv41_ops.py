@@ -465,17 +465,23 @@ def check_candidate_model(cb, folder):
             ("candidate_block_size", 32, "candidate_block_size"),
             ("index_topk", 513, "candidate_topk_blocks"),                    # 64 x 8 < 513
             ("compress_ratios", [0, 2, 1, 1, 0], "candidate_source_layer_id")):
-        bad = json.loads(json.dumps(hf))
-        bad["text_config"][field] = value
-        try:
-            ref.V41Config(bad)
-            FAILED.append(f"{field}: {value} was not refused")
-            print(f"FAIL {field}: {value} was not refused")
-        except ref.Unsupported as e:
-            ok = str(e).startswith(named)
-            print(f"{'ok  ' if ok else 'FAIL'} refused, naming {named}: {e}")
-            if not ok:
-                FAILED.append(f"{field}: {value}: the message does not name {named}")
+        expect_refused(hf, {field: value}, named)
+
+
+def expect_refused(hf, edits, named):
+    """V41Config refuses the config.json hf with edits in its text_config, its
+    message starting with the field named."""
+    bad = json.loads(json.dumps(hf))
+    bad["text_config"].update(edits)
+    try:
+        ref.V41Config(bad)
+        FAILED.append(f"{edits} was not refused")
+        print(f"FAIL {edits} was not refused")
+    except ref.Unsupported as e:
+        ok = str(e).startswith(named)
+        print(f"{'ok  ' if ok else 'FAIL'} refused, naming {named}: {e}")
+        if not ok:
+            FAILED.append(f"{edits}: the message does not name {named}")
 
 
 def check_model(folder):
@@ -499,19 +505,10 @@ def check_model(folder):
     for field, value in (("engram_max_ngram_size", None), ("candidate_source_layer_id", 1),
                          ("compress_ratios", [0, 4, 2, 1, 1]), ("scoring_func", "sigmoid"),
                          ("index_source_layer_ids", [1, 2, 4])):
-        bad = json.loads(json.dumps(hf))
-        bad["text_config"][field] = value
+        edits = {field: value}
         if field == "engram_max_ngram_size":
-            bad["text_config"]["engram_layer_ids"] = [1]
-        try:
-            ref.V41Config(bad)
-            FAILED.append(f"{field}: {value} was not refused")
-            print(f"FAIL {field}: {value} was not refused")
-        except ref.Unsupported as e:
-            ok = str(e).startswith(field)
-            print(f"{'ok  ' if ok else 'FAIL'} refused, naming the field: {e}")
-            if not ok:
-                FAILED.append(f"{field}: the message does not name it")
+            edits["engram_layer_ids"] = [1]
+        expect_refused(hf, edits, field)
 
 
 def check_dspark(di, folder):

@@ -108,28 +108,12 @@ class DSparkConfig:
 
 
 def stage_shapes(cfg, dcfg):
-    """name -> shape of every mtp.* tensor the head reads."""
-    h, H, D, m = cfg.hidden, cfg.n_head, cfg.head_dim, cfg.hc_mult
+    """name -> shape of every mtp.* tensor the head reads: each stage a block
+    (dsv41_reference.block_shapes) over the stages' experts, then the head's own."""
+    h = cfg.hidden
     out = {}
     for s in range(dcfg.stages):
-        p, a, f = f"mtp.{s}.", f"mtp.{s}.attn.", f"mtp.{s}.ffn."
-        for kind in ("attn", "ffn"):
-            out.update({p + f"hc_{kind}_fn": ((2 + m) * m, m * h), p + f"hc_{kind}_base": ((2 + m) * m,),
-                        p + f"hc_{kind}_scale": (3,), p + f"{kind}_norm.weight": (h,)})
-        out.update({a + "wq_a.weight": (cfg.q_lora_rank, h), a + "q_norm.weight": (cfg.q_lora_rank,),
-                    a + "wq_b.weight": (H * D, cfg.q_lora_rank), a + "wkv.weight": (D, h),
-                    a + "kv_norm.weight": (D,), a + "attn_sink": (H,),
-                    a + "wo_a.weight": (cfg.o_groups * cfg.o_lora_rank, H // cfg.o_groups * D),
-                    a + "wo_b.weight": (h, cfg.o_groups * cfg.o_lora_rank),
-                    f + "gate.weight": (dcfg.n_experts, h), f + "gate.bias": (dcfg.n_experts,)})
-        for e in range(dcfg.n_experts):
-            out.update({f + f"experts.{e}.w1.weight": (cfg.moe_inter, h),
-                        f + f"experts.{e}.w3.weight": (cfg.moe_inter, h),
-                        f + f"experts.{e}.w2.weight": (h, cfg.moe_inter)})
-        if cfg.n_shared:
-            out.update({f + "shared_experts.w1.weight": (cfg.moe_inter, h),
-                        f + "shared_experts.w3.weight": (cfg.moe_inter, h),
-                        f + "shared_experts.w2.weight": (h, cfg.moe_inter)})
+        out.update(ref.block_shapes(cfg, f"mtp.{s}.", dcfg.n_experts))
     last = f"mtp.{dcfg.stages - 1}."
     out.update({"mtp.0.main_proj.weight": (h, len(dcfg.targets) * h),
                 "mtp.0.main_norm.weight": (h,), last + "norm.weight": (h,),

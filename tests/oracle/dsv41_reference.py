@@ -480,22 +480,43 @@ def swiglu(x, w1, w3, w2, limit):
 
 # ---- the model -------------------------------------------------------------
 
+def block_shapes(cfg, p, n_experts):
+    """name -> shape of the tensors every decoder block under prefix p ("layers.L." or a
+    DSpark stage's "mtp.S.") has: its mHC and norms, the attention without compression
+    (a sliding-window layer's), the router and n_experts routed experts, the shared
+    expert."""
+    h, H, D, m = cfg.hidden, cfg.n_head, cfg.head_dim, cfg.hc_mult
+    a, f = p + "attn.", p + "ffn."
+    out = {}
+    for kind in ("attn", "ffn"):
+        out.update({p + f"hc_{kind}_fn": ((2 + m) * m, m * h), p + f"hc_{kind}_base": ((2 + m) * m,),
+                    p + f"hc_{kind}_scale": (3,), p + f"{kind}_norm.weight": (h,)})
+    out.update({a + "wq_a.weight": (cfg.q_lora_rank, h), a + "q_norm.weight": (cfg.q_lora_rank,),
+                a + "wq_b.weight": (H * D, cfg.q_lora_rank), a + "wkv.weight": (D, h),
+                a + "kv_norm.weight": (D,), a + "attn_sink": (H,),
+                a + "wo_a.weight": (cfg.o_groups * cfg.o_lora_rank, H // cfg.o_groups * D),
+                a + "wo_b.weight": (h, cfg.o_groups * cfg.o_lora_rank),
+                f + "gate.weight": (n_experts, h), f + "gate.bias": (n_experts,)})
+    for e in range(n_experts):
+        out.update({f + f"experts.{e}.w1.weight": (cfg.moe_inter, h),
+                    f + f"experts.{e}.w3.weight": (cfg.moe_inter, h),
+                    f + f"experts.{e}.w2.weight": (h, cfg.moe_inter)})
+    if cfg.n_shared:
+        out.update({f + "shared_experts.w1.weight": (cfg.moe_inter, h),
+                    f + "shared_experts.w3.weight": (cfg.moe_inter, h),
+                    f + "shared_experts.w2.weight": (h, cfg.moe_inter)})
+    return out
+
+
 def expected_shapes(cfg):
     """name -> shape of every tensor the text model reads, by the config."""
-    h, H, D, m = cfg.hidden, cfg.n_head, cfg.head_dim, cfg.hc_mult
+    h, D, m = cfg.hidden, cfg.head_dim, cfg.hc_mult
     out = {"embed.weight": (cfg.vocab, h), "norm.weight": (h,)}
     if not cfg.tie:
         out["head.weight"] = (cfg.vocab, h)
     for L, ratio in enumerate(cfg.ratios):
-        p, a, f = f"layers.{L}.", f"layers.{L}.attn.", f"layers.{L}.ffn."
-        for kind in ("attn", "ffn"):
-            out.update({p + f"hc_{kind}_fn": ((2 + m) * m, m * h), p + f"hc_{kind}_base": ((2 + m) * m,),
-                        p + f"hc_{kind}_scale": (3,), p + f"{kind}_norm.weight": (h,)})
-        out.update({a + "wq_a.weight": (cfg.q_lora_rank, h), a + "q_norm.weight": (cfg.q_lora_rank,),
-                    a + "wq_b.weight": (H * D, cfg.q_lora_rank), a + "wkv.weight": (D, h),
-                    a + "kv_norm.weight": (D,), a + "attn_sink": (H,),
-                    a + "wo_a.weight": (cfg.o_groups * cfg.o_lora_rank, H // cfg.o_groups * D),
-                    a + "wo_b.weight": (h, cfg.o_groups * cfg.o_lora_rank)})
+        a = f"layers.{L}.attn."
+        out.update(block_shapes(cfg, f"layers.{L}.", cfg.n_experts))
         if ratio and cfg.kv_map[L] == L:
             out.update({a + "compressor.wkv.weight": (D, h), a + "compressor.norm.weight": (D,)})
             if ratio == 2:
@@ -510,15 +531,6 @@ def expected_shapes(cfg):
             e = f"layers.{L}.engram."
             out.update({e + "q_weight": (m, h), e + "k_weight": (m, h),
                         e + "wkv.weight": ((m + 1) * h, cfg.engram_tables * cfg.engram_head_dim)})
-        out.update({f + "gate.weight": (cfg.n_experts, h), f + "gate.bias": (cfg.n_experts,)})
-        for e in range(cfg.n_experts):
-            out.update({f + f"experts.{e}.w1.weight": (cfg.moe_inter, h),
-                        f + f"experts.{e}.w3.weight": (cfg.moe_inter, h),
-                        f + f"experts.{e}.w2.weight": (h, cfg.moe_inter)})
-        if cfg.n_shared:
-            out.update({f + "shared_experts.w1.weight": (cfg.moe_inter, h),
-                        f + "shared_experts.w3.weight": (cfg.moe_inter, h),
-                        f + "shared_experts.w2.weight": (h, cfg.moe_inter)})
     return out
 
 
