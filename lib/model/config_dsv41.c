@@ -25,7 +25,7 @@ static di_status unsupported(cfg_ctx *c, const char *field, const char *why)
  * candidate_source_layer_id absent or null: none; else a compressed top-k
  * source whose later layers all share its ratio, candidate_topk_blocks a
  * multiple of 8 up to 4096, candidate_block_size 8 or 16, the blocks holding
- * at least index_topk entries. */
+ * at least index_topk entries when a layer follows the source. */
 static di_status candidates(cfg_ctx *c, model_config *m)
 {
     model_config_v4 *v = &m->v4;
@@ -60,7 +60,9 @@ static di_status candidates(cfg_ctx *c, model_config *m)
                                  "%s: compress_ratios[%u] is %u, not the candidate source's %u "
                                  "(every layer after candidate_source_layer_id shares its ratio)",
                                  c->file, l, v->rate[l], v->rate[s]);
-    if ((uint64_t)blocks * block < v->index_topk)
+    /* (checked per consumer, as DeepInfer does: a source that is the last
+     * main layer has none, whatever index_topk) */
+    if ((uint32_t)s + 1 < m->n_layer && (uint64_t)blocks * block < v->index_topk)
         return di_error_setf(c->err, DI_ERR_MODEL_FORMAT,
                              "%s: candidate_topk_blocks %u of candidate_block_size %u hold fewer "
                              "entries than index_topk %u",

@@ -218,6 +218,42 @@ static void test_kv_bytes_per_token_count_the_sources_only(void **state)
     model_expect_kv_bytes(dir, cases, sizeof cases / sizeof cases[0]);
 }
 
+/* A candidate source with no layer after it (the last main layer) has no
+ * consumer: DeepInfer's _validate_candidate_config checks the blocks'
+ * capacity against index_topk only for the layers after the source, so the
+ * config loads, and the logits are the dense model's (the breakers' find: it
+ * was refused, "hold fewer entries than index_topk"). */
+static void test_candidate_source_without_consumers_runs_dense(void **state)
+{
+    (void)state;
+    enum { N = 90, V = 256 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = (i * 37 + 11) % V;
+    float *want = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    assert_true(want && got);
+    const char *edits[2] = {
+        TEXT("{\"index_topk\": 65}"),
+        TEXT("{\"index_topk\": 65, \"candidate_source_layer_id\": 4, \"candidate_topk_blocks\": 8, "
+             "\"candidate_block_size\": 8}"),
+    };
+    for (int i = 0; i < 2; i++) {
+        di_model_options o;
+        di_model_options_init(&o);
+        o.n_threads = 1;
+        o.kv_cache_type = DI_KV_CACHE_F32;
+        di_model *dm = NULL;
+        di_error *err = NULL;
+        di_status st = di_model_load(variant(edits[i]), &o, &dm, &err);
+        if (st != DI_OK) fail_msg("%s: %s", edits[i], di_error_message(err));
+        assert_int_equal(di_model_eval(dm, ids, N, i ? got : want, DI_EVAL_ALL_LOGITS, &err),
+                         DI_OK);
+        di_model_free(dm);
+    }
+    assert_memory_equal(want, got, sizeof(float) * N * V);
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_engram_errors_are_named),
         cmocka_unit_test(test_fp8_block_scales_are_checked),
         cmocka_unit_test(test_kv_bytes_per_token_count_the_sources_only),
+        cmocka_unit_test(test_candidate_source_without_consumers_runs_dense),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
