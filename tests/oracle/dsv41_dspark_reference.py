@@ -77,10 +77,8 @@ class DSparkConfig:
         self.stages = main.n_nextn
         if self.stages < 1:
             raise Unsupported("num_nextn_predict_layers: 0 (no DSpark stage)")
-        for key in ("dspark_block_size", "dspark_markov_rank", "dspark_n_routed_experts",
-                    "dspark_num_experts_per_tok"):
-            if not isinstance(t.get(key), int) or t[key] < 1:
-                raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+        ref.need_positive(t, ("dspark_block_size", "dspark_markov_rank", "dspark_n_routed_experts",
+                              "dspark_num_experts_per_tok"))
         self.block = t["dspark_block_size"]
         self.rank = t["dspark_markov_rank"]
         self.n_experts = t["dspark_n_routed_experts"]

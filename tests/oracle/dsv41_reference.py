@@ -42,6 +42,13 @@ class Unsupported(ValueError):
     """A config or checkpoint this reference does not run, with the field named."""
 
 
+def need_positive(t, keys):
+    """Each of keys in the config dict t is a positive integer, else Unsupported naming it."""
+    for key in keys:
+        if not isinstance(t.get(key), int) or t[key] < 1:
+            raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+
+
 def source_map(source_ids, n_layer, field):
     """Each layer from the first source on -> the nearest source at or before it
     (DeepInfer's hugging_face/config.py _source_map); other layers are their own."""
@@ -89,10 +96,8 @@ class V41Config:
         for r in self.ratios:
             if r not in (0, 1, 2):
                 raise Unsupported(f"compress_ratios: {r} (DeepSeek-V4.1 has 0, 1 and 2)")
-        for key in ("sliding_window", "index_topk", "index_n_heads", "index_head_dim", "hc_mult",
-                    "num_experts_per_tok", "n_routed_experts", "o_groups"):
-            if not isinstance(t.get(key), int) or t[key] < 1:
-                raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+        need_positive(t, ("sliding_window", "index_topk", "index_n_heads", "index_head_dim",
+                          "hc_mult", "num_experts_per_tok", "n_routed_experts", "o_groups"))
         if not isinstance(t.get("hc_sinkhorn_iters"), int) or t["hc_sinkhorn_iters"] < 1:
             raise Unsupported(f"hc_sinkhorn_iters: {t.get('hc_sinkhorn_iters')!r} (at least 1)")
         r = self.rope_dim
@@ -151,10 +156,8 @@ class V41Config:
             raise Unsupported("hc_shifted: false (the HC head of unshifted mHC)")
         self.engram_layers = list(t.get("engram_layer_ids") or [])
         if self.engram_layers:
-            for key in ("engram_max_ngram_size", "engram_vocab_size", "engram_n_heads",
-                        "engram_head_dim", "engram_compressed_vocab_size"):
-                if not isinstance(t.get(key), int) or t[key] < 1:
-                    raise Unsupported(f"{key}: {t.get(key)!r} (a positive integer)")
+            need_positive(t, ("engram_max_ngram_size", "engram_vocab_size", "engram_n_heads",
+                              "engram_head_dim", "engram_compressed_vocab_size"))
             self.engram_max_ngram = t["engram_max_ngram_size"]
             self.engram_table_vocab = t["engram_vocab_size"]
             self.engram_heads = t["engram_n_heads"]
