@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_bench as mb  # noqa: E402
 
-FTYPES = {"Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q2_K": 10, "Q3_K_M": 12, "IQ4_NL": 25,
+FTYPES = {"F16": 1, "BF16": 32, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q2_K": 10, "Q3_K_M": 12, "IQ4_NL": 25,
           "IQ4_XS": 30}  # llama_ftype values
 
 

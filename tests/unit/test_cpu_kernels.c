@@ -223,6 +223,200 @@ static void test_vnni_dot_is_bit_identical_to_avx2(void **state)
     free(a);
 }
 
+/* The AVX-512F register tiles for F32/F16/BF16 weights (4 rows x 4 tokens
+ * and its 4x1, 1x4, 1x1 shapes), and every product cpu_matmul makes with them
+ * (decode, prefill, row and token remainders, a bias), against the AVX2
+ * one-row kernel: bit for bit, tails (n % 16) and inf/NaN weights included. */
+static void test_avx512_float_tiles_are_the_avx2_path(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx512f()) {
+        printf("float weight tiles: no avx512f on this CPU, skipped (avx2 kernels run)\n");
+        skip();
+    }
+    const model_dtype types[] = {MODEL_DTYPE_F32, MODEL_DTYPE_F16, MODEL_DTYPE_BF16};
+    const int64_t lens[] = {576, 1000, 16, 15, 1536};
+    const int shapes[4][2] = {{4, 4}, {4, 1}, {1, 4}, {1, 1}};
+    for (size_t d = 0; d < 3; d++) {
+        model_dtype dt = types[d];
+        cpu_vec_dot_tile_fn tile = cpu_vec_dot_tile_avx512(dt);
+        assert_non_null(tile);
+        assert_ptr_equal(cpu_vec_dot(dt), cpu_vec_dot_avx512(dt));
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            size_t wb = cpu_row_bytes((int)dt, n), ab = sizeof(float) * (size_t)n;
+            char *w = random_weights(dt, 4, n);
+            float *a = malloc(4 * ab);
+            assert_non_null(a);
+            for (int64_t i = 0; i < 4 * n; i++) a[i] = frand() * (i % 7 == 0 ? 30.0f : 1.0f);
+            if (li == 0) { /* an infinity in row 2, a NaN in row 3 */
+                uint16_t inf16 = dt == MODEL_DTYPE_BF16 ? 0x7f80 : 0x7c00;
+                uint16_t nan16 = dt == MODEL_DTYPE_BF16 ? 0x7fc1 : 0x7e01;
+                float inf32 = INFINITY, nan32 = NAN;
+                if (dt == MODEL_DTYPE_F32) {
+                    memcpy(w + 2 * wb + 40, &inf32, 4);
+                    memcpy(w + 3 * wb + 8, &nan32, 4);
+                } else {
+                    memcpy(w + 2 * wb + 40, &inf16, 2);
+                    memcpy(w + 3 * wb + 8, &nan16, 2);
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                int nr = shapes[k][0], nt = shapes[k][1];
+                float s16[16];
+                tile(n, s16, w, wb, nr, a, ab, nt);
+                for (int r = 0; r < nr; r++)
+                    for (int t = 0; t < nt; t++) {
+                        float want;
+                        cpu_vec_dot_avx2(dt)(n, &want, w + (size_t)r * wb,
+                                             (const char *)a + t * ab);
+                        if (memcmp(&want, &s16[r * 4 + t], sizeof want) != 0)
+                            fail_msg("dtype %d n %lld tile %dx%d (%d, %d): %.9g, avx2 %.9g", dt,
+                                     (long long)n, nr, nt, r, t, (double)s16[r * 4 + t],
+                                     (double)want);
+                    }
+            }
+            free(w);
+            free(a);
+        }
+        /* through cpu_matmul: 70 rows (17 tiles of 4 and 2 single rows), 1 to
+         * 33 tokens, 3 threads (BF16 where AMX-BF16 does not take it) */
+        if (dt == MODEL_DTYPE_BF16 && cpu_has_amx_bf16()) continue;
+        cpu_threadpool *pool;
+        assert_int_equal(cpu_threadpool_create(3, &pool), DI_OK);
+        enum { N_IN = 520, N_OUT = 70, MAX_T = 33 };
+        model_tensor mw = {.name = "w", .dtype = dt, .n_dims = 2, .ne = {N_IN, N_OUT, 1, 1}};
+        void *mdata = random_weights(dt, N_OUT, N_IN);
+        mw.data = mdata;
+        size_t wb = cpu_row_bytes((int)dt, N_IN);
+        float bias[N_OUT], *x = malloc(sizeof(float) * N_IN * MAX_T),
+                           *y = malloc(sizeof(float) * N_OUT * MAX_T);
+        void *scratch = malloc(cpu_matmul_scratch_bytes(dt, N_IN, MAX_T));
+        assert_non_null(x);
+        assert_non_null(y);
+        assert_non_null(scratch);
+        for (int i = 0; i < N_OUT; i++) bias[i] = frand();
+        for (int i = 0; i < N_IN * MAX_T; i++) x[i] = frand();
+        const int64_t toks[] = {1, 2, 3, 4, 5, 9, MAX_T};
+        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+            cpu_matmul(pool, &mw, bias, x, toks[ti], y, scratch, 0);
+            for (int64_t t = 0; t < toks[ti]; t++)
+                for (int64_t o = 0; o < N_OUT; o++) {
+                    float want;
+                    cpu_vec_dot_avx2(dt)(N_IN, &want, (const char *)mw.data + (size_t)o * wb,
+                                         x + t * N_IN);
+                    want += bias[o];
+                    if (memcmp(&want, &y[t * N_OUT + o], sizeof want) != 0)
+                        fail_msg("dtype %d, %lld tokens, row %lld token %lld: %.9g, avx2 %.9g", dt,
+                                 (long long)toks[ti], (long long)o, (long long)t,
+                                 (double)y[t * N_OUT + o], (double)want);
+                }
+        }
+        free(mdata);
+        free(x);
+        free(y);
+        free(scratch);
+        cpu_threadpool_free(pool);
+    }
+    printf(
+        "float weight tiles: avx512f 4x4/4x1/1x4/1x1 ran (F32, F16, BF16; cpu_matmul's BF16 %s), "
+        "bit-identical to the avx2 kernels\n",
+        cpu_has_amx_bf16() ? "on amx-bf16 instead" : "too");
+}
+
+/* BF16 weights on AMX-BF16 (matmul_amx.h) through cpu_matmul: within float
+ * rounding of a double product of the same values (the activations split
+ * into two bf16 halves keep about 16 bits), a token's outputs the same bits
+ * alone, in a batch of 5 and in one of 33 (batch invariance: decode and
+ * prefill take one arithmetic), an infinite activation an infinite output, a
+ * NaN a NaN; ragged rows (70) and rows of 520 (not whole blocks of 32). */
+static void test_amx_bf16_matmul(void **state)
+{
+    (void)state;
+    if (!cpu_has_amx_bf16()) {
+        printf("amx-bf16: not on this CPU/OS, skipped\n");
+        skip();
+    }
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    assert_int_equal(cpu_threadpool_reserve(pool, CPU_AMX_WIDE_BYTES), DI_OK);
+    enum { N_OUT = 70, MAX_T = 33 };
+    const int64_t lens[] = {576, 520};
+    for (size_t li = 0; li < 2; li++) {
+        const int64_t n_in = lens[li];
+        model_tensor w = {
+            .name = "w", .dtype = MODEL_DTYPE_BF16, .n_dims = 2, .ne = {n_in, N_OUT, 1, 1}};
+        void *wdata = random_weights(MODEL_DTYPE_BF16, N_OUT, n_in);
+        w.data = wdata;
+        float bias[N_OUT], *x = malloc(sizeof(float) * (size_t)(n_in * MAX_T));
+        float *y = malloc(sizeof(float) * N_OUT * MAX_T), *y1 = malloc(sizeof(float) * N_OUT * 5);
+        size_t sb = cpu_matmul_scratch_bytes(MODEL_DTYPE_BF16, n_in, MAX_T);
+        void *scratch = malloc(sb);
+        assert_non_null(x);
+        assert_non_null(y);
+        assert_non_null(y1);
+        assert_non_null(scratch);
+        memset(scratch, 0xff, sb); /* NaNs wherever the kernel would read unwritten columns */
+        for (int i = 0; i < N_OUT; i++) bias[i] = frand();
+        for (int64_t i = 0; i < n_in * MAX_T; i++) x[i] = frand() * (i % 5 == 0 ? 40.0f : 1.0f);
+        cpu_matmul(pool, &w, bias, x, MAX_T, y, scratch, 0);
+        float wd[576];
+        double worst = 0;
+        for (int64_t o = 0; o < N_OUT; o++) {
+            cpu_dequantize_row(MODEL_DTYPE_BF16, (const char *)wdata + (size_t)(o * n_in * 2), wd,
+                               n_in);
+            for (int64_t t = 0; t < MAX_T; t++) {
+                double ref = bias[o], mag = fabs(bias[o]);
+                for (int64_t i = 0; i < n_in; i++) {
+                    ref += (double)wd[i] * x[t * n_in + i];
+                    mag += fabs((double)wd[i] * x[t * n_in + i]);
+                }
+                double e = fabs(y[t * N_OUT + o] - ref) / mag;
+                if (e > worst) worst = e;
+                if (fabs(y[t * N_OUT + o] - ref) > 1e-6 * mag)
+                    fail_msg("n_in %lld row %lld token %lld: %.9g, double %.9g (magnitude %g)",
+                             (long long)n_in, (long long)o, (long long)t, (double)y[t * N_OUT + o],
+                             ref, mag);
+            }
+        }
+        printf("amx-bf16: n_in %lld, max |y - double| %.2e of the magnitude sum\n", (long long)n_in,
+               worst);
+        /* the same bits alone and in a batch of 5 */
+        const int64_t starts[] = {0, 7, 13, 28};
+        for (size_t si = 0; si < 4; si++) {
+            for (int64_t nt = 1; nt <= 5; nt += 4) {
+                cpu_matmul(pool, &w, bias, x + starts[si] * n_in, nt, y1, scratch, 0);
+                if (memcmp(y1, y + starts[si] * N_OUT, sizeof(float) * (size_t)(nt * N_OUT)) != 0)
+                    fail_msg(
+                        "n_in %lld: tokens %lld.. in a batch of %lld differ from the batch of 33",
+                        (long long)n_in, (long long)starts[si], (long long)nt);
+            }
+        }
+        /* an infinity and a NaN in token 1's activations */
+        x[n_in + 3] = INFINITY;
+        x[2 * n_in + 5] = NAN;
+        cpu_matmul(pool, &w, NULL, x, 3, y1, scratch, 0);
+        for (int64_t o = 0; o < N_OUT; o++) {
+            uint16_t w3;
+            memcpy(&w3, (const char *)wdata + (size_t)(o * n_in + 3) * 2, 2);
+            if ((w3 & 0x7fff) != 0 && !isinf(y1[N_OUT + o]))
+                fail_msg("row %lld: an infinite activation gave %g", (long long)o,
+                         (double)y1[N_OUT + o]);
+            if (!isnan(y1[2 * N_OUT + o]))
+                fail_msg("row %lld: a NaN activation gave %g", (long long)o,
+                         (double)y1[2 * N_OUT + o]);
+            if (!isfinite(y1[o])) fail_msg("row %lld: token 0 not finite", (long long)o);
+        }
+        free(wdata);
+        free(x);
+        free(y);
+        free(y1);
+        free(scratch);
+    }
+    cpu_threadpool_free(pool);
+    printf("amx-bf16: BF16 products on AMX-BF16 tiles ran (prefill and decode), batch-invariant\n");
+}
+
 static void test_reference_dot_matches_dequantized_product(void **state)
 {
     (void)state;
@@ -1829,11 +2023,13 @@ int main(void)
         cmocka_unit_test(test_simd_dot_matches_reference),
         cmocka_unit_test(test_four_row_dot_is_bit_identical),
         cmocka_unit_test(test_vnni_dot_is_bit_identical_to_avx2),
+        cmocka_unit_test(test_avx512_float_tiles_are_the_avx2_path),
         cmocka_unit_test(test_reference_dot_matches_dequantized_product),
         cmocka_unit_test(test_threaded_matmul_matches_reference),
         cmocka_unit_test(test_multi_matmul_equals_separate_products),
         cmocka_unit_test(test_packed_matmul_is_the_reference_bit_for_bit),
         cmocka_unit_test(test_amx_matmul_is_the_reference_bit_for_bit),
+        cmocka_unit_test(test_amx_bf16_matmul),
         cmocka_unit_test(test_moe_experts_read_the_packed_copies),
         cmocka_unit_test(test_sink_attention_matches_double),
         cmocka_unit_test(test_indexer_candidate_blocks),

@@ -1,6 +1,8 @@
 /* Matrix products over stored weights (matmul.h). */
 #include "backend/cpu/matmul.h"
 
+#include <string.h>
+
 #include "backend/cpu/matmul_amx.h"
 #include "backend/cpu/matmul_packed.h"
 #include "backend/cpu/quant.h"
@@ -41,7 +43,10 @@ size_t cpu_matmul_scratch_bytes(model_dtype dtype, int64_t n_in, int64_t n_token
     int act = cpu_vec_dot_type(dtype);
     size_t info =
         act == MODEL_DTYPE_Q8_0 || act == CPU_DTYPE_Q8_1 ? cpu_pack_info_bytes(n_in, n_tokens) : 0;
-    return act_bytes(act, n_in, n_tokens) + info + amx_bytes(act, n_in, n_tokens, 1) + 64;
+    size_t bf16 = dtype == MODEL_DTYPE_BF16 && cpu_amx_bf16_possible()
+                      ? cpu_amx_bf16_act_bytes(n_in, n_tokens) + 64
+                      : 0;
+    return act_bytes(act, n_in, n_tokens) + info + amx_bytes(act, n_in, n_tokens, 1) + bf16 + 64;
 }
 
 int cpu_matmul_supported(model_dtype dtype, int64_t n_in)
@@ -60,6 +65,8 @@ typedef struct matmul_part {
     cpu_vec_dot4_fn dot4;           /* NULL: one token at a time */
     cpu_vec_dot2x4_fn dot2x4;       /* NULL: one weight row at a time */
     cpu_vec_dot_mxfp4_fn dot_mxfp4; /* MXFP4 weights: rows with their scales, else NULL */
+    cpu_vec_dot_tile_fn tile;       /* F32/F16/BF16 on AVX-512: 4 rows x 4 tokens, else NULL */
+    int amx_bf16;                   /* BF16 on AMX-BF16 tiles (matmul_amx.h) */
     const char *packed;             /* interleaved rows (matmul_packed.h), or NULL */
     cpu_packed_fn packed_fn;
     cpu_amx_fn amx_fn; /* prefill tiles of 16 rows x 16 tokens on AMX, or NULL */
@@ -80,9 +87,18 @@ typedef struct matmul_job {
     size_t info_row;
     char *amx_tiles; /* the AMX kernels' copy of the first n_amx tokens, or NULL */
     int64_t n_amx;
-    cpu_threadpool *pool; /* its scratch: the AMX kernels' widened weights */
+    cpu_threadpool *pool;    /* its scratch: the AMX kernels' widened weights */
+    char *bf16_act;          /* the AMX-BF16 kernel's activation tiles, or NULL */
+    int64_t bf16_tile_bytes; /* of a group of 8 tokens */
     int64_t n_tok_tiles, tokens_per_tile;
 } matmul_job;
+
+static void bf16_pack_task(void *ctx, int64_t t, int thread)
+{
+    (void)thread;
+    const matmul_job *j = ctx;
+    cpu_amx_bf16_pack_token(j->x + t * j->n_in, j->n_in, t, j->bf16_act);
+}
 
 static void quantize_task(void *ctx, int64_t t, int thread)
 {
@@ -131,6 +147,32 @@ static void mxfp4_rows(const matmul_job *j, const matmul_part *pt, int64_t o, in
     }
 }
 
+/* F32/F16/BF16 rows [o0, o1) times tokens [t0, t1) in register tiles of 4 x
+ * 4 (prefill) or 4 x 1 (decode), the rest 1 x 4 or 1 x 1: every sum is the
+ * one-row kernel's, so the tiling changes no result. Four tokens at a time
+ * over all the rows, so the four activation rows stay in L1. */
+static void float_tiles(const matmul_job *j, const matmul_part *pt, int64_t o0, int64_t o1,
+                        int64_t t0, int64_t t1)
+{
+    const char *wdata = pt->w->data;
+    for (int64_t t = t0; t < t1;) {
+        int nt = t1 - t >= 4 ? 4 : 1;
+        for (int64_t o = o0; o < o1;) {
+            int nr = o1 - o >= 4 ? 4 : 1;
+            float s16[16];
+            pt->tile(j->n_in, s16, wdata + (size_t)o * pt->w_row, pt->w_row, nr,
+                     j->act + (size_t)t * j->act_row, j->act_row, nt);
+            for (int r = 0; r < nr; r++) {
+                float b = pt->bias ? pt->bias[o + r] : 0.0f;
+                for (int k = 0; k < nt; k++)
+                    pt->y[(t + k) * pt->n_out + o + r] = s16[r * 4 + k] + b;
+            }
+            o += nr;
+        }
+        t += nt;
+    }
+}
+
 static void matmul_task(void *ctx, int64_t task, int thread)
 {
     const matmul_job *j = ctx;
@@ -173,6 +215,20 @@ static void matmul_task(void *ctx, int64_t task, int thread)
                         pt->y[t * pt->n_out + o + r] += pt->bias[o + r];
             o += rows;
         }
+        return;
+    }
+    if (pt->amx_bf16) { /* t0 is a multiple of the tile, so of a group */
+        float *y = pt->y + t0 * pt->n_out + o0;
+        cpu_amx_bf16_rows(j->n_in, (const char *)pt->w->data + (size_t)o0 * pt->w_row, pt->w_row,
+                          o1 - o0, j->bf16_act + (t0 / CPU_AMX_BF16_TOKENS) * j->bf16_tile_bytes,
+                          t1 - t0, y, pt->n_out, cpu_threadpool_scratch(j->pool, thread));
+        if (pt->bias)
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t o = o0; o < o1; o++) pt->y[t * pt->n_out + o] += pt->bias[o];
+        return;
+    }
+    if (pt->tile) {
+        float_tiles(j, pt, o0, o1, t0, t1);
         return;
     }
     const char *wdata = pt->w->data;
@@ -274,8 +330,22 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
     /* the AMX kernels' widened weights: the pool's per-thread scratch (no
      * pool, or no memory for it: the packed kernels, the same sums) */
     if (amx && cpu_threadpool_reserve(pool, CPU_AMX_WIDE_BYTES) != DI_OK) amx = 0;
+    /* BF16 weights on AMX-BF16, at decode too (one arithmetic for every
+     * batch); its activation tiles after the rest of the scratch */
+    int amx_bf16 = 0;
+    for (int p = 0; p < n; p++) amx_bf16 |= w[p]->dtype == MODEL_DTYPE_BF16;
+    if (amx_bf16 && (use_ref || !cpu_has_amx_bf16() ||
+                     cpu_threadpool_reserve(pool, CPU_AMX_BF16_WS_BYTES) != DI_OK))
+        amx_bf16 = 0;
+    if (amx_bf16) {
+        size_t at = act_bytes(j.act_type, j.n_in, n_tokens);
+        j.bf16_act = (char *)scratch + (at + 63) / 64 * 64;
+        j.bf16_tile_bytes = (int64_t)cpu_amx_bf16_act_bytes(j.n_in, CPU_AMX_BF16_TOKENS);
+    }
     /* AMX tasks take more tokens: each widens its rows' weights once */
-    j.tokens_per_tile = amx ? AMX_TOKENS_PER_TILE : TOKENS_PER_TILE;
+    j.tokens_per_tile = amx        ? AMX_TOKENS_PER_TILE
+                        : amx_bf16 ? 4 * CPU_AMX_BF16_TOKENS /* four groups a weight block */
+                                   : TOKENS_PER_TILE;
     j.n_tok_tiles = (n_tokens + j.tokens_per_tile - 1) / j.tokens_per_tile;
     int64_t n_tasks = 0;
     for (int p = 0; p < n; p++) {
@@ -288,6 +358,8 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->dot = use_ref ? cpu_vec_dot_ref(w[p]->dtype) : cpu_vec_dot(w[p]->dtype);
         pt->dot4 = use_ref ? NULL : cpu_vec_dot4(w[p]->dtype);
         pt->dot2x4 = use_ref ? NULL : cpu_vec_dot2x4_vnni(w[p]->dtype);
+        pt->tile = use_ref ? NULL : cpu_vec_dot_tile_avx512(w[p]->dtype);
+        pt->amx_bf16 = amx_bf16 && w[p]->dtype == MODEL_DTYPE_BF16;
         pt->dot_mxfp4 = w[p]->dtype != MODEL_DTYPE_MXFP4 ? NULL
                         : use_ref                        ? cpu_vec_dot_mxfp4_ref()
                                                          : cpu_vec_dot_mxfp4();
@@ -317,6 +389,17 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->n_row_tiles = (pt->n_out + pt->rows_per_tile - 1) / pt->rows_per_tile;
         pt->first_task = n_tasks;
         n_tasks += pt->n_row_tiles * j.n_tok_tiles;
+    }
+    if (j.bf16_act) { /* the tokens' columns, zeros after the last */
+        int64_t padded =
+            (n_tokens + CPU_AMX_BF16_TOKENS - 1) / CPU_AMX_BF16_TOKENS * CPU_AMX_BF16_TOKENS;
+        if (padded > n_tokens) /* the last group's columns, zero before its tokens go in */
+            memset(j.bf16_act + (n_tokens / CPU_AMX_BF16_TOKENS) * j.bf16_tile_bytes, 0,
+                   (size_t)j.bf16_tile_bytes);
+        if (n_tokens < CPU_AMX_BF16_TOKENS)
+            for (int64_t t = 0; t < n_tokens; t++) bf16_pack_task(&j, t, 0);
+        else
+            cpu_threadpool_run(pool, n_tokens, bf16_pack_task, &j);
     }
     if (j.act_type == MODEL_DTYPE_F32) {
         j.act = (const char *)x; /* used as it is */

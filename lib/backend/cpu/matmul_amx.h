@@ -83,4 +83,41 @@ cpu_amx_fn cpu_amx_kernel(model_dtype dtype);
 cpu_amx_fn cpu_amx_k_kernel(model_dtype dtype);
 void cpu_amx_pack_token_k(const void *act_row, int64_t n_in, int64_t t, char *tiles);
 
+/* AMX-BF16 products for BF16 weights (matmul_amx_bf16.c), prefill and decode
+ * alike: a tile of 16 weight rows (the stored rows as they are, no copy at
+ * load) times 5 tokens, each token's f32 activations split exactly into three
+ * bf16 columns (hi = x rounded to bf16, mid = the rest rounded, lo = what is
+ * left, which fits: hi + mid + lo = x, so every product is exact, as an f32
+ * fused multiply-add's), one TDPBF16PS per block of 32 elements summing them
+ * in f32; a (row, token) output is (hi column + mid column) + lo column. A
+ * token takes that arithmetic whether it is alone (decode) or one of many
+ * (prefill), and its sums do not depend on the tokens beside it, so batch
+ * invariance holds; the results differ from the AVX-512 tiles' (the same
+ * exact products summed in another order) by float rounding only: about 1e-7
+ * of the products' magnitude (tests/unit/test_cpu_kernels.c). llama.cpp rounds
+ * the activations to bf16 for its BF16 products (8 bits). Taken where
+ * cpu_has_amx_bf16() (the CPU's AMX-BF16 too, and the same request and
+ * DI_CPU_AMX switch as cpu_has_amx), at a BF16 product's first call. */
+enum { CPU_AMX_BF16_TOKENS = 5, CPU_AMX_BF16_TILE_BYTES = 1024 };
+int cpu_amx_bf16_possible(void); /* asks for nothing (sizing) */
+int cpu_has_amx_bf16(void);      /* asks Linux, as cpu_has_amx */
+/* Bytes of the activations as the kernel reads them: for each group of 5
+ * tokens (15 of a tile's 16 columns), each block of 32 elements (the last
+ * zero-padded), one 1 KiB tile. */
+size_t cpu_amx_bf16_act_bytes(int64_t n_in, int64_t n_tokens);
+/* Put token t's n_in activations x (NULL: zeros) into its group's columns
+ * of act (a group's last token also zeroes the tiles' unused 16th column;
+ * the caller zeroes the last group when fewer tokens fill it). Thread-safe on
+ * distinct t. */
+void cpu_amx_bf16_pack_token(const float *x, int64_t n_in, int64_t t, char *act);
+/* Bytes of cpu_amx_bf16_rows' workspace (within CPU_AMX_WIDE_BYTES). */
+enum { CPU_AMX_BF16_WS_BYTES = 8192 };
+/* y[t * y_stride + r] = BF16 weight row r (at w + r * w_row bytes, n_in
+ * elements) times token t, for r < n_rows (any count) and t < n_tok (any
+ * count), the tokens packed from act (act the tile of the first token's
+ * group, the first token a group's first). ws: CPU_AMX_BF16_WS_BYTES, 64-byte
+ * aligned, the caller's. Thread-safe on distinct ws and y. */
+void cpu_amx_bf16_rows(int64_t n_in, const void *w, size_t w_row, int64_t n_rows, const char *act,
+                       int64_t n_tok, float *y, int64_t y_stride, void *ws);
+
 #endif

@@ -47,6 +47,19 @@ typedef void (*cpu_vec_dot2x4_fn)(int64_t n, float *s, const void *w, size_t w_s
                                   const void *a, size_t stride);
 cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
 
+/* s[r * 4 + t] = dot(w_r, a_t) for n_rows (4 or 1) weight rows w_r = w + r *
+ * w_stride bytes and n_tok (4 or 1) f32 activation rows a_t = a + t * stride
+ * bytes (F32, F16 and BF16 weights; n_rows * n_tok sums of the 16 slots
+ * written): a register tile for prefill (4 x 4) and decode (4 rows x 1 token).
+ * Every sum is the AVX2 one-row kernel's bit for bit, whatever the tile shape
+ * (vec_dot_avx512.c says why). NULL where the CPU lacks AVX-512F. */
+typedef void (*cpu_vec_dot_tile_fn)(int64_t n, float *s, const void *w, size_t w_stride, int n_rows,
+                                    const void *a, size_t stride, int n_tok);
+cpu_vec_dot_tile_fn cpu_vec_dot_tile_avx512(model_dtype dtype);
+/* Its one-row and four-token versions (the same arithmetic), or NULL. */
+cpu_vec_dot_fn cpu_vec_dot_avx512(model_dtype dtype);
+cpu_vec_dot4_fn cpu_vec_dot4_avx512(model_dtype dtype);
+
 /* MXFP4 rows with their scales: s[r] = sum over the row's 32-value blocks b
  * of scales[b] * (codes of b . a_r's values of b), for n_rows (1 to 4)
  * activation rows a_r = a + r * stride bytes (f32). One code path for every
@@ -71,6 +84,8 @@ cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype);
 /* 1 when the CPU runs AVX2, FMA and F16C; AVX512 F/VL/BW/VNNI too. */
 int cpu_has_avx2(void);
 int cpu_has_avx512_vnni(void);
+/* 1 when the CPU runs AVX2, FMA, F16C and AVX-512F (vec_dot_avx512.c). */
+int cpu_has_avx512f(void);
 /* What cpu_vec_dot picks on this CPU, in words (a static string), for test and
  * --verbose output: machines differ in AVX512 and AMX. */
 const char *cpu_kernels_name(void);

@@ -330,6 +330,7 @@ cpu_vec_dot_fn cpu_vec_dot_ref(model_dtype dtype)
 cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 {
     cpu_vec_dot_fn f = cpu_vec_dot_vnni(dtype);
+    if (!f) f = cpu_vec_dot_avx512(dtype);
     if (!f) f = cpu_vec_dot_avx2(dtype);
     return f ? f : cpu_vec_dot_ref(dtype);
 }
@@ -337,16 +338,25 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
 const char *cpu_kernels_name(void)
 {
     if (cpu_has_amx())
-        return "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), "
-               "avx512-vnni (8-bit products; packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
-               "(the rest)";
+        return cpu_has_amx_bf16()
+                   ? "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
+                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), amx-bf16 "
+                     "(BF16 products, prefill and decode), avx512-vnni (8-bit products; packed "
+                     "8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), "
+                     "avx512f (F32/F16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)"
+                   : "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
+                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), "
+                     "avx512-vnni (8-bit products; packed 8-row "
+                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx512f "
+                     "(F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)";
     if (cpu_has_avx512_vnni())
         return "avx512-vnni (8-bit products; packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx2+fma+f16c "
-               "(the "
-               "rest)";
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx512f "
+               "(F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)";
+    if (cpu_has_avx512f())
+        return "avx512f (F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (packed 8-row "
+               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS too; no "
+               "avx512-vnni on this CPU)";
     if (cpu_has_avx2())
         return "avx2+fma+f16c (packed 8-row "
                "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS "
@@ -387,6 +397,7 @@ cpu_vec_dot_mxfp4_fn cpu_vec_dot_mxfp4(void)
 cpu_vec_dot4_fn cpu_vec_dot4(model_dtype dtype)
 {
     cpu_vec_dot4_fn f = cpu_vec_dot4_vnni(dtype);
+    if (!f) f = cpu_vec_dot4_avx512(dtype);
     return f ? f : cpu_vec_dot4_avx2(dtype);
 }
 
