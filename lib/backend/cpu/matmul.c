@@ -8,8 +8,9 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
-/* Tiles: 16 weight rows x 32 tokens for prefill (64 where AMX runs: a task
- * widens its rows' weights once for all its tokens). At decode a 16-row task is
+/* Tiles: 16 weight rows x 32 tokens for prefill (64 where AMX-INT8 runs: a
+ * task widens its rows' weights once for all its tokens; 20 for BF16 on
+ * AMX-BF16: four groups of 5 tokens share each weight block). At decode a 16-row task is
  * well under a microsecond, so the shared task counter would cost as much as
  * the work: each thread then gets about four tasks per product instead. */
 enum {
@@ -379,8 +380,11 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
                 j.n_amx = n_tokens / CPU_AMX_TOKENS * CPU_AMX_TOKENS;
             }
         }
-        pt->rows_per_tile = ROWS_PER_TILE;
-        if (n_tokens < 4 && !use_ref) {
+        /* AMX-BF16 prefill: four panels a task, so each token group's
+         * activation tiles (three bf16 parts of every element) are read from
+         * memory once for 64 rows and from L2 for the other 48 */
+        pt->rows_per_tile = pt->amx_bf16 ? 4 * ROWS_PER_TILE : ROWS_PER_TILE;
+        if ((n_tokens < 4 || (pt->amx_bf16 && n_tokens <= CPU_AMX_BF16_TOKENS)) && !use_ref) {
             int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;
             int64_t rows = (pt->n_out + want - 1) / want;
             rows = (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE * ROWS_PER_TILE;

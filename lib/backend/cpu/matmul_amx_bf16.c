@@ -96,15 +96,15 @@ AMXBF void cpu_amx_bf16_pack_token(const float *x, int64_t n_in, int64_t t, char
         }
         /* row kp, this token's three columns: each part's elements 2kp, 2kp+1;
          * the group's last token also zeroes the tile's unused 16th column */
-        const size_t bytes =
-            t % GROUP == GROUP - 1 ? 64 - (size_t)(t % GROUP) * (4 * PARTS) : 4 * PARTS;
+        const int last = t % GROUP == GROUP - 1;
         for (int kp = 0; kp < KB / 2; kp++) {
-            uint16_t q[2 * PARTS + 2] = {0};
+            uint16_t q[2 * PARTS];
             for (int k = 0; k < PARTS; k++) {
                 q[2 * k] = h[k][2 * kp];
                 q[2 * k + 1] = h[k][2 * kp + 1];
             }
-            memcpy(dst + (size_t)kp * 64, q, bytes);
+            memcpy(dst + (size_t)kp * 64, q, sizeof q);
+            if (last) memset(dst + (size_t)kp * 64 + sizeof q, 0, 4);
         }
     }
 }
