@@ -1,4 +1,5 @@
 /* AMX-BF16 products for BF16 weights (matmul_amx.h). */
+#include <stddef.h>
 #include <string.h>
 
 #include "backend/cpu/matmul_amx.h"
@@ -83,7 +84,7 @@ AMXBF void cpu_amx_bf16_pack_token(const float *x, int64_t n_in, int64_t t, char
 {
     const int64_t nkb = (n_in + KB - 1) / KB;
     char *dst = act + (size_t)(t / GROUP) * (size_t)nkb * CPU_AMX_BF16_TILE_BYTES +
-                (size_t)(t % GROUP) * (4 * PARTS);
+                (size_t)(t % GROUP) * (size_t)(4 * PARTS);
     for (int64_t kb = 0; kb < nkb; kb++, dst += CPU_AMX_BF16_TILE_BYTES) {
         _Alignas(64) float v[KB];
         _Alignas(32) uint16_t h[PARTS][KB];
@@ -97,9 +98,9 @@ AMXBF void cpu_amx_bf16_pack_token(const float *x, int64_t n_in, int64_t t, char
         /* row kp, this token's three columns: each part's elements 2kp, 2kp+1;
          * the group's last token also zeroes the tile's unused 16th column */
         const int last = t % GROUP == GROUP - 1;
-        for (int kp = 0; kp < KB / 2; kp++) {
+        for (ptrdiff_t kp = 0; kp < KB / 2; kp++) {
             uint16_t q[2 * PARTS];
-            for (int k = 0; k < PARTS; k++) {
+            for (ptrdiff_t k = 0; k < PARTS; k++) {
                 q[2 * k] = h[k][2 * kp];
                 q[2 * k + 1] = h[k][2 * kp + 1];
             }
@@ -141,7 +142,7 @@ static inline const void *weight_block(const char *w, size_t w_row, int64_t n_in
     memset(pad, 0, CPU_AMX_BF16_TILE_BYTES);
     const int64_t len = n_in - k0 < KB ? n_in - k0 : KB;
     for (int r = 0; r < nr; r++)
-        memcpy(pad + r * KB, w + (size_t)r * w_row + (size_t)k0 * 2, (size_t)len * 2);
+        memcpy(pad + (ptrdiff_t)r * KB, w + (size_t)r * w_row + (size_t)k0 * 2, (size_t)len * 2);
     *stride = 64;
     return pad;
 }
@@ -166,8 +167,9 @@ static inline void finish(const float (*c)[PANEL][PANEL], int units, const int64
     for (int u = 0; u < units; u++)
         for (int k = 0; k < nt[u]; k++)
             for (int r = 0; r < nr[u]; r++)
-                y[(tg[u] + k) * y_stride + o[u] + r] =
-                    c[u][r][PARTS * k] + c[u][r][PARTS * k + 1] + c[u][r][PARTS * k + 2];
+                y[(tg[u] + k) * y_stride + o[u] + r] = c[u][r][(ptrdiff_t)PARTS * k] +
+                                                       c[u][r][(ptrdiff_t)PARTS * k + 1] +
+                                                       c[u][r][(ptrdiff_t)PARTS * k + 2];
 }
 
 AMXBF void cpu_amx_bf16_rows(int64_t n_in, const void *w, size_t w_row, int64_t n_rows,
@@ -176,7 +178,7 @@ AMXBF void cpu_amx_bf16_rows(int64_t n_in, const void *w, size_t w_row, int64_t 
     const int64_t nkb = (n_in + KB - 1) / KB, n_groups = (n_tok + GROUP - 1) / GROUP;
     uint16_t(*pad)[CPU_AMX_BF16_TILE_BYTES / 2] = ws; /* [MAX_UNITS] */
     float(*c)[PANEL][PANEL] =
-        (void *)((char *)ws + MAX_UNITS * CPU_AMX_BF16_TILE_BYTES); /* [MAX_UNITS] */
+        (void *)((char *)ws + (ptrdiff_t)MAX_UNITS * CPU_AMX_BF16_TILE_BYTES); /* [MAX_UNITS] */
     load_config();
     /* work units of (a panel of 16 rows, a group of 8 tokens), four at a time:
      * several groups of one panel (prefill: the weight block loaded once for
