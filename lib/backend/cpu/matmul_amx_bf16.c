@@ -180,11 +180,13 @@ AMXBF void cpu_amx_bf16_rows(int64_t n_in, const void *w, size_t w_row, int64_t 
     float(*c)[PANEL][PANEL] =
         (void *)((char *)ws + (ptrdiff_t)MAX_UNITS * CPU_AMX_BF16_TILE_BYTES); /* [MAX_UNITS] */
     load_config();
-    /* work units of (a panel of 16 rows, a group of 8 tokens), four at a time:
-     * several groups of one panel (prefill: the weight block loaded once for
-     * them) or, for one group, several panels (decode: the activation block
-     * loaded once). Each sum is its own chain over the blocks in order, so a
-     * (row, token) result does not depend on the units beside it. */
+    /* work units of (a panel of 16 rows, a group of 5 tokens): up to four
+     * groups of one panel at a time (prefill: the weight block loaded once
+     * for them) or, for a single group, two panels (decode: the activation
+     * block loaded once; two measured faster than four, whose 64 row streams
+     * the prefetch kept up with less well). Each sum is its own chain over the
+     * blocks in order, from zero, so a (row, token) result does not depend on
+     * the units beside it. */
     const int64_t n_panels = (n_rows + PANEL - 1) / PANEL;
     for (int64_t p0 = 0; p0 < n_panels;) {
         const int by_group = n_groups > 1;
