@@ -90,7 +90,7 @@ typedef struct matmul_job {
     int64_t n_amx;
     cpu_threadpool *pool;    /* its scratch: the AMX kernels' widened weights */
     char *bf16_act;          /* the AMX-BF16 kernel's activation tiles, or NULL */
-    int64_t bf16_tile_bytes; /* of a group of 8 tokens */
+    int64_t bf16_tile_bytes; /* of a group of CPU_AMX_BF16_TOKENS tokens */
     int64_t n_tok_tiles, tokens_per_tile;
 } matmul_job;
 
