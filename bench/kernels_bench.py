@@ -9,6 +9,9 @@ Files (made once, cached in --cache-dir, never committed):
             (llama_model_quantize, allow_requantize; rows of 576 are not a
             multiple of 256, so its K-quant mixes fall back to Q5_0/Q5_1/Q8_0
             where it must, as for any such model)
+  F16, BF16 the same file dequantized by llama.cpp's quantizer (so Q4_1's values
+            stored as f16/bf16: the weight bytes and kernels of a real F16/BF16
+            file, not its values)
   7B-Q4_K_M a random Qwen2 of the DeepSeek-R1-Distill-Qwen-7B's head size and GQA
             shape, quantized by llama.cpp to Q4_K_M (bench/make_bench_gguf.py):
             its weights stream from memory whatever the caches hold
@@ -23,7 +26,7 @@ the same bytes), each over the measured copy bandwidth. Ratios (deepinfer /
 llama.cpp, > 1: deepinfer faster) in the last columns.
 
     python bench/kernels_bench.py --lib build/release/lib/libdeepinfer.so \\
-        [--formats Q4_1,Q4_K_M,Q5_K_M,Q8_0,7B-Q4_K_M] [--threads 1,2] \\
+        [--formats Q4_1,Q4_K_M,Q5_K_M,Q8_0,F16,BF16,7B-Q4_K_M] [--threads 1,2] \\
         [--prompts 64,512,2048,4096] [--gen 32] [--reps 2] [--kv-cache-type f16] \\
         [--llama-flash-attn auto|on|off]
 --kv-cache-type q8_0 or q4_0 runs both engines with that KV cache (llama.cpp:

@@ -908,7 +908,9 @@ enum {
  * di_model_context_length). Not thread-safe on one model.
  *
  * On a CPU with AMX, the first prefill of 16 or more tokens that the AMX
- * kernels take asks Linux for the AMX tile state for the whole process: later
+ * kernels take, or the first eval of any size of a model with BF16 weights
+ * (their products run on AMX-BF16 at decode too), asks Linux for the AMX tile
+ * state for the whole process: later
  * alternate signal stacks need AT_MINSIGSTKSZ (about 12 KiB), not 8 KiB
  * (docs/api.md, "Process-wide effects"; DI_CPU_AMX=0 turns AMX off). */
 DI_API di_status di_model_eval(di_model *model, const int32_t *tokens, size_t n_tokens,

@@ -334,7 +334,7 @@ static void test_amx_bf16_matmul(void **state)
 {
     (void)state;
     if (!cpu_has_amx_bf16()) {
-        printf("amx-bf16: not on this CPU/OS, skipped\n");
+        printf("amx-bf16: not on this CPU/OS, or DI_CPU_AMX=0, skipped\n");
         skip();
     }
     cpu_threadpool *pool;

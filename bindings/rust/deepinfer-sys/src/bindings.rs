@@ -1282,7 +1282,9 @@ extern "C" {
     #[doc = " di_model_context_length). Not thread-safe on one model."]
     #[doc = ""]
     #[doc = " On a CPU with AMX, the first prefill of 16 or more tokens that the AMX"]
-    #[doc = " kernels take asks Linux for the AMX tile state for the whole process: later"]
+    #[doc = " kernels take, or the first eval of any size of a model with BF16 weights"]
+    #[doc = " (their products run on AMX-BF16 at decode too), asks Linux for the AMX tile"]
+    #[doc = " state for the whole process: later"]
     #[doc = " alternate signal stacks need AT_MINSIGSTKSZ (about 12 KiB), not 8 KiB"]
     #[doc = " (docs/api.md, \"Process-wide effects\"; DI_CPU_AMX=0 turns AMX off)."]
     pub fn di_model_eval(
