@@ -1,6 +1,7 @@
 /* CPU kernels: every SIMD kernel against its scalar reference on random input,
  * the references against the dequantized weights (so the dot products and the
  * block layouts agree), and the row-wise ops against their defining properties. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -412,6 +413,33 @@ static void test_amx_bf16_matmul(void **state)
         free(y);
         free(y1);
         free(scratch);
+    }
+    /* the breaker's smallest inputs (n_in 1, one row, one token): an infinite
+     * weight times 1 or 3 (was NaN: inf x the zero mid and lo parts), finite
+     * activations near FLT_MAX (were infinite: hi rounded up), each the f32
+     * product exactly */
+    const struct {
+        uint16_t w;
+        float x, want;
+    } edge[] = {
+        {0x7f80, 1.0f, INFINITY},
+        {0xff80, 3.0f, -INFINITY},
+        {0x3a80, FLT_MAX, FLT_MAX / 1024.0f},
+        {0x0000, FLT_MAX, 0.0f},
+        {0x3f00, -FLT_MAX, -FLT_MAX / 2.0f},
+        {0x3f80, 3.3961776e38f, 3.3961776e38f},
+    };
+    for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+        uint16_t wv = edge[e].w;
+        model_tensor w1 = {.name = "w", .dtype = MODEL_DTYPE_BF16, .n_dims = 2, .ne = {1, 1, 1, 1}};
+        w1.data = &wv;
+        char scratch1[8192];
+        assert_true(cpu_matmul_scratch_bytes(MODEL_DTYPE_BF16, 1, 1) <= sizeof scratch1);
+        float got;
+        cpu_matmul(pool, &w1, NULL, &edge[e].x, 1, &got, scratch1, 0);
+        if (memcmp(&got, &edge[e].want, sizeof got) != 0)
+            fail_msg("bf16 weight 0x%04x x %g: %g, the f32 product %g", edge[e].w,
+                     (double)edge[e].x, (double)got, (double)edge[e].want);
     }
     cpu_threadpool_free(pool);
     printf("amx-bf16: BF16 products on AMX-BF16 tiles ran (prefill and decode), batch-invariant\n");

@@ -40,7 +40,8 @@ void cpu_matmul(cpu_threadpool *pool, const model_tensor *w, const float *bias, 
 /* Several products of the same activations in one parallel loop (Q, K, V;
  * gate and up): y[p] = x w[p]^T (+ bias[p] when bias and bias[p] are not NULL).
  * Every w[p] has the same n_in and cpu_vec_dot_type (cpu_matmul_can_share), so
- * x is quantized once. n <= CPU_MATMUL_MAX_PARTS. Scratch as for cpu_matmul.
+ * x is quantized once. n <= CPU_MATMUL_MAX_PARTS. Scratch as for cpu_matmul,
+ * sized (cpu_matmul_scratch_bytes) for every part's dtype: the largest.
  * packed[p], when packed and packed[p] are not NULL, is w[p]'s interleaved copy
  * (cpu_pack, matmul_packed.h), which the product then reads instead: its
  * results are the scalar reference's, bit for bit, for any n_tokens. */

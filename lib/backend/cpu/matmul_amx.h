@@ -94,7 +94,10 @@ void cpu_amx_pack_token_k(const void *act_row, int64_t n_in, int64_t t, char *ti
  * (prefill), and its sums do not depend on the tokens beside it, so batch
  * invariance holds; the results differ from the AVX-512 tiles' (the same
  * exact products summed in another order) by float rounding only: about 1e-7
- * of the products' magnitude (tests/unit/test_cpu_kernels.c). llama.cpp rounds
+ * of the products' magnitude (tests/unit/test_cpu_kernels.c). TDPBF16PS
+ * treats denormal inputs as zero and flushes denormal results, so products
+ * below 2^-126 and activations below about 2^-113 lose what the f32 path keeps
+ * (no real activation is that small). llama.cpp rounds
  * the activations to bf16 for its BF16 products (8 bits). Taken where
  * cpu_has_amx_bf16() (the CPU's AMX-BF16 too, and the same request and
  * DI_CPU_AMX switch as cpu_has_amx), at a BF16 product's first call. */

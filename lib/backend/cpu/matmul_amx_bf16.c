@@ -1,4 +1,5 @@
 /* AMX-BF16 products for BF16 weights (matmul_amx.h). */
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -62,21 +63,27 @@ AMXBF static inline __m512i round_bf16(__m512i bits)
 }
 
 /* x = hi + mid + lo exactly (each remainder is exact in f32 and the last fits
- * in bf16's 8 bits), 16 at a time; mid and lo 0 where hi is not finite, so an
- * infinity stays one. */
+ * in bf16's 8 bits), 16 at a time; mid and lo 0 where x is not finite, so an
+ * infinity stays one. A finite x that would round to infinity (from
+ * 0x7f7f8000, 3.3961776e38, up) takes hi truncated instead (bf16's largest
+ * finite value), so it stays finite and exact. */
 AMXBF static inline void split16(__m512 x, __m256i part[3])
 {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bits = _mm512_castps_si512(x);
+    const __mmask16 finite = _mm512_cmplt_epi32_mask(_mm512_and_si512(bits, abs_mask), inf);
     __m512 rest = x;
-    __mmask16 finite = 0xffff;
     for (int k = 0; k < 3; k++) {
         __m512i b = round_bf16(_mm512_castps_si512(rest));
-        __m512 bf = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
-        if (k == 0)
-            finite = _mm512_cmplt_epi32_mask(
-                _mm512_and_si512(_mm512_castps_si512(bf), _mm512_set1_epi32(0x7fffffff)),
-                _mm512_set1_epi32(0x7f800000));
-        part[k] = _mm512_cvtepi32_epi16(k == 0 ? b : _mm512_maskz_mov_epi32(finite, b));
-        rest = _mm512_sub_ps(rest, bf);
+        if (k == 0) { /* finite x rounded up to infinity: truncate */
+            __mmask16 up = _mm512_mask_cmpge_epi32_mask(
+                finite, _mm512_and_si512(_mm512_slli_epi32(b, 16), abs_mask), inf);
+            b = _mm512_mask_mov_epi32(b, up, _mm512_srli_epi32(bits, 16));
+        } else {
+            b = _mm512_maskz_mov_epi32(finite, b);
+        }
+        part[k] = _mm512_cvtepi32_epi16(b);
+        rest = _mm512_sub_ps(rest, _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)));
     }
 }
 
@@ -159,17 +166,20 @@ static inline const void *weight_block(const char *w, size_t w_row, int64_t n_in
         } while (0)
 
 /* One output per (row, token): its hi column's sum plus its mid column's,
- * plus its lo column's. */
+ * plus its lo column's; an infinite hi sum as it is (an infinite weight
+ * times an activation's zero mid or lo part is NaN in those columns, where
+ * the f32 product is the hi column's infinity: an infinite product's sign is
+ * its weight's times its activation's, which hi carries). */
 static inline void finish(const float (*c)[PANEL][PANEL], int units, const int64_t *o,
                           const int *nr, const int64_t *tg, const int *nt, float *y,
                           int64_t y_stride)
 {
     for (int u = 0; u < units; u++)
         for (int k = 0; k < nt[u]; k++)
-            for (int r = 0; r < nr[u]; r++)
-                y[(tg[u] + k) * y_stride + o[u] + r] = c[u][r][(ptrdiff_t)PARTS * k] +
-                                                       c[u][r][(ptrdiff_t)PARTS * k + 1] +
-                                                       c[u][r][(ptrdiff_t)PARTS * k + 2];
+            for (int r = 0; r < nr[u]; r++) {
+                const float *s = &c[u][r][(ptrdiff_t)PARTS * k];
+                y[(tg[u] + k) * y_stride + o[u] + r] = isinf(s[0]) ? s[0] : s[0] + s[1] + s[2];
+            }
 }
 
 AMXBF void cpu_amx_bf16_rows(int64_t n_in, const void *w, size_t w_row, int64_t n_rows,

@@ -52,7 +52,8 @@ cpu_vec_dot2x4_fn cpu_vec_dot2x4_vnni(model_dtype dtype);
  * bytes (F32, F16 and BF16 weights; n_rows * n_tok sums of the 16 slots
  * written): a register tile for prefill (4 x 4) and decode (4 rows x 1 token).
  * Every sum is the AVX2 one-row kernel's bit for bit, whatever the tile shape
- * (vec_dot_avx512.c says why). NULL where the CPU lacks AVX-512F. */
+ * (vec_dot_avx512.c says why; a NaN's payload aside). NULL where the CPU lacks
+ * AVX-512F. */
 typedef void (*cpu_vec_dot_tile_fn)(int64_t n, float *s, const void *w, size_t w_stride, int n_rows,
                                     const void *a, size_t stride, int n_tok);
 cpu_vec_dot_tile_fn cpu_vec_dot_tile_avx512(model_dtype dtype);

@@ -10,7 +10,9 @@
  * 0-7 and 8-15 of one 16-lane accumulator here, with the same fused
  * multiply-add per element; the end adds the two halves and takes the same
  * horizontal sum, then the same scalar tail. So every (row, token) result is
- * the one-row AVX2 kernel's whatever the tile shape, and a row's logits do not
+ * the one-row AVX2 kernel's whatever the tile shape (a NaN result is NaN on
+ * both, but where two NaNs meet its sign and payload may differ: the compiler
+ * orders a commutative add's operands either way), and a row's logits do not
  * depend on its batch or on which of these paths a product took. Chosen at run
  * time (cpu_has_avx512f). Roofline: decode reads the weight bytes once (2 or 4
  * per element); prefill does 16 multiply-adds per widened weight vector. */
