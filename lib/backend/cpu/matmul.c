@@ -384,8 +384,13 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
          * activation tiles (three bf16 parts of every element) are read from
          * memory once for 64 rows and from L2 for the other 48 */
         pt->rows_per_tile = pt->amx_bf16 ? 4 * ROWS_PER_TILE : ROWS_PER_TILE;
+        /* decode: about four tasks a thread; one for AMX-BF16, whose tasks
+         * start cold (their first panels' 32 row streams unprefetched): two
+         * threads' decode read 0.86-0.89 of the bandwidth with four, 0.92-1.08
+         * with one (bench/matmul_bench) */
         if ((n_tokens < 4 || (pt->amx_bf16 && n_tokens <= CPU_AMX_BF16_TOKENS)) && !use_ref) {
-            int64_t want = (int64_t)cpu_threadpool_size(pool) * TASKS_PER_THREAD;
+            int64_t want =
+                (int64_t)cpu_threadpool_size(pool) * (pt->amx_bf16 ? 1 : TASKS_PER_THREAD);
             int64_t rows = (pt->n_out + want - 1) / want;
             rows = (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE * ROWS_PER_TILE;
             if (rows > pt->rows_per_tile) pt->rows_per_tile = rows;
