@@ -10,7 +10,13 @@
 #    include <cpuid.h>
 #    include <immintrin.h>
 
-#    define AMXBF __attribute__((target("amx-tile,amx-bf16,avx2,fma,f16c,avx512f,avx512bw")))
+#    include "backend/cpu/matmul_amx_tiles.h"
+
+/* the AMX-INT8 kernels' target (matmul_amx_tiles.h) plus AMX-BF16: a CPU with
+ * AMX-BF16 that passes cpu_amx_possible has them all */
+#    define AMXBF                                                                                  \
+        __attribute__((target("amx-tile,amx-int8,amx-bf16,avx2,fma,f16c,avx512f,avx512vl,"         \
+                              "avx512bw,avx512dq,avx512vnni")))
 
 enum {
     KB = 32,
@@ -121,19 +127,9 @@ AMXBF void cpu_amx_bf16_pack_token(const float *x, int64_t n_in, int64_t t, char
  * x 32 bf16) and activation blocks (16 pairs x 16 columns). */
 AMXBF static void load_config(void)
 {
-    struct {
-        _Alignas(64) uint8_t palette;
-        uint8_t start_row, reserved[14];
-        uint16_t colsb[16];
-        uint8_t rows[16];
-    } cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg)); /* see matmul_amx_tiles.h */
+    const uint16_t colsb[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    const uint8_t rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    amx_load_config(colsb, rows, 8);
 }
 
 /* Block kb of the nr (<= 16) weight rows at w: in place when whole, else

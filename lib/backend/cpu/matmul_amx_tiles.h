@@ -26,19 +26,32 @@ typedef struct amx_tile_config {
     uint8_t rows[16];
 } amx_tile_config;
 
-/* Load the configuration above for blocks of k (32 or 16) elements. */
-INLINE void amx_load_tiles(int k)
+/* Load palette 1 with tiles 0..n-1 of rows[t] rows of colsb[t] bytes (the
+ * rest unused). */
+INLINE void amx_load_config(const uint16_t *colsb, const uint8_t *rows, int n)
 {
     amx_tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int t = 0; t < 6; t++) {
-        cfg.colsb[t] = (uint16_t)(t == 2 || t == 3 ? k : 64);
-        cfg.rows[t] = (uint8_t)(t == 4 || t == 5 ? k / 4 : 16);
+    for (int t = 0; t < n; t++) {
+        cfg.colsb[t] = colsb[t];
+        cfg.rows[t] = rows[t];
     }
     /* not _tile_loadconfig: GCC 12's declares an 8-byte operand, and the
      * compiler then drops the stores to the rest of cfg */
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+/* Load the configuration above for blocks of k (32 or 16) elements. */
+INLINE void amx_load_tiles(int k)
+{
+    uint16_t colsb[6];
+    uint8_t rows[6];
+    for (int t = 0; t < 6; t++) {
+        colsb[t] = (uint16_t)(t == 2 || t == 3 ? k : 64);
+        rows[t] = (uint8_t)(t == 4 || t == 5 ? k / 4 : 16);
+    }
+    amx_load_config(colsb, rows, 6);
 }
 
 /* Bit 4 of every byte of the nibbles (matmul_packed_pass.inc's FIFTH). */
