@@ -57,8 +57,17 @@ static const command commands[] = {
     {"help", "list the commands", cmd_help},
 };
 
+static int is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
 static int cmd_version(int argc, char **argv)
 {
+    if (argc == 2 && is_help(argv[1])) {
+        printf("usage: deepinfer version (prints the library and header versions)\n");
+        return EXIT_OK;
+    }
     if (argc > 1) {
         fprintf(stderr, "deepinfer version: unexpected argument '%s'\n", argv[1]);
         return EXIT_USAGE;
@@ -76,7 +85,7 @@ static void print_usage(FILE *out)
 
 static int cmd_help(int argc, char **argv)
 {
-    if (argc > 1) {
+    if (argc > 1 && !(argc == 2 && is_help(argv[1]))) {
         fprintf(stderr, "deepinfer help: unexpected argument '%s'\n", argv[1]);
         return EXIT_USAGE;
     }
@@ -103,7 +112,7 @@ int main(int argc, char **argv)
     }
     const char *name = argv[1];
     if (strcmp(name, "--version") == 0) name = "version";
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) name = "help";
+    if (is_help(name)) name = "help";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(name, commands[i].name) == 0)
             return finish_output(commands[i].run(argc - 1, argv + 1));

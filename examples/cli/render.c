@@ -14,13 +14,13 @@
 
 #include "cli.h"
 
+#define RENDER_USAGE                                                                               \
+    "deepinfer render --protocol chat|messages|responses --encoding dsv4|dsv41|dsv3|r1|chatml "    \
+    "[--tokenizer PATH] [--tokens] FILE|-"
+
 static int usage(const char *why)
 {
-    fprintf(stderr,
-            "deepinfer render: %s (usage: deepinfer render --protocol chat|messages|responses "
-            "--encoding "
-            "dsv4|dsv41|dsv3|r1|chatml [--tokenizer PATH] [--tokens] FILE|-)\n",
-            why);
+    fprintf(stderr, "deepinfer render: %s (usage: " RENDER_USAGE ")\n", why);
     return EXIT_USAGE;
 }
 
@@ -38,6 +38,9 @@ int cli_render(int argc, char **argv)
             *value = argv[i];
         } else if (strcmp(argv[i], "--tokens") == 0) {
             tokens = 1;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: " RENDER_USAGE "\n(docs/cli.md)\n");
+            return EXIT_OK;
         } else if (argv[i][0] == '-' && argv[i][1] != 0) {
             char why[160];
             snprintf(why, sizeof why, "unknown option '%.100s'", argv[i]);

@@ -15,12 +15,11 @@
 
 #include "cli.h"
 
+#define TOKENIZE_USAGE "deepinfer tokenize --tokenizer PATH [--special] [--decode] FILE|-"
+
 static int usage(const char *why)
 {
-    fprintf(stderr,
-            "deepinfer tokenize: %s (usage: deepinfer tokenize --tokenizer PATH "
-            "[--special] [--decode] FILE|-)\n",
-            why);
+    fprintf(stderr, "deepinfer tokenize: %s (usage: " TOKENIZE_USAGE ")\n", why);
     return EXIT_USAGE;
 }
 
@@ -95,6 +94,9 @@ int cli_tokenize(int argc, char **argv)
             special = 1;
         } else if (strcmp(argv[i], "--decode") == 0) {
             decode = 1;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: " TOKENIZE_USAGE "\n(docs/cli.md)\n");
+            return EXIT_OK;
         } else if (argv[i][0] == '-' && argv[i][1] != 0) {
             char why[160];
             snprintf(why, sizeof why, "unknown option '%.100s'", argv[i]);

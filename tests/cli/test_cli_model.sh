@@ -179,4 +179,12 @@ grep -q "the model's DSpark head drafts blocks of 4" "$tmp/err" ||
 err=$("$cli" generate --model "$gg/dsv4-dspark.gguf" --tokens 5,9 --max-tokens 2 2>&1 >/dev/null)
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "the DSpark GGUF alone printed: $err"
 [[ "$err" == *"is a DSpark GGUF"*"--draft-model"* ]] || fail "the DSpark GGUF alone: $err"
+# serve renders API requests on every route: a model without a tokenizer is
+# refused at start (exit 1, one line saying what to give), never served 400s
+if "$cli" serve --help >/dev/null 2>&1 && ! "$cli" serve --help | grep -q 'not built'; then
+  err=$(timeout 20 "$cli" serve --model "$dir" --port 0 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 1 ] || fail "serve of a tokenizer-less model exited $rc, want 1: $err"
+  [[ "$err" == *"cannot render API requests: it has no tokenizer"*"--tokenizer PATH"* ]] ||
+    fail "serve of a tokenizer-less model: $err"
+fi
 echo ok

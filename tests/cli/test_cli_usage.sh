@@ -4,6 +4,7 @@
 set -uo pipefail
 cli=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
+tmpe=$(mktemp); trap 'rm -f "$tmpe"' EXIT
 
 out=$("$cli" version) || fail "version exited $?"
 [[ "$out" == deepinfer\ [0-9]*.[0-9]*.[0-9]*\ \(header\ [0-9]*.[0-9]*.[0-9]*\) ]] || fail "version printed '$out'"
@@ -30,6 +31,18 @@ if [ -w /dev/full ]; then
 fi
 
 "$cli" help | grep -q '^  version ' || fail "help does not list version"
+# every command answers --help and -h with its usage on stdout, exit 0, nothing on stderr
+cmds=$("$cli" help | sed -n 's/^  \([a-z]*\) .*/\1/p')
+[ "$(printf '%s\n' "$cmds" | wc -l)" -ge 11 ] || fail "help lists too few commands: $cmds"
+for c in $cmds; do
+  for h in --help -h; do
+    out=$("$cli" "$c" "$h" 2>"$tmpe"); rc=$?
+    [ "$rc" -eq 0 ] || fail "$c $h exited $rc, want 0: $(cat "$tmpe")"
+    [ ! -s "$tmpe" ] || fail "$c $h wrote to stderr: $(cat "$tmpe")"
+    [[ "$out" == usage:\ deepinfer* ]] || fail "$c $h printed '$out'"
+    [ "$c" = help ] || [[ "$out" == *"deepinfer $c"* ]] || fail "$c $h: usage does not name $c: $out"
+  done
+done
 err=$("$cli" render --protocol chat --encoding dsv9 - 2>&1 </dev/null >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "render with a bad encoding exited $rc, want 2"
 [[ "$err" == *"dsv9"* ]] || fail "message does not name the encoding: $err"
@@ -43,7 +56,7 @@ err=$(printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"wizard","cont
 [[ "$err" == *"messages[0].role"* ]] || fail "message does not name the field: $err"
 
 # parse: usage errors, a bad chunks file, and a stream that ends with [DONE]
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); trap 'rm -rf "$tmp" "$tmpe"' EXIT
 printf '%s' '{"model":"DeepSeek-V4-Pro","messages":[{"role":"user","content":"hi"}],"stream":true,"stop":["END"]}' >"$tmp/req.json"
 printf '%s' '{"chunks":["Hmm","</think>Hel","lo END tail"],"finish_reason":"length","prompt_tokens":5}' >"$tmp/chunks.json"
 err=$("$cli" parse --request "$tmp/req.json" "$tmp/chunks.json" 2>&1 >/dev/null); rc=$?

@@ -206,6 +206,19 @@ static di_engine *load(const srv_config *c)
         di_error_free(err);
         return NULL;
     }
+    /* every route renders API requests: an engine that cannot would answer
+     * each one 400, so it is refused here, with what to give it */
+    if (di_engine_prompt_encoding(e) == DI_ENCODING_NONE) {
+        fprintf(stderr, "deepinfer serve: %s cannot render API requests: %s\n", c->model,
+                di_engine_tokenizer(e)
+                    ? "its prompt encoding is unknown, or its tokenizer lacks that encoding's "
+                      "turn tokens (give --encoding dsv4|dsv41|dsv3|r1|chatml, or --tokenizer "
+                      "PATH)"
+                    : "it has no tokenizer (none in its GGUF, no tokenizer.json beside its "
+                      "config.json): give --tokenizer PATH");
+        di_engine_destroy(e);
+        return NULL;
+    }
     fprintf(stderr,
             "deepinfer serve: loaded %s in %.2f s (vocabulary %d, context %lld, KV cache %s)\n",
             c->model, srv_now() - t0, (int)di_engine_vocab_size(e),
