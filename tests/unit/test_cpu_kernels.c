@@ -1686,7 +1686,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         for (int t = 0; t < CTX * nh * hd; t++) q[t] = 2.0f * frand();
         cpu_kv_store(&c, &sq, 0, 0, CTX, k, v);
         const float scale = 1.0f / sqrtf((float)hd);
-        const int64_t starts[2] = {0, CTX - 70};
+        const int64_t starts[2] = {CTX - 70, 0}; /* (the whole prompt last: a keeps it) */
         for (int w = 0; w < 2; w++) {
             const int64_t n = CTX - starts[w];
             cpu_attention_avx2_only = 0;
@@ -1701,6 +1701,30 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                              nh, nkv, hd, (int)shapes[i].dt, (long long)n, (long long)starts[w],
                              (long long)e, a[e], b[e]);
         }
+        /* decode steps and small calls (flash_segment's keys-in-lanes step:
+         * flash_heads512 where AVX-512 runs, flash_chunk on AVX2; 1 and 3
+         * threads, whole and split segments) give every row the whole
+         * prompt's bits (a holds its output) on both paths */
+        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1}, {255, 1},
+                                        {256, 1}, {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}};
+        cpu_threadpool *pools[2] = {pool, NULL};
+        assert_int_equal(cpu_threadpool_create(1, &pools[1]), DI_OK);
+        for (size_t w = 0; w < sizeof at / sizeof *at; w++)
+            for (int pi = 0; pi < 4; pi++) {
+                const int64_t t = at[w][0], nt = at[w][1];
+                cpu_attention_avx2_only = pi / 2;
+                cpu_attention(pools[pi % 2], &c, &sq, 0, q + t * nh * hd, nh, t, nt, scale, b,
+                              scratch, CTX, 0);
+                cpu_attention_avx2_only = 0;
+                for (int64_t e = 0; e < nt * nh * hd; e++)
+                    if (memcmp(&b[e], &a[t * nh * hd + e], sizeof *b) != 0)
+                        fail_msg("heads %d/%d of %d, cache type %d, %lld tokens at %lld (%s, %d "
+                                 "threads): output %lld is %.9g, the whole prompt's %.9g",
+                                 nh, nkv, hd, (int)shapes[i].dt, (long long)nt, (long long)t,
+                                 pi / 2 ? "avx2" : "wide", pi % 2 ? 1 : 2, (long long)e, b[e],
+                                 a[t * nh * hd + e]);
+            }
+        cpu_threadpool_free(pools[1]);
         cpu_kv_cache_free(&c);
     }
     cpu_threadpool_free(pool);
