@@ -8,8 +8,8 @@
  * generate: greedy decoding (the highest logit; the lowest id on ties) of N
  * tokens after the prompt; prints the generated token IDs as a JSON array on
  * one line. It does not stop at end-of-sequence tokens: exactly N are made.
- * --verbose: also prints to stderr the KV cache bytes per token
- * (di_model_kv_bytes_per_token) and the prefill and decode speeds.
+ * --verbose: also prints to stderr the CPU kernels that ran (di_cpu_kernels), the KV cache bytes
+ * per token (di_model_kv_bytes_per_token) and the prefill and decode speeds.
  * --draft / --draft-max / --draft-model (--speculative N: --draft-max N) run it
  * through the engine with speculative decoding (di_engine_create, a token
  * request with ignore_eos, di_poll): the same tokens, sooner where drafts are
@@ -382,6 +382,8 @@ static int generate_speculative(const gen_args *a, const int32_t *ids, size_t n)
         fprintf(stderr,
                 "deepinfer generate: speculative decoding: %u draft tokens verified, %u kept\n",
                 r.drafted, r.accepted);
+    if (a->verbose && a->device != DI_DEVICE_CUDA)
+        fprintf(stderr, "deepinfer generate: CPU kernels: %s\n", di_cpu_kernels());
 done:
     free(r.out);
     free(schema);
@@ -516,6 +518,7 @@ static int run(const char *cmd, int argc, char **argv)
                 "tokens/s\n",
                 n, (double)n / (t1 - t0), a.max_tokens - 1, (double)(a.max_tokens - 1) / (t2 - t1));
     }
+    if (a.verbose) fprintf(stderr, "deepinfer generate: CPU kernels: %s\n", di_cpu_kernels());
 done:
     free(logits);
     free(ids);

@@ -280,6 +280,7 @@ static int run_turn(const char *cmd, di_engine *e, const char *body, size_t len,
         if (a->speculative)
             fprintf(stderr, "speculative decoding: %u draft tokens verified, %u kept\n", t->drafted,
                     t->accepted);
+        if (a->device != DI_DEVICE_CUDA) fprintf(stderr, "CPU kernels: %s\n", di_cpu_kernels());
     }
     return 0;
 }

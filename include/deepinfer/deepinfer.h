@@ -80,6 +80,19 @@ DI_API unsigned di_version(void);
  * library is loaded. Thread-safe; never fails. */
 DI_API const char *di_version_string(void);
 
+/* The CPU kernels the products take on this machine, in words, e.g.
+ * "amx-int8 (prefill tiles of 16 rows x 16 tokens: Q8_0/...), avx512-vnni
+ * (8-bit products; ...), avx512f (F32/F16/BF16 tiles of 4 rows x 4 tokens),
+ * avx2+fma+f16c (the rest)": chosen at run time from the CPU's features
+ * (CPUID), the AMX tile state Linux grants and DI_CPU_AMX (docs/api.md,
+ * "Process-wide effects"); `deepinfer generate --verbose` and `run --verbose`
+ * print it.
+ * Asks for nothing: where AMX is possible but no product has asked Linux for
+ * it yet, the string ends by saying so; after a refusal it no longer names
+ * AMX. For display only: the wording may change between versions. The string
+ * is static (do not free it). Thread-safe; never fails. */
+DI_API const char *di_cpu_kernels(void);
+
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                               */
 /* ------------------------------------------------------------------------- */

@@ -24,6 +24,24 @@ size=$(stat -c %s "$tmp/l-1-1.f32")
 for f in "$tmp"/l-*.f32; do
   cmp -s "$tmp/l-0-1.f32" "$f" || fail "$(basename "$f") differs from DI_CPU_AMX=0 at 1 thread"
 done
+# generate --verbose names the kernels (di_cpu_kernels): never AMX with
+# DI_CPU_AMX=0; where the CPU has it, AMX after an 83-token prefill (granted)
+# and, after a 5-token one (nothing asked), AMX with the note that it is asked
+# at the first product that uses it
+kernels() { # DI_CPU_AMX PROMPT
+  DI_CPU_AMX=$1 "$cli" generate --model "$model" --tokens "$2" --max-tokens 2 --verbose 2>&1 \
+    >/dev/null | sed -n 's/^deepinfer generate: CPU kernels: //p'
+}
+k=$(kernels 0 "$tokens")
+[ -n "$k" ] || fail "generate --verbose printed no CPU kernels line"
+[[ "$k" != *amx* ]] || fail "DI_CPU_AMX=0, yet the kernels line names AMX: $k"
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw avx512_vnni /proc/cpuinfo; then
+  k=$(kernels 1 "$tokens")
+  [[ "$k" == amx-int8* && "$k" != *"asked of Linux"* ]] || fail "after an AMX prefill: $k"
+  k=$(kernels 1 17,18,19,20,21)
+  [[ "$k" == amx-int8* && "$k" == *"asked of Linux at the first product"* ]] ||
+    fail "before any AMX product: $k"
+fi
 if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
   echo "ok: amx-int8 prefill tiles and DI_CPU_AMX=0 (VNNI/AVX2) give identical logits, 1 and 2 threads"
 else

@@ -21,6 +21,8 @@ err=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 4 --verbose
 [[ "$err" == *"KV cache $kv_bytes bytes per token (f16)"* ]] ||
   fail "--verbose did not report $kv_bytes KV bytes per token: $err"
 [[ "$err" == *"decode 3 tokens"*"tokens/s"* ]] || fail "--verbose did not report decode speed: $err"
+[[ "$err" == *"CPU kernels: "*"avx2+fma+f16c"* || "$err" == *"CPU kernels: scalar reference"* ]] ||
+  fail "--verbose did not name the CPU kernels: $err"
 out=$("$cli" generate --model "$dir" --tokens "$prompt" --max-tokens 0) || fail "max-tokens 0 exited $?"
 [ "$out" = "[]" ] || fail "max-tokens 0 printed $out"
 

@@ -71,6 +71,15 @@ static void test_load_and_decode_leave_signal_stacks_alone(void **state)
     di_model_free(m);
     assert_int_equal(install_small_stack(0), 0);
     assert_int_equal(install_small_stack(1), 0);
+    /* nothing asked: di_cpu_kernels names AMX with its note, or no AMX */
+    const char *k = di_cpu_kernels();
+    const char *env = getenv("DI_CPU_AMX");
+    const int off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 ||
+                            strcmp(env, "false") == 0 || strcmp(env, "no") == 0);
+    if (amx_listed() && !off)
+        assert_non_null(strstr(k, "asked of Linux at the first product"));
+    else
+        assert_null(strstr(k, "amx"));
 }
 
 /* A prefill while the host has a small stack installed: it runs (Linux
@@ -92,6 +101,8 @@ static void test_prefill_under_a_small_signal_stack(void **state)
     assert_int_equal(install_small_stack(1), 0);
     assert_int_equal(install_small_stack(0), 0); /* still installable */
     assert_int_equal(install_small_stack(1), 0);
+    /* refused: di_cpu_kernels no longer names AMX */
+    assert_null(strstr(di_cpu_kernels(), "amx"));
     printf("amx signal stacks: %s\n",
            amx_listed() ? "this CPU has amx-int8: load and decode asked for nothing, and a prefill "
                           "under an 8 KiB signal stack ran without it"

@@ -1705,7 +1705,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
          * flash_heads512 where AVX-512 runs, flash_chunk on AVX2; 1 and 3
          * threads, whole and split segments) give every row the whole
          * prompt's bits (a holds its output) on both paths */
-        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1}, {255, 1},
+        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1},  {255, 1},
                                         {256, 1}, {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}};
         cpu_threadpool *pools[2] = {pool, NULL};
         assert_int_equal(cpu_threadpool_create(1, &pools[1]), DI_OK);

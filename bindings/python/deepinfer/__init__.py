@@ -67,6 +67,14 @@ def library_version() -> str:
     return load_library().di_version_string().decode()
 
 
+def cpu_kernels() -> str:
+    """The CPU kernels the products take on this machine, in words
+    (di_cpu_kernels): chosen at run time from the CPU's features, the AMX tile
+    state Linux grants and DI_CPU_AMX; for display (bug reports, logs), the
+    wording may change between versions. Asks the operating system for nothing."""
+    return load_library().di_cpu_kernels().decode()
+
+
 __all__ = [
     "AsyncEngine", "AsyncRequest", "BackendError", "CancelledError", "Chunk",
     "ContextLengthError", "DeepinferError",
@@ -75,6 +83,6 @@ __all__ = [
     "KvCacheStats",
     "LibraryNotFoundError", "ModelFormatError", "NotFoundError", "OutOfMemoryError",
     "POLL_MS", "Protocol", "Reasoning", "Request", "Result", "Status", "Text", "Tokenizer",
-    "Tokens", "ToolCall", "ToolCallDelta", "UnsupportedError", "load_library",
+    "Tokens", "ToolCall", "ToolCallDelta", "UnsupportedError", "cpu_kernels", "load_library",
     "library_version",
 ]

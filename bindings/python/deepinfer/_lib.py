@@ -158,6 +158,7 @@ KV_CACHE_TYPES = {"f16": 0, "f32": 1, "q8_0": 2, "q4_0": 3}
 _SIGNATURES = [
     ("di_version", c_uint, []),
     ("di_version_string", c_char_p, []),
+    ("di_cpu_kernels", c_char_p, []),
     ("di_status_string", c_char_p, [c_int]),
     ("di_error_status", c_int, [c_void_p]),
     ("di_error_message", c_char_p, [c_void_p]),

@@ -133,3 +133,14 @@ def test_library_not_found_says_how_to_set_it(tmp_path):
 def test_library_version():
     assert deepinfer.library_version().count(".") == 2
     assert deepinfer.load_library().di_version() >= 100
+
+
+def test_cpu_kernels_names_what_this_cpu_runs():
+    k = deepinfer.cpu_kernels()
+    flags = open("/proc/cpuinfo").read().split() if os.path.exists("/proc/cpuinfo") else []
+    if "avx2" in flags and "fma" in flags and "f16c" in flags:
+        assert "avx2+fma+f16c" in k
+        assert ("avx512-vnni" in k) == ("avx512_vnni" in flags and "avx512bw" in flags
+                                         and "avx512vl" in flags)
+    else:
+        assert k.startswith("scalar reference")

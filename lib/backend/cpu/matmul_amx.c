@@ -71,10 +71,17 @@ size_t cpu_amx_tiles_bytes(int act_type, int64_t n_in, int64_t n_tokens)
     return tiles * (size_t)(n_in / BLOCK) * CPU_AMX_TILE_BYTES;
 }
 
+static int amx_granted; /* cpu_has_amx's answer: 0 not asked yet, 1 no, 2 yes */
+
 int cpu_has_amx(void)
 {
-    static int known;
-    return cached(&known, request_amx);
+    return cached(&amx_granted, request_amx);
+}
+
+int cpu_amx_asked(void)
+{
+    int v = __atomic_load_n(&amx_granted, __ATOMIC_ACQUIRE);
+    return v == 0 ? -1 : v == 2;
 }
 
 #    include "backend/cpu/matmul_amx_tiles.h"
@@ -266,6 +273,11 @@ int cpu_amx_possible(void)
 }
 
 int cpu_has_amx(void)
+{
+    return 0;
+}
+
+int cpu_amx_asked(void)
 {
     return 0;
 }

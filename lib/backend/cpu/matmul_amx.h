@@ -47,6 +47,9 @@ int cpu_has_amx(void);
 /* 1 when the CPU and OS offer AMX-INT8 and DI_CPU_AMX does not turn it off;
  * asks for nothing (scratch sizing at load). */
 int cpu_amx_possible(void);
+/* What cpu_has_amx answered, without asking: -1 not asked yet, 0 refused (or
+ * not possible), 1 granted. Thread-safe. */
+int cpu_amx_asked(void);
 
 /* The activations as the kernels read them: for each tile of 16 tokens and
  * each block, contiguous bytes. Q8_0/Q8_1 (blocks of 32, CPU_AMX_TILE_BYTES):

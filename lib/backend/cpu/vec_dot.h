@@ -87,8 +87,12 @@ int cpu_has_avx2(void);
 int cpu_has_avx512_vnni(void);
 /* 1 when the CPU runs AVX2, FMA, F16C and AVX-512F (vec_dot_avx512.c). */
 int cpu_has_avx512f(void);
-/* What cpu_vec_dot picks on this CPU, in words (a static string), for test and
- * --verbose output: machines differ in AVX512 and AMX. */
+/* What the products take on this CPU, in words (a static string): machines
+ * differ in AVX512 and AMX. cpu_kernels_describe asks for nothing (where AMX
+ * is possible but not yet asked for, it says so: di_cpu_kernels);
+ * cpu_kernels_name asks Linux for the AMX tile state first (matmul_amx.h),
+ * for test and bench output. Thread-safe. */
+const char *cpu_kernels_describe(void);
 const char *cpu_kernels_name(void);
 
 #endif

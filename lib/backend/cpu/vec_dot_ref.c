@@ -335,35 +335,41 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
     return f ? f : cpu_vec_dot_ref(dtype);
 }
 
+/* The kernel families, named as the kernels line and di_cpu_kernels say them. */
+#define K_AMX_INT8                                                                                 \
+    "amx-int8 (prefill tiles of 16 rows x 16 tokens: "                                             \
+    "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS)"
+#define K_AMX_BF16 "amx-bf16 (BF16 products, prefill and decode)"
+#define K_PACKED   "packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS"
+#define K_VNNI     "avx512-vnni (8-bit products; " K_PACKED ")"
+#define K_TILES(t) "avx512f (" t " tiles of 4 rows x 4 tokens)"
+#define K_AVX2     "avx2+fma+f16c (the rest)"
+#define K_ASK      " (AMX: the tile state is asked of Linux at the first product that uses it)"
+
+const char *cpu_kernels_describe(void)
+{
+    const int amx = cpu_amx_possible() ? cpu_amx_asked() : 0; /* -1: not asked yet */
+    if (amx != 0) {
+        if (cpu_amx_bf16_possible())
+            return amx > 0 ? K_AMX_INT8 ", " K_AMX_BF16 ", " K_VNNI
+                                        ", " K_TILES("F32/F16") ", " K_AVX2
+                           : K_AMX_INT8 ", " K_AMX_BF16 ", " K_VNNI
+                                        ", " K_TILES("F32/F16") ", " K_AVX2 K_ASK;
+        return amx > 0 ? K_AMX_INT8 ", " K_VNNI ", " K_TILES("F32/F16/BF16") ", " K_AVX2
+                       : K_AMX_INT8 ", " K_VNNI ", " K_TILES("F32/F16/BF16") ", " K_AVX2 K_ASK;
+    }
+    if (cpu_has_avx512_vnni()) return K_VNNI ", " K_TILES("F32/F16/BF16") ", " K_AVX2;
+    if (cpu_has_avx512f())
+        return K_TILES("F32/F16/BF16") ", avx2+fma+f16c (" K_PACKED
+                                       " too; no avx512-vnni on this CPU)";
+    if (cpu_has_avx2()) return "avx2+fma+f16c (" K_PACKED " too; no avx512-vnni on this CPU)";
+    return "scalar reference (no avx2 on this CPU)";
+}
+
 const char *cpu_kernels_name(void)
 {
-    if (cpu_has_amx())
-        return cpu_has_amx_bf16()
-                   ? "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
-                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), amx-bf16 "
-                     "(BF16 products, prefill and decode), avx512-vnni (8-bit products; packed "
-                     "8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), "
-                     "avx512f (F32/F16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)"
-                   : "amx-int8 (prefill tiles of 16 rows x 16 tokens: "
-                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS), "
-                     "avx512-vnni (8-bit products; packed 8-row "
-                     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx512f "
-                     "(F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)";
-    if (cpu_has_avx512_vnni())
-        return "avx512-vnni (8-bit products; packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS), avx512f "
-               "(F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (the rest)";
-    if (cpu_has_avx512f())
-        return "avx512f (F32/F16/BF16 tiles of 4 rows x 4 tokens), avx2+fma+f16c (packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS too; no "
-               "avx512-vnni on this CPU)";
-    if (cpu_has_avx2())
-        return "avx2+fma+f16c (packed 8-row "
-               "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS "
-               "too; no "
-               "avx512-vnni on this "
-               "CPU)";
-    return "scalar reference (no avx2 on this CPU)";
+    (void)cpu_has_amx(); /* (asks, so the line says what the products take) */
+    return cpu_kernels_describe();
 }
 
 static void dot_mxfp4_scaled_ref(int64_t n, float *s, const void *w, const float *scales,

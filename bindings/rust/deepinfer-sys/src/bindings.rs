@@ -23,6 +23,20 @@ extern "C" {
     #[doc = " library is loaded. Thread-safe; never fails."]
     pub fn di_version_string() -> *const ::std::os::raw::c_char;
 }
+extern "C" {
+    #[doc = " The CPU kernels the products take on this machine, in words, e.g."]
+    #[doc = " \"amx-int8 (prefill tiles of 16 rows x 16 tokens: Q8_0/...), avx512-vnni"]
+    #[doc = " (8-bit products; ...), avx512f (F32/F16/BF16 tiles of 4 rows x 4 tokens),"]
+    #[doc = " avx2+fma+f16c (the rest)\": chosen at run time from the CPU's features"]
+    #[doc = " (CPUID), the AMX tile state Linux grants and DI_CPU_AMX (docs/api.md,"]
+    #[doc = " \"Process-wide effects\"); `deepinfer generate --verbose` and `run --verbose`"]
+    #[doc = " print it."]
+    #[doc = " Asks for nothing: where AMX is possible but no product has asked Linux for"]
+    #[doc = " it yet, the string ends by saying so; after a refusal it no longer names"]
+    #[doc = " AMX. For display only: the wording may change between versions. The string"]
+    #[doc = " is static (do not free it). Thread-safe; never fails."]
+    pub fn di_cpu_kernels() -> *const ::std::os::raw::c_char;
+}
 #[doc = " success"]
 pub const DI_OK: di_status = 0;
 #[doc = " a NULL pointer, a bad size, an out-of-range value"]

@@ -80,6 +80,22 @@ pub fn version() -> &'static str {
     s.to_str().unwrap_or("")
 }
 
+/// The CPU kernels the products take on this machine, in words
+/// (`di_cpu_kernels`): chosen at run time from the CPU's features, the AMX
+/// tile state Linux grants and `DI_CPU_AMX`; for display (bug reports, logs),
+/// the wording may change between versions. Asks the operating system for
+/// nothing.
+///
+/// ```
+/// let k = deepinfer::cpu_kernels();
+/// assert!(k.contains("avx2") || k.contains("scalar"));
+/// ```
+pub fn cpu_kernels() -> &'static str {
+    // SAFETY: a static NUL-terminated string, never NULL.
+    let s = unsafe { std::ffi::CStr::from_ptr(deepinfer_sys::di_cpu_kernels()) };
+    s.to_str().unwrap_or("")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
