@@ -4,7 +4,7 @@ threads x prompt length, in one run (the CPU-kernel issue's table).
 
 Files (made once, cached in --cache-dir, never committed):
   Q4_1      SmolLM2-135M-Instruct as shipped on PyPI (scripts/fetch_assets.py)
-  Q4_K_M, Q5_K_M, Q8_0
+  Q4_K_M, Q5_K_M, Q8_0 (and Q2_K, Q3_K_M, Q6_K, Q4_0, Q5_0, Q5_1, IQ4_NL, IQ4_XS)
             the same file requantized by llama.cpp's own quantizer
             (llama_model_quantize, allow_requantize; rows of 576 are not a
             multiple of 256, so its K-quant mixes fall back to Q5_0/Q5_1/Q8_0
@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_bench as mb  # noqa: E402
 
 FTYPES = {"F16": 1, "BF16": 32, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q2_K": 10, "Q3_K_M": 12, "IQ4_NL": 25,
+          "Q4_0": 2, "Q5_0": 8, "Q5_1": 9, "Q6_K": 18,
           "IQ4_XS": 30}  # llama_ftype values
 
 

@@ -1,5 +1,6 @@
 /* The smallest deepinfer host: check that the library it loaded is the one its
- * header describes, and print what an error status means.
+ * header describes, print which CPU kernels this machine runs and what an
+ * error status means.
  *
  * Build against an installed deepinfer with either
  *   cc hello.c $(pkg-config --cflags --libs deepinfer) -o hello
@@ -15,6 +16,7 @@ int main(void)
         return 1;
     }
     printf("deepinfer %s\n", di_version_string());
+    printf("CPU kernels: %s\n", di_cpu_kernels()); /* what this machine runs */
     printf("status %d means \"%s\"\n", (int)DI_ERR_INVALID_REQUEST,
            di_status_string(DI_ERR_INVALID_REQUEST));
     return 0;
