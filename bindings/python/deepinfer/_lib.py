@@ -311,8 +311,9 @@ def load():
             hint = (
                 "the package holds no library of its own (install it with pip install "
                 "bindings/python to build one), so set DEEPINFER_LIBRARY to the path of "
-                "libdeepinfer.so (for a build tree: "
-                "build/lib/libdeepinfer.so), or install the library where the dynamic "
+                "libdeepinfer.so (after scripts/run.sh: build/install/lib/libdeepinfer.so; "
+                "in a build tree: BUILD/lib/libdeepinfer.so), or install the library where "
+                "the dynamic "
                 "loader finds it (LD_LIBRARY_PATH, ldconfig)"
             )
         raise LibraryNotFoundError(

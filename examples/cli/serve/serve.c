@@ -220,9 +220,11 @@ static di_engine *load(const srv_config *c)
         return NULL;
     }
     fprintf(stderr,
-            "deepinfer serve: loaded %s in %.2f s (vocabulary %d, context %lld, KV cache %s)\n",
+            "deepinfer serve: loaded %s in %.2f s (vocabulary %d, context %lld, encoding %s, KV "
+            "cache %s)\n",
             c->model, srv_now() - t0, (int)di_engine_vocab_size(e),
-            (long long)di_engine_context_length(e), cli_kv_cache_type_name(c->kv_type));
+            (long long)di_engine_context_length(e), di_encoding_name(di_engine_prompt_encoding(e)),
+            cli_kv_cache_type_name(c->kv_type));
     return e;
 }
 
