@@ -34,8 +34,11 @@ static int cmd_version(int argc, char **argv);
 #ifndef DI_HAVE_SERVE
 int cli_serve(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: deepinfer serve --model PATH [OPTIONS] (docs/serve.md; not in this build: "
+               "configure with libmicrohttpd-dev installed)\n");
+        return EXIT_OK;
+    }
     fprintf(stderr, "deepinfer serve: this build has no server (configure with libmicrohttpd "
                     "installed: libmicrohttpd-dev)\n");
     return EXIT_FAILED;
@@ -54,7 +57,7 @@ static const command commands[] = {
     {"logits", "write the logits of every prompt position as f32", cli_logits},
     {"info", "describe a model as JSON (architecture, parameters, formats, template)", cli_info},
     {"version", "print the library and header versions", cmd_version},
-    {"help", "list the commands", cmd_help},
+    {"help", "list the commands, or with COMMAND its usage", cmd_help},
 };
 
 static int is_help(const char *arg)
@@ -85,6 +88,12 @@ static void print_usage(FILE *out)
 
 static int cmd_help(int argc, char **argv)
 {
+    /* help COMMAND: that command's usage, as COMMAND --help */
+    for (size_t i = 0; argc == 2 && i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0 && commands[i].run != cmd_help) {
+            char *args[] = {argv[1], "--help", NULL};
+            return commands[i].run(2, args);
+        }
     if (argc > 1 && !(argc == 2 && is_help(argv[1]))) {
         fprintf(stderr, "deepinfer help: unexpected argument '%s'\n", argv[1]);
         return EXIT_USAGE;

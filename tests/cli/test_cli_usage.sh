@@ -42,6 +42,9 @@ for c in $cmds; do
     [[ "$out" == usage:\ deepinfer* ]] || fail "$c $h printed '$out'"
     [ "$c" = help ] || [[ "$out" == *"deepinfer $c"* ]] || fail "$c $h: usage does not name $c: $out"
   done
+  # help COMMAND prints the same usage
+  [ "$c" = help ] || [ "$("$cli" help "$c" 2>&1)" = "$("$cli" "$c" --help 2>&1)" ] ||
+    fail "help $c differs from $c --help"
 done
 err=$("$cli" render --protocol chat --encoding dsv9 - 2>&1 </dev/null >/dev/null); rc=$?
 [ "$rc" -eq 2 ] || fail "render with a bad encoding exited $rc, want 2"
