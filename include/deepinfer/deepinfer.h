@@ -1019,7 +1019,8 @@ typedef struct di_engine_config {
      * one the GGUF's tokenizer.chat_template writes when a conversation has
      * none. Other models have no encoding the codec knows, and their protocol
      * requests fail with DI_ERR_UNSUPPORTED; so do those of a model whose file
-     * declares an encoding its tokenizer lacks the turn tokens of (the refusal
+     * declares an encoding its tokenizer lacks the turn tokens of, or holds
+     * them past the model's vocabulary (another model's tokenizer; the refusal
      * says which), while an encoding set here that the tokenizer cannot render
      * fails di_engine_create. */
     int32_t encoding;

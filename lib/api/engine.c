@@ -446,7 +446,9 @@ static void add_eos(di_engine *e, int32_t id)
 }
 
 /* The codec of encoding enc (0: none). An encoding whose turn token the
- * tokenizer lacks would render its turns as plain text the model never saw:
+ * tokenizer lacks would render its turns as plain text the model never saw
+ * (and one whose turn token lies past the model's vocabulary, every prompt
+ * refused):
  * refused when the host asked for it (`asked`); when only the file declared it
  * (tokenizer.ggml.pre `pre`), the engine runs without a codec, token requests
  * only, and keeps why for the protocol requests it refuses. */
@@ -461,11 +463,26 @@ static di_status engine_set_encoding(di_engine *e, int32_t enc, int asked, const
                            : "<\xef\xbd\x9c"
                              "Assistant\xef\xbd\x9c>";
     int32_t turn_id;
-    char lack[128] = "";
+    char lack[160] = "";
     if (!e->tok)
         snprintf(lack, sizeof lack, "the model has no tokenizer (set tokenizer_path)");
     else if (di_tokenizer_token_id(e->tok, turn, strlen(turn), &turn_id) != DI_OK)
         snprintf(lack, sizeof lack, "the tokenizer has no %s token", turn);
+    else {
+        /* another model's tokenizer: the turn tokens every prompt holds lie
+         * past the model's vocabulary, so every prompt would be refused */
+        const char *user = enc == DI_ENCODING_CHATML ? "<|im_end|>"
+                                                     : "<\xef\xbd\x9c"
+                                                       "User\xef\xbd\x9c>";
+        int32_t user_id;
+        if (di_tokenizer_token_id(e->tok, user, strlen(user), &user_id) != DI_OK) user_id = -1;
+        const int past_turn = turn_id >= e->n_vocab;
+        if (past_turn || user_id >= e->n_vocab)
+            snprintf(lack, sizeof lack,
+                     "the tokenizer's %s is token %d, past the model's vocabulary of %d",
+                     past_turn ? turn : user, (int)(past_turn ? turn_id : user_id),
+                     (int)e->n_vocab);
+    }
     if (lack[0]) {
         if (asked)
             return di_error_setf(err, DI_ERR_UNSUPPORTED, "encoding: %s, which encoding %s needs",

@@ -190,12 +190,18 @@ if "$cli" serve --help >/dev/null 2>&1 && ! "$cli" serve --help | grep -q 'not b
     fail "serve of a tokenizer-less model: $err"
   # another model's tokenizer (SmolLM2's, 49,152 tokens, for a 512-token
   # vocabulary: its <|im_start|> is token 1, inside; so a made-up one whose
-  # turn token lies past 512): refused naming the token, not served 400s
+  # turn token lies past 512): the engine refuses the encoding naming the
+  # token (di_engine_create), so serve never listens to answer 400s
   tok="$tmp/big-tokenizer.json"
   printf '%s' '{"version":"1.0","added_tokens":[{"id":600,"content":"<|im_start|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true},{"id":601,"content":"<|im_end|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"vocab":{"a":0,"b":1},"merges":[]}}' >"$tok"
   err=$(timeout 20 "$cli" serve --model "$dir" --tokenizer "$tok" --encoding chatml --port 0 2>&1 >/dev/null); rc=$?
   [ "$rc" -eq 1 ] || fail "serve with another model's tokenizer exited $rc, want 1: $err"
-  [[ "$err" == *"cannot render API requests: its tokenizer's <|im_start|> is token 600, past the model's vocabulary of 512"* ]] ||
+  [[ "$err" == *"encoding: the tokenizer's <|im_start|> is token 600, past the model's vocabulary of 512, which encoding chatml needs"* ]] ||
     fail "serve with another model's tokenizer: $err"
+  # the same without --encoding: the engine keeps no codec, serve says so
+  err=$(timeout 20 "$cli" serve --model "$dir" --tokenizer "$tok" --port 0 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 1 ] || fail "serve with another model's tokenizer (no --encoding) exited $rc: $err"
+  [[ "$err" == *"cannot render API requests"* ]] ||
+    fail "serve with another model's tokenizer (no --encoding): $err"
 fi
 echo ok

@@ -181,38 +181,6 @@ static void on_http_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-/* Why the engine cannot render API requests, or NULL: no encoding (no
- * tokenizer, or none the codec knows), or a tokenizer whose turn token, which
- * every rendered prompt holds, lies past the model's vocabulary (another
- * model's tokenizer: every request would be refused naming that token). */
-static const char *cannot_render(di_engine *e, char *why, size_t size)
-{
-    const di_encoding enc = di_engine_prompt_encoding(e);
-    const di_tokenizer *tok = di_engine_tokenizer(e);
-    if (enc == DI_ENCODING_NONE)
-        return tok ? "its prompt encoding is unknown, or its tokenizer lacks that encoding's "
-                     "turn tokens (give --encoding dsv4|dsv41|dsv3|r1|chatml, or --tokenizer PATH)"
-                   : "it has no tokenizer (none in its GGUF, no tokenizer.json beside its "
-                     "config.json): give --tokenizer PATH";
-    const char *turn = enc == DI_ENCODING_CHATML ? "<|im_start|>"
-                       : enc == DI_ENCODING_DSV4 || enc == DI_ENCODING_DSV41
-                           ? "<\xef\xbd\x9c"
-                             "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
-                           : "<\xef\xbd\x9c"
-                             "Assistant\xef\xbd\x9c>";
-    int32_t id;
-    if (tok && di_tokenizer_token_id(tok, turn, strlen(turn), &id) == DI_OK &&
-        id >= di_engine_vocab_size(e)) {
-        snprintf(
-            why, size,
-            "its tokenizer's %s is token %d, past the model's vocabulary of %d (is --tokenizer "
-            "this model's tokenizer?)",
-            turn, (int)id, (int)di_engine_vocab_size(e));
-        return why;
-    }
-    return NULL;
-}
-
 static di_engine *load(const srv_config *c)
 {
     double t0 = srv_now();
@@ -240,10 +208,14 @@ static di_engine *load(const srv_config *c)
     }
     /* every route renders API requests: an engine that cannot would answer
      * each one 400, so it is refused here, with what to give it */
-    char why[256];
-    const char *cannot = cannot_render(e, why, sizeof why);
-    if (cannot) {
-        fprintf(stderr, "deepinfer serve: %s cannot render API requests: %s\n", c->model, cannot);
+    if (di_engine_prompt_encoding(e) == DI_ENCODING_NONE) {
+        fprintf(stderr, "deepinfer serve: %s cannot render API requests: %s\n", c->model,
+                di_engine_tokenizer(e)
+                    ? "its prompt encoding is unknown, or its tokenizer lacks that encoding's "
+                      "turn tokens or is another model's (give --encoding "
+                      "dsv4|dsv41|dsv3|r1|chatml, or --tokenizer PATH)"
+                    : "it has no tokenizer (none in its GGUF, no tokenizer.json beside its "
+                      "config.json): give --tokenizer PATH");
         di_engine_destroy(e);
         return NULL;
     }

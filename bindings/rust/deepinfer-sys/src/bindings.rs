@@ -1379,7 +1379,8 @@ pub struct di_engine_config {
     #[doc = " one the GGUF's tokenizer.chat_template writes when a conversation has"]
     #[doc = " none. Other models have no encoding the codec knows, and their protocol"]
     #[doc = " requests fail with DI_ERR_UNSUPPORTED; so do those of a model whose file"]
-    #[doc = " declares an encoding its tokenizer lacks the turn tokens of (the refusal"]
+    #[doc = " declares an encoding its tokenizer lacks the turn tokens of, or holds"]
+    #[doc = " them past the model's vocabulary (another model's tokenizer; the refusal"]
     #[doc = " says which), while an encoding set here that the tokenizer cannot render"]
     #[doc = " fails di_engine_create."]
     pub encoding: i32,
