@@ -550,6 +550,11 @@ TINY_GGUF = {
     "qwen2-q3_k_m": ("qwen2", "Q3_K_M", dict()),
     "llama-iq4_nl": ("llama", "IQ4_NL", dict(tie_word_embeddings=True)),
     "qwen2-iq4_xs": ("qwen2", "IQ4_XS", dict()),
+    # The unquantized storage types llama.cpp writes (F16, BF16; its norms stay
+    # F32): llama.cpp rounds the activations to f16/bf16 for these products,
+    # deepinfer keeps them in f32, so the f32 reference holds both to account.
+    "qwen2-f16": ("qwen2", "F16", dict()),
+    "llama-bf16": ("llama", "BF16", dict(tie_word_embeddings=True)),
 }
 GGUF_BASE = dict(vocab_size=384, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=256, max_position_embeddings=256,
