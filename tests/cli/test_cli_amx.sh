@@ -36,6 +36,10 @@ k=$(kernels 0 "$tokens")
 [ -n "$k" ] || fail "generate --verbose printed no CPU kernels line"
 [[ "$k" != *amx* ]] || fail "DI_CPU_AMX=0, yet the kernels line names AMX: $k"
 if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw avx512_vnni /proc/cpuinfo; then
+  for off in OFF False no; do # the words turn AMX off in any case
+    k=$(kernels "$off" "$tokens")
+    [[ "$k" != *amx* ]] || fail "DI_CPU_AMX=$off, yet the kernels line names AMX: $k"
+  done
   k=$(kernels 1 "$tokens")
   [[ "$k" == amx-int8* && "$k" != *"asked of Linux"* ]] || fail "after an AMX prefill: $k"
   k=$(kernels 1 17,18,19,20,21)

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
@@ -24,8 +25,9 @@ enum {
 static int detect_amx(void)
 {
     const char *env = getenv("DI_CPU_AMX");
-    if (env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "false") == 0 ||
-                strcmp(env, "no") == 0))
+    /* any case: OFF, False and No as well */
+    if (env && (strcmp(env, "0") == 0 || strcasecmp(env, "off") == 0 ||
+                strcasecmp(env, "false") == 0 || strcasecmp(env, "no") == 0))
         return 0;
     if (!cpu_has_avx512_vnni()) return 0; /* the scaling steps are AVX-512 */
     unsigned a, b, c, d;
