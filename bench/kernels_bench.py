@@ -135,8 +135,15 @@ def time_llama(llm, prompt, n_gen, reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default="build/release/lib/libdeepinfer.so")
-    ap.add_argument("--asset-dir", default=os.path.expanduser("~/.cache/deepinfer/assets"))
-    ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/deepinfer/bench"))
+    # scripts/fetch_assets.py says where the assets are ($DI_CACHE, else
+    # $XDG_CACHE_HOME/deepinfer or ~/.cache/deepinfer, then assets/)
+    assets = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                          "..", "scripts", "fetch_assets.py"),
+                             "--asset-dir"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    ap.add_argument("--asset-dir", default=assets, help="the fetched assets (default: %(default)s)")
+    ap.add_argument("--cache-dir", default=os.path.join(os.path.dirname(assets), "bench"),
+                    help="the requantized files, made once (default: %(default)s)")
     ap.add_argument("--formats", default="Q4_1,Q4_K_M,Q5_K_M,Q8_0,7B-Q4_K_M")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--prompts", default="64,512,2048,4096")

@@ -11,6 +11,7 @@ the logits are noise: greedy agreement on it is not meaningful, speed is.
 Usage (model oracle venv: gguf, llama-cpp-python):
   python bench/make_bench_gguf.py OUT.gguf [FTYPE]     FTYPE: Q4_K_M (default), Q8_0, ...
 """
+import argparse
 import os
 import sys
 import tempfile
@@ -23,10 +24,14 @@ H, L, NH, NKV, F, V = 2048, 6, 16, 2, 5632, 32000
 
 
 def main():
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    out = sys.argv[1]
-    ftype = sys.argv[2] if len(sys.argv) > 2 else "Q4_K_M"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("out", metavar="OUT.gguf", help="the file to write")
+    ap.add_argument("ftype", nargs="?", default="Q4_K_M",
+                    help="llama.cpp's file type: Q4_K_M (default), Q8_0, ...")
+    a = ap.parse_args()
+    out, ftype = a.out, a.ftype
     hd = H // NH
     rng = np.random.default_rng(0)
 
