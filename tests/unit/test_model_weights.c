@@ -90,6 +90,8 @@ typedef struct gguf_spec {
     int bias, untied;
     const char *rope_type; /* rope.scaling.type, or NULL */
     uint32_t rope_dims;    /* rope.dimension_count, when not 0 */
+    uint32_t alignment;    /* general.alignment, when not 0 */
+    int huge_tensor;       /* one more tensor, F16 {2^40, 2^23}: 2^64 bytes, none stored */
 } gguf_spec;
 
 typedef struct tinfo {
@@ -169,7 +171,7 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
     buf b = {0};
     put(&b, "GGUF", 4);
     put_u32(&b, 3);
-    put_u64(&b, nt);
+    put_u64(&b, nt + (s->huge_tensor ? 1 : 0));
     buf kv = {0};
     uint64_t nkv = 0;
     char key[96];
@@ -218,6 +220,12 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
         put_u32(&kv, s->rope_dims);
         nkv++;
     }
+    if (s->alignment) {
+        put_str(&kv, "general.alignment");
+        put_u32(&kv, 4);
+        put_u32(&kv, s->alignment);
+        nkv++;
+    }
     put_str(&kv, "tokenizer.ggml.bos_token_id");
     put_u32(&kv, 4);
     put_u32(&kv, 1);
@@ -236,6 +244,14 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
         put_u32(&b, t[i].type);
         put_u64(&b, off);
         off += (tensor_bytes(&t[i]) + 31) / 32 * 32;
+    }
+    if (s->huge_tensor) { /* its byte count wraps to 0 in 64 bits */
+        put_str(&b, "junk.weight");
+        put_u32(&b, 2);
+        put_u64(&b, 1ULL << 40);
+        put_u64(&b, 1ULL << 23);
+        put_u32(&b, 1); /* F16 */
+        put_u64(&b, 0);
     }
     while (b.n % 32) put(&b, "", 1);
     size_t data_start = b.n;
@@ -398,6 +414,24 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     model_weights *w = NULL;
     assert_int_equal(model_weights_open(path, &w, NULL), DI_OK);
     model_weights_close(w);
+
+    /* below GGUF's multiple of 8, an F16 row would be read at an odd address */
+    s = (gguf_spec){.alignment = 1};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_MODEL_FORMAT, path, "general.alignment 1", "multiple of 8");
+    s = (gguf_spec){.alignment = 4};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_MODEL_FORMAT, "general.alignment 4", NULL, NULL);
+    s = (gguf_spec){.alignment = 32}; /* the default, written out: fine */
+    write_gguf(path, &s, 0);
+    assert_int_equal(model_weights_open(path, &w, NULL), DI_OK);
+    model_weights_close(w);
+
+    /* a tensor whose byte count wraps to 0 (it passed the past-the-end check) */
+    s = (gguf_spec){.huge_tensor = 1};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_MODEL_FORMAT, "'junk.weight'", "9223372036854775808 elements",
+                      "64 bits");
 
     s = (gguf_spec){0};
     size_t full = write_gguf(path, &s, 0);
