@@ -34,7 +34,10 @@
  *
  * Roofline of one product: reads the packed bytes once per token tile (from
  * memory once; from L1 for the further tiles of a prefill), 2 * n_in * n_out *
- * n_tokens integer operations. Thread-safe (no state). */
+ * n_tokens integer operations. Decode is held to the memory bandwidth: the
+ * passes prefetch the weight stream 2 KiB ahead and split a token's block sum
+ * into two chains when one or two tokens go through (matmul_packed_pass.inc).
+ * Thread-safe (no state). */
 #ifndef DI_BACKEND_CPU_MATMUL_PACKED_H
 #define DI_BACKEND_CPU_MATMUL_PACKED_H
 
