@@ -10,9 +10,12 @@
  *
  *     matmul_bench [threads (2)] [reps (5)]
  * Ratio last: decode GB/s / read GB/s. A second table: the interleaved-row
- * kernels (matmul_packed.h) of the quantized types at one token, the same
- * shapes, the same walk over 128 MB of copies, against the same read. */
+ * kernels (matmul_packed.h) of every packed type at one token, at those shapes
+ * (where the type's block divides n_in) and a 7B's 3,584 -> 18,944, the same
+ * walk over 128 MB of copies against the same read, and last the same matrix
+ * 64 times over (from L2 where it fits: the kernel's arithmetic ceiling). */
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,16 +52,28 @@ __attribute__((target("avx2"))) static void read_task(void *ctx, int64_t t, int 
     j->sum[t] += v[0] + v[7] + thread;
 }
 
-/* Random quants with every block's f16 scales set to 2^-7 (so no NaN or
- * subnormal), for the formats whose scales lead the block (Q6_K: at its end). */
+/* Random quants with every block's f16 scales (d, and dmin where the format
+ * has one) set to 2^-7, so no NaN or subnormal: where they sit in the block. */
 static void fill_blocks(model_dtype dt, char *w, size_t bytes)
 {
-    for (size_t i = 0; i < bytes; i++) w[i] = (char)(frand() * 512.0f);
+    for (size_t i = 0; i < bytes; i++) {
+        rng = rng * 1103515245u + 12345u;
+        w[i] = (char)(rng >> 24);
+    }
     size_t bb = cpu_dtype_block_bytes((int)dt), n_scales = 1, at = 0;
-    if (dt == MODEL_DTYPE_Q4_1 || dt == MODEL_DTYPE_Q5_1 || dt == MODEL_DTYPE_Q4_K ||
-        dt == MODEL_DTYPE_Q5_K || dt == MODEL_DTYPE_Q2_K)
+    switch (dt) {
+    case MODEL_DTYPE_Q4_1:
+    case MODEL_DTYPE_Q5_1:
+    case MODEL_DTYPE_Q4_K:
+    case MODEL_DTYPE_Q5_K: n_scales = 2; break;
+    case MODEL_DTYPE_Q2_K:
+        at = offsetof(block_q2_K, d);
         n_scales = 2;
-    if (dt == MODEL_DTYPE_Q6_K || dt == MODEL_DTYPE_Q3_K) at = bb - 2;
+        break;
+    case MODEL_DTYPE_Q3_K: at = offsetof(block_q3_K, d); break;
+    case MODEL_DTYPE_Q6_K: at = offsetof(block_q6_K, d); break;
+    default: break;
+    }
     const uint16_t d = 0x2000;
     for (size_t b = 0; b + bb <= bytes; b += bb)
         for (size_t k = 0; k < n_scales; k++) memcpy(w + b + at + 2 * k, &d, 2);
@@ -69,10 +84,12 @@ static void packed_table(cpu_threadpool *pool, int reps)
     const struct {
         int64_t n_in, n_out;
     } shapes[] = {{576, 49152}, {576, 1536}, {1536, 576}, {3584, 18944}};
-    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0, MODEL_DTYPE_Q5_0,
-                                 MODEL_DTYPE_Q4_1, MODEL_DTYPE_Q4_K, MODEL_DTYPE_Q5_K,
-                                 MODEL_DTYPE_Q6_K};
-    const char *names[] = {"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"};
+    const model_dtype types[] = {MODEL_DTYPE_Q8_0, MODEL_DTYPE_Q4_0,   MODEL_DTYPE_Q4_1,
+                                 MODEL_DTYPE_Q5_0, MODEL_DTYPE_Q5_1,   MODEL_DTYPE_Q2_K,
+                                 MODEL_DTYPE_Q3_K, MODEL_DTYPE_Q4_K,   MODEL_DTYPE_Q5_K,
+                                 MODEL_DTYPE_Q6_K, MODEL_DTYPE_IQ4_NL, MODEL_DTYPE_IQ4_XS};
+    const char *names[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",   "Q2_K",
+                           "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"};
     printf("\npacked kernels, one token (decode)\n| dtype | n_in x n_out | decode GB/s | read "
            "GB/s | decode / read | the same matrix 64 times GB/s |\n|---|---|---|---|---|---|\n");
     for (size_t d = 0; d < sizeof types / sizeof types[0]; d++)
@@ -90,7 +107,11 @@ static void packed_table(cpu_threadpool *pool, int reps)
             size_t pb = cpu_pack_bytes(&t), stride = (pb + 4095) / 4096 * 4096;
             size_t copies = ((size_t)128 << 20) / stride + 1;
             char *w = aligned_alloc(4096, stride * copies);
-            if (!w || !cpu_pack_supported(&t)) exit(1);
+            if (!w || !cpu_pack_supported(&t)) {
+                fprintf(stderr, "no packed kernel for %s here\n", names[d]);
+                exit(1);
+            }
+            memset(w, 0, stride * copies); /* the pages between copies too */
             cpu_pack(&t, w);
             for (size_t c = 1; c < copies; c++) memcpy(w + c * stride, w, pb);
             for (int64_t i = 0; i < n_in; i++) x[i] = frand();
