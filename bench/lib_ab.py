@@ -17,38 +17,27 @@ built from an older commit: `git worktree add /tmp/old REV && cmake -S /tmp/old
 /tmp/old/build --target deepinfer`.
 """
 import argparse
-import ctypes
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 
 def one_run(lib_path, model, threads, plen, n_gen, reps):
-    """The child: load once, then reps x (prefill, decode); prints JSON."""
+    """The child: load once, then reps x model_bench's prefill-and-decode run;
+    prints JSON."""
     import numpy as np
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import model_bench as mb
     lib, h = mb.load_deepinfer(lib_path, model, threads, plen + n_gen + 8)
     vocab = lib.di_model_vocab_size(h)
-    logits = (ctypes.c_float * vocab)()
-    arr = np.frombuffer(logits, dtype=np.float32)
     prompt = [int(x) for x in np.random.default_rng(plen).integers(100, min(vocab, 10000), plen)]
-    ids = (ctypes.c_int32 * plen)(*prompt)
-    one = (ctypes.c_int32 * 1)()
     out = {"prefill": [], "decode": []}
-    for _ in range(reps):
-        lib.di_model_reset(h)
-        t0 = time.perf_counter()
-        assert lib.di_model_eval(h, ids, plen, logits, 0, None) == 0
-        out["prefill"].append(plen / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        for _ in range(n_gen):
-            one[0] = int(arr.argmax())
-            assert lib.di_model_eval(h, one, 1, logits, 0, None) == 0
-        out["decode"].append(n_gen / (time.perf_counter() - t0))
+    for _ in range(reps):  # one rep a call: every run's time, not only the best
+        pp, tg, _ = mb.bench_deepinfer(lib, h, prompt, n_gen, 1)
+        out["prefill"].append(plen / pp)
+        out["decode"].append(n_gen / tg)
     lib.di_model_free(h)
     print(json.dumps(out))
 
@@ -71,9 +60,9 @@ def main():
     for lib in libs:
         if not os.path.exists(lib):
             raise SystemExit(f"no library at {lib}")
-    res = {lib: {"prefill": [], "decode": []} for lib in libs}
+    res = [{"prefill": [], "decode": []} for _ in libs]  # by position: a library may come twice
     for _ in range(a.rounds):
-        for lib in libs:
+        for n, lib in enumerate(libs):
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--libs", lib, "--model",
                    a.model, "--threads", str(a.threads), "--prompt", str(a.prompt), "--gen",
                    str(a.gen), "--reps", str(a.reps)]
@@ -82,14 +71,14 @@ def main():
                 raise SystemExit(f"{lib}: the run failed:\n{r.stderr}")
             got = json.loads(r.stdout.strip().splitlines()[-1])
             for k in got:
-                res[lib][k] += got[k]
+                res[n][k] += got[k]
     print(f"{os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt}, decode {a.gen}; "
           f"{a.rounds} rounds x {a.reps} reps, interleaved")
     print("| library | prefill median (best) tok/s | decode median (best) tok/s | decode / first |")
     print("|---|---|---|---|")
-    base = statistics.median(res[libs[0]]["decode"])
-    for lib in libs:
-        p, d = res[lib]["prefill"], res[lib]["decode"]
+    base = statistics.median(res[0]["decode"])
+    for lib, r in zip(libs, res):
+        p, d = r["prefill"], r["decode"]
         print(f"| {lib} | {statistics.median(p):.1f} ({max(p):.1f}) | "
               f"{statistics.median(d):.1f} ({max(d):.1f}) | {statistics.median(d) / base:.2f} |")
 
