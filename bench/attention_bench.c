@@ -13,7 +13,9 @@
  * with the AVX2 step (cpu_attention_avx2_only), interleaved (the outputs are
  * bit-identical), the ratio beside.
  *
- *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)] [gqa caches (f16,q8_0,q4_0)]
+ *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)]
+ *                     [ops (f16,q8_0,q4_0,mla): GQA's caches, MLA]
+ *                     [steps (decode,block,whole); the others print 0]
  * Ratios last: long / short, decode and prefill, per op. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,10 @@ static void print_ratio(const char *op, const int64_t *ctxs, int n_ctx, const ra
            a->pre[0] / b->pre[0], a->whole[0] / b->whole[0]);
 }
 
+/* Which of the three each table times (the fifth argument; the others
+ * print 0). */
+static int run_decode = 1, run_block = 1, run_whole = 1;
+
 enum { GQA_LAYERS = 30, GQA_HEADS = 9, GQA_KV = 3, GQA_HD = 64, GQA_BLOCK = 16 };
 
 /* GQA: best tokens/s of n_tokens tokens ending at ctx - 1, layer after layer. */
@@ -125,9 +131,14 @@ static int gqa(cpu_threadpool *pool, int threads, const int64_t *ctxs, int n_ctx
         for (int rep = 0; rep < reps; rep++)
             for (int w = 0; w < 2; w++) {
                 cpu_attention_avx2_only = w;
-                record(&r[i], w, gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 1, 1),
-                       gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 16, 1),
-                       gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], ctxs[i], 1));
+                record(&r[i], w,
+                       run_decode ? gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 1, 1)
+                                  : 0,
+                       run_block ? gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], 16, 1)
+                                 : 0,
+                       run_whole
+                           ? gqa_rate(pool, &c, &s, q, out, scratch, max_ctx, ctxs[i], ctxs[i], 1)
+                           : 0);
             }
         cpu_attention_avx2_only = 0;
         print_rates(ctxs[i], &r[i]);
@@ -149,7 +160,8 @@ int main(int argc, char **argv)
     for (const char *p = list; *p && n_ctx < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
         ctxs[n_ctx++] = atoll(p);
     if (threads < 1 || reps < 1 || n_ctx < 1) {
-        fprintf(stderr, "usage: attention_bench [threads] [contexts,..] [reps]\n");
+        fprintf(stderr,
+                "usage: attention_bench [threads] [contexts,..] [reps] [ops,..] [steps,..]\n");
         return 2;
     }
     int64_t max_ctx = 0;
@@ -169,7 +181,12 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < (int64_t)H * (NOPE + V) * R; i++) w[i] = frand(&seed) * 0.1f;
     for (int64_t i = 0; i < max_ctx * H * QD; i++) q[i] = frand(&seed);
     for (int64_t i = 0; i < max_ctx * D; i++) kv[i] = frand(&seed);
-    const char *types = argc > 4 ? argv[4] : "f16,q8_0,q4_0";
+    const char *types = argc > 4 ? argv[4] : "f16,q8_0,q4_0,mla";
+    if (argc > 5) {
+        run_decode = strstr(argv[5], "decode") != NULL;
+        run_block = strstr(argv[5], "block") != NULL;
+        run_whole = strstr(argv[5], "whole") != NULL;
+    }
     static const struct {
         const char *name;
         model_dtype dtype;
@@ -181,6 +198,11 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    if (!strstr(types, "mla")) {
+        cpu_threadpool_free(pool);
+        free(w), free(q), free(kv), free(out), free(scratch);
+        return 0;
+    }
     rates r[8];
     memset(r, 0, sizeof r);
     printf("MLA absorbed, DeepSeek-V2-Lite shape (16 heads, latent 512 + rope 64), %d threads; "
@@ -191,9 +213,11 @@ int main(int argc, char **argv)
         for (int rep = 0; rep < reps; rep++)
             for (int v = 0; v < 2; v++) {
                 cpu_attention_avx2_only = v;
-                record(&r[i], v, mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 1, 1),
-                       mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 16, 1),
-                       mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], ctxs[i], 1));
+                record(&r[i], v,
+                       run_decode ? mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 1, 1) : 0,
+                       run_block ? mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], 16, 1) : 0,
+                       run_whole ? mla_rate(pool, &sh, q, kv, w, out, scratch, ctxs[i], ctxs[i], 1)
+                                 : 0);
             }
         cpu_attention_avx2_only = 0;
         print_rates(ctxs[i], &r[i]);

@@ -1702,11 +1702,14 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                              (long long)e, a[e], b[e]);
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
-         * flash_heads512 where AVX-512 runs, flash_chunk on AVX2; 1 and 3
-         * threads, whole and split segments) give every row the whole
-         * prompt's bits (a holds its output) on both paths */
-        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1},  {255, 1},
-                                        {256, 1}, {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}};
+         * on an f16 cache where AVX-512 runs, tiles of up to 8 rows read the
+         * cache in place, flash_chunk_f16, here 1-8 rows, head_dim 64 and 96;
+         * else flash_chunk's staged rows; 1 and 3 threads, whole and split
+         * segments) give every row the whole prompt's bits (a holds its
+         * output) on both paths */
+        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1},
+                                        {255, 1}, {256, 1}, {257, 1}, {511, 1}, {599, 1},
+                                        {297, 3}, {40, 7},  {100, 4}, {509, 2}};
         cpu_threadpool *pools[2] = {pool, NULL};
         assert_int_equal(cpu_threadpool_create(1, &pools[1]), DI_OK);
         for (size_t w = 0; w < sizeof at / sizeof *at; w++)
