@@ -62,20 +62,26 @@ static void record(rates *r, int w, double dec, double pre, double whole)
     r->whole[w] = whole > r->whole[w] ? whole : r->whole[w];
 }
 
+/* a / b, or 0 where b is (a step not timed). */
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
 static void print_rates(int64_t ctx, const rates *r)
 {
     printf("context %6lld: decode %8.1f tok/s (avx2 %8.1f: %.2fx), prefill block of 16 %8.1f "
            "(avx2 %8.1f: %.2fx), whole prompt %8.1f (avx2 %8.1f: %.2fx)\n",
-           (long long)ctx, r->dec[0], r->dec[1], r->dec[0] / r->dec[1], r->pre[0], r->pre[1],
-           r->pre[0] / r->pre[1], r->whole[0], r->whole[1], r->whole[0] / r->whole[1]);
+           (long long)ctx, r->dec[0], r->dec[1], ratio(r->dec[0], r->dec[1]), r->pre[0], r->pre[1],
+           ratio(r->pre[0], r->pre[1]), r->whole[0], r->whole[1], ratio(r->whole[0], r->whole[1]));
 }
 
 static void print_ratio(const char *op, const int64_t *ctxs, int n_ctx, const rates *r)
 {
     const rates *a = &r[n_ctx - 1], *b = &r[0];
     printf("%s ratio at %lld / at %lld: decode %.3f, prefill block %.3f, whole prompt %.3f\n", op,
-           (long long)ctxs[n_ctx - 1], (long long)ctxs[0], a->dec[0] / b->dec[0],
-           a->pre[0] / b->pre[0], a->whole[0] / b->whole[0]);
+           (long long)ctxs[n_ctx - 1], (long long)ctxs[0], ratio(a->dec[0], b->dec[0]),
+           ratio(a->pre[0], b->pre[0]), ratio(a->whole[0], b->whole[0]));
 }
 
 /* Which of the three each table times (the fifth argument; the others

@@ -1653,12 +1653,13 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (flash_rows512, four tiles a task) and decode rows the AVX2 one: every
- * output must be the AVX2 path's bit for bit, or a sequence's logits would
- * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),
- * groups of 7, 1 and 8, head_dim 96, 48 and 256, each cache type; a whole
- * prompt of 600 keys (three segments, a partial last tile) and 70 tokens
- * after 530; two threads. */
+ * (flash_rows512, four tiles a task), and decode rows on an f16 cache the
+ * in-place one (flash_chunk_f16), else the AVX2 one: every output must be the
+ * AVX2 path's bit for bit, or a sequence's logits would depend on how its
+ * tokens were batched. Shapes: SmolLM2's (15 rows a tile), groups of 7, 1, 5
+ * and 8, head_dim 96, 48 and 256, each cache type; a whole prompt of 600
+ * keys (three segments, a partial last tile) and 70 tokens after 530; two
+ * threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
 {
     (void)state;
@@ -1668,7 +1669,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
     } shapes[] = {
         {9, 3, 64, MODEL_DTYPE_F16},   {14, 2, 64, MODEL_DTYPE_F16}, {16, 16, 128, MODEL_DTYPE_F32},
         {8, 1, 128, MODEL_DTYPE_Q8_0}, {4, 2, 96, MODEL_DTYPE_F16},  {6, 2, 48, MODEL_DTYPE_F32},
-        {4, 2, 256, MODEL_DTYPE_Q4_0},
+        {4, 2, 256, MODEL_DTYPE_Q4_0}, {4, 4, 64, MODEL_DTYPE_F16},  {10, 2, 64, MODEL_DTYPE_F16},
     };
     enum { CTX = 600, MAXV = 16 * 256 };
     static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];
@@ -1703,13 +1704,16 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
          * on an f16 cache where AVX-512 runs, tiles of up to 8 rows read the
-         * cache in place, flash_chunk_f16, here 1-8 rows, head_dim 64 and 96;
+         * cache in place, flash_chunk_f16, here 1-8 rows, head_dim 64 and 96,
+         * rows that see none of a chunk's keys (30-31, 255-256) skipped;
          * else flash_chunk's staged rows; 1 and 3 threads, whole and split
          * segments) give every row the whole prompt's bits (a holds its
          * output) on both paths */
-        static const int64_t at[][2] = {{0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1},
-                                        {255, 1}, {256, 1}, {257, 1}, {511, 1}, {599, 1},
-                                        {297, 3}, {40, 7},  {100, 4}, {509, 2}};
+        static const int64_t at[][2] = {
+            {0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1}, {255, 1}, {256, 1},
+            {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}, {100, 4}, {509, 2},
+            {30, 2},  {30, 4},  {255, 2}, {31, 5},  {62, 3},
+        };
         cpu_threadpool *pools[2] = {pool, NULL};
         assert_int_equal(cpu_threadpool_create(1, &pools[1]), DI_OK);
         for (size_t w = 0; w < sizeof at / sizeof *at; w++)

@@ -27,8 +27,9 @@
  * hardware prefetcher streams (measured at decode after 4,096 tokens, SmolLM2
  * shape, 1 thread: f16 58 -> 63, Q8_0 61 -> 77, Q4_0 68 -> 85 tokens/s of
  * the attention op, bench/attention_bench; a head at a time read 128 bytes
- * of every 384 and software prefetch did not make up for it, and does not
- * help now).
+ * of every 384 and software prefetch did not make up for it, and did not
+ * help the staged step; the in-place f16 step below, whose arithmetic is
+ * lighter, reads a head's slice at a time and asks for the next chunk's).
  *
  * Arithmetic: f32 throughout, the f16, Q8_0 or Q4_0 cache's values converted
  * exactly (a chunk's rows dequantized once for the tile's rows); the
@@ -37,7 +38,7 @@
  * reference path in attention.c is): results agree with it to float rounding
  * (tests/unit/test_cpu_kernels.c).
  *
- * Two layouts of one arithmetic. The AVX2 chunk step (flash_chunk) holds a
+ * Three forms of one arithmetic. The AVX2 chunk step (flash_chunk) holds a
  * row's 16 scores in lanes (K transposed), each row's softmax step
  * horizontal: decode and small calls. Where AVX-512 runs, a prefill's tiles
  * take flash_rows512, a row in each lane: the scores S^T from the queries
@@ -50,11 +51,16 @@
  * and a row's result never depends on the layout its call took. Measured on
  * the attention op alone at SmolLM2's shape (bench/attention_bench, 2
  * threads, Xeon with AVX-512): a whole prompt of 4,096 1.9-2.3x the AVX2
- * step's speed, of 256 1.3-1.7x.
+ * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16 cache,
+ * tiles of up to F16_KEYS_MAX_ROWS rows (decode) take flash_chunk_f16, the
+ * AVX2 step's layout with the 16 keys in one vector, reading the cache's rows
+ * in place (no f32 staging: K transposed as 16-bit values in registers, V
+ * converted where P V reads it), bit-identical to it too.
  * Roofline per task: reads 2 n head_dim cache elements, 4 n head_dim
  * TILE_ROWS FLOPs. */
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,12 +363,13 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
 /* The f16 cache's rows read in place: K's rows past a chunk's end point
  * here (finite, then masked; F16_ZERO_ROW values, the widest head taken). */
 enum { F16_ZERO_ROW = 1024 };
-static const uint16_t f16_zero_row[F16_ZERO_ROW];
+static const uint16_t f16_zero_row[F16_ZERO_ROW] = {0};
 
 /* flash_chunk on an f16 cache where AVX-512 runs, for tiles of at most
  * F16_KEYS_MAX_ROWS rows (decode): the same arithmetic, bit for bit, with K
  * and V read from the cache rows k[0, CHUNK) and v[0, len) in place
- * (avx512_f16_keys.h) instead of staged in f32. */
+ * (avx512_f16_keys.h) instead of staged in f32. Roofline: reads 2 CHUNK
+ * head_dim f16 values, 4 CHUNK head_dim rows FLOPs. */
 AVX512BW static void flash_chunk_f16(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
                                      int len, const uint16_t *const *k, const uint16_t *const *v,
                                      float *st)
@@ -419,9 +426,9 @@ AVX512BW static void flash_chunk_f16(const flash_job *j, int g, int64_t t0, int 
  * rows <= F16_KEYS_MAX_ROWS): a chunk at a time, each head of [g0, g1) in
  * turn (the heads of a position side by side in its cache row, so the chunk's
  * rows are read from memory once, in order); the same results.
- * A chunk's 16 rows lie in one block, and a layer's next block n_layer
- * blocks on: a stretch the hardware prefetcher does not follow. Each head's
- * slice of the next chunk's rows is asked for as that head's step starts:
+ * A chunk's 16 rows lie in one block (where block_size is a multiple of
+ * 16), and a layer's next block n_layer blocks on: a stretch the hardware prefetcher does not
+ * follow. Each head's slice of the next chunk's rows is asked for as that head's step starts:
  * decode attention after 4,096 tokens, SmolLM2's shape, 2 threads, 1.13x
  * with all of the next chunk asked for at once, 1.21x spread over the heads,
  * 1.24x two chunks ahead (bench/attention_bench, medians of 8 runs
@@ -431,19 +438,22 @@ AVX512BW static void flash_segment_f16(const flash_job *j, int g0, int g1, int64
 {
     const cpu_kv_cache *c = j->c;
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
+    const char *krow[CHUNK], *vrow[CHUNK], *knext[CHUNK], *vnext[CHUNK];
+    chunk_rows(c, j->s, j->layer, g0, k0, k1 - k0 < CHUNK ? (int)(k1 - k0) : CHUNK, knext, vnext);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
-        const char *krow[CHUNK], *vrow[CHUNK], *knext[CHUNK], *vnext[CHUNK];
-        chunk_rows(c, j->s, j->layer, g0, p0, len, krow, vrow);
+        memcpy(krow, knext, sizeof krow), memcpy(vrow, vnext, sizeof vrow);
         const int next = k1 - (p0 + CHUNK) < CHUNK ? (int)(k1 - (p0 + CHUNK)) : CHUNK;
         if (next > 0) chunk_rows(c, j->s, j->layer, g0, p0 + CHUNK, next, knext, vnext);
         for (int g = g0; g < g1; g++) {
             const size_t off = (size_t)(g - g0) * c->head_bytes;
-            for (int i = 0; i < next; i++)
-                for (size_t b = 0; b < c->head_bytes; b += 64) {
-                    __builtin_prefetch(knext[i] + off + b, 0, 3);
-                    __builtin_prefetch(vnext[i] + off + b, 0, 3);
-                }
+            for (int i = 0; i < next; i++) { /* every line of the slice, aligned or not */
+                const uintptr_t k = (uintptr_t)(knext[i] + off), v = (uintptr_t)(vnext[i] + off);
+                for (size_t b = 0; b < c->head_bytes + (k & 63); b += 64)
+                    __builtin_prefetch(knext[i] + off + b - (k & 63), 0, 3);
+                for (size_t b = 0; b < c->head_bytes + (v & 63); b += 64)
+                    __builtin_prefetch(vnext[i] + off + b - (v & 63), 0, 3);
+            }
             const uint16_t *k[CHUNK], *v[CHUNK];
             for (int i = 0; i < CHUNK; i++) {
                 k[i] = i < len ? (const uint16_t *)(krow[i] + off) : f16_zero_row;

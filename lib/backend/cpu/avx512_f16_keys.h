@@ -93,7 +93,7 @@ AVX512BW __attribute__((always_inline)) static inline void f16_keys_scores(const
         _mm512_storeu_ps(sc + (ptrdiff_t)r * 16, _mm512_mul_ps(s[r], sv));
 }
 
-/* O = O corr + P V for nr (1..4, a constant where inlined) rows over
+/* O = O corr + P V for nr (1..3, a constant where inlined) rows over
  * dimensions [d0, d0 + 16 nv) (nv 1..4), V's f16 rows at v[i]: each value
  * vector converted once for the rows; row r's o at o[r], its weights p[r],
  * its keys i < valid[r] (mul, then a fused multiply-add per key in key order,
@@ -102,7 +102,7 @@ AVX512BW __attribute__((always_inline)) static inline void
 f16_values_pv(float *const *o, const float *corr, const float *const *p, const int *valid, int nr,
               const uint16_t *const *v, ptrdiff_t d0, int nv)
 {
-    __m512 acc[4][4];
+    __m512 acc[3][4];
     int most = 0;
     UNROLL for (int r = 0; r < nr; r++)
     {
