@@ -43,15 +43,15 @@ AVX512 static inline __m512 exp512(__m512 x)
 }
 
 /* Rows' o[0, 16 nv) = o corr + sum_i p[i ps] v[i ld + (0, 16 nv)] over i < valid
- * (nr rows of the same valid count, nr nv <= 8 registers), in key order, each
+ * (nr rows of the same valid count, nr nv <= 16 registers), in key order, each
  * V load shared by the rows. */
 AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, const float *corr,
                                                                const float *const *p, ptrdiff_t ps,
                                                                const float *v, ptrdiff_t ld,
                                                                int valid, int nr, int nv)
 {
-    __m512 acc[8];
-    UNROLL for (int r = 0; r < 8; r++) if (r < nr)
+    __m512 acc[16];
+    UNROLL for (int r = 0; r < 4; r++) if (r < nr)
     {
         const __m512 c = _mm512_set1_ps(corr[r]);
         UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
@@ -61,54 +61,59 @@ AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, 
         __m512 vv[8];
         UNROLL for (int k = 0; k < 8; k++) if (k < nv) vv[k] =
             _mm512_loadu_ps(v + i * ld + (ptrdiff_t)16 * k);
-        UNROLL for (int r = 0; r < 8; r++) if (r < nr)
+        UNROLL for (int r = 0; r < 4; r++) if (r < nr)
         {
             const __m512 pi = _mm512_set1_ps(p[r][i * ps]);
             UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
                 _mm512_fmadd_ps(pi, vv[k], acc[r * nv + k]);
         }
     }
-    UNROLL for (int r = 0; r < 8; r++) if (r < nr) UNROLL for (int k = 0; k < 8; k++) if (k < nv)
+    UNROLL for (int r = 0; r < 4; r++) if (r < nr) UNROLL for (int k = 0; k < 8; k++) if (k < nv)
         _mm512_storeu_ps(o[r] + (ptrdiff_t)16 * k, acc[r * nv + k]);
 }
 
 /* O = O corr + P V for up to 16 rows (row r's output at o + r ostride, its
  * weight for key i at p[r pr + i ps], its keys valid[r]: none, row left
- * alone): rows with the same keys two at a time, else one, each V load
- * shared; as many of the hd dims (a multiple of 16) a pass as 8 registers
- * hold. */
+ * alone): rows with the same keys four or two at a time, else one, each V
+ * load shared by them; as many of the hd dims (a multiple of 16) a pass as
+ * 16 registers hold (8 for a row alone). */
 AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, const int *valid,
                                      const float *corr, const float *p, ptrdiff_t ps, ptrdiff_t pr,
                                      const float *v, ptrdiff_t ld, ptrdiff_t hd)
 {
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        if (valid[r] <= 0) continue;
-        const int two = r + 1 < rows && valid[r + 1] == valid[r];
-        float *o[2] = {o0 + r * ostride, o0 + (r + two) * ostride};
-        const float *pp[2] = {p + r * pr, p + (r + two) * pr};
-        const float cr[2] = {corr[r], corr[r + two]};
-        for (ptrdiff_t d0 = 0; d0 < hd;) {
-            float *od[2] = {o[0] + d0, o[1] + d0};
-            const ptrdiff_t left = (hd - d0) / 16;
-            if (two) {
-                if (left >= 4)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 4), d0 += 64;
-                else if (left >= 2)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 2), d0 += 32;
-                else
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 1), d0 += 16;
-            } else {
-                if (left >= 8)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 8), d0 += 128;
-                else if (left >= 4)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 4), d0 += 64;
-                else if (left >= 2)
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 2), d0 += 32;
-                else
-                    pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1), d0 += 16;
-            }
+    for (ptrdiff_t r = 0; r < rows;) {
+        if (valid[r] <= 0) {
+            r++;
+            continue;
         }
-        r += two;
+        int n = 1; /* rows from r with its keys: 4, 2 or 1 at a time */
+        while (n < 4 && r + n < rows && valid[r + n] == valid[r]) n++;
+        n = n == 3 ? 2 : n;
+        float *o[4];
+        const float *pp[4];
+        float cr[4];
+        for (int k = 0; k < n; k++)
+            o[k] = o0 + (r + k) * ostride, pp[k] = p + (r + k) * pr, cr[k] = corr[r + k];
+        for (ptrdiff_t d0 = 0; d0 < hd;) {
+            float *od[4] = {o[0] + d0, n > 1 ? o[1] + d0 : NULL, n > 2 ? o[2] + d0 : NULL,
+                            n > 2 ? o[3] + d0 : NULL};
+            const ptrdiff_t left = (hd - d0) / 16;
+            const int nv = left >= 8 && n == 1 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            switch (n * 16 + nv) { /* each shape its own code */
+            case 4 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 4); break;
+            case 4 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 2); break;
+            case 4 * 16 + 1: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 1); break;
+            case 2 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 4); break;
+            case 2 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 2); break;
+            case 2 * 16 + 1: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 1); break;
+            case 1 * 16 + 8: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 8); break;
+            case 1 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 4); break;
+            case 1 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 2); break;
+            default: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1); break;
+            }
+            d0 += 16 * nv;
+        }
+        r += n;
     }
 }
 
