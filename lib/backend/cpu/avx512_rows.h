@@ -111,7 +111,7 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
             case 1 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 2); break;
             default: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1); break;
             }
-            d0 += 16 * nv;
+            d0 += (ptrdiff_t)16 * nv;
         }
         r += n;
     }
