@@ -2051,7 +2051,7 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
     print_message("mla tiled vs naive, %d heads, R %d, rope %d, %d tokens after %d: max |diff| "
                   "%.2e\n",
                   H, R, ROPE, T, POS0, worst);
-    for (int k = 0; k < 3; k += 2) /* decode rows: token t alone at position POS0 + t */
+    for (int k = 0; k < 3; k++) /* decode rows: token t alone at position POS0 + t */
         for (int t = 0; t < T; t += 13) {
             cpu_mla_attention(pools[k], &shape, q + t * H * QD, 1, POS0 + t, kv, w, 0.2f, one,
                               scratch[k], N);
@@ -2069,9 +2069,10 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
 static void test_mla_tiled_matches_naive(void **state)
 {
     (void)state;
-    check_mla_tiled(5, 16, 8, 16, 32, 40, 37);   /* a partial tile, chunks and blocks */
-    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);     /* more heads than a tile, no rope, odd R */
-    check_mla_tiled(20, 16, 16, 16, 64, 45, 30); /* tiles of 16 and 4 heads (AVX-512, AVX2) */
+    check_mla_tiled(5, 16, 8, 16, 32, 40, 37);    /* a partial tile, chunks and blocks */
+    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);      /* more heads than a tile, no rope, odd R */
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 30);  /* tiles of 16 and 4 heads (AVX-512, AVX2) */
+    check_mla_tiled(16, 16, 16, 16, 64, 14, 770); /* decode's 8-head tiles past 768 keys */
 }
 
 int main(void)

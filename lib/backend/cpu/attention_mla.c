@@ -68,6 +68,13 @@ static int64_t block_floats(const cpu_mla_shape *s)
  * rows read once for all of them). */
 enum { GROUP_TOKENS = 4 };
 
+/* Tiles of 8 to 11 heads (a decode step's heads shared by two threads) take
+ * the AVX-512 tiles, half their lanes idle, from this many keys on, the AVX2
+ * tile below it: at DeepSeek-V2-Lite's shape, 2 threads, bench/attention_bench
+ * (medians of 6 interleaved runs), AVX-512 / AVX2 0.92x at 256 keys, 0.96x at
+ * 512, 1.16x at 1,024, 1.32x at 2,048, 1.38x at 4,096. */
+enum { WIDE_HALF_TILE_KEYS = 768 };
+
 /* One thread's share: the naive form's scores, or room for q_nope or o_lat
  * quantized (at most 4 bytes an element: F32 activations); then, from the
  * next 64-byte boundary (up to 16 floats of padding), the latent tiles'
@@ -459,7 +466,7 @@ static void run_absorbed(cpu_threadpool *pool, mla_job *j)
         j->rows = (int)(rows < 1 ? 1 : rows > TILE_ROWS ? TILE_ROWS : rows);
         cpu_threadpool_run(pool, H, q_absorb_task, j);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-        if (j->wide && j->rows >= 12) /* (a decode step's 8-head tiles: AVX2 is as fast) */
+        if (j->wide && (j->rows >= 12 || (j->rows >= 8 && j->pos0 + j->b1 >= WIDE_HALF_TILE_KEYS)))
             cpu_threadpool_run(
                 pool, (nt + GROUP_TOKENS - 1) / GROUP_TOKENS * ((H + j->rows - 1) / j->rows),
                 latent_group_task, j);
