@@ -1653,8 +1653,8 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (flash_rows512, four tiles a task), and decode rows on an f16 cache the
- * in-place one (flash_chunk_f16), else the AVX2 one: every output must be the
+ * (flash_rows512, four tiles a task), and decode rows on an f16 or Q8_0 cache
+ * the in-place one (flash_chunk_cache), else the AVX2 one: every output must be the
  * AVX2 path's bit for bit, or a sequence's logits would depend on how its
  * tokens were batched. Shapes: SmolLM2's (15 rows a tile), groups of 7, 1, 5
  * and 8, head_dim 96, 48 and 256, each cache type; a whole prompt of 600
@@ -1703,8 +1703,9 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                              (long long)e, a[e], b[e]);
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
-         * on an f16 cache where AVX-512 runs, tiles of up to 8 rows read the
-         * cache in place, flash_chunk_f16, here 1-8 rows, head_dim 64 and 96,
+         * on an f16 or Q8_0 cache where AVX-512 runs, tiles of up to 8 rows
+         * read the cache in place, flash_chunk_cache, here 1-8 rows, head_dim
+         * 64, 96 and 128,
          * rows that see none of a chunk's keys (30-31, 255-256) skipped;
          * else flash_chunk's staged rows; 1 and 3 threads, whole and split
          * segments) give every row the whole prompt's bits (a holds its

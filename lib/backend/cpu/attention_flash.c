@@ -51,11 +51,12 @@
  * and a row's result never depends on the layout its call took. Measured on
  * the attention op alone at SmolLM2's shape (bench/attention_bench, 2
  * threads, Xeon with AVX-512): a whole prompt of 4,096 1.9-2.3x the AVX2
- * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16 cache,
- * tiles of up to F16_KEYS_MAX_ROWS rows (decode) take flash_chunk_f16, the
- * AVX2 step's layout with the 16 keys in one vector, reading the cache's rows
- * in place (no f32 staging: K transposed as 16-bit values in registers, V
- * converted where P V reads it), bit-identical to it too.
+ * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16 or Q8_0
+ * cache, tiles of up to CACHE_KEYS_MAX_ROWS rows (decode) take
+ * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
+ * reading the cache's rows in place (no f32 staging: K transposed in
+ * registers, 16-bit values or bytes, V converted where P V reads it),
+ * bit-identical to it too.
  * Roofline per task: reads 2 n head_dim cache elements, 4 n head_dim
  * TILE_ROWS FLOPs. */
 #include <math.h>
@@ -72,7 +73,7 @@ int cpu_attention_avx2_only;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #    include "backend/cpu/avx2_math.h"
-#    include "backend/cpu/avx512_f16_keys.h"
+#    include "backend/cpu/avx512_cache_rows.h"
 #    include "backend/cpu/avx512_rows.h"
 
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
@@ -114,7 +115,7 @@ typedef struct flash_job {
     float *out;
     float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
     int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
-    int f16_keys;         /* small tiles read the f16 cache in place (flash_segment_f16) */
+    int in_place;         /* small tiles read the cache in place (flash_segment_cache) */
     cpu_threadpool *pool; /* its scratch: each thread's workspace (cpu_attention_scratch_bytes) */
 } flash_job;
 
@@ -360,81 +361,92 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
             tiles[i].st[r * stride] = tiles[i].m[r], tiles[i].st[r * stride + 1] = tiles[i].l[r];
 }
 
-/* The f16 cache's rows read in place: K's rows past a chunk's end point
- * here (finite, then masked; F16_ZERO_ROW values, the widest head taken). */
-enum { F16_ZERO_ROW = 1024 };
-static const uint16_t f16_zero_row[F16_ZERO_ROW] = {0};
+/* The cache's rows read in place: K's rows past a chunk's end point here
+ * (finite, then masked: f16 zeros, or Q8_0 blocks of scale and values 0;
+ * ZERO_ROW_BYTES, the widest head taken). */
+enum { ZERO_ROW_BYTES = 2048 };
+static const _Alignas(64) char zero_row[ZERO_ROW_BYTES] = {0};
 
-/* flash_chunk on an f16 cache where AVX-512 runs, for tiles of at most
- * F16_KEYS_MAX_ROWS rows (decode): the same arithmetic, bit for bit, with K
- * and V read from the cache rows k[0, CHUNK) and v[0, len) in place
- * (avx512_f16_keys.h) instead of staged in f32. Roofline: reads 2 CHUNK
- * head_dim f16 values, 4 CHUNK head_dim rows FLOPs. */
-AVX512BW static void flash_chunk_f16(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
-                                     int len, const uint16_t *const *k, const uint16_t *const *v,
-                                     float *st)
+/* flash_chunk on an f16 or Q8_0 cache where AVX-512 runs, for tiles of at
+ * most CACHE_KEYS_MAX_ROWS rows (decode): the same arithmetic, bit for bit,
+ * with K and V read from the cache rows k[0, CHUNK) and v[0, len) in place
+ * (avx512_cache_rows.h) instead of staged in f32. Roofline: reads 2 CHUNK
+ * head_dim cache values, 4 CHUNK head_dim rows FLOPs. */
+AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
+                                       int len, const char *const *k, const char *const *v,
+                                       float *st)
 {
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
-    _Alignas(64) float p[F16_KEYS_MAX_ROWS * CHUNK], sc[F16_KEYS_MAX_ROWS * CHUNK];
-    float corr[F16_KEYS_MAX_ROWS];
-    int valid[F16_KEYS_MAX_ROWS];
-    const float *q[F16_KEYS_MAX_ROWS];
+    const int q8 = j->c->dtype == MODEL_DTYPE_Q8_0;
+    _Alignas(64) float p[CACHE_KEYS_MAX_ROWS * CHUNK], sc[CACHE_KEYS_MAX_ROWS * CHUNK];
+    float corr[CACHE_KEYS_MAX_ROWS];
+    int valid[CACHE_KEYS_MAX_ROWS];
+    const float *q[CACHE_KEYS_MAX_ROWS];
     for (int r = 0; r < rows; r++) {
         int64_t limit;
         q[r] = row_query(j, g, t0, r, &limit);
         valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
     }
-    switch (rows) { /* each count its own code */
-    case 1: f16_keys_scores(k, q, 1, hd, j->scale, sc); break;
-    case 2: f16_keys_scores(k, q, 2, hd, j->scale, sc); break;
-    case 3: f16_keys_scores(k, q, 3, hd, j->scale, sc); break;
-    case 4: f16_keys_scores(k, q, 4, hd, j->scale, sc); break;
-    case 5: f16_keys_scores(k, q, 5, hd, j->scale, sc); break;
-    case 6: f16_keys_scores(k, q, 6, hd, j->scale, sc); break;
-    case 7: f16_keys_scores(k, q, 7, hd, j->scale, sc); break;
-    default: f16_keys_scores(k, q, 8, hd, j->scale, sc); break;
+#    define SCORES(n)                                                                              \
+        (q8 ? cache_keys_scores(k, 1, q, n, hd, j->scale, sc)                                      \
+            : cache_keys_scores(k, 0, q, n, hd, j->scale, sc))
+    switch (rows) { /* each count and cache type its own code */
+    case 1: SCORES(1); break;
+    case 2: SCORES(2); break;
+    case 3: SCORES(3); break;
+    case 4: SCORES(4); break;
+    case 5: SCORES(5); break;
+    case 6: SCORES(6); break;
+    case 7: SCORES(7); break;
+    default: SCORES(8); break;
     }
+#    undef SCORES
     /* each row's softmax step; the rows that see a key of the chunk, in
      * groups of up to three sharing each converted V vector */
-    float *o[F16_KEYS_MAX_ROWS];
-    const float *pr[F16_KEYS_MAX_ROWS];
-    int vr[F16_KEYS_MAX_ROWS], n = 0;
+    float *o[CACHE_KEYS_MAX_ROWS];
+    const float *pr[CACHE_KEYS_MAX_ROWS];
+    int vr[CACHE_KEYS_MAX_ROWS], n = 0;
     for (ptrdiff_t r = 0; r < rows; r++) {
         if (valid[r] <= 0) continue;
         corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
                                  p + r * CHUNK);
         o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
     }
+#    define PV(nr, nv)                                                                             \
+        (q8 ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, 1, d0, nv)               \
+            : cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, 0, d0, nv))
     for (int r0 = 0; r0 < n; r0 += 3) {
         const int nr = n - r0 < 3 ? n - r0 : 3;
         for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
             const int nv = hd - d0 < 64 ? (int)(hd - d0) / 16 : 4;
             /* (64 dimensions, the common case, its own code) */
             switch (nr + 3 * (nv == 4)) {
-            case 1: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 1, v, d0, nv); break;
-            case 2: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 2, v, d0, nv); break;
-            case 3: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 3, v, d0, nv); break;
-            case 4: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 1, v, d0, 4); break;
-            case 5: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 2, v, d0, 4); break;
-            default: f16_values_pv(o + r0, corr + r0, pr + r0, vr + r0, 3, v, d0, 4); break;
+            case 1: PV(1, nv); break;
+            case 2: PV(2, nv); break;
+            case 3: PV(3, nv); break;
+            case 4: PV(1, 4); break;
+            case 5: PV(2, 4); break;
+            default: PV(3, 4); break;
             }
         }
     }
+#    undef PV
 }
 
-/* flash_segment on an f16 cache with flash_chunk_f16 (the job's f16_keys,
- * rows <= F16_KEYS_MAX_ROWS): a chunk at a time, each head of [g0, g1) in
- * turn (the heads of a position side by side in its cache row, so the chunk's
- * rows are read from memory once, in order); the same results.
+/* flash_segment with flash_chunk_cache (the job's in_place, rows <=
+ * CACHE_KEYS_MAX_ROWS): a chunk at a time, each head of [g0, g1) in turn (the
+ * heads of a position side by side in its cache row, so the chunk's rows are
+ * read from memory once, in order); the same results.
  * A chunk's 16 rows lie in one block (where block_size is a multiple of
- * 16), and a layer's next block n_layer blocks on: a stretch the hardware prefetcher does not
- * follow. Each head's slice of the next chunk's rows is asked for as that head's step starts:
- * decode attention after 4,096 tokens, SmolLM2's shape, 2 threads, 1.13x
- * with all of the next chunk asked for at once, 1.21x spread over the heads,
- * 1.24x two chunks ahead (bench/attention_bench, medians of 8 runs
- * interleaved), at 1 thread 1.18x / 1.14x one / two ahead, so one. */
-AVX512BW static void flash_segment_f16(const flash_job *j, int g0, int g1, int64_t t0, int rows,
-                                       int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
+ * 16), and a layer's next block n_layer blocks on: a stretch the hardware
+ * prefetcher does not follow. Each head's slice of the next chunk's rows is
+ * asked for as that head's step starts: decode attention after 4,096 tokens
+ * on an f16 cache, SmolLM2's shape, 2 threads, 1.13x with all of the next
+ * chunk asked for at once, 1.21x spread over the heads, 1.24x two chunks
+ * ahead (bench/attention_bench, medians of 8 runs interleaved), at 1 thread
+ * 1.18x / 1.14x one / two ahead, so one. */
+AVX512BW static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
+                                         int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
 {
     const cpu_kv_cache *c = j->c;
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
@@ -448,18 +460,18 @@ AVX512BW static void flash_segment_f16(const flash_job *j, int g0, int g1, int64
         for (int g = g0; g < g1; g++) {
             const size_t off = (size_t)(g - g0) * c->head_bytes;
             for (int i = 0; i < next; i++) { /* every line of the slice, aligned or not */
-                const uintptr_t k = (uintptr_t)(knext[i] + off), v = (uintptr_t)(vnext[i] + off);
-                for (size_t b = 0; b < c->head_bytes + (k & 63); b += 64)
-                    __builtin_prefetch(knext[i] + off + b - (k & 63), 0, 3);
-                for (size_t b = 0; b < c->head_bytes + (v & 63); b += 64)
-                    __builtin_prefetch(vnext[i] + off + b - (v & 63), 0, 3);
+                const uintptr_t ka = (uintptr_t)(knext[i] + off), va = (uintptr_t)(vnext[i] + off);
+                for (size_t b = 0; b < c->head_bytes + (ka & 63); b += 64)
+                    __builtin_prefetch(knext[i] + off + b - (ka & 63), 0, 3);
+                for (size_t b = 0; b < c->head_bytes + (va & 63); b += 64)
+                    __builtin_prefetch(vnext[i] + off + b - (va & 63), 0, 3);
             }
-            const uint16_t *k[CHUNK], *v[CHUNK];
+            const char *k[CHUNK], *v[CHUNK];
             for (int i = 0; i < CHUNK; i++) {
-                k[i] = i < len ? (const uint16_t *)(krow[i] + off) : f16_zero_row;
-                v[i] = i < len ? (const uint16_t *)(vrow[i] + off) : f16_zero_row;
+                k[i] = i < len ? krow[i] + off : zero_row;
+                v[i] = i < len ? vrow[i] + off : zero_row;
             }
-            flash_chunk_f16(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
+            flash_chunk_cache(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
         }
     }
 }
@@ -494,8 +506,8 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    if (j->f16_keys && rows <= F16_KEYS_MAX_ROWS) {
-        flash_segment_f16(j, g0, g1, t0, rows, k0, k1, st, st_head);
+    if (j->in_place && rows <= CACHE_KEYS_MAX_ROWS) {
+        flash_segment_cache(j, g0, g1, t0, rows, k0, k1, st, st_head);
         return;
     }
     const int per_stage = (int)(stage_floats(hd) / hd);
@@ -708,7 +720,8 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         j.q = qr;
     }
     j.wide = c->head_dim % 16 == 0 && cpu_has_avx512_vnni() && !cpu_attention_avx2_only;
-    j.f16_keys = j.wide && c->dtype == MODEL_DTYPE_F16 && c->head_dim <= F16_ZERO_ROW;
+    j.in_place = j.wide && (c->dtype == MODEL_DTYPE_F16 || c->dtype == MODEL_DTYPE_Q8_0) &&
+                 c->head_bytes <= ZERO_ROW_BYTES;
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;
