@@ -9,7 +9,7 @@ tokens one call each. The medians over all rounds' reps are the numbers to
 compare; the bests beside them.
 
     python bench/lib_ab.py --model FILE.gguf --libs OLD.so,NEW.so \\
-        [--threads 2] [--prompt 64] [--gen 64] [--rounds 6] [--reps 2]
+        [--threads 2] [--prompt 64] [--gen 64] [--rounds 6] [--reps 2] [--kv-cache-type f16]
 
 Run with any Python that has numpy (the model oracle venv has it). A library
 built from an older commit: `git worktree add /tmp/old REV && cmake -S /tmp/old
@@ -24,13 +24,13 @@ import subprocess
 import sys
 
 
-def one_run(lib_path, model, threads, plen, n_gen, reps):
+def one_run(lib_path, model, threads, plen, n_gen, reps, kv_cache_type):
     """The child: load once, then reps x model_bench's prefill-and-decode run;
     prints JSON."""
     import numpy as np
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import model_bench as mb
-    lib, h = mb.load_deepinfer(lib_path, model, threads, plen + n_gen + 8)
+    lib, h = mb.load_deepinfer(lib_path, model, threads, plen + n_gen + 8, kv_cache_type)
     vocab = lib.di_model_vocab_size(h)
     prompt = [int(x) for x in np.random.default_rng(plen).integers(100, min(vocab, 10000), plen)]
     out = {"prefill": [], "decode": []}
@@ -51,11 +51,12 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--kv-cache-type", default="f16", help="f16, f32, q8_0 or q4_0")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     libs = a.libs.split(",")
     if a.child:
-        one_run(libs[0], a.model, a.threads, a.prompt, a.gen, a.reps)
+        one_run(libs[0], a.model, a.threads, a.prompt, a.gen, a.reps, a.kv_cache_type)
         return
     for lib in libs:
         if not os.path.exists(lib):
@@ -65,15 +66,15 @@ def main():
         for n, lib in enumerate(libs):
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--libs", lib, "--model",
                    a.model, "--threads", str(a.threads), "--prompt", str(a.prompt), "--gen",
-                   str(a.gen), "--reps", str(a.reps)]
+                   str(a.gen), "--reps", str(a.reps), "--kv-cache-type", a.kv_cache_type]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise SystemExit(f"{lib}: the run failed:\n{r.stderr}")
             got = json.loads(r.stdout.strip().splitlines()[-1])
             for k in got:
                 res[n][k] += got[k]
-    print(f"{os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt}, decode {a.gen}; "
-          f"{a.rounds} rounds x {a.reps} reps, interleaved")
+    print(f"{os.path.basename(a.model)}, {a.threads} threads, prompt {a.prompt}, decode {a.gen}, "
+          f"KV cache {a.kv_cache_type}; {a.rounds} rounds x {a.reps} reps, interleaved")
     print("| library | prefill median (best) tok/s | decode median (best) tok/s | decode / first |")
     print("|---|---|---|---|")
     base = statistics.median(res[0]["decode"])
