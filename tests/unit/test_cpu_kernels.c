@@ -1653,13 +1653,13 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (flash_rows512, four tiles a task), and decode rows on an f16 or Q8_0 cache
- * the in-place one (flash_chunk_cache), else the AVX2 one: every output must be the
- * AVX2 path's bit for bit, or a sequence's logits would depend on how its
- * tokens were batched. Shapes: SmolLM2's (15 rows a tile), groups of 7, 1, 5
- * and 8, head_dim 96, 48 and 256, each cache type; a whole prompt of 600
- * keys (three segments, a partial last tile) and 70 tokens after 530; two
- * threads. */
+ * (flash_rows512, four tiles a task), and decode rows on an f16, Q8_0 or Q4_0
+ * cache the in-place one (flash_chunk_cache), else the AVX2 one: every
+ * output must be the AVX2 path's bit for bit, or a sequence's logits would
+ * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),
+ * groups of 7, 1, 5, 8, 2 and 3, head_dim 96, 48, 160 and 256, each cache
+ * type, rotated and not; a whole prompt of 600 keys (three segments, a
+ * partial last tile) and 70 tokens after 530; two threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
 {
     (void)state;
@@ -1667,9 +1667,12 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         int nh, nkv, hd;
         model_dtype dt;
     } shapes[] = {
-        {9, 3, 64, MODEL_DTYPE_F16},   {14, 2, 64, MODEL_DTYPE_F16}, {16, 16, 128, MODEL_DTYPE_F32},
-        {8, 1, 128, MODEL_DTYPE_Q8_0}, {4, 2, 96, MODEL_DTYPE_F16},  {6, 2, 48, MODEL_DTYPE_F32},
-        {4, 2, 256, MODEL_DTYPE_Q4_0}, {4, 4, 64, MODEL_DTYPE_F16},  {10, 2, 64, MODEL_DTYPE_F16},
+        {9, 3, 64, MODEL_DTYPE_F16},    {14, 2, 64, MODEL_DTYPE_F16},
+        {16, 16, 128, MODEL_DTYPE_F32}, {8, 1, 128, MODEL_DTYPE_Q8_0},
+        {4, 2, 96, MODEL_DTYPE_F16},    {6, 2, 48, MODEL_DTYPE_F32},
+        {4, 2, 256, MODEL_DTYPE_Q4_0},  {4, 4, 64, MODEL_DTYPE_F16},
+        {10, 2, 64, MODEL_DTYPE_F16},   {4, 2, 96, MODEL_DTYPE_Q8_0},
+        {6, 3, 160, MODEL_DTYPE_Q8_0},  {4, 2, 96, MODEL_DTYPE_Q4_0},
     };
     enum { CTX = 600, MAXV = 16 * 256 };
     static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];
@@ -1703,13 +1706,12 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                              (long long)e, a[e], b[e]);
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
-         * on an f16 or Q8_0 cache where AVX-512 runs, tiles of up to 8 rows
-         * read the cache in place, flash_chunk_cache, here 1-8 rows, head_dim
-         * 64, 96 and 128,
-         * rows that see none of a chunk's keys (30-31, 255-256) skipped;
-         * else flash_chunk's staged rows; 1 and 3 threads, whole and split
-         * segments) give every row the whole prompt's bits (a holds its
-         * output) on both paths */
+         * on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, tiles of up to 8
+         * rows read the cache in place, flash_chunk_cache, here 1-8 rows,
+         * head_dim 64 to 256, rows that see none of a chunk's keys (30-31,
+         * 255-256) skipped; else flash_chunk's staged rows; 1 and 3 threads,
+         * whole and split segments) give every row the whole prompt's bits
+         * (a holds its output) on both paths */
         static const int64_t at[][2] = {
             {0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1}, {255, 1}, {256, 1},
             {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}, {100, 4}, {509, 2},
@@ -2041,7 +2043,8 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
             fail_msg("H %d R %d rope %d element %d: tiled %g, naive %g", H, R, ROPE, i,
                      (double)got[i], (double)want[i]);
     }
-    /* the AVX-512 latent tiles (where they ran: 8 heads or more a tile) are
+    /* the AVX-512 latent tiles (where they ran: tiles capped at 12 heads or
+     * more, or at 8 or more past 768 keys) are
      * the AVX2 tiles' results bit for bit */
     cpu_attention_avx2_only = 1;
     cpu_mla_attention(pools[1], &shape, q, T, POS0, kv, w, 0.2f, want, scratch[1], N);
@@ -2074,6 +2077,7 @@ static void test_mla_tiled_matches_naive(void **state)
     check_mla_tiled(17, 8, 0, 8, 12, 33, 0);      /* more heads than a tile, no rope, odd R */
     check_mla_tiled(20, 16, 16, 16, 64, 45, 30);  /* tiles of 16 and 4 heads (AVX-512, AVX2) */
     check_mla_tiled(16, 16, 16, 16, 64, 14, 770); /* decode's 8-head tiles past 768 keys */
+    check_mla_tiled(20, 16, 16, 16, 64, 14, 770); /* and 10-head tiles */
 }
 
 int main(void)

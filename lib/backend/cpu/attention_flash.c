@@ -51,8 +51,8 @@
  * and a row's result never depends on the layout its call took. Measured on
  * the attention op alone at SmolLM2's shape (bench/attention_bench, 2
  * threads, Xeon with AVX-512): a whole prompt of 4,096 1.9-2.3x the AVX2
- * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16 or Q8_0
- * cache, tiles of up to CACHE_KEYS_MAX_ROWS rows (decode) take
+ * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16, Q8_0 or
+ * Q4_0 cache, tiles of up to CACHE_KEYS_MAX_ROWS rows (decode) take
  * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
  * reading the cache's rows in place (no f32 staging: K transposed in
  * registers, 16-bit values or bytes, V converted where P V reads it),
@@ -362,12 +362,12 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
 }
 
 /* The cache's rows read in place: K's rows past a chunk's end point here
- * (finite, then masked: f16 zeros, or Q8_0 blocks of scale and values 0;
+ * (finite, then masked: f16 zeros, or Q8_0 / Q4_0 blocks of scale 0;
  * ZERO_ROW_BYTES, the widest head taken). */
 enum { ZERO_ROW_BYTES = 2048 };
 static const _Alignas(64) char zero_row[ZERO_ROW_BYTES] = {0};
 
-/* flash_chunk on an f16 or Q8_0 cache where AVX-512 runs, for tiles of at
+/* flash_chunk on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, for tiles of at
  * most CACHE_KEYS_MAX_ROWS rows (decode): the same arithmetic, bit for bit,
  * with K and V read from the cache rows k[0, CHUNK) and v[0, len) in place
  * (avx512_cache_rows.h) instead of staged in f32. Roofline: reads 2 CHUNK
@@ -377,7 +377,9 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
                                        float *st)
 {
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
-    const int q8 = j->c->dtype == MODEL_DTYPE_Q8_0;
+    const int type = j->c->dtype == MODEL_DTYPE_Q8_0   ? CACHE_Q8_0
+                     : j->c->dtype == MODEL_DTYPE_Q4_0 ? CACHE_Q4_0
+                                                       : CACHE_F16;
     _Alignas(64) float p[CACHE_KEYS_MAX_ROWS * CHUNK], sc[CACHE_KEYS_MAX_ROWS * CHUNK];
     float corr[CACHE_KEYS_MAX_ROWS];
     int valid[CACHE_KEYS_MAX_ROWS];
@@ -388,8 +390,9 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
         valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
     }
 #    define SCORES(n)                                                                              \
-        (q8 ? cache_keys_scores(k, 1, q, n, hd, j->scale, sc)                                      \
-            : cache_keys_scores(k, 0, q, n, hd, j->scale, sc))
+        (type == CACHE_Q8_0   ? cache_keys_scores(k, CACHE_Q8_0, q, n, hd, j->scale, sc)           \
+         : type == CACHE_Q4_0 ? cache_keys_scores(k, CACHE_Q4_0, q, n, hd, j->scale, sc)           \
+                              : cache_keys_scores(k, CACHE_F16, q, n, hd, j->scale, sc))
     switch (rows) { /* each count and cache type its own code */
     case 1: SCORES(1); break;
     case 2: SCORES(2); break;
@@ -413,8 +416,11 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
         o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
     }
 #    define PV(nr, nv)                                                                             \
-        (q8 ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, 1, d0, nv)               \
-            : cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, 0, d0, nv))
+        (type == CACHE_Q8_0                                                                        \
+             ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_Q8_0, d0, nv)     \
+         : type == CACHE_Q4_0                                                                      \
+             ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_Q4_0, d0, nv)     \
+             : cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_F16, d0, nv))
     for (int r0 = 0; r0 < n; r0 += 3) {
         const int nr = n - r0 < 3 ? n - r0 : 3;
         for (ptrdiff_t d0 = 0; d0 < hd; d0 += 64) {
@@ -720,7 +726,9 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         j.q = qr;
     }
     j.wide = c->head_dim % 16 == 0 && cpu_has_avx512_vnni() && !cpu_attention_avx2_only;
-    j.in_place = j.wide && (c->dtype == MODEL_DTYPE_F16 || c->dtype == MODEL_DTYPE_Q8_0) &&
+    j.in_place = j.wide &&
+                 (c->dtype == MODEL_DTYPE_F16 || c->dtype == MODEL_DTYPE_Q8_0 ||
+                  c->dtype == MODEL_DTYPE_Q4_0) &&
                  c->head_bytes <= ZERO_ROW_BYTES;
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;

@@ -1,7 +1,8 @@
 /* Multi-head Latent Attention, absorbed and naive (attention_mla.h). Plain
  * loops the compiler vectorises, an AVX2 latent tile, and where AVX-512 runs
- * prefill tiles with a head in each lane (avx512_rows.h; the AVX2 tile's
- * results bit for bit). The absorbed forms' softmax is online (in tiles,
+ * tiles with a head in each lane (avx512_rows.h; the AVX2 tile's results bit
+ * for bit): prefill, and decode where a tile has 12 heads or more, or 8 or
+ * more past WIDE_HALF_TILE_KEYS keys. The absorbed forms' softmax is online (in tiles,
  * below); the naive reference's is cpu_softmax's (max-subtracted, sum in
  * double). */
 #include "backend/cpu/attention_mla.h"

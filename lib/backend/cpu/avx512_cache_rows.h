@@ -1,16 +1,17 @@
-/* The attention chunk step of a decode over an f16 or Q8_0 cache, read in
- * place (attention_flash.c's flash_chunk_cache): a chunk's 16 keys in the
- * lanes of one AVX-512 vector, as the AVX2 step holds them in two
+/* The attention chunk step of a decode over an f16, Q8_0 or Q4_0 cache,
+ * read in place (attention_flash.c's flash_chunk_cache): a chunk's 16 keys
+ * in the lanes of one AVX-512 vector, as the AVX2 step holds them in two
  * (avx2_math.h), but K transposed in registers from the cache's rows (16-bit
- * values, or Q8_0's bytes) and converted there, and V converted where P V
- * reads it, so nothing is staged in f32: the AVX2 step wrote each chunk's K
- * and V rows out in f32 and K again transposed (at decode after 4,096 tokens
- * that copy was a quarter of the time). Q8_0's values are q d, as
- * load_q8_0's. Each lane's operations and their order are the AVX2 step's (a
- * score's fused multiply-adds over the dimensions in order, then the scale;
- * O = O corr, then a fused multiply-add per key in key order), so the results
- * are bit-identical to it. x86-64 with GCC or Clang; callers check for
- * AVX-512 with BW (cpu_has_avx512_vnni implies it). */
+ * values, or the blocks' values as bytes) and converted there, and V
+ * converted where P V reads it, so nothing is staged in f32: the AVX2 step
+ * wrote each chunk's K and V rows out in f32 and K again transposed (at
+ * decode after 4,096 tokens that copy was a quarter of the time). Q8_0's
+ * values are q d, Q4_0's (q - 8) d, as load_q8_0 and load_q4_0 compute them.
+ * Each lane's operations and their order are the AVX2 step's (a score's
+ * fused multiply-adds over the dimensions in order, then the scale; O = O
+ * corr, then a fused multiply-add per key in key order), so the results are
+ * bit-identical to it. x86-64 with GCC or Clang; callers check for AVX-512
+ * with BW (cpu_has_avx512_vnni implies it). */
 #ifndef DI_BACKEND_CPU_AVX512_CACHE_ROWS_H
 #define DI_BACKEND_CPU_AVX512_CACHE_ROWS_H
 
@@ -62,15 +63,39 @@ f16_keys_transpose16(const uint16_t *const *k, ptrdiff_t d0, __m512i w[8])
     }
 }
 
-/* Block b of 16 keys' Q8_0 rows k[0, 16) (32 dimensions from 32 b),
+/* The cache types read in place: f16, Q8_0 and Q4_0 (a constant where
+ * inlined). */
+enum { CACHE_F16 = 0, CACHE_Q8_0 = 1, CACHE_Q4_0 = 2 };
+
+/* Block b (32 values) of a Q8_0 or Q4_0 row as 32 signed bytes, values 0-15
+ * in the low 128 bits and 16-31 in the high: Q8_0's q, Q4_0's nibble - 8
+ * (its low nibbles the first 16, as load_q4_0). */
+AVX512BW __attribute__((always_inline)) static inline __m256i block_bytes(const char *row,
+                                                                          ptrdiff_t b, int type)
+{
+    if (type == CACHE_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)row)[b].qs);
+    const __m128i qs = _mm_loadu_si128((const __m128i *)((const block_q4_0 *)row)[b].qs);
+    const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    return _mm256_set_m128i(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), low), eight),
+                            _mm_sub_epi8(_mm_and_si128(qs, low), eight));
+}
+
+/* Block b's scale d (f16 bits) of a Q8_0 or Q4_0 row. */
+static inline uint16_t block_scale(const char *row, ptrdiff_t b, int type)
+{
+    return type == CACHE_Q8_0 ? ((const block_q8_0 *)row)[b].d : ((const block_q4_0 *)row)[b].d;
+}
+
+/* Block b of 16 keys' Q8_0 or Q4_0 rows k[0, 16) (32 dimensions from 32 b),
  * transposed: w[e] holds dimension 32 b + e of the 16 keys (bytes, key order)
  * in its low 128 bits and 32 b + 16 + e in its high 128; four rounds of
  * unpacks transpose the 16 x 16 blocks of bytes within the lanes. */
 AVX512BW __attribute__((always_inline)) static inline void
-q8_keys_transpose32(const block_q8_0 *const *k, ptrdiff_t b, __m256i w[16])
+block_keys_transpose32(const char *const *k, ptrdiff_t b, int type, __m256i w[16])
 {
     __m256i r[16], a[16], c[16];
-    UNROLL for (int i = 0; i < 16; i++) r[i] = _mm256_loadu_si256((const __m256i *)k[i][b].qs);
+    UNROLL for (int i = 0; i < 16; i++) r[i] = block_bytes(k[i], b, type);
     UNROLL for (int i = 0; i < 16; i += 2)
     { /* a[i]: elements 0-7 of rows i, i + 1 interleaved; a[i + 1]: 8-15 */
         a[i] = _mm256_unpacklo_epi8(r[i], r[i + 1]);
@@ -95,35 +120,35 @@ q8_keys_transpose32(const block_q8_0 *const *k, ptrdiff_t b, __m256i w[16])
     }
 }
 
-/* 16 bytes of signed Q8_0 values times their keys' (or a key's) scales d. */
-AVX512BW __attribute__((always_inline)) static inline __m512 q8_values(__m128i q, __m512 d)
+/* 16 signed bytes (Q8_0's or Q4_0's values) times their keys' (or a key's)
+ * scales d. */
+AVX512BW __attribute__((always_inline)) static inline __m512 byte_values(__m128i q, __m512 d)
 {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 
 /* Scores of nr (1..CACHE_KEYS_MAX_ROWS, a constant where inlined) query rows
- * against 16 keys whose cache rows (f16, or Q8_0 where q8) are k[0, 16)
- * (head_dim hd, a multiple of 16, of 32 for Q8_0): sc[r 16 + i] = scale
+ * against 16 keys whose cache rows (of type, CACHE_*) are k[0, 16) (head_dim
+ * hd, a multiple of 16, of 32 for Q8_0 and Q4_0): sc[r 16 + i] = scale
  * (q_r . key_i), each sum over the dimensions in order, one fused
  * multiply-add per dimension and lane, as avx2_math.h's tile_scores over
  * K^T. */
 AVX512BW __attribute__((always_inline)) static inline void
-cache_keys_scores(const char *const *k, int q8, const float *const *q, int nr, ptrdiff_t hd,
+cache_keys_scores(const char *const *k, int type, const float *const *q, int nr, ptrdiff_t hd,
                   float scale, float *sc)
 {
     __m512 s[CACHE_KEYS_MAX_ROWS];
     UNROLL for (int r = 0; r < nr; r++) s[r] = _mm512_setzero_ps();
-    if (q8) {
-        const block_q8_0 *const *kb = (const block_q8_0 *const *)k;
+    if (type != CACHE_F16) {
         for (ptrdiff_t b = 0; b < hd / 32; b++) {
             _Alignas(32) uint16_t dh[16];
-            UNROLL for (int i = 0; i < 16; i++) dh[i] = kb[i][b].d;
+            UNROLL for (int i = 0; i < 16; i++) dh[i] = block_scale(k[i], b, type);
             const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh));
             __m256i w[16];
-            q8_keys_transpose32(kb, b, w);
+            block_keys_transpose32(k, b, type, w);
             UNROLL for (int half = 0; half < 2; half++) UNROLL for (int e = 0; e < 16; e++)
             {
-                const __m512 kd = q8_values(
+                const __m512 kd = byte_values(
                     half ? _mm256_extracti128_si256(w[e], 1) : _mm256_castsi256_si128(w[e]), d);
                 UNROLL for (int r = 0; r < nr; r++) s[r] = _mm512_fmadd_ps(
                     _mm512_set1_ps(q[r][32 * b + (ptrdiff_t)16 * half + e]), kd, s[r]);
@@ -149,14 +174,14 @@ cache_keys_scores(const char *const *k, int q8, const float *const *q, int nr, p
 }
 
 /* O = O corr + P V for nr (1..3, a constant where inlined) rows over
- * dimensions [d0, d0 + 16 nv) (nv 1..4; d0 a multiple of 32 where q8), V's
- * cache rows (f16, or Q8_0 where q8) at v[i]: each value vector converted
+ * dimensions [d0, d0 + 16 nv) (nv 1..4; d0 a multiple of 32 for Q8_0 and
+ * Q4_0), V's cache rows (of type, CACHE_*) at v[i]: each value vector converted
  * once for the rows; row r's o at o[r], its weights p[r], its keys
  * i < valid[r] (mul, then a fused multiply-add per key in key order, as
  * pv_block64). */
 AVX512BW __attribute__((always_inline)) static inline void
 cache_values_pv(float *const *o, const float *corr, const float *const *p, const int *valid, int nr,
-                const char *const *v, int q8, ptrdiff_t d0, int nv)
+                const char *const *v, int type, ptrdiff_t d0, int nv)
 {
     __m512 acc[3][4];
     int most = 0;
@@ -170,13 +195,18 @@ cache_values_pv(float *const *o, const float *corr, const float *const *p, const
     }
     for (int i = 0; i < most; i++) {
         __m512 vv[4];
-        if (q8) {
-            const block_q8_0 *vb = (const block_q8_0 *)v[i] + d0 / 32;
-            UNROLL for (int k = 0; k < 4; k++) vv[k] =
-                k < nv ? q8_values(_mm_loadu_si128(
-                                       (const __m128i *)(vb[k / 2].qs + (ptrdiff_t)16 * (k % 2))),
-                                   _mm512_cvtph_ps(_mm256_set1_epi16((short)vb[k / 2].d)))
-                       : _mm512_setzero_ps();
+        if (type != CACHE_F16) {
+            const ptrdiff_t b0 = d0 / 32;
+            UNROLL for (int k = 0; k < 4; k += 2) if (k < nv)
+            {
+                const __m256i q = block_bytes(v[i], b0 + k / 2, type);
+                const __m512 d =
+                    _mm512_cvtph_ps(_mm256_set1_epi16((short)block_scale(v[i], b0 + k / 2, type)));
+                vv[k] = byte_values(_mm256_castsi256_si128(q), d);
+                vv[k + 1] = k + 1 < nv ? byte_values(_mm256_extracti128_si256(q, 1), d)
+                                       : _mm512_setzero_ps();
+            }
+            UNROLL for (int k = 0; k < 4; k++) if (k >= nv) vv[k] = _mm512_setzero_ps();
         } else {
             const uint16_t *vh = (const uint16_t *)v[i] + d0;
             UNROLL for (int k = 0; k < 4; k++) vv[k] =

@@ -76,7 +76,7 @@ AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, 
  * weight for key i at p[r pr + i ps], its keys valid[r]: none, row left
  * alone): rows with the same keys four or two at a time, else one, each V
  * load shared by them; as many of the hd dims (a multiple of 16) a pass as
- * 16 registers hold (8 for a row alone). */
+ * 16 registers hold (8 for one or two rows). */
 AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, const int *valid,
                                      const float *corr, const float *p, ptrdiff_t ps, ptrdiff_t pr,
                                      const float *v, ptrdiff_t ld, ptrdiff_t hd)
