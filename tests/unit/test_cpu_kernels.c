@@ -1706,9 +1706,9 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                              (long long)e, a[e], b[e]);
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
-         * on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, tiles of up to 8
-         * rows read the cache in place, flash_chunk_cache, here 1-8 rows,
-         * head_dim 64 to 256, rows that see none of a chunk's keys (30-31,
+         * on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, these tiles read
+         * the cache in place, flash_chunk_cache, here 1-15 rows (two passes
+         * of the scores past 8), head_dim 64 to 256, rows that see none of a chunk's keys (30-31,
          * 255-256) skipped; else flash_chunk's staged rows; 1 and 3 threads,
          * whole and split segments) give every row the whole prompt's bits
          * (a holds its output) on both paths */

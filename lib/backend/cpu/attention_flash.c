@@ -52,7 +52,7 @@
  * the attention op alone at SmolLM2's shape (bench/attention_bench, 2
  * threads, Xeon with AVX-512): a whole prompt of 4,096 1.9-2.3x the AVX2
  * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16, Q8_0 or
- * Q4_0 cache, tiles of up to CACHE_KEYS_MAX_ROWS rows (decode) take
+ * Q4_0 cache, the tiles flash_segment steps (decode, a draft's check) take
  * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
  * reading the cache's rows in place (no f32 staging: K transposed in
  * registers, 16-bit values or bytes, V converted where P V reads it),
@@ -380,35 +380,39 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
     const int type = j->c->dtype == MODEL_DTYPE_Q8_0   ? CACHE_Q8_0
                      : j->c->dtype == MODEL_DTYPE_Q4_0 ? CACHE_Q4_0
                                                        : CACHE_F16;
-    _Alignas(64) float p[CACHE_KEYS_MAX_ROWS * CHUNK], sc[CACHE_KEYS_MAX_ROWS * CHUNK];
-    float corr[CACHE_KEYS_MAX_ROWS];
-    int valid[CACHE_KEYS_MAX_ROWS];
-    const float *q[CACHE_KEYS_MAX_ROWS];
+    _Alignas(64) float p[TILE_ROWS * CHUNK], sc[TILE_ROWS * CHUNK];
+    float corr[TILE_ROWS];
+    int valid[TILE_ROWS];
+    const float *q[TILE_ROWS];
     for (int r = 0; r < rows; r++) {
         int64_t limit;
         q[r] = row_query(j, g, t0, r, &limit);
         valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
     }
 #    define SCORES(n)                                                                              \
-        (type == CACHE_Q8_0   ? cache_keys_scores(k, CACHE_Q8_0, q, n, hd, j->scale, sc)           \
-         : type == CACHE_Q4_0 ? cache_keys_scores(k, CACHE_Q4_0, q, n, hd, j->scale, sc)           \
-                              : cache_keys_scores(k, CACHE_F16, q, n, hd, j->scale, sc))
-    switch (rows) { /* each count and cache type its own code */
-    case 1: SCORES(1); break;
-    case 2: SCORES(2); break;
-    case 3: SCORES(3); break;
-    case 4: SCORES(4); break;
-    case 5: SCORES(5); break;
-    case 6: SCORES(6); break;
-    case 7: SCORES(7); break;
-    default: SCORES(8); break;
+        (type == CACHE_Q8_0   ? cache_keys_scores(k, CACHE_Q8_0, q + r0, n, hd, j->scale, sr)      \
+         : type == CACHE_Q4_0 ? cache_keys_scores(k, CACHE_Q4_0, q + r0, n, hd, j->scale, sr)      \
+                              : cache_keys_scores(k, CACHE_F16, q + r0, n, hd, j->scale, sr))
+    /* CACHE_KEYS_MAX_ROWS rows a pass (K transposed again for each) */
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += CACHE_KEYS_MAX_ROWS) {
+        float *sr = sc + r0 * CHUNK;
+        switch (rows - r0) { /* each count and cache type its own code */
+        case 1: SCORES(1); break;
+        case 2: SCORES(2); break;
+        case 3: SCORES(3); break;
+        case 4: SCORES(4); break;
+        case 5: SCORES(5); break;
+        case 6: SCORES(6); break;
+        case 7: SCORES(7); break;
+        default: SCORES(8); break;
+        }
     }
 #    undef SCORES
     /* each row's softmax step; the rows that see a key of the chunk, in
      * groups of up to three sharing each converted V vector */
-    float *o[CACHE_KEYS_MAX_ROWS];
-    const float *pr[CACHE_KEYS_MAX_ROWS];
-    int vr[CACHE_KEYS_MAX_ROWS], n = 0;
+    float *o[TILE_ROWS];
+    const float *pr[TILE_ROWS];
+    int vr[TILE_ROWS], n = 0;
     for (ptrdiff_t r = 0; r < rows; r++) {
         if (valid[r] <= 0) continue;
         corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
@@ -439,18 +443,15 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
 #    undef PV
 }
 
-/* flash_segment with flash_chunk_cache (the job's in_place, rows <=
- * CACHE_KEYS_MAX_ROWS): a chunk at a time, each head of [g0, g1) in turn (the
- * heads of a position side by side in its cache row, so the chunk's rows are
- * read from memory once, in order); the same results.
- * A chunk's 16 rows lie in one block (where block_size is a multiple of
- * 16), and a layer's next block n_layer blocks on: a stretch the hardware
- * prefetcher does not follow. Each head's slice of the next chunk's rows is
- * asked for as that head's step starts: decode attention after 4,096 tokens
- * on an f16 cache, SmolLM2's shape, 2 threads, 1.13x with all of the next
- * chunk asked for at once, 1.21x spread over the heads, 1.24x two chunks
- * ahead (bench/attention_bench, medians of 8 runs interleaved), at 1 thread
- * 1.18x / 1.14x one / two ahead, so one. */
+/* flash_segment with flash_chunk_cache (the job's in_place): a chunk at a time, each head of [g0,
+ * g1) in turn (the heads of a position side by side in its cache row, so the chunk's rows are read
+ * from memory once, in order); the same results. A chunk's 16 rows lie in one block (where
+ * block_size is a multiple of 16), and a layer's next block n_layer blocks on: a stretch the
+ * hardware prefetcher does not follow. Each head's slice of the next chunk's rows is asked for as
+ * that head's step starts: decode attention after 4,096 tokens on an f16 cache, SmolLM2's shape, 2
+ * threads, 1.13x with all of the next chunk asked for at once, 1.21x spread over the heads, 1.24x
+ * two chunks ahead (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
+ * / 1.14x one / two ahead, so one. */
 AVX512BW static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
                                          int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
 {
@@ -512,7 +513,7 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    if (j->in_place && rows <= CACHE_KEYS_MAX_ROWS) {
+    if (j->in_place) {
         flash_segment_cache(j, g0, g1, t0, rows, k0, k1, st, st_head);
         return;
     }
