@@ -1740,8 +1740,10 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
     cpu_threadpool_free(pool);
     printf("flash attention tiles: %s\n",
            cpu_has_avx512_vnni()
-               ? "avx512 rows-in-lanes tiles ran, bit-identical to the avx2 path on every shape"
-               : "avx2 only on this CPU (no avx-512): one path, nothing to compare");
+               ? "avx512 rows-in-lanes tiles and in-place decode steps (avx512; avx2 with "
+                 "avx-512 off) ran, bit-identical to the staged avx2 path on every shape"
+               : "avx2 only on this CPU (no avx-512): its in-place f16 decode steps ran, "
+                 "bit-identical to the staged prompt's rows");
 }
 
 /* A NaN score (a NaN in the cache, or an f16 key past 65504 stored as inf

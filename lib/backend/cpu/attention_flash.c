@@ -56,7 +56,8 @@
  * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
  * reading the cache's rows in place (no f32 staging: K transposed in
  * registers, 16-bit values or bytes, V converted where P V reads it),
- * bit-identical to it too.
+ * bit-identical to it too; with AVX2 only, decode tiles on an f16 cache take
+ * flash_chunk_f16_avx2, the same in two vectors of 8 keys.
  * Roofline per task: reads 2 n head_dim cache elements, 4 n head_dim
  * TILE_ROWS FLOPs. */
 #include <math.h>
@@ -72,6 +73,7 @@
 int cpu_attention_avx2_only;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include "backend/cpu/avx2_cache_rows.h"
 #    include "backend/cpu/avx2_math.h"
 #    include "backend/cpu/avx512_cache_rows.h"
 #    include "backend/cpu/avx512_rows.h"
@@ -115,7 +117,8 @@ typedef struct flash_job {
     float *out;
     float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
     int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
-    int in_place;         /* small tiles read the cache in place (flash_segment_cache) */
+    int in_place;         /* small tiles read the cache in place (flash_segment_cache):
+                           * 1 AVX-512, 2 AVX2 (f16, tiles of up to IN_PLACE_AVX2_ROWS) */
     cpu_threadpool *pool; /* its scratch: each thread's workspace (cpu_attention_scratch_bytes) */
 } flash_job;
 
@@ -443,6 +446,59 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
 #    undef PV
 }
 
+/* The largest tiles the AVX2 in-place step takes (a decode step's rows):
+ * bigger ones convert V for every group of three rows, where the staged
+ * step converts it once. */
+enum { IN_PLACE_AVX2_ROWS = 8 };
+
+/* flash_chunk on an f16 cache with AVX2 only, for tiles of at most
+ * IN_PLACE_AVX2_ROWS rows: the same arithmetic, bit for bit, with K
+ * transposed into an f16 K^T and V read from the cache rows k[0, CHUNK) and
+ * v[0, len) in place (avx2_cache_rows.h). Roofline: as flash_chunk_cache's. */
+AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
+                                      int len, const char *const *k, const char *const *v,
+                                      float *st)
+{
+    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
+    _Alignas(32) uint16_t kt[ZERO_ROW_BYTES / 2 * CHUNK];
+    _Alignas(32) float p[IN_PLACE_AVX2_ROWS * CHUNK], sc[IN_PLACE_AVX2_ROWS * CHUNK];
+    float corr[IN_PLACE_AVX2_ROWS];
+    int valid[IN_PLACE_AVX2_ROWS];
+    const float *q[IN_PLACE_AVX2_ROWS];
+    for (int r = 0; r < rows; r++) {
+        int64_t limit;
+        q[r] = row_query(j, g, t0, r, &limit);
+        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
+    }
+    f16_keys_transpose_avx2((const uint16_t *const *)k, hd, kt);
+    const __m256 scale = _mm256_set1_ps(j->scale);
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+        float *dst = sc + r0 * CHUNK;
+        switch (rows - r0) { /* each count its own code */
+        case 1: f16_tile_scores(kt, q + r0, 1, hd, scale, dst); break;
+        case 2: f16_tile_scores(kt, q + r0, 2, hd, scale, dst); break;
+        case 3: f16_tile_scores(kt, q + r0, 3, hd, scale, dst); break;
+        default: f16_tile_scores(kt, q + r0, 4, hd, scale, dst); break;
+        }
+    }
+    float *o[IN_PLACE_AVX2_ROWS];
+    const float *pr[IN_PLACE_AVX2_ROWS];
+    int vr[IN_PLACE_AVX2_ROWS], n = 0;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        if (valid[r] <= 0) continue;
+        corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
+                                 p + r * CHUNK);
+        o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
+    }
+    const uint16_t *const *vh = (const uint16_t *const *)v;
+    for (int r0 = 0; r0 < n; r0 += 3)
+        for (ptrdiff_t d0 = 0; d0 < hd; d0 += 16) switch (n - r0) {
+            case 1: f16_values_pv_avx2(o + r0, corr + r0, pr + r0, vr + r0, 1, vh, d0); break;
+            case 2: f16_values_pv_avx2(o + r0, corr + r0, pr + r0, vr + r0, 2, vh, d0); break;
+            default: f16_values_pv_avx2(o + r0, corr + r0, pr + r0, vr + r0, 3, vh, d0); break;
+            }
+}
+
 /* flash_segment with flash_chunk_cache (the job's in_place): a chunk at a time, each head of [g0,
  * g1) in turn (the heads of a position side by side in its cache row, so the chunk's rows are read
  * from memory once, in order); the same results. A chunk's 16 rows lie in one block (where
@@ -452,8 +508,8 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
  * threads, 1.13x with all of the next chunk asked for at once, 1.21x spread over the heads, 1.24x
  * two chunks ahead (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
  * / 1.14x one / two ahead, so one. */
-AVX512BW static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
-                                         int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
+AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
+                                     int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
 {
     const cpu_kv_cache *c = j->c;
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
@@ -478,7 +534,10 @@ AVX512BW static void flash_segment_cache(const flash_job *j, int g0, int g1, int
                 k[i] = i < len ? krow[i] + off : zero_row;
                 v[i] = i < len ? vrow[i] + off : zero_row;
             }
-            flash_chunk_cache(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
+            if (j->in_place == 2)
+                flash_chunk_f16_avx2(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
+            else
+                flash_chunk_cache(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
         }
     }
 }
@@ -513,7 +572,7 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    if (j->in_place) {
+    if (j->in_place == 1 || (j->in_place == 2 && rows <= IN_PLACE_AVX2_ROWS)) {
         flash_segment_cache(j, g0, g1, t0, rows, k0, k1, st, st_head);
         return;
     }
@@ -727,10 +786,15 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         j.q = qr;
     }
     j.wide = c->head_dim % 16 == 0 && cpu_has_avx512_vnni() && !cpu_attention_avx2_only;
-    j.in_place = j.wide &&
-                 (c->dtype == MODEL_DTYPE_F16 || c->dtype == MODEL_DTYPE_Q8_0 ||
-                  c->dtype == MODEL_DTYPE_Q4_0) &&
-                 c->head_bytes <= ZERO_ROW_BYTES;
+    j.in_place =
+        j.wide &&
+                (c->dtype == MODEL_DTYPE_F16 || c->dtype == MODEL_DTYPE_Q8_0 ||
+                 c->dtype == MODEL_DTYPE_Q4_0) &&
+                c->head_bytes <= ZERO_ROW_BYTES
+            ? 1
+        : c->dtype == MODEL_DTYPE_F16 && c->head_dim % 16 == 0 && c->head_bytes <= ZERO_ROW_BYTES
+            ? 2
+            : 0;
     j.n_tiles = (n_tokens + j.tile_tokens - 1) / j.tile_tokens;
     j.n_seg = (pos0 + n_tokens + FLASH_SEGMENT - 1) / FLASH_SEGMENT;
     int64_t tasks = j.n_tiles * c->n_head_kv;
