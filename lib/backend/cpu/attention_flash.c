@@ -147,6 +147,18 @@ static inline const float *row_query(const flash_job *j, int g, int64_t t0, int 
     return j->q + (t * j->n_head + (int64_t)g * j->group + r % j->group) * j->c->head_dim;
 }
 
+/* The queries q[r] of KV head g's tile (rows from token t0) and the keys
+ * valid[r] each sees of the chunk [p0, p0 + len) (0 or less: none). */
+static inline void tile_queries(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
+                                int len, const float **q, int *valid)
+{
+    for (int r = 0; r < rows; r++) {
+        int64_t limit;
+        q[r] = row_query(j, g, t0, r, &limit);
+        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
+    }
+}
+
 /* o[0, 64) = o corr + sum_i p[i] v[i ld + (0, 64)] over i < valid, in key
  * order: eight independent sums. */
 AVX2 static inline void pv_block64(float *o, __m256 corr, const float *p, const float *v,
@@ -234,11 +246,7 @@ AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, in
     int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
     transpose_chunk16(kr, ld, hd, kt);
-    for (int r = 0; r < rows; r++) {
-        int64_t limit;
-        q[r] = row_query(j, g, t0, r, &limit);
-        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
-    }
+    tile_queries(j, g, t0, rows, p0, len, q, valid);
     /* the scores of four rows at a time (fewer at the end), each K^T load
      * shared by them */
     const __m256 scale = _mm256_set1_ps(j->scale);
@@ -364,6 +372,25 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
             tiles[i].st[r * stride] = tiles[i].m[r], tiles[i].st[r * stride + 1] = tiles[i].l[r];
 }
 
+/* Each row's softmax step over a chunk's scores sc [rows][CHUNK] (its state
+ * in st, stride apart; its weights into p [rows][CHUNK]), for the rows that
+ * see a key of it, listed in order: their output o, weights pr, keys vr and
+ * rescale corr. Returns how many. */
+AVX2 static int chunk_softmax(const flash_job *j, int rows, const int *valid, const float *sc,
+                              float *st, float *p, float *corr, float **o, const float **pr,
+                              int *vr)
+{
+    const ptrdiff_t stride = state_stride(j);
+    int n = 0;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        if (valid[r] <= 0) continue;
+        corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
+                                 p + r * CHUNK);
+        o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
+    }
+    return n;
+}
+
 /* The cache's rows read in place: K's rows past a chunk's end point here
  * (finite, then masked: f16 zeros, or Q8_0 / Q4_0 blocks of scale 0;
  * ZERO_ROW_BYTES, the widest head taken). */
@@ -379,7 +406,7 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
                                        int len, const char *const *k, const char *const *v,
                                        float *st)
 {
-    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
+    const ptrdiff_t hd = j->c->head_dim;
     const int type = j->c->dtype == MODEL_DTYPE_Q8_0   ? CACHE_Q8_0
                      : j->c->dtype == MODEL_DTYPE_Q4_0 ? CACHE_Q4_0
                                                        : CACHE_F16;
@@ -387,11 +414,7 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
     float corr[TILE_ROWS];
     int valid[TILE_ROWS];
     const float *q[TILE_ROWS];
-    for (int r = 0; r < rows; r++) {
-        int64_t limit;
-        q[r] = row_query(j, g, t0, r, &limit);
-        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
-    }
+    tile_queries(j, g, t0, rows, p0, len, q, valid);
 #    define SCORES(n)                                                                              \
         (type == CACHE_Q8_0   ? cache_keys_scores(k, CACHE_Q8_0, q + r0, n, hd, j->scale, sr)      \
          : type == CACHE_Q4_0 ? cache_keys_scores(k, CACHE_Q4_0, q + r0, n, hd, j->scale, sr)      \
@@ -415,13 +438,8 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
      * groups of up to three sharing each converted V vector */
     float *o[TILE_ROWS];
     const float *pr[TILE_ROWS];
-    int vr[TILE_ROWS], n = 0;
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        if (valid[r] <= 0) continue;
-        corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
-                                 p + r * CHUNK);
-        o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
-    }
+    int vr[TILE_ROWS];
+    const int n = chunk_softmax(j, rows, valid, sc, st, p, corr, o, pr, vr);
 #    define PV(nr, nv)                                                                             \
         (type == CACHE_Q8_0                                                                        \
              ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_Q8_0, d0, nv)     \
@@ -459,17 +477,13 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
                                       int len, const char *const *k, const char *const *v,
                                       float *st)
 {
-    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
+    const ptrdiff_t hd = j->c->head_dim;
     _Alignas(32) uint16_t kt[ZERO_ROW_BYTES / 2 * CHUNK];
     _Alignas(32) float p[IN_PLACE_AVX2_ROWS * CHUNK], sc[IN_PLACE_AVX2_ROWS * CHUNK];
     float corr[IN_PLACE_AVX2_ROWS];
     int valid[IN_PLACE_AVX2_ROWS];
     const float *q[IN_PLACE_AVX2_ROWS];
-    for (int r = 0; r < rows; r++) {
-        int64_t limit;
-        q[r] = row_query(j, g, t0, r, &limit);
-        valid[r] = limit - p0 < len ? (int)(limit - p0) : len;
-    }
+    tile_queries(j, g, t0, rows, p0, len, q, valid);
     f16_keys_transpose_avx2((const uint16_t *const *)k, hd, kt);
     const __m256 scale = _mm256_set1_ps(j->scale);
     for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
@@ -483,13 +497,8 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
     }
     float *o[IN_PLACE_AVX2_ROWS];
     const float *pr[IN_PLACE_AVX2_ROWS];
-    int vr[IN_PLACE_AVX2_ROWS], n = 0;
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        if (valid[r] <= 0) continue;
-        corr[n] = softmax_step16(sc + r * CHUNK, valid[r], &st[r * stride], &st[r * stride + 1],
-                                 p + r * CHUNK);
-        o[n] = st + r * stride + 2, pr[n] = p + r * CHUNK, vr[n] = valid[r], n++;
-    }
+    int vr[IN_PLACE_AVX2_ROWS];
+    const int n = chunk_softmax(j, rows, valid, sc, st, p, corr, o, pr, vr);
     const uint16_t *const *vh = (const uint16_t *const *)v;
     for (int r0 = 0; r0 < n; r0 += 3)
         for (ptrdiff_t d0 = 0; d0 < hd; d0 += 16) switch (n - r0) {
