@@ -1654,10 +1654,11 @@ static void test_attention_long_context_segments(void **state)
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
  * (flash_rows512, four tiles a task), and decode rows on an f16, Q8_0 or Q4_0
- * cache the in-place one (flash_chunk_cache), else the AVX2 one: every
+ * cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16,
+ * flash_chunk_f16_avx2), else the staged AVX2 one: every
  * output must be the AVX2 path's bit for bit, or a sequence's logits would
  * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),
- * groups of 7, 1, 5, 8, 2 and 3, head_dim 96, 48, 160 and 256, each cache
+ * groups of 7, 1, 5, 8, 2 and 3, head_dim 40 to 1,024, each cache
  * type, rotated and not; a whole prompt of 600 keys (three segments, a
  * partial last tile) and 70 tokens after 530; two threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
@@ -1673,6 +1674,8 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         {4, 2, 256, MODEL_DTYPE_Q4_0},  {4, 4, 64, MODEL_DTYPE_F16},
         {10, 2, 64, MODEL_DTYPE_F16},   {4, 2, 96, MODEL_DTYPE_Q8_0},
         {6, 3, 160, MODEL_DTYPE_Q8_0},  {4, 2, 96, MODEL_DTYPE_Q4_0},
+        {4, 2, 40, MODEL_DTYPE_F16},    {8, 2, 128, MODEL_DTYPE_F16},
+        {2, 1, 1024, MODEL_DTYPE_F16},  {2, 1, 1040, MODEL_DTYPE_F16},
     };
     enum { CTX = 600, MAXV = 16 * 256 };
     static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];
@@ -1709,7 +1712,8 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
          * on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, these tiles read
          * the cache in place, flash_chunk_cache, here 1-15 rows (two passes
          * of the scores past 8), head_dim 64 to 256, rows that see none of a chunk's keys (30-31,
-         * 255-256) skipped; else flash_chunk's staged rows; 1 and 3 threads,
+         * 255-256) skipped; with AVX-512 off, f16 tiles of up to 8 rows
+         * flash_chunk_f16_avx2; else flash_chunk's staged rows; 1 and 3 threads,
          * whole and split segments) give every row the whole prompt's bits
          * (a holds its output) on both paths */
         static const int64_t at[][2] = {
@@ -1742,7 +1746,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
            cpu_has_avx512_vnni()
                ? "avx512 rows-in-lanes tiles and in-place decode steps (avx512; avx2 with "
                  "avx-512 off) ran, bit-identical to the staged avx2 path on every shape"
-               : "avx2 only on this CPU (no avx-512): its in-place f16 decode steps ran, "
+               : "avx2 only on this CPU (no avx-512 vnni): its in-place f16 decode steps ran, "
                  "bit-identical to the staged prompt's rows");
 }
 

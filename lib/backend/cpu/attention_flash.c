@@ -117,8 +117,9 @@ typedef struct flash_job {
     float *out;
     float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
     int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
-    int in_place;         /* small tiles read the cache in place (flash_segment_cache):
-                           * 1 AVX-512, 2 AVX2 (f16, tiles of up to IN_PLACE_AVX2_ROWS) */
+    int in_place;         /* flash_segment's tiles read the cache in place
+                           * (flash_segment_cache): 1 AVX-512, 2 AVX2 (f16, tiles of
+                           * up to IN_PLACE_AVX2_ROWS) */
     cpu_threadpool *pool; /* its scratch: each thread's workspace (cpu_attention_scratch_bytes) */
 } flash_job;
 
@@ -397,8 +398,9 @@ AVX2 static int chunk_softmax(const flash_job *j, int rows, const int *valid, co
 enum { ZERO_ROW_BYTES = 2048 };
 static const _Alignas(64) char zero_row[ZERO_ROW_BYTES] = {0};
 
-/* flash_chunk on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, for tiles of at
- * most CACHE_KEYS_MAX_ROWS rows (decode): the same arithmetic, bit for bit,
+/* flash_chunk on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, for the
+ * tiles flash_segment steps (up to TILE_ROWS rows, the scores
+ * CACHE_KEYS_MAX_ROWS a pass): the same arithmetic, bit for bit,
  * with K and V read from the cache rows k[0, CHUNK) and v[0, len) in place
  * (avx512_cache_rows.h) instead of staged in f32. Roofline: reads 2 CHUNK
  * head_dim cache values, 4 CHUNK head_dim rows FLOPs. */
@@ -508,14 +510,17 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
             }
 }
 
-/* flash_segment with flash_chunk_cache (the job's in_place): a chunk at a time, each head of [g0,
- * g1) in turn (the heads of a position side by side in its cache row, so the chunk's rows are read
- * from memory once, in order); the same results. A chunk's 16 rows lie in one block (where
- * block_size is a multiple of 16), and a layer's next block n_layer blocks on: a stretch the
- * hardware prefetcher does not follow. Each head's slice of the next chunk's rows is asked for as
- * that head's step starts: decode attention after 4,096 tokens on an f16 cache, SmolLM2's shape, 2
- * threads, 1.13x with all of the next chunk asked for at once, 1.21x spread over the heads, 1.24x
- * two chunks ahead (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
+/* flash_segment with flash_chunk_cache or, in_place 2, flash_chunk_f16_avx2
+ * (the job's in_place): a chunk at a time, each head of [g0, g1) in turn
+ * (the heads of a position side by side in its cache row, so the chunk's
+ * rows are read from memory once, in order); the same results. A chunk's 16
+ * rows lie in one block (where block_size is a multiple of 16), and a
+ * layer's next block n_layer blocks on: a stretch the hardware prefetcher
+ * does not follow. Each head's slice of the next chunk's rows is asked for
+ * as that head's step starts: decode attention after 4,096 tokens on an f16
+ * cache, SmolLM2's shape, 2 threads, 1.13x with all of the next chunk asked
+ * for at once, 1.21x spread over the heads, 1.24x two chunks ahead
+ * (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
  * / 1.14x one / two ahead, so one. */
 AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
                                      int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)

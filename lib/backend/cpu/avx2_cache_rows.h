@@ -1,8 +1,8 @@
 /* The attention chunk step of a decode over an f16 cache read in place with
  * AVX2 (attention_flash.c's flash_chunk_f16_avx2): avx512_cache_rows.h's
  * step for CPUs without AVX-512, a chunk's 16 keys in two vectors of 8. K's
- * f16 rows are transposed as 16-bit values into a K^T of f16 ([head_dim][16],
- * a tenth of the staged f32 copy's traffic: no f32 rows written, half the
+ * f16 rows are transposed as 16-bit values into a K^T of f16 ([head_dim][16]:
+ * a sixth of the bytes the staged step writes, its f32 K, K^T and V; half its
  * shuffles), converted where the scores read it; V's rows converted where
  * P V reads them. Each lane's operations and their order are the staged AVX2
  * step's (avx2_math.h: a score's fused multiply-adds over the dimensions in
