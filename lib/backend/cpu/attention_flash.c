@@ -41,17 +41,16 @@
  * Three forms of one arithmetic. The AVX2 chunk step (flash_chunk) holds a
  * row's 16 scores in lanes (K transposed), each row's softmax step
  * horizontal: decode and small calls. Where AVX-512 runs, a prefill's tiles
- * take flash_rows512, a row in each lane: the scores S^T from the queries
- * transposed once a segment (no K transposes), the max, e^x and the sum tree
- * down the keys as vectors (no horizontal step, one e^x for 16 rows'
+ * take flash_segment_rows512, a row in each lane: the scores S^T from the
+ * queries transposed once a segment (no K transposes), the max, e^x and the
+ * sum tree down the keys as vectors (no horizontal step, one e^x for 16 rows'
  * rescales), and four tiles a task (flash_group_task) share each chunk's
- * converted rows. Each row's operations and their order are the same in both
- * (a score's fused multiply-adds over the dimensions, the max, softmax_step16's
- * sum tree, O's multiply-adds over the keys), so the outputs are bit-identical
- * and a row's result never depends on the layout its call took. Measured on
- * the attention op alone at SmolLM2's shape (bench/attention_bench, 2
- * threads, Xeon with AVX-512): a whole prompt of 4,096 1.9-2.3x the AVX2
- * step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16, Q8_0 or
+ * converted rows and each key's broadcast values (rows_chunk512). Each row's operations and their
+ * order are the same in both (a score's fused multiply-adds over the dimensions, the max,
+ * softmax_step16's sum tree, O's multiply-adds over the keys), so the outputs are bit-identical and
+ * a row's result never depends on the layout its call took. Measured on the attention op alone at
+ * SmolLM2's shape (bench/attention_bench, 2 threads, Xeon with AVX-512): a whole prompt of
+ * 4,096 1.9-2.3x the AVX2 step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16, Q8_0 or
  * Q4_0 cache, the tiles flash_segment steps (decode, a draft's check) take
  * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
  * reading the cache's rows in place (no f32 staging: K transposed in
@@ -300,19 +299,7 @@ AVX2 static void stage_chunk(const flash_job *j, int g, int64_t p0, int len, ptr
 
 _Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
 
-/* A chunk for one head's tile with a row in each AVX-512 lane
- * (avx512_rows.h); kr's rows ld floats apart. */
-AVX512 static void flash_rows512(const flash_job *j, int rows, const int *valid, const float *kr,
-                                 const float *v, ptrdiff_t ld, const float *qt, __m512 *m,
-                                 __m512 *l, float *st)
-{
-    const float *krow[CHUNK];
-    for (int i = 0; i < CHUNK; i++) krow[i] = kr + i * ld;
-    rows_chunk512(krow, j->c->head_dim, qt, j->scale, rows, valid, m, l, st + 2, state_stride(j), v,
-                  ld, j->c->head_dim);
-}
-
-/* A tile of one head's rows for flash_rows512: its queries transposed (qt
+/* A tile of one head's rows for flash_segment_rows512: its queries transposed (qt
  * [hd][16], zero past `rows`), the keys each row sees, the segment's state st
  * (flash_segment's layout) and the rows' running max and sum. */
 typedef struct rows_tile {
@@ -333,17 +320,20 @@ static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, f
     rows_transpose_queries(q, t->rows, j->c->head_dim, qt);
 }
 
-/* flash_segment on flash_rows512 for nt tiles of head g: each chunk's K and V
- * rows converted once (ld = head_dim) for all the tiles, into kv (the
- * thread's workspace: [2][CHUNK][head_dim] f32, 64-byte aligned). A tile
- * whose rows see none of [k0, k1) keeps the initial state (m = -inf: no
- * fold). */
+/* flash_segment for nt tiles of head g with a row in each AVX-512 lane
+ * (avx512_rows.h): each chunk's K and V rows converted once (ld = head_dim)
+ * for all the tiles, into kv (the thread's workspace: [2][CHUNK][head_dim]
+ * f32, 64-byte aligned), then one rows_chunk512 for the tiles that see a key
+ * of it. A tile whose rows see none of [k0, k1) keeps the initial state
+ * (m = -inf: no fold). */
 AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *tiles, int nt,
                                          int64_t k0, int64_t k1, float *kv)
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim, stride = state_stride(j);
     float *kr = kv, *v = kv + CHUNK * hd;
+    const float *krow[CHUNK];
+    for (int i = 0; i < CHUNK; i++) krow[i] = kr + i * hd;
     for (int i = 0; i < nt; i++) {
         state_init(j, tiles[i].rows, tiles[i].st);
         _mm512_store_ps(tiles[i].m, _mm512_set1_ps(-INFINITY));
@@ -352,20 +342,32 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
         stage_chunk(j, g, p0, len, hd, kr, v);
+        /* the tiles that see a key of the chunk */
+        _Alignas(64) int valid[ROWS512_TILES][16];
+        const int *vt[ROWS512_TILES];
+        const float *qt[ROWS512_TILES];
+        float *o[ROWS512_TILES];
+        rows_tile *seen[ROWS512_TILES];
+        __m512 m[ROWS512_TILES], l[ROWS512_TILES];
+        int na = 0;
         for (int i = 0; i < nt; i++) {
             rows_tile *t = &tiles[i];
-            _Alignas(64) int valid[16];
             int any = 0;
             for (int r = 0; r < 16; r++) {
                 int64_t lim = r < t->rows ? t->limit[r] - p0 : 0;
-                valid[r] = lim <= 0 ? 0 : lim < len ? (int)lim : len;
-                any |= valid[r];
+                valid[na][r] = lim <= 0 ? 0 : lim < len ? (int)lim : len;
+                any |= valid[na][r];
             }
             if (!any) continue;
-            __m512 m = _mm512_load_ps(t->m), l = _mm512_load_ps(t->l);
-            flash_rows512(j, t->rows, valid, kr, v, hd, t->qt, &m, &l, t->st);
-            _mm512_store_ps(t->m, m);
-            _mm512_store_ps(t->l, l);
+            vt[na] = valid[na], qt[na] = t->qt, o[na] = t->st + 2, seen[na] = t;
+            m[na] = _mm512_load_ps(t->m), l[na] = _mm512_load_ps(t->l);
+            na++;
+        }
+        if (na == 0) continue;
+        rows_chunk512(krow, hd, qt, na, j->scale, vt, m, l, o, stride, v, hd, hd);
+        for (int i = 0; i < na; i++) {
+            _mm512_store_ps(seen[i]->m, m[i]);
+            _mm512_store_ps(seen[i]->l, l[i]);
         }
     }
     for (int i = 0; i < nt; i++)
@@ -680,6 +682,7 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
  * tile's queries transposed, segment state and output, then
  * flash_segment_rows512's K and V rows. */
 enum { GROUP_TILES = 4 };
+_Static_assert((int)GROUP_TILES <= (int)ROWS512_TILES, "a task's tiles in one rows_chunk512");
 
 static size_t group_ws_floats(ptrdiff_t hd)
 {

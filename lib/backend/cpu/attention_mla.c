@@ -286,6 +286,8 @@ static int avx2_tile_applies(const cpu_mla_shape *s)
 
 #    include "backend/cpu/avx512_rows.h"
 
+_Static_assert((int)GROUP_TOKENS <= (int)ROWS512_TILES, "a task's tokens in one rows_chunk512");
+
 /* Latent tiles with a head in each AVX-512 lane (avx512_rows.h): heads
  * [h0, h0 + rows) of the block's tokens [t0, t0 + nt), each token's absorbed
  * queries transposed once (qt: the thread's share), each chunk of latent rows
@@ -312,14 +314,23 @@ AVX512 static void latent_tiles_rows512(const mla_job *j, int64_t t0, int nt, in
         const int len = n_kv - p0 < CHUNK ? (int)(n_kv - p0) : CHUNK;
         const float *c = j->kv + p0 * D;
         for (int k = 0; k < CHUNK; k++) krow[k] = k < len ? c + (ptrdiff_t)k * D : zero;
-        for (int i = 0; i < nt; i++) {
+        /* the tokens that see a key of the chunk: from i0 on */
+        _Alignas(64) int valid[GROUP_TOKENS][16];
+        const int *vt[GROUP_TOKENS];
+        const float *qti[GROUP_TOKENS];
+        float *o[GROUP_TOKENS];
+        int i0 = nt;
+        for (int i = nt - 1; i >= 0; i--) {
             const int64_t seen = j->pos0 + t0 + i + 1 - p0; /* token t0 + i's keys here */
-            if (seen <= 0) continue;
-            int valid[16];
-            for (int r = 0; r < 16; r++) valid[r] = r >= rows ? 0 : seen < len ? (int)seen : len;
-            rows_chunk512(krow, D, qt + (ptrdiff_t)i * 16 * D, j->scale, rows, valid, &m[i], &l[i],
-                          j->olat + ((t0 + i - j->b0) * H + h0) * R, R, c, D, R);
+            if (seen <= 0) break;
+            for (int r = 0; r < 16; r++) valid[i][r] = r >= rows ? 0 : seen < len ? (int)seen : len;
+            vt[i] = valid[i], qti[i] = qt + (ptrdiff_t)i * 16 * D;
+            o[i] = j->olat + ((t0 + i - j->b0) * H + h0) * R;
+            i0 = i;
         }
+        if (i0 < nt)
+            rows_chunk512(krow, D, qti + i0, nt - i0, j->scale, vt + i0, m + i0, l + i0, o + i0, R,
+                          c, D, R);
     }
     for (int i = 0; i < nt; i++) {
         _Alignas(64) float lv[16];

@@ -1,13 +1,19 @@
 /* The attention kernels' chunk step with a row in each AVX-512 lane
  * (attention_flash.c's prefill tiles, attention_mla.c's latent tiles): for a
- * chunk of 16 keys and up to 16 rows (query heads x tokens), the scores S^T
- * (a vector over the rows for each key) from the rows' queries held
- * transposed, the online softmax down the keys (max, e^x and softmax_step16's
- * sum tree on vectors: no horizontal step, one e^x for 16 rows' rescales), then
- * O = O corr + P V. Each row's operations and their order are the AVX2 step's
- * (avx2_math.h: a score's fused multiply-adds over the dimensions then the
- * scale, softmax_step16, O's multiply-adds over the keys), so the results are
- * bit-identical to it and a caller may take either for any row. x86-64 with
+ * chunk of 16 keys and up to ROWS512_TILES tiles of up to 16 rows (query heads
+ * x tokens), the scores S^T (a vector over a tile's rows for each key) from
+ * the rows' queries held transposed, each key's values broadcast once for all
+ * the tiles; then for each tile the online softmax down the keys (max, e^x and
+ * softmax_step16's sum tree on vectors: no horizontal step, one e^x for 16
+ * rows' rescales) and O = O corr + P V, each V load shared by up to six rows.
+ * Each row's operations and their order are the AVX2 step's (avx2_math.h: a
+ * score's fused multiply-adds over the dimensions then the scale,
+ * softmax_step16, O's multiply-adds over the keys), so the results are
+ * bit-identical to it and a caller may take either for any row. Why tiles
+ * together and groups of six: on the Xeons measured (bench/README.md,
+ * attention_bench) FMAs that each need a load of their own (a broadcast or a
+ * vector) ran at about half the FMA ports' rate, so each load feeds two or
+ * more FMAs here. x86-64 with
  * GCC or Clang; callers check for AVX-512F (cpu_has_avx512_vnni implies it). */
 #ifndef DI_BACKEND_CPU_AVX512_ROWS_H
 #define DI_BACKEND_CPU_AVX512_ROWS_H
@@ -17,7 +23,7 @@
 
 #    define AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
 
-enum { ROWS512_KEYS = 16 };
+enum { ROWS512_KEYS = 16, ROWS512_TILES = 4 };
 
 /* e^x for 16 lanes: exp_ps's steps lane for lane. */
 AVX512 static inline __m512 exp512(__m512 x)
@@ -43,15 +49,15 @@ AVX512 static inline __m512 exp512(__m512 x)
 }
 
 /* Rows' o[0, 16 nv) = o corr + sum_i p[i ps] v[i ld + (0, 16 nv)] over i < valid
- * (nr rows of the same valid count, nr nv <= 16 registers), in key order, each
+ * (nr rows of the same valid count, nr nv <= 24 registers), in key order, each
  * V load shared by the rows. */
 AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, const float *corr,
                                                                const float *const *p, ptrdiff_t ps,
                                                                const float *v, ptrdiff_t ld,
                                                                int valid, int nr, int nv)
 {
-    __m512 acc[16];
-    UNROLL for (int r = 0; r < 4; r++) if (r < nr)
+    __m512 acc[24];
+    UNROLL for (int r = 0; r < 6; r++) if (r < nr)
     {
         const __m512 c = _mm512_set1_ps(corr[r]);
         UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
@@ -61,22 +67,23 @@ AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, 
         __m512 vv[8];
         UNROLL for (int k = 0; k < 8; k++) if (k < nv) vv[k] =
             _mm512_loadu_ps(v + i * ld + (ptrdiff_t)16 * k);
-        UNROLL for (int r = 0; r < 4; r++) if (r < nr)
+        UNROLL for (int r = 0; r < 6; r++) if (r < nr)
         {
             const __m512 pi = _mm512_set1_ps(p[r][i * ps]);
             UNROLL for (int k = 0; k < 8; k++) if (k < nv) acc[r * nv + k] =
                 _mm512_fmadd_ps(pi, vv[k], acc[r * nv + k]);
         }
     }
-    UNROLL for (int r = 0; r < 4; r++) if (r < nr) UNROLL for (int k = 0; k < 8; k++) if (k < nv)
+    UNROLL for (int r = 0; r < 6; r++) if (r < nr) UNROLL for (int k = 0; k < 8; k++) if (k < nv)
         _mm512_storeu_ps(o[r] + (ptrdiff_t)16 * k, acc[r * nv + k]);
 }
 
 /* O = O corr + P V for up to 16 rows (row r's output at o + r ostride, its
  * weight for key i at p[r pr + i ps], its keys valid[r]: none, row left
- * alone): rows with the same keys four or two at a time, else one, each V
- * load shared by them; as many of the hd dims (a multiple of 16) a pass as
- * 16 registers hold (8 for one or two rows). */
+ * alone): a run of rows with the same keys in groups of at most six, as even
+ * as they come (15: 5, 5, 5), each V load shared by a group; as many of the
+ * hd dims (a multiple of 16) a pass as the registers hold (8 vectors for one
+ * or two rows, 4 for three to six). */
 AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, const int *valid,
                                      const float *corr, const float *p, ptrdiff_t ps, ptrdiff_t pr,
                                      const float *v, ptrdiff_t ld, ptrdiff_t hd)
@@ -86,29 +93,42 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
             r++;
             continue;
         }
-        int n = 1; /* rows from r with its keys: 4, 2 or 1 at a time */
-        while (n < 4 && r + n < rows && valid[r + n] == valid[r]) n++;
-        n = n == 3 ? 2 : n;
-        float *o[4];
-        const float *pp[4];
-        float cr[4];
+        int run = 1; /* rows from r with its keys */
+        while (r + run < rows && valid[r + run] == valid[r]) run++;
+        const int groups = (run + 5) / 6, n = (run + groups - 1) / groups;
+        float *o[6];
+        const float *pp[6];
+        float cr[6];
         for (int k = 0; k < n; k++)
             o[k] = o0 + (r + k) * ostride, pp[k] = p + (r + k) * pr, cr[k] = corr[r + k];
         for (ptrdiff_t d0 = 0; d0 < hd;) {
-            float *od[4] = {o[0] + d0, n > 1 ? o[1] + d0 : NULL, n > 2 ? o[2] + d0 : NULL,
-                            n > 2 ? o[3] + d0 : NULL};
+            float *od[6];
+            for (int k = 0; k < 6; k++) od[k] = k < n ? o[k] + d0 : NULL;
             const ptrdiff_t left = (hd - d0) / 16;
-            const int nv = left >= 8 && n == 1 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            const int nv = left >= 8 && n <= 2 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
             switch (n * 16 + nv) { /* each shape its own code */
-            case 4 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 4); break;
-            case 4 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 2); break;
-            case 4 * 16 + 1: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 4, 1); break;
-            case 2 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 4); break;
-            case 2 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 2); break;
-            case 2 * 16 + 1: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 2, 1); break;
-            case 1 * 16 + 8: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 8); break;
-            case 1 * 16 + 4: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 4); break;
-            case 1 * 16 + 2: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 2); break;
+#    define PV512_CASE(nr, nv_)                                                                    \
+    case (nr)*16 + (nv_): pv512(od, cr, pp, ps, v + d0, ld, valid[r], nr, nv_); break
+                PV512_CASE(6, 4);
+                PV512_CASE(6, 2);
+                PV512_CASE(6, 1);
+                PV512_CASE(5, 4);
+                PV512_CASE(5, 2);
+                PV512_CASE(5, 1);
+                PV512_CASE(4, 4);
+                PV512_CASE(4, 2);
+                PV512_CASE(4, 1);
+                PV512_CASE(3, 4);
+                PV512_CASE(3, 2);
+                PV512_CASE(3, 1);
+                PV512_CASE(2, 8);
+                PV512_CASE(2, 4);
+                PV512_CASE(2, 2);
+                PV512_CASE(2, 1);
+                PV512_CASE(1, 8);
+                PV512_CASE(1, 4);
+                PV512_CASE(1, 2);
+#    undef PV512_CASE
             default: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1); break;
             }
             d0 += (ptrdiff_t)16 * nv;
@@ -117,34 +137,48 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
     }
 }
 
-/* One chunk of 16 keys for up to 16 rows: krow[i] key i's d values (d a
- * multiple of 8; finite, zeros past the keys), qt [d][16] the rows' queries
- * transposed (zero past `rows`), valid[r] the keys row r sees (the chunk's
- * first valid[r]; 0: its state stays), *m and *l the rows' running max and
- * sum (a lane a row); row r's unnormalized output O (hd dims at
- * o + r ostride) becomes O e^(m - m') + P V over v's rows (ld floats apart). */
-AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d, const float *qt,
-                                        float scale, int rows, const int *valid, __m512 *m,
-                                        __m512 *l, float *o, ptrdiff_t ostride, const float *v,
-                                        ptrdiff_t ld, ptrdiff_t hd)
+/* The scores of nt tiles for a chunk of 16 keys: s[t 16 + i] = scale
+ * (qt[t] . krow[i]) over the d dims in order, kq keys a pass (nt kq <= 24
+ * registers), so that each key's value broadcast serves nt tiles. */
+AVX512 __attribute__((always_inline)) static inline void scores512(const float *const *krow,
+                                                                   ptrdiff_t d,
+                                                                   const float *const *qt, int nt,
+                                                                   int kq, __m512 sv, __m512 *s)
 {
-    __m512 s[ROWS512_KEYS];
-    const __m512 sv = _mm512_set1_ps(scale);
-    for (int kb = 0; kb < ROWS512_KEYS; kb += 8) {
-        __m512 acc[8];
-        UNROLL for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
-        for (ptrdiff_t d0 = 0; d0 < d; d0 += 8) {
-            __m512 qd[8];
-            UNROLL for (int e = 0; e < 8; e++) qd[e] = _mm512_loadu_ps(qt + (d0 + e) * 16);
-            UNROLL for (int i = 0; i < 8; i++)
+    for (int k0 = 0; k0 < ROWS512_KEYS; k0 += kq) {
+        __m512 acc[24];
+        UNROLL for (int t = 0; t < 4; t++) if (t < nt)
+            UNROLL for (int k = 0; k < 8; k++) if (k < kq) acc[t * kq + k] = _mm512_setzero_ps();
+        for (ptrdiff_t d0 = 0; d0 < d; d0 += 4) {
+            UNROLL for (int e = 0; e < 4; e++)
             {
-                const float *k = krow[kb + i] + d0;
-                UNROLL for (int e = 0; e < 8; e++) acc[i] =
-                    _mm512_fmadd_ps(_mm512_set1_ps(k[e]), qd[e], acc[i]);
+                __m512 qd[4];
+                UNROLL for (int t = 0; t < 4; t++) if (t < nt) qd[t] =
+                    _mm512_loadu_ps(qt[t] + (d0 + e) * 16);
+                UNROLL for (int k = 0; k < 8; k++) if (k < kq)
+                {
+                    const __m512 b = _mm512_set1_ps(krow[k0 + k][d0 + e]);
+                    UNROLL for (int t = 0; t < 4; t++) if (t < nt) acc[t * kq + k] =
+                        _mm512_fmadd_ps(b, qd[t], acc[t * kq + k]);
+                }
             }
         }
-        UNROLL for (int i = 0; i < 8; i++) s[kb + i] = _mm512_mul_ps(acc[i], sv);
+        UNROLL for (int t = 0; t < 4; t++) if (t < nt)
+            UNROLL for (int k = 0; k < 8; k++) if (k < kq) s[t * ROWS512_KEYS + k0 + k] =
+                _mm512_mul_ps(acc[t * kq + k], sv);
     }
+}
+
+/* One tile's online-softmax step and P V for a chunk of 16 keys, from its
+ * scores s[16] (a vector over the rows for each key): valid[r] the keys row r
+ * sees (the chunk's first valid[r]; 0: its state stays, and for the lanes
+ * past the tile's rows), *m and *l the rows' running max and sum (a lane a
+ * row); row r's unnormalized output O (hd dims at o + r ostride) becomes
+ * O e^(m - m') + P V over v's rows (ld floats apart). */
+AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512 *m, __m512 *l,
+                                             float *o, ptrdiff_t ostride, const float *v,
+                                             ptrdiff_t ld, ptrdiff_t hd)
+{
     const __m512i vv = _mm512_loadu_si512(valid);
     const __mmask16 act = _mm512_cmpgt_epi32_mask(vv, _mm512_setzero_si512());
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -176,7 +210,32 @@ AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d, c
     *l = _mm512_mask_mov_ps(*l, act, _mm512_add_ps(_mm512_mul_ps(*l, corr), sum));
     *m = _mm512_mask_mov_ps(*m, act, mnew);
     _mm512_store_ps(cr, corr);
-    pv_rows512(o, ostride, rows, valid, cr, pt, 16, 1, v, ld, hd);
+    pv_rows512(o, ostride, 16, valid, cr, pt, 16, 1, v, ld, hd);
+}
+
+/* One chunk of 16 keys for nt (1 to ROWS512_TILES) tiles of up to 16 rows each: krow[i]
+ * key i's d values (d a multiple of 4; finite, zeros past the keys), qt[t]
+ * [d][16] tile t's queries transposed (zero past its rows), then tile t's
+ * rows_softmax_pv512 with valid[t], m[t], l[t] and o[t]. The scores of the
+ * tiles come from one walk of the keys (scores512), each key's values
+ * broadcast once for all of them. */
+AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d,
+                                        const float *const *qt, int nt, float scale,
+                                        const int *const *valid, __m512 *m, __m512 *l,
+                                        float *const *o, ptrdiff_t ostride, const float *v,
+                                        ptrdiff_t ld, ptrdiff_t hd)
+{
+    __m512 s[ROWS512_TILES * ROWS512_KEYS];
+    const __m512 sv = _mm512_set1_ps(scale);
+    switch (nt) {
+    case 4: scores512(krow, d, qt, 4, 4, sv, s); break;
+    case 3: scores512(krow, d, qt, 3, 8, sv, s); break;
+    case 2: scores512(krow, d, qt, 2, 8, sv, s); break;
+    default: scores512(krow, d, qt, 1, 8, sv, s); break;
+    }
+    for (int t = 0; t < nt; t++)
+        rows_softmax_pv512(s + (ptrdiff_t)t * ROWS512_KEYS, valid[t], &m[t], &l[t], o[t], ostride,
+                           v, ld, hd);
 }
 
 /* qt [d][16] = the rows' queries q[r] (d values each) transposed, zero past
