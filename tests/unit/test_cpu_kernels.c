@@ -1499,6 +1499,43 @@ static void test_softmax_and_silu(void **state)
     assert_true(fabs(g[1] - 2.0 / (1.0 + exp(-2.0))) < 1e-6);
 }
 
+/* cpu_silu_mul and its clamped form against the formula in double, on a row
+ * whose length is not a multiple of the vector width; every split of the row
+ * gives the same bits (an element's result does not depend on where a thread's
+ * share or a batch row starts); NaN and the limit as the scalar form. */
+static void test_silu_rows(void **state)
+{
+    (void)state;
+    enum { N = 37 };
+    float g[N], u[N], whole[N], part[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)(i - 18) * (i % 3 == 0 ? 5.5f : 0.37f); /* -99 .. 99 */
+        u[i] = 1.0f + 0.25f * (float)(i % 7) - (i % 2 ? 2.0f : 0.0f);
+    }
+    memcpy(whole, g, sizeof g);
+    cpu_silu_mul(whole, u, N);
+    for (int i = 0; i < N; i++) {
+        double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        assert_true(fabs(whole[i] - want) <= 1e-6 * fabs(want) + 1e-30);
+    }
+    for (int k = 1; k < N; k++) {
+        memcpy(part, g, sizeof g);
+        cpu_silu_mul(part, u, k);
+        cpu_silu_mul(part + k, u + k, N - k);
+        assert_memory_equal(part, whole, sizeof whole);
+    }
+    /* clamped at 7: g above it as 7, u into [-7, 7], a NaN g as the limit, a
+     * NaN u NaN */
+    float cg[5] = {10.0f, -3.0f, NAN, 1.0f, 2.0f}, cu[5] = {1.0f, -20.0f, 1.0f, NAN, 30.0f};
+    cpu_silu_mul_clamp(cg, cu, 5, 7.0f);
+    const double s7 = 7.0 / (1.0 + exp(-7.0)), s3 = -3.0 / (1.0 + exp(3.0)),
+                 s2 = 2.0 / (1.0 + exp(-2.0));
+    assert_true(fabs(cg[0] - s7) < 1e-5 && fabs(cg[2] - s7) < 1e-5);
+    assert_true(fabs(cg[1] - s3 * -7.0) < 1e-5);
+    assert_true(isnan(cg[3]));
+    assert_true(fabs(cg[4] - s2 * 7.0) < 1e-5);
+}
+
 /* Attention over a paged cache whose blocks are handed out in a scrambled
  * order, against a direct computation over contiguous K/V in double. */
 static void check_attention(model_dtype kv_type)
@@ -2115,6 +2152,7 @@ int main(void)
         cmocka_unit_test(test_rope_neox_is_norm_on_permuted_dims),
         cmocka_unit_test(test_rope_rotates_by_position_times_frequency),
         cmocka_unit_test(test_softmax_and_silu),
+        cmocka_unit_test(test_silu_rows),
         cmocka_unit_test(test_attention_f32_cache),
         cmocka_unit_test(test_attention_f16_cache),
         cmocka_unit_test(test_attention_q8_0_cache),

@@ -626,8 +626,9 @@ static void test_parallel_tool_calls_false_gives_one_call(void **state)
  * </tool_call> (the stream parser would end the call inside the string and
  * return the rest as answer text): SmolLM2 at temperature 1, pushed by
  * logit_bias toward the tag's tokens, writes "</tool_call" in its argument
- * but never the whole tag, and the reply stays one call (required and named
- * tool_choice), its text empty. */
+ * (within 16 seeds: which seed does depends on the kernels' last bits; 1 and
+ * 6 since the vector SiLU) but never the whole tag, and the reply stays one
+ * call (required and named tool_choice), its text empty. */
 static void test_strict_string_cannot_close_the_call(void **state)
 {
     (void)state;
@@ -638,7 +639,7 @@ static void test_strict_string_cannot_close_the_call(void **state)
     size_t nb = bias_text(e, "</tool_call>", 6.0f, ids, values, 0);
     for (int named = 0; named < 2; named++) {
         int hint = 0; /* "</tool_call" written: the bias took hold */
-        for (int seed = 1; seed <= 4 && !hint; seed++) {
+        for (int seed = 1; seed <= 16 && !hint; seed++) {
             char body[2048];
             snprintf(
                 body, sizeof body,
@@ -670,6 +671,7 @@ static void test_strict_string_cannot_close_the_call(void **state)
                 strstr(args, "</tool_call>"))
                 fail_msg("%s", r.response);
             hint = strstr(args, "</tool_call") != NULL;
+            if (hint) print_message("named %d: the bias took hold at seed %d\n", named, seed);
             json_decref(root);
         }
         if (!hint) fail_msg("named %d: no argument spelled \"</tool_call\"", named);

@@ -53,7 +53,10 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos);
 void cpu_softmax(float *x, int64_t n);
 
 /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.
- * Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
+ * With AVX2, eight at a time and e^x by exp_ps (avx2_math.h, within 2 ulp of
+ * expf), the last n % 8 through the same vector step, so an element's bits do
+ * not depend on n or on where its row starts; without AVX2, expf. Roofline:
+ * 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
 void cpu_silu_mul(float *gate, const float *up, int64_t n);
 
 /* DeepSeek-V4's clipped SwiGLU (transformers' DeepseekV4MLP / Experts):
