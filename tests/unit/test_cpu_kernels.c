@@ -1524,16 +1524,32 @@ static void test_silu_rows(void **state)
         cpu_silu_mul(part + k, u + k, N - k);
         assert_memory_equal(part, whole, sizeof whole);
     }
-    /* clamped at 7: g above it as 7, u into [-7, 7], a NaN g as the limit, a
-     * NaN u NaN */
-    float cg[5] = {10.0f, -3.0f, NAN, 1.0f, 2.0f}, cu[5] = {1.0f, -20.0f, 1.0f, NAN, 30.0f};
-    cpu_silu_mul_clamp(cg, cu, 5, 7.0f);
-    const double s7 = 7.0 / (1.0 + exp(-7.0)), s3 = -3.0 / (1.0 + exp(3.0)),
-                 s2 = 2.0 / (1.0 + exp(-2.0));
-    assert_true(fabs(cg[0] - s7) < 1e-5 && fabs(cg[2] - s7) < 1e-5);
-    assert_true(fabs(cg[1] - s3 * -7.0) < 1e-5);
-    assert_true(isnan(cg[3]));
-    assert_true(fabs(cg[4] - s2 * 7.0) < 1e-5);
+    /* past exp's range, as expf: a gate below -88.3 gives -0, -inf NaN, +inf
+     * +inf */
+    float xg[3] = {-100.0f, -INFINITY, INFINITY}, xu[3] = {2.0f, 1.0f, 1.0f};
+    cpu_silu_mul(xg, xu, 3);
+    assert_true(xg[0] == 0.0f && signbit(xg[0]) && isnan(xg[1]) && isinf(xg[2]) && xg[2] > 0);
+    /* clamped at 7 over 13 (the vector loop and the tail): g above it as 7, u
+     * into [-7, 7], a NaN g as the limit, a NaN u NaN */
+    enum { C = 13 };
+    float cg[C], cu[C], in_g[C], in_u[C];
+    for (int i = 0; i < C; i++) cg[i] = -12.0f + 2.1f * (float)i, cu[i] = 20.0f - 3.5f * (float)i;
+    cg[4] = NAN, cu[9] = NAN;
+    memcpy(in_g, cg, sizeof cg);
+    memcpy(in_u, cu, sizeof cu);
+    cpu_silu_mul_clamp(cg, cu, C, 7.0f);
+    for (int i = 0; i < C; i++) {
+        if (i == 9) {
+            assert_true(isnan(cg[i]));
+            continue;
+        }
+        double gi = isnan(in_g[i]) || in_g[i] > 7.0f ? 7.0 : in_g[i], ui = in_u[i] > 7.0f ? 7.0
+                                                                           : in_u[i] < -7.0f
+                                                                               ? -7.0
+                                                                               : in_u[i];
+        double want = gi / (1.0 + exp(-gi)) * ui;
+        assert_true(fabs(cg[i] - want) <= 1e-6 * fabs(want) + 1e-30);
+    }
 }
 
 /* Attention over a paged cache whose blocks are handed out in a scrambled
@@ -1690,7 +1706,7 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (flash_rows512, four tiles a task), and decode rows on an f16, Q8_0 or Q4_0
+ * (rows_chunk512, four tiles a task), and decode rows on an f16, Q8_0 or Q4_0
  * cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16,
  * flash_chunk_f16_avx2), else the staged AVX2 one: every
  * output must be the AVX2 path's bit for bit, or a sequence's logits would
@@ -2121,6 +2137,10 @@ static void test_mla_tiled_matches_naive(void **state)
     check_mla_tiled(20, 16, 16, 16, 64, 45, 30);  /* tiles of 16 and 4 heads (AVX-512, AVX2) */
     check_mla_tiled(16, 16, 16, 16, 64, 14, 770); /* decode's 8-head tiles past 768 keys */
     check_mla_tiled(20, 16, 16, 16, 64, 14, 770); /* and 10-head tiles */
+    /* a group's four tokens crossing a chunk's first key at its last token
+     * and at its second: one and three of them in a rows_chunk512 call */
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 33);
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 35);
 }
 
 int main(void)

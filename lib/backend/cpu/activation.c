@@ -26,8 +26,8 @@ static float silu_mul1(float g, float u)
 #    include "backend/cpu/avx2_math.h"
 #    include "backend/cpu/vec_dot.h"
 
-/* Eight lanes of g / (1 + e^-g) u, e^x by exp_ps (within 2 ulp of expf),
- * g clamped to at most limit and u to [-limit, limit] where clamp is set. */
+/* Eight lanes of g / (1 + e^-g) u, e^x by exp_ps (within 2 ulp of expf where
+ * it does not overflow), g clamped to at most limit and u to [-limit, limit] where clamp is set. */
 AVX2 static inline __m256 silu_mul8(__m256 g, __m256 u, int clamp, __m256 limit)
 {
     if (clamp) {
@@ -37,7 +37,12 @@ AVX2 static inline __m256 silu_mul8(__m256 g, __m256 u, int clamp, __m256 limit)
         g = _mm256_min_ps(g, limit);
         u = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), limit), _mm256_min_ps(limit, u));
     }
-    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    /* e^-g: exp_ps saturates from 88.3, so a gate below -88.3 takes +inf, as
+     * expf's overflow gives the scalar form (-0 for a finite gate, NaN for
+     * -inf) */
+    __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY),
+                         _mm256_cmp_ps(g, _mm256_set1_ps(-88.3f), _CMP_LT_OQ));
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 

@@ -45,13 +45,16 @@
  * queries transposed once a segment (no K transposes), the max, e^x and the
  * sum tree down the keys as vectors (no horizontal step, one e^x for 16 rows'
  * rescales), and four tiles a task (flash_group_task) share each chunk's
- * converted rows and each key's broadcast values (rows_chunk512). Each row's operations and their
- * order are the same in both (a score's fused multiply-adds over the dimensions, the max,
- * softmax_step16's sum tree, O's multiply-adds over the keys), so the outputs are bit-identical and
- * a row's result never depends on the layout its call took. Measured on the attention op alone at
- * SmolLM2's shape (bench/attention_bench, 2 threads, Xeon with AVX-512): a whole prompt of
- * 4,096 1.9-2.3x the AVX2 step's speed, of 256 1.3-1.7x. And where AVX-512 runs on an f16, Q8_0 or
- * Q4_0 cache, the tiles flash_segment steps (decode, a draft's check) take
+ * converted rows and each key's broadcast values (rows_chunk512). Each row's
+ * operations and their order are the same in both (a score's fused
+ * multiply-adds over the dimensions, the max, softmax_step16's sum tree, O's
+ * multiply-adds over the keys), so the outputs are bit-identical and a row's
+ * result never depends on the layout its call took. Measured on the attention
+ * op alone at SmolLM2's shape (bench/attention_bench, 2 threads, Xeon with
+ * AVX-512): a whole prompt of 4,096 2.0-2.7x the AVX2 step's speed (1.6-1.7x
+ * before the tiles shared the broadcasts and O was aligned). And where AVX-512
+ * runs on an f16, Q8_0 or Q4_0 cache, the tiles flash_segment steps (decode, a
+ * draft's check) take
  * flash_chunk_cache, the AVX2 step's layout with the 16 keys in one vector,
  * reading the cache's rows in place (no f32 staging: K transposed in
  * registers, 16-bit values or bytes, V converted where P V reads it),

@@ -147,23 +147,23 @@ AVX512 __attribute__((always_inline)) static inline void scores512(const float *
 {
     for (int k0 = 0; k0 < ROWS512_KEYS; k0 += kq) {
         __m512 acc[24];
-        UNROLL for (int t = 0; t < 4; t++) if (t < nt)
+        UNROLL for (int t = 0; t < ROWS512_TILES; t++) if (t < nt)
             UNROLL for (int k = 0; k < 8; k++) if (k < kq) acc[t * kq + k] = _mm512_setzero_ps();
         for (ptrdiff_t d0 = 0; d0 < d; d0 += 4) {
             UNROLL for (int e = 0; e < 4; e++)
             {
-                __m512 qd[4];
-                UNROLL for (int t = 0; t < 4; t++) if (t < nt) qd[t] =
+                __m512 qd[ROWS512_TILES];
+                UNROLL for (int t = 0; t < ROWS512_TILES; t++) if (t < nt) qd[t] =
                     _mm512_loadu_ps(qt[t] + (d0 + e) * 16);
                 UNROLL for (int k = 0; k < 8; k++) if (k < kq)
                 {
                     const __m512 b = _mm512_set1_ps(krow[k0 + k][d0 + e]);
-                    UNROLL for (int t = 0; t < 4; t++) if (t < nt) acc[t * kq + k] =
+                    UNROLL for (int t = 0; t < ROWS512_TILES; t++) if (t < nt) acc[t * kq + k] =
                         _mm512_fmadd_ps(b, qd[t], acc[t * kq + k]);
                 }
             }
         }
-        UNROLL for (int t = 0; t < 4; t++) if (t < nt)
+        UNROLL for (int t = 0; t < ROWS512_TILES; t++) if (t < nt)
             UNROLL for (int k = 0; k < 8; k++) if (k < kq) s[t * ROWS512_KEYS + k0 + k] =
                 _mm512_mul_ps(acc[t * kq + k], sv);
     }
