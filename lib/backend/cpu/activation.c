@@ -27,7 +27,8 @@ static float silu_mul1(float g, float u)
 #    include "backend/cpu/vec_dot.h"
 
 /* Eight lanes of g / (1 + e^-g) u, e^x by exp_ps (within 2 ulp of expf where
- * it does not overflow), g clamped to at most limit and u to [-limit, limit] where clamp is set. */
+ * it does not overflow), g clamped to at most limit and u to [-limit, limit]
+ * where clamp is set. */
 AVX2 static inline __m256 silu_mul8(__m256 g, __m256 u, int clamp, __m256 limit)
 {
     if (clamp) {

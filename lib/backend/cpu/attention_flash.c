@@ -307,9 +307,10 @@ AVX2 static void stage_chunk(const flash_job *j, int g, int64_t p0, int len, ptr
 
 _Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
 
-/* A tile of one head's rows for flash_segment_rows512: its queries transposed (qt
- * [hd][16], zero past `rows`), the keys each row sees, the segment's state st
- * (flash_segment's layout) and the rows' running max and sum. */
+/* A tile of one head's rows for flash_segment_rows512: its queries
+ * transposed (qt [hd][16], zero past `rows`), the keys each row sees, the
+ * segment's state st (flash_segment's layout) and the rows' running max and
+ * sum. */
 typedef struct rows_tile {
     int64_t t0, limit[TILE_ROWS];
     int rows;

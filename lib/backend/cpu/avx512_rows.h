@@ -11,10 +11,10 @@
  * softmax_step16, O's multiply-adds over the keys), so the results are
  * bit-identical to it and a caller may take either for any row. Why tiles
  * together and groups of six: on the Xeons measured (bench/README.md,
- * attention_bench) FMAs that each need a load of their own (a broadcast or a
- * vector) ran at about half the FMA ports' rate, so each load feeds two or
- * more FMAs here. x86-64 with
- * GCC or Clang; callers check for AVX-512F (cpu_has_avx512_vnni implies it). */
+ * attention_bench, session 49) FMAs that each need a load of their own (a
+ * broadcast or a vector) ran at about half the FMA ports' rate, so each load
+ * feeds two or more FMAs here. x86-64 with GCC or Clang; callers check for
+ * AVX-512F (cpu_has_avx512_vnni implies it). */
 #ifndef DI_BACKEND_CPU_AVX512_ROWS_H
 #define DI_BACKEND_CPU_AVX512_ROWS_H
 
@@ -213,11 +213,11 @@ AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512
     pv_rows512(o, ostride, 16, valid, cr, pt, 16, 1, v, ld, hd);
 }
 
-/* One chunk of 16 keys for nt (1 to ROWS512_TILES) tiles of up to 16 rows each: krow[i]
- * key i's d values (d a multiple of 4; finite, zeros past the keys), qt[t]
- * [d][16] tile t's queries transposed (zero past its rows), then tile t's
- * rows_softmax_pv512 with valid[t], m[t], l[t] and o[t]. The scores of the
- * tiles come from one walk of the keys (scores512), each key's values
+/* One chunk of 16 keys for nt (1 to ROWS512_TILES) tiles of up to 16 rows
+ * each: krow[i] key i's d values (d a multiple of 4; finite, zeros past the
+ * keys), qt[t] [d][16] tile t's queries transposed (zero past its rows), then
+ * tile t's rows_softmax_pv512 with valid[t], m[t], l[t] and o[t]. The scores
+ * of the tiles come from one walk of the keys (scores512), each key's values
  * broadcast once for all of them. */
 AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d,
                                         const float *const *qt, int nt, float scale,
