@@ -220,8 +220,11 @@ typedef struct di_error di_error;
 /* The status of the failed call. Returns DI_ERR_INVALID_ARGUMENT for NULL. */
 DI_API di_status di_error_status(const di_error *err);
 
-/* The message, NUL-terminated UTF-8, owned by `err` (valid until di_error_free).
- * Never NULL: a NULL err gives "no error". */
+/* The message, NUL-terminated UTF-8 on one line, owned by `err` (valid until
+ * di_error_free): control bytes (C0, DEL, the C1 range U+0080..U+009F) and
+ * bytes that are not well-formed UTF-8, as a name read from a corrupt file or a
+ * request's text may hold, are written \xNN (hex, upper case). Never NULL: a
+ * NULL err gives "no error". */
 DI_API const char *di_error_message(const di_error *err);
 
 /* Free an error; NULL is a no-op. */

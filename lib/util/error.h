@@ -5,7 +5,8 @@
 #include "deepinfer/deepinfer.h"
 
 /* When err is not NULL, set *err to a new di_error holding status and a copy of
- * message; when memory runs out, *err is a static out-of-memory error that
+ * message (control bytes and ill-formed UTF-8 written \xNN, as
+ * di_error_message documents); when memory runs out, *err is a static out-of-memory error that
  * di_error_free ignores. Returns status, so a failing path can end with
  * `return di_error_set(err, st, msg);`. */
 di_status di_error_set(di_error **err, di_status status, const char *message);

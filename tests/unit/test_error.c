@@ -34,6 +34,27 @@ static void test_setf_keeps_a_long_message_whole(void **state)
     di_error_free(err);
 }
 
+/* A name read from a corrupt file or a request's bytes may hold a newline, a
+ * terminal escape (ESC, or C1's CSI), DEL or bytes that are not UTF-8: the
+ * message writes each \xNN, one line of valid UTF-8; well-formed multibyte
+ * characters (é, U+00A0, an emoji) stay as they are. */
+static void test_messages_escape_control_bytes_and_ill_formed_utf8(void **state)
+{
+    (void)state;
+    di_error *err = NULL;
+    di_error_setf(&err, DI_ERR_MODEL_FORMAT, "tensor '%s' has type %d",
+                  "blk.0\n\x1b[31mq\x7f\xc2\x9b\xc3\xa9\xc2\xa0\xff\xe0\x80\xf0\x9f\x98\x80\xc3",
+                  6);
+    assert_string_equal(di_error_message(err),
+                        "tensor 'blk.0\\x0A\\x1B[31mq\\x7F\\xC2\\x9B\xc3\xa9\xc2\xa0\\xFF\\xE0\\x80"
+                        "\xf0\x9f\x98\x80\\xC3' has type 6");
+    di_error_free(err);
+    err = NULL;
+    di_error_set(&err, DI_ERR_IO, "a\tb\r\n");
+    assert_string_equal(di_error_message(err), "a\\x09b\\x0D\\x0A");
+    di_error_free(err);
+}
+
 static void test_setf_without_err_returns_the_status(void **state)
 {
     (void)state;
@@ -46,6 +67,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_setf_formats_the_message),
         cmocka_unit_test(test_setf_keeps_a_long_message_whole),
+        cmocka_unit_test(test_messages_escape_control_bytes_and_ill_formed_utf8),
         cmocka_unit_test(test_setf_without_err_returns_the_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
