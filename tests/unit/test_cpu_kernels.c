@@ -1487,6 +1487,20 @@ static void test_rope_rotates_by_position_times_frequency(void **state)
     assert_true(fabs(y.mscale - (0.1 * log(40.0) + 1.0)) < 1e-6);
 }
 
+/* DI_CPU_AMX's words: 0, off, false and no, any case, spaces and line ends
+ * around them ignored; anything else leaves AMX allowed. */
+static void test_amx_env_words(void **state)
+{
+    (void)state;
+    const char *off[] = {"0", "off", " off", "OFF\n", "\tfalse ", "No", " 0\r\n"};
+    const char *on[] = {"", " ", "1", "on", "of f", "offf", "nope", "0x"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (!cpu_amx_env_off(off[i])) fail_msg("DI_CPU_AMX=\"%s\" should turn AMX off", off[i]);
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+        if (cpu_amx_env_off(on[i])) fail_msg("DI_CPU_AMX=\"%s\" should leave AMX on", on[i]);
+    assert_false(cpu_amx_env_off(NULL));
+}
+
 static void test_softmax_and_silu(void **state)
 {
     (void)state;
@@ -2171,6 +2185,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_gives_unit_rms),
         cmocka_unit_test(test_rope_neox_is_norm_on_permuted_dims),
         cmocka_unit_test(test_rope_rotates_by_position_times_frequency),
+        cmocka_unit_test(test_amx_env_words),
         cmocka_unit_test(test_softmax_and_silu),
         cmocka_unit_test(test_silu_rows),
         cmocka_unit_test(test_attention_f32_cache),

@@ -9,6 +9,23 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
+static int blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+int cpu_amx_env_off(const char *value)
+{
+    if (!value) return 0;
+    while (blank(*value)) value++; /* " off" as "off" */
+    size_t n = strlen(value);
+    while (n > 0 && blank(value[n - 1])) n--;
+    static const char *const off[] = {"0", "off", "false", "no"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (n == strlen(off[i]) && strncasecmp(value, off[i], n) == 0) return 1;
+    return 0;
+}
+
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #    include <cpuid.h>
 #    include <immintrin.h>
@@ -24,11 +41,7 @@ enum {
 /* What the CPU and OS offer, without asking for anything. */
 static int detect_amx(void)
 {
-    const char *env = getenv("DI_CPU_AMX");
-    /* any case: OFF, False and No as well */
-    if (env && (strcmp(env, "0") == 0 || strcasecmp(env, "off") == 0 ||
-                strcasecmp(env, "false") == 0 || strcasecmp(env, "no") == 0))
-        return 0;
+    if (cpu_amx_env_off(getenv("DI_CPU_AMX"))) return 0;
     if (!cpu_has_avx512_vnni()) return 0; /* the scaling steps are AVX-512 */
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
