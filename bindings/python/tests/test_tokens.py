@@ -68,17 +68,26 @@ def test_smollm2_greedy_tokens_equal_the_c_library(smol, smol_path, smol_fixture
 def test_smollm2_str_prompt_streams_text_equal_to_decode(smol, smol_fixture):
     """A str prompt is encoded with the engine's tokenizer; the concatenated text
     deltas equal di_tokenizer_decode of the generated ids (the end-of-sequence
-    token not decoded), and llama.cpp's greedy prefix (committed) comes first."""
+    token not decoded), and llama.cpp's greedy prefix (committed) comes first up
+    to a near-tie: where the two first differ, llama.cpp's token is our second
+    and our top two are closer than 0.5 (model_parity.c's GGUF_DECODE_TIE,
+    docs/model-parity.md); after it the two continue from different text."""
     case = smol_fixture["cases"][0]
-    req = smol.submit(case["text"], temperature=0, max_tokens=8)
-    ids, text = [], []
+    req = smol.submit(case["text"], temperature=0, max_tokens=8, logprobs=True,
+                      top_logprobs=2)
+    ids, text, tops = [], [], []
     for ev in req:
         if isinstance(ev, Tokens):
             ids += ev.ids
+            tops += ev.top_logprobs
         elif isinstance(ev, Text):
             text.append(ev.text)
     assert req.done.prompt_tokens == len(case["prompt"])
-    assert ids == case["greedy"][: len(ids)]
+    theirs = case["greedy"][: len(ids)]
+    k = next((k for k in range(len(ids)) if ids[k] != theirs[k]), None)
+    if k is not None:
+        assert tops[k][0][0] == ids[k] and tops[k][1][0] == theirs[k], (k, tops[k])
+        assert tops[k][0][1] - tops[k][1][1] < 0.5, (k, tops[k])
     n_text = len(ids) - (1 if req.done.finish_reason == Finish.STOP else 0)
     assert "".join(text) == smol.tokenizer.decode(ids[:n_text])
 

@@ -101,11 +101,29 @@ fn token_request_equals_deepinfer_generate() {
         assert_eq!(done.usage.prompt_tokens as usize, prompt.len());
         assert_eq!(done.usage.completion_tokens as usize, n);
         assert_eq!(done.finish_text, None);
-        // and llama.cpp's greedy ids (committed fixture) begin the same way (the
-        // logits agree bit for bit on half the prompts only: the first case, as
-        // the Python binding's tests check it)
+        // and llama.cpp's greedy ids (committed fixture) begin the same way up
+        // to a near-tie: where the two first differ, llama.cpp's token is our
+        // second and our top two are closer than 0.5 (model_parity.c's
+        // GGUF_DECODE_TIE, docs/model-parity.md); after it the two continue
+        // from different text (the first case, as the Python binding's tests)
         if i == 0 {
-            assert_eq!(&common::ids(case.get("greedy"))[..8], &want[..8]);
+            let theirs = common::ids(case.get("greedy"));
+            if let Some(k) = (0..8).find(|&k| theirs[k] != want[k]) {
+                let c = engine
+                    .submit(&req.clone().logprobs(true).top_logprobs(2))
+                    .unwrap()
+                    .wait()
+                    .into_result()
+                    .unwrap();
+                let tops = c.choices[0].top_logprobs.as_ref().expect("asked for");
+                assert_eq!(tops[k][0].0, want[k]);
+                assert_eq!(tops[k][1].0, theirs[k], "llama.cpp's token our second");
+                let gap = tops[k][0].1 - tops[k][1].1;
+                assert!(
+                    gap < 0.5,
+                    "step {k}: our top two {gap} apart, not a near-tie"
+                );
+            }
         }
     }
 }
