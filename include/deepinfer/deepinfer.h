@@ -223,8 +223,9 @@ DI_API di_status di_error_status(const di_error *err);
 /* The message, NUL-terminated UTF-8 on one line, owned by `err` (valid until
  * di_error_free): control bytes (C0, DEL, the C1 range U+0080..U+009F) and
  * bytes that are not well-formed UTF-8, as a name read from a corrupt file or a
- * request's text may hold, are written \xNN (hex, upper case). Never NULL: a
- * NULL err gives "no error". */
+ * request's text may hold, are written \xNN (hex, upper case; for reading: a
+ * backslash in the text stays as it is). Never NULL: a NULL err gives "no
+ * error". */
 DI_API const char *di_error_message(const di_error *err);
 
 /* Free an error; NULL is a no-op. */

@@ -1492,7 +1492,7 @@ static void test_rope_rotates_by_position_times_frequency(void **state)
 static void test_amx_env_words(void **state)
 {
     (void)state;
-    const char *off[] = {"0", "off", " off", "OFF\n", "\tfalse ", "No", " 0\r\n"};
+    const char *off[] = {"0", "off", " off", "OFF\n", "\tfalse ", "No", " 0\r\n", "\v\fno"};
     const char *on[] = {"", " ", "1", "on", "of f", "offf", "nope", "0x"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
         if (!cpu_amx_env_off(off[i])) fail_msg("DI_CPU_AMX=\"%s\" should turn AMX off", off[i]);

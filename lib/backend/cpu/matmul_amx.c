@@ -11,7 +11,7 @@
 
 static int blank(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; /* isspace */
 }
 
 int cpu_amx_env_off(const char *value)

@@ -48,7 +48,7 @@ int cpu_has_amx(void);
  * asks for nothing (scratch sizing at load). */
 int cpu_amx_possible(void);
 /* 1 when a DI_CPU_AMX value turns AMX off: 0, off, false or no, in any case,
- * with spaces, tabs or a line end around it (as a shell or an .env file may
+ * with white space around it (isspace's six, as a shell or an .env file may
  * leave them); 0 for NULL and anything else (AMX stays allowed). */
 int cpu_amx_env_off(const char *value);
 /* What cpu_has_amx answered, without asking: -1 not asked yet, 0 refused (or

@@ -92,8 +92,9 @@ extern "C" {
     #[doc = " The message, NUL-terminated UTF-8 on one line, owned by `err` (valid until"]
     #[doc = " di_error_free): control bytes (C0, DEL, the C1 range U+0080..U+009F) and"]
     #[doc = " bytes that are not well-formed UTF-8, as a name read from a corrupt file or a"]
-    #[doc = " request's text may hold, are written \\xNN (hex, upper case). Never NULL: a"]
-    #[doc = " NULL err gives \"no error\"."]
+    #[doc = " request's text may hold, are written \\xNN (hex, upper case; for reading: a"]
+    #[doc = " backslash in the text stays as it is). Never NULL: a NULL err gives \"no"]
+    #[doc = " error\"."]
     pub fn di_error_message(err: *const di_error) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
