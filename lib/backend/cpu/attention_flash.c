@@ -332,15 +332,15 @@ static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, f
 /* flash_segment for nt tiles of head g with a row in each AVX-512 lane
  * (avx512_rows.h): each chunk's K and V rows converted once (ld = head_dim)
  * for all the tiles, into kv (the thread's workspace: [2][CHUNK][head_dim]
- * f32, 64-byte aligned), then one rows_chunk512 for the tiles that see a key
- * of it. A tile whose rows see none of [k0, k1) keeps the initial state
- * (m = -inf: no fold). */
+ * f32, then rows_chunk512's ROWS512_SCORES, 64-byte aligned), then one
+ * rows_chunk512 for the tiles that see a key of it. A tile whose rows see none of [k0, k1) keeps
+ * the initial state (m = -inf: no fold). */
 AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *tiles, int nt,
                                          int64_t k0, int64_t k1, float *kv)
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim, stride = state_stride(j);
-    float *kr = kv, *v = kv + CHUNK * hd;
+    float *kr = kv, *v = kv + CHUNK * hd, *sc = kv + (ptrdiff_t)2 * CHUNK * hd;
     const float *krow[CHUNK];
     for (int i = 0; i < CHUNK; i++) krow[i] = kr + i * hd;
     for (int i = 0; i < nt; i++) {
@@ -373,7 +373,7 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
             na++;
         }
         if (na == 0) continue;
-        rows_chunk512(krow, hd, qt, na, j->scale, vt, m, l, o, stride, v, hd, hd);
+        rows_chunk512(krow, hd, qt, na, j->scale, vt, m, l, o, stride, v, hd, hd, sc);
         for (int i = 0; i < na; i++) {
             _mm512_store_ps(seen[i]->m, m[i]);
             _mm512_store_ps(seen[i]->l, l[i]);
@@ -778,7 +778,7 @@ size_t cpu_attention_scratch_bytes(int64_t head_dim)
     const ptrdiff_t hd = head_dim;
     const size_t task =
                      (size_t)(TILE_ROWS * (hd + STATE_O) + TILE_ROWS * hd) + segment_ws_floats(hd),
-                 group = group_ws_floats(hd) + (size_t)(hd * 2 * CHUNK);
+                 group = group_ws_floats(hd) + (size_t)(hd * 2 * CHUNK) + ROWS512_SCORES;
     return (task > group ? task : group) * sizeof(float);
 }
 

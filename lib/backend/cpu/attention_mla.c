@@ -79,13 +79,20 @@ enum { WIDE_HALF_TILE_KEYS = 768 };
 /* One thread's share: the naive form's scores, or room for q_nope or o_lat
  * quantized (at most 4 bytes an element: F32 activations); then, from the
  * next 64-byte boundary (up to 16 floats of padding), the latent tiles'
- * workspace: the AVX-512 tiles' queries transposed, [GROUP_TOKENS][D][16], or
- * the AVX2 tile's K^T, [D][CHUNK] (the two never run in one pass). There, not
- * on the stack: a host thread with a small stack runs tasks too. */
+ * workspace: the AVX-512 tiles' queries transposed, [GROUP_TOKENS][D][16],
+ * and rows_chunk512's scores (TILES_SCORES floats), or the AVX2 tile's K^T,
+ * [D][CHUNK] (the two never run in one pass). There, not on the stack: a host
+ * thread with a small stack runs tasks too. */
+enum { TILES_SCORES = GROUP_TOKENS * 16 * 16 };
+
+static int64_t tiles_floats(const cpu_mla_shape *s)
+{
+    return (int64_t)GROUP_TOKENS * 16 * (s->kv_lora_rank + s->rope) + TILES_SCORES;
+}
+
 static int64_t share_floats(const cpu_mla_shape *s, int64_t ctx)
 {
-    return ctx + s->nope + s->kv_lora_rank + 16 +
-           (int64_t)GROUP_TOKENS * 16 * (s->kv_lora_rank + s->rope);
+    return ctx + s->nope + s->kv_lora_rank + 16 + tiles_floats(s);
 }
 
 _Static_assert((int)GROUP_TOKENS * 16 >= (int)CHUNK, "the tiles' workspace holds a K^T");
@@ -94,8 +101,7 @@ _Static_assert((int)GROUP_TOKENS * 16 >= (int)CHUNK, "the tiles' workspace holds
  * aligned). */
 static float *share_qt(const mla_job *j, int thread)
 {
-    float *at = j->scratch + (thread + 1) * j->scratch_floats -
-                (int64_t)GROUP_TOKENS * 16 * (j->s->kv_lora_rank + j->s->rope) - 16;
+    float *at = j->scratch + (thread + 1) * j->scratch_floats - tiles_floats(j->s) - 16;
     return at + (64 - (uintptr_t)at % 64) % 64 / sizeof *at;
 }
 
@@ -287,6 +293,7 @@ static int avx2_tile_applies(const cpu_mla_shape *s)
 #    include "backend/cpu/avx512_rows.h"
 
 _Static_assert((int)GROUP_TOKENS <= (int)ROWS512_TILES, "a task's tokens in one rows_chunk512");
+_Static_assert((int)TILES_SCORES >= (int)ROWS512_SCORES, "rows_chunk512's scores in the share");
 
 /* Latent tiles with a head in each AVX-512 lane (avx512_rows.h): heads
  * [h0, h0 + rows) of the block's tokens [t0, t0 + nt), each token's absorbed
@@ -330,7 +337,7 @@ AVX512 static void latent_tiles_rows512(const mla_job *j, int64_t t0, int nt, in
         }
         if (i0 < nt)
             rows_chunk512(krow, D, qti + i0, nt - i0, j->scale, vt + i0, m + i0, l + i0, o + i0, R,
-                          c, D, R);
+                          c, D, R, qt + (ptrdiff_t)GROUP_TOKENS * 16 * D);
     }
     for (int i = 0; i < nt; i++) {
         _Alignas(64) float lv[16];

@@ -23,7 +23,8 @@
 
 #    define AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
 
-enum { ROWS512_KEYS = 16, ROWS512_TILES = 4 };
+/* ROWS512_SCORES: the floats of rows_chunk512's scores buffer, [tile][key][16]. */
+enum { ROWS512_KEYS = 16, ROWS512_TILES = 4, ROWS512_SCORES = ROWS512_TILES * ROWS512_KEYS * 16 };
 
 /* e^x for 16 lanes: exp_ps's steps lane for lane. */
 AVX512 static inline __m512 exp512(__m512 x)
@@ -78,6 +79,40 @@ AVX512 __attribute__((always_inline)) static inline void pv512(float *const *o, 
         _mm512_storeu_ps(o[r] + (ptrdiff_t)16 * k, acc[r * nv + k]);
 }
 
+/* Each P V shape its own function, not inlined into the chunk step: the
+ * shapes' accumulators never share one frame, so a sanitizer build (which
+ * keeps every inlined array's stack slot apart: 58 KiB for the chunk step
+ * with them inlined) stays within a small host stack
+ * (tests/unit/test_small_host_stack.c). */
+#    define PV512_SHAPE(nr, nv_)                                                                   \
+        AVX512 __attribute__((noinline)) static void pv512_##nr##x##nv_(                           \
+            float *const *o, const float *corr, const float *const *p, ptrdiff_t ps,               \
+            const float *v, ptrdiff_t ld, int valid)                                               \
+        {                                                                                          \
+            pv512(o, corr, p, ps, v, ld, valid, nr, nv_);                                          \
+        }
+PV512_SHAPE(6, 4)
+PV512_SHAPE(6, 2)
+PV512_SHAPE(6, 1)
+PV512_SHAPE(5, 4)
+PV512_SHAPE(5, 2)
+PV512_SHAPE(5, 1)
+PV512_SHAPE(4, 4)
+PV512_SHAPE(4, 2)
+PV512_SHAPE(4, 1)
+PV512_SHAPE(3, 4)
+PV512_SHAPE(3, 2)
+PV512_SHAPE(3, 1)
+PV512_SHAPE(2, 8)
+PV512_SHAPE(2, 4)
+PV512_SHAPE(2, 2)
+PV512_SHAPE(2, 1)
+PV512_SHAPE(1, 8)
+PV512_SHAPE(1, 4)
+PV512_SHAPE(1, 2)
+PV512_SHAPE(1, 1)
+#    undef PV512_SHAPE
+
 /* O = O corr + P V for up to 16 rows (row r's output at o + r ostride, its
  * weight for key i at p[r pr + i ps], its keys valid[r]: none, row left
  * alone): a run of rows with the same keys in groups of at most six, as even
@@ -108,7 +143,7 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
             const int nv = left >= 8 && n <= 2 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
             switch (n * 16 + nv) { /* each shape its own code */
 #    define PV512_CASE(nr, nv_)                                                                    \
-    case (nr)*16 + (nv_): pv512(od, cr, pp, ps, v + d0, ld, valid[r], nr, nv_); break
+    case (nr)*16 + (nv_): pv512_##nr##x##nv_(od, cr, pp, ps, v + d0, ld, valid[r]); break
                 PV512_CASE(6, 4);
                 PV512_CASE(6, 2);
                 PV512_CASE(6, 1);
@@ -129,7 +164,7 @@ AVX512 static inline void pv_rows512(float *o0, ptrdiff_t ostride, int rows, con
                 PV512_CASE(1, 4);
                 PV512_CASE(1, 2);
 #    undef PV512_CASE
-            default: pv512(od, cr, pp, ps, v + d0, ld, valid[r], 1, 1); break;
+            default: pv512_1x1(od, cr, pp, ps, v + d0, ld, valid[r]); break;
             }
             d0 += (ptrdiff_t)16 * nv;
         }
@@ -169,8 +204,22 @@ AVX512 __attribute__((always_inline)) static inline void scores512(const float *
     }
 }
 
+/* Each tile count its own function, for P V's reason above. */
+#    define SCORES512_SHAPE(nt, kq)                                                                \
+        AVX512 __attribute__((noinline)) static void scores512_##nt(                               \
+            const float *const *krow, ptrdiff_t d, const float *const *qt, __m512 sv, __m512 *s)   \
+        {                                                                                          \
+            scores512(krow, d, qt, nt, kq, sv, s);                                                 \
+        }
+SCORES512_SHAPE(4, 4)
+SCORES512_SHAPE(3, 8)
+SCORES512_SHAPE(2, 8)
+SCORES512_SHAPE(1, 8)
+#    undef SCORES512_SHAPE
+
 /* One tile's online-softmax step and P V for a chunk of 16 keys, from its
- * scores s[16] (a vector over the rows for each key): valid[r] the keys row r
+ * scores s[16] (a vector over the rows for each key, 64-byte aligned memory;
+ * they become the weights P): valid[r] the keys row r
  * sees (the chunk's first valid[r]; 0: its state stays, and for the lanes
  * past the tile's rows), *m and *l the rows' running max and sum (a lane a
  * row); row r's unnormalized output O (hd dims at o + r ostride) becomes
@@ -194,14 +243,9 @@ AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512
      * as softmax_step16 */
     const __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(mx, *m), nan, _mm512_set1_ps(NAN));
     const __m512 corr = exp512(_mm512_sub_ps(*m, mnew));
-    _Alignas(64) float pt[ROWS512_KEYS * 16], cr[16];
+    _Alignas(64) float cr[16];
     __m512 w[8];
-    UNROLL for (int n = 0; n < ROWS512_KEYS; n++)
-    {
-        __m512 e = exp512(_mm512_sub_ps(s[n], mnew));
-        _mm512_store_ps(pt + (ptrdiff_t)n * 16, e);
-        s[n] = e;
-    }
+    UNROLL for (int n = 0; n < ROWS512_KEYS; n++) s[n] = exp512(_mm512_sub_ps(s[n], mnew));
     /* softmax_step16's tree: v_i = p_i + p_i+8, t_i = v_i + v_i+4,
      * (t_0 + t_2) + (t_1 + t_3) */
     UNROLL for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(s[i], s[i + 8]);
@@ -210,7 +254,7 @@ AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512
     *l = _mm512_mask_mov_ps(*l, act, _mm512_add_ps(_mm512_mul_ps(*l, corr), sum));
     *m = _mm512_mask_mov_ps(*m, act, mnew);
     _mm512_store_ps(cr, corr);
-    pv_rows512(o, ostride, 16, valid, cr, pt, 16, 1, v, ld, hd);
+    pv_rows512(o, ostride, 16, valid, cr, (const float *)s, 16, 1, v, ld, hd); /* P: s now */
 }
 
 /* One chunk of 16 keys for nt (1 to ROWS512_TILES) tiles of up to 16 rows
@@ -218,20 +262,22 @@ AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512
  * keys), qt[t] [d][16] tile t's queries transposed (zero past its rows), then
  * tile t's rows_softmax_pv512 with valid[t], m[t], l[t] and o[t]. The scores
  * of the tiles come from one walk of the keys (scores512), each key's values
- * broadcast once for all of them. */
+ * broadcast once for all of them, into sc (ROWS512_SCORES floats, 64-byte
+ * aligned: the caller's workspace, not the stack, which a host thread may
+ * keep small). */
 AVX512 static inline void rows_chunk512(const float *const *krow, ptrdiff_t d,
                                         const float *const *qt, int nt, float scale,
                                         const int *const *valid, __m512 *m, __m512 *l,
                                         float *const *o, ptrdiff_t ostride, const float *v,
-                                        ptrdiff_t ld, ptrdiff_t hd)
+                                        ptrdiff_t ld, ptrdiff_t hd, float *sc)
 {
-    __m512 s[ROWS512_TILES * ROWS512_KEYS];
+    __m512 *s = (__m512 *)sc;
     const __m512 sv = _mm512_set1_ps(scale);
     switch (nt) {
-    case 4: scores512(krow, d, qt, 4, 4, sv, s); break;
-    case 3: scores512(krow, d, qt, 3, 8, sv, s); break;
-    case 2: scores512(krow, d, qt, 2, 8, sv, s); break;
-    default: scores512(krow, d, qt, 1, 8, sv, s); break;
+    case 4: scores512_4(krow, d, qt, sv, s); break;
+    case 3: scores512_3(krow, d, qt, sv, s); break;
+    case 2: scores512_2(krow, d, qt, sv, s); break;
+    default: scores512_1(krow, d, qt, sv, s); break;
     }
     for (int t = 0; t < nt; t++)
         rows_softmax_pv512(s + (ptrdiff_t)t * ROWS512_KEYS, valid[t], &m[t], &l[t], o[t], ostride,
