@@ -626,8 +626,8 @@ static void test_parallel_tool_calls_false_gives_one_call(void **state)
  * </tool_call> (the stream parser would end the call inside the string and
  * return the rest as answer text): SmolLM2 at temperature 1, pushed by
  * logit_bias toward the tag's tokens, writes "</tool_call" in its argument
- * (within 16 seeds: which seed does depends on the kernels' last bits; 1 and
- * 6 on an AVX2 machine since the vector SiLU, 1 and 4 before) but never the whole tag, and the
+ * (within 16 seeds: which seed does depends on the kernels' last bits) but
+ * never the whole tag, and the
  * reply stays one call (required and named tool_choice), its text empty. */
 static void test_strict_string_cannot_close_the_call(void **state)
 {

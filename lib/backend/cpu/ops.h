@@ -53,17 +53,12 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos);
 void cpu_softmax(float *x, int64_t n);
 
 /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.
- * With AVX2, eight at a time and e^-x by exp_ps (avx2_math.h, within 2 ulp of
- * expf; +inf below x = -88.3, where expf overflows from -88.7: -0, and NaN
- * at -inf, as expf gives), the last n % 8 through the same vector step, so an
- * element's bits do not depend on n or on where its row starts; without AVX2,
- * expf. Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
+ * Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
 void cpu_silu_mul(float *gate, const float *up, int64_t n);
 
 /* DeepSeek-V4's clipped SwiGLU (transformers' DeepseekV4MLP / Experts):
- * gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit), limit >
- * 0 (a NaN gate as the limit, a NaN up NaN), the arithmetic and its AVX2 form
- * as cpu_silu_mul's. Roofline as cpu_silu_mul's. */
+ * gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit). Roofline
+ * as cpu_silu_mul's. */
 void cpu_silu_mul_clamp(float *gate, const float *up, int64_t n, float limit);
 
 #endif
