@@ -484,14 +484,14 @@ enum { IN_PLACE_AVX2_ROWS = 8 };
 
 /* flash_chunk on an f16 cache with AVX2 only, for tiles of at most
  * IN_PLACE_AVX2_ROWS rows: the same arithmetic, bit for bit, with K
- * transposed into an f16 K^T and V read from the cache rows k[0, CHUNK) and
+ * transposed into an f16 K^T (kt: [hd][CHUNK], 32-byte aligned, in the
+ * thread's workspace, not on a host thread's stack) and V read from the cache rows k[0, CHUNK) and
  * v[0, len) in place (avx2_cache_rows.h). Roofline: as flash_chunk_cache's. */
 AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int rows, int64_t p0,
                                       int len, const char *const *k, const char *const *v,
-                                      float *st)
+                                      float *st, uint16_t *kt)
 {
     const ptrdiff_t hd = j->c->head_dim;
-    _Alignas(32) uint16_t kt[ZERO_ROW_BYTES / 2 * CHUNK];
     _Alignas(32) float p[IN_PLACE_AVX2_ROWS * CHUNK], sc[IN_PLACE_AVX2_ROWS * CHUNK];
     float corr[IN_PLACE_AVX2_ROWS];
     int valid[IN_PLACE_AVX2_ROWS];
@@ -534,7 +534,8 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
  * (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
  * / 1.14x one / two ahead, so one. */
 AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
-                                     int64_t k0, int64_t k1, float *st, ptrdiff_t st_head)
+                                     int64_t k0, int64_t k1, float *st, ptrdiff_t st_head,
+                                     uint16_t *kt)
 {
     const cpu_kv_cache *c = j->c;
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
@@ -560,7 +561,7 @@ AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t
                 v[i] = i < len ? vrow[i] + off : zero_row;
             }
             if (j->in_place == 2)
-                flash_chunk_f16_avx2(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
+                flash_chunk_f16_avx2(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head, kt);
             else
                 flash_chunk_cache(j, g, t0, rows, p0, len, k, v, st + (g - g0) * st_head);
         }
@@ -597,12 +598,13 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
 {
     const cpu_kv_cache *c = j->c;
     const ptrdiff_t hd = c->head_dim;
-    if (j->in_place == 1 || (j->in_place == 2 && rows <= IN_PLACE_AVX2_ROWS)) {
-        flash_segment_cache(j, g0, g1, t0, rows, k0, k1, st, st_head);
-        return;
-    }
     const int per_stage = (int)(stage_floats(hd) / hd);
     float *kr = ws, *v = ws + CHUNK * stage_floats(hd), *kt = v + CHUNK * stage_floats(hd);
+    if (j->in_place == 1 || (j->in_place == 2 && rows <= IN_PLACE_AVX2_ROWS)) {
+        /* (the f16 K^T in the f32 K^T's place: half its size) */
+        flash_segment_cache(j, g0, g1, t0, rows, k0, k1, st, st_head, (uint16_t *)kt);
+        return;
+    }
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
