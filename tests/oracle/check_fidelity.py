@@ -9,6 +9,10 @@ tokenized by `deepinfer tokenize`) every position's logits of both engines are
 compared with the reference. Checks, pooled over the texts:
   - deepinfer's mean |diff| <= llama.cpp's x MEAN_SLACK;
   - deepinfer's max |diff| <= llama.cpp's x MAX_SLACK;
+  - deepinfer's mean KL divergence of its next-token distribution from the
+    reference's, KL(reference || engine) a position (llama-perplexity's
+    --kl-divergence measure), <= llama.cpp's x KLD_SLACK: it weighs the tokens
+    that carry the probability, where |diff| weighs all 49,152 logits alike;
   - no argmax differing from the reference where the reference's top two are
     further apart than CLEAR_GAP (closer ones go either way with 8-bit
     activations, for llama.cpp too).
@@ -49,6 +53,7 @@ from make_model_fixtures import dequantized_reference  # noqa: E402
 
 MEAN_SLACK = 1.05
 MAX_SLACK = 1.25
+KLD_SLACK = 1.15
 CLEAR_GAP = 0.25
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. In the beginning of the twentieth century, "
@@ -138,6 +143,16 @@ def deepinfer_logits(cli, model, ids, vocab, kv_type):
         os.unlink(path)
 
 
+def kl_divergence(ref, logits):
+    """KL(softmax(ref) || softmax(logits)) of each row, in nats (float64)."""
+    def log_softmax(x):
+        x = x.astype(np.float64)
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+    lr = log_softmax(ref)
+    return (np.exp(lr) * (lr - log_softmax(logits))).sum(axis=1)
+
+
 def cases(a, cli, quantized):
     """(ids, f32 reference logits) of each text: the fixture's one, or the
     texts tokenized and run through the reference."""
@@ -173,8 +188,9 @@ def main():
                           logits_all=True, n_threads=2, flash_attn=quantized, verbose=False,
                           type_k=GGML_TYPES[a.kv_cache_type], type_v=GGML_TYPES[a.kv_cache_type])
     print(f"KV cache: {a.kv_cache_type} in both engines")
-    sums = {"deepinfer": [0.0, 0.0, 0], "llama.cpp": [0.0, 0.0, 0]}  # sum|d|, max|d|, misses
-    n_values = 0
+    # sum|d|, max|d|, misses, sum of the positions' KL divergences
+    sums = {"deepinfer": [0.0, 0.0, 0, 0.0], "llama.cpp": [0.0, 0.0, 0, 0.0]}
+    n_values = n_positions = 0
     for i, (ids, ref) in enumerate(cases(a, a.cli, quantized)):
         llm.reset()
         llm.eval(ids)
@@ -189,19 +205,26 @@ def main():
             sums[name][0] += float(d.sum())
             sums[name][1] = max(sums[name][1], float(d.max()))
             sums[name][2] += int(miss.sum())
+            kld = kl_divergence(ref, lg)
+            sums[name][3] += float(kld.sum())
             line.append(f"{name} mean|diff| {d.mean():.4f} max {d.max():.3f} "
-                        f"clear argmax misses {int(miss.sum())}")
+                        f"KLD {kld.mean():.5f} clear argmax misses {int(miss.sum())}")
         n_values += ref.size
+        n_positions += ref.shape[0]
         print(f"text {i} ({len(ids)} tokens): " + "; ".join(line))
     di, ll = sums["deepinfer"], sums["llama.cpp"]
     di_mean, ll_mean = di[0] / n_values, ll[0] / n_values
-    print(f"pooled: deepinfer mean {di_mean:.4f} max {di[1]:.3f}; "
-          f"llama.cpp mean {ll_mean:.4f} max {ll[1]:.3f}")
+    di_kld, ll_kld = di[3] / n_positions, ll[3] / n_positions
+    print(f"pooled: deepinfer mean {di_mean:.4f} max {di[1]:.3f} KLD {di_kld:.5f}; "
+          f"llama.cpp mean {ll_mean:.4f} max {ll[1]:.3f} KLD {ll_kld:.5f}")
     checks = [
         (di_mean <= ll_mean * MEAN_SLACK,
          f"mean |diff| from the f32 reference {di_mean:.4f} <= llama.cpp's {ll_mean:.4f} x {MEAN_SLACK}"),
         (di[1] <= ll[1] * MAX_SLACK,
          f"max |diff| {di[1]:.3f} <= llama.cpp's {ll[1]:.3f} x {MAX_SLACK}"),
+        (di_kld <= ll_kld * KLD_SLACK,
+         f"mean KL divergence from the reference {di_kld:.5f} <= llama.cpp's {ll_kld:.5f} x "
+         f"{KLD_SLACK}"),
     ]
     if a.kv_cache_type != "q4_0" and not a.fixture:
         checks.append((di[2] == 0, f"no argmax miss where the reference's top two differ by > "
