@@ -52,13 +52,30 @@ void cpu_rope_apply(const cpu_rope *r, float *x, int n_heads, int64_t pos);
  * bytes read twice and written twice, n exp + 3n FLOPs. */
 void cpu_softmax(float *x, int64_t n);
 
-/* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats.
- * Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n exp. */
+/* y[i] = e^x[i] for n floats (x and y may be the same row): glibc's expf
+ * bits (since 2.27; its FMA variant, the one its ifunc picks where AVX2 runs),
+ * computed eight lanes at a time in double with AVX-512F, or AVX2 and FMA,
+ * whatever the C library; libm's expf without AVX2. Roofline: 4n bytes read,
+ * 4n written, ~ 15n FLOPs (double). */
+void cpu_exp_rows(const float *x, float *y, int64_t n);
+
+/* Set (tests, benchmarks) to keep cpu_exp_rows and the SiLU on their AVX2
+ * form where the AVX-512 one would run: the two give the same bits. Not
+ * thread-safe: set it while neither runs. */
+extern int cpu_exp_avx2_only;
+
+/* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats,
+ * as the scalar gate / (1 + expf(-gate)) * up computes it: with AVX2 eight at
+ * a time, e^-x by cpu_exp_rows' arithmetic (glibc's bits), the last n % 8
+ * through the same vector step, so an element's bits do not depend on n or on
+ * where its row starts. Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n
+ * exp. */
 void cpu_silu_mul(float *gate, const float *up, int64_t n);
 
 /* DeepSeek-V4's clipped SwiGLU (transformers' DeepseekV4MLP / Experts):
- * gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit). Roofline
- * as cpu_silu_mul's. */
+ * gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit), limit >
+ * 0 (a NaN gate as the limit, a NaN up NaN), the arithmetic and its AVX2 form
+ * as cpu_silu_mul's. Roofline as cpu_silu_mul's. */
 void cpu_silu_mul_clamp(float *gate, const float *up, int64_t n, float limit);
 
 #endif
