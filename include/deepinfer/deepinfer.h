@@ -1678,7 +1678,8 @@ DI_API const char *di_event_chunk_event_name(const di_event *ev);
  * cache cannot hold it even alone, DI_ERR_BACKEND, …). DI_OK for other kinds. */
 DI_API di_status di_event_status(const di_event *ev);
 /* DONE: a message saying why the request ended, e.g. "cancelled by di_cancel";
- * "" when it finished normally and for other kinds. Owned by the event. */
+ * "" when it finished normally and for other kinds. Owned by the event. Control
+ * bytes and ill-formed UTF-8 in it are written \xNN, as in di_error_message. */
 DI_API const char *di_event_message(const di_event *ev);
 /* DONE: why generation stopped (DI_FINISH_STOP: end of sequence, a stop token
  * or stop sequence; DI_FINISH_LENGTH: max_tokens or the context limit); 0 when

@@ -232,7 +232,7 @@ static void choice_done(di_engine *e, sched_request *r, di_finish finish, di_sta
         }
     } else if (g->status == DI_OK) {
         g->status = status;
-        g->message = event_strdup(message);
+        g->message = di_escape_dup(message);
     }
     tag_choice(&l, a);
     g->completion_tokens += (uint64_t)(r->n_all - r->n_prompt);
@@ -324,7 +324,7 @@ static void sink_done(void *ctx, sched_request *r, di_finish finish, di_status s
      * a retry, and without its strings when memory is that short. */
     di_event *ev = done_event(&l, r->id, a);
     ev->status = status;
-    ev->message = event_strdup(message);
+    ev->message = di_escape_dup(message);
     ev->finish = status == DI_OK ? finish : (di_finish)0;
     ev->finish_text = finish_text;
     ev->prompt_tokens = (uint32_t)r->n_prompt;

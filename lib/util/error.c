@@ -59,6 +59,15 @@ static di_error *error_new(di_status status, const char *message, size_t n)
     return e;
 }
 
+char *di_escape_dup(const char *message)
+{
+    if (!message) return NULL;
+    size_t n = strlen(message), len = escaped(message, n, NULL);
+    char *d = malloc(len + 1);
+    if (d) escaped(message, n, d);
+    return d;
+}
+
 di_status di_error_set(di_error **err, di_status status, const char *message)
 {
     if (!err) return status;

@@ -11,6 +11,12 @@
  * `return di_error_set(err, st, msg);`. */
 di_status di_error_set(di_error **err, di_status status, const char *message);
 
+/* A malloc'd copy of message escaped as di_error_set escapes it (control
+ * bytes and ill-formed UTF-8 written \xNN; an escaped text comes back the
+ * same), for messages the API hands out outside a di_error
+ * (di_event_message); NULL when message is NULL or memory runs out. */
+char *di_escape_dup(const char *message);
+
 /* di_error_set with a printf-style message (formatted whole, not truncated). */
 di_status di_error_setf(di_error **err, di_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -55,6 +56,26 @@ static void test_messages_escape_control_bytes_and_ill_formed_utf8(void **state)
     di_error_free(err);
 }
 
+/* di_escape_dup (di_event_message's text): the same escapes; an escaped
+ * text comes back unchanged (a di_error's message passed on is not escaped
+ * twice); NULL stays NULL. */
+static void test_escape_dup(void **state)
+{
+    (void)state;
+    const char *raw = "x\n\x1b[2J\xc2\x85\xc3\xa9\xfe";
+    char *once = di_escape_dup(raw);
+    assert_non_null(once);
+    assert_string_equal(once, "x\\x0A\\x1B[2J\\xC2\\x85\xc3\xa9\\xFE");
+    char *twice = di_escape_dup(once);
+    assert_string_equal(twice, once);
+    free(once);
+    free(twice);
+    assert_null(di_escape_dup(NULL));
+    char *empty = di_escape_dup("");
+    assert_string_equal(empty, "");
+    free(empty);
+}
+
 static void test_setf_without_err_returns_the_status(void **state)
 {
     (void)state;
@@ -68,6 +89,7 @@ int main(void)
         cmocka_unit_test(test_setf_formats_the_message),
         cmocka_unit_test(test_setf_keeps_a_long_message_whole),
         cmocka_unit_test(test_messages_escape_control_bytes_and_ill_formed_utf8),
+        cmocka_unit_test(test_escape_dup),
         cmocka_unit_test(test_setf_without_err_returns_the_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

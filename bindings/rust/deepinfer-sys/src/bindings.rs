@@ -3351,7 +3351,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " DONE: a message saying why the request ended, e.g. \"cancelled by di_cancel\";"]
-    #[doc = " \"\" when it finished normally and for other kinds. Owned by the event."]
+    #[doc = " \"\" when it finished normally and for other kinds. Owned by the event. Control"]
+    #[doc = " bytes and ill-formed UTF-8 in it are written \\xNN, as in di_error_message."]
     pub fn di_event_message(ev: *const di_event) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
