@@ -12,7 +12,7 @@ compared with the reference. Checks, pooled over the texts:
   - deepinfer's mean KL divergence of its next-token distribution from the
     reference's, KL(reference || engine) a position (llama-perplexity's
     --kl-divergence measure), <= llama.cpp's x KLD_SLACK: it weighs the tokens
-    that carry the probability, where |diff| weighs all 49,152 logits alike;
+    that carry the probability, where |diff| weighs every logit alike;
   - no argmax differing from the reference where the reference's top two are
     further apart than CLEAR_GAP (closer ones go either way with 8-bit
     activations, for llama.cpp too).
@@ -24,8 +24,8 @@ rotate the cached groups of 64 by a Hadamard matrix first), over six more
 texts (the cache's rounding varies from text to text), held to the same
 checks against the same f32 reference: deepinfer's rounding of the cache must
 cost no more than llama.cpp's. With Q4_0 both engines miss clear argmaxes
-(llama.cpp about 18 of 420 positions with this model): the misses are
-printed, and the mean and max checks decide.
+(llama.cpp about 18 of 398 positions with this model): the misses are
+printed, and the mean, max and KL-divergence checks decide.
 
 --fixture FIXTURE.json takes the text and the reference from a GGUF fixture
 instead (make_model_fixtures.py's: its prompt and greedy tokens, and its
@@ -33,7 +33,7 @@ dequant_f32_logits_file, transformers in f32 on the file's weights
 dequantized): the DeepSeek-V4 GGUFs, whose reference model is not a Llama.
 Their compressed attention's choices (the indexer's top-k, the experts) are
 discrete, so a cache's rounding moves a few rows a long way in either
-engine: the pooled mean and max decide, and deepinfer may miss no more clear
+engine: the pooled mean, max and KL divergence decide, and deepinfer may miss no more clear
 argmaxes than llama.cpp (Q4_0's are printed only, as above).
 
     check_fidelity.py --cli build/release/examples/deepinfer [--kv-cache-type T] MODEL.gguf

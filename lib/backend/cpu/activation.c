@@ -60,8 +60,8 @@ static const double exp_c2 = 0x1.62e42ff0c52d6p-1 / EXP_TABLE;
 
 /* The common path of e^x for |x| < 88 (where glibc takes it too), four
  * lanes in double, the table read by four scalar loads: with a vpgatherqq
- * instead, a SiLU row took 3.6-4.4 ns an element on bench/README.md's
- * session-50 Xeon (model 106), more than the scalar expf's 3.3; with the
+ * instead, a SiLU row took 3.6-4.4 ns an element on the Xeon (model 106) of
+ * bench/README.md's session 50, more than the scalar expf's 3.3; with the
  * loads 1.8. */
 AVX2 static inline __m128 exp4_core(__m128 x)
 {
@@ -107,7 +107,8 @@ AVX512 static inline __m256 exp8_core512(__m256 x)
 
 /* One value, glibc's edge cases included: |x| >= 88 is NaN, +-inf,
  * overflow (+inf above 0x1.62e42ep6), underflow (+0 below -0x1.9fe368p6) or
- * the common path. */
+ * the common path (the values of round-to-nearest, the mode the library
+ * runs in; glibc's errno is not set). */
 AVX2 static float exp1_exact(float x)
 {
     uint32_t bits;
@@ -126,9 +127,11 @@ AVX2 static float exp1_exact(float x)
 #    define EXP8_EXACT(suffix, core)                                                               \
         TARGET_##suffix static inline __m256 exp8_exact_##suffix(__m256 x)                         \
         {                                                                                          \
-            __m256 y = core(x);                                                                    \
             const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x),           \
                                              _mm256_set1_ps(88.0f), _CMP_NLT_UQ); /* (or NaN) */   \
+            /* (the core on 0 there: no inf - inf or overflow raises a floating-point              \
+             * exception glibc's expf does not) */                                                 \
+            __m256 y = core(_mm256_andnot_ps(big, x));                                             \
             int m = _mm256_movemask_ps(big);                                                       \
             if (m) {                                                                               \
                 _Alignas(32) float xs[8], ys[8];                                                   \
@@ -196,18 +199,15 @@ EXP8_EXACT(avx512, exp8_core512)
         }
 SILU_ROWS(avx2, exp8_exact_avx2)
 SILU_ROWS(avx512, exp8_exact_avx512)
-#    define HAVE_EXACT_EXP 1
-#endif
 
 /* 2 AVX-512F, 1 AVX2 (with FMA), 0 neither: libm's expf. */
 static int exp_level(void)
 {
-#ifdef HAVE_EXACT_EXP
     if (cpu_has_avx512f() && !cpu_exp_avx2_only) return 2;
-    if (cpu_has_avx2()) return 1;
-#endif
-    return 0;
+    return cpu_has_avx2() ? 1 : 0;
 }
+#    define HAVE_EXACT_EXP 1
+#endif
 
 void cpu_exp_rows(const float *x, float *y, int64_t n)
 {

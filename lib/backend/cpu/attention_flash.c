@@ -580,7 +580,8 @@ static ptrdiff_t stage_floats(ptrdiff_t hd)
 
 /* flash_segment's workspace: the staged K and V rows, [CHUNK][stage_floats]
  * each, then flash_chunk's K^T [hd][CHUNK] (f32; every part a multiple of 16
- * floats, so each stays 64-byte aligned). */
+ * floats, so each stays 64-byte aligned; flash_chunk_f16_avx2's f16 K^T, half
+ * the size, takes the f32 one's place). */
 static size_t segment_ws_floats(ptrdiff_t hd)
 {
     return (size_t)(stage_floats(hd) * 2 * CHUNK + hd * CHUNK);

@@ -65,11 +65,12 @@ void cpu_exp_rows(const float *x, float *y, int64_t n);
 extern int cpu_exp_avx2_only;
 
 /* gate[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x), for n floats,
- * as the scalar gate / (1 + expf(-gate)) * up computes it: with AVX2 eight at
- * a time, e^-x by cpu_exp_rows' arithmetic (glibc's bits), the last n % 8
- * through the same vector step, so an element's bits do not depend on n or on
- * where its row starts. Roofline: 8n bytes read, 4n written, ~ 5n FLOPs + n
- * exp. */
+ * as gate / (1 + expf(-gate)) * up computes it with glibc's expf (2.27 on, its
+ * FMA variant): with AVX2 eight at a time, e^-x by cpu_exp_rows' arithmetic,
+ * the last n % 8 through the same vector step, so an element's bits do not
+ * depend on n or on where its row starts, nor on the C library; without AVX2,
+ * that formula with libm's expf. Roofline: 8n bytes read, 4n written, ~ 5n
+ * FLOPs + n exp. */
 void cpu_silu_mul(float *gate, const float *up, int64_t n);
 
 /* DeepSeek-V4's clipped SwiGLU (transformers' DeepseekV4MLP / Experts):
