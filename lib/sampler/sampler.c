@@ -1,6 +1,7 @@
 /* Logits processors and seeded sampling (sampler.h). */
 #include "sampler/sampler.h"
 
+#include "sampler/exp_rows.h"
 #include "util/hashmap.h"
 
 #include <math.h>
@@ -251,6 +252,32 @@ static candidate heap_pop(candidate *h, int32_t *n)
     return top;
 }
 
+/* exp(c[i].logit - max) for c[0, n), a block at a time through
+ * sampler_exp_rows (glibc's exp bits, so each value is the scalar loop's):
+ * their sum in order where weights is 0; where it is 1 each also written
+ * back as the candidate's float weight and those floats summed in order. */
+enum { EXP_BLOCK = 256 };
+
+static double exp_sum(candidate *c, int32_t n, float max, int weights)
+{
+    float d[EXP_BLOCK];
+    double e[EXP_BLOCK], sum = 0.0;
+    for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
+        const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
+        for (int32_t j = 0; j < nb; j++) d[j] = c[i0 + j].logit - max;
+        sampler_exp_rows(d, e, nb);
+        for (int32_t j = 0; j < nb; j++) {
+            if (weights) {
+                c[i0 + j].logit = (float)e[j];
+                sum += c[i0 + j].logit; /* the draw below adds the same float weights */
+            } else {
+                sum += e[j];
+            }
+        }
+    }
+    return sum;
+}
+
 /* The processors of sampler_sample (steps 0 to 8), on logits in place.
  * Greedy: returns the chosen id. Otherwise returns -1 with *cand the kept
  * candidates (in scratch), *n_kept their count, each one's weight
@@ -318,8 +345,7 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
                 }
             }
         } else {
-            double total = 0.0, acc = 0.0;
-            for (int32_t i = 0; i < V; i++) total += exp((double)(c[i].logit - max));
+            double total = exp_sum(c, V, max, 0), acc = 0.0;
             while (heap_n > 0 && (m == 0 || acc < (double)p->top_p * total)) {
                 out[m] = heap_pop(c, &heap_n);
                 acc += exp((double)(out[m].logit - max));
@@ -330,11 +356,7 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
         n = m;
     }
     /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        c[i].logit = (float)exp((double)(c[i].logit - max));
-        sum += c[i].logit; /* the draw below adds the same float weights */
-    }
+    double sum = exp_sum(c, n, max, 1);
     if (p->min_p > 0.0f) {
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
