@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 void sampler_exp_rows_scalar(const float *x, double *y, int64_t n)
 {
@@ -18,7 +17,7 @@ void sampler_exp_rows_scalar(const float *x, double *y, int64_t n)
 #    define AVX512 __attribute__((target("avx2,fma,avx512f")))
 
 /* glibc's exp (since 2.28, sysdeps/ieee754/dbl-64/e_exp.c, the
- * __ieee754_exp_fma variant its ifunc picks where the CPU has FMA), step for
+ * __ieee754_exp_fma variant its ifunc picks where FMA and AVX2 are usable), step for
  * step: x N / ln2 = k + r', N = 128, k an integer; r = x - k ln2 / N (ln2 / N
  * in two parts, each a fused product); e^x = 2^(k / N) e^r with 2^(k / N) =
  * H (1 + T) from a table (H's exponent less k / N's integer part, T the
@@ -26,7 +25,8 @@ void sampler_exp_rows_scalar(const float *x, double *y, int64_t n)
  *   tmp = (T + r) + r^2 (C2 + r C3) + r^4 (C4 + r C5),  e^x = s + s tmp,
  * s = H 2^(k / N's integer part), each line's products fused as its FMA build
  * fuses them (read from its machine code). For 2^-54 <= |x| < 512; other
- * values (0, denormals, |x| >= 512, +-inf, NaN) go to libm's exp. */
+ * values (|x| < 2^-54: 0, denormals and the smallest normals; |x| >= 512;
+ * +-inf; NaN) go to libm's exp. */
 enum { EXP_N = 128 };
 
 /* exp_table[2k] = the bits of T[k] = (2^(k/N) - H[k]) / H[k] and
@@ -200,7 +200,9 @@ static int exp_level(void)
     int v = atomic_load_explicit(&known, memory_order_relaxed);
     if (v < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f")                                 ? 2
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                    __builtin_cpu_supports("fma")
+                ? 2
             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                               : 0;
         atomic_store_explicit(&known, v, memory_order_relaxed);

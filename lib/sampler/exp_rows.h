@@ -6,12 +6,13 @@
 #include <stdint.h>
 
 /* y[i] = exp((double)x[i]) for n values, bit for bit what glibc's exp (2.28 on;
- * its FMA variant, the one its ifunc picks where AVX2 runs) returns: on x86-64
+ * its FMA variant, the one its ifunc picks where FMA and AVX2 are usable) returns: on x86-64
  * with AVX-512F 8 lanes at a time, with AVX2 and FMA 4, computing its
  * algorithm step for step (exp_rows.c); values outside 2^-54 <= |x| < 512, and
  * every value without AVX2, through libm's exp. So the sampler's weights, and
  * its draws, are the scalar loop's. Roofline: 4n bytes read, 8n written, ~ 20n
- * FLOPs. Thread-safe (no state). */
+ * FLOPs. Thread-safe (its one state, the CPU's level, is found once; the
+ * override below is for tests). */
 void sampler_exp_rows(const float *x, double *y, int64_t n);
 
 /* The scalar loop sampler_exp_rows stands for: y[i] = exp((double)x[i]). */

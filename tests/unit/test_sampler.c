@@ -1,5 +1,6 @@
 /* lib/sampler: each processor against the property that defines it, and the
  * seeded draws against the distribution they sample. */
+#include <fenv.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -311,12 +312,12 @@ static void test_exp_rows_are_libm_exp(void **state)
     enum { B = 4096 };
     static float x[B];
     static double y[B];
-    const float edges[] = {0.0f,     -0.0f,     0x1p-149f,       -0x1p-149f,
-                           0x1p-54f, -0x1p-54f, 0x1.fffffep-55f, 0x1.000002p-54f,
-                           512.0f,   -512.0f,   0x1.fffffep8f,   -0x1.fffffep8f,
-                           709.7f,   709.8f,    -745.1f,         -745.2f,
-                           -1000.0f, INFINITY,  -INFINITY,       NAN,
-                           -0.5f,    1.0f};
+    const float edges[] = {0.0f,     -0.0f,     0x1p-149f,        -0x1p-149f,
+                           0x1p-54f, -0x1p-54f, 0x1.fffffep-55f,  0x1.000002p-54f,
+                           512.0f,   -512.0f,   0x1.fffffep8f,    -0x1.fffffep8f,
+                           709.7f,   709.8f,    -745.1f,          -745.2f,
+                           -1000.0f, INFINITY,  -INFINITY,        NAN,
+                           -0.5f,    1.0f,      -0x1.fffffep-55f, -0x1.000002p-54f};
     const int top = sampler_exp_rows_level();
     for (int level = top; level >= 0; level--) {
         sampler_exp_level_override = level;
@@ -339,6 +340,14 @@ static void test_exp_rows_are_libm_exp(void **state)
                 if (!exp_agrees(exact, y[i], exp((double)x[i])))
                     fail_msg("exp(%a): %a, libm %a", (double)x[i], y[i], exp((double)x[i]));
         }
+        /* no floating-point exception glibc's exp does not raise: +-inf and
+         * NaN in a vector group raise no FE_INVALID */
+        const float sx[8] = {INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 2.0f, 0.5f, -0.5f};
+        double sy[8];
+        feclearexcept(FE_ALL_EXCEPT);
+        sampler_exp_rows(sx, sy, 8);
+        assert_false(fetestexcept(FE_INVALID));
+        assert_true(isinf(sy[0]) && sy[1] == 0.0 && isnan(sy[2]));
         for (int len = 1; len <= 11; len++) {
             for (int i = 0; i < len; i++) x[i] = -3.0f + 0.61f * (float)i;
             sampler_exp_rows(x, y, len);
@@ -349,13 +358,13 @@ static void test_exp_rows_are_libm_exp(void **state)
 }
 
 /* A draw's weights go through sampler_exp_rows: every form gives the same
- * tokens and the same distribution, bit for bit (temperature alone: the
+ * tokens and every step's distribution, bit for bit (temperature alone: the
  * weights over the whole vocabulary; top_p: its total too). */
 static void test_draws_do_not_depend_on_the_exp_form(void **state)
 {
     (void)state;
     enum { V = 600, STEPS = 40 };
-    static float logits[V], buf[V], probs[3][V];
+    static float logits[V], buf[V], probs[3][STEPS][V];
     static sampler_candidate sc[4096];
     assert_true(sampler_scratch_count(V) <= 4096);
     for (int i = 0; i < V; i++)
@@ -373,7 +382,7 @@ static void test_draws_do_not_depend_on_the_exp_form(void **state)
             for (int t = 0; t < STEPS; t++) {
                 memcpy(buf, logits, sizeof buf);
                 buf[t % V] += 3.0f;
-                tok[level][t] = sampler_sample_dist(s, buf, sc, probs[level]);
+                tok[level][t] = sampler_sample_dist(s, buf, sc, probs[level][t]);
             }
             sampler_free(s);
         }
