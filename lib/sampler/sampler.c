@@ -2,6 +2,7 @@
 #include "sampler/sampler.h"
 
 #include "sampler/exp_rows.h"
+#include "sampler/select.h"
 #include "util/hashmap.h"
 
 #include <math.h>
@@ -162,7 +163,7 @@ di_status sampler_set_grammar_after(sampler *s, grammar_matcher *m, int32_t afte
 
 size_t sampler_scratch_count(int32_t n_vocab)
 {
-    return 2 * (size_t)n_vocab;
+    return 3 * (size_t)n_vocab; /* the candidates, then sampler_select's two buffers */
 }
 
 /* The slot of token (added when new), or -1 when memory ran out. */
@@ -220,36 +221,6 @@ int sampler_accept(sampler *s, int32_t token)
     if (i < 0) return -1;
     s->count[i]++;
     return 0;
-}
-
-/* The candidates' order: descending logit, then ascending id — a total order,
- * so what is kept never depends on how it was found. */
-static int before(const candidate *a, const candidate *b)
-{
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
-}
-
-static void sift_down(candidate *h, int32_t n, int32_t i)
-{
-    for (;;) {
-        int32_t l = 2 * i + 1, r = l + 1, top = i;
-        if (l < n && before(&h[l], &h[top])) top = l;
-        if (r < n && before(&h[r], &h[top])) top = r;
-        if (top == i) return;
-        candidate t = h[i];
-        h[i] = h[top];
-        h[top] = t;
-        i = top;
-    }
-}
-
-/* Take the first candidate of the order out of the heap h[0, *n). */
-static candidate heap_pop(candidate *h, int32_t *n)
-{
-    candidate top = h[0];
-    h[0] = h[--*n];
-    sift_down(h, *n, 0);
-    return top;
 }
 
 /* exp(c[i].logit - max) for c[0, n), a block at a time through
@@ -323,38 +294,12 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
         c[i].id = i;
         if (c[i].logit > max) max = c[i].logit;
     }
-    /* top_k and top_p need the head of the order only: a heap (built in O(V))
-     * gives it in O(kept log V) instead of sorting the whole vocabulary. */
+    /* top_k and top_p keep a head of the order (descending logit, then
+     * ascending id): found by buckets of logit distance and sorted, not by
+     * ordering the vocabulary (select.h) */
     int32_t n = V;
-    const int use_k = p->top_k > 0 && p->top_k < V, use_p = p->top_p < 1.0f;
-    if (use_k || use_p) {
-        for (int32_t i = V / 2 - 1; i >= 0; i--) sift_down(c, V, i);
-        int32_t heap_n = V, m = 0;
-        candidate *out = scratch + V;
-        if (use_k) {
-            while (m < p->top_k) out[m++] = heap_pop(c, &heap_n);
-            if (use_p) {
-                double total = 0.0, acc = 0.0;
-                for (int32_t i = 0; i < m; i++) total += exp((double)(out[i].logit - max));
-                for (int32_t i = 0; i < m; i++) {
-                    acc += exp((double)(out[i].logit - max));
-                    if (acc >= (double)p->top_p * total) {
-                        m = i + 1;
-                        break;
-                    }
-                }
-            }
-        } else {
-            double total = exp_sum(c, V, max, 0), acc = 0.0;
-            while (heap_n > 0 && (m == 0 || acc < (double)p->top_p * total)) {
-                out[m] = heap_pop(c, &heap_n);
-                acc += exp((double)(out[m].logit - max));
-                m++;
-            }
-        }
-        c = out;
-        n = m;
-    }
+    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f)
+        n = sampler_select(c, V, max, p->top_k, p->top_p, scratch + V, scratch + 2 * (size_t)V, &c);
     /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
     double sum = exp_sum(c, n, max, 1);
     if (p->min_p > 0.0f) {

@@ -13,6 +13,7 @@
 
 #include "sampler/exp_rows.h"
 #include "sampler/sampler.h"
+#include "sampler/select.h"
 
 static sampler_params defaults(void)
 {
@@ -31,13 +32,13 @@ static sampler *make(const sampler_params *p, int32_t V)
     return s;
 }
 
-static sampler_candidate scratch[2048];
+static sampler_candidate scratch[4096]; /* sampler_scratch_count of the largest vocabulary here */
 
 static int32_t draw(sampler *s, const float *logits, int32_t V)
 {
     float buf[64];
     memcpy(buf, logits, (size_t)V * sizeof *buf);
-    assert_true(sampler_scratch_count(V) <= 2048);
+    assert_true(sampler_scratch_count(V) <= 4096);
     return sampler_sample(s, buf, scratch);
 }
 
@@ -260,6 +261,104 @@ static void test_top_k_top_p_agree_with_a_full_sort(void **state)
         }
 }
 
+/* sampler_select against its definition with a full sort (qsort, the
+ * order descending logit then ascending id): the same candidates, in the same
+ * order, for top_k, top_p (its total in id order, as select.h says) and both,
+ * over rows with ties, -0 beside +0, -inf, values far below the max (the last
+ * bucket), a flat row, a peaked one and a constant one, of 700 and 20,000
+ * candidates (insertion and radix sorts); and again with the buckets' margin
+ * at -0.5, so their head falls short of top_p and is gathered again. */
+static void ref_head(const sampler_candidate *c, int32_t n, float max, int32_t k, float top_p,
+                     sampler_candidate *sorted, int32_t *m_out)
+{
+    ref_cand *r = malloc((size_t)n * sizeof *r);
+    assert_non_null(r);
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        r[i] = (ref_cand){c[i].logit == 0.0f ? 0.0f : c[i].logit, c[i].id};
+        total += exp((double)(c[i].logit - max)); /* id order */
+    }
+    qsort(r, (size_t)n, sizeof *r, ref_cmp);
+    int32_t m = n;
+    if (k > 0 && k < n) {
+        m = k;
+        total = 0.0;
+        for (int32_t i = 0; i < k; i++) total += exp((double)(r[i].logit - max));
+    }
+    if (top_p < 1.0f) {
+        double acc = 0.0;
+        for (int32_t i = 0; i < m; i++) {
+            acc += exp((double)(r[i].logit - max));
+            if (acc >= (double)top_p * total) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    for (int32_t i = 0; i < m; i++) sorted[i] = (sampler_candidate){r[i].logit, r[i].id};
+    *m_out = m;
+    free(r);
+}
+
+static float row_value(int kind, int32_t i, uint32_t *x)
+{
+    *x = *x * 1103515245u + 12345u;
+    const float u = (float)(*x >> 8) / 16777216.0f; /* [0, 1) */
+    switch (kind) {
+    case 0: return (float)((*x >> 16) % 64) / 8.0f; /* many ties */
+    case 1: return 20.0f * u - 10.0f;               /* flat */
+    case 2:                                         /* peaked: a few far above the rest */
+        return (i % 997 == 3 ? 25.0f : 0.0f) + 6.0f * (u - 0.5f) * (u - 0.5f) * (u < 0.5f ? -1 : 1);
+    case 3: /* -0, +0, -inf, and far below the max */
+        return i % 7 == 0 ? -0.0f : i % 7 == 1 ? 0.0f : i % 7 == 2 ? -INFINITY : -300.0f * u;
+    default: return 1.5f; /* constant */
+    }
+}
+
+static void test_select_keeps_what_a_full_sort_keeps(void **state)
+{
+    (void)state;
+    enum { NMAX = 20000 };
+    sampler_candidate *c = malloc(NMAX * sizeof *c), *buf = malloc(NMAX * sizeof *buf),
+                      *tmp = malloc(NMAX * sizeof *tmp), *want = malloc(NMAX * sizeof *want);
+    assert_true(c && buf && tmp && want);
+    const int32_t sizes[2] = {700, NMAX};
+    const int32_t ks[4] = {0, 1, 40, -1}; /* -1: n - 1 */
+    const float ps[5] = {1.0f, 0.5f, 0.9f, 0.999f, 0.99999f};
+    const double margins[2] = {1e-9, -0.5};
+    int checked = 0;
+    for (int kind = 0; kind < 5; kind++)
+        for (int si = 0; si < 2; si++) {
+            const int32_t n = sizes[si];
+            uint32_t x = 7u + (uint32_t)kind;
+            float max = -INFINITY;
+            for (int32_t i = 0; i < n; i++) {
+                c[i] = (sampler_candidate){row_value(kind, i, &x), i};
+                if (c[i].logit > max) max = c[i].logit;
+            }
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 5; b++)
+                    for (int mg = 0; mg < 2; mg++) {
+                        const int32_t k = ks[a] < 0 ? n - 1 : ks[a];
+                        if (k == 0 && ps[b] == 1.0f) continue;
+                        int32_t m_want;
+                        ref_head(c, n, max, k, ps[b], want, &m_want);
+                        sampler_select_margin = margins[mg];
+                        sampler_candidate *got = NULL;
+                        const int32_t m = sampler_select(c, n, max, k, ps[b], buf, tmp, &got);
+                        sampler_select_margin = 1e-9;
+                        assert_int_equal(m, m_want);
+                        for (int32_t i = 0; i < m; i++) {
+                            assert_int_equal(got[i].id, want[i].id);
+                            assert_true(got[i].logit == want[i].logit);
+                        }
+                        checked++;
+                    }
+        }
+    print_message("[ select: %d rows x parameters against a full sort ]\n", checked);
+    free(c), free(buf), free(tmp), free(want);
+}
+
 static void test_bad_parameters_name_the_field(void **state)
 {
     (void)state;
@@ -406,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_logit_bias_moves_the_greedy_choice),
         cmocka_unit_test(test_penalties_follow_their_definitions),
         cmocka_unit_test(test_top_k_top_p_agree_with_a_full_sort),
+        cmocka_unit_test(test_select_keeps_what_a_full_sort_keeps),
         cmocka_unit_test(test_bad_parameters_name_the_field),
         cmocka_unit_test(test_exp_rows_are_libm_exp),
         cmocka_unit_test(test_draws_do_not_depend_on_the_exp_form),
