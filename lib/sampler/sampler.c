@@ -163,7 +163,7 @@ di_status sampler_set_grammar_after(sampler *s, grammar_matcher *m, int32_t afte
 
 size_t sampler_scratch_count(int32_t n_vocab)
 {
-    return 3 * (size_t)n_vocab; /* the candidates, then sampler_select's two buffers */
+    return 2 * (size_t)n_vocab; /* the candidates, or sampler_select's two buffers */
 }
 
 /* The slot of token (added when new), or -1 when memory ran out. */
@@ -249,6 +249,33 @@ static double exp_sum(candidate *c, int32_t n, float max, int weights)
     return sum;
 }
 
+/* Rows in blocks of ROW_BLOCK values (a constant count: vectorized at -O2). */
+enum { ROW_BLOCK = 16 };
+
+/* x[i] *= f over x[0, n). */
+static void scale_row(float *x, int32_t n, float f)
+{
+    int32_t i = 0;
+    for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
+        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] *= f;
+    for (; i < n; i++) x[i] *= f;
+}
+
+/* The largest of x[0, n) (NaN ignored; -inf where there is none): ROW_BLOCK
+ * running maxima, then theirs. The value one running max finds, but for the
+ * sign of a zero max, which no weight exp(x - max) sees. */
+static float row_max(const float *x, int32_t n)
+{
+    float m[ROW_BLOCK], r = -INFINITY;
+    for (int j = 0; j < ROW_BLOCK; j++) m[j] = -INFINITY;
+    int32_t i = 0;
+    for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
+        for (int j = 0; j < ROW_BLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    for (int j = 0; j < ROW_BLOCK; j++) r = m[j] > r ? m[j] : r;
+    return r;
+}
+
 /* The processors of sampler_sample (steps 0 to 8), on logits in place.
  * Greedy: returns the chosen id. Otherwise returns -1 with *cand the kept
  * candidates (in scratch), *n_kept their count, each one's weight
@@ -286,20 +313,19 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
             if (logits[i] > logits[best]) best = i;
         return best;
     }
+    /* temperature in place, and the largest logit after it */
     const float inv_t = 1.0f / p->temperature;
+    scale_row(logits, V, inv_t);
+    const float max = row_max(logits, V);
     candidate *c = scratch;
-    float max = -INFINITY;
-    for (int32_t i = 0; i < V; i++) {
-        c[i].logit = logits[i] * inv_t;
-        c[i].id = i;
-        if (c[i].logit > max) max = c[i].logit;
-    }
-    /* top_k and top_p keep a head of the order (descending logit, then
-     * ascending id): found by buckets of logit distance and sorted, not by
-     * ordering the vocabulary (select.h) */
     int32_t n = V;
-    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f)
-        n = sampler_select(c, V, max, p->top_k, p->top_p, scratch + V, scratch + 2 * (size_t)V, &c);
+    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f) {
+        /* top_k and top_p keep a head of the order (descending logit, then
+         * ascending id), found without ordering the vocabulary (select.h) */
+        n = sampler_select(logits, V, max, p->top_k, p->top_p, scratch, scratch + V, &c);
+    } else {
+        for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
+    }
     /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
     double sum = exp_sum(c, n, max, 1);
     if (p->min_p > 0.0f) {

@@ -11,7 +11,16 @@ typedef sampler_candidate candidate;
 /* Buckets: SPAN logits below the max in STEPS a logit, then one for the rest
  * (and for -inf and NaN). EXP_BLOCK: weights computed a block at a time.
  * SMALL: heads sorted by insertion. */
-enum { SPAN = 64, STEPS = 16, BUCKETS = SPAN * STEPS + 1, EXP_BLOCK = 256, SMALL = 32 };
+enum {
+    SPAN = 64,
+    STEPS = 16,
+    BUCKETS = SPAN * STEPS + 1,
+    EXP_BLOCK = 256,
+    SMALL = 32,
+    LANES = 8,     /* the total's partial sums */
+    SCAN = 16,     /* the scans' blocks (a constant count: vectorized) */
+    HEAP_K = 1024, /* top_k up to this: a bounded heap; above, buckets */
+};
 
 double sampler_select_margin = 1e-9;
 
@@ -96,63 +105,145 @@ static int32_t head_reaching(const candidate *s, int32_t n, float max, double th
     return n;
 }
 
-/* The sum of exp(logit - max) over c[0, n) in order, and each bucket's. */
-static double bucket_weights(const candidate *c, int32_t n, float max, double *mass)
+/* The total of exp(x[i] - max) over x[0, n) (select.h's order: LANES
+ * partial sums, element i to sum i % LANES in id order, then added in pairs)
+ * and each bucket's weight into mass. */
+static double bucket_weights(const float *x, int32_t n, float max, double *mass)
 {
     float d[EXP_BLOCK];
-    double e[EXP_BLOCK], total = 0.0;
-    for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
+    double e[EXP_BLOCK], part[LANES] = {0};
+    int32_t b[EXP_BLOCK];
+    for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) { /* (EXP_BLOCK a multiple of LANES) */
         const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
-        for (int32_t j = 0; j < nb; j++) d[j] = c[i0 + j].logit - max;
+        for (int32_t j = 0; j < nb; j++) d[j] = x[i0 + j] - max;
         sampler_exp_rows(d, e, nb);
-        for (int32_t j = 0; j < nb; j++) {
-            total += e[j];
-            mass[bucket_of(c[i0 + j].logit, max)] += e[j];
-        }
+        for (int32_t j = 0; j < nb; j++) b[j] = bucket_of(x[i0 + j], max);
+        int32_t j = 0;
+        for (; j + LANES <= nb; j += LANES)
+            for (int l = 0; l < LANES; l++) part[l] += e[j + l];
+        for (; j < nb; j++) part[j % LANES] += e[j];
+        for (j = 0; j < nb; j++) mass[b[j]] += e[j];
     }
-    return total;
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-int32_t sampler_select(const candidate *c, int32_t n, float max, int32_t top_k, float top_p,
+/* x[0, n)'s candidates of buckets up to last (all where last is the final
+ * bucket) into buf, in id order; their count. Bucket <= last is
+ * max - x < (last + 1) / STEPS: the product by STEPS is exact and the
+ * truncation of a non-negative value is below last + 1 exactly then. */
+static int32_t gather(const float *x, int32_t n, float max, int last, candidate *buf)
+{
+    int32_t m = 0;
+    if (last == BUCKETS - 1) {
+        for (int32_t i = 0; i < n; i++) buf[i] = (candidate){x[i], i};
+        return n;
+    }
+    const float lim = (float)(last + 1) / (float)STEPS;
+    int32_t i = 0;
+    for (; i + SCAN <= n; i += SCAN) {
+        int any = 0;
+        for (int j = 0; j < SCAN; j++) any |= max - x[i + j] < lim;
+        if (any)
+            for (int j = 0; j < SCAN; j++)
+                if (max - x[i + j] < lim) buf[m++] = (candidate){x[i + j], i + j};
+    }
+    for (; i < n; i++)
+        if (max - x[i] < lim) buf[m++] = (candidate){x[i], i};
+    return m;
+}
+
+/* Restore the heap property (the worst of the order at h[0]) below i. */
+static void sift_worst(candidate *h, int32_t n, int32_t i)
+{
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && before(&h[w], &h[l])) w = l;
+        if (r < n && before(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        candidate t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+/* The first k of the order among x[0, n) (0 < k < n) into buf[0, k), in no
+ * order: a heap of the k best so far, its worst on top, and a scan in id
+ * order that lets in a value above the worst (a later id at an equal value
+ * comes after it), SCAN values compared at a time. */
+static void top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
+{
+    for (int32_t i = 0; i < k; i++) buf[i] = (candidate){x[i], i};
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_worst(buf, k, i);
+    int32_t i = k;
+    for (; i < n && i % SCAN; i++)
+        if (x[i] > buf[0].logit) buf[0] = (candidate){x[i], i}, sift_worst(buf, k, 0);
+    for (; i + SCAN <= n; i += SCAN) {
+        const float worst = buf[0].logit;
+        int any = 0;
+        for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
+        if (any)
+            for (int j = 0; j < SCAN; j++)
+                if (x[i + j] > buf[0].logit)
+                    buf[0] = (candidate){x[i + j], i + j}, sift_worst(buf, k, 0);
+    }
+    for (; i < n; i++)
+        if (x[i] > buf[0].logit) buf[0] = (candidate){x[i], i}, sift_worst(buf, k, 0);
+}
+
+int32_t sampler_select(const float *x, int32_t n, float max, int32_t top_k, float top_p,
                        candidate *buf, candidate *tmp, candidate **kept)
 {
     const int use_k = top_k > 0 && top_k < n, use_p = top_p < 1.0f;
-    /* last: the deepest bucket gathered (BUCKETS - 1: every candidate, where
-     * max is not finite and the distances mean nothing) */
-    int last = BUCKETS - 1;
-    double total = 0.0;
+    int reached;
     if (use_k) {
-        int32_t count[BUCKETS] = {0}, seen = 0;
-        for (int32_t i = 0; i < n; i++) count[bucket_of(c[i].logit, max)]++;
-        if (isfinite(max))
-            for (last = 0; last < BUCKETS - 1 && (seen += count[last]) < top_k; last++) continue;
-    } else if (use_p) {
-        double mass[BUCKETS] = {0}, acc = 0.0;
-        total = bucket_weights(c, n, max, mass);
-        const double want = (double)top_p * total * (1.0 + sampler_select_margin);
-        if (isfinite(max))
-            for (last = 0; last < BUCKETS - 1 && (acc += mass[last]) < want; last++) continue;
-    }
-    for (;;) {
-        int32_t m = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (last == BUCKETS - 1 || bucket_of(c[i].logit, max) <= last) buf[m++] = c[i];
-        candidate *s = sort_head(buf, tmp, m);
-        *kept = s;
-        int reached;
-        if (use_k) { /* top_k, then top_p over its total */
-            if (!use_p) return top_k;
-            double sum = 0.0;
-            for (int32_t i = 0; i < top_k; i++) sum += exp((double)(s[i].logit - max));
-            return head_reaching(s, top_k, max, (double)top_p * sum, &reached);
+        candidate *s;
+        if (top_k <= HEAP_K) { /* the heap, then its worst to the end in turn */
+            top_k_heap(x, n, top_k, buf);
+            for (int32_t end = top_k - 1; end > 0; end--) {
+                candidate t = buf[0];
+                buf[0] = buf[end];
+                buf[end] = t;
+                sift_worst(buf, end, 0);
+            }
+            s = buf;
+        } else { /* the buckets that hold top_k, sorted */
+            int32_t count[BUCKETS] = {0}, seen = 0;
+            int last = BUCKETS - 1;
+            for (int32_t i = 0; i < n; i++) count[bucket_of(x[i], max)]++;
+            if (isfinite(max))
+                for (last = 0; last < BUCKETS - 1 && (seen += count[last]) < top_k; last++)
+                    continue;
+            s = sort_head(buf, tmp, gather(x, n, max, last, buf));
         }
-        if (!use_p) return m;
-        const double thr = (double)top_p * total;
+        *kept = s;
+        if (!use_p) return top_k;
+        double sum = 0.0; /* top_p over top_k's total */
+        for (int32_t i = 0; i < top_k; i++) sum += exp((double)(s[i].logit - max));
+        return head_reaching(s, top_k, max, (double)top_p * sum, &reached);
+    }
+    if (!use_p) { /* no limit: every candidate, in the order */
+        *kept = sort_head(buf, tmp, gather(x, n, max, BUCKETS - 1, buf));
+        return n;
+    }
+    /* top_p: the buckets that reach its weight (a margin for the summation
+     * order), their head sorted; every bucket (last BUCKETS - 1) where max
+     * is not finite and the distances mean nothing */
+    double mass[BUCKETS] = {0}, acc = 0.0;
+    const double total = bucket_weights(x, n, max, mass), thr = (double)top_p * total,
+                 want = thr * (1.0 + sampler_select_margin);
+    int last = BUCKETS - 1;
+    if (isfinite(max))
+        for (last = 0; last < BUCKETS - 1 && (acc += mass[last]) < want; last++) continue;
+    for (;;) {
+        const int32_t m = gather(x, n, max, last, buf);
+        candidate *s = *kept = sort_head(buf, tmp, m);
         if (isnan(thr)) return m > 0 ? 1 : 0; /* (NaN logits: the first, as the heap did) */
         const int32_t k = head_reaching(s, m, max, thr, &reached);
         /* short of thr where the head's buckets reached it (rounding: the
          * buckets' sum is in another order), every bucket; short of it even
-         * then, every candidate is kept, as the heap kept them */
+         * then, every candidate is kept, as a full sort keeps them */
         if (reached || last == BUCKETS - 1) return k;
         last = BUCKETS - 1;
     }

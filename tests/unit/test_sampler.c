@@ -32,13 +32,13 @@ static sampler *make(const sampler_params *p, int32_t V)
     return s;
 }
 
-static sampler_candidate scratch[4096]; /* sampler_scratch_count of the largest vocabulary here */
+static sampler_candidate scratch[2048];
 
 static int32_t draw(sampler *s, const float *logits, int32_t V)
 {
     float buf[64];
     memcpy(buf, logits, (size_t)V * sizeof *buf);
-    assert_true(sampler_scratch_count(V) <= 4096);
+    assert_true(sampler_scratch_count(V) <= 2048);
     return sampler_sample(s, buf, scratch);
 }
 
@@ -263,21 +263,24 @@ static void test_top_k_top_p_agree_with_a_full_sort(void **state)
 
 /* sampler_select against its definition with a full sort (qsort, the
  * order descending logit then ascending id): the same candidates, in the same
- * order, for top_k, top_p (its total in id order, as select.h says) and both,
+ * order, for top_k (its heap and its buckets), top_p (its total in select.h's
+ * order) and both,
  * over rows with ties, -0 beside +0, -inf, values far below the max (the last
  * bucket), a flat row, a peaked one and a constant one, of 700 and 20,000
  * candidates (insertion and radix sorts); and again with the buckets' margin
  * at -0.5, so their head falls short of top_p and is gathered again. */
-static void ref_head(const sampler_candidate *c, int32_t n, float max, int32_t k, float top_p,
+static void ref_head(const float *x, int32_t n, float max, int32_t k, float top_p,
                      sampler_candidate *sorted, int32_t *m_out)
 {
     ref_cand *r = malloc((size_t)n * sizeof *r);
     assert_non_null(r);
-    double total = 0.0;
+    double part[8] = {0}; /* select.h's total: 8 partial sums in id order, in pairs */
     for (int32_t i = 0; i < n; i++) {
-        r[i] = (ref_cand){c[i].logit == 0.0f ? 0.0f : c[i].logit, c[i].id};
-        total += exp((double)(c[i].logit - max)); /* id order */
+        r[i] = (ref_cand){x[i] == 0.0f ? 0.0f : x[i], i};
+        part[i % 8] += exp((double)(x[i] - max));
     }
+    double total =
+        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     qsort(r, (size_t)n, sizeof *r, ref_cmp);
     int32_t m = n;
     if (k > 0 && k < n) {
@@ -319,33 +322,34 @@ static void test_select_keeps_what_a_full_sort_keeps(void **state)
 {
     (void)state;
     enum { NMAX = 20000 };
-    sampler_candidate *c = malloc(NMAX * sizeof *c), *buf = malloc(NMAX * sizeof *buf),
-                      *tmp = malloc(NMAX * sizeof *tmp), *want = malloc(NMAX * sizeof *want);
-    assert_true(c && buf && tmp && want);
+    float *x = malloc(NMAX * sizeof *x);
+    sampler_candidate *buf = malloc(NMAX * sizeof *buf), *tmp = malloc(NMAX * sizeof *tmp),
+                      *want = malloc(NMAX * sizeof *want);
+    assert_true(x && buf && tmp && want);
     const int32_t sizes[2] = {700, NMAX};
-    const int32_t ks[4] = {0, 1, 40, -1}; /* -1: n - 1 */
+    const int32_t ks[5] = {0, 1, 40, 1500, -1}; /* -1: n - 1 (heap to 1,024, then buckets) */
     const float ps[5] = {1.0f, 0.5f, 0.9f, 0.999f, 0.99999f};
     const double margins[2] = {1e-9, -0.5};
     int checked = 0;
     for (int kind = 0; kind < 5; kind++)
         for (int si = 0; si < 2; si++) {
             const int32_t n = sizes[si];
-            uint32_t x = 7u + (uint32_t)kind;
+            uint32_t seed = 7u + (uint32_t)kind;
             float max = -INFINITY;
             for (int32_t i = 0; i < n; i++) {
-                c[i] = (sampler_candidate){row_value(kind, i, &x), i};
-                if (c[i].logit > max) max = c[i].logit;
+                x[i] = row_value(kind, i, &seed);
+                if (x[i] > max) max = x[i];
             }
-            for (int a = 0; a < 4; a++)
+            for (int a = 0; a < 5; a++)
                 for (int b = 0; b < 5; b++)
                     for (int mg = 0; mg < 2; mg++) {
                         const int32_t k = ks[a] < 0 ? n - 1 : ks[a];
                         if (k == 0 && ps[b] == 1.0f) continue;
                         int32_t m_want;
-                        ref_head(c, n, max, k, ps[b], want, &m_want);
+                        ref_head(x, n, max, k, ps[b], want, &m_want);
                         sampler_select_margin = margins[mg];
                         sampler_candidate *got = NULL;
-                        const int32_t m = sampler_select(c, n, max, k, ps[b], buf, tmp, &got);
+                        const int32_t m = sampler_select(x, n, max, k, ps[b], buf, tmp, &got);
                         sampler_select_margin = 1e-9;
                         assert_int_equal(m, m_want);
                         for (int32_t i = 0; i < m; i++) {
@@ -356,7 +360,7 @@ static void test_select_keeps_what_a_full_sort_keeps(void **state)
                     }
         }
     print_message("[ select: %d rows x parameters against a full sort ]\n", checked);
-    free(c), free(buf), free(tmp), free(want);
+    free(x), free(buf), free(tmp), free(want);
 }
 
 static void test_bad_parameters_name_the_field(void **state)
