@@ -1,5 +1,6 @@
 /* A draw's cost: sampler_sample (internal API) against llama.cpp's sampler
- * chain (libllama's llama_sampler_*: temp, top_k, top_p, dist, in our order)
+ * chain (libllama's llama_sampler_*: temp, top_k, top_p, dist, in our order;
+ * greedy)
  * on the same rows, interleaved, best of `reps` each; microseconds a draw
  * and the ratio (llama.cpp / deepinfer: above 1, deepinfer is faster) last.
  *
@@ -45,6 +46,7 @@ typedef struct llama_api {
     void *(*init_top_k)(int32_t);
     void *(*init_top_p)(float, size_t);
     void *(*init_dist)(uint32_t);
+    void *(*init_greedy)(void);
     void (*apply)(void *, llama_token_data_array *);
     void (*sampler_free)(void *);
 } llama_api;
@@ -63,6 +65,7 @@ static int load_llama(const char *path, llama_api *a)
         {(void **)&a->init_top_k, "llama_sampler_init_top_k"},
         {(void **)&a->init_top_p, "llama_sampler_init_top_p"},
         {(void **)&a->init_dist, "llama_sampler_init_dist"},
+        {(void **)&a->init_greedy, "llama_sampler_init_greedy"},
         {(void **)&a->apply, "llama_sampler_apply"},
         {(void **)&a->sampler_free, "llama_sampler_free"},
     };
@@ -93,6 +96,7 @@ static void fill_row(float *row, int32_t V, int peaked)
 
 typedef struct config {
     const char *name;
+    float temperature;
     int32_t top_k;
     float top_p;
 } config;
@@ -105,13 +109,15 @@ int main(int argc, char **argv)
     if (want_llama && !have_llama) return 1;
     const int reps = argc > 2 ? atoi(argv[2]) : 40;
     const int32_t vocabs[2] = {49152, 129280};
-    const config cfg[4] = {
-        {"temperature 0.8", 0, 1.0f},
-        {"top_p 0.95", 0, 0.95f},
-        {"top_k 40", 40, 1.0f},
-        {"top_k 40, top_p 0.9", 40, 0.9f},
+    enum { N_CFG = 5 };
+    const config cfg[N_CFG] = {
+        {"greedy", 0.0f, 0, 1.0f},
+        {"temperature 0.8", 0.8f, 0, 1.0f},
+        {"top_p 0.95", 0.8f, 0, 0.95f},
+        {"top_k 40", 0.8f, 40, 1.0f},
+        {"top_k 40, top_p 0.9", 0.8f, 40, 0.9f},
     };
-    printf("one draw, microseconds (best of %d, row copies taken off); temperature 0.8\n", reps);
+    printf("one draw, microseconds (best of %d, row copies taken off)\n", reps);
     printf("| vocabulary | row | sampling | deepinfer | llama.cpp | llama.cpp / deepinfer |\n");
     printf("|---|---|---|---|---|---|\n");
     for (int vi = 0; vi < 2; vi++) {
@@ -134,9 +140,10 @@ int main(int argc, char **argv)
                 copy_ours = t1 - t0 < copy_ours ? t1 - t0 : copy_ours;
                 copy_llama = t2 - t1 < copy_llama ? t2 - t1 : copy_llama;
             }
-            for (int ci = 0; ci < 4; ci++) {
+            for (int ci = 0; ci < N_CFG; ci++) {
                 sampler_params p = {0};
-                p.temperature = 0.8f, p.top_k = cfg[ci].top_k, p.top_p = cfg[ci].top_p;
+                p.temperature = cfg[ci].temperature, p.top_k = cfg[ci].top_k;
+                p.top_p = cfg[ci].top_p;
                 p.repetition_penalty = 1.0f, p.seed = 1;
                 sampler *s = NULL;
                 char msg[128];
@@ -145,10 +152,15 @@ int main(int argc, char **argv)
                 void *chain = NULL;
                 if (have_llama) {
                     chain = la.chain_init((llama_sampler_chain_params){true});
-                    la.chain_add(chain, la.init_temp(0.8f));
-                    if (cfg[ci].top_k) la.chain_add(chain, la.init_top_k(cfg[ci].top_k));
-                    if (cfg[ci].top_p < 1.0f) la.chain_add(chain, la.init_top_p(cfg[ci].top_p, 1));
-                    la.chain_add(chain, la.init_dist(1));
+                    if (cfg[ci].temperature == 0.0f) {
+                        la.chain_add(chain, la.init_greedy());
+                    } else {
+                        la.chain_add(chain, la.init_temp(cfg[ci].temperature));
+                        if (cfg[ci].top_k) la.chain_add(chain, la.init_top_k(cfg[ci].top_k));
+                        if (cfg[ci].top_p < 1.0f)
+                            la.chain_add(chain, la.init_top_p(cfg[ci].top_p, 1));
+                        la.chain_add(chain, la.init_dist(1));
+                    }
                 }
                 double ours = 1e9, theirs = 1e9;
                 long sink = 0;

@@ -276,6 +276,25 @@ static float row_max(const float *x, int32_t n)
     return r;
 }
 
+/* Greedy's choice: the first id whose logit is the largest, as the scalar
+ * scan `if (x[i] > x[best]) best = i` from best = 0 finds it (a NaN at 0
+ * keeps 0; -0 and +0 tie; NaN elsewhere is passed over): the max in blocks,
+ * then the first value equal to it. */
+static int32_t row_argmax(const float *x, int32_t n)
+{
+    if (x[0] != x[0]) return 0;
+    const float m = row_max(x, n);
+    int32_t i = 0;
+    for (; i + ROW_BLOCK <= n; i += ROW_BLOCK) {
+        int any = 0;
+        for (int j = 0; j < ROW_BLOCK; j++) any |= x[i + j] == m;
+        if (any) break;
+    }
+    for (; i < n; i++)
+        if (x[i] == m) return i;
+    return 0; /* (every value NaN but the first: not reached) */
+}
+
 /* The processors of sampler_sample (steps 0 to 8), on logits in place.
  * Greedy: returns the chosen id. Otherwise returns -1 with *cand the kept
  * candidates (in scratch), *n_kept their count, each one's weight
@@ -307,12 +326,7 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
         if (s->count[i]) l -= p->frequency_penalty * (float)s->count[i] + p->presence_penalty;
         logits[id] = l;
     }
-    if (p->temperature == 0.0f) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
+    if (p->temperature == 0.0f) return row_argmax(logits, V);
     /* temperature in place, and the largest logit after it */
     const float inv_t = 1.0f / p->temperature;
     scale_row(logits, V, inv_t);

@@ -51,6 +51,32 @@ static void test_greedy_takes_the_largest_lowest_id_on_ties(void **state)
     const float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     assert_int_equal(draw(s, l, 6), 1);
     sampler_free(s);
+    /* the blocked scan against the scalar one it stands for, on rows of
+     * every length to 600 with ties, -0 and +0, NaN (first and elsewhere),
+     * -inf and the max in the tail */
+    enum { N = 600 };
+    uint32_t x = 3;
+    for (int32_t n = 1; n <= N; n += (n < 40 ? 1 : 37)) {
+        s = make(&p, n);
+        for (int kind = 0; kind < 6; kind++) {
+            float row[N], buf[N];
+            for (int32_t i = 0; i < n; i++) {
+                x = x * 1103515245u + 12345u;
+                row[i] = (float)((x >> 16) % 8) - 4.0f;
+                if (kind == 1) row[i] = (x >> 20) & 1 ? 0.0f : -0.0f;
+                if (kind == 2 && i % 5 == 2) row[i] = NAN;
+                if (kind == 3) row[i] = -INFINITY;
+            }
+            if (kind == 4) row[0] = NAN;
+            if (kind == 5) row[n - 1] = 100.0f;
+            int32_t want = 0;
+            for (int32_t i = 1; i < n; i++)
+                if (row[i] > row[want]) want = i;
+            memcpy(buf, row, (size_t)n * sizeof *buf);
+            assert_int_equal(sampler_sample(s, buf, scratch), want);
+        }
+        sampler_free(s);
+    }
 }
 
 static void test_same_seed_same_tokens_other_seed_other_tokens(void **state)
