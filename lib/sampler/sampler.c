@@ -326,7 +326,10 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
         if (s->count[i]) l -= p->frequency_penalty * (float)s->count[i] + p->presence_penalty;
         logits[id] = l;
     }
-    if (p->temperature == 0.0f) return row_argmax(logits, V);
+    if (p->temperature == 0.0f) {
+        *cand = scratch, *n_kept = 0, *sum_out = 0.0; /* (nothing to draw from) */
+        return row_argmax(logits, V);
+    }
     /* temperature in place, and the largest logit after it */
     const float inv_t = 1.0f / p->temperature;
     scale_row(logits, V, inv_t);
