@@ -257,14 +257,14 @@ static di_status parse(gguf_file *f, unsigned flags, char *msg, size_t msg_size)
             const gguf_tensor_info *t = &f->tensors[i];
             if (t->offset > f->size || t->n_bytes > f->size ||
                 f->data_offset + t->offset + t->n_bytes > f->size) {
-                unsigned long long at = f->data_offset;
-                at += t->offset;
                 c.pos = f->size;
+                /* (the offset as the file gives it: data_offset + offset can wrap) */
                 return bad(&c,
-                           "data of tensor '%.*s' (%llu bytes at %llu) runs past the end: the file "
-                           "is truncated",
+                           "data of tensor '%.*s' (%llu bytes at offset %llu of the data section, "
+                           "which starts at byte %llu) runs past the end: the file is truncated",
                            (int)(t->name_len < 64 ? t->name_len : 64), t->name,
-                           (unsigned long long)t->n_bytes, at);
+                           (unsigned long long)t->n_bytes, (unsigned long long)t->offset,
+                           (unsigned long long)f->data_offset);
             }
         }
         /* no two tensors may share bytes (a retyped or re-pointed tensor would

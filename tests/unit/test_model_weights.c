@@ -92,6 +92,7 @@ typedef struct gguf_spec {
     uint32_t rope_dims;    /* rope.dimension_count, when not 0 */
     uint32_t alignment;    /* general.alignment, when not 0 */
     int huge_tensor;       /* one more tensor, F16 {2^40, 2^23}: 2^64 bytes, none stored */
+    int far_offset;        /* the last tensor's offset 2^64 - 64 (aligned; wraps when added) */
 } gguf_spec;
 
 typedef struct tinfo {
@@ -242,7 +243,7 @@ static size_t write_gguf(const char *path, const gguf_spec *s, size_t truncate_t
         put_u32(&b, t[i].n_dims);
         for (uint32_t d = 0; d < t[i].n_dims; d++) put_u64(&b, t[i].ne[d]);
         put_u32(&b, t[i].type);
-        put_u64(&b, off);
+        put_u64(&b, s->far_offset && i + 1 == nt ? UINT64_MAX - 63 : off);
         off += (tensor_bytes(&t[i]) + 31) / 32 * 32;
     }
     if (s->huge_tensor) { /* its byte count wraps to 0 in 64 bits */
@@ -433,6 +434,13 @@ static void test_gguf_errors_name_the_file_and_field(void **state)
     expect_open_error(path, DI_ERR_MODEL_FORMAT, "'junk.weight'", "9223372036854775808 elements",
                       "64 bits");
 
+    /* an offset near 2^64: refused, the message giving it as the file does
+     * (not data start + offset, which wraps to a small number) */
+    s = (gguf_spec){.far_offset = 1};
+    write_gguf(path, &s, 0);
+    expect_open_error(path, DI_ERR_MODEL_FORMAT, "'blk.0.ffn_down.weight'",
+                      "at offset 18446744073709551552 of the data section", "truncated");
+
     s = (gguf_spec){0};
     size_t full = write_gguf(path, &s, 0);
     write_gguf(path, &s, full - 40);
@@ -535,7 +543,9 @@ static void test_gguf_real_models(void **state)
     model_weights_close(w);
     json_decref(ref);
     snprintf(path, sizeof path, "%s/r1-distill-qwen-7b/model_part_0000.gguf", DI_ASSET_DIR);
-    expect_open_error(path, DI_ERR_MODEL_FORMAT, "'output.weight' (447068160 bytes at 5953248)",
+    expect_open_error(path, DI_ERR_MODEL_FORMAT,
+                      "'output.weight' (447068160 bytes at offset 0 of the data section, which "
+                      "starts at byte 5953248)",
                       "truncated", NULL);
     /* The assembled model, once PyPI has every part (fetch_assets.py
      * r1-distill-qwen-7b): the whole file validates, as the header of part 0000
