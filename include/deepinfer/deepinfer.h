@@ -1350,7 +1350,8 @@ typedef struct di_request {
      * temperature 1.0, as deepseek-recipe does) — and these fields give what
      * the body leaves open. logit_bias entries merge, the body's winning for a
      * token both name. docs/api.md, "Sampling precedence". */
-    float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token) */
+    float temperature;        /* [0, 100], default 1; 0: greedy (the most likely token), and
+                               * below 1e-5 too (vLLM's _SAMPLING_EPS) */
     float top_p;              /* (0, 1], default 1 (off) */
     int32_t top_k;            /* >= 0, default 0 (off) */
     float min_p;              /* [0, 1], default 0 (off) */

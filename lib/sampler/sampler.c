@@ -109,6 +109,7 @@ di_status sampler_create(const sampler_params *p, int32_t n_vocab, sampler **out
     sampler *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->p = *p;
+    if (s->p.temperature < SAMPLER_GREEDY_BELOW) s->p.temperature = 0.0f;
     s->n_vocab = n_vocab;
     if (di_u64_map_init(&s->slot_of, 64) != 0) goto oom;
     if (p->n_bias) {
@@ -252,13 +253,20 @@ static double exp_sum(candidate *c, int32_t n, float max, int weights)
 /* Rows in blocks of ROW_BLOCK values (a constant count: vectorized at -O2). */
 enum { ROW_BLOCK = 16 };
 
-/* x[i] *= f over x[0, n). */
+/* x[i] *= f over x[0, n), a NaN made -inf (never drawn; select.h takes
+ * no NaN). */
+static inline float scaled(float x, float f)
+{
+    const float y = x * f;
+    return y == y ? y : -INFINITY;
+}
+
 static void scale_row(float *x, int32_t n, float f)
 {
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] *= f;
-    for (; i < n; i++) x[i] *= f;
+        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
+    for (; i < n; i++) x[i] = scaled(x[i], f);
 }
 
 /* The largest of x[0, n) (NaN ignored; -inf where there is none): ROW_BLOCK

@@ -9,8 +9,9 @@
  *   3. frequency and    logits[id] -= frequency * count(id) + presence * (count(id) > 0),
  *      presence         over output tokens only (OpenAI's penalties, as vLLM applies them)
  *   4. temperature 0    greedy: the largest logit, the lowest id on a tie — stop here
- *   5. temperature      logits /= temperature
- *   6. top_k            keep the k largest (ties broken by lower id; taken from a heap)
+ *                       (a temperature below SAMPLER_GREEDY_BELOW is 0)
+ *   5. temperature      logits *= 1 / temperature (a NaN made -inf: never drawn)
+ *   6. top_k            keep the k largest (ties broken by lower id; select.h)
  *   7. top_p            keep the smallest prefix of the sorted tokens whose
  *                       probability reaches top_p (at least one)
  *   8. min_p            drop tokens whose probability is below min_p × the largest
@@ -32,7 +33,7 @@
 #include "sampler/grammar.h"
 
 typedef struct sampler_params {
-    float temperature;        /* >= 0; 0: greedy */
+    float temperature;        /* >= 0; below SAMPLER_GREEDY_BELOW: greedy */
     int32_t top_k;            /* >= 0; 0: off */
     float top_p;              /* (0, 1]; 1: off */
     float min_p;              /* [0, 1]; 0: off */
@@ -44,6 +45,12 @@ typedef struct sampler_params {
     const float *bias_values;
     size_t n_bias;
 } sampler_params;
+
+/* Temperatures below this are greedy, as vLLM's _SAMPLING_EPS makes them:
+ * 1 / T would scale logits past float's range (a logit 0 times 1 / T = inf is
+ * NaN), and the draw at such a T is the greedy choice but for exact ties.
+ * sampler_create stores 0 for them. */
+#define SAMPLER_GREEDY_BELOW 1e-5f
 
 typedef struct sampler sampler;
 
@@ -88,7 +95,9 @@ di_status sampler_grammar_error(const sampler *s, const char **why);
  * so the request stops even when end tokens do not stop it (ignore_eos). */
 int sampler_grammar_ended(const sampler *s);
 
-/* Choose the next token from logits [n_vocab] (modified in place), with
+/* Choose the next token from logits [n_vocab] (modified in place: the row
+ * comes back after steps 0-3, and after step 5 where the temperature is not
+ * 0; callers that need the raw row copy it first), with
  * `scratch` as sampler_scratch_count says. Does not accept it: the caller calls
  * sampler_accept with what it keeps. */
 int32_t sampler_sample(sampler *s, float *logits, sampler_candidate *scratch);

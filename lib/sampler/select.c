@@ -171,25 +171,38 @@ static void sift_worst(candidate *h, int32_t n, int32_t i)
 /* The first k of the order among x[0, n) (0 < k < n) into buf[0, k), in no
  * order: a heap of the k best so far, its worst on top, and a scan in id
  * order that lets in a value above the worst (a later id at an equal value
- * comes after it), SCAN values compared at a time. */
-static void top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
+ * comes after it), SCAN values compared at a time. A row whose values rise
+ * with the id lets in nearly every one (O(n log k)): past n / 16 + k entries
+ * it gives up and returns 0 (the buckets then), else 1. */
+/* x[at] into the heap buf[0, k) where it is better than the worst, while
+ * *budget lasts: 0 once it has run out. */
+static inline int heap_enter(const float *x, int32_t at, candidate *buf, int32_t k, int32_t *budget)
+{
+    if (!(x[at] > buf[0].logit)) return 1;
+    if (--*budget < 0) return 0;
+    buf[0] = (candidate){x[at], at};
+    sift_worst(buf, k, 0);
+    return 1;
+}
+
+static int top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
 {
     for (int32_t i = 0; i < k; i++) buf[i] = (candidate){x[i], i};
     for (int32_t i = k / 2 - 1; i >= 0; i--) sift_worst(buf, k, i);
-    int32_t i = k;
+    int32_t i = k, budget = n / 16 + k;
     for (; i < n && i % SCAN; i++)
-        if (x[i] > buf[0].logit) buf[0] = (candidate){x[i], i}, sift_worst(buf, k, 0);
+        if (!heap_enter(x, i, buf, k, &budget)) return 0;
     for (; i + SCAN <= n; i += SCAN) {
         const float worst = buf[0].logit;
         int any = 0;
         for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
         if (any)
             for (int j = 0; j < SCAN; j++)
-                if (x[i + j] > buf[0].logit)
-                    buf[0] = (candidate){x[i + j], i + j}, sift_worst(buf, k, 0);
+                if (!heap_enter(x, i + j, buf, k, &budget)) return 0;
     }
     for (; i < n; i++)
-        if (x[i] > buf[0].logit) buf[0] = (candidate){x[i], i}, sift_worst(buf, k, 0);
+        if (!heap_enter(x, i, buf, k, &budget)) return 0;
+    return 1;
 }
 
 int32_t sampler_select(const float *x, int32_t n, float max, int32_t top_k, float top_p,
@@ -199,8 +212,8 @@ int32_t sampler_select(const float *x, int32_t n, float max, int32_t top_k, floa
     int reached;
     if (use_k) {
         candidate *s;
-        if (top_k <= HEAP_K) { /* the heap, then its worst to the end in turn */
-            top_k_heap(x, n, top_k, buf);
+        if (top_k <= HEAP_K && top_k_heap(x, n, top_k, buf)) {
+            /* the heap, then its worst to the end in turn */
             for (int32_t end = top_k - 1; end > 0; end--) {
                 candidate t = buf[0];
                 buf[0] = buf[end];
@@ -239,7 +252,7 @@ int32_t sampler_select(const float *x, int32_t n, float max, int32_t top_k, floa
     for (;;) {
         const int32_t m = gather(x, n, max, last, buf);
         candidate *s = *kept = sort_head(buf, tmp, m);
-        if (isnan(thr)) return m > 0 ? 1 : 0; /* (NaN logits: the first, as the heap did) */
+        if (isnan(thr)) return m > 0 ? 1 : 0; /* (a +inf: the total is NaN; the heap kept one) */
         const int32_t k = head_reaching(s, m, max, thr, &reached);
         /* short of thr where the head's buckets reached it (rounding: the
          * buckets' sum is in another order), every bucket; short of it even

@@ -289,12 +289,13 @@ static void test_top_k_top_p_agree_with_a_full_sort(void **state)
 
 /* sampler_select against its definition with a full sort (qsort, the
  * order descending logit then ascending id): the same candidates, in the same
- * order, for top_k (its heap and its buckets), top_p (its total in select.h's
- * order) and both,
+ * order, for top_k (its heap to 256, the buckets above and for a row whose
+ * values rise with the id), top_p (its total in select.h's order) and both,
  * over rows with ties, -0 beside +0, -inf, values far below the max (the last
- * bucket), a flat row, a peaked one and a constant one, of 700 and 20,000
- * candidates (insertion and radix sorts); and again with the buckets' margin
- * at -0.5, so their head falls short of top_p and is gathered again. */
+ * bucket), a flat row, a peaked one, a constant one, a rising one, one with
+ * +inf (a NaN total) and one all -inf, of 1 to 20,000 candidates (insertion
+ * and radix sorts, the scans' tails); and with the buckets' margin at -0.5,
+ * so their head falls short of top_p and is gathered again. */
 static void ref_head(const float *x, int32_t n, float max, int32_t k, float top_p,
                      sampler_candidate *sorted, int32_t *m_out)
 {
@@ -308,17 +309,20 @@ static void ref_head(const float *x, int32_t n, float max, int32_t k, float top_
     double total =
         ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     qsort(r, (size_t)n, sizeof *r, ref_cmp);
+    const int with_k = k > 0 && k < n;
     int32_t m = n;
-    if (k > 0 && k < n) {
+    if (with_k) {
         m = k;
         total = 0.0;
         for (int32_t i = 0; i < k; i++) total += exp((double)(r[i].logit - max));
     }
     if (top_p < 1.0f) {
+        const double thr = (double)top_p * total;
         double acc = 0.0;
         for (int32_t i = 0; i < m; i++) {
             acc += exp((double)(r[i].logit - max));
-            if (acc >= (double)top_p * total) {
+            /* (a NaN total: top_p alone stops at the first, after top_k never) */
+            if (with_k ? acc >= thr : !(acc < thr)) {
                 m = i + 1;
                 break;
             }
@@ -328,6 +332,8 @@ static void ref_head(const float *x, int32_t n, float max, int32_t k, float top_
     *m_out = m;
     free(r);
 }
+
+enum { ROW_KINDS = 8 };
 
 static float row_value(int kind, int32_t i, uint32_t *x)
 {
@@ -340,7 +346,10 @@ static float row_value(int kind, int32_t i, uint32_t *x)
         return (i % 997 == 3 ? 25.0f : 0.0f) + 6.0f * (u - 0.5f) * (u - 0.5f) * (u < 0.5f ? -1 : 1);
     case 3: /* -0, +0, -inf, and far below the max */
         return i % 7 == 0 ? -0.0f : i % 7 == 1 ? 0.0f : i % 7 == 2 ? -INFINITY : -300.0f * u;
-    default: return 1.5f; /* constant */
+    case 4: return 1.5f;                          /* constant */
+    case 5: return (float)i * 0.001f;             /* rising: every value enters a heap */
+    case 6: return i % 5 == 1 ? INFINITY : 4 * u; /* +inf: a NaN total */
+    default: return -INFINITY;                    /* nothing finite */
     }
 }
 
@@ -352,13 +361,13 @@ static void test_select_keeps_what_a_full_sort_keeps(void **state)
     sampler_candidate *buf = malloc(NMAX * sizeof *buf), *tmp = malloc(NMAX * sizeof *tmp),
                       *want = malloc(NMAX * sizeof *want);
     assert_true(x && buf && tmp && want);
-    const int32_t sizes[2] = {700, NMAX};
-    const int32_t ks[5] = {0, 1, 40, 1500, -1}; /* -1: n - 1 (heap to 1,024, then buckets) */
+    const int32_t sizes[6] = {1, 2, 15, 17, 700, NMAX};
+    const int32_t ks[7] = {0, 1, 40, 256, 257, 1500, -1}; /* -1: n - 1 */
     const float ps[5] = {1.0f, 0.5f, 0.9f, 0.999f, 0.99999f};
     const double margins[2] = {1e-9, -0.5};
     int checked = 0;
-    for (int kind = 0; kind < 5; kind++)
-        for (int si = 0; si < 2; si++) {
+    for (int kind = 0; kind < ROW_KINDS; kind++)
+        for (int si = 0; si < 6; si++) {
             const int32_t n = sizes[si];
             uint32_t seed = 7u + (uint32_t)kind;
             float max = -INFINITY;
@@ -366,11 +375,11 @@ static void test_select_keeps_what_a_full_sort_keeps(void **state)
                 x[i] = row_value(kind, i, &seed);
                 if (x[i] > max) max = x[i];
             }
-            for (int a = 0; a < 5; a++)
+            for (int a = 0; a < 7; a++)
                 for (int b = 0; b < 5; b++)
-                    for (int mg = 0; mg < 2; mg++) {
+                    for (int mg = 0; mg < (ps[b] < 1.0f ? 2 : 1); mg++) {
                         const int32_t k = ks[a] < 0 ? n - 1 : ks[a];
-                        if (k == 0 && ps[b] == 1.0f) continue;
+                        if ((k == 0 || k >= n) && ps[b] == 1.0f) continue; /* (no limit) */
                         int32_t m_want;
                         ref_head(x, n, max, k, ps[b], want, &m_want);
                         sampler_select_margin = margins[mg];
@@ -380,13 +389,48 @@ static void test_select_keeps_what_a_full_sort_keeps(void **state)
                         assert_int_equal(m, m_want);
                         for (int32_t i = 0; i < m; i++) {
                             assert_int_equal(got[i].id, want[i].id);
-                            assert_true(got[i].logit == want[i].logit);
+                            assert_true(memcmp(&got[i].logit, &want[i].logit, sizeof(float)) == 0 ||
+                                        got[i].logit == 0.0f); /* (-0 and +0 tie) */
                         }
                         checked++;
                     }
         }
     print_message("[ select: %d rows x parameters against a full sort ]\n", checked);
     free(x), free(buf), free(tmp), free(want);
+}
+
+/* A NaN (from a logit of 0 times 1 / T, or one given) is never drawn, and a
+ * temperature below SAMPLER_GREEDY_BELOW is greedy: no NaN reaches the
+ * search (review: a NaN among the first ids stuck in the heap). */
+static void test_nan_is_never_drawn_and_tiny_temperatures_are_greedy(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    float row[N], buf[N];
+    for (int i = 0; i < N; i++) row[i] = (float)(i % 5);
+    row[0] = NAN;
+    const int32_t ks[3] = {0, 2, 3};
+    for (int a = 0; a < 3; a++) {
+        sampler_params p = defaults();
+        p.top_k = ks[a];
+        p.top_p = ks[a] == 0 ? 0.5f : 1.0f;
+        p.seed = 9;
+        sampler *s = make(&p, N);
+        for (int t = 0; t < 200; t++) {
+            memcpy(buf, row, sizeof buf);
+            int32_t x = sampler_sample(s, buf, scratch);
+            assert_true(x > 0 && x % 5 == 4); /* the 4s only: NaN is -inf */
+        }
+        sampler_free(s);
+    }
+    sampler_params p = defaults();
+    p.temperature = 1e-40f; /* 1 / T overflows: a logit 0 would be NaN */
+    sampler *s = make(&p, N);
+    assert_true(sampler_get_params(s)->temperature == 0.0f);
+    for (int i = 0; i < N; i++) row[i] = i == 7 ? 2.0f : i == 3 ? 0.0f : -1.0f;
+    memcpy(buf, row, sizeof buf);
+    assert_int_equal(sampler_sample(s, buf, scratch), 7);
+    sampler_free(s);
 }
 
 static void test_bad_parameters_name_the_field(void **state)
@@ -536,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_penalties_follow_their_definitions),
         cmocka_unit_test(test_top_k_top_p_agree_with_a_full_sort),
         cmocka_unit_test(test_select_keeps_what_a_full_sort_keeps),
+        cmocka_unit_test(test_nan_is_never_drawn_and_tiny_temperatures_are_greedy),
         cmocka_unit_test(test_bad_parameters_name_the_field),
         cmocka_unit_test(test_exp_rows_are_libm_exp),
         cmocka_unit_test(test_draws_do_not_depend_on_the_exp_form),

@@ -2195,7 +2195,8 @@ pub struct di_request {
     #[doc = " default (di_prompt_max_tokens), lowered to the room left. More than the"]
     #[doc = " context leaves after the prompt is DI_ERR_CONTEXT_LENGTH."]
     pub max_tokens: i64,
-    #[doc = " [0, 100], default 1; 0: greedy (the most likely token)"]
+    #[doc = " [0, 100], default 1; 0: greedy (the most likely token), and"]
+    #[doc = " below 1e-5 too (vLLM's _SAMPLING_EPS)"]
     pub temperature: f32,
     #[doc = " (0, 1], default 1 (off)"]
     pub top_p: f32,
