@@ -12,6 +12,10 @@
 
 typedef sampler_candidate candidate;
 
+/* Loops over a fixed count of lanes unrolled: GCC keeps an array indexed by a
+ * loop variable in memory, a chain through store and load. */
+#define UNROLL _Pragma("GCC unroll 16")
+
 struct sampler {
     sampler_params p;
     int32_t n_vocab;
@@ -225,12 +229,12 @@ int sampler_accept(sampler *s, int32_t token)
 }
 
 /* exp(c[i].logit - max) for c[0, n), a block at a time through
- * sampler_exp_rows (glibc's exp bits, so each value is the scalar loop's):
- * their sum in order where weights is 0; where it is 1 each also written
- * back as the candidate's float weight and those floats summed in order. */
+ * sampler_exp_rows (glibc's exp bits, so each value is the scalar loop's),
+ * written back as the candidate's float weight; returns those floats' sum in
+ * order (the draw below adds the same float weights). */
 enum { EXP_BLOCK = 256 };
 
-static double exp_sum(candidate *c, int32_t n, float max, int weights)
+static double weigh(candidate *c, int32_t n, float max)
 {
     float d[EXP_BLOCK];
     double e[EXP_BLOCK], sum = 0.0;
@@ -239,12 +243,26 @@ static double exp_sum(candidate *c, int32_t n, float max, int weights)
         for (int32_t j = 0; j < nb; j++) d[j] = c[i0 + j].logit - max;
         sampler_exp_rows(d, e, nb);
         for (int32_t j = 0; j < nb; j++) {
-            if (weights) {
-                c[i0 + j].logit = (float)e[j];
-                sum += c[i0 + j].logit; /* the draw below adds the same float weights */
-            } else {
-                sum += e[j];
-            }
+            c[i0 + j].logit = (float)e[j];
+            sum += c[i0 + j].logit;
+        }
+    }
+    return sum;
+}
+
+/* The same for the whole row x[0, n) into c[i] = {weight, i}: no pass to
+ * build the candidates first. */
+static double weigh_row(const float *x, int32_t n, float max, candidate *c)
+{
+    float d[EXP_BLOCK];
+    double e[EXP_BLOCK], sum = 0.0;
+    for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
+        const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
+        for (int32_t j = 0; j < nb; j++) d[j] = x[i0 + j] - max;
+        sampler_exp_rows(d, e, nb);
+        for (int32_t j = 0; j < nb; j++) {
+            c[i0 + j] = (candidate){(float)e[j], i0 + j};
+            sum += c[i0 + j].logit;
         }
     }
     return sum;
@@ -265,7 +283,7 @@ static void scale_row(float *x, int32_t n, float f)
 {
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
+        UNROLL for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
     for (; i < n; i++) x[i] = scaled(x[i], f);
 }
 
@@ -278,7 +296,7 @@ static float row_max(const float *x, int32_t n)
     for (int j = 0; j < ROW_BLOCK; j++) m[j] = -INFINITY;
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        for (int j = 0; j < ROW_BLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+        UNROLL for (int j = 0; j < ROW_BLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     for (; i < n; i++) r = x[i] > r ? x[i] : r;
     for (int j = 0; j < ROW_BLOCK; j++) r = m[j] > r ? m[j] : r;
     return r;
@@ -295,7 +313,7 @@ static int32_t row_argmax(const float *x, int32_t n)
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK) {
         int any = 0;
-        for (int j = 0; j < ROW_BLOCK; j++) any |= x[i + j] == m;
+        UNROLL for (int j = 0; j < ROW_BLOCK; j++) any |= x[i + j] == m;
         if (any) break;
     }
     for (; i < n; i++)
@@ -344,15 +362,16 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
     const float max = row_max(logits, V);
     candidate *c = scratch;
     int32_t n = V;
+    /* Weights exp(logit - max) (the largest is 1), summed in order: of the
+     * head top_k and top_p keep (descending logit, then ascending id; found
+     * without ordering the vocabulary, select.h), or of every token */
+    double sum;
     if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f) {
-        /* top_k and top_p keep a head of the order (descending logit, then
-         * ascending id), found without ordering the vocabulary (select.h) */
         n = sampler_select(logits, V, max, p->top_k, p->top_p, scratch, scratch + V, &c);
+        sum = weigh(c, n, max);
     } else {
-        for (int32_t i = 0; i < V; i++) c[i] = (candidate){logits[i], i};
+        sum = weigh_row(logits, V, max, c);
     }
-    /* Weights exp(logit - max) in double, summed in a fixed order; the largest is 1. */
-    double sum = exp_sum(c, n, max, 1);
     if (p->min_p > 0.0f) {
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)

@@ -8,6 +8,10 @@
 
 typedef sampler_candidate candidate;
 
+/* Loops over a fixed count of lanes unrolled: GCC keeps an array indexed by a
+ * loop variable in memory, a chain through store and load. */
+#define UNROLL _Pragma("GCC unroll 16")
+
 /* Buckets: SPAN logits below the max in STEPS a logit, then one for the rest
  * (and for -inf and NaN). EXP_BLOCK: weights computed a block at a time.
  * SMALL: heads sorted by insertion. */
@@ -120,7 +124,7 @@ static double bucket_weights(const float *x, int32_t n, float max, double *mass)
         for (int32_t j = 0; j < nb; j++) b[j] = bucket_of(x[i0 + j], max);
         int32_t j = 0;
         for (; j + LANES <= nb; j += LANES)
-            for (int l = 0; l < LANES; l++) part[l] += e[j + l];
+            UNROLL for (int l = 0; l < LANES; l++) part[l] += e[j + l];
         for (; j < nb; j++) part[j % LANES] += e[j];
         for (j = 0; j < nb; j++) mass[b[j]] += e[j];
     }
@@ -143,7 +147,7 @@ static int32_t gather(const float *x, int32_t n, float max, int last, candidate 
     int32_t i = 0;
     for (; i + SCAN <= n; i += SCAN) {
         int any = 0;
-        for (int j = 0; j < SCAN; j++) any |= max - x[i + j] < lim;
+        UNROLL for (int j = 0; j < SCAN; j++) any |= max - x[i + j] < lim;
         if (any)
             for (int j = 0; j < SCAN; j++)
                 if (max - x[i + j] < lim) buf[m++] = (candidate){x[i + j], i + j};
@@ -195,7 +199,7 @@ static int top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
     for (; i + SCAN <= n; i += SCAN) {
         const float worst = buf[0].logit;
         int any = 0;
-        for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
+        UNROLL for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
         if (any)
             for (int j = 0; j < SCAN; j++)
                 if (!heap_enter(x, i + j, buf, k, &budget)) return 0;
