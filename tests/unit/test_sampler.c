@@ -126,13 +126,13 @@ static void test_draws_follow_the_softmax(void **state)
     sampler_free(s);
 }
 
-/* The draw over a vocabulary of many DRAW_BLOCKs (1,024 weights a block sum,
- * eight blocks summed side by side, then a partial block): tokens in the
- * first, a middle, the last whole and the partial block, and one just past a
- * block's end, drawn as the softmax says (chi-square, 5 categories, p 0.001:
- * 18.47); the -inf ones never; sampler_sample_dist's probabilities the
- * softmax's to float rounding and summing to 1. */
-static void test_draws_over_many_blocks_follow_the_softmax(void **state)
+/* The draw over a vocabulary of 10,000 (the weights computed 256 at a time,
+ * sampler_exp_rows' blocks): tokens in the first block, a middle one, at a
+ * block's edge (1,024), just before the last (8,191) and the last id, drawn as
+ * the softmax says (chi-square, 5 categories, p 0.001: 18.47); the -inf ones
+ * never; sampler_sample_dist's probabilities the softmax's to float rounding
+ * and summing to 1. */
+static void test_draws_over_a_large_vocabulary_follow_the_softmax(void **state)
 {
     (void)state;
     enum { V = 10000, N = 30000, K = 5 };
@@ -616,7 +616,7 @@ int main(void)
         cmocka_unit_test(test_greedy_takes_the_largest_lowest_id_on_ties),
         cmocka_unit_test(test_same_seed_same_tokens_other_seed_other_tokens),
         cmocka_unit_test(test_draws_follow_the_softmax),
-        cmocka_unit_test(test_draws_over_many_blocks_follow_the_softmax),
+        cmocka_unit_test(test_draws_over_a_large_vocabulary_follow_the_softmax),
         cmocka_unit_test(test_top_k_keeps_the_k_largest),
         cmocka_unit_test(test_top_p_keeps_the_smallest_prefix_reaching_p),
         cmocka_unit_test(test_min_p_drops_tokens_below_the_fraction_of_the_largest),
