@@ -240,3 +240,25 @@ void sampler_exp_rows(const float *x, double *y, int64_t n)
 }
 
 #endif
+
+enum { SHIFT_BLOCK = 256 };
+
+void sampler_exp_shifted(const float *x, float max, double *y, int64_t n)
+{
+    float d[SHIFT_BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += SHIFT_BLOCK) {
+        const int64_t nb = n - i0 < SHIFT_BLOCK ? n - i0 : SHIFT_BLOCK;
+        for (int64_t j = 0; j < nb; j++) d[j] = x[i0 + j] - max;
+        sampler_exp_rows(d, y + i0, nb);
+    }
+}
+
+void sampler_exp_candidates(const sampler_candidate *c, float max, double *y, int64_t n)
+{
+    float d[SHIFT_BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += SHIFT_BLOCK) {
+        const int64_t nb = n - i0 < SHIFT_BLOCK ? n - i0 : SHIFT_BLOCK;
+        for (int64_t j = 0; j < nb; j++) d[j] = c[i0 + j].logit - max;
+        sampler_exp_rows(d, y + i0, nb);
+    }
+}

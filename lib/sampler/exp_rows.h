@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "sampler/sampler.h"
+
 /* y[i] = exp((double)x[i]) for n values, bit for bit what glibc's exp (2.28 on;
  * its FMA variant, the one its ifunc picks where FMA and AVX2 are usable) returns: on x86-64
  * with AVX-512F 8 lanes at a time, with AVX2 and FMA 4, computing its
@@ -14,6 +16,15 @@
  * FLOPs. Thread-safe (its one state, the CPU's level, is found once; the
  * override below is for tests). */
 void sampler_exp_rows(const float *x, double *y, int64_t n);
+
+/* The sampler's weights from a row: y[i] = exp((double)(x[i] - max)) for n
+ * values (x[i] - max rounded to float first, as the scalar loop computes it),
+ * through sampler_exp_rows a stack block at a time. */
+void sampler_exp_shifted(const float *x, float max, double *y, int64_t n);
+
+/* The same from candidates' logits (sampler.h): y[i] = exp((double)(c[i].logit
+ * - max)). */
+void sampler_exp_candidates(const sampler_candidate *c, float max, double *y, int64_t n);
 
 /* The scalar loop sampler_exp_rows stands for: y[i] = exp((double)x[i]). */
 void sampler_exp_rows_scalar(const float *x, double *y, int64_t n);

@@ -236,12 +236,10 @@ enum { EXP_BLOCK = 256 };
 
 static double weigh(candidate *c, int32_t n, float max)
 {
-    float d[EXP_BLOCK];
     double e[EXP_BLOCK], sum = 0.0;
     for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
         const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
-        for (int32_t j = 0; j < nb; j++) d[j] = c[i0 + j].logit - max;
-        sampler_exp_rows(d, e, nb);
+        sampler_exp_candidates(c + i0, max, e, nb);
         for (int32_t j = 0; j < nb; j++) {
             c[i0 + j].logit = (float)e[j];
             sum += c[i0 + j].logit;
@@ -254,12 +252,10 @@ static double weigh(candidate *c, int32_t n, float max)
  * build the candidates first. */
 static double weigh_row(const float *x, int32_t n, float max, candidate *c)
 {
-    float d[EXP_BLOCK];
     double e[EXP_BLOCK], sum = 0.0;
     for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
         const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
-        for (int32_t j = 0; j < nb; j++) d[j] = x[i0 + j] - max;
-        sampler_exp_rows(d, e, nb);
+        sampler_exp_shifted(x + i0, max, e, nb);
         for (int32_t j = 0; j < nb; j++) {
             c[i0 + j] = (candidate){(float)e[j], i0 + j};
             sum += c[i0 + j].logit;

@@ -93,13 +93,11 @@ static candidate *sort_head(candidate *a, candidate *tmp, int32_t n)
  * never reaches). */
 static int32_t head_reaching(const candidate *s, int32_t n, float max, double thr, int *reached)
 {
-    float d[EXP_BLOCK];
     double e[EXP_BLOCK], acc = 0.0;
     *reached = 1;
     for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) {
         const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
-        for (int32_t j = 0; j < nb; j++) d[j] = s[i0 + j].logit - max;
-        sampler_exp_rows(d, e, nb);
+        sampler_exp_candidates(s + i0, max, e, nb);
         for (int32_t j = 0; j < nb; j++) {
             acc += e[j];
             if (acc >= thr) return i0 + j + 1;
@@ -114,13 +112,11 @@ static int32_t head_reaching(const candidate *s, int32_t n, float max, double th
  * and each bucket's weight into mass. */
 static double bucket_weights(const float *x, int32_t n, float max, double *mass)
 {
-    float d[EXP_BLOCK];
     double e[EXP_BLOCK], part[LANES] = {0};
     int32_t b[EXP_BLOCK];
     for (int32_t i0 = 0; i0 < n; i0 += EXP_BLOCK) { /* (EXP_BLOCK a multiple of LANES) */
         const int32_t nb = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK;
-        for (int32_t j = 0; j < nb; j++) d[j] = x[i0 + j] - max;
-        sampler_exp_rows(d, e, nb);
+        sampler_exp_shifted(x + i0, max, e, nb);
         for (int32_t j = 0; j < nb; j++) b[j] = bucket_of(x[i0 + j], max);
         int32_t j = 0;
         for (; j + LANES <= nb; j += LANES)
