@@ -511,9 +511,6 @@ DI_API di_status di_submit(di_engine *e, const di_request *req_in, uint64_t *id,
     }
     int64_t room = e->n_ctx - (int64_t)n_ids, max_tokens = q.max_tokens;
     if (body) body_sampling(body, &sp, &max_tokens, &q.seed);
-    /* a temperature too small to scale by is greedy (sampler.h), for the
-     * drafters too (a negative one stays, for sampler_create to refuse) */
-    if (sp.temperature > 0.0f && sp.temperature < SAMPLER_GREEDY_BELOW) sp.temperature = 0.0f;
     if (q.protocol && max_tokens == 0) {
         uint32_t mt; /* the reference's default, lowered to the room left */
         if ((st = di_prompt_max_tokens(prompt, (uint32_t)n_ids, (uint32_t)e->n_ctx, &mt, err)) !=

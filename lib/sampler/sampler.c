@@ -298,13 +298,11 @@ static float row_max(const float *x, int32_t n)
     return r;
 }
 
-/* Greedy's choice: the first id whose logit is the largest, as the scalar
- * scan `if (x[i] > x[best]) best = i` from best = 0 finds it (a NaN at 0
- * keeps 0; -0 and +0 tie; NaN elsewhere is passed over): the max in blocks,
- * then the first value equal to it. */
+/* Greedy's choice: the first id whose logit is the largest, NaN passed over
+ * (as the sampled path makes it -inf; 0 where every value is NaN): the max
+ * in blocks, then the first value equal to it. */
 static int32_t row_argmax(const float *x, int32_t n)
 {
-    if (x[0] != x[0]) return 0;
     const float m = row_max(x, n);
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK) {
@@ -314,7 +312,7 @@ static int32_t row_argmax(const float *x, int32_t n)
     }
     for (; i < n; i++)
         if (x[i] == m) return i;
-    return 0; /* (every value NaN but the first: not reached) */
+    return 0; /* (every value NaN) */
 }
 
 /* The processors of sampler_sample (steps 0 to 8), on logits in place.

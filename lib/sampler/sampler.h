@@ -136,7 +136,8 @@ int32_t sampler_verify(sampler *s, float *logits, sampler_candidate *scratch, in
  * sample from its own seed this way (draft.h: draft_pick). */
 void sampler_reseed(sampler *s, uint64_t seed);
 
-/* The parameters the sampler was created with (bias arrays owned by it). */
+/* The parameters the sampler was created with (bias arrays owned by it), a
+ * temperature below SAMPLER_GREEDY_BELOW stored as 0 (greedy). */
 const sampler_params *sampler_get_params(const sampler *s);
 
 #endif

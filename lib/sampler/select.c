@@ -21,9 +21,9 @@ enum {
     BUCKETS = SPAN * STEPS + 1,
     EXP_BLOCK = 256,
     SMALL = 32,
-    LANES = 8,     /* the total's partial sums */
-    SCAN = 16,     /* the scans' blocks (a constant count: vectorized) */
-    HEAP_K = 1024, /* top_k up to this: a bounded heap; above, buckets */
+    LANES = 8,    /* the total's partial sums */
+    SCAN = 16,    /* the scans' blocks (a constant count: vectorized) */
+    HEAP_K = 256, /* top_k up to this: a bounded heap; above, buckets */
 };
 
 double sampler_select_margin = 1e-9;

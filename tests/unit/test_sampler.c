@@ -51,14 +51,15 @@ static void test_greedy_takes_the_largest_lowest_id_on_ties(void **state)
     const float l[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     assert_int_equal(draw(s, l, 6), 1);
     sampler_free(s);
-    /* the blocked scan against the scalar one it stands for, on rows of
-     * every length to 600 with ties, -0 and +0, NaN (first and elsewhere),
-     * -inf and the max in the tail */
+    /* the blocked scan against a scalar scan that passes NaN over (the
+     * sampled path's NaN is -inf), on rows of every length to 600 with ties,
+     * -0 and +0, NaN (first, elsewhere, everywhere), -inf and the max in the
+     * tail */
     enum { N = 600 };
     uint32_t x = 3;
     for (int32_t n = 1; n <= N; n += (n < 40 ? 1 : 37)) {
         s = make(&p, n);
-        for (int kind = 0; kind < 6; kind++) {
+        for (int kind = 0; kind < 7; kind++) {
             float row[N], buf[N];
             for (int32_t i = 0; i < n; i++) {
                 x = x * 1103515245u + 12345u;
@@ -69,9 +70,12 @@ static void test_greedy_takes_the_largest_lowest_id_on_ties(void **state)
             }
             if (kind == 4) row[0] = NAN;
             if (kind == 5) row[n - 1] = 100.0f;
-            int32_t want = 0;
-            for (int32_t i = 1; i < n; i++)
-                if (row[i] > row[want]) want = i;
+            if (kind == 6)
+                for (int32_t i = 0; i < n; i++) row[i] = NAN;
+            int32_t want = -1;
+            for (int32_t i = 0; i < n; i++)
+                if (row[i] == row[i] && (want < 0 || row[i] > row[want])) want = i;
+            if (want < 0) want = 0;
             memcpy(buf, row, (size_t)n * sizeof *buf);
             assert_int_equal(sampler_sample(s, buf, scratch), want);
         }
@@ -466,10 +470,28 @@ static void test_nan_is_never_drawn_and_tiny_temperatures_are_greedy(void **stat
         }
         sampler_free(s);
     }
+    { /* temperature alone (no top_k, top_p): NaN never drawn either */
+        sampler_params p = defaults();
+        p.seed = 3;
+        sampler *s = make(&p, N);
+        for (int t = 0; t < 200; t++) {
+            memcpy(buf, row, sizeof buf);
+            assert_true(sampler_sample(s, buf, scratch) != 0);
+        }
+        sampler_free(s);
+    }
+    /* the threshold: below it greedy, at it sampled */
+    const float temps[3] = {1e-40f, 9.99e-6f, 1e-5f};
+    for (int i = 0; i < 3; i++) {
+        sampler_params p = defaults();
+        p.temperature = temps[i];
+        sampler *s = make(&p, N);
+        assert_true((sampler_get_params(s)->temperature == 0.0f) == (i < 2));
+        sampler_free(s);
+    }
     sampler_params p = defaults();
     p.temperature = 1e-40f; /* 1 / T overflows: a logit 0 would be NaN */
     sampler *s = make(&p, N);
-    assert_true(sampler_get_params(s)->temperature == 0.0f);
     for (int i = 0; i < N; i++) row[i] = i == 7 ? 2.0f : i == 3 ? 0.0f : -1.0f;
     memcpy(buf, row, sizeof buf);
     assert_int_equal(sampler_sample(s, buf, scratch), 7);

@@ -717,8 +717,8 @@ class Engine:
         `body`, the request JSON (a dict, or a str/bytes of JSON).
 
         Sampling (None: the library's default, di_request_init): temperature in
-        [0, 100] (0: greedy; default 1), top_p in (0, 1], top_k >= 0 (0: off),
-        min_p in [0, 1], repetition_penalty in (0, 100], presence_penalty and
+        [0, 100] (0, or below 1e-5: greedy; default 1), top_p in (0, 1], top_k >= 0
+        (0: off), min_p in [0, 1], repetition_penalty in (0, 100], presence_penalty and
         frequency_penalty in [-2, 2], seed (-1 or None: drawn from the clock; the
         same seed, prompt and settings give the same tokens whatever else runs),
         logit_bias {token id: bias in [-100, 100]}, stop_tokens (token requests:

@@ -162,7 +162,8 @@ impl<'a> Request<'a> {
         self
     }
 
-    /// Temperature in [0, 100]; 0 is greedy (the most likely token).
+    /// Temperature in [0, 100]; 0 is greedy (the most likely token), and so is
+    /// any temperature below 1e-5 (vLLM's `_SAMPLING_EPS`).
     ///
     /// ```
     /// let r = deepinfer::Request::tokens(&[1]).temperature(0.0);
