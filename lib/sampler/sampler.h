@@ -8,8 +8,8 @@
  *                       (transformers' RepetitionPenaltyLogitsProcessor, CTRL paper)
  *   3. frequency and    logits[id] -= frequency * count(id) + presence * (count(id) > 0),
  *      presence         over output tokens only (OpenAI's penalties, as vLLM applies them)
- *   4. temperature 0    greedy: the largest logit, the lowest id on a tie — stop here
- *                       (a temperature below SAMPLER_GREEDY_BELOW is 0)
+ *   4. temperature 0    greedy: the largest logit (NaN passed over), the lowest id on
+ *                       a tie — stop here (a temperature below SAMPLER_GREEDY_BELOW is 0)
  *   5. temperature      logits *= 1 / temperature (a NaN made -inf: never drawn)
  *   6. top_k            keep the k largest (ties broken by lower id; select.h)
  *   7. top_p            keep the smallest prefix of the sorted tokens whose
