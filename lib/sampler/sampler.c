@@ -12,10 +12,6 @@
 
 typedef sampler_candidate candidate;
 
-/* Loops over a fixed count of lanes unrolled: GCC keeps an array indexed by a
- * loop variable in memory, a chain through store and load. */
-#define UNROLL _Pragma("GCC unroll 16")
-
 struct sampler {
     sampler_params p;
     int32_t n_vocab;
@@ -279,7 +275,7 @@ static void scale_row(float *x, int32_t n, float f)
 {
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        UNROLL for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
+        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
     for (; i < n; i++) x[i] = scaled(x[i], f);
 }
 
@@ -292,7 +288,7 @@ static float row_max(const float *x, int32_t n)
     for (int j = 0; j < ROW_BLOCK; j++) m[j] = -INFINITY;
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        UNROLL for (int j = 0; j < ROW_BLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+        for (int j = 0; j < ROW_BLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     for (; i < n; i++) r = x[i] > r ? x[i] : r;
     for (int j = 0; j < ROW_BLOCK; j++) r = m[j] > r ? m[j] : r;
     return r;
@@ -307,7 +303,7 @@ static int32_t row_argmax(const float *x, int32_t n)
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK) {
         int any = 0;
-        UNROLL for (int j = 0; j < ROW_BLOCK; j++) any |= x[i + j] == m;
+        for (int j = 0; j < ROW_BLOCK; j++) any |= x[i + j] == m;
         if (any) break;
     }
     for (; i < n; i++)

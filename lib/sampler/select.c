@@ -8,8 +8,9 @@
 
 typedef sampler_candidate candidate;
 
-/* Loops over a fixed count of lanes unrolled: GCC keeps an array indexed by a
- * loop variable in memory, a chain through store and load. */
+/* The partial sums' loop unrolled: GCC keeps an array indexed by a loop
+ * variable in memory, a chain through store and load (the scans' loops are
+ * left to the vectorizer, which the unrolling would pre-empt). */
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* Buckets: SPAN logits below the max in STEPS a logit, then one for the rest
@@ -143,7 +144,7 @@ static int32_t gather(const float *x, int32_t n, float max, int last, candidate 
     int32_t i = 0;
     for (; i + SCAN <= n; i += SCAN) {
         int any = 0;
-        UNROLL for (int j = 0; j < SCAN; j++) any |= max - x[i + j] < lim;
+        for (int j = 0; j < SCAN; j++) any |= max - x[i + j] < lim;
         if (any)
             for (int j = 0; j < SCAN; j++)
                 if (max - x[i + j] < lim) buf[m++] = (candidate){x[i + j], i + j};
@@ -195,7 +196,7 @@ static int top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
     for (; i + SCAN <= n; i += SCAN) {
         const float worst = buf[0].logit;
         int any = 0;
-        UNROLL for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
+        for (int j = 0; j < SCAN; j++) any |= x[i + j] > worst;
         if (any)
             for (int j = 0; j < SCAN; j++)
                 if (!heap_enter(x, i + j, buf, k, &budget)) return 0;
