@@ -264,19 +264,30 @@ static double weigh_row(const float *x, int32_t n, float max, candidate *c)
 enum { ROW_BLOCK = 16 };
 
 /* x[i] *= f over x[0, n), a NaN made -inf (never drawn; select.h takes
- * no NaN). */
+ * no NaN); returns the largest after it, ROW_BLOCK running maxima then
+ * theirs (as row_max, in the same pass). */
 static inline float scaled(float x, float f)
 {
     const float y = x * f;
     return y == y ? y : -INFINITY;
 }
 
-static void scale_row(float *x, int32_t n, float f)
+static float scale_row(float *x, int32_t n, float f)
 {
+    float m[ROW_BLOCK], r = -INFINITY;
+    for (int j = 0; j < ROW_BLOCK; j++) m[j] = -INFINITY;
     int32_t i = 0;
     for (; i + ROW_BLOCK <= n; i += ROW_BLOCK)
-        for (int j = 0; j < ROW_BLOCK; j++) x[i + j] = scaled(x[i + j], f);
-    for (; i < n; i++) x[i] = scaled(x[i], f);
+        for (int j = 0; j < ROW_BLOCK; j++) {
+            x[i + j] = scaled(x[i + j], f);
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+        }
+    for (; i < n; i++) {
+        x[i] = scaled(x[i], f);
+        r = x[i] > r ? x[i] : r;
+    }
+    for (int j = 0; j < ROW_BLOCK; j++) r = m[j] > r ? m[j] : r;
+    return r;
 }
 
 /* The largest of x[0, n) (NaN ignored; -inf where there is none): ROW_BLOCK
@@ -347,9 +358,7 @@ static int32_t process(sampler *s, float *logits, sampler_candidate *scratch, ca
         return row_argmax(logits, V);
     }
     /* temperature in place, and the largest logit after it */
-    const float inv_t = 1.0f / p->temperature;
-    scale_row(logits, V, inv_t);
-    const float max = row_max(logits, V);
+    const float max = scale_row(logits, V, 1.0f / p->temperature);
     candidate *c = scratch;
     int32_t n = V;
     /* Weights exp(logit - max) (the largest is 1), summed in order: of the

@@ -37,7 +37,8 @@ static inline int bucket_of(float logit, float max)
     return d < (float)SPAN ? (int)(d * (float)STEPS) : BUCKETS - 1;
 }
 
-/* The order `before` in sampler.c: descending logit, then ascending id. */
+/* The candidates' order: descending logit, then ascending id (a total order,
+ * so what is kept never depends on how it was found). */
 static inline int before(const candidate *a, const candidate *b)
 {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
@@ -169,12 +170,6 @@ static void sift_worst(candidate *h, int32_t n, int32_t i)
     }
 }
 
-/* The first k of the order among x[0, n) (0 < k < n) into buf[0, k), in no
- * order: a heap of the k best so far, its worst on top, and a scan in id
- * order that lets in a value above the worst (a later id at an equal value
- * comes after it), SCAN values compared at a time. A row whose values rise
- * with the id lets in nearly every one (O(n log k)): past n / 16 + k entries
- * it gives up and returns 0 (the buckets then), else 1. */
 /* x[at] into the heap buf[0, k) where it is better than the worst, while
  * *budget lasts: 0 once it has run out. */
 static inline int heap_enter(const float *x, int32_t at, candidate *buf, int32_t k, int32_t *budget)
@@ -186,6 +181,12 @@ static inline int heap_enter(const float *x, int32_t at, candidate *buf, int32_t
     return 1;
 }
 
+/* The first k of the order among x[0, n) (0 < k < n) into buf[0, k), in no
+ * order: a heap of the k best so far, its worst on top, and a scan in id
+ * order that lets in a value above the worst (a later id at an equal value
+ * comes after it), SCAN values compared at a time. A row whose values rise
+ * with the id lets in nearly every one (O(n log k)): past n / 16 + k entries
+ * it gives up and returns 0 (the buckets then), else 1. */
 static int top_k_heap(const float *x, int32_t n, int32_t k, candidate *buf)
 {
     for (int32_t i = 0; i < k; i++) buf[i] = (candidate){x[i], i};
