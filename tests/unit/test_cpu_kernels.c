@@ -587,7 +587,7 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
     const model_dtype *types = packed_types;
     const int64_t n_out = 48, max_tok = 41;
-    int ran = 0, amx_ran = 0;
+    int ran = 0, amx_ran = 0, ran16 = 0;
     for (size_t k = 0; k < N_PACKED_TYPES; k++) {
         model_dtype dt = types[k];
         const int64_t n_in = cpu_dtype_block_elems((int)dt) == QK_K ? 768 : 320;
@@ -643,6 +643,19 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
                 }
             }
         }
+        /* the 16-row kernel on its own (AVX512-VNNI): two groups at once */
+        cpu_packed16_fn k16 = cpu_packed16_kernel(dt);
+        if (k16) {
+            ran16++;
+            for (int64_t nt = 1; nt <= 9; nt++)
+                for (int64_t g = 0; g + 1 < n_out / CPU_PACK_ROWS; g += 2) {
+                    float out[9 * CPU_PACK16_ROWS];
+                    k16(n_in, (const char *)packed + (size_t)g * gb, gb, scratch, arow, info, irow,
+                        nt, out, CPU_PACK16_ROWS);
+                    expect_reference_rows("16-row", &w, g * CPU_PACK_ROWS, CPU_PACK16_ROWS, scratch,
+                                          arow, nt, out);
+                }
+        }
         /* the AMX kernel on its own: 16-row tiles of 16 and 32 tokens */
         cpu_amx_fn amx = cpu_amx_kernel(dt);
         char *tiles = malloc(cpu_amx_tiles_bytes(act, n_in, max_tok) + 1);
@@ -674,6 +687,9 @@ static void test_packed_matmul_is_the_reference_bit_for_bit(void **state)
     }
     printf("packed kernels: %s\n", ran ? (cpu_has_avx512_vnni() ? "avx512-vnni and avx2" : "avx2")
                                        : "none (no avx2 on this CPU)");
+    printf("16-row packed kernels: %s\n",
+           ran16 ? "ran (avx512-vnni, two groups a pass)" : "not run (no avx512-vnni here)");
+    if (cpu_has_avx512_vnni()) assert_int_equal(ran16, (int)(N_PACKED_TYPES));
     printf("amx kernels: %s\n", cpu_has_amx() ? "ran (amx-int8 prefill tiles)"
                                               : "not run (no amx-int8 here, or DI_CPU_AMX=0)");
     if (cpu_has_amx()) assert_int_equal(amx_ran, 12); /* every packed format */

@@ -18,6 +18,9 @@ enum {
     TOKENS_PER_TILE = 32,
     AMX_TOKENS_PER_TILE = 64,
     TASKS_PER_THREAD = 4,
+    /* the packed 16-row kernels from this many tokens a tile (prefill); one or
+     * two (decode, a short draft) stay on the 8-row ones and their prefetch */
+    PACKED16_MIN_TOKENS = 3,
     FP8_BLOCK = 128
 };
 
@@ -70,7 +73,8 @@ typedef struct matmul_part {
     int amx_bf16;                   /* BF16 on AMX-BF16 tiles (matmul_amx.h) */
     const char *packed;             /* interleaved rows (matmul_packed.h), or NULL */
     cpu_packed_fn packed_fn;
-    cpu_amx_fn amx_fn; /* prefill tiles of 16 rows x 16 tokens on AMX, or NULL */
+    cpu_packed16_fn packed16_fn; /* 16 rows at a time at prefill (AVX512-VNNI), or NULL */
+    cpu_amx_fn amx_fn;           /* prefill tiles of 16 rows x 16 tokens on AMX, or NULL */
     size_t group_bytes;
     int64_t first_task, n_row_tiles, rows_per_tile;
 } matmul_part;
@@ -204,6 +208,14 @@ static void matmul_task(void *ctx, int64_t task, int thread)
                            cpu_threadpool_scratch(j->pool, thread));
                 rows = CPU_AMX_ROWS;
                 from = n_amx;
+            }
+            if (pt->packed16_fn && o + CPU_PACK16_ROWS <= o1 &&
+                t1 - t0 - from >= PACKED16_MIN_TOKENS) {
+                pt->packed16_fn(j->n_in, g, pt->group_bytes, act + (size_t)from * j->act_row,
+                                j->act_row, info ? info + (size_t)from * j->info_row : NULL,
+                                j->info_row, t1 - t0 - from, y + from * pt->n_out, pt->n_out);
+                rows = CPU_PACK16_ROWS;
+                from = t1 - t0;
             }
             for (int64_t r = 0; r < rows && from < t1 - t0; r += CPU_PACK_ROWS)
                 pt->packed_fn(j->n_in, g + (size_t)(r / CPU_PACK_ROWS) * pt->group_bytes,
@@ -367,6 +379,7 @@ void cpu_matmul_multi(cpu_threadpool *pool, int n, const model_tensor *const *w,
         pt->packed = packed && !use_ref ? packed[p] : NULL;
         if (pt->packed) {
             pt->packed_fn = cpu_packed_kernel(w[p]->dtype);
+            pt->packed16_fn = cpu_packed16_kernel(w[p]->dtype);
             pt->amx_fn = amx ? cpu_amx_kernel(w[p]->dtype) : NULL;
             pt->group_bytes = cpu_pack_group_bytes(w[p]->dtype, j.n_in);
             if (j.act_type == MODEL_DTYPE_Q8_0 || j.act_type == CPU_DTYPE_Q8_1) {

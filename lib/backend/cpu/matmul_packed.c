@@ -335,6 +335,12 @@ VNNI __m256i madd_vnni(__m256i acc, __m256i u, __m256i s)
     return _mm256_dpbusd_epi32(acc, u, s);
 }
 
+/* The same on two groups' rows (matmul_packed_pass.inc's 16-row pass). */
+VNNI __m512i madd_vnni512(__m512i acc, __m512i u, __m512i s)
+{
+    return _mm512_dpbusd_epi32(acc, u, s);
+}
+
 AVX2 __m256i madd_avx2(__m256i acc, __m256i u, __m256i s)
 {
     /* u <= 15 (nibbles): pair sums stay under 2 * 15 * 127, no saturation */
@@ -359,7 +365,9 @@ static inline int32_t load4(const int8_t *p)
     return v;
 }
 
-/* The pass over a row group, once per instruction set (matmul_packed_pass.inc). */
+/* The pass over a row group, once per instruction set (matmul_packed_pass.inc),
+ * and over two groups at once in 512-bit vectors where AVX512-VNNI runs. */
+#    define PASS_ROWS      8
 #    define PASS_ATTR      VNNI
 #    define PASS_NAME      pass_vnni
 #    define PASS_K_NAME    pass_k_vnni
@@ -368,6 +376,16 @@ static inline int32_t load4(const int8_t *p)
 #    define PASS_Q8_OFFSET 128
 #    include "backend/cpu/matmul_packed_pass.inc"
 
+#    define PASS_ROWS      16
+#    define PASS_ATTR      VNNI
+#    define PASS_NAME      pass16_vnni
+#    define PASS_K_NAME    pass16_k_vnni
+#    define PASS_MADD      madd_vnni512
+#    define PASS_MADD_Q8   madd_vnni512
+#    define PASS_Q8_OFFSET 128
+#    include "backend/cpu/matmul_packed_pass.inc"
+
+#    define PASS_ROWS      8
 #    define PASS_ATTR      AVX2
 #    define PASS_NAME      pass_avx2
 #    define PASS_K_NAME    pass_k_avx2
@@ -377,46 +395,58 @@ static inline int32_t load4(const int8_t *p)
 #    include "backend/cpu/matmul_packed_pass.inc"
 
 /* A kernel: passes of up to four tokens, nt and the format constant in each
- * call so the pass's loops unroll and its accumulators stay in registers. */
-#    define KERNEL(NAME, PASS, KIND, TARGET)                                                       \
-        __attribute__((target(TARGET))) static void NAME(                                          \
-            int64_t n_in, const void *w, const char *act, size_t act_row, const char *info,        \
-            size_t info_row, int64_t n_tok, float *y, int64_t y_stride)                            \
-        {                                                                                          \
-            int64_t nb = n_in / BLOCK, t = 0;                                                      \
-            for (; t + 4 <= n_tok; t += 4)                                                         \
-                PASS(nb, w, act + t * act_row, act_row, info + t * info_row, info_row, 4, KIND,    \
-                     y + t * y_stride, y_stride);                                                  \
-            const char *a = act + t * act_row, *i = info + t * info_row;                           \
-            float *yt = y + t * y_stride;                                                          \
-            switch (n_tok - t) {                                                                   \
-            case 3: PASS(nb, w, a, act_row, i, info_row, 3, KIND, yt, y_stride); break;            \
-            case 2: PASS(nb, w, a, act_row, i, info_row, 2, KIND, yt, y_stride); break;            \
-            case 1: PASS(nb, w, a, act_row, i, info_row, 1, KIND, yt, y_stride); break;            \
-            default: break;                                                                        \
-            }                                                                                      \
+ * call so the pass's loops unroll and its accumulators stay in registers; gs
+ * the second group's offset (the 16-row passes'; 0 for the 8-row ones). */
+#    define KERNEL_LOOP(PASS, KIND, GS)                                                            \
+        int64_t nb = n_in / BLOCK, t = 0;                                                          \
+        for (; t + 4 <= n_tok; t += 4)                                                             \
+            PASS(nb, w, act + t * act_row, act_row, info + t * info_row, info_row, 4, KIND,        \
+                 y + t * y_stride, y_stride, GS);                                                  \
+        const char *a = act + t * act_row, *i = info + t * info_row;                               \
+        float *yt = y + t * y_stride;                                                              \
+        switch (n_tok - t) {                                                                       \
+        case 3: PASS(nb, w, a, act_row, i, info_row, 3, KIND, yt, y_stride, GS); break;            \
+        case 2: PASS(nb, w, a, act_row, i, info_row, 2, KIND, yt, y_stride, GS); break;            \
+        case 1: PASS(nb, w, a, act_row, i, info_row, 1, KIND, yt, y_stride, GS); break;            \
+        default: break;                                                                            \
         }
 
 /* The K-quants' activations are Q8_K blocks, which carry their f32 scale and
  * 16-element sums: no side data. */
-#    define KERNEL_K(NAME, PASS, KIND, TARGET)                                                     \
-        __attribute__((target(TARGET))) static void NAME(                                          \
-            int64_t n_in, const void *w, const char *act, size_t act_row, const char *info,        \
-            size_t info_row, int64_t n_tok, float *y, int64_t y_stride)                            \
+#    define KERNEL_K_LOOP(PASS, KIND, GS)                                                          \
+        (void)info;                                                                                \
+        (void)info_row;                                                                            \
+        int64_t nb = n_in / QK_K, t = 0;                                                           \
+        for (; t + 4 <= n_tok; t += 4)                                                             \
+            PASS(nb, w, act + t * act_row, act_row, 4, KIND, y + t * y_stride, y_stride, GS);      \
+        const char *a = act + t * act_row;                                                         \
+        float *yt = y + t * y_stride;                                                              \
+        switch (n_tok - t) {                                                                       \
+        case 3: PASS(nb, w, a, act_row, 3, KIND, yt, y_stride, GS); break;                         \
+        case 2: PASS(nb, w, a, act_row, 2, KIND, yt, y_stride, GS); break;                         \
+        case 1: PASS(nb, w, a, act_row, 1, KIND, yt, y_stride, GS); break;                         \
+        default: break;                                                                            \
+        }
+
+#    define KERNEL_ARGS                                                                            \
+        const char *act, size_t act_row, const char *info, size_t info_row, int64_t n_tok,         \
+            float *y, int64_t y_stride
+#    define KERNEL(NAME, PASS, KIND, TARGET)                                                       \
+        __attribute__((target(TARGET))) static void NAME(int64_t n_in, const void *w, KERNEL_ARGS) \
         {                                                                                          \
-            (void)info;                                                                            \
-            (void)info_row;                                                                        \
-            int64_t nb = n_in / QK_K, t = 0;                                                       \
-            for (; t + 4 <= n_tok; t += 4)                                                         \
-                PASS(nb, w, act + t * act_row, act_row, 4, KIND, y + t * y_stride, y_stride);      \
-            const char *a = act + t * act_row;                                                     \
-            float *yt = y + t * y_stride;                                                          \
-            switch (n_tok - t) {                                                                   \
-            case 3: PASS(nb, w, a, act_row, 3, KIND, yt, y_stride); break;                         \
-            case 2: PASS(nb, w, a, act_row, 2, KIND, yt, y_stride); break;                         \
-            case 1: PASS(nb, w, a, act_row, 1, KIND, yt, y_stride); break;                         \
-            default: break;                                                                        \
-            }                                                                                      \
+            KERNEL_LOOP(PASS, KIND, 0)                                                             \
+        }
+#    define KERNEL_K(NAME, PASS, KIND, TARGET)                                                     \
+        __attribute__((target(TARGET))) static void NAME(int64_t n_in, const void *w, KERNEL_ARGS) \
+        {                                                                                          \
+            KERNEL_K_LOOP(PASS, KIND, 0)                                                           \
+        }
+/* 16 rows: the groups at w and w + gs */
+#    define KERNEL16(NAME, LOOP, PASS, KIND)                                                       \
+        __attribute__((target(VNNI_TARGET))) static void NAME(int64_t n_in, const void *w,         \
+                                                              size_t gs, KERNEL_ARGS)              \
+        {                                                                                          \
+            LOOP(PASS, KIND, gs)                                                                   \
         }
 
 #    define VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
@@ -444,6 +474,38 @@ KERNEL(q5_0_avx2, pass_avx2, 3, "avx2,fma,f16c")
 KERNEL(q5_1_avx2, pass_avx2, 4, "avx2,fma,f16c")
 KERNEL(iq4_nl_vnni, pass_vnni, 5, VNNI_TARGET)
 KERNEL(iq4_nl_avx2, pass_avx2, 5, "avx2,fma,f16c")
+KERNEL16(q8_0_vnni16, KERNEL_LOOP, pass16_vnni, 0)
+KERNEL16(q4_0_vnni16, KERNEL_LOOP, pass16_vnni, 1)
+KERNEL16(q4_1_vnni16, KERNEL_LOOP, pass16_vnni, 2)
+KERNEL16(q5_0_vnni16, KERNEL_LOOP, pass16_vnni, 3)
+KERNEL16(q5_1_vnni16, KERNEL_LOOP, pass16_vnni, 4)
+KERNEL16(iq4_nl_vnni16, KERNEL_LOOP, pass16_vnni, 5)
+KERNEL16(q4_K_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 0)
+KERNEL16(q6_K_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 1)
+KERNEL16(q5_K_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 2)
+KERNEL16(iq4_xs_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 3)
+KERNEL16(q3_K_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 4)
+KERNEL16(q2_K_vnni16, KERNEL_K_LOOP, pass16_k_vnni, 5)
+
+cpu_packed16_fn cpu_packed16_kernel(model_dtype dtype)
+{
+    if (!cpu_has_avx512_vnni()) return NULL;
+    switch (dtype) {
+    case MODEL_DTYPE_Q8_0: return q8_0_vnni16;
+    case MODEL_DTYPE_Q4_0: return q4_0_vnni16;
+    case MODEL_DTYPE_Q4_1: return q4_1_vnni16;
+    case MODEL_DTYPE_Q5_0: return q5_0_vnni16;
+    case MODEL_DTYPE_Q5_1: return q5_1_vnni16;
+    case MODEL_DTYPE_Q4_K: return q4_K_vnni16;
+    case MODEL_DTYPE_Q5_K: return q5_K_vnni16;
+    case MODEL_DTYPE_Q6_K: return q6_K_vnni16;
+    case MODEL_DTYPE_IQ4_NL: return iq4_nl_vnni16;
+    case MODEL_DTYPE_IQ4_XS: return iq4_xs_vnni16;
+    case MODEL_DTYPE_Q3_K: return q3_K_vnni16;
+    case MODEL_DTYPE_Q2_K: return q2_K_vnni16;
+    default: return NULL;
+    }
+}
 
 cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
 {
@@ -486,6 +548,12 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype)
 }
 
 #else
+
+cpu_packed16_fn cpu_packed16_kernel(model_dtype dtype)
+{
+    (void)dtype;
+    return NULL;
+}
 
 cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype)
 {

@@ -46,7 +46,7 @@
 
 #include "backend/types.h"
 
-enum { CPU_PACK_ROWS = 8 };
+enum { CPU_PACK_ROWS = 8, CPU_PACK16_ROWS = 16 };
 
 /* 1 when w can be packed and this CPU runs a packed kernel for it: Q8_0,
  * Q4_0/1, Q5_0/1, Q2_K..Q6_K, IQ4_NL, IQ4_XS; n_out a multiple of
@@ -73,6 +73,17 @@ typedef void (*cpu_packed_fn)(int64_t n_in, const void *w, const char *act, size
                               int64_t y_stride);
 /* The packed kernel for dtype on this CPU (AVX512-VNNI or AVX2), or NULL. */
 cpu_packed_fn cpu_packed_kernel(model_dtype dtype);
+/* The same over 16 rows: the packed groups at w (rows 0..7, lanes 0-7 of
+ * its 512-bit vectors) and w + group_bytes (rows 8..15), y[t * y_stride + r]
+ * for r < 16: each (row, token) the 8-row kernel's bit for bit, with half the
+ * instructions a row (one activation broadcast serves 16 rows). Prefill's
+ * kernel where AVX512-VNNI runs; decode keeps the 8-row kernels, which
+ * prefetch their one group's stream. */
+typedef void (*cpu_packed16_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *act,
+                                size_t act_row, const char *info, size_t info_row, int64_t n_tok,
+                                float *y, int64_t y_stride);
+/* The 16-row kernel for dtype where AVX512-VNNI runs, else NULL. */
+cpu_packed16_fn cpu_packed16_kernel(model_dtype dtype);
 /* The AVX2 kernel even where VNNI runs, or NULL (for tests). */
 cpu_packed_fn cpu_packed_kernel_avx2(model_dtype dtype);
 /* Bytes of one packed group of 8 rows of n_in elements. */

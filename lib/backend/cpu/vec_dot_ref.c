@@ -341,7 +341,7 @@ cpu_vec_dot_fn cpu_vec_dot(model_dtype dtype)
     "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS)"
 #define K_AMX_BF16 "amx-bf16 (BF16 products, prefill and decode)"
 #define K_PACKED   "packed 8-row Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS"
-#define K_VNNI     "avx512-vnni (8-bit products; " K_PACKED ")"
+#define K_VNNI     "avx512-vnni (8-bit products; " K_PACKED ", 16 rows a pass at prefill)"
 #define K_TILES(t) "avx512f (" t " tiles of 4 rows x 4 tokens)"
 #define K_AVX2     "avx2+fma+f16c (the rest)"
 #define K_ASK      " (AMX: the tile state is asked of Linux at the first product that uses it)"
