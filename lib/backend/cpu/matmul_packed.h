@@ -32,6 +32,10 @@
  * (batch invariance), and closer to exact than the lane-wise sums of the
  * row-at-a-time SIMD kernels.
  *
+ * Where AVX512-VNNI runs, prefill's passes take two groups at once in 512-bit
+ * vectors (cpu_packed16_kernel below): the same lane arithmetic, so the same
+ * bits, with half the instructions a row.
+ *
  * Roofline of one product: reads the packed bytes once per token tile (from
  * memory once; from L1 for the further tiles of a prefill), 2 * n_in * n_out *
  * n_tokens integer operations. Decode is held to the memory bandwidth: the
