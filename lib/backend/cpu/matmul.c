@@ -192,8 +192,10 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     if (pt->packed) { /* o0 and the tile's rows are multiples of CPU_PACK_ROWS */
         const char *info = j->info ? j->info + (size_t)t0 * j->info_row : NULL;
         const char *act = j->act + (size_t)t0 * j->act_row;
-        /* AMX takes whole 16 x 16 tiles; the 8-row kernels the rest. Both give
-         * the reference's sums, so a row's result does not depend on which.
+        /* AMX takes whole 16 x 16 tiles; the 16-row kernels (AVX512-VNNI) the
+         * tokens after them where three or more are left and 16 rows are; the
+         * 8-row kernels the rest. All give the reference's sums, so a row's
+         * result does not depend on which.
          * (t0 is a multiple of the tile.) */
         int64_t t_amx = pt->amx_fn && j->n_amx < t1 ? j->n_amx : t1;
         int64_t n_amx = pt->amx_fn && t_amx > t0 ? t_amx - t0 : 0;
