@@ -19,7 +19,8 @@ enum {
     AMX_TOKENS_PER_TILE = 64,
     TASKS_PER_THREAD = 4,
     /* the packed 16-row kernels from this many tokens a tile (prefill); one or
-     * two (decode, a short draft) stay on the 8-row ones and their prefetch */
+     * two (decode, a short draft) stay on the 8-row ones (faster there:
+     * matmul_packed.h) */
     PACKED16_MIN_TOKENS = 3,
     FP8_BLOCK = 128
 };

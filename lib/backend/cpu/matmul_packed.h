@@ -81,8 +81,8 @@ cpu_packed_fn cpu_packed_kernel(model_dtype dtype);
  * its 512-bit vectors) and w + group_bytes (rows 8..15), y[t * y_stride + r]
  * for r < 16: each (row, token) the 8-row kernel's bit for bit, with half the
  * instructions a row (one activation broadcast serves 16 rows). Prefill's
- * kernel where AVX512-VNNI runs; decode keeps the 8-row kernels, which
- * prefetch their one group's stream. */
+ * kernel where AVX512-VNNI runs; decode keeps the 8-row kernels (one or two
+ * tokens through the 16-row pass read 0.73-0.87x on a Zen 5, bench/README.md). */
 typedef void (*cpu_packed16_fn)(int64_t n_in, const void *w, size_t group_bytes, const char *act,
                                 size_t act_row, const char *info, size_t info_row, int64_t n_tok,
                                 float *y, int64_t y_stride);
