@@ -1852,8 +1852,8 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (rows_chunk512, four tiles a task), and decode rows on an f16, Q8_0 or Q4_0
- * cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16,
+ * (rows_chunk512, eight tiles a task in up to two calls a chunk), and decode rows on an f16, Q8_0
+ * or Q4_0 cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16,
  * flash_chunk_f16_avx2), else the staged AVX2 one: every
  * output must be the AVX2 path's bit for bit, or a sequence's logits would
  * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),

@@ -26,7 +26,7 @@
  * tokens, in f32, agreeing with the reference to float rounding; the keys are
  * split in segments of 256 folded in order, shared among the threads when a
  * step has few rows (flash-decoding). Where AVX-512 runs, a prefill's tiles
- * take a row-per-lane chunk step (four tiles a task): every result is the
+ * take a row-per-lane chunk step (eight tiles a task): every result is the
  * AVX2 step's bit for bit, so a row's output depends on its query, keys and
  * context length alone, never on the batch (tests/unit/test_cpu_kernels.c).
  *

@@ -44,9 +44,9 @@
  * take flash_segment_rows512, a row in each lane: the scores S^T from the
  * queries transposed once a segment (no K transposes), the max, e^x and the
  * sum tree down the keys as vectors (no horizontal step, one e^x for 16 rows'
- * rescales), and four tiles a task (flash_group_task) share each chunk's
- * converted rows and each key's broadcast values (rows_chunk512). Each row's
- * operations and their order are the same in both (a score's fused
+ * rescales), and eight tiles a task (flash_group_task) share each chunk's
+ * converted rows, four of them each key's broadcast values (rows_chunk512).
+ * Each row's operations and their order are the same in both (a score's fused
  * multiply-adds over the dimensions, the max, softmax_step16's sum tree, O's
  * multiply-adds over the keys), so the outputs are bit-identical and a row's
  * result never depends on the layout its call took. Measured on the attention
@@ -83,7 +83,7 @@ int cpu_attention_avx2_only;
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
  * mode, so a row's result depends on its own context length alone. */
-enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256 };
+enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256, GROUP_TILES = 8 };
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
 static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
@@ -307,6 +307,31 @@ AVX2 static void stage_chunk(const flash_job *j, int g, int64_t p0, int len, ptr
 
 _Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
 
+/* stage_chunk for the AVX-512 tiles (ld = head_dim, a multiple of 16; kr and v
+ * 64-byte aligned): an f16 cache's rows converted 16 values an instruction,
+ * the others as stage_chunk. */
+AVX512 static void stage_chunk512(const flash_job *j, int g, int64_t p0, int len, ptrdiff_t ld,
+                                  float *kr, float *v)
+{
+    const cpu_kv_cache *c = j->c;
+    if (c->dtype != MODEL_DTYPE_F16) {
+        stage_chunk(j, g, p0, len, ld, kr, v);
+        return;
+    }
+    const char *krow[CHUNK], *vrow[CHUNK];
+    chunk_rows(c, j->s, j->layer, g, p0, len, krow, vrow);
+    for (int i = 0; i < len; i++) {
+        const uint16_t *kh = (const uint16_t *)krow[i], *vh = (const uint16_t *)vrow[i];
+        for (ptrdiff_t e = 0; e < ld; e += 16) {
+            _mm512_store_ps(kr + i * ld + e,
+                            _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(kh + e))));
+            _mm512_store_ps(v + i * ld + e,
+                            _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(vh + e))));
+        }
+    }
+    if (len < CHUNK) memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
+}
+
 /* A tile of one head's rows for flash_segment_rows512: its queries
  * transposed (qt [hd][16], zero past `rows`), the keys each row sees, the
  * segment's state st (flash_segment's layout) and the rows' running max and
@@ -332,9 +357,10 @@ static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, f
 /* flash_segment for nt tiles of head g with a row in each AVX-512 lane
  * (avx512_rows.h): each chunk's K and V rows converted once (ld = head_dim)
  * for all the tiles, into kv (the thread's workspace: [2][CHUNK][head_dim]
- * f32, then rows_chunk512's ROWS512_SCORES, 64-byte aligned), then one
- * rows_chunk512 for the tiles that see a key of it. A tile whose rows see none of [k0, k1) keeps
- * the initial state (m = -inf: no fold). */
+ * f32, then rows_chunk512's ROWS512_SCORES, 64-byte aligned), then
+ * rows_chunk512 for the tiles that see a key of it, ROWS512_TILES at a time.
+ * A tile whose rows see none of [k0, k1) keeps the initial state (m = -inf:
+ * no fold). */
 AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *tiles, int nt,
                                          int64_t k0, int64_t k1, float *kv)
 {
@@ -350,14 +376,14 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
     }
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
         const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
-        stage_chunk(j, g, p0, len, hd, kr, v);
+        stage_chunk512(j, g, p0, len, hd, kr, v);
         /* the tiles that see a key of the chunk */
-        _Alignas(64) int valid[ROWS512_TILES][16];
-        const int *vt[ROWS512_TILES];
-        const float *qt[ROWS512_TILES];
-        float *o[ROWS512_TILES];
-        rows_tile *seen[ROWS512_TILES];
-        __m512 m[ROWS512_TILES], l[ROWS512_TILES];
+        _Alignas(64) int valid[GROUP_TILES][16];
+        const int *vt[GROUP_TILES];
+        const float *qt[GROUP_TILES];
+        float *o[GROUP_TILES];
+        rows_tile *seen[GROUP_TILES];
+        __m512 m[GROUP_TILES], l[GROUP_TILES];
         int na = 0;
         for (int i = 0; i < nt; i++) {
             rows_tile *t = &tiles[i];
@@ -372,8 +398,11 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
             m[na] = _mm512_load_ps(t->m), l[na] = _mm512_load_ps(t->l);
             na++;
         }
-        if (na == 0) continue;
-        rows_chunk512(krow, hd, qt, na, j->scale, vt, m, l, o, stride, v, hd, hd, sc);
+        for (int a = 0; a < na; a += ROWS512_TILES) {
+            const int nb = na - a < ROWS512_TILES ? na - a : ROWS512_TILES;
+            rows_chunk512(krow, hd, qt + a, nb, j->scale, vt + a, m + a, l + a, o + a, stride, v,
+                          hd, hd, sc);
+        }
         for (int i = 0; i < na; i++) {
             _mm512_store_ps(seen[i]->m, m[i]);
             _mm512_store_ps(seen[i]->l, l[i]);
@@ -688,13 +717,14 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
 }
 
 /* Where AVX-512 runs, a prefill's task: one KV head and GROUP_TILES tiles,
- * every segment in turn (each chunk's keys converted once for the tiles),
+ * every segment in turn (each chunk's keys converted once for the tiles, then
+ * rows_chunk512 for up to ROWS512_TILES of them at a time: eight tiles a
+ * conversion, not four, measured 1.09-1.11x on the attention op alone at
+ * 4,096 keys and 1 thread, 1.19-1.30x at 2; bench/README.md, session 53),
  * each tile's states folded as flash_task folds them: the same results. Its
  * workspace (the thread's): group_ws_floats (a multiple of 16 floats), each
  * tile's queries transposed, segment state and output, then
  * flash_segment_rows512's K and V rows. */
-enum { GROUP_TILES = 4 };
-_Static_assert((int)GROUP_TILES <= (int)ROWS512_TILES, "a task's tiles in one rows_chunk512");
 
 static size_t group_ws_floats(ptrdiff_t hd)
 {
