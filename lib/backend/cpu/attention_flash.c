@@ -41,10 +41,10 @@
  * Three forms of one arithmetic. The AVX2 chunk step (flash_chunk) holds a
  * row's 16 scores in lanes (K transposed), each row's softmax step
  * horizontal: decode and small calls. Where AVX-512 runs, a prefill's tiles
- * take flash_segment_rows512, a row in each lane: the scores S^T from the
+ * take attention_flash_rows512.c's step, a row in each lane: the scores S^T from the
  * queries transposed once a segment (no K transposes), the max, e^x and the
  * sum tree down the keys as vectors (no horizontal step, one e^x for 16 rows'
- * rescales), and eight tiles a task (flash_group_task) share each chunk's
+ * rescales), and eight tiles a task (cpu_flash_group_task) share each chunk's
  * converted rows, four of them each key's broadcast values (rows_chunk512).
  * Each row's operations and their order are the same in both (a score's fused
  * multiply-adds over the dimensions, the max, softmax_step16's sum tree, O's
@@ -69,6 +69,7 @@
 #include <string.h>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_flash.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vec_dot.h"
 
@@ -78,82 +79,6 @@ int cpu_attention_avx2_only;
 #    include "backend/cpu/avx2_cache_rows.h"
 #    include "backend/cpu/avx2_math.h"
 #    include "backend/cpu/avx512_cache_rows.h"
-#    include "backend/cpu/avx512_rows.h"
-
-/* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
- * and each segment's softmax state folded into the row's in order, in every
- * mode, so a row's result depends on its own context length alone. */
-enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256, GROUP_TILES = 8 };
-
-/* Row p of the sequence's K or V pool for KV head g in layer l. */
-static inline const char *kv_row(const cpu_kv_cache *c, const void *pool, const cpu_kv_seq *s,
-                                 int l, int g, int64_t p)
-{
-    return (const char *)pool + cpu_kv_block_offset(c, l, s->block_table[p / c->block_size]) +
-           (size_t)(p % c->block_size) * c->row_bytes + (size_t)g * c->head_bytes;
-}
-
-/* Rows [p0, p0 + len) of the sequence in layer l, each row's first byte of
- * KV head g: K into k[], V into v[]. A block's rows lie row_bytes apart, so
- * one block-table lookup a block. */
-static inline void chunk_rows(const cpu_kv_cache *c, const cpu_kv_seq *s, int l, int g, int64_t p0,
-                              int len, const char **k, const char **v)
-{
-    for (int i = 0; i < len;) {
-        const char *kb = kv_row(c, c->k, s, l, g, p0 + i), *vb = kv_row(c, c->v, s, l, g, p0 + i);
-        for (int64_t r = 0, in_block = c->block_size - (p0 + i) % c->block_size;
-             r < in_block && i < len; r++, i++) {
-            k[i] = kb + (size_t)r * c->row_bytes;
-            v[i] = vb + (size_t)r * c->row_bytes;
-        }
-    }
-}
-
-typedef struct flash_job {
-    const cpu_kv_cache *c;
-    const cpu_kv_seq *s;
-    int layer, n_head, group, tile_tokens;
-    const float *q; /* rotated where the cache is (kv_cache.h) */
-    int64_t pos0, n_tokens, n_tiles, n_seg;
-    float scale;
-    float *out;
-    float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
-    int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
-    int in_place;         /* flash_segment's tiles read the cache in place
-                           * (flash_segment_cache): 1 AVX-512, 2 AVX2 (f16, tiles of
-                           * up to IN_PLACE_AVX2_ROWS) */
-    cpu_threadpool *pool; /* its scratch: each thread's workspace (cpu_attention_scratch_bytes) */
-} flash_job;
-
-/* A tile's rows' softmax state over a segment of keys, row r at
- * st + r (head_dim + STATE_O): the running max m, the running sum l, then
- * from STATE_O on the unnormalized output O[head_dim] (64-byte aligned where
- * st is and head_dim is a multiple of 16: the AVX-512 steps' loads and stores
- * of O never split a cache line, measured 1.1-1.2x on the prefill tiles'
- * chunk step). */
-enum { STATE_O = 16 };
-
-static inline ptrdiff_t state_stride(const flash_job *j)
-{
-    return j->c->head_dim + STATE_O;
-}
-
-/* A tile's rows: the first token, the token past the last, the row count. */
-static int tile_rows(const flash_job *j, int64_t tile, int64_t *t0, int64_t *t1)
-{
-    *t0 = tile * j->tile_tokens;
-    *t1 = *t0 + j->tile_tokens < j->n_tokens ? *t0 + j->tile_tokens : j->n_tokens;
-    return (int)(*t1 - *t0) * j->group;
-}
-
-/* Row r of KV head g's tile from token t0: its query (r = token offset x
- * group + head in the group) and the keys it sees, [0, *limit). */
-static inline const float *row_query(const flash_job *j, int g, int64_t t0, int r, int64_t *limit)
-{
-    int64_t t = t0 + r / j->group;
-    *limit = j->pos0 + t + 1;
-    return j->q + (t * j->n_head + (int64_t)g * j->group + r % j->group) * j->c->head_dim;
-}
 
 /* The queries q[r] of KV head g's tile (rows from token t0) and the keys
  * valid[r] each sees of the chunk [p0, p0 + len) (0 or less: none). */
@@ -233,15 +158,6 @@ tile_scores(const float *kt, const float *const *q, int nr, ptrdiff_t hd, __m256
     }
 }
 
-/* A segment's state for a tile's rows before its first key: m = -inf, l = 0,
- * O = 0. */
-static void state_init(const flash_job *j, int rows, float *st)
-{
-    const ptrdiff_t stride = state_stride(j);
-    memset(st, 0, (size_t)rows * (size_t)stride * sizeof *st);
-    for (int r = 0; r < rows; r++) st[r * stride] = -INFINITY;
-}
-
 /* The online softmax of KV head g's tile (rows from token t0) over one chunk
  * of keys [p0, p0 + len), len <= CHUNK, into the rows' state st; the chunk's
  * K and V rows, in f32, at kr and v, `ld` floats apart (K's unused rows
@@ -287,130 +203,6 @@ AVX2 static void flash_chunk(const flash_job *j, int g, int64_t t0, int rows, in
         }
         pv_row(o, corr[r], p + r * CHUNK, v, hd, ld, valid[r]);
     }
-}
-
-/* Keys [p0, p0 + len) of KV heads from g (ld / head_dim of them, side by side
- * in a cache row) as f32 rows ld floats apart: K into kr, V into v; K's rows
- * past len zero (finite, then masked; V's are never read). */
-AVX2 static void stage_chunk(const flash_job *j, int g, int64_t p0, int len, ptrdiff_t ld,
-                             float *kr, float *v)
-{
-    const cpu_kv_cache *c = j->c;
-    const char *krow[CHUNK], *vrow[CHUNK];
-    chunk_rows(c, j->s, j->layer, g, p0, len, krow, vrow);
-    for (int i = 0; i < len; i++) {
-        load_kv_row(c->dtype, krow[i], ld, kr + i * ld);
-        load_kv_row(c->dtype, vrow[i], ld, v + i * ld);
-    }
-    if (len < CHUNK) memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
-}
-
-_Static_assert((int)CHUNK == (int)ROWS512_KEYS, "one chunk of keys for both layouts");
-
-/* stage_chunk for the AVX-512 tiles (ld = head_dim, a multiple of 16; kr and v
- * 64-byte aligned): an f16 cache's rows converted 16 values an instruction,
- * the others as stage_chunk. */
-AVX512 static void stage_chunk512(const flash_job *j, int g, int64_t p0, int len, ptrdiff_t ld,
-                                  float *kr, float *v)
-{
-    const cpu_kv_cache *c = j->c;
-    if (c->dtype != MODEL_DTYPE_F16) {
-        stage_chunk(j, g, p0, len, ld, kr, v);
-        return;
-    }
-    const char *krow[CHUNK], *vrow[CHUNK];
-    chunk_rows(c, j->s, j->layer, g, p0, len, krow, vrow);
-    for (int i = 0; i < len; i++) {
-        const uint16_t *kh = (const uint16_t *)krow[i], *vh = (const uint16_t *)vrow[i];
-        for (ptrdiff_t e = 0; e < ld; e += 16) {
-            _mm512_store_ps(kr + i * ld + e,
-                            _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(kh + e))));
-            _mm512_store_ps(v + i * ld + e,
-                            _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(vh + e))));
-        }
-    }
-    if (len < CHUNK) memset(kr + len * ld, 0, (size_t)((CHUNK - len) * ld) * sizeof *kr);
-}
-
-/* A tile of one head's rows for flash_segment_rows512: its queries
- * transposed (qt [hd][16], zero past `rows`), the keys each row sees, the
- * segment's state st (flash_segment's layout) and the rows' running max and
- * sum. */
-typedef struct rows_tile {
-    int64_t t0, limit[TILE_ROWS];
-    int rows;
-    float *qt, *st;
-    _Alignas(64) float m[16], l[16];
-} rows_tile;
-
-static void rows_tile_init(const flash_job *j, int g, int64_t tile, float *qt, float *st,
-                           rows_tile *t)
-{
-    int64_t t1;
-    t->rows = tile_rows(j, tile, &t->t0, &t1);
-    t->qt = qt, t->st = st;
-    const float *q[TILE_ROWS];
-    for (int r = 0; r < t->rows; r++) q[r] = row_query(j, g, t->t0, r, &t->limit[r]);
-    rows_transpose_queries(q, t->rows, j->c->head_dim, qt);
-}
-
-/* flash_segment for nt tiles of head g with a row in each AVX-512 lane
- * (avx512_rows.h): each chunk's K and V rows converted once (ld = head_dim)
- * for all the tiles, into kv (the thread's workspace: [2][CHUNK][head_dim]
- * f32, then rows_chunk512's ROWS512_SCORES, 64-byte aligned), then
- * rows_chunk512 for the tiles that see a key of it, ROWS512_TILES at a time.
- * A tile whose rows see none of [k0, k1) keeps the initial state (m = -inf:
- * no fold). */
-AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *tiles, int nt,
-                                         int64_t k0, int64_t k1, float *kv)
-{
-    const cpu_kv_cache *c = j->c;
-    const ptrdiff_t hd = c->head_dim, stride = state_stride(j);
-    float *kr = kv, *v = kv + CHUNK * hd, *sc = kv + (ptrdiff_t)2 * CHUNK * hd;
-    const float *krow[CHUNK];
-    for (int i = 0; i < CHUNK; i++) krow[i] = kr + i * hd;
-    for (int i = 0; i < nt; i++) {
-        state_init(j, tiles[i].rows, tiles[i].st);
-        _mm512_store_ps(tiles[i].m, _mm512_set1_ps(-INFINITY));
-        _mm512_store_ps(tiles[i].l, _mm512_setzero_ps());
-    }
-    for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
-        const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
-        stage_chunk512(j, g, p0, len, hd, kr, v);
-        /* the tiles that see a key of the chunk */
-        _Alignas(64) int valid[GROUP_TILES][16];
-        const int *vt[GROUP_TILES];
-        const float *qt[GROUP_TILES];
-        float *o[GROUP_TILES];
-        rows_tile *seen[GROUP_TILES];
-        __m512 m[GROUP_TILES], l[GROUP_TILES];
-        int na = 0;
-        for (int i = 0; i < nt; i++) {
-            rows_tile *t = &tiles[i];
-            int any = 0;
-            for (int r = 0; r < 16; r++) {
-                int64_t lim = r < t->rows ? t->limit[r] - p0 : 0;
-                valid[na][r] = lim <= 0 ? 0 : lim < len ? (int)lim : len;
-                any |= valid[na][r];
-            }
-            if (!any) continue;
-            vt[na] = valid[na], qt[na] = t->qt, o[na] = t->st + STATE_O, seen[na] = t;
-            m[na] = _mm512_load_ps(t->m), l[na] = _mm512_load_ps(t->l);
-            na++;
-        }
-        for (int a = 0; a < na; a += ROWS512_TILES) {
-            const int nb = na - a < ROWS512_TILES ? na - a : ROWS512_TILES;
-            rows_chunk512(krow, hd, qt + a, nb, j->scale, vt + a, m + a, l + a, o + a, stride, v,
-                          hd, hd, sc);
-        }
-        for (int i = 0; i < na; i++) {
-            _mm512_store_ps(seen[i]->m, m[i]);
-            _mm512_store_ps(seen[i]->l, l[i]);
-        }
-    }
-    for (int i = 0; i < nt; i++)
-        for (int r = 0; r < tiles[i].rows; r++)
-            tiles[i].st[r * stride] = tiles[i].m[r], tiles[i].st[r * stride + 1] = tiles[i].l[r];
 }
 
 /* Each row's softmax step over a chunk's scores sc [rows][CHUNK] (its state
@@ -649,48 +441,6 @@ AVX2 static void flash_segment(const flash_job *j, int g0, int g1, int64_t t0, i
     }
 }
 
-/* Fold one segment's state (m, l, o) into a row's running (*M, *L, O), in
- * segment order: M' = max(M, m), O = O e^(M - M') + o e^(m - M'), L alike. */
-AVX2 static void merge_segment(ptrdiff_t hd, float *M, float *L, float *O, const float *seg)
-{
-    const float m = seg[0], l = seg[1], *o = seg + STATE_O;
-    if (m == -INFINITY) return; /* no key of the row in the segment */
-    if (*M == -INFINITY) {
-        *M = m, *L = l;
-        memcpy(O, o, (size_t)hd * sizeof *O);
-        return;
-    }
-    float mx = *M > m ? *M : m, a = expf(*M - mx), b = expf(m - mx);
-    *L = *L * a + l * b;
-    *M = mx;
-    __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
-    for (ptrdiff_t d = 0; d < hd; d += 8)
-        _mm256_storeu_ps(O + d, _mm256_fmadd_ps(_mm256_loadu_ps(o + d), bv,
-                                                _mm256_mul_ps(_mm256_loadu_ps(O + d), av)));
-}
-
-/* The tile's rows' output, O / L. */
-static void write_rows(const flash_job *j, int g, int64_t t0, int rows, const float *L,
-                       const float *O)
-{
-    const ptrdiff_t hd = j->c->head_dim;
-    for (int r = 0; r < rows; r++) {
-        int64_t t = t0 + r / j->group;
-        int h = g * j->group + r % j->group;
-        float *dst = j->out + (t * j->n_head + h) * hd;
-        float inv = 1.0f / L[r];
-        for (ptrdiff_t d = 0; d < hd; d++) dst[d] = O[r * hd + d] * inv;
-        if (j->c->rotated) cpu_kv_rotate(dst, hd); /* a sum of rotated values, rotated back */
-    }
-}
-
-/* Keys [k0, k1) of segment seg for a tile whose last token sees n keys. */
-static void segment_keys(int64_t seg, int64_t n, int64_t *k0, int64_t *k1)
-{
-    *k0 = seg * FLASH_SEGMENT;
-    *k1 = *k0 + FLASH_SEGMENT < n ? *k0 + FLASH_SEGMENT : n;
-}
-
 /* A task: one KV head and a tile, every segment in turn, folded as they end.
  * Its workspace (the thread's): the segment's state [TILE_ROWS][hd + STATE_O], the
  * output O [TILE_ROWS][hd], then flash_segment's. */
@@ -714,53 +464,6 @@ AVX2 static void flash_task(void *ctx, int64_t task, int thread)
         for (int r = 0; r < rows; r++) merge_segment(hd, &M[r], &L[r], O + r * hd, st + r * stride);
     }
     write_rows(j, g, t0, rows, L, O);
-}
-
-/* Where AVX-512 runs, a prefill's task: one KV head and GROUP_TILES tiles,
- * every segment in turn (each chunk's keys converted once for the tiles, then
- * rows_chunk512 for up to ROWS512_TILES of them at a time: eight tiles a
- * conversion, not four, measured 1.09-1.11x on the attention op alone at
- * 4,096 keys and 1 thread, 1.19-1.30x at 2; bench/README.md, session 53),
- * each tile's states folded as flash_task folds them: the same results. Its
- * workspace (the thread's): group_ws_floats (a multiple of 16 floats), each
- * tile's queries transposed, segment state and output, then
- * flash_segment_rows512's K and V rows. */
-
-static size_t group_ws_floats(ptrdiff_t hd)
-{
-    return (size_t)GROUP_TILES * (size_t)(16 * hd + TILE_ROWS * (hd + STATE_O) + TILE_ROWS * hd);
-}
-
-AVX512 static void flash_group_task(void *ctx, int64_t task, int thread)
-{
-    const flash_job *j = ctx;
-    const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
-    const int g = (int)(task % j->c->n_head_kv);
-    const int64_t first = task / j->c->n_head_kv * GROUP_TILES;
-    const int nt = j->n_tiles - first < GROUP_TILES ? (int)(j->n_tiles - first) : GROUP_TILES;
-    float *ws = cpu_threadpool_scratch(j->pool, thread);
-    rows_tile tiles[GROUP_TILES];
-    float M[GROUP_TILES][TILE_ROWS], L[GROUP_TILES][TILE_ROWS], *O[GROUP_TILES];
-    for (int i = 0; i < nt; i++) {
-        float *base =
-            ws + (size_t)i * (size_t)(16 * hd + TILE_ROWS * (hd + STATE_O) + TILE_ROWS * hd);
-        rows_tile_init(j, g, first + i, base, base + 16 * hd, &tiles[i]);
-        O[i] = base + 16 * hd + TILE_ROWS * (hd + STATE_O);
-        for (int r = 0; r < tiles[i].rows; r++) M[i][r] = -INFINITY, L[i][r] = 0;
-        memset(O[i], 0, (size_t)tiles[i].rows * (size_t)hd * sizeof *O[i]);
-    }
-    int64_t t0, t1;
-    tile_rows(j, first + nt - 1, &t0, &t1);
-    const int64_t n = j->pos0 + t1; /* the last tile's last token sees the most keys */
-    for (int64_t seg = 0; seg * FLASH_SEGMENT < n; seg++) {
-        int64_t k0, k1;
-        segment_keys(seg, n, &k0, &k1);
-        flash_segment_rows512(j, g, tiles, nt, k0, k1, ws + group_ws_floats(hd));
-        for (int i = 0; i < nt; i++)
-            for (int r = 0; r < tiles[i].rows; r++)
-                merge_segment(hd, &M[i][r], &L[i][r], O[i] + r * hd, tiles[i].st + r * stride);
-    }
-    for (int i = 0; i < nt; i++) write_rows(j, g, tiles[i].t0, tiles[i].rows, L[i], O[i]);
 }
 
 /* Split mode (flash-decoding): a task is one tile and segment for every KV
@@ -811,7 +514,7 @@ size_t cpu_attention_scratch_bytes(int64_t head_dim)
     const ptrdiff_t hd = head_dim;
     const size_t task =
                      (size_t)(TILE_ROWS * (hd + STATE_O) + TILE_ROWS * hd) + segment_ws_floats(hd),
-                 group = group_ws_floats(hd) + (size_t)(hd * 2 * CHUNK) + ROWS512_SCORES;
+                 group = cpu_flash_group_ws_floats(hd);
     return (task > group ? task : group) * sizeof(float);
 }
 
@@ -874,7 +577,7 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         free(j.part);
     } else if (j.wide && j.n_tiles > 1) {
         cpu_threadpool_run(pool, (j.n_tiles + GROUP_TILES - 1) / GROUP_TILES * c->n_head_kv,
-                           flash_group_task, &j);
+                           cpu_flash_group_task, &j);
     } else { /* (the AVX2 step, or without memory for the parts: the same
               * folds in one pass) */
         cpu_threadpool_run(pool, tasks, flash_task, &j);
