@@ -1852,14 +1852,14 @@ static void test_attention_long_context_segments(void **state)
 }
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
- * (rows_chunk512, eight tiles a task in up to two calls a chunk), and decode rows on an f16, Q8_0
- * or Q4_0 cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16,
- * flash_chunk_f16_avx2), else the staged AVX2 one: every
- * output must be the AVX2 path's bit for bit, or a sequence's logits would
- * depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile),
- * groups of 7, 1, 5, 8, 2 and 3, head_dim 40 to 1,024, each cache
- * type, rotated and not; a whole prompt of 600 keys (three segments, a
- * partial last tile) and 70 tokens after 530; two threads. */
+ * (rows_chunk512 on up to four tiles at a time; eight tiles a task where the
+ * threads get four tasks each, else four: both run here, e.g. SmolLM2's shape
+ * takes eight on the 600-key prompt and four on the 70 tokens), and decode rows on an f16, Q8_0 or
+ * Q4_0 cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16, flash_chunk_f16_avx2),
+ * else the staged AVX2 one: every output must be the AVX2 path's bit for bit, or a sequence's
+ * logits would depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile), groups of
+ * 7, 1, 5, 8, 2 and 3, head_dim 40 to 1,024, each cache type, rotated and not; a whole prompt of
+ * 600 keys (three segments, a partial last tile) and 70 tokens after 530; two threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
 {
     (void)state;

@@ -576,7 +576,12 @@ int cpu_attention_flash(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_k
         cpu_threadpool_run(pool, tasks, flash_merge_task, &j);
         free(j.part);
     } else if (j.wide && j.n_tiles > 1) {
-        cpu_threadpool_run(pool, (j.n_tiles + GROUP_TILES - 1) / GROUP_TILES * c->n_head_kv,
+        /* GROUP_TILES tiles a task where that leaves each thread four tasks
+         * or more (a task's keys grow along the prompt: fewer would leave a
+         * thread the last long one), else half as many */
+        const int64_t groups = (j.n_tiles + GROUP_TILES - 1) / GROUP_TILES * c->n_head_kv;
+        j.group_tiles = groups >= 4 * (int64_t)threads ? GROUP_TILES : GROUP_TILES / 2;
+        cpu_threadpool_run(pool, (j.n_tiles + j.group_tiles - 1) / j.group_tiles * c->n_head_kv,
                            cpu_flash_group_task, &j);
     } else { /* (the AVX2 step, or without memory for the parts: the same
               * folds in one pass) */

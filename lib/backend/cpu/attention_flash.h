@@ -3,15 +3,15 @@
  * its tasks, the tiles' rows and queries, a segment's softmax state, a
  * chunk's rows staged in f32, and the fold of segments into a row's output.
  * Internal to those two files; attention_flash.c's header describes the
- * arithmetic. x86-64 with GCC or Clang. */
+ * arithmetic. Its inline parts: x86-64 with GCC or Clang. */
 #ifndef DI_BACKEND_CPU_ATTENTION_FLASH_H
 #define DI_BACKEND_CPU_ATTENTION_FLASH_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Where AVX-512 runs, a prefill's task: one KV head and GROUP_TILES tiles
- * (attention_flash_rows512.c); ctx is the call's flash_job. */
+/* Where AVX-512 runs, a prefill's task: one KV head and the job's
+ * group_tiles tiles (attention_flash_rows512.c); ctx is the call's flash_job. */
 void cpu_flash_group_task(void *ctx, int64_t task, int thread);
 
 /* The floats of a thread's workspace cpu_flash_group_task takes at
@@ -27,7 +27,10 @@ size_t cpu_flash_group_ws_floats(ptrdiff_t hd);
 
 /* FLASH_SEGMENT: keys per segment. A row's keys are split at multiples of it
  * and each segment's softmax state folded into the row's in order, in every
- * mode, so a row's result depends on its own context length alone. */
+ * mode, so a row's result depends on its own context length alone.
+ * GROUP_TILES: the most tiles a task of cpu_flash_group_task takes (the
+ * job's group_tiles: this many where the threads have tasks enough,
+ * GROUP_TILES / 2 where they would not). */
 enum { CHUNK = 16, TILE_ROWS = 16, FLASH_SEGMENT = 256, GROUP_TILES = 8 };
 
 /* Row p of the sequence's K or V pool for KV head g in layer l. */
@@ -63,7 +66,8 @@ typedef struct flash_job {
     float scale;
     float *out;
     float *part;          /* split mode: per (tile, KV head, segment) a state (below) */
-    int wide;             /* a prefill's tiles on AVX-512 (flash_group_task) */
+    int wide;             /* a prefill's tiles on AVX-512 (cpu_flash_group_task) */
+    int group_tiles;      /* tiles a cpu_flash_group_task task, at most GROUP_TILES */
     int in_place;         /* flash_segment's tiles read the cache in place
                            * (flash_segment_cache): 1 AVX-512, 2 AVX2 (f16, tiles of
                            * up to IN_PLACE_AVX2_ROWS) */

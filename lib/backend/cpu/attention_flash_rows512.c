@@ -1,12 +1,12 @@
 /* A prefill's attention tiles where AVX-512 runs (attention_flash.c's
  * header gives the arithmetic; avx512_rows.h the chunk step): a task is one
- * KV head and GROUP_TILES tiles of up to 16 rows (query heads x tokens), a
- * row in each lane. Each chunk's K and V rows are converted to f32 once for
+ * KV head and up to GROUP_TILES tiles of up to 16 rows (query heads x
+ * tokens), a row in each lane. Each chunk's K and V rows are converted to f32 once for
  * the task's tiles, then rows_chunk512 takes up to ROWS512_TILES of them at a
  * time, each key's values broadcast once for all of those. Every row's
  * result is the AVX2 step's bit for bit (tests/unit/test_cpu_kernels.c).
  * Roofline per task over n keys: reads 2 n head_dim cache elements once for
- * its GROUP_TILES tiles; 4 n head_dim FLOPs a row. */
+ * its tiles; 4 n head_dim FLOPs a row. */
 #include "backend/cpu/attention_flash.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -120,10 +120,10 @@ AVX512 static void flash_segment_rows512(const flash_job *j, int g, rows_tile *t
             tiles[i].st[r * stride] = tiles[i].m[r], tiles[i].st[r * stride + 1] = tiles[i].l[r];
 }
 
-/* Where AVX-512 runs, a prefill's task: one KV head and GROUP_TILES tiles,
+/* Where AVX-512 runs, a prefill's task: one KV head and j->group_tiles tiles,
  * every segment in turn (each chunk's keys converted once for the tiles, then
  * rows_chunk512 for up to ROWS512_TILES of them at a time: eight tiles a
- * conversion, not four, measured 1.09-1.11x on the attention op alone at
+ * conversion, not four, measured 1.10-1.11x on the attention op alone at
  * 4,096 keys and 1 thread, 1.19-1.30x at 2; bench/README.md, session 53),
  * each tile's states folded as flash_task folds them: the same results. Its
  * workspace (the thread's): group_ws_floats (a multiple of 16 floats), each
@@ -142,8 +142,8 @@ AVX512 void cpu_flash_group_task(void *ctx, int64_t task, int thread)
     const flash_job *j = ctx;
     const ptrdiff_t hd = j->c->head_dim, stride = state_stride(j);
     const int g = (int)(task % j->c->n_head_kv);
-    const int64_t first = task / j->c->n_head_kv * GROUP_TILES;
-    const int nt = j->n_tiles - first < GROUP_TILES ? (int)(j->n_tiles - first) : GROUP_TILES;
+    const int64_t first = task / j->c->n_head_kv * j->group_tiles;
+    const int nt = j->n_tiles - first < j->group_tiles ? (int)(j->n_tiles - first) : j->group_tiles;
     float *ws = cpu_threadpool_scratch(j->pool, thread);
     rows_tile tiles[GROUP_TILES];
     float M[GROUP_TILES][TILE_ROWS], L[GROUP_TILES][TILE_ROWS], *O[GROUP_TILES];

@@ -1,9 +1,9 @@
-/* AVX2 helpers shared by the attention kernels (attention_flash.c,
- * attention_mla.c, deepseek_v4_ops.c): an 8-lane e^x, horizontal max and sum,
- * an 8 x 8 transpose in registers, a cache row converted to f32. x86-64 with
- * GCC or Clang only; each function carries its own target attribute, so
- * callers compile without -mavx2 and must check cpu_has_avx2() (vec_dot.h)
- * before calling. */
+/* AVX2 helpers shared by the attention kernels (attention_flash.[ch],
+ * attention_flash_rows512.c, attention_mla.c, deepseek_v4_ops.c): an 8-lane
+ * e^x, horizontal max and sum, an 8 x 8 transpose in registers, a cache row
+ * converted to f32. x86-64 with GCC or Clang only; each function carries its
+ * own target attribute, so callers compile without -mavx2 and must check
+ * cpu_has_avx2() (vec_dot.h) before calling. */
 #ifndef DI_BACKEND_CPU_AVX2_MATH_H
 #define DI_BACKEND_CPU_AVX2_MATH_H
 
@@ -153,7 +153,7 @@ AVX2 static inline float softmax_step16(const float *s, int valid, float *m, flo
     float mnew = hmax8(_mm256_max_ps(s0, s1));
     if (*m > mnew) mnew = *m;
     /* a NaN score, now or before, makes the row NaN, as the reference's: the
-     * max takes NaN whatever its place among the keys (attention_flash.c's
+     * max takes NaN whatever its place among the keys (avx512_rows.h's
      * row-per-lane step does the same) */
     const __m256 nan =
         _mm256_or_ps(_mm256_cmp_ps(s0, s0, _CMP_UNORD_Q), _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));

@@ -1,5 +1,5 @@
 /* The attention kernels' chunk step with a row in each AVX-512 lane
- * (attention_flash.c's prefill tiles, attention_mla.c's latent tiles): for a
+ * (attention_flash_rows512.c's prefill tiles, attention_mla.c's latent tiles): for a
  * chunk of 16 keys and up to ROWS512_TILES tiles of up to 16 rows (query heads
  * x tokens), the scores S^T (a vector over a tile's rows for each key) from
  * the rows' queries held transposed, each key's values broadcast once for all
