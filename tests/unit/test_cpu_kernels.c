@@ -1853,13 +1853,17 @@ static void test_attention_long_context_segments(void **state)
 
 /* Where AVX-512 runs, a prefill's tiles take the rows-in-lanes chunk step
  * (rows_chunk512 on up to four tiles at a time; eight tiles a task where the
- * threads get four tasks each, else four: both run here, e.g. SmolLM2's shape
- * takes eight on the 600-key prompt and four on the 70 tokens), and decode rows on an f16, Q8_0 or
- * Q4_0 cache the in-place one (flash_chunk_cache; with AVX-512 off, on f16, flash_chunk_f16_avx2),
- * else the staged AVX2 one: every output must be the AVX2 path's bit for bit, or a sequence's
- * logits would depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a tile), groups of
- * 7, 1, 5, 8, 2 and 3, head_dim 40 to 1,024, each cache type, rotated and not; a whole prompt of
- * 600 keys (three segments, a partial last tile) and 70 tokens after 530; two threads. */
+ * threads get four tasks each, else four: both run here, e.g. SmolLM2's
+ * shape takes eight on the 600-key prompt and four on the 70 tokens), and
+ * decode rows on an f16, Q8_0 or Q4_0 cache the in-place one
+ * (flash_chunk_cache, its P V on up to three rows a pass, or four to eight;
+ * with AVX-512 off, on f16, flash_chunk_f16_avx2), else the staged AVX2 one:
+ * every output must be the AVX2 path's bit for bit, or a sequence's logits
+ * would depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a
+ * tile), groups of 7, 1, 5, 8, 2, 3 and 4, head_dim 40 to 1,040 (80: a P V
+ * pass over four to eight rows ends on 16 dimensions), each cache type,
+ * rotated and not; a whole prompt of 600 keys (three segments, a partial
+ * last tile) and 70 tokens after 530; two threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
 {
     (void)state;
@@ -1875,6 +1879,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         {6, 3, 160, MODEL_DTYPE_Q8_0},  {4, 2, 96, MODEL_DTYPE_Q4_0},
         {4, 2, 40, MODEL_DTYPE_F16},    {8, 2, 128, MODEL_DTYPE_F16},
         {2, 1, 1024, MODEL_DTYPE_F16},  {2, 1, 1040, MODEL_DTYPE_F16},
+        {8, 2, 80, MODEL_DTYPE_F16},
     };
     enum { CTX = 600, MAXV = 16 * 256 };
     static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];

@@ -173,17 +173,17 @@ cache_keys_scores(const char *const *k, int type, const float *const *q, int nr,
         _mm512_storeu_ps(sc + (ptrdiff_t)r * 16, _mm512_mul_ps(s[r], sv));
 }
 
-/* O = O corr + P V for nr (1..3, a constant where inlined) rows over
- * dimensions [d0, d0 + 16 nv) (nv 1..4; d0 a multiple of 32 for Q8_0 and
- * Q4_0), V's cache rows (of type, CACHE_*) at v[i]: each value vector converted
- * once for the rows; row r's o at o[r], its weights p[r], its keys
- * i < valid[r] (mul, then a fused multiply-add per key in key order, as
- * pv_block64). */
+/* O = O corr + P V for nr (1..8, a constant where inlined) rows over
+ * dimensions [d0, d0 + 16 nv) (nv 1..4, nr nv <= 16 accumulators; d0 a
+ * multiple of 32 for Q8_0 and Q4_0), V's cache rows (of type, CACHE_*) at
+ * v[i]: each value vector converted once for the rows; row r's o at o[r], its
+ * weights p[r], its keys i < valid[r] (mul, then a fused multiply-add per key
+ * in key order, as pv_block64). */
 AVX512BW __attribute__((always_inline)) static inline void
 cache_values_pv(float *const *o, const float *corr, const float *const *p, const int *valid, int nr,
                 const char *const *v, int type, ptrdiff_t d0, int nv)
 {
-    __m512 acc[3][4];
+    __m512 acc[8][4];
     int most = 0;
     UNROLL for (int r = 0; r < nr; r++)
     {
