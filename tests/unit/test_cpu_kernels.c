@@ -1861,7 +1861,7 @@ static void test_attention_long_context_segments(void **state)
  * every output must be the AVX2 path's bit for bit, or a sequence's logits
  * would depend on how its tokens were batched. Shapes: SmolLM2's (15 rows a
  * tile), groups of 7, 1, 5, 8, 2, 3 and 4, head_dim 40 to 1,040 (80: a P V
- * pass over four to eight rows ends on 16 dimensions), each cache type,
+ * pass over three to eight rows ends on 16 dimensions), each cache type,
  * rotated and not; a whole prompt of 600 keys (three segments, a partial
  * last tile) and 70 tokens after 530; two threads. */
 static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
@@ -1879,7 +1879,7 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         {6, 3, 160, MODEL_DTYPE_Q8_0},  {4, 2, 96, MODEL_DTYPE_Q4_0},
         {4, 2, 40, MODEL_DTYPE_F16},    {8, 2, 128, MODEL_DTYPE_F16},
         {2, 1, 1024, MODEL_DTYPE_F16},  {2, 1, 1040, MODEL_DTYPE_F16},
-        {8, 2, 80, MODEL_DTYPE_F16},
+        {8, 2, 80, MODEL_DTYPE_F16},    {9, 3, 80, MODEL_DTYPE_F16},
     };
     enum { CTX = 600, MAXV = 16 * 256 };
     static float k[CTX * MAXV], v[CTX * MAXV], q[CTX * MAXV], a[CTX * MAXV], b[CTX * MAXV];
@@ -1914,12 +1914,14 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
         }
         /* decode steps and small calls (flash_segment's keys-in-lanes step:
          * on an f16, Q8_0 or Q4_0 cache where AVX-512 runs, these tiles read
-         * the cache in place, flash_chunk_cache, here 1-15 rows (two passes
-         * of the scores past 8), head_dim 64 to 256, rows that see none of a chunk's keys (30-31,
-         * 255-256) skipped; with AVX-512 off, f16 tiles of up to 8 rows
-         * flash_chunk_f16_avx2; else flash_chunk's staged rows; 1 and 3 threads,
-         * whole and split segments) give every row the whole prompt's bits
-         * (a holds its output) on both paths */
+         * the cache in place, flash_chunk_cache, here 1-16 rows (two passes
+         * of the scores past 8; P V on 1-3 rows a pass, or on 4-8, 5 and 7
+         * of them ending on 16 dimensions at head_dim 80), head_dim 64 to
+         * 1,024, rows that see none of a chunk's keys (30-31, 255-256)
+         * skipped; with AVX-512 off, f16 tiles of up to 8 rows
+         * flash_chunk_f16_avx2; else flash_chunk's staged rows; 1 and 3
+         * threads, whole and split segments) give every row the whole
+         * prompt's bits (a holds its output) on both paths */
         static const int64_t at[][2] = {
             {0, 1},   {1, 1},   {15, 1},  {16, 1},  {17, 1}, {255, 1}, {256, 1},
             {257, 1}, {511, 1}, {599, 1}, {297, 3}, {40, 7}, {100, 4}, {509, 2},

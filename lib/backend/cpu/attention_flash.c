@@ -271,9 +271,10 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
     /* each row's softmax step; the rows that see a key of the chunk, in
      * groups sharing each converted V vector: up to three over 64 dimensions
      * a pass, or four to eight (a decode step's query heads of a KV head,
-     * e.g. 7 or 8) over 32, V converted once for the group, not for every
-     * three (1.08-1.15x on the op at 8 rows, head_dim 128, 256 keys: the
-     * f16 and Q8_0 caches, bench/README.md, session 53) */
+     * e.g. 7 or 8; 9-16 rows in two groups as even as they come) over 32,
+     * V converted once for the group, not for every three (1.08-1.15x on
+     * the op at 8 rows, head_dim 128, 256 keys: the f16 and Q8_0 caches,
+     * bench/README.md, session 53) */
     float *o[TILE_ROWS];
     const float *pr[TILE_ROWS];
     int vr[TILE_ROWS];
@@ -284,6 +285,7 @@ AVX512BW static void flash_chunk_cache(const flash_job *j, int g, int64_t t0, in
          : type == CACHE_Q4_0                                                                      \
              ? cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_Q4_0, d0, nv)     \
              : cache_values_pv(o + r0, corr + r0, pr + r0, vr + r0, nr, v, CACHE_F16, d0, nv))
+    _Static_assert((int)TILE_ROWS <= 16, "at most two groups, each of four to eight rows");
     if (n > 3) {
         const int groups = (n + 7) / 8, per = (n + groups - 1) / groups;
         for (int r0 = 0; r0 < n; r0 += per) {
