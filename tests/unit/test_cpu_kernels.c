@@ -879,7 +879,7 @@ static float *v4_cache_rows(model_dtype dtype, int64_t n, int64_t width, void **
  * the ring's 12 rows all read by the first); each token alone equal to its
  * row in the batch, bit for bit. */
 static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, int block,
-                                 model_dtype dtype)
+                                 model_dtype dtype, int overflow)
 {
     enum { NH = 5, N = 6, WINDOW = 7, RING = 12, NCOMP = 9, K = 4, RATE = 4 };
     float *q = malloc(sizeof(float) * (size_t)(N * NH * d)),
@@ -897,6 +897,11 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, i
     int32_t sel[N * K];
     for (int64_t i = 0; i < N * NH * d; i++) q[i] = frand();
     for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
+    if (overflow) { /* (an f32 cache) every score -inf in f32: -6e38 in dimension 0 */
+        for (int i = 0; i < N * NH; i++) q[i * d] = 3e38f;
+        for (int r = 0; r < RING; r++) win[r * d] = ((float *)win_rows)[r * d] = -2.0f;
+        for (int r = 0; r < NCOMP; r++) comp[r * d] = ((float *)comp_rows)[r * d] = -2.0f;
+    }
     for (int t = 0; t < N; t++) {
         pos[t] = 10 + t; /* ring rows wrap past 12 */
         last[t] = 10 + N - 1;
@@ -936,16 +941,17 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, i
             }
             for (int64_t i = 0; i < d; i++) {
                 double diff = fabs(o[i] / l - out[(t * NH + h) * d + i]);
-                worst = diff > worst ? diff : worst;
+                worst = diff > worst || isnan(diff) ? diff : worst; /* (NaN stays) */
             }
         }
-    printf("sink attention, %s cache%s, head_dim %lld, %s%s: max |diff| from double %.2e\n",
+    printf("sink attention, %s cache%s, head_dim %lld, %s%s%s: max |diff| from double %.2e\n",
            dtype == MODEL_DTYPE_F32    ? "f32"
            : dtype == MODEL_DTYPE_F16  ? "f16"
            : dtype == MODEL_DTYPE_Q8_0 ? "q8_0"
                                        : "q4_0",
            cpu_kv_rotates(dtype, d) ? " (rotated)" : "", (long long)d,
-           use_sel ? "the indexer's entries" : "every entry", block ? ", a block" : "", worst);
+           use_sel ? "the indexer's entries" : "every entry", block ? ", a block" : "",
+           overflow ? ", every score -inf" : "", worst);
     if (!(worst < 1e-5)) fail_msg("dtype %d: max |diff| %g", dtype, worst);
     for (int t = 0; t < N; t++) {
         cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, block ? last + t : NULL,
@@ -984,9 +990,13 @@ static void test_sink_attention_matches_double(void **state)
             if (dims[di] % 32 && types[ti] != MODEL_DTYPE_F32 && types[ti] != MODEL_DTYPE_F16)
                 continue;
             for (int use_sel = 0; use_sel < 2; use_sel++)
-                check_sink_attention(pool, dims[di], use_sel, 0, types[ti]);
-            check_sink_attention(pool, dims[di], 0, 1, types[ti]);
+                check_sink_attention(pool, dims[di], use_sel, 0, types[ti], 0);
+            check_sink_attention(pool, dims[di], 0, 1, types[ti], 0);
         }
+    /* scores that overflow to -inf weigh nothing; with every one of them the
+     * sink takes all the weight: 0, as in double (the tile and the walk took
+     * e^(-inf + inf), NaN) */
+    for (int di = 0; di < 5; di++) check_sink_attention(pool, dims[di], 0, 0, MODEL_DTYPE_F32, 1);
     cpu_threadpool_free(pool);
 }
 
@@ -2011,6 +2021,72 @@ static void test_attention_nan_scores(void **state)
     check_nan_key(MODEL_DTYPE_F32, 270, NAN); /* in the second segment */
 }
 
+/* Keys whose scores are -inf (an inf in the cache times a positive query
+ * element) weigh nothing: a row that also sees a finite score is that
+ * softmax's, finite and within 1e-5 of the reference path (1e-3 on an f16
+ * cache, whose reference rounds q to f16), on the AVX-512
+ * prefill tiles, the AVX2 ones and a decode step, bit-identical among them; a
+ * row that sees only -inf is NaN on every path, as the reference's 0 / 0. (A
+ * breaker's finding: when every key of a row's first chunk in a segment
+ * scored -inf, the fast paths took e^(-inf + inf) and gave NaN.) Keys
+ * [0, nbad) hold `kval` in dimension 0, where every query holds 1; 300 keys,
+ * two segments of 256. */
+static void check_ninf_keys(model_dtype dt, int nbad, float kval)
+{
+    enum { NKV = 1, NH = 2, HD = 16, N = 300 };
+    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD];
+    static float out[4][N * NH * HD], scratch[2 * N];
+    cpu_kv_cache c;
+    assert_int_equal(cpu_kv_cache_init(&c, dt, 1, NKV, HD, 16, N / 16 + 1), DI_OK);
+    int32_t table[N / 16 + 1];
+    for (int i = 0; i < N / 16 + 1; i++) table[i] = i;
+    cpu_kv_seq sq = {table, N / 16 + 1, N / 16 + 1, N, 0};
+    for (int i = 0; i < N * NKV * HD; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < N * NH * HD; i++) q[i] = i % HD == 0 ? 1.0f : frand();
+    for (int t = 0; t < nbad; t++) k[t * NKV * HD] = kval;
+    cpu_kv_store(&c, &sq, 0, 0, N, k, v);
+    cpu_threadpool *pool;
+    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    cpu_attention_avx2_only = 0;
+    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[0], scratch, N, 0);
+    cpu_attention_avx2_only = 1;
+    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[1], scratch, N, 0);
+    cpu_attention_avx2_only = 0;
+    for (int t = 0; t < N; t++)
+        cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[2] + t * NH * HD,
+                      scratch, N, 0);
+    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[3], scratch, N, 1);
+    const float tol = dt == MODEL_DTYPE_F32 ? 1e-5f : 1e-3f;
+    for (int t = 0; t < N; t++)
+        for (int e = 0; e < NH * HD; e++) {
+            const float ref = out[3][t * NH * HD + e];
+            if (t < nbad ? !isnan(ref) : !isfinite(ref))
+                fail_msg("-inf keys [0, %d), cache type %d: reference token %d, output %d is %g",
+                         nbad, (int)dt, t, e, (double)ref);
+            for (int w = 0; w < 3; w++) {
+                const float x = out[w][t * NH * HD + e];
+                if (t < nbad ? !isnan(x) : !(fabsf(x - ref) <= tol))
+                    fail_msg("-inf keys [0, %d), cache type %d: path %d, token %d, output %d is "
+                             "%g, the reference's %g",
+                             nbad, (int)dt, w, t, e, (double)x, (double)ref);
+                if (t >= nbad && memcmp(&x, &out[0][t * NH * HD + e], sizeof x) != 0)
+                    fail_msg("-inf keys [0, %d): path %d, token %d differs from path 0", nbad, w,
+                             t);
+            }
+        }
+    cpu_threadpool_free(pool);
+    cpu_kv_cache_free(&c);
+}
+
+static void test_attention_ninf_scores(void **state)
+{
+    (void)state;
+    check_ninf_keys(MODEL_DTYPE_F32, 16, -INFINITY);  /* the smallest: a whole first chunk */
+    check_ninf_keys(MODEL_DTYPE_F32, 37, -INFINITY);  /* two chunks and part of a third */
+    check_ninf_keys(MODEL_DTYPE_F16, 16, -1e5f);      /* past f16's range: stored as -inf */
+    check_ninf_keys(MODEL_DTYPE_F32, 272, -INFINITY); /* the second segment's first chunk too */
+}
+
 static void test_attention_f32_cache(void **state)
 {
     (void)state;
@@ -2217,7 +2293,7 @@ static void test_mla_split_form_matches_the_f32_join(void **state)
  * several 16-key chunks and 16-token blocks; a decode row (one token, tiles
  * of other sizes, 1 to 3 threads) bit-identical to the same row inside a
  * prefill. Scratch of exactly cpu_mla_scratch_floats (ASan sees past it). */
-static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int POS0)
+static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int POS0, int ninf)
 {
     const int D = R + ROPE, N = POS0 + T, QD = NOPE + ROPE, FULL = H * (NOPE + V);
     const cpu_mla_shape shape = {H, NOPE, ROPE, V, R};
@@ -2232,6 +2308,11 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
     for (int i = 0; i < FULL * R; i++) w[i] = frand() * 0.4f;
     for (int i = 0; i < T * H * QD; i++) q[i] = frand() * 2.0f;
     for (int i = 0; i < N * D; i++) kv[i] = frand();
+    for (int j = 0; j < ninf; j++) { /* scores -inf: a -inf rope key, every rope query 1 */
+        kv[j * D + R] = -INFINITY;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) q[(t * H + h) * QD + NOPE] = 1.0f;
+    }
     for (int j = 0; j < N; j++)
         for (int o = 0; o < FULL; o++) {
             double acc = 0;
@@ -2251,7 +2332,7 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
     for (int i = 0; i < T * H * V; i++) {
         double d = fabs((double)got[i] - want[i]);
         worst = d > worst ? d : worst;
-        if (d > 1e-4 * (1.0 + fabs((double)want[i])))
+        if (!(d <= 1e-4 * (1.0 + fabs((double)want[i])))) /* (NaN fails) */
             fail_msg("H %d R %d rope %d element %d: tiled %g, naive %g", H, R, ROPE, i,
                      (double)got[i], (double)want[i]);
     }
@@ -2285,15 +2366,21 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
 static void test_mla_tiled_matches_naive(void **state)
 {
     (void)state;
-    check_mla_tiled(5, 16, 8, 16, 32, 40, 37);    /* a partial tile, chunks and blocks */
-    check_mla_tiled(17, 8, 0, 8, 12, 33, 0);      /* more heads than a tile, no rope, odd R */
-    check_mla_tiled(20, 16, 16, 16, 64, 45, 30);  /* tiles of 16 and 4 heads (AVX-512, AVX2) */
-    check_mla_tiled(16, 16, 16, 16, 64, 14, 770); /* decode's 8-head tiles past 768 keys */
-    check_mla_tiled(20, 16, 16, 16, 64, 14, 770); /* and 10-head tiles */
+    check_mla_tiled(5, 16, 8, 16, 32, 40, 37, 0);    /* a partial tile, chunks and blocks */
+    check_mla_tiled(17, 8, 0, 8, 12, 33, 0, 0);      /* more heads than a tile, no rope, odd R */
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 30, 0);  /* tiles of 16 and 4 heads (AVX-512, AVX2) */
+    check_mla_tiled(16, 16, 16, 16, 64, 14, 770, 0); /* decode's 8-head tiles past 768 keys */
+    check_mla_tiled(20, 16, 16, 16, 64, 14, 770, 0); /* and 10-head tiles */
     /* a group's four tokens crossing a chunk's first key at its last token
      * and at its second: one and three of them in a rows_chunk512 call */
-    check_mla_tiled(20, 16, 16, 16, 64, 45, 33);
-    check_mla_tiled(20, 16, 16, 16, 64, 45, 35);
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 33, 0);
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 35, 0);
+    /* keys whose scores are -inf weigh nothing, a row's first chunk all of
+     * them (the tiles took e^(-inf + inf), NaN): AVX-512 and AVX2 tiles, two
+     * chunks on the scalar tile (D 20: no AVX2 tile), decode's tiles */
+    check_mla_tiled(20, 16, 16, 16, 64, 45, 33, 16);
+    check_mla_tiled(17, 8, 8, 8, 12, 33, 40, 32);
+    check_mla_tiled(16, 16, 16, 16, 64, 14, 770, 16);
 }
 
 int main(void)
@@ -2336,6 +2423,7 @@ int main(void)
         cmocka_unit_test(test_attention_long_context_segments),
         cmocka_unit_test(test_attention_avx512_tiles_are_the_avx2_path),
         cmocka_unit_test(test_attention_nan_scores),
+        cmocka_unit_test(test_attention_ninf_scores),
         cmocka_unit_test(test_mla_split_form_matches_the_f32_join),
         cmocka_unit_test(test_mla_tiled_matches_naive),
         cmocka_unit_test(test_mla_quantized_latent_cache),

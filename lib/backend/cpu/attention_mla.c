@@ -412,8 +412,10 @@ MLA_CLONES static void latent_tile_task(void *ctx, int64_t task, int thread)
             }
             /* (e^0 is 1 exactly: nothing to rescale while the max stands) */
             const float corr = m[r] == -INFINITY ? 0.0f : m[r] == mx ? 1.0f : expf(m[r] - mx);
+            /* (every score so far -inf: weights e^(-inf - 0) = 0, not NaN) */
+            const float shift = mx == -INFINITY ? 0.0f : mx;
             float sum = 0.0f;
-            for (k = 0; k < len; k++) sum += e[r][k] = expf(e[r][k] - mx);
+            for (k = 0; k < len; k++) sum += e[r][k] = expf(e[r][k] - shift);
             l[r] = l[r] * corr + sum;
             m[r] = mx;
             float *o = olat + (int64_t)r * R;

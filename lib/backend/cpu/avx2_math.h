@@ -139,7 +139,7 @@ AVX2 static inline void scores4x16(const float *kt, const float *q, ptrdiff_t q_
  * s[0, 16) the first `valid` count (the rest are -inf); the running max *m and
  * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m'); returned, the
  * rescale of the row's earlier sums e^(m - m') (exactly 1 while the max
- * stands, 0 before the row's first key), by exp_ps too, so a vector of rows
+ * stands, 0 before the row's first finite score), by exp_ps too, so a vector of rows
  * can take the same step (avx512_rows.h's rows_softmax_pv512). */
 AVX2 static inline float softmax_step16(const float *s, int valid, float *m, float *l, float *p)
 {
@@ -158,8 +158,12 @@ AVX2 static inline float softmax_step16(const float *s, int valid, float *m, flo
     const __m256 nan =
         _mm256_or_ps(_mm256_cmp_ps(s0, s0, _CMP_UNORD_Q), _mm256_cmp_ps(s1, s1, _CMP_UNORD_Q));
     if (_mm256_movemask_ps(nan) != 0 || isnan(*m)) mnew = NAN;
-    float corr = exp1(*m - mnew);
-    __m256 mv = _mm256_set1_ps(mnew);
+    /* every score so far -inf: e^x of x - 0, not of -inf + inf (NaN), so the
+     * weights and the rescale are 0 and the state stays m = -inf, l = 0,
+     * O = 0 until a finite key (rows_softmax_pv512 the same) */
+    const float shift = mnew == -INFINITY ? 0.0f : mnew;
+    float corr = exp1(*m - shift);
+    __m256 mv = _mm256_set1_ps(shift);
     __m256 e0 = exp_ps(_mm256_sub_ps(s0, mv)), e1 = exp_ps(_mm256_sub_ps(s1, mv));
     _mm256_storeu_ps(p, e0);
     _mm256_storeu_ps(p + 8, e1);

@@ -242,10 +242,13 @@ AVX512 static inline void rows_softmax_pv512(__m512 *s, const int *valid, __m512
     /* (rows that see no key: -inf, unused); a NaN score, now or before: NaN,
      * as softmax_step16 */
     const __m512 mnew = _mm512_mask_mov_ps(_mm512_max_ps(mx, *m), nan, _mm512_set1_ps(NAN));
-    const __m512 corr = exp512(_mm512_sub_ps(*m, mnew));
+    /* rows whose scores so far are all -inf: x - 0, as softmax_step16 */
+    const __m512 shift =
+        _mm512_mask_mov_ps(mnew, _mm512_cmp_ps_mask(mnew, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+    const __m512 corr = exp512(_mm512_sub_ps(*m, shift));
     _Alignas(64) float cr[16];
     __m512 w[8];
-    UNROLL for (int n = 0; n < ROWS512_KEYS; n++) s[n] = exp512(_mm512_sub_ps(s[n], mnew));
+    UNROLL for (int n = 0; n < ROWS512_KEYS; n++) s[n] = exp512(_mm512_sub_ps(s[n], shift));
     /* softmax_step16's tree: v_i = p_i + p_i+8, t_i = v_i + v_i+4,
      * (t_0 + t_2) + (t_1 + t_3) */
     UNROLL for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(s[i], s[i + 8]);

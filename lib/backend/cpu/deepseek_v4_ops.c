@@ -576,8 +576,10 @@ static inline __attribute__((always_inline)) void tile_flush(sink_state *st, con
         st->l *= r;
         st->m = mt;
     }
+    /* (every score so far -inf: weights e^(-inf - 0) = 0, not NaN) */
+    const float shift = st->m == -INFINITY ? 0.0f : st->m;
     for (int j = 0; j < st->n; j++) {
-        float p = expf(s[j] - st->m);
+        float p = expf(s[j] - shift);
         const float *v = st->key[j];
         st->l += p;
         for (int64_t i = 0; i < d; i++) st->acc[i] += p * v[i];
