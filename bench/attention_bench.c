@@ -16,6 +16,8 @@
  *     attention_bench [threads (2)] [contexts (256,4096)] [reps (5)]
  *                     [ops (f16,q8_0,q4_0,mla): GQA's caches, MLA]
  *                     [steps (decode,block,whole); the others print 0]
+ *                     [GQA shape layers:heads:kv_heads:head_dim (30:9:3:64);
+ *                      the 7B-like 6:16:2:128, Llama-3-8B's 32:32:8:128]
  * Ratios last: long / short, decode and prefill, per op. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +90,12 @@ static void print_ratio(const char *op, const int64_t *ctxs, int n_ctx, const ra
  * print 0). */
 static int run_decode = 1, run_block = 1, run_whole = 1;
 
-enum { GQA_LAYERS = 30, GQA_HEADS = 9, GQA_KV = 3, GQA_HD = 64, GQA_BLOCK = 16 };
+/* The GQA shape (the sixth argument; SmolLM2-135M's by default). */
+static struct {
+    int layers, heads, kv, hd;
+} gqa_shape = {30, 9, 3, 64};
+
+enum { GQA_BLOCK = 16 };
 
 /* GQA: best tokens/s of n_tokens tokens ending at ctx - 1, layer after layer. */
 static double gqa_rate(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv_seq *s,
@@ -98,8 +105,8 @@ static double gqa_rate(cpu_threadpool *pool, const cpu_kv_cache *c, const cpu_kv
     double best = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now();
-        for (int l = 0; l < GQA_LAYERS; l++)
-            cpu_attention(pool, c, s, l, q, GQA_HEADS, ctx - n_tokens, n_tokens, 0.125f, out,
+        for (int l = 0; l < gqa_shape.layers; l++)
+            cpu_attention(pool, c, s, l, q, gqa_shape.heads, ctx - n_tokens, n_tokens, 0.125f, out,
                           scratch, max_ctx, 0);
         double tps = (double)n_tokens / (now() - t0); /* through all the layers */
         best = tps > best ? tps : best;
@@ -112,27 +119,31 @@ static int gqa(cpu_threadpool *pool, int threads, const int64_t *ctxs, int n_ctx
                int reps, model_dtype dtype, const char *name)
 {
     cpu_kv_cache c;
+    const int64_t kvw = (int64_t)gqa_shape.kv * gqa_shape.hd,
+                  qw = (int64_t)gqa_shape.heads * gqa_shape.hd;
     const int32_t n_blocks = (int32_t)((max_ctx + GQA_BLOCK - 1) / GQA_BLOCK);
-    if (cpu_kv_cache_init(&c, dtype, GQA_LAYERS, GQA_KV, GQA_HD, GQA_BLOCK, n_blocks) != DI_OK)
+    if (cpu_kv_cache_init(&c, dtype, gqa_shape.layers, gqa_shape.kv, gqa_shape.hd, GQA_BLOCK,
+                          n_blocks) != DI_OK)
         return 1;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
-    float *kv = malloc(sizeof(float) * (size_t)max_ctx * GQA_KV * GQA_HD);
-    float *q = malloc(sizeof(float) * (size_t)max_ctx * GQA_HEADS * GQA_HD);
-    float *out = malloc(sizeof(float) * (size_t)max_ctx * GQA_HEADS * GQA_HD);
+    float *kv = malloc(sizeof(float) * (size_t)(max_ctx * kvw));
+    float *q = malloc(sizeof(float) * (size_t)(max_ctx * qw));
+    float *out = malloc(sizeof(float) * (size_t)(max_ctx * qw));
     float *scratch = malloc(sizeof(float) * (size_t)threads * (size_t)max_ctx * 4);
     if (!table || !kv || !q || !out || !scratch) return 1;
     for (int32_t b = 0; b < n_blocks; b++) table[b] = b;
     cpu_kv_seq s = {table, n_blocks, n_blocks, max_ctx, 0};
     unsigned seed = 7;
-    for (int64_t i = 0; i < max_ctx * GQA_KV * GQA_HD; i++) kv[i] = frand(&seed);
-    for (int64_t i = 0; i < max_ctx * GQA_HEADS * GQA_HD; i++) q[i] = frand(&seed);
-    for (int l = 0; l < GQA_LAYERS; l++) cpu_kv_store(&c, &s, l, 0, max_ctx, kv, kv);
+    for (int64_t i = 0; i < max_ctx * kvw; i++) kv[i] = frand(&seed);
+    for (int64_t i = 0; i < max_ctx * qw; i++) q[i] = frand(&seed);
+    for (int l = 0; l < gqa_shape.layers; l++) cpu_kv_store(&c, &s, l, 0, max_ctx, kv, kv);
     rates r[8];
     memset(r, 0, sizeof r);
-    printf("GQA, SmolLM2-135M shape (9 heads, 3 KV heads of 64, %s cache: %zu bytes a token, 30 "
-           "layers), %d threads; the flash path's chunk step with AVX-512 (where this CPU has it) "
-           "and with AVX2, interleaved (bit-identical results)\n",
-           name, cpu_kv_cache_bytes_per_token(&c), threads);
+    printf("GQA, %d heads, %d KV heads of %d, %s cache: %zu bytes a token, %d layers, %d "
+           "threads; the flash path's chunk step with AVX-512 (where this CPU has it) and with "
+           "AVX2, interleaved (bit-identical results)\n",
+           gqa_shape.heads, gqa_shape.kv, gqa_shape.hd, name, cpu_kv_cache_bytes_per_token(&c),
+           gqa_shape.layers, threads);
     for (int i = 0; i < n_ctx; i++) {
         for (int rep = 0; rep < reps; rep++)
             for (int w = 0; w < 2; w++) {
@@ -165,9 +176,19 @@ int main(int argc, char **argv)
     int n_ctx = 0;
     for (const char *p = list; *p && n_ctx < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
         ctxs[n_ctx++] = atoll(p);
-    if (threads < 1 || reps < 1 || n_ctx < 1) {
+    if (argc > 6 && (sscanf(argv[6], "%d:%d:%d:%d", &gqa_shape.layers, &gqa_shape.heads,
+                            &gqa_shape.kv, &gqa_shape.hd) != 4 ||
+                     gqa_shape.layers < 1 || gqa_shape.kv < 1 || gqa_shape.heads < gqa_shape.kv ||
+                     gqa_shape.heads % gqa_shape.kv != 0 || gqa_shape.hd < 1)) {
         fprintf(stderr,
-                "usage: attention_bench [threads] [contexts,..] [reps] [ops,..] [steps,..]\n");
+                "attention_bench: shape '%s': expected layers:heads:kv_heads:head_dim, "
+                "heads a multiple of kv_heads\n",
+                argv[6]);
+        return 2;
+    }
+    if (threads < 1 || reps < 1 || n_ctx < 1) {
+        fprintf(stderr, "usage: attention_bench [threads] [contexts,..] [reps] [ops,..] "
+                        "[steps,..] [layers:heads:kv_heads:head_dim]\n");
         return 2;
     }
     int64_t max_ctx = 0;
@@ -200,7 +221,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++) {
         if (!strstr(types, caches[i].name)) continue;
         if (gqa(pool, threads, ctxs, n_ctx, max_ctx, reps, caches[i].dtype, caches[i].name) != 0) {
-            fprintf(stderr, "attention_bench: out of memory\n");
+            fprintf(stderr, "attention_bench: out of memory, or a GQA shape the cache refuses\n");
             return 1;
         }
     }
