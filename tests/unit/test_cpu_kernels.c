@@ -897,10 +897,13 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, i
     int32_t sel[N * K];
     for (int64_t i = 0; i < N * NH * d; i++) q[i] = frand();
     for (int h = 0; h < NH; h++) sinks[h] = frand() * 2.0f;
-    if (overflow) { /* (an f32 cache) every score -inf in f32: -6e38 in dimension 0 */
+    if (overflow) { /* scores -inf in f32: -6e38 in dimension 0 (-2 exact in f16, 0 elsewhere) */
+        assert_true(dtype == MODEL_DTYPE_F32 || dtype == MODEL_DTYPE_F16); /* (stored as seen) */
         for (int i = 0; i < N * NH; i++) q[i * d] = 3e38f;
-        for (int r = 0; r < RING; r++) win[r * d] = ((float *)win_rows)[r * d] = -2.0f;
-        for (int r = 0; r < NCOMP; r++) comp[r * d] = ((float *)comp_rows)[r * d] = -2.0f;
+        for (int r = 0; r < RING; r++) win[r * d] = -2.0f;
+        for (int r = 0; r < NCOMP; r++) comp[r * d] = overflow == 1 || r == 0 ? -2.0f : 0.0f;
+        cpu_v4_rows_store(dtype, win_rows, win, d, d, RING);
+        cpu_v4_rows_store(dtype, comp_rows, comp, d, d, NCOMP);
     }
     for (int t = 0; t < N; t++) {
         pos[t] = 10 + t; /* ring rows wrap past 12 */
@@ -951,7 +954,10 @@ static void check_sink_attention(cpu_threadpool *pool, int64_t d, int use_sel, i
                                        : "q4_0",
            cpu_kv_rotates(dtype, d) ? " (rotated)" : "", (long long)d,
            use_sel ? "the indexer's entries" : "every entry", block ? ", a block" : "",
-           overflow ? ", every score -inf" : "", worst);
+           overflow == 1   ? ", every score -inf"
+           : overflow == 2 ? ", the first 8 keys' scores -inf"
+                           : "",
+           worst);
     if (!(worst < 1e-5)) fail_msg("dtype %d: max |diff| %g", dtype, worst);
     for (int t = 0; t < N; t++) {
         cpu_sink_attention(pool, q + t * NH * d, NH, d, 1, pos + t, block ? last + t : NULL,
@@ -993,10 +999,14 @@ static void test_sink_attention_matches_double(void **state)
                 check_sink_attention(pool, dims[di], use_sel, 0, types[ti], 0);
             check_sink_attention(pool, dims[di], 0, 1, types[ti], 0);
         }
-    /* scores that overflow to -inf weigh nothing; with every one of them the
-     * sink takes all the weight: 0, as in double (the tile and the walk took
-     * e^(-inf + inf), NaN) */
-    for (int di = 0; di < 5; di++) check_sink_attention(pool, dims[di], 0, 0, MODEL_DTYPE_F32, 1);
+    /* scores that overflow to -inf weigh nothing (the tile and the walk took
+     * e^(-inf + inf), NaN): with every one of them the sink takes all the
+     * weight, 0 as in double; with the window's and the first entry's, an f16
+     * cache's walk sees a first tile of 8 at -inf and then finite keys */
+    for (int di = 0; di < 5; di++) {
+        check_sink_attention(pool, dims[di], 0, 0, MODEL_DTYPE_F32, 1);
+        check_sink_attention(pool, dims[di], 0, 0, MODEL_DTYPE_F16, 2);
+    }
     cpu_threadpool_free(pool);
 }
 
@@ -2025,7 +2035,8 @@ static void test_attention_nan_scores(void **state)
  * element) weigh nothing: a row that also sees a finite score is that
  * softmax's, finite and within 1e-5 of the reference path (1e-3 on an f16
  * cache, whose reference rounds q to f16), on the AVX-512
- * prefill tiles, the AVX2 ones and a decode step, bit-identical among them; a
+ * prefill tiles, the AVX2 ones and decode steps on both (an f16 cache's read
+ * in place), bit-identical among them; a
  * row that sees only -inf is NaN on every path, as the reference's 0 / 0. (A
  * breaker's finding: when every key of a row's first chunk in a segment
  * scored -inf, the fast paths took e^(-inf + inf) and gave NaN.) Keys
@@ -2035,7 +2046,7 @@ static void check_ninf_keys(model_dtype dt, int nbad, float kval)
 {
     enum { NKV = 1, NH = 2, HD = 16, N = 300 };
     static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD];
-    static float out[4][N * NH * HD], scratch[2 * N];
+    static float out[5][N * NH * HD], scratch[2 * N];
     cpu_kv_cache c;
     assert_int_equal(cpu_kv_cache_init(&c, dt, 1, NKV, HD, 16, N / 16 + 1), DI_OK);
     int32_t table[N / 16 + 1];
@@ -2052,18 +2063,22 @@ static void check_ninf_keys(model_dtype dt, int nbad, float kval)
     cpu_attention_avx2_only = 1;
     cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[1], scratch, N, 0);
     cpu_attention_avx2_only = 0;
-    for (int t = 0; t < N; t++)
-        cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[2] + t * NH * HD,
-                      scratch, N, 0);
-    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[3], scratch, N, 1);
+    for (int w = 2; w < 4; w++) { /* decode steps, each path (AVX2: its in-place f16 step) */
+        cpu_attention_avx2_only = w == 3;
+        for (int t = 0; t < N; t++)
+            cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[w] + t * NH * HD,
+                          scratch, N, 0);
+    }
+    cpu_attention_avx2_only = 0;
+    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[4], scratch, N, 1);
     const float tol = dt == MODEL_DTYPE_F32 ? 1e-5f : 1e-3f;
     for (int t = 0; t < N; t++)
         for (int e = 0; e < NH * HD; e++) {
-            const float ref = out[3][t * NH * HD + e];
+            const float ref = out[4][t * NH * HD + e];
             if (t < nbad ? !isnan(ref) : !isfinite(ref))
                 fail_msg("-inf keys [0, %d), cache type %d: reference token %d, output %d is %g",
                          nbad, (int)dt, t, e, (double)ref);
-            for (int w = 0; w < 3; w++) {
+            for (int w = 0; w < 4; w++) {
                 const float x = out[w][t * NH * HD + e];
                 if (t < nbad ? !isnan(x) : !(fabsf(x - ref) <= tol))
                     fail_msg("-inf keys [0, %d), cache type %d: path %d, token %d, output %d is "
@@ -2308,11 +2323,9 @@ static void check_mla_tiled(int H, int NOPE, int ROPE, int V, int R, int T, int 
     for (int i = 0; i < FULL * R; i++) w[i] = frand() * 0.4f;
     for (int i = 0; i < T * H * QD; i++) q[i] = frand() * 2.0f;
     for (int i = 0; i < N * D; i++) kv[i] = frand();
-    for (int j = 0; j < ninf; j++) { /* scores -inf: a -inf rope key, every rope query 1 */
-        kv[j * D + R] = -INFINITY;
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) q[(t * H + h) * QD + NOPE] = 1.0f;
-    }
+    if (ninf > 0) /* scores -inf: a -inf rope key, every rope query 1 */
+        for (int i = 0; i < T * H; i++) q[i * QD + NOPE] = 1.0f;
+    for (int j = 0; j < ninf; j++) kv[j * D + R] = -INFINITY;
     for (int j = 0; j < N; j++)
         for (int o = 0; o < FULL; o++) {
             double acc = 0;

@@ -134,7 +134,7 @@ AVX2 static inline void stage_chunk(const flash_job *j, int g, int64_t p0, int l
 AVX2 static inline void merge_segment(ptrdiff_t hd, float *M, float *L, float *O, const float *seg)
 {
     const float m = seg[0], l = seg[1], *o = seg + STATE_O;
-    if (m == -INFINITY) return; /* no key of the row in the segment */
+    if (m == -INFINITY) return; /* no key of the row in the segment, or only -inf: l, o 0 */
     if (*M == -INFINITY) {
         *M = m, *L = l;
         memcpy(O, o, (size_t)hd * sizeof *O);

@@ -137,10 +137,11 @@ AVX2 static inline void scores4x16(const float *kt, const float *q, ptrdiff_t q_
 
 /* One online-softmax step of a row over a 16-key chunk: of the scores
  * s[0, 16) the first `valid` count (the rest are -inf); the running max *m and
- * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m'); returned, the
- * rescale of the row's earlier sums e^(m - m') (exactly 1 while the max
- * stands, 0 before the row's first finite score), by exp_ps too, so a vector of rows
- * can take the same step (avx512_rows.h's rows_softmax_pv512). */
+ * sum *l move on; p[0, 16) gets the chunk's weights e^(s - m') (0 while m' is
+ * -inf); returned, the rescale of the row's earlier sums e^(m - m') (exactly 1
+ * while the max stands, 0 before the row's first finite score), by exp_ps too,
+ * so a vector of rows can take the same step (avx512_rows.h's
+ * rows_softmax_pv512). */
 AVX2 static inline float softmax_step16(const float *s, int valid, float *m, float *l, float *p)
 {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vv = _mm256_set1_epi32(valid);
