@@ -370,6 +370,34 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
             }
 }
 
+/* The keys of the chunk from p below k1: 0 to CHUNK. */
+static inline int keys_from(int64_t p, int64_t k1)
+{
+    return k1 - p <= 0 ? 0 : k1 - p < CHUNK ? (int)(k1 - p) : CHUNK;
+}
+
+/* Every cache line of the slices [off, off + bytes) of rows k[0, n) and
+ * v[0, n), aligned or not: into L1 (near) or L2. */
+static inline void prefetch_slices(const char *const *k, const char *const *v, int n, size_t off,
+                                   size_t bytes, int near)
+{
+    for (int i = 0; i < n; i++) {
+        const uintptr_t ka = (uintptr_t)(k[i] + off) & 63, va = (uintptr_t)(v[i] + off) & 63;
+        for (size_t b = 0; b < bytes + ka; b += 64) {
+            if (near)
+                __builtin_prefetch(k[i] + off + b - ka, 0, 3);
+            else
+                __builtin_prefetch(k[i] + off + b - ka, 0, 1);
+        }
+        for (size_t b = 0; b < bytes + va; b += 64) {
+            if (near)
+                __builtin_prefetch(v[i] + off + b - va, 0, 3);
+            else
+                __builtin_prefetch(v[i] + off + b - va, 0, 1);
+        }
+    }
+}
+
 /* flash_segment with flash_chunk_cache or, in_place 2, flash_chunk_f16_avx2
  * (the job's in_place): a chunk at a time, each head of [g0, g1) in turn
  * (the heads of a position side by side in its cache row, so the chunk's
@@ -381,29 +409,41 @@ AVX2 static void flash_chunk_f16_avx2(const flash_job *j, int g, int64_t t0, int
  * cache, SmolLM2's shape, 2 threads, 1.13x with all of the next chunk asked
  * for at once, 1.21x spread over the heads, 1.24x two chunks ahead
  * (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
- * / 1.14x one / two ahead, so one. */
+ * / 1.14x one / two ahead, so one (into L1). Where a head's slice is four
+ * cache lines or more (an f16 head of 128 or wider), the chunk after it is
+ * asked for too, into L2: 1.10-1.16x at 4,096 keys, 1 thread, on the 7B
+ * shape (16 heads, 2 KV heads of 128) and Llama-3-8B's (32, 8 of 128); on
+ * heads of 64 (SmolLM2's, 20 of 4) it cost 5-9 %, and on a Q8_0 head of
+ * 128 (136 bytes) it was even (bench/README.md, session 54). */
+
 AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
                                      int64_t k0, int64_t k1, float *st, ptrdiff_t st_head,
                                      uint16_t *kt)
 {
     const cpu_kv_cache *c = j->c;
     for (int g = g0; g < g1; g++) state_init(j, rows, st + (g - g0) * st_head);
+    /* the rows of the chunks at p0 (row), p0 + CHUNK (next) and, asked for
+     * two ahead, p0 + 2 CHUNK (far), each the one after it a chunk before */
     const char *krow[CHUNK], *vrow[CHUNK], *knext[CHUNK], *vnext[CHUNK];
-    chunk_rows(c, j->s, j->layer, g0, k0, k1 - k0 < CHUNK ? (int)(k1 - k0) : CHUNK, knext, vnext);
+    const char *kfar[CHUNK] = {0}, *vfar[CHUNK] = {0};
+    const int far_ahead = c->head_bytes >= 4 * 64;
+    chunk_rows(c, j->s, j->layer, g0, k0, keys_from(k0, k1), knext, vnext);
+    if (far_ahead && keys_from(k0 + CHUNK, k1) > 0)
+        chunk_rows(c, j->s, j->layer, g0, k0 + CHUNK, keys_from(k0 + CHUNK, k1), kfar, vfar);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
-        const int len = k1 - p0 < CHUNK ? (int)(k1 - p0) : CHUNK;
+        const int len = keys_from(p0, k1), next = keys_from(p0 + CHUNK, k1),
+                  far = far_ahead ? keys_from(p0 + 2 * CHUNK, k1) : 0;
         memcpy(krow, knext, sizeof krow), memcpy(vrow, vnext, sizeof vrow);
-        const int next = k1 - (p0 + CHUNK) < CHUNK ? (int)(k1 - (p0 + CHUNK)) : CHUNK;
-        if (next > 0) chunk_rows(c, j->s, j->layer, g0, p0 + CHUNK, next, knext, vnext);
+        if (far_ahead) {
+            memcpy(knext, kfar, sizeof knext), memcpy(vnext, vfar, sizeof vnext);
+            if (far > 0) chunk_rows(c, j->s, j->layer, g0, p0 + 2 * CHUNK, far, kfar, vfar);
+        } else if (next > 0) {
+            chunk_rows(c, j->s, j->layer, g0, p0 + CHUNK, next, knext, vnext);
+        }
         for (int g = g0; g < g1; g++) {
             const size_t off = (size_t)(g - g0) * c->head_bytes;
-            for (int i = 0; i < next; i++) { /* every line of the slice, aligned or not */
-                const uintptr_t ka = (uintptr_t)(knext[i] + off), va = (uintptr_t)(vnext[i] + off);
-                for (size_t b = 0; b < c->head_bytes + (ka & 63); b += 64)
-                    __builtin_prefetch(knext[i] + off + b - (ka & 63), 0, 3);
-                for (size_t b = 0; b < c->head_bytes + (va & 63); b += 64)
-                    __builtin_prefetch(vnext[i] + off + b - (va & 63), 0, 3);
-            }
+            prefetch_slices(knext, vnext, next, off, c->head_bytes, 1);
+            prefetch_slices(kfar, vfar, far, off, c->head_bytes, 0);
             const char *k[CHUNK], *v[CHUNK];
             for (int i = 0; i < CHUNK; i++) {
                 k[i] = i < len ? krow[i] + off : zero_row;
