@@ -426,17 +426,18 @@ AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t
      * two ahead, p0 + 2 CHUNK (far), each the one after it a chunk before */
     const char *krow[CHUNK], *vrow[CHUNK], *knext[CHUNK], *vnext[CHUNK];
     const char *kfar[CHUNK] = {0}, *vfar[CHUNK] = {0};
-    const int far_ahead = c->head_bytes >= 4 * 64;
+    const int far_ahead = c->head_bytes >= 256; /* four lines */
     chunk_rows(c, j->s, j->layer, g0, k0, keys_from(k0, k1), knext, vnext);
     if (far_ahead && keys_from(k0 + CHUNK, k1) > 0)
         chunk_rows(c, j->s, j->layer, g0, k0 + CHUNK, keys_from(k0 + CHUNK, k1), kfar, vfar);
     for (int64_t p0 = k0; p0 < k1; p0 += CHUNK) {
+        const int64_t p2 = p0 + (int64_t)2 * CHUNK;
         const int len = keys_from(p0, k1), next = keys_from(p0 + CHUNK, k1),
-                  far = far_ahead ? keys_from(p0 + 2 * CHUNK, k1) : 0;
+                  far = far_ahead ? keys_from(p2, k1) : 0;
         memcpy(krow, knext, sizeof krow), memcpy(vrow, vnext, sizeof vrow);
         if (far_ahead) {
             memcpy(knext, kfar, sizeof knext), memcpy(vnext, vfar, sizeof vnext);
-            if (far > 0) chunk_rows(c, j->s, j->layer, g0, p0 + 2 * CHUNK, far, kfar, vfar);
+            if (far > 0) chunk_rows(c, j->s, j->layer, g0, p2, far, kfar, vfar);
         } else if (next > 0) {
             chunk_rows(c, j->s, j->layer, g0, p0 + CHUNK, next, knext, vnext);
         }
