@@ -1976,50 +1976,64 @@ static void test_attention_avx512_tiles_are_the_avx2_path(void **state)
                  "bit-identical to the staged prompt's rows");
 }
 
-/* A NaN score (a NaN in the cache, or an f16 key past 65504 stored as inf
- * times a zero query element) makes every row that sees it NaN, as the
- * reference path's, on the AVX-512 prefill tiles, the AVX2 ones and a decode
- * step alike; the rows before it stay finite and bit-identical. (A breaker's
- * finding: the row-per-lane max dropped the keys before a NaN and gave NaN
- * where the AVX2 tree dropped the NaN and gave a finite row.) 300 keys: two
- * segments. */
-static void check_nan_key(model_dtype dt, int bad, float kval)
+/* The edge-score checks' shape (one KV head, two query heads of 16, 300
+ * keys: two segments) and their paths over keys k and values v: out[0] the
+ * whole prompt on the wide path, [1] on AVX2, [2] and [3] decode steps on
+ * each (an f16 cache's read in place), [4] the reference path. */
+enum { EDGE_NKV = 1, EDGE_NH = 2, EDGE_HD = 16, EDGE_N = 300 };
+
+static void edge_attention_paths(model_dtype dt, const float *k, const float *v, const float *q,
+                                 float out[5][EDGE_N * EDGE_NH * EDGE_HD])
 {
-    enum { NKV = 1, NH = 2, HD = 16, N = 300 };
-    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD];
-    static float out[4][N * NH * HD], scratch[2 * N];
+    enum { NH = EDGE_NH, HD = EDGE_HD, N = EDGE_N, BLOCKS = N / 16 + 1 };
+    static float scratch[2 * N];
     cpu_kv_cache c;
-    assert_int_equal(cpu_kv_cache_init(&c, dt, 1, NKV, HD, 16, N / 16 + 1), DI_OK);
-    int32_t table[N / 16 + 1];
-    for (int i = 0; i < N / 16 + 1; i++) table[i] = i;
-    cpu_kv_seq sq = {table, N / 16 + 1, N / 16 + 1, N, 0};
-    for (int i = 0; i < N * NKV * HD; i++) k[i] = frand(), v[i] = frand();
-    for (int i = 0; i < N * NH * HD; i++) q[i] = i % HD == 0 ? 0.0f : frand();
-    k[bad * NKV * HD] = kval;
+    assert_int_equal(cpu_kv_cache_init(&c, dt, 1, EDGE_NKV, HD, 16, BLOCKS), DI_OK);
+    int32_t table[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) table[i] = i;
+    cpu_kv_seq sq = {table, BLOCKS, BLOCKS, N, 0};
     cpu_kv_store(&c, &sq, 0, 0, N, k, v);
     cpu_threadpool *pool;
     assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
+    for (int w = 0; w < 4; w++) {
+        cpu_attention_avx2_only = w % 2;
+        if (w < 2)
+            cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[w], scratch, N, 0);
+        else
+            for (int t = 0; t < N; t++)
+                cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f,
+                              out[w] + t * NH * HD, scratch, N, 0);
+    }
     cpu_attention_avx2_only = 0;
-    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[0], scratch, N, 0);
-    cpu_attention_avx2_only = 1;
-    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[1], scratch, N, 0);
-    cpu_attention_avx2_only = 0;
-    for (int t = 0; t < N; t++)
-        cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[2] + t * NH * HD,
-                      scratch, N, 0);
-    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[3], scratch, N, 1);
+    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[4], scratch, N, 1);
+    cpu_threadpool_free(pool);
+    cpu_kv_cache_free(&c);
+}
+
+/* A NaN score (a NaN in the cache, or an f16 key past 65504 stored as inf
+ * times a zero query element) makes every row that sees it NaN, as the
+ * reference path's, on the AVX-512 prefill tiles, the AVX2 ones and decode
+ * steps alike; the rows before it stay finite and bit-identical. (A breaker's
+ * finding: the row-per-lane max dropped the keys before a NaN and gave NaN
+ * where the AVX2 tree dropped the NaN and gave a finite row.) */
+static void check_nan_key(model_dtype dt, int bad, float kval)
+{
+    enum { NKV = EDGE_NKV, NH = EDGE_NH, HD = EDGE_HD, N = EDGE_N };
+    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD], out[5][N * NH * HD];
+    for (int i = 0; i < N * NKV * HD; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < N * NH * HD; i++) q[i] = i % HD == 0 ? 0.0f : frand();
+    k[bad * NKV * HD] = kval;
+    edge_attention_paths(dt, k, v, q, out);
     for (int t = 0; t < N; t++)
         for (int e = 0; e < NH * HD; e++)
-            for (int w = 0; w < 4; w++) {
+            for (int w = 0; w < 5; w++) {
                 float x = out[w][t * NH * HD + e];
                 if (t >= bad ? !isnan(x) : !isfinite(x))
                     fail_msg("NaN key %d, cache type %d: path %d, token %d, output %d is %g", bad,
                              (int)dt, w, t, e, (double)x);
-                if (t < bad && w < 3 && memcmp(&x, &out[0][t * NH * HD + e], sizeof x) != 0)
+                if (t < bad && w < 4 && memcmp(&x, &out[0][t * NH * HD + e], sizeof x) != 0)
                     fail_msg("NaN key %d: path %d, token %d before it differs", bad, w, t);
             }
-    cpu_threadpool_free(pool);
-    cpu_kv_cache_free(&c);
 }
 
 static void test_attention_nan_scores(void **state)
@@ -2040,37 +2054,15 @@ static void test_attention_nan_scores(void **state)
  * row that sees only -inf is NaN on every path, as the reference's 0 / 0. (A
  * breaker's finding: when every key of a row's first chunk in a segment
  * scored -inf, the fast paths took e^(-inf + inf) and gave NaN.) Keys
- * [0, nbad) hold `kval` in dimension 0, where every query holds 1; 300 keys,
- * two segments of 256. */
+ * [0, nbad) hold `kval` in dimension 0, where every query holds 1. */
 static void check_ninf_keys(model_dtype dt, int nbad, float kval)
 {
-    enum { NKV = 1, NH = 2, HD = 16, N = 300 };
-    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD];
-    static float out[5][N * NH * HD], scratch[2 * N];
-    cpu_kv_cache c;
-    assert_int_equal(cpu_kv_cache_init(&c, dt, 1, NKV, HD, 16, N / 16 + 1), DI_OK);
-    int32_t table[N / 16 + 1];
-    for (int i = 0; i < N / 16 + 1; i++) table[i] = i;
-    cpu_kv_seq sq = {table, N / 16 + 1, N / 16 + 1, N, 0};
+    enum { NKV = EDGE_NKV, NH = EDGE_NH, HD = EDGE_HD, N = EDGE_N };
+    static float k[N * NKV * HD], v[N * NKV * HD], q[N * NH * HD], out[5][N * NH * HD];
     for (int i = 0; i < N * NKV * HD; i++) k[i] = frand(), v[i] = frand();
     for (int i = 0; i < N * NH * HD; i++) q[i] = i % HD == 0 ? 1.0f : frand();
     for (int t = 0; t < nbad; t++) k[t * NKV * HD] = kval;
-    cpu_kv_store(&c, &sq, 0, 0, N, k, v);
-    cpu_threadpool *pool;
-    assert_int_equal(cpu_threadpool_create(2, &pool), DI_OK);
-    cpu_attention_avx2_only = 0;
-    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[0], scratch, N, 0);
-    cpu_attention_avx2_only = 1;
-    cpu_attention(pool, &c, &sq, 0, q, NH, 0, N, 0.25f, out[1], scratch, N, 0);
-    cpu_attention_avx2_only = 0;
-    for (int w = 2; w < 4; w++) { /* decode steps, each path (AVX2: its in-place f16 step) */
-        cpu_attention_avx2_only = w == 3;
-        for (int t = 0; t < N; t++)
-            cpu_attention(pool, &c, &sq, 0, q + t * NH * HD, NH, t, 1, 0.25f, out[w] + t * NH * HD,
-                          scratch, N, 0);
-    }
-    cpu_attention_avx2_only = 0;
-    cpu_attention(NULL, &c, &sq, 0, q, NH, 0, N, 0.25f, out[4], scratch, N, 1);
+    edge_attention_paths(dt, k, v, q, out);
     const float tol = dt == MODEL_DTYPE_F32 ? 1e-5f : 1e-3f;
     for (int t = 0; t < N; t++)
         for (int e = 0; e < NH * HD; e++) {
@@ -2089,8 +2081,6 @@ static void check_ninf_keys(model_dtype dt, int nbad, float kval)
                              t);
             }
         }
-    cpu_threadpool_free(pool);
-    cpu_kv_cache_free(&c);
 }
 
 static void test_attention_ninf_scores(void **state)
