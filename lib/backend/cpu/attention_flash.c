@@ -411,11 +411,11 @@ static inline void prefetch_slices(const char *const *k, const char *const *v, i
  * (bench/attention_bench, medians of 8 runs interleaved), at 1 thread 1.18x
  * / 1.14x one / two ahead, so one (into L1). Where a head's slice is four
  * cache lines or more (an f16 head of 128 or wider), the chunk after it is
- * asked for too, into L2: 1.10-1.16x at 4,096 keys, 1 thread, on the 7B
- * shape (16 heads, 2 KV heads of 128) and Llama-3-8B's (32, 8 of 128); on
- * heads of 64 (SmolLM2's, 20 of 4) it cost 5-9 %, and on a Q8_0 head of
- * 128 (136 bytes) it was even (bench/README.md, session 54). */
-
+ * asked for too, into L2 (locality 1: prefetcht2): 1.13-1.25x at 4,096
+ * keys, 1 thread, on the 7B shape (16 heads, 2 KV heads of 128), 1.06-1.24x
+ * on Llama-3-8B's (32, 8 of 128); on heads of 64 (SmolLM2's 9 of 3, and 20
+ * of 4) it cost 3-9 %, and on a Q8_0 head of 128 (136 bytes) it was even
+ * (bench/README.md, session 54). */
 AVX2 static void flash_segment_cache(const flash_job *j, int g0, int g1, int64_t t0, int rows,
                                      int64_t k0, int64_t k1, float *st, ptrdiff_t st_head,
                                      uint16_t *kt)
